@@ -1,0 +1,1 @@
+"""Apache Beam pipelines that write what ``schemas`` defines; never imports ``trainer``."""

@@ -1,0 +1,200 @@
+"""``bertprep``: the preprocessing command line (vocab, pretraining, inspect, task)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+
+from pipelines.config import FORMATS, OUTPUT_FORMATS, ConfigError, PretrainingConfig
+
+# Flag for each config field, so a ConfigError names what the user typed.
+_FLAGS = {
+    "input_format": "--format", "max_seq_length": "--max-seq-length",
+    "max_predictions_per_seq": "--max-predictions-per-seq", "masked_lm_prob": "--masked-lm-prob",
+    "short_seq_prob": "--short-seq-prob", "dupe_factor": "--dupe-factor", "seed": "--seed",
+    "num_shards": "--num-shards", "output_format": "--output-format", "docs_per_group": "--docs-per-group",
+    "vocab_size": "--vocab-size", "sample_bytes": "--sample-bytes", "min_frequency": "--min-frequency",
+    "arrow_compression": "--arrow-compression",
+}
+
+_PASSTHROUGH = dict(ignore_unknown_options=True, allow_extra_args=True, help_option_names=["-h", "--help"])
+
+
+def _quiet_beam() -> None:
+    # `import apache_beam` configures root logging at WARNING and chats about optional clients.
+    logging.getLogger().setLevel(logging.ERROR)
+
+
+def _bad(err: Exception, param: str) -> click.UsageError:
+    flag = _FLAGS.get(param, f"--{param.replace('_', '-')}")
+    return click.BadParameter(str(getattr(err, "message", err)), param_hint=f"'{flag}'")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Preprocess text into BERT pretraining and fine-tuning shards with Apache Beam."""
+
+
+@main.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--input", "inputs", multiple=True, required=True, help="File, glob or URL (repeatable).")
+@click.option("--format", "input_format", type=click.Choice(FORMATS), default="sentences", show_default=True)
+@click.option("--output", required=True, type=click.Path(file_okay=False), help="Folder for vocab.txt and tokenizer.json.")
+@click.option("--vocab-size", type=int, default=30522, show_default=True)
+@click.option("--lowercase/--cased", default=True, show_default=True)
+@click.option("--sample-bytes", type=int, default=0, help="Train on a deterministic sample of about this many bytes.")
+@click.option("--min-frequency", type=int, default=2, show_default=True)
+@click.option("--seed", type=int, default=12345, show_default=True)
+def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed) -> None:
+    """Train a WordPiece vocabulary (vocab.txt + tokenizer.json)."""
+    _quiet_beam()
+    from pipelines.runner import UsageError
+    from pipelines.vocab import VocabConfig, train_vocab
+
+    try:
+        cfg = VocabConfig(input_format=input_format, vocab_size=vocab_size, lowercase=lowercase,
+                          sample_bytes=sample_bytes, min_frequency=min_frequency, seed=seed)
+    except ConfigError as e:
+        raise _bad(e, e.param) from None
+    try:
+        v, counters = train_vocab(list(inputs), output, cfg)
+    except UsageError as e:
+        raise click.BadParameter(str(e), param_hint="'--input'") from None
+    click.echo(f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
+               f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {output}/vocab.txt, tokenizer.json")
+
+
+@main.command(context_settings=_PASSTHROUGH)
+@click.option("--input", "inputs", multiple=True, required=True, help="File, glob or URL (repeatable); gz/bz2/zst by extension.")
+@click.option("--format", "input_format", type=click.Choice(FORMATS), default="sentences", show_default=True)
+@click.option("--vocab", required=True, help="vocab.txt or tokenizer.json (local or URL).")
+@click.option("--output", required=True, help="Output folder (local or URL).")
+@click.option("--max-seq-length", type=int, default=128, show_default=True)
+@click.option("--max-predictions-per-seq", type=int, default=20, show_default=True)
+@click.option("--masked-lm-prob", type=float, default=0.15, show_default=True)
+@click.option("--short-seq-prob", type=float, default=0.1, show_default=True)
+@click.option("--dupe-factor", type=int, default=10, show_default=True)
+@click.option("--seed", type=int, default=12345, show_default=True)
+@click.option("--whole-word-mask", is_flag=True, default=False)
+@click.option("--lowercase/--cased", default=None, help="Casing (default: from tokenizer.json; lowercase for vocab.txt).")
+@click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="arrow", show_default=True)
+@click.option("--num-shards", type=int, default=0, help="Shards per format (default: from the input size).")
+@click.option("--docs-per-group", type=int, default=2000, show_default=True, help="Documents per random-next pool.")
+@click.option("--arrow-compression", type=click.Choice(["zstd", "lz4", "none"]), default="zstd", show_default=True)
+@click.option("--keep-gutenberg", is_flag=True, default=False, help="Keep Project Gutenberg headers and licences.")
+@click.option("--overwrite", is_flag=True, default=False, help="Replace a dataset already in --output.")
+@click.pass_context
+def pretraining(ctx, inputs, input_format, vocab, output, max_seq_length, max_predictions_per_seq, masked_lm_prob,
+                short_seq_prob, dupe_factor, seed, whole_word_mask, lowercase, output_format, num_shards,
+                docs_per_group, arrow_compression, keep_gutenberg, overwrite) -> None:
+    """Write masked-LM + next-sentence pretraining shards and a manifest.
+
+    Any other --option is a Beam pipeline option (--runner, --direct_num_workers, --project, ...).
+    The default runner is Beam's in-process FnApiRunner.
+    """
+    _quiet_beam()
+    from pipelines.pretraining import run_pretraining
+    from pipelines.runner import UsageError
+    from pipelines.read import InputError
+    from schemas.vocab import VocabError
+
+    try:
+        cfg = PretrainingConfig(
+            input_format=input_format, max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
+            masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, seed=seed,
+            whole_word_mask=whole_word_mask, lowercase=True if lowercase is None else lowercase,
+            output_format=output_format, num_shards=num_shards, docs_per_group=docs_per_group,
+            arrow_compression=arrow_compression, strip_gutenberg=not keep_gutenberg,
+        )
+    except ConfigError as e:
+        raise _bad(e, e.param) from None
+    try:
+        result = run_pretraining(inputs=list(inputs), vocab=vocab, output_dir=output, cfg=cfg, beam_args=ctx.args,
+                                 overwrite=overwrite, lowercase=lowercase)
+    except UsageError as e:
+        if e.param == "beam option":
+            raise click.UsageError(f"{e} (neither a bertprep option nor a Beam pipeline option)") from None
+        raise click.BadParameter(str(e), param_hint=f"'--{e.param}'") from None
+    except VocabError as e:
+        raise click.BadParameter(str(e), param_hint="'--vocab'") from None
+    except InputError as e:
+        raise click.ClickException(f"{e}; no manifest was written") from None
+    except Exception as e:
+        cause = _input_error_in(e)
+        if cause is not None:
+            raise click.ClickException(f"{cause}; no manifest was written") from None
+        raise
+    _print_summary(result)
+
+
+def _input_error_in(e: BaseException) -> str | None:
+    """Beam wraps worker exceptions; find our InputError's message in the chain or the text."""
+    from pipelines.read import InputError
+
+    seen = e
+    while seen is not None:
+        if isinstance(seen, InputError):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = str(e)
+    marker = "InputError: "
+    if marker in text:
+        return text[text.rindex(marker) + len(marker):].splitlines()[0]
+    return None
+
+
+def _print_summary(result) -> None:
+    from pipelines.inspection import summary_lines
+
+    m = result.manifest
+    click.echo(f"done in {result.seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input, "
+               f"{result.input_bytes / 1e6 / max(result.seconds, 1e-9):.2f} MB/s, "
+               f"{m.totals.get('instances', 0) / max(result.seconds, 1e-9):.0f} instances/s")
+    for line in summary_lines(m):
+        click.echo("  " + line)
+    click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files")
+
+
+@main.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("dataset_dir")
+@click.option("--verify", is_flag=True, help="Re-check every shard's size, checksum, schema and row count.")
+@click.option("--decode", type=int, default=0, help="Print N instances as text, masked positions marked.")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+def inspect(dataset_dir, verify, decode, as_json) -> None:
+    """Summarise a dataset folder from its manifest."""
+    _quiet_beam()
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.inspection import decode_instance, load_manifest, read_instances, summary_lines, verify_shard
+    from schemas.vocab import Vocab
+
+    try:
+        manifest = load_manifest(dataset_dir)
+    except (FileNotFoundError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        click.echo(json.dumps({"statistics": manifest.statistics, "counters": manifest.counters,
+                               "totals": manifest.totals}, indent=2))
+    else:
+        for line in summary_lines(manifest):
+            click.echo(line)
+    failed = 0
+    if verify:
+        for shard in manifest.shards:
+            check = verify_shard(dataset_dir, shard, manifest)
+            failed += not check.ok
+            status = "ok" if check.ok else "FAILED: " + "; ".join(check.problems)
+            click.echo(f"verify {shard.path}: {shard.count} rows, {shard.bytes} bytes: {status}", err=as_json)
+        click.echo(f"verify: {len(manifest.shards) - failed}/{len(manifest.shards)} shards ok", err=as_json)
+    if decode:
+        vocab_path = FileSystems.join(dataset_dir, manifest.vocab.get("file", "vocab.txt"))
+        with FileSystems.open(vocab_path, compression_type="uncompressed") as f:
+            vocab = Vocab.from_text(f.read().decode("utf-8"), vocab_path)
+        if manifest.kind != "pretraining":
+            raise click.ClickException(f"--decode shows pretraining instances; this dataset is {manifest.kind!r}")
+        for inst in read_instances(dataset_dir, manifest, decode):
+            click.echo(decode_instance(inst, vocab))
+    if failed:
+        sys.exit(1)

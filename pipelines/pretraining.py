@@ -1,0 +1,185 @@
+"""The pretraining pipeline: text files -> masked NSP instances -> shards + manifest.
+
+``run_pretraining`` validates everything that can be validated before Beam starts (inputs, vocabulary,
+output directory, runner options), builds the pipeline from the stage composites, runs it, and returns the
+manifest. Read -> Segment -> Tokenize -> Group -> CreateInstances -> Mask -> ShuffleAndWrite -> Finalize.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines import counters as C
+from pipelines.config import PretrainingConfig
+from pipelines.finalize import Finalize
+from pipelines.group import GroupDocuments
+from pipelines.instances import CreateInstances
+from pipelines.masking import MaskInstances
+from pipelines.read import ReadDocuments
+from pipelines.runner import UsageError, make_pipeline, pipeline_options, runner_name
+from pipelines.sentences import SegmentDocuments
+from pipelines.tokenize import Tokenize, TokenizerSpec, load_tokenizer
+from pipelines.write import SHARD_PREFIX, WriteShards, shard_writers
+from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.vocab import CLS, SEP, VOCAB_FILENAME
+
+WORK_DIR_NAME = "_work"
+TARGET_SHARD_INPUT_BYTES = 128 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    path: str
+    bytes: int
+
+
+def resolve_inputs(patterns: list[str]) -> list[InputFile]:
+    """Expand paths and globs on any Beam filesystem; a pattern that matches nothing is an error."""
+    if not patterns:
+        raise UsageError("input", "no --input given")
+    found: dict[str, int] = {}
+    for pattern in patterns:
+        try:
+            result = FileSystems.match([pattern])[0]
+        except Exception as e:
+            raise UsageError("input", f"cannot list {pattern!r}: {e}") from None
+        files = [m for m in result.metadata_list if not m.path.endswith("/")]
+        if not files:
+            raise UsageError("input", f"{pattern!r} matches no files")
+        for m in files:
+            found[m.path] = m.size_in_bytes
+    # Sorted: the order of --input arguments must not matter.
+    return [InputFile(p, found[p]) for p in sorted(found)]
+
+
+def auto_num_shards(input_bytes: int, dupe_factor: int) -> int:
+    """About 128 MB of input text per shard and pass (roughly 40 MB of Arrow), at least 4 shards."""
+    return max(4, math.ceil(input_bytes * dupe_factor / TARGET_SHARD_INPUT_BYTES))
+
+
+def existing_outputs(output_dir: str) -> list[str]:
+    patterns = [FileSystems.join(output_dir, MANIFEST_NAME), FileSystems.join(output_dir, f"{SHARD_PREFIX}-*")]
+    found = []
+    for r in FileSystems.match(patterns):
+        found.extend(m.path for m in r.metadata_list)
+    return sorted(found)
+
+
+def prepare_output(output_dir: str, overwrite: bool) -> str:
+    """Refuse to mix runs; with ``overwrite``, remove the old manifest first (so a crash leaves none)."""
+    existing = existing_outputs(output_dir)
+    if existing and not overwrite:
+        raise UsageError(
+            "output", f"{output_dir} already holds a dataset ({len(existing)} files such as {existing[0]}); "
+            "pass --overwrite to replace it"
+        )
+    manifest = FileSystems.join(output_dir, MANIFEST_NAME)
+    if FileSystems.exists(manifest):
+        FileSystems.delete([manifest])
+    others = [p for p in existing if p != manifest]
+    vocab = FileSystems.join(output_dir, VOCAB_FILENAME)
+    if FileSystems.exists(vocab):
+        others.append(vocab)
+    if others:
+        FileSystems.delete(others)
+    work_dir = FileSystems.join(output_dir, WORK_DIR_NAME)
+    if FileSystems.exists(work_dir):
+        FileSystems.delete([work_dir])
+    if "://" not in work_dir:  # object stores have no directories
+        FileSystems.mkdirs(work_dir)
+    return work_dir
+
+
+def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingConfig, spec: TokenizerSpec,
+                   output_dir: str, work_dir: str, num_shards: int, base: dict[str, Any]) -> None:
+    vocab = spec.vocab
+    writer_args = dict(
+        id_type=vocab.id_type, vocab_sha256=vocab.sha256, parameters=cfg.shard_parameters(),
+        compression=cfg.arrow_compression, batch_rows=cfg.arrow_batch_rows,
+    )
+    stats_args = dict(
+        mask_id=vocab.id("[MASK]"), max_seq_length=cfg.max_seq_length, max_predictions=cfg.max_predictions_per_seq,
+        masked_lm_prob=cfg.masked_lm_prob, whole_word=cfg.whole_word_mask,
+    )
+    files = p | "Inputs" >> beam.Create([f.path for f in inputs])
+    docs = files | "Read" >> ReadDocuments(cfg.input_format, cfg.strip_gutenberg)
+    sentences = docs | "Segment" >> SegmentDocuments()
+    tokenized = sentences | "Tokenize" >> Tokenize(spec)
+    units, groups = tokenized | "Group" >> GroupDocuments(
+        seed=cfg.seed, docs_per_group=cfg.docs_per_group, max_group_tokens=cfg.max_group_tokens,
+        dupe_factor=cfg.dupe_factor, tokens_per_unit=cfg.tokens_per_unit, work_dir=work_dir,
+    )
+    raw = units | "CreateInstances" >> CreateInstances(
+        max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob, cls_id=vocab.id(CLS), sep_id=vocab.id(SEP)
+    )
+    masked = raw | "Mask" >> MaskInstances(
+        vocab, masked_lm_prob=cfg.masked_lm_prob, max_predictions=cfg.max_predictions_per_seq,
+        whole_word=cfg.whole_word_mask,
+    )
+    results = masked | "ShuffleAndWrite" >> WriteShards(
+        output_dir, num_shards, cfg.seed, cfg.formats, writer_args=writer_args, stats_args=stats_args
+    )
+    counters = tokenized | "Counters" >> beam.Map(lambda b: dict(b.counters))
+    make_writers = partial(_writers_for_shard, output_dir, num_shards, cfg.formats, writer_args)
+    _ = results | "Finalize" >> Finalize(
+        output_dir=output_dir, work_dir=work_dir, base=base, vocab_text=vocab.text(), num_shards=num_shards,
+        make_writers=make_writers, max_seq_length=cfg.max_seq_length, id_type=vocab.id_type,
+        counters=counters, groups=groups,
+    )
+
+
+def _writers_for_shard(output_dir: str, num_shards: int, formats: tuple[str, ...], writer_args: dict[str, Any], shard: int) -> list:
+    return shard_writers(output_dir, shard, num_shards, formats, **writer_args)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    manifest: Manifest
+    output_dir: str
+    seconds: float
+    input_bytes: int
+
+
+def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: PretrainingConfig,
+                    beam_args: list[str] | None = None, overwrite: bool = False,
+                    lowercase: bool | None = None) -> RunResult:
+    """Validate, build and run the pipeline; return its manifest. Raises before Beam starts on bad input."""
+    options = pipeline_options(list(beam_args or []))
+    files = resolve_inputs(inputs)
+    spec = load_tokenizer(vocab, lowercase)
+    if spec.lowercase != cfg.lowercase:
+        cfg = replace(cfg, lowercase=spec.lowercase)
+    input_bytes = sum(f.bytes for f in files)
+    num_shards = cfg.num_shards or auto_num_shards(input_bytes, cfg.dupe_factor)
+    output_dir = output_dir.rstrip("/")
+    if "://" not in output_dir and not FileSystems.exists(output_dir):
+        FileSystems.mkdirs(output_dir)
+    work_dir = prepare_output(output_dir, overwrite)
+    started = time.time()
+    base = {
+        "vocab": {
+            "sha256": spec.vocab.sha256, "size": len(spec.vocab), "file": VOCAB_FILENAME, "lowercase": spec.lowercase,
+            "id_type": spec.vocab.id_type, "special_ids": spec.vocab.special_ids, "source": spec.source,
+        },
+        "parameters": {**cfg.to_dict(), "num_shards": num_shards},
+        "seed": cfg.seed,
+        "inputs": [{"path": f.path, "bytes": f.bytes} for f in files],
+        "run": {"runner": runner_name(options),
+                "options": list(beam_args or []), "started_at": started},
+    }
+    C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
+    p = make_pipeline(options)
+    build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base)
+    result = p.run()
+    result.wait_until_finish()
+    seconds = time.time() - started
+    with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
+        manifest = Manifest.from_json(f.read())
+    return RunResult(manifest=manifest, output_dir=output_dir, seconds=seconds, input_bytes=input_bytes)

@@ -1,0 +1,54 @@
+"""Pipeline construction shared by every bertstream pipeline: options pass-through and the default runner.
+
+Without ``--runner`` the pipeline runs on Beam's in-process ``FnApiRunner`` (never the DirectRunner, which
+first tries to download the Prism binary). ``--direct_num_workers=N`` (N > 1) runs N worker processes;
+``--direct_running_mode=multi_threading`` is refused because it loses elements in Beam 2.77.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+
+class UsageError(ValueError):
+    """A bad argument or environment detected before the pipeline starts; ``param`` names the flag."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+    options = PipelineOptions(beam_args)
+    known = options.get_all_options()
+    unknown = [a for a in options.get_all_options(retain_unknown_options=True) if a not in known]
+    if unknown:
+        raise UsageError("beam option", f"unknown option(s): {', '.join('--' + u for u in unknown)}")
+    if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
+        raise UsageError(
+            "direct_running_mode", "--direct_running_mode=multi_threading loses elements in Beam 2.77; "
+            "use --direct_num_workers=N (worker processes)",
+        )
+    return options
+
+
+def runner_name(options: PipelineOptions) -> str:
+    return options.view_as(StandardOptions).runner or "FnApiRunner"
+
+
+def make_pipeline(options: PipelineOptions) -> beam.Pipeline:
+    if options.view_as(StandardOptions).runner is not None:
+        return beam.Pipeline(options=options)
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms import environments
+
+    direct = options.view_as(DirectOptions)
+    if (direct.direct_num_workers or 1) > 1 or direct.direct_running_mode == "multi_processing":
+        # Worker processes, started through our entry point so that they stay quiet.
+        env = environments.SubprocessSDKEnvironment.from_command_string(f"{sys.executable} -m pipelines.beam_worker")
+        direct.direct_running_mode = "in_memory"  # else FnApiRunner replaces our environment with its own
+        return beam.Pipeline(runner=FnApiRunner(default_environment=env), options=options)
+    return beam.Pipeline(runner=FnApiRunner(), options=options)

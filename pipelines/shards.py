@@ -1,0 +1,171 @@
+"""Shard writers: context managers that write one Arrow IPC or WebDataset tar shard atomically.
+
+A writer streams into ``<path>.tmp-<token>`` on any Beam filesystem while hashing, and renames to ``path``
+on a clean exit (the temporary file is deleted on error), so a reader never sees half a shard and a retried
+bundle overwrites rather than duplicates. Both formats are deterministic byte for byte: fixed record-batch
+size and compression for Arrow; zero mtimes, owners and modes for tar.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.batch import InstanceBatch
+from schemas import pretraining as P
+from schemas import wds
+from schemas.manifest import ShardInfo
+
+
+class _HashedOutput(io.RawIOBase):
+    """A write-only stream into a Beam filesystem file that counts and hashes what passes through."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self.tmp = f"{path}.tmp-{os.urandom(4).hex()}"
+        self._f = FileSystems.create(self.tmp, compression_type="uncompressed")
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        mv = memoryview(b)
+        self._f.write(mv)
+        self.sha.update(mv)
+        self.size += mv.nbytes
+        return mv.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def commit(self) -> None:
+        self._f.close()
+        FileSystems.rename([self.tmp], [self.path])
+
+    def abort(self) -> None:
+        try:
+            self._f.close()
+        finally:
+            if FileSystems.exists(self.tmp):
+                FileSystems.delete([self.tmp])
+
+
+class _ShardWriter:
+    fmt = ""
+
+    def __init__(self, path: str, relpath: str) -> None:
+        self.path = path
+        self.relpath = relpath
+        self.count = 0
+        self._out: _HashedOutput | None = None
+        self.info: ShardInfo | None = None
+
+    def __enter__(self):
+        self._out = _HashedOutput(self.path)
+        self._open(self._out)
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        assert self._out is not None
+        if exc_type is not None:
+            self._out.abort()
+            return
+        self._close()
+        self._out.commit()
+        self.info = ShardInfo(self.relpath, self.fmt, self.count, self._out.size, self._out.sha.hexdigest())
+
+    def _open(self, out: _HashedOutput) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+    def write(self, batch: InstanceBatch) -> None:
+        raise NotImplementedError
+
+
+class ArrowShardWriter(_ShardWriter):
+    """Arrow IPC file, one row per instance (schema: ``schemas.pretraining``)."""
+
+    fmt = "arrow"
+
+    def __init__(self, path: str, relpath: str, *, id_type: str, vocab_sha256: str, parameters: dict[str, Any],
+                 compression: str = "zstd", batch_rows: int = 2048) -> None:
+        super().__init__(path, relpath)
+        self.schema = P.arrow_schema(id_type, vocab_sha256, parameters)
+        self.id_type = P.arrow_id_type(id_type)
+        self.options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+        self.batch_rows = batch_rows
+        self._writer: pa.ipc.RecordBatchFileWriter | None = None
+
+    def _open(self, out: _HashedOutput) -> None:
+        self._sink = pa.PythonFile(out, mode="w")
+        self._writer = pa.ipc.new_file(self._sink, self.schema, options=self.options)
+
+    def _close(self) -> None:
+        self._writer.close()
+
+    def write(self, batch: InstanceBatch) -> None:
+        table = to_arrow(batch, self.schema, self.id_type)
+        self._writer.write_table(table, max_chunksize=self.batch_rows)
+        self.count += len(batch)
+
+
+def to_arrow(batch: InstanceBatch, schema: pa.Schema, id_type: pa.DataType) -> pa.Table:
+    def ragged(values: np.ndarray, offsets: np.ndarray, t: pa.DataType) -> pa.Array:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=t))
+
+    return pa.Table.from_arrays(
+        [
+            ragged(batch.ids, batch.offsets, id_type),
+            pa.array(batch.segment_a_length.astype(np.int16)),
+            ragged(batch.positions, batch.pred_offsets, pa.uint16()),
+            ragged(batch.labels, batch.pred_offsets, id_type),
+            pa.array(batch.next_sentence_label.astype(np.int8)),
+            pa.array(batch.instance_ids.astype(np.uint64)),
+        ],
+        schema=schema,
+    )
+
+
+class WebDatasetShardWriter(_ShardWriter):
+    """POSIX tar of ``<instance id>.bert`` members (layout: ``schemas.wds``)."""
+
+    fmt = "webdataset"
+
+    def __init__(self, path: str, relpath: str, *, id_type: str) -> None:
+        super().__init__(path, relpath)
+        self.width = 2 if id_type == "uint16" else 4
+
+    def _open(self, out: _HashedOutput) -> None:
+        self._tar = tarfile.open(fileobj=out, mode="w|", format=tarfile.USTAR_FORMAT)
+
+    def _close(self) -> None:
+        self._tar.close()
+
+    def write(self, batch: InstanceBatch) -> None:
+        ids, off = batch.ids, batch.offsets
+        pos, lab, poff = batch.positions, batch.labels, batch.pred_offsets
+        for i in range(len(batch)):
+            iid = int(batch.instance_ids[i])
+            payload = wds.encode_instance(
+                ids[off[i] : off[i + 1]], int(batch.segment_a_length[i]), pos[poff[i] : poff[i + 1]],
+                lab[poff[i] : poff[i + 1]], int(batch.next_sentence_label[i]), iid, self.width,
+            )
+            info = tarfile.TarInfo(f"{wds.sample_key(iid)}.{wds.EXTENSION}")
+            info.size = len(payload)
+            info.mtime = 0
+            info.mode = 0o644
+            self._tar.addfile(info, io.BytesIO(payload))
+        self.count += len(batch)

@@ -1,0 +1,219 @@
+"""Stage 3, Tokenize: sentences -> WordPiece ids with the `tokenizers` library.
+
+The tokenizer is built exactly as ``transformers.BertTokenizerFast`` builds it (BertNormalizer with
+clean_text, CJK spacing, accent stripping tied to lowercasing; BertPreTokenizer; WordPiece with ``##``
+and 100 characters per word), so ids are identical to Hugging Face's for the same vocab and casing.
+
+Speed: a document is encoded in ONE call, its sentences joined by ``[SEP]``; the ids are then cut at the
+``[SEP]`` ids. BERT pre-tokenization splits on whitespace, and sentence boundaries lie on whitespace, so
+this gives the same ids as encoding each sentence alone, at paragraph speed. Literal special-token strings
+in the input (``"[SEP]"`` typed in text) would be ambiguous and are removed first (counted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+from pipelines import counters as C
+from schemas.vocab import SEP, SPECIAL_TOKENS, Vocab, VocabError
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerSpec:
+    """What the workers need to rebuild the tokenizer: its JSON, so no worker needs the vocab path."""
+
+    json: str
+    vocab: Vocab
+    lowercase: bool
+    source: str
+
+
+def _read(path: str) -> bytes:
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            return f.read()
+    except Exception as e:
+        raise VocabError(f"{path}: cannot read vocabulary ({type(e).__name__}: {e})") from None
+
+
+def bert_tokenizer(vocab: Vocab, lowercase: bool) -> Tokenizer:
+    """The tokenizer ``BertTokenizerFast(vocab_file, do_lower_case=lowercase)`` builds."""
+    tok = Tokenizer(models.WordPiece(vocab.index, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    return tok
+
+
+def _json_lowercase(data: dict) -> bool | None:
+    """Lowercasing of a tokenizer.json's normalizer, None when it cannot be told."""
+    norm = data.get("normalizer")
+    stack = [norm]
+    while stack:
+        n = stack.pop()
+        if not isinstance(n, dict):
+            continue
+        if n.get("type") == "BertNormalizer":
+            return bool(n.get("lowercase"))
+        if n.get("type") == "Lowercase":
+            return True
+        stack.extend(n.get("normalizers") or [])
+    return False if norm is not None else None
+
+
+def load_tokenizer(path: str, lowercase: bool | None = None) -> TokenizerSpec:
+    """Load ``vocab.txt`` or ``tokenizer.json`` (local or any Beam filesystem), validating it fully.
+
+    ``lowercase=None`` takes the casing from tokenizer.json (lowercase for a bare vocab.txt, as BERT's
+    uncased models). An explicit casing that contradicts a tokenizer.json is an error, not a guess.
+    """
+    raw = _read(path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise VocabError(f"{path}: not UTF-8 ({e})") from None
+    if path.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise VocabError(f"{path}: malformed JSON ({e})") from None
+        vocab = Vocab.from_tokenizer_json(data, path)
+        json_lower = _json_lowercase(data)
+        if lowercase is not None and json_lower is not None and lowercase != json_lower:
+            raise VocabError(
+                f"{path}: its normalizer {'lowercases' if json_lower else 'keeps case'}, "
+                f"but {'--lowercase' if lowercase else '--cased'} was given"
+            )
+        try:
+            tok = Tokenizer.from_str(text)
+        except Exception as e:
+            raise VocabError(f"{path}: tokenizers cannot load it ({e})") from None
+        added = {t.content for t in tok.get_added_tokens_decoder().values()}
+        missing = [t for t in SPECIAL_TOKENS if t not in added]
+        if missing:
+            tok.add_special_tokens(missing)
+        lower = json_lower if json_lower is not None else bool(lowercase)
+    else:
+        vocab = Vocab.from_text(text, path)
+        lower = True if lowercase is None else lowercase
+        tok = bert_tokenizer(vocab, lower)
+    return TokenizerSpec(json=tok.to_str(), vocab=vocab, lowercase=lower, source=path)
+
+
+@dataclass(slots=True)
+class TokenizedBatch:
+    """Tokenized documents of one read batch.
+
+    ``doc_ids[i]``'s sentences are ``sentence_lengths[sent_start[i]:sent_start[i+1]]`` and its tokens
+    ``ids[tok_start[i]:tok_start[i+1]]``, sentences back to back.
+    """
+
+    doc_ids: list[str]
+    ids: np.ndarray  # [tokens] uint16 | int32
+    sentence_lengths: np.ndarray  # [sentences] int32
+    doc_sentences: np.ndarray  # [docs] int32: sentences per document
+    counters: Counter = field(default_factory=Counter)
+
+
+class DocumentTokenizer:
+    """Pure tokenization logic: a tokenizer plus the [SEP]-join trick. Used by the DoFn and by tests."""
+
+    def __init__(self, spec: TokenizerSpec) -> None:
+        # One thread per Beam worker: the runner parallelises over workers already.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        self.tokenizer = Tokenizer.from_str(spec.json)
+        self.sep_id = spec.vocab.id(SEP)
+        self.dtype = np.dtype(spec.vocab.id_type)
+        added = sorted((t.content for t in self.tokenizer.get_added_tokens_decoder().values()), key=len, reverse=True)
+        self._literal = re.compile("|".join(re.escape(t) for t in added))
+        self._encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+
+    def __call__(self, docs: list[tuple[str, list[str]]], counters: Counter) -> TokenizedBatch:
+        """``docs`` are ``(doc_id, sentences)``; documents without tokens are dropped and counted."""
+        texts = []
+        for _, sentences in docs:
+            if any("[" in s for s in sentences):
+                cleaned = []
+                for s in sentences:
+                    s, n = self._literal.subn(" ", s)
+                    if n:
+                        counters[C.SPECIAL_LITERALS] += n
+                    cleaned.append(s)
+                sentences = cleaned
+            texts.append(" [SEP] ".join(sentences) + " [SEP]")
+        encodings = self._encode(texts, add_special_tokens=False) if texts else []
+        keep_docs, all_ids, all_lens, n_sents = [], [], [], []
+        for (doc_id, sentences), enc in zip(docs, encodings):
+            if not sentences:
+                counters[C.drop(C.EMPTY)] += 1
+                continue
+            ids = np.asarray(enc.ids, dtype=np.int64)
+            seps = np.flatnonzero(ids == self.sep_id)
+            # One [SEP] per sentence; an empty sentence shows as two adjacent [SEP]s.
+            starts = np.concatenate(([0], seps[:-1] + 1))
+            lengths = (seps - starts).astype(np.int32)
+            nonempty = lengths > 0
+            if not nonempty.all():
+                counters[C.EMPTY_SENTENCES] += int((~nonempty).sum())
+                lengths = lengths[nonempty]
+            if not len(lengths):
+                counters[C.drop(C.NO_TOKENS)] += 1
+                continue
+            if len(lengths) == 1:
+                counters[C.SINGLE_SENTENCE_DOCS] += 1
+            tokens = np.delete(ids, seps).astype(self.dtype)
+            keep_docs.append(doc_id)
+            all_ids.append(tokens)
+            all_lens.append(lengths)
+            n_sents.append(len(lengths))
+            counters[C.DOCUMENTS_USED] += 1
+            counters[C.SENTENCES] += len(lengths)
+            counters[C.TOKENS] += len(tokens)
+        return TokenizedBatch(
+            doc_ids=keep_docs,
+            ids=np.concatenate(all_ids) if all_ids else np.zeros(0, self.dtype),
+            sentence_lengths=np.concatenate(all_lens) if all_lens else np.zeros(0, np.int32),
+            doc_sentences=np.asarray(n_sents, dtype=np.int32),
+            counters=counters,
+        )
+
+
+class _TokenizeFn(beam.DoFn):
+    def __init__(self, spec: TokenizerSpec) -> None:
+        self.spec = spec
+        self.tokenize: DocumentTokenizer | None = None
+
+    def setup(self) -> None:
+        self.tokenize = DocumentTokenizer(self.spec)
+
+    def process(self, batch) -> Iterator[TokenizedBatch]:
+        # ``batch`` is a segment.SentenceBatch: ([(doc_id, sentences)], counters)
+        docs, counters = batch
+        before = Counter(counters)
+        out = self.tokenize(docs, counters)
+        C.report(out.counters - before)
+        yield out
+
+
+class Tokenize(beam.PTransform):
+    """``PCollection[SentenceBatch]`` -> ``PCollection[TokenizedBatch]``."""
+
+    def __init__(self, spec: TokenizerSpec) -> None:
+        super().__init__()
+        self.spec = spec
+
+    def expand(self, batches):
+        return batches | "Encode" >> beam.ParDo(_TokenizeFn(self.spec))

@@ -1,0 +1,100 @@
+"""``bertprep vocab``: train a WordPiece vocabulary with `tokenizers`, from the pipeline's own readers.
+
+Writes ``vocab.txt``, ``tokenizer.json`` and ``tokenizer_config.json`` that ``BertTokenizerFast`` loads
+and that tokenize exactly as the pipeline does. ``[PAD] [UNK] [CLS] [SEP] [MASK]`` take ids 0..4.
+A deterministic sample of a large corpus: documents are kept when a hash of their id falls under the
+sampled fraction, in sorted file order, until ``sample_bytes`` of text are taken.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from pipelines.config import FORMATS, ConfigError
+from pipelines.hashing import hash64
+from pipelines.pretraining import resolve_inputs
+from pipelines.read import read_documents
+from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VocabConfig:
+    input_format: str = "sentences"
+    vocab_size: int = 30522
+    lowercase: bool = True
+    sample_bytes: int = 0  # 0: the whole corpus
+    min_frequency: int = 2
+    limit_alphabet: int = 1000
+    seed: int = 12345
+
+    def __post_init__(self) -> None:
+        if self.input_format not in FORMATS:
+            raise ConfigError("input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
+        if not len(SPECIAL_TOKENS) + 10 <= self.vocab_size <= 1_000_000:
+            raise ConfigError("vocab_size", f"must be in [{len(SPECIAL_TOKENS) + 10}, 1000000], got {self.vocab_size}")
+        if self.sample_bytes < 0:
+            raise ConfigError("sample_bytes", f"must be >= 0, got {self.sample_bytes}")
+        if self.min_frequency < 1:
+            raise ConfigError("min_frequency", f"must be >= 1, got {self.min_frequency}")
+
+
+def sample_texts(inputs: list[str], cfg: VocabConfig, counters: Counter) -> Iterator[str]:
+    files = resolve_inputs(inputs)
+    total = sum(f.bytes for f in files)
+    fraction = 1.0 if not cfg.sample_bytes or cfg.sample_bytes >= total else cfg.sample_bytes / total
+    threshold = int(fraction * 2**64)
+    taken = 0
+    for f in files:
+        for doc in read_documents(f.path, cfg.input_format, counters):
+            if fraction < 1.0 and hash64(cfg.seed, doc.doc_id) >= threshold:
+                continue
+            for p in doc.paragraphs:
+                taken += len(p.encode("utf-8")) + 1
+                yield p
+            counters["documents_sampled"] += 1
+            if cfg.sample_bytes and taken >= cfg.sample_bytes:
+                return
+
+
+def new_tokenizer(lowercase: bool) -> Tokenizer:
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok
+
+
+def train_vocab(inputs: list[str], output_dir: str | Path, cfg: VocabConfig) -> tuple[Vocab, Counter]:
+    counters: Counter = Counter()
+    tok = new_tokenizer(cfg.lowercase)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=list(SPECIAL_TOKENS),
+        limit_alphabet=cfg.limit_alphabet, continuing_subword_prefix="##", show_progress=False,
+    )
+    tok.train_from_iterator(sample_texts(inputs, cfg, counters), trainer=trainer)
+    vocab = Vocab(tuple(t for t, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])))
+    cls_id, sep_id = vocab.id(CLS), vocab.id(SEP)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{CLS}:0 $A:0 {SEP}:0", pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+        special_tokens=[(CLS, cls_id), (SEP, sep_id)],
+    )
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab.write(out / VOCAB_FILENAME)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "BertTokenizer", "do_lower_case": cfg.lowercase, "model_max_length": 512,
+        "unk_token": "[UNK]", "sep_token": SEP, "pad_token": "[PAD]", "cls_token": CLS, "mask_token": "[MASK]",
+    }, indent=2) + "\n")
+    (out / "vocab_config.json").write_text(json.dumps({
+        "inputs": inputs, **{k: getattr(cfg, k) for k in cfg.__slots__}, "vocab_sha256": vocab.sha256,
+        "counters": dict(counters),
+    }, indent=2) + "\n")
+    return vocab, counters

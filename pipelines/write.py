@@ -1,0 +1,108 @@
+"""Stage 7, Shuffle and write: a deterministic global shuffle into shards of near-equal size.
+
+Every instance gets a shuffle key, a seeded hash of its stable id. The key picks the shard (key modulo the
+shard count: sizes are multinomial, within a few per cent of each other for thousands of instances per
+shard) and orders the instances inside it. Shard contents and bytes therefore depend only on the inputs and
+parameters, not on the runner, the worker count or the order of ``--input`` arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines import stats as S
+from pipelines.batch import InstanceBatch
+from pipelines.hashing import hash64, mix64_array
+from pipelines.shards import ArrowShardWriter, WebDatasetShardWriter
+from schemas.manifest import shard_name
+
+SHARD_PREFIX = "pretrain"
+
+
+def shuffle_keys(instance_ids: np.ndarray, seed: int) -> np.ndarray:
+    salt = np.uint64(hash64("shuffle", seed))
+    return mix64_array(np.asarray(instance_ids, dtype=np.uint64) ^ salt)
+
+
+def split_by_shard(batch: InstanceBatch, num_shards: int, seed: int) -> dict[int, InstanceBatch]:
+    shard = (shuffle_keys(batch.instance_ids, seed) % np.uint64(num_shards)).astype(np.int64)
+    order = np.argsort(shard, kind="stable")
+    bounds = np.searchsorted(shard[order], np.arange(num_shards + 1))
+    return {s: batch.take(order[bounds[s] : bounds[s + 1]]) for s in range(num_shards) if bounds[s + 1] > bounds[s]}
+
+
+def order_shard(batches: list[InstanceBatch], seed: int) -> InstanceBatch:
+    batch = InstanceBatch.concat(batches)
+    keys = shuffle_keys(batch.instance_ids, seed)
+    if len(np.unique(batch.instance_ids)) != len(batch):
+        raise ValueError("duplicate instance ids in a shard: a bundle was processed twice into the output")
+    return batch.take(np.argsort(keys, kind="stable"))
+
+
+def shard_writers(output_dir: str, shard: int, num_shards: int, formats: Iterable[str], *, id_type: str,
+                  vocab_sha256: str, parameters: dict[str, Any], compression: str, batch_rows: int) -> list:
+    writers = []
+    for fmt in formats:
+        name = shard_name(SHARD_PREFIX, shard, num_shards, fmt)
+        path = FileSystems.join(output_dir, name)
+        if fmt == "arrow":
+            writers.append(ArrowShardWriter(path, name, id_type=id_type, vocab_sha256=vocab_sha256,
+                                            parameters=parameters, compression=compression, batch_rows=batch_rows))
+        else:
+            writers.append(WebDatasetShardWriter(path, name, id_type=id_type))
+    return writers
+
+
+class _SplitFn(beam.DoFn):
+    def __init__(self, num_shards: int, seed: int) -> None:
+        self.num_shards = num_shards
+        self.seed = seed
+
+    def process(self, batch: InstanceBatch) -> Iterator[tuple[int, bytes]]:
+        for shard, part in split_by_shard(batch, self.num_shards, self.seed).items():
+            yield shard, part.to_bytes()
+
+
+class _WriteShardFn(beam.DoFn):
+    def __init__(self, output_dir: str, num_shards: int, seed: int, writer_args: dict[str, Any],
+                 stats_args: dict[str, Any], formats: tuple[str, ...]) -> None:
+        self.output_dir = output_dir
+        self.num_shards = num_shards
+        self.seed = seed
+        self.writer_args = writer_args
+        self.stats_args = stats_args
+        self.formats = formats
+
+    def process(self, element: tuple[int, Iterable[bytes]]) -> Iterator[dict[str, Any]]:
+        shard, parts = element
+        batch = order_shard([InstanceBatch.from_bytes(p) for p in parts], self.seed)
+        files = []
+        for writer in shard_writers(self.output_dir, shard, self.num_shards, self.formats, **self.writer_args):
+            with writer:
+                writer.write(batch)
+            files.append(asdict(writer.info))
+        yield {"shard": shard, "files": files, "stats": S.batch_stats(batch, **self.stats_args)}
+
+
+class WriteShards(beam.PTransform):
+    """``PCollection[InstanceBatch]`` -> ``PCollection[dict]``: one result (files, statistics) per shard."""
+
+    def __init__(self, output_dir: str, num_shards: int, seed: int, formats: tuple[str, ...], *,
+                 writer_args: dict[str, Any], stats_args: dict[str, Any]) -> None:
+        super().__init__()
+        self.split = _SplitFn(num_shards, seed)
+        self.write = _WriteShardFn(output_dir, num_shards, seed, writer_args, stats_args, formats)
+
+    def expand(self, batches):
+        return (
+            batches
+            | "AssignShard" >> beam.ParDo(self.split)
+            | "CollectShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(self.write)
+        )

@@ -1,0 +1,113 @@
+"""``DIR/manifest.json``: the index of a dataset directory. Readers trust it, never a glob.
+
+Layout (version 1)::
+
+    {
+      "format": "bertstream.manifest",
+      "schema_version": 1,
+      "kind": "pretraining" | "classification" | "regression" | "ner" | "squad",
+      "vocab": {"sha256": ..., "size": ..., "file": "vocab.txt", "lowercase": bool,
+                "id_type": "uint16" | "int32", "special_ids": {"[PAD]": 0, ...}},
+      "parameters": {...},            # every parameter that shaped the rows (seed included)
+      "seed": int,
+      "inputs": [{"path": ..., "bytes": ...}, ...],
+      "shards": [{"path": "pretrain-00000-of-00004.arrow", "format": "arrow" | "webdataset",
+                  "count": int, "bytes": int, "sha256": hex}, ...],   # paths relative to DIR
+      "totals": {"instances": int, "bytes": {"arrow": int, ...}},
+      "counters": {...},              # documents read/used/dropped by reason, sentences, tokens, ...
+      "statistics": {...},            # NSP fractions, length histogram, masking fractions, ...
+      "task": {...},                  # task datasets: label names, ids, ...
+      "run": {...}                    # runner, options, wall time: informational only
+    }
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from schemas.version import SCHEMA_VERSION, SchemaError
+
+MANIFEST_NAME = "manifest.json"
+FORMAT = "bertstream.manifest"
+SHARD_FORMATS = ("arrow", "webdataset")
+SHARD_EXTENSIONS = {"arrow": "arrow", "webdataset": "tar"}
+
+
+def shard_name(prefix: str, index: int, num_shards: int, fmt: str) -> str:
+    """Predictable shard names: ``prefix-00003-of-00008.arrow``."""
+    return f"{prefix}-{index:05d}-of-{num_shards:05d}.{SHARD_EXTENSIONS[fmt]}"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardInfo:
+    path: str
+    format: str
+    count: int
+    bytes: int
+    sha256: str
+
+    def __post_init__(self) -> None:
+        if self.format not in SHARD_FORMATS:
+            raise SchemaError(f"shard {self.path}: format {self.format!r} not in {SHARD_FORMATS}")
+        if self.count < 0 or self.bytes < 0:
+            raise SchemaError(f"shard {self.path}: negative count or size")
+        if len(self.sha256) != 64:
+            raise SchemaError(f"shard {self.path}: sha256 {self.sha256!r} is not 64 hex digits")
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    kind: str
+    vocab: dict[str, Any]
+    parameters: dict[str, Any]
+    seed: int
+    shards: tuple[ShardInfo, ...]
+    inputs: tuple[dict[str, Any], ...] = ()
+    totals: dict[str, Any] = field(default_factory=dict)
+    counters: dict[str, Any] = field(default_factory=dict)
+    statistics: dict[str, Any] = field(default_factory=dict)
+    task: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        for key in ("sha256", "size", "id_type", "special_ids"):
+            if key not in self.vocab:
+                raise SchemaError(f"manifest vocab lacks {key!r}")
+
+    def shards_of(self, fmt: str) -> list[ShardInfo]:
+        return [s for s in self.shards if s.format == fmt]
+
+    @property
+    def formats(self) -> list[str]:
+        return [f for f in SHARD_FORMATS if self.shards_of(f)]
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        out = {"format": FORMAT, "schema_version": d.pop("schema_version")}
+        out.update(d)
+        return json.dumps(out, indent=2, sort_keys=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, source: str = MANIFEST_NAME) -> Manifest:
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"{source}: malformed JSON ({e})") from None
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise SchemaError(f"{source}: not a bertstream manifest (format != {FORMAT!r})")
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise SchemaError(f"{source}: schema version {version}, this build reads {SCHEMA_VERSION}")
+        try:
+            shards = tuple(ShardInfo(**s) for s in d["shards"])
+            return cls(
+                kind=d["kind"], vocab=d["vocab"], parameters=d["parameters"], seed=d["seed"], shards=shards,
+                inputs=tuple(d.get("inputs", ())), totals=d.get("totals", {}), counters=d.get("counters", {}),
+                statistics=d.get("statistics", {}), task=d.get("task", {}), run=d.get("run", {}),
+                schema_version=version,
+            )
+        except (KeyError, TypeError) as e:
+            raise SchemaError(f"{source}: missing or malformed field ({e})") from None

@@ -1,0 +1,107 @@
+"""Pretraining instance layout, version 1: the Arrow schema and its metadata.
+
+One row per instance, unpadded:
+
+==================== ===================== ==================================================
+field                type                  meaning
+==================== ===================== ==================================================
+input_ids            list<uint16|int32>    ``[CLS] A [SEP] B [SEP]`` after masking
+segment_a_length     int16                 tokens of ``[CLS] A [SEP]``; token type 0 for these,
+                                           1 for the rest
+masked_lm_positions  list<uint16>          ascending positions that carry an MLM target
+masked_lm_ids        list<uint16|int32>    original ids at those positions
+next_sentence_label  int8                  0 IsNext, 1 NotNext (BERT / Hugging Face convention)
+instance_id          uint64                stable id: same inputs, parameters and seed -> same id
+==================== ===================== ==================================================
+
+Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32``.
+Schema metadata (UTF-8 keys and values): ``bertstream.schema_version``, ``bertstream.kind``,
+``bertstream.vocab_sha256`` and ``bertstream.parameters`` (JSON object).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from schemas.version import SCHEMA_VERSION, SchemaError
+
+KIND = "pretraining"
+INPUT_IDS = "input_ids"
+SEGMENT_A_LENGTH = "segment_a_length"
+MASKED_LM_POSITIONS = "masked_lm_positions"
+MASKED_LM_IDS = "masked_lm_ids"
+NEXT_SENTENCE_LABEL = "next_sentence_label"
+INSTANCE_ID = "instance_id"
+FIELDS = (INPUT_IDS, SEGMENT_A_LENGTH, MASKED_LM_POSITIONS, MASKED_LM_IDS, NEXT_SENTENCE_LABEL, INSTANCE_ID)
+
+IS_NEXT, NOT_NEXT = 0, 1
+
+_META_VERSION = b"bertstream.schema_version"
+_META_KIND = b"bertstream.kind"
+_META_VOCAB = b"bertstream.vocab_sha256"
+_META_PARAMS = b"bertstream.parameters"
+
+_ID_TYPES = {"uint16": pa.uint16(), "int32": pa.int32()}
+
+
+def arrow_id_type(id_type: str) -> pa.DataType:
+    try:
+        return _ID_TYPES[id_type]
+    except KeyError:
+        raise SchemaError(f"id type must be one of {sorted(_ID_TYPES)}, got {id_type!r}") from None
+
+
+def arrow_schema(id_type: str, vocab_sha256: str = "", parameters: Mapping[str, Any] | None = None) -> pa.Schema:
+    t = arrow_id_type(id_type)
+    schema = pa.schema(
+        [
+            pa.field(INPUT_IDS, pa.list_(t), nullable=False),
+            pa.field(SEGMENT_A_LENGTH, pa.int16(), nullable=False),
+            pa.field(MASKED_LM_POSITIONS, pa.list_(pa.uint16()), nullable=False),
+            pa.field(MASKED_LM_IDS, pa.list_(t), nullable=False),
+            pa.field(NEXT_SENTENCE_LABEL, pa.int8(), nullable=False),
+            pa.field(INSTANCE_ID, pa.uint64(), nullable=False),
+        ]
+    )
+    return schema.with_metadata(
+        {
+            _META_VERSION: str(SCHEMA_VERSION).encode(),
+            _META_KIND: KIND.encode(),
+            _META_VOCAB: vocab_sha256.encode(),
+            _META_PARAMS: json.dumps(dict(parameters or {}), sort_keys=True).encode(),
+        }
+    )
+
+
+def read_metadata(schema: pa.Schema) -> dict[str, Any]:
+    """Version, kind, vocab hash and parameters from a shard's schema; raises on a foreign file."""
+    meta = schema.metadata or {}
+    if _META_VERSION not in meta:
+        raise SchemaError("not a bertstream shard: schema metadata lacks bertstream.schema_version")
+    return {
+        "schema_version": int(meta[_META_VERSION]),
+        "kind": meta.get(_META_KIND, b"").decode(),
+        "vocab_sha256": meta.get(_META_VOCAB, b"").decode(),
+        "parameters": json.loads(meta.get(_META_PARAMS, b"{}")),
+    }
+
+
+def check_schema(schema: pa.Schema, *, source: str = "shard") -> str:
+    """Validate a shard schema against version 1; return its id type."""
+    meta = read_metadata(schema)
+    if meta["schema_version"] != SCHEMA_VERSION:
+        raise SchemaError(f"{source}: schema version {meta['schema_version']}, this build reads {SCHEMA_VERSION}")
+    if meta["kind"] != KIND:
+        raise SchemaError(f"{source}: holds {meta['kind']!r} rows, not {KIND!r}")
+    names = tuple(schema.names)
+    if names != FIELDS:
+        raise SchemaError(f"{source}: fields {names} differ from {FIELDS}")
+    value_type = schema.field(INPUT_IDS).type.value_type
+    for id_type, t in _ID_TYPES.items():
+        if value_type == t:
+            return id_type
+    raise SchemaError(f"{source}: input_ids has element type {value_type}")

@@ -1,0 +1,1 @@
+"""Streaming BERT trainer: reads what ``schemas`` defines; never imports ``pipelines``."""
