@@ -157,6 +157,17 @@ def _print_summary(result) -> None:
     click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files")
 
 
+@main.command("demo-corpus", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("directory", type=click.Path(file_okay=False))
+def demo_corpus(directory) -> None:
+    """Write Python's bundled reference documentation as a `text`-format corpus (no download needed)."""
+    from pipelines.demo_corpus import write_pydoc_corpus
+
+    paths = write_pydoc_corpus(directory)
+    size = sum(p.stat().st_size for p in paths)
+    click.echo(f"wrote {len(paths)} documents, {size / 1e6:.2f} MB -> {directory}")
+
+
 @main.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("dataset_dir")
 @click.option("--verify", is_flag=True, help="Re-check every shard's size, checksum, schema and row count.")

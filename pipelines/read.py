@@ -18,7 +18,10 @@ across runs, runners and argument order. Compression (gzip, bz2, zstd, lzma) fol
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -220,18 +223,49 @@ def parse(lines: Iterable[str], path: str, input_format: str, counters: Counter,
     raise ValueError(f"unknown input format {input_format!r}")
 
 
+def _decompressed(raw, path: str, block_bytes: int) -> Iterator[bytes]:
+    """Decompress by extension with integrity checks.
+
+    Beam's own codecs stop silently at a truncated stream (data loss); Python's gzip/bz2/lzma readers raise
+    on truncation and CRC errors, and zstd frames are checked for completeness here.
+    """
+    lower = path.lower()
+    if lower.endswith((".zst", ".zstd")):
+        import zstandard
+
+        dctx = zstandard.ZstdDecompressor()
+        obj = dctx.decompressobj()
+        in_frame = False
+        while chunk := raw.read(block_bytes):
+            while chunk:
+                in_frame = True
+                out = obj.decompress(chunk)
+                if out:
+                    yield out
+                chunk = b""
+                if obj.eof:  # frame complete; what follows starts another frame
+                    chunk, obj, in_frame = obj.unused_data, dctx.decompressobj(), False
+        if in_frame:
+            raise EOFError("zstd stream ended inside a frame (truncated file)")
+        return
+    if lower.endswith((".gz", ".gzip")):
+        f = gzip.GzipFile(fileobj=raw, mode="rb")
+    elif lower.endswith(".bz2"):
+        f = bz2.BZ2File(raw, mode="rb")
+    elif lower.endswith((".xz", ".lzma")):
+        f = lzma.LZMAFile(raw, mode="rb")
+    else:
+        f = raw
+    while chunk := f.read(block_bytes):
+        yield chunk
+
+
 def read_chunks(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
     """Raw (decompressed) bytes of a file on any Beam filesystem; failures name the file."""
     try:
-        with FileSystems.open(path) as f:
-            while True:
-                chunk = f.read(block_bytes)
-                if not chunk:
-                    return
-                yield chunk
-    except InputError:
-        raise
-    except Exception as e:  # zlib.error, OSError, EOFError, zstd errors, ...: all fatal, all named
+        with FileSystems.open(path, compression_type="uncompressed") as raw:
+            yield from _decompressed(raw, path, block_bytes)
+    except Exception as e:  # EOFError, zlib.error, OSError, zstd errors, ...: all fatal, all named
         raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
 
 

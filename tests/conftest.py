@@ -1,0 +1,58 @@
+"""Shared fixtures: the real data beside the repository, and small vocabularies trained on real text."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared/data; skips the test with a clear message when it is absent."""
+    p = SHARED.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"needs the shared data at {p} (../shared/data beside the repository)")
+    return p
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_beam_logging():
+    # `import apache_beam` configures root logging; keep test output readable.
+    logging.getLogger().setLevel(logging.ERROR)
+
+
+@pytest.fixture(scope="session")
+def demo_corpus(tmp_path_factory) -> Path:
+    from pipelines.demo_corpus import write_pydoc_corpus
+
+    d = tmp_path_factory.mktemp("pydoc")
+    write_pydoc_corpus(d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def demo_vocab(tmp_path_factory, demo_corpus) -> Path:
+    """A 4,000-token uncased vocabulary trained on the pydoc corpus (always available)."""
+    from pipelines.vocab import VocabConfig, train_vocab
+
+    out = tmp_path_factory.mktemp("demo_vocab")
+    train_vocab([str(demo_corpus / "*.txt")], out, VocabConfig(input_format="text", vocab_size=4000))
+    return out
+
+
+@pytest.fixture(scope="session")
+def wiki_vocab(tmp_path_factory) -> Path:
+    """A 16,000-token uncased vocabulary trained on four shared Wikipedia files."""
+    from pipelines.vocab import VocabConfig, train_vocab
+
+    wiki = shared_path("pretrain", "wikipedia")
+    out = tmp_path_factory.mktemp("wiki_vocab")
+    train_vocab([str(wiki / "wiki_0[0-3]")], out, VocabConfig(input_format="wikiextractor", vocab_size=16000))
+    return out
