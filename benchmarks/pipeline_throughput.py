@@ -1,0 +1,176 @@
+"""Throughput and memory of `bertprep pretraining` beside the tokenizer-only ceiling, in one run.
+
+For each dupe factor and worker count: input MB/s, instances/s and peak memory of all processes
+(the command and its Beam worker processes, RSS summed, sampled every 20 ms), and the ratio to the
+ceiling: `tokenizers` alone encoding the same paragraphs on the same number of processes.
+
+    python benchmarks/pipeline_throughput.py                      # shared Wikipedia (16 MB)
+    python benchmarks/pipeline_throughput.py --dupe 1 --workers 2 --input 'text/*' --format text
+
+Wall time is the whole command, Python start and Beam start-up included: what a user waits for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def tree_rss(root: int) -> int:
+    """Summed resident memory of ``root`` and all its descendants, in bytes."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * PAGE
+        except OSError:
+            pass
+        stack.extend(children.get(pid, ()))
+    return total
+
+
+def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    peak = 0
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, tree_rss(proc.pid))
+            time.sleep(0.02)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    out, _ = proc.communicate()
+    seconds = time.perf_counter() - start
+    done.set()
+    t.join()
+    if proc.returncode:
+        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{out}")
+    return seconds, peak, out
+
+
+def paragraphs_of(inputs: list[str], fmt: str) -> list[list[str]]:
+    """Each file's paragraphs, read with the pipeline's own reader (not timed)."""
+    from pipelines.pretraining import resolve_inputs
+    from pipelines.read import read_documents
+
+    files = resolve_inputs(inputs)
+    return [[p for d in read_documents(f.path, fmt, Counter()) for p in d.paragraphs] for f in files]
+
+
+def _encode_worker(tokenizer_json: str, texts: list[str], barrier, out_q) -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(tokenizer_json)
+    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+    barrier.wait()
+    start = time.perf_counter()
+    for i in range(0, len(texts), 512):
+        encode(texts[i : i + 512], add_special_tokens=False)
+    out_q.put(time.perf_counter() - start)
+
+
+def tokenizer_ceiling(vocab: str, per_file: list[list[str]], workers: int) -> float:
+    """MB/s of `tokenizers` alone over the same paragraphs, split over ``workers`` processes."""
+    from pipelines.tokenize import load_tokenizer
+
+    spec = load_tokenizer(vocab)
+    shares: list[list[str]] = [[] for _ in range(workers)]
+    for i, paragraphs in enumerate(per_file):  # the pipeline parallelises over files too
+        shares[i % workers].extend(paragraphs)
+    size = sum(len(p.encode()) for ps in per_file for p in ps)
+    ctx = mp.get_context("spawn")
+    barrier, q = ctx.Barrier(workers), ctx.Queue()
+    procs = [ctx.Process(target=_encode_worker, args=(spec.json, share, barrier, q)) for share in shares]
+    for p in procs:
+        p.start()
+    seconds = max(q.get() for _ in procs)
+    for p in procs:
+        p.join()
+    return size / 1e6 / seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--input", action="append", help="glob (repeatable); default: shared Wikipedia")
+    ap.add_argument("--format", default="wikiextractor")
+    ap.add_argument("--vocab", help="vocab.txt; default: train a 30,522-token vocab on the input (not timed)")
+    ap.add_argument("--dupe", type=int, action="append", help="dupe factors (default 1 and 5)")
+    ap.add_argument("--workers", type=int, action="append", help="worker processes (default 1 and 2)")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    inputs = args.input or [str(SHARED / "pretrain" / "wikipedia" / "wiki_*")]
+    dupes = args.dupe or [1, 5]
+    workers = args.workers or [1, 2]
+    tmp = Path(tempfile.mkdtemp(prefix="bench_pipeline_"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    vocab = args.vocab
+    if vocab is None:
+        from pipelines.vocab import VocabConfig, train_vocab
+
+        train_vocab(inputs, tmp / "vocab", VocabConfig(input_format=args.format))
+        vocab = str(tmp / "vocab" / "vocab.txt")
+    per_file = paragraphs_of(inputs, args.format)
+    text_mb = sum(len(p.encode()) for ps in per_file for p in ps) / 1e6
+    ceilings = {w: tokenizer_ceiling(vocab, per_file, w) for w in workers}
+    bertprep = str(Path(sys.executable).with_name("bertprep"))
+    rows = []
+    for dupe in dupes:
+        for w in workers:
+            out = tmp / f"out_{dupe}_{w}"
+            cmd = [bertprep, "pretraining", *[a for i in inputs for a in ("--input", i)], "--format", args.format,
+                   "--vocab", vocab, "--output", str(out), "--dupe-factor", str(dupe), "--overwrite",
+                   f"--direct_num_workers={w}"]
+            seconds, peak, _ = run_measured(cmd, env)
+            manifest = json.loads((out / "manifest.json").read_text())
+            input_mb = manifest["counters"]["bytes_read"] / 1e6
+            rows.append({
+                "dupe": dupe, "workers": w, "seconds": round(seconds, 2), "input_mb": round(input_mb, 2),
+                "mb_per_s": round(input_mb / seconds, 3), "instances": manifest["totals"]["instances"],
+                "instances_per_s": round(manifest["totals"]["instances"] / seconds),
+                "peak_mb": round(peak / 1e6), "ceiling_mb_per_s": round(ceilings[w], 3),
+                "ratio_to_ceiling": round(input_mb / seconds / ceilings[w], 3),
+                "arrow_bytes_per_instance": manifest["totals"].get("bytes_per_instance", {}).get("arrow"),
+            })
+    print(f"input: {', '.join(inputs)} ({args.format}), {text_mb:.1f} MB of paragraph text; cpus: {os.cpu_count()}")
+    print(f"{'dupe':>4} {'workers':>7} {'seconds':>8} {'MB/s':>6} {'inst/s':>7} {'peak MB':>8} "
+          f"{'ceiling MB/s':>12} {'ratio':>6} {'B/inst':>7}")
+    for r in rows:
+        print(f"{r['dupe']:>4} {r['workers']:>7} {r['seconds']:>8} {r['mb_per_s']:>6} {r['instances_per_s']:>7} "
+              f"{r['peak_mb']:>8} {r['ceiling_mb_per_s']:>12} {r['ratio_to_ceiling']:>6} {r['arrow_bytes_per_instance']:>7}")
+    print("arrow bytes per instance vs the reference's padded TFRecord (827 B at length 128): "
+          + ", ".join(f"{r['arrow_bytes_per_instance'] / 827:.2f}" for r in rows[:1]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
