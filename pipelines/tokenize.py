@@ -46,15 +46,17 @@ def _read(path: str) -> bytes:
         raise VocabError(f"{path}: cannot read vocabulary ({type(e).__name__}: {e})") from None
 
 
-def bert_tokenizer(vocab: Vocab, lowercase: bool) -> Tokenizer:
-    """The tokenizer ``BertTokenizerFast(vocab_file, do_lower_case=lowercase)`` builds."""
-    tok = Tokenizer(models.WordPiece(vocab.index, unk_token="[UNK]", max_input_chars_per_word=100))
+def bert_tokenizer(vocab: Vocab | None, lowercase: bool) -> Tokenizer:
+    """The tokenizer ``BertTokenizerFast(vocab_file, do_lower_case=lowercase)`` builds (untrained: no vocab)."""
+    words = vocab.index if vocab is not None else {}
+    tok = Tokenizer(models.WordPiece(words, unk_token="[UNK]", max_input_chars_per_word=100))
     tok.normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
     )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
-    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    if vocab is not None:
+        tok.add_special_tokens(list(SPECIAL_TOKENS))
     return tok
 
 

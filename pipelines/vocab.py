@@ -4,22 +4,29 @@ Writes ``vocab.txt``, ``tokenizer.json`` and ``tokenizer_config.json`` that ``Be
 and that tokenize exactly as the pipeline does. ``[PAD] [UNK] [CLS] [SEP] [MASK]`` take ids 0..4.
 A deterministic sample of a large corpus: documents are kept when a hash of their id falls under the
 sampled fraction, in sorted file order, until ``sample_bytes`` of text are taken.
+
+Deterministic training: `tokenizers` assigns ids to ``##`` continuation pieces in hash-map order, which
+changes merge tie-breaks from run to run (huggingface/tokenizers#1794). A first pass over the sample
+collects every character that can continue a word, and their ``##`` pieces are registered up front in
+sorted order, so the same corpus always gives the same vocabulary, byte for byte.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import processors, trainers
 
 from pipelines.config import FORMATS, ConfigError
 from pipelines.hashing import hash64
 from pipelines.pretraining import resolve_inputs
 from pipelines.read import read_documents
+from pipelines.tokenize import bert_tokenizer
 from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
 
 
@@ -62,24 +69,39 @@ def sample_texts(inputs: list[str], cfg: VocabConfig, counters: Counter) -> Iter
                 return
 
 
-def new_tokenizer(lowercase: bool) -> Tokenizer:
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
-                                                lowercase=lowercase)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    return tok
+def _can_continue_word(c: str) -> bool:
+    """Characters BERT pre-tokenization can leave inside a word (not space, punctuation, CJK, control)."""
+    if c.isspace() or unicodedata.category(c)[0] in "PC":
+        return False
+    cp = ord(c)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:  # BERT's ASCII punctuation
+        return False
+    cjk = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+           (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+    return not any(a <= cp <= b for a, b in cjk)
+
+
+def continuation_pieces(texts, lowercase: bool) -> list[str]:
+    """Sorted ``##c`` for every character that occurs in the normalised text and can continue a word."""
+    normalize = bert_tokenizer(None, lowercase).normalizer.normalize_str
+    chars: set[str] = set()
+    for t in texts:
+        chars.update(normalize(t))
+    return sorted("##" + c for c in chars if _can_continue_word(c))
 
 
 def train_vocab(inputs: list[str], output_dir: str | Path, cfg: VocabConfig) -> tuple[Vocab, Counter]:
     counters: Counter = Counter()
-    tok = new_tokenizer(cfg.lowercase)
+    pieces = continuation_pieces(sample_texts(inputs, cfg, Counter()), cfg.lowercase)
     trainer = trainers.WordPieceTrainer(
-        vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=list(SPECIAL_TOKENS),
+        vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=[*SPECIAL_TOKENS, *pieces],
         limit_alphabet=cfg.limit_alphabet, continuing_subword_prefix="##", show_progress=False,
     )
-    tok.train_from_iterator(sample_texts(inputs, cfg, counters), trainer=trainer)
-    vocab = Vocab(tuple(t for t, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])))
+    trained = bert_tokenizer(None, cfg.lowercase)
+    trained.train_from_iterator(sample_texts(inputs, cfg, counters), trainer=trainer)
+    vocab = Vocab(tuple(t for t, _ in sorted(trained.get_vocab().items(), key=lambda kv: kv[1])))
+    # Rebuilt from the vocabulary: the ## pieces were "special" only to steer training.
+    tok = bert_tokenizer(vocab, cfg.lowercase)
     cls_id, sep_id = vocab.id(CLS), vocab.id(SEP)
     tok.post_processor = processors.TemplateProcessing(
         single=f"{CLS}:0 $A:0 {SEP}:0", pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from pipelines.cli import main
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, demo_corpus, demo_vocab):
+    out = tmp_path_factory.mktemp("cli") / "ds"
+    r = CliRunner().invoke(main, [
+        "pretraining", "--input", str(demo_corpus / "a*.txt"), "--format", "text", "--vocab",
+        str(demo_vocab / "tokenizer.json"), "--output", str(out), "--dupe-factor", "2", "--num-shards", "2",
+        "--output-format", "both",
+    ])
+    assert r.exit_code == 0, r.output
+    return out, r.output
+
+
+def test_summary_reports_documents_drops_speed_and_paths(dataset):
+    out, text = dataset
+    assert "MB/s" in text and "instances/s" in text
+    assert "documents:" in text and "dropped" in text and "NotNext" in text
+    assert f"{out}/manifest.json" in text
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--max-seq-length", "4", "'--max-seq-length'"),
+    ("--masked-lm-prob", "1.5", "'--masked-lm-prob'"),
+    ("--dupe-factor", "0", "'--dupe-factor'"),
+    ("--max-predictions-per-seq", "500", "'--max-predictions-per-seq'"),
+    ("--short-seq-prob", "-1", "'--short-seq-prob'"),
+    ("--output-format", "parquet", "'--output-format'"),
+    ("--max-seq-lenght", "64", "--max_seq_lenght"),
+])
+def test_nonsense_parameters_are_usage_errors_naming_the_flag(tmp_path, demo_corpus, demo_vocab, flag, value, message):
+    r = CliRunner().invoke(main, ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab",
+                                  str(demo_vocab / "vocab.txt"), "--output", str(tmp_path / "o"), flag, value])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+def test_missing_vocab_and_existing_output_are_usage_errors(dataset, demo_corpus, tmp_path):
+    out, _ = dataset
+    r = CliRunner().invoke(main, ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab",
+                                  str(tmp_path / "none.txt"), "--output", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "'--vocab'" in r.output
+    r = CliRunner().invoke(main, ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab",
+                                  str(out / "vocab.txt"), "--output", str(out)])
+    assert r.exit_code == 2 and "--overwrite" in r.output
+
+
+def test_inspect_summary_json_decode_and_verify(dataset, tmp_path):
+    out, _ = dataset
+    r = CliRunner().invoke(main, ["inspect", str(out), "--json"])
+    stats = json.loads(r.output)["statistics"]
+    assert r.exit_code == 0 and stats["mask_fractions"]["mask"] > 0.7
+    r = CliRunner().invoke(main, ["inspect", str(out), "--decode", "3"])
+    assert r.exit_code == 0 and r.output.count("[CLS]") == 3 and "[MASK→" in r.output
+    r = CliRunner().invoke(main, ["inspect", str(out), "--verify"])
+    assert r.exit_code == 0 and "4/4 shards ok" in r.output
+    # Corrupt a copy: one flipped byte in an Arrow shard, one truncated tar.
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    arrow = sorted(bad.glob("*.arrow"))[0]
+    data = bytearray(arrow.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    arrow.write_bytes(bytes(data))
+    tar = sorted(bad.glob("*.tar"))[1]
+    tar.write_bytes(tar.read_bytes()[:-2048])
+    r = CliRunner().invoke(main, ["inspect", str(bad), "--verify"])
+    assert r.exit_code == 1
+    assert f"{arrow.name}" in r.output and "sha256" in r.output and "2/4 shards ok" in r.output
+
+
+def test_inspect_without_manifest_is_an_error(tmp_path):
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path)])
+    assert r.exit_code == 1 and "no manifest.json" in r.output
+
+
+def test_vocab_command(tmp_path, demo_corpus):
+    r = CliRunner().invoke(main, ["vocab", "--input", str(demo_corpus / "*.txt"), "--format", "text", "--output",
+                                  str(tmp_path), "--vocab-size", "1500"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "vocab.txt").read_text().count("\n") == 1500
+    r = CliRunner().invoke(main, ["vocab", "--input", str(tmp_path / "nothing-*"), "--output", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "matches no files" in r.output

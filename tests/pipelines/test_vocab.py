@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.config import ConfigError
+from pipelines.vocab import VocabConfig, train_vocab
+from schemas.vocab import SPECIAL_TOKENS, Vocab
+from tests.conftest import shared_path
+
+transformers = pytest.importorskip("transformers")
+
+
+def test_trained_vocab_loads_in_hugging_face_with_the_pipelines_ids(demo_vocab, demo_corpus):
+    from collections import Counter
+
+    from pipelines.tokenize import DocumentTokenizer, load_tokenizer
+
+    v = Vocab.load(demo_vocab / "vocab.txt")
+    assert v.tokens[:5] == SPECIAL_TOKENS and len(v) == 4000
+    hf = transformers.BertTokenizerFast.from_pretrained(str(demo_vocab))
+    text = (demo_corpus / "assignment.txt").read_text()[:3000]
+    ours = DocumentTokenizer(load_tokenizer(str(demo_vocab / "vocab.txt")))([("d", [text])], Counter())
+    assert ours.ids.tolist() == hf(text, add_special_tokens=False)["input_ids"]
+    assert hf.convert_tokens_to_ids("[MASK]") == v.id("[MASK]")
+    config = json.loads((demo_vocab / "vocab_config.json").read_text())
+    assert config["vocab_sha256"] == v.sha256 and config["input_format"] == "text"
+
+
+def test_training_is_deterministic_and_sampling_is_stable(tmp_path):
+    wiki = str(shared_path("pretrain", "wikipedia") / "wiki_0[01]")
+    cfg = VocabConfig(input_format="wikiextractor", vocab_size=3000, sample_bytes=600_000)
+    a, ca = train_vocab([wiki], tmp_path / "a", cfg)
+    b, cb = train_vocab([wiki], tmp_path / "b", cfg)
+    assert a.sha256 == b.sha256
+    assert a.tokens == b.tokens and (tmp_path / "a" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "tokenizer.json").read_bytes()
+    assert 0 < ca["documents_sampled"] < ca["documents_read"]
+    full, cf = train_vocab([wiki], tmp_path / "c", VocabConfig(input_format="wikiextractor", vocab_size=3000))
+    assert cf["documents_sampled"] == cf["documents_read"] and full.sha256 != a.sha256
+
+
+def test_cased_vocab_keeps_case(tmp_path, demo_corpus):
+    v, _ = train_vocab([str(demo_corpus / "*.txt")], tmp_path, VocabConfig(input_format="text", vocab_size=2000, lowercase=False))
+    assert any(t[0].isupper() for t in v.tokens if t[0].isalpha())
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["do_lower_case"] is False
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="vocab_size: must be in"):
+        VocabConfig(vocab_size=3)
