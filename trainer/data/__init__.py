@@ -1,0 +1,26 @@
+"""Streaming pretraining data: manifests -> shards (Arrow or WebDataset, local or fsspec) -> padded batches.
+
+Typical use in a training loop::
+
+    cfg = DataConfig(paths=("data/wiki",), batch_size=256, num_workers=4, seed=run_seed)
+    loader = PretrainingLoader(cfg, expected_vocab_sha256=vocab.sha256, world_size=world, rank=rank)
+    if resuming:
+        loader.load_state_dict(checkpoint["data"])
+    while loader.epoch < num_epochs:
+        for batch in loader:              # remaining batches of loader.epoch, then the epoch advances
+            ...
+            checkpoint["data"] = loader.state_dict()
+"""
+
+from trainer.data.collate import PAD_MULTIPLE
+from trainer.data.config import DataConfig
+from trainer.data.loader import BatchReader, PretrainingLoader
+from trainer.data.plan import EpochPlan, steps_per_epoch
+from trainer.data.refs import ShardError
+from trainer.data.shards import VocabMismatchError
+from trainer.data.sources import Catalog, load_manifest, open_catalog
+
+__all__ = [
+    "PAD_MULTIPLE", "BatchReader", "Catalog", "DataConfig", "EpochPlan", "PretrainingLoader", "ShardError",
+    "VocabMismatchError", "load_manifest", "open_catalog", "steps_per_epoch",
+]

@@ -1,0 +1,80 @@
+"""``DataConfig``: everything that shapes the pretraining batch stream, validated up front."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from os import PathLike
+
+FORMATS = ("auto", "arrow", "webdataset")
+VERIFY_MODES = ("sha256", "size")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataConfig:
+    """Streaming pretraining data.
+
+    ``paths`` are dataset directories (local paths or fsspec URLs such as ``s3://b/ds``), each holding a
+    ``manifest.json``; their shards are read as one dataset. ``batch_size`` is per rank.
+
+    Shuffling is index-addressable so that a position is three integers: each epoch permutes the shard
+    order, then permutes samples inside consecutive windows of ``shuffle_buffer`` samples of that stream
+    (same memory and locality as a shuffle buffer of that size, but every position is computable).
+    ``verify="sha256"`` hashes every shard when it is opened (with ``skip_corrupt`` all shards are hashed
+    up front instead, so every rank excludes the same shards before the step count is fixed);
+    ``"size"`` only compares file sizes with the manifest and relies on decode checks.
+    """
+
+    paths: tuple[str, ...]
+    batch_size: int
+    format: str = "auto"
+    shuffle: bool = True
+    shuffle_buffer: int = 10_000
+    seed: int = 0
+    num_workers: int = 0
+    prefetch_factor: int = 2
+    pin_memory: bool = False
+    length_bucketing: bool = False
+    bucket_batches: int = 16
+    drop_remainder: bool = True
+    skip_corrupt: bool = False
+    verify: str = "sha256"
+
+    def __post_init__(self) -> None:
+        raw = self.paths
+        paths: Sequence[str | PathLike[str]] = (raw,) if isinstance(raw, (str, PathLike)) else raw
+        norm = tuple(_strip_slash(str(p)) for p in paths)
+        object.__setattr__(self, "paths", norm)
+        if not norm:
+            raise ValueError("DataConfig.paths: at least one dataset directory is required")
+        if len(set(norm)) != len(norm):
+            raise ValueError(f"DataConfig.paths: duplicate dataset directory in {norm}")
+        _positive("batch_size", self.batch_size)
+        if self.format not in FORMATS:
+            raise ValueError(f"DataConfig.format must be one of {FORMATS}, got {self.format!r}")
+        if not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 0:
+            raise ValueError(f"DataConfig.shuffle_buffer must be an int >= 0, got {self.shuffle_buffer!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"DataConfig.seed must be an int >= 0, got {self.seed!r}")
+        if not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ValueError(f"DataConfig.num_workers must be an int >= 0, got {self.num_workers!r}")
+        _positive("prefetch_factor", self.prefetch_factor)
+        if not isinstance(self.bucket_batches, int) or self.bucket_batches < 2:
+            raise ValueError(f"DataConfig.bucket_batches must be an int >= 2, got {self.bucket_batches!r}")
+        if self.verify not in VERIFY_MODES:
+            raise ValueError(f"DataConfig.verify must be one of {VERIFY_MODES}, got {self.verify!r}")
+
+    @property
+    def window(self) -> int:
+        """Shuffle window in samples; 1 means stream order."""
+        return max(1, self.shuffle_buffer) if self.shuffle else 1
+
+
+def _positive(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"DataConfig.{name} must be an int >= 1, got {value!r}")
+
+
+def _strip_slash(path: str) -> str:
+    stripped = path.rstrip("/")
+    return path if not stripped or stripped.endswith(":") else stripped  # keep "/" and "memory://"

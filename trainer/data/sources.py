@@ -1,0 +1,168 @@
+"""Dataset directories -> one :class:`Catalog` of usable shards, checked against their manifests.
+
+Everything here runs in the main process of every rank before the step count is fixed, and depends
+only on the files, so every rank computes the same catalog (and the same exclusions) on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from schemas import pretraining as pt
+from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.version import SchemaError
+from schemas.vocab import PAD
+from trainer.data.refs import ShardError, ShardRef, file_size, filesystem, open_input, read_text, sha256_of
+from trainer.data.shards import VocabMismatchError, check_arrow_header
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    shards: tuple[ShardRef, ...]                 # usable shards, in configured order
+    skipped: tuple[tuple[ShardRef, str], ...]    # (shard, reason) excluded by skip_corrupt
+    manifests: tuple[Manifest, ...]
+    vocab_sha256: str
+    vocab_size: int
+    id_type: str
+    pad_id: int
+    verified: bool                               # every usable shard was hashed up front
+    fingerprint: str                             # identity of the sample index space, for resume checks
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.count for s in self.shards)
+
+    @property
+    def skipped_samples(self) -> int:
+        return sum(s.count for s, _ in self.skipped)
+
+
+def open_catalog(
+    paths: Sequence[str], *, fmt: str, expected_vocab_sha256: str | None, skip_corrupt: bool, verify: str
+) -> Catalog:
+    manifests = tuple(load_manifest(p) for p in paths)
+    vocab = _check_vocab(paths, manifests, expected_vocab_sha256)
+    refs: list[ShardRef] = []
+    for i, (root, m) in enumerate(zip(paths, manifests)):
+        chosen = _choose_format(root, m, fmt)
+        refs += [ShardRef(root, i, s.path, s.format, s.count, s.bytes, s.sha256) for s in m.shards_of(chosen)]
+
+    bad = dict(_parallel(_size_problem, refs))
+    hashed = skip_corrupt and verify == "sha256"
+    if hashed:
+        todo = [r for r in refs if r not in bad]
+        bad.update(_parallel(_hash_problem, todo))
+    if bad and not skip_corrupt:
+        first = next(r for r in refs if r in bad)
+        more = f"; {len(bad) - 1} more shard(s) fail too" if len(bad) > 1 else ""
+        raise ShardError(f"{first.error(bad[first])}{more} (set skip_corrupt=True to skip them)",
+                         path=first.url, sha256=first.sha256)
+    usable = tuple(r for r in refs if r not in bad)
+    skipped = tuple((r, bad[r]) for r in refs if r in bad)
+    for r, why in skipped:
+        log.warning("skipping corrupt shard %s (%d instances): %s", r.url, r.count, why)
+    if not usable:
+        raise ShardError(f"no usable shards in {list(paths)} ({len(skipped)} skipped as corrupt)")
+    _check_first_arrow_schema(usable, vocab["sha256"], vocab["id_type"])
+
+    ident = [[r.dataset, r.relpath, r.format, r.count, r.sha256] for r in usable]
+    fingerprint = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
+    return Catalog(
+        shards=usable, skipped=skipped, manifests=manifests, vocab_sha256=vocab["sha256"],
+        vocab_size=int(vocab["size"]), id_type=vocab["id_type"], pad_id=int(vocab["special_ids"][PAD]),
+        verified=hashed, fingerprint=fingerprint,
+    )
+
+
+def load_manifest(root: str) -> Manifest:
+    source = root.rstrip("/") + "/" + MANIFEST_NAME
+    try:
+        text = read_text(root, MANIFEST_NAME)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{source}: no manifest; a dataset directory is read through its manifest only") from None
+    m = Manifest.from_json(text, source=source)
+    if m.kind != pt.KIND:
+        raise SchemaError(f"{source}: a {m.kind!r} dataset, not {pt.KIND!r}")
+    return m
+
+
+def _check_vocab(paths: Sequence[str], manifests: Sequence[Manifest], expected: str | None) -> dict:
+    first = manifests[0].vocab
+    for root, m in zip(paths, manifests):
+        v = m.vocab
+        if expected is not None and v["sha256"] != expected:
+            raise VocabMismatchError(
+                f"{root}: tokenised with vocab sha256 {v['sha256']}, the model's vocab is {expected}")
+        if v["sha256"] != first["sha256"]:
+            raise VocabMismatchError(
+                f"{root}: vocab sha256 {v['sha256']} differs from {paths[0]}'s {first['sha256']}")
+        if PAD not in v["special_ids"]:
+            raise SchemaError(f"{root}: manifest vocab.special_ids lacks {PAD}")
+        if (v["special_ids"][PAD], v["id_type"], v["size"]) != (first["special_ids"][PAD], first["id_type"], first["size"]):
+            raise SchemaError(f"{root}: vocab pad id / id type / size differ from {paths[0]}'s")
+    return first
+
+
+def _choose_format(root: str, m: Manifest, fmt: str) -> str:
+    if fmt == "auto":
+        if not m.formats:
+            raise SchemaError(f"{root}: manifest lists no shards")
+        return "arrow" if "arrow" in m.formats else m.formats[0]
+    if fmt not in m.formats:
+        raise SchemaError(f"{root}: manifest lists no {fmt} shards (it has {m.formats or 'none'})")
+    return fmt
+
+
+def _size_problem(ref: ShardRef) -> str | None:
+    try:
+        size = file_size(ref)
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as e:
+        return f"cannot be read ({type(e).__name__}: {e})"
+    if size != ref.bytes:
+        return f"is {size} bytes, the manifest says {ref.bytes}: truncated or rewritten"
+    return None
+
+
+def _hash_problem(ref: ShardRef) -> str | None:
+    try:
+        digest = sha256_of(ref)
+    except OSError as e:
+        return f"cannot be read ({type(e).__name__}: {e})"
+    return None if digest == ref.sha256 else f"content hashes to {digest}, not the manifest sha256"
+
+
+def _parallel(check: Callable[[ShardRef], str | None], refs: Sequence[ShardRef]) -> list[tuple[ShardRef, str]]:
+    # Threads: stat/hash/remote calls release the GIL; local stats are too cheap to bother.
+    if all(filesystem(r.root)[2] for r in refs) and check is _size_problem:
+        results = [check(r) for r in refs]
+    else:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(check, refs))
+    return [(r, why) for r, why in zip(refs, results) if why is not None]
+
+
+def _check_first_arrow_schema(refs: Sequence[ShardRef], vocab_sha256: str, id_type: str) -> None:
+    """Fail at construction, not inside a worker, when a dataset holds foreign Arrow shards."""
+    seen: set[int] = set()
+    for r in refs:
+        if r.format != "arrow" or r.dataset in seen:
+            continue
+        seen.add(r.dataset)
+        try:
+            with open_input(r) as f:
+                check_arrow_header(f, r.url, vocab_sha256, id_type)
+        except (SchemaError, VocabMismatchError):
+            raise
+        except OSError as e:
+            raise r.error(f"cannot be read ({type(e).__name__}: {e})") from None
+        except Exception as e:  # a footer that does not parse: corrupt, named with its checksum
+            raise r.error(f"does not decode ({type(e).__name__}: {e})") from None
