@@ -12,6 +12,9 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One intra-op thread per test process: with two cores shared by xdist workers (or anything else), OpenMP
+# threads spin against each other and a tiny model's step gets ten times slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def shared_path(*parts: str) -> Path:
@@ -55,4 +58,16 @@ def wiki_vocab(tmp_path_factory) -> Path:
     wiki = shared_path("pretrain", "wikipedia")
     out = tmp_path_factory.mktemp("wiki_vocab")
     train_vocab([str(wiki / "wiki_0[0-3]")], out, VocabConfig(input_format="wikiextractor", vocab_size=16000))
+    return out
+
+
+@pytest.fixture(scope="session")
+def demo_shards(tmp_path_factory, demo_corpus, demo_vocab) -> Path:
+    """Pretraining shards (length 128, dupe 3, 3 Arrow + 3 WebDataset shards) of the pydoc corpus."""
+    from pipelines.config import PretrainingConfig
+    from pipelines.pretraining import run_pretraining
+
+    out = tmp_path_factory.mktemp("demo_shards")
+    cfg = PretrainingConfig(input_format="text", dupe_factor=3, num_shards=3, output_format="both")
+    run_pretraining(inputs=[str(demo_corpus / "*.txt")], vocab=str(demo_vocab / "vocab.txt"), output_dir=str(out), cfg=cfg)
     return out

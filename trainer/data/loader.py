@@ -153,8 +153,11 @@ class PretrainingLoader:
         dataset = _LaneDataset(self.catalog, plan, lanes,
                                verify_sha256=cfg.verify == "sha256" and not self.catalog.verified,
                                bucket_batches=cfg.bucket_batches if cfg.length_bucketing else 0)
+        # An own generator: DataLoader otherwise draws its worker base seed from the global torch RNG, which
+        # would shift the training loop's dropout stream whenever an epoch (or a resumed run) starts.
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self._epoch)
         loader = DataLoader(dataset, batch_size=None, num_workers=cfg.num_workers, pin_memory=cfg.pin_memory,
-                            prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None)
+                            prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None, generator=gen)
         it = iter(loader)
         try:
             for expected in interleave(lanes):

@@ -251,3 +251,18 @@ def test_pin_memory_and_tensor_types(uneven: Dataset) -> None:
     assert b["input_ids"].dtype == torch.int64 and b["masked_lm_weights"].dtype == torch.float32
     assert b["input_ids"].is_contiguous() and b["input_ids"].shape[0] == BATCH
     assert np.all(b["input_ids"].numpy()[b["attention_mask"].numpy() == 0] == 0)
+
+
+def test_iterating_leaves_the_global_torch_rng_alone(tmp_path) -> None:
+    from tests.trainer.shard_fixtures import bert_like_vocab, make_instances, write_dataset
+    from trainer.data import DataConfig, PretrainingLoader
+
+    vocab = bert_like_vocab(2000)
+    write_dataset(tmp_path / "d", make_instances(80, vocab=vocab), [40, 40], vocab=vocab, formats=("arrow",))
+    for workers in (0, 2):
+        loader = PretrainingLoader(DataConfig(paths=(str(tmp_path / "d"),), batch_size=8, num_workers=workers),
+                                   expected_vocab_sha256=None)
+        before = torch.get_rng_state()
+        for _ in loader:
+            pass
+        assert torch.equal(torch.get_rng_state(), before), workers

@@ -1,0 +1,176 @@
+"""CPU training-step benchmark: our BertForPreTraining vs transformers.BertForPreTraining, same run.
+
+Both models start from the same weights (ours converted from HF's), see the same dynamically padded batch and
+the same masked positions (HF gets labels = -100 except at those positions) and take AdamW steps
+(forward + backward + optimizer). Steps are interleaved A/B, alternating which goes first, so drifts in machine
+load hit both. Prints ms/step (median, min, mean) and the ratio ours/theirs of the medians (and of the
+minimums, as a noise check); goal: <= 0.8.
+
+    python benchmarks/train_step.py                      # bert_mini, batch 32, seq 128, 20 masked
+    python benchmarks/train_step.py --preset bert_small --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trainer.hf import from_hf_state_dict, hf_config_dict  # noqa: E402
+from trainer.model import PRESETS, BertForPreTraining, pretraining_flops  # noqa: E402
+
+
+def make_batch(
+    vocab_size: int, batch: int, seq: int, masked: int, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """Random tokens with realistic structure: [CLS] A [SEP] B [SEP], lengths in [seq/2, seq], one full row."""
+    lengths = torch.randint(seq // 2, seq + 1, (batch,), generator=generator)
+    lengths[0] = seq
+    input_ids = torch.zeros(batch, seq, dtype=torch.long)
+    token_type_ids = torch.zeros(batch, seq, dtype=torch.long)
+    attention_mask = torch.zeros(batch, seq, dtype=torch.long)
+    positions = torch.zeros(batch, masked, dtype=torch.long)
+    ids = torch.zeros(batch, masked, dtype=torch.long)
+    weights = torch.zeros(batch, masked)
+    for b, n in enumerate(lengths.tolist()):
+        a_len = n // 2
+        input_ids[b, :n] = torch.randint(5, vocab_size, (n,), generator=generator)
+        input_ids[b, 0], input_ids[b, a_len - 1], input_ids[b, n - 1] = 2, 3, 3  # [CLS], [SEP], [SEP]
+        token_type_ids[b, a_len:n] = 1
+        attention_mask[b, :n] = 1
+        candidates = torch.tensor([i for i in range(1, n - 1) if i != a_len - 1])
+        k = min(masked, max(1, round(0.15 * n)))
+        chosen = candidates[torch.randperm(len(candidates), generator=generator)[:k]].sort().values
+        positions[b, :k] = chosen
+        ids[b, :k] = input_ids[b, chosen]
+        weights[b, :k] = 1.0
+        input_ids[b, chosen] = 4  # [MASK]
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "attention_mask": attention_mask,
+        "masked_lm_positions": positions,
+        "masked_lm_ids": ids,
+        "masked_lm_weights": weights,
+        "next_sentence_labels": torch.randint(0, 2, (batch,), generator=generator),
+    }
+
+
+def hf_labels(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    labels = torch.full_like(batch["input_ids"], -100)
+    for b in range(labels.shape[0]):
+        real = batch["masked_lm_weights"][b] > 0
+        labels[b, batch["masked_lm_positions"][b][real]] = batch["masked_lm_ids"][b][real]
+    return labels
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="bert_mini", choices=sorted(PRESETS))
+    parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--masked", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import transformers  # benchmark-only dependency (the test extra)
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    config = PRESETS[args.preset](args.vocab_size)
+    hf_cfg = transformers.BertConfig(**hf_config_dict(config))
+    hf_cfg._attn_implementation = "sdpa"
+    torch.manual_seed(args.seed)  # HF draws its init from the global RNG; ours then copies HF's weights
+    theirs = transformers.BertForPreTraining(hf_cfg)
+    ours = BertForPreTraining(config)
+    state, fresh, _ = from_hf_state_dict(theirs.state_dict(), config)
+    assert not fresh, fresh
+    ours.load_state_dict(state)
+
+    g = torch.Generator().manual_seed(args.seed)
+    batch = make_batch(config.vocab_size, args.batch, args.seq, args.masked, g)
+    labels = hf_labels(batch)
+    hf_inputs = {
+        "input_ids": batch["input_ids"],
+        "token_type_ids": batch["token_type_ids"],
+        "attention_mask": batch["attention_mask"],
+        "labels": labels,
+        "next_sentence_label": batch["next_sentence_labels"],
+    }
+
+    # Same computation check (eval mode: no dropout) before any step changes the weights.
+    ours.eval()
+    theirs.eval()
+    with torch.no_grad():
+        loss_ours = ours(batch)["loss"].item()
+        loss_theirs = theirs(**hf_inputs).loss.item()
+    ours.train()
+    theirs.train()
+
+    opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-4, weight_decay=0.01)
+    opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=1e-4, weight_decay=0.01)
+
+    def step_ours() -> None:
+        opt_ours.zero_grad(set_to_none=True)
+        ours(batch)["loss"].backward()
+        opt_ours.step()
+
+    def step_theirs() -> None:
+        opt_theirs.zero_grad(set_to_none=True)
+        theirs(**hf_inputs).loss.backward()
+        opt_theirs.step()
+
+    def timed(fn: Callable[[], None]) -> float:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1000.0
+
+    for _ in range(args.warmup):
+        step_ours()
+        step_theirs()
+    t_ours: list[float] = []
+    t_theirs: list[float] = []
+    for i in range(args.steps):
+        if i % 2 == 0:
+            t_ours.append(timed(step_ours))
+            t_theirs.append(timed(step_theirs))
+        else:
+            t_theirs.append(timed(step_theirs))
+            t_ours.append(timed(step_ours))
+
+    med_ours, med_theirs = statistics.median(t_ours), statistics.median(t_theirs)
+    tokens = int(batch["attention_mask"].sum())
+    flops = pretraining_flops(config, args.seq, args.masked) * args.batch
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
+    print(
+        f"config {args.preset} (L{config.num_layers} H{config.hidden_size} A{config.num_heads} V{config.vocab_size}), "
+        f"batch {args.batch} x seq {args.seq} ({tokens} real tokens), {int(batch['masked_lm_weights'].sum())} "
+        f"masked targets (P={args.masked}), warmup {args.warmup}, timed {args.steps} interleaved"
+    )
+    diff = abs(loss_ours - loss_theirs)
+    print(f"initial loss (eval): ours {loss_ours:.6f}  theirs {loss_theirs:.6f}  diff {diff:.2e}")
+    print(
+        f"ours   : median {med_ours:8.1f} ms/step  min {min(t_ours):8.1f}  mean {statistics.mean(t_ours):8.1f}  "
+        f"({flops / med_ours / 1e6:.1f} GFLOP/s by pretraining_flops)"
+    )
+    print(f"theirs : median {med_theirs:8.1f} ms/step  min {min(t_theirs):8.1f}  mean {statistics.mean(t_theirs):8.1f}")
+    # The median is the headline; the min (least disturbed step) is printed because a shared machine's load
+    # lands on single steps: when the two ratios disagree, the run was noisy and should be repeated.
+    print(
+        f"ratio ours/theirs: median {med_ours / med_theirs:.3f}, min {min(t_ours) / min(t_theirs):.3f}  (goal <= 0.8)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer import checkpoint as ckpt
+from trainer.config import TrainConfig, TrainConfigError
+from trainer.metrics import read_metrics
+from trainer.pretrain import pretrain
+
+NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+
+
+def train(data, out, **kw) -> list[dict]:
+    cfg = TrainConfig(**{"data": (str(data),), "output": str(out), "batch_size": 8, "max_steps": 12, "warmup_steps": 3,
+                         "log_every": 1, "checkpoint_every": 6, "num_workers": 0, "tensorboard": False, "lr": 1e-3,
+                         **kw})
+    pretrain(cfg)
+    return [r for r in read_metrics(out) if r.get("split", "train") == "train"]
+
+
+def cli(*args: str, env: dict | None = None, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "trainer", *args], env={**os.environ, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def test_metrics_have_every_field_and_mlm_accuracy_rises(demo_shards, tmp_path):
+    rows = train(demo_shards, tmp_path / "run", max_steps=40, eval_data=str(demo_shards), eval_every=20,
+                 eval_batches=5, log_every=5, batch_size=16, lr=2e-3)
+    for key in ("step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "lr", "grad_norm",
+                "seq_per_s", "tokens_per_s"):
+        assert key in rows[0], key
+    assert rows[-1]["mlm_accuracy"] > rows[0]["mlm_accuracy"] + 0.02
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    evals = [r for r in read_metrics(tmp_path / "run") if r.get("split") == "eval"]
+    assert [r["step"] for r in evals] == [20, 40]
+    kept = ckpt.list_checkpoints(tmp_path / "run")
+    assert len(kept) == 3 and kept[-1].name == "step-0000040"  # --keep-checkpoints 3
+    from trainer.plot import plot_run
+
+    png = plot_run(tmp_path / "run")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_kill_9_then_resume_auto_logs_the_same_losses(demo_shards, tmp_path):
+    args = ["pretrain", "--data", str(demo_shards), "--batch-size", "8", "--max-steps", "60", "--log-every", "1",
+            "--checkpoint-every", "10", "--warmup-steps", "5", "--lr", "1e-3", "--num-workers", "2",
+            "--no-tensorboard", "--deterministic", "--seed", "3"]
+    env = {"OMP_NUM_THREADS": "1"}
+    whole = cli(*args, "--output", str(tmp_path / "whole"), env=env)
+    assert whole.wait(timeout=600) == 0, whole.stdout.read()
+    run = tmp_path / "killed"
+    p = cli(*args, "--output", str(run), env=env, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if (run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= 25:
+            break
+        time.sleep(0.05)
+    os.killpg(p.pid, signal.SIGKILL)  # the trainer and its loader workers, mid-run
+    p.wait()
+    logged = len((run / "metrics.jsonl").read_text().splitlines())
+    assert 25 <= logged < 60
+    resumed = cli(*args, "--output", str(run), env=env)
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert "resumed from" in out
+    a, b = read_metrics(tmp_path / "whole"), read_metrics(run)
+    assert [r["step"] for r in b] == list(range(1, 61))
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]  # identical, not merely close
+    assert [r["mlm_accuracy"] for r in a] == [r["mlm_accuracy"] for r in b]
+
+
+def test_partial_and_broken_checkpoints_are_skipped(demo_shards, tmp_path):
+    run = tmp_path / "run"
+    train(demo_shards, run, max_steps=12, checkpoint_every=6)
+    ckpts = ckpt.list_checkpoints(run)
+    assert [c.name for c in ckpts] == ["step-0000006", "step-0000012"]
+    # A process killed while writing leaves a .tmp folder; a damaged newest checkpoint must not be used either.
+    partial = run / "checkpoints" / "step-0000018.tmp-999"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"\x00" * 100)
+    newest = ckpts[-1] / "model.safetensors"
+    newest.write_bytes(newest.read_bytes()[: len(newest.read_bytes()) // 2])
+    restored = ckpt.latest(run)
+    assert restored is not None and restored.step == 6
+    rows = train(demo_shards, run, max_steps=14, checkpoint_every=100)
+    assert not partial.exists()
+    assert rows[-1]["step"] == 14 and [r["step"] for r in rows] == list(range(1, 15))
+
+
+def test_grad_accumulation_matches_the_larger_batch(demo_shards, tmp_path):
+    cfg = json.dumps(NO_DROPOUT)
+    (tmp_path / "model.json").write_text(cfg)
+    big = train(demo_shards, tmp_path / "big", batch_size=8, model_config=str(tmp_path / "model.json"), max_steps=6)
+    acc = train(demo_shards, tmp_path / "acc", batch_size=4, grad_accum=2, model_config=str(tmp_path / "model.json"),
+                max_steps=6)
+    for x, y in zip(big, acc):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path):
+    from tests.trainer.shard_fixtures import bert_like_vocab, make_instances, write_dataset
+
+    # Deliberately uneven shards: every rank must still run the same number of steps (no DDP hang).
+    data = tmp_path / "uneven"
+    vocab = bert_like_vocab(2000)
+    write_dataset(data, make_instances(201, vocab=vocab, seed=5), [7, 130, 3, 61], vocab=vocab, formats=("arrow",))
+    (tmp_path / "model.json").write_text(json.dumps(NO_DROPOUT))
+    common = ["pretrain", "--data", str(data), "--max-steps", "8", "--log-every", "1", "--warmup-steps", "2",
+              "--lr", "1e-3", "--num-workers", "0", "--no-tensorboard", "--model-config", str(tmp_path / "model.json"),
+              "--checkpoint-every", "100"]
+    env = {"OMP_NUM_THREADS": "1"}
+    one = cli(*common, "--batch-size", "16", "--output", str(tmp_path / "one"), env=env)
+    assert one.wait(timeout=600) == 0, one.stdout.read()
+    two = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
+         "-m", "trainer", *common, "--batch-size", "8", "--output", str(tmp_path / "two")],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=600,
+    )
+    assert two.returncode == 0, two.stdout + two.stderr
+    a, b = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 9))
+    for x, y in zip(a, b):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5)
+        assert x["mlm_accuracy"] == pytest.approx(y["mlm_accuracy"], abs=1e-9)
+
+
+def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corpus, demo_vocab, tmp_path):
+    from pipelines.config import PretrainingConfig
+    from pipelines.pretraining import run_pretraining
+
+    long = tmp_path / "long"
+    run_pretraining(inputs=[str(demo_corpus / "*.txt")], vocab=str(demo_vocab / "vocab.txt"), output_dir=str(long),
+                    cfg=PretrainingConfig(input_format="text", dupe_factor=1, num_shards=2, max_seq_length=512,
+                                          max_predictions_per_seq=76))
+    phase1 = train(demo_shards, tmp_path / "p1", max_steps=30, lr=2e-3, batch_size=16)
+    fresh = train(long, tmp_path / "fresh", max_steps=2, batch_size=4)
+    phase2 = train(long, tmp_path / "p2", max_steps=2, batch_size=4, resume=str(ckpt.step_dir(tmp_path / "p1", 30)),
+                   reset_optimizer=True)
+    assert phase1[-1]["step"] == 30 and [r["step"] for r in phase2] == [1, 2]
+    assert phase2[0]["mlm_loss"] < fresh[0]["mlm_loss"] - 0.3  # it kept what phase one learned
+
+
+def test_export_hf_cli_loads_in_transformers_with_identical_logits(demo_shards, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from trainer.data import DataConfig, PretrainingLoader
+    from trainer.model import BertConfig, BertForPreTraining
+
+    train(demo_shards, tmp_path / "run", max_steps=6, checkpoint_every=6)
+    out = tmp_path / "hf"
+    p = cli("export-hf", str(ckpt.step_dir(tmp_path / "run", 6)), str(out))
+    assert p.wait(timeout=300) == 0, p.stdout.read()
+    hf, info = transformers.BertForPreTraining.from_pretrained(str(out), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    loaded = ckpt.load(ckpt.step_dir(tmp_path / "run", 6))
+    ours = BertForPreTraining(BertConfig.from_dict(loaded.config["model"]))
+    ours.load_state_dict(loaded.model)
+    ours.eval()
+    hf.eval()
+    batch = next(iter(PretrainingLoader(DataConfig(paths=(str(demo_shards),), batch_size=4, shuffle=False),
+                                        expected_vocab_sha256=None)))
+    with torch.no_grad():
+        mlm, nsp = ours.logits(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        theirs = hf(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                    attention_mask=batch["attention_mask"])
+    real = batch["attention_mask"].bool()
+    assert (mlm[real] - theirs.prediction_logits[real]).abs().max() <= 1e-4
+    assert (nsp - theirs.seq_relationship_logits).abs().max() <= 1e-4
+    assert (out / "vocab.txt").read_text() == (demo_shards / "vocab.txt").read_text()
+
+
+def test_init_from_encoder_only_hf_folder_reports_fresh_heads(demo_shards, tmp_path, capfd):
+    transformers = pytest.importorskip("transformers")
+    vocab_size = len((demo_shards / "vocab.txt").read_text().splitlines())
+    config = transformers.BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=256)
+    transformers.BertModel(config).save_pretrained(tmp_path / "enc")
+    train(demo_shards, tmp_path / "run", max_steps=2, init_from=str(tmp_path / "enc"))
+    err = capfd.readouterr().err
+    assert "cls.predictions" in err and "cls.seq_relationship" in err
+
+
+def test_errors_name_what_is_wrong(demo_shards, tmp_path):
+    with pytest.raises(TrainConfigError, match="reset_optimizer: needs --resume PATH"):
+        TrainConfig(data=("x",), output="y", reset_optimizer=True)
+    with pytest.raises(TrainConfigError, match="batch_size: must be an integer >= 1"):
+        TrainConfig(data=("x",), output="y", batch_size=0)
+    other = tmp_path / "other"
+    shutil.copytree(demo_shards, other)
+    # A checkpoint trained on another vocabulary cannot continue on this data.
+    run = tmp_path / "run"
+    train(demo_shards, run, max_steps=2, checkpoint_every=2)
+    state = json.loads((ckpt.step_dir(run, 2) / "config.json").read_text())
+    state["vocab_sha256"] = "0" * 64
+    (ckpt.step_dir(run, 2) / "config.json").write_text(json.dumps(state))
+    with pytest.raises(ValueError, match="another vocabulary"):
+        train(other, run, max_steps=4)

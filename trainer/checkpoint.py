@@ -1,0 +1,144 @@
+"""Checkpoints: ``RUN_DIR/checkpoints/step-NNNNNNN/``, written atomically, the last k kept.
+
+A checkpoint folder holds ``model.safetensors`` (parameter names as Hugging Face ``BertForPreTraining``),
+``optimizer.pt`` and ``rng.pt`` (tensors only, loaded with ``weights_only=True``), ``state.json``
+(step, scheduler, data position, metrics so far) and ``config.json`` (the resolved run configuration) plus
+``vocab.txt``. It is written into ``step-NNNNNNN.tmp-*`` and renamed into place, so a folder without the
+``.tmp`` suffix is complete: a process killed mid-write leaves only a temporary folder, which the next run
+ignores and removes. ``--resume auto`` takes the newest folder that loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+CHECKPOINTS = "checkpoints"
+MODEL_FILE = "model.safetensors"
+_STEP_DIR = re.compile(r"^step-(\d{7,})$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint folder is missing, incomplete or does not match the run."""
+
+
+def step_dir(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS / f"step-{step:07d}"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoint folders, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def remove_partial(run_dir: str | Path) -> list[Path]:
+    """Delete temporary folders left by a process killed while writing a checkpoint."""
+    root = Path(run_dir) / CHECKPOINTS
+    gone = [p for p in root.glob("step-*.tmp-*")] if root.is_dir() else []
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    return gone
+
+
+def save(run_dir: str | Path, step: int, *, model_state: dict[str, torch.Tensor], optimizer: dict | None,
+         rng: dict[str, torch.Tensor], state: dict[str, Any], config: dict[str, Any], vocab_text: str,
+         keep: int) -> Path:
+    final = step_dir(run_dir, step)
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, str(tmp / MODEL_FILE),
+              metadata={"format": "pt", "step": str(step)})
+    if optimizer is not None:
+        torch.save(optimizer, tmp / "optimizer.pt")
+    torch.save(rng, tmp / "rng.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (tmp / "vocab.txt").write_text(vocab_text, encoding="utf-8")
+    _fsync_dir(tmp)
+    if final.exists():  # re-saving the same step (e.g. a resumed run's final checkpoint)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    for f in path.iterdir() if path.is_dir() else []:
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class Loaded:
+    path: Path
+    step: int
+    model: dict[str, torch.Tensor]
+    optimizer: dict | None
+    rng: dict[str, torch.Tensor]
+    state: dict[str, Any]
+    config: dict[str, Any]
+
+
+def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
+    p = Path(path)
+    if not (p / MODEL_FILE).is_file() or not (p / "state.json").is_file():
+        raise CheckpointError(f"{p}: not a complete checkpoint (needs {MODEL_FILE} and state.json)")
+    try:
+        state = json.loads((p / "state.json").read_text())
+        config = json.loads((p / "config.json").read_text()) if (p / "config.json").is_file() else {}
+        model = load_file(str(p / MODEL_FILE))
+        opt = None
+        if with_optimizer and (p / "optimizer.pt").is_file():
+            opt = torch.load(p / "optimizer.pt", map_location="cpu", weights_only=True)
+        rng = torch.load(p / "rng.pt", map_location="cpu", weights_only=True) if (p / "rng.pt").is_file() else {}
+    except Exception as e:  # safetensors, JSON, pickle-refusal and I/O errors alike: the folder is unusable
+        raise CheckpointError(f"{p}: cannot load ({type(e).__name__}: {e})") from e
+    return Loaded(p, int(state["step"]), model, opt, rng, state, config)
+
+
+def latest(run_dir: str | Path, *, with_optimizer: bool = True) -> Loaded | None:
+    """The newest checkpoint of a run that loads; broken ones are skipped (named on stderr)."""
+    import sys
+
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            return load(path, with_optimizer=with_optimizer)
+        except CheckpointError as e:
+            print(f"[berttrain] skipping unreadable checkpoint: {e}", file=sys.stderr)
+    return None
+
+
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    out = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        out["cuda"] = torch.cuda.get_rng_state(device)
+    return out
+
+
+def set_rng_state(state: dict[str, torch.Tensor], device: torch.device) -> None:
+    if "torch" in state:
+        torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)

@@ -1,0 +1,91 @@
+"""``berttrain``: pretraining, export to Hugging Face, plots (and fine-tuning)."""
+
+from __future__ import annotations
+
+import click
+
+from trainer.config import TrainConfig, TrainConfigError
+
+_CTX = {"help_option_names": ["-h", "--help"], "show_default": True}
+
+
+@click.group(context_settings=_CTX)
+def main() -> None:
+    """Train BERT from bertstream shards: one CPU, or GPUs and nodes under torchrun."""
+
+
+@main.command(context_settings=_CTX)
+@click.option("--data", "data", multiple=True, required=True, help="Dataset folder with a manifest.json (repeatable; local or URL).")
+@click.option("--eval-data", help="Evaluation dataset folder.")
+@click.option("--model", type=click.Choice(["tiny", "mini", "small", "medium", "base", "large"]), default="tiny",
+              help="Preset (L2/H128 .. L24/H1024); vocab size from the data.")
+@click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="JSON of BertConfig fields overriding the preset.")
+@click.option("--init-from", type=click.Path(exists=True, file_okay=False), help="Start from a Hugging Face BERT folder.")
+@click.option("--output", required=True, help="Run folder: metrics.jsonl, checkpoints/, tensorboard/.")
+@click.option("--batch-size", type=int, default=32, help="Sequences per device and micro-step.")
+@click.option("--grad-accum", type=int, default=1)
+@click.option("--lr", type=float, default=1e-4)
+@click.option("--warmup-steps", type=int, default=1000)
+@click.option("--max-steps", type=int, default=10000)
+@click.option("--optimizer", type=click.Choice(["adamw", "lamb"]), default="adamw")
+@click.option("--weight-decay", type=float, default=0.01)
+@click.option("--max-grad-norm", type=float, default=1.0)
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16"]), default="auto", help="auto: bf16 autocast on CUDA, fp32 on CPU.")
+@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
+@click.option("--seed", type=int, default=0)
+@click.option("--log-every", type=int, default=10)
+@click.option("--eval-every", type=int, default=500)
+@click.option("--eval-batches", type=int, default=50)
+@click.option("--checkpoint-every", type=int, default=1000)
+@click.option("--keep-checkpoints", type=int, default=3)
+@click.option("--resume", default="auto", help="auto (newest valid checkpoint in --output), none, or a checkpoint folder.")
+@click.option("--reset-optimizer", is_flag=True, help="With --resume PATH: take the weights only (second training phase).")
+@click.option("--num-workers", type=int, default=2, help="Data-loader worker processes per rank.")
+@click.option("--format", "data_format", type=click.Choice(["auto", "arrow", "webdataset"]), default="auto")
+@click.option("--skip-corrupt", is_flag=True, help="Skip (and count) shards whose checksum fails instead of stopping.")
+@click.option("--deterministic", is_flag=True, help="torch.use_deterministic_algorithms(True).")
+@click.option("--no-tensorboard", is_flag=True)
+@click.option("--device", default="auto", help="auto, cpu or cuda.")
+def pretrain(data, eval_data, model, model_config, init_from, output, batch_size, grad_accum, lr, warmup_steps,
+             max_steps, optimizer, weight_decay, max_grad_norm, precision, compile_, seed, log_every, eval_every,
+             eval_batches, checkpoint_every, keep_checkpoints, resume, reset_optimizer, num_workers, data_format,
+             skip_corrupt, deterministic, no_tensorboard, device) -> None:
+    """Pretrain BERT (MLM + NSP) on pretraining shards."""
+    from trainer.pretrain import pretrain as run
+
+    try:
+        cfg = TrainConfig(
+            data=tuple(data), eval_data=eval_data, model=model, model_config=model_config, init_from=init_from,
+            output=output, batch_size=batch_size, grad_accum=grad_accum, lr=lr, warmup_steps=warmup_steps,
+            max_steps=max_steps, optimizer=optimizer, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
+            precision=precision, compile=compile_, seed=seed, log_every=log_every, eval_every=eval_every,
+            eval_batches=eval_batches, checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
+            resume=resume, reset_optimizer=reset_optimizer, num_workers=num_workers, data_format=data_format,
+            skip_corrupt=skip_corrupt, deterministic=deterministic, tensorboard=not no_tensorboard, device=device,
+        )
+    except TrainConfigError as e:
+        raise click.BadParameter(e.message, param_hint=f"'--{e.param.replace('_', '-')}'") from None
+    result = run(cfg)
+    click.echo(f"trained to step {result['step']}: {result['run_dir']}")
+
+
+@main.command("export-hf", context_settings=_CTX)
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
+@click.argument("out", type=click.Path(file_okay=False))
+def export_hf(checkpoint, out) -> None:
+    """Write a checkpoint as a Hugging Face BertForPreTraining folder (config.json, model.safetensors, vocab.txt)."""
+    from trainer.hf import export_checkpoint
+
+    path = export_checkpoint(checkpoint, out)
+    click.echo(f"exported {checkpoint} -> {path}")
+
+
+@main.command(context_settings=_CTX)
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--output", help="PNG path (default RUN_DIR/curves.png).")
+def plot(run_dir, output) -> None:
+    """Plot loss and MLM/NSP accuracy (train and eval) from RUN_DIR/metrics.jsonl."""
+    from trainer.plot import plot_run
+
+    path = plot_run(run_dir, output)
+    click.echo(f"wrote {path}")

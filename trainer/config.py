@@ -1,0 +1,80 @@
+"""Configuration of a pretraining run: one frozen dataclass, validated on construction, saved with every
+checkpoint. CLI flags override these defaults; model presets live in ``trainer.model``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PRECISIONS = ("auto", "fp32", "bf16")
+OPTIMIZERS = ("adamw", "lamb")
+
+
+class TrainConfigError(ValueError):
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+        self.message = message
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    data: tuple[str, ...]
+    output: str
+    eval_data: str | None = None
+    data_format: str = "auto"
+    model: str = "tiny"
+    model_config: str | None = None  # JSON file of BertConfig fields (overrides the preset)
+    init_from: str | None = None  # a Hugging Face BERT folder
+    batch_size: int = 32
+    grad_accum: int = 1
+    lr: float = 1e-4
+    warmup_steps: int = 1000
+    max_steps: int = 10_000
+    optimizer: str = "adamw"
+    weight_decay: float = 0.01
+    adam_eps: float = 1e-6
+    max_grad_norm: float = 1.0
+    precision: str = "auto"
+    compile: bool = False
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 500
+    eval_batches: int = 50
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 3
+    resume: str = "auto"  # auto | none | PATH of a checkpoint folder
+    reset_optimizer: bool = False  # with --resume PATH: weights only (two-phase training)
+    num_workers: int = 2
+    shuffle_buffer: int = 10_000
+    skip_corrupt: bool = False
+    deterministic: bool = False
+    tensorboard: bool = True
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, param: str, message: str) -> None:
+            if not ok:
+                raise TrainConfigError(param, message)
+
+        check(len(self.data) > 0, "data", "at least one --data DIR is required")
+        for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            check(isinstance(value, int) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        check(0 <= self.weight_decay < 1, "weight_decay", f"must be in [0, 1), got {self.weight_decay}")
+        check(self.max_grad_norm > 0, "max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
+        check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
+        check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
+        check(self.eval_batches >= 1, "eval_batches", f"must be >= 1, got {self.eval_batches}")
+        check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
+        check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        check(not (self.reset_optimizer and self.resume in ("auto", "none")), "reset_optimizer",
+              "needs --resume PATH (the checkpoint whose weights start the new phase)")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["data"] = list(self.data)
+        return d

@@ -1,0 +1,430 @@
+"""Hugging Face interop: export our BERT as a ``transformers`` checkpoint, and load HF BERT checkpoints.
+
+Key mapping (ours -> HF ``BertForPreTraining``) is the identity. ``cls.predictions.decoder.{weight,bias}``
+(HF's tied aliases of ``bert.embeddings.word_embeddings.weight`` and ``cls.predictions.bias``) are not
+written, exactly as ``save_pretrained`` does not write them.
+
+This module does not import ``transformers``: it writes and reads the files themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
+from trainer.model import BertConfig, BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
+
+__all__ = [
+    "HFCheckpointError",
+    "HFLoadReport",
+    "config_from_hf",
+    "export_checkpoint",
+    "export_hf",
+    "from_hf_state_dict",
+    "hf_config_dict",
+    "load_hf",
+    "to_hf_state_dict",
+]
+
+CONFIG_FILENAME = "config.json"
+SAFETENSORS_FILENAME = "model.safetensors"
+TORCH_FILENAME = "pytorch_model.bin"
+TOKENIZER_CONFIG_FILENAME = "tokenizer_config.json"
+
+# Parameters a checkpoint of an encoder-only model (BertModel, classification, QA, ...) may lack: they are
+# initialised fresh and reported. Anything else missing is an error.
+_HEAD_PREFIXES = ("cls.", "bert.pooler.")
+# Non-parameter buffers older HF versions saved; they carry no information.
+_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
+
+
+class HFCheckpointError(ValueError):
+    """A Hugging Face checkpoint folder is missing, not BERT, or does not fit our model."""
+
+
+@dataclass(frozen=True)
+class HFLoadReport:
+    """What ``load_hf`` did with a checkpoint, for the CLI to print."""
+
+    source: str
+    architectures: tuple[str, ...]
+    loaded: int
+    fresh: tuple[str, ...] = ()
+    ignored: tuple[tuple[str, str], ...] = ()  # (checkpoint key, reason)
+    notes: tuple[str, ...] = ()
+    vocab_sha256: str | None = None
+
+    def lines(self) -> list[str]:
+        out = [
+            f"loaded {self.loaded} tensors from {self.source}"
+            + (f" ({', '.join(self.architectures)})" if self.architectures else "")
+        ]
+        if self.fresh:
+            out.append(f"initialised fresh ({len(self.fresh)}): {', '.join(self.fresh)}")
+        if self.ignored:
+            out.append(f"ignored ({len(self.ignored)}):")
+            out.extend(f"  {key}: {reason}" for key, reason in self.ignored)
+        out.extend(self.notes)
+        if self.vocab_sha256:
+            out.append(f"vocab sha256 {self.vocab_sha256}")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+_HF_DEFAULTS: dict[str, Any] = {  # transformers.BertConfig defaults, for configs that omit a field
+    "vocab_size": 30522,
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "initializer_range": 0.02,
+    "layer_norm_eps": 1e-12,
+    "pad_token_id": 0,
+}
+_OURS_FROM_HF = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "max_position_embeddings": "max_position_embeddings",
+    "type_vocab_size": "type_vocab_size",
+    "hidden_dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+    "layer_norm_eps": "layer_norm_eps",
+    "initializer_range": "initializer_range",
+    "pad_token_id": "pad_token_id",
+}
+
+
+def hf_config_dict(config: BertConfig, *, architecture: str = "BertForPreTraining", dtype: str = "float32") -> dict:
+    """A ``config.json`` that ``transformers.BertConfig`` reads as this architecture."""
+    out: dict[str, Any] = {"architectures": [architecture], "model_type": "bert"}
+    for ours, theirs in _OURS_FROM_HF.items():
+        out[theirs] = getattr(config, ours)
+    out.update(
+        hidden_act="gelu",  # exact erf GELU, as our model computes
+        position_embedding_type="absolute",
+        is_decoder=False,
+        add_cross_attention=False,
+        tie_word_embeddings=True,
+        use_cache=False,
+        classifier_dropout=None,
+        dtype=dtype,
+        torch_dtype=dtype,  # transformers 4.x reads this name
+    )
+    return out
+
+
+def config_from_hf(data: Mapping[str, Any], source: str = CONFIG_FILENAME) -> BertConfig:
+    """Our ``BertConfig`` from an HF ``config.json`` dict; raises ``HFCheckpointError`` for non-BERT models."""
+    model_type = data.get("model_type")
+    # Google's original bert_config.json has no model_type; anything that names another type is refused.
+    if model_type is not None and model_type != "bert":
+        raise HFCheckpointError(f"{source}: model_type is {model_type!r}, not 'bert'")
+    merged = {**_HF_DEFAULTS, **{k: v for k, v in data.items() if v is not None}}
+    if merged["hidden_act"] not in ("gelu", "gelu_python"):
+        raise HFCheckpointError(
+            f"{source}: hidden_act={merged['hidden_act']!r} is not supported (this model uses exact 'gelu')"
+        )
+    position = merged.get("position_embedding_type", "absolute")
+    if position != "absolute":
+        raise HFCheckpointError(f"{source}: position_embedding_type={position!r} is not supported (only 'absolute')")
+    for flag in ("is_decoder", "add_cross_attention"):
+        if merged.get(flag):
+            raise HFCheckpointError(f"{source}: {flag}=true is not supported (encoder-only BERT)")
+    try:
+        return BertConfig(**{ours: merged[theirs] for ours, theirs in _OURS_FROM_HF.items()})
+    except ValueError as e:
+        raise HFCheckpointError(f"{source}: {e}") from None
+
+
+# ------------------------------------------------------------------------------------------ state dicts
+
+
+def _expected_shapes(config: BertConfig) -> dict[str, torch.Size]:
+    with torch.device("meta"):
+        model = BertForPreTraining(config)
+    return {k: v.shape for k, v in model.state_dict().items()}
+
+
+def to_hf_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Our key names -> HF ``BertForPreTraining`` key names: the same names."""
+    return dict(state)
+
+
+def _normalise_hf_key(key: str) -> str:
+    # BertModel checkpoints have no "bert." prefix; TF-converted ones call LayerNorm parameters gamma/beta.
+    if key.startswith(("embeddings.", "encoder.", "pooler.")):
+        key = "bert." + key
+    if key.endswith(".gamma"):
+        key = key[: -len(".gamma")] + ".weight"
+    elif key.endswith(".beta"):
+        key = key[: -len(".beta")] + ".bias"
+    return key
+
+
+def from_hf_state_dict(
+    hf_state: Mapping[str, Tensor],
+    config: BertConfig,
+    *,
+    seed: int = 0,
+    tie_word_embeddings: bool = True,
+    source: str = "checkpoint",
+) -> tuple[dict[str, Tensor], list[str], list[tuple[str, str]]]:
+    """HF BERT tensors -> ``(our complete state dict, fresh keys, ignored (key, reason))``.
+
+    Encoder weights must all be present; missing pooler/MLM/NSP weights are drawn fresh from ``seed``.
+    """
+    expected = _expected_shapes(config)
+    ours: dict[str, Tensor] = {}
+    ignored: list[tuple[str, str]] = []
+    normalised: dict[str, tuple[str, Tensor]] = {}
+    for raw_key, value in hf_state.items():
+        key = _normalise_hf_key(raw_key)
+        if key in normalised:
+            raise HFCheckpointError(f"{source}: keys {normalised[key][0]!r} and {raw_key!r} name the same tensor")
+        normalised[key] = (raw_key, value)
+
+    for key, (raw_key, value) in normalised.items():
+        if key in expected:
+            ours[key] = value
+        elif key in _BUFFERS:
+            ignored.append((raw_key, "buffer, recomputed"))
+        elif key == "cls.predictions.decoder.weight":
+            word = normalised.get("bert.embeddings.word_embeddings.weight")
+            if word is not None and word[1].shape == value.shape and not torch.equal(word[1], value):
+                if not tie_word_embeddings:
+                    raise HFCheckpointError(
+                        f"{source}: {raw_key} differs from the word embeddings and tie_word_embeddings is false; "
+                        "this model always ties the MLM decoder to the word embeddings"
+                    )
+                reason = "tied to bert.embeddings.word_embeddings.weight (values differed; HF ties them too)"
+                ignored.append((raw_key, reason))
+            else:
+                ignored.append((raw_key, "tied to bert.embeddings.word_embeddings.weight"))
+        elif key == "cls.predictions.decoder.bias":
+            if "cls.predictions.bias" in normalised:
+                ignored.append((raw_key, "tied to cls.predictions.bias"))
+            else:
+                ours["cls.predictions.bias"] = value
+        elif key.startswith("bert."):
+            raise HFCheckpointError(
+                f"{source}: encoder key {raw_key!r} has no counterpart in this BERT "
+                f"(num_layers={config.num_layers}); the checkpoint is a different architecture"
+            )
+        else:
+            ignored.append((raw_key, "not part of BertForPreTraining (another task's head)"))
+
+    for key, value in ours.items():
+        if value.shape != expected[key]:
+            raise HFCheckpointError(
+                f"{source}: {key} has shape {tuple(value.shape)}, expected {tuple(expected[key])} for this config"
+            )
+
+    missing = [k for k in expected if k not in ours]
+    encoder_missing = [k for k in missing if not k.startswith(_HEAD_PREFIXES)]
+    if encoder_missing:
+        raise HFCheckpointError(f"{source}: lacks encoder weight(s) {encoder_missing}")
+    if missing:
+        # Same streams as BertForPreTraining(config, seed=seed), without building a whole model.
+        with torch.device("meta"):  # skip torch's default init: it would draw from the global RNG
+            fresh_parts: dict[str, nn.Module] = {"bert.pooler": BertPooler(config), "cls": BertPreTrainingHeads(config)}
+        fresh_state: dict[str, Tensor] = {}
+        for stream, module in fresh_parts.items():
+            module.to_empty(device="cpu")
+            seeded_init(module, config.initializer_range, seed, stream)
+            fresh_state.update({f"{stream}.{k}": v for k, v in module.state_dict().items()})
+        for k in missing:
+            ours[k] = fresh_state[k]
+    return {k: ours[k] for k in expected}, missing, ignored
+
+
+# ------------------------------------------------------------------------------------------------ load
+
+
+def _read_weights(folder: Path) -> tuple[dict[str, Tensor], str]:
+    if (folder / SAFETENSORS_FILENAME).is_file():
+        return load_file(folder / SAFETENSORS_FILENAME, device="cpu"), str(folder / SAFETENSORS_FILENAME)
+    if (folder / TORCH_FILENAME).is_file():
+        return _torch_load(folder / TORCH_FILENAME), str(folder / TORCH_FILENAME)
+    for index_name, reader in (
+        (SAFETENSORS_FILENAME + ".index.json", lambda p: load_file(p, device="cpu")),
+        (TORCH_FILENAME + ".index.json", _torch_load),
+    ):
+        index = folder / index_name
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise HFCheckpointError(f"{index}: malformed shard index ({e})") from None
+            state: dict[str, Tensor] = {}
+            for shard in sorted(set(weight_map.values())):
+                state.update(reader(folder / shard))
+            return state, str(index)
+    raise HFCheckpointError(
+        f"{folder}: holds neither {SAFETENSORS_FILENAME} nor {TORCH_FILENAME} (nor a sharded index of them)"
+    )
+
+
+def _torch_load(path: Path) -> dict[str, Tensor]:
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as e:  # weights_only refuses pickled code: report it as what it is
+        raise HFCheckpointError(f"{path}: cannot be read as a plain tensor dict ({e})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+        raise HFCheckpointError(f"{path}: not a state dict of tensors")
+    return state
+
+
+def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str, Tensor], HFLoadReport]:
+    """Read a local HF BERT checkpoint (``BertForPreTraining``, ``BertModel``, ``BertForMaskedLM``,
+    ``BertFor*Classification`` / QA / ...) into our names; missing heads are drawn from ``seed``."""
+    folder = Path(hf_dir)
+    if not folder.is_dir():
+        raise HFCheckpointError(f"{folder}: checkpoint folder does not exist")
+    config_path = folder / CONFIG_FILENAME
+    if not config_path.is_file():
+        raise HFCheckpointError(f"{folder}: has no {CONFIG_FILENAME}")
+    try:
+        data = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise HFCheckpointError(f"{config_path}: malformed JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise HFCheckpointError(f"{config_path}: not a JSON object")
+    config = config_from_hf(data, str(config_path))
+    hf_state, source = _read_weights(folder)
+    state, fresh, ignored = from_hf_state_dict(
+        hf_state, config, seed=seed, tie_word_embeddings=data.get("tie_word_embeddings", True) is not False,
+        source=source,
+    )
+    notes: list[str] = []
+    if data.get("model_type") is None:
+        notes.append(f"{config_path} has no model_type; read as BERT")
+    vocab_sha = None
+    try:
+        vocab = Vocab.load(folder)
+    except VocabError as e:
+        notes.append(f"no usable vocabulary: {e}")
+    else:
+        vocab_sha = vocab.sha256
+        if len(vocab) > config.vocab_size:
+            notes.append(f"vocabulary has {len(vocab)} tokens but the model only {config.vocab_size} embeddings")
+    report = HFLoadReport(
+        source=source,
+        architectures=tuple(data.get("architectures") or ()),
+        loaded=len(state) - len(fresh),
+        fresh=tuple(fresh),
+        ignored=tuple(ignored),
+        notes=tuple(notes),
+        vocab_sha256=vocab_sha,
+    )
+    return config, state, report
+
+
+# ---------------------------------------------------------------------------------------------- export
+
+
+def export_hf(
+    model_or_state: nn.Module | Mapping[str, Tensor],
+    config: BertConfig,
+    vocab_tokens: Vocab | Sequence[str],
+    out_dir: str | Path,
+    *,
+    do_lower_case: bool | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
+    """Write ``config.json``, ``model.safetensors``, ``vocab.txt`` and ``tokenizer_config.json`` so that
+    ``transformers.BertForPreTraining.from_pretrained(out_dir)`` loads with no missing or unexpected keys.
+
+    ``vocab_tokens`` may be shorter than ``config.vocab_size`` (a vocabulary padded to a multiple of 8/64 for
+    speed), never longer. ``do_lower_case`` is written to ``tokenizer_config.json`` only when given.
+    """
+    state = model_or_state.state_dict() if isinstance(model_or_state, nn.Module) else dict(model_or_state)
+    expected = _expected_shapes(config)
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise HFCheckpointError(
+            f"state dict does not match BertForPreTraining: missing {missing}, unexpected {unexpected}"
+        )
+    for key, shape in expected.items():
+        if state[key].shape != shape:
+            raise HFCheckpointError(f"{key} has shape {tuple(state[key].shape)}, expected {tuple(shape)}")
+    vocab = vocab_tokens if isinstance(vocab_tokens, Vocab) else Vocab(tuple(vocab_tokens))
+    if len(vocab) > config.vocab_size:
+        raise HFCheckpointError(f"vocabulary has {len(vocab)} tokens but vocab_size is {config.vocab_size}")
+
+    # clone: safetensors refuses tensors that share storage
+    hf_state = {k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in to_hf_state_dict(state).items()}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(hf_state, str(out / SAFETENSORS_FILENAME), metadata={"format": "pt"})
+    dtype_name = str(dtype).removeprefix("torch.")
+    (out / CONFIG_FILENAME).write_text(
+        json.dumps(hf_config_dict(config, dtype=dtype_name), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    vocab.write(out / VOCAB_FILENAME)
+    tokenizer_config: dict[str, Any] = {
+        "tokenizer_class": "BertTokenizer",
+        "model_max_length": config.max_position_embeddings,
+        "pad_token": "[PAD]",
+        "unk_token": "[UNK]",
+        "cls_token": "[CLS]",
+        "sep_token": "[SEP]",
+        "mask_token": "[MASK]",
+    }
+    if do_lower_case is not None:
+        tokenizer_config["do_lower_case"] = do_lower_case
+    (out / TOKENIZER_CONFIG_FILENAME).write_text(
+        json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    return out
+
+
+def export_checkpoint(ckpt_dir: str | Path, out_dir: str | Path, *, do_lower_case: bool | None = None) -> Path:
+    """Export a trainer checkpoint folder (``model.safetensors`` in our names, ``config.json`` whose ``"model"``
+    key holds ``BertConfig.to_dict()``, ``vocab.txt``) as an HF folder. ``do_lower_case`` defaults to a
+    top-level ``"do_lower_case"`` entry of the checkpoint's ``config.json`` when there is one."""
+    folder = Path(ckpt_dir)
+    if not folder.is_dir():
+        raise HFCheckpointError(f"{folder}: checkpoint folder does not exist")
+    for name in (CONFIG_FILENAME, SAFETENSORS_FILENAME, VOCAB_FILENAME):
+        if not (folder / name).is_file():
+            raise HFCheckpointError(f"{folder}: checkpoint lacks {name}")
+    try:
+        data = json.loads((folder / CONFIG_FILENAME).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: malformed JSON ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: has no 'model' object holding the BertConfig")
+    try:
+        config = BertConfig.from_dict(data["model"])
+    except (TypeError, ValueError) as e:
+        raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: {e}") from None
+    if do_lower_case is None and isinstance(data.get("do_lower_case"), bool):
+        do_lower_case = data["do_lower_case"]
+    state = load_file(folder / SAFETENSORS_FILENAME, device="cpu")
+    try:
+        vocab = Vocab.load(folder / VOCAB_FILENAME)
+    except VocabError as e:
+        raise HFCheckpointError(str(e)) from None
+    return export_hf(state, config, vocab, out_dir, do_lower_case=do_lower_case)

@@ -1,0 +1,105 @@
+"""Metrics: one JSON object per logged step in ``RUN_DIR/metrics.jsonl``, TensorBoard, a console bar.
+
+Throughput is measured honestly: wall time between two log points (data loading, host syncs and all),
+after synchronising the device, over the sequences and real (non-padding) tokens actually processed.
+MFU = achieved model FLOP/s (counted from the padded shapes of each step) / the device's peak.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+METRICS_FILE = "metrics.jsonl"
+
+# Dense bf16 tensor-core peaks (FLOP/s), by substring of torch.cuda.get_device_name().
+_PEAK_BF16 = (
+    ("H200", 989e12), ("H100", 989e12), ("GH200", 989e12), ("A100", 312e12), ("A10G", 125e12),
+    ("L40S", 362e12), ("L4", 121e12), ("4090", 165e12), ("V100", 125e12),
+)
+
+
+def device_peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in _PEAK_BF16 if key in name), None)
+
+
+class Throughput:
+    """Sequences, real tokens and model FLOPs since the last ``read``."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.peak = device_peak_flops(device)
+        self._reset(time.perf_counter())
+
+    def _reset(self, now: float) -> None:
+        self.t0, self.seqs, self.tokens, self.flops = now, 0, 0, 0.0
+
+    def add(self, seqs: int, tokens: int, flops: float) -> None:
+        self.seqs += seqs
+        self.tokens += tokens
+        self.flops += flops
+
+    def read(self) -> dict[str, float]:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        dt = max(now - self.t0, 1e-9)
+        out = {"seq_per_s": self.seqs / dt, "tokens_per_s": self.tokens / dt}
+        if self.peak:
+            out["mfu"] = self.flops / dt / self.peak
+        self._reset(now)
+        return out
+
+
+class MetricsLogger:
+    """Rank 0 only writes; other ranks get a logger whose methods do nothing."""
+
+    def __init__(self, run_dir: str | Path, *, enabled: bool, tensorboard: bool = True) -> None:
+        self.enabled = enabled
+        self.path = Path(run_dir) / METRICS_FILE
+        self._tb = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+            except ImportError:
+                print("[berttrain] tensorboard is not installed: metrics go to metrics.jsonl only", file=sys.stderr)
+
+    def truncate_after(self, step: int) -> None:
+        """On resume: forget records past the restored step, so the file is one consistent history."""
+        if not self.enabled or not self.path.exists():
+            return
+        keep = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        self.path.write_text("".join(line + "\n" for line in keep))
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        clean = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in record.items()}
+        with self.path.open("a") as f:
+            f.write(json.dumps(clean) + "\n")
+        if self._tb is not None:
+            prefix = record.get("split", "train")
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self._tb.add_scalar(f"{prefix}/{k}", v, record["step"])
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir}: no {METRICS_FILE}")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,41 @@
+"""``berttrain plot``: training curves from ``metrics.jsonl`` as a PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainer.metrics import read_metrics
+
+
+def plot_run(run_dir: str | Path, output: str | Path | None = None, *, baseline: float | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(run_dir)
+    train = [r for r in records if r.get("split", "train") == "train"]
+    evals = [r for r in records if r.get("split") == "eval"]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    for rows, style, name in ((train, "-", "train"), (evals, "o-", "eval")):
+        if not rows:
+            continue
+        steps = [r["step"] for r in rows]
+        ax_loss.plot(steps, [r["mlm_loss"] for r in rows], style, label=f"{name} MLM loss", markersize=3)
+        ax_loss.plot(steps, [r["nsp_loss"] for r in rows], style, label=f"{name} NSP loss", markersize=3, alpha=0.7)
+        ax_acc.plot(steps, [r["mlm_accuracy"] for r in rows], style, label=f"{name} MLM accuracy", markersize=3)
+        ax_acc.plot(steps, [r["nsp_accuracy"] for r in rows], style, label=f"{name} NSP accuracy", markersize=3, alpha=0.7)
+    if baseline is not None:
+        ax_acc.axhline(baseline, color="grey", linestyle="--", label=f"unigram baseline {baseline:.3f}")
+    ax_loss.set_xlabel("step")
+    ax_loss.set_ylabel("loss")
+    ax_acc.set_xlabel("step")
+    ax_acc.set_ylabel("accuracy")
+    ax_loss.legend(fontsize=8)
+    ax_acc.legend(fontsize=8)
+    fig.suptitle(str(Path(run_dir).name))
+    fig.tight_layout()
+    out = Path(output) if output else Path(run_dir) / "curves.png"
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
