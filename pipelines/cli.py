@@ -159,11 +159,12 @@ def _print_summary(result) -> None:
 
 @main.command("demo-corpus", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("directory", type=click.Path(file_okay=False))
-def demo_corpus(directory) -> None:
+@click.option("--holdout-every", type=int, default=0, help="Put every k-th document in DIRECTORY/heldout/.")
+def demo_corpus(directory, holdout_every) -> None:
     """Write Python's bundled reference documentation as a `text`-format corpus (no download needed)."""
     from pipelines.demo_corpus import write_pydoc_corpus
 
-    paths = write_pydoc_corpus(directory)
+    paths = write_pydoc_corpus(directory, holdout_every)
     size = sum(p.stat().st_size for p in paths)
     click.echo(f"wrote {len(paths)} documents, {size / 1e6:.2f} MB -> {directory}")
 
@@ -209,3 +210,6 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
             click.echo(decode_instance(inst, vocab))
     if failed:
         sys.exit(1)
+
+from pipelines.tasks.cli import task
+main.add_command(task)

@@ -10,14 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def write_pydoc_corpus(directory: str | Path) -> list[Path]:
+def write_pydoc_corpus(directory: str | Path, holdout_every: int = 0) -> list[Path]:
+    """One ``<topic>.txt`` per topic; with ``holdout_every=k``, every k-th topic goes to ``heldout/`` instead
+    (an evaluation split of whole documents)."""
     from pydoc_data.topics import topics
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name in sorted(topics):
-        path = out / f"{name}.txt"
+    for i, name in enumerate(sorted(topics)):
+        folder = out / "heldout" if holdout_every and i % holdout_every == holdout_every - 1 else out
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{name}.txt"
         path.write_text(topics[name], encoding="utf-8")
         paths.append(path)
     return paths

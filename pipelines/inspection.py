@@ -14,6 +14,7 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from schemas import pretraining as P
+from schemas import tasks as T
 from schemas import wds
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from schemas.vocab import Vocab
@@ -67,8 +68,12 @@ def verify_shard(dataset_dir: str, shard: ShardInfo, manifest: Manifest) -> Shar
 def _count_rows(data: bytes, fmt: str, manifest: Manifest) -> int:
     if fmt == "arrow":
         reader = pa.ipc.open_file(pa.BufferReader(data))
-        P.check_schema(reader.schema)
-        meta = P.read_metadata(reader.schema)
+        if manifest.kind == P.KIND:
+            P.check_schema(reader.schema)
+            meta = P.read_metadata(reader.schema)
+        else:
+            T.check_schema(reader.schema, manifest.kind)
+            meta = T.read_metadata(reader.schema)
         if meta["vocab_sha256"] != manifest.vocab["sha256"]:
             raise ValueError("schema vocab hash differs from the manifest's")
         return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
@@ -124,10 +129,16 @@ def summary_lines(manifest: Manifest) -> list[str]:
         f"(sha256 {manifest.vocab['sha256'][:12]}…, {'uncased' if manifest.vocab.get('lowercase') else 'cased'})",
         f"shards: " + ", ".join(f"{len(manifest.shards_of(f))} {f} ({manifest.totals['bytes'].get(f, 0) / 1e6:.1f} MB)"
                                 for f in manifest.formats),
-        f"parameters: " + ", ".join(f"{k}={p[k]}" for k in ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob",
-                                                             "short_seq_prob", "dupe_factor", "seed", "whole_word_mask")
-                                    if k in p),
     ]
+    shown = [k for k in ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob", "dupe_factor",
+                         "seed", "whole_word_mask") if k in p]
+    if shown:
+        lines.append("parameters: " + ", ".join(f"{k}={p[k]}" for k in shown))
+    if manifest.kind != P.KIND:
+        t = manifest.task
+        lines.append(f"task: split {t.get('split')}, labels {t.get('labels')}, max_seq_length {t.get('max_seq_length')}")
+        lines.append("counters: " + ", ".join(f"{k} {v}" for k, v in c.items() if not isinstance(v, dict)))
+        return lines
     if c:
         drops = {k[len("documents_dropped."):]: v for k, v in c.items() if k.startswith("documents_dropped.")}
         lines.append(

@@ -23,7 +23,7 @@ from pipelines.group import GroupDocuments
 from pipelines.instances import CreateInstances
 from pipelines.masking import MaskInstances
 from pipelines.read import ReadDocuments
-from pipelines.runner import UsageError, make_pipeline, pipeline_options, runner_name
+from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
 from pipelines.sentences import SegmentDocuments
 from pipelines.tokenize import Tokenize, TokenizerSpec, load_tokenizer
 from pipelines.write import SHARD_PREFIX, WriteShards, shard_writers
@@ -98,7 +98,8 @@ def prepare_output(output_dir: str, overwrite: bool) -> str:
 
 
 def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingConfig, spec: TokenizerSpec,
-                   output_dir: str, work_dir: str, num_shards: int, base: dict[str, Any]) -> None:
+                   output_dir: str, work_dir: str, num_shards: int, base: dict[str, Any],
+                   tokenizer_threads: int = 1) -> None:
     vocab = spec.vocab
     writer_args = dict(
         id_type=vocab.id_type, vocab_sha256=vocab.sha256, parameters=cfg.shard_parameters(),
@@ -111,7 +112,7 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
     files = p | "Inputs" >> beam.Create([f.path for f in inputs])
     docs = files | "Read" >> ReadDocuments(cfg.input_format, cfg.strip_gutenberg)
     sentences = docs | "Segment" >> SegmentDocuments()
-    tokenized = sentences | "Tokenize" >> Tokenize(spec)
+    tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads)
     units, groups = tokenized | "Group" >> GroupDocuments(
         seed=cfg.seed, docs_per_group=cfg.docs_per_group, max_group_tokens=cfg.max_group_tokens,
         dupe_factor=cfg.dupe_factor, tokens_per_unit=cfg.tokens_per_unit, work_dir=work_dir,
@@ -176,7 +177,7 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
     }
     C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
     p = make_pipeline(options)
-    build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base)
+    build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options))
     result = p.run()
     result.wait_until_finish()
     seconds = time.time() - started

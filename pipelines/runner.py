@@ -7,6 +7,7 @@ first tries to download the Prism binary). ``--direct_num_workers=N`` (N > 1) ru
 
 from __future__ import annotations
 
+import os
 import sys
 
 import apache_beam as beam
@@ -33,6 +34,14 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
             "use --direct_num_workers=N (worker processes)",
         )
     return options
+
+
+def local_threads_per_worker(options: PipelineOptions) -> int:
+    """Cores each worker may use: the machine's cores shared by the embedded runner's workers, else 1."""
+    if options.view_as(StandardOptions).runner is not None:
+        return 1  # distributed runners already run a worker per core
+    workers = options.view_as(DirectOptions).direct_num_workers or 1
+    return max(1, (os.cpu_count() or 1) // workers)
 
 
 def runner_name(options: PipelineOptions) -> str:

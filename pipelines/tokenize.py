@@ -130,12 +130,21 @@ class TokenizedBatch:
     counters: Counter = field(default_factory=Counter)
 
 
+def set_tokenizer_threads(threads: int) -> None:
+    """Threads `tokenizers` may use in this process. Call before the first encode: Rayon sizes its pool once.
+
+    One per Beam worker process when the runner already runs a worker per core; all of a machine's cores
+    when a single in-process worker owns it.
+    """
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
+    if threads > 1:
+        os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+
+
 class DocumentTokenizer:
     """Pure tokenization logic: a tokenizer plus the [SEP]-join trick. Used by the DoFn and by tests."""
 
     def __init__(self, spec: TokenizerSpec) -> None:
-        # One thread per Beam worker: the runner parallelises over workers already.
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.tokenizer = Tokenizer.from_str(spec.json)
         self.sep_id = spec.vocab.id(SEP)
         self.dtype = np.dtype(spec.vocab.id_type)
@@ -194,11 +203,13 @@ class DocumentTokenizer:
 
 
 class _TokenizeFn(beam.DoFn):
-    def __init__(self, spec: TokenizerSpec) -> None:
+    def __init__(self, spec: TokenizerSpec, threads: int) -> None:
         self.spec = spec
+        self.threads = threads
         self.tokenize: DocumentTokenizer | None = None
 
     def setup(self) -> None:
+        set_tokenizer_threads(self.threads)
         self.tokenize = DocumentTokenizer(self.spec)
 
     def process(self, batch) -> Iterator[TokenizedBatch]:
@@ -213,9 +224,10 @@ class _TokenizeFn(beam.DoFn):
 class Tokenize(beam.PTransform):
     """``PCollection[SentenceBatch]`` -> ``PCollection[TokenizedBatch]``."""
 
-    def __init__(self, spec: TokenizerSpec) -> None:
+    def __init__(self, spec: TokenizerSpec, threads: int = 1) -> None:
         super().__init__()
         self.spec = spec
+        self.threads = threads
 
     def expand(self, batches):
-        return batches | "Encode" >> beam.ParDo(_TokenizeFn(self.spec))
+        return batches | "Encode" >> beam.ParDo(_TokenizeFn(self.spec, self.threads))

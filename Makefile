@@ -1,0 +1,37 @@
+# One-command set-up: every target below creates .venv on first use (torch pinned first: an unpinned torch
+# pulls several GB of CUDA wheels on a CPU machine).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test,tensorboard]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The main job on the embedded default (in-process Beam runner, local files, CPU).
+demo: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+
+# Every test, slow end-to-end ones included (what CI runs).
+test: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "slow or not slow" -q
+
+# The quick loop while editing: slow end-to-end tests deselected.
+test-fast: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/pipeline_throughput.py
+	$(BIN)/python benchmarks/loader_throughput.py
+	$(BIN)/python benchmarks/train_step.py
+
+clean:
+	rm -rf $(VENV) demo .pytest_cache

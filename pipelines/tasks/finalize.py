@@ -1,0 +1,111 @@
+"""Last stage: ``manifest.json`` (and ``vocab.txt``) once every shard and extra file is written.
+
+As for pretraining, the manifest is written last and atomically: a failed run leaves none. Shards that
+received no rows are written empty, so a dataset always holds exactly ``num_shards`` shards. Counters must
+reconcile (``<unit>_read == <unit>_used + dropped``), or the run fails rather than publish wrong figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.finalize import write_text_atomic
+from pipelines.tasks.labels import LabelPlan, task_labels
+from pipelines.tasks.tally import Tally, dropped
+from pipelines.tasks.write import ShardSpec
+from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from schemas.vocab import VOCAB_FILENAME
+
+UNITS = {"classification": "rows", "regression": "rows", "ner": "sentences", "squad": "examples"}
+
+
+def merge_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = sum(r["stats"]["rows"] for r in results)
+    tokens = sum(r["stats"]["tokens"] for r in results)
+    out: dict[str, Any] = {"rows": rows, "tokens": tokens, "mean_length": round(tokens / rows, 2) if rows else 0.0,
+                           "max_length": max((r["stats"]["max_length"] for r in results), default=0)}
+    labels: dict[str, int] = {}
+    for r in results:
+        for k, v in r["stats"]["label_counts"].items():
+            labels[k] = labels.get(k, 0) + v
+    if labels:
+        out["label_counts"] = dict(sorted(labels.items(), key=lambda kv: int(kv[0])))
+    return out
+
+
+def build_manifest(*, kind: str, results: list[dict[str, Any]], tally: Tally, labels: list[str], plan: LabelPlan,
+                   base: dict[str, Any], files: list[dict[str, Any]]) -> Manifest:
+    results = sorted(results, key=lambda r: r["shard"])
+    shards = tuple(ShardInfo(**f) for r in results for f in r["files"])
+    counters = tally.counters()
+    unit = UNITS[kind]
+    read, used = counters.get(f"{unit}_read", 0), counters.get(f"{unit}_used", 0)
+    drops = dropped(counters, unit)
+    if read != used + sum(drops.values()):
+        raise RuntimeError(f"counters do not reconcile: {unit} read {read} != used {used} + dropped {drops}")
+    stats = merge_stats(results)
+    if "label_counts" in stats:
+        stats["label_counts"] = {labels[int(k)]: v for k, v in stats["label_counts"].items()}
+    rows = sum(s.count for s in shards)
+    totals = {"rows": rows, unit: used, "tokens": stats["tokens"], "bytes": {"arrow": sum(s.bytes for s in shards)}}
+    for f in files:
+        totals["bytes"][f["role"]] = f["bytes"]
+    task = {**base["task"], **task_labels(plan, labels), "files": files}
+    run = dict(base.get("run", {}))
+    if run.get("started_at"):
+        run["seconds"] = round(time.time() - run["started_at"], 3)
+    return Manifest(kind=kind, vocab=base["vocab"], parameters=base["parameters"], seed=0, shards=shards,
+                    inputs=tuple(base["inputs"]), totals=totals, counters=counters, statistics=stats, task=task, run=run)
+
+
+class _FinalizeFn(beam.DoFn):
+    def __init__(self, spec: ShardSpec, plan: LabelPlan, base: dict[str, Any], vocab_text: str) -> None:
+        self.spec = spec
+        self.plan = plan
+        self.base = base
+        self.vocab_text = vocab_text
+
+    def process(self, results: list[dict[str, Any]], tally: Tally, labels: list[str], files: list) -> Iterator[str]:
+        results = list(results)
+        done = {r["shard"] for r in results}
+        for shard in range(self.spec.num_shards):
+            if shard not in done:
+                results.append(self.spec.write(shard, None, labels))
+        manifest = build_manifest(kind=self.spec.kind, results=results, tally=tally, labels=labels, plan=self.plan,
+                                  base=self.base, files=[f for group in files for f in group])
+        out = self.spec.output_dir
+        write_text_atomic(FileSystems.join(out, VOCAB_FILENAME), self.vocab_text)
+        write_text_atomic(FileSystems.join(out, MANIFEST_NAME), manifest.to_json())
+        yield manifest.to_json()
+
+
+class FinalizeTask(beam.PTransform):
+    """Shard results + tallies + labels + extra files -> ``manifest.json``; yields the manifest text.
+
+    ``files`` is a PCollection of lists of file infos (``{"role", "path", "count", "bytes", "sha256", ...}``).
+    """
+
+    def __init__(self, spec: ShardSpec, plan: LabelPlan, *, base: dict[str, Any], vocab_text: str, tallies, labels,
+                 files) -> None:
+        super().__init__()
+        self.fn = _FinalizeFn(spec, plan, base, vocab_text)
+        self.tallies = tallies
+        self.labels = labels
+        self.files = files
+
+    def expand(self, results):
+        tally = self.tallies | "MergeTallies" >> beam.CombineGlobally(Tally.merge)
+        files = self.files | "ListFiles" >> beam.combiners.ToList()
+        return (
+            results
+            | "ListShards" >> beam.combiners.ToList()
+            | "WriteManifest" >> beam.ParDo(
+                self.fn, tally=beam.pvalue.AsSingleton(tally), labels=beam.pvalue.AsSingleton(self.labels),
+                files=beam.pvalue.AsSingleton(files),
+            )
+        )

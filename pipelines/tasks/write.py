@@ -1,0 +1,182 @@
+"""Stage 3, Write: featurized rows -> ``<kind>-0000i-of-0000N.arrow`` shards (and SQuAD's ``examples.jsonl``).
+
+Shard ``i`` holds the rows of the records whose global index ``g`` (input order: files sorted by path, then
+position in the file) satisfies ``g * N // total == i``: consecutive ranges, so every window of a record
+lands in the same shard and the shards in order are the input in order. Inside a shard rows are sorted by
+``row_id``. The bytes therefore depend only on the inputs and parameters, not on the runner or the worker
+count. Files are written atomically and hashed as they stream (``pipelines.shards._HashedOutput``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.shards import _HashedOutput
+from pipelines.tasks.features import GLOBAL, Layout, from_wire, to_wire
+from pipelines.tasks.read import RecordBatch
+from schemas import tasks as T
+from schemas.manifest import ShardInfo, shard_name
+
+
+def split_by_shard(t: pa.Table, layout: Layout, num_shards: int) -> dict[int, pa.Table]:
+    """Rows grouped by their shard (``GLOBAL`` dropped)."""
+    shard = layout.shard_of(t.column(GLOBAL).to_numpy(), num_shards)
+    t = t.drop_columns([GLOBAL])
+    out = {}
+    for s in np.unique(shard):
+        out[int(s)] = t.take(pa.array(np.flatnonzero(shard == s)))
+    return out
+
+
+def order_shard(tables: Sequence[pa.Table]) -> pa.Table:
+    """One shard's rows sorted by ``row_id``; duplicate ids mean a bundle was processed twice into the output."""
+    t = pa.concat_tables(tables) if tables else None
+    if t is None or not t.num_rows:
+        return t
+    t = t.take(pc.sort_indices(t, sort_keys=[(T.ROW_ID, "ascending")]))
+    ids = t.column(T.ROW_ID).to_numpy()
+    if (np.diff(ids) == 0).any():
+        raise ValueError("duplicate row ids in a shard: a bundle was processed twice into the output")
+    return t.combine_chunks()
+
+
+def write_arrow(path: str, relpath: str, t: pa.Table, schema: pa.Schema, *, compression: str, batch_rows: int) -> ShardInfo:
+    """``t`` as an Arrow IPC file with ``schema`` (metadata included), written atomically; its ``ShardInfo``."""
+    out = _HashedOutput(path)
+    try:
+        sink = pa.PythonFile(out, mode="w")
+        options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+        with pa.ipc.new_file(sink, schema, options=options) as writer:
+            if t is not None and t.num_rows:
+                writer.write_table(pa.Table.from_arrays(t.columns, schema=schema), max_chunksize=batch_rows)
+    except BaseException:
+        out.abort()
+        raise
+    out.commit()
+    return ShardInfo(relpath, "arrow", 0 if t is None else t.num_rows, out.size, out.sha.hexdigest())
+
+
+def shard_stats(t: pa.Table | None, kind: str) -> dict[str, Any]:
+    """Mergeable figures of one shard: rows, tokens, longest row, label histogram (classification)."""
+    if t is None or not t.num_rows:
+        return {"rows": 0, "tokens": 0, "max_length": 0, "label_counts": {}}
+    lengths = pc.list_value_length(t.column(T.INPUT_IDS)).to_numpy()
+    stats: dict[str, Any] = {"rows": t.num_rows, "tokens": int(lengths.sum()), "max_length": int(lengths.max()),
+                             "label_counts": {}}
+    if kind == T.CLASSIFICATION:
+        labels = t.column(T.LABEL).drop_null().to_numpy()
+        ids, counts = np.unique(labels, return_counts=True)
+        stats["label_counts"] = {str(int(i)): int(c) for i, c in zip(ids, counts)}
+    return stats
+
+
+class ShardSpec:
+    """What a shard writer needs besides the rows (picklable; the schema is built once labels are known)."""
+
+    def __init__(self, *, output_dir: str, kind: str, num_shards: int, id_type: str, vocab_sha256: str,
+                 parameters: dict[str, Any], compression: str, batch_rows: int) -> None:
+        self.output_dir = output_dir
+        self.kind = kind
+        self.num_shards = num_shards
+        self.id_type = id_type
+        self.vocab_sha256 = vocab_sha256
+        self.parameters = parameters
+        self.compression = compression
+        self.batch_rows = batch_rows
+
+    def write(self, shard: int, t: pa.Table | None, labels: Sequence[str]) -> dict[str, Any]:
+        schema = T.arrow_schema(self.kind, self.id_type, self.vocab_sha256, self.parameters, labels)
+        name = shard_name(self.kind, shard, self.num_shards, "arrow")
+        info = write_arrow(FileSystems.join(self.output_dir, name), name, t, schema, compression=self.compression,
+                           batch_rows=self.batch_rows)
+        return {"shard": shard, "files": [asdict(info)], "stats": shard_stats(t, self.kind)}
+
+
+class _AssignShardFn(beam.DoFn):
+    def __init__(self, num_shards: int) -> None:
+        self.num_shards = num_shards
+
+    def process(self, wire: bytes, layout: Layout) -> Iterator[tuple[int, bytes]]:
+        for shard, part in split_by_shard(from_wire(wire), layout, self.num_shards).items():
+            yield shard, to_wire(part)
+
+
+class _WriteShardFn(beam.DoFn):
+    def __init__(self, spec: ShardSpec) -> None:
+        self.spec = spec
+
+    def process(self, element: tuple[int, Iterable[bytes]], labels: list[str]) -> Iterator[dict[str, Any]]:
+        shard, parts = element
+        yield self.spec.write(shard, order_shard([from_wire(p) for p in parts]), labels)
+
+
+class WriteTaskShards(beam.PTransform):
+    """``PCollection[wire bytes]`` -> ``PCollection[dict]``: one result (file info, statistics) per non-empty shard."""
+
+    def __init__(self, spec: ShardSpec, *, labels, layout) -> None:
+        super().__init__()
+        self.spec = spec
+        self.labels = labels
+        self.layout = layout
+
+    def expand(self, features):
+        return (
+            features
+            | "AssignShard" >> beam.ParDo(_AssignShardFn(self.spec.num_shards), layout=beam.pvalue.AsSingleton(self.layout))
+            | "CollectShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(_WriteShardFn(self.spec), labels=beam.pvalue.AsSingleton(self.labels))
+        )
+
+
+# --------------------------------------------------------------------------------------------- SQuAD examples
+
+
+def example_lines(batch: RecordBatch, layout: Layout) -> Iterator[tuple[int, str]]:
+    """``(example_index, JSON line)`` for every example of a batch (the index is the global record index)."""
+    for i, ex in enumerate(batch.records):
+        g = layout.global_index(batch, i)
+        yield g, json.dumps(ex.example_json(g), ensure_ascii=False, sort_keys=True)
+
+
+def write_examples(output_dir: str, lines: Iterable[tuple[int, str]]) -> dict[str, Any]:
+    """``examples.jsonl`` in ``example_index`` order, atomically; its path, count, bytes and sha256."""
+    ordered = sorted(lines)
+    if [g for g, _ in ordered] != list(range(len(ordered))):
+        raise ValueError("examples do not have dense indices 0..n-1: a record was lost or duplicated")
+    out = _HashedOutput(FileSystems.join(output_dir, T.EXAMPLES_FILE))
+    try:
+        for _, line in ordered:
+            out.write((line + "\n").encode("utf-8"))
+    except BaseException:
+        out.abort()
+        raise
+    out.commit()
+    return {"role": "examples", "path": T.EXAMPLES_FILE, "format": "jsonl", "count": len(ordered), "bytes": out.size,
+            "sha256": out.sha.hexdigest()}
+
+
+class WriteExamples(beam.PTransform):
+    """``PCollection[RecordBatch of QAExample]`` -> singleton file info of ``examples.jsonl``."""
+
+    def __init__(self, output_dir: str, *, layout) -> None:
+        super().__init__()
+        self.output_dir = output_dir
+        self.layout = layout
+
+    def expand(self, batches):
+        output_dir = self.output_dir
+        return (
+            batches
+            | "ExampleLines" >> beam.FlatMap(example_lines, layout=beam.pvalue.AsSingleton(self.layout))
+            | "AllExamples" >> beam.combiners.ToList()
+            | "WriteFile" >> beam.Map(lambda lines: write_examples(output_dir, lines))
+        )

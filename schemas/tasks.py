@@ -1,0 +1,223 @@
+"""Fine-tuning task layouts, version 1: Arrow schemas, metadata and row ids of ``bertprep task`` datasets.
+
+A task dataset is a folder with ``manifest.json`` (``schemas.manifest``), ``vocab.txt`` and Arrow IPC files
+``<kind>-00000-of-0000N.arrow`` listed in the manifest (plus ``examples.jsonl`` for SQuAD). Read the shards
+in manifest order: rows are sorted by ``row_id`` within a shard and shards hold consecutive ranges of the
+input, so the concatenation is the input order. Nothing is padded: list columns hold exactly the tokens.
+Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32`` (``schemas.vocab.id_type_for``).
+
+Row ids (every kind)
+--------------------
+``row_id`` (uint64) = ``file_index << 48 | record << 16 | window``:
+
+- ``file_index``: index into the manifest's ``inputs`` (sorted paths);
+- ``record``: the 1-based line where the row or sentence starts (classification, NER), or the 0-based
+  ordinal of the question in its file counting every article (SQuAD), so ids do not depend on ``--articles``;
+- ``window``: 0 for classification; the window of a long sentence or context (NER, SQuAD).
+
+Same inputs and parameters -> same ids. :func:`split_row_id` decodes one.
+
+``classification`` and ``regression`` (one row per text or text pair)
+-----------------------------------------------------------------------
+==================== ===================== ==================================================================
+field                type                  meaning
+==================== ===================== ==================================================================
+row_id               uint64                see above
+input_ids            list<uint16|int32>    ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]``; pairs truncated
+                                           longest-first (a tie trims B), as BERT's ``truncate_seq_pair``
+segment_a_length     int16                 tokens of ``[CLS] A [SEP]``: token type 0 for these, 1 for the
+                                           rest (equals ``len(input_ids)`` for single texts)
+label                int16 (classification) index into ``manifest.task["labels"]``; null when the split is
+                     float32 (regression)  unlabeled (``manifest.task["labeled"]`` is false, e.g. GLUE test)
+==================== ===================== ==================================================================
+
+``ner`` (one row per window of a sentence; most sentences have one window)
+--------------------------------------------------------------------------
+==================== ===================== ==================================================================
+row_id               uint64                see above (window in the low 16 bits)
+window               uint16                window index within the sentence
+input_ids            list<uint16|int32>    ``[CLS] sub-tokens of the window's words [SEP]``
+labels               list<int16>           tag id on the FIRST sub-token of every word of the window;
+                                           ``IGNORE_INDEX`` (-100) on other sub-tokens and on the specials
+word_ids             list<int32>           per token, the index of its word in the whole sentence; -1 on
+                                           ``[CLS]``/``[SEP]``
+owned                list<int8>            per token, 1 when this window OWNS the token's word, else 0 (0 on
+                                           specials). Windows overlap by ``--window-overlap`` words; every
+                                           word is owned by exactly one window (the overlap is split at its
+                                           middle), so "labels != -100 and owned == 1" selects each word of
+                                           the sentence exactly once, in order
+num_words            int32                 words in the whole sentence
+==================== ===================== ==================================================================
+
+``squad`` (one row per window of a question's context; ``examples.jsonl`` holds the examples)
+-----------------------------------------------------------------------------------------------
+==================== ===================== ==================================================================
+row_id               uint64                see above (window in the low 16 bits)
+example_index        int32                 0-based line of the example in ``examples.jsonl``
+example_id           string                the SQuAD question id (what the official metric keys on)
+window               uint16                window index within the example
+input_ids            list<uint16|int32>    ``[CLS] question [SEP] context window [SEP]``
+segment_a_length     int16                 tokens of ``[CLS] question [SEP]`` (token type 0), rest type 1
+offset_start         list<int32>           per token, start character of the token in the example's context;
+                                           -1 on question tokens and specials
+offset_end           list<int32>           per token, end character (exclusive); -1 likewise. The text of a
+                                           span ``i..j`` is ``context[offset_start[i]:offset_end[j]]``
+max_context          list<int8>            1 where this window is the token's maximal-context window
+                                           (BERT's rule; ties go to the earlier window), else 0
+start_position       int32                 answer start token in ``input_ids``; 0 (``[CLS]``) when the
+                                           question is impossible or the answer is not inside this window
+end_position         int32                 answer end token (inclusive); 0 likewise
+is_impossible        bool                  SQuAD v2.0 unanswerable question
+==================== ===================== ==================================================================
+
+``examples.jsonl`` (SQuAD; path, bytes, sha256 and count in ``manifest.task["files"]``): one JSON object per
+line, line ``i`` is ``example_index`` ``i``: ``{"example_index", "id", "title", "context", "question",
+"answers": {"text": [...], "answer_start": [...]}, "is_impossible", "answer_span": [start, end] | null}``.
+``answers`` are ALL the answers of the input, as given (the official metric compares against every one);
+``answer_span`` is the character span the positions were computed from (after offset repair), null when none.
+
+Schema metadata (UTF-8 keys and values): ``bertstream.schema_version``, ``bertstream.kind``,
+``bertstream.vocab_sha256``, ``bertstream.parameters`` (JSON object) and ``bertstream.labels`` (JSON list of
+label names, index = id; empty for regression and SQuAD).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from schemas.version import SCHEMA_VERSION, SchemaError
+
+CLASSIFICATION, REGRESSION, NER, SQUAD = "classification", "regression", "ner", "squad"
+KINDS = (CLASSIFICATION, REGRESSION, NER, SQUAD)
+
+ROW_ID = "row_id"
+INPUT_IDS = "input_ids"
+SEGMENT_A_LENGTH = "segment_a_length"
+LABEL = "label"
+LABELS = "labels"
+WINDOW = "window"
+WORD_IDS = "word_ids"
+OWNED = "owned"
+NUM_WORDS = "num_words"
+EXAMPLE_INDEX = "example_index"
+EXAMPLE_ID = "example_id"
+OFFSET_START = "offset_start"
+OFFSET_END = "offset_end"
+MAX_CONTEXT = "max_context"
+START_POSITION = "start_position"
+END_POSITION = "end_position"
+IS_IMPOSSIBLE = "is_impossible"
+
+IGNORE_INDEX = -100  # NER label on tokens that carry no tag (PyTorch cross_entropy's default ignore_index)
+NO_OFFSET = -1  # SQuAD offsets of question and special tokens; NER word id of specials
+EXAMPLES_FILE = "examples.jsonl"
+
+# Same keys as the pretraining layout, so one reader recognises every bertstream shard.
+_META_VERSION = b"bertstream.schema_version"
+_META_KIND = b"bertstream.kind"
+_META_VOCAB = b"bertstream.vocab_sha256"
+_META_PARAMS = b"bertstream.parameters"
+_META_LABELS = b"bertstream.labels"
+
+_ID_TYPES = {"uint16": pa.uint16(), "int32": pa.int32()}
+
+FILE_BITS, RECORD_BITS, WINDOW_BITS = 16, 32, 16
+MAX_FILES, MAX_RECORD, MAX_WINDOWS = 1 << FILE_BITS, 1 << RECORD_BITS, 1 << WINDOW_BITS
+
+
+def row_id(file_index: int, record: int, window: int = 0) -> int:
+    if not (0 <= file_index < MAX_FILES and 0 <= record < MAX_RECORD and 0 <= window < MAX_WINDOWS):
+        raise SchemaError(f"row id parts out of range: file {file_index}, record {record}, window {window}")
+    return (file_index << (RECORD_BITS + WINDOW_BITS)) | (record << WINDOW_BITS) | window
+
+
+def split_row_id(rid: int) -> tuple[int, int, int]:
+    """``(file_index, record, window)`` of a row id."""
+    rid = int(rid)
+    return rid >> (RECORD_BITS + WINDOW_BITS), (rid >> WINDOW_BITS) & (MAX_RECORD - 1), rid & (MAX_WINDOWS - 1)
+
+
+def _arrow_id_type(id_type: str) -> pa.DataType:
+    try:
+        return _ID_TYPES[id_type]
+    except KeyError:
+        raise SchemaError(f"id type must be one of {sorted(_ID_TYPES)}, got {id_type!r}") from None
+
+
+def _fields(kind: str, ids: pa.DataType) -> list[pa.Field]:
+    def f(name: str, t: pa.DataType, nullable: bool = False) -> pa.Field:
+        return pa.field(name, t, nullable=nullable)
+
+    if kind in (CLASSIFICATION, REGRESSION):
+        return [
+            f(ROW_ID, pa.uint64()), f(INPUT_IDS, pa.list_(ids)), f(SEGMENT_A_LENGTH, pa.int16()),
+            f(LABEL, pa.int16() if kind == CLASSIFICATION else pa.float32(), nullable=True),
+        ]
+    if kind == NER:
+        return [
+            f(ROW_ID, pa.uint64()), f(WINDOW, pa.uint16()), f(INPUT_IDS, pa.list_(ids)), f(LABELS, pa.list_(pa.int16())),
+            f(WORD_IDS, pa.list_(pa.int32())), f(OWNED, pa.list_(pa.int8())), f(NUM_WORDS, pa.int32()),
+        ]
+    if kind == SQUAD:
+        return [
+            f(ROW_ID, pa.uint64()), f(EXAMPLE_INDEX, pa.int32()), f(EXAMPLE_ID, pa.string()), f(WINDOW, pa.uint16()),
+            f(INPUT_IDS, pa.list_(ids)), f(SEGMENT_A_LENGTH, pa.int16()), f(OFFSET_START, pa.list_(pa.int32())),
+            f(OFFSET_END, pa.list_(pa.int32())), f(MAX_CONTEXT, pa.list_(pa.int8())), f(START_POSITION, pa.int32()),
+            f(END_POSITION, pa.int32()), f(IS_IMPOSSIBLE, pa.bool_()),
+        ]
+    raise SchemaError(f"task kind must be one of {KINDS}, got {kind!r}")
+
+
+def field_names(kind: str) -> tuple[str, ...]:
+    return tuple(f.name for f in _fields(kind, pa.uint16()))
+
+
+def arrow_schema(kind: str, id_type: str, vocab_sha256: str = "", parameters: Mapping[str, Any] | None = None,
+                 labels: Sequence[str] = ()) -> pa.Schema:
+    schema = pa.schema(_fields(kind, _arrow_id_type(id_type)))
+    return schema.with_metadata(
+        {
+            _META_VERSION: str(SCHEMA_VERSION).encode(),
+            _META_KIND: kind.encode(),
+            _META_VOCAB: vocab_sha256.encode(),
+            _META_PARAMS: json.dumps(dict(parameters or {}), sort_keys=True).encode(),
+            _META_LABELS: json.dumps(list(labels)).encode(),
+        }
+    )
+
+
+def read_metadata(schema: pa.Schema) -> dict[str, Any]:
+    """Version, kind, vocab hash, parameters and label names of a task shard; raises on a foreign file."""
+    meta = schema.metadata or {}
+    if _META_VERSION not in meta:
+        raise SchemaError("not a bertstream shard: schema metadata lacks bertstream.schema_version")
+    return {
+        "schema_version": int(meta[_META_VERSION]),
+        "kind": meta.get(_META_KIND, b"").decode(),
+        "vocab_sha256": meta.get(_META_VOCAB, b"").decode(),
+        "parameters": json.loads(meta.get(_META_PARAMS, b"{}")),
+        "labels": json.loads(meta.get(_META_LABELS, b"[]")),
+    }
+
+
+def check_schema(schema: pa.Schema, kind: str, *, source: str = "shard") -> str:
+    """Validate a task shard's schema against version 1 and ``kind``; return its id type."""
+    if kind not in KINDS:
+        raise SchemaError(f"task kind must be one of {KINDS}, got {kind!r}")
+    meta = read_metadata(schema)
+    if meta["schema_version"] != SCHEMA_VERSION:
+        raise SchemaError(f"{source}: schema version {meta['schema_version']}, this build reads {SCHEMA_VERSION}")
+    if meta["kind"] != kind:
+        raise SchemaError(f"{source}: holds {meta['kind']!r} rows, not {kind!r}")
+    value_type = schema.field(INPUT_IDS).type.value_type if INPUT_IDS in schema.names else None
+    for id_type, t in _ID_TYPES.items():
+        if value_type == t:
+            expected = pa.schema(_fields(kind, t))
+            if not schema.remove_metadata().equals(expected):
+                raise SchemaError(f"{source}: fields {schema.remove_metadata()} differ from {expected}")
+            return id_type
+    raise SchemaError(f"{source}: input_ids has element type {value_type}, not uint16 or int32")

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from pipelines.cli import main
+from tests.conftest import shared_path
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, ["task", *args])
+
+
+def test_mrpc_dev_preset_through_the_cli(tmp_path, wiki_vocab):
+    out = tmp_path / "mrpc"
+    r = invoke("classification", "--glue", "mrpc", "--input", str(shared_path("tasks", "mrpc", "dev.tsv")),
+               "--vocab", str(wiki_vocab / "vocab.txt"), "--output", str(out))
+    assert r.exit_code == 0, r.output
+    assert "rows: 408 read, 408 used, 0 dropped" in r.output and f"{out}/manifest.json" in r.output
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["task"]["labels"] == ["0", "1"] and m["task"]["columns"]["text_pair"] == "#2 String"
+    labels = [int(line.split("\t", 1)[0]) for line in shared_path("tasks", "mrpc", "dev.tsv").read_text("utf-8-sig").splitlines()[1:]]
+    assert m["statistics"]["label_counts"] == {"0": labels.count(0), "1": labels.count(1)}
+    assert m["counters"]["control_chars_removed"] == 1  # the BOM
+
+
+@pytest.fixture()
+def train_tsv(tmp_path):
+    p = tmp_path / "train.tsv"
+    p.write_text("text\tlabel\na module\tpos\n")
+    return str(p)
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--text-column", "sentence", "--label-column", "label"], "'--text-column'"),
+    (["--text-column", "text", "--label-column", "gold"], "'--label-column'"),
+    (["--text-column", "text"], "'--label-column'"),
+    (["--text-column", "text", "--text-pair-column", "text", "--label-column", "label"], "'--text-pair-column'"),
+    (["--glue", "sst2", "--text-column", "text"], "'--glue'"),
+    (["--text-column", "text", "--label-column", "label", "--labels", "a,,b"], "'--labels'"),
+    (["--text-column", "text", "--label-column", "label", "--max-seq-length", "4"], "'--max-seq-length'"),
+    (["--text-column", "text", "--label-column", "label", "--num-shards", "-1"], "'--num-shards'"),
+    (["--text-column", "text", "--label-column", "label", "--split", "a b"], "'--split'"),
+    (["--text-column", "text", "--label-column", "label", "--label-set-from", "/nonexistent"], "'--label-set-from'"),
+    (["--text-column", "text", "--label-column", "label", "--max-seq-lenght", "64"], "--max_seq_lenght"),
+])
+def test_classification_usage_errors_name_the_flag(tmp_path, demo_vocab, train_tsv, args, flag):
+    r = invoke("classification", "--input", train_tsv, "--vocab", str(demo_vocab / "vocab.txt"), "--output",
+               str(tmp_path / "o"), *args)
+    assert r.exit_code == 2, r.output
+    assert flag in r.output
+    assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+def test_ner_and_squad_usage_errors_name_the_flag(tmp_path, demo_vocab, train_tsv):
+    vocab = str(demo_vocab / "vocab.txt")
+    r = invoke("ner", "--input", train_tsv, "--vocab", vocab, "--output", str(tmp_path / "o"))
+    assert r.exit_code == 2 and "'--input'" in r.output and "not a CoNLL file" in r.output
+    conll = tmp_path / "train.txt"
+    conll.write_text("Guido NNP B-NP B-PER\n")
+    for args, flag in ((["--window-overlap", "100"], "'--window-overlap'"), (["--labels", "B-PER"], "'--labels'"),
+                       (["--vocab", str(tmp_path / "missing.txt")], "'--vocab'")):
+        r = invoke("ner", "--input", str(conll), "--vocab", vocab, "--output", str(tmp_path / "o"), *args)
+        assert r.exit_code == 2 and flag in r.output, (args, r.output)
+    squad = tmp_path / "train-v1.1.json"
+    squad.write_text('{"data": []}')
+    for args, flag in ((["--articles", "5:2"], "'--articles'"), (["--articles", "x"], "'--articles'"),
+                       (["--doc-stride", "400"], "'--doc-stride'"), (["--max-query-length", "0"], "'--max-query-length'")):
+        r = invoke("squad", "--input", str(squad), "--vocab", vocab, "--output", str(tmp_path / "o"), *args)
+        assert r.exit_code == 2 and flag in r.output, (args, r.output)
+    r = invoke("squad", "--input", train_tsv, "--vocab", vocab, "--output", str(tmp_path / "o"))
+    assert r.exit_code == 2 and "'--input'" in r.output and "not SQuAD JSON" in r.output
+
+
+def test_input_errors_while_running_exit_1_without_a_manifest(tmp_path, demo_vocab):
+    vocab = str(demo_vocab / "vocab.txt")
+    squad = tmp_path / "train-v1.1.json"
+    squad.write_text(json.dumps({"data": [{"title": "t", "paragraphs": []}]}))
+    r = invoke("squad", "--input", str(squad), "--vocab", vocab, "--output", str(tmp_path / "o"), "--articles", "3:5")
+    assert r.exit_code == 1, r.output
+    assert "--articles 3:5 is outside its 1 articles" in r.output and "no manifest was written" in r.output
+    assert not (tmp_path / "o" / "manifest.json").exists()
