@@ -26,6 +26,9 @@ _PASSTHROUGH = dict(ignore_unknown_options=True, allow_extra_args=True, help_opt
 def _quiet_beam() -> None:
     # `import apache_beam` configures root logging at WARNING and chats about optional clients.
     logging.getLogger().setLevel(logging.ERROR)
+    from pipelines.runner import limit_malloc_arenas
+
+    limit_malloc_arenas()
 
 
 def _bad(err: Exception, param: str) -> click.UsageError:

@@ -17,7 +17,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import counters as C
-from pipelines.config import PretrainingConfig
+from pipelines.config import FORMATS, PretrainingConfig
 from pipelines.finalize import Finalize
 from pipelines.group import GroupDocuments
 from pipelines.instances import CreateInstances
@@ -38,14 +38,28 @@ TARGET_SHARD_INPUT_BYTES = 128 << 20
 class InputFile:
     path: str
     bytes: int
+    format: str
 
 
-def resolve_inputs(patterns: list[str]) -> list[InputFile]:
-    """Expand paths and globs on any Beam filesystem; a pattern that matches nothing is an error."""
+def split_format(pattern: str, default_format: str) -> tuple[str, str]:
+    """``"text:books/*.txt"`` -> ``("text", "books/*.txt")``; no known prefix -> the default format."""
+    head, sep, rest = pattern.partition(":")
+    if sep and head in FORMATS:
+        return head, rest
+    return default_format, pattern
+
+
+def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> list[InputFile]:
+    """Expand paths and globs on any Beam filesystem; a pattern that matches nothing is an error.
+
+    A pattern may carry its own format (``wikiextractor:wiki/*``), so books and Wikipedia can share one
+    run and one random-next pool, as in BERT's own pretraining data.
+    """
     if not patterns:
         raise UsageError("input", "no --input given")
-    found: dict[str, int] = {}
-    for pattern in patterns:
+    found: dict[str, tuple[int, str]] = {}
+    for raw in patterns:
+        fmt, pattern = split_format(raw, default_format)
         try:
             result = FileSystems.match([pattern])[0]
         except Exception as e:
@@ -54,9 +68,11 @@ def resolve_inputs(patterns: list[str]) -> list[InputFile]:
         if not files:
             raise UsageError("input", f"{pattern!r} matches no files")
         for m in files:
-            found[m.path] = m.size_in_bytes
+            if m.path in found and found[m.path][1] != fmt:
+                raise UsageError("input", f"{m.path} is given as both {found[m.path][1]} and {fmt}")
+            found[m.path] = (m.size_in_bytes, fmt)
     # Sorted: the order of --input arguments must not matter.
-    return [InputFile(p, found[p]) for p in sorted(found)]
+    return [InputFile(p, *found[p]) for p in sorted(found)]
 
 
 def auto_num_shards(input_bytes: int, dupe_factor: int) -> int:
@@ -109,8 +125,8 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
         mask_id=vocab.id("[MASK]"), max_seq_length=cfg.max_seq_length, max_predictions=cfg.max_predictions_per_seq,
         masked_lm_prob=cfg.masked_lm_prob, whole_word=cfg.whole_word_mask,
     )
-    files = p | "Inputs" >> beam.Create([f.path for f in inputs])
-    docs = files | "Read" >> ReadDocuments(cfg.input_format, cfg.strip_gutenberg)
+    files = p | "Inputs" >> beam.Create([(f.path, f.format) for f in inputs])
+    docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg)
     sentences = docs | "Segment" >> SegmentDocuments()
     tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads)
     units, groups = tokenized | "Group" >> GroupDocuments(
@@ -153,7 +169,7 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
                     lowercase: bool | None = None) -> RunResult:
     """Validate, build and run the pipeline; return its manifest. Raises before Beam starts on bad input."""
     options = pipeline_options(list(beam_args or []))
-    files = resolve_inputs(inputs)
+    files = resolve_inputs(inputs, cfg.input_format)
     spec = load_tokenizer(vocab, lowercase)
     if spec.lowercase != cfg.lowercase:
         cfg = replace(cfg, lowercase=spec.lowercase)
@@ -171,7 +187,7 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
         },
         "parameters": {**cfg.to_dict(), "num_shards": num_shards},
         "seed": cfg.seed,
-        "inputs": [{"path": f.path, "bytes": f.bytes} for f in files],
+        "inputs": [{"path": f.path, "bytes": f.bytes, "format": f.format} for f in files],
         "run": {"runner": runner_name(options),
                 "options": list(beam_args or []), "started_at": started},
     }

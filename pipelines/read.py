@@ -299,14 +299,14 @@ def batch_documents(docs: Iterable[Document], counters: Counter, max_bytes: int 
 
 
 class _ReadFileFn(beam.DoFn):
-    def __init__(self, input_format: str, strip_gutenberg: bool) -> None:
-        self.input_format = input_format
+    def __init__(self, strip_gutenberg: bool) -> None:
         self.strip_gutenberg = strip_gutenberg
 
-    def process(self, path: str) -> Iterator[DocumentBatch]:
+    def process(self, element: tuple[str, str]) -> Iterator[DocumentBatch]:
+        path, input_format = element
         counters: Counter = Counter()
         counters[C.FILES_READ] += 1
-        docs = read_documents(path, self.input_format, counters, self.strip_gutenberg)
+        docs = read_documents(path, input_format, counters, self.strip_gutenberg)
         for batch in batch_documents(docs, counters):
             C.report(batch.counters)
             yield batch
@@ -314,11 +314,10 @@ class _ReadFileFn(beam.DoFn):
 
 
 class ReadDocuments(beam.PTransform):
-    """``PCollection[str]`` of file paths -> ``PCollection[DocumentBatch]``."""
+    """``PCollection[(path, format)]`` -> ``PCollection[DocumentBatch]``."""
 
-    def __init__(self, input_format: str, strip_gutenberg: bool = True) -> None:
+    def __init__(self, strip_gutenberg: bool = True) -> None:
         super().__init__()
-        self.input_format = input_format
         self.strip_gutenberg = strip_gutenberg
 
     def expand(self, paths):
@@ -326,5 +325,5 @@ class ReadDocuments(beam.PTransform):
             paths
             # Spread files over workers: without it, the runner reads them all in one bundle.
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadFile" >> beam.ParDo(_ReadFileFn(self.input_format, self.strip_gutenberg))
+            | "ReadFile" >> beam.ParDo(_ReadFileFn(self.strip_gutenberg))
         )

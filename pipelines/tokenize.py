@@ -152,9 +152,14 @@ class DocumentTokenizer:
         self._literal = re.compile("|".join(re.escape(t) for t in added))
         self._encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
 
+    # Long documents (books) are encoded in pieces of about this many characters, so that the tokenizer's
+    # threads share them out; pieces end on sentence boundaries, so the ids do not change.
+    PIECE_CHARS = 64 << 10
+
     def __call__(self, docs: list[tuple[str, list[str]]], counters: Counter) -> TokenizedBatch:
         """``docs`` are ``(doc_id, sentences)``; documents without tokens are dropped and counted."""
-        texts = []
+        texts: list[str] = []
+        pieces: list[int] = []  # texts per document
         for _, sentences in docs:
             if any("[" in s for s in sentences):
                 cleaned = []
@@ -164,14 +169,25 @@ class DocumentTokenizer:
                         counters[C.SPECIAL_LITERALS] += n
                     cleaned.append(s)
                 sentences = cleaned
-            texts.append(" [SEP] ".join(sentences) + " [SEP]")
+            before = len(texts)
+            start, size = 0, 0
+            for i, s in enumerate(sentences):
+                size += len(s) + 7
+                if size >= self.PIECE_CHARS:
+                    texts.append(" [SEP] ".join(sentences[start : i + 1]) + " [SEP]")
+                    start, size = i + 1, 0
+            if start < len(sentences):
+                texts.append(" [SEP] ".join(sentences[start:]) + " [SEP]")
+            pieces.append(len(texts) - before)
         encodings = self._encode(texts, add_special_tokens=False) if texts else []
         keep_docs, all_ids, all_lens, n_sents = [], [], [], []
-        for (doc_id, sentences), enc in zip(docs, encodings):
+        at = 0
+        for (doc_id, sentences), n_pieces in zip(docs, pieces):
+            encs, at = encodings[at : at + n_pieces], at + n_pieces
             if not sentences:
                 counters[C.drop(C.EMPTY)] += 1
                 continue
-            ids = np.asarray(enc.ids, dtype=np.int64)
+            ids = np.asarray(encs[0].ids if n_pieces == 1 else [i for e in encs for i in e.ids], dtype=np.int64)
             seps = np.flatnonzero(ids == self.sep_id)
             # One [SEP] per sentence; an empty sentence shows as two adjacent [SEP]s.
             starts = np.concatenate(([0], seps[:-1] + 1))

@@ -52,13 +52,13 @@ class VocabConfig:
 
 
 def sample_texts(inputs: list[str], cfg: VocabConfig, counters: Counter) -> Iterator[str]:
-    files = resolve_inputs(inputs)
+    files = resolve_inputs(inputs, cfg.input_format)
     total = sum(f.bytes for f in files)
     fraction = 1.0 if not cfg.sample_bytes or cfg.sample_bytes >= total else cfg.sample_bytes / total
     threshold = int(fraction * 2**64)
     taken = 0
     for f in files:
-        for doc in read_documents(f.path, cfg.input_format, counters):
+        for doc in read_documents(f.path, f.format, counters):
             if fraction < 1.0 and hash64(cfg.seed, doc.doc_id) >= threshold:
                 continue
             for p in doc.paragraphs:

@@ -140,8 +140,8 @@ def test_read_documents_composite_on_runner(tmp_path):
     with TestPipeline(runner=FnApiRunner()) as p:
         ids = (
             p
-            | beam.Create([str(a), str(b)])
-            | ReadDocuments("sentences")
+            | beam.Create([(str(a), "sentences"), (str(b), "sentences")])
+            | ReadDocuments()
             | beam.FlatMap(lambda batch: [d.doc_id for d in batch.documents])
         )
         assert_that(ids, equal_to([f"{a}:1", f"{a}:4", f"{b}:1"]))

@@ -127,3 +127,14 @@ def test_vocab_errors_are_clear(tmp_path, demo_vocab):
         load_tokenizer(str(js))
     with pytest.raises(VocabError, match="lowercases, but --cased"):
         load_tokenizer(str(demo_vocab / "tokenizer.json"), lowercase=False)
+
+
+def test_long_documents_are_encoded_in_pieces_with_the_same_ids(demo_vocab, demo_corpus):
+    spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
+    tok = DocumentTokenizer(spec)
+    sentences = [s for p in sorted(demo_corpus.glob("*.txt")) for line in p.read_text().split("\n\n")
+                 for s in split_sentences(" ".join(line.split()))]
+    assert sum(len(s) for s in sentences) > 4 * DocumentTokenizer.PIECE_CHARS  # several pieces
+    batch = tok([("book", sentences)], Counter())
+    alone = [e.ids for e in tok.tokenizer.encode_batch(sentences, add_special_tokens=False)]
+    assert sentences_of(batch, 0) == [a for a in alone if a]
