@@ -127,7 +127,7 @@ def summary_lines(manifest: Manifest) -> list[str]:
     lines = [
         f"kind {manifest.kind}, schema v{manifest.schema_version}, vocab {manifest.vocab['size']} tokens "
         f"(sha256 {manifest.vocab['sha256'][:12]}…, {'uncased' if manifest.vocab.get('lowercase') else 'cased'})",
-        f"shards: " + ", ".join(f"{len(manifest.shards_of(f))} {f} ({manifest.totals['bytes'].get(f, 0) / 1e6:.1f} MB)"
+        "shards: " + ", ".join(f"{len(manifest.shards_of(f))} {f} ({manifest.totals['bytes'].get(f, 0) / 1e6:.1f} MB)"
                                 for f in manifest.formats),
     ]
     shown = [k for k in ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob", "dupe_factor",

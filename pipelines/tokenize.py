@@ -103,6 +103,10 @@ def load_tokenizer(path: str, lowercase: bool | None = None) -> TokenizerSpec:
             tok = Tokenizer.from_str(text)
         except Exception as e:
             raise VocabError(f"{path}: tokenizers cannot load it ({e})") from None
+        # Published tokenizer.json files often carry truncation/padding for inference (e.g. 128 tokens):
+        # pretraining must see every token of a document.
+        tok.no_truncation()
+        tok.no_padding()
         added = {t.content for t in tok.get_added_tokens_decoder().values()}
         missing = [t for t in SPECIAL_TOKENS if t not in added]
         if missing:

@@ -31,6 +31,7 @@ class TrainConfig:
     lr: float = 1e-4
     warmup_steps: int = 1000
     max_steps: int = 10_000
+    max_minutes: float = 0.0  # > 0: stop (evaluate, checkpoint) once this much wall time has passed
     optimizer: str = "adamw"
     weight_decay: float = 0.01
     adam_eps: float = 1e-6
@@ -62,6 +63,7 @@ class TrainConfig:
             value = getattr(self, name)
             check(isinstance(value, int) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
         check(0 <= self.weight_decay < 1, "weight_decay", f"must be in [0, 1), got {self.weight_decay}")
         check(self.max_grad_norm > 0, "max_grad_norm", f"must be > 0, got {self.max_grad_norm}")

@@ -76,3 +76,10 @@ def all_gather_object(obj, info: DistInfo) -> list:
     out = [None] * info.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+def broadcast_tensor(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """Rank 0's ``t`` on every rank (in place)."""
+    if info.enabled:
+        dist.broadcast(t, src=0)
+    return t

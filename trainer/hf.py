@@ -10,7 +10,6 @@ This module does not import ``transformers``: it writes and reads the files them
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path

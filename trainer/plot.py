@@ -4,7 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from trainer.metrics import read_metrics
+
+
+def unigram_baseline(data_dir: str) -> float:
+    """MLM accuracy of always predicting the most frequent masked token of ``data_dir`` (its own mode, so the
+    baseline is, if anything, flattered)."""
+    from trainer.data import DataConfig, PretrainingLoader
+
+    loader = PretrainingLoader(DataConfig(paths=(data_dir,), batch_size=256, shuffle=False, drop_remainder=False),
+                               expected_vocab_sha256=None)
+    counts = torch.zeros(0, dtype=torch.float64)
+    for batch in loader:
+        ids = batch["masked_lm_ids"][batch["masked_lm_weights"] > 0]
+        c = torch.bincount(ids).double()
+        counts = torch.nn.functional.pad(counts, (0, max(0, len(c) - len(counts)))) + torch.nn.functional.pad(
+            c, (0, max(0, len(counts) - len(c))))
+        if loader.batches_consumed == loader.steps_per_epoch:
+            break
+    return float(counts.max() / counts.sum())
 
 
 def plot_run(run_dir: str | Path, output: str | Path | None = None, *, baseline: float | None = None) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,7 +224,9 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     meter = Throughput(info.device)
     bar = _Bar(cfg.max_steps, step, info.is_main)
     grad_norm = torch.zeros((), device=info.device)
-    while step < cfg.max_steps:
+    deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
+    last_step = cfg.max_steps
+    while step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         counts = torch.tensor([[float(b["masked_lm_weights"].sum()), float(len(b["next_sentence_labels"])),
                                 float(b["attention_mask"].sum())] for b in micro], dtype=torch.float64)
@@ -250,9 +253,15 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         run.steps += 1
         meter.add(int(totals[1]), int(totals[2]), flops)
         bar.update(1)
+        if deadline is not None and step < last_step:
+            # Every rank must stop at the same step: rank 0's clock decides.
+            out_of_time = torch.tensor([float(time.monotonic() >= deadline)], device=info.device)
+            if D.broadcast_tensor(out_of_time, info).item():
+                log(f"--max-minutes {cfg.max_minutes} reached at step {step}", info)
+                last_step = step
 
         # --- log ------------------------------------------------------------------------------------
-        if step % cfg.log_every == 0 or step == cfg.max_steps:
+        if step % cfg.log_every == 0 or step == last_step:
             record = {"step": step, **run.summary(info), "lr": scheduler.get_last_lr()[0],
                       "grad_norm": float(grad_norm), "epoch": loader.epoch, **meter.read()}
             metrics.log(record)
@@ -263,7 +272,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
             run = Running.zero(info.device)
 
         # --- evaluate -------------------------------------------------------------------------------
-        if cfg.eval_data and (step % cfg.eval_every == 0 or step == cfg.max_steps):
+        if cfg.eval_data and (step % cfg.eval_every == 0 or step == last_step):
             record = {"step": step, "split": "eval", **evaluate(model, cfg, vocab, info)}
             metrics.log(record)
             log(f"eval at step {step}: loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} "
@@ -271,7 +280,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
             meter.read()  # evaluation time is not training throughput
 
         # --- checkpoint -----------------------------------------------------------------------------
-        if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
+        if step % cfg.checkpoint_every == 0 or step == last_step:
             save_checkpoint()
     bar.close()
     metrics.close()

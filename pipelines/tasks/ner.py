@@ -59,7 +59,7 @@ def ownership(windows: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     ``[0, n)``."""
     owned = []
     own_start = windows[0][0]
-    for k, (start, end) in enumerate(windows):
+    for k, (_, end) in enumerate(windows):
         if k + 1 < len(windows):
             next_start = windows[k + 1][0]
             own_end = (next_start + end + 1) // 2  # middle of the overlap [next_start, end)

@@ -9,7 +9,6 @@ consumes exactly the same random stream as ours.
 
 from __future__ import annotations
 
-import random
 
 
 def truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.masking import MaskingSpec, mask, masking_spec, num_to_predict
+from pipelines.masking import mask, masking_spec, num_to_predict
 from schemas.vocab import SPECIAL_TOKENS, Vocab, is_reserved
 
 CLS, SEP, MASK_ID = 2, 3, 4

@@ -138,3 +138,18 @@ def test_long_documents_are_encoded_in_pieces_with_the_same_ids(demo_vocab, demo
     batch = tok([("book", sentences)], Counter())
     alone = [e.ids for e in tok.tokenizer.encode_batch(sentences, add_special_tokens=False)]
     assert sentences_of(batch, 0) == [a for a in alone if a]
+
+
+def test_truncation_and_padding_in_a_published_tokenizer_json_are_ignored(demo_vocab, tmp_path):
+    import json
+
+    data = json.loads((demo_vocab / "tokenizer.json").read_text())
+    # As sentence-transformers and many hub models ship it: truncate at 8 tokens, pad to 16.
+    data["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}
+    data["padding"] = {"strategy": {"Fixed": 16}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                       "pad_type_id": 0, "pad_token": "[PAD]"}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data))
+    sentence = "The assignment statement evaluates the expression list and assigns the single resulting object."
+    plain = DocumentTokenizer(load_tokenizer(str(demo_vocab / "tokenizer.json")))([("d", [sentence])], Counter())
+    published = DocumentTokenizer(load_tokenizer(str(tmp_path / "tokenizer.json")))([("d", [sentence])], Counter())
+    assert len(plain.ids) > 8 and published.ids.tolist() == plain.ids.tolist()

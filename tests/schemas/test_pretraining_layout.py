@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import io
 
 import numpy as np
 import pyarrow as pa
