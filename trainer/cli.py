@@ -26,7 +26,8 @@ def main() -> None:
 @click.option("--grad-accum", type=int, default=1)
 @click.option("--lr", type=float, default=1e-4)
 @click.option("--warmup-steps", type=int, default=1000)
-@click.option("--max-steps", type=int, default=10000)
+@click.option("--max-steps", type=int, default=10000, help="Also the end of the linear decay.")
+@click.option("--max-minutes", type=float, default=0.0, help="Stop early (evaluate, checkpoint) after this wall time.")
 @click.option("--optimizer", type=click.Choice(["adamw", "lamb"]), default="adamw")
 @click.option("--weight-decay", type=float, default=0.01)
 @click.option("--max-grad-norm", type=float, default=1.0)
@@ -47,7 +48,7 @@ def main() -> None:
 @click.option("--no-tensorboard", is_flag=True)
 @click.option("--device", default="auto", help="auto, cpu or cuda.")
 def pretrain(data, eval_data, model, model_config, init_from, output, batch_size, grad_accum, lr, warmup_steps,
-             max_steps, optimizer, weight_decay, max_grad_norm, precision, compile_, seed, log_every, eval_every,
+             max_steps, max_minutes, optimizer, weight_decay, max_grad_norm, precision, compile_, seed, log_every, eval_every,
              eval_batches, checkpoint_every, keep_checkpoints, resume, reset_optimizer, num_workers, data_format,
              skip_corrupt, deterministic, no_tensorboard, device) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
@@ -57,7 +58,7 @@ def pretrain(data, eval_data, model, model_config, init_from, output, batch_size
         cfg = TrainConfig(
             data=tuple(data), eval_data=eval_data, model=model, model_config=model_config, init_from=init_from,
             output=output, batch_size=batch_size, grad_accum=grad_accum, lr=lr, warmup_steps=warmup_steps,
-            max_steps=max_steps, optimizer=optimizer, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
+            max_steps=max_steps, max_minutes=max_minutes, optimizer=optimizer, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
             precision=precision, compile=compile_, seed=seed, log_every=log_every, eval_every=eval_every,
             eval_batches=eval_batches, checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
             resume=resume, reset_optimizer=reset_optimizer, num_workers=num_workers, data_format=data_format,
@@ -83,9 +84,11 @@ def export_hf(checkpoint, out) -> None:
 @main.command(context_settings=_CTX)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--output", help="PNG path (default RUN_DIR/curves.png).")
-def plot(run_dir, output) -> None:
+@click.option("--baseline-from", help="Dataset folder: draw the unigram MLM accuracy baseline computed from it.")
+def plot(run_dir, output, baseline_from) -> None:
     """Plot loss and MLM/NSP accuracy (train and eval) from RUN_DIR/metrics.jsonl."""
-    from trainer.plot import plot_run
+    from trainer.plot import plot_run, unigram_baseline
 
-    path = plot_run(run_dir, output)
-    click.echo(f"wrote {path}")
+    baseline = unigram_baseline(baseline_from) if baseline_from else None
+    path = plot_run(run_dir, output, baseline=baseline)
+    click.echo(f"wrote {path}" + (f" (unigram baseline {baseline:.4f})" if baseline is not None else ""))
