@@ -26,6 +26,8 @@ _PASSTHROUGH = dict(ignore_unknown_options=True, allow_extra_args=True, help_opt
 def _quiet_beam() -> None:
     # `import apache_beam` configures root logging at WARNING and chats about optional clients.
     logging.getLogger().setLevel(logging.ERROR)
+    # A failing DoFn is logged by Beam with its traceback before the error reaches us; we report it once.
+    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     from pipelines.runner import limit_malloc_arenas
 
     limit_malloc_arenas()
@@ -98,10 +100,8 @@ def pretraining(ctx, inputs, input_format, vocab, output, max_seq_length, max_pr
     The default runner is Beam's in-process FnApiRunner.
     """
     _quiet_beam()
+    from pipelines.cli_errors import pipeline_errors
     from pipelines.pretraining import run_pretraining
-    from pipelines.runner import UsageError
-    from pipelines.read import InputError
-    from schemas.vocab import VocabError
 
     try:
         cfg = PretrainingConfig(
@@ -113,39 +113,10 @@ def pretraining(ctx, inputs, input_format, vocab, output, max_seq_length, max_pr
         )
     except ConfigError as e:
         raise _bad(e, e.param) from None
-    try:
+    with pipeline_errors():
         result = run_pretraining(inputs=list(inputs), vocab=vocab, output_dir=output, cfg=cfg, beam_args=ctx.args,
                                  overwrite=overwrite, lowercase=lowercase)
-    except UsageError as e:
-        if e.param == "beam option":
-            raise click.UsageError(f"{e} (neither a bertprep option nor a Beam pipeline option)") from None
-        raise click.BadParameter(str(e), param_hint=f"'--{e.param}'") from None
-    except VocabError as e:
-        raise click.BadParameter(str(e), param_hint="'--vocab'") from None
-    except InputError as e:
-        raise click.ClickException(f"{e}; no manifest was written") from None
-    except Exception as e:
-        cause = _input_error_in(e)
-        if cause is not None:
-            raise click.ClickException(f"{cause}; no manifest was written") from None
-        raise
     _print_summary(result)
-
-
-def _input_error_in(e: BaseException) -> str | None:
-    """Beam wraps worker exceptions; find our InputError's message in the chain or the text."""
-    from pipelines.read import InputError
-
-    seen = e
-    while seen is not None:
-        if isinstance(seen, InputError):
-            return str(seen)
-        seen = seen.__cause__ or seen.__context__
-    text = str(e)
-    marker = "InputError: "
-    if marker in text:
-        return text[text.rindex(marker) + len(marker):].splitlines()[0]
-    return None
 
 
 def _print_summary(result) -> None:

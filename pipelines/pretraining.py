@@ -194,8 +194,12 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
     C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
     p = make_pipeline(options)
     build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options))
-    result = p.run()
-    result.wait_until_finish()
+    try:
+        p.run().wait_until_finish()
+    except BaseException:
+        if FileSystems.exists(work_dir):  # pool files of a failed run; shards were never published
+            FileSystems.delete([work_dir])
+        raise
     seconds = time.time() - started
     with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
         manifest = Manifest.from_json(f.read())

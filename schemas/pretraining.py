@@ -21,13 +21,12 @@ Schema metadata (UTF-8 keys and values): ``bertstream.schema_version``, ``bertst
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from schemas.version import SCHEMA_VERSION, SchemaError
+from schemas.version import SCHEMA_VERSION, SchemaError, decode_metadata, encode_metadata
 
 KIND = "pretraining"
 INPUT_IDS = "input_ids"
@@ -39,11 +38,6 @@ INSTANCE_ID = "instance_id"
 FIELDS = (INPUT_IDS, SEGMENT_A_LENGTH, MASKED_LM_POSITIONS, MASKED_LM_IDS, NEXT_SENTENCE_LABEL, INSTANCE_ID)
 
 IS_NEXT, NOT_NEXT = 0, 1
-
-_META_VERSION = b"bertstream.schema_version"
-_META_KIND = b"bertstream.kind"
-_META_VOCAB = b"bertstream.vocab_sha256"
-_META_PARAMS = b"bertstream.parameters"
 
 _ID_TYPES = {"uint16": pa.uint16(), "int32": pa.int32()}
 
@@ -67,27 +61,12 @@ def arrow_schema(id_type: str, vocab_sha256: str = "", parameters: Mapping[str, 
             pa.field(INSTANCE_ID, pa.uint64(), nullable=False),
         ]
     )
-    return schema.with_metadata(
-        {
-            _META_VERSION: str(SCHEMA_VERSION).encode(),
-            _META_KIND: KIND.encode(),
-            _META_VOCAB: vocab_sha256.encode(),
-            _META_PARAMS: json.dumps(dict(parameters or {}), sort_keys=True).encode(),
-        }
-    )
+    return schema.with_metadata(encode_metadata(KIND, vocab_sha256, parameters))
 
 
 def read_metadata(schema: pa.Schema) -> dict[str, Any]:
     """Version, kind, vocab hash and parameters from a shard's schema; raises on a foreign file."""
-    meta = schema.metadata or {}
-    if _META_VERSION not in meta:
-        raise SchemaError("not a bertstream shard: schema metadata lacks bertstream.schema_version")
-    return {
-        "schema_version": int(meta[_META_VERSION]),
-        "kind": meta.get(_META_KIND, b"").decode(),
-        "vocab_sha256": meta.get(_META_VOCAB, b"").decode(),
-        "parameters": json.loads(meta.get(_META_PARAMS, b"{}")),
-    }
+    return decode_metadata(schema.metadata)
 
 
 def check_schema(schema: pa.Schema, *, source: str = "shard") -> str:

@@ -83,13 +83,12 @@ label names, index = id; empty for regression and SQuAD).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from schemas.version import SCHEMA_VERSION, SchemaError
+from schemas.version import SCHEMA_VERSION, SchemaError, decode_metadata, encode_metadata
 
 CLASSIFICATION, REGRESSION, NER, SQUAD = "classification", "regression", "ner", "squad"
 KINDS = (CLASSIFICATION, REGRESSION, NER, SQUAD)
@@ -117,11 +116,6 @@ NO_OFFSET = -1  # SQuAD offsets of question and special tokens; NER word id of s
 EXAMPLES_FILE = "examples.jsonl"
 
 # Same keys as the pretraining layout, so one reader recognises every bertstream shard.
-_META_VERSION = b"bertstream.schema_version"
-_META_KIND = b"bertstream.kind"
-_META_VOCAB = b"bertstream.vocab_sha256"
-_META_PARAMS = b"bertstream.parameters"
-_META_LABELS = b"bertstream.labels"
 
 _ID_TYPES = {"uint16": pa.uint16(), "int32": pa.int32()}
 
@@ -179,29 +173,12 @@ def field_names(kind: str) -> tuple[str, ...]:
 def arrow_schema(kind: str, id_type: str, vocab_sha256: str = "", parameters: Mapping[str, Any] | None = None,
                  labels: Sequence[str] = ()) -> pa.Schema:
     schema = pa.schema(_fields(kind, _arrow_id_type(id_type)))
-    return schema.with_metadata(
-        {
-            _META_VERSION: str(SCHEMA_VERSION).encode(),
-            _META_KIND: kind.encode(),
-            _META_VOCAB: vocab_sha256.encode(),
-            _META_PARAMS: json.dumps(dict(parameters or {}), sort_keys=True).encode(),
-            _META_LABELS: json.dumps(list(labels)).encode(),
-        }
-    )
+    return schema.with_metadata(encode_metadata(kind, vocab_sha256, parameters, {"labels": list(labels)}))
 
 
 def read_metadata(schema: pa.Schema) -> dict[str, Any]:
     """Version, kind, vocab hash, parameters and label names of a task shard; raises on a foreign file."""
-    meta = schema.metadata or {}
-    if _META_VERSION not in meta:
-        raise SchemaError("not a bertstream shard: schema metadata lacks bertstream.schema_version")
-    return {
-        "schema_version": int(meta[_META_VERSION]),
-        "kind": meta.get(_META_KIND, b"").decode(),
-        "vocab_sha256": meta.get(_META_VOCAB, b"").decode(),
-        "parameters": json.loads(meta.get(_META_PARAMS, b"{}")),
-        "labels": json.loads(meta.get(_META_LABELS, b"[]")),
-    }
+    return decode_metadata(schema.metadata, {"labels": []})
 
 
 def check_schema(schema: pa.Schema, kind: str, *, source: str = "shard") -> str:

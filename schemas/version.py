@@ -1,7 +1,51 @@
-"""The one schema version shared by every file bertstream writes or reads."""
+"""The one schema version shared by every file bertstream writes or reads, and the shard metadata."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
 
 SCHEMA_VERSION = 1
 
 
 class SchemaError(ValueError):
     """A shard, sample or manifest does not match the schema this build reads."""
+
+
+_META_VERSION = b"bertstream.schema_version"
+_META_KIND = b"bertstream.kind"
+_META_VOCAB = b"bertstream.vocab_sha256"
+_META_PARAMS = b"bertstream.parameters"
+
+
+def encode_metadata(kind: str, vocab_sha256: str, parameters: Mapping[str, Any] | None,
+                    extra: Mapping[str, Any] | None = None) -> dict[bytes, bytes]:
+    """Arrow schema metadata of every bertstream shard: version, kind, vocab hash, parameters (JSON), and
+    ``extra`` entries as ``bertstream.<name>`` JSON values."""
+    meta = {
+        _META_VERSION: str(SCHEMA_VERSION).encode(),
+        _META_KIND: kind.encode(),
+        _META_VOCAB: vocab_sha256.encode(),
+        _META_PARAMS: json.dumps(dict(parameters or {}), sort_keys=True).encode(),
+    }
+    for name, value in (extra or {}).items():
+        meta[f"bertstream.{name}".encode()] = json.dumps(value).encode()
+    return meta
+
+
+def decode_metadata(metadata: Mapping[bytes, bytes] | None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The inverse of :func:`encode_metadata`; ``extra`` maps names to defaults. Raises on a foreign file."""
+    meta = metadata or {}
+    if _META_VERSION not in meta:
+        raise SchemaError("not a bertstream shard: schema metadata lacks bertstream.schema_version")
+    out = {
+        "schema_version": int(meta[_META_VERSION]),
+        "kind": meta.get(_META_KIND, b"").decode(),
+        "vocab_sha256": meta.get(_META_VOCAB, b"").decode(),
+        "parameters": json.loads(meta.get(_META_PARAMS, b"{}")),
+    }
+    for name, default in (extra or {}).items():
+        raw = meta.get(f"bertstream.{name}".encode())
+        out[name] = json.loads(raw) if raw is not None else default
+    return out

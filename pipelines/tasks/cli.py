@@ -77,29 +77,13 @@ def _labels(text: str | None) -> tuple[str, ...]:
 def _run(fn: Callable, **kwargs) -> None:
     """Run a pipeline, mapping our errors to click's (exit 2 for usage errors, 1 for input errors)."""
     _quiet_beam()
-    from pipelines.read import InputError
-    from pipelines.runner import UsageError
-    from schemas.vocab import VocabError
+    from pipelines.cli_errors import pipeline_errors
 
     try:
-        result = fn(**kwargs)
+        with pipeline_errors():
+            result = fn(**kwargs)
     except ConfigError as e:
         raise _bad(e) from None
-    except UsageError as e:
-        if e.param == "beam option":
-            raise click.UsageError(f"{e} (neither a bertprep option nor a Beam pipeline option)") from None
-        raise click.BadParameter(str(e), param_hint=f"'--{e.param}'") from None
-    except VocabError as e:
-        raise click.BadParameter(str(e), param_hint="'--vocab'") from None
-    except InputError as e:
-        raise click.ClickException(f"{e}; no manifest was written") from None
-    except Exception as e:
-        from pipelines.cli import _input_error_in
-
-        cause = _input_error_in(e)
-        if cause is not None:
-            raise click.ClickException(f"{cause}; no manifest was written") from None
-        raise
     _print_summary(result)
 
 

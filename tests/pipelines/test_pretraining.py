@@ -149,6 +149,7 @@ def test_corrupt_gzip_fails_the_run_and_writes_no_manifest(tmp_path, demo_corpus
     with pytest.raises(Exception, match="bad.txt.gz"):
         run([good, bad], demo_vocab / "vocab.txt", tmp_path / "out")
     assert not (tmp_path / "out" / MANIFEST_NAME).exists()
+    assert not (tmp_path / "out" / "_work").exists() and not list((tmp_path / "out").glob("pretrain-*"))
 
 
 def test_errors_before_the_pipeline_starts(tmp_path, demo_corpus, demo_vocab):

@@ -1,0 +1,48 @@
+"""How pipeline failures reach the console: usage errors (exit 2) name the flag, input errors (exit 1) name
+the file and say that no manifest was written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+
+from pipelines.read import InputError
+from pipelines.runner import UsageError
+from schemas.vocab import VocabError
+
+
+def input_error_in(e: BaseException) -> str | None:
+    """Beam wraps worker exceptions; find our InputError's message in the chain or the text."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, InputError):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = str(e)
+    marker = "InputError: "
+    if marker in text:
+        return text[text.rindex(marker) + len(marker):].splitlines()[0]
+    return None
+
+
+@contextmanager
+def pipeline_errors() -> Iterator[None]:
+    try:
+        yield
+    except UsageError as e:
+        if e.param == "beam option":
+            raise click.UsageError(f"{e} (neither a bertprep option nor a Beam pipeline option)") from None
+        raise click.BadParameter(str(e), param_hint=f"'--{e.param}'") from None
+    except VocabError as e:
+        raise click.BadParameter(str(e), param_hint="'--vocab'") from None
+    except InputError as e:
+        raise click.ClickException(f"{e}; no manifest was written") from None
+    except click.ClickException:
+        raise
+    except Exception as e:
+        cause = input_error_in(e)
+        if cause is not None:
+            raise click.ClickException(f"{cause}; no manifest was written") from None
+        raise
