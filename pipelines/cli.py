@@ -185,5 +185,7 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
     if failed:
         sys.exit(1)
 
-from pipelines.tasks.cli import task
+# Imported last and with Beam's import-time warnings muted: the task commands pull in apache_beam.
+logging.getLogger().setLevel(logging.ERROR)
+from pipelines.tasks.cli import task  # noqa: E402
 main.add_command(task)

@@ -92,3 +92,65 @@ def plot(run_dir, output, baseline_from) -> None:
     baseline = unigram_baseline(baseline_from) if baseline_from else None
     path = plot_run(run_dir, output, baseline=baseline)
     click.echo(f"wrote {path}" + (f" (unigram baseline {baseline:.4f})" if baseline is not None else ""))
+
+
+@main.command(context_settings=_CTX)
+@click.option("--task", type=click.Choice(["classification", "regression", "ner", "squad"]), required=True,
+              help="Task kind; must match the datasets' manifests.")
+@click.option("--train-data", required=True, help="Training task dataset folder (bertprep task; local or URL).")
+@click.option("--eval-data", required=True, help="Evaluation task dataset folder (same vocab and label list).")
+@click.option("--init", "init", required=True,
+              help="Our checkpoint folder (or run folder: its newest checkpoint), a Hugging Face BERT folder, "
+                   "or random:PRESET (tiny, mini, small, medium, base, large) over the data's vocabulary.")
+@click.option("--output", required=True, help="Run folder: results.json, predictions, metrics.jsonl, checkpoints/.")
+@click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --output.")
+@click.option("--epochs", type=int, default=3)
+@click.option("--lr", type=float, default=5e-5)
+@click.option("--batch-size", type=int, default=32, help="Rows per device and step.")
+@click.option("--eval-batch-size", type=int, default=0, help="0: twice --batch-size.")
+@click.option("--warmup-ratio", type=float, default=0.1, help="Linear warmup over this fraction of all steps.")
+@click.option("--weight-decay", type=float, default=0.01)
+@click.option("--max-grad-norm", type=float, default=1.0)
+@click.option("--max-steps", type=int, default=0, help="> 0: train this many steps (overrides --epochs).")
+@click.option("--seed", type=int, default=0)
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16"]), default="auto",
+              help="auto: bf16 autocast on CUDA, fp32 on CPU.")
+@click.option("--num-workers", type=int, default=0, help="Data-loader worker processes per rank.")
+@click.option("--log-every", type=int, default=50)
+@click.option("--max-answer-length", type=int, default=30, help="SQuAD: longest answer span in tokens.")
+@click.option("--n-best", type=int, default=20, help="SQuAD: start/end candidates per window.")
+@click.option("--no-tensorboard", is_flag=True)
+@click.option("--device", default="auto", help="auto, cpu or cuda.")
+def finetune(task, train_data, eval_data, init, output, overwrite, epochs, lr, batch_size, eval_batch_size,
+             warmup_ratio, weight_decay, max_grad_norm, max_steps, seed, precision, num_workers, log_every,
+             max_answer_length, n_best, no_tensorboard, device) -> None:
+    """Fine-tune on a task dataset; evaluate every epoch, keep the best checkpoint, write results.json."""
+    from schemas.version import SchemaError
+    from schemas.vocab import VocabError
+    from trainer.checkpoint import CheckpointError
+    from trainer.data.shards import VocabMismatchError
+    from trainer.finetune.config import FinetuneConfig
+    from trainer.finetune.data import TaskDataError
+    from trainer.finetune.loop import finetune as run
+    from trainer.finetune.weights import InitError
+    from trainer.hf import HFCheckpointError
+
+    try:
+        cfg = FinetuneConfig(
+            task=task, train_data=train_data, eval_data=eval_data, init=init, output=output, epochs=epochs, lr=lr,
+            batch_size=batch_size, eval_batch_size=eval_batch_size, warmup_ratio=warmup_ratio,
+            weight_decay=weight_decay, max_grad_norm=max_grad_norm, max_steps=max_steps, seed=seed,
+            precision=precision, num_workers=num_workers, log_every=log_every, max_answer_length=max_answer_length,
+            n_best=n_best, tensorboard=not no_tensorboard, device=device,
+        )
+    except TrainConfigError as e:
+        raise click.BadParameter(e.message, param_hint=f"'--{e.param.replace('_', '-')}'") from None
+    try:
+        results = run(cfg, overwrite=overwrite)
+    except (TaskDataError, SchemaError, VocabError, VocabMismatchError, InitError, HFCheckpointError, CheckpointError,
+            FileExistsError) as e:  # bad data, init or output folder: a message, not a traceback
+        raise click.ClickException(str(e)) from None
+    best = results["best"]
+    value = "n/a (unlabeled eval data)" if best["value"] is None else f"{best['value']:.4f}"
+    click.echo(f"best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
+               f"{output}/results.json, {output}/{best['predictions']}")

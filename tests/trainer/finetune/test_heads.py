@@ -1,0 +1,82 @@
+"""Task heads: Hugging Face names, outputs and losses, on weights loaded from a transformers folder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from schemas import tasks as T
+from tests.trainer.finetune.hf_fixtures import CONFIG, TOL, VOCAB, batch, save_hf
+from trainer.finetune.heads import build_task_model, load_encoder_state
+from trainer.finetune.weights import resolve_init
+from trainer.model import BertForPreTraining
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+
+@pytest.mark.parametrize("kind", [T.CLASSIFICATION, T.NER, T.SQUAD])
+def test_hf_folder_gives_the_same_encoder_and_head_outputs_as_transformers(kind, tmp_path):
+    hf = save_hf(kind, tmp_path / "hf", seed=1)
+    init = resolve_init(str(tmp_path / "hf"), VOCAB)
+    assert init.kind == "hf" and init.config == CONFIG
+    ours = build_task_model(kind, init.config, 3, seed=0)
+    load_encoder_state(ours, init.state)
+    ours.eval()
+    # names: HF's, one to one (HF's token and QA models have no pooler; ours keeps a frozen one)
+    hf_names = {k: v.shape for k, v in hf.state_dict().items() if not k.endswith("position_ids")}
+    our_names = {k: v.shape for k, v in ours.state_dict().items()}
+    extra = {k for k in our_names if k.startswith("bert.pooler.")} if kind != T.CLASSIFICATION else set()
+    assert {k: s for k, s in our_names.items() if k not in extra} == hf_names
+    assert all(not p.requires_grad for p in ours.bert.pooler.parameters()) == (kind != T.CLASSIFICATION)
+
+    x = batch()
+    real = x["attention_mask"].bool()
+    with torch.no_grad():
+        seq, pooled = ours.bert(x["input_ids"], x["token_type_ids"], x["attention_mask"])
+        enc = hf.bert(**x)
+        torch.testing.assert_close(seq[real], enc.last_hidden_state[real], **TOL)
+        if kind == T.CLASSIFICATION:
+            torch.testing.assert_close(pooled, enc.pooler_output, **TOL)
+        # load_hf draws heads fresh (reported); with HF's head weights our head computes HF's logits
+        head = "qa_outputs" if kind == T.SQUAD else "classifier"
+        getattr(ours, head).load_state_dict(getattr(hf, head).state_dict())
+        out, theirs = ours(x), hf(**x)
+    if kind == T.SQUAD:
+        torch.testing.assert_close(out["start_logits"][real], theirs.start_logits[real], **TOL)
+        torch.testing.assert_close(out["end_logits"][real], theirs.end_logits[real], **TOL)
+    else:
+        got, want = (out["logits"], theirs.logits) if kind == T.CLASSIFICATION else (out["logits"][real], theirs.logits[real])
+        torch.testing.assert_close(got, want, **TOL)
+
+
+def test_losses_match_transformers(tmp_path):
+    hf = save_hf(T.SQUAD, tmp_path / "hf", seed=2)
+    ours = build_task_model(T.SQUAD, CONFIG, 0)
+    ours.load_state_dict({**hf.state_dict(), **{k: v for k, v in ours.state_dict().items() if "pooler" in k}})
+    ours.eval()
+    x = {**batch(), "start_positions": torch.tensor([3, 0, 2]), "end_positions": torch.tensor([5, 0, 4])}
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)["loss"], hf(**x).loss, **TOL)
+    # regression: one output, MSE
+    reg = build_task_model(T.REGRESSION, CONFIG, 0, seed=3).eval()
+    x = {**batch(), "labels": torch.tensor([0.5, 4.0, 2.25])}
+    with torch.no_grad():
+        out = reg(x)
+    assert out["logits"].shape == (3,)
+    torch.testing.assert_close(out["loss"], ((out["logits"] - x["labels"]) ** 2).mean())
+    # token classification ignores -100
+    ner = build_task_model(T.NER, CONFIG, 4, seed=3).eval()
+    labels = torch.full((3, 16), -100)
+    labels[0, 1], labels[2, 3] = 2, 0
+    with torch.no_grad():
+        out = ner({**batch(), "labels": labels})
+    want = torch.nn.functional.cross_entropy(out["logits"][[0, 2], [1, 3]], torch.tensor([2, 0]))
+    torch.testing.assert_close(out["loss"], want)
+
+
+def test_encoder_weights_must_be_complete():
+    model = build_task_model(T.CLASSIFICATION, CONFIG, 2)
+    state = {k: v for k, v in BertForPreTraining(CONFIG).state_dict().items() if "layer.1." not in k}
+    with pytest.raises(ValueError, match="lack encoder tensor"):
+        load_encoder_state(model, state)

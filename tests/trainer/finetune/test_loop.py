@@ -1,0 +1,231 @@
+"""End to end on real data subsets: SST-2, CoNLL-2003, SQuAD v1.1 built by the pipelines, one quick epoch of a
+tiny model on CPU; output formats, metrics on every eval row, clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from schemas import tasks as T
+from schemas.vocab import SPECIAL_TOKENS, Vocab
+from tests.trainer.finetune.conftest import conll_sentences, finetune_run
+from trainer import checkpoint as ckpt
+from trainer.cli import main
+from trainer.data.shards import VocabMismatchError
+from trainer.finetune import metrics as M
+from trainer.finetune.data import TaskDataError, load_task_data
+from trainer.metrics import read_metrics
+from trainer.model import BertForPreTraining, bert_tiny
+
+
+@pytest.fixture(scope="module")
+def sst2_run(sst2, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sst2_run")
+    return finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, epochs=2), out
+
+
+def read_tsv(path: Path) -> list[dict[str, str]]:
+    header, *rows = path.read_text(encoding="utf-8").splitlines()
+    return [dict(zip(header.split("\t"), r.split("\t"))) for r in rows]
+
+
+def test_sst2_results_predictions_and_best_checkpoint(sst2_run, sst2):
+    results, out = sst2_run
+    dev = load_task_data(str(sst2["dev"]), T.CLASSIFICATION)
+    assert results["task"] == {"kind": "classification", "glue": "sst2", "labels": ["0", "1"],
+                               "primary_metric": "accuracy", "metric_scale": "fraction"}
+    assert [e["epoch"] for e in results["epochs"]] == [1, 2] and results["steps_per_epoch"] == 20  # 320 / 16
+    assert all(e["eval"]["rows"] == 200 for e in results["epochs"])  # every eval row scored
+    best = results["best"]
+    assert best["value"] == max(e["eval"]["accuracy"] for e in results["epochs"])
+    assert json.loads((out / "results.json").read_text()) == results
+
+    rows = read_tsv(out / "predictions.tsv")
+    assert [int(r["row_id"]) for r in rows] == dev.columns[T.ROW_ID].tolist()
+    assert {r["prediction"] for r in rows} <= {"0", "1"}
+    src = (sst2["dev"].parent / "dev.tsv").read_text(encoding="utf-8").splitlines()
+    for r in rows:  # row ids point at the input line; the label column is that line's label
+        assert src[int(r["line"]) - 1].rsplit("\t", 1)[1] == r["label"]
+    recomputed = sum(r["prediction"] == r["label"] for r in rows) / len(rows)
+    assert recomputed == pytest.approx(best["eval"]["accuracy"])
+
+    assert ckpt.list_checkpoints(out) == [Path(best["checkpoint"])]  # only the best is kept
+    weights = load_file(Path(best["checkpoint"]) / "model.safetensors")
+    assert weights["classifier.weight"].shape == (2, 128) and "bert.embeddings.word_embeddings.weight" in weights
+    config = json.loads((Path(best["checkpoint"]) / "config.json").read_text())
+    assert config["model"]["hidden_size"] == 128 and config["task"]["labels"] == ["0", "1"]
+    evals = [r for r in read_metrics(out) if r.get("split") == "eval"]
+    assert [r["epoch"] for r in evals] == [1, 2] and all("accuracy" in r for r in evals)
+    assert any(r.get("split", "train") == "train" and "loss" in r for r in read_metrics(out))
+
+
+def test_unlabeled_glue_test_split_still_gets_predictions(sst2, tmp_path):
+    results = finetune_run(T.CLASSIFICATION, sst2["train"], sst2["test"], tmp_path / "run", max_steps=3)
+    assert results["best"]["value"] is None and results["epochs"][0]["eval"] == {}
+    rows = read_tsv(tmp_path / "run" / "predictions.tsv")
+    assert len(rows) == 60 and all(r["label"] == "" and r["prediction"] in ("0", "1") for r in rows)
+
+
+def test_same_seed_same_run(sst2, tmp_path):
+    a = finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], tmp_path / "a", max_steps=4, log_every=1)
+    b = finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], tmp_path / "b", max_steps=4, log_every=1)
+    assert [r["loss"] for r in read_metrics(tmp_path / "a")] == [r["loss"] for r in read_metrics(tmp_path / "b")]
+    assert a["epochs"] == b["epochs"]
+
+
+def test_regression_and_sentence_pairs_with_f1(sst2, task_vocab, tmp_path):
+    from pipelines.tasks.pipeline import run_classification
+    from tests.conftest import shared_path
+    from tests.trainer.finetune.conftest import head_lines
+
+    # regression: SST-2's 0/1 labels read as floats (no STS-B here); Pearson/Spearman/MSE on every row
+    reg = {}
+    for split in ("train", "dev"):
+        reg[split] = tmp_path / f"reg_{split}"
+        run_classification(inputs=[str(sst2[split].parent / f"{split}.tsv")], vocab=str(task_vocab),
+                           output_dir=str(reg[split]), text_column="sentence", label_column="label", regression=True,
+                           split=split, max_seq_length=64)
+    results = finetune_run(T.REGRESSION, reg["train"], reg["dev"], tmp_path / "reg", max_steps=6)
+    scores = results["best"]["eval"]
+    assert results["task"]["primary_metric"] == "spearman" and scores["rows"] == 200
+    rows = read_tsv(tmp_path / "reg" / "predictions.tsv")
+    pred, gold = [float(r["prediction"]) for r in rows], [float(r["label"]) for r in rows]
+    assert M.spearman(pred, gold) == pytest.approx(scores["spearman"], abs=1e-3)
+    assert M.pearson(pred, gold) == pytest.approx(scores["pearson"], abs=1e-3)
+
+    # MRPC: sentence pairs, F1 of the positive class "1" is the primary metric
+    mrpc = {}
+    for split, n in (("train", 161), ("dev", 101)):
+        tsv = head_lines(shared_path("tasks", "mrpc", f"{split}.tsv"), tmp_path / f"mrpc_{split}.tsv", n)
+        mrpc[split] = tmp_path / f"mrpc_{split}"
+        run_classification(inputs=[str(tsv)], vocab=str(task_vocab), output_dir=str(mrpc[split]), glue="mrpc",
+                           split=split, max_seq_length=64)
+    results = finetune_run(T.CLASSIFICATION, mrpc["train"], mrpc["dev"], tmp_path / "mrpc", max_steps=6)
+    scores = results["best"]["eval"]
+    assert results["task"]["primary_metric"] == "f1" and scores["rows"] == 100
+    rows = read_tsv(tmp_path / "mrpc" / "predictions.tsv")
+    pred, gold = [int(r["prediction"]) for r in rows], [int(r["label"]) for r in rows]
+    assert scores["f1"] == pytest.approx(M.binary_f1(pred, gold, positive=1))
+    assert scores["accuracy"] == pytest.approx(M.accuracy(pred, gold))
+
+
+def test_score_uses_the_glue_task_metric(sst2):
+    import dataclasses
+
+    import numpy as np
+
+    from trainer.finetune.config import FinetuneConfig
+    from trainer.finetune.loop import primary_metric, score
+
+    assert [primary_metric(T.CLASSIFICATION, g) for g in ("cola", "mrpc", "qqp", "sst2", None)] == \
+        ["mcc", "f1", "f1", "accuracy", "accuracy"]
+    assert (primary_metric(T.REGRESSION, "stsb"), primary_metric(T.NER, None), primary_metric(T.SQUAD, None)) == \
+        ("spearman", "f1", "f1")
+    dev = load_task_data(str(sst2["dev"]), T.CLASSIFICATION)
+    gold = dev.columns[T.LABEL].astype(int)
+    pred = gold.copy()
+    pred[:40] = 1 - pred[:40]  # 40 of 200 wrong
+    outputs = [np.eye(2, dtype=np.float32)[p] for p in pred]
+    cfg = FinetuneConfig(task=T.CLASSIFICATION, train_data="x", eval_data="x", init="random:tiny", output="x")
+    as_cola = dataclasses.replace(dev, manifest=dataclasses.replace(dev.manifest, task={**dev.manifest.task, "glue": "cola"}))
+    scores, text = score(as_cola, outputs, cfg)
+    assert scores["accuracy"] == pytest.approx(160 / 200) and "f1" not in scores
+    assert scores["mcc"] == pytest.approx(M.matthews_corrcoef(pred, gold)) and scores["mcc"] > 0.5
+    assert text.count("\n") == 201
+
+
+def test_ner_from_our_checkpoint_writes_conll_predictions_for_every_word(conll, sst2_run, tmp_path):
+    # --init: the SST-2 run's best checkpoint (same vocabulary): its encoder, a fresh token classifier
+    results = finetune_run(T.NER, conll["train"], conll["valid"], tmp_path / "run", init=results_checkpoint(sst2_run))
+    assert results["init"]["kind"] == "checkpoint"
+    scores = results["best"]["eval"]
+    gold_sentences = conll_sentences(conll["valid"].parent / "valid.txt")
+    assert scores["sentences"] == len(gold_sentences) and scores["words"] == sum(map(len, gold_sentences))
+    assert scores["words_from"] == "input"
+
+    blocks = (tmp_path / "run" / "predictions.conll").read_text(encoding="utf-8").split("\n\n")
+    blocks = [b for b in blocks if b.strip()]
+    assert len(blocks) == len(gold_sentences)
+    gold, pred = [], []
+    for block, sentence in zip(blocks, gold_sentences):
+        lines = [line.split(" ") for line in block.splitlines()]
+        assert [(w, g) for w, g, _ in lines] == sentence  # original words and tags, in order, each once
+        gold.append([g for _, g, _ in lines])
+        pred.append([p for _, _, p in lines])
+    assert all(t in results["task"]["labels"] for s in pred for t in s)
+    again = M.conll_scores(gold, pred)
+    assert again["f1"] == pytest.approx(scores["f1"]) and again["accuracy"] == pytest.approx(scores["accuracy"])
+
+
+def results_checkpoint(run) -> str:
+    return run[0]["best"]["checkpoint"]
+
+
+def test_squad_predictions_json_for_every_question(squad, tmp_path):
+    results = finetune_run(T.SQUAD, squad["train"], squad["dev"], tmp_path / "run", max_steps=25, batch_size=32)
+    examples = [json.loads(line) for line in (squad["dev"] / "examples.jsonl").read_text().splitlines()]
+    predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
+    assert list(predictions) == [e["id"] for e in examples] and len(examples) == 108
+    for e in examples:
+        assert predictions[e["id"]] in e["context"]
+    scores = results["best"]["eval"]
+    assert scores["questions"] == 108 and results["task"]["metric_scale"] == "percent"
+    assert scores == {**M.squad_scores(predictions, {e["id"]: e["answers"]["text"] for e in examples}),
+                      "loss": scores["loss"]}
+
+
+def test_bad_inputs_are_refused_with_clear_errors(sst2, conll, tmp_path):
+    other = Vocab((*SPECIAL_TOKENS, *(f"tok{i}" for i in range(95))))
+    ck = ckpt.save(tmp_path / "other", 1, model_state=BertForPreTraining(bert_tiny(len(other))).state_dict(),
+                   optimizer=None, rng={}, state={}, config={"model": bert_tiny(len(other)).to_dict()},
+                   vocab_text=other.text(), keep=1)
+    data_sha = load_task_data(str(sst2["train"]), T.CLASSIFICATION).vocab.sha256
+    with pytest.raises(VocabMismatchError, match=f"vocab sha256 {data_sha}.*vocab sha256 {other.sha256}.*--vocab {ck}"):
+        finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], tmp_path / "a", init=str(ck))
+    with pytest.raises(TaskDataError, match="holds a 'classification' task but --task is 'regression'"):
+        finetune_run(T.REGRESSION, sst2["train"], sst2["dev"], tmp_path / "b")
+    with pytest.raises(TaskDataError, match="holds a 'ner' task but --task is 'classification'"):
+        finetune_run(T.CLASSIFICATION, sst2["train"], conll["valid"], tmp_path / "c")
+    finetune_run(T.CLASSIFICATION, sst2["train"], sst2["test"], tmp_path / "d", max_steps=1)
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        finetune_run(T.CLASSIFICATION, sst2["train"], sst2["test"], tmp_path / "d", max_steps=1)
+
+
+def test_cli_runs_and_reports_a_label_list_mismatch(sst2, task_vocab, tmp_path):
+    from pipelines.tasks.pipeline import run_classification
+
+    common = ["finetune", "--task", "classification", "--train-data", str(sst2["train"]), "--init", "random:tiny",
+              "--batch-size", "16", "--max-steps", "2", "--no-tensorboard"]
+    ok = CliRunner().invoke(main, [*common, "--eval-data", str(sst2["dev"]), "--output", str(tmp_path / "ok")])
+    assert ok.exit_code == 0, ok.output
+    assert "best epoch 1 (step 2): accuracy" in ok.output and (tmp_path / "ok" / "predictions.tsv").is_file()
+
+    swapped = tmp_path / "swapped"
+    run_classification(inputs=[str(sst2["dev"].parent / "dev.tsv")], vocab=str(task_vocab), output_dir=str(swapped),
+                       glue="sst2", split="dev", labels=("1", "0"), max_seq_length=64)
+    bad = CliRunner().invoke(main, [*common, "--eval-data", str(swapped), "--output", str(tmp_path / "bad")])
+    assert bad.exit_code == 1 and "different label lists" in bad.output and "Traceback" not in bad.output
+    usage = CliRunner().invoke(main, [*common, "--eval-data", str(sst2["dev"]), "--output", str(tmp_path / "u"),
+                                      "--warmup-ratio", "1.5"])
+    assert usage.exit_code == 2 and "--warmup-ratio" in usage.output
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_train_equal_steps_and_score_every_row(sst2, tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29541", "-m",
+           "trainer", "finetune", "--task", "classification", "--train-data", str(sst2["train"]), "--eval-data",
+           str(sst2["dev"]), "--init", "random:tiny", "--output", str(tmp_path / "ddp"), "--batch-size", "16",
+           "--epochs", "2", "--no-tensorboard", "--log-every", "5"]
+    run = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = json.loads((tmp_path / "ddp" / "results.json").read_text())
+    assert results["world_size"] == 2 and results["steps_per_epoch"] == 10  # 160 rows per rank / 16
+    assert all(e["eval"]["rows"] == 200 for e in results["epochs"])
+    assert len(read_tsv(tmp_path / "ddp" / "predictions.tsv")) == 200

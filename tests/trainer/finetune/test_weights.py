@@ -1,0 +1,49 @@
+"""--init: our checkpoint or run folder, a Hugging Face folder, random:PRESET; the vocabulary check."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from schemas import tasks as T
+from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, save_hf
+from trainer import checkpoint as ckpt
+from trainer.data.shards import VocabMismatchError
+from trainer.finetune.heads import build_task_model, load_encoder_state
+from trainer.finetune.weights import InitError, check_vocab, resolve_init
+from trainer.model import BertForPreTraining
+
+
+def test_init_from_our_checkpoint_run_folder_and_random(tmp_path):
+    pre = BertForPreTraining(CONFIG, seed=7)
+    path = ckpt.save(tmp_path / "run", 40, model_state=pre.state_dict(), optimizer=None, rng={}, state={},
+                     config={"model": CONFIG.to_dict()}, vocab_text=VOCAB.text(), keep=1)
+    for spec in (str(path), str(tmp_path / "run")):  # the checkpoint, or the run folder (its newest checkpoint)
+        init = resolve_init(spec, VOCAB)
+        assert init.kind == "checkpoint" and init.source == str(path) and init.config == CONFIG
+        model = build_task_model(T.NER, init.config, 5, seed=0)
+        load_encoder_state(model, init.state)
+        for k, v in model.bert.state_dict().items():
+            assert torch.equal(v, pre.bert.state_dict()[k]), k
+    (path / "state.json").unlink()  # the three files the format names are enough
+    assert resolve_init(str(path), VOCAB).state.keys() == pre.state_dict().keys()
+    (path / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(InitError, match="cannot be read"):
+        resolve_init(str(path), VOCAB)
+    rand = resolve_init("random:mini", VOCAB)
+    assert rand.state is None and rand.config.hidden_size == 256 and rand.config.vocab_size == len(VOCAB)
+    with pytest.raises(InitError, match="unknown preset 'huge'"):
+        resolve_init("random:huge", VOCAB)
+    with pytest.raises(InitError, match="not a folder"):
+        resolve_init(str(tmp_path / "nowhere"), VOCAB)
+
+
+def test_vocab_mismatch_names_both_hashes_and_the_fix(tmp_path):
+    pytest.importorskip("transformers")
+    save_hf(T.CLASSIFICATION, tmp_path / "hf", seed=1)
+    init = resolve_init(str(tmp_path / "hf"), VOCAB)
+    check_vocab(init, VOCAB.sha256, "data")  # same tokenizer: fine
+    with pytest.raises(VocabMismatchError) as e:
+        check_vocab(init, "f" * 64, "/data/sst2")
+    msg = str(e.value)
+    assert "f" * 64 in msg and VOCAB.sha256 in msg and f"--vocab {tmp_path / 'hf' / 'vocab.txt'}" in msg

@@ -1,0 +1,320 @@
+"""Task datasets in memory: read through the manifest with pyarrow, checked, batched with dynamic padding.
+
+Task datasets are small (GLUE, CoNLL, SQuAD: at most a few hundred MB), so every shard is read whole,
+verified against the manifest's sha256, and kept as numpy columns: ragged list columns as flat values
+plus offsets. ``EpochBatches`` plans each rank's batches: a fresh seeded permutation per epoch for
+training (padded by wrapping around so every rank runs the same number of steps, as
+``DistributedSampler``), every row exactly once, in order, for evaluation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch.utils.data import Dataset
+
+from schemas import tasks as T
+from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.version import SchemaError
+from schemas.vocab import PAD, VOCAB_FILENAME, Vocab
+from trainer.data.refs import read_text
+from trainer.model import derive_seed
+
+PAD_MULTIPLE = 8  # tensor-core friendly sequence lengths
+
+
+class TaskDataError(ValueError):
+    """A task dataset is missing, corrupt, of the wrong kind, or does not fit the other split or the model."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ragged:
+    """A list column: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``."""
+
+    values: np.ndarray
+    offsets: np.ndarray  # [rows + 1]
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i]:self.offsets[i + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @classmethod
+    def from_arrow(cls, column: pa.ChunkedArray) -> Ragged:
+        arr = pa.concat_arrays(column.chunks) if column.num_chunks != 1 else column.chunk(0)
+        offsets = arr.offsets.to_numpy().astype(np.int64)
+        return cls(arr.flatten().to_numpy(), offsets - offsets[0])
+
+
+@dataclass(slots=True)
+class TaskData:
+    """One split of a task dataset: its manifest, label names, vocabulary and columns."""
+
+    root: str
+    manifest: Manifest
+    vocab: Vocab
+    columns: dict[str, Any]  # field name -> numpy array (scalar fields) or Ragged (list fields)
+    examples: list[dict] = field(default_factory=list)  # SQuAD: examples.jsonl, line i = example_index i
+
+    @property
+    def kind(self) -> str:
+        return self.manifest.kind
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(self.manifest.task.get("labels") or ())
+
+    @property
+    def labeled(self) -> bool:
+        return bool(self.manifest.task.get("labeled", True))
+
+    @property
+    def glue(self) -> str | None:
+        return self.manifest.task.get("glue")
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.manifest.vocab["special_ids"][PAD])
+
+    def __len__(self) -> int:
+        return len(self.columns[T.ROW_ID])
+
+    def max_length(self) -> int:
+        return int(self.columns[T.INPUT_IDS].lengths().max(initial=0))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
+    """Read and check a task dataset folder (local path or fsspec URL) holding ``kind`` rows.
+
+    ``role`` names the flag in errors (``--train-data``, ``--eval-data``).
+    """
+    source = f"{role} {root.rstrip('/')}/{MANIFEST_NAME}"
+    try:
+        manifest = Manifest.from_json(read_text(root, MANIFEST_NAME), source=source)
+    except FileNotFoundError:
+        raise TaskDataError(f"{role} {root}: no {MANIFEST_NAME}; give a folder written by `bertprep task`") from None
+    except SchemaError as e:
+        raise TaskDataError(str(e)) from None
+    if manifest.kind not in T.KINDS:
+        raise TaskDataError(f"{source}: a {manifest.kind!r} dataset, not a fine-tuning task ({', '.join(T.KINDS)})")
+    if manifest.kind != kind:
+        raise TaskDataError(f"{role} {root} holds a {manifest.kind!r} task but --task is {kind!r}")
+    vocab = Vocab.from_text(read_text(root, manifest.vocab.get("file", VOCAB_FILENAME)).decode("utf-8"), root)
+    if vocab.sha256 != manifest.vocab["sha256"]:
+        raise TaskDataError(f"{role} {root}: vocab.txt has sha256 {vocab.sha256}, the manifest says "
+                            f"{manifest.vocab['sha256']}")
+    labels = list(manifest.task.get("labels") or [])
+
+    tables = []
+    for shard in manifest.shards:
+        if shard.format != "arrow":
+            raise TaskDataError(f"{role} {root}: shard {shard.path} has format {shard.format!r}; task shards are arrow")
+        raw = read_text(root, shard.path)
+        if len(raw) != shard.bytes or _sha256(raw) != shard.sha256:
+            raise TaskDataError(f"{role} {root}: shard {shard.path} does not match the manifest (sha256 "
+                                f"{shard.sha256}, {shard.bytes} bytes; read {len(raw)} bytes): re-run bertprep task")
+        table = pa.ipc.open_file(pa.BufferReader(raw)).read_all()
+        try:
+            T.check_schema(table.schema, kind, source=f"{root}/{shard.path}")
+        except SchemaError as e:
+            raise TaskDataError(str(e)) from None
+        meta = T.read_metadata(table.schema)
+        if meta["vocab_sha256"] != manifest.vocab["sha256"] or meta["labels"] != labels:
+            raise TaskDataError(f"{role} {root}: shard {shard.path} disagrees with the manifest on the vocabulary "
+                                "or the label list")
+        if table.num_rows != shard.count:
+            raise TaskDataError(f"{role} {root}: shard {shard.path} has {table.num_rows} rows, manifest {shard.count}")
+        tables.append(table)
+    if not tables:
+        raise TaskDataError(f"{role} {root}: the manifest lists no shards")
+    table = pa.concat_tables(tables)
+    columns: dict[str, Any] = {}
+    for name in T.field_names(kind):
+        col = table.column(name)
+        if pa.types.is_list(col.type):
+            columns[name] = Ragged.from_arrow(col)
+        elif name == T.EXAMPLE_ID:
+            columns[name] = col.to_pylist()
+        elif name == T.LABEL and col.null_count:
+            if manifest.task.get("labeled", True):
+                raise TaskDataError(f"{role} {root}: {col.null_count} rows lack a label but the split is labeled")
+            columns[name] = None
+        else:
+            columns[name] = col.to_numpy()
+    data = TaskData(root=root, manifest=manifest, vocab=vocab, columns=columns)
+
+    if kind == T.SQUAD:
+        data.examples = _load_examples(root, manifest, role)
+        index = columns[T.EXAMPLE_INDEX]
+        if len(index) and (index.min() < 0 or index.max() >= len(data.examples)):
+            raise TaskDataError(f"{role} {root}: example_index outside examples.jsonl ({len(data.examples)} lines)")
+        if columns[T.IS_IMPOSSIBLE].any() or any(e.get("is_impossible") for e in data.examples):
+            raise TaskDataError(f"{role} {root}: holds SQuAD v2.0 unanswerable questions; fine-tuning decodes "
+                                "v1.1-style answers only (no null answer)")
+        ids = [data.examples[i]["id"] for i in index]
+        if ids != columns[T.EXAMPLE_ID]:
+            raise TaskDataError(f"{role} {root}: row example_id and examples.jsonl disagree")
+    if kind in (T.CLASSIFICATION, T.NER) and not labels:
+        raise TaskDataError(f"{role} {root}: the manifest has no label list (task.labels)")
+    tags = None
+    if kind == T.CLASSIFICATION:
+        tags = columns[T.LABEL]
+    elif kind == T.NER:
+        tags = columns[T.LABELS].values
+    if tags is not None and len(tags):
+        valid = (tags >= 0) & (tags < len(labels))
+        if kind == T.NER:
+            valid |= tags == T.IGNORE_INDEX
+        if not valid.all():
+            raise TaskDataError(f"{role} {root}: label id {int(tags[~valid][0])} outside the {len(labels)} labels")
+    return data
+
+
+def _load_examples(root: str, manifest: Manifest, role: str) -> list[dict]:
+    entry = next((f for f in manifest.task.get("files", []) if f.get("role") == "examples"), None)
+    if entry is None:
+        raise TaskDataError(f"{role} {root}: the manifest lists no {T.EXAMPLES_FILE} (task.files)")
+    raw = read_text(root, entry["path"])
+    if _sha256(raw) != entry["sha256"]:
+        raise TaskDataError(f"{role} {root}: {entry['path']} does not match the manifest's sha256 {entry['sha256']}")
+    examples = [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+    if len(examples) != entry["count"]:
+        raise TaskDataError(f"{role} {root}: {entry['path']} has {len(examples)} examples, manifest {entry['count']}")
+    return examples
+
+
+def check_pair(train: TaskData, evaluation: TaskData) -> None:
+    """Training and evaluation splits must share the kind, the vocabulary and the label list (ids)."""
+    if train.manifest.vocab["sha256"] != evaluation.manifest.vocab["sha256"]:
+        raise TaskDataError(f"--train-data {train.root} and --eval-data {evaluation.root} use different vocabularies "
+                            f"(sha256 {train.manifest.vocab['sha256']} vs {evaluation.manifest.vocab['sha256']})")
+    if train.labels != evaluation.labels:
+        raise TaskDataError(
+            f"--train-data {train.root} and --eval-data {evaluation.root} have different label lists: "
+            f"{list(train.labels)} vs {list(evaluation.labels)}; build the evaluation split with "
+            f"`bertprep task ... --label-set-from {train.root}`")
+    if not train.labeled or (T.LABEL in train.columns and train.columns[T.LABEL] is None):
+        raise TaskDataError(f"--train-data {train.root} is unlabeled: training needs labels")
+
+
+# ----------------------------------------------------------------------------------------------- batching
+
+
+class TaskDataset(Dataset):
+    """Row ``i`` as a dict of numpy values (unpadded)."""
+
+    def __init__(self, data: TaskData) -> None:
+        self.data = data
+        self.kind = data.kind
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        c = self.data.columns
+        row: dict[str, Any] = {"index": i, "input_ids": c[T.INPUT_IDS][i]}
+        if self.kind in (T.CLASSIFICATION, T.REGRESSION, T.SQUAD):
+            row["segment_a_length"] = int(c[T.SEGMENT_A_LENGTH][i])
+        if self.kind in (T.CLASSIFICATION, T.REGRESSION) and c[T.LABEL] is not None:
+            row["label"] = c[T.LABEL][i]
+        elif self.kind == T.NER:
+            row["labels"] = c[T.LABELS][i]
+        elif self.kind == T.SQUAD:
+            row["start_position"] = int(c[T.START_POSITION][i])
+            row["end_position"] = int(c[T.END_POSITION][i])
+        return row
+
+
+def collate(rows: Sequence[dict[str, Any]], *, kind: str, pad_id: int, multiple: int = PAD_MULTIPLE) -> dict[str, torch.Tensor]:
+    """Pad to the longest row rounded up to ``multiple``. Keys: input_ids, token_type_ids, attention_mask [B, T],
+    index [B] (dataset row) and the targets: labels [B] or [B, T] (NER, -100 on padding), or
+    start_positions/end_positions [B] (SQuAD); no targets for unlabeled rows."""
+    b = len(rows)
+    t = multiple * math.ceil(max(len(r["input_ids"]) for r in rows) / multiple)
+    input_ids = np.full((b, t), pad_id, dtype=np.int64)
+    attention = np.zeros((b, t), dtype=np.int64)
+    token_type = np.zeros((b, t), dtype=np.int64)
+    for i, r in enumerate(rows):
+        n = len(r["input_ids"])
+        input_ids[i, :n] = r["input_ids"]
+        attention[i, :n] = 1
+        if "segment_a_length" in r:
+            token_type[i, r["segment_a_length"]:n] = 1
+    batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type),
+             "attention_mask": torch.from_numpy(attention),
+             "index": torch.tensor([r["index"] for r in rows], dtype=torch.int64)}
+    if kind == T.CLASSIFICATION and "label" in rows[0]:
+        batch["labels"] = torch.tensor([int(r["label"]) for r in rows], dtype=torch.int64)
+    elif kind == T.REGRESSION and "label" in rows[0]:
+        batch["labels"] = torch.tensor([float(r["label"]) for r in rows], dtype=torch.float32)
+    elif kind == T.NER:
+        labels = np.full((b, t), T.IGNORE_INDEX, dtype=np.int64)
+        for i, r in enumerate(rows):
+            labels[i, :len(r["labels"])] = r["labels"]
+        batch["labels"] = torch.from_numpy(labels)
+    elif kind == T.SQUAD:
+        batch["start_positions"] = torch.tensor([r["start_position"] for r in rows], dtype=torch.int64)
+        batch["end_positions"] = torch.tensor([r["end_position"] for r in rows], dtype=torch.int64)
+    return batch
+
+
+class EpochBatches:
+    """Lists of row indices for one rank; a ``batch_sampler`` for ``torch.utils.data.DataLoader``.
+
+    ``shuffle=True`` (training): epoch ``e`` is the permutation drawn from ``derive_seed(seed, "finetune/epoch-e")``,
+    extended by wrapping around to a multiple of ``world_size``; rank ``r`` takes positions ``r, r + W, ...``, so
+    every rank has the same number of rows and steps. ``shuffle=False`` (evaluation): rows ``r, r + W, ...`` in
+    order, each row on exactly one rank (ranks may differ by one row; evaluation has no collectives per step).
+    """
+
+    def __init__(self, num_rows: int, batch_size: int, *, shuffle: bool, seed: int = 0, world_size: int = 1,
+                 rank: int = 0) -> None:
+        if num_rows < 1:
+            raise TaskDataError("the dataset has no rows")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world size {world_size}")
+        self.num_rows, self.batch_size, self.shuffle = num_rows, batch_size, shuffle
+        self.seed, self.world_size, self.rank = seed, world_size, rank
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def rank_indices(self) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_rows)[self.rank::self.world_size]
+        rng = np.random.default_rng(derive_seed(self.seed, f"finetune/epoch-{self.epoch}"))
+        order = rng.permutation(self.num_rows)
+        total = self.world_size * math.ceil(self.num_rows / self.world_size)
+        order = np.resize(order, total)  # wraps around: the first rows again
+        return order[self.rank::self.world_size]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        idx = self.rank_indices().tolist()
+        for i in range(0, len(idx), self.batch_size):
+            yield idx[i:i + self.batch_size]
+
+    def __len__(self) -> int:
+        n = math.ceil(self.num_rows / self.world_size) if self.shuffle else len(range(self.rank, self.num_rows, self.world_size))
+        return math.ceil(n / self.batch_size)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "seed": self.seed, "num_rows": self.num_rows, "world_size": self.world_size}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if (state["seed"], state["num_rows"], state["world_size"]) != (self.seed, self.num_rows, self.world_size):
+            raise ValueError(f"batch plan state {state} is for another seed, dataset or world size")
+        self.epoch = int(state["epoch"])

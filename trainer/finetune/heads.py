@@ -1,0 +1,139 @@
+"""Task heads on the shared encoder (``trainer.model.BertModel`` as ``.bert``), named as Hugging Face's
+``BertForSequenceClassification`` (``bert.*``, ``classifier.*``), ``BertForTokenClassification``
+(``bert.*``, ``classifier.*``) and ``BertForQuestionAnswering`` (``bert.*``, ``qa_outputs.*``).
+
+HF builds the token-classification and QA models without a pooler; ours keeps ``bert.pooler`` (one encoder
+class for every task) but freezes it there, so it gets no gradient and DDP sees no unused trainable parameter.
+Heads are initialised as BERT's (N(0, initializer_range), zero bias) from their own seed stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from schemas import tasks as T
+from trainer.model import BertConfig, BertModel, construct_then_init, seeded_init
+
+__all__ = ["BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification",
+           "build_task_model", "load_encoder_state"]
+
+
+class BertForSequenceClassification(nn.Module):
+    """[CLS] pooled -> dropout -> linear. ``num_labels == 1`` is regression (MSE), else cross-entropy."""
+
+    def __init__(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> None:
+        super().__init__()
+        if num_labels < 1:
+            raise ValueError(f"num_labels must be >= 1, got {num_labels}")
+        self.config, self.num_labels = config, num_labels
+
+        def build() -> None:
+            self.bert = BertModel(config, seed=seed)
+            self.dropout = nn.Dropout(config.hidden_dropout)
+            self.classifier = nn.Linear(config.hidden_size, num_labels)
+
+        construct_then_init(self, build, lambda: self.reset_parameters(seed))
+
+    def reset_parameters(self, seed: int = 0) -> None:
+        self.bert.reset_parameters(seed)
+        seeded_init(self.classifier, self.config.initializer_range, seed, "classifier")
+
+    def forward(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        _, pooled = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        logits = self.classifier(self.dropout(pooled)).float()  # [B, C]
+        out = {"logits": logits.squeeze(-1) if self.num_labels == 1 else logits}  # regression: [B]
+        if "labels" in batch:
+            labels = batch["labels"]
+            out["loss"] = (F.mse_loss(out["logits"], labels.float()) if self.num_labels == 1
+                           else F.cross_entropy(logits, labels))
+        return out
+
+
+class BertForTokenClassification(nn.Module):
+    """Sequence output -> dropout -> linear; cross-entropy over tokens whose label is not -100."""
+
+    def __init__(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> None:
+        super().__init__()
+        if num_labels < 2:
+            raise ValueError(f"token classification needs >= 2 labels, got {num_labels}")
+        self.config, self.num_labels = config, num_labels
+
+        def build() -> None:
+            self.bert = BertModel(config, seed=seed)
+            self.dropout = nn.Dropout(config.hidden_dropout)
+            self.classifier = nn.Linear(config.hidden_size, num_labels)
+
+        construct_then_init(self, build, lambda: self.reset_parameters(seed))
+        self.bert.pooler.requires_grad_(False)
+
+    def reset_parameters(self, seed: int = 0) -> None:
+        self.bert.reset_parameters(seed)
+        seeded_init(self.classifier, self.config.initializer_range, seed, "classifier")
+
+    def forward(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        seq, _ = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        logits = self.classifier(self.dropout(seq)).float()  # [B, T, C]
+        out = {"logits": logits}
+        if "labels" in batch:
+            out["loss"] = F.cross_entropy(logits.reshape(-1, self.num_labels), batch["labels"].reshape(-1),
+                                          ignore_index=T.IGNORE_INDEX)
+        return out
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Sequence output -> linear(2): start and end logits; loss = (CE(start) + CE(end)) / 2."""
+
+    def __init__(self, config: BertConfig, *, seed: int = 0) -> None:
+        super().__init__()
+        self.config = config
+
+        def build() -> None:
+            self.bert = BertModel(config, seed=seed)
+            self.qa_outputs = nn.Linear(config.hidden_size, 2)
+
+        construct_then_init(self, build, lambda: self.reset_parameters(seed))
+        self.bert.pooler.requires_grad_(False)
+
+    def reset_parameters(self, seed: int = 0) -> None:
+        self.bert.reset_parameters(seed)
+        seeded_init(self.qa_outputs, self.config.initializer_range, seed, "qa_outputs")
+
+    def forward(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        seq, _ = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        start, end = self.qa_outputs(seq).float().unbind(-1)  # [B, T] each
+        out = {"start_logits": start, "end_logits": end}
+        if "start_positions" in batch:
+            out["loss"] = (F.cross_entropy(start, batch["start_positions"])
+                           + F.cross_entropy(end, batch["end_positions"])) / 2
+        return out
+
+
+def build_task_model(kind: str, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
+    if kind == T.CLASSIFICATION:
+        return BertForSequenceClassification(config, num_labels, seed=seed)
+    if kind == T.REGRESSION:
+        return BertForSequenceClassification(config, 1, seed=seed)
+    if kind == T.NER:
+        return BertForTokenClassification(config, num_labels, seed=seed)
+    if kind == T.SQUAD:
+        return BertForQuestionAnswering(config, seed=seed)
+    raise ValueError(f"task kind must be one of {T.KINDS}, got {kind!r}")
+
+
+def load_encoder_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
+    """Copy the ``bert.*`` tensors of ``state`` into ``model.bert``; every encoder weight must be there."""
+    encoder = {k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")}
+    expected = model.bert.state_dict()
+    missing = sorted(set(expected) - set(encoder))
+    if missing:
+        raise ValueError(f"the initial weights lack encoder tensor(s) {['bert.' + k for k in missing[:8]]}"
+                         + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
+    for k, v in encoder.items():
+        if k in expected and v.shape != expected[k].shape:
+            raise ValueError(f"bert.{k} has shape {tuple(v.shape)}, the model expects {tuple(expected[k].shape)}")
+    with torch.no_grad():
+        model.bert.load_state_dict({k: encoder[k] for k in expected}, strict=True)

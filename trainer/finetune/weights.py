@@ -1,0 +1,118 @@
+"""``--init``: where the encoder's starting weights and vocabulary come from.
+
+- our checkpoint folder (``RUN/checkpoints/step-N``: ``model.safetensors`` in HF names, ``config.json`` whose
+  ``"model"`` is ``BertConfig.to_dict()``, ``vocab.txt``), or a run folder (its newest checkpoint);
+- a Hugging Face BERT folder (``config.json`` with ``model_type: bert``), read by ``trainer.hf.load_hf``;
+- ``random:PRESET`` (``random:mini``, ``random:bert_tiny``, ...): a freshly initialised encoder of that preset
+  over the task data's own vocabulary (the baseline of a pretrained-vs-random comparison).
+
+The tokenizer must be the checkpoint's: ``check_vocab`` compares the data's vocab sha256 with the init's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from safetensors.torch import load_file
+from torch import Tensor
+
+from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
+from trainer import checkpoint as ckpt
+from trainer.data.shards import VocabMismatchError
+from trainer.model import PRESETS, BertConfig
+
+RANDOM_PREFIX = "random:"
+
+
+class InitError(ValueError):
+    """``--init`` names nothing usable."""
+
+
+@dataclass(frozen=True)
+class Init:
+    kind: str  # "checkpoint" | "hf" | "random"
+    source: str
+    config: BertConfig
+    vocab: Vocab
+    state: dict[str, Tensor] | None  # encoder tensors named bert.* (plus whatever else the file held); None: random
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "source": self.source, "vocab_sha256": self.vocab.sha256, "notes": list(self.notes)}
+
+
+def resolve_init(spec: str, data_vocab: Vocab, *, seed: int = 0) -> Init:
+    """The encoder config, weights and vocabulary that ``spec`` names (see the module docstring)."""
+    if spec.startswith(RANDOM_PREFIX):
+        name = spec[len(RANDOM_PREFIX):]
+        preset = PRESETS.get(name) or PRESETS.get(f"bert_{name}")
+        if preset is None:
+            choices = ", ".join(k.removeprefix("bert_") for k in PRESETS)
+            raise InitError(f"--init {spec}: unknown preset {name!r}; use random:PRESET with PRESET one of {choices}")
+        return Init("random", spec, preset(len(data_vocab)), data_vocab, None,
+                    (f"random {name} encoder over the task data's vocabulary ({len(data_vocab)} tokens)",))
+    folder = Path(spec)
+    if not folder.is_dir():
+        raise InitError(f"--init {spec}: not a folder (nor random:PRESET)")
+    if (folder / ckpt.CHECKPOINTS).is_dir():  # a run folder: its newest checkpoint
+        found = ckpt.list_checkpoints(folder)
+        if not found:
+            raise InitError(f"--init {spec}: run folder without a complete checkpoint in {ckpt.CHECKPOINTS}/")
+        folder = found[-1]
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise InitError(f"--init {folder}: has no config.json (neither our checkpoint nor a Hugging Face folder)")
+    try:
+        data = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InitError(f"{config_path}: malformed JSON ({e})") from None
+    if isinstance(data, dict) and isinstance(data.get("model"), dict):
+        return _our_checkpoint(folder, data)
+    return _hf_folder(folder, seed)
+
+
+def _our_checkpoint(folder: Path, data: dict) -> Init:
+    try:
+        config = BertConfig.from_dict(data["model"])
+    except (TypeError, ValueError) as e:
+        raise InitError(f"{folder}/config.json: {e}") from None
+    try:
+        vocab = Vocab.load(folder / VOCAB_FILENAME)
+    except VocabError as e:
+        raise InitError(f"--init {folder}: {e}") from None
+    weights = folder / ckpt.MODEL_FILE
+    if not weights.is_file():
+        raise InitError(f"--init {folder}: checkpoint lacks {ckpt.MODEL_FILE}")
+    try:
+        state = load_file(str(weights))
+    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a damaged file
+        raise InitError(f"--init {weights}: cannot be read ({type(e).__name__}: {e})") from None
+    return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {weights}",))
+
+
+def _hf_folder(folder: Path, seed: int) -> Init:
+    from trainer.hf import load_hf
+
+    config, state, report = load_hf(folder, seed=seed)
+    try:
+        vocab = Vocab.load(folder)
+    except VocabError as e:
+        raise InitError(f"--init {folder}: the Hugging Face folder has no usable vocabulary ({e}); without it the "
+                        "task data's tokenizer cannot be checked") from None
+    return Init("hf", str(folder), config, vocab, state, tuple(report.lines()))
+
+
+def check_vocab(init: Init, data_sha256: str, data_root: str) -> None:
+    """Refuse task data tokenised with another vocabulary than the init's."""
+    if init.vocab.sha256 != data_sha256:
+        hint = (f"re-run `bertprep task ... --vocab {Path(init.source) / VOCAB_FILENAME}`" if init.kind != "random"
+                else "use the same vocab.txt for every split")
+        raise VocabMismatchError(
+            f"vocabulary mismatch: the task data {data_root} was tokenised with vocab sha256 {data_sha256}, "
+            f"but --init {init.source} has vocab sha256 {init.vocab.sha256}; {hint} so that the ids mean the "
+            "checkpoint's tokens")
+    if len(init.vocab) > init.config.vocab_size:
+        raise VocabMismatchError(f"--init {init.source}: vocabulary of {len(init.vocab)} tokens but only "
+                                 f"{init.config.vocab_size} embeddings")
