@@ -21,6 +21,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines import counters as C
 from pipelines.hashing import mix64
 from pipelines.instances import Pool, document_key
 from pipelines.ragged import concat_ranges
@@ -118,7 +119,9 @@ class _BuildPoolFn(beam.DoFn):
         path = FileSystems.join(self.work_dir, f"pool-{group:06d}.bin")
         pool.save(path)
         yield beam.pvalue.TaggedOutput("groups", {"group": group, "documents": pool.num_docs, "tokens": len(pool.ids)})
-        yield from plan_units(pool, path, group, self.dupe_factor, self.tokens_per_unit)
+        units = plan_units(pool, path, group, self.dupe_factor, self.tokens_per_unit)
+        C.progress(f"group {group}: {pool.num_docs} documents, {len(pool.ids)} tokens -> {len(units)} work units")
+        yield from units
 
 
 def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:

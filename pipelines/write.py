@@ -16,6 +16,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines import counters as C
 from pipelines import stats as S
 from pipelines.batch import InstanceBatch
 from pipelines.hashing import hash64, mix64_array
@@ -87,6 +88,7 @@ class _WriteShardFn(beam.DoFn):
             with writer:
                 writer.write(batch)
             files.append(asdict(writer.info))
+        C.progress(f"wrote shard {shard + 1}/{self.num_shards}: {len(batch)} instances")
         yield {"shard": shard, "files": files, "stats": S.batch_stats(batch, **self.stats_args)}
 
 
