@@ -21,6 +21,7 @@ def main() -> None:
               help="Preset (L2/H128 .. L24/H1024); vocab size from the data.")
 @click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="JSON of BertConfig fields overriding the preset.")
 @click.option("--init-from", type=click.Path(exists=True, file_okay=False), help="Start from a Hugging Face BERT folder.")
+@click.option("--dropout", type=float, help="Hidden and attention dropout (default: the model's, 0.1 for the presets).")
 @click.option("--output", required=True, help="Run folder: metrics.jsonl, checkpoints/, tensorboard/.")
 @click.option("--batch-size", type=int, default=32, help="Sequences per device and micro-step.")
 @click.option("--grad-accum", type=int, default=1)
@@ -47,7 +48,7 @@ def main() -> None:
 @click.option("--deterministic", is_flag=True, help="torch.use_deterministic_algorithms(True).")
 @click.option("--no-tensorboard", is_flag=True)
 @click.option("--device", default="auto", help="auto, cpu or cuda.")
-def pretrain(data, eval_data, model, model_config, init_from, output, batch_size, grad_accum, lr, warmup_steps,
+def pretrain(data, eval_data, model, model_config, init_from, dropout, output, batch_size, grad_accum, lr, warmup_steps,
              max_steps, max_minutes, optimizer, weight_decay, max_grad_norm, precision, compile_, seed, log_every, eval_every,
              eval_batches, checkpoint_every, keep_checkpoints, resume, reset_optimizer, num_workers, data_format,
              skip_corrupt, deterministic, no_tensorboard, device) -> None:
@@ -57,7 +58,7 @@ def pretrain(data, eval_data, model, model_config, init_from, output, batch_size
     try:
         cfg = TrainConfig(
             data=tuple(data), eval_data=eval_data, model=model, model_config=model_config, init_from=init_from,
-            output=output, batch_size=batch_size, grad_accum=grad_accum, lr=lr, warmup_steps=warmup_steps,
+            dropout=dropout, output=output, batch_size=batch_size, grad_accum=grad_accum, lr=lr, warmup_steps=warmup_steps,
             max_steps=max_steps, max_minutes=max_minutes, optimizer=optimizer, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
             precision=precision, compile=compile_, seed=seed, log_every=log_every, eval_every=eval_every,
             eval_batches=eval_batches, checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
@@ -82,15 +83,16 @@ def export_hf(checkpoint, out) -> None:
 
 
 @main.command(context_settings=_CTX)
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--output", help="PNG path (default RUN_DIR/curves.png).")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--output", help="PNG path (default: the last RUN_DIR/curves.png).")
 @click.option("--baseline-from", help="Dataset folder: draw the unigram MLM accuracy baseline computed from it.")
-def plot(run_dir, output, baseline_from) -> None:
-    """Plot loss and MLM/NSP accuracy (train and eval) from RUN_DIR/metrics.jsonl."""
+def plot(run_dirs, output, baseline_from) -> None:
+    """Plot loss and MLM/NSP accuracy (train and eval) from RUN_DIR/metrics.jsonl; several RUN_DIRs are the
+    phases of one training, drawn on one step axis."""
     from trainer.plot import plot_run, unigram_baseline
 
     baseline = unigram_baseline(baseline_from) if baseline_from else None
-    path = plot_run(run_dir, output, baseline=baseline)
+    path = plot_run(run_dirs, output, baseline=baseline)
     click.echo(f"wrote {path}" + (f" (unigram baseline {baseline:.4f})" if baseline is not None else ""))
 
 
@@ -105,6 +107,7 @@ def plot(run_dir, output, baseline_from) -> None:
 @click.option("--output", required=True, help="Run folder: results.json, predictions, metrics.jsonl, checkpoints/.")
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --output.")
 @click.option("--epochs", type=int, default=3)
+@click.option("--dropout", type=float, help="Hidden and attention dropout (default: the init's own setting).")
 @click.option("--lr", type=float, default=5e-5)
 @click.option("--batch-size", type=int, default=32, help="Rows per device and step.")
 @click.option("--eval-batch-size", type=int, default=0, help="0: twice --batch-size.")
@@ -121,7 +124,7 @@ def plot(run_dir, output, baseline_from) -> None:
 @click.option("--n-best", type=int, default=20, help="SQuAD: start/end candidates per window.")
 @click.option("--no-tensorboard", is_flag=True)
 @click.option("--device", default="auto", help="auto, cpu or cuda.")
-def finetune(task, train_data, eval_data, init, output, overwrite, epochs, lr, batch_size, eval_batch_size,
+def finetune(task, train_data, eval_data, init, output, overwrite, epochs, dropout, lr, batch_size, eval_batch_size,
              warmup_ratio, weight_decay, max_grad_norm, max_steps, seed, precision, num_workers, log_every,
              max_answer_length, n_best, no_tensorboard, device) -> None:
     """Fine-tune on a task dataset; evaluate every epoch, keep the best checkpoint, write results.json."""
@@ -137,7 +140,7 @@ def finetune(task, train_data, eval_data, init, output, overwrite, epochs, lr, b
 
     try:
         cfg = FinetuneConfig(
-            task=task, train_data=train_data, eval_data=eval_data, init=init, output=output, epochs=epochs, lr=lr,
+            task=task, train_data=train_data, eval_data=eval_data, init=init, output=output, epochs=epochs, dropout=dropout, lr=lr,
             batch_size=batch_size, eval_batch_size=eval_batch_size, warmup_ratio=warmup_ratio,
             weight_decay=weight_decay, max_grad_norm=max_grad_norm, max_steps=max_steps, seed=seed,
             precision=precision, num_workers=num_workers, log_every=log_every, max_answer_length=max_answer_length,

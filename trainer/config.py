@@ -26,6 +26,7 @@ class TrainConfig:
     model: str = "tiny"
     model_config: str | None = None  # JSON file of BertConfig fields (overrides the preset)
     init_from: str | None = None  # a Hugging Face BERT folder
+    dropout: float | None = None  # hidden and attention dropout; None: the preset's (0.1)
     batch_size: int = 32
     grad_accum: int = 1
     lr: float = 1e-4
@@ -73,6 +74,7 @@ class TrainConfig:
         check(self.eval_batches >= 1, "eval_batches", f"must be >= 1, got {self.eval_batches}")
         check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
         check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(not (self.reset_optimizer and self.resume in ("auto", "none")), "reset_optimizer",
               "needs --resume PATH (the checkpoint whose weights start the new phase)")
 

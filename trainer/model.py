@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -47,6 +47,7 @@ __all__ = [
     "num_parameters",
     "pretraining_flops",
     "seeded_init",
+    "with_dropout",
 ]
 
 BATCH_KEYS = (
@@ -154,6 +155,15 @@ def bert_base(vocab_size: int) -> BertConfig:
 
 def bert_large(vocab_size: int) -> BertConfig:
     return BertConfig(vocab_size=vocab_size, num_layers=24, hidden_size=1024, num_heads=16)
+
+
+def with_dropout(config: BertConfig, dropout: float | None) -> BertConfig:
+    """``config`` with hidden and attention dropout set to ``dropout`` (None: unchanged).
+
+    Dropout is a training choice rather than architecture: a short pretraining run sees each instance at most
+    once and learns faster without it, while fine-tuning on a few thousand rows wants it back.
+    """
+    return config if dropout is None else replace(config, hidden_dropout=dropout, attention_dropout=dropout)
 
 
 PRESETS: dict[str, Callable[[int], BertConfig]] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -27,15 +28,38 @@ def unigram_baseline(data_dir: str) -> float:
     return float(counts.max() / counts.sum())
 
 
-def plot_run(run_dir: str | Path, output: str | Path | None = None, *, baseline: float | None = None) -> Path:
+def join_phases(runs: Sequence[Path]) -> tuple[list[dict], list[dict], list[int]]:
+    """(train records, eval records, phase boundaries) of consecutive runs on one step axis: each run's steps
+    are shifted by the last step of the runs before it."""
+    if not runs:
+        raise ValueError("plot needs at least one run folder")
+    train: list[dict] = []
+    evals: list[dict] = []
+    boundaries: list[int] = []
+    offset = 0
+    for i, run in enumerate(runs):
+        records = read_metrics(run)
+        if i:
+            boundaries.append(offset)
+        for r in records:
+            (evals if r.get("split") == "eval" else train).append({**r, "step": r["step"] + offset})
+        offset += max((r["step"] for r in records), default=0)
+    return train, evals, boundaries
+
+
+def plot_run(run_dir: str | Path | Sequence[str | Path], output: str | Path | None = None, *,
+             baseline: float | None = None) -> Path:
+    """Loss and accuracy curves of one run, or of the phases of one training (phase two resumed from phase
+    one's checkpoint with ``--reset-optimizer``) drawn on one step axis: each phase's steps continue where the
+    previous phase stopped, with a dotted line at the boundary. Written to ``output`` (default: the last run's
+    ``curves.png``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_metrics(run_dir)
-    train = [r for r in records if r.get("split", "train") == "train"]
-    evals = [r for r in records if r.get("split") == "eval"]
+    runs = [Path(run_dir)] if isinstance(run_dir, (str, Path)) else [Path(r) for r in run_dir]
+    train, evals, boundaries = join_phases(runs)
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     for rows, style, name in ((train, "-", "train"), (evals, "o-", "eval")):
         if not rows:
@@ -45,6 +69,9 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None, *, baseline:
         ax_loss.plot(steps, [r["nsp_loss"] for r in rows], style, label=f"{name} NSP loss", markersize=3, alpha=0.7)
         ax_acc.plot(steps, [r["mlm_accuracy"] for r in rows], style, label=f"{name} MLM accuracy", markersize=3)
         ax_acc.plot(steps, [r["nsp_accuracy"] for r in rows], style, label=f"{name} NSP accuracy", markersize=3, alpha=0.7)
+    for ax in (ax_loss, ax_acc):
+        for b in boundaries:
+            ax.axvline(b, color="black", linestyle=":", linewidth=1)
     if baseline is not None:
         ax_acc.axhline(baseline, color="grey", linestyle="--", label=f"unigram baseline {baseline:.3f}")
     ax_loss.set_xlabel("step")
@@ -53,9 +80,9 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None, *, baseline:
     ax_acc.set_ylabel("accuracy")
     ax_loss.legend(fontsize=8)
     ax_acc.legend(fontsize=8)
-    fig.suptitle(str(Path(run_dir).name))
+    fig.suptitle(" -> ".join(r.name for r in runs))
     fig.tight_layout()
-    out = Path(output) if output else Path(run_dir) / "curves.png"
+    out = Path(output) if output else runs[-1] / "curves.png"
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out

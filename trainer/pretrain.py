@@ -28,7 +28,7 @@ from trainer.config import TrainConfig
 from trainer.data import DataConfig, PretrainingLoader, load_manifest
 from trainer.data.refs import read_text
 from trainer.metrics import MetricsLogger, Throughput
-from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops
+from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
@@ -54,13 +54,13 @@ def load_vocab(data_dirs: tuple[str, ...]) -> tuple[Vocab, bool]:
 
 def model_config(cfg: TrainConfig, vocab_size: int, restored: dict | None) -> tuple[BertConfig, dict | None, Any]:
     """(config, HF weights or None, HF load report) from the checkpoint, --init-from, --model-config or preset."""
-    if restored is not None:
-        return BertConfig.from_dict(restored["model"]), None, None
+    if restored is not None:  # the checkpoint's architecture; --dropout may still change for a second phase
+        return with_dropout(BertConfig.from_dict(restored["model"]), cfg.dropout), None, None
     if cfg.init_from:
         from trainer.hf import load_hf
 
         config, state, report = load_hf(cfg.init_from, seed=cfg.seed)
-        return config, state, report
+        return with_dropout(config, cfg.dropout), state, report
     preset = PRESETS.get(cfg.model) or PRESETS.get(f"bert_{cfg.model}")
     if preset is None:
         raise ValueError(f"--model must be one of tiny, mini, small, medium, base, large; got {cfg.model!r}")
@@ -68,7 +68,7 @@ def model_config(cfg: TrainConfig, vocab_size: int, restored: dict | None) -> tu
     if cfg.model_config:
         overrides = json.loads(Path(cfg.model_config).read_text())
         config = BertConfig.from_dict({**config.to_dict(), **overrides, "vocab_size": vocab_size})
-    return config, None, None
+    return with_dropout(config, cfg.dropout), None, None
 
 
 def forever(loader: PretrainingLoader) -> Iterator[dict[str, torch.Tensor]]:

@@ -134,6 +134,15 @@ def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path):
         assert x["mlm_accuracy"] == pytest.approx(y["mlm_accuracy"], abs=1e-9)
 
 
+def test_dropout_flag_sets_the_model_and_is_saved(demo_shards, tmp_path):
+    train(demo_shards, tmp_path / "run", max_steps=2, checkpoint_every=2, batch_size=4, dropout=0.0)
+    saved = json.loads((ckpt.step_dir(tmp_path / "run", 2) / "config.json").read_text())
+    assert saved["model"]["hidden_dropout"] == saved["model"]["attention_dropout"] == 0.0
+    assert saved["train"]["dropout"] == 0.0
+    with pytest.raises(TrainConfigError, match=r"dropout: must be in \[0, 1\), got 1.5"):
+        TrainConfig(data=("x",), output="y", dropout=1.5)
+
+
 def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corpus, demo_vocab, tmp_path):
     from pipelines.config import PretrainingConfig
     from pipelines.pretraining import run_pretraining
@@ -148,6 +157,12 @@ def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corp
                    reset_optimizer=True)
     assert phase1[-1]["step"] == 30 and [r["step"] for r in phase2] == [1, 2]
     assert phase2[0]["mlm_loss"] < fresh[0]["mlm_loss"] - 0.3  # it kept what phase one learned
+
+    from trainer.plot import join_phases, plot_run
+
+    train_rows, _, boundaries = join_phases([tmp_path / "p1", tmp_path / "p2"])
+    assert boundaries == [30] and [r["step"] for r in train_rows][-3:] == [30, 31, 32]
+    assert plot_run([tmp_path / "p1", tmp_path / "p2"], tmp_path / "phases.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_export_hf_cli_loads_in_transformers_with_identical_logits(demo_shards, tmp_path):

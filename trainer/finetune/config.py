@@ -19,6 +19,7 @@ class FinetuneConfig:
     init: str  # our checkpoint folder (or run folder), a Hugging Face BERT folder, or random:PRESET
     output: str
     epochs: int = 3
+    dropout: float | None = None  # hidden and attention dropout; None: the init's (0.1 for random:PRESET)
     lr: float = 5e-5
     batch_size: int = 32  # per rank
     eval_batch_size: int = 0  # 0: 2 * batch_size
@@ -51,6 +52,7 @@ class FinetuneConfig:
             value = getattr(self, name)
             check(isinstance(value, int) and value >= 0, name, f"must be an integer >= 0, got {value!r}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(0 <= self.warmup_ratio < 1, "warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
         check(0 <= self.weight_decay < 1, "weight_decay", f"must be in [0, 1), got {self.weight_decay}")
         check(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")

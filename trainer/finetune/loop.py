@@ -44,6 +44,7 @@ from trainer.finetune.heads import build_task_model, load_encoder_state
 from trainer.finetune.squad import Window, predict_answers
 from trainer.finetune.weights import check_vocab, resolve_init
 from trainer.metrics import METRICS_FILE, MetricsLogger
+from trainer.model import with_dropout
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.pretrain import autocast, log
 
@@ -177,7 +178,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     check_pair(train, evaluation)
     init = resolve_init(cfg.init, train.vocab, seed=cfg.seed)
     check_vocab(init, train.manifest.vocab["sha256"], train.root)
-    config = init.config
+    config = with_dropout(init.config, cfg.dropout)
     longest = max(train.max_length(), evaluation.max_length())
     if longest > config.max_position_embeddings:
         raise TaskDataError(f"rows of up to {longest} tokens but the model has {config.max_position_embeddings} "

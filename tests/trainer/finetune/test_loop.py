@@ -143,8 +143,11 @@ def test_score_uses_the_glue_task_metric(sst2):
 
 def test_ner_from_our_checkpoint_writes_conll_predictions_for_every_word(conll, sst2_run, tmp_path):
     # --init: the SST-2 run's best checkpoint (same vocabulary): its encoder, a fresh token classifier
-    results = finetune_run(T.NER, conll["train"], conll["valid"], tmp_path / "run", init=results_checkpoint(sst2_run))
+    results = finetune_run(T.NER, conll["train"], conll["valid"], tmp_path / "run", init=results_checkpoint(sst2_run),
+                           dropout=0.2)
     assert results["init"]["kind"] == "checkpoint"
+    assert sst2_run[0]["model"]["hidden_dropout"] == 0.1  # the init's own setting unless --dropout
+    assert results["model"]["hidden_dropout"] == results["model"]["attention_dropout"] == 0.2
     scores = results["best"]["eval"]
     gold_sentences = conll_sentences(conll["valid"].parent / "valid.txt")
     assert scores["sentences"] == len(gold_sentences) and scores["words"] == sum(map(len, gold_sentences))
