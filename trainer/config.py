@@ -17,6 +17,12 @@ class TrainConfigError(ValueError):
         self.message = message
 
 
+def check(ok: bool, param: str, message: str) -> None:
+    """Config validation: raise ``TrainConfigError(param, message)`` unless ``ok``."""
+    if not ok:
+        raise TrainConfigError(param, message)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     data: tuple[str, ...]
@@ -55,10 +61,6 @@ class TrainConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        def check(ok: bool, param: str, message: str) -> None:
-            if not ok:
-                raise TrainConfigError(param, message)
-
         check(len(self.data) > 0, "data", "at least one --data DIR is required")
         for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_every", "checkpoint_every"):
             value = getattr(self, name)

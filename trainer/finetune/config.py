@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from schemas import tasks as T
-from trainer.config import PRECISIONS, TrainConfigError
+from trainer.config import PRECISIONS, check
 
 TASKS = T.KINDS  # classification, regression, ner, squad
 
@@ -38,10 +38,6 @@ class FinetuneConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        def check(ok: bool, param: str, message: str) -> None:
-            if not ok:
-                raise TrainConfigError(param, message)
-
         check(self.task in TASKS, "task", f"must be one of {TASKS}, got {self.task!r}")
         for name in ("train_data", "eval_data", "init", "output"):
             check(bool(getattr(self, name)), name, "is required")
