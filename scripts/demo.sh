@@ -27,3 +27,25 @@ berttrain pretrain --data "$OUT/shards" --eval-data "$OUT/eval_shards" --model t
     --checkpoint-every 200 --num-workers 1
 berttrain plot "$OUT/run"
 berttrain export-hf "$OUT/run/checkpoints/step-$(printf %07d "$STEPS")" "$OUT/hf"
+
+echo "== 5. fine-tune the demo model on a downstream task"
+# Any classification files: DEMO_TASK_TRAIN / DEMO_TASK_DEV (tsv/csv/jsonl) with DEMO_TASK_ARGS naming the
+# columns (e.g. "--text-column sentence --label-column label"); by default a slice of SST-2 from ../shared.
+SHARED_SST2=${SHARED:-../shared/data}/tasks/sst2
+if [ -z "${DEMO_TASK_TRAIN:-}" ] && [ -f "$SHARED_SST2/train.tsv" ]; then
+    head -n 4001 "$SHARED_SST2/train.tsv" > "$OUT/sst2_train_4k.tsv"
+    DEMO_TASK_TRAIN="$OUT/sst2_train_4k.tsv" DEMO_TASK_DEV="$SHARED_SST2/dev.tsv" DEMO_TASK_ARGS="--glue sst2"
+fi
+if [ -n "${DEMO_TASK_TRAIN:-}" ]; then
+    CKPT="$OUT/run/checkpoints/step-$(printf %07d "$STEPS")"
+    # shellcheck disable=SC2086  # DEMO_TASK_ARGS holds several flags
+    bertprep task classification --input "$DEMO_TASK_TRAIN" --split train --vocab "$CKPT/vocab.txt" \
+        --output "$OUT/task_train" $DEMO_TASK_ARGS
+    # shellcheck disable=SC2086
+    bertprep task classification --input "$DEMO_TASK_DEV" --split dev --vocab "$CKPT/vocab.txt" \
+        --label-set-from "$OUT/task_train" --output "$OUT/task_dev" $DEMO_TASK_ARGS
+    berttrain finetune --task classification --train-data "$OUT/task_train" --eval-data "$OUT/task_dev" \
+        --init "$CKPT" --output "$OUT/finetune" --epochs 2 --lr 3e-4 --batch-size 32
+else
+    echo "no task data: set DEMO_TASK_TRAIN/DEMO_TASK_DEV, or place ../shared/data beside the checkout"
+fi
