@@ -39,6 +39,23 @@ class InputFile:
     path: str
     bytes: int
     format: str
+    name: str = ""  # the path below the common folder of all inputs: what document ids are made of
+
+
+def relative_names(paths: list[str]) -> list[str]:
+    """Each path below the deepest folder that holds all of them (``/data/wiki/AA/wiki_00`` and
+    ``/data/books/a.txt`` -> ``wiki/AA/wiki_00``, ``books/a.txt``; one file -> its base name).
+
+    Document ids are ``name:line``, so the same corpus gives the same shards wherever it lives: another
+    directory, another machine, a bucket instead of a disk.
+    """
+    parts = [p.split("/") for p in paths]
+    common = 0
+    if parts:
+        folders = [q[:-1] for q in parts]
+        while all(len(f) > common and f[common] == folders[0][common] for f in folders):
+            common += 1
+    return ["/".join(q[common:]) for q in parts]
 
 
 def split_format(pattern: str, default_format: str) -> tuple[str, str]:
@@ -72,7 +89,8 @@ def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> li
                 raise UsageError("input", f"{m.path} is given as both {found[m.path][1]} and {fmt}")
             found[m.path] = (m.size_in_bytes, fmt)
     # Sorted: the order of --input arguments must not matter.
-    return [InputFile(p, *found[p]) for p in sorted(found)]
+    paths = sorted(found)
+    return [InputFile(p, *found[p], name=n) for p, n in zip(paths, relative_names(paths))]
 
 
 def auto_num_shards(input_bytes: int, dupe_factor: int) -> int:
@@ -125,7 +143,7 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
         mask_id=vocab.id("[MASK]"), max_seq_length=cfg.max_seq_length, max_predictions=cfg.max_predictions_per_seq,
         masked_lm_prob=cfg.masked_lm_prob, whole_word=cfg.whole_word_mask,
     )
-    files = p | "Inputs" >> beam.Create([(f.path, f.format) for f in inputs])
+    files = p | "Inputs" >> beam.Create([(f.path, f.format, f.name or f.path) for f in inputs])
     docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg)
     sentences = docs | "Segment" >> SegmentDocuments()
     tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads)

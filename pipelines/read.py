@@ -269,15 +269,17 @@ def read_chunks(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
         raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
 
 
-def read_documents(path: str, input_format: str, counters: Counter, strip_gutenberg: bool = True) -> Iterator[Document]:
-    """Every document of one file, in file order; counts bytes, lines and documents."""
+def read_documents(path: str, input_format: str, counters: Counter, strip_gutenberg: bool = True,
+                   name: str | None = None) -> Iterator[Document]:
+    """Every document of one file, in file order; counts bytes, lines and documents. Document ids are
+    ``name:line`` (``name`` defaults to the path)."""
 
     def chunks() -> Iterator[bytes]:
         for chunk in read_chunks(path):
             counters[C.BYTES_READ] += len(chunk)
             yield chunk
 
-    for doc in parse(iter_lines(chunks(), counters), path, input_format, counters, strip_gutenberg):
+    for doc in parse(iter_lines(chunks(), counters), name or path, input_format, counters, strip_gutenberg):
         counters[C.DOCUMENTS_READ] += 1
         yield doc
 
@@ -302,11 +304,11 @@ class _ReadFileFn(beam.DoFn):
     def __init__(self, strip_gutenberg: bool) -> None:
         self.strip_gutenberg = strip_gutenberg
 
-    def process(self, element: tuple[str, str]) -> Iterator[DocumentBatch]:
-        path, input_format = element
+    def process(self, element: tuple[str, str, str]) -> Iterator[DocumentBatch]:
+        path, input_format, name = element
         counters: Counter = Counter()
         counters[C.FILES_READ] += 1
-        docs = read_documents(path, input_format, counters, self.strip_gutenberg)
+        docs = read_documents(path, input_format, counters, self.strip_gutenberg, name)
         for batch in batch_documents(docs, counters):
             C.report(batch.counters)
             yield batch
@@ -314,7 +316,7 @@ class _ReadFileFn(beam.DoFn):
 
 
 class ReadDocuments(beam.PTransform):
-    """``PCollection[(path, format)]`` -> ``PCollection[DocumentBatch]``."""
+    """``PCollection[(path, format, name)]`` -> ``PCollection[DocumentBatch]``; ``name`` makes the ids."""
 
     def __init__(self, strip_gutenberg: bool = True) -> None:
         super().__init__()

@@ -13,7 +13,7 @@ import webdataset
 
 from pipelines import counters as C
 from pipelines.config import PretrainingConfig
-from pipelines.pretraining import run_pretraining
+from pipelines.pretraining import relative_names, run_pretraining
 from pipelines.runner import UsageError
 from schemas import pretraining as P
 from schemas import wds
@@ -108,6 +108,25 @@ def test_same_shards_with_two_worker_processes_and_any_input_order(tmp_path, dem
     assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b")
     assert len(shard_digests(tmp_path / "a")) == 6
     assert a.manifest.statistics == b.manifest.statistics and a.manifest.counters == b.manifest.counters
+
+
+def test_same_shards_wherever_the_corpus_lives(tmp_path, demo_corpus, demo_vocab):
+    files = sorted(demo_corpus.glob("*.txt"))[:20]
+    moved = tmp_path / "elsewhere" / "deeper"
+    moved.mkdir(parents=True)
+    for f in files:
+        shutil.copy(f, moved / f.name)
+    run(files, demo_vocab / "vocab.txt", tmp_path / "a", dupe_factor=1)
+    run(sorted(moved.glob("*.txt")), demo_vocab / "vocab.txt", tmp_path / "b", dupe_factor=1)
+    assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b")
+
+
+def test_relative_names_keep_files_apart():
+    assert relative_names(["/d/wiki/AA/wiki_00", "/d/wiki/AB/wiki_00", "/d/books/a.txt"]) == [
+        "wiki/AA/wiki_00", "wiki/AB/wiki_00", "books/a.txt"]
+    assert relative_names(["/d/c/x.txt"]) == ["x.txt"]
+    assert relative_names(["gs://b/wiki/a", "gs://b/wiki/b"]) == ["a", "b"]
+    assert relative_names(["gs://b/x", "/local/x"]) == ["gs://b/x", "/local/x"]  # nothing in common
 
 
 def test_seed_changes_the_instances(tmp_path, demo_corpus, demo_vocab):

@@ -140,11 +140,11 @@ def test_read_documents_composite_on_runner(tmp_path):
     with TestPipeline(runner=FnApiRunner()) as p:
         ids = (
             p
-            | beam.Create([(str(a), "sentences"), (str(b), "sentences")])
+            | beam.Create([(str(a), "sentences", "a.txt"), (str(b), "sentences", "b.txt")])
             | ReadDocuments()
             | beam.FlatMap(lambda batch: [d.doc_id for d in batch.documents])
         )
-        assert_that(ids, equal_to([f"{a}:1", f"{a}:4", f"{b}:1"]))
+        assert_that(ids, equal_to(["a.txt:1", "a.txt:4", "b.txt:1"]))  # ids from the names, not the paths
 
 
 @pytest.mark.parametrize("ext,compress", [
