@@ -8,7 +8,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from schemas.vocab import SPECIAL_TOKENS, Vocab, vocab_sha256
-from trainer.hf import HFCheckpointError, export_checkpoint, export_hf, hf_config_dict, load_hf, to_hf_state_dict
+from tests.trainer.finetune.hf_fixtures import randomise
+from trainer.hf import (
+    HFCheckpointError,
+    export_checkpoint,
+    export_hf,
+    hf_config_dict,
+    load_hf,
+    to_hf_state_dict,
+)
 from trainer.model import BertConfig, BertForPreTraining, BertModel
 
 transformers = pytest.importorskip("transformers")
@@ -32,15 +40,6 @@ TOKENS = (*SPECIAL_TOKENS, *(f"tok{i}" for i in range(CONFIG.vocab_size - len(SP
 
 def hf_config() -> transformers.BertConfig:
     return transformers.BertConfig(**hf_config_dict(CONFIG))
-
-
-def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """Perturb every parameter (biases, LayerNorms included) so a mis-mapped tensor cannot go unnoticed."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.05)
-    return model.eval()
 
 
 def inputs(seed: int = 0) -> dict[str, torch.Tensor]:

@@ -22,13 +22,11 @@ __all__ = ["BertForQuestionAnswering", "BertForSequenceClassification", "BertFor
            "build_task_model", "load_encoder_state"]
 
 
-class BertForSequenceClassification(nn.Module):
-    """[CLS] pooled -> dropout -> linear. ``num_labels == 1`` is regression (MSE), else cross-entropy."""
+class _EncoderClassifier(nn.Module):
+    """The encoder (``bert``), dropout and a linear ``classifier``: what the sequence and token heads share."""
 
-    def __init__(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> None:
+    def __init__(self, config: BertConfig, num_labels: int, seed: int) -> None:
         super().__init__()
-        if num_labels < 1:
-            raise ValueError(f"num_labels must be >= 1, got {num_labels}")
         self.config, self.num_labels = config, num_labels
 
         def build() -> None:
@@ -41,6 +39,15 @@ class BertForSequenceClassification(nn.Module):
     def reset_parameters(self, seed: int = 0) -> None:
         self.bert.reset_parameters(seed)
         seeded_init(self.classifier, self.config.initializer_range, seed, "classifier")
+
+
+class BertForSequenceClassification(_EncoderClassifier):
+    """[CLS] pooled -> dropout -> linear. ``num_labels == 1`` is regression (MSE), else cross-entropy."""
+
+    def __init__(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> None:
+        if num_labels < 1:
+            raise ValueError(f"num_labels must be >= 1, got {num_labels}")
+        super().__init__(config, num_labels, seed)
 
     def forward(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
         _, pooled = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
@@ -53,26 +60,14 @@ class BertForSequenceClassification(nn.Module):
         return out
 
 
-class BertForTokenClassification(nn.Module):
+class BertForTokenClassification(_EncoderClassifier):
     """Sequence output -> dropout -> linear; cross-entropy over tokens whose label is not -100."""
 
     def __init__(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> None:
-        super().__init__()
         if num_labels < 2:
             raise ValueError(f"token classification needs >= 2 labels, got {num_labels}")
-        self.config, self.num_labels = config, num_labels
-
-        def build() -> None:
-            self.bert = BertModel(config, seed=seed)
-            self.dropout = nn.Dropout(config.hidden_dropout)
-            self.classifier = nn.Linear(config.hidden_size, num_labels)
-
-        construct_then_init(self, build, lambda: self.reset_parameters(seed))
+        super().__init__(config, num_labels, seed)
         self.bert.pooler.requires_grad_(False)
-
-    def reset_parameters(self, seed: int = 0) -> None:
-        self.bert.reset_parameters(seed)
-        seeded_init(self.classifier, self.config.initializer_range, seed, "classifier")
 
     def forward(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
         seq, _ = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
