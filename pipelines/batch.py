@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.ragged import concat_ranges
+from pipelines.ragged import concat_ranges, take_ranges
 
 _WIRE = struct.Struct("<4sB3xQQQ")
 _MAGIC = b"BSIB"
@@ -47,13 +47,28 @@ class InstanceBatch:
         plens = self.num_predictions[index]
         return InstanceBatch(
             instance_ids=self.instance_ids[index],
-            ids=self.ids[concat_ranges(self.offsets[index], self.offsets[index + 1])],
+            ids=take_ranges(self.ids, self.offsets[index], self.offsets[index + 1]),
             offsets=np.concatenate(([0], np.cumsum(lens))).astype(np.int64),
             segment_a_length=self.segment_a_length[index],
             next_sentence_label=self.next_sentence_label[index],
             positions=self.positions[concat_ranges(self.pred_offsets[index], self.pred_offsets[index + 1])],
             labels=self.labels[concat_ranges(self.pred_offsets[index], self.pred_offsets[index + 1])],
             pred_offsets=np.concatenate(([0], np.cumsum(plens))).astype(np.int64),
+        )
+
+    def slice(self, start: int, stop: int) -> InstanceBatch:
+        """Rows ``start:stop`` as views (offsets rebased), no copy of the ids."""
+        o0, o1 = int(self.offsets[start]), int(self.offsets[stop])
+        p0, p1 = int(self.pred_offsets[start]), int(self.pred_offsets[stop])
+        return InstanceBatch(
+            instance_ids=self.instance_ids[start:stop],
+            ids=self.ids[o0:o1],
+            offsets=self.offsets[start : stop + 1] - o0,
+            segment_a_length=self.segment_a_length[start:stop],
+            next_sentence_label=self.next_sentence_label[start:stop],
+            positions=self.positions[p0:p1],
+            labels=self.labels[p0:p1],
+            pred_offsets=self.pred_offsets[start : stop + 1] - p0,
         )
 
     @classmethod

@@ -1,19 +1,27 @@
-"""Stage 4, Group: documents -> bounded groups -> work units.
+"""Stage 4, Group: documents -> bounded groups -> work units, with memory bounded by a group.
 
-A document's group is a hash of its seeded key modulo ``G``, where ``G`` follows from the global document and
-token counts (``num_groups``): groups hold about ``docs_per_group`` documents and at most
-``max_group_tokens`` tokens, so random-next sentences come from thousands of other documents while memory
-stays bounded on any runner. ``G`` depends only on the data and the parameters, never on the runner.
+A document's group follows from its seeded key: the high 32 bits of ``mix64(key)`` cut into ``G`` equal
+ranges (:func:`group_of`), where ``G`` follows from the global document and token counts (``num_groups``):
+groups hold about ``docs_per_group`` documents and at most ``max_group_tokens`` tokens, so random-next
+sentences come from thousands of other documents. ``G`` depends only on the data and the parameters, never
+on the runner.
 
-Each group's documents are sorted by key into a :class:`~pipelines.instances.Pool` written to a pool file
-under the work directory; the group then fans out into work units (pass, document range) of about
-``tokens_per_unit`` tokens, which any worker can process by reading the pool file. This parallelises instance
-creation inside a group without shipping the group's tokens with every unit.
+The shuffle carries references, not tokens (see :mod:`pipelines.spill`):
+
+1. ``SpillDocuments``: each worker buffers tokenized documents and writes them to a spill file, sorted by
+   ``mix64(key)``. Any group is then one contiguous run of documents in every spill file, whatever ``G``
+   turns out to be, so the spill needs no global count first (which would hold every token in the runner).
+2. ``PlanGroups``: once ``G`` is known, each spill file's small index (8 bytes per document and 16 bytes of
+   offsets) gives every group's byte ranges in it; only those references go through the ``GroupByKey``.
+3. ``BuildPool``: a group's parts are read back and sorted by key into a :class:`~pipelines.instances.Pool`,
+   written to a pool file; the group fans out into work units (pass, document range) of about
+   ``tokens_per_unit`` tokens, which any worker processes by reading the pool file.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -22,10 +30,13 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import counters as C
-from pipelines.hashing import mix64
+from pipelines.hashing import mix64, mix64_array
 from pipelines.instances import Pool, document_key
-from pipelines.ragged import concat_ranges
+from pipelines.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
 from pipelines.tokenize import TokenizedBatch
+
+_HEADER = struct.Struct("<8sB7xQQQ")
+_MAGIC = b"BSDOCS01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,46 +53,116 @@ def num_groups(num_docs: int, num_tokens: int, docs_per_group: int, max_group_to
 
 
 def group_of(doc_key: int, groups: int) -> int:
-    return mix64(doc_key) % groups
+    """The group of a document: a range of ``mix64(key)``'s high 32 bits (same as :func:`groups_of`)."""
+    return ((mix64(doc_key) >> 32) * groups) >> 32
 
 
-# A pack is a TokenizedBatch subset as plain bytes: cheap for every Beam coder, no pickled arrays.
-Pack = tuple[bytes, bytes, bytes, bytes, str]
+def groups_of(mixed: np.ndarray, groups: int) -> np.ndarray:
+    """:func:`group_of` for ``mixed = mix64_array(keys)``; non-decreasing where ``mixed`` is sorted."""
+    # hi < 2**32 and groups < 2**32: the product fits in 64 bits.
+    return ((mixed >> np.uint64(32)) * np.uint64(groups)) >> np.uint64(32)
 
 
-def split_by_group(batch: TokenizedBatch, seed: int, groups: int) -> dict[int, Pack]:
-    keys = np.asarray([document_key(seed, d) for d in batch.doc_ids], dtype=np.uint64)
-    if not len(keys):
-        return {}
-    gid = np.asarray([group_of(int(k), groups) for k in keys.tolist()], dtype=np.int64)
-    sent_end = np.cumsum(batch.doc_sentences)
-    sent_start = sent_end - batch.doc_sentences
-    tok_ends = np.concatenate(([0], np.cumsum(batch.sentence_lengths, dtype=np.int64)))
-    out = {}
-    for g in np.unique(gid).tolist():
-        docs = np.flatnonzero(gid == g)
-        s_idx = concat_ranges(sent_start[docs], sent_end[docs])
-        t_idx = concat_ranges(tok_ends[sent_start[docs]], tok_ends[sent_end[docs]])
-        out[g] = (
-            keys[docs].tobytes(),
-            batch.doc_sentences[docs].astype(np.int32).tobytes(),
-            batch.sentence_lengths[s_idx].astype(np.int32).tobytes(),
-            batch.ids[t_idx].tobytes(),
-            batch.ids.dtype.str,
+# --- spill files of tokenized documents --------------------------------------------------------------
+# Layout: header (magic, id width, D, S, T), then columns: keys u64[D] (ordered by mix64(key)),
+# doc_sent i64[D+1] and doc_tok i64[D+1] (cumulative sentence and token counts), sentence lengths
+# i32[S], token ids [T] (uint16 or int32).
+
+@dataclass(frozen=True, slots=True)
+class DocsLayout:
+    width: int
+    docs: int
+    sentences: int
+    tokens: int
+
+    @property
+    def keys_at(self) -> int:
+        return _HEADER.size
+
+    @property
+    def doc_sent_at(self) -> int:
+        return self.keys_at + 8 * self.docs
+
+    @property
+    def doc_tok_at(self) -> int:
+        return self.doc_sent_at + 8 * (self.docs + 1)
+
+    @property
+    def sent_at(self) -> int:
+        return self.doc_tok_at + 8 * (self.docs + 1)
+
+    @property
+    def ids_at(self) -> int:
+        return self.sent_at + 4 * self.sentences
+
+    def part(self, d0: int, d1: int, s0: int, s1: int, t0: int, t1: int) -> tuple[ByteRange, ...]:
+        """Byte ranges of documents ``d0:d1`` (sentences ``s0:s1``, tokens ``t0:t1``) in each column."""
+        return (
+            (self.keys_at + 8 * d0, 8 * (d1 - d0)),
+            (self.doc_sent_at + 8 * d0, 8 * (d1 - d0 + 1)),
+            (self.sent_at + 4 * s0, 4 * (s1 - s0)),
+            (self.ids_at + self.width * t0, self.width * (t1 - t0)),
         )
-    return out
 
 
-def build_pool(packs: Iterable[Pack]) -> Pool:
+# A group's part in one spill file: (path, id width, byte ranges of keys, doc_sent, sentence lengths, ids).
+GroupPart = tuple[str, int, tuple[ByteRange, ...]]
+
+
+def encode_documents(batches: list[TokenizedBatch], seed: int) -> tuple[np.ndarray, Iterator[bytes]]:
+    """Documents of several batches in spill order: (their keys in that order, the file's chunks, encoded
+    one column at a time)."""
+    keys = np.asarray([document_key(seed, d) for b in batches for d in b.doc_ids], dtype=np.uint64)
+    pool = Pool.build(
+        keys, np.concatenate([b.doc_sentences for b in batches]), np.concatenate([b.sentence_lengths for b in batches]),
+        np.concatenate([b.ids for b in batches]), order=np.argsort(mix64_array(keys), kind="stable"),
+    )
+
+    def chunks() -> Iterator[bytes]:
+        yield _HEADER.pack(_MAGIC, pool.ids.dtype.itemsize, pool.num_docs, len(pool.sent_tok) - 1, len(pool.ids))
+        yield pool.doc_keys.astype("<u8").tobytes()
+        yield pool.doc_sent.astype("<i8").tobytes()
+        yield pool.sent_tok[pool.doc_sent].astype("<i8").tobytes()
+        yield np.diff(pool.sent_tok).astype("<i4").tobytes()
+        yield pool.ids.tobytes()
+
+    return pool.doc_keys, chunks()
+
+
+def plan_parts(path: str, groups: int) -> Iterator[tuple[int, GroupPart]]:
+    """Every group's byte ranges in one spill file (reads only its index)."""
+    (head,) = read_ranges(path, [(0, _HEADER.size)])
+    magic, width, d, s, t = _HEADER.unpack(head)
+    if magic != _MAGIC:
+        raise ValueError(f"{path}: not a document spill file")
+    layout = DocsLayout(width, d, s, t)
+    raw_keys, raw_sent, raw_tok = read_ranges(
+        path, [(layout.keys_at, 8 * d), (layout.doc_sent_at, 8 * (d + 1)), (layout.doc_tok_at, 8 * (d + 1))]
+    )
+    gid = groups_of(mix64_array(np.frombuffer(raw_keys, "<u8")), groups)
+    doc_sent, doc_tok = np.frombuffer(raw_sent, "<i8"), np.frombuffer(raw_tok, "<i8")
+    bounds = np.searchsorted(gid, np.arange(groups + 1, dtype=np.uint64)).tolist()
+    for g in range(groups):
+        d0, d1 = bounds[g], bounds[g + 1]
+        if d1 > d0:
+            ranges = layout.part(d0, d1, int(doc_sent[d0]), int(doc_sent[d1]), int(doc_tok[d0]), int(doc_tok[d1]))
+            yield g, (path, width, ranges)
+
+
+def read_group(parts: Iterable[GroupPart]) -> Pool:
+    """A group's documents from all its parts, sorted by key (the same pool on every runner)."""
     keys, doc_sents, sent_lens, ids = [], [], [], []
     dtype = None
-    for k, ds, sl, t, dt in packs:
-        keys.append(np.frombuffer(k, np.uint64))
-        doc_sents.append(np.frombuffer(ds, np.int32))
-        sent_lens.append(np.frombuffer(sl, np.int32))
-        ids.append(np.frombuffer(t, dt))
-        dtype = dt
-    return Pool.build(np.concatenate(keys), np.concatenate(doc_sents), np.concatenate(sent_lens), np.concatenate(ids).astype(dtype))
+    for path, width, ranges in parts:
+        k, ds, sl, t = read_ranges(path, ranges)
+        dtype = np.dtype("<u2" if width == 2 else "<i4")
+        keys.append(np.frombuffer(k, "<u8"))
+        doc_sents.append(np.diff(np.frombuffer(ds, "<i8")))
+        sent_lens.append(np.frombuffer(sl, "<i4"))
+        ids.append(np.frombuffer(t, dtype))
+    if dtype is None:
+        raise ValueError("a group without parts")
+    return Pool.build(np.concatenate(keys), np.concatenate(doc_sents), np.concatenate(sent_lens), np.concatenate(ids))
 
 
 def plan_units(pool: Pool, pool_path: str, group: int, dupe_factor: int, tokens_per_unit: int) -> list[WorkUnit]:
@@ -99,12 +180,27 @@ def plan_units(pool: Pool, pool_path: str, group: int, dupe_factor: int, tokens_
     return [WorkUnit(pool_path, group, p, a, b) for p in range(dupe_factor) for a, b in ranges]
 
 
-class _KeyByGroupFn(beam.DoFn):
-    def __init__(self, seed: int) -> None:
+class _SpillDocumentsFn(SpillFn):
+    def __init__(self, work_dir: str, seed: int) -> None:
+        super().__init__(work_dir)
         self.seed = seed
 
-    def process(self, batch: TokenizedBatch, groups: int) -> Iterator[tuple[int, Pack]]:
-        yield from split_by_group(batch, self.seed, groups).items()
+    def size(self, batch: TokenizedBatch) -> int:
+        return batch.ids.nbytes + 4 * len(batch.sentence_lengths) + 64 * len(batch.doc_ids)
+
+    def spill(self, batches: list[TokenizedBatch]) -> Iterator[str]:
+        batches = [b for b in batches if b.doc_ids]
+        if not batches:
+            return
+        keys, chunks = encode_documents(batches, self.seed)
+        path = spill_path(self.work_dir, "docs", [keys.tobytes()])
+        write_file(path, chunks)
+        yield path
+
+
+class _PlanGroupsFn(beam.DoFn):
+    def process(self, path: str, groups: int) -> Iterator[tuple[int, GroupPart]]:
+        yield from plan_parts(path, groups)
 
 
 class _BuildPoolFn(beam.DoFn):
@@ -113,9 +209,9 @@ class _BuildPoolFn(beam.DoFn):
         self.dupe_factor = dupe_factor
         self.tokens_per_unit = tokens_per_unit
 
-    def process(self, element: tuple[int, Iterable[Pack]]):
-        group, packs = element
-        pool = build_pool(packs)
+    def process(self, element: tuple[int, Iterable[GroupPart]]):
+        group, parts = element
+        pool = read_group(parts)
         path = FileSystems.join(self.work_dir, f"pool-{group:06d}.bin")
         pool.save(path)
         yield beam.pvalue.TaggedOutput("groups", {"group": group, "documents": pool.num_docs, "tokens": len(pool.ids)})
@@ -155,7 +251,8 @@ class GroupDocuments(beam.PTransform):
         )
         built = (
             batches
-            | "KeyByGroup" >> beam.ParDo(_KeyByGroupFn(self.seed), groups=beam.pvalue.AsSingleton(groups))
+            | "SpillDocuments" >> beam.ParDo(_SpillDocumentsFn(self.work_dir, self.seed))
+            | "PlanGroups" >> beam.ParDo(_PlanGroupsFn(), groups=beam.pvalue.AsSingleton(groups))
             | "CollectGroup" >> beam.GroupByKey()
             | "BuildPool" >> beam.ParDo(_BuildPoolFn(self.work_dir, self.dupe_factor, self.tokens_per_unit)).with_outputs(
                 "groups", main="units"

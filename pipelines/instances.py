@@ -26,7 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.hashing import combine, hash64
 from pipelines.batch import InstanceBatch
-from pipelines.ragged import concat_ranges
+from pipelines.ragged import concat_ranges, take_ranges
 
 _POOL_HEADER = struct.Struct("<8sBxxxQQQ")
 _POOL_MAGIC = b"BSPOOL01"
@@ -50,14 +50,19 @@ class Pool:
         return len(self.doc_keys)
 
     @classmethod
-    def build(cls, doc_keys: np.ndarray, doc_sentences: np.ndarray, sentence_lengths: np.ndarray, ids: np.ndarray) -> Pool:
-        """From documents in any order: sorts them by key so the pool is the same on every runner."""
+    def build(cls, doc_keys: np.ndarray, doc_sentences: np.ndarray, sentence_lengths: np.ndarray, ids: np.ndarray,
+              order: np.ndarray | None = None) -> Pool:
+        """From documents in any order: sorts them by key so the pool is the same on every runner.
+
+        ``order`` puts the documents in another order instead (spill files order them by group).
+        """
         doc_keys = np.asarray(doc_keys, dtype=np.uint64)
         doc_sentences = np.asarray(doc_sentences, dtype=np.int64)
         sentence_lengths = np.asarray(sentence_lengths, dtype=np.int64)
-        order = np.argsort(doc_keys, kind="stable")
-        if np.any(np.diff(doc_keys[order]) == 0):
-            raise ValueError("two documents share a 64-bit key: duplicate document ids in the input?")
+        if order is None:
+            order = np.argsort(doc_keys, kind="stable")
+            if np.any(np.diff(doc_keys[order]) == 0):
+                raise ValueError("two documents share a 64-bit key: duplicate document ids in the input?")
         doc_sent0 = np.concatenate(([0], np.cumsum(doc_sentences)))
         sent_tok0 = np.concatenate(([0], np.cumsum(sentence_lengths)))
         if sent_tok0[-1] != len(ids):
@@ -65,12 +70,12 @@ class Pool:
         # Reorder documents: gather sentence ranges, then token ranges, in the new order.
         sent_index = concat_ranges(doc_sent0[order], doc_sent0[order + 1])
         new_lengths = sentence_lengths[sent_index]
-        tok_index = concat_ranges(sent_tok0[sent_index], sent_tok0[sent_index + 1])
         return cls(
             doc_keys=doc_keys[order],
             doc_sent=np.concatenate(([0], np.cumsum(doc_sentences[order]))),
             sent_tok=np.concatenate(([0], np.cumsum(new_lengths))),
-            ids=np.ascontiguousarray(ids[tok_index]),
+            # Documents' tokens are contiguous: gather by document, in bounded steps.
+            ids=take_ranges(ids, sent_tok0[doc_sent0[order]], sent_tok0[doc_sent0[order + 1]]),
         )
 
     def to_bytes(self) -> bytes:

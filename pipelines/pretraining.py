@@ -7,13 +7,16 @@ manifest. Read -> Segment -> Tokenize -> Group -> CreateInstances -> Mask -> Shu
 
 from __future__ import annotations
 
+import glob
 import math
+import os
 import time
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import counters as C
@@ -31,7 +34,9 @@ from schemas.manifest import MANIFEST_NAME, Manifest
 from schemas.vocab import CLS, SEP, VOCAB_FILENAME
 
 WORK_DIR_NAME = "_work"
-TARGET_SHARD_INPUT_BYTES = 128 << 20
+# Input text per shard and pass: about 150,000 instances at length 128, 35 MB of Arrow. It also bounds the
+# shard writer's memory (a shard is sorted in memory), whatever the corpus size.
+TARGET_SHARD_INPUT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,17 @@ def split_format(pattern: str, default_format: str) -> tuple[str, str]:
     return default_format, pattern
 
 
+def match_pattern(pattern: str) -> list[FileMetadata]:
+    """Files matching a path or glob. Local patterns are made absolute and matched by Python's ``glob``
+    (recursive ``**``, symbolic links followed): Beam's local match finds nothing for a relative pattern
+    with a wildcard in a folder (``corpus*/wiki/*``) and does not descend into linked folders."""
+    if "://" in pattern:
+        return [m for m in FileSystems.match([pattern])[0].metadata_list if not m.path.endswith("/")]
+    pattern = os.path.abspath(os.path.expanduser(pattern))
+    paths = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
+    return [FileMetadata(p, os.path.getsize(p), os.path.getmtime(p)) for p in paths if os.path.isfile(p)]
+
+
 def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> list[InputFile]:
     """Expand paths and globs on any Beam filesystem; a pattern that matches nothing is an error.
 
@@ -78,10 +94,9 @@ def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> li
     for raw in patterns:
         fmt, pattern = split_format(raw, default_format)
         try:
-            result = FileSystems.match([pattern])[0]
+            files = match_pattern(pattern)
         except Exception as e:
             raise UsageError("input", f"cannot list {pattern!r}: {e}") from None
-        files = [m for m in result.metadata_list if not m.path.endswith("/")]
         if not files:
             raise UsageError("input", f"{pattern!r} matches no files")
         for m in files:
@@ -94,7 +109,7 @@ def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> li
 
 
 def auto_num_shards(input_bytes: int, dupe_factor: int) -> int:
-    """About 128 MB of input text per shard and pass (roughly 40 MB of Arrow), at least 4 shards."""
+    """About 64 MB of input text per shard and pass (roughly 35 MB of Arrow), at least 4 shards."""
     return max(4, math.ceil(input_bytes * dupe_factor / TARGET_SHARD_INPUT_BYTES))
 
 
@@ -159,7 +174,7 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
         whole_word=cfg.whole_word_mask,
     )
     results = masked | "ShuffleAndWrite" >> WriteShards(
-        output_dir, num_shards, cfg.seed, cfg.formats, writer_args=writer_args, stats_args=stats_args
+        output_dir, work_dir, num_shards, cfg.seed, cfg.formats, writer_args=writer_args, stats_args=stats_args
     )
     counters = tokenized | "Counters" >> beam.Map(lambda b: dict(b.counters))
     make_writers = partial(_writers_for_shard, output_dir, num_shards, cfg.formats, writer_args)

@@ -4,6 +4,10 @@ Every instance gets a shuffle key, a seeded hash of its stable id. The key picks
 shard count: sizes are multinomial, within a few per cent of each other for thousands of instances per
 shard) and orders the instances inside it. Shard contents and bytes therefore depend only on the inputs and
 parameters, not on the runner, the worker count or the order of ``--input`` arguments.
+
+The shuffle carries references (see :mod:`pipelines.spill`): each worker buffers masked batches, writes them
+to a spill file ordered by (shard, key), and sends on one (shard, byte range) reference per shard it holds;
+the writer of a shard reads its ranges back. Memory is bounded by the spill buffer and by one shard.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pipelines import stats as S
 from pipelines.batch import InstanceBatch
 from pipelines.hashing import hash64, mix64_array
 from pipelines.shards import ArrowShardWriter, WebDatasetShardWriter
+from pipelines.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
 from schemas.manifest import shard_name
 
 SHARD_PREFIX = "pretrain"
@@ -29,13 +34,6 @@ SHARD_PREFIX = "pretrain"
 def shuffle_keys(instance_ids: np.ndarray, seed: int) -> np.ndarray:
     salt = np.uint64(hash64("shuffle", seed))
     return mix64_array(np.asarray(instance_ids, dtype=np.uint64) ^ salt)
-
-
-def split_by_shard(batch: InstanceBatch, num_shards: int, seed: int) -> dict[int, InstanceBatch]:
-    shard = (shuffle_keys(batch.instance_ids, seed) % np.uint64(num_shards)).astype(np.int64)
-    order = np.argsort(shard, kind="stable")
-    bounds = np.searchsorted(shard[order], np.arange(num_shards + 1))
-    return {s: batch.take(order[bounds[s] : bounds[s + 1]]) for s in range(num_shards) if bounds[s + 1] > bounds[s]}
 
 
 def order_shard(batches: list[InstanceBatch], seed: int) -> InstanceBatch:
@@ -60,14 +58,55 @@ def shard_writers(output_dir: str, shard: int, num_shards: int, formats: Iterabl
     return writers
 
 
-class _SplitFn(beam.DoFn):
-    def __init__(self, num_shards: int, seed: int) -> None:
+# One shard's instances in one spill file: (path, byte range of an InstanceBatch's wire bytes).
+ShardPart = tuple[str, ByteRange]
+
+
+def encode_shards(batch: InstanceBatch, num_shards: int, seed: int) -> Iterator[tuple[int, bytes]]:
+    """``(shard, wire bytes)`` for each shard the batch touches, instances ordered by shuffle key."""
+    keys = shuffle_keys(batch.instance_ids, seed)
+    shard = (keys % np.uint64(num_shards)).astype(np.int64)
+    order = np.lexsort((keys, shard))  # by shard, then by key: one gather for all shards
+    ordered = batch.take(order)
+    bounds = np.searchsorted(shard[order], np.arange(num_shards + 1)).tolist()
+    for s in range(num_shards):
+        if bounds[s + 1] > bounds[s]:
+            yield s, ordered.slice(bounds[s], bounds[s + 1]).to_bytes()
+
+
+def read_shard(parts: Iterable[ShardPart], seed: int) -> InstanceBatch:
+    batches = []
+    for path, byte_range in sorted(parts):  # sorted: the same concatenation on every runner
+        (data,) = read_ranges(path, [byte_range])
+        batches.append(InstanceBatch.from_bytes(data))
+    return order_shard(batches, seed)
+
+
+class _SpillShardsFn(SpillFn):
+    def __init__(self, work_dir: str, num_shards: int, seed: int) -> None:
+        super().__init__(work_dir)
         self.num_shards = num_shards
         self.seed = seed
 
-    def process(self, batch: InstanceBatch) -> Iterator[tuple[int, bytes]]:
-        for shard, part in split_by_shard(batch, self.num_shards, self.seed).items():
-            yield shard, part.to_bytes()
+    def size(self, batch: InstanceBatch) -> int:
+        return batch.ids.nbytes + batch.labels.nbytes + 2 * len(batch.positions) + 35 * len(batch)
+
+    def spill(self, batches: list[InstanceBatch]) -> Iterator[tuple[int, ShardPart]]:
+        batch = InstanceBatch.concat(batches)
+        if not len(batch):
+            return
+        path = spill_path(self.work_dir, "instances", [batch.instance_ids.tobytes()])
+        refs, offset = [], 0
+
+        def chunks() -> Iterator[bytes]:  # encoded one shard at a time, straight into the file
+            nonlocal offset
+            for shard, data in encode_shards(batch, self.num_shards, self.seed):
+                refs.append((shard, (path, (offset, len(data)))))
+                offset += len(data)
+                yield data
+
+        write_file(path, chunks())
+        yield from refs
 
 
 class _WriteShardFn(beam.DoFn):
@@ -80,9 +119,9 @@ class _WriteShardFn(beam.DoFn):
         self.stats_args = stats_args
         self.formats = formats
 
-    def process(self, element: tuple[int, Iterable[bytes]]) -> Iterator[dict[str, Any]]:
+    def process(self, element: tuple[int, Iterable[ShardPart]]) -> Iterator[dict[str, Any]]:
         shard, parts = element
-        batch = order_shard([InstanceBatch.from_bytes(p) for p in parts], self.seed)
+        batch = read_shard(parts, self.seed)
         files = []
         for writer in shard_writers(self.output_dir, shard, self.num_shards, self.formats, **self.writer_args):
             with writer:
@@ -95,16 +134,16 @@ class _WriteShardFn(beam.DoFn):
 class WriteShards(beam.PTransform):
     """``PCollection[InstanceBatch]`` -> ``PCollection[dict]``: one result (files, statistics) per shard."""
 
-    def __init__(self, output_dir: str, num_shards: int, seed: int, formats: tuple[str, ...], *,
+    def __init__(self, output_dir: str, work_dir: str, num_shards: int, seed: int, formats: tuple[str, ...], *,
                  writer_args: dict[str, Any], stats_args: dict[str, Any]) -> None:
         super().__init__()
-        self.split = _SplitFn(num_shards, seed)
+        self.split = _SpillShardsFn(work_dir, num_shards, seed)
         self.write = _WriteShardFn(output_dir, num_shards, seed, writer_args, stats_args, formats)
 
     def expand(self, batches):
         return (
             batches
-            | "AssignShard" >> beam.ParDo(self.split)
+            | "SpillShards" >> beam.ParDo(self.split)
             | "CollectShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(self.write)
         )

@@ -110,6 +110,20 @@ def test_same_shards_with_two_worker_processes_and_any_input_order(tmp_path, dem
     assert a.manifest.statistics == b.manifest.statistics and a.manifest.counters == b.manifest.counters
 
 
+def test_many_small_spill_files_give_the_same_shards(tmp_path, demo_corpus, demo_vocab, monkeypatch):
+    """Both shuffles carry references to spill files; how many there are must not change a byte."""
+    import pipelines.spill
+
+    files = sorted(demo_corpus.glob("*.txt"))
+    run(files, demo_vocab / "vocab.txt", tmp_path / "a", dupe_factor=2, docs_per_group=8)
+    monkeypatch.setattr(pipelines.spill, "SPILL_BYTES", 16 << 10)
+    run(files, demo_vocab / "vocab.txt", tmp_path / "b", dupe_factor=2, docs_per_group=8)
+    assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b")
+    manifest = json.loads((tmp_path / "b" / MANIFEST_NAME).read_text())
+    assert manifest["statistics"]["groups"]["count"] > 3
+    assert not (tmp_path / "b" / "_work").exists()
+
+
 def test_same_shards_wherever_the_corpus_lives(tmp_path, demo_corpus, demo_vocab):
     files = sorted(demo_corpus.glob("*.txt"))[:20]
     moved = tmp_path / "elsewhere" / "deeper"
@@ -199,3 +213,21 @@ def test_manifest_json_is_plain_json(demo_run):
     _, out = demo_run
     d = json.loads((out / MANIFEST_NAME).read_text())
     assert d["format"] == "bertstream.manifest" and d["statistics"]["next_sentence"]["not_next"] > 0.4
+
+
+def test_relative_globs_with_a_wildcard_folder_match(tmp_path, monkeypatch):
+    from pipelines.pretraining import resolve_inputs
+
+    for corpus in ("corpusA", "corpusB"):
+        (tmp_path / corpus / "wiki").mkdir(parents=True)
+        (tmp_path / corpus / "wiki" / "wiki_00").write_text("<doc id=1>\nT\nText.\n</doc>\n")
+    (tmp_path / "linked").symlink_to(tmp_path / "corpusA")
+    monkeypatch.chdir(tmp_path)
+    found = resolve_inputs(["corpus*/wiki/*"], "wikiextractor")
+    assert [f.path for f in found] == [str(tmp_path / c / "wiki" / "wiki_00") for c in ("corpusA", "corpusB")]
+    assert [f.name for f in found] == ["corpusA/wiki/wiki_00", "corpusB/wiki/wiki_00"]
+    assert len(resolve_inputs(["linked/wiki/*", "**/wiki_00"], "wikiextractor")) == 3  # links followed
+    # The same file spelled two ways is one input.
+    assert len(resolve_inputs(["corpusA/wiki/wiki_00", "./corpusA/wiki/../wiki/wiki_00"], "wikiextractor")) == 1
+    with pytest.raises(UsageError, match="matches no files"):
+        resolve_inputs(["corpus*/books/*"], "text")
