@@ -1,0 +1,186 @@
+"""How `bertprep pretraining` scales with the corpus: memory, speed, and one big file on 2 workers.
+
+Builds 1, 4 and 8 copies of the shared pretraining text (Wikipedia extracts and six Gutenberg books,
+22 MB a copy) as folders of links in a temporary folder, plus one big single file (the Wikipedia extracts
+concatenated four times, one `wikiextractor` file of 64 MB), and runs the pipeline on each, in-process
+and with 2 worker processes. For every run: wall time of the whole command, input MB/s, instances/s,
+peak RSS summed over the command and its worker processes, and the ratio to the tokenizer-only ceiling
+(`tokenizers` alone on the same paragraphs, measured in the same run). Ratios, not absolute times, are
+what compare across machines.
+
+    python benchmarks/pipeline_scale.py                      # everything (about 15 minutes on 2 cores)
+    python benchmarks/pipeline_scale.py --copies 1 --copies 8 --dupe 10 --workers 1
+    python benchmarks/pipeline_scale.py --only-big-file
+    python benchmarks/pipeline_scale.py --json out.json --plot scale.png
+
+Nothing is written inside the repository: the corpus copies are links under a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.pipeline_throughput import paragraphs_of, run_measured, tokenizer_ceiling  # noqa: E402
+
+SHARED = REPO.parent / "shared" / "data" / "pretrain"
+BIG_FILE_REPEATS = 4
+
+
+def build_copies(root: Path, copies: int) -> list[str]:
+    """``copies`` folders, each linking every shared Wikipedia and book file; returns the --input patterns."""
+    base = root / f"copies{copies}"
+    for i in range(copies):
+        for sub, src in (("wiki", SHARED / "wikipedia"), ("books", SHARED / "gutenberg")):
+            d = base / f"copy{i}" / sub
+            d.mkdir(parents=True, exist_ok=True)
+            for f in sorted(src.iterdir()):
+                if not (d / f.name).exists():
+                    (d / f.name).symlink_to(f)
+    return [f"wikiextractor:{base}/copy*/wiki/*", f"text:{base}/copy*/books/*.txt"]
+
+
+def build_big_file(root: Path) -> list[str]:
+    """One `wikiextractor` file: the shared extracts back to back, several times (distinct byte offsets,
+    so distinct document ids)."""
+    path = root / "big" / "wiki.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        with open(path, "wb") as out:
+            for _ in range(BIG_FILE_REPEATS):
+                for f in sorted((SHARED / "wikipedia").iterdir()):
+                    with open(f, "rb") as src:
+                        shutil.copyfileobj(src, out)
+    return [f"wikiextractor:{path}"]
+
+
+def run_one(inputs: list[str], vocab: str, out: Path, dupe: int, workers: int, env: dict[str, str]) -> dict:
+    bertprep = str(Path(sys.executable).with_name("bertprep"))
+    cmd = [bertprep, "pretraining", *[a for i in inputs for a in ("--input", i)], "--vocab", vocab,
+           "--output", str(out), "--dupe-factor", str(dupe), "--overwrite"]
+    if workers > 1:
+        cmd += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+    seconds, peak, _ = run_measured(cmd, env)
+    manifest = json.loads((out / "manifest.json").read_text())
+    shutil.rmtree(out)
+    input_mb = manifest["counters"]["bytes_read"] / 1e6
+    return {
+        "dupe": dupe, "workers": workers, "seconds": round(seconds, 2), "input_mb": round(input_mb, 1),
+        "mb_per_s": round(input_mb / seconds, 3), "instances": manifest["totals"]["instances"],
+        "instances_per_s": round(manifest["totals"]["instances"] / seconds), "peak_mb": round(peak / 1e6),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--copies", type=int, action="append", help="corpus copies (default 1, 4, 8)")
+    ap.add_argument("--dupe", type=int, action="append", help="dupe factors (default 1 and 10)")
+    ap.add_argument("--workers", type=int, action="append", help="worker processes (default 1 and 2)")
+    ap.add_argument("--only-big-file", action="store_true", help="only the one-big-file runs (dupe 1)")
+    ap.add_argument("--no-big-file", action="store_true")
+    ap.add_argument("--vocab", help="vocab.txt; default: train a 30,522-token vocab on one copy (not timed)")
+    ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--plot", help="also draw peak memory and MB/s against input size (PNG)")
+    args = ap.parse_args()
+    if not SHARED.exists():
+        raise SystemExit(f"needs the shared data at {SHARED}")
+    root = Path(tempfile.mkdtemp(prefix="bench_scale_"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        one = build_copies(root, 1)
+        vocab = args.vocab
+        if vocab is None:
+            from pipelines.vocab import VocabConfig, train_vocab
+
+            train_vocab(one, root / "vocab", VocabConfig())
+            vocab = str(root / "vocab" / "vocab.txt")
+        per_file = paragraphs_of(one, "wikiextractor")
+        cores = os.cpu_count() or 1
+        ceiling = max(tokenizer_ceiling(vocab, per_file, 1, cores), tokenizer_ceiling(vocab, per_file, cores, 1))
+        rows = []
+        if not args.only_big_file:
+            for copies in args.copies or [1, 4, 8]:
+                inputs = build_copies(root, copies)
+                for dupe in args.dupe or [1, 10]:
+                    for w in args.workers or [1, 2]:
+                        r = run_one(inputs, vocab, root / "out", dupe, w, env)
+                        rows.append({"input": f"{copies} cop{'y' if copies == 1 else 'ies'}", **r})
+                        print(json.dumps(rows[-1]), flush=True)
+        if not args.no_big_file:
+            big = build_big_file(root)
+            for w in (1, 2):
+                rows.append({"input": "one big file", **run_one(big, vocab, root / "out", 1, w, env)})
+                print(json.dumps(rows[-1]), flush=True)
+        for r in rows:
+            r["ceiling_mb_per_s"] = round(ceiling, 3)
+            r["ratio_to_ceiling"] = round(r["mb_per_s"] / ceiling, 3)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"\ntokenizer ceiling: {ceiling:.2f} MB/s on {cores} cores (same paragraphs, same run)")
+    print(f"{'input':>13} {'MB':>6} {'dupe':>4} {'workers':>7} {'seconds':>8} {'MB/s':>6} {'inst/s':>7} "
+          f"{'peak MB':>8} {'ratio':>6}")
+    for r in rows:
+        print(f"{r['input']:>13} {r['input_mb']:>6} {r['dupe']:>4} {r['workers']:>7} {r['seconds']:>8} "
+              f"{r['mb_per_s']:>6} {r['instances_per_s']:>7} {r['peak_mb']:>8} {r['ratio_to_ceiling']:>6}")
+    summarize(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    if args.plot:
+        plot(rows, args.plot)
+
+
+def summarize(rows: list[dict]) -> None:
+    """The issue's targets as ratios measured in this run."""
+    def find(**kw):
+        return [r for r in rows if all(r[k] == v for k, v in kw.items())]
+
+    for w in (1, 2):
+        small, large = find(input="1 copy", dupe=10, workers=w), find(input="8 copies", dupe=10, workers=w)
+        if small and large:
+            print(f"peak at dupe 10, {w} worker(s): 176 MB {large[0]['peak_mb']} MB (target <= 1000), "
+                  f"{large[0]['peak_mb'] / small[0]['peak_mb']:.2f}x the 22 MB peak (target <= 1.2)")
+    for dupe, target in ((1, 0.8), (10, 0.55)):
+        best = [r for r in rows if r["dupe"] == dupe and r["input_mb"] >= 88 and r["input"] != "one big file"]
+        if best:
+            r = max(best, key=lambda r: r["ratio_to_ceiling"])
+            print(f"dupe {dupe} on >= 88 MB: best {r['ratio_to_ceiling']} of the ceiling ({r['input']}, "
+                  f"{r['workers']} worker(s); target >= {target})")
+    big = {r["workers"]: r for r in find(input="one big file")}
+    if 1 in big and 2 in big:
+        print(f"one big file: 2 workers {big[1]['seconds'] / big[2]['seconds']:.2f}x faster than 1 (target >= 1.3)")
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for dupe in sorted({r["dupe"] for r in rows}):
+        for w in sorted({r["workers"] for r in rows}):
+            pts = sorted((r["input_mb"], r["peak_mb"], r["ratio_to_ceiling"]) for r in rows
+                         if r["dupe"] == dupe and r["workers"] == w and r["input"] != "one big file")
+            if not pts:
+                continue
+            label = f"dupe {dupe}, {w} worker{'s' if w > 1 else ''}"
+            ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+            ax2.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=label)
+    ax1.set(xlabel="input MB", ylabel="peak RSS, all processes (MB)", title="memory", ylim=(0, None))
+    ax2.set(xlabel="input MB", ylabel="input MB/s / tokenizer ceiling", title="speed", ylim=(0, 1))
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
