@@ -6,12 +6,25 @@ A ParDo yields its main output and a ``TaggedOutput("odd", x)``; a Map reads onl
 FnApiRunner gives that Map [1, 3, 5]; DaskRunner gives it all nine outputs, main and tagged alike
 ([0, 1, 1, 2, 3, 3, 4, 5, 5]).
 
-Cause (apache_beam/runners/dask/): ``DaskBagVisitor.visit_transform`` (dask_runner.py:192-194) looks up the
-input bag by ``input_value.producer`` only, so all outputs of one ParDo share a single bag whatever their
-tag, and ``get_windowed_value`` (transform_evaluator.py:62) unwraps ``TaggedOutput`` elements into plain
-values. bertstream's ``Group`` stage (``BuildPool``: main ``units`` and tagged ``groups``) hits it: the
-group-size dicts reach ``CreateInstances``, which fails with
-``AttributeError: 'dict' object has no attribute 'pool_path'``.
+Cause, two places in apache_beam/runners/dask/ (Beam 2.77):
+- transform_evaluator.py:198, ``apply_dofn_to_bundle``: ``results = [v.value for v in tagged_receivers.values]``
+  drops the ``TaggedOutput`` wrapper of every tagged output (main outputs leave as bare values, tagged ones
+  as ``WindowedValue``s): the tag is gone before anything could route by it. (The same line also runs
+  before ``invoke_finish_bundle()``, so anything a DoFn emits in ``finish_bundle`` is lost.)
+- dask_runner.py:192-194, ``DaskBagVisitor.visit_transform``: a consumer's input bag is looked up by
+  ``input_value.producer`` alone, so every output PCollection of one ParDo is the same bag.
+bertstream's ``Group`` stage (``BuildPool``: main ``units``, tagged ``groups``) hits it: the group-size dicts
+reach ``CreateInstances``, which fails with ``AttributeError: 'dict' object has no attribute 'pool_path'``.
+With both places fixed (keep ``TaggedOutput(tag, value)`` in the bundle's results, and give each consumer
+only the elements of its input's tag), the pretraining pipeline ran on a 2-process LocalCluster and wrote
+the same bytes as FnApiRunner (tried with a patched runner, not kept here).
+
+Also seen on the same runner: only the graph of the last transform applied is computed (dask_runner.py:251),
+so a branch that does not feed it never runs (bertstream's last transform, WriteManifest, is fed by all);
+a side input's producing graph is computed again inside every consuming partition (transform_evaluator.py:95,
+``list(self.bag)``), so its upstream runs once per partition (bertstream would redo Read..Tokenize for the
+counters and Group, pool files included, for the group sizes); the Client it opens is never closed
+(dask_runner.py:241).
 """
 
 from __future__ import annotations

@@ -98,8 +98,8 @@ def test_portable_runner_with_external_worker_pool_gives_the_same_dataset(tmp_pa
 @pytest.mark.slow
 @pytest.mark.shared_data
 @pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
-    "Beam 2.77 DaskRunner routes every output of a multi-output ParDo to each consumer "
-    "(apache_beam/runners/dask/dask_runner.py:192-194; scripts/dask_runner_repro.py): Group/BuildPool's "
+    "Beam 2.77 DaskRunner drops output tags (runners/dask/transform_evaluator.py:198) and feeds each consumer "
+    "the producer's whole bag (dask_runner.py:192-194), see scripts/dask_runner_repro.py: Group/BuildPool's "
     "'groups' output reaches CreateInstances, AttributeError: 'dict' object has no attribute 'pool_path'"))
 def test_dask_runner_on_two_worker_processes_gives_the_same_dataset(tmp_path, corpus, vocab, reference):
     pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
