@@ -63,6 +63,12 @@ def relative_names(paths: list[str]) -> list[str]:
     return ["/".join(q[common:]) for q in parts]
 
 
+def absolute(path: str) -> str:
+    """A local path made absolute (URLs as they are): workers of a distributed runner would resolve a relative
+    path against their own working directory, not the launcher's."""
+    return path if "://" in path else os.path.abspath(path)
+
+
 def split_format(pattern: str, default_format: str) -> tuple[str, str]:
     """``"text:books/*.txt"`` -> ``("text", "books/*.txt")``; no known prefix -> the default format."""
     head, sep, rest = pattern.partition(":")
@@ -93,6 +99,7 @@ def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> li
     found: dict[str, tuple[int, str]] = {}
     for raw in patterns:
         fmt, pattern = split_format(raw, default_format)
+        pattern = absolute(pattern)
         try:
             files = match_pattern(pattern)
         except Exception as e:
@@ -208,7 +215,7 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
         cfg = replace(cfg, lowercase=spec.lowercase)
     input_bytes = sum(f.bytes for f in files)
     num_shards = cfg.num_shards or auto_num_shards(input_bytes, cfg.dupe_factor)
-    output_dir = output_dir.rstrip("/")
+    output_dir = absolute(output_dir.rstrip("/"))
     if "://" not in output_dir and not FileSystems.exists(output_dir):
         FileSystems.mkdirs(output_dir)
     work_dir = prepare_output(output_dir, overwrite)

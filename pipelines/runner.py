@@ -7,6 +7,7 @@ first tries to download the Prism binary). ``--direct_num_workers=N`` (N > 1) ru
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -33,7 +34,21 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
         pass
 
 
+def import_runner(beam_args: list[str]) -> None:
+    """Import the module of a ``--runner`` given by its full name (``apache_beam.runners.dask.dask_runner.
+    DaskRunner``): runners outside Beam's core define their options there (``--dask_client_address``), and
+    those are unknown until it is imported."""
+    runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
+    if runner and "." in runner:
+        module = runner.rpartition(".")[0]
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise UsageError("runner", f"--runner={runner}: cannot import {module} ({e})") from None
+
+
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+    import_runner(beam_args)
     options = PipelineOptions(beam_args)
     known = options.get_all_options()
     unknown = [a for a in options.get_all_options(retain_unknown_options=True) if a not in known]

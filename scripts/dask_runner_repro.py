@@ -1,0 +1,87 @@
+"""Beam 2.77's DaskRunner sends every output of a multi-output ParDo to each consumer of any one of them.
+
+    python scripts/dask_runner_repro.py      # exit 0: fixed; exit 1: the defect is there (Beam 2.77 + Dask)
+
+A ParDo yields its main output and a ``TaggedOutput("odd", x)``; a Map reads only the ``odd`` output.
+FnApiRunner gives that Map [1, 3, 5]; DaskRunner gives it all nine outputs, main and tagged alike
+([0, 1, 1, 2, 3, 3, 4, 5, 5]).
+
+Cause, two places in apache_beam/runners/dask/ (Beam 2.77):
+- transform_evaluator.py:198, ``apply_dofn_to_bundle``: ``results = [v.value for v in tagged_receivers.values]``
+  drops the ``TaggedOutput`` wrapper of every tagged output (main outputs leave as bare values, tagged ones
+  as ``WindowedValue``s): the tag is gone before anything could route by it. (The same line also runs
+  before ``invoke_finish_bundle()``, so anything a DoFn emits in ``finish_bundle`` is lost.)
+- dask_runner.py:192-194, ``DaskBagVisitor.visit_transform``: a consumer's input bag is looked up by
+  ``input_value.producer`` alone, so every output PCollection of one ParDo is the same bag.
+bertstream's ``Group`` stage (``BuildPool``: main ``units``, tagged ``groups``) hits it: the group-size dicts
+reach ``CreateInstances``, which fails with ``AttributeError: 'dict' object has no attribute 'pool_path'``.
+With both places fixed (keep ``TaggedOutput(tag, value)`` in the bundle's results, and give each consumer
+only the elements of its input's tag), the pretraining pipeline ran on a 2-process LocalCluster and wrote
+the same bytes as FnApiRunner (tried with a patched runner, not kept here).
+
+Also seen on the same runner: only the graph of the last transform applied is computed (dask_runner.py:251),
+so a branch that does not feed it never runs (bertstream's last transform, WriteManifest, is fed by all);
+a side input's producing graph is computed again inside every consuming partition (transform_evaluator.py:95,
+``list(self.bag)``), so its upstream runs once per partition (bertstream would redo Read..Tokenize for the
+counters and Group, pool files included, for the group sizes); the Client it opens is never closed
+(dask_runner.py:241).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
+class SplitOdd(beam.DoFn):
+    def process(self, x):
+        yield x
+        if x % 2:
+            yield beam.pvalue.TaggedOutput("odd", x)
+
+
+def odd_seen(beam_args: list[str], folder: str) -> list[int]:
+    """What the consumer of the ``odd`` output received (written by the workers to ``folder``)."""
+    import glob
+    import os
+    import uuid
+
+    def record(x):
+        with open(os.path.join(folder, uuid.uuid4().hex), "w") as f:
+            f.write(str(x))
+
+    p = beam.Pipeline(options=PipelineOptions(beam_args))
+    outputs = p | beam.Create(range(6)) | beam.ParDo(SplitOdd()).with_outputs("odd", main="all")
+    _ = outputs.odd | "RecordOdd" >> beam.Map(record)
+    result = p.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        if hasattr(result, "client"):
+            result.client.close()  # DaskRunner opens a Client and never closes it (dask_runner.py:241)
+    return sorted(int(open(f).read()) for f in glob.glob(os.path.join(folder, "*")))
+
+
+def main() -> int:
+    import tempfile
+
+    from dask.distributed import LocalCluster
+
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        print("FnApiRunner:", odd_seen([], a))
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+            seen = odd_seen([f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"], b)
+        print("DaskRunner: ", seen)
+    if seen == [1, 3, 5]:
+        print("fixed: the odd output holds only the odd elements")
+        return 0
+    print("DEFECT: the consumer of TaggedOutput 'odd' also received the main output")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

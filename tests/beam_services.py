@@ -1,0 +1,230 @@
+"""Background services for runner tests: Beam's Python job service and worker pool, a Dask cluster.
+
+Each service is a separate process group started with a bounded wait for readiness; a service that exits
+or does not answer in time raises ``ServiceError`` with the tail of its log, and ``stop()`` always returns
+within a bounded time (SIGINT, then SIGKILL of the whole group: the pool's SDK workers included).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BOOT = REPO / "scripts" / "beam_boot.py"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+
+class ServiceError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def grpc_ready(address: str, timeout_s: float) -> bool:
+    import grpc
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout_s)
+            return True
+        except grpc.FutureTimeoutError:
+            return False
+
+
+class Service:
+    """One background process (and its children, in its own process group), logging to ``log``."""
+
+    def __init__(self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.log = log
+        self._log_file = open(log, "wb")
+        self._stop_lock = threading.Lock()
+        self._stopped = False
+        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env, cwd=cwd, start_new_session=True)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def fail(self, why: str) -> None:
+        self.stop()
+        raise ServiceError(f"{self.name} ({' '.join(self.cmd)}): {why}\n--- {self.log} ---\n{self.log_tail()}")
+
+    def wait_until(self, ready, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.fail(f"exited with code {self.proc.returncode} before {what}")
+            if ready():
+                return
+            time.sleep(0.2)
+        self.fail(f"not {what} after {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        """SIGINT to the process group, then SIGKILL; bounded, idempotent, safe from two threads."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            for sig in (signal.SIGINT, signal.SIGKILL):
+                if not self._group_alive():
+                    break
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                deadline = time.monotonic() + STOP_TIMEOUT_S
+                while time.monotonic() < deadline and self._group_alive():
+                    self.proc.poll()  # reap the leader, or it stays a zombie and the group looks alive
+                    time.sleep(0.1)
+            self.proc.poll()
+            self._log_file.close()
+            self._stopped = True
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+
+def worker_python(folder: Path) -> Path:
+    """A Python for services that must not see this repository: a venv whose only packages are this
+    interpreter's site-packages, added as a plain path (so the editable install's import hook, a ``.pth``
+    file there, is not run and ``import pipelines`` fails). It stands in for a worker image that has Beam
+    and the pipeline's dependencies but not bertstream, which must then arrive by staging.
+    """
+    import site
+    import venv
+
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
+    python = folder / "bin" / "python"
+    child_site = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"], check=True,
+                                capture_output=True, text=True, timeout=30).stdout.strip()
+    Path(child_site, "parent_site_packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    probe = subprocess.run([python, "-c", "import apache_beam, tokenizers\ntry:\n import pipelines\nexcept ImportError:"
+                            "\n pass\nelse:\n raise SystemExit('pipelines is importable: ' + pipelines.__file__)"],
+                           capture_output=True, text=True, timeout=60, cwd=folder, env=python_env(python))
+    if probe.returncode:
+        raise ServiceError(f"worker python at {folder} is not usable:\n{probe.stderr[-3000:]}")
+    return python
+
+
+def python_env(python: Path | str = sys.executable, **extra: str) -> dict[str, str]:
+    """The environment for a child running ``python``: its ``bin`` first on PATH (the worker pool runs
+    ``python`` and the boot script by name), no PYTHONPATH, one intra-op thread, quiet tokenizers."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.update(extra)
+    return env
+
+
+@contextmanager
+def deadline(seconds: float, services: list[Service], what: str):
+    """Stop ``services`` if the body runs past ``seconds``: a job blocked on them then fails (its gRPC
+    calls break) instead of hanging the test; raises ``ServiceError`` naming the timeout."""
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        for s in reversed(services):
+            s.stop()
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except Exception as e:
+        if expired.is_set():
+            raise ServiceError(f"{what} did not finish in {seconds:.0f} s; services stopped:\n"
+                               + "\n".join(f"--- {s.log} ---\n{s.log_tail(1500)}" for s in services)) from e
+        raise
+    finally:
+        timer.cancel()
+    if expired.is_set():
+        raise ServiceError(f"{what} did not finish in {seconds:.0f} s; services stopped")
+
+
+@contextmanager
+def portable_services(tmp: Path, boot: Path = BOOT):
+    """Beam's Python job service and an EXTERNAL worker pool on free loopback ports, as separate processes.
+
+    Yields (pipeline options that send a job to them, the services). Both run under ``worker_python``, in
+    ``tmp`` (cwd and TMPDIR), so they cannot import this repository: the pool starts each SDK worker through
+    ``scripts/beam_boot.py``, which installs the job's staged package as the SDK container's boot does.
+    """
+    tmp.mkdir(parents=True, exist_ok=True)
+    python = worker_python(tmp / "worker_venv")
+    port_file = tmp / "job_service.port"
+    pool_port = free_port()
+    env = python_env(python, TMPDIR=str(tmp))
+    services: list[Service] = []
+    try:
+        job = Service("job service", [
+            str(python), "-m", "apache_beam.runners.portability.local_job_service_main",
+            "--port=0", f"--port_file={port_file}", f"--staging_dir={tmp / 'job_staging'}",
+        ], tmp / "job_service.log", env, cwd=tmp)
+        services.append(job)
+        pool = Service("worker pool", [
+            str(python), "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={pool_port}",
+            f"--container_executable={boot}",
+        ], tmp / "worker_pool.log", env, cwd=tmp)
+        services.append(pool)
+        job.wait_until(port_file.exists, "writing its port file")
+        job_address = f"localhost:{port_file.read_text().strip()}"
+        job.wait_until(lambda: grpc_ready(job_address, 1.0), f"serving at {job_address}")
+        pool_address = f"localhost:{pool_port}"
+        pool.wait_until(lambda: grpc_ready(pool_address, 1.0), f"serving at {pool_address}")
+        yield [
+            "--runner=PortableRunner", f"--job_endpoint={job_address}",
+            "--environment_type=EXTERNAL", f"--environment_config={pool_address}",
+        ], services
+    finally:
+        for s in reversed(services):
+            s.stop()
+
+
+@contextmanager
+def dask_cluster(tmp: Path, workers: int = 2):
+    """A ``dask.distributed.LocalCluster`` of ``workers`` single-threaded worker processes; yields the
+    scheduler address. Also closes the clients opened against it: Beam's DaskRunner opens one per run and
+    never closes it (it would retry the closed scheduler for 30 s). The workers inherit this process's
+    environment, so they import this checkout; on a real Dask cluster bertstream must be installed on each."""
+    from distributed import LocalCluster
+    from distributed.client import default_client
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                           local_directory=str(tmp))
+    try:
+        yield cluster.scheduler_address
+    finally:
+        for _ in range(10):
+            try:
+                client = default_client()
+            except ValueError:
+                break
+            client.close(timeout=STOP_TIMEOUT_S)
+        cluster.close(timeout=STOP_TIMEOUT_S)
