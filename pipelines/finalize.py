@@ -19,6 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import counters as C
 from pipelines import stats as S
 from pipelines.batch import InstanceBatch
+from pipelines.spill import remove_work_dir
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from schemas.vocab import VOCAB_FILENAME
 
@@ -55,6 +56,10 @@ def build_manifest(*, kind: str, results: list[dict[str, Any]], counters: dict[s
     drops = C.dropped(counters)
     if read != used + sum(drops.values()):
         raise RuntimeError(f"counters do not reconcile: documents read {read} != used {used} + dropped {drops}")
+    grouped = sum(docs)
+    if grouped != used:
+        # A runner that loses elements (a bundle's last spill, say) must fail the run, not publish less.
+        raise RuntimeError(f"documents lost between tokenizing and grouping: {used} used, {grouped} in groups")
     run = dict(base.get("run", {}))
     started = run.get("started_at")
     if started:
@@ -94,8 +99,7 @@ class _FinalizeFn(beam.DoFn):
                                   base=self.base, max_seq_length=self.max_seq_length)
         write_text_atomic(FileSystems.join(self.output_dir, VOCAB_FILENAME), self.vocab_text)
         write_text_atomic(FileSystems.join(self.output_dir, MANIFEST_NAME), manifest.to_json())
-        if FileSystems.exists(self.work_dir):
-            FileSystems.delete([self.work_dir])
+        remove_work_dir(self.work_dir)
         yield manifest.to_json()
 
 

@@ -28,6 +28,7 @@ from pipelines.masking import MaskInstances
 from pipelines.read import ReadDocuments
 from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
 from pipelines.sentences import SegmentDocuments
+from pipelines.spill import remove_work_dir
 from pipelines.tokenize import Tokenize, TokenizerSpec, load_tokenizer
 from pipelines.write import SHARD_PREFIX, WriteShards, shard_writers
 from schemas.manifest import MANIFEST_NAME, Manifest
@@ -83,7 +84,7 @@ def match_pattern(pattern: str) -> list[FileMetadata]:
     with a wildcard in a folder (``corpus*/wiki/*``) and does not descend into linked folders."""
     if "://" in pattern:
         return [m for m in FileSystems.match([pattern])[0].metadata_list if not m.path.endswith("/")]
-    pattern = os.path.abspath(os.path.expanduser(pattern))
+    pattern = absolute(os.path.expanduser(pattern))
     paths = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
     return [FileMetadata(p, os.path.getsize(p), os.path.getmtime(p)) for p in paths if os.path.isfile(p)]
 
@@ -99,7 +100,6 @@ def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> li
     found: dict[str, tuple[int, str]] = {}
     for raw in patterns:
         fmt, pattern = split_format(raw, default_format)
-        pattern = absolute(pattern)
         try:
             files = match_pattern(pattern)
         except Exception as e:
@@ -146,8 +146,7 @@ def prepare_output(output_dir: str, overwrite: bool) -> str:
     if others:
         FileSystems.delete(others)
     work_dir = FileSystems.join(output_dir, WORK_DIR_NAME)
-    if FileSystems.exists(work_dir):
-        FileSystems.delete([work_dir])
+    remove_work_dir(work_dir)  # leftovers of a killed run
     if "://" not in work_dir:  # object stores have no directories
         FileSystems.mkdirs(work_dir)
     return work_dir
@@ -237,8 +236,7 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
     try:
         p.run().wait_until_finish()
     except BaseException:
-        if FileSystems.exists(work_dir):  # pool files of a failed run; shards were never published
-            FileSystems.delete([work_dir])
+        remove_work_dir(work_dir)  # spill and pool files of a failed run; shards were never published
         raise
     seconds = time.time() - started
     with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:

@@ -59,6 +59,18 @@ def read_ranges(path: str, ranges: Sequence[ByteRange]) -> list[bytes]:
     return out
 
 
+def remove_work_dir(work_dir: str) -> None:
+    """Delete the work directory and everything in it. On object stores a "directory" is a prefix, which
+    ``FileSystems.delete``/``exists`` do not match without listing it, so its objects are listed first."""
+    if "://" not in work_dir:
+        if FileSystems.exists(work_dir):
+            FileSystems.delete([work_dir])
+        return
+    objects = [m.path for m in FileSystems.match([work_dir.rstrip("/") + "/*"])[0].metadata_list]
+    if objects:
+        FileSystems.delete(objects)
+
+
 class SpillFn(beam.DoFn):
     """Buffers elements for a bundle and spills them whenever ``SPILL_BYTES`` is reached and at its end.
 

@@ -1,6 +1,11 @@
-"""Beam 2.77's DaskRunner sends every output of a multi-output ParDo to each consumer of any one of them.
+"""Two defects of Beam 2.77's DaskRunner that stop bertstream's pipeline, each shown on a few elements.
 
-    python scripts/dask_runner_repro.py      # exit 0: fixed; exit 1: the defect is there (Beam 2.77 + Dask)
+    python scripts/dask_runner_repro.py      # exit 0: both fixed; exit 1: a defect is there (Beam 2.77 + Dask)
+
+1. What a DoFn emits in ``finish_bundle`` is lost. A DoFn that buffers its elements and emits them at the end
+   of the bundle (as bertstream's spill stages do) passes 6 elements on FnApiRunner and none on DaskRunner.
+   bertstream detects the loss: Finalize fails the run ("documents lost between tokenizing and grouping").
+2. Every output of a multi-output ParDo goes to each consumer of any one of them:
 
 A ParDo yields its main output and a ``TaggedOutput("odd", x)``; a Map reads only the ``odd`` output.
 FnApiRunner gives that Map [1, 3, 5]; DaskRunner gives it all nine outputs, main and tagged alike
@@ -37,6 +42,22 @@ from apache_beam.options.pipeline_options import PipelineOptions
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 
 
+class EmitAtEnd(beam.DoFn):
+    """Buffers a bundle's elements and emits them in ``finish_bundle``."""
+
+    def start_bundle(self):
+        self.buffer = []
+
+    def process(self, x):
+        self.buffer.append(x)
+
+    def finish_bundle(self):
+        from apache_beam.transforms.window import GlobalWindows
+
+        for x in self.buffer:
+            yield GlobalWindows.windowed_value(x)
+
+
 class SplitOdd(beam.DoFn):
     def process(self, x):
         yield x
@@ -44,8 +65,8 @@ class SplitOdd(beam.DoFn):
             yield beam.pvalue.TaggedOutput("odd", x)
 
 
-def odd_seen(beam_args: list[str], folder: str) -> list[int]:
-    """What the consumer of the ``odd`` output received (written by the workers to ``folder``)."""
+def seen(beam_args: list[str], folder: str, defect: str) -> list[int]:
+    """What the last Map of the defect's pipeline received (written by the workers to ``folder``)."""
     import glob
     import os
     import uuid
@@ -55,8 +76,12 @@ def odd_seen(beam_args: list[str], folder: str) -> list[int]:
             f.write(str(x))
 
     p = beam.Pipeline(options=PipelineOptions(beam_args))
-    outputs = p | beam.Create(range(6)) | beam.ParDo(SplitOdd()).with_outputs("odd", main="all")
-    _ = outputs.odd | "RecordOdd" >> beam.Map(record)
+    numbers = p | beam.Create(range(6))
+    if defect == "finish_bundle":
+        _ = numbers | beam.ParDo(EmitAtEnd()) | "Record" >> beam.Map(record)
+    else:
+        outputs = numbers | beam.ParDo(SplitOdd()).with_outputs("odd", main="all")
+        _ = outputs.odd | "RecordOdd" >> beam.Map(record)
     result = p.run()
     try:
         result.wait_until_finish()
@@ -71,16 +96,19 @@ def main() -> int:
 
     from dask.distributed import LocalCluster
 
-    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-        print("FnApiRunner:", odd_seen([], a))
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-            seen = odd_seen([f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"], b)
-        print("DaskRunner: ", seen)
-    if seen == [1, 3, 5]:
-        print("fixed: the odd output holds only the odd elements")
-        return 0
-    print("DEFECT: the consumer of TaggedOutput 'odd' also received the main output")
-    return 1
+    expected = {"finish_bundle": [0, 1, 2, 3, 4, 5], "tagged_output": [1, 3, 5]}
+    failed = 0
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        dask = [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"]
+        for defect, want in expected.items():
+            with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+                ref, got = seen([], a, defect), seen(dask, b, defect)
+            print(f"{defect}: FnApiRunner {ref}, DaskRunner {got}")
+            assert ref == want
+            if got != want:
+                failed += 1
+                print(f"  DEFECT: DaskRunner's {defect} output differs")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

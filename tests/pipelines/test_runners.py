@@ -4,8 +4,9 @@ PortableRunner: Beam's Python job service and an EXTERNAL worker pool, each a se
 cannot import this checkout: the code reaches the SDK workers only as the ``--setup_file`` sdist staged
 with the job and installed by ``scripts/beam_boot.py``, the way Flink and Spark run Python without Docker.
 
-DaskRunner (Beam 2.77) cannot run the pipeline: it hands every output of a multi-output ParDo to each
-consumer (``scripts/dask_runner_repro.py``), and Group's ``BuildPool`` has two. The test is a strict
+DaskRunner (Beam 2.77) cannot run the pipeline: it loses what a DoFn emits in ``finish_bundle`` (the spill
+stages' last references) and hands every output of a multi-output ParDo to each consumer
+(``scripts/dask_runner_repro.py``). The pipeline notices the loss and fails the run. The test is a strict
 xfail: it starts failing the day Beam's fix lands, and then becomes the byte-identity test it is written as.
 """
 
@@ -97,10 +98,10 @@ def test_portable_runner_with_external_worker_pool_gives_the_same_dataset(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.shared_data
-@pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
-    "Beam 2.77 DaskRunner drops output tags (runners/dask/transform_evaluator.py:198) and feeds each consumer "
-    "the producer's whole bag (dask_runner.py:192-194), see scripts/dask_runner_repro.py: Group/BuildPool's "
-    "'groups' output reaches CreateInstances, AttributeError: 'dict' object has no attribute 'pool_path'"))
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
+    "Beam 2.77 DaskRunner drops what a DoFn emits in finish_bundle and output tags "
+    "(runners/dask/transform_evaluator.py:198; see scripts/dask_runner_repro.py): the spill files' references "
+    "never reach Group, and Finalize refuses the run: 'documents lost between tokenizing and grouping'"))
 def test_dask_runner_on_two_worker_processes_gives_the_same_dataset(tmp_path, corpus, vocab, reference):
     pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
     with dask_cluster(tmp_path / "dask", workers=2) as address:
