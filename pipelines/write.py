@@ -7,11 +7,13 @@ parameters, not on the runner, the worker count or the order of ``--input`` argu
 
 The shuffle carries references (see :mod:`pipelines.spill`): each worker buffers masked batches, writes them
 to a spill file ordered by (shard, key), and sends on one (shard, byte range) reference per shard it holds;
-the writer of a shard reads its ranges back. Memory is bounded by the spill buffer and by one shard.
+the writer of a shard reads its ranges back. Memory is bounded by the spill buffer and by one shard. Beyond
+256 shards a reference covers a block of consecutive shards, so that references stay few.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
@@ -60,6 +62,27 @@ def shard_writers(output_dir: str, shard: int, num_shards: int, formats: Iterabl
 
 # One shard's instances in one spill file: (path, byte range of an InstanceBatch's wire bytes).
 ShardPart = tuple[str, ByteRange]
+# A block of consecutive shards in one spill file: (path, int64 offsets: where each of the block's shards
+# starts, then where the last ends). One reference per (file, block), not per (file, shard): a 20 GB corpus
+# at dupe 10 has about 3,000 shards and thousands of spill files, whose per-shard references alone would
+# take gigabytes of the runner's memory.
+BlockPart = tuple[str, bytes]
+MAX_SHARD_BLOCKS = 256
+
+
+def shards_per_block(num_shards: int) -> int:
+    """Shards written by one element of the writer: 1 up to 256 shards, then enough for 256 blocks."""
+    return max(1, math.ceil(num_shards / MAX_SHARD_BLOCKS))
+
+
+def shard_parts(parts: Iterable[BlockPart], index: int) -> list[ShardPart]:
+    """The ranges of the block's ``index``-th shard in each spill file (empty ones left out)."""
+    out = []
+    for path, offsets in parts:
+        start, end = np.frombuffer(offsets, "<i8", 2, 8 * index).tolist()
+        if end > start:
+            out.append((path, (start, end - start)))
+    return out
 
 
 def encode_shards(batch: InstanceBatch, num_shards: int, seed: int) -> Iterator[tuple[int, bytes]]:
@@ -91,22 +114,26 @@ class _SpillShardsFn(SpillFn):
     def size(self, batch: InstanceBatch) -> int:
         return batch.ids.nbytes + batch.labels.nbytes + 2 * len(batch.positions) + 35 * len(batch)
 
-    def spill(self, batches: list[InstanceBatch]) -> Iterator[tuple[int, ShardPart]]:
+    def spill(self, batches: list[InstanceBatch]) -> Iterator[tuple[int, BlockPart]]:
         batch = InstanceBatch.concat(batches)
         if not len(batch):
             return
         path = spill_path(self.work_dir, "instances", [batch.instance_ids.tobytes()])
-        refs, offset = [], 0
+        lengths = np.zeros(self.num_shards, dtype=np.int64)
 
         def chunks() -> Iterator[bytes]:  # encoded one shard at a time, straight into the file
-            nonlocal offset
             for shard, data in encode_shards(batch, self.num_shards, self.seed):
-                refs.append((shard, (path, (offset, len(data)))))
-                offset += len(data)
+                lengths[shard] = len(data)
                 yield data
 
         write_file(path, chunks())
-        yield from refs
+        ends = np.cumsum(lengths)  # shards lie in the file in shard order
+        k = shards_per_block(self.num_shards)
+        for block in range(math.ceil(self.num_shards / k)):
+            lo, hi = block * k, min(self.num_shards, (block + 1) * k)
+            if lengths[lo:hi].any():
+                offsets = np.concatenate(([ends[lo] - lengths[lo]], ends[lo:hi])).astype("<i8")
+                yield block, (path, offsets.tobytes())
 
 
 class _WriteShardFn(beam.DoFn):
@@ -119,16 +146,23 @@ class _WriteShardFn(beam.DoFn):
         self.stats_args = stats_args
         self.formats = formats
 
-    def process(self, element: tuple[int, Iterable[ShardPart]]) -> Iterator[dict[str, Any]]:
-        shard, parts = element
-        batch = read_shard(parts, self.seed)
+    def process(self, element: tuple[int, Iterable[BlockPart]]) -> Iterator[dict[str, Any]]:
+        block, parts = element
+        parts = list(parts)
+        k = shards_per_block(self.num_shards)
+        for shard in range(block * k, min(self.num_shards, (block + 1) * k)):
+            found = shard_parts(parts, shard - block * k)
+            if found:  # Finalize writes the shards that got no instances
+                yield self.write(shard, read_shard(found, self.seed))
+
+    def write(self, shard: int, batch: InstanceBatch) -> dict[str, Any]:
         files = []
         for writer in shard_writers(self.output_dir, shard, self.num_shards, self.formats, **self.writer_args):
             with writer:
                 writer.write(batch)
             files.append(asdict(writer.info))
         C.progress(f"wrote shard {shard + 1}/{self.num_shards}: {len(batch)} instances")
-        yield {"shard": shard, "files": files, "stats": S.batch_stats(batch, **self.stats_args)}
+        return {"shard": shard, "files": files, "stats": S.batch_stats(batch, **self.stats_args)}
 
 
 class WriteShards(beam.PTransform):

@@ -58,16 +58,32 @@ def test_shards_read_back_from_spill_files_equal_a_sort_of_everything(tmp_path, 
         assert (np.diff(keys.astype(np.float64)) >= 0).all()
 
 
-def test_the_spill_fn_emits_one_reference_per_shard_and_file(tmp_path):
-    fn = _SpillShardsFn(str(tmp_path), num_shards=4, seed=3)
+@pytest.mark.parametrize("num_shards,per_block", [(4, 1), (600, 3)])
+def test_the_spill_fn_emits_one_reference_per_block_and_file(tmp_path, monkeypatch, num_shards, per_block):
+    import pipelines.write as W
+
+    assert W.shards_per_block(num_shards) == per_block
+    fn = _SpillShardsFn(str(tmp_path), num_shards=num_shards, seed=3)
     fn.spill_bytes = 100_000
     fn.start_bundle()
     refs = [r for i in range(8) for r in fn.process(random_batch(400, i, 10**6 * i))]
     refs += [w.value for w in fn.finish_bundle()]
     files = {path for _, (path, _) in refs}
-    assert len(files) >= 4 and len(refs) == 4 * len(files)  # every file holds every shard here
-    total = sum(len(read_shard([ref], 3)) for _, ref in refs)
-    assert total == 8 * 400
+    blocks = -(-num_shards // per_block)
+    assert len(files) >= 4 and len(refs) <= blocks * len(files)
+    by_block: dict[int, list] = {}
+    for b, part in refs:
+        by_block.setdefault(b, []).append(part)
+    seen = []
+    for b, parts in by_block.items():
+        for i in range(per_block):
+            found = W.shard_parts(parts, i) if b * per_block + i < num_shards else []
+            if found:
+                batch = read_shard(found, 3)
+                shard = shuffle_keys(batch.instance_ids, 3) % np.uint64(num_shards)
+                assert (shard == b * per_block + i).all()
+                seen.extend(batch.instance_ids.tolist())
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == 8 * 400
 
 
 def test_a_batch_processed_twice_is_an_error_not_a_duplicate(tmp_path):
