@@ -56,10 +56,13 @@ def build_manifest(*, kind: str, results: list[dict[str, Any]], counters: dict[s
     drops = C.dropped(counters)
     if read != used + sum(drops.values()):
         raise RuntimeError(f"counters do not reconcile: documents read {read} != used {used} + dropped {drops}")
+    # A runner that loses elements (a bundle's last spill, say) must fail the run, not publish less.
     grouped = sum(docs)
     if grouped != used:
-        # A runner that loses elements (a bundle's last spill, say) must fail the run, not publish less.
         raise RuntimeError(f"documents lost between tokenizing and grouping: {used} used, {grouped} in groups")
+    created = counters.get(C.INSTANCES_CREATED, 0)
+    if created != totals["instances"]:
+        raise RuntimeError(f"instances lost before the shards: {created} created, {totals['instances']} written")
     run = dict(base.get("run", {}))
     started = run.get("started_at")
     if started:

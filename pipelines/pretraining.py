@@ -182,7 +182,11 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
     results = masked | "ShuffleAndWrite" >> WriteShards(
         output_dir, work_dir, num_shards, cfg.seed, cfg.formats, writer_args=writer_args, stats_args=stats_args
     )
-    counters = tokenized | "Counters" >> beam.Map(lambda b: dict(b.counters))
+    counters = (
+        tokenized | "Counters" >> beam.Map(lambda b: dict(b.counters)),
+        # Counted where instances are made, checked against the shards: a runner that loses elements fails.
+        raw | "CountInstances" >> beam.Map(lambda b: {C.INSTANCES_CREATED: len(b)}),
+    ) | "AllCounters" >> beam.Flatten()
     make_writers = partial(_writers_for_shard, output_dir, num_shards, cfg.formats, writer_args)
     _ = results | "Finalize" >> Finalize(
         output_dir=output_dir, work_dir=work_dir, base=base, vocab_text=vocab.text(), num_shards=num_shards,
