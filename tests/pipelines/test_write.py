@@ -20,7 +20,7 @@ def random_batch(n: int, seed: int, id_base: int = 0) -> InstanceBatch:
         offsets=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
         segment_a_length=rng.integers(2, 60, n).astype(np.int16),
         next_sentence_label=rng.integers(0, 2, n).astype(np.int8),
-        positions=rng.integers(1, 127, int(plens.sum())).astype(np.uint16),
+        positions=(1 + rng.random(int(plens.sum())) * (np.repeat(lengths, plens) - 2)).astype(np.uint16),
         labels=rng.integers(0, 30000, int(plens.sum())).astype(np.uint16),
         pred_offsets=np.concatenate(([0], np.cumsum(plens))).astype(np.int64),
     )
