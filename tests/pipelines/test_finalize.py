@@ -9,7 +9,7 @@ from pipelines import stats as S
 from pipelines.finalize import build_manifest
 from tests.pipelines.test_write import random_batch
 
-BASE = {"vocab": {}, "parameters": {}, "seed": 1, "inputs": [], "run": {}}
+BASE = {"vocab": {"sha256": "0" * 64, "size": 5, "id_type": "uint16", "special_ids": {}}, "parameters": {}, "seed": 1, "inputs": [], "run": {}}
 SHARD = {"path": "pretrain-00000-of-00001.arrow", "format": "arrow", "count": 5, "bytes": 100, "sha256": "0" * 64}
 
 
