@@ -1,11 +1,12 @@
 """When a process starts using the compiled kernels: once it has done a small run's worth of work.
 
-Starting numba costs a process ~0.5 s even with every kernel cached (importing numba ~0.2 s, its first
-dispatch ~0.3 s: type registries, cache loading), a third of a small pipeline run's wall time. The
+Starting numba costs a process ~0.4 s even with every kernel cached (importing numba ~0.15 s, its first
+dispatch ~0.25 s: type registries, cache loading), a quarter of a small pipeline run's wall time. The
 pure-Python paths give byte-identical instances and masks (tests pin them together), so which one runs is
-only a matter of speed. Ski rental: a process runs the pure-Python paths until they have taken about what
-numba's start costs (``PYTHON_BUDGET_S``), then the kernels for good. Tests and demos never pay the start;
-a large run pays at most the budget extra, once per worker process, and runs ~8x faster afterwards.
+only a matter of speed. Ski rental: a process runs the pure-Python paths until they have taken what
+numba's start costs (``PYTHON_BUDGET_S``, the 2-competitive choice), then the kernels for good. Tests and
+demos never pay the start; a large run pays at most ~0.8 s extra once per worker process, and its
+instances then cost ~8x less.
 
 ``BERTSTREAM_KERNELS=always`` or ``never`` overrides the choice (tests, benchmarks); it is read at each
 call, so Beam worker subprocesses follow the environment they inherit.
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-PYTHON_BUDGET_S = 0.5
+PYTHON_BUDGET_S = 0.4
 ENV = "BERTSTREAM_KERNELS"
 
 T = TypeVar("T")
