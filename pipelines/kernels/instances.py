@@ -4,8 +4,9 @@ A statement-by-statement transcription of :func:`pipelines.instances.document_in
 reference), with ``random.Random(combine(key, pass))`` replaced by :mod:`pipelines.kernels.mt19937`, which
 draws the same numbers. ``tests/pipelines/kernels/test_instances.py`` pins the two together. The Python
 loop spent ~5 us per instance in the interpreter (``randint``'s three Python frames per draw, the loop
-itself, instance ids hashed with Python ints); compiled, it is ~0.3 us, a tenth of it seeding the
-generator (~2 us per document and pass; copying the shared ``init_genrand`` state saves a third of that).
+itself, instance ids hashed with Python ints); compiled, it is ~0.3 us, a sixth of it seeding the
+generator (~3 us per document and pass, the first 624-word twist included; copying the shared
+``init_genrand`` state saves a third of the seeding).
 """
 
 from __future__ import annotations
