@@ -43,17 +43,18 @@ class InstanceBatch:
     def take(self, index: np.ndarray) -> InstanceBatch:
         """Rows ``index`` (in that order)."""
         index = np.asarray(index, dtype=np.int64)
-        lens = self.lengths[index]
-        plens = self.num_predictions[index]
+        starts, ends = self.offsets[index], self.offsets[index + 1]
+        pstarts, pends = self.pred_offsets[index], self.pred_offsets[index + 1]
+        pred = concat_ranges(pstarts, pends)  # once for positions and labels
         return InstanceBatch(
             instance_ids=self.instance_ids[index],
-            ids=take_ranges(self.ids, self.offsets[index], self.offsets[index + 1]),
-            offsets=np.concatenate(([0], np.cumsum(lens))).astype(np.int64),
+            ids=take_ranges(self.ids, starts, ends),  # bounded steps: no token-sized int64 index
+            offsets=np.concatenate(([0], np.cumsum(ends - starts))).astype(np.int64, copy=False),
             segment_a_length=self.segment_a_length[index],
             next_sentence_label=self.next_sentence_label[index],
-            positions=self.positions[concat_ranges(self.pred_offsets[index], self.pred_offsets[index + 1])],
-            labels=self.labels[concat_ranges(self.pred_offsets[index], self.pred_offsets[index + 1])],
-            pred_offsets=np.concatenate(([0], np.cumsum(plens))).astype(np.int64),
+            positions=self.positions[pred],
+            labels=self.labels[pred],
+            pred_offsets=np.concatenate(([0], np.cumsum(pends - pstarts))).astype(np.int64, copy=False),
         )
 
     def slice(self, start: int, stop: int) -> InstanceBatch:

@@ -1,0 +1,50 @@
+"""When a process starts using the compiled kernels: once it has done a small run's worth of work.
+
+Starting numba costs a process ~0.4 s even with every kernel cached (importing numba ~0.15 s, its first
+dispatch ~0.25 s: type registries, cache loading), a quarter of a small pipeline run's wall time. The
+pure-Python paths give byte-identical instances and masks (tests pin them together), so which one runs is
+only a matter of speed. Ski rental: a process runs the pure-Python paths until they have taken what
+numba's start costs (``PYTHON_BUDGET_S``, the 2-competitive choice), then the kernels for good. Tests and
+demos never pay the start; a large run pays at most ~0.8 s extra once per worker process, and its
+instances then cost ~8x less.
+
+``BERTSTREAM_KERNELS=always`` or ``never`` overrides the choice (tests, benchmarks); it is read at each
+call, so Beam worker subprocesses follow the environment they inherit.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+PYTHON_BUDGET_S = 0.4
+ENV = "BERTSTREAM_KERNELS"
+
+T = TypeVar("T")
+_python_seconds = 0.0  # per process: time spent on the pure-Python paths so far
+
+
+def use_kernels() -> bool:
+    """Whether this process's next work unit or batch should run on the compiled kernels."""
+    mode = os.environ.get(ENV, "auto")
+    if mode == "always":
+        return True
+    if mode == "never":
+        return False
+    if mode != "auto":
+        raise ValueError(f"{ENV} must be auto, always or never, got {mode!r}")
+    return _python_seconds >= PYTHON_BUDGET_S
+
+
+def run(kernel: Callable[..., T], python: Callable[..., T], *args) -> T:
+    """``kernel(*args)`` or, while the budget lasts, ``python(*args)`` (the same result), timed against it."""
+    global _python_seconds
+    if use_kernels():
+        return kernel(*args)
+    start = time.perf_counter()
+    try:
+        return python(*args)
+    finally:
+        _python_seconds += time.perf_counter() - start
