@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
 from typing import BinaryIO
 
 BLOCK_BYTES = 8 << 20
+TAIL_BYTES = 16 << 10  # first read past a range's end
 
 # A physical line (its bytes without the "\n") -> may a segment start there? None: at every line start.
 AnchorTest = Callable[[bytes], bool] | None
@@ -66,13 +66,31 @@ def segment_blocks(f: BinaryIO, start: int, end: int | None, anchor: AnchorTest,
     if first is None:
         return
     f.seek(first)
-    blocks: Iterator[Block] = cut_blocks(iter(partial(f.read, block_bytes), b""), first)
+    blocks: Iterator[Block] = cut_blocks(_chunks(f, first, end, block_bytes), first)
     if start > 0 and anchor is not None:
         found = _skip_to_anchor(blocks, end, anchor)
         if found is None:
             return
         blocks = itertools.chain([found], blocks)
     yield from _until_anchor(blocks, end, anchor)
+
+
+def _chunks(f: BinaryIO, pos: int, end: int | None, block_bytes: int) -> Iterator[bytes]:
+    """Reads that stop at ``end``, then grow from ``TAIL_BYTES``: past its end a range needs only the rest of
+    its last document, and an 8 MB read for a few kilobytes would cost more than the range itself."""
+    step = TAIL_BYTES
+    while True:
+        if end is None:
+            n = block_bytes
+        elif pos < end:
+            n = min(block_bytes, end - pos)
+        else:
+            n, step = step, min(2 * step, block_bytes)  # doubling: a long line is not re-copied per read
+        chunk = f.read(n)
+        if not chunk:
+            return
+        pos += len(chunk)
+        yield chunk
 
 
 def _first_line_start(f: BinaryIO, start: int, end: int | None, block_bytes: int) -> int | None:

@@ -56,6 +56,7 @@ _VERTICAL = re.compile(r"[\x0b\x0c\x85\u2028\u2029]")
 _GUTENBERG_START = re.compile(r"^\s*\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
 _GUTENBERG_END = re.compile(r"^\s*\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
 _WIKI_OPEN = re.compile(r"^<doc\b[^>]*>\s*$")
+_VISIBLE_ASCII_BEFORE_CR = re.compile(rb"[^\r!-~]*[!-~]")
 
 # (byte offset of the line's first byte in the decompressed file, the line cleaned, without terminator)
 Line = tuple[int, str]
@@ -287,6 +288,8 @@ def is_wikiextractor_anchor(raw: bytes) -> bool:
 
 def is_sentences_anchor(raw: bytes) -> bool:
     """A blank line: it ends the document before it, as the end of input does, and starts none."""
+    if _VISIBLE_ASCII_BEFORE_CR.match(raw):  # shortcut: such a byte decodes to itself and survives cleaning
+        return False
     return not _parser_view(raw)
 
 

@@ -86,3 +86,13 @@ def test_wiki_file_segments_are_whole_documents():
     assert b"".join(texts) == data
     assert all(t.startswith(b"<doc ") and t.endswith(b"</doc>\n") for t in texts if t)
     assert sum(t.count(b"<doc ") for t in texts) == data.count(b"<doc ") and sum(1 for t in texts if t) > 10
+
+
+def test_ranges_read_little_more_than_their_own_bytes():
+    data = shared_path("pretrain", "wikipedia", "wiki_00").read_bytes()
+    total = 0
+    for start, end in split_ranges(len(data), 50_000):
+        f = CountingReader(data)
+        list(segment_blocks(f, start, end, lambda line: line.startswith(b"<doc ")))  # default 8 MB blocks
+        total += f.bytes_read
+    assert total < 3 * len(data)  # reads stop at the range's end, then grow from 16 KB to finish a document
