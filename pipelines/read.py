@@ -421,8 +421,9 @@ def read_range(r: FileRange, strip_gutenberg: bool = True) -> Iterator[DocumentB
     yield from batch_documents(docs, counters)
 
 
-def _ranges_of(file: tuple[str, str, str, int], range_bytes: int) -> list[FileRange]:
-    return file_ranges(*file, range_bytes)
+def _ranges_of(file: tuple[str, str, str, int] | tuple[str, str, str], range_bytes: int) -> list[FileRange]:
+    path, input_format, name, *size = file  # without a size (the older 3-tuple), a file is one range
+    return file_ranges(path, input_format, name, size[0] if size else 0, range_bytes)
 
 
 class _ReadRangeFn(beam.DoFn):
