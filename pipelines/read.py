@@ -141,7 +141,8 @@ def block_lines(offset: int, raw: bytes, counters: Counter) -> Iterator[Line]:
     return zip(starts, lines)
 
 
-def _split_carriage_returns(starts: list[int], lines: list[str], raws: list[bytes], last_terminated: bool) -> tuple[list[int], list[str]]:
+def _split_carriage_returns(starts: list[int], lines: list[str], raws: list[bytes],
+                            last_terminated: bool) -> tuple[list[int], list[str]]:
     """CRLF ends a line (the CR goes); any other CR ends a line of its own, starting just after it."""
     out_starts: list[int] = []
     out_lines: list[str] = []
