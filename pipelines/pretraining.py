@@ -25,7 +25,7 @@ from pipelines.finalize import Finalize
 from pipelines.group import GroupDocuments
 from pipelines.instances import CreateInstances
 from pipelines.masking import MaskInstances
-from pipelines.read import ReadDocuments
+from pipelines.read import ReadDocuments, range_bytes_for
 from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
 from pipelines.sentences import SegmentDocuments
 from pipelines.spill import remove_work_dir
@@ -52,7 +52,7 @@ def relative_names(paths: list[str]) -> list[str]:
     """Each path below the deepest folder that holds all of them (``/data/wiki/AA/wiki_00`` and
     ``/data/books/a.txt`` -> ``wiki/AA/wiki_00``, ``books/a.txt``; one file -> its base name).
 
-    Document ids are ``name:line``, so the same corpus gives the same shards wherever it lives: another
+    Document ids are ``name:offset``, so the same corpus gives the same shards wherever it lives: another
     directory, another machine, a bucket instead of a disk.
     """
     parts = [p.split("/") for p in paths]
@@ -164,8 +164,9 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
         mask_id=vocab.id("[MASK]"), max_seq_length=cfg.max_seq_length, max_predictions=cfg.max_predictions_per_seq,
         masked_lm_prob=cfg.masked_lm_prob, whole_word=cfg.whole_word_mask,
     )
-    files = p | "Inputs" >> beam.Create([(f.path, f.format, f.name or f.path) for f in inputs])
-    docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg)
+    files = p | "Inputs" >> beam.Create([(f.path, f.format, f.name or f.path, f.bytes) for f in inputs])
+    range_bytes = range_bytes_for(sum(f.bytes for f in inputs))  # big files are read by many workers
+    docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg, range_bytes)
     sentences = docs | "Segment" >> SegmentDocuments()
     tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads)
     units, groups = tokenized | "Group" >> GroupDocuments(

@@ -1,7 +1,8 @@
 """Stage 1, Read: files -> documents with stable ids, for four input formats.
 
-Pure functions (``decode_block``, ``clean_line``, ``parse_*``, ``read_documents``) do the work; the
-``ReadDocuments`` composite only distributes files over workers and batches the documents.
+Pure functions (``decode_block``, ``clean_line``, ``block_lines``, ``parse_*``, ``read_documents``) do the work;
+the ``ReadDocuments`` composite only cuts big files into byte ranges (``pipelines.byte_ranges``), distributes
+them over workers and batches the documents.
 
 Formats:
 - ``sentences``: one sentence per line, a blank line between documents (BERT's own input).
@@ -12,8 +13,16 @@ Formats:
 - ``jsonl``: one JSON object per line with a string ``text`` (paragraphs separated by newlines) and an
   optional ``id``.
 
-A document id is ``<path>:<line>`` (the line where the document starts; just ``<path>`` for ``text``): stable
-across runs, runners and argument order. Compression (gzip, bz2, zstd, lzma) follows the file extension.
+A document id is ``<name>:<offset>``: the file's name (its path below the inputs' common folder) and the byte
+offset, in the decompressed file, of the line where the document starts (just ``<name>`` for ``text``). It is
+stable across runs, runners, argument order and range sizes. Compression (gzip, bz2, zstd, lzma) follows the
+file extension; compressed files and ``text`` files are read whole, by one worker.
+
+Reading a range: a segment may start only at an *anchor*, a line start where the parser holds no state from
+earlier lines (see ``ANCHORS``): every line for ``jsonl``, a ``<doc ...>`` line for ``wikiextractor`` (it
+closes an open document exactly as the end of input does), a blank line for ``sentences`` (it ends the
+document before it exactly as the end of input does). A line is judged as the parser sees it: its first part
+up to a lone CR, cleaned and stripped.
 """
 
 from __future__ import annotations
@@ -26,20 +35,31 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import counters as C
+from pipelines.byte_ranges import BLOCK_BYTES, AnchorTest, Block, cut_blocks, segment_blocks, split_ranges
 
-BLOCK_BYTES = 8 << 20
 DOCS_PER_BATCH_BYTES = 2 << 20
+# Range size: about RANGES_PER_INPUT ranges over all inputs, so a 10 MB file feeds several workers, within
+# bounds so that a 20 GB corpus is not cut into crumbs (each range costs an element and a file open).
+RANGES_PER_INPUT = 64
+MIN_RANGE_BYTES = 1 << 20
+MAX_RANGE_BYTES = 64 << 20
+COMPRESSED_SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".lzma", ".zst", ".zstd")
 
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\ufeff\ufffe]")
 _VERTICAL = re.compile(r"[\x0b\x0c\x85\u2028\u2029]")
 _GUTENBERG_START = re.compile(r"^\s*\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
 _GUTENBERG_END = re.compile(r"^\s*\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
 _WIKI_OPEN = re.compile(r"^<doc\b[^>]*>\s*$")
+_VISIBLE_ASCII_BEFORE_CR = re.compile(rb"[^\r!-~]*[!-~]")
+
+# (byte offset of the line's first byte in the decompressed file, the line cleaned, without terminator)
+Line = tuple[int, str]
 
 
 class InputError(RuntimeError):
@@ -66,6 +86,17 @@ class DocumentBatch:
     counters: Counter = field(default_factory=Counter)
 
 
+@dataclass(frozen=True, slots=True)
+class FileRange:
+    """One Beam element of the read stage: bytes ``[start, end)`` of a file (``end`` None: to its end)."""
+
+    path: str
+    format: str
+    name: str  # what document ids are made of
+    start: int = 0
+    end: int | None = None
+
+
 def decode_block(raw: bytes, counters: Counter) -> str:
     """UTF-8 decode; invalid bytes become U+FFFD and are counted, never dropped silently."""
     try:
@@ -78,7 +109,10 @@ def decode_block(raw: bytes, counters: Counter) -> str:
 
 
 def clean_line(line: str, counters: Counter) -> str:
-    """Drop control characters and byte-order marks (counted); vertical tabs/form feeds become spaces."""
+    """Drop control characters and byte-order marks (counted); vertical tabs/form feeds become spaces.
+
+    Neither touches ``\\n`` or ``\\r``, so a whole block cleans exactly like its lines one by one.
+    """
     if _VERTICAL.search(line):
         line = _VERTICAL.sub(" ", line)
     line, n = _CONTROL.subn("", line)
@@ -87,41 +121,58 @@ def clean_line(line: str, counters: Counter) -> str:
     return line
 
 
-def iter_lines(chunks: Iterable[bytes], counters: Counter) -> Iterator[str]:
-    """Decoded, cleaned lines (no terminators) from a byte stream; CRLF and lone CR end lines too.
+def block_lines(offset: int, raw: bytes, counters: Counter) -> Iterator[Line]:
+    """Decoded, cleaned lines (no terminators) of a block of whole lines starting at byte ``offset``, each with
+    its offset; CRLF and lone CR end lines too (a CR that ends the block without a LF is a lone CR).
+
+    The block is decoded and cleaned in one go (UTF-8 and the cleaning keep every ``\\n``), and offsets come
+    from the raw bytes, so they are offsets of raw bytes whatever the text holds.
+    """
+    text = clean_line(decode_block(raw, counters), counters)
+    lines = text.split("\n")
+    raws = raw.split(b"\n")
+    if raw.endswith(b"\n"):  # the block ends with a newline: no line after it
+        lines.pop()
+        raws.pop()
+    starts = list(accumulate((len(r) + 1 for r in raws[:-1]), initial=offset))
+    if "\r" in text:
+        starts, lines = _split_carriage_returns(starts, lines, raws, raw.endswith(b"\n"))
+    counters[C.LINES] += len(lines)
+    return zip(starts, lines)
+
+
+def _split_carriage_returns(starts: list[int], lines: list[str], raws: list[bytes],
+                            last_terminated: bool) -> tuple[list[int], list[str]]:
+    """CRLF ends a line (the CR goes); any other CR ends a line of its own, starting just after it."""
+    out_starts: list[int] = []
+    out_lines: list[str] = []
+    last = len(lines) - 1
+    for k, (start, line, raw) in enumerate(zip(starts, lines, raws)):
+        if "\r" not in line:
+            out_starts.append(start)
+            out_lines.append(line)
+            continue
+        if line.endswith("\r") and (k < last or last_terminated):  # CR LF
+            line, raw = line[:-1], raw[:-1]
+        parts = line.split("\r")
+        out_starts.extend(accumulate((len(r) + 1 for r in raw.split(b"\r")[:-1]), initial=start))
+        out_lines.extend(parts)
+    return out_starts, out_lines
+
+
+def iter_lines(chunks: Iterable[bytes], counters: Counter, offset: int = 0) -> Iterator[Line]:
+    """``(offset, line)`` for each line of a byte stream (see ``block_lines``).
 
     Works in blocks cut at newlines, so a multi-megabyte line without a newline is still one line and
     memory stays bounded by the longest line.
     """
-    pending = b""
-    for chunk in chunks:
-        if not chunk:
-            continue
-        data = pending + chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            pending = data
-            continue
-        pending = data[cut + 1 :]
-        yield from _split_lines(decode_block(data[: cut + 1], counters), counters, final=False)
-    if pending:
-        yield from _split_lines(decode_block(pending, counters), counters, final=True)
+    for off, raw in cut_blocks(chunks, offset):
+        yield from block_lines(off, raw, counters)
 
 
-def _split_lines(text: str, counters: Counter, final: bool) -> Iterator[str]:
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
-    if not final and lines and lines[-1] == "":
-        lines.pop()  # the block ended with a newline
-    for line in lines:
-        counters[C.LINES] += 1
-        yield clean_line(line, counters)
-
-
-def parse_sentences(lines: Iterable[str], path: str) -> Iterator[Document]:
+def parse_sentences(lines: Iterable[Line], path: str) -> Iterator[Document]:
     doc: Document | None = None
-    for n, line in enumerate(lines, 1):
+    for offset, line in lines:
         s = line.strip()
         if not s:
             if doc is not None:
@@ -129,20 +180,20 @@ def parse_sentences(lines: Iterable[str], path: str) -> Iterator[Document]:
                 doc = None
             continue
         if doc is None:
-            doc = Document(f"{path}:{n}", [], presegmented=True)
+            doc = Document(f"{path}:{offset}", [], presegmented=True)
         doc.paragraphs.append(s)
     if doc is not None:
         yield doc
 
 
-def parse_wikiextractor(lines: Iterable[str], path: str, counters: Counter) -> Iterator[Document]:
+def parse_wikiextractor(lines: Iterable[Line], path: str, counters: Counter) -> Iterator[Document]:
     doc: Document | None = None
     expect_title = False
-    for n, line in enumerate(lines, 1):
+    for offset, line in lines:
         s = line.strip()
         if doc is None:
             if _WIKI_OPEN.match(s):
-                doc = Document(f"{path}:{n}", [])
+                doc = Document(f"{path}:{offset}", [])
                 expect_title = True
             elif s:
                 counters[C.LINES_OUTSIDE_DOC] += 1
@@ -154,7 +205,7 @@ def parse_wikiextractor(lines: Iterable[str], path: str, counters: Counter) -> I
         if _WIKI_OPEN.match(s):
             counters[C.UNCLOSED_DOC] += 1  # a <doc> without </doc>: keep what we have, start anew
             yield doc
-            doc = Document(f"{path}:{n}", [])
+            doc = Document(f"{path}:{offset}", [])
             expect_title = True
             continue
         if not s:
@@ -168,11 +219,11 @@ def parse_wikiextractor(lines: Iterable[str], path: str, counters: Counter) -> I
         yield doc
 
 
-def parse_text(lines: Iterable[str], path: str, counters: Counter, strip_gutenberg: bool = True) -> Iterator[Document]:
+def parse_text(lines: Iterable[Line], path: str, counters: Counter, strip_gutenberg: bool = True) -> Iterator[Document]:
     paragraphs: list[str] = []
     current: list[str] = []
     # Lines after a START marker replace whatever came before it (the Gutenberg header).
-    for line in lines:
+    for _, line in lines:
         s = line.strip()
         if strip_gutenberg and _GUTENBERG_START.match(s):
             counters[C.GUTENBERG_STRIPPED] += 1
@@ -190,8 +241,8 @@ def parse_text(lines: Iterable[str], path: str, counters: Counter, strip_gutenbe
     yield Document(path, paragraphs)
 
 
-def parse_jsonl(lines: Iterable[str], path: str, counters: Counter) -> Iterator[Document]:
-    for n, line in enumerate(lines, 1):
+def parse_jsonl(lines: Iterable[Line], path: str, counters: Counter) -> Iterator[Document]:
+    for offset, line in lines:
         s = line.strip()
         if not s:
             continue
@@ -208,10 +259,10 @@ def parse_jsonl(lines: Iterable[str], path: str, counters: Counter) -> Iterator[
             continue
         # Newlines inside the JSON string are paragraph breaks; clean them as lines.
         paragraphs = [p for p in (clean_line(x, counters).strip() for x in re.split(r"\r\n|\r|\n", text)) if p]
-        yield Document(f"{path}:{n}", paragraphs)
+        yield Document(f"{path}:{offset}", paragraphs)
 
 
-def parse(lines: Iterable[str], path: str, input_format: str, counters: Counter, strip_gutenberg: bool = True) -> Iterator[Document]:
+def parse(lines: Iterable[Line], path: str, input_format: str, counters: Counter, strip_gutenberg: bool = True) -> Iterator[Document]:
     if input_format == "sentences":
         return parse_sentences(lines, path)
     if input_format == "wikiextractor":
@@ -221,6 +272,49 @@ def parse(lines: Iterable[str], path: str, input_format: str, counters: Counter,
     if input_format == "jsonl":
         return parse_jsonl(lines, path, counters)
     raise ValueError(f"unknown input format {input_format!r}")
+
+
+def _parser_view(raw: bytes) -> str:
+    """A physical line's first line as the parser sees it: up to a lone CR (or the CR of CRLF), cleaned,
+    stripped. Its counters are thrown away: the line is counted where it is parsed, not where it is judged."""
+    scratch: Counter = Counter()
+    return clean_line(decode_block(raw.split(b"\r", 1)[0], scratch), scratch).strip()
+
+
+def is_wikiextractor_anchor(raw: bytes) -> bool:
+    """A ``<doc ...>`` line: the parser starts a document there whatever came before (an unclosed document
+    is counted and yielded, as the end of input does)."""
+    return b"<" in raw and bool(_WIKI_OPEN.match(_parser_view(raw)))
+
+
+def is_sentences_anchor(raw: bytes) -> bool:
+    """A blank line: it ends the document before it, as the end of input does, and starts none."""
+    if _VISIBLE_ASCII_BEFORE_CR.match(raw):  # shortcut: such a byte decodes to itself and survives cleaning
+        return False
+    return not _parser_view(raw)
+
+
+# Where a segment may start, per splittable format (None: at every line; jsonl lines stand alone).
+ANCHORS: dict[str, AnchorTest] = {
+    "jsonl": None, "wikiextractor": is_wikiextractor_anchor, "sentences": is_sentences_anchor,
+}
+
+
+def splittable(path: str, input_format: str) -> bool:
+    """Byte ranges need seeking in the file as stored and a format with anchors: not compressed, not ``text``."""
+    return input_format in ANCHORS and not path.lower().endswith(COMPRESSED_SUFFIXES)
+
+
+def range_bytes_for(total_bytes: int) -> int:
+    """The range size for a run over ``total_bytes`` of input (see ``RANGES_PER_INPUT``)."""
+    return min(MAX_RANGE_BYTES, max(MIN_RANGE_BYTES, total_bytes // RANGES_PER_INPUT))
+
+
+def file_ranges(path: str, input_format: str, name: str, size: int, range_bytes: int) -> list[FileRange]:
+    """The ranges one file is read in: one for a small, compressed or ``text`` file."""
+    if not splittable(path, input_format):
+        return [FileRange(path, input_format, name)]
+    return [FileRange(path, input_format, name, s, e) for s, e in split_ranges(size, range_bytes)]
 
 
 def _decompressed(raw, path: str, block_bytes: int) -> Iterator[bytes]:
@@ -269,17 +363,36 @@ def read_chunks(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
         raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
 
 
+def read_segment(path: str, input_format: str, start: int, end: int | None,
+                 block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
+    """The blocks of the segment of range ``[start, end)`` of a splittable file (see ``pipelines.byte_ranges``).
+
+    Beam's local, GCS (``BlobReader``) and S3 (``DownloaderStream``) readers all seek.
+    """
+    if not splittable(path, input_format):
+        raise ValueError(f"{path} ({input_format}) cannot be read in ranges")
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            yield from segment_blocks(f, start, end, ANCHORS[input_format], block_bytes)
+    except Exception as e:
+        raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
+
+
 def read_documents(path: str, input_format: str, counters: Counter, strip_gutenberg: bool = True,
-                   name: str | None = None) -> Iterator[Document]:
-    """Every document of one file, in file order; counts bytes, lines and documents. Document ids are
-    ``name:line`` (``name`` defaults to the path)."""
+                   name: str | None = None, start: int = 0, end: int | None = None) -> Iterator[Document]:
+    """Every document of one file, or of the range ``[start, end)`` of it, in file order; counts bytes, lines and
+    documents. Document ids are ``name:offset`` (``name`` defaults to the path)."""
+    if start == 0 and end is None:
+        blocks: Iterable[Block] = cut_blocks(read_chunks(path))
+    else:
+        blocks = read_segment(path, input_format, start, end)
 
-    def chunks() -> Iterator[bytes]:
-        for chunk in read_chunks(path):
-            counters[C.BYTES_READ] += len(chunk)
-            yield chunk
+    def lines() -> Iterator[Line]:
+        for off, raw in blocks:
+            counters[C.BYTES_READ] += len(raw)
+            yield from block_lines(off, raw, counters)
 
-    for doc in parse(iter_lines(chunks(), counters), name or path, input_format, counters, strip_gutenberg):
+    for doc in parse(lines(), name or path, input_format, counters, strip_gutenberg):
         counters[C.DOCUMENTS_READ] += 1
         yield doc
 
@@ -300,32 +413,52 @@ def batch_documents(docs: Iterable[Document], counters: Counter, max_bytes: int 
     yield DocumentBatch(batch, counters)
 
 
-class _ReadFileFn(beam.DoFn):
+def read_range(r: FileRange, strip_gutenberg: bool = True) -> Iterator[DocumentBatch]:
+    """The document batches of one range; the file is counted once, by its range at offset 0."""
+    counters: Counter = Counter()
+    if r.start == 0:
+        counters[C.FILES_READ] += 1
+    docs = read_documents(r.path, r.format, counters, strip_gutenberg, r.name, r.start, r.end)
+    yield from batch_documents(docs, counters)
+
+
+def _ranges_of(file: tuple[str, str, str, int] | tuple[str, str, str], range_bytes: int) -> list[FileRange]:
+    path, input_format, name, *size = file  # without a size (the older 3-tuple), a file is one range
+    return file_ranges(path, input_format, name, size[0] if size else 0, range_bytes)
+
+
+class _ReadRangeFn(beam.DoFn):
     def __init__(self, strip_gutenberg: bool) -> None:
         self.strip_gutenberg = strip_gutenberg
 
-    def process(self, element: tuple[str, str, str]) -> Iterator[DocumentBatch]:
-        path, input_format, name = element
-        counters: Counter = Counter()
-        counters[C.FILES_READ] += 1
-        docs = read_documents(path, input_format, counters, self.strip_gutenberg, name)
-        for batch in batch_documents(docs, counters):
+    def process(self, element: FileRange) -> Iterator[DocumentBatch]:
+        for batch in read_range(element, self.strip_gutenberg):
             C.report(batch.counters)
             yield batch
-        C.progress(f"read {path}: {counters[C.DOCUMENTS_READ]} documents, {counters[C.BYTES_READ] / 1e6:.1f} MB")
+        c, whole = batch.counters, element.start == 0 and element.end is None
+        where = element.path if whole else f"{element.path} from byte {element.start}"
+        # One line per file, as before; ranges of big files are many, so at most one line every 2 s for them.
+        C.progress(f"read {where}: {c[C.DOCUMENTS_READ]} documents, {c[C.BYTES_READ] / 1e6:.1f} MB",
+                   every_s=0.0 if whole else 2.0)
 
 
 class ReadDocuments(beam.PTransform):
-    """``PCollection[(path, format, name)]`` -> ``PCollection[DocumentBatch]``; ``name`` makes the ids."""
+    """``PCollection[(path, format, name, size)]`` -> ``PCollection[DocumentBatch]``; ``name`` makes the ids.
 
-    def __init__(self, strip_gutenberg: bool = True) -> None:
+    Big splittable files are read in ranges of ``range_bytes`` by many workers; the documents, their ids and
+    the counters are the same whatever ``range_bytes`` is.
+    """
+
+    def __init__(self, strip_gutenberg: bool = True, range_bytes: int = MIN_RANGE_BYTES) -> None:
         super().__init__()
         self.strip_gutenberg = strip_gutenberg
+        self.range_bytes = range_bytes
 
-    def expand(self, paths):
+    def expand(self, files):
         return (
-            paths
-            # Spread files over workers: without it, the runner reads them all in one bundle.
-            | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadFile" >> beam.ParDo(_ReadFileFn(self.strip_gutenberg))
+            files
+            | "SplitFiles" >> beam.FlatMap(_ranges_of, self.range_bytes)
+            # Spread ranges over workers: without it, the runner reads them all in one bundle.
+            | "SpreadRanges" >> beam.Reshuffle()
+            | "ReadRange" >> beam.ParDo(_ReadRangeFn(self.strip_gutenberg))
         )

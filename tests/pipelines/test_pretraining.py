@@ -19,6 +19,7 @@ from schemas import pretraining as P
 from schemas import wds
 from schemas.manifest import MANIFEST_NAME
 from schemas.vocab import VocabError, is_reserved
+from tests.conftest import shared_path
 
 
 def run(inputs, vocab, out, **kw):
@@ -234,3 +235,49 @@ def test_relative_globs_with_a_wildcard_folder_match(tmp_path, monkeypatch):
     assert len(resolve_inputs(["corpusA/wiki/wiki_00", "./corpusA/wiki/../wiki/wiki_00"], "wikiextractor")) == 1
     with pytest.raises(UsageError, match="matches no files"):
         resolve_inputs(["corpus*/books/*"], "text")
+
+
+def mixed_real_inputs() -> list[str]:
+    """One file of each splittable format, each ~1 MB, in one run (formats by prefix)."""
+    return [
+        "wikiextractor:" + str(shared_path("pretrain", "wikipedia", "wiki_00")),
+        "sentences:" + str(shared_path("pretrain", "sample_text.txt")),
+        "jsonl:" + str(shared_path("pretrain", "chinese", "wiki_zh_2019", "wiki_00")),
+    ]
+
+
+def run_with_range_bytes(monkeypatch, range_bytes, out, vocab, **kw):
+    import pipelines.pretraining as pretraining
+
+    monkeypatch.setattr(pretraining, "range_bytes_for", lambda total: range_bytes)
+    return run(mixed_real_inputs(), vocab, out, dupe_factor=1, **kw).manifest
+
+
+def test_same_shards_whatever_the_read_range_size(tmp_path, monkeypatch, demo_vocab):
+    import pipelines.read as read
+
+    ranges_read = []  # the in-process runner calls the module's read_range: count the ranges it reads
+    real_read_range = read.read_range
+    monkeypatch.setattr(read, "read_range", lambda r, *a: (ranges_read.append(r), real_read_range(r, *a))[1])
+    vocab = demo_vocab / "vocab.txt"
+    whole = run_with_range_bytes(monkeypatch, 1 << 30, tmp_path / "whole", vocab)
+    assert len(ranges_read) == 3
+    for range_bytes, n_ranges in ((4_000, 262 + 2 + 259), (300_000, 4 + 1 + 4)):
+        ranges_read.clear()
+        m = run_with_range_bytes(monkeypatch, range_bytes, tmp_path / str(range_bytes), vocab)
+        assert len(ranges_read) == n_ranges
+        assert shard_digests(tmp_path / str(range_bytes)) == shard_digests(tmp_path / "whole")
+        assert [(s.path, s.sha256) for s in m.shards] == [(s.path, s.sha256) for s in whole.shards]
+        assert m.counters == whole.counters and m.statistics == whole.statistics
+    c = whole.counters
+    assert c[C.FILES_READ] == 3 and c[C.DOCUMENTS_READ] == 38 + 3 + 222 and c[C.INSTANCES] > 1000
+
+
+@pytest.mark.slow
+def test_same_shards_read_in_ranges_by_two_worker_processes(tmp_path, monkeypatch, demo_vocab):
+    vocab = demo_vocab / "vocab.txt"
+    a = run_with_range_bytes(monkeypatch, 1 << 30, tmp_path / "a", vocab)
+    b = run_with_range_bytes(monkeypatch, 50_000, tmp_path / "b", vocab,
+                             beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b") and len(shard_digests(tmp_path / "a")) == 3
+    assert a.counters == b.counters and a.statistics == b.statistics
