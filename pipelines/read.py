@@ -170,6 +170,12 @@ def iter_lines(chunks: Iterable[bytes], counters: Counter, offset: int = 0) -> I
         yield from block_lines(off, raw, counters)
 
 
+def iter_text_lines(chunks: Iterable[bytes], counters: Counter) -> Iterator[str]:
+    """The lines of :func:`iter_lines` without their offsets (readers that number lines themselves)."""
+    for _, line in iter_lines(chunks, counters):
+        yield line
+
+
 def parse_sentences(lines: Iterable[Line], path: str) -> Iterator[Document]:
     doc: Document | None = None
     for offset, line in lines:

@@ -24,7 +24,7 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines import counters as C
-from pipelines.read import InputError, iter_lines, read_chunks
+from pipelines.read import InputError, iter_text_lines, read_chunks
 from pipelines.runner import UsageError
 from pipelines.tasks.tally import Tally
 
@@ -153,7 +153,7 @@ def column_positions(layout: TableLayout, header: list[str] | None, path: str) -
 
 def first_line(path: str, input_format: str) -> list[str] | dict | None:
     """Fields of the first non-blank line (the parsed object for jsonl), cleaned as the reader cleans it."""
-    lines = iter_lines(read_chunks(path, 1 << 16), Tally().counts)
+    lines = iter_text_lines(read_chunks(path, 1 << 16), Tally().counts)
     for line in islice(lines, 1000):
         if not line.strip():
             continue
@@ -284,7 +284,7 @@ def _is_float(text: str) -> bool:
 
 def looks_like_conll(path: str, sample_lines: int = 200) -> None:
     """Before the pipeline starts: a usage error unless most of the first content lines have four fields."""
-    lines = [s for s in (x.strip() for x in islice(iter_lines(read_chunks(path, 1 << 16), Tally().counts), 5000))
+    lines = [s for s in (x.strip() for x in islice(iter_text_lines(read_chunks(path, 1 << 16), Tally().counts), 5000))
              if s and not s.startswith("-DOCSTART-")][:sample_lines]
     if not lines:
         raise UsageError("input", f"{path}: holds no CoNLL token line")
@@ -526,7 +526,7 @@ def _lines(path: str, tally: Tally) -> Iterator[str]:
             tally.add("bytes_read", len(chunk))
             yield chunk
 
-    return iter_lines(chunks(), tally.counts)
+    return iter_text_lines(chunks(), tally.counts)
 
 
 def _size(record: Any) -> int:
