@@ -83,16 +83,9 @@ def build_pool(vocab_dir: Path, books: bool):
 
 def work_units(pool: Pool, tokens_per_unit: int) -> list[tuple[int, int]]:
     """Document ranges of about ``tokens_per_unit`` tokens, as the Group stage cuts them."""
-    doc_tokens = np.diff(pool.sent_tok[pool.doc_sent])
-    units, start, acc = [], 0, 0
-    for d, t in enumerate(doc_tokens.tolist()):
-        acc += t
-        if acc >= tokens_per_unit:
-            units.append((start, d + 1))
-            start, acc = d + 1, 0
-    if start < pool.num_docs:
-        units.append((start, pool.num_docs))
-    return units
+    from pipelines.group import unit_ranges
+
+    return unit_ranges(pool, tokens_per_unit)
 
 
 def best(fn, repeats: int) -> tuple[float, object]:

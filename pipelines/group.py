@@ -165,8 +165,8 @@ def read_group(parts: Iterable[GroupPart]) -> Pool:
     return Pool.build(np.concatenate(keys), np.concatenate(doc_sents), np.concatenate(sent_lens), np.concatenate(ids))
 
 
-def plan_units(pool: Pool, pool_path: str, group: int, dupe_factor: int, tokens_per_unit: int) -> list[WorkUnit]:
-    """Cut the pool's documents into ranges of about ``tokens_per_unit`` tokens, for every pass."""
+def unit_ranges(pool: Pool, tokens_per_unit: int) -> list[tuple[int, int]]:
+    """The pool's documents cut into ranges of about ``tokens_per_unit`` tokens."""
     doc_tokens = np.diff(pool.sent_tok[pool.doc_sent])
     ranges = []
     start, acc = 0, 0
@@ -177,6 +177,12 @@ def plan_units(pool: Pool, pool_path: str, group: int, dupe_factor: int, tokens_
             start, acc = d + 1, 0
     if start < pool.num_docs:
         ranges.append((start, pool.num_docs))
+    return ranges
+
+
+def plan_units(pool: Pool, pool_path: str, group: int, dupe_factor: int, tokens_per_unit: int) -> list[WorkUnit]:
+    """Work units: every pass of every document range (:func:`unit_ranges`)."""
+    ranges = unit_ranges(pool, tokens_per_unit)
     return [WorkUnit(pool_path, group, p, a, b) for p in range(dupe_factor) for a, b in ranges]
 
 
