@@ -7,7 +7,7 @@ cross stage boundaries as one ``bytes`` value: no pickled arrays.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,6 +110,45 @@ class InstanceBatch:
                 self.labels.tobytes(),
             )
         )
+
+    WIRE_HEADER_BYTES = _WIRE.size
+
+    @staticmethod
+    def wire_sizes(head: bytes) -> tuple[int, int, int, int]:
+        """``(id width, rows, ids, predictions)`` from the first ``WIRE_HEADER_BYTES`` of the wire bytes."""
+        magic, width, n, t, p = _WIRE.unpack_from(head)
+        if magic != _MAGIC:
+            raise ValueError("not an InstanceBatch")
+        return width, n, t, p
+
+    @classmethod
+    def concat_wire(cls, sizes: Sequence[tuple[int, int, int, int]], parts: Iterable[bytes]) -> InstanceBatch:
+        """The concatenation of wire-encoded batches, decoded one at a time into arrays allocated once
+        (``sizes`` from :meth:`wire_sizes`): memory holds the result and one part, never all parts too."""
+        width = sizes[0][0] if sizes else 2
+        dt = np.dtype("<u2" if width == 2 else "<i4")
+        n, t, p = (sum(s[k] for s in sizes) for k in (1, 2, 3))
+        out = cls(
+            instance_ids=np.empty(n, np.uint64), ids=np.empty(t, dt), offsets=np.zeros(n + 1, np.int64),
+            segment_a_length=np.empty(n, np.int16), next_sentence_label=np.empty(n, np.int8),
+            positions=np.empty(p, np.uint16), labels=np.empty(p, dt), pred_offsets=np.zeros(n + 1, np.int64),
+        )
+        rn = rt = rp = 0
+        for data in parts:
+            b = cls.from_bytes(data)
+            k, kt, kp = len(b), len(b.ids), len(b.positions)
+            out.instance_ids[rn : rn + k] = b.instance_ids
+            out.ids[rt : rt + kt] = b.ids
+            out.offsets[rn + 1 : rn + k + 1] = b.offsets[1:] + rt
+            out.segment_a_length[rn : rn + k] = b.segment_a_length
+            out.next_sentence_label[rn : rn + k] = b.next_sentence_label
+            out.positions[rp : rp + kp] = b.positions
+            out.labels[rp : rp + kp] = b.labels
+            out.pred_offsets[rn + 1 : rn + k + 1] = b.pred_offsets[1:] + rp
+            rn, rt, rp = rn + k, rt + kt, rp + kp
+        if (rn, rt, rp) != (n, t, p):
+            raise ValueError(f"wire parts hold {(rn, rt, rp)} rows/ids/predictions, their headers said {(n, t, p)}")
+        return out
 
     @classmethod
     def from_bytes(cls, data: bytes) -> InstanceBatch:

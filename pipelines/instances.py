@@ -309,6 +309,7 @@ class _CreateInstancesFn(beam.DoFn):
     def process(self, unit) -> Iterator[InstanceBatch]:
         # Units of one group usually follow each other; keep the last pool (bounded memory: one pool).
         if unit.pool_path != self._pool_path:
+            self._pool = None  # free the last pool before reading the next: one pool in memory, not two
             self._pool = Pool.load(unit.pool_path)
             self._pool_path = unit.pool_path
         pool = self._pool
@@ -322,6 +323,10 @@ class _CreateInstancesFn(beam.DoFn):
             next_sentence_label=raw.is_random_next, positions=empty.astype(np.uint16), labels=empty,
             pred_offsets=np.zeros(len(raw.instance_ids) + 1, dtype=np.int64),
         )
+
+    def finish_bundle(self) -> None:
+        # The DoFn outlives its bundle: a pool kept here would stay resident through the shard writing.
+        self._pool, self._pool_path = None, None
 
 
 class CreateInstances(beam.PTransform):

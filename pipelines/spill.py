@@ -22,9 +22,11 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
+from pipelines.runner import release_freed_memory
+
 # Bytes a spilling DoFn buffers before it writes a file. A worker holds about three times this at a flush
 # (the buffer, its sorted copy, the encoded file); fewer, larger files mean fewer references to shuffle.
-SPILL_BYTES = 32 << 20
+SPILL_BYTES = 16 << 20
 
 # (offset, length) in a spill file.
 ByteRange = tuple[int, int]
@@ -107,4 +109,7 @@ class SpillFn(beam.DoFn):
     def _drain(self) -> Iterator[Any]:
         elements, self._buffer, self._bytes = self._buffer, [], 0
         if elements:
-            yield from self.spill(elements)
+            refs = list(self.spill(elements))  # may empty ``elements`` early to free the buffer
+            del elements
+            release_freed_memory()  # the buffer and its sorted copies are gone: give their pages back
+            yield from refs

@@ -160,8 +160,32 @@ class DocumentTokenizer:
     # threads share them out; pieces end on sentence boundaries, so the ids do not change.
     PIECE_CHARS = 64 << 10
 
+    # Characters encoded per call: the tokenizer's Encoding objects take ~100 bytes per token, so a whole
+    # 2 MB read batch at once would hold ~50 MB of them; a quarter of it keeps both threads busy as well.
+    ENCODE_CHARS = 512 << 10
+
     def __call__(self, docs: list[tuple[str, list[str]]], counters: Counter) -> TokenizedBatch:
         """``docs`` are ``(doc_id, sentences)``; documents without tokens are dropped and counted."""
+        chunks, start, size = [], 0, 0
+        for i, (_, sentences) in enumerate(docs):
+            size += sum(len(s) + 7 for s in sentences)
+            if size >= self.ENCODE_CHARS:
+                chunks.append(docs[start : i + 1])
+                start, size = i + 1, 0
+        if start < len(docs) or not chunks:
+            chunks.append(docs[start:])
+        if len(chunks) == 1:
+            return self._tokenize(docs, counters)
+        parts = [self._tokenize(c, counters) for c in chunks]
+        return TokenizedBatch(
+            doc_ids=[d for p in parts for d in p.doc_ids],
+            ids=np.concatenate([p.ids for p in parts]),
+            sentence_lengths=np.concatenate([p.sentence_lengths for p in parts]),
+            doc_sentences=np.concatenate([p.doc_sentences for p in parts]),
+            counters=counters,
+        )
+
+    def _tokenize(self, docs: list[tuple[str, list[str]]], counters: Counter) -> TokenizedBatch:
         texts: list[str] = []
         pieces: list[int] = []  # texts per document
         for _, sentences in docs:

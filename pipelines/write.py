@@ -13,6 +13,7 @@ the writer of a shard reads its ranges back. Memory is bounded by the spill buff
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
@@ -26,6 +27,7 @@ from pipelines import counters as C
 from pipelines import stats as S
 from pipelines.batch import InstanceBatch
 from pipelines.hashing import hash64, mix64_array
+from pipelines.runner import release_freed_memory
 from pipelines.shards import ArrowShardWriter, WebDatasetShardWriter
 from pipelines.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
 from schemas.manifest import shard_name
@@ -38,12 +40,16 @@ def shuffle_keys(instance_ids: np.ndarray, seed: int) -> np.ndarray:
     return mix64_array(np.asarray(instance_ids, dtype=np.uint64) ^ salt)
 
 
-def order_shard(batches: list[InstanceBatch], seed: int) -> InstanceBatch:
-    batch = InstanceBatch.concat(batches)
-    keys = shuffle_keys(batch.instance_ids, seed)
+def shard_order(batch: InstanceBatch, seed: int) -> np.ndarray:
+    """The order of a shard's rows: by shuffle key. Duplicate ids (a bundle processed twice) are an error."""
     if len(np.unique(batch.instance_ids)) != len(batch):
         raise ValueError("duplicate instance ids in a shard: a bundle was processed twice into the output")
-    return batch.take(np.argsort(keys, kind="stable"))
+    return np.argsort(shuffle_keys(batch.instance_ids, seed), kind="stable")
+
+
+def order_shard(batches: list[InstanceBatch], seed: int) -> InstanceBatch:
+    batch = InstanceBatch.concat(batches)
+    return batch.take(shard_order(batch, seed))
 
 
 def shard_writers(output_dir: str, shard: int, num_shards: int, formats: Iterable[str], *, id_type: str,
@@ -85,24 +91,35 @@ def shard_parts(parts: Iterable[BlockPart], index: int) -> list[ShardPart]:
     return out
 
 
-def encode_shards(batch: InstanceBatch, num_shards: int, seed: int) -> Iterator[tuple[int, bytes]]:
-    """``(shard, wire bytes)`` for each shard the batch touches, instances ordered by shuffle key."""
+def order_by_shard(batch: InstanceBatch, num_shards: int, seed: int) -> tuple[InstanceBatch, list[int]]:
+    """The batch ordered by (shard, shuffle key), and where each shard starts (``num_shards + 1`` bounds)."""
     keys = shuffle_keys(batch.instance_ids, seed)
     shard = (keys % np.uint64(num_shards)).astype(np.int64)
-    order = np.lexsort((keys, shard))  # by shard, then by key: one gather for all shards
-    ordered = batch.take(order)
-    bounds = np.searchsorted(shard[order], np.arange(num_shards + 1)).tolist()
+    order = np.lexsort((keys, shard))  # one gather for all shards
+    return batch.take(order), np.searchsorted(shard[order], np.arange(num_shards + 1)).tolist()
+
+
+def encode_shards(batch: InstanceBatch, num_shards: int, seed: int) -> Iterator[tuple[int, bytes]]:
+    """``(shard, wire bytes)`` for each shard the batch touches, instances ordered by shuffle key."""
+    ordered, bounds = order_by_shard(batch, num_shards, seed)
+    del batch
     for s in range(num_shards):
         if bounds[s + 1] > bounds[s]:
             yield s, ordered.slice(bounds[s], bounds[s + 1]).to_bytes()
 
 
+def read_parts(parts: Iterable[ShardPart]) -> InstanceBatch:
+    """A shard's instances from its spill-file ranges, not yet in shard order (decoded part by part into
+    arrays allocated once: memory holds the shard and one part)."""
+    parts = sorted(parts)  # the same concatenation on every runner
+    heads = [read_ranges(path, [(offset, InstanceBatch.WIRE_HEADER_BYTES)])[0] for path, (offset, _) in parts]
+    return InstanceBatch.concat_wire([InstanceBatch.wire_sizes(h) for h in heads],
+                                     (read_ranges(path, [byte_range])[0] for path, byte_range in parts))
+
+
 def read_shard(parts: Iterable[ShardPart], seed: int) -> InstanceBatch:
-    batches = []
-    for path, byte_range in sorted(parts):  # sorted: the same concatenation on every runner
-        (data,) = read_ranges(path, [byte_range])
-        batches.append(InstanceBatch.from_bytes(data))
-    return order_shard(batches, seed)
+    batch = read_parts(parts)
+    return batch.take(shard_order(batch, seed))
 
 
 class _SpillShardsFn(SpillFn):
@@ -116,13 +133,16 @@ class _SpillShardsFn(SpillFn):
 
     def spill(self, batches: list[InstanceBatch]) -> Iterator[tuple[int, BlockPart]]:
         batch = InstanceBatch.concat(batches)
+        batches.clear()  # the buffer's batches are copied: free them before the sorted copy is made
         if not len(batch):
             return
         path = spill_path(self.work_dir, "instances", [batch.instance_ids.tobytes()])
         lengths = np.zeros(self.num_shards, dtype=np.int64)
+        encoded = encode_shards(batch, self.num_shards, self.seed)
+        del batch  # the generator holds the only reference, and drops it once the sorted copy exists
 
         def chunks() -> Iterator[bytes]:  # encoded one shard at a time, straight into the file
-            for shard, data in encode_shards(batch, self.num_shards, self.seed):
+            for shard, data in encoded:
                 lengths[shard] = len(data)
                 yield data
 
@@ -153,16 +173,26 @@ class _WriteShardFn(beam.DoFn):
         for shard in range(block * k, min(self.num_shards, (block + 1) * k)):
             found = shard_parts(parts, shard - block * k)
             if found:  # Finalize writes the shards that got no instances
-                yield self.write(shard, read_shard(found, self.seed))
+                yield self.write(shard, read_parts(found))
+                release_freed_memory()
 
     def write(self, shard: int, batch: InstanceBatch) -> dict[str, Any]:
-        files = []
-        for writer in shard_writers(self.output_dir, shard, self.num_shards, self.formats, **self.writer_args):
-            with writer:
-                writer.write(batch)
-            files.append(asdict(writer.info))
+        """Write the shard in order, one record batch of rows at a time: memory holds the shard once, not
+        its sorted copy and its Arrow form as well."""
+        order = shard_order(batch, self.seed)
+        rows = self.writer_args["batch_rows"]  # chunks of whole record batches: the same bytes as one write
+        writers = shard_writers(self.output_dir, shard, self.num_shards, self.formats, **self.writer_args)
+        stats = []
+        with contextlib.ExitStack() as stack:
+            for w in writers:
+                stack.enter_context(w)
+            for start in range(0, len(order), rows):
+                chunk = batch.take(order[start : start + rows])
+                for w in writers:
+                    w.write(chunk)
+                stats.append(S.batch_stats(chunk, **self.stats_args))  # additive: merged exactly
         C.progress(f"wrote shard {shard + 1}/{self.num_shards}: {len(batch)} instances")
-        return {"shard": shard, "files": files, "stats": S.batch_stats(batch, **self.stats_args)}
+        return {"shard": shard, "files": [asdict(w.info) for w in writers], "stats": S.merge(stats)}
 
 
 class WriteShards(beam.PTransform):

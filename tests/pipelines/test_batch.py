@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pipelines.batch import InstanceBatch
 from pipelines.masking import mask, masking_spec
@@ -40,3 +41,12 @@ def test_concat_and_wire_format_round_trip():
     back = InstanceBatch.from_bytes(whole.to_bytes())
     assert rows(back) == rows(whole)
     assert back.to_bytes() == whole.to_bytes()
+
+
+def test_concat_wire_decodes_part_by_part_into_the_concatenation():
+    parts = [masked_batch(seed, n) for seed, n in enumerate((7, 300, 1, 45))]
+    wires = [p.to_bytes() for p in parts]
+    sizes = [InstanceBatch.wire_sizes(w[: InstanceBatch.WIRE_HEADER_BYTES]) for w in wires]
+    assert InstanceBatch.concat_wire(sizes, iter(wires)).to_bytes() == InstanceBatch.concat(parts).to_bytes()
+    with pytest.raises(ValueError, match="headers said"):
+        InstanceBatch.concat_wire(sizes, iter(wires[:-1]))
