@@ -62,7 +62,7 @@ def open_catalog(
     if bad and not skip_corrupt:
         first = next(r for r in refs if r in bad)
         more = f"; {len(bad) - 1} more shard(s) fail too" if len(bad) > 1 else ""
-        raise ShardError(f"{first.error(bad[first])}{more} (set skip_corrupt=True to skip them)",
+        raise ShardError(f"{first.error(bad[first])}{more} (pass --skip-corrupt, DataConfig(skip_corrupt=True), to skip them)",
                          path=first.url, sha256=first.sha256)
     usable = tuple(r for r in refs if r not in bad)
     skipped = tuple((r, bad[r]) for r in refs if r in bad)
