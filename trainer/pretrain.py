@@ -33,7 +33,7 @@ from trainer.metrics import MetricsLogger, Throughput
 from trainer.errors import RunError
 from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
-from trainer.resume import check_resume, extend_schedule, same_data
+from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
 
@@ -201,6 +201,8 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     continuing = restored is not None and not cfg.reset_optimizer
     if continuing:
         check_resume(cfg, restored.config, restored.path, restored.step)
+    elif restored is not None:
+        check_new_phase(cfg, restored.config, restored.path)
     config, hf_state, hf_report = model_config(cfg, len(vocab), restored.config if restored else None)
     if config.vocab_size != len(vocab):
         raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")

@@ -38,6 +38,20 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
                        f"new phase from its weights with --resume {checkpoint} --reset-optimizer and another --output")
 
 
+def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -> None:
+    """``--reset-optimizer``: the architecture comes from the checkpoint, so flags that would choose another
+    one are refused rather than ignored."""
+    if cfg.init_from:
+        raise RunError(f"--init-from {cfg.init_from} and --resume {checkpoint} both give the starting weights: "
+                       "pass one of them")
+    old = saved.get("train") if isinstance(saved.get("train"), dict) else {}
+    changed = [n for n in ("model", "model_config") if n in old and _norm(n, old[n]) != _norm(n, getattr(cfg, n))]
+    if changed:
+        listed = "; ".join(f"{_flag(n)} {_shown(getattr(cfg, n))} (the checkpoint has {_shown(old[n])})" for n in changed)
+        raise RunError(f"--reset-optimizer takes the model of {checkpoint} as it is, but {listed}: pass the "
+                       "checkpoint's values (only --dropout may change for a new phase)")
+
+
 def same_data(cfg_data: tuple[str, ...], state: dict[str, Any], fingerprint: str) -> bool:
     """Whether ``--data`` is the dataset the checkpoint's data position belongs to: the same shards by content
     (however the folders are spelled or moved), or for older checkpoints the same resolved folders."""

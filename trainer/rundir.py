@@ -51,7 +51,8 @@ def plan_run(run_dir: Path, *, resume: str, overwrite: bool, reset_optimizer: bo
     newest = ckpt.latest(run_dir) if resume == "auto" else None
     if newest is not None:
         return newest
-    why = "no complete checkpoint to continue (--resume auto)" if resume == "auto" else "--resume none starts a new run"
+    why = ("no complete checkpoint to continue (--resume auto; what is there are other files, or the leftovers of a "
+           "run stopped before its first checkpoint)") if resume == "auto" else "--resume none starts a new run"
     raise RunError(f"--output {run_dir} already holds a run ({_listing(contents)}) and {why}: pass --overwrite to "
                    "clear the folder whole, or choose another --output")
 

@@ -55,7 +55,7 @@ def test_a_folder_without_a_checkpoint_to_resume_is_refused(data, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     (out / "notes.txt").write_text("someone else's files")
-    with pytest.raises(RunError, match=r"no complete checkpoint to continue \(--resume auto\): pass --overwrite"):
+    with pytest.raises(RunError, match=r"no complete checkpoint to continue \(--resume auto.*\): pass --overwrite"):
         run(data, out)
     assert (out / "notes.txt").exists()
 
@@ -164,3 +164,13 @@ def test_checkpoint_state_has_the_dataset_content_identity(data, tmp_path):
     state = json.loads((ckpt.step_dir(out, 2) / "state.json").read_text())
     assert len(state["data_fingerprint"]) == 16 and state["data_paths"] == [str(data)]
     assert os.path.isdir(ckpt.step_dir(out, 2))
+
+
+def test_a_new_phase_refuses_flags_it_would_ignore(data, tmp_path):
+    out = tmp_path / "run"
+    run(data, out, max_steps=2)
+    path = str(ckpt.step_dir(out, 2))
+    with pytest.raises(RunError, match=r"--model mini \(the checkpoint has tiny\)"):
+        run(data, tmp_path / "p2", resume=path, reset_optimizer=True, model="mini")
+    with pytest.raises(RunError, match="--init-from .* and --resume .* both give the starting weights"):
+        run(data, tmp_path / "p2", resume=path, reset_optimizer=True, init_from=str(tmp_path))
