@@ -42,4 +42,13 @@ def reported() -> Iterator[None]:
         raise
     except _user_errors() as e:
         message = str(e) if not isinstance(e, OSError) or e.filename is None else f"{e.filename}: {e.strerror}"
-        raise click.ClickException(" ".join(message.split())) from None  # one line, even for multi-line causes
+        raise click.ClickException(_one_line(message, type(e).__name__)) from None
+
+
+def _one_line(message: str, kind: str) -> str:
+    # torch's DataLoader re-raises a worker's error with the worker's traceback in its message: keep the
+    # error's own last line, which names the shard.
+    if "Original Traceback" in message:
+        last = [line for line in message.splitlines() if line.strip()][-1]
+        message = last.split(f"{kind}: ", 1)[-1]
+    return " ".join(message.split())

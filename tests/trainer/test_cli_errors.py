@@ -29,6 +29,12 @@ def world(tmp_path_factory) -> dict[str, Path]:
     shutil.copytree(ds, corrupt)
     shard = sorted(corrupt.glob("*.arrow"))[0]
     shard.write_bytes(b"\0" * shard.stat().st_size)  # same size, wrong content
+    late = root / "late"  # the second shard is damaged: only the loader worker that opens it finds out
+    shutil.copytree(ds, late)
+    shard = sorted(late.glob("*.arrow"))[1]
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    shard.write_bytes(bytes(raw))
     badschema = root / "badschema"
     shutil.copytree(ds, badschema)
     m = json.loads((badschema / "manifest.json").read_text())
@@ -57,7 +63,7 @@ def world(tmp_path_factory) -> dict[str, Path]:
     torn = root / "torn"
     torn.mkdir()
     (torn / "metrics.jsonl").write_text('{"step": 1, "loss": 1}\n{"step": 2, oops\n{"step": 3, "loss": 1}\n')
-    return {"root": root, "ds": ds, "other": other, "corrupt": corrupt, "badschema": badschema, "badvocab": badvocab,
+    return {"root": root, "ds": ds, "other": other, "corrupt": corrupt, "badschema": badschema, "late": late, "badvocab": badvocab,
             "run": run, "position": position, "no_opt": no_opt, "empty_ckpt": empty_ckpt, "torn": torn}
 
 
@@ -75,6 +81,9 @@ CASES = [
     ("pretrain no --output", lambda w: pretrain(w, out=""), 2, "Missing option '--output'"),
     ("pretrain missing --data", lambda w: pretrain(w, data="/nonexistent/ds"), 1, "no manifest"),
     ("pretrain ShardError", lambda w: pretrain(w, data="corrupt"), 1, "--skip-corrupt"),
+    ("pretrain ShardError in a loader worker", lambda w: pretrain(w, "--num-workers", "1", "--max-steps", "30",
+                                                                  data="late", out="late_run"), 1,
+     "pretrain-00001-of-00002.arrow: content hashes to"),
     ("pretrain SchemaError", lambda w: pretrain(w, data="badschema"), 1, "schema"),
     ("pretrain VocabMismatchError", lambda w: pretrain(w, data="badvocab"), 1, "vocab"),
     ("pretrain other --eval-data vocabulary", lambda w: pretrain(w, "--eval-data", str(w["other"])), 1,
