@@ -60,6 +60,7 @@ def world(tmp_path_factory) -> dict[str, Path]:
     (no_opt / "optimizer.pt").unlink()
     empty_ckpt = root / "empty_ckpt"
     empty_ckpt.mkdir()
+    (root / "model.json").write_text("{not json")
     torn = root / "torn"
     torn.mkdir()
     (torn / "metrics.jsonl").write_text('{"step": 1, "loss": 1}\n{"step": 2, oops\n{"step": 3, "loss": 1}\n')
@@ -95,6 +96,10 @@ CASES = [
     ("pretrain changed --lr on resume", lambda w: pretrain(w, "--lr", "0.5", out="run"), 1, "--lr 0.5"),
     ("pretrain data-position mismatch", lambda w: pretrain(w, out="position"), 1, "data position"),
     ("pretrain CheckpointError", lambda w: pretrain(w, "--resume", str(w["no_opt"])), 1, "lacks optimizer.pt"),
+    ("pretrain bad --model-config", lambda w: pretrain(w, "--model-config", str(w["root"] / "model.json")), 1,
+     "--model-config"),
+    ("pretrain --init-from a non-HF folder", lambda w: pretrain(w, "--init-from", str(w["empty_ckpt"])), 1,
+     str(Path("empty_ckpt"))),
     ("pretrain --resume missing", lambda w: pretrain(w, "--resume", "/nonexistent/ck"), 1, "no such checkpoint"),
     ("export-hf missing folder", lambda w: ["export-hf", "/nonexistent/ck", str(w["root"] / "hf")], 2, "does not exist"),
     ("export-hf incomplete checkpoint", lambda w: ["export-hf", str(w["empty_ckpt"]), str(w["root"] / "hf")], 1,
