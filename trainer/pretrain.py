@@ -241,9 +241,9 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
             try:
                 loader.load_state_dict(restored.state["data"])
             except ValueError as e:  # e.g. another world size: the position cannot be mapped onto this loader
-                raise RunError(f"{restored.path}: its data position does not fit this run ({e}); resume with the "
-                               "original --batch-size, --num-workers and number of processes, or start a new phase "
-                               "with --reset-optimizer") from None
+                raise RunError(f"{restored.path}: its data position does not fit this run ({e}); resume with as "
+                               f"many processes as saved it ({restored.config.get('world_size', '?')}), or start a "
+                               "new phase with --resume PATH --reset-optimizer") from None
         else:
             log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
         step = restored.step
