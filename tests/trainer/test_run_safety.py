@@ -174,3 +174,12 @@ def test_a_new_phase_refuses_flags_it_would_ignore(data, tmp_path):
         run(data, tmp_path / "p2", resume=path, reset_optimizer=True, model="mini")
     with pytest.raises(RunError, match="--init-from .* and --resume .* both give the starting weights"):
         run(data, tmp_path / "p2", resume=path, reset_optimizer=True, init_from=str(tmp_path))
+
+
+def test_a_metrics_line_torn_by_a_kill_does_not_stop_the_resume(data, tmp_path):
+    out = tmp_path / "run"
+    run(data, out, max_steps=2)
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "lo')  # the process died mid-write
+    rows = run(data, out, max_steps=4)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
