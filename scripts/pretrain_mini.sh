@@ -27,6 +27,6 @@ berttrain pretrain --data "$OUT/shards64" --eval-data "$OUT/eval_shards64" --mod
     --eval-every 250 --eval-batches 20 --checkpoint-every 500 --num-workers 1 --precision bf16
 last=$(ls -d "$OUT"/run64/checkpoints/step-* | tail -1)
 berttrain pretrain --data "$OUT/shards128" --eval-data "$OUT/eval_shards128" --model mini --dropout 0 --output "$OUT/run" \
-    --resume "$last" --reset-optimizer --batch-size 32 --lr 5e-4 --warmup-steps 50 --max-steps 800 --max-minutes 7.5 \
+    --resume "$last" --reset-optimizer --overwrite --batch-size 32 --lr 5e-4 --warmup-steps 50 --max-steps 800 --max-minutes 7.5 \
     --log-every 25 --eval-every 200 --eval-batches 20 --checkpoint-every 400 --num-workers 1 --precision bf16
 berttrain plot "$OUT/run64" "$OUT/run" --baseline-from "$OUT/eval_shards128" --output docs/mini_pretraining.png

@@ -101,21 +101,41 @@ class Loaded:
     config: dict[str, Any]
 
 
+WEIGHT_FILES = (MODEL_FILE, "state.json", "config.json")
+RESUME_FILES = (*WEIGHT_FILES, "optimizer.pt", "rng.pt")  # what continuing the exact run needs
+RESUME_STATE = ("scheduler", "data")  # state.json keys, likewise
+_RESUME_ONLY = {"optimizer.pt", "rng.pt", *(f"state.json {k!r}" for k in RESUME_STATE)}
+
+
 def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
+    """A checkpoint to resume (``with_optimizer``: all of it) or to take the weights of; an incomplete one is
+    refused rather than resumed with fresh optimizer moments or another dropout stream without a word."""
     p = Path(path)
-    if not (p / MODEL_FILE).is_file() or not (p / "state.json").is_file():
-        raise CheckpointError(f"{p}: not a complete checkpoint (needs {MODEL_FILE} and state.json)")
+    if not p.is_dir():
+        raise CheckpointError(f"{p}: no such checkpoint folder")
+    missing = [name for name in (RESUME_FILES if with_optimizer else WEIGHT_FILES) if not (p / name).is_file()]
+    if missing:
+        raise CheckpointError(_incomplete(p, missing, with_optimizer))
     try:
         state = json.loads((p / "state.json").read_text())
-        config = json.loads((p / "config.json").read_text()) if (p / "config.json").is_file() else {}
+        config = json.loads((p / "config.json").read_text())
         model = load_file(str(p / MODEL_FILE))
-        opt = None
-        if with_optimizer and (p / "optimizer.pt").is_file():
-            opt = torch.load(p / "optimizer.pt", map_location="cpu", weights_only=True)
+        opt = torch.load(p / "optimizer.pt", map_location="cpu", weights_only=True) if with_optimizer else None
         rng = torch.load(p / "rng.pt", map_location="cpu", weights_only=True) if (p / "rng.pt").is_file() else {}
     except Exception as e:  # safetensors, JSON, pickle-refusal and I/O errors alike: the folder is unusable
         raise CheckpointError(f"{p}: cannot load ({type(e).__name__}: {e})") from e
+    lacking = [k for k in RESUME_STATE if k not in state] if with_optimizer else []
+    if "step" not in state or lacking or not isinstance(config.get("model"), dict):
+        raise CheckpointError(_incomplete(p, [f"state.json {k!r}" for k in ["step", *lacking] if k not in state]
+                                          + ([] if isinstance(config.get("model"), dict) else ["config.json 'model'"]),
+                                          with_optimizer))
     return Loaded(p, int(state["step"]), model, opt, rng, state, config)
+
+
+def _incomplete(p: Path, missing: list[str], with_optimizer: bool) -> str:
+    hint = (f"; to take its weights only (fresh optimizer, schedule and data position), pass --resume {p} "
+            "--reset-optimizer") if with_optimizer and set(missing) <= _RESUME_ONLY else ""
+    return f"{p}: incomplete checkpoint, lacks {', '.join(missing)}{hint}"
 
 
 def latest(run_dir: str | Path, *, with_optimizer: bool = True) -> Loaded | None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from trainer.config import TrainConfig, TrainConfigError
+from trainer.cli_errors import reported
+from trainer.config import TrainConfig
 
 _CTX = {"help_option_names": ["-h", "--help"], "show_default": True}
 
@@ -42,32 +43,32 @@ def main() -> None:
 @click.option("--keep-checkpoints", type=int, default=3)
 @click.option("--resume", default="auto", help="auto (newest valid checkpoint in --output), none, or a checkpoint folder.")
 @click.option("--reset-optimizer", is_flag=True, help="With --resume PATH: take the weights only (second training phase).")
+@click.option("--overwrite", is_flag=True, help="Clear a non-empty --output whole and start a new run there.")
 @click.option("--num-workers", type=int, default=2, help="Data-loader worker processes per rank.")
 @click.option("--format", "data_format", type=click.Choice(["auto", "arrow", "webdataset"]), default="auto")
 @click.option("--skip-corrupt", is_flag=True, help="Skip (and count) shards whose checksum fails instead of stopping.")
 @click.option("--deterministic", is_flag=True, help="torch.use_deterministic_algorithms(True).")
 @click.option("--no-tensorboard", is_flag=True)
-@click.option("--device", default="auto", help="auto, cpu or cuda.")
+@click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
 def pretrain(data, eval_data, model, model_config, init_from, dropout, output, batch_size, grad_accum, lr, warmup_steps,
              max_steps, max_minutes, optimizer, weight_decay, max_grad_norm, precision, compile_, seed, log_every, eval_every,
-             eval_batches, checkpoint_every, keep_checkpoints, resume, reset_optimizer, num_workers, data_format,
+             eval_batches, checkpoint_every, keep_checkpoints, resume, reset_optimizer, overwrite, num_workers, data_format,
              skip_corrupt, deterministic, no_tensorboard, device) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
     from trainer.pretrain import pretrain as run
 
-    try:
+    with reported():
         cfg = TrainConfig(
             data=tuple(data), eval_data=eval_data, model=model, model_config=model_config, init_from=init_from,
             dropout=dropout, output=output, batch_size=batch_size, grad_accum=grad_accum, lr=lr, warmup_steps=warmup_steps,
             max_steps=max_steps, max_minutes=max_minutes, optimizer=optimizer, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
             precision=precision, compile=compile_, seed=seed, log_every=log_every, eval_every=eval_every,
             eval_batches=eval_batches, checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
-            resume=resume, reset_optimizer=reset_optimizer, num_workers=num_workers, data_format=data_format,
-            skip_corrupt=skip_corrupt, deterministic=deterministic, tensorboard=not no_tensorboard, device=device,
+            resume=resume, reset_optimizer=reset_optimizer, overwrite=overwrite, num_workers=num_workers,
+            data_format=data_format, skip_corrupt=skip_corrupt, deterministic=deterministic,
+            tensorboard=not no_tensorboard, device=device,
         )
-    except TrainConfigError as e:
-        raise click.BadParameter(e.message, param_hint=f"'--{e.param.replace('_', '-')}'") from None
-    result = run(cfg)
+        result = run(cfg)
     click.echo(f"trained to step {result['step']}: {result['run_dir']}")
 
 
@@ -78,7 +79,8 @@ def export_hf(checkpoint, out) -> None:
     """Write a checkpoint as a Hugging Face BertForPreTraining folder (config.json, model.safetensors, vocab.txt)."""
     from trainer.hf import export_checkpoint
 
-    path = export_checkpoint(checkpoint, out)
+    with reported():
+        path = export_checkpoint(checkpoint, out)
     click.echo(f"exported {checkpoint} -> {path}")
 
 
@@ -91,8 +93,9 @@ def plot(run_dirs, output, baseline_from) -> None:
     phases of one training, drawn on one step axis."""
     from trainer.plot import plot_run, unigram_baseline
 
-    baseline = unigram_baseline(baseline_from) if baseline_from else None
-    path = plot_run(run_dirs, output, baseline=baseline)
+    with reported():
+        baseline = unigram_baseline(baseline_from) if baseline_from else None
+        path = plot_run(run_dirs, output, baseline=baseline)
     click.echo(f"wrote {path}" + (f" (unigram baseline {baseline:.4f})" if baseline is not None else ""))
 
 
@@ -123,22 +126,15 @@ def plot(run_dirs, output, baseline_from) -> None:
 @click.option("--max-answer-length", type=int, default=30, help="SQuAD: longest answer span in tokens.")
 @click.option("--n-best", type=int, default=20, help="SQuAD: start/end candidates per window.")
 @click.option("--no-tensorboard", is_flag=True)
-@click.option("--device", default="auto", help="auto, cpu or cuda.")
+@click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
 def finetune(task, train_data, eval_data, init, output, overwrite, epochs, dropout, lr, batch_size, eval_batch_size,
              warmup_ratio, weight_decay, max_grad_norm, max_steps, seed, precision, num_workers, log_every,
              max_answer_length, n_best, no_tensorboard, device) -> None:
     """Fine-tune on a task dataset; evaluate every epoch, keep the best checkpoint, write results.json."""
-    from schemas.version import SchemaError
-    from schemas.vocab import VocabError
-    from trainer.checkpoint import CheckpointError
-    from trainer.data.shards import VocabMismatchError
     from trainer.finetune.config import FinetuneConfig
-    from trainer.finetune.data import TaskDataError
     from trainer.finetune.loop import finetune as run
-    from trainer.finetune.weights import InitError
-    from trainer.hf import HFCheckpointError
 
-    try:
+    with reported():  # bad flags (exit 2); bad data, init or output folder (exit 1): a message, not a traceback
         cfg = FinetuneConfig(
             task=task, train_data=train_data, eval_data=eval_data, init=init, output=output, epochs=epochs, dropout=dropout, lr=lr,
             batch_size=batch_size, eval_batch_size=eval_batch_size, warmup_ratio=warmup_ratio,
@@ -146,13 +142,7 @@ def finetune(task, train_data, eval_data, init, output, overwrite, epochs, dropo
             precision=precision, num_workers=num_workers, log_every=log_every, max_answer_length=max_answer_length,
             n_best=n_best, tensorboard=not no_tensorboard, device=device,
         )
-    except TrainConfigError as e:
-        raise click.BadParameter(e.message, param_hint=f"'--{e.param.replace('_', '-')}'") from None
-    try:
         results = run(cfg, overwrite=overwrite)
-    except (TaskDataError, SchemaError, VocabError, VocabMismatchError, InitError, HFCheckpointError, CheckpointError,
-            FileExistsError) as e:  # bad data, init or output folder: a message, not a traceback
-        raise click.ClickException(str(e)) from None
     best = results["best"]
     value = "n/a (unlabeled eval data)" if best["value"] is None else f"{best['value']:.4f}"
     click.echo(f"best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "

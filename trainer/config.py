@@ -3,11 +3,15 @@ checkpoint. CLI flags override these defaults; model presets live in ``trainer.m
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from trainer.data.config import dataset_key
+
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 class TrainConfigError(ValueError):
@@ -21,6 +25,12 @@ def check(ok: bool, param: str, message: str) -> None:
     """Config validation: raise ``TrainConfigError(param, message)`` unless ``ok``."""
     if not ok:
         raise TrainConfigError(param, message)
+
+
+def check_device(device: str) -> None:
+    """``--device``: only what the trainer can run on (another name must not silently fall back to the CPU)."""
+    check(isinstance(device, str) and _DEVICE.fullmatch(device) is not None, "device",
+          f"must be auto, cpu, cuda or cuda:N, got {device!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +62,7 @@ class TrainConfig:
     checkpoint_every: int = 1000
     keep_checkpoints: int = 3
     resume: str = "auto"  # auto | none | PATH of a checkpoint folder
+    overwrite: bool = False  # clear a non-empty --output whole instead of refusing it
     reset_optimizer: bool = False  # with --resume PATH: weights only (two-phase training)
     num_workers: int = 2
     shuffle_buffer: int = 10_000
@@ -62,6 +73,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(len(self.data) > 0, "data", "at least one --data DIR is required")
+        keys = [dataset_key(d) for d in self.data]
+        twice = sorted({d for d, k in zip(self.data, keys) if keys.count(k) > 1})
+        check(not twice, "data", f"the same dataset is given more than once: {', '.join(twice)}")
         for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_every", "checkpoint_every"):
             value = getattr(self, name)
             check(isinstance(value, int) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
@@ -77,6 +91,7 @@ class TrainConfig:
         check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
         check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        check_device(self.device)
         check(not (self.reset_optimizer and self.resume in ("auto", "none")), "reset_optimizer",
               "needs --resume PATH (the checkpoint whose weights start the new phase)")
 

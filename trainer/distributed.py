@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from trainer.errors import RunError
+
 
 @dataclass(frozen=True, slots=True)
 class DistInfo:
@@ -35,8 +37,13 @@ def setup(device: str = "auto") -> DistInfo:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
     if use_cuda:
-        torch.cuda.set_device(local_rank)
-        dev = torch.device("cuda", local_rank)
+        if not torch.cuda.is_available():  # else torch fails deep inside with an AttributeError or RuntimeError
+            raise RunError(f"--device {device}: no CUDA GPU is visible to this process; use --device cpu or auto")
+        index = int(device.split(":", 1)[1]) if ":" in device else local_rank
+        if index >= torch.cuda.device_count():
+            raise RunError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+        torch.cuda.set_device(index)
+        dev = torch.device("cuda", index)
     else:
         dev = torch.device("cpu")
     if world > 1 and not dist.is_initialized():

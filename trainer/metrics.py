@@ -78,7 +78,7 @@ class MetricsLogger:
         """On resume: forget records past the restored step, so the file is one consistent history."""
         if not self.enabled or not self.path.exists():
             return
-        keep = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        keep = [json.dumps(r) for r in read_metrics(self.path.parent) if r["step"] <= step]  # a torn last line goes
         self.path.write_text("".join(line + "\n" for line in keep))
 
     def log(self, record: dict[str, Any]) -> None:
@@ -102,4 +102,17 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no {METRICS_FILE}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    lines = path.read_text().splitlines()
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                if n == len(lines):  # a run killed mid-write tears at most its last line
+                    break
+                from trainer.errors import RunError
+
+                raise RunError(f"{path}:{n}: not a JSON record ({e.msg}): the file was edited or is not a "
+                               "metrics log") from None
+    return records

@@ -24,12 +24,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from schemas.vocab import Vocab
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
+from trainer import rundir
 from trainer.config import TrainConfig
-from trainer.data import DataConfig, PretrainingLoader, load_manifest
+from trainer.data import DataConfig, PretrainingLoader, VocabMismatchError, load_manifest
+from trainer.data.loader import TooFewSamples
 from trainer.data.refs import read_text
 from trainer.metrics import MetricsLogger, Throughput
+from trainer.errors import RunError
 from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
+from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
 
@@ -44,11 +48,11 @@ def load_vocab(data_dirs: tuple[str, ...]) -> tuple[Vocab, bool]:
     manifests = [load_manifest(d) for d in data_dirs]
     hashes = {m.vocab["sha256"] for m in manifests}
     if len(hashes) > 1:
-        raise ValueError(f"--data folders use different vocabularies: {sorted(h[:12] for h in hashes)}")
+        raise RunError(f"--data folders use different vocabularies: {sorted(h[:12] for h in hashes)}")
     m = manifests[0]
     vocab = Vocab.from_text(read_text(data_dirs[0], m.vocab.get("file", "vocab.txt")).decode("utf-8"), data_dirs[0])
     if vocab.sha256 != m.vocab["sha256"]:
-        raise ValueError(f"{data_dirs[0]}: vocab.txt does not match the manifest's vocab hash")
+        raise RunError(f"{data_dirs[0]}: vocab.txt does not match the manifest's vocab hash")
     return vocab, bool(m.vocab.get("lowercase", True))
 
 
@@ -66,9 +70,53 @@ def model_config(cfg: TrainConfig, vocab_size: int, restored: dict | None) -> tu
         raise ValueError(f"--model must be one of tiny, mini, small, medium, base, large; got {cfg.model!r}")
     config = preset(vocab_size)
     if cfg.model_config:
-        overrides = json.loads(Path(cfg.model_config).read_text())
-        config = BertConfig.from_dict({**config.to_dict(), **overrides, "vocab_size": vocab_size})
+        try:
+            overrides = json.loads(Path(cfg.model_config).read_text())
+            config = BertConfig.from_dict({**config.to_dict(), **overrides, "vocab_size": vocab_size})
+        except (json.JSONDecodeError, TypeError, ValueError) as e:
+            raise RunError(f"--model-config {cfg.model_config}: {e}") from None
     return with_dropout(config, cfg.dropout), None, None
+
+
+def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> PretrainingLoader:
+    """The training stream; opening it checks manifests, vocabulary and shard sizes (hashes with --skip-corrupt)."""
+    try:
+        return PretrainingLoader(
+            DataConfig(paths=cfg.data, batch_size=cfg.batch_size,
+                       num_workers=cfg.num_workers, seed=cfg.seed, shuffle_buffer=cfg.shuffle_buffer,
+                       skip_corrupt=cfg.skip_corrupt, format=cfg.data_format,
+                       pin_memory=info.device.type == "cuda"),
+            expected_vocab_sha256=vocab.sha256, world_size=info.world_size, rank=info.rank,
+        )
+    except TooFewSamples as e:
+        raise RunError(f"--data: {e}") from None
+
+
+def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> PretrainingLoader:
+    """The evaluation set, opened at start: a missing folder, another vocabulary or too few samples must not
+    wait for the first evaluation (all steps since the last checkpoint would be lost)."""
+    try:
+        return PretrainingLoader(
+            DataConfig(paths=(cfg.eval_data,), batch_size=cfg.batch_size, shuffle=False, num_workers=0,
+                       format=cfg.data_format),
+            expected_vocab_sha256=vocab.sha256, world_size=info.world_size, rank=info.rank,
+        )
+    except TooFewSamples as e:
+        raise RunError(f"--eval-data: {e}") from None
+    except VocabMismatchError as e:
+        raise RunError(f"--eval-data {cfg.eval_data} uses another vocabulary than --data ({e})") from None
+
+
+def check_seq_length(config: BertConfig, cfg: TrainConfig) -> None:
+    """Sequences longer than the model's positions crash at the first long batch: refuse them at start."""
+    for flag, paths in (("--data", cfg.data), ("--eval-data", (cfg.eval_data,) if cfg.eval_data else ())):
+        for path in paths:
+            length = load_manifest(path).parameters.get("max_seq_length")
+            if isinstance(length, int) and length > config.max_position_embeddings:
+                raise RunError(f"{flag} {path} holds sequences of up to {length} tokens (its max_seq_length) but the "
+                               f"model has {config.max_position_embeddings} positions (max_position_embeddings): "
+                               "rebuild the data with a smaller --max-seq-length, or use --model-config with more "
+                               "max_position_embeddings")
 
 
 def forever(loader: PretrainingLoader) -> Iterator[dict[str, torch.Tensor]]:
@@ -117,13 +165,9 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> dict[str, float]:
+def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> dict[str, float]:
     """MLM and NSP loss and accuracy over the first ``eval_batches`` batches of the eval set (fixed order)."""
-    loader = PretrainingLoader(
-        DataConfig(paths=(cfg.eval_data,), batch_size=cfg.batch_size, shuffle=False, num_workers=0,
-                   format=cfg.data_format),
-        expected_vocab_sha256=vocab.sha256, world_size=info.world_size, rank=info.rank,
-    )
+    loader.set_epoch(0)  # the same batches every time
     was_training = model.training
     model.eval()
     run = Running.zero(info.device)
@@ -137,10 +181,16 @@ def evaluate(model: torch.nn.Module, cfg: TrainConfig, vocab: Vocab, info: D.Dis
 
 
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
-    # --- set up ---------------------------------------------------------------------------------
+    # --- set up: every input is checked here, before step 1 -------------------------------------------
     info = D.setup(cfg.device)
     run_dir = Path(cfg.output)
+    restored = rundir.plan_run(run_dir, resume=cfg.resume, overwrite=cfg.overwrite,
+                               reset_optimizer=cfg.reset_optimizer, data=cfg.data)
+    D.barrier(info)  # every rank has read the folder before rank 0 changes it
     if info.is_main:
+        if cfg.overwrite:
+            rundir.clear(run_dir)
+            log(f"--overwrite: cleared {run_dir}", info)
         run_dir.mkdir(parents=True, exist_ok=True)
         for p in ckpt.remove_partial(run_dir):
             log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
@@ -148,18 +198,21 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
     vocab, lowercase = load_vocab(cfg.data)
-
-    # --- restore ----------------------------------------------------------------------------------
-    restored = None
-    if cfg.resume == "auto":
-        restored = ckpt.latest(run_dir)
-    elif cfg.resume != "none":
-        restored = ckpt.load(cfg.resume, with_optimizer=not cfg.reset_optimizer)
+    continuing = restored is not None and not cfg.reset_optimizer
+    if continuing:
+        check_resume(cfg, restored.config, restored.path, restored.step)
+    elif restored is not None:
+        check_new_phase(cfg, restored.config, restored.path)
     config, hf_state, hf_report = model_config(cfg, len(vocab), restored.config if restored else None)
     if config.vocab_size != len(vocab):
-        raise ValueError(f"model vocab_size {config.vocab_size} != the data's vocabulary of {len(vocab)} tokens")
+        raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")
     if restored is not None and restored.config.get("vocab_sha256", vocab.sha256) != vocab.sha256:
-        raise ValueError(f"{restored.path} was trained on another vocabulary than --data")
+        raise RunError(f"{restored.path} was trained on another vocabulary than --data")
+    loader = data_loader(cfg, vocab, info)
+    eval_loader = eval_data_loader(cfg, vocab, info) if cfg.eval_data else None
+    check_seq_length(config, cfg)
+
+    # --- restore ----------------------------------------------------------------------------------
     model = BertForPreTraining(config, seed=cfg.seed)
     if hf_state is not None:
         model.load_state_dict(hf_state, strict=True)
@@ -175,25 +228,30 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         model = DDP(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
     optimizer = build_optimizer(raw, cfg.optimizer, cfg.lr, cfg.weight_decay, eps=cfg.adam_eps)
     scheduler = build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps)
-    loader = PretrainingLoader(
-        DataConfig(paths=cfg.data, batch_size=cfg.batch_size,
-                   num_workers=cfg.num_workers, seed=cfg.seed, shuffle_buffer=cfg.shuffle_buffer,
-                   skip_corrupt=cfg.skip_corrupt, format=cfg.data_format,
-                   pin_memory=info.device.type == "cuda"),
-        expected_vocab_sha256=vocab.sha256, world_size=info.world_size, rank=info.rank,
-    )
     step = 0
     torch.manual_seed(cfg.seed * 1000 + info.rank)  # dropout: a stream per rank
-    if restored is not None and not cfg.reset_optimizer:
+    if continuing:
         optimizer.load_state_dict(restored.optimizer)
         scheduler.load_state_dict(restored.state["scheduler"])
-        if restored.state.get("data_paths") == list(cfg.data):
-            loader.load_state_dict(restored.state["data"])
+        old_end = extend_schedule(scheduler, cfg.warmup_steps, cfg.max_steps)
+        if old_end is not None:
+            log(f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
+                f"learning rate {scheduler.get_last_lr()[0]:.3g} at step {restored.step}", info)
+        if same_data(cfg.data, restored.state, loader.catalog.fingerprint):
+            try:
+                loader.load_state_dict(restored.state["data"])
+            except ValueError as e:  # e.g. another world size: the position cannot be mapped onto this loader
+                raise RunError(f"{restored.path}: its data position does not fit this run ({e}); resume with as "
+                               f"many processes as saved it ({restored.config.get('world_size', '?')}), or start a "
+                               "new phase with --resume PATH --reset-optimizer") from None
         else:
             log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
         step = restored.step
-        ckpt.set_rng_state({k.split(".", 1)[1]: v for k, v in restored.rng.items()
-                            if k.startswith(f"rank{info.rank}.")}, info.device)
+        rng = {k.split(".", 1)[1]: v for k, v in restored.rng.items() if k.startswith(f"rank{info.rank}.")}
+        if not rng:
+            raise RunError(f"{restored.path}: rng.pt holds no state for rank {info.rank} (it was saved by "
+                           f"{restored.config.get('world_size', '?')} processes): resume with that many processes")
+        ckpt.set_rng_state(rng, info.device)
         log(f"resumed from {restored.path} at step {step}", info)
     elif restored is not None:
         log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
@@ -212,7 +270,8 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         if info.is_main:
             path = ckpt.save(run_dir, step, model_state=raw.state_dict(), optimizer=optimizer.state_dict(), rng=states,
                              state={"scheduler": scheduler.state_dict(), "data": loader.state_dict(),
-                                    "data_paths": list(cfg.data), "epoch": loader.epoch},
+                                    "data_paths": list(cfg.data), "data_fingerprint": loader.catalog.fingerprint,
+                                    "epoch": loader.epoch},
                              config=run_config, vocab_text=vocab.text(), keep=cfg.keep_checkpoints)
             log(f"checkpoint {path}", info)
         D.barrier(info)
@@ -273,7 +332,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
 
         # --- evaluate -------------------------------------------------------------------------------
         if cfg.eval_data and (step % cfg.eval_every == 0 or step == last_step):
-            record = {"step": step, "split": "eval", **evaluate(model, cfg, vocab, info)}
+            record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info)}
             metrics.log(record)
             log(f"eval at step {step}: loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} "
                 f"nsp_acc {record['nsp_accuracy']:.4f}", info)

@@ -13,6 +13,7 @@ import torch
 
 from trainer import checkpoint as ckpt
 from trainer.config import TrainConfig, TrainConfigError
+from trainer.errors import RunError
 from trainer.metrics import read_metrics
 from trainer.pretrain import pretrain
 
@@ -220,5 +221,5 @@ def test_errors_name_what_is_wrong(demo_shards, tmp_path):
     state = json.loads((ckpt.step_dir(run, 2) / "config.json").read_text())
     state["vocab_sha256"] = "0" * 64
     (ckpt.step_dir(run, 2) / "config.json").write_text(json.dumps(state))
-    with pytest.raises(ValueError, match="another vocabulary"):
+    with pytest.raises(RunError, match="another vocabulary"):
         train(other, run, max_steps=4)

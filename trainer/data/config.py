@@ -47,7 +47,8 @@ class DataConfig:
         object.__setattr__(self, "paths", norm)
         if not norm:
             raise ValueError("DataConfig.paths: at least one dataset directory is required")
-        if len(set(norm)) != len(norm):
+        keys = [dataset_key(p) for p in norm]
+        if len(set(keys)) != len(keys):  # also `./out/good` and `out/good`: the same samples twice
             raise ValueError(f"DataConfig.paths: duplicate dataset directory in {norm}")
         _positive("batch_size", self.batch_size)
         if self.format not in FORMATS:
@@ -73,6 +74,13 @@ class DataConfig:
 def _positive(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"DataConfig.{name} must be an int >= 1, got {value!r}")
+
+
+def dataset_key(path: str) -> str:
+    """A dataset folder's identity: a local path resolved (so spellings of one folder agree), a URL as given."""
+    from pathlib import Path
+
+    return path.rstrip("/") if "://" in path else str(Path(path).resolve())
 
 
 def _strip_slash(path: str) -> str:

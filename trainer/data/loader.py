@@ -26,6 +26,10 @@ STATE_VERSION = 1
 Batch = dict[str, torch.Tensor]
 
 
+class TooFewSamples(ValueError):
+    """The datasets hold fewer usable samples than one global batch."""
+
+
 class PretrainingLoader:
     """Iterates the remaining batches of the current epoch, then moves to the next epoch.
 
@@ -60,9 +64,9 @@ class PretrainingLoader:
         self._generation = 0            # invalidates iterators made before a reset / new iteration
         plan = self._plan(0)
         if plan.steps == 0:
-            raise ValueError(
+            raise TooFewSamples(
                 f"{plan.num_samples} usable instances are fewer than one global batch "
-                f"({world_size} ranks x {config.batch_size}); lower batch_size or add data")
+                f"({world_size} ranks x {config.batch_size}); lower the batch size (--batch-size) or add data")
         self._steps = plan.steps
         log.info("%d instances in %d shards: %d steps/epoch of %d x %d, %d dropped and %d repeated per epoch, "
                  "%d shards (%d instances) skipped as corrupt", plan.num_samples, len(self.catalog.shards),

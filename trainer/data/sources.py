@@ -21,6 +21,8 @@ from trainer.data.refs import ShardError, ShardRef, file_size, filesystem, open_
 from trainer.data.shards import VocabMismatchError, check_arrow_header
 
 log = logging.getLogger(__name__)
+# The flag and the API field, since both the CLI and library users read these messages.
+SKIP_HINT = "(pass --skip-corrupt, DataConfig(skip_corrupt=True), to skip corrupt shards)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,7 @@ def open_catalog(
     if bad and not skip_corrupt:
         first = next(r for r in refs if r in bad)
         more = f"; {len(bad) - 1} more shard(s) fail too" if len(bad) > 1 else ""
-        raise ShardError(f"{first.error(bad[first])}{more} (set skip_corrupt=True to skip them)",
+        raise ShardError(f"{first.error(bad[first])}{more} {SKIP_HINT}",
                          path=first.url, sha256=first.sha256)
     usable = tuple(r for r in refs if r not in bad)
     skipped = tuple((r, bad[r]) for r in refs if r in bad)
@@ -163,6 +165,6 @@ def _check_first_arrow_schema(refs: Sequence[ShardRef], vocab_sha256: str, id_ty
         except (SchemaError, VocabMismatchError):
             raise
         except OSError as e:
-            raise r.error(f"cannot be read ({type(e).__name__}: {e})") from None
+            raise r.error(f"cannot be read ({type(e).__name__}: {e}) {SKIP_HINT}") from None
         except Exception as e:  # a footer that does not parse: corrupt, named with its checksum
-            raise r.error(f"does not decode ({type(e).__name__}: {e})") from None
+            raise r.error(f"does not decode ({type(e).__name__}: {e}) {SKIP_HINT}") from None

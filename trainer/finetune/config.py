@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from schemas import tasks as T
-from trainer.config import PRECISIONS, check
+from trainer.config import PRECISIONS, check, check_device
 
 TASKS = T.KINDS  # classification, regression, ner, squad
 
@@ -54,6 +54,7 @@ class FinetuneConfig:
         check(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
         check(self.max_grad_norm > 0, "max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
         check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
+        check_device(self.device)
 
     @property
     def eval_batch(self) -> int:

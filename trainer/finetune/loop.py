@@ -62,6 +62,13 @@ def primary_metric(kind: str, glue: str | None) -> str:
     return {T.REGRESSION: "spearman", T.NER: "f1", T.SQUAD: "f1"}[kind]
 
 
+def plan_text(max_steps: int, epochs: int, steps_per_epoch: int) -> str:
+    """How long the run is, in the unit the user chose (--max-steps or --epochs)."""
+    if max_steps:
+        return f"{max_steps} steps (--max-steps; an epoch is {steps_per_epoch} steps)"
+    return f"{epochs} epoch{'' if epochs == 1 else 's'} x {steps_per_epoch} steps"
+
+
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "index"}
 
@@ -222,8 +229,8 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
         "epochs": [], "best": None,
     }
     log(f"{cfg.task}{f' ({train.glue})' if train.glue else ''}: {len(train)} train rows, {len(evaluation)} eval rows, "
-        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {epochs} epochs x {steps_per_epoch} "
-        f"steps, device {info.device}, world {info.world_size}", info)
+        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {plan_text(cfg.max_steps, epochs, steps_per_epoch)}, "
+        f"device {info.device}, world {info.world_size}", info)
 
     # --- train ----------------------------------------------------------------------------------------
     step = 0

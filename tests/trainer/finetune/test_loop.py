@@ -232,3 +232,11 @@ def test_two_gloo_processes_train_equal_steps_and_score_every_row(sst2, tmp_path
     assert results["world_size"] == 2 and results["steps_per_epoch"] == 10  # 160 rows per rank / 16
     assert all(e["eval"]["rows"] == 200 for e in results["epochs"])
     assert len(read_tsv(tmp_path / "ddp" / "predictions.tsv")) == 200
+
+
+def test_the_plan_line_counts_in_the_unit_the_user_chose():
+    from trainer.finetune.loop import plan_text
+
+    assert plan_text(3, 1, 218) == "3 steps (--max-steps; an epoch is 218 steps)"  # not "1 epochs x 218 steps"
+    assert plan_text(0, 1, 218) == "1 epoch x 218 steps"
+    assert plan_text(0, 3, 218) == "3 epochs x 218 steps"

@@ -1,0 +1,185 @@
+"""Run management of ``berttrain pretrain``: one run per folder, every input checked before step 1, resumes
+that continue exactly the run they say they continue (issue 13, section 1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.shard_fixtures import bert_like_vocab, make_instances, write_dataset
+from trainer import checkpoint as ckpt
+from trainer.checkpoint import CheckpointError
+from trainer.config import TrainConfig, TrainConfigError
+from trainer.errors import RunError
+from trainer.metrics import read_metrics
+from trainer.pretrain import pretrain
+
+
+def small_dataset(root: Path, *, n: int = 96, vocab_size: int = 1200, seed: int = 0, max_seq_length: int = 32) -> Path:
+    vocab = bert_like_vocab(vocab_size)
+    write_dataset(root, make_instances(n, vocab=vocab, seed=seed, max_len=32, max_masked=5), [n // 2, n - n // 2],
+                  vocab=vocab, formats=("arrow",),
+                  parameters={"max_seq_length": max_seq_length, "max_predictions_per_seq": 5, "seed": seed})
+    return root
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return small_dataset(tmp_path_factory.mktemp("safety") / "ds")
+
+
+def run(data: Path | str, out: Path, **kw) -> list[dict]:
+    cfg = TrainConfig(**{"data": (str(data),), "output": str(out), "batch_size": 4, "max_steps": 4, "warmup_steps": 1,
+                         "log_every": 1, "checkpoint_every": 2, "num_workers": 0, "tensorboard": False, "lr": 1e-3,
+                         **kw})
+    pretrain(cfg)
+    return [r for r in read_metrics(out) if r.get("split", "train") == "train"]
+
+
+def test_resume_none_into_a_used_folder_is_refused_and_overwrite_clears_it_whole(data, tmp_path):
+    out = tmp_path / "run"
+    run(data, out, max_steps=4)
+    with pytest.raises(RunError, match="already holds a run .*--resume none starts a new run: pass --overwrite"):
+        run(data, out, resume="none", max_steps=1)
+    assert [c.name for c in ckpt.list_checkpoints(out)] == ["step-0000002", "step-0000004"]  # untouched
+    rows = run(data, out, resume="none", overwrite=True, max_steps=1, checkpoint_every=1)
+    assert [r["step"] for r in rows] == [1]
+    assert [c.name for c in ckpt.list_checkpoints(out)] == ["step-0000001"]  # no checkpoint of the old run left
+
+
+def test_a_folder_without_a_checkpoint_to_resume_is_refused(data, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("someone else's files")
+    with pytest.raises(RunError, match=r"no complete checkpoint to continue \(--resume auto.*\): pass --overwrite"):
+        run(data, out)
+    assert (out / "notes.txt").exists()
+
+
+def test_eval_data_is_checked_before_step_1(data, tmp_path):
+    other_vocab = small_dataset(tmp_path / "other", vocab_size=1300)
+    tiny = small_dataset(tmp_path / "tiny", n=3)
+    cases = [(tmp_path / "missing", FileNotFoundError, "no manifest"),
+             (other_vocab, RunError, "--eval-data .* another vocabulary"),
+             (tiny, RunError, "--eval-data: 3 usable instances are fewer than one global batch")]
+    for i, (eval_data, error, message) in enumerate(cases):
+        out = tmp_path / f"run{i}"
+        with pytest.raises(error, match=message):
+            run(data, out, eval_data=str(eval_data), max_steps=2)
+        assert not (out / "metrics.jsonl").exists(), eval_data  # refused before step 1: nothing trained
+
+
+def test_resume_checkpoint_is_checked_before_step_1(data, tmp_path):
+    with pytest.raises(RunError, match="--resume .*: no such checkpoint folder"):
+        run(data, tmp_path / "run", resume=str(tmp_path / "nope"))
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_sequence_length_is_checked_against_the_model_positions_at_start(tmp_path):
+    long = small_dataset(tmp_path / "long", max_seq_length=1024)  # tiny preset: 512 positions
+    with pytest.raises(RunError, match=r"up to 1024 tokens .* 512 positions \(max_position_embeddings\)"):
+        run(long, tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_resume_refuses_changed_flags_by_name(data, tmp_path):
+    out = tmp_path / "run"
+    run(data, out, max_steps=2)
+    with pytest.raises(RunError, match=r"--model mini \(the run has tiny\); --lr 0.005 \(the run has 0.001\).*"
+                                       r"--reset-optimizer"):
+        run(data, out, max_steps=2, lr=5e-3, model="mini")
+    with pytest.raises(RunError, match="--max-steps 1 is below step 2"):
+        run(data, out, max_steps=1)
+
+
+def test_a_larger_max_steps_extends_a_finished_schedule(data, tmp_path, capfd):
+    out = tmp_path / "run"
+    first = run(data, out, max_steps=4)
+    assert first[-1]["lr"] == 0.0  # the schedule ended
+    rows = run(data, out, max_steps=8)
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert all(r["lr"] > 0 for r in rows[4:7]) and rows[-1]["lr"] == 0.0  # decays again, to 0 at the new end
+    # The same schedule as a run planned for 8 steps from the start.
+    planned = run(data, tmp_path / "planned", max_steps=8)
+    assert [r["lr"] for r in rows[4:]] == pytest.approx([r["lr"] for r in planned[4:]])
+    assert "the linear decay now ends at step 8 (was 4)" in capfd.readouterr().err
+
+
+def test_the_same_dataset_spelled_or_placed_differently_keeps_the_data_position(data, tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(data.parent)
+    out = tmp_path / "run"
+    run("ds", out, max_steps=2, checkpoint_every=1)
+    moved = tmp_path / "moved"
+    shutil.copytree(data, moved)  # a copy of the same shards: same content, another path
+    for step, spelling in ((3, "./ds/"), (4, str(moved))):
+        capfd.readouterr()
+        run(spelling, out, max_steps=step, checkpoint_every=1)
+        assert "new --data" not in capfd.readouterr().err, spelling
+        state = json.loads((ckpt.step_dir(out, step) / "state.json").read_text())
+        assert state["data"]["batches_consumed"] == step, spelling  # continued, not restarted (no repeats)
+    with pytest.raises(TrainConfigError, match="the same dataset is given more than once: ./ds/, ds"):
+        TrainConfig(data=("ds", "./ds/"), output="x")
+
+
+@pytest.mark.parametrize("missing", ["rng.pt", "optimizer.pt"])
+def test_an_incomplete_checkpoint_is_refused_by_name(data, tmp_path, missing):
+    out = tmp_path / "run"
+    run(data, out, max_steps=2)
+    path = ckpt.step_dir(out, 2)
+    (path / missing).unlink()
+    with pytest.raises(CheckpointError, match=f"incomplete checkpoint, lacks {missing}; .*--reset-optimizer"):
+        run(data, tmp_path / "next", resume=str(path), max_steps=4)
+    # --resume auto skips it; with no other checkpoint the folder is not resumable and is not reused silently.
+    with pytest.raises(RunError, match="no complete checkpoint"):
+        run(data, out, max_steps=4)
+    # Its weights still start a new phase.
+    rows = run(data, tmp_path / "phase2", resume=str(path), reset_optimizer=True, max_steps=1)
+    assert [r["step"] for r in rows] == [1]
+
+
+def test_reset_optimizer_into_the_run_folder_it_starts_from_is_refused(data, tmp_path):
+    out = tmp_path / "run"
+    run(data, out, max_steps=2)
+    with pytest.raises(RunError, match="--reset-optimizer starts a new phase"):
+        run(data, out, resume=str(ckpt.step_dir(out, 2)), reset_optimizer=True)
+
+
+def test_device_names_are_checked(tmp_path):
+    with pytest.raises(TrainConfigError, match="device: must be auto, cpu, cuda or cuda:N, got 'tpu'"):
+        TrainConfig(data=("x",), output="y", device="tpu")
+    if not __import__("torch").cuda.is_available():
+        from trainer import distributed as D
+
+        with pytest.raises(RunError, match="--device cuda: no CUDA GPU is visible"):
+            D.setup("cuda")
+
+
+def test_checkpoint_state_has_the_dataset_content_identity(data, tmp_path):
+    out = tmp_path / "run"
+    run(data, out, max_steps=2)
+    state = json.loads((ckpt.step_dir(out, 2) / "state.json").read_text())
+    assert len(state["data_fingerprint"]) == 16 and state["data_paths"] == [str(data)]
+    assert os.path.isdir(ckpt.step_dir(out, 2))
+
+
+def test_a_new_phase_refuses_flags_it_would_ignore(data, tmp_path):
+    out = tmp_path / "run"
+    run(data, out, max_steps=2)
+    path = str(ckpt.step_dir(out, 2))
+    with pytest.raises(RunError, match=r"--model mini \(the checkpoint has tiny\)"):
+        run(data, tmp_path / "p2", resume=path, reset_optimizer=True, model="mini")
+    with pytest.raises(RunError, match="--init-from .* and --resume .* both give the starting weights"):
+        run(data, tmp_path / "p2", resume=path, reset_optimizer=True, init_from=str(tmp_path))
+
+
+def test_a_metrics_line_torn_by_a_kill_does_not_stop_the_resume(data, tmp_path):
+    out = tmp_path / "run"
+    run(data, out, max_steps=2)
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "lo')  # the process died mid-write
+    rows = run(data, out, max_steps=4)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]

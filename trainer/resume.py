@@ -1,0 +1,91 @@
+"""What a resume may change: the flags given now against the configuration saved in the checkpoint.
+
+A resume continues the same run, so flags that shape its trajectory (model, optimizer, schedule, batch, seed)
+must keep their saved values; a changed one is refused by name (a new phase from the same weights is
+``--resume PATH --reset-optimizer``). ``--max-steps`` is the exception, because continuing a finished run is
+what it is for: the linear decay is re-planned to end at the new ``--max-steps`` (see :func:`extend_schedule`).
+Run-time flags (logging, evaluation, checkpoints, workers, device, precision, compile) may change freely.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch.optim.lr_scheduler import LambdaLR
+
+from trainer.config import TrainConfig
+from trainer.data.config import dataset_key
+from trainer.errors import RunError
+from trainer.optim import WarmupLinearDecay
+
+# TrainConfig fields a resume must not change (all but --max-steps, run-time flags, data and eval data).
+FIXED = ("model", "model_config", "init_from", "dropout", "batch_size", "grad_accum", "lr", "warmup_steps",
+         "optimizer", "weight_decay", "max_grad_norm", "seed", "data_format")
+
+
+def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step: int) -> None:
+    """Refuse a resume whose flags would change the run being continued, naming each flag."""
+    if cfg.max_steps < step:
+        raise RunError(f"--max-steps {cfg.max_steps} is below step {step} of {checkpoint}: pass a larger --max-steps")
+    old = saved.get("train")
+    if not isinstance(old, dict):
+        return  # a checkpoint from before configs were saved: nothing to compare with
+    changed = [name for name in FIXED if name in old and _norm(name, old[name]) != _norm(name, getattr(cfg, name))]
+    if changed:
+        listed = "; ".join(f"{_flag(n)} {_shown(getattr(cfg, n))} (the run has {_shown(old[n])})" for n in changed)
+        raise RunError(f"resuming {checkpoint} continues its run, but {listed}: pass the run's values, or start a "
+                       f"new phase from its weights with --resume {checkpoint} --reset-optimizer and another --output")
+
+
+def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -> None:
+    """``--reset-optimizer``: the architecture comes from the checkpoint, so flags that would choose another
+    one are refused rather than ignored."""
+    if cfg.init_from:
+        raise RunError(f"--init-from {cfg.init_from} and --resume {checkpoint} both give the starting weights: "
+                       "pass one of them")
+    old = saved.get("train") if isinstance(saved.get("train"), dict) else {}
+    changed = [n for n in ("model", "model_config") if n in old and _norm(n, old[n]) != _norm(n, getattr(cfg, n))]
+    if changed:
+        listed = "; ".join(f"{_flag(n)} {_shown(getattr(cfg, n))} (the checkpoint has {_shown(old[n])})" for n in changed)
+        raise RunError(f"--reset-optimizer takes the model of {checkpoint} as it is, but {listed}: pass the "
+                       "checkpoint's values (only --dropout may change for a new phase)")
+
+
+def same_data(cfg_data: tuple[str, ...], state: dict[str, Any], fingerprint: str) -> bool:
+    """Whether ``--data`` is the dataset the checkpoint's data position belongs to: the same shards by content
+    (however the folders are spelled or moved), or for older checkpoints the same resolved folders."""
+    if "data_fingerprint" in state:
+        return state["data_fingerprint"] == fingerprint
+    return [dataset_key(p) for p in state.get("data_paths", [])] == [dataset_key(p) for p in cfg_data]
+
+
+def extend_schedule(scheduler: LambdaLR, warmup: int, max_steps: int) -> int | None:
+    """Make the restored linear decay end at ``max_steps`` (the old end when unchanged): the schedule becomes
+    the one a run planned for ``max_steps`` from the start would follow from this step on. Returns the old
+    end when it moved, else None."""
+    current = scheduler.lr_lambdas[0]
+    old_total = getattr(current, "total", None)
+    fresh = WarmupLinearDecay(warmup, max_steps)
+    if old_total == fresh.total:
+        return None
+    scheduler.lr_lambdas[0] = fresh
+    # The next optimizer step uses the rate LambdaLR set after the last step: recompute it on the new schedule.
+    for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
+        group["lr"] = base * fresh(scheduler.last_epoch)
+    scheduler._last_lr = [g["lr"] for g in scheduler.optimizer.param_groups]
+    return old_total
+
+
+def _norm(name: str, value: Any) -> Any:
+    if name in ("model_config", "init_from") and value:
+        return str(Path(value).resolve())
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def _flag(name: str) -> str:
+    return "--format" if name == "data_format" else f"--{name.replace('_', '-')}"
+
+
+def _shown(value: Any) -> str:
+    return "(none)" if value is None else str(value)

@@ -1,0 +1,72 @@
+"""The run folder (``--output``) holds one run: it is new or empty, or the run in it is being continued.
+
+A non-empty folder whose run is not continued (``--resume none``, a checkpoint from elsewhere, or no
+checkpoint to resume) is refused unless ``--overwrite``, which clears it whole: a new run's metrics next to
+an old run's checkpoints would make a later ``--resume auto`` continue the wrong run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from trainer import checkpoint as ckpt
+from trainer.data.config import dataset_key
+from trainer.errors import RunError
+
+
+def plan_run(run_dir: Path, *, resume: str, overwrite: bool, reset_optimizer: bool,
+             data: tuple[str, ...]) -> ckpt.Loaded | None:
+    """The checkpoint to continue from (None: start afresh); raises unless that is safe.
+
+    Read-only, so every rank decides the same; :func:`clear` then runs on rank 0 only.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunError(f"--output {run_dir} is a file, not a run folder")
+    for d in data:
+        if "://" not in d and _inside(Path(dataset_key(d)), run_dir):
+            raise RunError(f"--data {d} lies inside --output {run_dir}: choose a run folder of its own")
+    if resume not in ("auto", "none") and not Path(resume).is_dir():
+        raise RunError(f"--resume {resume}: no such checkpoint folder")
+    if resume not in ("auto", "none") and _inside(Path(resume), run_dir):
+        if overwrite:
+            raise RunError(f"--resume {resume} lies inside --output {run_dir}, which --overwrite would clear")
+        if reset_optimizer:
+            raise RunError(f"--reset-optimizer starts a new phase at step 0: give it another --output than {run_dir}, "
+                           "which holds the run it starts from")
+        own = ckpt.list_checkpoints(run_dir)
+        if own and Path(resume).resolve() != own[-1].resolve():
+            raise RunError(f"--resume {resume} is not the newest checkpoint of --output {run_dir} ({own[-1].name}): "
+                           "continuing from it would mix two histories in one folder; resume the newest, or copy "
+                           "this checkpoint out and pass another --output")
+        return ckpt.load(resume, with_optimizer=not reset_optimizer)
+    contents = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
+    if resume not in ("auto", "none"):
+        if contents and not overwrite:
+            raise RunError(f"--output {run_dir} already holds a run ({_listing(contents)}) and --resume {resume} "
+                           "starts from elsewhere: pass --overwrite to clear the folder whole, or choose another --output")
+        return ckpt.load(resume, with_optimizer=not reset_optimizer)
+    if overwrite or not contents:
+        return None
+    newest = ckpt.latest(run_dir) if resume == "auto" else None
+    if newest is not None:
+        return newest
+    why = ("no complete checkpoint to continue (--resume auto; what is there are other files, or the leftovers of a "
+           "run stopped before its first checkpoint)") if resume == "auto" else "--resume none starts a new run"
+    raise RunError(f"--output {run_dir} already holds a run ({_listing(contents)}) and {why}: pass --overwrite to "
+                   "clear the folder whole, or choose another --output")
+
+
+def clear(run_dir: Path) -> None:
+    """Empty ``run_dir`` whole (``--overwrite``) and make sure it exists."""
+    if run_dir.is_dir():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _listing(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
