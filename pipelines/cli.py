@@ -151,10 +151,8 @@ def demo_corpus(directory, holdout_every) -> None:
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
     _quiet_beam()
-    from apache_beam.io.filesystems import FileSystems
-
-    from pipelines.inspection import decode_instance, load_manifest, read_instances, summary_lines, verify_shard
-    from schemas.vocab import Vocab
+    from pipelines.inspection import (DatasetError, decode_instance, load_manifest, load_vocab, read_instances,
+                                      summary_lines, verify_shard)
 
     try:
         manifest = load_manifest(dataset_dir)
@@ -174,12 +172,19 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
             status = "ok" if check.ok else "FAILED: " + "; ".join(check.problems)
             click.echo(f"verify {shard.path}: {shard.count} rows, {shard.bytes} bytes: {status}", err=as_json)
         click.echo(f"verify: {len(manifest.shards) - failed}/{len(manifest.shards)} shards ok", err=as_json)
+        try:
+            load_vocab(dataset_dir, manifest)
+            click.echo(f"verify {manifest.vocab.get('file', 'vocab.txt')}: ok", err=as_json)
+        except DatasetError as e:
+            failed += 1
+            click.echo(f"verify {manifest.vocab.get('file', 'vocab.txt')}: FAILED: {e}", err=as_json)
     if decode:
-        vocab_path = FileSystems.join(dataset_dir, manifest.vocab.get("file", "vocab.txt"))
-        with FileSystems.open(vocab_path, compression_type="uncompressed") as f:
-            vocab = Vocab.from_text(f.read().decode("utf-8"), vocab_path)
         if manifest.kind != "pretraining":
             raise click.ClickException(f"--decode shows pretraining instances; this dataset is {manifest.kind!r}")
+        try:
+            vocab = load_vocab(dataset_dir, manifest)
+        except DatasetError as e:
+            raise click.ClickException(f"--decode: {e}") from None
         for inst in read_instances(dataset_dir, manifest, decode):
             click.echo(decode_instance(inst, vocab))
     if failed:

@@ -90,3 +90,27 @@ def test_vocab_command(tmp_path, demo_corpus):
     assert (tmp_path / "vocab.txt").read_text().count("\n") == 1500
     r = CliRunner().invoke(main, ["vocab", "--input", str(tmp_path / "nothing-*"), "--output", str(tmp_path / "x")])
     assert r.exit_code == 2 and "matches no files" in r.output
+
+
+def test_inspect_verify_checks_the_vocabulary_against_the_manifest(dataset, tmp_path):
+    swapped = tmp_path / "swapped"
+    shutil.copytree(dataset[0], swapped)
+    lines = (swapped / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    lines[10], lines[11] = lines[11], lines[10]
+    (swapped / "vocab.txt").write_text("\n".join(lines), encoding="utf-8")
+    r = CliRunner().invoke(main, ["inspect", str(swapped), "--verify"])
+    assert r.exit_code == 1, r.output
+    assert "verify vocab.txt: FAILED" in r.output and "sha256" in r.output
+    r = CliRunner().invoke(main, ["inspect", str(dataset[0]), "--verify"])
+    assert r.exit_code == 0 and "verify vocab.txt: ok" in r.output
+
+
+def test_inspect_without_vocab_is_a_clean_error(dataset, tmp_path):
+    missing = tmp_path / "missing"
+    shutil.copytree(dataset[0], missing)
+    (missing / "vocab.txt").unlink()
+    r = CliRunner().invoke(main, ["inspect", str(missing), "--verify"])
+    assert r.exit_code == 1 and "vocab.txt: FAILED" in r.output and "missing" in r.output
+    r = CliRunner().invoke(main, ["inspect", str(missing), "--decode", "1"])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
+    assert r.output.strip().splitlines()[-1].startswith("Error: --decode:") and "vocab.txt" in r.output
