@@ -55,6 +55,7 @@ def main() -> None:
 def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json)."""
     _quiet_beam()
+    from pipelines.read import InputError
     from pipelines.runner import UsageError
     from pipelines.vocab import VocabConfig, train_vocab
 
@@ -67,6 +68,8 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
         v, counters = train_vocab(list(inputs), output, cfg)
     except UsageError as e:
         raise click.BadParameter(str(e), param_hint="'--input'") from None
+    except InputError as e:
+        raise click.ClickException(f"{e}; no vocabulary was written") from None
     click.echo(f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
                f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {output}/vocab.txt, tokenizer.json")
 

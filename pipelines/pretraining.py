@@ -25,7 +25,7 @@ from pipelines.finalize import Finalize
 from pipelines.group import GroupDocuments
 from pipelines.instances import CreateInstances
 from pipelines.masking import MaskInstances
-from pipelines.read import ReadDocuments, range_bytes_for
+from pipelines.read import InputError, ReadDocuments, range_bytes_for
 from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
 from pipelines.sentences import SegmentDocuments
 from pipelines.spill import remove_work_dir
@@ -113,6 +113,20 @@ def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> li
     # Sorted: the order of --input arguments must not matter.
     paths = sorted(found)
     return [InputFile(p, *found[p], name=n) for p, n in zip(paths, relative_names(paths))]
+
+
+def describe_inputs(files: list[InputFile], shown: int = 3) -> str:
+    """``a.txt, b.txt and 4 more``: how an error names the inputs."""
+    names = ", ".join(f.path for f in files[:shown])
+    return names + (f" and {len(files) - shown} more" if len(files) > shown else "")
+
+
+def unpublish(output_dir: str, manifest: Manifest) -> None:
+    """Remove a finished run's manifest (first: no manifest, no dataset), shards and vocabulary."""
+    FileSystems.delete([FileSystems.join(output_dir, MANIFEST_NAME)])
+    paths = [FileSystems.join(output_dir, s.path) for s in manifest.shards]
+    paths.append(FileSystems.join(output_dir, VOCAB_FILENAME))
+    FileSystems.delete([p for p in paths if FileSystems.exists(p)])
 
 
 def auto_num_shards(input_bytes: int, dupe_factor: int) -> int:
@@ -218,6 +232,8 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
     if spec.lowercase != cfg.lowercase:
         cfg = replace(cfg, lowercase=spec.lowercase)
     input_bytes = sum(f.bytes for f in files)
+    if not input_bytes:
+        raise UsageError("input", f"{describe_inputs(files)}: empty (0 bytes), nothing to make instances from")
     num_shards = cfg.num_shards or auto_num_shards(input_bytes, cfg.dupe_factor)
     output_dir = absolute(output_dir.rstrip("/"))
     if "://" not in output_dir and not FileSystems.exists(output_dir):
@@ -246,4 +262,9 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
     seconds = time.time() - started
     with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
         manifest = Manifest.from_json(f.read())
+    if not manifest.totals.get("instances"):
+        unpublish(output_dir, manifest)
+        c = manifest.counters
+        raise InputError(f"--input {describe_inputs(files)}: no instances ({c.get(C.DOCUMENTS_READ, 0)} documents read, "
+                         f"{c.get(C.DOCUMENTS_USED, 0)} used, {c.get(C.TOKENS, 0)} tokens)")
     return RunResult(manifest=manifest, output_dir=output_dir, seconds=seconds, input_bytes=input_bytes)

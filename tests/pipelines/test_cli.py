@@ -114,3 +114,16 @@ def test_inspect_without_vocab_is_a_clean_error(dataset, tmp_path):
     r = CliRunner().invoke(main, ["inspect", str(missing), "--decode", "1"])
     assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
     assert r.output.strip().splitlines()[-1].startswith("Error: --decode:") and "vocab.txt" in r.output
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"], ids=["zero-bytes", "blank-lines"])
+def test_empty_input_is_an_error_naming_it(tmp_path, demo_vocab, content):
+    empty = tmp_path / "empty.txt"
+    empty.write_text(content)
+    r = CliRunner().invoke(main, ["pretraining", "--input", str(empty), "--vocab", str(demo_vocab / "vocab.txt"),
+                                  "--output", str(tmp_path / "out"), "--dupe-factor", "1"])
+    assert r.exit_code in (1, 2) and "Error:" in r.output and str(empty) in r.output, r.output
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    r = CliRunner().invoke(main, ["vocab", "--input", str(empty), "--output", str(tmp_path / "voc")])
+    assert r.exit_code == 1 and "no text to train a vocabulary on" in r.output and str(empty) in r.output, r.output
+    assert not (tmp_path / "voc" / "vocab.txt").exists()
