@@ -105,6 +105,9 @@ def pretraining(ctx, inputs, input_format, vocab, output, max_seq_length, max_pr
     _quiet_beam()
     from pipelines.cli_errors import pipeline_errors
     from pipelines.pretraining import run_pretraining
+    from pipelines.redact import redact_logs
+
+    redact_logs(ctx.args)
 
     try:
         cfg = PretrainingConfig(

@@ -26,6 +26,7 @@ from pipelines.group import GroupDocuments
 from pipelines.instances import CreateInstances
 from pipelines.masking import MaskInstances
 from pipelines.read import InputError, ReadDocuments, range_bytes_for
+from pipelines.redact import redact_options
 from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
 from pipelines.sentences import SegmentDocuments
 from pipelines.spill import remove_work_dir
@@ -249,7 +250,7 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
         "seed": cfg.seed,
         "inputs": [{"path": f.path, "bytes": f.bytes, "format": f.format} for f in files],
         "run": {"runner": runner_name(options),
-                "options": list(beam_args or []), "started_at": started},
+                "options": redact_options(list(beam_args or [])), "started_at": started},
     }
     C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
     p = make_pipeline(options)

@@ -78,6 +78,9 @@ def _run(fn: Callable, **kwargs) -> None:
     """Run a pipeline, mapping our errors to click's (exit 2 for usage errors, 1 for input errors)."""
     _quiet_beam()
     from pipelines.cli_errors import pipeline_errors
+    from pipelines.redact import redact_logs
+
+    redact_logs(kwargs.get("beam_args") or [])
 
     try:
         with pipeline_errors():

@@ -25,6 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import counters as C
 from pipelines.inspection import load_manifest
 from pipelines.pretraining import InputFile, resolve_inputs
+from pipelines.redact import redact_options
 from pipelines.runner import UsageError, make_pipeline, pipeline_options, runner_name
 from pipelines.tasks import read as R
 from pipelines.tasks.classification import RowFeaturizer
@@ -143,7 +144,7 @@ def _run(plan: _Plan, files: list[InputFile], spec: TokenizerSpec, output_dir: s
         "inputs": [{"path": f.path, "bytes": f.bytes} for f in files],
         "task": {"kind": cfg.kind, "split": cfg.split, "training": cfg.training, "max_seq_length": cfg.max_seq_length,
                  "ignore_index": T.IGNORE_INDEX, **plan.task},
-        "run": {"runner": runner_name(options), "options": list(beam_args), "started_at": started},
+        "run": {"runner": runner_name(options), "options": redact_options(list(beam_args)), "started_at": started},
     }
     shard_spec = ShardSpec(output_dir=output_dir, kind=cfg.kind, num_shards=num_shards, id_type=spec.vocab.id_type,
                            vocab_sha256=spec.vocab.sha256, parameters=cfg.shard_parameters(),
