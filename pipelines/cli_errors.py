@@ -4,6 +4,7 @@ the file and say that no manifest was written."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+import sys
 from contextlib import contextmanager
 
 import click
@@ -41,6 +42,10 @@ def pipeline_errors() -> Iterator[None]:
         raise click.ClickException(f"{e}; no manifest was written") from None
     except click.ClickException:
         raise
+    except KeyboardInterrupt:
+        # One line, not the traceback of every Beam thread; 130 is the shell's code for SIGINT.
+        click.echo("Error: interrupted; no manifest was written", err=True)
+        sys.exit(130)
     except Exception as e:
         cause = input_error_in(e)
         if cause is not None:

@@ -25,6 +25,7 @@ from pipelines.finalize import Finalize
 from pipelines.group import GroupDocuments
 from pipelines.instances import CreateInstances
 from pipelines.masking import MaskInstances
+from pipelines.output_dir import ensure_writable_dir, refusal
 from pipelines.read import InputError, ReadDocuments, range_bytes_for
 from pipelines.redact import redact_options
 from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
@@ -116,6 +117,14 @@ def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> li
     return [InputFile(p, *found[p], name=n) for p, n in zip(paths, relative_names(paths))]
 
 
+def input_format_of(files: list[InputFile]) -> str | dict[str, str]:
+    """The runs's input format: one name, or each input's own (``{"books/a.txt": "text", ...}``) when they mix."""
+    formats = {f.format for f in files}
+    if len(formats) == 1:
+        return formats.pop()
+    return {f.name or f.path: f.format for f in files}
+
+
 def describe_inputs(files: list[InputFile], shown: int = 3) -> str:
     """``a.txt, b.txt and 4 more``: how an error names the inputs."""
     names = ", ".join(f.path for f in files[:shown])
@@ -136,7 +145,7 @@ def auto_num_shards(input_bytes: int, dupe_factor: int) -> int:
 
 
 def existing_outputs(output_dir: str) -> list[str]:
-    patterns = [FileSystems.join(output_dir, MANIFEST_NAME), FileSystems.join(output_dir, f"{SHARD_PREFIX}-*")]
+    patterns = [FileSystems.join(output_dir, f"{MANIFEST_NAME}*"), FileSystems.join(output_dir, f"{SHARD_PREFIX}-*")]
     found = []
     for r in FileSystems.match(patterns):
         found.extend(m.path for m in r.metadata_list)
@@ -147,10 +156,7 @@ def prepare_output(output_dir: str, overwrite: bool) -> str:
     """Refuse to mix runs; with ``overwrite``, remove the old manifest first (so a crash leaves none)."""
     existing = existing_outputs(output_dir)
     if existing and not overwrite:
-        raise UsageError(
-            "output", f"{output_dir} already holds a dataset ({len(existing)} files such as {existing[0]}); "
-            "pass --overwrite to replace it"
-        )
+        raise UsageError("output", refusal(output_dir, existing))
     manifest = FileSystems.join(output_dir, MANIFEST_NAME)
     if FileSystems.exists(manifest):
         FileSystems.delete([manifest])
@@ -172,7 +178,8 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
                    tokenizer_threads: int = 1) -> None:
     vocab = spec.vocab
     writer_args = dict(
-        id_type=vocab.id_type, vocab_sha256=vocab.sha256, parameters=cfg.shard_parameters(),
+        id_type=vocab.id_type, vocab_sha256=vocab.sha256,
+        parameters={**cfg.shard_parameters(), "input_format": input_format_of(inputs)},
         compression=cfg.arrow_compression, batch_rows=cfg.arrow_batch_rows,
     )
     stats_args = dict(
@@ -229,6 +236,9 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
     """Validate, build and run the pipeline; return its manifest. Raises before Beam starts on bad input."""
     options = pipeline_options(list(beam_args or []))
     files = resolve_inputs(inputs, cfg.input_format)
+    formats = input_format_of(files)
+    if isinstance(formats, str) and formats != cfg.input_format:  # all given as `text:...`, say
+        cfg = replace(cfg, input_format=formats)
     spec = load_tokenizer(vocab, lowercase)
     if spec.lowercase != cfg.lowercase:
         cfg = replace(cfg, lowercase=spec.lowercase)
@@ -237,8 +247,7 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
         raise UsageError("input", f"{describe_inputs(files)}: empty (0 bytes), nothing to make instances from")
     num_shards = cfg.num_shards or auto_num_shards(input_bytes, cfg.dupe_factor)
     output_dir = absolute(output_dir.rstrip("/"))
-    if "://" not in output_dir and not FileSystems.exists(output_dir):
-        FileSystems.mkdirs(output_dir)
+    ensure_writable_dir(output_dir)
     work_dir = prepare_output(output_dir, overwrite)
     started = time.time()
     base = {
@@ -246,7 +255,7 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
             "sha256": spec.vocab.sha256, "size": len(spec.vocab), "file": VOCAB_FILENAME, "lowercase": spec.lowercase,
             "id_type": spec.vocab.id_type, "special_ids": spec.vocab.special_ids, "source": spec.source,
         },
-        "parameters": {**cfg.to_dict(), "num_shards": num_shards},
+        "parameters": {**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
         "seed": cfg.seed,
         "inputs": [{"path": f.path, "bytes": f.bytes, "format": f.format} for f in files],
         "run": {"runner": runner_name(options),

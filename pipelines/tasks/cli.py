@@ -31,6 +31,8 @@ _FLAGS = {
 def _quiet_beam() -> None:
     # `import apache_beam` configures root logging at WARNING and chats about optional clients.
     logging.getLogger().setLevel(logging.ERROR)
+    # A failing DoFn is logged by Beam with its traceback before the error reaches us; we report it once.
+    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
 def _common_options(f: Callable) -> Callable:
