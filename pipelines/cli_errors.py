@@ -28,6 +28,22 @@ def input_error_in(e: BaseException) -> str | None:
     return None
 
 
+def interrupted_in(e: BaseException) -> bool:
+    """Ctrl-C inside a DoFn reaches us as Beam's ``RuntimeError: KeyboardInterrupt [while running ...]``."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt) or str(seen).startswith("KeyboardInterrupt"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _interrupted() -> None:
+    # One line, not the traceback of every Beam thread; 130 is the shell's code for SIGINT.
+    click.echo("Error: interrupted; no manifest was written", err=True)
+    sys.exit(130)
+
+
 @contextmanager
 def pipeline_errors() -> Iterator[None]:
     try:
@@ -43,10 +59,10 @@ def pipeline_errors() -> Iterator[None]:
     except click.ClickException:
         raise
     except KeyboardInterrupt:
-        # One line, not the traceback of every Beam thread; 130 is the shell's code for SIGINT.
-        click.echo("Error: interrupted; no manifest was written", err=True)
-        sys.exit(130)
+        _interrupted()
     except Exception as e:
+        if interrupted_in(e):
+            _interrupted()
         cause = input_error_in(e)
         if cause is not None:
             raise click.ClickException(f"{cause}; no manifest was written") from None

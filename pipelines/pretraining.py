@@ -262,9 +262,9 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
                 "options": redact_options(list(beam_args or [])), "started_at": started},
     }
     C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
-    p = make_pipeline(options)
-    build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options))
     try:
+        p = make_pipeline(options)
+        build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options))
         p.run().wait_until_finish()
     except BaseException:
         remove_work_dir(work_dir)  # spill and pool files of a failed run; shards were never published
