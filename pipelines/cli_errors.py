@@ -4,6 +4,7 @@ the file and say that no manifest was written."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+import re
 import sys
 from contextlib import contextmanager
 
@@ -14,17 +15,21 @@ from pipelines.runner import UsageError
 from schemas.vocab import VocabError
 
 
+_STAGE = re.compile(r" \[while running '[^']*'\]")
+
+
 def input_error_in(e: BaseException) -> str | None:
     """Beam wraps worker exceptions; find our InputError's message in the chain or the text."""
     seen: BaseException | None = e
     while seen is not None:
         if isinstance(seen, InputError):
-            return str(seen)
+            return _STAGE.sub("", str(seen))
         seen = seen.__cause__ or seen.__context__
     text = str(e)
     marker = "InputError: "
     if marker in text:
-        return text[text.rindex(marker) + len(marker):].splitlines()[0]
+        # Beam's "[while running 'Read/ReadFile/ParDo(_ReadFileFn)']" names a stage, which users never wrote.
+        return _STAGE.sub("", text[text.rindex(marker) + len(marker):].splitlines()[0])
     return None
 
 
@@ -55,7 +60,7 @@ def pipeline_errors() -> Iterator[None]:
     except VocabError as e:
         raise click.BadParameter(str(e), param_hint="'--vocab'") from None
     except InputError as e:
-        raise click.ClickException(f"{e}; no manifest was written") from None
+        raise click.ClickException(f"{_STAGE.sub('', str(e))}; no manifest was written") from None
     except click.ClickException:
         raise
     except KeyboardInterrupt:

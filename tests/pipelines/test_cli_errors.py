@@ -50,6 +50,8 @@ def bad(tmp_path_factory) -> Path:
     (d / "s.txt").write_text("One sentence here.\nAnother one.\n\nA second document.\nIts end.\n")
     (d / "train.tsv").write_text("text\tlabel\na module\tpos\n")
     (d / "train.json").write_text("not json")
+    (d / "squad").mkdir()
+    (d / "squad" / "train.json").write_text('{"data": [ broken')
     (d / "train.txt").write_text("this is not conll at all, just a sentence\n" * 5)
     left = d / "leftovers"
     (left / "_work").mkdir(parents=True)
@@ -151,6 +153,10 @@ def test_task_errors(bad, demo_vocab, tmp_path):
     assert_clean_error(task("squad", bad, demo_vocab, "--input", str(bad / "train.json"), "--output", out), 2, "--input")
     assert_clean_error(task("squad", bad, demo_vocab, "--input", str(bad / "train.json"), "--output", out,
                             "--articles", "x:y"), 2, "--articles")
+    # Found while running: Beam used to log the worker's traceback at ERROR before our line.
+    line = assert_clean_error(task("squad", bad, demo_vocab, "--input", str(bad / "squad" / "train.json"), "--output",
+                                   out), 1, "not SQuAD JSON", "no manifest was written")
+    assert "while running" not in line
     assert not (tmp_path / "t" / "manifest.json").exists()
 
 
