@@ -127,3 +127,30 @@ def test_empty_input_is_an_error_naming_it(tmp_path, demo_vocab, content):
     r = CliRunner().invoke(main, ["vocab", "--input", str(empty), "--output", str(tmp_path / "voc")])
     assert r.exit_code == 1 and "no text to train a vocabulary on" in r.output and str(empty) in r.output, r.output
     assert not (tmp_path / "voc" / "vocab.txt").exists()
+
+
+def test_manifest_input_format_shows_each_inputs_own_format(tmp_path, demo_corpus, demo_vocab):
+    from pipelines.inspection import load_manifest
+    from schemas import pretraining as P
+
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("One sentence here.\nAnother one.\n\nA second document.\nIts end.\n")
+    out = tmp_path / "mixed"
+    r = CliRunner().invoke(main, ["pretraining", "--input", f"text:{demo_corpus}/a*.txt", "--input", str(sentences),
+                                  "--vocab", str(demo_vocab / "vocab.txt"), "--output", str(out), "--dupe-factor", "1",
+                                  "--num-shards", "1"])
+    assert r.exit_code == 0, r.output
+    m = load_manifest(str(out))
+    formats = m.parameters["input_format"]
+    assert sorted(formats.values()) == sorted(i["format"] for i in m.inputs)  # one entry per input, by name
+    assert set(formats.values()) == {"text", "sentences"}
+    assert [f for n, f in formats.items() if n.endswith("/s.txt")] == ["sentences"]
+    import pyarrow as pa
+
+    shard = out / m.shards[0].path
+    assert P.read_metadata(pa.ipc.open_file(pa.memory_map(str(shard))).schema)["parameters"]["input_format"] == formats
+    # All inputs in one format given by prefix: that format, not the --format default.
+    r = CliRunner().invoke(main, ["pretraining", "--input", f"text:{demo_corpus}/a*.txt", "--vocab",
+                                  str(demo_vocab / "vocab.txt"), "--output", str(tmp_path / "one"), "--dupe-factor", "1"])
+    assert r.exit_code == 0, r.output
+    assert load_manifest(str(tmp_path / "one")).parameters["input_format"] == "text"
