@@ -64,6 +64,12 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
                           sample_bytes=sample_bytes, min_frequency=min_frequency, seed=seed)
     except ConfigError as e:
         raise _bad(e, e.param) from None
+    from pipelines.output_dir import ensure_writable_dir
+
+    try:
+        ensure_writable_dir(output)  # before the training, not after it
+    except UsageError as e:
+        raise click.BadParameter(str(e), param_hint="'--output'") from None
     try:
         v, counters = train_vocab(list(inputs), output, cfg)
     except UsageError as e:

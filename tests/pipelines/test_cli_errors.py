@@ -110,6 +110,7 @@ def test_vocab_errors(bad, tmp_path):
     assert_clean_error(bertprep("vocab", "--input", str(bad / "nothing-*"), "--output", out), 2, "--input")
     assert_clean_error(bertprep("vocab", "--input", str(bad / "s.txt"), "--output", out, "--vocab-size", "3"), 2,
                        "--vocab-size")
+    assert_clean_error(bertprep("vocab", "--input", str(bad / "s.txt"), "--output", unwritable(bad)), 2, "--output")
     assert not (tmp_path / "voc" / "vocab.txt").exists()
 
 

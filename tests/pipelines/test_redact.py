@@ -52,3 +52,19 @@ def test_manifest_and_console_hold_no_secret(tmp_path, demo_corpus, demo_vocab):
         assert not any(s in text for s in SECRETS)
     assert json.loads(manifest)["run"]["options"] == [
         f"--s3_secret_access_key={REDACTED}", "--s3_session_token", REDACTED, f"--s3_access_key_id={REDACTED}"]
+
+
+def test_task_manifest_holds_no_secret(tmp_path, demo_vocab):
+    data = tmp_path / "train.tsv"
+    data.write_text("text\tlabel\na module\tpos\nthe class\tneg\n")
+    old = logging.getLogRecordFactory()
+    try:
+        r = CliRunner().invoke(main, ["task", "classification", "--input", str(data), "--text-column", "text",
+                                      "--label-column", "label", "--vocab", str(demo_vocab / "vocab.txt"), "--output",
+                                      str(tmp_path / "t"), "--s3_session_token=TOKEN-2"])
+    finally:
+        logging.setLogRecordFactory(old)
+    assert r.exit_code == 0, r.output
+    manifest = (tmp_path / "t" / "manifest.json").read_text()
+    assert "TOKEN-2" not in manifest and "TOKEN-2" not in r.output
+    assert json.loads(manifest)["run"]["options"] == [f"--s3_session_token={REDACTED}"]
