@@ -55,6 +55,7 @@ def main() -> None:
 def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json)."""
     _quiet_beam()
+    from pipelines.read import InputError
     from pipelines.runner import UsageError
     from pipelines.vocab import VocabConfig, train_vocab
 
@@ -63,10 +64,18 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
                           sample_bytes=sample_bytes, min_frequency=min_frequency, seed=seed)
     except ConfigError as e:
         raise _bad(e, e.param) from None
+    from pipelines.output_dir import ensure_writable_dir
+
+    try:
+        ensure_writable_dir(output)  # before the training, not after it
+    except UsageError as e:
+        raise click.BadParameter(str(e), param_hint="'--output'") from None
     try:
         v, counters = train_vocab(list(inputs), output, cfg)
     except UsageError as e:
         raise click.BadParameter(str(e), param_hint="'--input'") from None
+    except InputError as e:
+        raise click.ClickException(f"{e}; no vocabulary was written") from None
     click.echo(f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
                f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {output}/vocab.txt, tokenizer.json")
 
@@ -102,6 +111,9 @@ def pretraining(ctx, inputs, input_format, vocab, output, max_seq_length, max_pr
     _quiet_beam()
     from pipelines.cli_errors import pipeline_errors
     from pipelines.pretraining import run_pretraining
+    from pipelines.redact import redact_logs
+
+    redact_logs(ctx.args)
 
     try:
         cfg = PretrainingConfig(
@@ -151,10 +163,8 @@ def demo_corpus(directory, holdout_every) -> None:
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
     _quiet_beam()
-    from apache_beam.io.filesystems import FileSystems
-
-    from pipelines.inspection import decode_instance, load_manifest, read_instances, summary_lines, verify_shard
-    from schemas.vocab import Vocab
+    from pipelines.inspection import (DatasetError, decode_instance, load_manifest, load_vocab, read_instances,
+                                      summary_lines, verify_shard)
 
     try:
         manifest = load_manifest(dataset_dir)
@@ -174,12 +184,19 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
             status = "ok" if check.ok else "FAILED: " + "; ".join(check.problems)
             click.echo(f"verify {shard.path}: {shard.count} rows, {shard.bytes} bytes: {status}", err=as_json)
         click.echo(f"verify: {len(manifest.shards) - failed}/{len(manifest.shards)} shards ok", err=as_json)
+        try:
+            load_vocab(dataset_dir, manifest)
+            click.echo(f"verify {manifest.vocab.get('file', 'vocab.txt')}: ok", err=as_json)
+        except DatasetError as e:
+            failed += 1
+            click.echo(f"verify {manifest.vocab.get('file', 'vocab.txt')}: FAILED: {e}", err=as_json)
     if decode:
-        vocab_path = FileSystems.join(dataset_dir, manifest.vocab.get("file", "vocab.txt"))
-        with FileSystems.open(vocab_path, compression_type="uncompressed") as f:
-            vocab = Vocab.from_text(f.read().decode("utf-8"), vocab_path)
         if manifest.kind != "pretraining":
             raise click.ClickException(f"--decode shows pretraining instances; this dataset is {manifest.kind!r}")
+        try:
+            vocab = load_vocab(dataset_dir, manifest)
+        except DatasetError as e:
+            raise click.ClickException(f"--decode: {e}") from None
         for inst in read_instances(dataset_dir, manifest, decode):
             click.echo(decode_instance(inst, vocab))
     if failed:

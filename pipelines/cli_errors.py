@@ -4,6 +4,8 @@ the file and say that no manifest was written."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+import re
+import sys
 from contextlib import contextmanager
 
 import click
@@ -13,18 +15,38 @@ from pipelines.runner import UsageError
 from schemas.vocab import VocabError
 
 
+_STAGE = re.compile(r" \[while running '[^']*'\]")
+
+
 def input_error_in(e: BaseException) -> str | None:
     """Beam wraps worker exceptions; find our InputError's message in the chain or the text."""
     seen: BaseException | None = e
     while seen is not None:
         if isinstance(seen, InputError):
-            return str(seen)
+            return _STAGE.sub("", str(seen))
         seen = seen.__cause__ or seen.__context__
     text = str(e)
     marker = "InputError: "
     if marker in text:
-        return text[text.rindex(marker) + len(marker):].splitlines()[0]
+        # Beam's "[while running 'Read/ReadFile/ParDo(_ReadFileFn)']" names a stage, which users never wrote.
+        return _STAGE.sub("", text[text.rindex(marker) + len(marker):].splitlines()[0])
     return None
+
+
+def interrupted_in(e: BaseException) -> bool:
+    """Ctrl-C inside a DoFn reaches us as Beam's ``RuntimeError: KeyboardInterrupt [while running ...]``."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt) or str(seen).startswith("KeyboardInterrupt"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _interrupted() -> None:
+    # One line, not the traceback of every Beam thread; 130 is the shell's code for SIGINT.
+    click.echo("Error: interrupted; no manifest was written", err=True)
+    sys.exit(130)
 
 
 @contextmanager
@@ -38,10 +60,14 @@ def pipeline_errors() -> Iterator[None]:
     except VocabError as e:
         raise click.BadParameter(str(e), param_hint="'--vocab'") from None
     except InputError as e:
-        raise click.ClickException(f"{e}; no manifest was written") from None
+        raise click.ClickException(f"{_STAGE.sub('', str(e))}; no manifest was written") from None
     except click.ClickException:
         raise
+    except KeyboardInterrupt:
+        _interrupted()
     except Exception as e:
+        if interrupted_in(e):
+            _interrupted()
         cause = input_error_in(e)
         if cause is not None:
             raise click.ClickException(f"{cause}; no manifest was written") from None

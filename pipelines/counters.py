@@ -29,6 +29,8 @@ INVALID_UTF8 = "invalid_utf8_replaced"
 CONTROL_CHARS = "control_chars_removed"
 SPECIAL_LITERALS = "special_token_literals_removed"
 GUTENBERG_STRIPPED = "gutenberg_header_stripped"
+# Header, marker and licence lines cut at Gutenberg markers (lines, not documents: the book itself is kept).
+GUTENBERG_LINES_STRIPPED = "gutenberg_boilerplate_lines_stripped"
 LINES_OUTSIDE_DOC = "lines_outside_doc_skipped"
 UNCLOSED_DOC = "unclosed_doc_tags"
 SINGLE_SENTENCE_DOCS = "single_sentence_documents"

@@ -17,7 +17,7 @@ from schemas import pretraining as P
 from schemas import tasks as T
 from schemas import wds
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
-from schemas.vocab import Vocab
+from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 
 
 def load_manifest(dataset_dir: str) -> Manifest:
@@ -31,6 +31,25 @@ def load_manifest(dataset_dir: str) -> Manifest:
 def _read_all(path: str) -> bytes:
     with FileSystems.open(path, compression_type="uncompressed") as f:
         return f.read()
+
+
+class DatasetError(ValueError):
+    """A dataset folder lacks a file its manifest promises, or holds a different one."""
+
+
+def load_vocab(dataset_dir: str, manifest: Manifest) -> Vocab:
+    """The dataset's vocabulary, checked against the manifest's hash (the trainer refuses any other)."""
+    path = FileSystems.join(dataset_dir, manifest.vocab.get("file", VOCAB_FILENAME))
+    if not FileSystems.exists(path):
+        raise DatasetError(f"{path}: missing (the manifest names it as the dataset's vocabulary)")
+    try:
+        vocab = Vocab.from_text(_read_all(path).decode("utf-8"), path)
+    except (UnicodeDecodeError, VocabError) as e:
+        raise DatasetError(f"{path}: cannot read it as a vocabulary: {e}") from None
+    if vocab.sha256 != manifest.vocab["sha256"]:
+        raise DatasetError(f"{path}: sha256 {vocab.sha256[:16]}… != manifest {manifest.vocab['sha256'][:16]}… "
+                           "(a different or edited vocabulary)")
+    return vocab
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +166,7 @@ def summary_lines(manifest: Manifest) -> list[str]:
         )
         lines.append(f"sentences {c.get('sentences', 0)}, tokens {c.get('tokens', 0)}, instances {manifest.totals.get('instances', 0)}")
         altered = [k for k in ("invalid_utf8_replaced", "control_chars_removed", "special_token_literals_removed",
-                               "gutenberg_header_stripped", "empty_sentences_skipped") if c.get(k)]
+                               "gutenberg_header_stripped", "gutenberg_boilerplate_lines_stripped", "empty_sentences_skipped") if c.get(k)]
         if altered:
             lines.append("altered: " + ", ".join(f"{k} {c[k]}" for k in altered))
     if st.get("instances"):

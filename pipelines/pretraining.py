@@ -25,7 +25,9 @@ from pipelines.finalize import Finalize
 from pipelines.group import GroupDocuments
 from pipelines.instances import CreateInstances
 from pipelines.masking import MaskInstances
-from pipelines.read import ReadDocuments, range_bytes_for
+from pipelines.output_dir import ensure_writable_dir, refusal
+from pipelines.read import InputError, ReadDocuments, range_bytes_for
+from pipelines.redact import redact_options
 from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
 from pipelines.sentences import SegmentDocuments
 from pipelines.spill import remove_work_dir
@@ -115,13 +117,35 @@ def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> li
     return [InputFile(p, *found[p], name=n) for p, n in zip(paths, relative_names(paths))]
 
 
+def input_format_of(files: list[InputFile]) -> str | dict[str, str]:
+    """The runs's input format: one name, or each input's own (``{"books/a.txt": "text", ...}``) when they mix."""
+    formats = {f.format for f in files}
+    if len(formats) == 1:
+        return formats.pop()
+    return {f.name or f.path: f.format for f in files}
+
+
+def describe_inputs(files: list[InputFile], shown: int = 3) -> str:
+    """``a.txt, b.txt and 4 more``: how an error names the inputs."""
+    names = ", ".join(f.path for f in files[:shown])
+    return names + (f" and {len(files) - shown} more" if len(files) > shown else "")
+
+
+def unpublish(output_dir: str, manifest: Manifest) -> None:
+    """Remove a finished run's manifest (first: no manifest, no dataset), shards and vocabulary."""
+    FileSystems.delete([FileSystems.join(output_dir, MANIFEST_NAME)])
+    paths = [FileSystems.join(output_dir, s.path) for s in manifest.shards]
+    paths.append(FileSystems.join(output_dir, VOCAB_FILENAME))
+    FileSystems.delete([p for p in paths if FileSystems.exists(p)])
+
+
 def auto_num_shards(input_bytes: int, dupe_factor: int) -> int:
     """About 64 MB of input text per shard and pass (roughly 35 MB of Arrow), at least 4 shards."""
     return max(4, math.ceil(input_bytes * dupe_factor / TARGET_SHARD_INPUT_BYTES))
 
 
 def existing_outputs(output_dir: str) -> list[str]:
-    patterns = [FileSystems.join(output_dir, MANIFEST_NAME), FileSystems.join(output_dir, f"{SHARD_PREFIX}-*")]
+    patterns = [FileSystems.join(output_dir, f"{MANIFEST_NAME}*"), FileSystems.join(output_dir, f"{SHARD_PREFIX}-*")]
     found = []
     for r in FileSystems.match(patterns):
         found.extend(m.path for m in r.metadata_list)
@@ -132,10 +156,7 @@ def prepare_output(output_dir: str, overwrite: bool) -> str:
     """Refuse to mix runs; with ``overwrite``, remove the old manifest first (so a crash leaves none)."""
     existing = existing_outputs(output_dir)
     if existing and not overwrite:
-        raise UsageError(
-            "output", f"{output_dir} already holds a dataset ({len(existing)} files such as {existing[0]}); "
-            "pass --overwrite to replace it"
-        )
+        raise UsageError("output", refusal(output_dir, existing))
     manifest = FileSystems.join(output_dir, MANIFEST_NAME)
     if FileSystems.exists(manifest):
         FileSystems.delete([manifest])
@@ -157,7 +178,8 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
                    tokenizer_threads: int = 1) -> None:
     vocab = spec.vocab
     writer_args = dict(
-        id_type=vocab.id_type, vocab_sha256=vocab.sha256, parameters=cfg.shard_parameters(),
+        id_type=vocab.id_type, vocab_sha256=vocab.sha256,
+        parameters={**cfg.shard_parameters(), "input_format": input_format_of(inputs)},
         compression=cfg.arrow_compression, batch_rows=cfg.arrow_batch_rows,
     )
     stats_args = dict(
@@ -214,14 +236,18 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
     """Validate, build and run the pipeline; return its manifest. Raises before Beam starts on bad input."""
     options = pipeline_options(list(beam_args or []))
     files = resolve_inputs(inputs, cfg.input_format)
+    formats = input_format_of(files)
+    if isinstance(formats, str) and formats != cfg.input_format:  # all given as `text:...`, say
+        cfg = replace(cfg, input_format=formats)
     spec = load_tokenizer(vocab, lowercase)
     if spec.lowercase != cfg.lowercase:
         cfg = replace(cfg, lowercase=spec.lowercase)
     input_bytes = sum(f.bytes for f in files)
+    if not input_bytes:
+        raise UsageError("input", f"{describe_inputs(files)}: empty (0 bytes), nothing to make instances from")
     num_shards = cfg.num_shards or auto_num_shards(input_bytes, cfg.dupe_factor)
     output_dir = absolute(output_dir.rstrip("/"))
-    if "://" not in output_dir and not FileSystems.exists(output_dir):
-        FileSystems.mkdirs(output_dir)
+    ensure_writable_dir(output_dir)
     work_dir = prepare_output(output_dir, overwrite)
     started = time.time()
     base = {
@@ -229,16 +255,16 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
             "sha256": spec.vocab.sha256, "size": len(spec.vocab), "file": VOCAB_FILENAME, "lowercase": spec.lowercase,
             "id_type": spec.vocab.id_type, "special_ids": spec.vocab.special_ids, "source": spec.source,
         },
-        "parameters": {**cfg.to_dict(), "num_shards": num_shards},
+        "parameters": {**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
         "seed": cfg.seed,
         "inputs": [{"path": f.path, "bytes": f.bytes, "format": f.format} for f in files],
         "run": {"runner": runner_name(options),
-                "options": list(beam_args or []), "started_at": started},
+                "options": redact_options(list(beam_args or [])), "started_at": started},
     }
     C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
-    p = make_pipeline(options)
-    build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options))
     try:
+        p = make_pipeline(options)
+        build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options))
         p.run().wait_until_finish()
     except BaseException:
         remove_work_dir(work_dir)  # spill and pool files of a failed run; shards were never published
@@ -246,4 +272,9 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
     seconds = time.time() - started
     with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
         manifest = Manifest.from_json(f.read())
+    if not manifest.totals.get("instances"):
+        unpublish(output_dir, manifest)
+        c = manifest.counters
+        raise InputError(f"--input {describe_inputs(files)}: no instances ({c.get(C.DOCUMENTS_READ, 0)} documents read, "
+                         f"{c.get(C.DOCUMENTS_USED, 0)} used, {c.get(C.TOKENS, 0)} tokens)")
     return RunResult(manifest=manifest, output_dir=output_dir, seconds=seconds, input_bytes=input_bytes)

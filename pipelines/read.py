@@ -9,7 +9,8 @@ Formats:
 - ``wikiextractor``: ``<doc id url title>`` ... ``</doc>`` blocks; the first line is the title (not a
   sentence) and is skipped; then one paragraph per line.
 - ``text``: a file is one document (a book); paragraphs are separated by blank lines and hard-wrapped lines
-  are joined. Project Gutenberg header and licence are cut at their ``*** START/END OF`` markers.
+  are joined. Project Gutenberg header and licence are cut at their ``*** START/END OF`` markers (the cut
+  lines counted); a file of several Gutenberg books gives one document per book.
 - ``jsonl``: one JSON object per line with a string ``text`` (paragraphs separated by newlines) and an
   optional ``id``.
 
@@ -226,25 +227,41 @@ def parse_wikiextractor(lines: Iterable[Line], path: str, counters: Counter) -> 
 
 
 def parse_text(lines: Iterable[Line], path: str, counters: Counter, strip_gutenberg: bool = True) -> Iterator[Document]:
-    paragraphs: list[str] = []
-    current: list[str] = []
-    # Lines after a START marker replace whatever came before it (the Gutenberg header).
-    for _, line in lines:
+    """One document per book. A file may hold several Gutenberg books: each ``*** START`` after an ``*** END``
+    starts another book (id ``path:offset`` of its START line; the first keeps the id ``path``). Header and
+    licence lines cut at the markers are counted, never dropped silently."""
+    doc_id, paragraphs, current, kept = path, [], [], 0  # kept: non-blank lines of the book so far
+    after_end, yielded = False, False
+    for offset, line in lines:
         s = line.strip()
         if strip_gutenberg and _GUTENBERG_START.match(s):
             counters[C.GUTENBERG_STRIPPED] += 1
-            paragraphs, current = [], []
+            # Lines before a START marker are the header: they go, counted.
+            counters[C.GUTENBERG_LINES_STRIPPED] += kept
+            if after_end:
+                doc_id, after_end = f"{path}:{offset}", False
+            paragraphs, current, kept = [], [], 0
+            continue
+        if after_end:
+            counters[C.GUTENBERG_LINES_STRIPPED] += bool(s)  # the licence, or text of no book
             continue
         if strip_gutenberg and _GUTENBERG_END.match(s):
-            break  # the licence follows
+            counters[C.GUTENBERG_LINES_STRIPPED] += 1  # the marker itself
+            if current:
+                paragraphs.append(" ".join(current))
+            yield Document(doc_id, paragraphs)
+            yielded, after_end, paragraphs, current, kept = True, True, [], [], 0
+            continue
         if s:
             current.append(s)
+            kept += 1
         elif current:
             paragraphs.append(" ".join(current))
             current = []
-    if current:
-        paragraphs.append(" ".join(current))
-    yield Document(path, paragraphs)
+    if not after_end and (kept or not yielded):
+        if current:
+            paragraphs.append(" ".join(current))
+        yield Document(doc_id, paragraphs)
 
 
 def parse_jsonl(lines: Iterable[Line], path: str, counters: Counter) -> Iterator[Document]:

@@ -25,7 +25,7 @@ from tokenizers import processors, trainers
 from pipelines.config import FORMATS, ConfigError
 from pipelines.hashing import hash64
 from pipelines.pretraining import resolve_inputs
-from pipelines.read import read_documents
+from pipelines.read import InputError, read_documents
 from pipelines.tokenize import bert_tokenizer
 from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
 
@@ -92,7 +92,12 @@ def continuation_pieces(texts, lowercase: bool) -> list[str]:
 
 def train_vocab(inputs: list[str], output_dir: str | Path, cfg: VocabConfig) -> tuple[Vocab, Counter]:
     counters: Counter = Counter()
-    pieces = continuation_pieces(sample_texts(inputs, cfg, Counter()), cfg.lowercase)
+    first: Counter = Counter()
+    pieces = continuation_pieces(sample_texts(inputs, cfg, first), cfg.lowercase)
+    if not first["documents_sampled"] or not first["bytes_read"]:
+        # Else `tokenizers` trains a vocabulary of the special tokens alone and nothing says why.
+        raise InputError(f"--input {', '.join(inputs)}: no text to train a vocabulary on "
+                         f"({first['documents_read']} documents, {first['bytes_read']} bytes read)")
     trainer = trainers.WordPieceTrainer(
         vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=[*SPECIAL_TOKENS, *pieces],
         limit_alphabet=cfg.limit_alphabet, continuing_subword_prefix="##", show_progress=False,

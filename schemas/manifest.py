@@ -55,6 +55,10 @@ class ShardInfo:
             raise SchemaError(f"shard {self.path}: negative count or size")
         if len(self.sha256) != 64:
             raise SchemaError(f"shard {self.path}: sha256 {self.sha256!r} is not 64 hex digits")
+        # Readers join the path to the dataset folder: it must stay inside it (no /abs, C:\\, URL or ..).
+        parts = self.path.replace("\\", "/").split("/")
+        if not self.path or self.path.startswith(("/", "\\")) or ":" in self.path or ".." in parts:
+            raise SchemaError(f"shard {self.path!r}: path leaves the dataset folder (must be relative, without '..')")
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,8 @@ _FLAGS = {
 def _quiet_beam() -> None:
     # `import apache_beam` configures root logging at WARNING and chats about optional clients.
     logging.getLogger().setLevel(logging.ERROR)
+    # A failing DoFn is logged by Beam with its traceback before the error reaches us; we report it once.
+    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
 def _common_options(f: Callable) -> Callable:
@@ -78,6 +80,9 @@ def _run(fn: Callable, **kwargs) -> None:
     """Run a pipeline, mapping our errors to click's (exit 2 for usage errors, 1 for input errors)."""
     _quiet_beam()
     from pipelines.cli_errors import pipeline_errors
+    from pipelines.redact import redact_logs
+
+    redact_logs(kwargs.get("beam_args") or [])
 
     try:
         with pipeline_errors():

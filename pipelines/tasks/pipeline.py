@@ -25,6 +25,8 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import counters as C
 from pipelines.inspection import load_manifest
 from pipelines.pretraining import InputFile, resolve_inputs
+from pipelines.output_dir import ensure_writable_dir, refusal
+from pipelines.redact import redact_options
 from pipelines.runner import UsageError, make_pipeline, pipeline_options, runner_name
 from pipelines.tasks import read as R
 from pipelines.tasks.classification import RowFeaturizer
@@ -69,25 +71,29 @@ def auto_num_shards(input_bytes: int) -> int:
     return max(1, min(MAX_AUTO_SHARDS, math.ceil(input_bytes / TARGET_SHARD_INPUT_BYTES)))
 
 
+def _is_temporary(name: str) -> bool:
+    """A file an unfinished run was writing: ``manifest.json.tmp``, ``train-00000-of-00001.arrow.tmp``."""
+    base = name.removesuffix(".tmp")
+    return name.endswith(".tmp") and (base in (MANIFEST_NAME, T.EXAMPLES_FILE) or bool(_SHARD_FILE.match(base)))
+
+
 def existing_outputs(output_dir: str) -> list[str]:
     """Files of a previous dataset in ``output_dir``: manifest, shards of any kind, examples, vocab."""
     found = []
     for r in FileSystems.match([FileSystems.join(output_dir, "*")]):
         for m in r.metadata_list:
             name = m.path.rstrip("/").rsplit("/", 1)[-1]
-            if name in (MANIFEST_NAME, T.EXAMPLES_FILE, VOCAB_FILENAME) or _SHARD_FILE.match(name):
+            if name in (MANIFEST_NAME, T.EXAMPLES_FILE, VOCAB_FILENAME) or _SHARD_FILE.match(name) or _is_temporary(name):
                 found.append(m.path)
     return sorted(found)
 
 
 def prepare_output(output_dir: str, overwrite: bool) -> None:
     """Refuse to mix runs; with ``overwrite``, remove the old manifest first (so a crash leaves none)."""
-    if "://" not in output_dir and not FileSystems.exists(output_dir):
-        FileSystems.mkdirs(output_dir)
+    ensure_writable_dir(output_dir)
     existing = existing_outputs(output_dir)
     if any(not p.endswith(VOCAB_FILENAME) for p in existing) and not overwrite:
-        raise UsageError("output", f"{output_dir} already holds a dataset ({len(existing)} files such as {existing[0]}); "
-                                   "pass --overwrite to replace it")
+        raise UsageError("output", refusal(output_dir, existing))
     manifest = FileSystems.join(output_dir, MANIFEST_NAME)
     if FileSystems.exists(manifest):
         FileSystems.delete([manifest])
@@ -143,7 +149,7 @@ def _run(plan: _Plan, files: list[InputFile], spec: TokenizerSpec, output_dir: s
         "inputs": [{"path": f.path, "bytes": f.bytes} for f in files],
         "task": {"kind": cfg.kind, "split": cfg.split, "training": cfg.training, "max_seq_length": cfg.max_seq_length,
                  "ignore_index": T.IGNORE_INDEX, **plan.task},
-        "run": {"runner": runner_name(options), "options": list(beam_args), "started_at": started},
+        "run": {"runner": runner_name(options), "options": redact_options(list(beam_args)), "started_at": started},
     }
     shard_spec = ShardSpec(output_dir=output_dir, kind=cfg.kind, num_shards=num_shards, id_type=spec.vocab.id_type,
                            vocab_sha256=spec.vocab.sha256, parameters=cfg.shard_parameters(),

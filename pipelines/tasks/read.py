@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -35,6 +36,7 @@ _BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")
 
 # Drop reasons (counted as <unit>_dropped.<reason>).
 WRONG_COLUMN_COUNT = "wrong_column_count"
+UNBALANCED_QUOTE = "unbalanced_quote"
 WRONG_FIELD_COUNT = "wrong_field_count"  # CoNLL lines that do not have four fields
 EMPTY_TEXT = "empty_text"
 MISSING_LABEL = "missing_label"
@@ -208,9 +210,9 @@ def parse_table(lines: Iterable[str], path: str, file_index: int, layout: TableL
     unit = "rows"
     positions: dict[str, int] | None = None
     expected = 0
-    numbered: Iterable[tuple[int, str]] = enumerate(lines, 1)
+    numbered: Iterable[tuple[int, Any]] = enumerate(lines, 1)
     if layout.input_format == "csv":
-        numbered = _csv_records(lines)
+        numbered = _csv_rows(lines, path, file_index, tally)
     for n, line in numbered:
         if layout.input_format != "csv" and not line.strip():
             tally.add("blank_lines_skipped")
@@ -262,13 +264,61 @@ def parse_table(lines: Iterable[str], path: str, file_index: int, layout: TableL
         yield TextRow(n, a, b, label)
 
 
-def _csv_records(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
-    """CSV records with the line each starts on; quoted fields may span lines."""
-    reader = csv.reader(line + "\n" for line in lines)
-    last = 0
-    for fields in reader:
-        yield last + 1, fields
-        last = reader.line_num
+# A quoted CSV field may span lines, but not more than this many: a stray quote would swallow the file.
+MAX_RECORD_LINES = 1000
+LINES_AFTER_BAD_QUOTE = "lines_reparsed_after_unbalanced_quote"
+
+
+def _csv_rows(lines: Iterable[str], path: str, file_index: int, tally: Tally) -> Iterator[tuple[int, list[str]]]:
+    """The records of ``_csv_records``; those with an unbalanced quote are counted as read and dropped."""
+    for n, fields, span in _csv_records(lines):
+        if fields is None:
+            tally.add("rows_read")
+            tally.note(dropped("rows", UNBALANCED_QUOTE), file_index, n, where(path, n))
+            tally.add(LINES_AFTER_BAD_QUOTE, span - 1)
+            continue
+        yield n, fields
+
+
+def _csv_records(lines: Iterable[str]) -> Iterator[tuple[int, list[str] | None, int]]:
+    """CSV records ``(first line, fields, lines spanned)``; quoted fields may span lines.
+
+    Strict CSV: a record whose quote never closes (or closes with text after it, ``"a"b``) yields ``fields``
+    None, and reading starts again at its next line, so one stray quote costs one row, not every row up to
+    the next quote. ``lines spanned`` then counts the lines the quote had taken.
+    """
+    source = iter(lines)
+    pending: deque[str] = deque()
+    first = 1
+
+    def fill(k: int) -> bool:
+        while len(pending) < k:
+            line = next(source, None)
+            if line is None:
+                return False
+            pending.append(line)
+        return True
+
+    def feed() -> Iterator[str]:
+        i = 0
+        while i < MAX_RECORD_LINES and fill(i + 1):
+            i += 1
+            yield pending[i - 1] + "\n"
+
+    while fill(1):
+        reader = csv.reader(feed(), strict=True)
+        try:
+            fields = next(reader)
+        except csv.Error:
+            yield first, None, reader.line_num
+            pending.popleft()
+            first += 1
+            continue
+        span = reader.line_num
+        yield first, fields, span
+        for _ in range(span):
+            pending.popleft()
+        first += span
 
 
 def _is_float(text: str) -> bool:

@@ -90,3 +90,67 @@ def test_vocab_command(tmp_path, demo_corpus):
     assert (tmp_path / "vocab.txt").read_text().count("\n") == 1500
     r = CliRunner().invoke(main, ["vocab", "--input", str(tmp_path / "nothing-*"), "--output", str(tmp_path / "x")])
     assert r.exit_code == 2 and "matches no files" in r.output
+
+
+def test_inspect_verify_checks_the_vocabulary_against_the_manifest(dataset, tmp_path):
+    swapped = tmp_path / "swapped"
+    shutil.copytree(dataset[0], swapped)
+    lines = (swapped / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    lines[10], lines[11] = lines[11], lines[10]
+    (swapped / "vocab.txt").write_text("\n".join(lines), encoding="utf-8")
+    r = CliRunner().invoke(main, ["inspect", str(swapped), "--verify"])
+    assert r.exit_code == 1, r.output
+    assert "verify vocab.txt: FAILED" in r.output and "sha256" in r.output
+    r = CliRunner().invoke(main, ["inspect", str(dataset[0]), "--verify"])
+    assert r.exit_code == 0 and "verify vocab.txt: ok" in r.output
+
+
+def test_inspect_without_vocab_is_a_clean_error(dataset, tmp_path):
+    missing = tmp_path / "missing"
+    shutil.copytree(dataset[0], missing)
+    (missing / "vocab.txt").unlink()
+    r = CliRunner().invoke(main, ["inspect", str(missing), "--verify"])
+    assert r.exit_code == 1 and "vocab.txt: FAILED" in r.output and "missing" in r.output
+    r = CliRunner().invoke(main, ["inspect", str(missing), "--decode", "1"])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
+    assert r.output.strip().splitlines()[-1].startswith("Error: --decode:") and "vocab.txt" in r.output
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"], ids=["zero-bytes", "blank-lines"])
+def test_empty_input_is_an_error_naming_it(tmp_path, demo_vocab, content):
+    empty = tmp_path / "empty.txt"
+    empty.write_text(content)
+    r = CliRunner().invoke(main, ["pretraining", "--input", str(empty), "--vocab", str(demo_vocab / "vocab.txt"),
+                                  "--output", str(tmp_path / "out"), "--dupe-factor", "1"])
+    assert r.exit_code in (1, 2) and "Error:" in r.output and str(empty) in r.output, r.output
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    r = CliRunner().invoke(main, ["vocab", "--input", str(empty), "--output", str(tmp_path / "voc")])
+    assert r.exit_code == 1 and "no text to train a vocabulary on" in r.output and str(empty) in r.output, r.output
+    assert not (tmp_path / "voc" / "vocab.txt").exists()
+
+
+def test_manifest_input_format_shows_each_inputs_own_format(tmp_path, demo_corpus, demo_vocab):
+    from pipelines.inspection import load_manifest
+    from schemas import pretraining as P
+
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("One sentence here.\nAnother one.\n\nA second document.\nIts end.\n")
+    out = tmp_path / "mixed"
+    r = CliRunner().invoke(main, ["pretraining", "--input", f"text:{demo_corpus}/a*.txt", "--input", str(sentences),
+                                  "--vocab", str(demo_vocab / "vocab.txt"), "--output", str(out), "--dupe-factor", "1",
+                                  "--num-shards", "1"])
+    assert r.exit_code == 0, r.output
+    m = load_manifest(str(out))
+    formats = m.parameters["input_format"]
+    assert sorted(formats.values()) == sorted(i["format"] for i in m.inputs)  # one entry per input, by name
+    assert set(formats.values()) == {"text", "sentences"}
+    assert [f for n, f in formats.items() if n.endswith("/s.txt")] == ["sentences"]
+    import pyarrow as pa
+
+    shard = out / m.shards[0].path
+    assert P.read_metadata(pa.ipc.open_file(pa.memory_map(str(shard))).schema)["parameters"]["input_format"] == formats
+    # All inputs in one format given by prefix: that format, not the --format default.
+    r = CliRunner().invoke(main, ["pretraining", "--input", f"text:{demo_corpus}/a*.txt", "--vocab",
+                                  str(demo_vocab / "vocab.txt"), "--output", str(tmp_path / "one"), "--dupe-factor", "1"])
+    assert r.exit_code == 0, r.output
+    assert load_manifest(str(tmp_path / "one")).parameters["input_format"] == "text"

@@ -72,6 +72,23 @@ def test_text_format_joins_hard_wrapped_lines_and_strips_gutenberg(tmp_path):
     assert c[C.GUTENBERG_STRIPPED] == 1
 
 
+def test_text_format_reads_every_book_of_a_concatenated_file_and_counts_the_cut_lines(tmp_path):
+    # Two Gutenberg books in one file: the second used to vanish after the first END marker, uncounted.
+    book = ("Header of {0}\n*** START OF THE PROJECT GUTENBERG EBOOK {0} ***\n\nText of\nbook {0}.\n\n"
+            "*** END OF THE PROJECT GUTENBERG EBOOK {0} ***\nLicence line one.\nLicence line two.\n")
+    p = tmp_path / "two.txt"
+    p.write_text(book.format("A") + book.format("B"), encoding="utf-8")
+    c = Counter()
+    docs = docs_of(p, "text", c)
+    assert [d.paragraphs for d in docs] == [["Text of book A."], ["Text of book B."]]
+    second_start = p.read_bytes().index(b"*** START OF THE PROJECT GUTENBERG EBOOK B")
+    assert [d.doc_id for d in docs] == [str(p), f"{p}:{second_start}"]
+    assert c[C.GUTENBERG_STRIPPED] == 2
+    # Per book: one header line, the END marker, two licence lines (book B's header follows A's licence).
+    assert c[C.GUTENBERG_LINES_STRIPPED] == 8
+    assert c[C.DOCUMENTS_READ] == 2
+
+
 def test_text_format_on_crlf_gutenberg_book():
     path = shared_path("pretrain", "gutenberg", "1184-0.txt")  # Monte Cristo has CRLF line endings
     assert b"\r\n" in path.read_bytes()[:10000]

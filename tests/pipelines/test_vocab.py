@@ -49,3 +49,17 @@ def test_cased_vocab_keeps_case(tmp_path, demo_corpus):
 def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="vocab_size: must be in"):
         VocabConfig(vocab_size=3)
+
+
+def test_one_input_spelled_two_ways_is_sampled_once(tmp_path, monkeypatch):
+    from collections import Counter
+
+    from pipelines.vocab import VocabConfig, sample_texts
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "s.txt").write_text("One sentence.\nTwo.\n\nAnother document.\n")
+    monkeypatch.chdir(tmp_path)
+    once, twice = Counter(), Counter()
+    cfg = VocabConfig(input_format="sentences")
+    assert list(sample_texts(["in/s.txt"], cfg, once)) == list(sample_texts(["in/s.txt", "./in/s.txt"], cfg, twice))
+    assert once == twice and once["documents_sampled"] == 2

@@ -82,3 +82,14 @@ def test_input_errors_while_running_exit_1_without_a_manifest(tmp_path, demo_voc
     assert r.exit_code == 1, r.output
     assert "--articles 3:5 is outside its 1 articles" in r.output and "no manifest was written" in r.output
     assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+def test_one_input_spelled_two_ways_is_read_once(tmp_path, demo_vocab, monkeypatch):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "train.tsv").write_text("text\tlabel\na module\tpos\nthe class\tneg\n")
+    monkeypatch.chdir(tmp_path)
+    r = invoke("classification", "--input", "in/train.tsv", "--input", "./in/../in/train.tsv", "--text-column", "text",
+               "--label-column", "label", "--vocab", str(demo_vocab / "vocab.txt"), "--output", "out")
+    assert r.exit_code == 0, r.output
+    assert "rows: 2 read" in r.output
+    assert len(json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]) == 1

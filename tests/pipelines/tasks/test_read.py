@@ -39,6 +39,21 @@ def test_regression_labels_must_be_finite_numbers():
     assert tally.counts["rows_dropped.bad_regression_label"] == 2
 
 
+@pytest.mark.parametrize("bad", ['"stray quote, never closed', '"closed"then text'])
+def test_csv_unbalanced_quote_costs_one_counted_row_not_the_rows_after_it(bad):
+    # Before: the quote swallowed every later row into one field; one row was counted, garbage was kept.
+    layout = R.TableLayout("csv", True, "text", None, "label")
+    text = f"text,label\n{bad},pos\ngood one,neg\n\"quoted, fine\",pos\nlast,neg\n"
+    rows, tally = table_rows(text, layout, "f.csv")
+    assert [(r.line, r.text_a, r.label) for r in rows] == [(3, "good one", "neg"), (4, "quoted, fine", "pos"),
+                                                         (5, "last", "neg")]
+    c = tally.counters()
+    assert c["rows_read"] == 4 and c["rows_dropped.unbalanced_quote"] == 1
+    assert c["first_lines"]["rows_dropped.unbalanced_quote"] == ["f.csv:2"]
+    if bad.startswith('"stray'):  # the open quote had taken the next two lines, up to the next quote
+        assert c[R.LINES_AFTER_BAD_QUOTE] == 2
+
+
 def test_csv_quotes_may_span_lines_and_rows_keep_their_first_line():
     layout = R.TableLayout("csv", True, "text", None, "label")
     rows, tally = table_rows('text,label\n"a, quoted\nmulti-line text",pos\nplain,neg\n', layout, "f.csv")

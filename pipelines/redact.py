@@ -1,0 +1,70 @@
+"""Credentials passed as Beam options never reach a manifest, a log line or the console.
+
+Manifests record the run's Beam options, and people publish manifests with their datasets: an option whose
+name says key, secret, token, password or credential keeps its name and loses its value.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+REDACTED = "<redacted>"
+_SECRET_NAME = re.compile(r"key|secret|token|password|passwd|credential", re.IGNORECASE)
+
+
+def is_secret_option(name: str) -> bool:
+    """``--s3_secret_access_key`` -> True; ``--runner`` -> False."""
+    return bool(_SECRET_NAME.search(name.lstrip("-")))
+
+
+def redact_options(args: list[str]) -> list[str]:
+    """Beam arguments with the values of secret options replaced, in both ``--name=value`` and ``--name value``
+    forms (a value never starts with ``--`` in the second form, as Beam's parser reads it)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next and not arg.startswith("--"):
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        hide_next = False
+        name, eq, _ = arg.partition("=")
+        if arg.startswith("--") and is_secret_option(name):
+            if eq:
+                out.append(f"{name}={REDACTED}")
+                continue
+            hide_next = True
+        out.append(arg)
+    return out
+
+
+def secret_values(args: list[str]) -> list[str]:
+    """The values :func:`redact_options` hides."""
+    values = []
+    for arg, shown in zip(args, redact_options(args)):
+        if arg != shown:
+            values.append(arg.partition("=")[2] if shown.endswith("=" + REDACTED) else arg)
+    return [v for v in values if v]
+
+
+def redact_logs(args: list[str]) -> None:
+    """Every log record from now on (Beam's included) has the secret values of ``args`` replaced.
+
+    A record factory, not a handler filter: Beam and its workers add handlers of their own.
+    """
+    secrets = sorted(set(secret_values(args)), key=len, reverse=True)
+    if not secrets:
+        return
+    make = logging.getLogRecordFactory()
+
+    def factory(*a, **kw) -> logging.LogRecord:
+        record = make(*a, **kw)
+        text = record.getMessage()
+        if any(s in text for s in secrets):
+            for s in secrets:
+                text = text.replace(s, REDACTED)
+            record.msg, record.args = text, ()
+        return record
+
+    logging.setLogRecordFactory(factory)
