@@ -12,7 +12,8 @@ The shuffle carries references, not tokens (see :mod:`pipelines.spill`):
    ``mix64(key)``. Any group is then one contiguous run of documents in every spill file, whatever ``G``
    turns out to be, so the spill needs no global count first (which would hold every token in the runner).
 2. ``PlanGroups``: once ``G`` is known, each spill file's small index (8 bytes per document and 16 bytes of
-   offsets) gives every group's byte ranges in it; only those references go through the ``GroupByKey``.
+   offsets) gives every group's byte ranges in it; only those references go through the ``GroupByKey``, one
+   per block of consecutive groups beyond 256 groups (``spill.keys_per_block``).
 3. ``BuildPool``: a group's parts are read back and sorted by key into a :class:`~pipelines.instances.Pool`,
    written to a pool file; the group fans out into work units (pass, document range) of about
    ``tokens_per_unit`` tokens, which any worker processes by reading the pool file.
@@ -32,7 +33,8 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import counters as C
 from pipelines.hashing import mix64, mix64_array
 from pipelines.instances import Pool, document_key
-from pipelines.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
+from pipelines.runner import release_freed_memory
+from pipelines.spill import ByteRange, SpillFn, keys_per_block, read_ranges, spill_path, write_file
 from pipelines.tokenize import TokenizedBatch
 
 _HEADER = struct.Struct("<8sB7xQQQ")
@@ -107,6 +109,9 @@ class DocsLayout:
 
 # A group's part in one spill file: (path, id width, byte ranges of keys, doc_sent, sentence lengths, ids).
 GroupPart = tuple[str, int, tuple[ByteRange, ...]]
+# A block of consecutive groups in one spill file: (path, id width, int64 [groups in block, 8]: the four
+# (offset, length) ranges of each group, zero lengths where a group has no documents in the file).
+BlockPart = tuple[str, int, bytes]
 
 
 def encode_documents(batches: list[TokenizedBatch], seed: int) -> tuple[np.ndarray, Iterator[bytes]]:
@@ -129,8 +134,8 @@ def encode_documents(batches: list[TokenizedBatch], seed: int) -> tuple[np.ndarr
     return pool.doc_keys, chunks()
 
 
-def plan_parts(path: str, groups: int) -> Iterator[tuple[int, GroupPart]]:
-    """Every group's byte ranges in one spill file (reads only its index)."""
+def plan_parts(path: str, groups: int) -> Iterator[tuple[int, BlockPart]]:
+    """Every group's byte ranges in one spill file (reads only its index), one reference per block of groups."""
     (head,) = read_ranges(path, [(0, _HEADER.size)])
     magic, width, d, s, t = _HEADER.unpack(head)
     if magic != _MAGIC:
@@ -142,11 +147,26 @@ def plan_parts(path: str, groups: int) -> Iterator[tuple[int, GroupPart]]:
     gid = groups_of(mix64_array(np.frombuffer(raw_keys, "<u8")), groups)
     doc_sent, doc_tok = np.frombuffer(raw_sent, "<i8"), np.frombuffer(raw_tok, "<i8")
     bounds = np.searchsorted(gid, np.arange(groups + 1, dtype=np.uint64)).tolist()
-    for g in range(groups):
-        d0, d1 = bounds[g], bounds[g + 1]
-        if d1 > d0:
-            ranges = layout.part(d0, d1, int(doc_sent[d0]), int(doc_sent[d1]), int(doc_tok[d0]), int(doc_tok[d1]))
-            yield g, (path, width, ranges)
+    k = keys_per_block(groups)
+    for block in range(-(-groups // k)):
+        rows = np.zeros((min(groups, (block + 1) * k) - block * k, 8), dtype="<i8")
+        for i, g in enumerate(range(block * k, block * k + len(rows))):
+            d0, d1 = bounds[g], bounds[g + 1]
+            if d1 > d0:
+                ranges = layout.part(d0, d1, int(doc_sent[d0]), int(doc_sent[d1]), int(doc_tok[d0]), int(doc_tok[d1]))
+                rows[i] = [x for r in ranges for x in r]
+        if rows[:, 1].any():
+            yield block, (path, width, rows.tobytes())
+
+
+def group_parts(parts: Iterable[BlockPart], index: int) -> list[GroupPart]:
+    """The parts of the block's ``index``-th group, in each spill file that holds some of its documents."""
+    out = []
+    for path, width, rows in parts:
+        row = np.frombuffer(rows, "<i8", 8, 64 * index).tolist()
+        if row[1]:  # documents in this file
+            out.append((path, width, tuple(zip(row[0::2], row[1::2]))))
+    return out
 
 
 def read_group(parts: Iterable[GroupPart]) -> Pool:
@@ -205,7 +225,7 @@ class _SpillDocumentsFn(SpillFn):
 
 
 class _PlanGroupsFn(beam.DoFn):
-    def process(self, path: str, groups: int) -> Iterator[tuple[int, GroupPart]]:
+    def process(self, path: str, groups: int) -> Iterator[tuple[int, BlockPart]]:
         yield from plan_parts(path, groups)
 
 
@@ -215,8 +235,17 @@ class _BuildPoolFn(beam.DoFn):
         self.dupe_factor = dupe_factor
         self.tokens_per_unit = tokens_per_unit
 
-    def process(self, element: tuple[int, Iterable[GroupPart]]):
-        group, parts = element
+    def process(self, element: tuple[int, Iterable[BlockPart]], groups: int):
+        block, parts = element
+        parts = list(parts)
+        k = keys_per_block(groups)
+        for group in range(block * k, min(groups, (block + 1) * k)):
+            found = group_parts(parts, group - block * k)
+            if found:
+                yield from self.build(group, found)
+            release_freed_memory()
+
+    def build(self, group: int, parts: list[GroupPart]):
         pool = read_group(parts)
         path = FileSystems.join(self.work_dir, f"pool-{group:06d}.bin")
         pool.save(path)
@@ -260,9 +289,9 @@ class GroupDocuments(beam.PTransform):
             | "SpillDocuments" >> beam.ParDo(_SpillDocumentsFn(self.work_dir, self.seed))
             | "PlanGroups" >> beam.ParDo(_PlanGroupsFn(), groups=beam.pvalue.AsSingleton(groups))
             | "CollectGroup" >> beam.GroupByKey()
-            | "BuildPool" >> beam.ParDo(_BuildPoolFn(self.work_dir, self.dupe_factor, self.tokens_per_unit)).with_outputs(
-                "groups", main="units"
-            )
+            | "BuildPool" >> beam.ParDo(
+                _BuildPoolFn(self.work_dir, self.dupe_factor, self.tokens_per_unit), groups=beam.pvalue.AsSingleton(groups)
+            ).with_outputs("groups", main="units")
         )
         # Spread units over workers: a group's units are emitted together, in one bundle.
         units = built.units | "SpreadUnits" >> beam.Reshuffle()

@@ -30,13 +30,15 @@ from pipelines.read import InputError, ReadDocuments, range_bytes_for
 from pipelines.redact import redact_options
 from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
 from pipelines.sentences import SegmentDocuments
-from pipelines.spill import remove_work_dir
+from pipelines.spill import remove_work_dir, spill_bytes_for
 from pipelines.tokenize import Tokenize, TokenizerSpec, load_tokenizer
 from pipelines.write import SHARD_PREFIX, WriteShards, shard_writers
 from schemas.manifest import MANIFEST_NAME, Manifest
 from schemas.vocab import CLS, SEP, VOCAB_FILENAME
 
 WORK_DIR_NAME = "_work"
+# Bytes the instance shuffle spills per input byte and dupe pass (measured: 0.73 at length 128, 30k vocab).
+INSTANCE_SPILL_PER_BYTE = 0.75
 # Input text per shard and pass: about 150,000 instances at length 128, 35 MB of Arrow. It also bounds the
 # shard writer's memory (a shard is sorted in memory), whatever the corpus size.
 TARGET_SHARD_INPUT_BYTES = 64 << 20
@@ -203,7 +205,8 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
         whole_word=cfg.whole_word_mask,
     )
     results = masked | "ShuffleAndWrite" >> WriteShards(
-        output_dir, work_dir, num_shards, cfg.seed, cfg.formats, writer_args=writer_args, stats_args=stats_args
+        output_dir, work_dir, num_shards, cfg.seed, cfg.formats, writer_args=writer_args, stats_args=stats_args,
+        spill_bytes=spill_bytes_for(int(sum(f.bytes for f in inputs) * cfg.dupe_factor * INSTANCE_SPILL_PER_BYTE)),
     )
     counters = (
         tokenized | "Counters" >> beam.Map(lambda b: dict(b.counters)),

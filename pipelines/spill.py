@@ -28,8 +28,30 @@ from pipelines.runner import release_freed_memory
 # (the buffer, its sorted copy, the encoded file); fewer, larger files mean fewer references to shuffle.
 SPILL_BYTES = 16 << 20
 
+# A shuffle aims at no more than this many spill files: references grow with files x blocks.
+MAX_SPILL_FILES = 2000
+MAX_SPILL_BYTES = 128 << 20
+
+
+def spill_bytes_for(expected_bytes: int) -> int:
+    """The buffer for a shuffle of about ``expected_bytes``: ``SPILL_BYTES``, or more (up to 128 MB) when
+    that would make more than ``MAX_SPILL_FILES`` files (the instance shuffle of a 20 GB corpus at dupe 10
+    moves ~150 GB: 64 MB buffers, ~2,300 files, instead of ~9,000)."""
+    return int(min(MAX_SPILL_BYTES, max(SPILL_BYTES, expected_bytes // MAX_SPILL_FILES)))
+
+
 # (offset, length) in a spill file.
 ByteRange = tuple[int, int]
+
+# A spill file sends one reference per block of consecutive keys (groups, shards), never more than this
+# many per file: a 20 GB corpus has thousands of groups and shards and hundreds of spill files, whose
+# per-key references would take gigabytes of the runner's memory (it holds a GroupByKey whole).
+MAX_BLOCKS = 256
+
+
+def keys_per_block(keys: int) -> int:
+    """Keys (groups, shards) one reference covers: 1 up to ``MAX_BLOCKS`` keys, then enough for that many blocks."""
+    return max(1, -(-keys // MAX_BLOCKS))
 
 
 def spill_path(work_dir: str, kind: str, identity: Iterable[bytes | memoryview]) -> str:

@@ -8,7 +8,7 @@ parameters, not on the runner, the worker count or the order of ``--input`` argu
 The shuffle carries references (see :mod:`pipelines.spill`): each worker buffers masked batches, writes them
 to a spill file ordered by (shard, key), and sends on one (shard, byte range) reference per shard it holds;
 the writer of a shard reads its ranges back. Memory is bounded by the spill buffer and by one shard. Beyond
-256 shards a reference covers a block of consecutive shards, so that references stay few.
+256 shards a reference covers a block of consecutive shards (``spill.keys_per_block``), so references stay few.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pipelines.batch import InstanceBatch
 from pipelines.hashing import hash64, mix64_array
 from pipelines.runner import release_freed_memory
 from pipelines.shards import ArrowShardWriter, WebDatasetShardWriter
-from pipelines.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
+from pipelines.spill import ByteRange, SpillFn, keys_per_block, read_ranges, spill_path, write_file
 from schemas.manifest import shard_name
 
 SHARD_PREFIX = "pretrain"
@@ -69,16 +69,8 @@ def shard_writers(output_dir: str, shard: int, num_shards: int, formats: Iterabl
 # One shard's instances in one spill file: (path, byte range of an InstanceBatch's wire bytes).
 ShardPart = tuple[str, ByteRange]
 # A block of consecutive shards in one spill file: (path, int64 offsets: where each of the block's shards
-# starts, then where the last ends). One reference per (file, block), not per (file, shard): a 20 GB corpus
-# at dupe 10 has about 3,000 shards and thousands of spill files, whose per-shard references alone would
-# take gigabytes of the runner's memory.
+# starts, then where the last ends); see spill.keys_per_block.
 BlockPart = tuple[str, bytes]
-MAX_SHARD_BLOCKS = 256
-
-
-def shards_per_block(num_shards: int) -> int:
-    """Shards written by one element of the writer: 1 up to 256 shards, then enough for 256 blocks."""
-    return max(1, math.ceil(num_shards / MAX_SHARD_BLOCKS))
 
 
 def shard_parts(parts: Iterable[BlockPart], index: int) -> list[ShardPart]:
@@ -123,8 +115,8 @@ def read_shard(parts: Iterable[ShardPart], seed: int) -> InstanceBatch:
 
 
 class _SpillShardsFn(SpillFn):
-    def __init__(self, work_dir: str, num_shards: int, seed: int) -> None:
-        super().__init__(work_dir)
+    def __init__(self, work_dir: str, num_shards: int, seed: int, spill_bytes: int | None = None) -> None:
+        super().__init__(work_dir, spill_bytes)
         self.num_shards = num_shards
         self.seed = seed
 
@@ -148,7 +140,7 @@ class _SpillShardsFn(SpillFn):
 
         write_file(path, chunks())
         ends = np.cumsum(lengths)  # shards lie in the file in shard order
-        k = shards_per_block(self.num_shards)
+        k = keys_per_block(self.num_shards)
         for block in range(math.ceil(self.num_shards / k)):
             lo, hi = block * k, min(self.num_shards, (block + 1) * k)
             if lengths[lo:hi].any():
@@ -169,7 +161,7 @@ class _WriteShardFn(beam.DoFn):
     def process(self, element: tuple[int, Iterable[BlockPart]]) -> Iterator[dict[str, Any]]:
         block, parts = element
         parts = list(parts)
-        k = shards_per_block(self.num_shards)
+        k = keys_per_block(self.num_shards)
         for shard in range(block * k, min(self.num_shards, (block + 1) * k)):
             found = shard_parts(parts, shard - block * k)
             if found:  # Finalize writes the shards that got no instances
@@ -199,9 +191,9 @@ class WriteShards(beam.PTransform):
     """``PCollection[InstanceBatch]`` -> ``PCollection[dict]``: one result (files, statistics) per shard."""
 
     def __init__(self, output_dir: str, work_dir: str, num_shards: int, seed: int, formats: tuple[str, ...], *,
-                 writer_args: dict[str, Any], stats_args: dict[str, Any]) -> None:
+                 writer_args: dict[str, Any], stats_args: dict[str, Any], spill_bytes: int | None = None) -> None:
         super().__init__()
-        self.split = _SpillShardsFn(work_dir, num_shards, seed)
+        self.split = _SpillShardsFn(work_dir, num_shards, seed, spill_bytes)
         self.write = _WriteShardFn(output_dir, num_shards, seed, writer_args, stats_args, formats)
 
     def expand(self, batches):

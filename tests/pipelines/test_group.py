@@ -7,7 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pipelines.group import encode_documents, group_of, groups_of, num_groups, plan_parts, read_group
+from pipelines.group import encode_documents, group_of, group_parts, groups_of, num_groups, plan_parts, read_group
+from pipelines.spill import keys_per_block
 from pipelines.hashing import mix64_array
 from pipelines.instances import Pool, document_key
 from pipelines.read import DocumentBatch, read_documents
@@ -73,15 +74,32 @@ def test_group_of_is_a_range_of_the_mixed_key_and_vectorised_alike():
     assert counts.min() > 0.8 * len(keys) / 7  # ranges of a uniform hash: balanced groups
 
 
-@pytest.mark.parametrize("groups", [1, 3, 8])
+def parts_by_group(paths: list[str], groups: int) -> dict[int, list]:
+    """What BuildPool sees: the block references of every file, unpacked per group."""
+    blocks: dict[int, list] = {}
+    for path in paths:
+        for b, part in plan_parts(path, groups):
+            blocks.setdefault(b, []).append(part)
+    k = keys_per_block(groups)
+    out = {}
+    for b, ps in blocks.items():
+        for i in range(k):
+            if b * k + i < groups and (found := group_parts(ps, i)):
+                out[b * k + i] = found
+    return out
+
+
+@pytest.mark.parametrize("groups,max_blocks", [(1, 256), (3, 256), (8, 256), (8, 3), (7, 2)])
 @pytest.mark.parametrize("files", [1, 2, 5])
-def test_pools_from_spill_files_equal_pools_built_from_all_documents(tmp_path, batches, groups, files):
+def test_pools_from_spill_files_equal_pools_built_from_all_documents(tmp_path, batches, groups, files, max_blocks,
+                                                                      monkeypatch):
+    import pipelines.spill
+
+    monkeypatch.setattr(pipelines.spill, "MAX_BLOCKS", max_blocks)  # blocks of several groups
     cut = np.array_split(np.arange(len(batches)), files)
     paths = [spill([batches[i] for i in part], tmp_path, f"s{k}") for k, part in enumerate(cut) if len(part)]
-    parts: dict[int, list] = {}
-    for path in paths:
-        for g, part in plan_parts(path, groups):
-            parts.setdefault(g, []).append(part)
+    assert all(len(list(plan_parts(p, groups))) <= max_blocks for p in paths)
+    parts = parts_by_group(paths, groups)
     expected = expected_pools(batches, groups)
     assert sorted(parts) == sorted(expected)
     for g, ps in parts.items():
@@ -113,12 +131,12 @@ def test_the_spill_buffer_writes_a_file_whenever_it_is_full(tmp_path, batches):
     paths = [p for b in batches for p in fn.process(b)] + [w.value for w in fn.finish_bundle()]
     assert len(paths) == len([b for b in batches if b.doc_ids]) and len(set(paths)) == len(paths)
     docs = sum(p.num_docs for p in expected_pools(batches, 1).values())
-    assert sum(read_group(list(dict(plan_parts(p, 1)).values())).num_docs for p in paths) == docs
+    assert sum(read_group(parts_by_group([p], 1)[0]).num_docs for p in paths) == docs
 
 
 def test_truncated_spill_file_is_an_error_naming_it(tmp_path, batches):
     path = spill(batches[:2], tmp_path, "t")
-    ((_, part),) = plan_parts(path, 1)
+    (part,) = parts_by_group([path], 1)[0]
     data = open(path, "rb").read()
     open(path, "wb").write(data[: len(data) // 2])
     with pytest.raises(OSError, match="truncated spill file"):

@@ -115,12 +115,11 @@ def test_many_small_spill_files_give_the_same_shards(tmp_path, demo_corpus, demo
     """Both shuffles carry references to spill files; how many there are, and how many shards one reference
     covers, must not change a byte."""
     import pipelines.spill
-    import pipelines.write
 
     files = sorted(demo_corpus.glob("*.txt"))
     run(files, demo_vocab / "vocab.txt", tmp_path / "a", dupe_factor=2, docs_per_group=8)
     monkeypatch.setattr(pipelines.spill, "SPILL_BYTES", 16 << 10)
-    monkeypatch.setattr(pipelines.write, "MAX_SHARD_BLOCKS", 2)  # 3 shards: blocks of 2
+    monkeypatch.setattr(pipelines.spill, "MAX_BLOCKS", 2)  # 3 shards and 6+ groups: blocks of 2 and more
     run(files, demo_vocab / "vocab.txt", tmp_path / "b", dupe_factor=2, docs_per_group=8)
     assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b")
     manifest = json.loads((tmp_path / "b" / MANIFEST_NAME).read_text())

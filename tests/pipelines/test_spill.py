@@ -56,3 +56,13 @@ def test_spill_files_on_a_local_disk(tmp_path):
 
 def test_spill_files_on_s3(s3_root):
     roundtrip(s3_root)
+
+
+def test_spill_buffers_grow_only_where_files_would_be_too_many():
+    from pipelines.spill import MAX_SPILL_BYTES, MAX_SPILL_FILES, SPILL_BYTES, spill_bytes_for
+
+    assert spill_bytes_for(0) == SPILL_BYTES
+    assert spill_bytes_for(1 << 30) == SPILL_BYTES  # 1 GB: 64 files of 16 MB
+    big = 150 << 30  # the instance shuffle of 20 GB at dupe 10
+    assert SPILL_BYTES < spill_bytes_for(big) < MAX_SPILL_BYTES and big // spill_bytes_for(big) <= MAX_SPILL_FILES
+    assert spill_bytes_for(10 << 40) == MAX_SPILL_BYTES

@@ -62,7 +62,9 @@ def test_shards_read_back_from_spill_files_equal_a_sort_of_everything(tmp_path, 
 def test_the_spill_fn_emits_one_reference_per_block_and_file(tmp_path, monkeypatch, num_shards, per_block):
     import pipelines.write as W
 
-    assert W.shards_per_block(num_shards) == per_block
+    from pipelines.spill import keys_per_block
+
+    assert keys_per_block(num_shards) == per_block
     fn = _SpillShardsFn(str(tmp_path), num_shards=num_shards, seed=3)
     fn.spill_bytes = 100_000
     fn.start_bundle()
