@@ -240,3 +240,36 @@ def test_server_stopped_mid_training_fails_cleanly_and_soon(uploaded_dataset, tm
     assert "s3://bertstream/shards/pretrain-" in text and "cannot be read (ConnectionError" in text, text
     print(f"[s3-fault] {took:.1f} s after the stop: {text}")
     assert "Traceback" not in text and took < 120
+
+
+def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_file, monkeypatch):
+    import pipelines.group as group
+    from pipelines.cli import main
+
+    s3 = s3_server
+    bucket = s3.bucket("bertstream")
+    _upload(s3, "bertstream", "corpus/wiki_00", shared_path("pretrain", "wikipedia", "wiki_00"))
+    vocab = _upload(s3, "bertstream", "vocab/vocab.txt", vocab_file)
+    real, stopped = group.write_file, []
+
+    def stop_then_write(path, chunks):  # the first spill file of the run: the network goes away under it
+        if not stopped:
+            s3.stop()
+            stopped.append(path)
+        return real(path, chunks)
+
+    monkeypatch.setattr(group, "write_file", stop_then_write)
+    monkeypatch.setattr("pipelines.pretraining.CLEANUP_SECONDS", 5.0)  # 30 s by default
+    box = {}
+    _, took = _within(180, lambda: box.setdefault("r", CliRunner().invoke(main, [
+        "pretraining", "--input", f"{bucket}/corpus/wiki_00", "--format", "wikiextractor", "--vocab", vocab,
+        "--output", f"{bucket}/shards", "--dupe-factor", "1", "--num-shards", "2", *s3.beam_args])))
+    r = box["r"]
+    assert stopped and stopped[0].startswith("s3://bertstream/shards/_work/")
+    print(f"[s3-fault] pipeline: exit {r.exit_code} {took:.1f} s after the stop:\n{r.output[-2000:]}\n{r.exception!r}")
+    assert r.exit_code == 1, (r.output, r.exception)
+    assert "Traceback" not in r.output and r.output.rstrip().splitlines()[-1].startswith("Error:")
+    error = r.output.rstrip().splitlines()[-1]
+    assert "/bertstream/shards/_work/docs-" in error and "no manifest was written" in error  # the object named
+    assert "could not remove the work directory s3://bertstream/shards/_work" in r.output  # leftovers named
+    assert took < 60
