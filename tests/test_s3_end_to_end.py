@@ -273,3 +273,31 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
     assert "/bertstream/shards/_work/docs-" in error and "no manifest was written" in error  # the object named
     assert "could not remove the work directory s3://bertstream/shards/_work" in r.output  # leftovers named
     assert took < 60
+
+
+def test_run_folders_on_an_object_store_are_refused_up_front():
+    # Checkpoints are local (README, "Object stores"): a run folder URL used to become a local folder named
+    # "s3:" (pathlib drops one slash). Refused before anything runs, naming the flag.
+    from trainer.config import TrainConfig, TrainConfigError
+    from trainer.finetune.config import FinetuneConfig
+
+    with pytest.raises(TrainConfigError, match="output: s3://b/runs/base: the run folder must be local"):
+        TrainConfig(data=("s3://b/shards",), output="s3://b/runs/base")
+    with pytest.raises(TrainConfigError, match="output: s3://b/runs/sst2: the run folder must be local"):
+        FinetuneConfig(task="classification", train_data="s3://b/t", eval_data="s3://b/d", init="random:tiny",
+                       output="s3://b/runs/sst2")
+
+
+def test_trainer_s3_waits_are_bounded_unless_configured(monkeypatch):
+    import fsspec
+
+    from trainer.data.refs import S3_RETRIES, S3_TIMEOUTS, _storage_options
+
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    monkeypatch.delenv("AWS_RETRY_MODE", raising=False)
+    monkeypatch.setitem(fsspec.config.conf, "s3", {})
+    assert _storage_options("s3://b/ds") == {"config_kwargs": {**S3_TIMEOUTS, "retries": S3_RETRIES}}
+    assert _storage_options("/data/ds") == {} and _storage_options("gs://b/ds") == {}
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "9")  # botocore's own environment wins over our retries
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"config_kwargs": {"read_timeout": 300}})  # FSSPEC_S3=...
+    assert _storage_options("s3://b/ds") == {"config_kwargs": {"connect_timeout": 10, "read_timeout": 300}}

@@ -62,6 +62,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(len(self.data) > 0, "data", "at least one --data DIR is required")
+        check("://" not in self.output, "output", f"{self.output}: the run folder must be local (checkpoints are "
+              "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...")
         for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_every", "checkpoint_every"):
             value = getattr(self, name)
             check(isinstance(value, int) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
