@@ -24,9 +24,9 @@ class S3Server:
 
     @property
     def beam_args(self) -> list[str]:
-        """Beam pipeline options for this endpoint (what a user passes to ``bertprep`` after its own flags)."""
-        return [f"--s3_endpoint_url={self.url}", f"--s3_region_name={REGION}",
-                f"--s3_access_key_id={KEY}", f"--s3_secret_access_key={SECRET}"]
+        """Beam pipeline options for this endpoint (what a user passes to ``bertprep`` after its own flags);
+        the credentials come from the environment, as README's recipe says, not from options."""
+        return [f"--s3_endpoint_url={self.url}", f"--s3_region_name={REGION}"]
 
     def client(self):
         import boto3
@@ -59,6 +59,7 @@ def s3_server(monkeypatch):
     server.start()
     host, port = server.get_host_and_port()
     s = S3Server(url=f"http://{host}:{port}", server=server)
+    _reset(s.url)  # moto keeps its buckets in process-wide state: every test starts with an empty store
     env = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": REGION,
            "AWS_ENDPOINT_URL": s.url,  # botocore >= 1.31, and so s3fs, read it
            # bounded waits: a dead endpoint fails after a few quick retries, never hangs
@@ -77,6 +78,12 @@ def s3_server(monkeypatch):
             server.stop()
         except Exception:  # already stopped by a test of network faults
             pass
+
+
+def _reset(url: str) -> None:
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=10).close()
 
 
 def _forget_fsspec_instances() -> None:

@@ -134,6 +134,8 @@ def test_pipeline_trainer_and_finetune_on_s3(s3_server, requests_log, tmp_path, 
     # spill files go up as multipart uploads (POST), small objects as PUT
     work_puts = [p for p in requests_log.paths("PUT", "POST") if p.startswith("/bertstream/shards/_work/")]
     assert work_puts, "no spill or pool object was written under OUTPUT/_work/ on S3"
+    manifest = json.loads(s3.client().get_object(Bucket="bertstream", Key="shards/manifest.json")["Body"].read())
+    assert manifest["inputs"][0]["path"] == "s3://bertstream/corpus/wiki_00" and manifest["totals"]["instances"] > 1000
     keys = s3.keys("bertstream", "shards/")
     assert keys == ["shards/manifest.json", "shards/pretrain-00000-of-00002.arrow",
                     "shards/pretrain-00001-of-00002.arrow", "shards/vocab.txt"], keys  # no _work/ left
@@ -265,7 +267,7 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
         "pretraining", "--input", f"{bucket}/corpus/wiki_00", "--format", "wikiextractor", "--vocab", vocab,
         "--output", f"{bucket}/shards", "--dupe-factor", "1", "--num-shards", "2", *s3.beam_args])))
     r = box["r"]
-    assert stopped and stopped[0].startswith("s3://bertstream/shards/_work/")
+    assert stopped and stopped[0].startswith("s3://bertstream/shards/_work/"), r.output
     print(f"[s3-fault] pipeline: exit {r.exit_code} {took:.1f} s after the stop:\n{r.output[-2000:]}\n{r.exception!r}")
     assert r.exit_code == 1, (r.output, r.exception)
     assert "Traceback" not in r.output and r.output.rstrip().splitlines()[-1].startswith("Error:")
