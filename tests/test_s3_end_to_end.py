@@ -303,3 +303,28 @@ def test_trainer_s3_waits_are_bounded_unless_configured(monkeypatch):
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "9")  # botocore's own environment wins over our retries
     monkeypatch.setitem(fsspec.config.conf, "s3", {"config_kwargs": {"read_timeout": 300}})  # FSSPEC_S3=...
     assert _storage_options("s3://b/ds") == {"config_kwargs": {"connect_timeout": 10, "read_timeout": 300}}
+
+
+def test_corrupt_and_missing_task_shards_on_s3_are_named(s3_server, vocab_file, tmp_path):
+    from pipelines.tasks.pipeline import run_classification
+    from schemas import tasks as T
+    from trainer.finetune.data import TaskDataError, load_task_data
+
+    tsv = tmp_path / "dev.tsv"
+    with shared_path("tasks", "sst2", "dev.tsv").open(encoding="utf-8") as f:
+        tsv.write_text("".join(line for _, line in zip(range(41), f)), encoding="utf-8")
+    local = tmp_path / "sst2_dev"
+    run_classification(inputs=[str(tsv)], vocab=str(vocab_file), output_dir=str(local), glue="sst2", split="dev",
+                       max_seq_length=64)
+    s3_server.bucket("bertstream")
+    for f in sorted(local.iterdir()):
+        _upload(s3_server, "bertstream", f"ds/{f.name}", f)
+    root = "s3://bertstream/ds"
+    assert load_task_data(root, T.CLASSIFICATION, role="--eval-data") is not None  # intact: loads
+    shard = next(k for k in s3_server.keys("bertstream", "ds/") if k.endswith(".arrow"))
+    _corrupt(s3_server, "bertstream", shard)
+    with pytest.raises(TaskDataError, match=f"--eval-data {root}: shard s3://bertstream/{shard} does not match"):
+        load_task_data(root, T.CLASSIFICATION, role="--eval-data")
+    s3_server.client().delete_object(Bucket="bertstream", Key=shard)
+    with pytest.raises(TaskDataError, match=f"shard s3://bertstream/{shard} is missing"):
+        load_task_data(root, T.CLASSIFICATION, role="--eval-data")
