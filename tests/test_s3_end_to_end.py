@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import shutil
+import socket
 import threading
 import time
 
@@ -328,3 +329,51 @@ def test_corrupt_and_missing_task_shards_on_s3_are_named(s3_server, vocab_file, 
     s3_server.client().delete_object(Bucket="bertstream", Key=shard)
     with pytest.raises(TaskDataError, match=f"shard s3://bertstream/{shard} is missing"):
         load_task_data(root, T.CLASSIFICATION, role="--eval-data")
+
+
+def test_an_endpoint_that_never_answers_fails_in_bounded_time(monkeypatch):
+    """A black hole (accepts the connection, never sends a byte): botocore's read timeout ends each attempt,
+    retries are counted, and the trainer gets an OSError naming the URL, not a hang. Timeouts shortened with
+    the same knobs a user has (fsspec's s3 config, AWS_MAX_ATTEMPTS)."""
+    import fsspec
+
+    from trainer.data.refs import filesystem
+    from trainer.data.sources import load_manifest
+
+    sink = socket.socket()
+    sink.bind(("127.0.0.1", 0))
+    sink.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept():
+        sink.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(sink.accept()[0])
+            except OSError:
+                pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    host, port = sink.getsockname()
+    for k, v in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
+                 "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1", "AWS_MAX_ATTEMPTS": "2"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"config_kwargs": {"connect_timeout": 1, "read_timeout": 1}})
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    filesystem.cache_clear()
+    try:
+        error, took = _within(60, lambda: load_manifest("s3://blackhole/ds"))
+    finally:
+        stop.set()
+        for c in held:
+            c.close()
+        sink.close()
+        s3fs.S3FileSystem.clear_instance_cache()
+        filesystem.cache_clear()
+    assert isinstance(error, OSError) and "s3://blackhole/ds/manifest.json" in str(error), repr(error)
+    assert "Timeout" in str(error) and held, str(error)  # it did connect, and gave up on the reads
+    print(f"[s3-fault] black hole: {took:.1f} s: {error}")
+    assert took < 30

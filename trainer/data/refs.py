@@ -61,10 +61,13 @@ class ShardRef:
         )
 
 
-# botocore's defaults are 60 s to connect and 60 s per read, 5 attempts ("legacy" mode): minutes on a dead
-# endpoint. A shard read is one GET; 10 s to connect and 60 s without a byte are generous on any network.
-S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 60}
-S3_RETRIES = {"max_attempts": 4, "mode": "standard"}
+# botocore's defaults are 60 s to connect and 60 s per read, 5 attempts ("legacy" mode), and s3fs repeats
+# each call up to 5 times on top: 25 minutes on an endpoint that accepts and never answers. A shard read is
+# one GET; 10 s to connect and 30 s without a byte are generous on any network. Worst case here: s3fs's 2
+# tries x botocore's 3 attempts x 30 s, about 3 minutes, then an error naming the object.
+S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 30}
+S3_RETRIES = {"max_attempts": 3, "mode": "standard"}
+S3FS_TRIES = 2  # s3fs.S3FileSystem.retries (a class attribute, not a constructor argument)
 
 
 def _storage_options(root: str) -> dict[str, Any]:
@@ -81,7 +84,10 @@ def _storage_options(root: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=64)
 def filesystem(root: str) -> tuple[Any, str, bool]:
     """``(fsspec filesystem, path of root inside it, is_local)``; cached per process."""
-    fs, path = fsspec.core.url_to_fs(root, **_storage_options(root))
+    options = _storage_options(root)
+    fs, path = fsspec.core.url_to_fs(root, **options)
+    if options and isinstance(getattr(fs, "retries", None), int):
+        fs.retries = min(fs.retries, S3FS_TRIES)
     return fs, path, isinstance(fs, LocalFileSystem)
 
 
@@ -90,11 +96,20 @@ def remote_errors(url: str) -> Iterator[None]:
     """Re-raise a remote filesystem's own exceptions (botocore, aiohttp, ...) as ``OSError``, URL named."""
     try:
         yield
-    except OSError:
-        raise
     except Exception as e:  # noqa: BLE001 - whatever the client library raises for a network or server fault
-        err = ConnectionError if "connect" in type(e).__name__.lower() else OSError
-        raise err(f"{url}: {type(e).__name__}: {e}") from e
+        if isinstance(e, OSError) and url in str(e):
+            raise
+        name = type(e).__name__
+        err: type[OSError]
+        if isinstance(e, FileNotFoundError):
+            err = FileNotFoundError
+        elif "timeout" in name.lower():
+            err = TimeoutError
+        elif "connect" in name.lower() or isinstance(e, ConnectionError):
+            err = ConnectionError
+        else:
+            err = OSError
+        raise err(f"{url}: {name}: {e}") from e
 
 
 def resolve(root: str, relpath: str) -> tuple[Any, str, bool]:
