@@ -47,7 +47,8 @@ def pipeline_errors() -> Iterator[None]:
             raise click.ClickException(f"{cause}; no manifest was written") from None
         storage = storage_error_in(e)
         if storage is not None:
-            raise click.ClickException(f"object store or filesystem failed: {storage}; no manifest was written") from None
+            raise click.ClickException(
+                f"object store or filesystem failed: {storage}; no manifest was written") from None
         raise
 
 

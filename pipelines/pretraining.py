@@ -232,7 +232,8 @@ def remove_work_dir_within(work_dir: str, seconds: float | None = None) -> bool:
     t.join(seconds)
     if "error" in outcome and outcome["error"] is None:
         return True
-    why = f"not done after {seconds:g} s" if "error" not in outcome else f"{type(outcome['error']).__name__}: {outcome['error']}"
+    error = outcome.get("error")
+    why = f"not done after {seconds:g} s" if "error" not in outcome else f"{type(error).__name__}: {error}"
     C.progress(f"could not remove the work directory {work_dir} ({why}): leftovers of this failed run, "
                "safe to delete")
     return False
