@@ -71,4 +71,24 @@ def pipeline_errors() -> Iterator[None]:
         cause = input_error_in(e)
         if cause is not None:
             raise click.ClickException(f"{cause}; no manifest was written") from None
+        storage = storage_error_in(e)
+        if storage is not None:
+            raise click.ClickException(
+                f"object store or filesystem failed: {storage}; no manifest was written") from None
         raise
+
+
+# What Beam's filesystems raise when an object store (or a disk) fails under a running pipeline: its S3 client's
+# own error type (not an OSError), BeamIOError from match/delete, and apitools' HttpError for gs://.
+_STORAGE_ERRORS = ("S3ClientError", "BeamIOError", "HttpError", "EndpointConnectionError", "ClientError")
+
+
+def storage_error_in(e: BaseException) -> str | None:
+    """The first line of a filesystem or object-store failure in ``e``'s chain (its URL is in it), else None."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OSError) or type(seen).__name__ in _STORAGE_ERRORS:
+            first = seen.args[0] if seen.args and isinstance(seen.args[0], str) else str(seen)
+            return f"{type(seen).__name__}: {first.splitlines()[0] if first else first}"
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass, replace
 from functools import partial
@@ -233,6 +234,36 @@ class RunResult:
     input_bytes: int
 
 
+# Cleaning up after a failed run must not hide or delay its error: on an object store that has gone away,
+# Beam's S3/GCS clients retry each list and delete with exponential backoff for about ten minutes.
+CLEANUP_SECONDS = 30.0
+
+
+def remove_work_dir_within(work_dir: str, seconds: float | None = None) -> bool:
+    """``remove_work_dir`` in a daemon thread, waited for at most ``seconds``; a failure or a timeout is
+    reported as a leftover, never raised (the caller is already raising the run's own error)."""
+    seconds = CLEANUP_SECONDS if seconds is None else seconds
+    outcome: dict[str, BaseException | None] = {}
+
+    def target() -> None:
+        try:
+            remove_work_dir(work_dir)
+            outcome["error"] = None
+        except BaseException as e:  # noqa: BLE001 - reported below
+            outcome["error"] = e
+
+    t = threading.Thread(target=target, name="bertprep-cleanup", daemon=True)
+    t.start()
+    t.join(seconds)
+    if "error" in outcome and outcome["error"] is None:
+        return True
+    error = outcome.get("error")
+    why = f"not done after {seconds:g} s" if "error" not in outcome else f"{type(error).__name__}: {error}"
+    C.progress(f"could not remove the work directory {work_dir} ({why}): leftovers of this failed run, "
+               "safe to delete")
+    return False
+
+
 def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: PretrainingConfig,
                     beam_args: list[str] | None = None, overwrite: bool = False,
                     lowercase: bool | None = None) -> RunResult:
@@ -270,7 +301,7 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
         build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options))
         p.run().wait_until_finish()
     except BaseException:
-        remove_work_dir(work_dir)  # spill and pool files of a failed run; shards were never published
+        remove_work_dir_within(work_dir)  # spill and pool files of a failed run; shards were never published
         raise
     seconds = time.time() - started
     with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:

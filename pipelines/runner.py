@@ -70,6 +70,11 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
             "direct_running_mode", "--direct_running_mode=multi_threading loses elements in Beam 2.77; "
             "use --direct_num_workers=N (worker processes)",
         )
+    # Inputs are listed, the vocabulary read and the output folder checked in this process before the
+    # pipeline starts: they need the same filesystem options (--s3_endpoint_url, credentials) as its workers.
+    from apache_beam.io.filesystems import FileSystems
+
+    FileSystems.set_options(options)
     return options
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.s3_server import s3_server  # noqa: F401  (a fixture: a real S3 API on 127.0.0.1)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 

@@ -76,6 +76,8 @@ class TrainConfig:
         keys = [dataset_key(d) for d in self.data]
         twice = sorted({d for d, k in zip(self.data, keys) if keys.count(k) > 1})
         check(not twice, "data", f"the same dataset is given more than once: {', '.join(twice)}")
+        check("://" not in self.output, "output", f"{self.output}: the run folder must be local (checkpoints are "
+              "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...")
         for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_every", "checkpoint_every"):
             value = getattr(self, name)
             check(isinstance(value, int) and value >= 1, name, f"must be an integer >= 1, got {value!r}")

@@ -11,25 +11,8 @@ from pipelines.spill import read_ranges, remove_work_dir, spill_path, write_file
 
 
 @pytest.fixture()
-def s3_root(monkeypatch):
-    moto_server = pytest.importorskip("moto.server", reason="needs moto[server] (the test extra)")
-    import boto3
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-    boto3.client("s3", endpoint_url=url).create_bucket(Bucket="spill-test")
-    FileSystems.set_options(PipelineOptions([f"--s3_endpoint_url={url}", "--s3_region_name=us-east-1",
-                                             "--s3_access_key_id=test", "--s3_secret_access_key=test"]))
-    try:
-        yield "s3://spill-test/out"
-    finally:
-        FileSystems.set_options(PipelineOptions([]))
-        server.stop()
+def s3_root(s3_server):  # s3_server: tests/s3_server.py, a real S3 API on 127.0.0.1
+    return s3_server.bucket("spill-test") + "/out"
 
 
 def roundtrip(root: str) -> None:

@@ -1,11 +1,20 @@
-"""Where a shard lives and how its bytes are fetched: local paths (memory-mapped) or fsspec URLs."""
+"""Where a shard lives and how its bytes are fetched: local paths (memory-mapped) or fsspec URLs.
+
+Remote waits are bounded: ``s3://`` filesystems get connect/read timeouts and a bounded number of
+retries unless fsspec's configuration (``FSSPEC_S3='{"config_kwargs": {...}}'``) or botocore's
+environment (``AWS_MAX_ATTEMPTS``, ``AWS_RETRY_MODE``) sets them. Every remote failure reaches the caller
+as an ``OSError`` whose message names the object's URL (botocore's and aiohttp's own exceptions are not
+``OSError``s), so that the shard checks report it as "cannot be read" with the shard's URL and checksum.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import posixpath
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,11 +61,55 @@ class ShardRef:
         )
 
 
+# botocore's defaults are 60 s to connect and 60 s per read, 5 attempts ("legacy" mode), and s3fs repeats
+# each call up to 5 times on top: 25 minutes on an endpoint that accepts and never answers. A shard read is
+# one GET; 10 s to connect and 30 s without a byte are generous on any network. Worst case here: s3fs's 2
+# tries x botocore's 3 attempts x 30 s, about 3 minutes, then an error naming the object.
+S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 30}
+S3_RETRIES = {"max_attempts": 3, "mode": "standard"}
+S3FS_TRIES = 2  # s3fs.S3FileSystem.retries (a class attribute, not a constructor argument)
+
+
+def _storage_options(root: str) -> dict[str, Any]:
+    protocol = root.split("://", 1)[0] if "://" in root else ""
+    if protocol not in ("s3", "s3a"):
+        return {}
+    configured = dict(fsspec.config.conf.get("s3", {}).get("config_kwargs", {}))
+    defaults: dict[str, Any] = dict(S3_TIMEOUTS)
+    if not ({"AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"} & os.environ.keys()):
+        defaults["retries"] = dict(S3_RETRIES)
+    return {"config_kwargs": {**defaults, **configured}}
+
+
 @functools.lru_cache(maxsize=64)
 def filesystem(root: str) -> tuple[Any, str, bool]:
     """``(fsspec filesystem, path of root inside it, is_local)``; cached per process."""
-    fs, path = fsspec.core.url_to_fs(root)
+    options = _storage_options(root)
+    fs, path = fsspec.core.url_to_fs(root, **options)
+    if options and isinstance(getattr(fs, "retries", None), int):
+        fs.retries = min(fs.retries, S3FS_TRIES)
     return fs, path, isinstance(fs, LocalFileSystem)
+
+
+@contextlib.contextmanager
+def remote_errors(url: str) -> Iterator[None]:
+    """Re-raise a remote filesystem's own exceptions (botocore, aiohttp, ...) as ``OSError``, URL named."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - whatever the client library raises for a network or server fault
+        if isinstance(e, OSError) and url in str(e):
+            raise
+        name = type(e).__name__
+        err: type[OSError]
+        if isinstance(e, FileNotFoundError):
+            err = FileNotFoundError
+        elif "timeout" in name.lower():
+            err = TimeoutError
+        elif "connect" in name.lower() or isinstance(e, ConnectionError):
+            err = ConnectionError
+        else:
+            err = OSError
+        raise err(f"{url}: {name}: {e}") from e
 
 
 def resolve(root: str, relpath: str) -> tuple[Any, str, bool]:
@@ -66,13 +119,19 @@ def resolve(root: str, relpath: str) -> tuple[Any, str, bool]:
 
 
 def read_text(root: str, relpath: str) -> bytes:
-    fs, path, _ = resolve(root, relpath)
-    return fs.cat_file(path)
+    fs, path, local = resolve(root, relpath)
+    if local:
+        return fs.cat_file(path)
+    with remote_errors(root.rstrip("/") + "/" + relpath):
+        return fs.cat_file(path)
 
 
 def file_size(ref: ShardRef) -> int:
     fs, path, local = resolve(ref.root, ref.relpath)
-    return os.stat(path).st_size if local else int(fs.size(path))
+    if local:
+        return os.stat(path).st_size
+    with remote_errors(ref.url):
+        return int(fs.size(path))
 
 
 def read_buffer(ref: ShardRef) -> pa.Buffer:
@@ -81,21 +140,28 @@ def read_buffer(ref: ShardRef) -> pa.Buffer:
     if local:
         with pa.memory_map(path, "r") as mm:
             return mm.read_buffer()  # the buffer keeps the mapping alive after close
-    with PyFileSystem(FSSpecHandler(fs)).open_input_file(path) as f:
-        return f.read_buffer()
+    # fs.open, not pyarrow's FSSpecHandler: that one turns every failure of its existence check (a refused
+    # connection too) into FileNotFoundError
+    with remote_errors(ref.url), fs.open(path, "rb") as f:
+        return pa.py_buffer(f.read())
 
 
 def open_input(ref: ShardRef) -> pa.NativeFile:
     """Random-access handle: reading an Arrow footer through it fetches only the footer."""
     fs, path, local = resolve(ref.root, ref.relpath)
-    return pa.memory_map(path, "r") if local else PyFileSystem(FSSpecHandler(fs)).open_input_file(path)
+    if local:
+        return pa.memory_map(path, "r")
+    with remote_errors(ref.url):
+        fs.info(path)  # a missing object or a dead endpoint, each as itself (see read_buffer)
+        return PyFileSystem(FSSpecHandler(fs)).open_input_file(path)
 
 
 def sha256_of(ref: ShardRef) -> str:
     """Streamed hash, so that up-front verification never holds a whole shard in memory."""
     fs, path, local = resolve(ref.root, ref.relpath)
     h = hashlib.sha256()
-    with (open(path, "rb") if local else fs.open(path, "rb")) as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
+    with contextlib.nullcontext() if local else remote_errors(ref.url):
+        with (open(path, "rb") if local else fs.open(path, "rb")) as f:
+            while chunk := f.read(_HASH_CHUNK):
+                h.update(chunk)
     return h.hexdigest()

@@ -122,9 +122,16 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
     for shard in manifest.shards:
         if shard.format != "arrow":
             raise TaskDataError(f"{role} {root}: shard {shard.path} has format {shard.format!r}; task shards are arrow")
-        raw = read_text(root, shard.path)
+        try:
+            raw = read_text(root, shard.path)
+        except FileNotFoundError:
+            raise TaskDataError(f"{role} {root}: shard {root.rstrip('/')}/{shard.path} is missing (listed in "
+                                f"the manifest, sha256 {shard.sha256}): re-run bertprep task") from None
+        except OSError as e:
+            raise TaskDataError(f"{role} {root}: shard {root.rstrip('/')}/{shard.path} cannot be read "
+                                f"({type(e).__name__}: {e})") from None
         if len(raw) != shard.bytes or _sha256(raw) != shard.sha256:
-            raise TaskDataError(f"{role} {root}: shard {shard.path} does not match the manifest (sha256 "
+            raise TaskDataError(f"{role} {root}: shard {root.rstrip('/')}/{shard.path} does not match the manifest (sha256 "
                                 f"{shard.sha256}, {shard.bytes} bytes; read {len(raw)} bytes): re-run bertprep task")
         table = pa.ipc.open_file(pa.BufferReader(raw)).read_all()
         try:

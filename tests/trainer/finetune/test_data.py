@@ -94,7 +94,7 @@ def test_corrupt_shard_and_missing_manifest_are_named(sst2, tmp_path):
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    with pytest.raises(TaskDataError, match=f"shard {shard.name} does not match the manifest"):
+    with pytest.raises(TaskDataError, match=f"shard {broken}/{shard.name} does not match the manifest"):
         load_task_data(str(broken), T.CLASSIFICATION)
     with pytest.raises(TaskDataError, match="no manifest.json"):
         load_task_data(str(tmp_path), T.CLASSIFICATION, role="--train-data")
