@@ -17,11 +17,13 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from pipelines import counters as C
@@ -247,22 +249,54 @@ class DocumentTokenizer:
 
 
 class _TokenizeFn(beam.DoFn):
+    """Encodes a batch in a background thread while the bundle thread reads and segments the next one.
+
+    `tokenizers` releases the GIL while it encodes, so reading and sentence segmentation (Python, one thread)
+    overlap with encoding instead of waiting for it. Outputs keep their order, one batch behind; the last
+    one leaves in ``finish_bundle``.
+    """
+
     def __init__(self, spec: TokenizerSpec, threads: int) -> None:
         self.spec = spec
         self.threads = threads
         self.tokenize: DocumentTokenizer | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None
 
     def setup(self) -> None:
         set_tokenizer_threads(self.threads)
         self.tokenize = DocumentTokenizer(self.spec)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="bertstream-tokenize")
 
-    def process(self, batch) -> Iterator[TokenizedBatch]:
+    def start_bundle(self) -> None:
+        self._pending = None
+
+    def _encode(self, batch) -> tuple[TokenizedBatch, Counter]:
         # ``batch`` is a segment.SentenceBatch: ([(doc_id, sentences)], counters)
         docs, counters = batch
         before = Counter(counters)
         out = self.tokenize(docs, counters)
-        C.report(out.counters - before)
-        yield out
+        return out, out.counters - before
+
+    def _collect(self) -> TokenizedBatch:
+        out, delta = self._pending.result()
+        self._pending = None
+        C.report(delta)  # Beam metrics belong to the bundle thread
+        return out
+
+    def process(self, batch) -> Iterator[TokenizedBatch]:
+        future = self._executor.submit(self._encode, batch)
+        if self._pending is not None:
+            yield self._collect()
+        self._pending = future
+
+    def finish_bundle(self) -> Iterator:
+        if self._pending is not None:
+            yield GlobalWindows.windowed_value(self._collect())
+
+    def teardown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 class Tokenize(beam.PTransform):
