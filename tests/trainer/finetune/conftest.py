@@ -33,7 +33,8 @@ def head_sentences(src: Path, dst: Path, n: int) -> Path:
 
 
 def conll_sentences(path: Path) -> list[list[tuple[str, str]]]:
-    """(word, tag) pairs of each sentence of a CoNLL file, read independently of the pipeline."""
+    """(word, tag) pairs of each sentence of a CoNLL file (the tag is the last column: CoNLL-2003's four
+    columns, People's Daily's two), read independently of the pipeline."""
     out, cur = [], []
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip() or line.startswith("-DOCSTART-"):
@@ -42,7 +43,7 @@ def conll_sentences(path: Path) -> list[list[tuple[str, str]]]:
             cur = []
         else:
             f = line.split()
-            cur.append((f[0], f[3]))
+            cur.append((f[0], f[-1]))
     return out + ([cur] if cur else [])
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import shared_path
+from tests.trainer.finetune.conftest import conll_sentences
 from trainer.finetune import metrics as M
 
 sklearn_metrics = pytest.importorskip("sklearn.metrics", reason="needs scikit-learn (pip install -e '.[test]')")
@@ -318,21 +319,6 @@ def test_iobes_singletons_are_conlleval_chunks_not_seqeval_ones():
     assert seqeval_metrics.sequence_labeling.get_entities(tags) == [("PER", 0, 0), ("PER", 1, 1)]
 
 
-def _conll_sentences(path) -> list[list[tuple[str, str]]]:
-    out, cur = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip() or line.startswith("-DOCSTART-"):
-            if cur:
-                out.append(cur)
-                cur = []
-            continue
-        parts = line.split()
-        cur.append((parts[0], parts[-1]))
-    if cur:
-        out.append(cur)
-    return out
-
-
 @pytest.mark.parametrize("task, train, test", [
     ("conll2003", "train.txt", "test.txt"),
     ("peoples_daily_ner", "example.dev", "example.test"),
@@ -340,8 +326,8 @@ def _conll_sentences(path) -> list[list[tuple[str, str]]]:
 def test_conll_scores_match_seqeval_on_a_real_tagger(task, train, test):
     """A per-word majority tagger learned on one real split, scored on another (CoNLL-2003 test: 3,453
     sentences; People's Daily: character-level Chinese)."""
-    train_s = _conll_sentences(shared_path("tasks", task, train))
-    test_s = _conll_sentences(shared_path("tasks", task, test))
+    train_s = conll_sentences(shared_path("tasks", task, train))
+    test_s = conll_sentences(shared_path("tasks", task, test))
     counts: dict[str, Counter] = defaultdict(Counter)
     for sent in train_s:
         for w, t in sent:
