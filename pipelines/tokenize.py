@@ -24,10 +24,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Tokenizer
 
 from pipelines import counters as C
 from schemas.vocab import SEP, SPECIAL_TOKENS, Vocab, VocabError
+from schemas.wordpiece import bert_tokenizer
+from schemas.wordpiece import json_lowercase as _json_lowercase
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,36 +48,6 @@ def _read(path: str) -> bytes:
             return f.read()
     except Exception as e:
         raise VocabError(f"{path}: cannot read vocabulary ({type(e).__name__}: {e})") from None
-
-
-def bert_tokenizer(vocab: Vocab | None, lowercase: bool) -> Tokenizer:
-    """The tokenizer ``BertTokenizerFast(vocab_file, do_lower_case=lowercase)`` builds (untrained: no vocab)."""
-    words = vocab.index if vocab is not None else {}
-    tok = Tokenizer(models.WordPiece(words, unk_token="[UNK]", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
-    )
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    if vocab is not None:
-        tok.add_special_tokens(list(SPECIAL_TOKENS))
-    return tok
-
-
-def _json_lowercase(data: dict) -> bool | None:
-    """Lowercasing of a tokenizer.json's normalizer, None when it cannot be told."""
-    norm = data.get("normalizer")
-    stack = [norm]
-    while stack:
-        n = stack.pop()
-        if not isinstance(n, dict):
-            continue
-        if n.get("type") == "BertNormalizer":
-            return bool(n.get("lowercase"))
-        if n.get("type") == "Lowercase":
-            return True
-        stack.extend(n.get("normalizers") or [])
-    return False if norm is not None else None
 
 
 def load_tokenizer(path: str, lowercase: bool | None = None) -> TokenizerSpec:

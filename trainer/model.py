@@ -394,6 +394,13 @@ class BertEncoder(nn.Module):
             x = layer(x, mask)
         return x
 
+    def all_states(self, x: Tensor, mask: Tensor | None) -> list[Tensor]:
+        """The input and every layer's output (``num_layers + 1`` tensors), as HF's ``output_hidden_states``."""
+        states = [x]
+        for layer in self.layer:
+            states.append(layer(states[-1], mask))
+        return states
+
 
 class BertPooler(nn.Module):
     def __init__(self, config: BertConfig) -> None:
@@ -455,6 +462,13 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)
         x = self.encoder(x, attention_bias(attention_mask, _attention_dtype(x)))
         return x, self.pooler(x)
+
+    def hidden_states(
+        self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None
+    ) -> list[Tensor]:
+        """``[embeddings, layer 1, ..., layer L]``, each ``[B, T, H]`` (feature extraction; no pooler)."""
+        x = self.embeddings(input_ids, token_type_ids)
+        return self.encoder.all_states(x, attention_bias(attention_mask, _attention_dtype(x)))
 
 
 class BertPredictionHeadTransform(nn.Module):

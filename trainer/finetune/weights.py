@@ -43,9 +43,14 @@ class Init:
         return {"kind": self.kind, "source": self.source, "vocab_sha256": self.vocab.sha256, "notes": list(self.notes)}
 
 
-def resolve_init(spec: str, data_vocab: Vocab, *, seed: int = 0) -> Init:
-    """The encoder config, weights and vocabulary that ``spec`` names (see the module docstring)."""
+def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0) -> Init:
+    """The encoder config, weights and vocabulary that ``spec`` names (see the module docstring).
+
+    ``data_vocab`` None: no task data to borrow a vocabulary from, so ``random:PRESET`` is refused."""
     if spec.startswith(RANDOM_PREFIX):
+        if data_vocab is None:
+            raise InitError(f"--init {spec}: random:PRESET needs task data's vocabulary; give a checkpoint or "
+                            "a Hugging Face BERT folder")
         name = spec[len(RANDOM_PREFIX):]
         preset = PRESETS.get(name) or PRESETS.get(f"bert_{name}")
         if preset is None:

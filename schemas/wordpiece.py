@@ -1,0 +1,38 @@
+"""BERT's WordPiece tokenizer, built with `tokenizers`: one owner for the pipelines and the trainer
+(``berttrain embed`` tokenizes raw text with a checkpoint's vocabulary; the trainer must not import pipelines)."""
+
+from __future__ import annotations
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+from schemas.vocab import SPECIAL_TOKENS, Vocab
+
+
+def bert_tokenizer(vocab: Vocab | None, lowercase: bool) -> Tokenizer:
+    """The tokenizer ``BertTokenizerFast(vocab_file, do_lower_case=lowercase)`` builds (untrained: no vocab)."""
+    words = vocab.index if vocab is not None else {}
+    tok = Tokenizer(models.WordPiece(words, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    if vocab is not None:
+        tok.add_special_tokens(list(SPECIAL_TOKENS))
+    return tok
+
+
+def json_lowercase(data: dict) -> bool | None:
+    """Lowercasing of a tokenizer.json's normalizer, None when it cannot be told."""
+    norm = data.get("normalizer")
+    stack = [norm]
+    while stack:
+        n = stack.pop()
+        if not isinstance(n, dict):
+            continue
+        if n.get("type") == "BertNormalizer":
+            return bool(n.get("lowercase"))
+        if n.get("type") == "Lowercase":
+            return True
+        stack.extend(n.get("normalizers") or [])
+    return False if norm is not None else None

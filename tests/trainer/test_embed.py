@@ -1,0 +1,184 @@
+"""``berttrain embed``: parity with transformers' ``output_hidden_states``, the Arrow output, and bad flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, randomise
+from trainer.cli import main
+from trainer.config import TrainConfigError
+from trainer.embed import EmbedConfig, embed, layer_indices
+from trainer.hf import hf_config_dict
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+SST2 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tasks" / "sst2" / "dev.tsv"
+TOL = {"rtol": 0.0, "atol": 1e-4}
+# Varied lengths (a blank line, one longer than --max-seq-length 12) so padding and truncation are exercised.
+LINES = ["tok1 tok2 tok3", "", "TOK7 tok8", " ".join(f"tok{i}" for i in range(20, 40)), "tok5", "tok9 tok10 tok11 tok12"]
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("embed") / "hf"
+    model = randomise(transformers.BertModel(transformers.BertConfig(**hf_config_dict(CONFIG))), seed=3)
+    model.save_pretrained(folder)
+    VOCAB.write(folder / "vocab.txt")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def text_file(hf_dir: Path) -> Path:
+    path = hf_dir.parent / "texts.txt"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return path
+
+
+def read(path: Path) -> pa.Table:
+    with pa.memory_map(str(path)) as f:
+        return pa.ipc.open_file(f).read_all()
+
+
+def reference(hf_dir: Path, max_len: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """transformers' tokenizer and model on the same lines, padded together: (hidden states, attention mask)."""
+    tok = transformers.BertTokenizerFast(str(hf_dir / "vocab.txt"), do_lower_case=True)
+    enc = tok(LINES, padding=True, truncation=True, max_length=max_len, return_tensors="pt")
+    model = transformers.BertModel.from_pretrained(hf_dir).eval()
+    with torch.no_grad():
+        out = model(**enc, output_hidden_states=True)
+    return list(out.hidden_states), enc["attention_mask"]
+
+
+@pytest.mark.parametrize(("layers", "combine", "pooling"), [
+    ("-1", "mean", "cls"), ("-1", "mean", "mean"), ("-1", "mean", "none"),
+    ("-2:", "sum", "mean"), ("0,2", "concat", "cls"), (":", "mean", "none"),
+])
+def test_parity_with_transformers(hf_dir, text_file, tmp_path, layers, combine, pooling):
+    out = tmp_path / "e.arrow"
+    embed(EmbedConfig(init=str(hf_dir), input=str(text_file), output=str(out), layers=layers, combine=combine,
+                      pooling=pooling, max_seq_length=12, batch_size=4, device="cpu"))
+    table = read(out)
+    states, mask = reference(hf_dir, 12)
+    picked = [states[i] for i in layer_indices(layers, CONFIG.num_layers)]
+    x = torch.cat(picked, -1) if combine == "concat" else torch.stack(picked).sum(0) / (len(picked) if combine == "mean" else 1)
+    lengths = mask.sum(1)
+    assert table.column("index").to_pylist() == list(range(len(LINES)))
+    assert table.column("num_tokens").to_pylist() == lengths.tolist()
+    assert lengths[1] == 2 and lengths[3] == 12  # blank line kept as [CLS] [SEP]; long line truncated
+    rows = table.column("embedding").to_pylist()
+    for i, row in enumerate(rows):
+        got = torch.tensor(np.array(row), dtype=torch.float32)
+        n = int(lengths[i])
+        want = {"cls": x[i, 0], "mean": x[i, :n].mean(0), "none": x[i, :n]}[pooling]
+        torch.testing.assert_close(got, want, **TOL)
+    width = CONFIG.hidden_size * (len(picked) if combine == "concat" else 1)
+    value_type = table.schema.field("embedding").type
+    if pooling == "none":
+        assert pa.types.is_list(value_type) and value_type.value_type.list_size == width
+    else:
+        assert pa.types.is_fixed_size_list(value_type) and value_type.list_size == width
+
+
+def test_layer_selection():
+    assert layer_indices("-1", 4) == (4,)
+    assert layer_indices("-4:", 4) == (1, 2, 3, 4)
+    assert layer_indices("0,3,5", 5) == (0, 3, 5)
+    with pytest.raises(TrainConfigError, match="outside"):
+        layer_indices("7", 4)
+    with pytest.raises(TrainConfigError, match="selects no layer"):
+        layer_indices("3:1", 4)
+
+
+def test_cli_on_real_lines_float16(hf_dir, tmp_path):
+    if not SST2.is_file():
+        pytest.skip(f"{SST2} is absent")
+    lines = [line.split("\t")[0] for line in SST2.read_text(encoding="utf-8").splitlines()[1:9]]
+    src = tmp_path / "sst2.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "sst2.arrow"
+    args = ["embed", "--init", str(hf_dir), "--input", str(src), "--output", str(out), "--layers", "-2:",
+            "--combine", "concat", "--pooling", "cls", "--dtype", "float16", "--device", "cpu", "--batch-size", "3"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    table = read(out)
+    assert table.num_rows == len(lines)
+    assert table.schema.field("embedding").type == pa.list_(pa.float16(), 2 * CONFIG.hidden_size)
+    assert all(n >= 2 for n in table.column("num_tokens").to_pylist())
+    assert not list(tmp_path.glob(".*tmp*"))  # the temporary file was renamed, not left behind
+    again = CliRunner().invoke(main, args)  # an existing output is refused without --overwrite
+    assert again.exit_code == 1 and "Error:" in again.output and "--overwrite" in again.output
+
+
+@pytest.mark.parametrize(("flags", "code", "needle"), [
+    (["--pooling", "max"], 2, "--pooling"),
+    (["--layers", "last"], 2, "--layers"),
+    (["--layers", "9"], 2, "--layers"),
+    (["--max-seq-length", "1"], 2, "--max-seq-length"),
+    (["--max-seq-length", "4096"], 2, "max_position_embeddings"),
+    (["--batch-size", "0"], 2, "--batch-size"),
+    (["--device", "tpu"], 2, "--device"),
+    (["--input", "/nonexistent/texts.txt"], 1, "no such file"),
+    (["--init", "/nonexistent/model"], 1, "not a folder"),
+])
+def test_bad_arguments(hf_dir, text_file, tmp_path, flags, code, needle):
+    args = {"--init": str(hf_dir), "--input": str(text_file), "--output": str(tmp_path / "o.arrow")}
+    for flag, value in zip(flags[::2], flags[1::2]):
+        args[flag] = value
+    result = CliRunner().invoke(main, ["embed", *[x for kv in args.items() for x in kv], "--device", args.get("--device", "cpu")])
+    assert result.exit_code == code, result.output
+    assert "Error:" in result.output and needle in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "o.arrow").exists()
+
+
+def test_task_dataset_with_our_checkpoint_matches_unpadded_rows(tmp_path):
+    """A ``bertprep task`` folder read through the fine-tuning reader, embedded with our own checkpoint folder:
+    each row's batched, padded vector equals the encoder run on that row alone."""
+    if not SST2.is_file():
+        pytest.skip(f"{SST2} is absent")
+    from safetensors.torch import save_file
+
+    from pipelines.tasks.pipeline import run_classification
+    from schemas.vocab import SPECIAL_TOKENS, Vocab
+    from trainer.hf import to_hf_state_dict
+    from trainer.model import BertConfig, BertForPreTraining
+
+    rows = SST2.read_text(encoding="utf-8").splitlines()[:13]
+    tsv = tmp_path / "dev.tsv"
+    tsv.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    words = sorted({w for r in rows[1:] for w in r.split("\t")[0].lower().split()})
+    vocab = Vocab((*SPECIAL_TOKENS, *words))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    vocab.write(ckpt / "vocab.txt")
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_layers=2, num_heads=2, intermediate_size=48,
+                        max_position_embeddings=64)
+    model = randomise(BertForPreTraining(config), seed=5)
+    save_file(to_hf_state_dict(model.state_dict()), str(ckpt / "model.safetensors"))
+    (ckpt / "config.json").write_text(__import__("json").dumps({"model": config.to_dict()}), encoding="utf-8")
+    data = tmp_path / "dev_data"
+    run_classification(inputs=[str(tsv)], vocab=str(ckpt / "vocab.txt"), output_dir=str(data), glue="sst2",
+                       split="dev", max_seq_length=32)
+    out = tmp_path / "task.arrow"
+    result = CliRunner().invoke(main, ["embed", "--init", str(ckpt), "--input", str(data), "--output", str(out),
+                                       "--pooling", "cls", "--layers", "-1", "--batch-size", "5", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    table = read(out)
+    assert table.num_rows == len(rows) - 1
+    from trainer.finetune.data import load_task_data
+
+    task = load_task_data(str(data), "classification")
+    ids = task.columns["input_ids"]
+    by_row = dict(zip(task.columns["row_id"].tolist(), range(len(task))))
+    with torch.no_grad():
+        for index, vec in zip(table.column("index").to_pylist(), table.column("embedding").to_pylist()):
+            x = torch.from_numpy(ids[by_row[index]].astype(np.int64))[None]
+            want = model.bert.hidden_states(x)[-1][0, 0]
+            torch.testing.assert_close(torch.tensor(vec), want, **TOL)

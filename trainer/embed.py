@@ -1,0 +1,272 @@
+"""``berttrain embed``: BERT as a feature extractor, texts (or task rows) in, one vector per row out (Arrow).
+
+Layers are numbered as Hugging Face's ``output_hidden_states``: 0 is the embedding output, ``L`` the last
+layer, ``-1`` the last too. Rows are batched by length (sorted, then chunked) so short texts do not pay for a
+long one's padding; the output keeps the input's order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch import Tensor, nn
+
+from schemas import tasks as T
+from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.version import SchemaError
+from schemas.vocab import CLS, SEP
+from schemas.wordpiece import bert_tokenizer, json_lowercase
+from trainer.config import check, check_device
+from trainer.errors import RunError
+from trainer.finetune.weights import Init, InitError, check_vocab, resolve_init
+from trainer.model import BertModel
+
+COMBINES = ("sum", "concat", "mean")
+POOLINGS = ("cls", "mean", "none")
+DTYPES = ("float16", "float32")
+DEFAULT_MAX_SEQ_LENGTH = 128
+_LAYERS = re.compile(r"(-?\d+)?:(-?\d+)?|-?\d+(,-?\d+)*")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmbedConfig:
+    init: str  # our checkpoint folder (or run folder) or a Hugging Face BERT folder
+    input: str  # a UTF-8 text file (one text per line) or a task dataset folder (bertprep task)
+    output: str  # the .arrow file to write
+    layers: str = "-1"  # "-1", "-4:" (a Python slice), or "0,3,5"
+    combine: str = "mean"
+    pooling: str = "mean"
+    # Text files: tokens kept per text, [CLS] and [SEP] included. None: 128, or the model's
+    # max_position_embeddings when smaller (a value given explicitly above that limit is refused instead).
+    max_seq_length: int | None = None
+    batch_size: int = 64
+    dtype: str = "float32"
+    device: str = "auto"
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("init", "input", "output"):
+            check(bool(getattr(self, name)), name, "is required")
+        check(isinstance(self.layers, str) and _LAYERS.fullmatch(self.layers.replace(" ", "")) is not None, "layers",
+              f"must be an index (-1), a slice (-4:, 1:3) or a comma list (0,3,5), got {self.layers!r}")
+        check(self.combine in COMBINES, "combine", f"must be one of {COMBINES}, got {self.combine!r}")
+        check(self.pooling in POOLINGS, "pooling", f"must be one of {POOLINGS}, got {self.pooling!r}")
+        check(self.dtype in DTYPES, "dtype", f"must be one of {DTYPES}, got {self.dtype!r}")
+        check(self.max_seq_length is None or (isinstance(self.max_seq_length, int) and self.max_seq_length >= 2),
+              "max_seq_length",
+              f"must be an integer >= 2 ([CLS] and [SEP]), got {self.max_seq_length!r}")
+        check(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size",
+              f"must be an integer >= 1, got {self.batch_size!r}")
+        check_device(self.device)
+
+
+def layer_indices(spec: str, num_layers: int) -> tuple[int, ...]:
+    """Indices into the ``num_layers + 1`` hidden states that ``--layers`` names (negative ones from the end)."""
+    n = num_layers + 1
+    spec = spec.replace(" ", "")
+    if ":" in spec:
+        start, stop = (int(p) if p else None for p in spec.split(":"))
+        picked = tuple(range(n))[slice(start, stop)]
+        check(bool(picked), "layers", f"{spec!r} selects no layer of the {n} hidden states (0 = embeddings .. {num_layers})")
+        return picked
+    picked = tuple(int(p) for p in spec.split(","))
+    bad = [i for i in picked if not -n <= i < n]
+    check(not bad, "layers", f"layer {bad[0] if bad else ''} is outside the model's {n} hidden states "
+          f"(0 = embeddings .. {num_layers}, or -1 .. -{n})")
+    return tuple(i % n for i in picked)
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """What the encoder reads: per row its ids, where segment B starts, and the input line or task row id."""
+
+    ids: list[np.ndarray]
+    segment_a: list[int]
+    index: np.ndarray  # int64
+    truncated: int  # text rows cut to --max-seq-length
+
+
+def _lowercase(folder: Path) -> bool:
+    # The casing the checkpoint was trained with: tokenizer.json's normalizer, else tokenizer_config.json's or our
+    # config.json's do_lower_case; else lowercase, as BertTokenizer (BERT's uncased models) defaults.
+    for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        lower = json_lowercase(data) if name == "tokenizer.json" else data.get("do_lower_case")
+        if isinstance(lower, bool):
+            return lower
+    return True
+
+
+def text_rows(path: str, init: Init, max_seq_length: int) -> Rows:
+    """One row per line of a UTF-8 file. Blank lines are kept as empty texts (``[CLS] [SEP]``), so row ``i`` is
+    always line ``i``; a final newline ends the last line and adds none."""
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise RunError(f"--input {path}: line {line} is not UTF-8 ({e.reason})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    lines = [line.removesuffix("\r") for line in lines]
+    tok = bert_tokenizer(init.vocab, _lowercase(Path(init.source)))
+    cls, sep = init.vocab.id(CLS), init.vocab.id(SEP)
+    keep = max_seq_length - 2
+    ids, truncated = [], 0
+    for enc in tok.encode_batch(lines, add_special_tokens=False):
+        body = enc.ids
+        truncated += len(body) > keep
+        ids.append(np.array([cls, *body[:keep], sep], dtype=np.int64))
+    return Rows(ids, [len(r) for r in ids], np.arange(len(lines), dtype=np.int64), truncated)
+
+
+def task_rows(root: str, init: Init) -> Rows:
+    """The rows of a ``bertprep task`` folder, as the fine-tuning reader checks and returns them (already
+    ``[CLS] ... [SEP]``, tokenised with the vocabulary the manifest names, which must be the init's)."""
+    from trainer.data.refs import read_text
+    from trainer.finetune.data import TaskDataError, load_task_data
+
+    try:
+        kind = Manifest.from_json(read_text(root, MANIFEST_NAME), source=f"--input {root}").kind
+    except FileNotFoundError:
+        raise TaskDataError(f"--input {root}: a folder without {MANIFEST_NAME}; give a text file or a folder "
+                            "written by `bertprep task`") from None
+    except SchemaError as e:
+        raise TaskDataError(str(e)) from None
+    data = load_task_data(root, kind, role="--input")
+    check_vocab(init, data.vocab.sha256, root)
+    ragged = data.columns[T.INPUT_IDS]
+    ids = [ragged[i].astype(np.int64) for i in range(len(data))]
+    seg = data.columns.get(T.SEGMENT_A_LENGTH)
+    segment_a = [int(seg[i]) if seg is not None else len(ids[i]) for i in range(len(data))]
+    return Rows(ids, segment_a, np.asarray(data.columns[T.ROW_ID], dtype=np.int64), 0)
+
+
+def load_encoder(init: Init) -> BertModel:
+    """The init's encoder, weights loaded by the fine-tuning loader (every ``bert.*`` tensor must be there)."""
+    from trainer.finetune.heads import load_encoder_state
+
+    holder = nn.Module()  # load_encoder_state fills ``model.bert``, as in every task model
+    holder.bert = BertModel(init.config)
+    try:
+        load_encoder_state(holder, init.state or {})
+    except ValueError as e:
+        raise InitError(f"--init {init.source}: {e}") from None
+    return holder.bert.eval()
+
+
+def pool(states: list[Tensor], mask: Tensor, layers: tuple[int, ...], combine: str, pooling: str) -> Tensor:
+    """``[B, D]`` (cls, mean) or ``[B, T, D]`` (none) from the hidden states; D = H, or H * len(layers) (concat)."""
+    picked = [states[i] for i in layers]
+    x = torch.cat(picked, dim=-1) if combine == "concat" else torch.stack(picked).sum(0)
+    if combine == "mean":
+        x = x / len(picked)
+    if pooling == "cls":
+        return x[:, 0]
+    if pooling == "mean":  # real tokens only: padding must not pull the average
+        m = mask.to(x.dtype).unsqueeze(-1)
+        return (x * m).sum(1) / m.sum(1)
+    return x
+
+
+def embed_rows(model: BertModel, rows: Rows, cfg: EmbedConfig, layers: tuple[int, ...], device: torch.device,
+               pad_id: int) -> list[np.ndarray]:
+    """One float32 array per row, in row order: ``[D]``, or ``[tokens, D]`` for pooling none."""
+    lengths = np.array([len(r) for r in rows.ids], dtype=np.int64)
+    order = np.argsort(lengths, kind="stable")
+    out: list[np.ndarray | None] = [None] * len(rows.ids)
+    with torch.inference_mode():
+        for start in range(0, len(order), cfg.batch_size):
+            chunk = order[start:start + cfg.batch_size]
+            t = int(lengths[chunk].max())
+            ids = np.full((len(chunk), t), pad_id, dtype=np.int64)
+            types = np.zeros_like(ids)
+            mask = np.zeros_like(ids)
+            for j, i in enumerate(chunk):
+                n = lengths[i]
+                ids[j, :n], mask[j, :n] = rows.ids[i], 1
+                types[j, rows.segment_a[i]:n] = 1
+            m = torch.from_numpy(mask).to(device)
+            states = model.hidden_states(torch.from_numpy(ids).to(device), torch.from_numpy(types).to(device), m)
+            vec = pool(states, m, layers, cfg.combine, cfg.pooling).float().cpu().numpy()
+            for j, i in enumerate(chunk):
+                out[i] = vec[j, :lengths[i]] if cfg.pooling == "none" else vec[j]
+    return out  # type: ignore[return-value]
+
+
+def to_table(vectors: list[np.ndarray], rows: Rows, cfg: EmbedConfig, width: int, meta: dict[str, Any]) -> pa.Table:
+    value = pa.float16() if cfg.dtype == "float16" else pa.float32()
+    np_type = np.float16 if cfg.dtype == "float16" else np.float32
+    if cfg.pooling == "none":
+        flat = np.concatenate(vectors).astype(np_type) if vectors else np.zeros((0, width), np_type)
+        tokens = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), type=value), width)
+        offsets = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int32)
+        column = pa.ListArray.from_arrays(pa.array(offsets), tokens)
+    else:
+        flat = np.stack(vectors).astype(np_type) if vectors else np.zeros((0, width), np_type)
+        column = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), type=value), width)
+    table = pa.table({"index": pa.array(rows.index, pa.int64()),
+                      "num_tokens": pa.array([len(r) for r in rows.ids], pa.int32()),
+                      "embedding": column})
+    return table.replace_schema_metadata({"bertstream.embed": json.dumps(meta)})
+
+
+def write_atomic(table: pa.Table, path: Path) -> None:
+    # A temporary file beside the target, then a rename: a reader never sees a half-written file.
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def embed(cfg: EmbedConfig) -> dict[str, Any]:
+    """Run the extraction; returns a summary (rows, width, output path, truncated texts)."""
+    from trainer import distributed as D
+
+    out = Path(cfg.output)
+    if out.exists() and not cfg.overwrite:
+        raise RunError(f"--output {out}: exists; pass --overwrite to replace it")
+    if not out.parent.is_dir():
+        raise RunError(f"--output {out}: folder {out.parent} does not exist")
+    init = resolve_init(cfg.init, None)
+    layers = layer_indices(cfg.layers, init.config.num_layers)
+    limit = init.config.max_position_embeddings
+    max_len = min(DEFAULT_MAX_SEQ_LENGTH, limit) if cfg.max_seq_length is None else cfg.max_seq_length
+    check(max_len <= limit, "max_seq_length", f"{max_len} exceeds the model's max_position_embeddings ({limit})")
+    source = Path(cfg.input)
+    if source.is_dir():
+        rows = task_rows(cfg.input, init)
+        longest = max((len(r) for r in rows.ids), default=0)
+        if longest > limit:
+            raise RunError(f"--input {cfg.input}: rows of {longest} tokens exceed the model's "
+                           f"max_position_embeddings ({limit})")
+    elif source.is_file():
+        rows = text_rows(cfg.input, init, max_len)
+    else:
+        raise RunError(f"--input {cfg.input}: no such file or folder")
+    device = D.setup(cfg.device).device
+    model = load_encoder(init).to(device)
+    width = init.config.hidden_size * (len(layers) if cfg.combine == "concat" else 1)
+    vectors = embed_rows(model, rows, cfg, layers, device, init.vocab.id("[PAD]"))
+    meta = {**asdict(cfg), "max_seq_length": max_len, "layer_indices": list(layers), "width": width, "vocab_sha256": init.vocab.sha256,
+            "truncated": rows.truncated}
+    write_atomic(to_table(vectors, rows, cfg, width, meta), out)
+    return {"rows": len(rows.ids), "width": width, "output": str(out), "truncated": rows.truncated}
