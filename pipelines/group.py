@@ -33,8 +33,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import counters as C
 from pipelines.hashing import mix64, mix64_array
 from pipelines.instances import Pool, document_key
-from pipelines.runner import release_freed_memory
-from pipelines.spill import ByteRange, SpillFn, keys_per_block, read_ranges, spill_path, write_file
+from pipelines.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
 from pipelines.tokenize import TokenizedBatch
 
 _HEADER = struct.Struct("<8sB7xQQQ")
@@ -147,10 +146,9 @@ def plan_parts(path: str, groups: int) -> Iterator[tuple[int, BlockPart]]:
     gid = groups_of(mix64_array(np.frombuffer(raw_keys, "<u8")), groups)
     doc_sent, doc_tok = np.frombuffer(raw_sent, "<i8"), np.frombuffer(raw_tok, "<i8")
     bounds = np.searchsorted(gid, np.arange(groups + 1, dtype=np.uint64)).tolist()
-    k = keys_per_block(groups)
-    for block in range(-(-groups // k)):
-        rows = np.zeros((min(groups, (block + 1) * k) - block * k, 8), dtype="<i8")
-        for i, g in enumerate(range(block * k, block * k + len(rows))):
+    for block, keys in enumerate(key_blocks(groups)):
+        rows = np.zeros((len(keys), 8), dtype="<i8")
+        for i, g in enumerate(keys):
             d0, d1 = bounds[g], bounds[g + 1]
             if d1 > d0:
                 ranges = layout.part(d0, d1, int(doc_sent[d0]), int(doc_sent[d1]), int(doc_tok[d0]), int(doc_tok[d1]))
@@ -238,12 +236,10 @@ class _BuildPoolFn(beam.DoFn):
     def process(self, element: tuple[int, Iterable[BlockPart]], groups: int):
         block, parts = element
         parts = list(parts)
-        k = keys_per_block(groups)
-        for group in range(block * k, min(groups, (block + 1) * k)):
-            found = group_parts(parts, group - block * k)
+        for i, group in enumerate(key_blocks(groups)[block]):
+            found = group_parts(parts, i)
             if found:
                 yield from self.build(group, found)
-            release_freed_memory()
 
     def build(self, group: int, parts: list[GroupPart]):
         pool = read_group(parts)

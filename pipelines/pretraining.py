@@ -190,7 +190,8 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
         masked_lm_prob=cfg.masked_lm_prob, whole_word=cfg.whole_word_mask,
     )
     files = p | "Inputs" >> beam.Create([(f.path, f.format, f.name or f.path, f.bytes) for f in inputs])
-    range_bytes = range_bytes_for(sum(f.bytes for f in inputs))  # big files are read by many workers
+    input_bytes = sum(f.bytes for f in inputs)
+    range_bytes = range_bytes_for(input_bytes)  # big files are read by many workers
     docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg, range_bytes)
     sentences = docs | "Segment" >> SegmentDocuments()
     tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads)
@@ -207,7 +208,7 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
     )
     results = masked | "ShuffleAndWrite" >> WriteShards(
         output_dir, work_dir, num_shards, cfg.seed, cfg.formats, writer_args=writer_args, stats_args=stats_args,
-        spill_bytes=spill_bytes_for(int(sum(f.bytes for f in inputs) * cfg.dupe_factor * INSTANCE_SPILL_PER_BYTE)),
+        spill_bytes=spill_bytes_for(int(input_bytes * cfg.dupe_factor * INSTANCE_SPILL_PER_BYTE)),
     )
     counters = (
         tokenized | "Counters" >> beam.Map(lambda b: dict(b.counters)),

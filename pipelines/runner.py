@@ -34,17 +34,6 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
         pass
 
 
-def release_freed_memory() -> None:
-    """Hand memory freed by Python and NumPy back to the OS (glibc keeps freed heap pages otherwise, and a
-    worker's resident size then stays at its highest point for the rest of the run). A no-op off glibc."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def import_runner(beam_args: list[str]) -> None:
     """Import the module of a ``--runner`` given by its full name (``apache_beam.runners.dask.dask_runner.
     DaskRunner``): runners outside Beam's core define their options there (``--dask_client_address``), and

@@ -22,8 +22,6 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
-from pipelines.runner import release_freed_memory
-
 # Bytes a spilling DoFn buffers before it writes a file. A worker holds about three times this at a flush
 # (the buffer, its sorted copy, the encoded file); fewer, larger files mean fewer references to shuffle.
 SPILL_BYTES = 16 << 20
@@ -52,6 +50,12 @@ MAX_BLOCKS = 256
 def keys_per_block(keys: int) -> int:
     """Keys (groups, shards) one reference covers: 1 up to ``MAX_BLOCKS`` keys, then enough for that many blocks."""
     return max(1, -(-keys // MAX_BLOCKS))
+
+
+def key_blocks(keys: int) -> list[range]:
+    """The keys of each block, in order: ``key_blocks(keys)[b]`` are the keys that block ``b``'s references cover."""
+    k = keys_per_block(keys)
+    return [range(a, min(keys, a + k)) for a in range(0, keys, k)]
 
 
 def spill_path(work_dir: str, kind: str, identity: Iterable[bytes | memoryview]) -> str:
@@ -131,7 +135,4 @@ class SpillFn(beam.DoFn):
     def _drain(self) -> Iterator[Any]:
         elements, self._buffer, self._bytes = self._buffer, [], 0
         if elements:
-            refs = list(self.spill(elements))  # may empty ``elements`` early to free the buffer
-            del elements
-            release_freed_memory()  # the buffer and its sorted copies are gone: give their pages back
-            yield from refs
+            yield from self.spill(elements)  # may empty ``elements`` early to free the buffer

@@ -14,7 +14,6 @@ the writer of a shard reads its ranges back. Memory is bounded by the spill buff
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
@@ -27,9 +26,8 @@ from pipelines import counters as C
 from pipelines import stats as S
 from pipelines.batch import InstanceBatch
 from pipelines.hashing import hash64, mix64_array
-from pipelines.runner import release_freed_memory
 from pipelines.shards import ArrowShardWriter, WebDatasetShardWriter
-from pipelines.spill import ByteRange, SpillFn, keys_per_block, read_ranges, spill_path, write_file
+from pipelines.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
 from schemas.manifest import shard_name
 
 SHARD_PREFIX = "pretrain"
@@ -140,9 +138,8 @@ class _SpillShardsFn(SpillFn):
 
         write_file(path, chunks())
         ends = np.cumsum(lengths)  # shards lie in the file in shard order
-        k = keys_per_block(self.num_shards)
-        for block in range(math.ceil(self.num_shards / k)):
-            lo, hi = block * k, min(self.num_shards, (block + 1) * k)
+        for block, shards in enumerate(key_blocks(self.num_shards)):
+            lo, hi = shards.start, shards.stop
             if lengths[lo:hi].any():
                 offsets = np.concatenate(([ends[lo] - lengths[lo]], ends[lo:hi])).astype("<i8")
                 yield block, (path, offsets.tobytes())
@@ -161,18 +158,16 @@ class _WriteShardFn(beam.DoFn):
     def process(self, element: tuple[int, Iterable[BlockPart]]) -> Iterator[dict[str, Any]]:
         block, parts = element
         parts = list(parts)
-        k = keys_per_block(self.num_shards)
-        for shard in range(block * k, min(self.num_shards, (block + 1) * k)):
-            found = shard_parts(parts, shard - block * k)
+        for i, shard in enumerate(key_blocks(self.num_shards)[block]):
+            found = shard_parts(parts, i)
             if found:  # Finalize writes the shards that got no instances
                 yield self.write(shard, read_parts(found))
-                release_freed_memory()
 
     def write(self, shard: int, batch: InstanceBatch) -> dict[str, Any]:
         """Write the shard in order, one record batch of rows at a time: memory holds the shard once, not
         its sorted copy and its Arrow form as well."""
         order = shard_order(batch, self.seed)
-        rows = self.writer_args["batch_rows"]  # chunks of whole record batches: the same bytes as one write
+        rows = self.writer_args["batch_rows"]  # chunks of whole record batches: the same batches as one write
         writers = shard_writers(self.output_dir, shard, self.num_shards, self.formats, **self.writer_args)
         stats = []
         with contextlib.ExitStack() as stack:
