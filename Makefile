@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,13 @@ demo: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
 # Every test, slow end-to-end ones included (what CI runs).
-test: $(STAMP)
+test: $(STAMP) lint
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "slow or not slow" -q
+
+# Style holds by itself: lint and format check (ruff). Part of `make test`.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The quick loop while editing: slow end-to-end tests deselected.
 test-fast: $(STAMP)

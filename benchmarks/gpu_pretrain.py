@@ -37,8 +37,12 @@ def make_batch(b: int, t: int, p: int, vocab: int, gen: torch.Generator, device:
     tt = ((pos >= seg_a) & (attn > 0)).long()
     mpos = torch.stack([torch.randperm(int(n) - 2, generator=gen)[:p] + 1 for n in lengths])
     batch = {
-        "input_ids": ids, "token_type_ids": tt, "attention_mask": attn, "masked_lm_positions": mpos,
-        "masked_lm_ids": torch.randint(5, vocab, (b, p), generator=gen), "masked_lm_weights": torch.ones(b, p),
+        "input_ids": ids,
+        "token_type_ids": tt,
+        "attention_mask": attn,
+        "masked_lm_positions": mpos,
+        "masked_lm_ids": torch.randint(5, vocab, (b, p), generator=gen),
+        "masked_lm_weights": torch.ones(b, p),
         "next_sentence_labels": torch.randint(0, 2, (b,), generator=gen),
     }
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
@@ -79,11 +83,18 @@ def run_mode(name: str, compile_: bool, args, device: torch.device) -> dict:
     peak = device_peak_flops(device)
     losses_f = [float(x) for x in losses]
     return {
-        "mode": name, "batch_size": args.batch_size, "seq_len": args.seq, "steps": args.steps,
-        "warmup_seconds": round(warm_s, 1), "ms_per_step": round(1000 * seconds / args.steps, 2),
-        "seq_per_s": round(args.batch_size * args.steps / seconds), "tflops": round(flops / seconds / 1e12, 1),
-        "mfu": round(flops / seconds / peak, 4) if peak else None, "finite": all(map(lambda x: x == x, losses_f)),
-        "first_loss": round(losses_f[0], 4), "last_loss": round(losses_f[-1], 4),
+        "mode": name,
+        "batch_size": args.batch_size,
+        "seq_len": args.seq,
+        "steps": args.steps,
+        "warmup_seconds": round(warm_s, 1),
+        "ms_per_step": round(1000 * seconds / args.steps, 2),
+        "seq_per_s": round(args.batch_size * args.steps / seconds),
+        "tflops": round(flops / seconds / 1e12, 1),
+        "mfu": round(flops / seconds / peak, 4) if peak else None,
+        "finite": all(map(lambda x: x == x, losses_f)),
+        "first_loss": round(losses_f[0], 4),
+        "last_loss": round(losses_f[-1], 4),
         "max_memory_gb": round(torch.cuda.max_memory_allocated(device) / 2**30, 1),
     }
 
@@ -99,7 +110,12 @@ def attention_kernels(device: torch.device) -> dict:
     mask[1, 100:] = 0
     bias = attention_bias(mask, torch.bfloat16)
     out = {}
-    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH):
+    for backend in (
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+        SDPBackend.CUDNN_ATTENTION,
+        SDPBackend.MATH,
+    ):
         try:
             with sdpa_kernel([backend]):
                 torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=bias)
@@ -125,14 +141,18 @@ def main() -> None:
     device = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = True
     result = {
-        "device": torch.cuda.get_device_name(device), "torch": torch.__version__,
-        "peak_bf16_tflops": (device_peak_flops(device) or 0) / 1e12, "attention_kernels": attention_kernels(device),
+        "device": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "peak_bf16_tflops": (device_peak_flops(device) or 0) / 1e12,
+        "attention_kernels": attention_kernels(device),
         "runs": [run_mode("eager", False, args, device), run_mode("compile", True, args, device)],
     }
     print(json.dumps(result, indent=2))
     for r in result["runs"]:
-        print(f"{r['mode']:>8}: {r['seq_per_s']} seq/s, {r['tflops']} TFLOP/s, MFU {r['mfu']}, "
-              f"{r['ms_per_step']} ms/step, loss {r['first_loss']} -> {r['last_loss']} (target MFU >= 0.55)")
+        print(
+            f"{r['mode']:>8}: {r['seq_per_s']} seq/s, {r['tflops']} TFLOP/s, MFU {r['mfu']}, "
+            f"{r['ms_per_step']} ms/step, loss {r['first_loss']} -> {r['last_loss']} (target MFU >= 0.55)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
 

@@ -37,7 +37,12 @@ SHARED = REPO.parent / "shared" / "data" / "pretrain"
 sys.path.insert(0, str(REPO))
 
 from pipelines.instances import (  # noqa: E402
-    Pool, assemble, document_key, reference_assemble, reference_unit_instances, unit_instances,
+    Pool,
+    assemble,
+    document_key,
+    reference_assemble,
+    reference_unit_instances,
+    unit_instances,
 )
 from pipelines.masking import mask, masking_spec, reference_mask  # noqa: E402
 
@@ -115,8 +120,10 @@ def main() -> None:
     cls, sep = vocab.id("[CLS]"), vocab.id("[SEP]")
     units = [(p, a, b) for p in range(args.passes) for a, b in work_units(pool, args.tokens_per_unit)]
     mnt, ssp = args.max_seq_length - 3, args.short_seq_prob
-    print(f"pool: {pool.num_docs} documents, {len(pool.sent_tok) - 1} sentences, {len(pool.ids)} tokens; "
-          f"{len(units)} work units ({args.passes} passes), max_seq_length {args.max_seq_length}")
+    print(
+        f"pool: {pool.num_docs} documents, {len(pool.sent_tok) - 1} sentences, {len(pool.ids)} tokens; "
+        f"{len(units)} work units ({args.passes} passes), max_seq_length {args.max_seq_length}"
+    )
 
     def create(make, gather):
         return [gather(pool, raw, cls, sep) + (raw,) for raw in (make(pool, p, a, b, mnt, ssp) for p, a, b in units)]
@@ -133,14 +140,16 @@ def main() -> None:
     for whole_word in (False, True):
         spec = masking_spec(vocab, 0.15, 20, whole_word)
 
-        def run(fn):
+        def run(fn, spec=spec):
             return [fn(ids, offsets, seg_a, raw.instance_ids, spec) for ids, offsets, seg_a, raw in new]
 
         run(mask)
         t_old, m_old = best(lambda: run(reference_mask), args.repeats)
         t_new, m_new = best(lambda: run(mask), args.repeats)
         for a, b in zip(m_old, m_new):
-            assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("ids", "positions", "labels", "pred_offsets"))
+            assert all(
+                np.array_equal(getattr(a, f), getattr(b, f)) for f in ("ids", "positions", "labels", "pred_offsets")
+            )
         rows.append(("mask, whole-word" if whole_word else "mask", t_old, t_new))
 
     print(f"{n} instances; us per instance on one core (best of {args.repeats}):")

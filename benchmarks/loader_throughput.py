@@ -38,8 +38,9 @@ def write(root: Path, samples: int, shards: int) -> None:
 
     t = time.perf_counter()
     vocab = bert_like_vocab()
-    inst = make_instances(samples, seed=0, vocab=vocab, max_len=128, full_fraction=0.9, max_masked=20,
-                          masked_fraction=20 / 128)
+    inst = make_instances(
+        samples, seed=0, vocab=vocab, max_len=128, full_fraction=0.9, max_masked=20, masked_fraction=20 / 128
+    )
     counts = [samples // shards + (i < samples % shards) for i in range(shards)]
     write_dataset(root, inst, counts, vocab=vocab, rows_per_batch=1000)
     print(f"wrote {samples:,} instances in {shards} shards per format to {root} ({time.perf_counter() - t:.1f}s)")
@@ -54,7 +55,7 @@ def time_loader(data: str, fmt: str, verify: str, batch_size: int, repeats: int,
         t = time.perf_counter()
         if prof:
             prof.enable()
-        n = sum(len(b["instance_ids"]) for b in loader)   # one full epoch, shards opened fresh
+        n = sum(len(b["instance_ids"]) for b in loader)  # one full epoch, shards opened fresh
         if prof:
             prof.disable()
             out = io.StringIO()
@@ -122,14 +123,20 @@ def main() -> None:
             data = tmp
             write(Path(tmp), args.samples, args.shards)
         formats = load_manifest(data).formats
-        print(f"\nsamples/s per loader worker (num_workers=0, batches of {args.batch_size}, best of {args.repeats} epochs)")
+        print(
+            f"\nsamples/s per loader worker (num_workers=0, batches of {args.batch_size}, best of {args.repeats} epochs)"
+        )
         results = {}
         for fmt in formats:
             for verify in ("sha256", "size"):
-                rate = time_loader(data, fmt, verify, args.batch_size, args.repeats, args.profile and verify == "sha256")
+                rate = time_loader(
+                    data, fmt, verify, args.batch_size, args.repeats, args.profile and verify == "sha256"
+                )
                 results[fmt, verify] = rate
-                print(f"  {fmt:<10} verify={verify:<6} {rate:>10,.0f}/s   {rate / TARGETS[fmt]:5.2f}x target "
-                      f"({TARGETS[fmt]:,}/s)")
+                print(
+                    f"  {fmt:<10} verify={verify:<6} {rate:>10,.0f}/s   {rate / TARGETS[fmt]:5.2f}x target "
+                    f"({TARGETS[fmt]:,}/s)"
+                )
         if "webdataset" in formats:
             ref = time_reference(data, args.batch_size, args.repeats)
             print(f"  reference: stock webdataset + decode_sample + per-sample padding: {ref:,.0f}/s")

@@ -64,8 +64,18 @@ def build_big_file(root: Path) -> list[str]:
 
 def run_one(inputs: list[str], vocab: str, out: Path, dupe: int, workers: int, env: dict[str, str]) -> dict:
     bertprep = str(Path(sys.executable).with_name("bertprep"))
-    cmd = [bertprep, "pretraining", *[a for i in inputs for a in ("--input", i)], "--vocab", vocab,
-           "--output", str(out), "--dupe-factor", str(dupe), "--overwrite"]
+    cmd = [
+        bertprep,
+        "pretraining",
+        *[a for i in inputs for a in ("--input", i)],
+        "--vocab",
+        vocab,
+        "--output",
+        str(out),
+        "--dupe-factor",
+        str(dupe),
+        "--overwrite",
+    ]
     if workers > 1:
         cmd += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
     seconds, peak, _ = run_measured(cmd, env)
@@ -73,9 +83,14 @@ def run_one(inputs: list[str], vocab: str, out: Path, dupe: int, workers: int, e
     shutil.rmtree(out)
     input_mb = manifest["counters"]["bytes_read"] / 1e6
     return {
-        "dupe": dupe, "workers": workers, "seconds": round(seconds, 2), "input_mb": round(input_mb, 1),
-        "mb_per_s": round(input_mb / seconds, 3), "instances": manifest["totals"]["instances"],
-        "instances_per_s": round(manifest["totals"]["instances"] / seconds), "peak_mb": round(peak / 1e6),
+        "dupe": dupe,
+        "workers": workers,
+        "seconds": round(seconds, 2),
+        "input_mb": round(input_mb, 1),
+        "mb_per_s": round(input_mb / seconds, 3),
+        "instances": manifest["totals"]["instances"],
+        "instances_per_s": round(manifest["totals"]["instances"] / seconds),
+        "peak_mb": round(peak / 1e6),
     }
 
 
@@ -125,11 +140,15 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\ntokenizer ceiling: {ceiling:.2f} MB/s on {cores} cores (same paragraphs, same run)")
-    print(f"{'input':>13} {'MB':>6} {'dupe':>4} {'workers':>7} {'seconds':>8} {'MB/s':>6} {'inst/s':>7} "
-          f"{'peak MB':>8} {'ratio':>6}")
+    print(
+        f"{'input':>13} {'MB':>6} {'dupe':>4} {'workers':>7} {'seconds':>8} {'MB/s':>6} {'inst/s':>7} "
+        f"{'peak MB':>8} {'ratio':>6}"
+    )
     for r in rows:
-        print(f"{r['input']:>13} {r['input_mb']:>6} {r['dupe']:>4} {r['workers']:>7} {r['seconds']:>8} "
-              f"{r['mb_per_s']:>6} {r['instances_per_s']:>7} {r['peak_mb']:>8} {r['ratio_to_ceiling']:>6}")
+        print(
+            f"{r['input']:>13} {r['input_mb']:>6} {r['dupe']:>4} {r['workers']:>7} {r['seconds']:>8} "
+            f"{r['mb_per_s']:>6} {r['instances_per_s']:>7} {r['peak_mb']:>8} {r['ratio_to_ceiling']:>6}"
+        )
     summarize(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
@@ -139,20 +158,25 @@ def main() -> None:
 
 def summarize(rows: list[dict]) -> None:
     """The issue's targets as ratios measured in this run."""
+
     def find(**kw):
         return [r for r in rows if all(r[k] == v for k, v in kw.items())]
 
     for w in (1, 2):
         small, large = find(input="1 copy", dupe=10, workers=w), find(input="8 copies", dupe=10, workers=w)
         if small and large:
-            print(f"peak at dupe 10, {w} worker(s): 176 MB {large[0]['peak_mb']} MB (target <= 1000), "
-                  f"{large[0]['peak_mb'] / small[0]['peak_mb']:.2f}x the 22 MB peak (target <= 1.2)")
+            print(
+                f"peak at dupe 10, {w} worker(s): 176 MB {large[0]['peak_mb']} MB (target <= 1000), "
+                f"{large[0]['peak_mb'] / small[0]['peak_mb']:.2f}x the 22 MB peak (target <= 1.2)"
+            )
     for dupe, target in ((1, 0.8), (10, 0.55)):
         best = [r for r in rows if r["dupe"] == dupe and r["input_mb"] >= 88 and r["input"] != "one big file"]
         if best:
             r = max(best, key=lambda r: r["ratio_to_ceiling"])
-            print(f"dupe {dupe} on >= 88 MB: best {r['ratio_to_ceiling']} of the ceiling ({r['input']}, "
-                  f"{r['workers']} worker(s); target >= {target})")
+            print(
+                f"dupe {dupe} on >= 88 MB: best {r['ratio_to_ceiling']} of the ceiling ({r['input']}, "
+                f"{r['workers']} worker(s); target >= {target})"
+            )
     big = {r["workers"]: r for r in find(input="one big file")}
     if 1 in big and 2 in big:
         print(f"one big file: 2 workers {big[1]['seconds'] / big[2]['seconds']:.2f}x faster than 1 (target >= 1.3)")
@@ -167,8 +191,11 @@ def plot(rows: list[dict], path: str) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for dupe in sorted({r["dupe"] for r in rows}):
         for w in sorted({r["workers"] for r in rows}):
-            pts = sorted((r["input_mb"], r["peak_mb"], r["ratio_to_ceiling"]) for r in rows
-                         if r["dupe"] == dupe and r["workers"] == w and r["input"] != "one big file")
+            pts = sorted(
+                (r["input_mb"], r["peak_mb"], r["ratio_to_ceiling"])
+                for r in rows
+                if r["dupe"] == dupe and r["workers"] == w and r["input"] != "one big file"
+            )
             if not pts:
                 continue
             label = f"dupe {dupe}, {w} worker{'s' if w > 1 else ''}"

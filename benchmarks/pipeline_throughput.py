@@ -130,8 +130,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, action="append", help="worker processes (default 1 and 2)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
-    inputs = args.input or [f"wikiextractor:{SHARED / 'pretrain' / 'wikipedia' / 'wiki_*'}",
-                            f"text:{SHARED / 'pretrain' / 'gutenberg' / '*.txt'}"]
+    inputs = args.input or [
+        f"wikiextractor:{SHARED / 'pretrain' / 'wikipedia' / 'wiki_*'}",
+        f"text:{SHARED / 'pretrain' / 'gutenberg' / '*.txt'}",
+    ]
     dupes = args.dupe or [1, 5]
     workers = args.workers or [1, 2]
     tmp = Path(tempfile.mkdtemp(prefix="bench_pipeline_"))
@@ -151,28 +153,53 @@ def main() -> None:
     for dupe in dupes:
         for w in workers:
             out = tmp / f"out_{dupe}_{w}"
-            cmd = [bertprep, "pretraining", *[a for i in inputs for a in ("--input", i)], "--format", args.format,
-                   "--vocab", vocab, "--output", str(out), "--dupe-factor", str(dupe), "--overwrite",
-                   f"--direct_num_workers={w}"]
+            cmd = [
+                bertprep,
+                "pretraining",
+                *[a for i in inputs for a in ("--input", i)],
+                "--format",
+                args.format,
+                "--vocab",
+                vocab,
+                "--output",
+                str(out),
+                "--dupe-factor",
+                str(dupe),
+                "--overwrite",
+                f"--direct_num_workers={w}",
+            ]
             seconds, peak, _ = run_measured(cmd, env)
             manifest = json.loads((out / "manifest.json").read_text())
             input_mb = manifest["counters"]["bytes_read"] / 1e6
-            rows.append({
-                "dupe": dupe, "workers": w, "seconds": round(seconds, 2), "input_mb": round(input_mb, 2),
-                "mb_per_s": round(input_mb / seconds, 3), "instances": manifest["totals"]["instances"],
-                "instances_per_s": round(manifest["totals"]["instances"] / seconds),
-                "peak_mb": round(peak / 1e6), "ceiling_mb_per_s": round(ceiling, 3),
-                "ratio_to_ceiling": round(input_mb / seconds / ceiling, 3),
-                "arrow_bytes_per_instance": manifest["totals"].get("bytes_per_instance", {}).get("arrow"),
-            })
+            rows.append(
+                {
+                    "dupe": dupe,
+                    "workers": w,
+                    "seconds": round(seconds, 2),
+                    "input_mb": round(input_mb, 2),
+                    "mb_per_s": round(input_mb / seconds, 3),
+                    "instances": manifest["totals"]["instances"],
+                    "instances_per_s": round(manifest["totals"]["instances"] / seconds),
+                    "peak_mb": round(peak / 1e6),
+                    "ceiling_mb_per_s": round(ceiling, 3),
+                    "ratio_to_ceiling": round(input_mb / seconds / ceiling, 3),
+                    "arrow_bytes_per_instance": manifest["totals"].get("bytes_per_instance", {}).get("arrow"),
+                }
+            )
     print(f"input: {', '.join(inputs)}, {text_mb:.1f} MB of paragraph text; cpus: {cores}")
-    print(f"{'dupe':>4} {'workers':>7} {'seconds':>8} {'MB/s':>6} {'inst/s':>7} {'peak MB':>8} "
-          f"{'ceiling MB/s':>12} {'ratio':>6} {'B/inst':>7}")
+    print(
+        f"{'dupe':>4} {'workers':>7} {'seconds':>8} {'MB/s':>6} {'inst/s':>7} {'peak MB':>8} "
+        f"{'ceiling MB/s':>12} {'ratio':>6} {'B/inst':>7}"
+    )
     for r in rows:
-        print(f"{r['dupe']:>4} {r['workers']:>7} {r['seconds']:>8} {r['mb_per_s']:>6} {r['instances_per_s']:>7} "
-              f"{r['peak_mb']:>8} {r['ceiling_mb_per_s']:>12} {r['ratio_to_ceiling']:>6} {r['arrow_bytes_per_instance']:>7}")
-    print("arrow bytes per instance vs the reference's padded TFRecord (827 B at length 128): "
-          + ", ".join(f"{r['arrow_bytes_per_instance'] / 827:.2f}" for r in rows[:1]))
+        print(
+            f"{r['dupe']:>4} {r['workers']:>7} {r['seconds']:>8} {r['mb_per_s']:>6} {r['instances_per_s']:>7} "
+            f"{r['peak_mb']:>8} {r['ceiling_mb_per_s']:>12} {r['ratio_to_ceiling']:>6} {r['arrow_bytes_per_instance']:>7}"
+        )
+    print(
+        "arrow bytes per instance vs the reference's padded TFRecord (827 B at length 128): "
+        + ", ".join(f"{r['arrow_bytes_per_instance'] / 827:.2f}" for r in rows[:1])
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

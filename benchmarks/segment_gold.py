@@ -314,9 +314,7 @@ def predicted_boundaries(spans: Sequence[tuple[int, int]]) -> set[int]:
     return {s for s, _ in spans[1:]}
 
 
-def boundary_counts(
-    spans_fn: Callable[[str], Sequence[tuple[int, int]]], paragraphs: Iterable[Paragraph]
-) -> Counts:
+def boundary_counts(spans_fn: Callable[[str], Sequence[tuple[int, int]]], paragraphs: Iterable[Paragraph]) -> Counts:
     """Score a segmenter that returns sentence spans against gold boundary offsets."""
     tp = fp = fn = 0
     for text, gold in paragraphs:

@@ -175,8 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"# not importable, not measured: {', '.join(missing)}")
 
     print()
-    print(f"{'segmenter':12s} {'source':12s} {'gold':>6s} {'tp':>6s} {'fp':>5s} {'fn':>5s} "
-          f"{'P':>7s} {'R':>7s} {'F1':>7s} {'MB/s':>7s}")
+    print(
+        f"{'segmenter':12s} {'source':12s} {'gold':>6s} {'tp':>6s} {'fp':>5s} {'fn':>5s} "
+        f"{'P':>7s} {'R':>7s} {'F1':>7s} {'MB/s':>7s}"
+    )
     results = []
     for c in found:
         per_source = {g.name: boundary_counts(c.spans, g.paragraphs) for g in gold}
@@ -184,8 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         mb_s, measured = throughput(c.run, wiki, args.budget)
         for name, k in [*per_source.items(), ("overall", overall)]:
             speed = f"{mb_s:7.2f}" if name == "overall" else ""
-            print(f"{c.name:12s} {name:12s} {k.tp + k.fn:6d} {k.tp:6d} {k.fp:5d} {k.fn:5d} "
-                  f"{k.precision:7.4f} {k.recall:7.4f} {k.f1:7.4f} {speed:>7s}")
+            print(
+                f"{c.name:12s} {name:12s} {k.tp + k.fn:6d} {k.tp:6d} {k.fp:5d} {k.fn:5d} "
+                f"{k.precision:7.4f} {k.recall:7.4f} {k.f1:7.4f} {speed:>7s}"
+            )
         if measured < wiki_mb * 1e6:
             cut = f"pass cut at {args.budget:.0f} CPU s"
             print(f"{'':12s} (speed from the first {measured / 1e6:.2f} MB: {cut})")

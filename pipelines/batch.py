@@ -129,9 +129,14 @@ class InstanceBatch:
         dt = np.dtype("<u2" if width == 2 else "<i4")
         n, t, p = (sum(s[k] for s in sizes) for k in (1, 2, 3))
         out = cls(
-            instance_ids=np.empty(n, np.uint64), ids=np.empty(t, dt), offsets=np.zeros(n + 1, np.int64),
-            segment_a_length=np.empty(n, np.int16), next_sentence_label=np.empty(n, np.int8),
-            positions=np.empty(p, np.uint16), labels=np.empty(p, dt), pred_offsets=np.zeros(n + 1, np.int64),
+            instance_ids=np.empty(n, np.uint64),
+            ids=np.empty(t, dt),
+            offsets=np.zeros(n + 1, np.int64),
+            segment_a_length=np.empty(n, np.int16),
+            next_sentence_label=np.empty(n, np.int8),
+            positions=np.empty(p, np.uint16),
+            labels=np.empty(p, dt),
+            pred_offsets=np.zeros(n + 1, np.int64),
         )
         rn = rt = rp = 0
         for data in parts:

@@ -59,8 +59,9 @@ def cut_blocks(chunks: Iterable[bytes], offset: int = 0) -> Iterator[Block]:
         yield offset, pending
 
 
-def segment_blocks(f: BinaryIO, start: int, end: int | None, anchor: AnchorTest,
-                   block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
+def segment_blocks(
+    f: BinaryIO, start: int, end: int | None, anchor: AnchorTest, block_bytes: int = BLOCK_BYTES
+) -> Iterator[Block]:
     """The blocks of the segment of range ``[start, end)`` of a seekable file, exactly its bytes."""
     first = 0 if start == 0 else _first_line_start(f, start, end, block_bytes)
     if first is None:

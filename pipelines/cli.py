@@ -12,11 +12,19 @@ from pipelines.config import FORMATS, OUTPUT_FORMATS, ConfigError, PretrainingCo
 
 # Flag for each config field, so a ConfigError names what the user typed.
 _FLAGS = {
-    "input_format": "--format", "max_seq_length": "--max-seq-length",
-    "max_predictions_per_seq": "--max-predictions-per-seq", "masked_lm_prob": "--masked-lm-prob",
-    "short_seq_prob": "--short-seq-prob", "dupe_factor": "--dupe-factor", "seed": "--seed",
-    "num_shards": "--num-shards", "output_format": "--output-format", "docs_per_group": "--docs-per-group",
-    "vocab_size": "--vocab-size", "sample_bytes": "--sample-bytes", "min_frequency": "--min-frequency",
+    "input_format": "--format",
+    "max_seq_length": "--max-seq-length",
+    "max_predictions_per_seq": "--max-predictions-per-seq",
+    "masked_lm_prob": "--masked-lm-prob",
+    "short_seq_prob": "--short-seq-prob",
+    "dupe_factor": "--dupe-factor",
+    "seed": "--seed",
+    "num_shards": "--num-shards",
+    "output_format": "--output-format",
+    "docs_per_group": "--docs-per-group",
+    "vocab_size": "--vocab-size",
+    "sample_bytes": "--sample-bytes",
+    "min_frequency": "--min-frequency",
     "arrow_compression": "--arrow-compression",
 }
 
@@ -46,7 +54,9 @@ def main() -> None:
 @main.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--input", "inputs", multiple=True, required=True, help="File, glob or URL (repeatable).")
 @click.option("--format", "input_format", type=click.Choice(FORMATS), default="sentences", show_default=True)
-@click.option("--output", required=True, type=click.Path(file_okay=False), help="Folder for vocab.txt and tokenizer.json.")
+@click.option(
+    "--output", required=True, type=click.Path(file_okay=False), help="Folder for vocab.txt and tokenizer.json."
+)
 @click.option("--vocab-size", type=int, default=30522, show_default=True)
 @click.option("--lowercase/--cased", default=True, show_default=True)
 @click.option("--sample-bytes", type=int, default=0, help="Train on a deterministic sample of about this many bytes.")
@@ -60,8 +70,14 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
     from pipelines.vocab import VocabConfig, train_vocab
 
     try:
-        cfg = VocabConfig(input_format=input_format, vocab_size=vocab_size, lowercase=lowercase,
-                          sample_bytes=sample_bytes, min_frequency=min_frequency, seed=seed)
+        cfg = VocabConfig(
+            input_format=input_format,
+            vocab_size=vocab_size,
+            lowercase=lowercase,
+            sample_bytes=sample_bytes,
+            min_frequency=min_frequency,
+            seed=seed,
+        )
     except ConfigError as e:
         raise _bad(e, e.param) from None
     from pipelines.output_dir import ensure_writable_dir
@@ -76,12 +92,16 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
         raise click.BadParameter(str(e), param_hint="'--input'") from None
     except InputError as e:
         raise click.ClickException(f"{e}; no vocabulary was written") from None
-    click.echo(f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
-               f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {output}/vocab.txt, tokenizer.json")
+    click.echo(
+        f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
+        f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {output}/vocab.txt, tokenizer.json"
+    )
 
 
 @main.command(context_settings=_PASSTHROUGH)
-@click.option("--input", "inputs", multiple=True, required=True, help="File, glob or URL (repeatable); gz/bz2/zst by extension.")
+@click.option(
+    "--input", "inputs", multiple=True, required=True, help="File, glob or URL (repeatable); gz/bz2/zst by extension."
+)
 @click.option("--format", "input_format", type=click.Choice(FORMATS), default="sentences", show_default=True)
 @click.option("--vocab", required=True, help="vocab.txt or tokenizer.json (local or URL).")
 @click.option("--output", required=True, help="Output folder (local or URL).")
@@ -92,7 +112,9 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
 @click.option("--dupe-factor", type=int, default=10, show_default=True)
 @click.option("--seed", type=int, default=12345, show_default=True)
 @click.option("--whole-word-mask", is_flag=True, default=False)
-@click.option("--lowercase/--cased", default=None, help="Casing (default: from tokenizer.json; lowercase for vocab.txt).")
+@click.option(
+    "--lowercase/--cased", default=None, help="Casing (default: from tokenizer.json; lowercase for vocab.txt)."
+)
 @click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="arrow", show_default=True)
 @click.option("--num-shards", type=int, default=0, help="Shards per format (default: from the input size).")
 @click.option("--docs-per-group", type=int, default=2000, show_default=True, help="Documents per random-next pool.")
@@ -100,9 +122,27 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
 @click.option("--keep-gutenberg", is_flag=True, default=False, help="Keep Project Gutenberg headers and licences.")
 @click.option("--overwrite", is_flag=True, default=False, help="Replace a dataset already in --output.")
 @click.pass_context
-def pretraining(ctx, inputs, input_format, vocab, output, max_seq_length, max_predictions_per_seq, masked_lm_prob,
-                short_seq_prob, dupe_factor, seed, whole_word_mask, lowercase, output_format, num_shards,
-                docs_per_group, arrow_compression, keep_gutenberg, overwrite) -> None:
+def pretraining(
+    ctx,
+    inputs,
+    input_format,
+    vocab,
+    output,
+    max_seq_length,
+    max_predictions_per_seq,
+    masked_lm_prob,
+    short_seq_prob,
+    dupe_factor,
+    seed,
+    whole_word_mask,
+    lowercase,
+    output_format,
+    num_shards,
+    docs_per_group,
+    arrow_compression,
+    keep_gutenberg,
+    overwrite,
+) -> None:
     """Write masked-LM + next-sentence pretraining shards and a manifest.
 
     Any other --option is a Beam pipeline option (--runner, --direct_num_workers, --project, ...).
@@ -117,17 +157,33 @@ def pretraining(ctx, inputs, input_format, vocab, output, max_seq_length, max_pr
 
     try:
         cfg = PretrainingConfig(
-            input_format=input_format, max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
-            masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, seed=seed,
-            whole_word_mask=whole_word_mask, lowercase=True if lowercase is None else lowercase,
-            output_format=output_format, num_shards=num_shards, docs_per_group=docs_per_group,
-            arrow_compression=arrow_compression, strip_gutenberg=not keep_gutenberg,
+            input_format=input_format,
+            max_seq_length=max_seq_length,
+            max_predictions_per_seq=max_predictions_per_seq,
+            masked_lm_prob=masked_lm_prob,
+            short_seq_prob=short_seq_prob,
+            dupe_factor=dupe_factor,
+            seed=seed,
+            whole_word_mask=whole_word_mask,
+            lowercase=True if lowercase is None else lowercase,
+            output_format=output_format,
+            num_shards=num_shards,
+            docs_per_group=docs_per_group,
+            arrow_compression=arrow_compression,
+            strip_gutenberg=not keep_gutenberg,
         )
     except ConfigError as e:
         raise _bad(e, e.param) from None
     with pipeline_errors():
-        result = run_pretraining(inputs=list(inputs), vocab=vocab, output_dir=output, cfg=cfg, beam_args=ctx.args,
-                                 overwrite=overwrite, lowercase=lowercase)
+        result = run_pretraining(
+            inputs=list(inputs),
+            vocab=vocab,
+            output_dir=output,
+            cfg=cfg,
+            beam_args=ctx.args,
+            overwrite=overwrite,
+            lowercase=lowercase,
+        )
     _print_summary(result)
 
 
@@ -135,9 +191,11 @@ def _print_summary(result) -> None:
     from pipelines.inspection import summary_lines
 
     m = result.manifest
-    click.echo(f"done in {result.seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input, "
-               f"{result.input_bytes / 1e6 / max(result.seconds, 1e-9):.2f} MB/s, "
-               f"{m.totals.get('instances', 0) / max(result.seconds, 1e-9):.0f} instances/s")
+    click.echo(
+        f"done in {result.seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input, "
+        f"{result.input_bytes / 1e6 / max(result.seconds, 1e-9):.2f} MB/s, "
+        f"{m.totals.get('instances', 0) / max(result.seconds, 1e-9):.0f} instances/s"
+    )
     for line in summary_lines(m):
         click.echo("  " + line)
     click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files")
@@ -163,16 +221,26 @@ def demo_corpus(directory, holdout_every) -> None:
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
     _quiet_beam()
-    from pipelines.inspection import (DatasetError, decode_instance, load_manifest, load_vocab, read_instances,
-                                      summary_lines, verify_shard)
+    from pipelines.inspection import (
+        DatasetError,
+        decode_instance,
+        load_manifest,
+        load_vocab,
+        read_instances,
+        summary_lines,
+        verify_shard,
+    )
 
     try:
         manifest = load_manifest(dataset_dir)
     except (FileNotFoundError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     if as_json:
-        click.echo(json.dumps({"statistics": manifest.statistics, "counters": manifest.counters,
-                               "totals": manifest.totals}, indent=2))
+        click.echo(
+            json.dumps(
+                {"statistics": manifest.statistics, "counters": manifest.counters, "totals": manifest.totals}, indent=2
+            )
+        )
     else:
         for line in summary_lines(manifest):
             click.echo(line)
@@ -202,7 +270,9 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
     if failed:
         sys.exit(1)
 
+
 # Imported last and with Beam's import-time warnings muted: the task commands pull in apache_beam.
 logging.getLogger().setLevel(logging.ERROR)
 from pipelines.tasks.cli import task  # noqa: E402
+
 main.add_command(task)

@@ -3,9 +3,9 @@ the file and say that no manifest was written."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import re
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
@@ -13,7 +13,6 @@ import click
 from pipelines.read import InputError
 from pipelines.runner import UsageError
 from schemas.vocab import VocabError
-
 
 _STAGE = re.compile(r" \[while running '[^']*'\]")
 
@@ -29,7 +28,7 @@ def input_error_in(e: BaseException) -> str | None:
     marker = "InputError: "
     if marker in text:
         # Beam's "[while running 'Read/ReadFile/ParDo(_ReadFileFn)']" names a stage, which users never wrote.
-        return _STAGE.sub("", text[text.rindex(marker) + len(marker):].splitlines()[0])
+        return _STAGE.sub("", text[text.rindex(marker) + len(marker) :].splitlines()[0])
     return None
 
 
@@ -74,7 +73,8 @@ def pipeline_errors() -> Iterator[None]:
         storage = storage_error_in(e)
         if storage is not None:
             raise click.ClickException(
-                f"object store or filesystem failed: {storage}; no manifest was written") from None
+                f"object store or filesystem failed: {storage}; no manifest was written"
+            ) from None
         raise
 
 

@@ -63,7 +63,9 @@ class PretrainingConfig:
             "output_format",
             f"must be one of {OUTPUT_FORMATS}, got {self.output_format!r}",
         )
-        _check(0 <= self.num_shards <= 100_000, "num_shards", f"must be in [1, 100000] (0 = auto), got {self.num_shards}")
+        _check(
+            0 <= self.num_shards <= 100_000, "num_shards", f"must be in [1, 100000] (0 = auto), got {self.num_shards}"
+        )
         _check(self.docs_per_group >= 2, "docs_per_group", f"must be >= 2, got {self.docs_per_group}")
         _check(self.max_group_tokens >= 10_000, "max_group_tokens", f"must be >= 10000, got {self.max_group_tokens}")
         _check(self.tokens_per_unit >= 1_000, "tokens_per_unit", f"must be >= 1000, got {self.tokens_per_unit}")
@@ -92,8 +94,17 @@ class PretrainingConfig:
         Excludes knobs that only change how work is split or stored, so that shards stay comparable.
         """
         keep = (
-            "input_format", "max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob",
-            "dupe_factor", "seed", "whole_word_mask", "lowercase", "docs_per_group", "max_group_tokens",
+            "input_format",
+            "max_seq_length",
+            "max_predictions_per_seq",
+            "masked_lm_prob",
+            "short_seq_prob",
+            "dupe_factor",
+            "seed",
+            "whole_word_mask",
+            "lowercase",
+            "docs_per_group",
+            "max_group_tokens",
             "strip_gutenberg",
         )
         return {k: getattr(self, k) for k in keep}

@@ -33,12 +33,27 @@ def write_text_atomic(path: str, text: str) -> None:
 
 def empty_batch(dtype: str) -> InstanceBatch:
     z = np.zeros(0, dtype=np.int64)
-    return InstanceBatch(z.astype(np.uint64), z.astype(dtype), np.zeros(1, np.int64), z.astype(np.int16),
-                         z.astype(np.int8), z.astype(np.uint16), z.astype(dtype), np.zeros(1, np.int64))
+    return InstanceBatch(
+        z.astype(np.uint64),
+        z.astype(dtype),
+        np.zeros(1, np.int64),
+        z.astype(np.int16),
+        z.astype(np.int8),
+        z.astype(np.uint16),
+        z.astype(dtype),
+        np.zeros(1, np.int64),
+    )
 
 
-def build_manifest(*, kind: str, results: list[dict[str, Any]], counters: dict[str, int], groups: list[dict[str, Any]],
-                   base: dict[str, Any], max_seq_length: int) -> Manifest:
+def build_manifest(
+    *,
+    kind: str,
+    results: list[dict[str, Any]],
+    counters: dict[str, int],
+    groups: list[dict[str, Any]],
+    base: dict[str, Any],
+    max_seq_length: int,
+) -> Manifest:
     results = sorted(results, key=lambda r: r["shard"])
     shards = tuple(ShardInfo(**f) for r in results for f in r["files"])
     raw = S.merge(r["stats"] for r in results)
@@ -51,7 +66,11 @@ def build_manifest(*, kind: str, results: list[dict[str, Any]], counters: dict[s
     if totals["instances"]:
         totals["bytes_per_instance"] = {f: round(b / totals["instances"], 1) for f, b in totals["bytes"].items()}
     docs = [g["documents"] for g in groups]
-    summary["groups"] = {"count": len(groups), "min_documents": min(docs, default=0), "max_documents": max(docs, default=0)}
+    summary["groups"] = {
+        "count": len(groups),
+        "min_documents": min(docs, default=0),
+        "max_documents": max(docs, default=0),
+    }
     read, used = counters.get(C.DOCUMENTS_READ, 0), counters.get(C.DOCUMENTS_USED, 0)
     drops = C.dropped(counters)
     if read != used + sum(drops.values()):
@@ -69,14 +88,31 @@ def build_manifest(*, kind: str, results: list[dict[str, Any]], counters: dict[s
         run["seconds"] = round(time.time() - started, 3)
         run["input_mb_per_s"] = round(counters.get(C.BYTES_READ, 0) / 1e6 / max(run["seconds"], 1e-9), 3)
     return Manifest(
-        kind=kind, vocab=base["vocab"], parameters=base["parameters"], seed=base["seed"], shards=shards,
-        inputs=tuple(base["inputs"]), totals=totals, counters=counters, statistics=summary, run=run,
+        kind=kind,
+        vocab=base["vocab"],
+        parameters=base["parameters"],
+        seed=base["seed"],
+        shards=shards,
+        inputs=tuple(base["inputs"]),
+        totals=totals,
+        counters=counters,
+        statistics=summary,
+        run=run,
     )
 
 
 class _FinalizeFn(beam.DoFn):
-    def __init__(self, output_dir: str, work_dir: str, base: dict[str, Any], vocab_text: str, num_shards: int,
-                 make_writers: Callable[[int], list], max_seq_length: int, id_type: str) -> None:
+    def __init__(
+        self,
+        output_dir: str,
+        work_dir: str,
+        base: dict[str, Any],
+        vocab_text: str,
+        num_shards: int,
+        make_writers: Callable[[int], list],
+        max_seq_length: int,
+        id_type: str,
+    ) -> None:
         self.output_dir = output_dir
         self.work_dir = work_dir
         self.base = base
@@ -86,7 +122,9 @@ class _FinalizeFn(beam.DoFn):
         self.max_seq_length = max_seq_length
         self.id_type = id_type
 
-    def process(self, results: list[dict[str, Any]], counters: dict[str, int], groups: list[dict[str, Any]]) -> Iterator[str]:
+    def process(
+        self, results: list[dict[str, Any]], counters: dict[str, int], groups: list[dict[str, Any]]
+    ) -> Iterator[str]:
         done = {r["shard"] for r in results}
         results = list(results)
         for shard in range(self.num_shards):
@@ -98,8 +136,14 @@ class _FinalizeFn(beam.DoFn):
                     writer.write(empty_batch(self.id_type))
                 files.append(asdict(writer.info))
             results.append({"shard": shard, "files": files, "stats": {}})
-        manifest = build_manifest(kind="pretraining", results=results, counters=counters, groups=groups,
-                                  base=self.base, max_seq_length=self.max_seq_length)
+        manifest = build_manifest(
+            kind="pretraining",
+            results=results,
+            counters=counters,
+            groups=groups,
+            base=self.base,
+            max_seq_length=self.max_seq_length,
+        )
         write_text_atomic(FileSystems.join(self.output_dir, VOCAB_FILENAME), self.vocab_text)
         write_text_atomic(FileSystems.join(self.output_dir, MANIFEST_NAME), manifest.to_json())
         remove_work_dir(self.work_dir)
@@ -109,23 +153,31 @@ class _FinalizeFn(beam.DoFn):
 class Finalize(beam.PTransform):
     """Shard results + counters + group sizes -> ``manifest.json``; yields the manifest text."""
 
-    def __init__(self, *, output_dir: str, work_dir: str, base: dict[str, Any], vocab_text: str, num_shards: int,
-                 make_writers: Callable[[int], list], max_seq_length: int, id_type: str, counters, groups) -> None:
+    def __init__(
+        self,
+        *,
+        output_dir: str,
+        work_dir: str,
+        base: dict[str, Any],
+        vocab_text: str,
+        num_shards: int,
+        make_writers: Callable[[int], list],
+        max_seq_length: int,
+        id_type: str,
+        counters,
+        groups,
+    ) -> None:
         super().__init__()
         self.fn = _FinalizeFn(output_dir, work_dir, base, vocab_text, num_shards, make_writers, max_seq_length, id_type)
         self.counters = counters
         self.groups = groups
 
     def expand(self, results):
-        counters = (
-            self.counters
-            | "MergeCounters" >> beam.CombineGlobally(C.merge)
-        )
+        counters = self.counters | "MergeCounters" >> beam.CombineGlobally(C.merge)
         groups = self.groups | "ListGroups" >> beam.combiners.ToList()
         return (
             results
             | "ListShards" >> beam.combiners.ToList()
-            | "WriteManifest" >> beam.ParDo(
-                self.fn, counters=beam.pvalue.AsSingleton(counters), groups=beam.pvalue.AsSingleton(groups)
-            )
+            | "WriteManifest"
+            >> beam.ParDo(self.fn, counters=beam.pvalue.AsSingleton(counters), groups=beam.pvalue.AsSingleton(groups))
         )

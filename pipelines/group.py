@@ -69,6 +69,7 @@ def groups_of(mixed: np.ndarray, groups: int) -> np.ndarray:
 # doc_sent i64[D+1] and doc_tok i64[D+1] (cumulative sentence and token counts), sentence lengths
 # i32[S], token ids [T] (uint16 or int32).
 
+
 @dataclass(frozen=True, slots=True)
 class DocsLayout:
     width: int
@@ -118,8 +119,11 @@ def encode_documents(batches: list[TokenizedBatch], seed: int) -> tuple[np.ndarr
     one column at a time)."""
     keys = np.asarray([document_key(seed, d) for b in batches for d in b.doc_ids], dtype=np.uint64)
     pool = Pool.build(
-        keys, np.concatenate([b.doc_sentences for b in batches]), np.concatenate([b.sentence_lengths for b in batches]),
-        np.concatenate([b.ids for b in batches]), order=np.argsort(mix64_array(keys), kind="stable"),
+        keys,
+        np.concatenate([b.doc_sentences for b in batches]),
+        np.concatenate([b.sentence_lengths for b in batches]),
+        np.concatenate([b.ids for b in batches]),
+        order=np.argsort(mix64_array(keys), kind="stable"),
     )
 
     def chunks() -> Iterator[bytes]:
@@ -262,8 +266,16 @@ def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
 class GroupDocuments(beam.PTransform):
     """``PCollection[TokenizedBatch]`` -> (``PCollection[WorkUnit]``, ``PCollection[dict]`` of group sizes)."""
 
-    def __init__(self, *, seed: int, docs_per_group: int, max_group_tokens: int, dupe_factor: int,
-                 tokens_per_unit: int, work_dir: str) -> None:
+    def __init__(
+        self,
+        *,
+        seed: int,
+        docs_per_group: int,
+        max_group_tokens: int,
+        dupe_factor: int,
+        tokens_per_unit: int,
+        work_dir: str,
+    ) -> None:
         super().__init__()
         self.seed = seed
         self.docs_per_group = docs_per_group
@@ -285,8 +297,10 @@ class GroupDocuments(beam.PTransform):
             | "SpillDocuments" >> beam.ParDo(_SpillDocumentsFn(self.work_dir, self.seed))
             | "PlanGroups" >> beam.ParDo(_PlanGroupsFn(), groups=beam.pvalue.AsSingleton(groups))
             | "CollectGroup" >> beam.GroupByKey()
-            | "BuildPool" >> beam.ParDo(
-                _BuildPoolFn(self.work_dir, self.dupe_factor, self.tokens_per_unit), groups=beam.pvalue.AsSingleton(groups)
+            | "BuildPool"
+            >> beam.ParDo(
+                _BuildPoolFn(self.work_dir, self.dupe_factor, self.tokens_per_unit),
+                groups=beam.pvalue.AsSingleton(groups),
             ).with_outputs("groups", main="units")
         )
         # Spread units over workers: a group's units are emitted together, in one bundle.

@@ -47,8 +47,10 @@ def load_vocab(dataset_dir: str, manifest: Manifest) -> Vocab:
     except (UnicodeDecodeError, VocabError) as e:
         raise DatasetError(f"{path}: cannot read it as a vocabulary: {e}") from None
     if vocab.sha256 != manifest.vocab["sha256"]:
-        raise DatasetError(f"{path}: sha256 {vocab.sha256[:16]}… != manifest {manifest.vocab['sha256'][:16]}… "
-                           "(a different or edited vocabulary)")
+        raise DatasetError(
+            f"{path}: sha256 {vocab.sha256[:16]}… != manifest {manifest.vocab['sha256'][:16]}… "
+            "(a different or edited vocabulary)"
+        )
     return vocab
 
 
@@ -146,27 +148,56 @@ def summary_lines(manifest: Manifest) -> list[str]:
     lines = [
         f"kind {manifest.kind}, schema v{manifest.schema_version}, vocab {manifest.vocab['size']} tokens "
         f"(sha256 {manifest.vocab['sha256'][:12]}…, {'uncased' if manifest.vocab.get('lowercase') else 'cased'})",
-        "shards: " + ", ".join(f"{len(manifest.shards_of(f))} {f} ({manifest.totals['bytes'].get(f, 0) / 1e6:.1f} MB)"
-                                for f in manifest.formats),
+        "shards: "
+        + ", ".join(
+            f"{len(manifest.shards_of(f))} {f} ({manifest.totals['bytes'].get(f, 0) / 1e6:.1f} MB)"
+            for f in manifest.formats
+        ),
     ]
-    shown = [k for k in ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob", "dupe_factor",
-                         "seed", "whole_word_mask") if k in p]
+    shown = [
+        k
+        for k in (
+            "max_seq_length",
+            "max_predictions_per_seq",
+            "masked_lm_prob",
+            "short_seq_prob",
+            "dupe_factor",
+            "seed",
+            "whole_word_mask",
+        )
+        if k in p
+    ]
     if shown:
         lines.append("parameters: " + ", ".join(f"{k}={p[k]}" for k in shown))
     if manifest.kind != P.KIND:
         t = manifest.task
-        lines.append(f"task: split {t.get('split')}, labels {t.get('labels')}, max_seq_length {t.get('max_seq_length')}")
+        lines.append(
+            f"task: split {t.get('split')}, labels {t.get('labels')}, max_seq_length {t.get('max_seq_length')}"
+        )
         lines.append("counters: " + ", ".join(f"{k} {v}" for k, v in c.items() if not isinstance(v, dict)))
         return lines
     if c:
-        drops = {k[len("documents_dropped."):]: v for k, v in c.items() if k.startswith("documents_dropped.")}
+        drops = {k[len("documents_dropped.") :]: v for k, v in c.items() if k.startswith("documents_dropped.")}
         lines.append(
             f"documents: {c.get('documents_read', 0)} read, {c.get('documents_used', 0)} used, "
-            f"{sum(drops.values())} dropped" + (f" ({', '.join(f'{k}: {v}' for k, v in drops.items())})" if drops else "")
+            f"{sum(drops.values())} dropped"
+            + (f" ({', '.join(f'{k}: {v}' for k, v in drops.items())})" if drops else "")
         )
-        lines.append(f"sentences {c.get('sentences', 0)}, tokens {c.get('tokens', 0)}, instances {manifest.totals.get('instances', 0)}")
-        altered = [k for k in ("invalid_utf8_replaced", "control_chars_removed", "special_token_literals_removed",
-                               "gutenberg_header_stripped", "gutenberg_boilerplate_lines_stripped", "empty_sentences_skipped") if c.get(k)]
+        lines.append(
+            f"sentences {c.get('sentences', 0)}, tokens {c.get('tokens', 0)}, instances {manifest.totals.get('instances', 0)}"
+        )
+        altered = [
+            k
+            for k in (
+                "invalid_utf8_replaced",
+                "control_chars_removed",
+                "special_token_literals_removed",
+                "gutenberg_header_stripped",
+                "gutenberg_boilerplate_lines_stripped",
+                "empty_sentences_skipped",
+            )
+            if c.get(k)
+        ]
         if altered:
             lines.append("altered: " + ", ".join(f"{k} {c[k]}" for k in altered))
     if st.get("instances"):
@@ -180,5 +211,7 @@ def summary_lines(manifest: Manifest) -> list[str]:
         ]
     run = manifest.run
     if run.get("seconds"):
-        lines.append(f"run: {run.get('runner')}, {run['seconds']:.1f} s, {run.get('input_mb_per_s', 0):.2f} MB/s of input")
+        lines.append(
+            f"run: {run.get('runner')}, {run['seconds']:.1f} s, {run.get('input_mb_per_s', 0):.2f} MB/s of input"
+        )
     return lines

@@ -55,8 +55,14 @@ class Pool:
         return len(self.doc_keys)
 
     @classmethod
-    def build(cls, doc_keys: np.ndarray, doc_sentences: np.ndarray, sentence_lengths: np.ndarray, ids: np.ndarray,
-              order: np.ndarray | None = None) -> Pool:
+    def build(
+        cls,
+        doc_keys: np.ndarray,
+        doc_sentences: np.ndarray,
+        sentence_lengths: np.ndarray,
+        ids: np.ndarray,
+        order: np.ndarray | None = None,
+    ) -> Pool:
         """From documents in any order: sorts them by key so the pool is the same on every runner.
 
         ``order`` puts the documents in another order instead (spill files order them by group).
@@ -87,8 +93,13 @@ class Pool:
         width = self.ids.dtype.itemsize
         header = _POOL_HEADER.pack(_POOL_MAGIC, width, len(self.doc_keys), len(self.sent_tok) - 1, len(self.ids))
         return b"".join(
-            (header, self.doc_keys.astype("<u8").tobytes(), self.doc_sent.astype("<i8").tobytes(),
-             self.sent_tok.astype("<i8").tobytes(), self.ids.tobytes())
+            (
+                header,
+                self.doc_keys.astype("<u8").tobytes(),
+                self.doc_sent.astype("<i8").tobytes(),
+                self.sent_tok.astype("<i8").tobytes(),
+                self.ids.tobytes(),
+            )
         )
 
     def save(self, path: str) -> None:
@@ -230,14 +241,21 @@ def unit_instances(
     :func:`document_instances` and reproduces ``random.Random`` draw for draw.
     """
     # Imported here, not at the top: numba's import (~0.2 s) is paid only by processes that create instances.
-    from pipelines.kernels import instances as kernel, readonly
+    from pipelines.kernels import instances as kernel
+    from pipelines.kernels import readonly
 
     if not 0 <= doc_start <= doc_end <= pool.num_docs:  # the kernel does not check bounds
         raise IndexError(f"documents {doc_start}:{doc_end} of a pool of {pool.num_docs}")
     # Read-only arrays, plain int and float arguments: one compiled specialisation whatever the caller passes.
     ids, spans, nsp = kernel.unit_instances(
-        readonly(pool.doc_keys, np.uint64), readonly(pool.doc_sent, np.int64), readonly(pool.sent_tok, np.int64),
-        int(pass_index), int(doc_start), int(doc_end), int(max_num_tokens), float(short_seq_prob),
+        readonly(pool.doc_keys, np.uint64),
+        readonly(pool.doc_sent, np.int64),
+        readonly(pool.sent_tok, np.int64),
+        int(pass_index),
+        int(doc_start),
+        int(doc_end),
+        int(max_num_tokens),
+        float(short_seq_prob),
     )
     return RawInstances(instance_ids=ids, spans=spans, is_random_next=nsp)
 
@@ -269,7 +287,8 @@ def assemble(pool: Pool, raw: RawInstances, cls_id: int, sep_id: int) -> tuple[n
 
     Returns ``(ids, offsets, segment_a_length)``: instance ``i`` is ``ids[offsets[i]:offsets[i+1]]``.
     """
-    from pipelines.kernels import instances as kernel, readonly  # lazily, as in unit_instances
+    from pipelines.kernels import instances as kernel  # lazily, as in unit_instances
+    from pipelines.kernels import readonly
 
     spans = readonly(raw.spans, np.int64).reshape(-1, 4)
     # The kernel does not check bounds: spans must be ranges inside the pool (unit_instances' always are).
@@ -278,7 +297,9 @@ def assemble(pool: Pool, raw: RawInstances, cls_id: int, sep_id: int) -> tuple[n
     return kernel.assemble(readonly(pool.ids), spans, int(cls_id), int(sep_id))
 
 
-def reference_assemble(pool: Pool, raw: RawInstances, cls_id: int, sep_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def reference_assemble(
+    pool: Pool, raw: RawInstances, cls_id: int, sep_id: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`assemble` in NumPy: one gather of five ranges per instance (CLS, A, SEP, B, SEP)."""
     n = len(raw.instance_ids)
     a0, a1, b0, b1 = (raw.spans[:, k] for k in range(4))
@@ -314,13 +335,26 @@ class _CreateInstancesFn(beam.DoFn):
             self._pool_path = unit.pool_path
         pool = self._pool
         # The kernels or the pure-Python paths: identical output (see pipelines.kernels.switch).
-        raw = switch.run(unit_instances, reference_unit_instances, pool, unit.pass_index, unit.doc_start,
-                         unit.doc_end, self.max_num_tokens, self.short_seq_prob)
+        raw = switch.run(
+            unit_instances,
+            reference_unit_instances,
+            pool,
+            unit.pass_index,
+            unit.doc_start,
+            unit.doc_end,
+            self.max_num_tokens,
+            self.short_seq_prob,
+        )
         ids, offsets, seg_a = switch.run(assemble, reference_assemble, pool, raw, self.cls_id, self.sep_id)
         empty = np.zeros(0, dtype=ids.dtype)
         yield InstanceBatch(
-            instance_ids=raw.instance_ids, ids=ids, offsets=offsets, segment_a_length=seg_a,
-            next_sentence_label=raw.is_random_next, positions=empty.astype(np.uint16), labels=empty,
+            instance_ids=raw.instance_ids,
+            ids=ids,
+            offsets=offsets,
+            segment_a_length=seg_a,
+            next_sentence_label=raw.is_random_next,
+            positions=empty.astype(np.uint16),
+            labels=empty,
             pred_offsets=np.zeros(len(raw.instance_ids) + 1, dtype=np.int64),
         )
 

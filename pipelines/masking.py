@@ -67,14 +67,17 @@ def _hash(instance_ids: np.ndarray, positions: np.ndarray, purpose: np.uint64) -
     return mix64_array(x)
 
 
-def mask(ids: np.ndarray, offsets: np.ndarray, seg_a: np.ndarray, instance_ids: np.ndarray, spec: MaskingSpec) -> Masked:
+def mask(
+    ids: np.ndarray, offsets: np.ndarray, seg_a: np.ndarray, instance_ids: np.ndarray, spec: MaskingSpec
+) -> Masked:
     """Mask a batch of instances laid out as ``ids[offsets[i]:offsets[i+1]]`` (compiled).
 
     Exactly :func:`reference_mask`'s output (positions, labels, replacements), ~4x faster, ~35x with
     whole-word masking.
     """
     # Imported here, not at the top: numba's import (~0.2 s) is paid only by processes that mask.
-    from pipelines.kernels import masking as kernel, readonly
+    from pipelines.kernels import masking as kernel
+    from pipelines.kernels import readonly
 
     offsets = np.asarray(offsets, dtype=np.int64)
     lengths = np.diff(offsets)
@@ -86,14 +89,22 @@ def mask(ids: np.ndarray, offsets: np.ndarray, seg_a: np.ndarray, instance_ids: 
     if spec.whole_word and len(ids) and int(ids.max()) >= len(spec.is_continuation):
         raise IndexError("token ids beyond the vocabulary")
     out, positions, labels, pred_offsets = kernel.mask(
-        readonly(ids), readonly(offsets), readonly(seg_a, np.int64), readonly(instance_ids, np.uint64),
-        readonly(num_to_predict(lengths, spec.masked_lm_prob, spec.max_predictions), np.int64), int(spec.mask_id),
-        readonly(spec.random_ids, np.int64), readonly(spec.is_continuation, np.bool_), bool(spec.whole_word),
+        readonly(ids),
+        readonly(offsets),
+        readonly(seg_a, np.int64),
+        readonly(instance_ids, np.uint64),
+        readonly(num_to_predict(lengths, spec.masked_lm_prob, spec.max_predictions), np.int64),
+        int(spec.mask_id),
+        readonly(spec.random_ids, np.int64),
+        readonly(spec.is_continuation, np.bool_),
+        bool(spec.whole_word),
     )
     return Masked(ids=out, positions=positions, labels=labels, pred_offsets=pred_offsets)
 
 
-def reference_mask(ids: np.ndarray, offsets: np.ndarray, seg_a: np.ndarray, instance_ids: np.ndarray, spec: MaskingSpec) -> Masked:
+def reference_mask(
+    ids: np.ndarray, offsets: np.ndarray, seg_a: np.ndarray, instance_ids: np.ndarray, spec: MaskingSpec
+) -> Masked:
     """:func:`mask` in NumPy, vectorised over an ``[N, Lmax]`` grid: the readable definition tests pin to."""
     n = len(offsets) - 1
     if n == 0:
@@ -194,7 +205,9 @@ class _MaskFn(beam.DoFn):
 
     def process(self, batch: InstanceBatch) -> Iterator[InstanceBatch]:
         # The kernel or the NumPy path: identical masks (see pipelines.kernels.switch).
-        m = switch.run(mask, reference_mask, batch.ids, batch.offsets, batch.segment_a_length, batch.instance_ids, self.spec)
+        m = switch.run(
+            mask, reference_mask, batch.ids, batch.offsets, batch.segment_a_length, batch.instance_ids, self.spec
+        )
         # A new batch, not the input mutated: Beam may hand the same input to other consumers.
         yield replace(batch, ids=m.ids, positions=m.positions, labels=m.labels, pred_offsets=m.pred_offsets)
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import uuid
 
-from apache_beam.io.filesystems import FileSystems
-
 from pipelines.runner import UsageError
 from schemas.manifest import MANIFEST_NAME
 
@@ -36,8 +34,12 @@ def refusal(output_dir: str, existing: list[str]) -> str:
     """Why ``existing`` files stop a run without ``--overwrite``: a finished dataset, or leftovers."""
     names = [p.rstrip("/").rsplit("/", 1)[-1] for p in existing]
     if MANIFEST_NAME in names:
-        return (f"{output_dir} already holds a dataset ({MANIFEST_NAME} and {len(existing) - 1} other files); "
-                "pass --overwrite to replace it")
+        return (
+            f"{output_dir} already holds a dataset ({MANIFEST_NAME} and {len(existing) - 1} other files); "
+            "pass --overwrite to replace it"
+        )
     files = f"{len(existing)} file" + ("s such as " if len(existing) > 1 else ": ")
-    return (f"{output_dir} holds leftovers of an unfinished run (no {MANIFEST_NAME}; {files}{names[0]}); "
-            "pass --overwrite to remove them")
+    return (
+        f"{output_dir} holds leftovers of an unfinished run (no {MANIFEST_NAME}; {files}{names[0]}); "
+        "pass --overwrite to remove them"
+    )

@@ -176,18 +176,31 @@ def prepare_output(output_dir: str, overwrite: bool) -> str:
     return work_dir
 
 
-def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingConfig, spec: TokenizerSpec,
-                   output_dir: str, work_dir: str, num_shards: int, base: dict[str, Any],
-                   tokenizer_threads: int = 1) -> None:
+def build_pipeline(
+    p: beam.Pipeline,
+    inputs: list[InputFile],
+    cfg: PretrainingConfig,
+    spec: TokenizerSpec,
+    output_dir: str,
+    work_dir: str,
+    num_shards: int,
+    base: dict[str, Any],
+    tokenizer_threads: int = 1,
+) -> None:
     vocab = spec.vocab
     writer_args = dict(
-        id_type=vocab.id_type, vocab_sha256=vocab.sha256,
+        id_type=vocab.id_type,
+        vocab_sha256=vocab.sha256,
         parameters={**cfg.shard_parameters(), "input_format": input_format_of(inputs)},
-        compression=cfg.arrow_compression, batch_rows=cfg.arrow_batch_rows,
+        compression=cfg.arrow_compression,
+        batch_rows=cfg.arrow_batch_rows,
     )
     stats_args = dict(
-        mask_id=vocab.id("[MASK]"), max_seq_length=cfg.max_seq_length, max_predictions=cfg.max_predictions_per_seq,
-        masked_lm_prob=cfg.masked_lm_prob, whole_word=cfg.whole_word_mask,
+        mask_id=vocab.id("[MASK]"),
+        max_seq_length=cfg.max_seq_length,
+        max_predictions=cfg.max_predictions_per_seq,
+        masked_lm_prob=cfg.masked_lm_prob,
+        whole_word=cfg.whole_word_mask,
     )
     files = p | "Inputs" >> beam.Create([(f.path, f.format, f.name or f.path, f.bytes) for f in inputs])
     input_bytes = sum(f.bytes for f in inputs)
@@ -196,18 +209,30 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
     sentences = docs | "Segment" >> SegmentDocuments()
     tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads)
     units, groups = tokenized | "Group" >> GroupDocuments(
-        seed=cfg.seed, docs_per_group=cfg.docs_per_group, max_group_tokens=cfg.max_group_tokens,
-        dupe_factor=cfg.dupe_factor, tokens_per_unit=cfg.tokens_per_unit, work_dir=work_dir,
+        seed=cfg.seed,
+        docs_per_group=cfg.docs_per_group,
+        max_group_tokens=cfg.max_group_tokens,
+        dupe_factor=cfg.dupe_factor,
+        tokens_per_unit=cfg.tokens_per_unit,
+        work_dir=work_dir,
     )
     raw = units | "CreateInstances" >> CreateInstances(
         max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob, cls_id=vocab.id(CLS), sep_id=vocab.id(SEP)
     )
     masked = raw | "Mask" >> MaskInstances(
-        vocab, masked_lm_prob=cfg.masked_lm_prob, max_predictions=cfg.max_predictions_per_seq,
+        vocab,
+        masked_lm_prob=cfg.masked_lm_prob,
+        max_predictions=cfg.max_predictions_per_seq,
         whole_word=cfg.whole_word_mask,
     )
     results = masked | "ShuffleAndWrite" >> WriteShards(
-        output_dir, work_dir, num_shards, cfg.seed, cfg.formats, writer_args=writer_args, stats_args=stats_args,
+        output_dir,
+        work_dir,
+        num_shards,
+        cfg.seed,
+        cfg.formats,
+        writer_args=writer_args,
+        stats_args=stats_args,
         spill_bytes=spill_bytes_for(int(input_bytes * cfg.dupe_factor * INSTANCE_SPILL_PER_BYTE)),
     )
     counters = (
@@ -217,13 +242,22 @@ def build_pipeline(p: beam.Pipeline, inputs: list[InputFile], cfg: PretrainingCo
     ) | "AllCounters" >> beam.Flatten()
     make_writers = partial(_writers_for_shard, output_dir, num_shards, cfg.formats, writer_args)
     _ = results | "Finalize" >> Finalize(
-        output_dir=output_dir, work_dir=work_dir, base=base, vocab_text=vocab.text(), num_shards=num_shards,
-        make_writers=make_writers, max_seq_length=cfg.max_seq_length, id_type=vocab.id_type,
-        counters=counters, groups=groups,
+        output_dir=output_dir,
+        work_dir=work_dir,
+        base=base,
+        vocab_text=vocab.text(),
+        num_shards=num_shards,
+        make_writers=make_writers,
+        max_seq_length=cfg.max_seq_length,
+        id_type=vocab.id_type,
+        counters=counters,
+        groups=groups,
     )
 
 
-def _writers_for_shard(output_dir: str, num_shards: int, formats: tuple[str, ...], writer_args: dict[str, Any], shard: int) -> list:
+def _writers_for_shard(
+    output_dir: str, num_shards: int, formats: tuple[str, ...], writer_args: dict[str, Any], shard: int
+) -> list:
     return shard_writers(output_dir, shard, num_shards, formats, **writer_args)
 
 
@@ -260,14 +294,20 @@ def remove_work_dir_within(work_dir: str, seconds: float | None = None) -> bool:
         return True
     error = outcome.get("error")
     why = f"not done after {seconds:g} s" if "error" not in outcome else f"{type(error).__name__}: {error}"
-    C.progress(f"could not remove the work directory {work_dir} ({why}): leftovers of this failed run, "
-               "safe to delete")
+    C.progress(f"could not remove the work directory {work_dir} ({why}): leftovers of this failed run, safe to delete")
     return False
 
 
-def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: PretrainingConfig,
-                    beam_args: list[str] | None = None, overwrite: bool = False,
-                    lowercase: bool | None = None) -> RunResult:
+def run_pretraining(
+    *,
+    inputs: list[str],
+    vocab: str,
+    output_dir: str,
+    cfg: PretrainingConfig,
+    beam_args: list[str] | None = None,
+    overwrite: bool = False,
+    lowercase: bool | None = None,
+) -> RunResult:
     """Validate, build and run the pipeline; return its manifest. Raises before Beam starts on bad input."""
     options = pipeline_options(list(beam_args or []))
     files = resolve_inputs(inputs, cfg.input_format)
@@ -287,14 +327,22 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
     started = time.time()
     base = {
         "vocab": {
-            "sha256": spec.vocab.sha256, "size": len(spec.vocab), "file": VOCAB_FILENAME, "lowercase": spec.lowercase,
-            "id_type": spec.vocab.id_type, "special_ids": spec.vocab.special_ids, "source": spec.source,
+            "sha256": spec.vocab.sha256,
+            "size": len(spec.vocab),
+            "file": VOCAB_FILENAME,
+            "lowercase": spec.lowercase,
+            "id_type": spec.vocab.id_type,
+            "special_ids": spec.vocab.special_ids,
+            "source": spec.source,
         },
         "parameters": {**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
         "seed": cfg.seed,
         "inputs": [{"path": f.path, "bytes": f.bytes, "format": f.format} for f in files],
-        "run": {"runner": runner_name(options),
-                "options": redact_options(list(beam_args or [])), "started_at": started},
+        "run": {
+            "runner": runner_name(options),
+            "options": redact_options(list(beam_args or [])),
+            "started_at": started,
+        },
     }
     C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
     try:
@@ -310,6 +358,8 @@ def run_pretraining(*, inputs: list[str], vocab: str, output_dir: str, cfg: Pret
     if not manifest.totals.get("instances"):
         unpublish(output_dir, manifest)
         c = manifest.counters
-        raise InputError(f"--input {describe_inputs(files)}: no instances ({c.get(C.DOCUMENTS_READ, 0)} documents read, "
-                         f"{c.get(C.DOCUMENTS_USED, 0)} used, {c.get(C.TOKENS, 0)} tokens)")
+        raise InputError(
+            f"--input {describe_inputs(files)}: no instances ({c.get(C.DOCUMENTS_READ, 0)} documents read, "
+            f"{c.get(C.DOCUMENTS_USED, 0)} used, {c.get(C.TOKENS, 0)} tokens)"
+        )
     return RunResult(manifest=manifest, output_dir=output_dir, seconds=seconds, input_bytes=input_bytes)

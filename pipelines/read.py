@@ -142,8 +142,9 @@ def block_lines(offset: int, raw: bytes, counters: Counter) -> Iterator[Line]:
     return zip(starts, lines)
 
 
-def _split_carriage_returns(starts: list[int], lines: list[str], raws: list[bytes],
-                            last_terminated: bool) -> tuple[list[int], list[str]]:
+def _split_carriage_returns(
+    starts: list[int], lines: list[str], raws: list[bytes], last_terminated: bool
+) -> tuple[list[int], list[str]]:
     """CRLF ends a line (the CR goes); any other CR ends a line of its own, starting just after it."""
     out_starts: list[int] = []
     out_lines: list[str] = []
@@ -285,7 +286,9 @@ def parse_jsonl(lines: Iterable[Line], path: str, counters: Counter) -> Iterator
         yield Document(f"{path}:{offset}", paragraphs)
 
 
-def parse(lines: Iterable[Line], path: str, input_format: str, counters: Counter, strip_gutenberg: bool = True) -> Iterator[Document]:
+def parse(
+    lines: Iterable[Line], path: str, input_format: str, counters: Counter, strip_gutenberg: bool = True
+) -> Iterator[Document]:
     if input_format == "sentences":
         return parse_sentences(lines, path)
     if input_format == "wikiextractor":
@@ -319,7 +322,9 @@ def is_sentences_anchor(raw: bytes) -> bool:
 
 # Where a segment may start, per splittable format (None: at every line; jsonl lines stand alone).
 ANCHORS: dict[str, AnchorTest] = {
-    "jsonl": None, "wikiextractor": is_wikiextractor_anchor, "sentences": is_sentences_anchor,
+    "jsonl": None,
+    "wikiextractor": is_wikiextractor_anchor,
+    "sentences": is_sentences_anchor,
 }
 
 
@@ -386,8 +391,9 @@ def read_chunks(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
         raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
 
 
-def read_segment(path: str, input_format: str, start: int, end: int | None,
-                 block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
+def read_segment(
+    path: str, input_format: str, start: int, end: int | None, block_bytes: int = BLOCK_BYTES
+) -> Iterator[Block]:
     """The blocks of the segment of range ``[start, end)`` of a splittable file (see ``pipelines.byte_ranges``).
 
     Beam's local, GCS (``BlobReader``) and S3 (``DownloaderStream``) readers all seek.
@@ -401,8 +407,15 @@ def read_segment(path: str, input_format: str, start: int, end: int | None,
         raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
 
 
-def read_documents(path: str, input_format: str, counters: Counter, strip_gutenberg: bool = True,
-                   name: str | None = None, start: int = 0, end: int | None = None) -> Iterator[Document]:
+def read_documents(
+    path: str,
+    input_format: str,
+    counters: Counter,
+    strip_gutenberg: bool = True,
+    name: str | None = None,
+    start: int = 0,
+    end: int | None = None,
+) -> Iterator[Document]:
     """Every document of one file, or of the range ``[start, end)`` of it, in file order; counts bytes, lines and
     documents. Document ids are ``name:offset`` (``name`` defaults to the path)."""
     if start == 0 and end is None:
@@ -420,7 +433,9 @@ def read_documents(path: str, input_format: str, counters: Counter, strip_gutenb
         yield doc
 
 
-def batch_documents(docs: Iterable[Document], counters: Counter, max_bytes: int = DOCS_PER_BATCH_BYTES) -> Iterator[DocumentBatch]:
+def batch_documents(
+    docs: Iterable[Document], counters: Counter, max_bytes: int = DOCS_PER_BATCH_BYTES
+) -> Iterator[DocumentBatch]:
     """Group documents into batches of about ``max_bytes`` of text so Beam elements stay coarse.
 
     The counters of the file travel with its last batch (other batches carry empty counters).
@@ -461,8 +476,10 @@ class _ReadRangeFn(beam.DoFn):
         c, whole = batch.counters, element.start == 0 and element.end is None
         where = element.path if whole else f"{element.path} from byte {element.start}"
         # One line per file, as before; ranges of big files are many, so at most one line every 2 s for them.
-        C.progress(f"read {where}: {c[C.DOCUMENTS_READ]} documents, {c[C.BYTES_READ] / 1e6:.1f} MB",
-                   every_s=0.0 if whole else 2.0)
+        C.progress(
+            f"read {where}: {c[C.DOCUMENTS_READ]} documents, {c[C.BYTES_READ] / 1e6:.1f} MB",
+            every_s=0.0 if whole else 2.0,
+        )
 
 
 class ReadDocuments(beam.PTransform):

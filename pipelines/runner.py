@@ -56,7 +56,8 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
         raise UsageError("beam option", f"unknown option(s): {', '.join('--' + u for u in unknown)}")
     if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
         raise UsageError(
-            "direct_running_mode", "--direct_running_mode=multi_threading loses elements in Beam 2.77; "
+            "direct_running_mode",
+            "--direct_running_mode=multi_threading loses elements in Beam 2.77; "
             "use --direct_num_workers=N (worker processes)",
         )
     # Inputs are listed, the vocabulary read and the output folder checked in this process before the

@@ -155,9 +155,7 @@ def split_sentences(paragraph: str) -> list[str]:
     return [paragraph[s:e] for s, e in sentence_spans(paragraph)]
 
 
-def _is_boundary(
-    text: str, at: int, term: str, closers: str, nxt_at: int, sent_start: int, in_parens: bool
-) -> bool:
+def _is_boundary(text: str, at: int, term: str, closers: str, nxt_at: int, sent_start: int, in_parens: bool) -> bool:
     """Whether the candidate terminator ``term`` at ``at`` ends a sentence."""
     nxt = text[nxt_at]
     if in_parens and not nxt.isupper():

@@ -100,8 +100,17 @@ class ArrowShardWriter(_ShardWriter):
 
     fmt = "arrow"
 
-    def __init__(self, path: str, relpath: str, *, id_type: str, vocab_sha256: str, parameters: dict[str, Any],
-                 compression: str = "zstd", batch_rows: int = 2048) -> None:
+    def __init__(
+        self,
+        path: str,
+        relpath: str,
+        *,
+        id_type: str,
+        vocab_sha256: str,
+        parameters: dict[str, Any],
+        compression: str = "zstd",
+        batch_rows: int = 2048,
+    ) -> None:
         super().__init__(path, relpath)
         self.schema = P.arrow_schema(id_type, vocab_sha256, parameters)
         self.id_type = P.arrow_id_type(id_type)
@@ -160,8 +169,13 @@ class WebDatasetShardWriter(_ShardWriter):
         for i in range(len(batch)):
             iid = int(batch.instance_ids[i])
             payload = wds.encode_instance(
-                ids[off[i] : off[i + 1]], int(batch.segment_a_length[i]), pos[poff[i] : poff[i + 1]],
-                lab[poff[i] : poff[i + 1]], int(batch.next_sentence_label[i]), iid, self.width,
+                ids[off[i] : off[i + 1]],
+                int(batch.segment_a_length[i]),
+                pos[poff[i] : poff[i + 1]],
+                lab[poff[i] : poff[i + 1]],
+                int(batch.next_sentence_label[i]),
+                iid,
+                self.width,
             )
             info = tarfile.TarInfo(f"{wds.sample_key(iid)}.{wds.EXTENSION}")
             info.size = len(payload)

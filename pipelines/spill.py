@@ -82,7 +82,9 @@ def read_ranges(path: str, ranges: Sequence[ByteRange]) -> list[bytes]:
             f.seek(offset)
             data = f.read(length)
             if len(data) != length:
-                raise OSError(f"{path}: expected {length} bytes at offset {offset}, got {len(data)} (truncated spill file)")
+                raise OSError(
+                    f"{path}: expected {length} bytes at offset {offset}, got {len(data)} (truncated spill file)"
+                )
             out.append(data)
     return out
 

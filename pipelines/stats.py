@@ -15,8 +15,15 @@ from pipelines.batch import InstanceBatch
 from pipelines.masking import num_to_predict
 
 
-def batch_stats(batch: InstanceBatch, *, mask_id: int, max_seq_length: int, max_predictions: int,
-                masked_lm_prob: float, whole_word: bool) -> dict[str, Any]:
+def batch_stats(
+    batch: InstanceBatch,
+    *,
+    mask_id: int,
+    max_seq_length: int,
+    max_predictions: int,
+    masked_lm_prob: float,
+    whole_word: bool,
+) -> dict[str, Any]:
     lengths = batch.lengths
     k = batch.num_predictions
     # What happened at each prediction, read back from the data: [MASK], the original kept, or another id.

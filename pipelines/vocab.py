@@ -76,8 +76,16 @@ def _can_continue_word(c: str) -> bool:
     cp = ord(c)
     if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:  # BERT's ASCII punctuation
         return False
-    cjk = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
-           (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+    cjk = (
+        (0x4E00, 0x9FFF),
+        (0x3400, 0x4DBF),
+        (0x20000, 0x2A6DF),
+        (0x2A700, 0x2B73F),
+        (0x2B740, 0x2B81F),
+        (0x2B820, 0x2CEAF),
+        (0xF900, 0xFAFF),
+        (0x2F800, 0x2FA1F),
+    )
     return not any(a <= cp <= b for a, b in cjk)
 
 
@@ -96,11 +104,17 @@ def train_vocab(inputs: list[str], output_dir: str | Path, cfg: VocabConfig) -> 
     pieces = continuation_pieces(sample_texts(inputs, cfg, first), cfg.lowercase)
     if not first["documents_sampled"] or not first["bytes_read"]:
         # Else `tokenizers` trains a vocabulary of the special tokens alone and nothing says why.
-        raise InputError(f"--input {', '.join(inputs)}: no text to train a vocabulary on "
-                         f"({first['documents_read']} documents, {first['bytes_read']} bytes read)")
+        raise InputError(
+            f"--input {', '.join(inputs)}: no text to train a vocabulary on "
+            f"({first['documents_read']} documents, {first['bytes_read']} bytes read)"
+        )
     trainer = trainers.WordPieceTrainer(
-        vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=[*SPECIAL_TOKENS, *pieces],
-        limit_alphabet=cfg.limit_alphabet, continuing_subword_prefix="##", show_progress=False,
+        vocab_size=cfg.vocab_size,
+        min_frequency=cfg.min_frequency,
+        special_tokens=[*SPECIAL_TOKENS, *pieces],
+        limit_alphabet=cfg.limit_alphabet,
+        continuing_subword_prefix="##",
+        show_progress=False,
     )
     trained = bert_tokenizer(None, cfg.lowercase)
     trained.train_from_iterator(sample_texts(inputs, cfg, counters), trainer=trainer)
@@ -109,19 +123,40 @@ def train_vocab(inputs: list[str], output_dir: str | Path, cfg: VocabConfig) -> 
     tok = bert_tokenizer(vocab, cfg.lowercase)
     cls_id, sep_id = vocab.id(CLS), vocab.id(SEP)
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{CLS}:0 $A:0 {SEP}:0", pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+        single=f"{CLS}:0 $A:0 {SEP}:0",
+        pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
         special_tokens=[(CLS, cls_id), (SEP, sep_id)],
     )
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     vocab.write(out / VOCAB_FILENAME)
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "BertTokenizer", "do_lower_case": cfg.lowercase, "model_max_length": 512,
-        "unk_token": "[UNK]", "sep_token": SEP, "pad_token": "[PAD]", "cls_token": CLS, "mask_token": "[MASK]",
-    }, indent=2) + "\n")
-    (out / "vocab_config.json").write_text(json.dumps({
-        "inputs": inputs, **{k: getattr(cfg, k) for k in cfg.__slots__}, "vocab_sha256": vocab.sha256,
-        "counters": dict(counters),
-    }, indent=2) + "\n")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "BertTokenizer",
+                "do_lower_case": cfg.lowercase,
+                "model_max_length": 512,
+                "unk_token": "[UNK]",
+                "sep_token": SEP,
+                "pad_token": "[PAD]",
+                "cls_token": CLS,
+                "mask_token": "[MASK]",
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    (out / "vocab_config.json").write_text(
+        json.dumps(
+            {
+                "inputs": inputs,
+                **{k: getattr(cfg, k) for k in cfg.__slots__},
+                "vocab_sha256": vocab.sha256,
+                "counters": dict(counters),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return vocab, counters

@@ -50,15 +50,34 @@ def order_shard(batches: list[InstanceBatch], seed: int) -> InstanceBatch:
     return batch.take(shard_order(batch, seed))
 
 
-def shard_writers(output_dir: str, shard: int, num_shards: int, formats: Iterable[str], *, id_type: str,
-                  vocab_sha256: str, parameters: dict[str, Any], compression: str, batch_rows: int) -> list:
+def shard_writers(
+    output_dir: str,
+    shard: int,
+    num_shards: int,
+    formats: Iterable[str],
+    *,
+    id_type: str,
+    vocab_sha256: str,
+    parameters: dict[str, Any],
+    compression: str,
+    batch_rows: int,
+) -> list:
     writers = []
     for fmt in formats:
         name = shard_name(SHARD_PREFIX, shard, num_shards, fmt)
         path = FileSystems.join(output_dir, name)
         if fmt == "arrow":
-            writers.append(ArrowShardWriter(path, name, id_type=id_type, vocab_sha256=vocab_sha256,
-                                            parameters=parameters, compression=compression, batch_rows=batch_rows))
+            writers.append(
+                ArrowShardWriter(
+                    path,
+                    name,
+                    id_type=id_type,
+                    vocab_sha256=vocab_sha256,
+                    parameters=parameters,
+                    compression=compression,
+                    batch_rows=batch_rows,
+                )
+            )
         else:
             writers.append(WebDatasetShardWriter(path, name, id_type=id_type))
     return writers
@@ -103,8 +122,9 @@ def read_parts(parts: Iterable[ShardPart]) -> InstanceBatch:
     arrays allocated once: memory holds the shard and one part)."""
     parts = sorted(parts)  # the same concatenation on every runner
     heads = [read_ranges(path, [(offset, InstanceBatch.WIRE_HEADER_BYTES)])[0] for path, (offset, _) in parts]
-    return InstanceBatch.concat_wire([InstanceBatch.wire_sizes(h) for h in heads],
-                                     (read_ranges(path, [byte_range])[0] for path, byte_range in parts))
+    return InstanceBatch.concat_wire(
+        [InstanceBatch.wire_sizes(h) for h in heads], (read_ranges(path, [byte_range])[0] for path, byte_range in parts)
+    )
 
 
 def read_shard(parts: Iterable[ShardPart], seed: int) -> InstanceBatch:
@@ -146,8 +166,15 @@ class _SpillShardsFn(SpillFn):
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, output_dir: str, num_shards: int, seed: int, writer_args: dict[str, Any],
-                 stats_args: dict[str, Any], formats: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        output_dir: str,
+        num_shards: int,
+        seed: int,
+        writer_args: dict[str, Any],
+        stats_args: dict[str, Any],
+        formats: tuple[str, ...],
+    ) -> None:
         self.output_dir = output_dir
         self.num_shards = num_shards
         self.seed = seed
@@ -185,8 +212,18 @@ class _WriteShardFn(beam.DoFn):
 class WriteShards(beam.PTransform):
     """``PCollection[InstanceBatch]`` -> ``PCollection[dict]``: one result (files, statistics) per shard."""
 
-    def __init__(self, output_dir: str, work_dir: str, num_shards: int, seed: int, formats: tuple[str, ...], *,
-                 writer_args: dict[str, Any], stats_args: dict[str, Any], spill_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        output_dir: str,
+        work_dir: str,
+        num_shards: int,
+        seed: int,
+        formats: tuple[str, ...],
+        *,
+        writer_args: dict[str, Any],
+        stats_args: dict[str, Any],
+        spill_bytes: int | None = None,
+    ) -> None:
         super().__init__()
         self.split = _SpillShardsFn(work_dir, num_shards, seed, spill_bytes)
         self.write = _WriteShardFn(output_dir, num_shards, seed, writer_args, stats_args, formats)

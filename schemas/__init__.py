@@ -5,6 +5,13 @@ from schemas.version import SCHEMA_VERSION, SchemaError
 from schemas.vocab import Vocab, VocabError, vocab_sha256
 
 __all__ = [
-    "MANIFEST_NAME", "Manifest", "SCHEMA_VERSION", "SchemaError", "ShardInfo", "Vocab", "VocabError",
-    "shard_name", "vocab_sha256",
+    "MANIFEST_NAME",
+    "Manifest",
+    "SCHEMA_VERSION",
+    "SchemaError",
+    "ShardInfo",
+    "Vocab",
+    "VocabError",
+    "shard_name",
+    "vocab_sha256",
 ]

@@ -108,9 +108,17 @@ class Manifest:
         try:
             shards = tuple(ShardInfo(**s) for s in d["shards"])
             return cls(
-                kind=d["kind"], vocab=d["vocab"], parameters=d["parameters"], seed=d["seed"], shards=shards,
-                inputs=tuple(d.get("inputs", ())), totals=d.get("totals", {}), counters=d.get("counters", {}),
-                statistics=d.get("statistics", {}), task=d.get("task", {}), run=d.get("run", {}),
+                kind=d["kind"],
+                vocab=d["vocab"],
+                parameters=d["parameters"],
+                seed=d["seed"],
+                shards=shards,
+                inputs=tuple(d.get("inputs", ())),
+                totals=d.get("totals", {}),
+                counters=d.get("counters", {}),
+                statistics=d.get("statistics", {}),
+                task=d.get("task", {}),
+                run=d.get("run", {}),
                 schema_version=version,
             )
         except (KeyError, TypeError) as e:

@@ -148,20 +148,35 @@ def _fields(kind: str, ids: pa.DataType) -> list[pa.Field]:
 
     if kind in (CLASSIFICATION, REGRESSION):
         return [
-            f(ROW_ID, pa.uint64()), f(INPUT_IDS, pa.list_(ids)), f(SEGMENT_A_LENGTH, pa.int16()),
+            f(ROW_ID, pa.uint64()),
+            f(INPUT_IDS, pa.list_(ids)),
+            f(SEGMENT_A_LENGTH, pa.int16()),
             f(LABEL, pa.int16() if kind == CLASSIFICATION else pa.float32(), nullable=True),
         ]
     if kind == NER:
         return [
-            f(ROW_ID, pa.uint64()), f(WINDOW, pa.uint16()), f(INPUT_IDS, pa.list_(ids)), f(LABELS, pa.list_(pa.int16())),
-            f(WORD_IDS, pa.list_(pa.int32())), f(OWNED, pa.list_(pa.int8())), f(NUM_WORDS, pa.int32()),
+            f(ROW_ID, pa.uint64()),
+            f(WINDOW, pa.uint16()),
+            f(INPUT_IDS, pa.list_(ids)),
+            f(LABELS, pa.list_(pa.int16())),
+            f(WORD_IDS, pa.list_(pa.int32())),
+            f(OWNED, pa.list_(pa.int8())),
+            f(NUM_WORDS, pa.int32()),
         ]
     if kind == SQUAD:
         return [
-            f(ROW_ID, pa.uint64()), f(EXAMPLE_INDEX, pa.int32()), f(EXAMPLE_ID, pa.string()), f(WINDOW, pa.uint16()),
-            f(INPUT_IDS, pa.list_(ids)), f(SEGMENT_A_LENGTH, pa.int16()), f(OFFSET_START, pa.list_(pa.int32())),
-            f(OFFSET_END, pa.list_(pa.int32())), f(MAX_CONTEXT, pa.list_(pa.int8())), f(START_POSITION, pa.int32()),
-            f(END_POSITION, pa.int32()), f(IS_IMPOSSIBLE, pa.bool_()),
+            f(ROW_ID, pa.uint64()),
+            f(EXAMPLE_INDEX, pa.int32()),
+            f(EXAMPLE_ID, pa.string()),
+            f(WINDOW, pa.uint16()),
+            f(INPUT_IDS, pa.list_(ids)),
+            f(SEGMENT_A_LENGTH, pa.int16()),
+            f(OFFSET_START, pa.list_(pa.int32())),
+            f(OFFSET_END, pa.list_(pa.int32())),
+            f(MAX_CONTEXT, pa.list_(pa.int8())),
+            f(START_POSITION, pa.int32()),
+            f(END_POSITION, pa.int32()),
+            f(IS_IMPOSSIBLE, pa.bool_()),
         ]
     raise SchemaError(f"task kind must be one of {KINDS}, got {kind!r}")
 
@@ -170,8 +185,13 @@ def field_names(kind: str) -> tuple[str, ...]:
     return tuple(f.name for f in _fields(kind, pa.uint16()))
 
 
-def arrow_schema(kind: str, id_type: str, vocab_sha256: str = "", parameters: Mapping[str, Any] | None = None,
-                 labels: Sequence[str] = ()) -> pa.Schema:
+def arrow_schema(
+    kind: str,
+    id_type: str,
+    vocab_sha256: str = "",
+    parameters: Mapping[str, Any] | None = None,
+    labels: Sequence[str] = (),
+) -> pa.Schema:
     schema = pa.schema(_fields(kind, _arrow_id_type(id_type)))
     return schema.with_metadata(encode_metadata(kind, vocab_sha256, parameters, {"labels": list(labels)}))
 

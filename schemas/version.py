@@ -19,8 +19,9 @@ _META_VOCAB = b"bertstream.vocab_sha256"
 _META_PARAMS = b"bertstream.parameters"
 
 
-def encode_metadata(kind: str, vocab_sha256: str, parameters: Mapping[str, Any] | None,
-                    extra: Mapping[str, Any] | None = None) -> dict[bytes, bytes]:
+def encode_metadata(
+    kind: str, vocab_sha256: str, parameters: Mapping[str, Any] | None, extra: Mapping[str, Any] | None = None
+) -> dict[bytes, bytes]:
     """Arrow schema metadata of every bertstream shard: version, kind, vocab hash, parameters (JSON), and
     ``extra`` entries as ``bertstream.<name>`` JSON values."""
     meta = {

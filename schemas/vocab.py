@@ -37,8 +37,10 @@ def vocab_sha256(tokens: Sequence[str]) -> str:
 
 def is_reserved(token: str) -> bool:
     """Special tokens and ``[unused*]`` placeholders: never drawn as random MLM replacements."""
-    return token in SPECIAL_TOKENS or bool(_UNUSED.match(token)) or (
-        token.startswith("[") and token.endswith("]") and len(token) > 2 and token[1:-1].isupper()
+    return (
+        token in SPECIAL_TOKENS
+        or bool(_UNUSED.match(token))
+        or (token.startswith("[") and token.endswith("]") and len(token) > 2 and token[1:-1].isupper())
     )
 
 
@@ -145,4 +147,3 @@ class Vocab:
                 raise VocabError(f"{p}: malformed JSON ({e})") from None
             return cls.from_tokenizer_json(data, str(p))
         return cls.from_text(text, str(p))
-

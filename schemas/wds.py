@@ -57,8 +57,13 @@ def encode_instance(
     return b"".join(
         (
             _HEADER.pack(
-                LAYOUT_VERSION, id_width, len(input_ids), len(masked_lm_positions),
-                segment_a_length, next_sentence_label, instance_id,
+                LAYOUT_VERSION,
+                id_width,
+                len(input_ids),
+                len(masked_lm_positions),
+                segment_a_length,
+                next_sentence_label,
+                instance_id,
             ),
             np.asarray(input_ids, dtype=dt).tobytes(),
             np.asarray(masked_lm_positions, dtype="<u2").tobytes(),
@@ -100,5 +105,7 @@ def decode_sample(sample: dict[str, Any]) -> dict[str, Any]:
     key = sample.get("__key__", "?")
     payload = sample.get(EXTENSION)
     if payload is None:
-        raise SchemaError(f"sample {key}: no .{EXTENSION} member (members: {sorted(k for k in sample if not k.startswith('__'))})")
+        raise SchemaError(
+            f"sample {key}: no .{EXTENSION} member (members: {sorted(k for k in sample if not k.startswith('__'))})"
+        )
     return decode_payload(payload, source=f"sample {key}")

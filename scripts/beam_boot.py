@@ -58,8 +58,9 @@ def provision_info(endpoint: str, worker_id: str):
 
     with grpc.insecure_channel(endpoint) as channel:
         stub = beam_provision_api_pb2_grpc.ProvisionServiceStub(channel)
-        return stub.GetProvisionInfo(beam_provision_api_pb2.GetProvisionInfoRequest(),
-                                     metadata=[("worker_id", worker_id)], timeout=TIMEOUT_S).info
+        return stub.GetProvisionInfo(
+            beam_provision_api_pb2.GetProvisionInfoRequest(), metadata=[("worker_id", worker_id)], timeout=TIMEOUT_S
+        ).info
 
 
 def retrieve_artifacts(endpoint: str, worker_id: str, dependencies, folder: str) -> list[str]:
@@ -80,8 +81,11 @@ def retrieve_artifacts(endpoint: str, worker_id: str, dependencies, folder: str)
             if os.path.basename(name) != name or name in ("", ".", ".."):
                 raise RuntimeError(f"unsafe staged name {name!r}")
             with open(os.path.join(folder, name), "wb") as f:
-                for chunk in stub.GetArtifact(beam_artifact_api_pb2.GetArtifactRequest(artifact=dep),
-                                              metadata=[("worker_id", worker_id)], timeout=TIMEOUT_S):
+                for chunk in stub.GetArtifact(
+                    beam_artifact_api_pb2.GetArtifactRequest(artifact=dep),
+                    metadata=[("worker_id", worker_id)],
+                    timeout=TIMEOUT_S,
+                ):
                     f.write(chunk.data)
             names.append(name)
     return sorted(names)
@@ -89,8 +93,10 @@ def retrieve_artifacts(endpoint: str, worker_id: str, dependencies, folder: str)
 
 def packages_to_install(names: list[str], folder: str) -> list[str]:
     if REQUIREMENTS_FILE in names:
-        raise RuntimeError(f"{REQUIREMENTS_FILE} was staged: this boot installs only the job's own packages "
-                           "(--setup_file, --extra_package); install dependencies in the workers' environment")
+        raise RuntimeError(
+            f"{REQUIREMENTS_FILE} was staged: this boot installs only the job's own packages "
+            "(--setup_file, --extra_package); install dependencies in the workers' environment"
+        )
     packages = []
     if EXTRA_PACKAGES_FILE in names:
         with open(os.path.join(folder, EXTRA_PACKAGES_FILE), encoding="utf-8") as f:
@@ -116,8 +122,20 @@ def install_once(packages: list[str], target: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(target + ".done"):
             return
-        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-               "--no-index", "--disable-pip-version-check", "--target", target, *packages]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--target",
+            target,
+            *packages,
+        ]
         log.info("installing staged packages: %s", " ".join(cmd))
         # The worker pool pipes our stdout and never reads it: keep pip's output off it.
         subprocess.run(cmd, check=True, stdout=sys.stderr, timeout=600)

@@ -47,16 +47,24 @@ def grpc_ready(address: str, timeout_s: float) -> bool:
 class Service:
     """One background process (and its children, in its own process group), logging to ``log``."""
 
-    def __init__(self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None,
-                 cwd: Path | None = None) -> None:
+    def __init__(
+        self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
         self.name = name
         self.cmd = cmd
         self.log = log
         self._log_file = open(log, "wb")
         self._stop_lock = threading.Lock()
         self._stopped = False
-        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, cwd=cwd, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
 
     def log_tail(self, chars: int = 3000) -> str:
         try:
@@ -117,12 +125,27 @@ def worker_python(folder: Path) -> Path:
 
     venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
     python = folder / "bin" / "python"
-    child_site = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"], check=True,
-                                capture_output=True, text=True, timeout=30).stdout.strip()
+    child_site = subprocess.run(
+        [python, "-c", "import site; print(site.getsitepackages()[0])"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.strip()
     Path(child_site, "parent_site_packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    probe = subprocess.run([python, "-c", "import apache_beam, tokenizers\ntry:\n import pipelines\nexcept ImportError:"
-                            "\n pass\nelse:\n raise SystemExit('pipelines is importable: ' + pipelines.__file__)"],
-                           capture_output=True, text=True, timeout=60, cwd=folder, env=python_env(python))
+    probe = subprocess.run(
+        [
+            python,
+            "-c",
+            "import apache_beam, tokenizers\ntry:\n import pipelines\nexcept ImportError:"
+            "\n pass\nelse:\n raise SystemExit('pipelines is importable: ' + pipelines.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=folder,
+        env=python_env(python),
+    )
     if probe.returncode:
         raise ServiceError(f"worker python at {folder} is not usable:\n{probe.stderr[-3000:]}")
     return python
@@ -158,8 +181,10 @@ def deadline(seconds: float, services: list[Service], what: str):
         yield
     except Exception as e:
         if expired.is_set():
-            raise ServiceError(f"{what} did not finish in {seconds:.0f} s; services stopped:\n"
-                               + "\n".join(f"--- {s.log} ---\n{s.log_tail(1500)}" for s in services)) from e
+            raise ServiceError(
+                f"{what} did not finish in {seconds:.0f} s; services stopped:\n"
+                + "\n".join(f"--- {s.log} ---\n{s.log_tail(1500)}" for s in services)
+            ) from e
         raise
     finally:
         timer.cancel()
@@ -182,25 +207,49 @@ def portable_services(tmp: Path, boot: Path = BOOT):
     env = python_env(python, TMPDIR=str(tmp))
     services: list[Service] = []
     try:
-        job = Service("job service", [
-            str(python), "-m", "apache_beam.runners.portability.local_job_service_main",
-            "--port=0", f"--port_file={port_file}", f"--staging_dir={tmp / 'job_staging'}",
-        ], tmp / "job_service.log", env, cwd=tmp)
+        job = Service(
+            "job service",
+            [
+                str(python),
+                "-m",
+                "apache_beam.runners.portability.local_job_service_main",
+                "--port=0",
+                f"--port_file={port_file}",
+                f"--staging_dir={tmp / 'job_staging'}",
+            ],
+            tmp / "job_service.log",
+            env,
+            cwd=tmp,
+        )
         services.append(job)
-        pool = Service("worker pool", [
-            str(python), "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={pool_port}",
-            f"--container_executable={boot}",
-        ], tmp / "worker_pool.log", env, cwd=tmp)
+        pool = Service(
+            "worker pool",
+            [
+                str(python),
+                "-m",
+                "apache_beam.runners.worker.worker_pool_main",
+                f"--service_port={pool_port}",
+                f"--container_executable={boot}",
+            ],
+            tmp / "worker_pool.log",
+            env,
+            cwd=tmp,
+        )
         services.append(pool)
         job.wait_until(port_file.exists, "writing its port file")
         job_address = f"localhost:{port_file.read_text().strip()}"
         job.wait_until(lambda: grpc_ready(job_address, 1.0), f"serving at {job_address}")
         pool_address = f"localhost:{pool_port}"
         pool.wait_until(lambda: grpc_ready(pool_address, 1.0), f"serving at {pool_address}")
-        yield [
-            "--runner=PortableRunner", f"--job_endpoint={job_address}",
-            "--environment_type=EXTERNAL", f"--environment_config={pool_address}",
-        ], services
+        yield (
+            [
+                "--runner=PortableRunner",
+                f"--job_endpoint={job_address}",
+                "--environment_type=EXTERNAL",
+                f"--environment_config={pool_address}",
+            ],
+            services,
+        )
     finally:
         for s in reversed(services):
             s.stop()
@@ -216,8 +265,9 @@ def dask_cluster(tmp: Path, workers: int = 2):
     from distributed.client import default_client
 
     tmp.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                           local_directory=str(tmp))
+    cluster = LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, local_directory=str(tmp)
+    )
     try:
         yield cluster.scheduler_address
     finally:

@@ -71,5 +71,7 @@ def demo_shards(tmp_path_factory, demo_corpus, demo_vocab) -> Path:
 
     out = tmp_path_factory.mktemp("demo_shards")
     cfg = PretrainingConfig(input_format="text", dupe_factor=3, num_shards=3, output_format="both")
-    run_pretraining(inputs=[str(demo_corpus / "*.txt")], vocab=str(demo_vocab / "vocab.txt"), output_dir=str(out), cfg=cfg)
+    run_pretraining(
+        inputs=[str(demo_corpus / "*.txt")], vocab=str(demo_vocab / "vocab.txt"), output_dir=str(out), cfg=cfg
+    )
     return out

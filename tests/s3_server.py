@@ -18,8 +18,8 @@ KEY = SECRET = "test"
 
 @dataclass
 class S3Server:
-    url: str                      # http://127.0.0.1:PORT
-    server: Any                   # the ThreadedMotoServer
+    url: str  # http://127.0.0.1:PORT
+    server: Any  # the ThreadedMotoServer
     buckets: list[str] = field(default_factory=list)
 
     @property
@@ -32,8 +32,12 @@ class S3Server:
         import boto3
         from botocore.config import Config
 
-        return boto3.client("s3", endpoint_url=self.url, region_name=REGION,
-                            config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}))
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            region_name=REGION,
+            config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}),
+        )
 
     def bucket(self, name: str) -> str:
         self.client().create_bucket(Bucket=name)
@@ -60,10 +64,15 @@ def s3_server(monkeypatch):
     host, port = server.get_host_and_port()
     s = S3Server(url=f"http://{host}:{port}", server=server)
     _reset(s.url)  # moto keeps its buckets in process-wide state: every test starts with an empty store
-    env = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": REGION,
-           "AWS_ENDPOINT_URL": s.url,  # botocore >= 1.31, and so s3fs, read it
-           # bounded waits: a dead endpoint fails after a few quick retries, never hangs
-           "AWS_MAX_ATTEMPTS": "3", "AWS_RETRY_MODE": "standard"}
+    env = {
+        "AWS_ACCESS_KEY_ID": KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ENDPOINT_URL": s.url,  # botocore >= 1.31, and so s3fs, read it
+        # bounded waits: a dead endpoint fails after a few quick retries, never hangs
+        "AWS_MAX_ATTEMPTS": "3",
+        "AWS_RETRY_MODE": "standard",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_PROFILE", raising=False)

@@ -76,9 +76,25 @@ def _pretrain(data: str, out, **kw):
     from trainer.metrics import read_metrics
     from trainer.pretrain import pretrain
 
-    cfg = TrainConfig(**{"data": (data,), "output": str(out), "model": "tiny", "batch_size": 8, "max_steps": 20,
-                         "warmup_steps": 2, "lr": 1e-3, "log_every": 1, "checkpoint_every": 10, "num_workers": 0,
-                         "tensorboard": False, "deterministic": True, "seed": 1, "device": "cpu", **kw})
+    cfg = TrainConfig(
+        **{
+            "data": (data,),
+            "output": str(out),
+            "model": "tiny",
+            "batch_size": 8,
+            "max_steps": 20,
+            "warmup_steps": 2,
+            "lr": 1e-3,
+            "log_every": 1,
+            "checkpoint_every": 10,
+            "num_workers": 0,
+            "tensorboard": False,
+            "deterministic": True,
+            "seed": 1,
+            "device": "cpu",
+            **kw,
+        }
+    )
     pretrain(cfg)
     return [r for r in read_metrics(out) if r.get("split", "train") == "train"]
 
@@ -89,8 +105,11 @@ def vocab_file(tmp_path_factory):
     from pipelines.vocab import VocabConfig, train_vocab
 
     out = tmp_path_factory.mktemp("s3_vocab")
-    train_vocab([str(shared_path("pretrain", "wikipedia", "wiki_00"))], out,
-                VocabConfig(input_format="wikiextractor", vocab_size=4000))
+    train_vocab(
+        [str(shared_path("pretrain", "wikipedia", "wiki_00"))],
+        out,
+        VocabConfig(input_format="wikiextractor", vocab_size=4000),
+    )
     return out / "vocab.txt"
 
 
@@ -102,8 +121,12 @@ def local_dataset(tmp_path_factory, vocab_file):
 
     out = tmp_path_factory.mktemp("s3_local_shards")
     cfg = PretrainingConfig(input_format="wikiextractor", dupe_factor=1, num_shards=2)
-    run_pretraining(inputs=[str(shared_path("pretrain", "wikipedia", "wiki_00"))], vocab=str(vocab_file),
-                    output_dir=str(out), cfg=cfg)
+    run_pretraining(
+        inputs=[str(shared_path("pretrain", "wikipedia", "wiki_00"))],
+        vocab=str(vocab_file),
+        output_dir=str(out),
+        cfg=cfg,
+    )
     return out
 
 
@@ -124,9 +147,22 @@ def test_pipeline_trainer_and_finetune_on_s3(s3_server, requests_log, tmp_path, 
     for name in ("wiki_00", "wiki_01"):
         _upload(s3, "bertstream", f"corpus/{name}", shared_path("pretrain", "wikipedia", name))
     vocab = _upload(s3, "bertstream", "vocab/vocab.txt", vocab_file)
-    output = _bertprep("pretraining", "--input", f"{bucket}/corpus/wiki_*", "--format", "wikiextractor",
-                       "--vocab", vocab, "--output", f"{bucket}/shards", "--dupe-factor", "1", "--num-shards", "2",
-                       *s3.beam_args)
+    output = _bertprep(
+        "pretraining",
+        "--input",
+        f"{bucket}/corpus/wiki_*",
+        "--format",
+        "wikiextractor",
+        "--vocab",
+        vocab,
+        "--output",
+        f"{bucket}/shards",
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "2",
+        *s3.beam_args,
+    )
     data = f"{bucket}/shards"
     # --- the pipeline: inputs read over HTTP, work directory and outputs on S3, _work/ gone afterwards
     assert "read s3://bertstream/corpus/wiki_00" in output and "s3://bertstream/shards/manifest.json" in output
@@ -138,16 +174,22 @@ def test_pipeline_trainer_and_finetune_on_s3(s3_server, requests_log, tmp_path, 
     manifest = json.loads(s3.client().get_object(Bucket="bertstream", Key="shards/manifest.json")["Body"].read())
     assert manifest["inputs"][0]["path"] == "s3://bertstream/corpus/wiki_00" and manifest["totals"]["instances"] > 1000
     keys = s3.keys("bertstream", "shards/")
-    assert keys == ["shards/manifest.json", "shards/pretrain-00000-of-00002.arrow",
-                    "shards/pretrain-00001-of-00002.arrow", "shards/vocab.txt"], keys  # no _work/ left
+    assert keys == [
+        "shards/manifest.json",
+        "shards/pretrain-00000-of-00002.arrow",
+        "shards/pretrain-00001-of-00002.arrow",
+        "shards/vocab.txt",
+    ], keys  # no _work/ left
 
     # --- the trainer streams them with s3fs, hashes each, trains 20 steps; resumes from its local checkpoint
     requests_log.lines.clear()
     whole = _pretrain(data, tmp_path / "whole")
     assert [r["step"] for r in whole] == list(range(1, 21))
     shard_gets = {p.split("?")[0] for p in requests_log.paths("GET") if ".arrow" in p}
-    assert shard_gets == {"/bertstream/shards/pretrain-00000-of-00002.arrow",
-                          "/bertstream/shards/pretrain-00001-of-00002.arrow"}, shard_gets
+    assert shard_gets == {
+        "/bertstream/shards/pretrain-00000-of-00002.arrow",
+        "/bertstream/shards/pretrain-00001-of-00002.arrow",
+    }, shard_gets
     # a run stopped after its step-10 checkpoint (as if killed), resumed with --resume auto: the data position
     # over S3 and everything else come back, so steps 11-20 log the uninterrupted run's losses
     split = tmp_path / "split"
@@ -169,15 +211,40 @@ def test_pipeline_trainer_and_finetune_on_s3(s3_server, requests_log, tmp_path, 
         with (src / f"{split}.tsv").open(encoding="utf-8") as f:
             tsv.write_text("".join(line for _, line in zip(range(n), f)), encoding="utf-8")
         url = _upload(s3, "bertstream", f"tasks/sst2/{split}.tsv", tsv)
-        _bertprep("task", "classification", "--glue", "sst2", "--input", url, "--split", split,
-                  "--vocab", "s3://bertstream/vocab/vocab.txt", "--output", f"s3://bertstream/tasks/sst2_{split}",
-                  "--max-seq-length", "64", *s3.beam_args)
+        _bertprep(
+            "task",
+            "classification",
+            "--glue",
+            "sst2",
+            "--input",
+            url,
+            "--split",
+            split,
+            "--vocab",
+            "s3://bertstream/vocab/vocab.txt",
+            "--output",
+            f"s3://bertstream/tasks/sst2_{split}",
+            "--max-seq-length",
+            "64",
+            *s3.beam_args,
+        )
     assert "tasks/sst2_train/manifest.json" in s3.keys("bertstream", "tasks/")
     requests_log.lines.clear()
-    results = finetune(FinetuneConfig(
-        task="classification", train_data="s3://bertstream/tasks/sst2_train",
-        eval_data="s3://bertstream/tasks/sst2_dev", init="random:tiny", output=str(tmp_path / "ft"), epochs=1,
-        batch_size=16, lr=1e-3, tensorboard=False, log_every=5, device="cpu"))
+    results = finetune(
+        FinetuneConfig(
+            task="classification",
+            train_data="s3://bertstream/tasks/sst2_train",
+            eval_data="s3://bertstream/tasks/sst2_dev",
+            init="random:tiny",
+            output=str(tmp_path / "ft"),
+            epochs=1,
+            batch_size=16,
+            lr=1e-3,
+            tensorboard=False,
+            log_every=5,
+            device="cpu",
+        )
+    )
     assert any("/bertstream/tasks/sst2_dev/" in p for p in requests_log.paths("GET"))
     assert results["epochs"][0]["eval"]["rows"] == 80  # every dev row, read from S3, scored
     assert 0 <= results["best"]["value"] <= 1 and (tmp_path / "ft" / "results.json").is_file()
@@ -264,9 +331,31 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
     monkeypatch.setattr(group, "write_file", stop_then_write)
     monkeypatch.setattr("pipelines.pretraining.CLEANUP_SECONDS", 5.0)  # 30 s by default
     box = {}
-    _, took = _within(180, lambda: box.setdefault("r", CliRunner().invoke(main, [
-        "pretraining", "--input", f"{bucket}/corpus/wiki_00", "--format", "wikiextractor", "--vocab", vocab,
-        "--output", f"{bucket}/shards", "--dupe-factor", "1", "--num-shards", "2", *s3.beam_args])))
+    _, took = _within(
+        180,
+        lambda: box.setdefault(
+            "r",
+            CliRunner().invoke(
+                main,
+                [
+                    "pretraining",
+                    "--input",
+                    f"{bucket}/corpus/wiki_00",
+                    "--format",
+                    "wikiextractor",
+                    "--vocab",
+                    vocab,
+                    "--output",
+                    f"{bucket}/shards",
+                    "--dupe-factor",
+                    "1",
+                    "--num-shards",
+                    "2",
+                    *s3.beam_args,
+                ],
+            ),
+        ),
+    )
     r = box["r"]
     assert stopped and stopped[0].startswith("s3://bertstream/shards/_work/"), r.output
     print(f"[s3-fault] pipeline: exit {r.exit_code} {took:.1f} s after the stop:\n{r.output[-2000:]}\n{r.exception!r}")
@@ -287,8 +376,13 @@ def test_run_folders_on_an_object_store_are_refused_up_front():
     with pytest.raises(TrainConfigError, match="output: s3://b/runs/base: the run folder must be local"):
         TrainConfig(data=("s3://b/shards",), output="s3://b/runs/base")
     with pytest.raises(TrainConfigError, match="output: s3://b/runs/sst2: the run folder must be local"):
-        FinetuneConfig(task="classification", train_data="s3://b/t", eval_data="s3://b/d", init="random:tiny",
-                       output="s3://b/runs/sst2")
+        FinetuneConfig(
+            task="classification",
+            train_data="s3://b/t",
+            eval_data="s3://b/d",
+            init="random:tiny",
+            output="s3://b/runs/sst2",
+        )
 
 
 def test_trainer_s3_waits_are_bounded_unless_configured(monkeypatch):
@@ -315,8 +409,9 @@ def test_corrupt_and_missing_task_shards_on_s3_are_named(s3_server, vocab_file, 
     with shared_path("tasks", "sst2", "dev.tsv").open(encoding="utf-8") as f:
         tsv.write_text("".join(line for _, line in zip(range(41), f)), encoding="utf-8")
     local = tmp_path / "sst2_dev"
-    run_classification(inputs=[str(tsv)], vocab=str(vocab_file), output_dir=str(local), glue="sst2", split="dev",
-                       max_seq_length=64)
+    run_classification(
+        inputs=[str(tsv)], vocab=str(vocab_file), output_dir=str(local), glue="sst2", split="dev", max_seq_length=64
+    )
     s3_server.bucket("bertstream")
     for f in sorted(local.iterdir()):
         _upload(s3_server, "bertstream", f"ds/{f.name}", f)
@@ -356,8 +451,13 @@ def test_an_endpoint_that_never_answers_fails_in_bounded_time(monkeypatch):
 
     threading.Thread(target=accept, daemon=True).start()
     host, port = sink.getsockname()
-    for k, v in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
-                 "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1", "AWS_MAX_ATTEMPTS": "2"}.items():
+    for k, v in {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_MAX_ATTEMPTS": "2",
+    }.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setitem(fsspec.config.conf, "s3", {"config_kwargs": {"connect_timeout": 1, "read_timeout": 1}})
     import s3fs

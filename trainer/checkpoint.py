@@ -52,16 +52,28 @@ def remove_partial(run_dir: str | Path) -> list[Path]:
     return gone
 
 
-def save(run_dir: str | Path, step: int, *, model_state: dict[str, torch.Tensor], optimizer: dict | None,
-         rng: dict[str, torch.Tensor], state: dict[str, Any], config: dict[str, Any], vocab_text: str,
-         keep: int) -> Path:
+def save(
+    run_dir: str | Path,
+    step: int,
+    *,
+    model_state: dict[str, torch.Tensor],
+    optimizer: dict | None,
+    rng: dict[str, torch.Tensor],
+    state: dict[str, Any],
+    config: dict[str, Any],
+    vocab_text: str,
+    keep: int,
+) -> Path:
     final = step_dir(run_dir, step)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, str(tmp / MODEL_FILE),
-              metadata={"format": "pt", "step": str(step)})
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in model_state.items()},
+        str(tmp / MODEL_FILE),
+        metadata={"format": "pt", "step": str(step)},
+    )
     if optimizer is not None:
         torch.save(optimizer, tmp / "optimizer.pt")
     torch.save(rng, tmp / "rng.pt")
@@ -126,15 +138,26 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
         raise CheckpointError(f"{p}: cannot load ({type(e).__name__}: {e})") from e
     lacking = [k for k in RESUME_STATE if k not in state] if with_optimizer else []
     if "step" not in state or lacking or not isinstance(config.get("model"), dict):
-        raise CheckpointError(_incomplete(p, [f"state.json {k!r}" for k in ["step", *lacking] if k not in state]
-                                          + ([] if isinstance(config.get("model"), dict) else ["config.json 'model'"]),
-                                          with_optimizer))
+        raise CheckpointError(
+            _incomplete(
+                p,
+                [f"state.json {k!r}" for k in ["step", *lacking] if k not in state]
+                + ([] if isinstance(config.get("model"), dict) else ["config.json 'model'"]),
+                with_optimizer,
+            )
+        )
     return Loaded(p, int(state["step"]), model, opt, rng, state, config)
 
 
 def _incomplete(p: Path, missing: list[str], with_optimizer: bool) -> str:
-    hint = (f"; to take its weights only (fresh optimizer, schedule and data position), pass --resume {p} "
-            "--reset-optimizer") if with_optimizer and set(missing) <= _RESUME_ONLY else ""
+    hint = (
+        (
+            f"; to take its weights only (fresh optimizer, schedule and data position), pass --resume {p} "
+            "--reset-optimizer"
+        )
+        if with_optimizer and set(missing) <= _RESUME_ONLY
+        else ""
+    )
     return f"{p}: incomplete checkpoint, lacks {', '.join(missing)}{hint}"
 
 

@@ -16,12 +16,28 @@ def main() -> None:
 
 
 @main.command(context_settings=_CTX)
-@click.option("--data", "data", multiple=True, required=True, help="Dataset folder with a manifest.json (repeatable; local or URL).")
+@click.option(
+    "--data",
+    "data",
+    multiple=True,
+    required=True,
+    help="Dataset folder with a manifest.json (repeatable; local or URL).",
+)
 @click.option("--eval-data", help="Evaluation dataset folder.")
-@click.option("--model", type=click.Choice(["tiny", "mini", "small", "medium", "base", "large"]), default="tiny",
-              help="Preset (L2/H128 .. L24/H1024); vocab size from the data.")
-@click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="JSON of BertConfig fields overriding the preset.")
-@click.option("--init-from", type=click.Path(exists=True, file_okay=False), help="Start from a Hugging Face BERT folder.")
+@click.option(
+    "--model",
+    type=click.Choice(["tiny", "mini", "small", "medium", "base", "large"]),
+    default="tiny",
+    help="Preset (L2/H128 .. L24/H1024); vocab size from the data.",
+)
+@click.option(
+    "--model-config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="JSON of BertConfig fields overriding the preset.",
+)
+@click.option(
+    "--init-from", type=click.Path(exists=True, file_okay=False), help="Start from a Hugging Face BERT folder."
+)
 @click.option("--dropout", type=float, help="Hidden and attention dropout (default: the model's, 0.1 for the presets).")
 @click.option("--output", required=True, help="Run folder: metrics.jsonl, checkpoints/, tensorboard/.")
 @click.option("--batch-size", type=int, default=32, help="Sequences per device and micro-step.")
@@ -33,7 +49,12 @@ def main() -> None:
 @click.option("--optimizer", type=click.Choice(["adamw", "lamb"]), default="adamw")
 @click.option("--weight-decay", type=float, default=0.01)
 @click.option("--max-grad-norm", type=float, default=1.0)
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16"]), default="auto", help="auto: bf16 autocast on CUDA, fp32 on CPU.")
+@click.option(
+    "--precision",
+    type=click.Choice(["auto", "fp32", "bf16"]),
+    default="auto",
+    help="auto: bf16 autocast on CUDA, fp32 on CPU.",
+)
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
 @click.option("--seed", type=int, default=0)
 @click.option("--log-every", type=int, default=10)
@@ -41,8 +62,12 @@ def main() -> None:
 @click.option("--eval-batches", type=int, default=50)
 @click.option("--checkpoint-every", type=int, default=1000)
 @click.option("--keep-checkpoints", type=int, default=3)
-@click.option("--resume", default="auto", help="auto (newest valid checkpoint in --output), none, or a checkpoint folder.")
-@click.option("--reset-optimizer", is_flag=True, help="With --resume PATH: take the weights only (second training phase).")
+@click.option(
+    "--resume", default="auto", help="auto (newest valid checkpoint in --output), none, or a checkpoint folder."
+)
+@click.option(
+    "--reset-optimizer", is_flag=True, help="With --resume PATH: take the weights only (second training phase)."
+)
 @click.option("--overwrite", is_flag=True, help="Clear a non-empty --output whole and start a new run there.")
 @click.option("--num-workers", type=int, default=2, help="Data-loader worker processes per rank.")
 @click.option("--format", "data_format", type=click.Choice(["auto", "arrow", "webdataset"]), default="auto")
@@ -50,23 +75,79 @@ def main() -> None:
 @click.option("--deterministic", is_flag=True, help="torch.use_deterministic_algorithms(True).")
 @click.option("--no-tensorboard", is_flag=True)
 @click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
-def pretrain(data, eval_data, model, model_config, init_from, dropout, output, batch_size, grad_accum, lr, warmup_steps,
-             max_steps, max_minutes, optimizer, weight_decay, max_grad_norm, precision, compile_, seed, log_every, eval_every,
-             eval_batches, checkpoint_every, keep_checkpoints, resume, reset_optimizer, overwrite, num_workers, data_format,
-             skip_corrupt, deterministic, no_tensorboard, device) -> None:
+def pretrain(
+    data,
+    eval_data,
+    model,
+    model_config,
+    init_from,
+    dropout,
+    output,
+    batch_size,
+    grad_accum,
+    lr,
+    warmup_steps,
+    max_steps,
+    max_minutes,
+    optimizer,
+    weight_decay,
+    max_grad_norm,
+    precision,
+    compile_,
+    seed,
+    log_every,
+    eval_every,
+    eval_batches,
+    checkpoint_every,
+    keep_checkpoints,
+    resume,
+    reset_optimizer,
+    overwrite,
+    num_workers,
+    data_format,
+    skip_corrupt,
+    deterministic,
+    no_tensorboard,
+    device,
+) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
     from trainer.pretrain import pretrain as run
 
     with reported():
         cfg = TrainConfig(
-            data=tuple(data), eval_data=eval_data, model=model, model_config=model_config, init_from=init_from,
-            dropout=dropout, output=output, batch_size=batch_size, grad_accum=grad_accum, lr=lr, warmup_steps=warmup_steps,
-            max_steps=max_steps, max_minutes=max_minutes, optimizer=optimizer, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
-            precision=precision, compile=compile_, seed=seed, log_every=log_every, eval_every=eval_every,
-            eval_batches=eval_batches, checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
-            resume=resume, reset_optimizer=reset_optimizer, overwrite=overwrite, num_workers=num_workers,
-            data_format=data_format, skip_corrupt=skip_corrupt, deterministic=deterministic,
-            tensorboard=not no_tensorboard, device=device,
+            data=tuple(data),
+            eval_data=eval_data,
+            model=model,
+            model_config=model_config,
+            init_from=init_from,
+            dropout=dropout,
+            output=output,
+            batch_size=batch_size,
+            grad_accum=grad_accum,
+            lr=lr,
+            warmup_steps=warmup_steps,
+            max_steps=max_steps,
+            max_minutes=max_minutes,
+            optimizer=optimizer,
+            weight_decay=weight_decay,
+            max_grad_norm=max_grad_norm,
+            precision=precision,
+            compile=compile_,
+            seed=seed,
+            log_every=log_every,
+            eval_every=eval_every,
+            eval_batches=eval_batches,
+            checkpoint_every=checkpoint_every,
+            keep_checkpoints=keep_checkpoints,
+            resume=resume,
+            reset_optimizer=reset_optimizer,
+            overwrite=overwrite,
+            num_workers=num_workers,
+            data_format=data_format,
+            skip_corrupt=skip_corrupt,
+            deterministic=deterministic,
+            tensorboard=not no_tensorboard,
+            device=device,
         )
         result = run(cfg)
     click.echo(f"trained to step {result['step']}: {result['run_dir']}")
@@ -100,13 +181,21 @@ def plot(run_dirs, output, baseline_from) -> None:
 
 
 @main.command(context_settings=_CTX)
-@click.option("--task", type=click.Choice(["classification", "regression", "ner", "squad"]), required=True,
-              help="Task kind; must match the datasets' manifests.")
+@click.option(
+    "--task",
+    type=click.Choice(["classification", "regression", "ner", "squad"]),
+    required=True,
+    help="Task kind; must match the datasets' manifests.",
+)
 @click.option("--train-data", required=True, help="Training task dataset folder (bertprep task; local or URL).")
 @click.option("--eval-data", required=True, help="Evaluation task dataset folder (same vocab and label list).")
-@click.option("--init", "init", required=True,
-              help="Our checkpoint folder (or run folder: its newest checkpoint), a Hugging Face BERT folder, "
-                   "or random:PRESET (tiny, mini, small, medium, base, large) over the data's vocabulary.")
+@click.option(
+    "--init",
+    "init",
+    required=True,
+    help="Our checkpoint folder (or run folder: its newest checkpoint), a Hugging Face BERT folder, "
+    "or random:PRESET (tiny, mini, small, medium, base, large) over the data's vocabulary.",
+)
 @click.option("--output", required=True, help="Run folder: results.json, predictions, metrics.jsonl, checkpoints/.")
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --output.")
 @click.option("--epochs", type=int, default=3)
@@ -119,48 +208,109 @@ def plot(run_dirs, output, baseline_from) -> None:
 @click.option("--max-grad-norm", type=float, default=1.0)
 @click.option("--max-steps", type=int, default=0, help="> 0: train this many steps (overrides --epochs).")
 @click.option("--seed", type=int, default=0)
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16"]), default="auto",
-              help="auto: bf16 autocast on CUDA, fp32 on CPU.")
+@click.option(
+    "--precision",
+    type=click.Choice(["auto", "fp32", "bf16"]),
+    default="auto",
+    help="auto: bf16 autocast on CUDA, fp32 on CPU.",
+)
 @click.option("--num-workers", type=int, default=0, help="Data-loader worker processes per rank.")
 @click.option("--log-every", type=int, default=50)
 @click.option("--max-answer-length", type=int, default=30, help="SQuAD: longest answer span in tokens.")
 @click.option("--n-best", type=int, default=20, help="SQuAD: start/end candidates per window.")
 @click.option("--no-tensorboard", is_flag=True)
 @click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
-def finetune(task, train_data, eval_data, init, output, overwrite, epochs, dropout, lr, batch_size, eval_batch_size,
-             warmup_ratio, weight_decay, max_grad_norm, max_steps, seed, precision, num_workers, log_every,
-             max_answer_length, n_best, no_tensorboard, device) -> None:
+def finetune(
+    task,
+    train_data,
+    eval_data,
+    init,
+    output,
+    overwrite,
+    epochs,
+    dropout,
+    lr,
+    batch_size,
+    eval_batch_size,
+    warmup_ratio,
+    weight_decay,
+    max_grad_norm,
+    max_steps,
+    seed,
+    precision,
+    num_workers,
+    log_every,
+    max_answer_length,
+    n_best,
+    no_tensorboard,
+    device,
+) -> None:
     """Fine-tune on a task dataset; evaluate every epoch, keep the best checkpoint, write results.json."""
     from trainer.finetune.config import FinetuneConfig
     from trainer.finetune.loop import finetune as run
 
     with reported():  # bad flags (exit 2); bad data, init or output folder (exit 1): a message, not a traceback
         cfg = FinetuneConfig(
-            task=task, train_data=train_data, eval_data=eval_data, init=init, output=output, epochs=epochs, dropout=dropout, lr=lr,
-            batch_size=batch_size, eval_batch_size=eval_batch_size, warmup_ratio=warmup_ratio,
-            weight_decay=weight_decay, max_grad_norm=max_grad_norm, max_steps=max_steps, seed=seed,
-            precision=precision, num_workers=num_workers, log_every=log_every, max_answer_length=max_answer_length,
-            n_best=n_best, tensorboard=not no_tensorboard, device=device,
+            task=task,
+            train_data=train_data,
+            eval_data=eval_data,
+            init=init,
+            output=output,
+            epochs=epochs,
+            dropout=dropout,
+            lr=lr,
+            batch_size=batch_size,
+            eval_batch_size=eval_batch_size,
+            warmup_ratio=warmup_ratio,
+            weight_decay=weight_decay,
+            max_grad_norm=max_grad_norm,
+            max_steps=max_steps,
+            seed=seed,
+            precision=precision,
+            num_workers=num_workers,
+            log_every=log_every,
+            max_answer_length=max_answer_length,
+            n_best=n_best,
+            tensorboard=not no_tensorboard,
+            device=device,
         )
         results = run(cfg, overwrite=overwrite)
     best = results["best"]
     value = "n/a (unlabeled eval data)" if best["value"] is None else f"{best['value']:.4f}"
-    click.echo(f"best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
-               f"{output}/results.json, {output}/{best['predictions']}")
+    click.echo(
+        f"best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
+        f"{output}/results.json, {output}/{best['predictions']}"
+    )
 
 
 @main.command(context_settings=_CTX)
-@click.option("--init", "init", required=True, help="Our checkpoint folder (or run folder) or a Hugging Face BERT folder.")
-@click.option("--input", "input_", required=True,
-              help="UTF-8 text file (one text per line; blank lines are kept as empty texts) or a task dataset folder.")
+@click.option(
+    "--init", "init", required=True, help="Our checkpoint folder (or run folder) or a Hugging Face BERT folder."
+)
+@click.option(
+    "--input",
+    "input_",
+    required=True,
+    help="UTF-8 text file (one text per line; blank lines are kept as empty texts) or a task dataset folder.",
+)
 @click.option("--output", required=True, help="Arrow IPC file to write (index, num_tokens, embedding).")
-@click.option("--layers", default="-1", help="Hidden states to use (0 = embeddings): -1, a slice such as -4:, or 0,3,5.")
+@click.option(
+    "--layers", default="-1", help="Hidden states to use (0 = embeddings): -1, a slice such as -4:, or 0,3,5."
+)
 @click.option("--combine", type=click.Choice(["sum", "concat", "mean"]), default="mean", help="How the layers merge.")
-@click.option("--pooling", type=click.Choice(["cls", "mean", "none"]), default="mean",
-              help="cls: the [CLS] vector; mean: over real tokens; none: every token's vector.")
-@click.option("--max-seq-length", type=int, default=None,
-              help="Text files: tokens per text, [CLS] and [SEP] included  [default: 128, or the model's "
-                   "max_position_embeddings when smaller]")
+@click.option(
+    "--pooling",
+    type=click.Choice(["cls", "mean", "none"]),
+    default="mean",
+    help="cls: the [CLS] vector; mean: over real tokens; none: every token's vector.",
+)
+@click.option(
+    "--max-seq-length",
+    type=int,
+    default=None,
+    help="Text files: tokens per text, [CLS] and [SEP] included  [default: 128, or the model's "
+    "max_position_embeddings when smaller]",
+)
 @click.option("--batch-size", type=int, default=64)
 @click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float32")
 @click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
@@ -171,9 +321,21 @@ def embed(init, input_, output, layers, combine, pooling, max_seq_length, batch_
     from trainer.embed import embed as run
 
     with reported():
-        cfg = EmbedConfig(init=init, input=input_, output=output, layers=layers, combine=combine, pooling=pooling,
-                          max_seq_length=max_seq_length, batch_size=batch_size, dtype=dtype, device=device,
-                          overwrite=overwrite)
+        cfg = EmbedConfig(
+            init=init,
+            input=input_,
+            output=output,
+            layers=layers,
+            combine=combine,
+            pooling=pooling,
+            max_seq_length=max_seq_length,
+            batch_size=batch_size,
+            dtype=dtype,
+            device=device,
+            overwrite=overwrite,
+        )
         result = run(cfg)
-    click.echo(f"embedded {result['rows']} rows ({result['width']} wide, {result['truncated']} truncated) "
-               f"-> {result['output']}")
+    click.echo(
+        f"embedded {result['rows']} rows ({result['width']} wide, {result['truncated']} truncated) "
+        f"-> {result['output']}"
+    )

@@ -28,8 +28,18 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from trainer.hf import HFCheckpointError
 
     # OSError: missing folders, read-only outputs, full disks: the message names the path.
-    return (RunError, ShardError, SchemaError, VocabError, VocabMismatchError, CheckpointError, HFCheckpointError,
-            TaskDataError, InitError, OSError)
+    return (
+        RunError,
+        ShardError,
+        SchemaError,
+        VocabError,
+        VocabMismatchError,
+        CheckpointError,
+        HFCheckpointError,
+        TaskDataError,
+        InitError,
+        OSError,
+    )
 
 
 @contextmanager

@@ -29,8 +29,11 @@ def check(ok: bool, param: str, message: str) -> None:
 
 def check_device(device: str) -> None:
     """``--device``: only what the trainer can run on (another name must not silently fall back to the CPU)."""
-    check(isinstance(device, str) and _DEVICE.fullmatch(device) is not None, "device",
-          f"must be auto, cpu, cuda or cuda:N, got {device!r}")
+    check(
+        isinstance(device, str) and _DEVICE.fullmatch(device) is not None,
+        "device",
+        f"must be auto, cpu, cuda or cuda:N, got {device!r}",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,8 +79,12 @@ class TrainConfig:
         keys = [dataset_key(d) for d in self.data]
         twice = sorted({d for d, k in zip(self.data, keys) if keys.count(k) > 1})
         check(not twice, "data", f"the same dataset is given more than once: {', '.join(twice)}")
-        check("://" not in self.output, "output", f"{self.output}: the run folder must be local (checkpoints are "
-              "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...")
+        check(
+            "://" not in self.output,
+            "output",
+            f"{self.output}: the run folder must be local (checkpoints are "
+            "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...",
+        )
         for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_every", "checkpoint_every"):
             value = getattr(self, name)
             check(isinstance(value, int) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
@@ -94,8 +101,11 @@ class TrainConfig:
         check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check_device(self.device)
-        check(not (self.reset_optimizer and self.resume in ("auto", "none")), "reset_optimizer",
-              "needs --resume PATH (the checkpoint whose weights start the new phase)")
+        check(
+            not (self.reset_optimizer and self.resume in ("auto", "none")),
+            "reset_optimizer",
+            "needs --resume PATH (the checkpoint whose weights start the new phase)",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

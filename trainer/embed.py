@@ -55,16 +55,24 @@ class EmbedConfig:
     def __post_init__(self) -> None:
         for name in ("init", "input", "output"):
             check(bool(getattr(self, name)), name, "is required")
-        check(isinstance(self.layers, str) and _LAYERS.fullmatch(self.layers.replace(" ", "")) is not None, "layers",
-              f"must be an index (-1), a slice (-4:, 1:3) or a comma list (0,3,5), got {self.layers!r}")
+        check(
+            isinstance(self.layers, str) and _LAYERS.fullmatch(self.layers.replace(" ", "")) is not None,
+            "layers",
+            f"must be an index (-1), a slice (-4:, 1:3) or a comma list (0,3,5), got {self.layers!r}",
+        )
         check(self.combine in COMBINES, "combine", f"must be one of {COMBINES}, got {self.combine!r}")
         check(self.pooling in POOLINGS, "pooling", f"must be one of {POOLINGS}, got {self.pooling!r}")
         check(self.dtype in DTYPES, "dtype", f"must be one of {DTYPES}, got {self.dtype!r}")
-        check(self.max_seq_length is None or (isinstance(self.max_seq_length, int) and self.max_seq_length >= 2),
-              "max_seq_length",
-              f"must be an integer >= 2 ([CLS] and [SEP]), got {self.max_seq_length!r}")
-        check(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size",
-              f"must be an integer >= 1, got {self.batch_size!r}")
+        check(
+            self.max_seq_length is None or (isinstance(self.max_seq_length, int) and self.max_seq_length >= 2),
+            "max_seq_length",
+            f"must be an integer >= 2 ([CLS] and [SEP]), got {self.max_seq_length!r}",
+        )
+        check(
+            isinstance(self.batch_size, int) and self.batch_size >= 1,
+            "batch_size",
+            f"must be an integer >= 1, got {self.batch_size!r}",
+        )
         check_device(self.device)
 
 
@@ -75,12 +83,20 @@ def layer_indices(spec: str, num_layers: int) -> tuple[int, ...]:
     if ":" in spec:
         start, stop = (int(p) if p else None for p in spec.split(":"))
         picked = tuple(range(n))[slice(start, stop)]
-        check(bool(picked), "layers", f"{spec!r} selects no layer of the {n} hidden states (0 = embeddings .. {num_layers})")
+        check(
+            bool(picked),
+            "layers",
+            f"{spec!r} selects no layer of the {n} hidden states (0 = embeddings .. {num_layers})",
+        )
         return picked
     picked = tuple(int(p) for p in spec.split(","))
     bad = [i for i in picked if not -n <= i < n]
-    check(not bad, "layers", f"layer {bad[0] if bad else ''} is outside the model's {n} hidden states "
-          f"(0 = embeddings .. {num_layers}, or -1 .. -{n})")
+    check(
+        not bad,
+        "layers",
+        f"layer {bad[0] if bad else ''} is outside the model's {n} hidden states "
+        f"(0 = embeddings .. {num_layers}, or -1 .. -{n})",
+    )
     return tuple(i % n for i in picked)
 
 
@@ -118,7 +134,7 @@ def text_rows(path: str, init: Init, max_seq_length: int) -> Rows:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
+        line = raw[: e.start].count(b"\n") + 1
         raise RunError(f"--input {path}: line {line} is not UTF-8 ({e.reason})") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -144,8 +160,9 @@ def task_rows(root: str, init: Init) -> Rows:
     try:
         kind = Manifest.from_json(read_text(root, MANIFEST_NAME), source=f"--input {root}").kind
     except FileNotFoundError:
-        raise TaskDataError(f"--input {root}: a folder without {MANIFEST_NAME}; give a text file or a folder "
-                            "written by `bertprep task`") from None
+        raise TaskDataError(
+            f"--input {root}: a folder without {MANIFEST_NAME}; give a text file or a folder written by `bertprep task`"
+        ) from None
     except SchemaError as e:
         raise TaskDataError(str(e)) from None
     data = load_task_data(root, kind, role="--input")
@@ -184,15 +201,16 @@ def pool(states: list[Tensor], mask: Tensor, layers: tuple[int, ...], combine: s
     return x
 
 
-def embed_rows(model: BertModel, rows: Rows, cfg: EmbedConfig, layers: tuple[int, ...], device: torch.device,
-               pad_id: int) -> list[np.ndarray]:
+def embed_rows(
+    model: BertModel, rows: Rows, cfg: EmbedConfig, layers: tuple[int, ...], device: torch.device, pad_id: int
+) -> list[np.ndarray]:
     """One float32 array per row, in row order: ``[D]``, or ``[tokens, D]`` for pooling none."""
     lengths = np.array([len(r) for r in rows.ids], dtype=np.int64)
     order = np.argsort(lengths, kind="stable")
     out: list[np.ndarray | None] = [None] * len(rows.ids)
     with torch.inference_mode():
         for start in range(0, len(order), cfg.batch_size):
-            chunk = order[start:start + cfg.batch_size]
+            chunk = order[start : start + cfg.batch_size]
             t = int(lengths[chunk].max())
             ids = np.full((len(chunk), t), pad_id, dtype=np.int64)
             types = np.zeros_like(ids)
@@ -200,12 +218,12 @@ def embed_rows(model: BertModel, rows: Rows, cfg: EmbedConfig, layers: tuple[int
             for j, i in enumerate(chunk):
                 n = lengths[i]
                 ids[j, :n], mask[j, :n] = rows.ids[i], 1
-                types[j, rows.segment_a[i]:n] = 1
+                types[j, rows.segment_a[i] : n] = 1
             m = torch.from_numpy(mask).to(device)
             states = model.hidden_states(torch.from_numpy(ids).to(device), torch.from_numpy(types).to(device), m)
             vec = pool(states, m, layers, cfg.combine, cfg.pooling).float().cpu().numpy()
             for j, i in enumerate(chunk):
-                out[i] = vec[j, :lengths[i]] if cfg.pooling == "none" else vec[j]
+                out[i] = vec[j, : lengths[i]] if cfg.pooling == "none" else vec[j]
     return out  # type: ignore[return-value]
 
 
@@ -220,9 +238,13 @@ def to_table(vectors: list[np.ndarray], rows: Rows, cfg: EmbedConfig, width: int
     else:
         flat = np.stack(vectors).astype(np_type) if vectors else np.zeros((0, width), np_type)
         column = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), type=value), width)
-    table = pa.table({"index": pa.array(rows.index, pa.int64()),
-                      "num_tokens": pa.array([len(r) for r in rows.ids], pa.int32()),
-                      "embedding": column})
+    table = pa.table(
+        {
+            "index": pa.array(rows.index, pa.int64()),
+            "num_tokens": pa.array([len(r) for r in rows.ids], pa.int32()),
+            "embedding": column,
+        }
+    )
     return table.replace_schema_metadata({"bertstream.embed": json.dumps(meta)})
 
 
@@ -256,8 +278,9 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
         rows = task_rows(cfg.input, init)
         longest = max((len(r) for r in rows.ids), default=0)
         if longest > limit:
-            raise RunError(f"--input {cfg.input}: rows of {longest} tokens exceed the model's "
-                           f"max_position_embeddings ({limit})")
+            raise RunError(
+                f"--input {cfg.input}: rows of {longest} tokens exceed the model's max_position_embeddings ({limit})"
+            )
     elif source.is_file():
         rows = text_rows(cfg.input, init, max_len)
     else:
@@ -266,7 +289,13 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
     model = load_encoder(init).to(device)
     width = init.config.hidden_size * (len(layers) if cfg.combine == "concat" else 1)
     vectors = embed_rows(model, rows, cfg, layers, device, init.vocab.id("[PAD]"))
-    meta = {**asdict(cfg), "max_seq_length": max_len, "layer_indices": list(layers), "width": width, "vocab_sha256": init.vocab.sha256,
-            "truncated": rows.truncated}
+    meta = {
+        **asdict(cfg),
+        "max_seq_length": max_len,
+        "layer_indices": list(layers),
+        "width": width,
+        "vocab_sha256": init.vocab.sha256,
+        "truncated": rows.truncated,
+    }
     write_atomic(to_table(vectors, rows, cfg, width, meta), out)
     return {"rows": len(rows.ids), "width": width, "output": str(out), "truncated": rows.truncated}

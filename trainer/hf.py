@@ -312,7 +312,10 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
     config = config_from_hf(data, str(config_path))
     hf_state, source = _read_weights(folder)
     state, fresh, ignored = from_hf_state_dict(
-        hf_state, config, seed=seed, tie_word_embeddings=data.get("tie_word_embeddings", True) is not False,
+        hf_state,
+        config,
+        seed=seed,
+        tie_word_embeddings=data.get("tie_word_embeddings", True) is not False,
         source=source,
     )
     notes: list[str] = []

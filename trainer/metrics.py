@@ -19,8 +19,15 @@ METRICS_FILE = "metrics.jsonl"
 
 # Dense bf16 tensor-core peaks (FLOP/s), by substring of torch.cuda.get_device_name().
 _PEAK_BF16 = (
-    ("H200", 989e12), ("H100", 989e12), ("GH200", 989e12), ("A100", 312e12), ("A10G", 125e12),
-    ("L40S", 362e12), ("L4", 121e12), ("4090", 165e12), ("V100", 125e12),
+    ("H200", 989e12),
+    ("H100", 989e12),
+    ("GH200", 989e12),
+    ("A100", 312e12),
+    ("A10G", 125e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("4090", 165e12),
+    ("V100", 125e12),
 )
 
 
@@ -113,6 +120,7 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
                     break
                 from trainer.errors import RunError
 
-                raise RunError(f"{path}:{n}: not a JSON record ({e.msg}): the file was edited or is not a "
-                               "metrics log") from None
+                raise RunError(
+                    f"{path}:{n}: not a JSON record ({e.msg}): the file was edited or is not a metrics log"
+                ) from None
     return records

@@ -585,4 +585,3 @@ class BertForPreTraining(nn.Module):
 def num_parameters(model: nn.Module) -> int:
     """Distinct parameters (the tied decoder is the word embedding, counted once)."""
     return sum(p.numel() for p in model.parameters())
-

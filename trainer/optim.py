@@ -29,8 +29,15 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 class Lamb(torch.optim.Optimizer):
     """LAMB with decoupled weight decay inside the trust-ratio update (the paper's Algorithm 2)."""
 
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.01, max_trust: float = 10.0) -> None:
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        max_trust: float = 10.0,
+    ) -> None:
         if lr <= 0 or eps <= 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"invalid LAMB hyper-parameters lr={lr} betas={betas} eps={eps}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_trust=max_trust))
@@ -60,14 +67,22 @@ class Lamb(torch.optim.Optimizer):
                     update.add_(p, alpha=group["weight_decay"])
                 w_norm, u_norm = p.norm(), update.norm()
                 trust = torch.where(
-                    (w_norm > 0) & (u_norm > 0), (w_norm / u_norm).clamp(max=group["max_trust"]), torch.ones_like(w_norm)
+                    (w_norm > 0) & (u_norm > 0),
+                    (w_norm / u_norm).clamp(max=group["max_trust"]),
+                    torch.ones_like(w_norm),
                 )
                 p.add_(update * trust, alpha=-group["lr"])
         return loss
 
 
-def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float,
-                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: nn.Module,
+    name: str,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-6,
+) -> torch.optim.Optimizer:
     groups = param_groups(model, weight_decay)
     if name == "adamw":
         on_cuda = next(model.parameters()).is_cuda

@@ -15,14 +15,16 @@ def unigram_baseline(data_dir: str) -> float:
     baseline is, if anything, flattered)."""
     from trainer.data import DataConfig, PretrainingLoader
 
-    loader = PretrainingLoader(DataConfig(paths=(data_dir,), batch_size=256, shuffle=False, drop_remainder=False),
-                               expected_vocab_sha256=None)
+    loader = PretrainingLoader(
+        DataConfig(paths=(data_dir,), batch_size=256, shuffle=False, drop_remainder=False), expected_vocab_sha256=None
+    )
     counts = torch.zeros(0, dtype=torch.float64)
     for batch in loader:
         ids = batch["masked_lm_ids"][batch["masked_lm_weights"] > 0]
         c = torch.bincount(ids).double()
         counts = torch.nn.functional.pad(counts, (0, max(0, len(c) - len(counts)))) + torch.nn.functional.pad(
-            c, (0, max(0, len(counts) - len(c))))
+            c, (0, max(0, len(counts) - len(c)))
+        )
         if loader.batches_consumed == loader.steps_per_epoch:
             break
     return float(counts.max() / counts.sum())
@@ -47,8 +49,9 @@ def join_phases(runs: Sequence[Path]) -> tuple[list[dict], list[dict], list[int]
     return train, evals, boundaries
 
 
-def plot_run(run_dir: str | Path | Sequence[str | Path], output: str | Path | None = None, *,
-             baseline: float | None = None) -> Path:
+def plot_run(
+    run_dir: str | Path | Sequence[str | Path], output: str | Path | None = None, *, baseline: float | None = None
+) -> Path:
     """Loss and accuracy curves of one run, or of the phases of one training (phase two resumed from phase
     one's checkpoint with ``--reset-optimizer``) drawn on one step axis: each phase's steps continue where the
     previous phase stopped, with a dotted line at the boundary. Written to ``output`` (default: the last run's
@@ -68,7 +71,9 @@ def plot_run(run_dir: str | Path | Sequence[str | Path], output: str | Path | No
         ax_loss.plot(steps, [r["mlm_loss"] for r in rows], style, label=f"{name} MLM loss", markersize=3)
         ax_loss.plot(steps, [r["nsp_loss"] for r in rows], style, label=f"{name} NSP loss", markersize=3, alpha=0.7)
         ax_acc.plot(steps, [r["mlm_accuracy"] for r in rows], style, label=f"{name} MLM accuracy", markersize=3)
-        ax_acc.plot(steps, [r["nsp_accuracy"] for r in rows], style, label=f"{name} NSP accuracy", markersize=3, alpha=0.7)
+        ax_acc.plot(
+            steps, [r["nsp_accuracy"] for r in rows], style, label=f"{name} NSP accuracy", markersize=3, alpha=0.7
+        )
     for ax in (ax_loss, ax_acc):
         for b in boundaries:
             ax.axvline(b, color="black", linestyle=":", linewidth=1)

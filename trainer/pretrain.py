@@ -29,8 +29,8 @@ from trainer.config import TrainConfig
 from trainer.data import DataConfig, PretrainingLoader, VocabMismatchError, load_manifest
 from trainer.data.loader import TooFewSamples
 from trainer.data.refs import read_text
-from trainer.metrics import MetricsLogger, Throughput
 from trainer.errors import RunError
+from trainer.metrics import MetricsLogger, Throughput
 from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
@@ -82,11 +82,19 @@ def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretraining
     """The training stream; opening it checks manifests, vocabulary and shard sizes (hashes with --skip-corrupt)."""
     try:
         return PretrainingLoader(
-            DataConfig(paths=cfg.data, batch_size=cfg.batch_size,
-                       num_workers=cfg.num_workers, seed=cfg.seed, shuffle_buffer=cfg.shuffle_buffer,
-                       skip_corrupt=cfg.skip_corrupt, format=cfg.data_format,
-                       pin_memory=info.device.type == "cuda"),
-            expected_vocab_sha256=vocab.sha256, world_size=info.world_size, rank=info.rank,
+            DataConfig(
+                paths=cfg.data,
+                batch_size=cfg.batch_size,
+                num_workers=cfg.num_workers,
+                seed=cfg.seed,
+                shuffle_buffer=cfg.shuffle_buffer,
+                skip_corrupt=cfg.skip_corrupt,
+                format=cfg.data_format,
+                pin_memory=info.device.type == "cuda",
+            ),
+            expected_vocab_sha256=vocab.sha256,
+            world_size=info.world_size,
+            rank=info.rank,
         )
     except TooFewSamples as e:
         raise RunError(f"--data: {e}") from None
@@ -97,9 +105,12 @@ def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretra
     wait for the first evaluation (all steps since the last checkpoint would be lost)."""
     try:
         return PretrainingLoader(
-            DataConfig(paths=(cfg.eval_data,), batch_size=cfg.batch_size, shuffle=False, num_workers=0,
-                       format=cfg.data_format),
-            expected_vocab_sha256=vocab.sha256, world_size=info.world_size, rank=info.rank,
+            DataConfig(
+                paths=(cfg.eval_data,), batch_size=cfg.batch_size, shuffle=False, num_workers=0, format=cfg.data_format
+            ),
+            expected_vocab_sha256=vocab.sha256,
+            world_size=info.world_size,
+            rank=info.rank,
         )
     except TooFewSamples as e:
         raise RunError(f"--eval-data: {e}") from None
@@ -113,10 +124,12 @@ def check_seq_length(config: BertConfig, cfg: TrainConfig) -> None:
         for path in paths:
             length = load_manifest(path).parameters.get("max_seq_length")
             if isinstance(length, int) and length > config.max_position_embeddings:
-                raise RunError(f"{flag} {path} holds sequences of up to {length} tokens (its max_seq_length) but the "
-                               f"model has {config.max_position_embeddings} positions (max_position_embeddings): "
-                               "rebuild the data with a smaller --max-seq-length, or use --model-config with more "
-                               "max_position_embeddings")
+                raise RunError(
+                    f"{flag} {path} holds sequences of up to {length} tokens (its max_seq_length) but the "
+                    f"model has {config.max_position_embeddings} positions (max_position_embeddings): "
+                    "rebuild the data with a smaller --max-seq-length, or use --model-config with more "
+                    "max_position_embeddings"
+                )
 
 
 def forever(loader: PretrainingLoader) -> Iterator[dict[str, torch.Tensor]]:
@@ -147,17 +160,29 @@ class Running:
         v = dict(zip(_STAT_KEYS, s))
         mlm = v["mlm_sum"] / max(v["mlm_count"], 1)
         nsp = v["nsp_sum"] / max(v["nsp_count"], 1)
-        return {"loss": mlm + nsp, "mlm_loss": mlm, "nsp_loss": nsp,
-                "mlm_accuracy": v["mlm_correct"] / max(v["mlm_count"], 1),
-                "nsp_accuracy": v["nsp_correct"] / max(v["nsp_count"], 1)}
+        return {
+            "loss": mlm + nsp,
+            "mlm_loss": mlm,
+            "nsp_loss": nsp,
+            "mlm_accuracy": v["mlm_correct"] / max(v["mlm_count"], 1),
+            "nsp_accuracy": v["nsp_correct"] / max(v["nsp_count"], 1),
+        }
 
 
 def accumulate(run: Running, out: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         mlm_sum = out["mlm_loss"].detach().double() * (out["mlm_count"].double() + 1e-5)
         nsp_sum = out["nsp_loss"].detach().double() * out["nsp_count"].double()
-        run.stats += torch.stack([mlm_sum, out["mlm_correct"].double(), out["mlm_count"].double(), nsp_sum,
-                                  out["nsp_correct"].double(), out["nsp_count"].double()])
+        run.stats += torch.stack(
+            [
+                mlm_sum,
+                out["mlm_correct"].double(),
+                out["mlm_count"].double(),
+                nsp_sum,
+                out["nsp_correct"].double(),
+                out["nsp_count"].double(),
+            ]
+        )
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -184,8 +209,9 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     # --- set up: every input is checked here, before step 1 -------------------------------------------
     info = D.setup(cfg.device)
     run_dir = Path(cfg.output)
-    restored = rundir.plan_run(run_dir, resume=cfg.resume, overwrite=cfg.overwrite,
-                               reset_optimizer=cfg.reset_optimizer, data=cfg.data)
+    restored = rundir.plan_run(
+        run_dir, resume=cfg.resume, overwrite=cfg.overwrite, reset_optimizer=cfg.reset_optimizer, data=cfg.data
+    )
     D.barrier(info)  # every rank has read the folder before rank 0 changes it
     if info.is_main:
         if cfg.overwrite:
@@ -235,44 +261,75 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         scheduler.load_state_dict(restored.state["scheduler"])
         old_end = extend_schedule(scheduler, cfg.warmup_steps, cfg.max_steps)
         if old_end is not None:
-            log(f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
-                f"learning rate {scheduler.get_last_lr()[0]:.3g} at step {restored.step}", info)
+            log(
+                f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
+                f"learning rate {scheduler.get_last_lr()[0]:.3g} at step {restored.step}",
+                info,
+            )
         if same_data(cfg.data, restored.state, loader.catalog.fingerprint):
             try:
                 loader.load_state_dict(restored.state["data"])
             except ValueError as e:  # e.g. another world size: the position cannot be mapped onto this loader
-                raise RunError(f"{restored.path}: its data position does not fit this run ({e}); resume with as "
-                               f"many processes as saved it ({restored.config.get('world_size', '?')}), or start a "
-                               "new phase with --resume PATH --reset-optimizer") from None
+                raise RunError(
+                    f"{restored.path}: its data position does not fit this run ({e}); resume with as "
+                    f"many processes as saved it ({restored.config.get('world_size', '?')}), or start a "
+                    "new phase with --resume PATH --reset-optimizer"
+                ) from None
         else:
             log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
         step = restored.step
         rng = {k.split(".", 1)[1]: v for k, v in restored.rng.items() if k.startswith(f"rank{info.rank}.")}
         if not rng:
-            raise RunError(f"{restored.path}: rng.pt holds no state for rank {info.rank} (it was saved by "
-                           f"{restored.config.get('world_size', '?')} processes): resume with that many processes")
+            raise RunError(
+                f"{restored.path}: rng.pt holds no state for rank {info.rank} (it was saved by "
+                f"{restored.config.get('world_size', '?')} processes): resume with that many processes"
+            )
         ckpt.set_rng_state(rng, info.device)
         log(f"resumed from {restored.path} at step {step}", info)
     elif restored is not None:
         log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
     metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.tensorboard)
     metrics.truncate_after(step)
-    run_config = {"model": config.to_dict(), "train": cfg.to_dict(), "vocab_sha256": vocab.sha256,
-                  "lowercase": lowercase, "world_size": info.world_size}
+    run_config = {
+        "model": config.to_dict(),
+        "train": cfg.to_dict(),
+        "vocab_sha256": vocab.sha256,
+        "lowercase": lowercase,
+        "world_size": info.world_size,
+    }
     if info.is_main:
         (run_dir / "config.json").write_text(json.dumps(run_config, indent=2) + "\n")
-    log(f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {loader.num_samples} instances, "
+    log(
+        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {loader.num_samples} instances, "
         f"{loader.steps_per_epoch} steps/epoch of {loader.global_batch_size * cfg.grad_accum} sequences, "
-        f"{loader.dropped_per_epoch} dropped per epoch, device {info.device}, world {info.world_size}", info)
+        f"{loader.dropped_per_epoch} dropped per epoch, device {info.device}, world {info.world_size}",
+        info,
+    )
 
     def save_checkpoint() -> None:
-        states = {f"rank{r}.{k}": v for r, s in enumerate(D.all_gather_object(ckpt.rng_state(info.device), info)) for k, v in s.items()}
+        states = {
+            f"rank{r}.{k}": v
+            for r, s in enumerate(D.all_gather_object(ckpt.rng_state(info.device), info))
+            for k, v in s.items()
+        }
         if info.is_main:
-            path = ckpt.save(run_dir, step, model_state=raw.state_dict(), optimizer=optimizer.state_dict(), rng=states,
-                             state={"scheduler": scheduler.state_dict(), "data": loader.state_dict(),
-                                    "data_paths": list(cfg.data), "data_fingerprint": loader.catalog.fingerprint,
-                                    "epoch": loader.epoch},
-                             config=run_config, vocab_text=vocab.text(), keep=cfg.keep_checkpoints)
+            path = ckpt.save(
+                run_dir,
+                step,
+                model_state=raw.state_dict(),
+                optimizer=optimizer.state_dict(),
+                rng=states,
+                state={
+                    "scheduler": scheduler.state_dict(),
+                    "data": loader.state_dict(),
+                    "data_paths": list(cfg.data),
+                    "data_fingerprint": loader.catalog.fingerprint,
+                    "epoch": loader.epoch,
+                },
+                config=run_config,
+                vocab_text=vocab.text(),
+                keep=cfg.keep_checkpoints,
+            )
             log(f"checkpoint {path}", info)
         D.barrier(info)
 
@@ -287,8 +344,17 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     last_step = cfg.max_steps
     while step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
-        counts = torch.tensor([[float(b["masked_lm_weights"].sum()), float(len(b["next_sentence_labels"])),
-                                float(b["attention_mask"].sum())] for b in micro], dtype=torch.float64)
+        counts = torch.tensor(
+            [
+                [
+                    float(b["masked_lm_weights"].sum()),
+                    float(len(b["next_sentence_labels"])),
+                    float(b["attention_mask"].sum()),
+                ]
+                for b in micro
+            ],
+            dtype=torch.float64,
+        )
         totals = D.all_reduce_sum(counts.sum(0).to(info.device), info).cpu().clamp(min=1)  # [masked, seqs, tokens]
         flops = 0.0
         for i, (batch, (_, n_seq, _)) in enumerate(zip(micro, counts.tolist())):
@@ -321,21 +387,33 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
 
         # --- log ------------------------------------------------------------------------------------
         if step % cfg.log_every == 0 or step == last_step:
-            record = {"step": step, **run.summary(info), "lr": scheduler.get_last_lr()[0],
-                      "grad_norm": float(grad_norm), "epoch": loader.epoch, **meter.read()}
+            record = {
+                "step": step,
+                **run.summary(info),
+                "lr": scheduler.get_last_lr()[0],
+                "grad_norm": float(grad_norm),
+                "epoch": loader.epoch,
+                **meter.read(),
+            }
             metrics.log(record)
             bar.set_postfix(loss=f"{record['loss']:.3f}", mlm_acc=f"{record['mlm_accuracy']:.3f}")
             if not bar.interactive:
-                log(f"step {step}: loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} "
-                    f"nsp_acc {record['nsp_accuracy']:.4f} {record['seq_per_s']:.0f} seq/s", info)
+                log(
+                    f"step {step}: loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} "
+                    f"nsp_acc {record['nsp_accuracy']:.4f} {record['seq_per_s']:.0f} seq/s",
+                    info,
+                )
             run = Running.zero(info.device)
 
         # --- evaluate -------------------------------------------------------------------------------
         if cfg.eval_data and (step % cfg.eval_every == 0 or step == last_step):
             record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info)}
             metrics.log(record)
-            log(f"eval at step {step}: loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} "
-                f"nsp_acc {record['nsp_accuracy']:.4f}", info)
+            log(
+                f"eval at step {step}: loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} "
+                f"nsp_acc {record['nsp_accuracy']:.4f}",
+                info,
+            )
             meter.read()  # evaluation time is not training throughput
 
         # --- checkpoint -----------------------------------------------------------------------------
@@ -369,6 +447,3 @@ class _Bar:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-
-
-

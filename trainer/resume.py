@@ -20,8 +20,21 @@ from trainer.errors import RunError
 from trainer.optim import WarmupLinearDecay
 
 # TrainConfig fields a resume must not change (all but --max-steps, run-time flags, data and eval data).
-FIXED = ("model", "model_config", "init_from", "dropout", "batch_size", "grad_accum", "lr", "warmup_steps",
-         "optimizer", "weight_decay", "max_grad_norm", "seed", "data_format")
+FIXED = (
+    "model",
+    "model_config",
+    "init_from",
+    "dropout",
+    "batch_size",
+    "grad_accum",
+    "lr",
+    "warmup_steps",
+    "optimizer",
+    "weight_decay",
+    "max_grad_norm",
+    "seed",
+    "data_format",
+)
 
 
 def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step: int) -> None:
@@ -34,22 +47,29 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
     changed = [name for name in FIXED if name in old and _norm(name, old[name]) != _norm(name, getattr(cfg, name))]
     if changed:
         listed = "; ".join(f"{_flag(n)} {_shown(getattr(cfg, n))} (the run has {_shown(old[n])})" for n in changed)
-        raise RunError(f"resuming {checkpoint} continues its run, but {listed}: pass the run's values, or start a "
-                       f"new phase from its weights with --resume {checkpoint} --reset-optimizer and another --output")
+        raise RunError(
+            f"resuming {checkpoint} continues its run, but {listed}: pass the run's values, or start a "
+            f"new phase from its weights with --resume {checkpoint} --reset-optimizer and another --output"
+        )
 
 
 def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -> None:
     """``--reset-optimizer``: the architecture comes from the checkpoint, so flags that would choose another
     one are refused rather than ignored."""
     if cfg.init_from:
-        raise RunError(f"--init-from {cfg.init_from} and --resume {checkpoint} both give the starting weights: "
-                       "pass one of them")
+        raise RunError(
+            f"--init-from {cfg.init_from} and --resume {checkpoint} both give the starting weights: pass one of them"
+        )
     old = saved.get("train") if isinstance(saved.get("train"), dict) else {}
     changed = [n for n in ("model", "model_config") if n in old and _norm(n, old[n]) != _norm(n, getattr(cfg, n))]
     if changed:
-        listed = "; ".join(f"{_flag(n)} {_shown(getattr(cfg, n))} (the checkpoint has {_shown(old[n])})" for n in changed)
-        raise RunError(f"--reset-optimizer takes the model of {checkpoint} as it is, but {listed}: pass the "
-                       "checkpoint's values (only --dropout may change for a new phase)")
+        listed = "; ".join(
+            f"{_flag(n)} {_shown(getattr(cfg, n))} (the checkpoint has {_shown(old[n])})" for n in changed
+        )
+        raise RunError(
+            f"--reset-optimizer takes the model of {checkpoint} as it is, but {listed}: pass the "
+            "checkpoint's values (only --dropout may change for a new phase)"
+        )
 
 
 def same_data(cfg_data: tuple[str, ...], state: dict[str, Any], fingerprint: str) -> bool:

@@ -15,8 +15,9 @@ from trainer.data.config import dataset_key
 from trainer.errors import RunError
 
 
-def plan_run(run_dir: Path, *, resume: str, overwrite: bool, reset_optimizer: bool,
-             data: tuple[str, ...]) -> ckpt.Loaded | None:
+def plan_run(
+    run_dir: Path, *, resume: str, overwrite: bool, reset_optimizer: bool, data: tuple[str, ...]
+) -> ckpt.Loaded | None:
     """The checkpoint to continue from (None: start afresh); raises unless that is safe.
 
     Read-only, so every rank decides the same; :func:`clear` then runs on rank 0 only.
@@ -32,29 +33,43 @@ def plan_run(run_dir: Path, *, resume: str, overwrite: bool, reset_optimizer: bo
         if overwrite:
             raise RunError(f"--resume {resume} lies inside --output {run_dir}, which --overwrite would clear")
         if reset_optimizer:
-            raise RunError(f"--reset-optimizer starts a new phase at step 0: give it another --output than {run_dir}, "
-                           "which holds the run it starts from")
+            raise RunError(
+                f"--reset-optimizer starts a new phase at step 0: give it another --output than {run_dir}, "
+                "which holds the run it starts from"
+            )
         own = ckpt.list_checkpoints(run_dir)
         if own and Path(resume).resolve() != own[-1].resolve():
-            raise RunError(f"--resume {resume} is not the newest checkpoint of --output {run_dir} ({own[-1].name}): "
-                           "continuing from it would mix two histories in one folder; resume the newest, or copy "
-                           "this checkpoint out and pass another --output")
+            raise RunError(
+                f"--resume {resume} is not the newest checkpoint of --output {run_dir} ({own[-1].name}): "
+                "continuing from it would mix two histories in one folder; resume the newest, or copy "
+                "this checkpoint out and pass another --output"
+            )
         return ckpt.load(resume, with_optimizer=not reset_optimizer)
     contents = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
     if resume not in ("auto", "none"):
         if contents and not overwrite:
-            raise RunError(f"--output {run_dir} already holds a run ({_listing(contents)}) and --resume {resume} "
-                           "starts from elsewhere: pass --overwrite to clear the folder whole, or choose another --output")
+            raise RunError(
+                f"--output {run_dir} already holds a run ({_listing(contents)}) and --resume {resume} "
+                "starts from elsewhere: pass --overwrite to clear the folder whole, or choose another --output"
+            )
         return ckpt.load(resume, with_optimizer=not reset_optimizer)
     if overwrite or not contents:
         return None
     newest = ckpt.latest(run_dir) if resume == "auto" else None
     if newest is not None:
         return newest
-    why = ("no complete checkpoint to continue (--resume auto; what is there are other files, or the leftovers of a "
-           "run stopped before its first checkpoint)") if resume == "auto" else "--resume none starts a new run"
-    raise RunError(f"--output {run_dir} already holds a run ({_listing(contents)}) and {why}: pass --overwrite to "
-                   "clear the folder whole, or choose another --output")
+    why = (
+        (
+            "no complete checkpoint to continue (--resume auto; what is there are other files, or the leftovers of a "
+            "run stopped before its first checkpoint)"
+        )
+        if resume == "auto"
+        else "--resume none starts a new run"
+    )
+    raise RunError(
+        f"--output {run_dir} already holds a run ({_listing(contents)}) and {why}: pass --overwrite to "
+        "clear the folder whole, or choose another --output"
+    )
 
 
 def clear(run_dir: Path) -> None:

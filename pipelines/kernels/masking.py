@@ -168,8 +168,21 @@ def mask(ids, offsets, seg_a, instance_ids, k_rule, mask_id, random_ids, is_cont
                 count += 1
         if k > 0:
             if whole_word:
-                _whole_words(keys, cand, count, ids[o:o + length], is_continuation, k, chosen,
-                             word_start, word_len, word_key, sk, si, order)
+                _whole_words(
+                    keys,
+                    cand,
+                    count,
+                    ids[o : o + length],
+                    is_continuation,
+                    k,
+                    chosen,
+                    word_start,
+                    word_len,
+                    word_key,
+                    sk,
+                    si,
+                    order,
+                )
             else:
                 _smallest(keys, cand, count, k, chosen, sk, si, order)
         q0 = q

@@ -40,15 +40,18 @@ def truncate_pair(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
 
 
 def unknown_label_error(label: str, labels: Sequence[str], place: str, source: str) -> InputError:
-    return InputError(f"{place}: label {label!r} is not in the label set {list(labels)} ({source}); an evaluation "
-                      "split must use the training split's labels")
+    return InputError(
+        f"{place}: label {label!r} is not in the label set {list(labels)} ({source}); an evaluation "
+        "split must use the training split's labels"
+    )
 
 
 class RowFeaturizer:
     """Pure featurization of a batch of ``TextRow`` (used by the DoFn and by tests)."""
 
-    def __init__(self, spec: TokenizerSpec, *, kind: str, max_seq_length: int, training: bool, labeled: bool,
-                 label_source: str) -> None:
+    def __init__(
+        self, spec: TokenizerSpec, *, kind: str, max_seq_length: int, training: bool, labeled: bool, label_source: str
+    ) -> None:
         self.tok = TaskTokenizer(spec)
         self.kind = kind
         self.id_type = spec.vocab.id_type
@@ -99,9 +102,14 @@ class RowFeaturizer:
             row_ids.append(T.row_id(batch.file_index, row.line))
             globals_.append(layout.global_index(batch, i))
         label_type = pa.int16() if self.kind == T.CLASSIFICATION else pa.float32()
-        return table(self.kind, self.id_type, {
-            T.ROW_ID: np.asarray(row_ids, dtype=np.uint64),
-            T.INPUT_IDS: ragged(out_ids, pa.uint16() if self.id_type == "uint16" else pa.int32()),
-            T.SEGMENT_A_LENGTH: np.asarray(seg_a, dtype=np.int16),
-            T.LABEL: pa.array(out_labels, type=label_type),
-        }, np.asarray(globals_, dtype=np.int64))
+        return table(
+            self.kind,
+            self.id_type,
+            {
+                T.ROW_ID: np.asarray(row_ids, dtype=np.uint64),
+                T.INPUT_IDS: ragged(out_ids, pa.uint16() if self.id_type == "uint16" else pa.int32()),
+                T.SEGMENT_A_LENGTH: np.asarray(seg_a, dtype=np.int16),
+                T.LABEL: pa.array(out_labels, type=label_type),
+            },
+            np.asarray(globals_, dtype=np.int64),
+        )

@@ -83,8 +83,12 @@ class TaskTokenizer:
         if not sentences:
             return []
         out = []
-        for e in self.tokenizer.encode_batch([list(s) for s in sentences], is_pretokenized=True, add_special_tokens=False):
-            out.append((np.asarray(e.ids, dtype=np.int64), np.asarray([-1 if w is None else w for w in e.word_ids], np.int64)))
+        for e in self.tokenizer.encode_batch(
+            [list(s) for s in sentences], is_pretokenized=True, add_special_tokens=False
+        ):
+            out.append(
+                (np.asarray(e.ids, dtype=np.int64), np.asarray([-1 if w is None else w for w in e.word_ids], np.int64))
+            )
         return out
 
 
@@ -97,11 +101,15 @@ def ragged(rows: Sequence[np.ndarray], t: pa.DataType) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(np.dtype(str(t))), type=t))
 
 
-def table(kind: str, id_type: str, columns: Mapping[str, pa.Array | np.ndarray | list], global_index: np.ndarray) -> pa.Table:
+def table(
+    kind: str, id_type: str, columns: Mapping[str, pa.Array | np.ndarray | list], global_index: np.ndarray
+) -> pa.Table:
     """Rows of ``kind`` (columns in schema order, plus ``GLOBAL``) ready for the wire."""
     schema = T.arrow_schema(kind, id_type).remove_metadata()
-    arrays = [columns[f.name] if isinstance(columns[f.name], pa.Array) else pa.array(columns[f.name], type=f.type)
-              for f in schema]
+    arrays = [
+        columns[f.name] if isinstance(columns[f.name], pa.Array) else pa.array(columns[f.name], type=f.type)
+        for f in schema
+    ]
     schema = schema.append(pa.field(GLOBAL, pa.int64(), nullable=False))
     return pa.Table.from_arrays(arrays + [pa.array(np.asarray(global_index, dtype=np.int64))], schema=schema)
 

@@ -27,8 +27,12 @@ UNITS = {"classification": "rows", "regression": "rows", "ner": "sentences", "sq
 def merge_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
     rows = sum(r["stats"]["rows"] for r in results)
     tokens = sum(r["stats"]["tokens"] for r in results)
-    out: dict[str, Any] = {"rows": rows, "tokens": tokens, "mean_length": round(tokens / rows, 2) if rows else 0.0,
-                           "max_length": max((r["stats"]["max_length"] for r in results), default=0)}
+    out: dict[str, Any] = {
+        "rows": rows,
+        "tokens": tokens,
+        "mean_length": round(tokens / rows, 2) if rows else 0.0,
+        "max_length": max((r["stats"]["max_length"] for r in results), default=0),
+    }
     labels: dict[str, int] = {}
     for r in results:
         for k, v in r["stats"]["label_counts"].items():
@@ -38,8 +42,16 @@ def merge_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def build_manifest(*, kind: str, results: list[dict[str, Any]], tally: Tally, labels: list[str], plan: LabelPlan,
-                   base: dict[str, Any], files: list[dict[str, Any]]) -> Manifest:
+def build_manifest(
+    *,
+    kind: str,
+    results: list[dict[str, Any]],
+    tally: Tally,
+    labels: list[str],
+    plan: LabelPlan,
+    base: dict[str, Any],
+    files: list[dict[str, Any]],
+) -> Manifest:
     results = sorted(results, key=lambda r: r["shard"])
     shards = tuple(ShardInfo(**f) for r in results for f in r["files"])
     counters = tally.counters()
@@ -59,8 +71,19 @@ def build_manifest(*, kind: str, results: list[dict[str, Any]], tally: Tally, la
     run = dict(base.get("run", {}))
     if run.get("started_at"):
         run["seconds"] = round(time.time() - run["started_at"], 3)
-    return Manifest(kind=kind, vocab=base["vocab"], parameters=base["parameters"], seed=0, shards=shards,
-                    inputs=tuple(base["inputs"]), totals=totals, counters=counters, statistics=stats, task=task, run=run)
+    return Manifest(
+        kind=kind,
+        vocab=base["vocab"],
+        parameters=base["parameters"],
+        seed=0,
+        shards=shards,
+        inputs=tuple(base["inputs"]),
+        totals=totals,
+        counters=counters,
+        statistics=stats,
+        task=task,
+        run=run,
+    )
 
 
 class _FinalizeFn(beam.DoFn):
@@ -76,8 +99,15 @@ class _FinalizeFn(beam.DoFn):
         for shard in range(self.spec.num_shards):
             if shard not in done:
                 results.append(self.spec.write(shard, None, labels))
-        manifest = build_manifest(kind=self.spec.kind, results=results, tally=tally, labels=labels, plan=self.plan,
-                                  base=self.base, files=[f for group in files for f in group])
+        manifest = build_manifest(
+            kind=self.spec.kind,
+            results=results,
+            tally=tally,
+            labels=labels,
+            plan=self.plan,
+            base=self.base,
+            files=[f for group in files for f in group],
+        )
         out = self.spec.output_dir
         write_text_atomic(FileSystems.join(out, VOCAB_FILENAME), self.vocab_text)
         write_text_atomic(FileSystems.join(out, MANIFEST_NAME), manifest.to_json())
@@ -90,8 +120,9 @@ class FinalizeTask(beam.PTransform):
     ``files`` is a PCollection of lists of file infos (``{"role", "path", "count", "bytes", "sha256", ...}``).
     """
 
-    def __init__(self, spec: ShardSpec, plan: LabelPlan, *, base: dict[str, Any], vocab_text: str, tallies, labels,
-                 files) -> None:
+    def __init__(
+        self, spec: ShardSpec, plan: LabelPlan, *, base: dict[str, Any], vocab_text: str, tallies, labels, files
+    ) -> None:
         super().__init__()
         self.fn = _FinalizeFn(spec, plan, base, vocab_text)
         self.tallies = tallies
@@ -104,8 +135,11 @@ class FinalizeTask(beam.PTransform):
         return (
             results
             | "ListShards" >> beam.combiners.ToList()
-            | "WriteManifest" >> beam.ParDo(
-                self.fn, tally=beam.pvalue.AsSingleton(tally), labels=beam.pvalue.AsSingleton(self.labels),
+            | "WriteManifest"
+            >> beam.ParDo(
+                self.fn,
+                tally=beam.pvalue.AsSingleton(tally),
+                labels=beam.pvalue.AsSingleton(self.labels),
                 files=beam.pvalue.AsSingleton(files),
             )
         )

@@ -38,24 +38,42 @@ class LabelPlan:
         return self.labels is None
 
 
-def labels_from_manifest(manifest: Manifest, directory: str, *, kind: str, vocab_sha256: str, lowercase: bool) -> tuple[str, ...]:
+def labels_from_manifest(
+    manifest: Manifest, directory: str, *, kind: str, vocab_sha256: str, lowercase: bool
+) -> tuple[str, ...]:
     """The training dataset's label names; usage errors name the flag that disagrees."""
     if manifest.kind != kind:
         raise UsageError("label-set-from", f"{directory} holds a {manifest.kind!r} dataset, not {kind!r}")
     if manifest.vocab.get("sha256") != vocab_sha256:
-        raise UsageError("vocab", f"vocab sha256 {vocab_sha256[:12]}… differs from {manifest.vocab.get('sha256', '?')[:12]}… "
-                                  f"of the training dataset {directory}: use the checkpoint's tokenizer for every split")
+        raise UsageError(
+            "vocab",
+            f"vocab sha256 {vocab_sha256[:12]}… differs from {manifest.vocab.get('sha256', '?')[:12]}… "
+            f"of the training dataset {directory}: use the checkpoint's tokenizer for every split",
+        )
     if bool(manifest.vocab.get("lowercase")) != lowercase:
-        raise UsageError("lowercase", f"the training dataset {directory} is {'uncased' if manifest.vocab.get('lowercase') else 'cased'}; "
-                                      f"pass {'--lowercase' if manifest.vocab.get('lowercase') else '--cased'}")
+        raise UsageError(
+            "lowercase",
+            f"the training dataset {directory} is {'uncased' if manifest.vocab.get('lowercase') else 'cased'}; "
+            f"pass {'--lowercase' if manifest.vocab.get('lowercase') else '--cased'}",
+        )
     labels = manifest.task.get("labels")
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise UsageError("label-set-from", f"{directory}/manifest.json has no task label list")
     return tuple(labels)
 
 
-def plan_labels(*, kind: str, training: bool, labeled: bool, explicit: tuple[str, ...], preset: tuple[str, ...] | None,
-                preset_name: str | None, from_manifest: tuple[str, ...] | None, manifest_dir: str | None, split: str) -> LabelPlan:
+def plan_labels(
+    *,
+    kind: str,
+    training: bool,
+    labeled: bool,
+    explicit: tuple[str, ...],
+    preset: tuple[str, ...] | None,
+    preset_name: str | None,
+    from_manifest: tuple[str, ...] | None,
+    manifest_dir: str | None,
+    split: str,
+) -> LabelPlan:
     if kind in (T.REGRESSION, T.SQUAD):
         return LabelPlan((), "none")
     if from_manifest is not None and explicit:
@@ -71,8 +89,11 @@ def plan_labels(*, kind: str, training: bool, labeled: bool, explicit: tuple[str
     elif training:
         return LabelPlan(None, "derived")
     else:
-        raise UsageError("label-set-from", f"split {split!r} is not a training split: its label ids must be the training "
-                                           "split's; pass --label-set-from TRAIN_DIR (or --labels)")
+        raise UsageError(
+            "label-set-from",
+            f"split {split!r} is not a training split: its label ids must be the training "
+            "split's; pass --label-set-from TRAIN_DIR (or --labels)",
+        )
     if kind == T.NER and OUTSIDE not in plan.labels:
         raise UsageError("labels", f"an NER label set must include {OUTSIDE!r}, got {list(plan.labels)}")
     return plan
@@ -119,5 +140,9 @@ class Labels(beam.PTransform):
 
 def task_labels(plan: LabelPlan, labels: list[str]) -> dict[str, Any]:
     """The manifest's label entries."""
-    return {"labels": list(labels), "label_ids": {name: i for i, name in enumerate(labels)}, "num_labels": len(labels),
-            "label_source": plan.source}
+    return {
+        "labels": list(labels),
+        "label_ids": {name: i for i, name in enumerate(labels)},
+        "num_labels": len(labels),
+        "label_source": plan.source,
+    }

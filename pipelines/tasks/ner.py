@@ -73,8 +73,9 @@ def ownership(windows: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
 class SentenceFeaturizer:
     """Pure featurization of a batch of ``Sentence`` (used by the Featurize stage and by tests)."""
 
-    def __init__(self, spec: TokenizerSpec, *, max_seq_length: int, window_overlap: int, training: bool,
-                 label_source: str) -> None:
+    def __init__(
+        self, spec: TokenizerSpec, *, max_seq_length: int, window_overlap: int, training: bool, label_source: str
+    ) -> None:
         self.tok = TaskTokenizer(spec)
         self.id_type = spec.vocab.id_type
         self.budget = max_seq_length - 2
@@ -86,7 +87,9 @@ class SentenceFeaturizer:
         sentences: list[Sentence] = batch.records
         tag_id = {name: i for i, name in enumerate(labels)}
         encoded = self.tok.word_ids([[self.tok.clean(w, tally) for w in s.words] for s in sentences])
-        cols: dict[str, list] = {k: [] for k in (T.ROW_ID, T.WINDOW, T.INPUT_IDS, T.LABELS, T.WORD_IDS, T.OWNED, T.NUM_WORDS)}
+        cols: dict[str, list] = {
+            k: [] for k in (T.ROW_ID, T.WINDOW, T.INPUT_IDS, T.LABELS, T.WORD_IDS, T.OWNED, T.NUM_WORDS)
+        }
         globals_: list[int] = []
         for i, (sentence, (ids, wids)) in enumerate(zip(sentences, encoded)):
             unknown = next((t for t in sentence.tags if t not in tag_id), None)
@@ -101,7 +104,9 @@ class SentenceFeaturizer:
             if len(windows) > 1:
                 tally.add("sentences_split_into_windows")
             if len(windows) > T.MAX_WINDOWS:
-                raise ValueError(f"{where(batch.path, sentence.line)}: {len(windows)} windows, more than {T.MAX_WINDOWS}")
+                raise ValueError(
+                    f"{where(batch.path, sentence.line)}: {len(windows)} windows, more than {T.MAX_WINDOWS}"
+                )
             tags = [tag_id[t] for t in sentence.tags]
             for w, ((start, end), (own_start, own_end)) in enumerate(zip(windows, ownership(windows))):
                 pieces = words[start:end]
@@ -113,10 +118,10 @@ class SentenceFeaturizer:
                 ids_out[0], ids_out[-1] = self.tok.cls_id, self.tok.sep_id
                 pos = 1
                 for word, piece in enumerate(pieces, start):
-                    ids_out[pos:pos + len(piece)] = piece
+                    ids_out[pos : pos + len(piece)] = piece
                     labels_out[pos] = tags[word]
-                    word_out[pos:pos + len(piece)] = word
-                    owned_out[pos:pos + len(piece)] = own_start <= word < own_end
+                    word_out[pos : pos + len(piece)] = word
+                    owned_out[pos : pos + len(piece)] = own_start <= word < own_end
                     pos += len(piece)
                 cols[T.ROW_ID].append(T.row_id(batch.file_index, sentence.line, w))
                 cols[T.WINDOW].append(w)
@@ -130,30 +135,44 @@ class SentenceFeaturizer:
             tally.add(f"{UNIT}_used")
             tally.add("words", len(sentence.words))
             tally.add("windows", len(windows))
-        return table(T.NER, self.id_type, {
-            T.ROW_ID: np.asarray(cols[T.ROW_ID], dtype=np.uint64),
-            T.WINDOW: np.asarray(cols[T.WINDOW], dtype=np.uint16),
-            T.INPUT_IDS: ragged(cols[T.INPUT_IDS], pa.uint16() if self.id_type == "uint16" else pa.int32()),
-            T.LABELS: ragged(cols[T.LABELS], pa.int16()),
-            T.WORD_IDS: ragged(cols[T.WORD_IDS], pa.int32()),
-            T.OWNED: ragged(cols[T.OWNED], pa.int8()),
-            T.NUM_WORDS: np.asarray(cols[T.NUM_WORDS], dtype=np.int32),
-        }, np.asarray(globals_, dtype=np.int64))
+        return table(
+            T.NER,
+            self.id_type,
+            {
+                T.ROW_ID: np.asarray(cols[T.ROW_ID], dtype=np.uint64),
+                T.WINDOW: np.asarray(cols[T.WINDOW], dtype=np.uint16),
+                T.INPUT_IDS: ragged(cols[T.INPUT_IDS], pa.uint16() if self.id_type == "uint16" else pa.int32()),
+                T.LABELS: ragged(cols[T.LABELS], pa.int16()),
+                T.WORD_IDS: ragged(cols[T.WORD_IDS], pa.int32()),
+                T.OWNED: ragged(cols[T.OWNED], pa.int8()),
+                T.NUM_WORDS: np.asarray(cols[T.NUM_WORDS], dtype=np.int32),
+            },
+            np.asarray(globals_, dtype=np.int64),
+        )
 
-    def _word_tokens(self, ids: np.ndarray, wids: np.ndarray, n_words: int, sentence: Sentence, batch: RecordBatch,
-                     tally: Tally) -> list[np.ndarray]:
+    def _word_tokens(
+        self, ids: np.ndarray, wids: np.ndarray, n_words: int, sentence: Sentence, batch: RecordBatch, tally: Tally
+    ) -> list[np.ndarray]:
         """Sub-token ids of each word; empty words become ``[UNK]``, over-long words are cut to the budget."""
         bounds = np.searchsorted(wids, np.arange(n_words + 1), side="left")
         words = []
         for w in range(n_words):
-            piece = ids[bounds[w]:bounds[w + 1]]
+            piece = ids[bounds[w] : bounds[w + 1]]
             if not len(piece):
-                tally.note("words_without_tokens_as_unk", batch.file_index, sentence.line + w,
-                           where(batch.path, sentence.line + w))
+                tally.note(
+                    "words_without_tokens_as_unk",
+                    batch.file_index,
+                    sentence.line + w,
+                    where(batch.path, sentence.line + w),
+                )
                 piece = np.array([self.tok.unk_id], dtype=np.int64)
             elif len(piece) > self.budget:
-                tally.note("words_truncated_to_window", batch.file_index, sentence.line + w,
-                           where(batch.path, sentence.line + w))
-                piece = piece[:self.budget]
+                tally.note(
+                    "words_truncated_to_window",
+                    batch.file_index,
+                    sentence.line + w,
+                    where(batch.path, sentence.line + w),
+                )
+                piece = piece[: self.budget]
             words.append(piece)
         return words

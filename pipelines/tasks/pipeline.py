@@ -24,8 +24,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines import counters as C
 from pipelines.inspection import load_manifest
-from pipelines.pretraining import InputFile, resolve_inputs
 from pipelines.output_dir import ensure_writable_dir, refusal
+from pipelines.pretraining import InputFile, resolve_inputs
 from pipelines.redact import redact_options
 from pipelines.runner import UsageError, make_pipeline, pipeline_options, runner_name
 from pipelines.tasks import read as R
@@ -57,8 +57,11 @@ def infer_split(paths: list[str]) -> str:
         m = _SPLIT_WORD.search(stem)
         found.add(m.group(0) if m else None)
     if len(found) != 1 or None in found:
-        raise UsageError("split", f"cannot tell the split from the file names {[os.path.basename(p) for p in paths][:4]}; "
-                                  "pass --split NAME (train for a training split)")
+        raise UsageError(
+            "split",
+            f"cannot tell the split from the file names {[os.path.basename(p) for p in paths][:4]}; "
+            "pass --split NAME (train for a training split)",
+        )
     return found.pop()
 
 
@@ -83,7 +86,11 @@ def existing_outputs(output_dir: str) -> list[str]:
     for r in FileSystems.match([FileSystems.join(output_dir, "*")]):
         for m in r.metadata_list:
             name = m.path.rstrip("/").rsplit("/", 1)[-1]
-            if name in (MANIFEST_NAME, T.EXAMPLES_FILE, VOCAB_FILENAME) or _SHARD_FILE.match(name) or _is_temporary(name):
+            if (
+                name in (MANIFEST_NAME, T.EXAMPLES_FILE, VOCAB_FILENAME)
+                or _SHARD_FILE.match(name)
+                or _is_temporary(name)
+            ):
                 found.append(m.path)
     return sorted(found)
 
@@ -128,12 +135,20 @@ def _label_manifest(label_set_from: str | None, kind: str, spec: TokenizerSpec) 
         manifest = load_manifest(label_set_from)
     except (FileNotFoundError, ValueError) as e:
         raise UsageError("label-set-from", str(e)) from None
-    return labels_from_manifest(manifest, label_set_from, kind=kind, vocab_sha256=spec.vocab.sha256,
-                                lowercase=spec.lowercase)
+    return labels_from_manifest(
+        manifest, label_set_from, kind=kind, vocab_sha256=spec.vocab.sha256, lowercase=spec.lowercase
+    )
 
 
-def _run(plan: _Plan, files: list[InputFile], spec: TokenizerSpec, output_dir: str, overwrite: bool,
-         options, beam_args: list[str]) -> TaskResult:
+def _run(
+    plan: _Plan,
+    files: list[InputFile],
+    spec: TokenizerSpec,
+    output_dir: str,
+    overwrite: bool,
+    options,
+    beam_args: list[str],
+) -> TaskResult:
     cfg = plan.cfg
     input_bytes = sum(f.bytes for f in files)
     num_shards = cfg.num_shards or auto_num_shards(input_bytes)
@@ -142,20 +157,40 @@ def _run(plan: _Plan, files: list[InputFile], spec: TokenizerSpec, output_dir: s
     parameters = {**cfg.to_dict(), "num_shards": num_shards}
     base = {
         "vocab": {
-            "sha256": spec.vocab.sha256, "size": len(spec.vocab), "file": VOCAB_FILENAME, "lowercase": spec.lowercase,
-            "id_type": spec.vocab.id_type, "special_ids": spec.vocab.special_ids, "source": spec.source,
+            "sha256": spec.vocab.sha256,
+            "size": len(spec.vocab),
+            "file": VOCAB_FILENAME,
+            "lowercase": spec.lowercase,
+            "id_type": spec.vocab.id_type,
+            "special_ids": spec.vocab.special_ids,
+            "source": spec.source,
         },
         "parameters": parameters,
         "inputs": [{"path": f.path, "bytes": f.bytes} for f in files],
-        "task": {"kind": cfg.kind, "split": cfg.split, "training": cfg.training, "max_seq_length": cfg.max_seq_length,
-                 "ignore_index": T.IGNORE_INDEX, **plan.task},
+        "task": {
+            "kind": cfg.kind,
+            "split": cfg.split,
+            "training": cfg.training,
+            "max_seq_length": cfg.max_seq_length,
+            "ignore_index": T.IGNORE_INDEX,
+            **plan.task,
+        },
         "run": {"runner": runner_name(options), "options": redact_options(list(beam_args)), "started_at": started},
     }
-    shard_spec = ShardSpec(output_dir=output_dir, kind=cfg.kind, num_shards=num_shards, id_type=spec.vocab.id_type,
-                           vocab_sha256=spec.vocab.sha256, parameters=cfg.shard_parameters(),
-                           compression=cfg.arrow_compression, batch_rows=cfg.arrow_batch_rows)
-    C.progress(f"{cfg.kind} {cfg.split}: {len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} "
-               f"({num_shards} shards)")
+    shard_spec = ShardSpec(
+        output_dir=output_dir,
+        kind=cfg.kind,
+        num_shards=num_shards,
+        id_type=spec.vocab.id_type,
+        vocab_sha256=spec.vocab.sha256,
+        parameters=cfg.shard_parameters(),
+        compression=cfg.arrow_compression,
+        batch_rows=cfg.arrow_batch_rows,
+    )
+    C.progress(
+        f"{cfg.kind} {cfg.split}: {len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} "
+        f"({num_shards} shards)"
+    )
     p = make_pipeline(options)
     inputs = p | "Inputs" >> beam.Create(list(enumerate(f.path for f in files)))
     read = inputs | "Read" >> R.ReadRecords(plan.parser)
@@ -169,8 +204,9 @@ def _run(plan: _Plan, files: list[InputFile], spec: TokenizerSpec, output_dir: s
     else:
         extra = p | "NoFiles" >> beam.Create([[]])
     tallies = (read[R.TALLIES], feats["tallies"]) | "AllTallies" >> beam.Flatten()
-    _ = results | "Finalize" >> FinalizeTask(shard_spec, plan.labels, base=base, vocab_text=spec.vocab.text(),
-                                             tallies=tallies, labels=labels, files=extra)
+    _ = results | "Finalize" >> FinalizeTask(
+        shard_spec, plan.labels, base=base, vocab_text=spec.vocab.text(), tallies=tallies, labels=labels, files=extra
+    )
     p.run().wait_until_finish()
     seconds = time.time() - started
     with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
@@ -191,13 +227,28 @@ def _common(inputs: list[str], vocab: str, lowercase: bool | None, split: str | 
 # --------------------------------------------------------------------------------------------- per kind
 
 
-def run_classification(*, inputs: list[str], vocab: str, output_dir: str, max_seq_length: int = 128,
-                       input_format: str | None = None, text_column: str | None = None,
-                       text_pair_column: str | None = None, label_column: str | None = None, header: bool = True,
-                       glue: str | None = None, regression: bool = False, no_labels: bool = False,
-                       labels: tuple[str, ...] = (), label_set_from: str | None = None, split: str | None = None,
-                       num_shards: int = 0, lowercase: bool | None = None, overwrite: bool = False,
-                       beam_args: list[str] | None = None) -> TaskResult:
+def run_classification(
+    *,
+    inputs: list[str],
+    vocab: str,
+    output_dir: str,
+    max_seq_length: int = 128,
+    input_format: str | None = None,
+    text_column: str | None = None,
+    text_pair_column: str | None = None,
+    label_column: str | None = None,
+    header: bool = True,
+    glue: str | None = None,
+    regression: bool = False,
+    no_labels: bool = False,
+    labels: tuple[str, ...] = (),
+    label_set_from: str | None = None,
+    split: str | None = None,
+    num_shards: int = 0,
+    lowercase: bool | None = None,
+    overwrite: bool = False,
+    beam_args: list[str] | None = None,
+) -> TaskResult:
     """Text (pair) classification or regression from TSV/CSV/JSONL, or a GLUE preset."""
     from pipelines.tasks import glue as G
 
@@ -207,14 +258,18 @@ def run_classification(*, inputs: list[str], vocab: str, output_dir: str, max_se
         if glue not in G.PRESETS:
             raise UsageError("glue", f"must be one of {G.NAMES}, got {glue!r}")
         if any(x is not None for x in (text_column, text_pair_column, label_column)):
-            raise UsageError("glue", "--glue sets the columns; do not combine it with --text-column, "
-                                     "--text-pair-column or --label-column")
+            raise UsageError(
+                "glue",
+                "--glue sets the columns; do not combine it with --text-column, --text-pair-column or --label-column",
+            )
         if input_format not in (None, "tsv"):
             raise UsageError("format", f"GLUE files are tsv, got --format {input_format}")
         preset = G.PRESETS[glue]
         layouts = {G.resolve(preset, R.first_line(f.path, "tsv") or [], f.path) for f in files}
         if len(layouts) != 1:
-            raise UsageError("input", f"the inputs mix GLUE {glue} layouts (labeled and test files?): {sorted(map(str, layouts))}")
+            raise UsageError(
+                "input", f"the inputs mix GLUE {glue} layouts (labeled and test files?): {sorted(map(str, layouts))}"
+            )
         gl = layouts.pop()
         input_format, header = "tsv", gl.header
         text_column, text_pair_column, label_column = gl.text, gl.pair, gl.label
@@ -224,34 +279,74 @@ def run_classification(*, inputs: list[str], vocab: str, output_dir: str, max_se
         if text_column is None:
             raise UsageError("text-column", "--text-column is required (or a --glue preset)")
         if label_column is None and not no_labels:
-            raise UsageError("label-column", "--label-column is required for labeled data (--no-labels for a test file)")
+            raise UsageError(
+                "label-column", "--label-column is required for labeled data (--no-labels for a test file)"
+            )
     if no_labels:
         label_column = None
     kind = T.REGRESSION if regression else T.CLASSIFICATION
     cfg = ClassificationConfig(
-        kind=kind, split=split, training=is_training(split), max_seq_length=max_seq_length, lowercase=spec.lowercase,
-        labels=tuple(labels), num_shards=num_shards, input_format=input_format, header=header,
-        text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, glue=glue,
+        kind=kind,
+        split=split,
+        training=is_training(split),
+        max_seq_length=max_seq_length,
+        lowercase=spec.lowercase,
+        labels=tuple(labels),
+        num_shards=num_shards,
+        input_format=input_format,
+        header=header,
+        text_column=text_column,
+        text_pair_column=text_pair_column,
+        label_column=label_column,
+        glue=glue,
     )
-    layout = R.TableLayout(cfg.input_format, cfg.header, cfg.text_column, cfg.text_pair_column, cfg.label_column,
-                           regression=regression)
+    layout = R.TableLayout(
+        cfg.input_format, cfg.header, cfg.text_column, cfg.text_pair_column, cfg.label_column, regression=regression
+    )
     for f in files:
         R.check_table_layout(f.path, layout)
     label_plan = plan_labels(
-        kind=kind, training=cfg.training, labeled=label_column is not None, explicit=cfg.labels,
-        preset=preset.labels if preset else None, preset_name=glue,
+        kind=kind,
+        training=cfg.training,
+        labeled=label_column is not None,
+        explicit=cfg.labels,
+        preset=preset.labels if preset else None,
+        preset_name=glue,
         from_manifest=_label_manifest(label_set_from, kind, spec) if kind == T.CLASSIFICATION else None,
-        manifest_dir=label_set_from, split=split,
+        manifest_dir=label_set_from,
+        split=split,
     )
     if kind == T.REGRESSION and label_set_from:
         _label_manifest(label_set_from, kind, spec)  # same vocab and casing, even without labels
-    featurizer = partial(RowFeaturizer, spec, kind=kind, max_seq_length=max_seq_length, training=cfg.training,
-                         labeled=label_column is not None, label_source=label_plan.source)
-    task = {"labeled": label_column is not None, "glue": glue,
-            "columns": {"format": input_format, "header": header, "text": text_column, "text_pair": text_pair_column,
-                        "label": label_column}}
-    return _run(_Plan(cfg, R.TableParser(layout), featurizer, label_plan, task), files, spec, output_dir.rstrip("/"),
-                overwrite, options, list(beam_args or []))
+    featurizer = partial(
+        RowFeaturizer,
+        spec,
+        kind=kind,
+        max_seq_length=max_seq_length,
+        training=cfg.training,
+        labeled=label_column is not None,
+        label_source=label_plan.source,
+    )
+    task = {
+        "labeled": label_column is not None,
+        "glue": glue,
+        "columns": {
+            "format": input_format,
+            "header": header,
+            "text": text_column,
+            "text_pair": text_pair_column,
+            "label": label_column,
+        },
+    }
+    return _run(
+        _Plan(cfg, R.TableParser(layout), featurizer, label_plan, task),
+        files,
+        spec,
+        output_dir.rstrip("/"),
+        overwrite,
+        options,
+        list(beam_args or []),
+    )
 
 
 def _format_from_name(path: str) -> str:
@@ -266,46 +361,118 @@ def _format_from_name(path: str) -> str:
     return "tsv"
 
 
-def run_ner(*, inputs: list[str], vocab: str, output_dir: str, max_seq_length: int = 128, scheme: str = "iob2",
-            window_overlap: int = 16, labels: tuple[str, ...] = (), label_set_from: str | None = None,
-            split: str | None = None, num_shards: int = 0, lowercase: bool | None = None, overwrite: bool = False,
-            beam_args: list[str] | None = None) -> TaskResult:
+def run_ner(
+    *,
+    inputs: list[str],
+    vocab: str,
+    output_dir: str,
+    max_seq_length: int = 128,
+    scheme: str = "iob2",
+    window_overlap: int = 16,
+    labels: tuple[str, ...] = (),
+    label_set_from: str | None = None,
+    split: str | None = None,
+    num_shards: int = 0,
+    lowercase: bool | None = None,
+    overwrite: bool = False,
+    beam_args: list[str] | None = None,
+) -> TaskResult:
     """Token classification from CoNLL-2003 style files."""
     options, files, spec, split = _common(inputs, vocab, lowercase, split, beam_args)
-    cfg = NerConfig(kind=T.NER, split=split, training=is_training(split), max_seq_length=max_seq_length,
-                    lowercase=spec.lowercase, labels=tuple(labels), num_shards=num_shards, scheme=scheme,
-                    window_overlap=window_overlap)
+    cfg = NerConfig(
+        kind=T.NER,
+        split=split,
+        training=is_training(split),
+        max_seq_length=max_seq_length,
+        lowercase=spec.lowercase,
+        labels=tuple(labels),
+        num_shards=num_shards,
+        scheme=scheme,
+        window_overlap=window_overlap,
+    )
     for f in files:
         R.looks_like_conll(f.path)
-    label_plan = plan_labels(kind=T.NER, training=cfg.training, labeled=True, explicit=cfg.labels, preset=None,
-                             preset_name=None, from_manifest=_label_manifest(label_set_from, T.NER, spec),
-                             manifest_dir=label_set_from, split=split)
-    featurizer = partial(SentenceFeaturizer, spec, max_seq_length=max_seq_length, window_overlap=window_overlap,
-                         training=cfg.training, label_source=label_plan.source)
+    label_plan = plan_labels(
+        kind=T.NER,
+        training=cfg.training,
+        labeled=True,
+        explicit=cfg.labels,
+        preset=None,
+        preset_name=None,
+        from_manifest=_label_manifest(label_set_from, T.NER, spec),
+        manifest_dir=label_set_from,
+        split=split,
+    )
+    featurizer = partial(
+        SentenceFeaturizer,
+        spec,
+        max_seq_length=max_seq_length,
+        window_overlap=window_overlap,
+        training=cfg.training,
+        label_source=label_plan.source,
+    )
     task = {"labeled": True, "scheme": "iob2", "input_scheme": scheme, "window_overlap": window_overlap}
-    return _run(_Plan(cfg, R.ConllParser(scheme), featurizer, label_plan, task), files, spec, output_dir.rstrip("/"),
-                overwrite, options, list(beam_args or []))
+    return _run(
+        _Plan(cfg, R.ConllParser(scheme), featurizer, label_plan, task),
+        files,
+        spec,
+        output_dir.rstrip("/"),
+        overwrite,
+        options,
+        list(beam_args or []),
+    )
 
 
-def run_squad(*, inputs: list[str], vocab: str, output_dir: str, max_seq_length: int = 384, doc_stride: int = 128,
-              max_query_length: int = 64, articles: tuple[int, int | None] | None = None, split: str | None = None,
-              num_shards: int = 0, lowercase: bool | None = None, overwrite: bool = False,
-              beam_args: list[str] | None = None) -> TaskResult:
+def run_squad(
+    *,
+    inputs: list[str],
+    vocab: str,
+    output_dir: str,
+    max_seq_length: int = 384,
+    doc_stride: int = 128,
+    max_query_length: int = 64,
+    articles: tuple[int, int | None] | None = None,
+    split: str | None = None,
+    num_shards: int = 0,
+    lowercase: bool | None = None,
+    overwrite: bool = False,
+    beam_args: list[str] | None = None,
+) -> TaskResult:
     """Extractive question answering from SQuAD v1.1 / v2.0 JSON."""
     options, files, spec, split = _common(inputs, vocab, lowercase, split, beam_args)
-    cfg = SquadConfig(kind=T.SQUAD, split=split, training=is_training(split), max_seq_length=max_seq_length,
-                      lowercase=spec.lowercase, num_shards=num_shards, doc_stride=doc_stride,
-                      max_query_length=max_query_length, articles=articles)
+    cfg = SquadConfig(
+        kind=T.SQUAD,
+        split=split,
+        training=is_training(split),
+        max_seq_length=max_seq_length,
+        lowercase=spec.lowercase,
+        num_shards=num_shards,
+        doc_stride=doc_stride,
+        max_query_length=max_query_length,
+        articles=articles,
+    )
     for f in files:
         head = b"".join(_head(f.path)).lstrip(b"\xef\xbb\xbf \t\r\n")
         if not head.startswith(b"{"):
             raise UsageError("input", f"{f.path}: not SQuAD JSON (does not start with '{{')")
-    featurizer = partial(ExampleFeaturizer, spec, max_seq_length=max_seq_length, doc_stride=doc_stride,
-                         max_query_length=max_query_length)
-    task = {"labeled": True, "doc_stride": doc_stride, "max_query_length": max_query_length,
-            "articles": None if articles is None else list(articles)}
-    return _run(_Plan(cfg, R.SquadParser(articles, cfg.training), featurizer, LabelPlan((), "none"), task), files, spec,
-                output_dir.rstrip("/"), overwrite, options, list(beam_args or []))
+    featurizer = partial(
+        ExampleFeaturizer, spec, max_seq_length=max_seq_length, doc_stride=doc_stride, max_query_length=max_query_length
+    )
+    task = {
+        "labeled": True,
+        "doc_stride": doc_stride,
+        "max_query_length": max_query_length,
+        "articles": None if articles is None else list(articles),
+    }
+    return _run(
+        _Plan(cfg, R.SquadParser(articles, cfg.training), featurizer, LabelPlan((), "none"), task),
+        files,
+        spec,
+        output_dir.rstrip("/"),
+        overwrite,
+        options,
+        list(beam_args or []),
+    )
 
 
 def _head(path: str) -> list[bytes]:

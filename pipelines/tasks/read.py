@@ -93,9 +93,14 @@ class QAExample:
 
     def example_json(self, example_index: int) -> dict[str, Any]:
         return {
-            "example_index": example_index, "id": self.qid, "title": self.title, "context": self.context,
-            "question": self.question, "answers": {"text": self.answers, "answer_start": self.answer_starts},
-            "is_impossible": self.is_impossible, "answer_span": None if self.span is None else list(self.span),
+            "example_index": example_index,
+            "id": self.qid,
+            "title": self.title,
+            "context": self.context,
+            "question": self.question,
+            "answers": {"text": self.answers, "answer_start": self.answer_starts},
+            "is_impossible": self.is_impossible,
+            "answer_span": None if self.span is None else list(self.span),
         }
 
 
@@ -183,13 +188,20 @@ def check_table_layout(path: str, layout: TableLayout) -> None:
         return
     positions = column_positions(layout, first if layout.header else None, path)
     if not layout.header and max(positions.values()) >= len(first):
-        flag = {"text": "text-column", "pair": "text-pair-column", "label": "label-column"}[max(positions, key=positions.get)]
-        raise UsageError(flag, f"{path}: column index {max(positions.values())} but the first line has {len(first)} fields")
+        flag = {"text": "text-column", "pair": "text-pair-column", "label": "label-column"}[
+            max(positions, key=positions.get)
+        ]
+        raise UsageError(
+            flag, f"{path}: column index {max(positions.values())} but the first line has {len(first)} fields"
+        )
 
 
 def _row_values(fields: list[str], positions: dict[str, int]) -> tuple[str, str | None, str | None]:
-    return (fields[positions["text"]], fields[positions["pair"]] if "pair" in positions else None,
-            fields[positions["label"]] if "label" in positions else None)
+    return (
+        fields[positions["text"]],
+        fields[positions["pair"]] if "pair" in positions else None,
+        fields[positions["label"]] if "label" in positions else None,
+    )
 
 
 def _json_values(obj: Any, layout: TableLayout) -> tuple[Any, Any, Any] | None:
@@ -198,14 +210,20 @@ def _json_values(obj: Any, layout: TableLayout) -> tuple[Any, Any, Any] | None:
     keys = [k for k in (layout.text, layout.pair, layout.label) if k is not None]
     if any(k not in obj for k in keys):
         return None
-    return obj[layout.text], obj.get(layout.pair) if layout.pair else None, obj.get(layout.label) if layout.label else None
+    return (
+        obj[layout.text],
+        obj.get(layout.pair) if layout.pair else None,
+        obj.get(layout.label) if layout.label else None,
+    )
 
 
 def _label_text(value: Any) -> str:
     return value.strip() if isinstance(value, str) else json.dumps(value)
 
 
-def parse_table(lines: Iterable[str], path: str, file_index: int, layout: TableLayout, tally: Tally) -> Iterator[TextRow]:
+def parse_table(
+    lines: Iterable[str], path: str, file_index: int, layout: TableLayout, tally: Tally
+) -> Iterator[TextRow]:
     """Rows of a TSV/CSV/JSONL file. Counts ``rows_read`` and drops by reason with their line numbers."""
     unit = "rows"
     positions: dict[str, int] | None = None
@@ -334,14 +352,20 @@ def _is_float(text: str) -> bool:
 
 def looks_like_conll(path: str, sample_lines: int = 200) -> None:
     """Before the pipeline starts: a usage error unless most of the first content lines have four fields."""
-    lines = [s for s in (x.strip() for x in islice(iter_text_lines(read_chunks(path, 1 << 16), Tally().counts), 5000))
-             if s and not s.startswith("-DOCSTART-")][:sample_lines]
+    lines = [
+        s
+        for s in (x.strip() for x in islice(iter_text_lines(read_chunks(path, 1 << 16), Tally().counts), 5000))
+        if s and not s.startswith("-DOCSTART-")
+    ][:sample_lines]
     if not lines:
         raise UsageError("input", f"{path}: holds no CoNLL token line")
     four = sum(len(s.split()) == 4 for s in lines)
     if four * 2 < len(lines):
-        raise UsageError("input", f"{path}: not a CoNLL file: {len(lines) - four} of its first {len(lines)} token lines "
-                                  f"do not have four fields 'token POS chunk TAG' (e.g. {lines[0][:80]!r})")
+        raise UsageError(
+            "input",
+            f"{path}: not a CoNLL file: {len(lines) - four} of its first {len(lines)} token lines "
+            f"do not have four fields 'token POS chunk TAG' (e.g. {lines[0][:80]!r})",
+        )
 
 
 def iob1_to_iob2(tags: list[str]) -> tuple[list[str], int]:
@@ -417,8 +441,10 @@ def parse_conll(lines: Iterable[str], path: str, file_index: int, scheme: str, t
     if words or bad:
         yield from finish()
     if content_lines and bad_lines * 2 > content_lines:
-        raise InputError(f"{path}: not a CoNLL file: {bad_lines} of {content_lines} token lines are malformed "
-                         "(expected 'token POS chunk TAG' with O/B-X/I-X tags)")
+        raise InputError(
+            f"{path}: not a CoNLL file: {bad_lines} of {content_lines} token lines are malformed "
+            "(expected 'token POS chunk TAG' with O/B-X/I-X tags)"
+        )
 
 
 # --------------------------------------------------------------------------------------------- SQuAD
@@ -434,7 +460,7 @@ def align_answer(context: str, text: str, start: Any) -> tuple[tuple[int, int] |
     """
     if not isinstance(text, str) or not text.strip() or not isinstance(start, int) or isinstance(start, bool):
         return None, "unmatched"
-    if 0 <= start and context[start:start + len(text)] == text:
+    if 0 <= start and context[start : start + len(text)] == text:
         return (start, start + len(text)), "exact"
     pattern = re.compile(r"\s+".join(re.escape(w) for w in text.split()))
     lead = len(text) - len(text.lstrip())
@@ -459,7 +485,9 @@ def load_squad(raw: bytes, path: str) -> list[dict]:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(f"{path}: not SQuAD JSON ({type(e).__name__}: {e})") from None
     articles = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(articles, list) or not all(isinstance(a, dict) and isinstance(a.get("paragraphs"), list) for a in articles):
+    if not isinstance(articles, list) or not all(
+        isinstance(a, dict) and isinstance(a.get("paragraphs"), list) for a in articles
+    ):
         raise InputError(f"{path}: not SQuAD JSON (expected {{'data': [{{'title', 'paragraphs': [...]}}]}})")
     return articles
 
@@ -473,8 +501,14 @@ def select_articles(n: int, articles: tuple[int, int | None] | None, path: str) 
     return range(start, n if end is None else end)
 
 
-def parse_squad(articles: list[dict], path: str, file_index: int, selection: tuple[int, int | None] | None,
-                training: bool, tally: Tally) -> Iterator[QAExample]:
+def parse_squad(
+    articles: list[dict],
+    path: str,
+    file_index: int,
+    selection: tuple[int, int | None] | None,
+    training: bool,
+    tally: Tally,
+) -> Iterator[QAExample]:
     """Questions of the selected articles, answers aligned to their contexts (see ``align_answer``).
 
     Dropped (counted with ids): empty question or context, a question id seen before in the file, and in a
@@ -534,8 +568,17 @@ def parse_squad(articles: list[dict], path: str, file_index: int, selection: tup
                     if training:
                         tally.note(dropped(unit, NO_MATCHING_ANSWER), file_index, pos, qid)
                         continue
-                yield QAExample(pos, qid, title, context, question, texts,
-                                [s if isinstance(s, int) else -1 for s in starts], span, impossible)
+                yield QAExample(
+                    pos,
+                    qid,
+                    title,
+                    context,
+                    question,
+                    texts,
+                    [s if isinstance(s, int) else -1 for s in starts],
+                    span,
+                    impossible,
+                )
 
 
 # --------------------------------------------------------------------------------------------- stage

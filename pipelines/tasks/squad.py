@@ -87,22 +87,34 @@ class ExampleFeaturizer:
         questions = self.tok.ids([self.tok.clean(e.question, tally) for e in examples])
         unique = list(dict.fromkeys(e.context for e in examples))  # contexts repeat for every question
         encoded = dict(zip(unique, self.tok.ids_and_offsets([self.tok.clean(c, tally) for c in unique])))
-        names = (T.ROW_ID, T.EXAMPLE_INDEX, T.EXAMPLE_ID, T.WINDOW, T.INPUT_IDS, T.SEGMENT_A_LENGTH, T.OFFSET_START,
-                 T.OFFSET_END, T.MAX_CONTEXT, T.START_POSITION, T.END_POSITION, T.IS_IMPOSSIBLE)
+        names = (
+            T.ROW_ID,
+            T.EXAMPLE_INDEX,
+            T.EXAMPLE_ID,
+            T.WINDOW,
+            T.INPUT_IDS,
+            T.SEGMENT_A_LENGTH,
+            T.OFFSET_START,
+            T.OFFSET_END,
+            T.MAX_CONTEXT,
+            T.START_POSITION,
+            T.END_POSITION,
+            T.IS_IMPOSSIBLE,
+        )
         cols: dict[str, list] = {k: [] for k in names}
         globals_: list[int] = []
         for i, (ex, q) in enumerate(zip(examples, questions)):
             g = layout.global_index(batch, i)
             if len(q) > self.max_query_length:
                 tally.add("questions_truncated")
-                q = q[:self.max_query_length]
+                q = q[: self.max_query_length]
             ctx_ids, offsets = encoded[ex.context]
             tokens = None if ex.span is None else answer_tokens(offsets, ex.span)
             if ex.span is not None and tokens is None:
                 tally.note("answers_without_tokens", batch.file_index, ex.ordinal, ex.qid)
             if tokens is not None:
-                text = ex.context[offsets[tokens[0], 0]:offsets[tokens[1], 1]]
-                if normalize_ws(text) != normalize_ws(ex.context[ex.span[0]:ex.span[1]]):
+                text = ex.context[offsets[tokens[0], 0] : offsets[tokens[1], 1]]
+                if normalize_ws(text) != normalize_ws(ex.context[ex.span[0] : ex.span[1]]):
                     tally.note("answers_not_on_token_boundary", batch.file_index, ex.ordinal, ex.qid)
             seg_a = len(q) + 2
             spans = plan_spans(len(ctx_ids), self.max_seq_length - seg_a - 1, self.doc_stride)
@@ -135,17 +147,22 @@ class ExampleFeaturizer:
             tally.add(f"{UNIT}_used")
             tally.add("windows", len(spans))
         ids_type = pa.uint16() if self.id_type == "uint16" else pa.int32()
-        return table(T.SQUAD, self.id_type, {
-            T.ROW_ID: np.asarray(cols[T.ROW_ID], dtype=np.uint64),
-            T.EXAMPLE_INDEX: np.asarray(cols[T.EXAMPLE_INDEX], dtype=np.int32),
-            T.EXAMPLE_ID: pa.array(cols[T.EXAMPLE_ID], type=pa.string()),
-            T.WINDOW: np.asarray(cols[T.WINDOW], dtype=np.uint16),
-            T.INPUT_IDS: ragged(cols[T.INPUT_IDS], ids_type),
-            T.SEGMENT_A_LENGTH: np.asarray(cols[T.SEGMENT_A_LENGTH], dtype=np.int16),
-            T.OFFSET_START: ragged(cols[T.OFFSET_START], pa.int32()),
-            T.OFFSET_END: ragged(cols[T.OFFSET_END], pa.int32()),
-            T.MAX_CONTEXT: ragged(cols[T.MAX_CONTEXT], pa.int8()),
-            T.START_POSITION: np.asarray(cols[T.START_POSITION], dtype=np.int32),
-            T.END_POSITION: np.asarray(cols[T.END_POSITION], dtype=np.int32),
-            T.IS_IMPOSSIBLE: pa.array(cols[T.IS_IMPOSSIBLE], type=pa.bool_()),
-        }, np.asarray(globals_, dtype=np.int64))
+        return table(
+            T.SQUAD,
+            self.id_type,
+            {
+                T.ROW_ID: np.asarray(cols[T.ROW_ID], dtype=np.uint64),
+                T.EXAMPLE_INDEX: np.asarray(cols[T.EXAMPLE_INDEX], dtype=np.int32),
+                T.EXAMPLE_ID: pa.array(cols[T.EXAMPLE_ID], type=pa.string()),
+                T.WINDOW: np.asarray(cols[T.WINDOW], dtype=np.uint16),
+                T.INPUT_IDS: ragged(cols[T.INPUT_IDS], ids_type),
+                T.SEGMENT_A_LENGTH: np.asarray(cols[T.SEGMENT_A_LENGTH], dtype=np.int16),
+                T.OFFSET_START: ragged(cols[T.OFFSET_START], pa.int32()),
+                T.OFFSET_END: ragged(cols[T.OFFSET_END], pa.int32()),
+                T.MAX_CONTEXT: ragged(cols[T.MAX_CONTEXT], pa.int8()),
+                T.START_POSITION: np.asarray(cols[T.START_POSITION], dtype=np.int32),
+                T.END_POSITION: np.asarray(cols[T.END_POSITION], dtype=np.int32),
+                T.IS_IMPOSSIBLE: pa.array(cols[T.IS_IMPOSSIBLE], type=pa.bool_()),
+            },
+            np.asarray(globals_, dtype=np.int64),
+        )

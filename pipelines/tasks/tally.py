@@ -60,7 +60,9 @@ class Tally:
     def counters(self) -> dict[str, Any]:
         """Manifest form: counters sorted by name, then ``first_lines``."""
         out: dict[str, Any] = {k: v for k, v in sorted(self.counts.items()) if v}
-        out[FIRST_LINES] = {name: [w for _, _, w in sorted(places)[:FIRST_KEPT]] for name, places in sorted(self.first.items())}
+        out[FIRST_LINES] = {
+            name: [w for _, _, w in sorted(places)[:FIRST_KEPT]] for name, places in sorted(self.first.items())
+        }
         return out
 
     def report(self) -> None:
@@ -69,7 +71,7 @@ class Tally:
 
 def dropped(counters: Mapping[str, Any], unit: str) -> dict[str, int]:
     prefix = f"{unit}_dropped."
-    return {k[len(prefix):]: v for k, v in sorted(counters.items()) if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in sorted(counters.items()) if k.startswith(prefix)}
 
 
 class CombineTallies:

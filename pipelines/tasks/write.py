@@ -49,7 +49,9 @@ def order_shard(tables: Sequence[pa.Table]) -> pa.Table:
     return t.combine_chunks()
 
 
-def write_arrow(path: str, relpath: str, t: pa.Table, schema: pa.Schema, *, compression: str, batch_rows: int) -> ShardInfo:
+def write_arrow(
+    path: str, relpath: str, t: pa.Table, schema: pa.Schema, *, compression: str, batch_rows: int
+) -> ShardInfo:
     """``t`` as an Arrow IPC file with ``schema`` (metadata included), written atomically; its ``ShardInfo``."""
     out = _HashedOutput(path)
     try:
@@ -70,8 +72,12 @@ def shard_stats(t: pa.Table | None, kind: str) -> dict[str, Any]:
     if t is None or not t.num_rows:
         return {"rows": 0, "tokens": 0, "max_length": 0, "label_counts": {}}
     lengths = pc.list_value_length(t.column(T.INPUT_IDS)).to_numpy()
-    stats: dict[str, Any] = {"rows": t.num_rows, "tokens": int(lengths.sum()), "max_length": int(lengths.max()),
-                             "label_counts": {}}
+    stats: dict[str, Any] = {
+        "rows": t.num_rows,
+        "tokens": int(lengths.sum()),
+        "max_length": int(lengths.max()),
+        "label_counts": {},
+    }
     if kind == T.CLASSIFICATION:
         labels = t.column(T.LABEL).drop_null().to_numpy()
         ids, counts = np.unique(labels, return_counts=True)
@@ -82,8 +88,18 @@ def shard_stats(t: pa.Table | None, kind: str) -> dict[str, Any]:
 class ShardSpec:
     """What a shard writer needs besides the rows (picklable; the schema is built once labels are known)."""
 
-    def __init__(self, *, output_dir: str, kind: str, num_shards: int, id_type: str, vocab_sha256: str,
-                 parameters: dict[str, Any], compression: str, batch_rows: int) -> None:
+    def __init__(
+        self,
+        *,
+        output_dir: str,
+        kind: str,
+        num_shards: int,
+        id_type: str,
+        vocab_sha256: str,
+        parameters: dict[str, Any],
+        compression: str,
+        batch_rows: int,
+    ) -> None:
         self.output_dir = output_dir
         self.kind = kind
         self.num_shards = num_shards
@@ -96,8 +112,14 @@ class ShardSpec:
     def write(self, shard: int, t: pa.Table | None, labels: Sequence[str]) -> dict[str, Any]:
         schema = T.arrow_schema(self.kind, self.id_type, self.vocab_sha256, self.parameters, labels)
         name = shard_name(self.kind, shard, self.num_shards, "arrow")
-        info = write_arrow(FileSystems.join(self.output_dir, name), name, t, schema, compression=self.compression,
-                           batch_rows=self.batch_rows)
+        info = write_arrow(
+            FileSystems.join(self.output_dir, name),
+            name,
+            t,
+            schema,
+            compression=self.compression,
+            batch_rows=self.batch_rows,
+        )
         return {"shard": shard, "files": [asdict(info)], "stats": shard_stats(t, self.kind)}
 
 
@@ -131,7 +153,8 @@ class WriteTaskShards(beam.PTransform):
     def expand(self, features):
         return (
             features
-            | "AssignShard" >> beam.ParDo(_AssignShardFn(self.spec.num_shards), layout=beam.pvalue.AsSingleton(self.layout))
+            | "AssignShard"
+            >> beam.ParDo(_AssignShardFn(self.spec.num_shards), layout=beam.pvalue.AsSingleton(self.layout))
             | "CollectShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(_WriteShardFn(self.spec), labels=beam.pvalue.AsSingleton(self.labels))
         )
@@ -160,8 +183,14 @@ def write_examples(output_dir: str, lines: Iterable[tuple[int, str]]) -> dict[st
         out.abort()
         raise
     out.commit()
-    return {"role": "examples", "path": T.EXAMPLES_FILE, "format": "jsonl", "count": len(ordered), "bytes": out.size,
-            "sha256": out.sha.hexdigest()}
+    return {
+        "role": "examples",
+        "path": T.EXAMPLES_FILE,
+        "format": "jsonl",
+        "count": len(ordered),
+        "bytes": out.size,
+        "sha256": out.sha.hexdigest(),
+    }
 
 
 class WriteExamples(beam.PTransform):

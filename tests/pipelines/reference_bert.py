@@ -10,7 +10,6 @@ consumes exactly the same random stream as ours.
 from __future__ import annotations
 
 
-
 def truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
     while True:
         total_length = len(tokens_a) + len(tokens_b)
@@ -57,8 +56,20 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
     return output_tokens, [i for i, _ in masked_lms], [t for _, t in masked_lms]
 
 
-def create_instances_from_document(all_documents, document_index, max_seq_length, short_seq_prob, masked_lm_prob,
-                                   max_predictions_per_seq, vocab_words, rng, cls, sep, mask, with_masking=True):
+def create_instances_from_document(
+    all_documents,
+    document_index,
+    max_seq_length,
+    short_seq_prob,
+    masked_lm_prob,
+    max_predictions_per_seq,
+    vocab_words,
+    rng,
+    cls,
+    sep,
+    mask,
+    with_masking=True,
+):
     document = all_documents[document_index]
     max_num_tokens = max_seq_length - 3
     target_seq_length = max_num_tokens
@@ -107,7 +118,8 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
                 inst = {"tokens": tokens, "segment_a_length": len(tokens_a) + 2, "is_random_next": is_random_next}
                 if with_masking:
                     out, pos, labels = create_masked_lm_predictions(
-                        tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, cls, sep, mask)
+                        tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, cls, sep, mask
+                    )
                     inst.update(tokens=out, masked_lm_positions=pos, masked_lm_labels=labels)
                 instances.append(inst)
             current_chunk = []
@@ -116,15 +128,38 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
     return instances
 
 
-def create_training_instances(all_documents, dupe_factor, max_seq_length, short_seq_prob, masked_lm_prob,
-                              max_predictions_per_seq, vocab_words, rng, cls, sep, mask):
+def create_training_instances(
+    all_documents,
+    dupe_factor,
+    max_seq_length,
+    short_seq_prob,
+    masked_lm_prob,
+    max_predictions_per_seq,
+    vocab_words,
+    rng,
+    cls,
+    sep,
+    mask,
+):
     all_documents = [d for d in all_documents if d]
     rng.shuffle(all_documents)
     instances = []
     for _ in range(dupe_factor):
         for document_index in range(len(all_documents)):
-            instances.extend(create_instances_from_document(
-                all_documents, document_index, max_seq_length, short_seq_prob, masked_lm_prob,
-                max_predictions_per_seq, vocab_words, rng, cls, sep, mask))
+            instances.extend(
+                create_instances_from_document(
+                    all_documents,
+                    document_index,
+                    max_seq_length,
+                    short_seq_prob,
+                    masked_lm_prob,
+                    max_predictions_per_seq,
+                    vocab_words,
+                    rng,
+                    cls,
+                    sep,
+                    mask,
+                )
+            )
     rng.shuffle(instances)
     return instances

@@ -19,9 +19,17 @@ def masked_batch(seed: int, n: int) -> InstanceBatch:
 
 def rows(b: InstanceBatch) -> list[tuple]:
     """Each instance's fields, sliced one by one: what take and concat must agree with."""
-    return [(int(b.instance_ids[i]), b.ids[b.offsets[i]:b.offsets[i + 1]].tolist(), int(b.segment_a_length[i]),
-             int(b.next_sentence_label[i]), b.positions[b.pred_offsets[i]:b.pred_offsets[i + 1]].tolist(),
-             b.labels[b.pred_offsets[i]:b.pred_offsets[i + 1]].tolist()) for i in range(len(b))]
+    return [
+        (
+            int(b.instance_ids[i]),
+            b.ids[b.offsets[i] : b.offsets[i + 1]].tolist(),
+            int(b.segment_a_length[i]),
+            int(b.next_sentence_label[i]),
+            b.positions[b.pred_offsets[i] : b.pred_offsets[i + 1]].tolist(),
+            b.labels[b.pred_offsets[i] : b.pred_offsets[i + 1]].tolist(),
+        )
+        for i in range(len(b))
+    ]
 
 
 def test_take_gives_the_rows_in_order():

@@ -12,11 +12,26 @@ from pipelines.cli import main
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory, demo_corpus, demo_vocab):
     out = tmp_path_factory.mktemp("cli") / "ds"
-    r = CliRunner().invoke(main, [
-        "pretraining", "--input", str(demo_corpus / "a*.txt"), "--format", "text", "--vocab",
-        str(demo_vocab / "tokenizer.json"), "--output", str(out), "--dupe-factor", "2", "--num-shards", "2",
-        "--output-format", "both",
-    ])
+    r = CliRunner().invoke(
+        main,
+        [
+            "pretraining",
+            "--input",
+            str(demo_corpus / "a*.txt"),
+            "--format",
+            "text",
+            "--vocab",
+            str(demo_vocab / "tokenizer.json"),
+            "--output",
+            str(out),
+            "--dupe-factor",
+            "2",
+            "--num-shards",
+            "2",
+            "--output-format",
+            "both",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return out, r.output
 
@@ -28,18 +43,33 @@ def test_summary_reports_documents_drops_speed_and_paths(dataset):
     assert f"{out}/manifest.json" in text
 
 
-@pytest.mark.parametrize("flag,value,message", [
-    ("--max-seq-length", "4", "'--max-seq-length'"),
-    ("--masked-lm-prob", "1.5", "'--masked-lm-prob'"),
-    ("--dupe-factor", "0", "'--dupe-factor'"),
-    ("--max-predictions-per-seq", "500", "'--max-predictions-per-seq'"),
-    ("--short-seq-prob", "-1", "'--short-seq-prob'"),
-    ("--output-format", "parquet", "'--output-format'"),
-    ("--max-seq-lenght", "64", "--max_seq_lenght"),
-])
+@pytest.mark.parametrize(
+    "flag,value,message",
+    [
+        ("--max-seq-length", "4", "'--max-seq-length'"),
+        ("--masked-lm-prob", "1.5", "'--masked-lm-prob'"),
+        ("--dupe-factor", "0", "'--dupe-factor'"),
+        ("--max-predictions-per-seq", "500", "'--max-predictions-per-seq'"),
+        ("--short-seq-prob", "-1", "'--short-seq-prob'"),
+        ("--output-format", "parquet", "'--output-format'"),
+        ("--max-seq-lenght", "64", "--max_seq_lenght"),
+    ],
+)
 def test_nonsense_parameters_are_usage_errors_naming_the_flag(tmp_path, demo_corpus, demo_vocab, flag, value, message):
-    r = CliRunner().invoke(main, ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab",
-                                  str(demo_vocab / "vocab.txt"), "--output", str(tmp_path / "o"), flag, value])
+    r = CliRunner().invoke(
+        main,
+        [
+            "pretraining",
+            "--input",
+            str(demo_corpus / "assert.txt"),
+            "--vocab",
+            str(demo_vocab / "vocab.txt"),
+            "--output",
+            str(tmp_path / "o"),
+            flag,
+            value,
+        ],
+    )
     assert r.exit_code == 2, r.output
     assert message in r.output
     assert not (tmp_path / "o" / "manifest.json").exists()
@@ -47,11 +77,31 @@ def test_nonsense_parameters_are_usage_errors_naming_the_flag(tmp_path, demo_cor
 
 def test_missing_vocab_and_existing_output_are_usage_errors(dataset, demo_corpus, tmp_path):
     out, _ = dataset
-    r = CliRunner().invoke(main, ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab",
-                                  str(tmp_path / "none.txt"), "--output", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        main,
+        [
+            "pretraining",
+            "--input",
+            str(demo_corpus / "assert.txt"),
+            "--vocab",
+            str(tmp_path / "none.txt"),
+            "--output",
+            str(tmp_path / "o"),
+        ],
+    )
     assert r.exit_code == 2 and "'--vocab'" in r.output
-    r = CliRunner().invoke(main, ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab",
-                                  str(out / "vocab.txt"), "--output", str(out)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "pretraining",
+            "--input",
+            str(demo_corpus / "assert.txt"),
+            "--vocab",
+            str(out / "vocab.txt"),
+            "--output",
+            str(out),
+        ],
+    )
     assert r.exit_code == 2 and "--overwrite" in r.output
 
 
@@ -84,8 +134,20 @@ def test_inspect_without_manifest_is_an_error(tmp_path):
 
 
 def test_vocab_command(tmp_path, demo_corpus):
-    r = CliRunner().invoke(main, ["vocab", "--input", str(demo_corpus / "*.txt"), "--format", "text", "--output",
-                                  str(tmp_path), "--vocab-size", "1500"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "vocab",
+            "--input",
+            str(demo_corpus / "*.txt"),
+            "--format",
+            "text",
+            "--output",
+            str(tmp_path),
+            "--vocab-size",
+            "1500",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "vocab.txt").read_text().count("\n") == 1500
     r = CliRunner().invoke(main, ["vocab", "--input", str(tmp_path / "nothing-*"), "--output", str(tmp_path / "x")])
@@ -120,8 +182,20 @@ def test_inspect_without_vocab_is_a_clean_error(dataset, tmp_path):
 def test_empty_input_is_an_error_naming_it(tmp_path, demo_vocab, content):
     empty = tmp_path / "empty.txt"
     empty.write_text(content)
-    r = CliRunner().invoke(main, ["pretraining", "--input", str(empty), "--vocab", str(demo_vocab / "vocab.txt"),
-                                  "--output", str(tmp_path / "out"), "--dupe-factor", "1"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "pretraining",
+            "--input",
+            str(empty),
+            "--vocab",
+            str(demo_vocab / "vocab.txt"),
+            "--output",
+            str(tmp_path / "out"),
+            "--dupe-factor",
+            "1",
+        ],
+    )
     assert r.exit_code in (1, 2) and "Error:" in r.output and str(empty) in r.output, r.output
     assert not (tmp_path / "out" / "manifest.json").exists()
     r = CliRunner().invoke(main, ["vocab", "--input", str(empty), "--output", str(tmp_path / "voc")])
@@ -136,9 +210,24 @@ def test_manifest_input_format_shows_each_inputs_own_format(tmp_path, demo_corpu
     sentences = tmp_path / "s.txt"
     sentences.write_text("One sentence here.\nAnother one.\n\nA second document.\nIts end.\n")
     out = tmp_path / "mixed"
-    r = CliRunner().invoke(main, ["pretraining", "--input", f"text:{demo_corpus}/a*.txt", "--input", str(sentences),
-                                  "--vocab", str(demo_vocab / "vocab.txt"), "--output", str(out), "--dupe-factor", "1",
-                                  "--num-shards", "1"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "pretraining",
+            "--input",
+            f"text:{demo_corpus}/a*.txt",
+            "--input",
+            str(sentences),
+            "--vocab",
+            str(demo_vocab / "vocab.txt"),
+            "--output",
+            str(out),
+            "--dupe-factor",
+            "1",
+            "--num-shards",
+            "1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     m = load_manifest(str(out))
     formats = m.parameters["input_format"]
@@ -150,7 +239,19 @@ def test_manifest_input_format_shows_each_inputs_own_format(tmp_path, demo_corpu
     shard = out / m.shards[0].path
     assert P.read_metadata(pa.ipc.open_file(pa.memory_map(str(shard))).schema)["parameters"]["input_format"] == formats
     # All inputs in one format given by prefix: that format, not the --format default.
-    r = CliRunner().invoke(main, ["pretraining", "--input", f"text:{demo_corpus}/a*.txt", "--vocab",
-                                  str(demo_vocab / "vocab.txt"), "--output", str(tmp_path / "one"), "--dupe-factor", "1"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "pretraining",
+            "--input",
+            f"text:{demo_corpus}/a*.txt",
+            "--vocab",
+            str(demo_vocab / "vocab.txt"),
+            "--output",
+            str(tmp_path / "one"),
+            "--dupe-factor",
+            "1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert load_manifest(str(tmp_path / "one")).parameters["input_format"] == "text"

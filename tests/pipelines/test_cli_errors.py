@@ -23,8 +23,9 @@ PROG = "from pipelines.cli import main; main(prog_name='bertprep')"
 
 def bertprep(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-c", PROG, *args], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", PROG, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
+    )
 
 
 def assert_clean_error(r: subprocess.CompletedProcess, code: int, *needles: str) -> str:
@@ -62,8 +63,21 @@ def bad(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory, demo_corpus, demo_vocab) -> Path:
     out = tmp_path_factory.mktemp("errors") / "ds"
-    r = bertprep("pretraining", "--input", str(demo_corpus / "a*.txt"), "--format", "text", "--vocab",
-                 str(demo_vocab / "vocab.txt"), "--output", str(out), "--dupe-factor", "1", "--num-shards", "1")
+    r = bertprep(
+        "pretraining",
+        "--input",
+        str(demo_corpus / "a*.txt"),
+        "--format",
+        "text",
+        "--vocab",
+        str(demo_vocab / "vocab.txt"),
+        "--output",
+        str(out),
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
     return out
 
@@ -87,14 +101,24 @@ def test_pretraining_errors(bad, demo_vocab, tmp_path):
     out = str(tmp_path / "out")
     assert_clean_error(pretraining(bad, demo_vocab, "--output", str(bad / "a-file")), 2, "--output", "is a file")
     assert_clean_error(pretraining(bad, demo_vocab, "--output", unwritable(bad)), 2, "--output", "cannot write")
-    assert_clean_error(pretraining(bad, demo_vocab, "--output", str(bad / "leftovers")), 2,
-                       "leftovers of an unfinished run", "--overwrite")
-    assert_clean_error(pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "empty.txt"),)), 2,
-                       "--input", "empty.txt")
-    assert_clean_error(pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "nothing-*"),)), 2,
-                       "--input", "matches no files")
-    assert_clean_error(pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "corrupt.gz"),)), 1,
-                       "corrupt.gz")
+    assert_clean_error(
+        pretraining(bad, demo_vocab, "--output", str(bad / "leftovers")),
+        2,
+        "leftovers of an unfinished run",
+        "--overwrite",
+    )
+    assert_clean_error(
+        pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "empty.txt"),)), 2, "--input", "empty.txt"
+    )
+    assert_clean_error(
+        pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "nothing-*"),)),
+        2,
+        "--input",
+        "matches no files",
+    )
+    assert_clean_error(
+        pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "corrupt.gz"),)), 1, "corrupt.gz"
+    )
     assert_clean_error(pretraining(bad, demo_vocab, "--output", out, "--max-seq-length", "3"), 2, "--max-seq-length")
     assert_clean_error(pretraining(bad, demo_vocab, "--output", out, "--no-such-option=1"), 2, "--no_such_option")
     r = bertprep("pretraining", "--input", str(bad / "s.txt"), "--vocab", str(bad / "missing.txt"), "--output", out)
@@ -108,8 +132,9 @@ def test_vocab_errors(bad, tmp_path):
         assert_clean_error(bertprep("vocab", "--input", str(bad / name), "--output", out), 1, name)
     assert_clean_error(bertprep("vocab", "--input", str(bad / "empty.txt"), "--output", out), 1, "--input")
     assert_clean_error(bertprep("vocab", "--input", str(bad / "nothing-*"), "--output", out), 2, "--input")
-    assert_clean_error(bertprep("vocab", "--input", str(bad / "s.txt"), "--output", out, "--vocab-size", "3"), 2,
-                       "--vocab-size")
+    assert_clean_error(
+        bertprep("vocab", "--input", str(bad / "s.txt"), "--output", out, "--vocab-size", "3"), 2, "--vocab-size"
+    )
     assert_clean_error(bertprep("vocab", "--input", str(bad / "s.txt"), "--output", unwritable(bad)), 2, "--output")
     assert not (tmp_path / "voc" / "vocab.txt").exists()
 
@@ -139,24 +164,76 @@ def test_task_errors(bad, demo_vocab, tmp_path):
     out = str(tmp_path / "t")
     cols = ("--text-column", "text", "--label-column", "label")
     started = time.monotonic()
-    assert_clean_error(task("classification", bad, demo_vocab, "--input", str(bad / "train.tsv"), *cols,
-                            "--output", str(bad / "a-file")), 2, "--output", "is a file")
+    assert_clean_error(
+        task(
+            "classification", bad, demo_vocab, "--input", str(bad / "train.tsv"), *cols, "--output", str(bad / "a-file")
+        ),
+        2,
+        "--output",
+        "is a file",
+    )
     assert time.monotonic() - started < 60  # refused before the work, not after it
-    assert_clean_error(task("classification", bad, demo_vocab, "--input", str(bad / "train.tsv"), *cols,
-                            "--output", unwritable(bad)), 2, "--output")
-    assert_clean_error(task("classification", bad, demo_vocab, "--input", str(bad / "corrupt.gz"), "--format", "tsv",
-                            *cols, "--split", "train", "--output", out), 1, "corrupt.gz")
-    assert_clean_error(task("classification", bad, demo_vocab, "--input", str(bad / "train.tsv"),
-                            "--text-column", "nope", "--label-column", "label", "--output", out), 2, "--text-column")
+    assert_clean_error(
+        task("classification", bad, demo_vocab, "--input", str(bad / "train.tsv"), *cols, "--output", unwritable(bad)),
+        2,
+        "--output",
+    )
+    assert_clean_error(
+        task(
+            "classification",
+            bad,
+            demo_vocab,
+            "--input",
+            str(bad / "corrupt.gz"),
+            "--format",
+            "tsv",
+            *cols,
+            "--split",
+            "train",
+            "--output",
+            out,
+        ),
+        1,
+        "corrupt.gz",
+    )
+    assert_clean_error(
+        task(
+            "classification",
+            bad,
+            demo_vocab,
+            "--input",
+            str(bad / "train.tsv"),
+            "--text-column",
+            "nope",
+            "--label-column",
+            "label",
+            "--output",
+            out,
+        ),
+        2,
+        "--text-column",
+    )
     assert_clean_error(task("ner", bad, demo_vocab, "--input", str(bad / "train.txt"), "--output", out), 2, "--input")
-    assert_clean_error(task("ner", bad, demo_vocab, "--input", str(bad / "train.txt"), "--output", out,
-                            "--window-overlap", "-1"), 2, "--window-overlap")
-    assert_clean_error(task("squad", bad, demo_vocab, "--input", str(bad / "train.json"), "--output", out), 2, "--input")
-    assert_clean_error(task("squad", bad, demo_vocab, "--input", str(bad / "train.json"), "--output", out,
-                            "--articles", "x:y"), 2, "--articles")
+    assert_clean_error(
+        task("ner", bad, demo_vocab, "--input", str(bad / "train.txt"), "--output", out, "--window-overlap", "-1"),
+        2,
+        "--window-overlap",
+    )
+    assert_clean_error(
+        task("squad", bad, demo_vocab, "--input", str(bad / "train.json"), "--output", out), 2, "--input"
+    )
+    assert_clean_error(
+        task("squad", bad, demo_vocab, "--input", str(bad / "train.json"), "--output", out, "--articles", "x:y"),
+        2,
+        "--articles",
+    )
     # Found while running: Beam used to log the worker's traceback at ERROR before our line.
-    line = assert_clean_error(task("squad", bad, demo_vocab, "--input", str(bad / "squad" / "train.json"), "--output",
-                                   out), 1, "not SQuAD JSON", "no manifest was written")
+    line = assert_clean_error(
+        task("squad", bad, demo_vocab, "--input", str(bad / "squad" / "train.json"), "--output", out),
+        1,
+        "not SQuAD JSON",
+        "no manifest was written",
+    )
     assert "while running" not in line
     assert not (tmp_path / "t" / "manifest.json").exists()
 
@@ -165,10 +242,27 @@ def test_ctrl_c_during_a_run_is_one_line_and_exit_130(tmp_path, demo_vocab):
     wiki = shared_path("pretrain", "wikipedia")
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    p = subprocess.Popen([sys.executable, "-c", PROG, "pretraining", "--input", f"wikiextractor:{wiki}/wiki_0[0-7]",
-                          "--vocab", str(demo_vocab / "vocab.txt"), "--output", str(out), "--dupe-factor", "2"],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PROG,
+            "pretraining",
+            "--input",
+            f"wikiextractor:{wiki}/wiki_0[0-7]",
+            "--vocab",
+            str(demo_vocab / "vocab.txt"),
+            "--output",
+            str(out),
+            "--dupe-factor",
+            "2",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60
     while not (out / "_work").exists() and time.monotonic() < deadline:  # the pipeline has started
         time.sleep(0.1)

@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 
 from pipelines.group import encode_documents, group_of, group_parts, groups_of, num_groups, plan_parts, read_group
-from pipelines.spill import keys_per_block
 from pipelines.hashing import mix64_array
 from pipelines.instances import Pool, document_key
 from pipelines.read import DocumentBatch, read_documents
 from pipelines.sentences import segment_documents
-from pipelines.spill import write_file
+from pipelines.spill import keys_per_block, write_file
 from pipelines.tokenize import DocumentTokenizer, load_tokenizer
 
 SEED = 11
@@ -91,8 +90,9 @@ def parts_by_group(paths: list[str], groups: int) -> dict[int, list]:
 
 @pytest.mark.parametrize("groups,max_blocks", [(1, 256), (3, 256), (8, 256), (8, 3), (7, 2)])
 @pytest.mark.parametrize("files", [1, 2, 5])
-def test_pools_from_spill_files_equal_pools_built_from_all_documents(tmp_path, batches, groups, files, max_blocks,
-                                                                      monkeypatch):
+def test_pools_from_spill_files_equal_pools_built_from_all_documents(
+    tmp_path, batches, groups, files, max_blocks, monkeypatch
+):
     import pipelines.spill
 
     monkeypatch.setattr(pipelines.spill, "MAX_BLOCKS", max_blocks)  # blocks of several groups

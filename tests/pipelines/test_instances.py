@@ -15,8 +15,8 @@ from tests.pipelines import reference_bert as ref
 @pytest.fixture(scope="module")
 def pool_and_vocab(demo_corpus, demo_vocab):
     """A real pool: the pydoc corpus, segmented and tokenized, ordered by seeded document key."""
-    from pipelines.sentences import segment_documents
     from pipelines.read import DocumentBatch
+    from pipelines.sentences import segment_documents
 
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
     docs = []
@@ -25,15 +25,21 @@ def pool_and_vocab(demo_corpus, demo_vocab):
     sentences, _ = segment_documents(DocumentBatch(docs))
     batch = DocumentTokenizer(spec)(sentences, Counter())
     keys = [document_key(7, d) for d in batch.doc_ids]
-    return Pool.build(np.asarray(keys, dtype=np.uint64), batch.doc_sentences, batch.sentence_lengths, batch.ids), spec.vocab
+    return Pool.build(
+        np.asarray(keys, dtype=np.uint64), batch.doc_sentences, batch.sentence_lengths, batch.ids
+    ), spec.vocab
 
 
 def pool_documents(pool: Pool) -> list[list[list[int]]]:
     """The pool as the reference sees documents: lists of sentences of token ids."""
     docs = []
     for d in range(pool.num_docs):
-        docs.append([pool.ids[pool.sent_tok[s]:pool.sent_tok[s + 1]].tolist()
-                     for s in range(pool.doc_sent[d], pool.doc_sent[d + 1])])
+        docs.append(
+            [
+                pool.ids[pool.sent_tok[s] : pool.sent_tok[s + 1]].tolist()
+                for s in range(pool.doc_sent[d], pool.doc_sent[d + 1])
+            ]
+        )
     return docs
 
 
@@ -47,14 +53,29 @@ def test_pairs_identical_to_reference_given_the_same_random_stream(pool_and_voca
     for d in range(pool.num_docs):
         seed = 1000 * d + max_seq_length
         ours = document_instances(d, random.Random(seed), doc_sent, sent_tok, max_seq_length - 3, short_seq_prob)
-        theirs = ref.create_instances_from_document(docs, d, max_seq_length, short_seq_prob, 0.15, 20, [], random.Random(seed),
-                                                    cls, sep, vocab.id("[MASK]"), with_masking=False)
+        theirs = ref.create_instances_from_document(
+            docs,
+            d,
+            max_seq_length,
+            short_seq_prob,
+            0.15,
+            20,
+            [],
+            random.Random(seed),
+            cls,
+            sep,
+            vocab.id("[MASK]"),
+            with_masking=False,
+        )
         assert len(ours) == len(theirs), f"document {d}"
-        raw = RawInstances(np.zeros(len(ours), np.uint64), np.asarray([o[:4] for o in ours], np.int64).reshape(-1, 4),
-                           np.asarray([o[4] for o in ours], np.int8))
+        raw = RawInstances(
+            np.zeros(len(ours), np.uint64),
+            np.asarray([o[:4] for o in ours], np.int64).reshape(-1, 4),
+            np.asarray([o[4] for o in ours], np.int8),
+        )
         ids, offsets, seg_a = assemble(pool, raw, cls, sep)
         for k, t in enumerate(theirs):
-            assert ids[offsets[k]:offsets[k + 1]].tolist() == t["tokens"]
+            assert ids[offsets[k] : offsets[k + 1]].tolist() == t["tokens"]
             assert seg_a[k] == t["segment_a_length"]
             assert bool(raw.is_random_next[k]) == t["is_random_next"]
         checked += len(ours)
@@ -93,8 +114,8 @@ def test_pool_is_ordered_by_key_whatever_the_input_order(pool_and_vocab):
     # Rebuild from documents in reverse order: the same pool.
     ids, lens = [], []
     for d in rev:
-        ids.append(pool.ids[pool.sent_tok[pool.doc_sent[d]]:pool.sent_tok[pool.doc_sent[d + 1]]])
-        lens.append(sent_lens[pool.doc_sent[d]:pool.doc_sent[d + 1]])
+        ids.append(pool.ids[pool.sent_tok[pool.doc_sent[d]] : pool.sent_tok[pool.doc_sent[d + 1]]])
+        lens.append(sent_lens[pool.doc_sent[d] : pool.doc_sent[d + 1]])
     again = Pool.build(pool.doc_keys[rev], doc_sents[rev], np.concatenate(lens), np.concatenate(ids))
     for field in ("doc_keys", "doc_sent", "sent_tok", "ids"):
         assert np.array_equal(getattr(again, field), getattr(pool, field))

@@ -79,9 +79,11 @@ def test_an_instance_masks_the_same_whatever_its_batch(spec, vocab):
     ids, offsets, seg_a, iids = random_batch(rng, 300, vocab)
     whole = mask(ids, offsets, seg_a, iids, spec)
     for i in (0, 17, 299):
-        one = mask(ids[offsets[i]:offsets[i + 1]], offsets[i:i + 2] - offsets[i], seg_a[i:i + 1], iids[i:i + 1], spec)
-        assert np.array_equal(one.ids, whole.ids[offsets[i]:offsets[i + 1]])
-        assert np.array_equal(one.positions, whole.positions[whole.pred_offsets[i]:whole.pred_offsets[i + 1]])
+        one = mask(
+            ids[offsets[i] : offsets[i + 1]], offsets[i : i + 2] - offsets[i], seg_a[i : i + 1], iids[i : i + 1], spec
+        )
+        assert np.array_equal(one.ids, whole.ids[offsets[i] : offsets[i + 1]])
+        assert np.array_equal(one.positions, whole.positions[whole.pred_offsets[i] : whole.pred_offsets[i + 1]])
 
 
 def test_whole_word_masking_masks_whole_words(vocab):
@@ -95,8 +97,8 @@ def test_whole_word_masking_masks_whole_words(vocab):
     assert (k <= rule).all() and k.mean() > 0.9 * rule.mean()  # words that overflow are skipped, rarely
     cont = spec.is_continuation
     for i in range(200):
-        toks = ids[offsets[i]:offsets[i + 1]]
-        chosen = set(m.positions[m.pred_offsets[i]:m.pred_offsets[i + 1]].tolist())
+        toks = ids[offsets[i] : offsets[i + 1]]
+        chosen = set(m.positions[m.pred_offsets[i] : m.pred_offsets[i + 1]].tolist())
         for p in chosen:
             # A masked continuation piece implies its predecessor in the same segment is masked too, and a masked
             # word start implies its continuation pieces are masked.
@@ -109,5 +111,3 @@ def test_whole_word_masking_masks_whole_words(vocab):
 def test_masking_spec_refuses_a_vocabulary_of_specials_only():
     with pytest.raises(ValueError, match="no ordinary tokens"):
         masking_spec(Vocab(tuple(SPECIAL_TOKENS)), 0.15, 20, False)
-
-

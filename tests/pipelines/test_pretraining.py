@@ -26,8 +26,14 @@ def run(inputs, vocab, out, **kw):
     beam_args = kw.pop("beam_args", [])
     overwrite = kw.pop("overwrite", False)
     cfg = PretrainingConfig(**{"input_format": "text", "dupe_factor": 2, "num_shards": 3, **kw})
-    return run_pretraining(inputs=[str(i) for i in inputs], vocab=str(vocab), output_dir=str(out), cfg=cfg,
-                           beam_args=beam_args, overwrite=overwrite)
+    return run_pretraining(
+        inputs=[str(i) for i in inputs],
+        vocab=str(vocab),
+        output_dir=str(out),
+        cfg=cfg,
+        beam_args=beam_args,
+        overwrite=overwrite,
+    )
 
 
 def shard_digests(out: Path) -> dict[str, str]:
@@ -104,8 +110,14 @@ def test_instances_are_well_formed(demo_run, demo_vocab):
 def test_same_shards_with_two_worker_processes_and_any_input_order(tmp_path, demo_corpus, demo_vocab):
     files = sorted(demo_corpus.glob("*.txt"))
     a = run(files, demo_vocab / "vocab.txt", tmp_path / "a", output_format="both", dupe_factor=1)
-    b = run(files[::-1], demo_vocab / "vocab.txt", tmp_path / "b", output_format="both", dupe_factor=1,
-            beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    b = run(
+        files[::-1],
+        demo_vocab / "vocab.txt",
+        tmp_path / "b",
+        output_format="both",
+        dupe_factor=1,
+        beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+    )
     assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b")
     assert len(shard_digests(tmp_path / "a")) == 6
     assert a.manifest.statistics == b.manifest.statistics and a.manifest.counters == b.manifest.counters
@@ -140,7 +152,10 @@ def test_same_shards_wherever_the_corpus_lives(tmp_path, demo_corpus, demo_vocab
 
 def test_relative_names_keep_files_apart():
     assert relative_names(["/d/wiki/AA/wiki_00", "/d/wiki/AB/wiki_00", "/d/books/a.txt"]) == [
-        "wiki/AA/wiki_00", "wiki/AB/wiki_00", "books/a.txt"]
+        "wiki/AA/wiki_00",
+        "wiki/AB/wiki_00",
+        "books/a.txt",
+    ]
     assert relative_names(["/d/c/x.txt"]) == ["x.txt"]
     assert relative_names(["gs://b/wiki/a", "gs://b/wiki/b"]) == ["a", "b"]
     assert relative_names(["gs://b/x", "/local/x"]) == ["gs://b/x", "/local/x"]  # nothing in common
@@ -276,7 +291,12 @@ def test_same_shards_whatever_the_read_range_size(tmp_path, monkeypatch, demo_vo
 def test_same_shards_read_in_ranges_by_two_worker_processes(tmp_path, monkeypatch, demo_vocab):
     vocab = demo_vocab / "vocab.txt"
     a = run_with_range_bytes(monkeypatch, 1 << 30, tmp_path / "a", vocab)
-    b = run_with_range_bytes(monkeypatch, 50_000, tmp_path / "b", vocab,
-                             beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    b = run_with_range_bytes(
+        monkeypatch,
+        50_000,
+        tmp_path / "b",
+        vocab,
+        beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+    )
     assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b") and len(shard_digests(tmp_path / "a")) == 3
     assert a.counters == b.counters and a.statistics == b.statistics

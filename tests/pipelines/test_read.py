@@ -14,7 +14,14 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines import counters as C
 from pipelines.read import (
-    FileRange, InputError, ReadDocuments, file_ranges, iter_lines, parse_wikiextractor, range_bytes_for, read_documents,
+    FileRange,
+    InputError,
+    ReadDocuments,
+    file_ranges,
+    iter_lines,
+    parse_wikiextractor,
+    range_bytes_for,
+    read_documents,
     read_range,
 )
 from tests.conftest import shared_path
@@ -31,7 +38,9 @@ def test_sentences_format_on_bert_sample_text():
     assert len(docs) == len(raw_docs)
     assert docs[0].paragraphs[0].startswith("This text is included to make sure Unicode is handled properly")
     assert all(d.presegmented for d in docs)
-    assert sum(len(d.paragraphs) for d in docs) == sum(len([l for l in d.split("\n") if l.strip()]) for d in raw_docs)
+    assert sum(len(d.paragraphs) for d in docs) == sum(
+        len([ln for ln in d.split("\n") if ln.strip()]) for d in raw_docs
+    )
     # Stable ids: file + byte offset of the document's first line.
     data = path.read_bytes()
     assert docs[0].doc_id == f"{path}:0"
@@ -74,8 +83,10 @@ def test_text_format_joins_hard_wrapped_lines_and_strips_gutenberg(tmp_path):
 
 def test_text_format_reads_every_book_of_a_concatenated_file_and_counts_the_cut_lines(tmp_path):
     # Two Gutenberg books in one file: the second used to vanish after the first END marker, uncounted.
-    book = ("Header of {0}\n*** START OF THE PROJECT GUTENBERG EBOOK {0} ***\n\nText of\nbook {0}.\n\n"
-            "*** END OF THE PROJECT GUTENBERG EBOOK {0} ***\nLicence line one.\nLicence line two.\n")
+    book = (
+        "Header of {0}\n*** START OF THE PROJECT GUTENBERG EBOOK {0} ***\n\nText of\nbook {0}.\n\n"
+        "*** END OF THE PROJECT GUTENBERG EBOOK {0} ***\nLicence line one.\nLicence line two.\n"
+    )
     p = tmp_path / "two.txt"
     p.write_text(book.format("A") + book.format("B"), encoding="utf-8")
     c = Counter()
@@ -100,8 +111,12 @@ def test_text_format_on_crlf_gutenberg_book():
 def test_jsonl_counts_malformed_and_missing_text(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text(
-        json.dumps({"text": "One. Two.\nNew paragraph.", "id": "a"}) + "\n{not json\n"
-        + json.dumps({"id": "no text"}) + "\n\n" + json.dumps({"text": "Last."}) + "\n",
+        json.dumps({"text": "One. Two.\nNew paragraph.", "id": "a"})
+        + "\n{not json\n"
+        + json.dumps({"id": "no text"})
+        + "\n\n"
+        + json.dumps({"text": "Last."})
+        + "\n",
         encoding="utf-8",
     )
     c = Counter()
@@ -113,7 +128,9 @@ def test_jsonl_counts_malformed_and_missing_text(tmp_path):
 
 def test_invalid_utf8_bom_nul_and_control_characters_are_counted(tmp_path):
     p = tmp_path / "bad.txt"
-    p.write_bytes(b"\xef\xbb\xbfGood line.\r\nBad \xff\xfe bytes here.\r\nNUL\x00 and bell\x07 here.\r\n\r\nA valid \xef\xbf\xbd stays.\n")
+    p.write_bytes(
+        b"\xef\xbb\xbfGood line.\r\nBad \xff\xfe bytes here.\r\nNUL\x00 and bell\x07 here.\r\n\r\nA valid \xef\xbf\xbd stays.\n"
+    )
     c = Counter()
     docs = docs_of(p, "sentences", c)
     assert docs[0].paragraphs == ["Good line.", "Bad \ufffd\ufffd bytes here.", "NUL and bell here."]
@@ -129,11 +146,16 @@ def test_five_megabyte_line_without_newline_is_one_line():
     assert len(lines) == 1 and lines[0][0] == 0 and len(lines[0][1]) == 5_000_000
 
 
-@pytest.mark.parametrize("ext,compress", [
-    (".gz", gzip.compress), (".bz2", bz2.compress), (".zst", lambda b: zstandard.ZstdCompressor().compress(b)),
-])
+@pytest.mark.parametrize(
+    "ext,compress",
+    [
+        (".gz", gzip.compress),
+        (".bz2", bz2.compress),
+        (".zst", lambda b: zstandard.ZstdCompressor().compress(b)),
+    ],
+)
 def test_compressed_inputs_by_extension(tmp_path, ext, compress):
-    body = "First sentence.\nSecond sentence.\n\nOther document.\n".encode()
+    body = b"First sentence.\nSecond sentence.\n\nOther document.\n"
     p = tmp_path / f"c.txt{ext}"
     p.write_bytes(compress(body))
     docs = docs_of(p, "sentences")
@@ -171,9 +193,14 @@ def test_read_documents_composite_on_runner(tmp_path):
         assert_that(ids, equal_to(["a.txt:0", "a.txt:15", "b.txt:0"]))  # ids from the names, not the paths
 
 
-@pytest.mark.parametrize("ext,compress", [
-    (".gz", gzip.compress), (".bz2", bz2.compress), (".zst", lambda b: zstandard.ZstdCompressor().compress(b)),
-])
+@pytest.mark.parametrize(
+    "ext,compress",
+    [
+        (".gz", gzip.compress),
+        (".bz2", bz2.compress),
+        (".zst", lambda b: zstandard.ZstdCompressor().compress(b)),
+    ],
+)
 def test_truncated_compressed_input_fails_instead_of_losing_data(tmp_path, ext, compress):
     data = compress("".join(f"Sentence number {i}.\n" for i in range(50000)).encode())
     p = tmp_path / f"cut.txt{ext}"
@@ -190,6 +217,7 @@ def test_multi_frame_zstd_is_read_whole(tmp_path):
 
 
 # --- Reading in byte ranges: the same documents, ids and counters whatever the range size -----------------
+
 
 def read_whole(path, fmt):
     return read_in_ranges(path, fmt, 0)
@@ -212,12 +240,15 @@ def longest_line_middle(data: bytes) -> int:
     return sum(len(x) + 1 for x in lines[:k]) + len(lines[k]) // 2
 
 
-@pytest.mark.parametrize("fmt,parts", [
-    ("wikiextractor", ("pretrain", "wikipedia", "wiki_00")),
-    ("sentences", ("pretrain", "chinese", "CLUECorpusSmall_bert_sampled.txt")),
-    ("sentences", ("pretrain", "sample_text.txt")),
-    ("jsonl", ("pretrain", "chinese", "wiki_zh_2019", "wiki_00")),
-])
+@pytest.mark.parametrize(
+    "fmt,parts",
+    [
+        ("wikiextractor", ("pretrain", "wikipedia", "wiki_00")),
+        ("sentences", ("pretrain", "chinese", "CLUECorpusSmall_bert_sampled.txt")),
+        ("sentences", ("pretrain", "sample_text.txt")),
+        ("jsonl", ("pretrain", "chinese", "wiki_zh_2019", "wiki_00")),
+    ],
+)
 def test_real_files_read_in_ranges_of_any_size_give_the_whole_file_reading(fmt, parts):
     path = shared_path(*parts)
     data = path.read_bytes()
@@ -240,7 +271,9 @@ def test_document_ids_are_byte_offsets_of_raw_bytes():
     starts = [i for i in range(len(data)) if data.startswith(b"<doc ", i)]
     assert [d for d, _ in docs] == [f"f:{i}" for i in starts] and len(starts) == 64
     docs, _, _ = read_whole(shared_path("pretrain", "chinese", "wiki_zh_2019", "wiki_00"), "jsonl")
-    assert docs[1][0] == "f:" + str(shared_path("pretrain", "chinese", "wiki_zh_2019", "wiki_00").read_bytes().index(b"\n") + 1)
+    assert docs[1][0] == "f:" + str(
+        shared_path("pretrain", "chinese", "wiki_zh_2019", "wiki_00").read_bytes().index(b"\n") + 1
+    )
 
 
 HOSTILE = {
@@ -253,12 +286,18 @@ HOSTILE = {
         b"   \n",
     ],
     "wikiextractor": [
-        (b'<doc id="1" url="u" title="A">\r\nA\r\nPara one.\r\n</doc>\r\n<doc id="2" url="u" title="B">\r\nB\r\nPara two.\r\n</doc>\r\n'),
-        (b"stray before\n\n<doc id=\"1\">\nT\nOne.\n<doc id=\"2\">\nU\nTwo.\nmore two\n\n<doc id=\"3\">\nV\n"
-         b"</doc>\nstray after\n\nstray again\n<doc id=\"4\">\nW\nLast, unclosed, no final newline"),
-        (b"\xef\xbb\xbf<doc id=\"1\">\nT\nBad \xff bytes.\n</doc>\n\x00<doc id=\"2\">\nT2\nNUL before doc.\n</doc>\n"
-         b"<\x07doc id=\"3\">\nT3\nBell inside tag.\n</doc>\n\r<doc id=\"4\">\nT4\nCR before: a line of its own.\n</doc>\n"
-         b"<doc id=\"5\">\rT5\rlone CR after the tag\n</doc>\n  <doc id=\"6\">  \nT6\n\xe4\xb8\xad\xe6\x96\x87\n</doc>"),
+        (
+            b'<doc id="1" url="u" title="A">\r\nA\r\nPara one.\r\n</doc>\r\n<doc id="2" url="u" title="B">\r\nB\r\nPara two.\r\n</doc>\r\n'
+        ),
+        (
+            b'stray before\n\n<doc id="1">\nT\nOne.\n<doc id="2">\nU\nTwo.\nmore two\n\n<doc id="3">\nV\n'
+            b'</doc>\nstray after\n\nstray again\n<doc id="4">\nW\nLast, unclosed, no final newline'
+        ),
+        (
+            b'\xef\xbb\xbf<doc id="1">\nT\nBad \xff bytes.\n</doc>\n\x00<doc id="2">\nT2\nNUL before doc.\n</doc>\n'
+            b'<\x07doc id="3">\nT3\nBell inside tag.\n</doc>\n\r<doc id="4">\nT4\nCR before: a line of its own.\n</doc>\n'
+            b'<doc id="5">\rT5\rlone CR after the tag\n</doc>\n  <doc id="6">  \nT6\n\xe4\xb8\xad\xe6\x96\x87\n</doc>'
+        ),
     ],
     "jsonl": [
         b'{"text": "a\\nb"}\r\n{not json\r\n\r\n{"id": 1}\n[1, 2]\n{"text": "c\\r\\nd\\u0007"}\n{"text": "no final newline"}',
@@ -292,16 +331,27 @@ def test_hostile_cases_parse_as_intended(tmp_path):
     assert c[C.UNCLOSED_DOC] == 3 and c[C.LINES_OUTSIDE_DOC] == 3  # docs 1, 2 and 4 are not closed
     docs, c = whole("wikiextractor", HOSTILE["wikiextractor"][2])
     data = HOSTILE["wikiextractor"][2]
-    assert [p for _, p in docs] == [["Bad \ufffd bytes."], ["NUL before doc."], ["Bell inside tag."],
-                                   ["CR before: a line of its own."], ["lone CR after the tag"], ["中文"]]
+    assert [p for _, p in docs] == [
+        ["Bad \ufffd bytes."],
+        ["NUL before doc."],
+        ["Bell inside tag."],
+        ["CR before: a line of its own."],
+        ["lone CR after the tag"],
+        ["中文"],
+    ]
     after_cr = data.index(b'\r<doc id="4"') + 1
     assert docs[3][0] == f"f:{after_cr}"  # the line after the lone CR
     docs, c = whole("sentences", HOSTILE["sentences"][1])
     assert [p for _, p in docs] == [["A.", "B."], ["C."], ["D."], ["E."]]
     assert c[C.LINES] == 11  # A. B. "" C. | "" D. | "" | "" | "" | E. and the empty line after the final lone CR
     docs, c = whole("sentences", HOSTILE["sentences"][3])
-    assert [p for _, p in docs] == [["BOM line."], ["After NUL blank."], ["After form feed."], ["X\ufffd\ufffd"],
-                                   ["\ufffd", "Y\ufffd."]]
+    assert [p for _, p in docs] == [
+        ["BOM line."],
+        ["After NUL blank."],
+        ["After form feed."],
+        ["X\ufffd\ufffd"],
+        ["\ufffd", "Y\ufffd."],
+    ]
     assert c[C.INVALID_UTF8] == 3 and c[C.CONTROL_CHARS] == 3
     docs, c = whole("jsonl", HOSTILE["jsonl"][0])
     assert [p for _, p in docs] == [["a", "b"], ["c", "d"], ["no final newline"]]

@@ -10,15 +10,29 @@ from click.testing import CliRunner
 from pipelines.cli import main
 from pipelines.redact import REDACTED, redact_logs, redact_options
 
-ARGS = ["--s3_secret_access_key=SECRET-1", "--s3_session_token", "TOKEN-2", "--s3_access_key_id=AKID-3",
-        "--db_password=PW-4", "--gcp_credentials", "CRED-5", "--direct_num_workers=1"]
+ARGS = [
+    "--s3_secret_access_key=SECRET-1",
+    "--s3_session_token",
+    "TOKEN-2",
+    "--s3_access_key_id=AKID-3",
+    "--db_password=PW-4",
+    "--gcp_credentials",
+    "CRED-5",
+    "--direct_num_workers=1",
+]
 SECRETS = ("SECRET-1", "TOKEN-2", "AKID-3", "PW-4", "CRED-5")
 
 
 def test_redact_options_hides_values_of_secret_names_in_both_forms():
     assert redact_options(ARGS) == [
-        f"--s3_secret_access_key={REDACTED}", "--s3_session_token", REDACTED, f"--s3_access_key_id={REDACTED}",
-        f"--db_password={REDACTED}", "--gcp_credentials", REDACTED, "--direct_num_workers=1",
+        f"--s3_secret_access_key={REDACTED}",
+        "--s3_session_token",
+        REDACTED,
+        f"--s3_access_key_id={REDACTED}",
+        f"--db_password={REDACTED}",
+        "--gcp_credentials",
+        REDACTED,
+        "--direct_num_workers=1",
     ]
     assert redact_options(["--s3_session_token", "--runner=X"]) == ["--s3_session_token", "--runner=X"]
 
@@ -39,11 +53,28 @@ def test_manifest_and_console_hold_no_secret(tmp_path, demo_corpus, demo_vocab):
     old = logging.getLogRecordFactory()
     out = tmp_path / "ds"
     try:
-        r = CliRunner().invoke(main, [
-            "pretraining", "--input", str(demo_corpus / "a*.txt"), "--format", "text", "--vocab",
-            str(demo_vocab / "vocab.txt"), "--output", str(out), "--dupe-factor", "1", "--num-shards", "1",
-            "--s3_secret_access_key=SECRET-1", "--s3_session_token", "TOKEN-2", "--s3_access_key_id=AKID-3",
-        ])
+        r = CliRunner().invoke(
+            main,
+            [
+                "pretraining",
+                "--input",
+                str(demo_corpus / "a*.txt"),
+                "--format",
+                "text",
+                "--vocab",
+                str(demo_vocab / "vocab.txt"),
+                "--output",
+                str(out),
+                "--dupe-factor",
+                "1",
+                "--num-shards",
+                "1",
+                "--s3_secret_access_key=SECRET-1",
+                "--s3_session_token",
+                "TOKEN-2",
+                "--s3_access_key_id=AKID-3",
+            ],
+        )
     finally:
         logging.setLogRecordFactory(old)
     assert r.exit_code == 0, r.output + r.stderr
@@ -51,7 +82,11 @@ def test_manifest_and_console_hold_no_secret(tmp_path, demo_corpus, demo_vocab):
     for text in (manifest, r.output, r.stderr):
         assert not any(s in text for s in SECRETS)
     assert json.loads(manifest)["run"]["options"] == [
-        f"--s3_secret_access_key={REDACTED}", "--s3_session_token", REDACTED, f"--s3_access_key_id={REDACTED}"]
+        f"--s3_secret_access_key={REDACTED}",
+        "--s3_session_token",
+        REDACTED,
+        f"--s3_access_key_id={REDACTED}",
+    ]
 
 
 def test_task_manifest_holds_no_secret(tmp_path, demo_vocab):
@@ -59,9 +94,24 @@ def test_task_manifest_holds_no_secret(tmp_path, demo_vocab):
     data.write_text("text\tlabel\na module\tpos\nthe class\tneg\n")
     old = logging.getLogRecordFactory()
     try:
-        r = CliRunner().invoke(main, ["task", "classification", "--input", str(data), "--text-column", "text",
-                                      "--label-column", "label", "--vocab", str(demo_vocab / "vocab.txt"), "--output",
-                                      str(tmp_path / "t"), "--s3_session_token=TOKEN-2"])
+        r = CliRunner().invoke(
+            main,
+            [
+                "task",
+                "classification",
+                "--input",
+                str(data),
+                "--text-column",
+                "text",
+                "--label-column",
+                "label",
+                "--vocab",
+                str(demo_vocab / "vocab.txt"),
+                "--output",
+                str(tmp_path / "t"),
+                "--s3_session_token=TOKEN-2",
+            ],
+        )
     finally:
         logging.setLogRecordFactory(old)
     assert r.exit_code == 0, r.output

@@ -38,8 +38,10 @@ def write_sentences_corpus(path) -> None:
         for d in read_documents(str(book), "text", Counter()):
             paragraphs = ["\n".join(split_sentences(p)) for p in d.paragraphs]
             paragraphs = [p for p in paragraphs if p]
-            docs += ["\n".join(paragraphs[i:i + PARAGRAPHS_PER_DOCUMENT])
-                     for i in range(0, len(paragraphs), PARAGRAPHS_PER_DOCUMENT)]
+            docs += [
+                "\n".join(paragraphs[i : i + PARAGRAPHS_PER_DOCUMENT])
+                for i in range(0, len(paragraphs), PARAGRAPHS_PER_DOCUMENT)
+            ]
     path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
 
 
@@ -49,9 +51,12 @@ def summary(lengths: np.ndarray, not_next: np.ndarray, k: np.ndarray, decisions:
         "not_next": float(not_next.mean()),
         "mean_length": float(lengths.mean()),
         "shorter": float((lengths < 128).mean()),
-        "p1": float(np.percentile(lengths, 1)), "p5": float(np.percentile(lengths, 5)),
+        "p1": float(np.percentile(lengths, 1)),
+        "p5": float(np.percentile(lengths, 5)),
         "p10": float(np.percentile(lengths, 10)),
-        "mask": decisions["mask"] / n, "random": decisions["random"] / n, "kept": decisions["kept"] / n,
+        "mask": decisions["mask"] / n,
+        "random": decisions["random"] / n,
+        "kept": decisions["kept"] / n,
         "rule": float((k == np.minimum(20, np.maximum(1, np.round(lengths * 0.15)))).mean()),
         "instances": len(lengths),
     }
@@ -76,21 +81,27 @@ def test_statistics_match_the_reference_on_the_same_text(corpus, wiki_vocab, tmp
     all_documents, t, s = [], 0, 0
     for n_sent in batch.doc_sentences.tolist():
         doc = []
-        for length in batch.sentence_lengths[s:s + n_sent].tolist():
-            doc.append(batch.ids[t:t + length].tolist())
+        for length in batch.sentence_lengths[s : s + n_sent].tolist():
+            doc.append(batch.ids[t : t + length].tolist())
             t += length
         s += n_sent
         all_documents.append(doc)
     words = [i for i, tok in enumerate(vocab.tokens)]
-    theirs = ref.create_training_instances(all_documents, DUPE, 128, 0.1, 0.15, 20, words, random.Random(12345), cls, sep, mask)
+    theirs = ref.create_training_instances(
+        all_documents, DUPE, 128, 0.1, 0.15, 20, words, random.Random(12345), cls, sep, mask
+    )
     t_len = np.array([len(i["tokens"]) for i in theirs])
     t_dec = Counter()
     for inst in theirs:
         for p, label in zip(inst["masked_lm_positions"], inst["masked_lm_labels"]):
             got = inst["tokens"][p]
             t_dec["mask" if got == mask else "kept" if got == label else "random"] += 1
-    ref_stats = summary(t_len, np.array([i["is_random_next"] for i in theirs]),
-                        np.array([len(i["masked_lm_positions"]) for i in theirs]), t_dec)
+    ref_stats = summary(
+        t_len,
+        np.array([i["is_random_next"] for i in theirs]),
+        np.array([len(i["masked_lm_positions"]) for i in theirs]),
+        t_dec,
+    )
 
     # Ours: the whole pipeline on the same file.
     out = tmp_path / "out"
@@ -105,8 +116,11 @@ def test_statistics_match_the_reference_on_the_same_text(corpus, wiki_vocab, tmp
     starts = np.repeat(ids.offsets.to_numpy()[:-1], k)
     got = ids.values.to_numpy()[starts + flat_pos]
     labels = table.column("masked_lm_ids").chunk(0).values.to_numpy()
-    o_dec = Counter(mask=int((got == mask).sum()), kept=int(((got != mask) & (got == labels)).sum()),
-                    random=int(((got != mask) & (got != labels)).sum()))
+    o_dec = Counter(
+        mask=int((got == mask).sum()),
+        kept=int(((got != mask) & (got == labels)).sum()),
+        random=int(((got != mask) & (got != labels)).sum()),
+    )
     ours = summary(o_len, table.column("next_sentence_label").to_numpy(), k, o_dec)
     print("\nreference:", {k_: round(v, 4) for k_, v in ref_stats.items()})
     print("ours:     ", {k_: round(v, 4) for k_, v in ours.items()})

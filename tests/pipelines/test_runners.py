@@ -82,8 +82,9 @@ def assert_same_dataset(ref: RunResult, got: RunResult, runner: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.shared_data
-def test_portable_runner_with_external_worker_pool_gives_the_same_dataset(tmp_path, monkeypatch, corpus, vocab,
-                                                                          reference):
+def test_portable_runner_with_external_worker_pool_gives_the_same_dataset(
+    tmp_path, monkeypatch, corpus, vocab, reference
+):
     monkeypatch.chdir(tmp_path)  # a relative --output: the workers run elsewhere (in services/)
     with portable_services(tmp_path / "services") as (beam_args, services):
         with deadline(RUN_DEADLINE_S, services, "the PortableRunner job"):
@@ -98,10 +99,15 @@ def test_portable_runner_with_external_worker_pool_gives_the_same_dataset(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.shared_data
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
-    "Beam 2.77 DaskRunner drops what a DoFn emits in finish_bundle and output tags "
-    "(runners/dask/transform_evaluator.py:198; see scripts/dask_runner_repro.py): the spill files' references "
-    "never reach Group, and Finalize refuses the run: 'documents lost between tokenizing and grouping'"))
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason=(
+        "Beam 2.77 DaskRunner drops what a DoFn emits in finish_bundle and output tags "
+        "(runners/dask/transform_evaluator.py:198; see scripts/dask_runner_repro.py): the spill files' references "
+        "never reach Group, and Finalize refuses the run: 'documents lost between tokenizing and grouping'"
+    ),
+)
 def test_dask_runner_on_two_worker_processes_gives_the_same_dataset(tmp_path, corpus, vocab, reference):
     pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
     with dask_cluster(tmp_path / "dask", workers=2) as address:

@@ -132,8 +132,12 @@ def test_vocab_errors_are_clear(tmp_path, demo_vocab):
 def test_long_documents_are_encoded_in_pieces_with_the_same_ids(demo_vocab, demo_corpus):
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
     tok = DocumentTokenizer(spec)
-    sentences = [s for p in sorted(demo_corpus.glob("*.txt")) for line in p.read_text().split("\n\n")
-                 for s in split_sentences(" ".join(line.split()))]
+    sentences = [
+        s
+        for p in sorted(demo_corpus.glob("*.txt"))
+        for line in p.read_text().split("\n\n")
+        for s in split_sentences(" ".join(line.split()))
+    ]
     assert sum(len(s) for s in sentences) > 4 * DocumentTokenizer.PIECE_CHARS  # several pieces
     batch = tok([("book", sentences)], Counter())
     alone = [e.ids for e in tok.tokenizer.encode_batch(sentences, add_special_tokens=False)]
@@ -146,8 +150,14 @@ def test_truncation_and_padding_in_a_published_tokenizer_json_are_ignored(demo_v
     data = json.loads((demo_vocab / "tokenizer.json").read_text())
     # As sentence-transformers and many hub models ship it: truncate at 8 tokens, pad to 16.
     data["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}
-    data["padding"] = {"strategy": {"Fixed": 16}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
-                       "pad_type_id": 0, "pad_token": "[PAD]"}
+    data["padding"] = {
+        "strategy": {"Fixed": 16},
+        "direction": "Right",
+        "pad_to_multiple_of": None,
+        "pad_id": 0,
+        "pad_type_id": 0,
+        "pad_token": "[PAD]",
+    }
     (tmp_path / "tokenizer.json").write_text(json.dumps(data))
     sentence = "The assignment statement evaluates the expression list and assigns the single resulting object."
     plain = DocumentTokenizer(load_tokenizer(str(demo_vocab / "tokenizer.json")))([("d", [sentence])], Counter())

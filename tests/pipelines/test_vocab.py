@@ -34,14 +34,19 @@ def test_training_is_deterministic_and_sampling_is_stable(tmp_path):
     a, ca = train_vocab([wiki], tmp_path / "a", cfg)
     b, cb = train_vocab([wiki], tmp_path / "b", cfg)
     assert a.sha256 == b.sha256
-    assert a.tokens == b.tokens and (tmp_path / "a" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "tokenizer.json").read_bytes()
+    assert (
+        a.tokens == b.tokens
+        and (tmp_path / "a" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "tokenizer.json").read_bytes()
+    )
     assert 0 < ca["documents_sampled"] < ca["documents_read"]
     full, cf = train_vocab([wiki], tmp_path / "c", VocabConfig(input_format="wikiextractor", vocab_size=3000))
     assert cf["documents_sampled"] == cf["documents_read"] and full.sha256 != a.sha256
 
 
 def test_cased_vocab_keeps_case(tmp_path, demo_corpus):
-    v, _ = train_vocab([str(demo_corpus / "*.txt")], tmp_path, VocabConfig(input_format="text", vocab_size=2000, lowercase=False))
+    v, _ = train_vocab(
+        [str(demo_corpus / "*.txt")], tmp_path, VocabConfig(input_format="text", vocab_size=2000, lowercase=False)
+    )
     assert any(t[0].isupper() for t in v.tokens if t[0].isalpha())
     assert json.loads((tmp_path / "tokenizer_config.json").read_text())["do_lower_case"] is False
 

@@ -61,7 +61,6 @@ def test_shards_read_back_from_spill_files_equal_a_sort_of_everything(tmp_path, 
 @pytest.mark.parametrize("num_shards,per_block", [(4, 1), (600, 3)])
 def test_the_spill_fn_emits_one_reference_per_block_and_file(tmp_path, monkeypatch, num_shards, per_block):
     import pipelines.write as W
-
     from pipelines.spill import keys_per_block
 
     assert keys_per_block(num_shards) == per_block

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -15,8 +14,12 @@ def test_arrow_schema_metadata_round_trip():
     s = P.arrow_schema("uint16", "ab" * 32, {"max_seq_length": 128})
     assert P.check_schema(s) == "uint16"
     meta = P.read_metadata(s)
-    assert meta == {"schema_version": 1, "kind": "pretraining", "vocab_sha256": "ab" * 32,
-                    "parameters": {"max_seq_length": 128}}
+    assert meta == {
+        "schema_version": 1,
+        "kind": "pretraining",
+        "vocab_sha256": "ab" * 32,
+        "parameters": {"max_seq_length": 128},
+    }
     assert P.check_schema(P.arrow_schema("int32")) == "int32"
 
 
@@ -51,8 +54,13 @@ def test_wds_payload_errors_are_named():
 def test_manifest_round_trip_and_version_check():
     shard = ShardInfo(shard_name("pretrain", 3, 8, "arrow"), "arrow", 10, 100, "0" * 64)
     assert shard.path == "pretrain-00003-of-00008.arrow"
-    m = Manifest(kind="pretraining", vocab={"sha256": "x", "size": 5, "id_type": "uint16", "special_ids": {}},
-                 parameters={"a": 1}, seed=1, shards=(shard,))
+    m = Manifest(
+        kind="pretraining",
+        vocab={"sha256": "x", "size": 5, "id_type": "uint16", "special_ids": {}},
+        parameters={"a": 1},
+        seed=1,
+        shards=(shard,),
+    )
     again = Manifest.from_json(m.to_json())
     assert again == m
     with pytest.raises(SchemaError, match="schema version 9"):

@@ -27,12 +27,15 @@ def test_crlf_vocab_txt_is_read_like_lf(tmp_path):
     assert Vocab.load(p).tokens == SPECIAL_TOKENS + ("word",)
 
 
-@pytest.mark.parametrize("content,message", [
-    ("", "vocabulary is empty"),
-    ("[PAD]\n[UNK]\n[CLS]\n[SEP]\n", r"lacks special token\(s\) \[MASK\]"),
-    ("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nx\nx\n", "duplicate token 'x'"),
-    ("[PAD]\n\n[UNK]\n", "empty line 2"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("", "vocabulary is empty"),
+        ("[PAD]\n[UNK]\n[CLS]\n[SEP]\n", r"lacks special token\(s\) \[MASK\]"),
+        ("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nx\nx\n", "duplicate token 'x'"),
+        ("[PAD]\n\n[UNK]\n", "empty line 2"),
+    ],
+)
 def test_malformed_vocab_txt(tmp_path, content, message):
     p = tmp_path / "vocab.txt"
     p.write_text(content, encoding="utf-8")

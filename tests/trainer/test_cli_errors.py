@@ -15,8 +15,19 @@ from tests.trainer.test_run_safety import small_dataset
 from trainer import checkpoint as ckpt
 from trainer.cli import main
 
-FAST = ["--batch-size", "4", "--max-steps", "2", "--warmup-steps", "1", "--checkpoint-every", "2", "--num-workers", "0",
-        "--no-tensorboard"]
+FAST = [
+    "--batch-size",
+    "4",
+    "--max-steps",
+    "2",
+    "--warmup-steps",
+    "1",
+    "--checkpoint-every",
+    "2",
+    "--num-workers",
+    "0",
+    "--no-tensorboard",
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +75,32 @@ def world(tmp_path_factory) -> dict[str, Path]:
     torn = root / "torn"
     torn.mkdir()
     (torn / "metrics.jsonl").write_text('{"step": 1, "loss": 1}\n{"step": 2, oops\n{"step": 3, "loss": 1}\n')
-    return {"root": root, "ds": ds, "other": other, "corrupt": corrupt, "badschema": badschema, "late": late, "badvocab": badvocab,
-            "run": run, "position": position, "no_opt": no_opt, "empty_ckpt": empty_ckpt, "torn": torn}
+    return {
+        "root": root,
+        "ds": ds,
+        "other": other,
+        "corrupt": corrupt,
+        "badschema": badschema,
+        "late": late,
+        "badvocab": badvocab,
+        "run": run,
+        "position": position,
+        "no_opt": no_opt,
+        "empty_ckpt": empty_ckpt,
+        "torn": torn,
+    }
 
 
 def pretrain(w: dict[str, Path], *args: str, data: str = "ds", out: str | None = None) -> list[str]:
     output = str(w["root"] / (out or "fresh")) if out != "" else None
-    return ["pretrain", "--data", str(w[data]) if data in w else data, *(["--output", output] if output else []),
-            *FAST, *args]
+    return [
+        "pretrain",
+        "--data",
+        str(w[data]) if data in w else data,
+        *(["--output", output] if output else []),
+        *FAST,
+        *args,
+    ]
 
 
 # (name, argv builder, exit code, text the Error line must hold)
@@ -82,42 +111,111 @@ CASES = [
     ("pretrain no --output", lambda w: pretrain(w, out=""), 2, "Missing option '--output'"),
     ("pretrain missing --data", lambda w: pretrain(w, data="/nonexistent/ds"), 1, "no manifest"),
     ("pretrain ShardError", lambda w: pretrain(w, data="corrupt"), 1, "--skip-corrupt"),
-    ("pretrain ShardError in a loader worker", lambda w: pretrain(w, "--num-workers", "1", "--max-steps", "30",
-                                                                  data="late", out="late_run"), 1,
-     "pretrain-00001-of-00002.arrow: content hashes to"),
+    (
+        "pretrain ShardError in a loader worker",
+        lambda w: pretrain(w, "--num-workers", "1", "--max-steps", "30", data="late", out="late_run"),
+        1,
+        "pretrain-00001-of-00002.arrow: content hashes to",
+    ),
     ("pretrain SchemaError", lambda w: pretrain(w, data="badschema"), 1, "schema"),
     ("pretrain VocabMismatchError", lambda w: pretrain(w, data="badvocab"), 1, "vocab"),
-    ("pretrain other --eval-data vocabulary", lambda w: pretrain(w, "--eval-data", str(w["other"])), 1,
-     "another vocabulary"),
-    ("pretrain fewer samples than one batch", lambda w: pretrain(w, "--batch-size", "100000"), 1,
-     "fewer than one global batch"),
-    ("pretrain --resume none into a used folder", lambda w: pretrain(w, "--resume", "none", out="run"), 1,
-     "--overwrite"),
+    (
+        "pretrain other --eval-data vocabulary",
+        lambda w: pretrain(w, "--eval-data", str(w["other"])),
+        1,
+        "another vocabulary",
+    ),
+    (
+        "pretrain fewer samples than one batch",
+        lambda w: pretrain(w, "--batch-size", "100000"),
+        1,
+        "fewer than one global batch",
+    ),
+    (
+        "pretrain --resume none into a used folder",
+        lambda w: pretrain(w, "--resume", "none", out="run"),
+        1,
+        "--overwrite",
+    ),
     ("pretrain changed --lr on resume", lambda w: pretrain(w, "--lr", "0.5", out="run"), 1, "--lr 0.5"),
     ("pretrain data-position mismatch", lambda w: pretrain(w, out="position"), 1, "data position"),
     ("pretrain CheckpointError", lambda w: pretrain(w, "--resume", str(w["no_opt"])), 1, "lacks optimizer.pt"),
-    ("pretrain bad --model-config", lambda w: pretrain(w, "--model-config", str(w["root"] / "model.json")), 1,
-     "--model-config"),
-    ("pretrain --init-from a non-HF folder", lambda w: pretrain(w, "--init-from", str(w["empty_ckpt"])), 1,
-     str(Path("empty_ckpt"))),
+    (
+        "pretrain bad --model-config",
+        lambda w: pretrain(w, "--model-config", str(w["root"] / "model.json")),
+        1,
+        "--model-config",
+    ),
+    (
+        "pretrain --init-from a non-HF folder",
+        lambda w: pretrain(w, "--init-from", str(w["empty_ckpt"])),
+        1,
+        str(Path("empty_ckpt")),
+    ),
     ("pretrain --resume missing", lambda w: pretrain(w, "--resume", "/nonexistent/ck"), 1, "no such checkpoint"),
-    ("export-hf missing folder", lambda w: ["export-hf", "/nonexistent/ck", str(w["root"] / "hf")], 2, "does not exist"),
-    ("export-hf incomplete checkpoint", lambda w: ["export-hf", str(w["empty_ckpt"]), str(w["root"] / "hf")], 1,
-     "checkpoint lacks"),
+    (
+        "export-hf missing folder",
+        lambda w: ["export-hf", "/nonexistent/ck", str(w["root"] / "hf")],
+        2,
+        "does not exist",
+    ),
+    (
+        "export-hf incomplete checkpoint",
+        lambda w: ["export-hf", str(w["empty_ckpt"]), str(w["root"] / "hf")],
+        1,
+        "checkpoint lacks",
+    ),
     ("plot folder without metrics", lambda w: ["plot", str(w["empty_ckpt"])], 1, "no metrics.jsonl"),
     ("plot damaged metrics", lambda w: ["plot", str(w["torn"])], 1, "metrics.jsonl:2: not a JSON record"),
-    ("plot --baseline-from missing", lambda w: ["plot", str(w["run"]), "--baseline-from", "/nonexistent/ds"], 1,
-     "no manifest"),
-    ("finetune --device tpu", lambda w: ["finetune", "--task", "classification", "--train-data", "a", "--eval-data", "b",
-                                         "--init", "random:tiny", "--output", "o", "--device", "tpu"], 2, "cuda:N"),
-    ("finetune missing --train-data", lambda w: ["finetune", "--task", "classification", "--train-data",
-                                                 "/nonexistent/t", "--eval-data", "/nonexistent/e",
-                                                 "--init", "random:tiny", "--output", str(w["root"] / "ft")], 1,
-     "/nonexistent/t"),
+    (
+        "plot --baseline-from missing",
+        lambda w: ["plot", str(w["run"]), "--baseline-from", "/nonexistent/ds"],
+        1,
+        "no manifest",
+    ),
+    (
+        "finetune --device tpu",
+        lambda w: [
+            "finetune",
+            "--task",
+            "classification",
+            "--train-data",
+            "a",
+            "--eval-data",
+            "b",
+            "--init",
+            "random:tiny",
+            "--output",
+            "o",
+            "--device",
+            "tpu",
+        ],
+        2,
+        "cuda:N",
+    ),
+    (
+        "finetune missing --train-data",
+        lambda w: [
+            "finetune",
+            "--task",
+            "classification",
+            "--train-data",
+            "/nonexistent/t",
+            "--eval-data",
+            "/nonexistent/e",
+            "--init",
+            "random:tiny",
+            "--output",
+            str(w["root"] / "ft"),
+        ],
+        1,
+        "/nonexistent/t",
+    ),
 ]
 if not torch.cuda.is_available():
-    CASES.append(("pretrain --device cuda without a GPU", lambda w: pretrain(w, "--device", "cuda"), 1,
-                  "no CUDA GPU is visible"))
+    CASES.append(
+        ("pretrain --device cuda without a GPU", lambda w: pretrain(w, "--device", "cuda"), 1, "no CUDA GPU is visible")
+    )
 
 
 @pytest.mark.parametrize(("argv", "code", "text"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -22,7 +22,14 @@ transformers.logging.set_verbosity_error()
 SST2 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tasks" / "sst2" / "dev.tsv"
 TOL = {"rtol": 0.0, "atol": 1e-4}
 # Varied lengths (a blank line, one longer than --max-seq-length 12) so padding and truncation are exercised.
-LINES = ["tok1 tok2 tok3", "", "TOK7 tok8", " ".join(f"tok{i}" for i in range(20, 40)), "tok5", "tok9 tok10 tok11 tok12"]
+LINES = [
+    "tok1 tok2 tok3",
+    "",
+    "TOK7 tok8",
+    " ".join(f"tok{i}" for i in range(20, 40)),
+    "tok5",
+    "tok9 tok10 tok11 tok12",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,18 +63,40 @@ def reference(hf_dir: Path, max_len: int) -> tuple[list[torch.Tensor], torch.Ten
     return list(out.hidden_states), enc["attention_mask"]
 
 
-@pytest.mark.parametrize(("layers", "combine", "pooling"), [
-    ("-1", "mean", "cls"), ("-1", "mean", "mean"), ("-1", "mean", "none"),
-    ("-2:", "sum", "mean"), ("0,2", "concat", "cls"), (":", "mean", "none"),
-])
+@pytest.mark.parametrize(
+    ("layers", "combine", "pooling"),
+    [
+        ("-1", "mean", "cls"),
+        ("-1", "mean", "mean"),
+        ("-1", "mean", "none"),
+        ("-2:", "sum", "mean"),
+        ("0,2", "concat", "cls"),
+        (":", "mean", "none"),
+    ],
+)
 def test_parity_with_transformers(hf_dir, text_file, tmp_path, layers, combine, pooling):
     out = tmp_path / "e.arrow"
-    embed(EmbedConfig(init=str(hf_dir), input=str(text_file), output=str(out), layers=layers, combine=combine,
-                      pooling=pooling, max_seq_length=12, batch_size=4, device="cpu"))
+    embed(
+        EmbedConfig(
+            init=str(hf_dir),
+            input=str(text_file),
+            output=str(out),
+            layers=layers,
+            combine=combine,
+            pooling=pooling,
+            max_seq_length=12,
+            batch_size=4,
+            device="cpu",
+        )
+    )
     table = read(out)
     states, mask = reference(hf_dir, 12)
     picked = [states[i] for i in layer_indices(layers, CONFIG.num_layers)]
-    x = torch.cat(picked, -1) if combine == "concat" else torch.stack(picked).sum(0) / (len(picked) if combine == "mean" else 1)
+    x = (
+        torch.cat(picked, -1)
+        if combine == "concat"
+        else torch.stack(picked).sum(0) / (len(picked) if combine == "mean" else 1)
+    )
     lengths = mask.sum(1)
     assert table.column("index").to_pylist() == list(range(len(LINES)))
     assert table.column("num_tokens").to_pylist() == lengths.tolist()
@@ -103,8 +132,27 @@ def test_cli_on_real_lines_float16(hf_dir, tmp_path):
     src = tmp_path / "sst2.txt"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "sst2.arrow"
-    args = ["embed", "--init", str(hf_dir), "--input", str(src), "--output", str(out), "--layers", "-2:",
-            "--combine", "concat", "--pooling", "cls", "--dtype", "float16", "--device", "cpu", "--batch-size", "3"]
+    args = [
+        "embed",
+        "--init",
+        str(hf_dir),
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "--layers",
+        "-2:",
+        "--combine",
+        "concat",
+        "--pooling",
+        "cls",
+        "--dtype",
+        "float16",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "3",
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     table = read(out)
@@ -116,22 +164,27 @@ def test_cli_on_real_lines_float16(hf_dir, tmp_path):
     assert again.exit_code == 1 and "Error:" in again.output and "--overwrite" in again.output
 
 
-@pytest.mark.parametrize(("flags", "code", "needle"), [
-    (["--pooling", "max"], 2, "--pooling"),
-    (["--layers", "last"], 2, "--layers"),
-    (["--layers", "9"], 2, "--layers"),
-    (["--max-seq-length", "1"], 2, "--max-seq-length"),
-    (["--max-seq-length", "4096"], 2, "max_position_embeddings"),
-    (["--batch-size", "0"], 2, "--batch-size"),
-    (["--device", "tpu"], 2, "--device"),
-    (["--input", "/nonexistent/texts.txt"], 1, "no such file"),
-    (["--init", "/nonexistent/model"], 1, "not a folder"),
-])
+@pytest.mark.parametrize(
+    ("flags", "code", "needle"),
+    [
+        (["--pooling", "max"], 2, "--pooling"),
+        (["--layers", "last"], 2, "--layers"),
+        (["--layers", "9"], 2, "--layers"),
+        (["--max-seq-length", "1"], 2, "--max-seq-length"),
+        (["--max-seq-length", "4096"], 2, "max_position_embeddings"),
+        (["--batch-size", "0"], 2, "--batch-size"),
+        (["--device", "tpu"], 2, "--device"),
+        (["--input", "/nonexistent/texts.txt"], 1, "no such file"),
+        (["--init", "/nonexistent/model"], 1, "not a folder"),
+    ],
+)
 def test_bad_arguments(hf_dir, text_file, tmp_path, flags, code, needle):
     args = {"--init": str(hf_dir), "--input": str(text_file), "--output": str(tmp_path / "o.arrow")}
     for flag, value in zip(flags[::2], flags[1::2]):
         args[flag] = value
-    result = CliRunner().invoke(main, ["embed", *[x for kv in args.items() for x in kv], "--device", args.get("--device", "cpu")])
+    result = CliRunner().invoke(
+        main, ["embed", *[x for kv in args.items() for x in kv], "--device", args.get("--device", "cpu")]
+    )
     assert result.exit_code == code, result.output
     assert "Error:" in result.output and needle in result.output
     assert "Traceback" not in result.output
@@ -158,17 +211,47 @@ def test_task_dataset_with_our_checkpoint_matches_unpadded_rows(tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     vocab.write(ckpt / "vocab.txt")
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_layers=2, num_heads=2, intermediate_size=48,
-                        max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=64,
+    )
     model = randomise(BertForPreTraining(config), seed=5)
     save_file(to_hf_state_dict(model.state_dict()), str(ckpt / "model.safetensors"))
     (ckpt / "config.json").write_text(__import__("json").dumps({"model": config.to_dict()}), encoding="utf-8")
     data = tmp_path / "dev_data"
-    run_classification(inputs=[str(tsv)], vocab=str(ckpt / "vocab.txt"), output_dir=str(data), glue="sst2",
-                       split="dev", max_seq_length=32)
+    run_classification(
+        inputs=[str(tsv)],
+        vocab=str(ckpt / "vocab.txt"),
+        output_dir=str(data),
+        glue="sst2",
+        split="dev",
+        max_seq_length=32,
+    )
     out = tmp_path / "task.arrow"
-    result = CliRunner().invoke(main, ["embed", "--init", str(ckpt), "--input", str(data), "--output", str(out),
-                                       "--pooling", "cls", "--layers", "-1", "--batch-size", "5", "--device", "cpu"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "embed",
+            "--init",
+            str(ckpt),
+            "--input",
+            str(data),
+            "--output",
+            str(out),
+            "--pooling",
+            "cls",
+            "--layers",
+            "-1",
+            "--batch-size",
+            "5",
+            "--device",
+            "cpu",
+        ],
+    )
     assert result.exit_code == 0, result.output
     table = read(out)
     assert table.num_rows == len(rows) - 1

@@ -91,7 +91,9 @@ def test_load_hf_pretraining_checkpoint(tmp_path: Path, hf_pretraining: torch.nn
     # the same parameter names, one to one
     hf_layer = hf_pretraining.bert.encoder.layer[1].attention.self
     assert torch.equal(state["bert.encoder.layer.1.attention.self.key.weight"], hf_layer.key.weight)
-    assert {n for n, _ in ours_from(config, state).named_parameters()} == {n for n, _ in hf_pretraining.named_parameters()}
+    assert {n for n, _ in ours_from(config, state).named_parameters()} == {
+        n for n, _ in hf_pretraining.named_parameters()
+    }
 
 
 def test_export_hf_loads_with_no_missing_keys_and_same_logits(tmp_path: Path) -> None:

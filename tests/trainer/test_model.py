@@ -209,7 +209,12 @@ def test_preset_parameter_counts_match_hugging_face(name: str) -> None:
 
 def test_preset_shapes() -> None:
     assert [(PRESETS[n](100).num_layers, PRESETS[n](100).hidden_size, PRESETS[n](100).num_heads) for n in PRESETS] == [
-        (2, 128, 2), (4, 256, 4), (4, 512, 8), (8, 512, 8), (12, 768, 12), (24, 1024, 16)
+        (2, 128, 2),
+        (4, 256, 4),
+        (4, 512, 8),
+        (8, 512, 8),
+        (12, 768, 12),
+        (24, 1024, 16),
     ]
     assert bert_base(30522).intermediate_size == 3072
     with torch.device("meta"):

@@ -21,23 +21,60 @@ NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
 
 
 def train(data, out, **kw) -> list[dict]:
-    cfg = TrainConfig(**{"data": (str(data),), "output": str(out), "batch_size": 8, "max_steps": 12, "warmup_steps": 3,
-                         "log_every": 1, "checkpoint_every": 6, "num_workers": 0, "tensorboard": False, "lr": 1e-3,
-                         **kw})
+    cfg = TrainConfig(
+        **{
+            "data": (str(data),),
+            "output": str(out),
+            "batch_size": 8,
+            "max_steps": 12,
+            "warmup_steps": 3,
+            "log_every": 1,
+            "checkpoint_every": 6,
+            "num_workers": 0,
+            "tensorboard": False,
+            "lr": 1e-3,
+            **kw,
+        }
+    )
     pretrain(cfg)
     return [r for r in read_metrics(out) if r.get("split", "train") == "train"]
 
 
 def cli(*args: str, env: dict | None = None, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "trainer", *args], env={**os.environ, **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainer", *args],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
 
 
 def test_metrics_have_every_field_and_mlm_accuracy_rises(demo_shards, tmp_path):
-    rows = train(demo_shards, tmp_path / "run", max_steps=40, eval_data=str(demo_shards), eval_every=20,
-                 eval_batches=5, log_every=5, batch_size=16, lr=2e-3)
-    for key in ("step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "lr", "grad_norm",
-                "seq_per_s", "tokens_per_s"):
+    rows = train(
+        demo_shards,
+        tmp_path / "run",
+        max_steps=40,
+        eval_data=str(demo_shards),
+        eval_every=20,
+        eval_batches=5,
+        log_every=5,
+        batch_size=16,
+        lr=2e-3,
+    )
+    for key in (
+        "step",
+        "loss",
+        "mlm_loss",
+        "nsp_loss",
+        "mlm_accuracy",
+        "nsp_accuracy",
+        "lr",
+        "grad_norm",
+        "seq_per_s",
+        "tokens_per_s",
+    ):
         assert key in rows[0], key
     # 40 steps reach the frequency plateau (~0.07 on this corpus): compare the last 4 logged steps' mean with
     # the first step, since single 16-sequence records are noisy.
@@ -55,9 +92,29 @@ def test_metrics_have_every_field_and_mlm_accuracy_rises(demo_shards, tmp_path):
 
 
 def test_kill_9_then_resume_auto_logs_the_same_losses(demo_shards, tmp_path):
-    args = ["pretrain", "--data", str(demo_shards), "--batch-size", "8", "--max-steps", "60", "--log-every", "1",
-            "--checkpoint-every", "10", "--warmup-steps", "5", "--lr", "1e-3", "--num-workers", "2",
-            "--no-tensorboard", "--deterministic", "--seed", "3"]
+    args = [
+        "pretrain",
+        "--data",
+        str(demo_shards),
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "60",
+        "--log-every",
+        "1",
+        "--checkpoint-every",
+        "10",
+        "--warmup-steps",
+        "5",
+        "--lr",
+        "1e-3",
+        "--num-workers",
+        "2",
+        "--no-tensorboard",
+        "--deterministic",
+        "--seed",
+        "3",
+    ]
     env = {"OMP_NUM_THREADS": "1"}
     whole = cli(*args, "--output", str(tmp_path / "whole"), env=env)
     assert whole.wait(timeout=600) == 0, whole.stdout.read()
@@ -104,8 +161,14 @@ def test_grad_accumulation_matches_the_larger_batch(demo_shards, tmp_path):
     cfg = json.dumps(NO_DROPOUT)
     (tmp_path / "model.json").write_text(cfg)
     big = train(demo_shards, tmp_path / "big", batch_size=8, model_config=str(tmp_path / "model.json"), max_steps=6)
-    acc = train(demo_shards, tmp_path / "acc", batch_size=4, grad_accum=2, model_config=str(tmp_path / "model.json"),
-                max_steps=6)
+    acc = train(
+        demo_shards,
+        tmp_path / "acc",
+        batch_size=4,
+        grad_accum=2,
+        model_config=str(tmp_path / "model.json"),
+        max_steps=6,
+    )
     for x, y in zip(big, acc):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-5)
 
@@ -119,16 +182,50 @@ def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path):
     vocab = bert_like_vocab(2000)
     write_dataset(data, make_instances(201, vocab=vocab, seed=5), [7, 130, 3, 61], vocab=vocab, formats=("arrow",))
     (tmp_path / "model.json").write_text(json.dumps(NO_DROPOUT))
-    common = ["pretrain", "--data", str(data), "--max-steps", "8", "--log-every", "1", "--warmup-steps", "2",
-              "--lr", "1e-3", "--num-workers", "0", "--no-tensorboard", "--model-config", str(tmp_path / "model.json"),
-              "--checkpoint-every", "100"]
+    common = [
+        "pretrain",
+        "--data",
+        str(data),
+        "--max-steps",
+        "8",
+        "--log-every",
+        "1",
+        "--warmup-steps",
+        "2",
+        "--lr",
+        "1e-3",
+        "--num-workers",
+        "0",
+        "--no-tensorboard",
+        "--model-config",
+        str(tmp_path / "model.json"),
+        "--checkpoint-every",
+        "100",
+    ]
     env = {"OMP_NUM_THREADS": "1"}
     one = cli(*common, "--batch-size", "16", "--output", str(tmp_path / "one"), env=env)
     assert one.wait(timeout=600) == 0, one.stdout.read()
     two = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
-         "-m", "trainer", *common, "--batch-size", "8", "--output", str(tmp_path / "two")],
-        env={**os.environ, **env}, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "29533",
+            "-m",
+            "trainer",
+            *common,
+            "--batch-size",
+            "8",
+            "--output",
+            str(tmp_path / "two"),
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert two.returncode == 0, two.stdout + two.stderr
     a, b = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
@@ -152,13 +249,24 @@ def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corp
     from pipelines.pretraining import run_pretraining
 
     long = tmp_path / "long"
-    run_pretraining(inputs=[str(demo_corpus / "*.txt")], vocab=str(demo_vocab / "vocab.txt"), output_dir=str(long),
-                    cfg=PretrainingConfig(input_format="text", dupe_factor=1, num_shards=2, max_seq_length=512,
-                                          max_predictions_per_seq=76))
+    run_pretraining(
+        inputs=[str(demo_corpus / "*.txt")],
+        vocab=str(demo_vocab / "vocab.txt"),
+        output_dir=str(long),
+        cfg=PretrainingConfig(
+            input_format="text", dupe_factor=1, num_shards=2, max_seq_length=512, max_predictions_per_seq=76
+        ),
+    )
     phase1 = train(demo_shards, tmp_path / "p1", max_steps=30, lr=2e-3, batch_size=16)
     fresh = train(long, tmp_path / "fresh", max_steps=2, batch_size=4)
-    phase2 = train(long, tmp_path / "p2", max_steps=2, batch_size=4, resume=str(ckpt.step_dir(tmp_path / "p1", 30)),
-                   reset_optimizer=True)
+    phase2 = train(
+        long,
+        tmp_path / "p2",
+        max_steps=2,
+        batch_size=4,
+        resume=str(ckpt.step_dir(tmp_path / "p1", 30)),
+        reset_optimizer=True,
+    )
     assert phase1[-1]["step"] == 30 and [r["step"] for r in phase2] == [1, 2]
     assert phase2[0]["mlm_loss"] < fresh[0]["mlm_loss"] - 0.3  # it kept what phase one learned
 
@@ -185,12 +293,18 @@ def test_export_hf_cli_loads_in_transformers_with_identical_logits(demo_shards, 
     ours.load_state_dict(loaded.model)
     ours.eval()
     hf.eval()
-    batch = next(iter(PretrainingLoader(DataConfig(paths=(str(demo_shards),), batch_size=4, shuffle=False),
-                                        expected_vocab_sha256=None)))
+    batch = next(
+        iter(
+            PretrainingLoader(
+                DataConfig(paths=(str(demo_shards),), batch_size=4, shuffle=False), expected_vocab_sha256=None
+            )
+        )
+    )
     with torch.no_grad():
         mlm, nsp = ours.logits(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        theirs = hf(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
-                    attention_mask=batch["attention_mask"])
+        theirs = hf(
+            input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"]
+        )
     real = batch["attention_mask"].bool()
     assert (mlm[real] - theirs.prediction_logits[real]).abs().max() <= 1e-4
     assert (nsp - theirs.seq_relationship_logits).abs().max() <= 1e-4
@@ -200,8 +314,9 @@ def test_export_hf_cli_loads_in_transformers_with_identical_logits(demo_shards, 
 def test_init_from_encoder_only_hf_folder_reports_fresh_heads(demo_shards, tmp_path, capfd):
     transformers = pytest.importorskip("transformers")
     vocab_size = len((demo_shards / "vocab.txt").read_text().splitlines())
-    config = transformers.BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=256)
+    config = transformers.BertConfig(
+        vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256
+    )
     transformers.BertModel(config).save_pretrained(tmp_path / "enc")
     train(demo_shards, tmp_path / "run", max_steps=2, init_from=str(tmp_path / "enc"))
     err = capfd.readouterr().err

@@ -21,9 +21,14 @@ from trainer.pretrain import pretrain
 
 def small_dataset(root: Path, *, n: int = 96, vocab_size: int = 1200, seed: int = 0, max_seq_length: int = 32) -> Path:
     vocab = bert_like_vocab(vocab_size)
-    write_dataset(root, make_instances(n, vocab=vocab, seed=seed, max_len=32, max_masked=5), [n // 2, n - n // 2],
-                  vocab=vocab, formats=("arrow",),
-                  parameters={"max_seq_length": max_seq_length, "max_predictions_per_seq": 5, "seed": seed})
+    write_dataset(
+        root,
+        make_instances(n, vocab=vocab, seed=seed, max_len=32, max_masked=5),
+        [n // 2, n - n // 2],
+        vocab=vocab,
+        formats=("arrow",),
+        parameters={"max_seq_length": max_seq_length, "max_predictions_per_seq": 5, "seed": seed},
+    )
     return root
 
 
@@ -33,9 +38,21 @@ def data(tmp_path_factory) -> Path:
 
 
 def run(data: Path | str, out: Path, **kw) -> list[dict]:
-    cfg = TrainConfig(**{"data": (str(data),), "output": str(out), "batch_size": 4, "max_steps": 4, "warmup_steps": 1,
-                         "log_every": 1, "checkpoint_every": 2, "num_workers": 0, "tensorboard": False, "lr": 1e-3,
-                         **kw})
+    cfg = TrainConfig(
+        **{
+            "data": (str(data),),
+            "output": str(out),
+            "batch_size": 4,
+            "max_steps": 4,
+            "warmup_steps": 1,
+            "log_every": 1,
+            "checkpoint_every": 2,
+            "num_workers": 0,
+            "tensorboard": False,
+            "lr": 1e-3,
+            **kw,
+        }
+    )
     pretrain(cfg)
     return [r for r in read_metrics(out) if r.get("split", "train") == "train"]
 
@@ -63,9 +80,11 @@ def test_a_folder_without_a_checkpoint_to_resume_is_refused(data, tmp_path):
 def test_eval_data_is_checked_before_step_1(data, tmp_path):
     other_vocab = small_dataset(tmp_path / "other", vocab_size=1300)
     tiny = small_dataset(tmp_path / "tiny", n=3)
-    cases = [(tmp_path / "missing", FileNotFoundError, "no manifest"),
-             (other_vocab, RunError, "--eval-data .* another vocabulary"),
-             (tiny, RunError, "--eval-data: 3 usable instances are fewer than one global batch")]
+    cases = [
+        (tmp_path / "missing", FileNotFoundError, "no manifest"),
+        (other_vocab, RunError, "--eval-data .* another vocabulary"),
+        (tiny, RunError, "--eval-data: 3 usable instances are fewer than one global batch"),
+    ]
     for i, (eval_data, error, message) in enumerate(cases):
         out = tmp_path / f"run{i}"
         with pytest.raises(error, match=message):
@@ -89,8 +108,11 @@ def test_sequence_length_is_checked_against_the_model_positions_at_start(tmp_pat
 def test_resume_refuses_changed_flags_by_name(data, tmp_path):
     out = tmp_path / "run"
     run(data, out, max_steps=2)
-    with pytest.raises(RunError, match=r"--model mini \(the run has tiny\); --lr 0.005 \(the run has 0.001\).*"
-                                       r"--reset-optimizer"):
+    with pytest.raises(
+        RunError,
+        match=r"--model mini \(the run has tiny\); --lr 0.005 \(the run has 0.001\).*"
+        r"--reset-optimizer",
+    ):
         run(data, out, max_steps=2, lr=5e-3, model="mini")
     with pytest.raises(RunError, match="--max-steps 1 is below step 2"):
         run(data, out, max_steps=1)

@@ -21,6 +21,15 @@ from trainer.data.shards import VocabMismatchError
 from trainer.data.sources import Catalog, load_manifest, open_catalog
 
 __all__ = [
-    "PAD_MULTIPLE", "BatchReader", "Catalog", "DataConfig", "EpochPlan", "PretrainingLoader", "ShardError",
-    "VocabMismatchError", "load_manifest", "open_catalog", "steps_per_epoch",
+    "PAD_MULTIPLE",
+    "BatchReader",
+    "Catalog",
+    "DataConfig",
+    "EpochPlan",
+    "PretrainingLoader",
+    "ShardError",
+    "VocabMismatchError",
+    "load_manifest",
+    "open_catalog",
+    "steps_per_epoch",
 ]

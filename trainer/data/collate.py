@@ -20,15 +20,23 @@ class Piece:
 
     ref: ShardRef
     block: Block
-    rows: np.ndarray   # [k] int64
+    rows: np.ndarray  # [k] int64
     slots: np.ndarray  # [k] int64
 
 
 # A batch travels as ONE flat int64 buffer: a DataLoader worker then hands over one shared-memory
 # storage per batch instead of eight (per-tensor IPC, not collation, bounds multi-worker throughput).
 # Fields in buffer order, with their widths: T (padded length), P (most masked positions) or 1.
-LAYOUT = (("input_ids", "T"), ("token_type_ids", "T"), ("attention_mask", "T"), ("masked_lm_positions", "P"),
-          ("masked_lm_ids", "P"), ("masked_lm_weights", "P"), ("next_sentence_labels", 1), ("instance_ids", 1))
+LAYOUT = (
+    ("input_ids", "T"),
+    ("token_type_ids", "T"),
+    ("attention_mask", "T"),
+    ("masked_lm_positions", "P"),
+    ("masked_lm_ids", "P"),
+    ("masked_lm_weights", "P"),
+    ("next_sentence_labels", 1),
+    ("instance_ids", 1),
+)
 Shape = tuple[int, int, int]  # (B, T, P)
 
 
@@ -62,8 +70,8 @@ def collate_packed(pieces: Sequence[Piece], batch_size: int, pad_id: int, vocab_
         f["next_sentence_labels"][p.slots] = p.block.nsp[p.rows]
         f["instance_ids"][p.slots] = p.block.instance_id[p.rows].view(np.int64)
     col = np.arange(t)
-    real = col < lengths[:, None]                                      # [B, T]
-    weights = np.arange(n_masked) < masked[:, None]                    # [B, P]
+    real = col < lengths[:, None]  # [B, T]
+    weights = np.arange(n_masked) < masked[:, None]  # [B, P]
     np.logical_and(col >= seg_a[:, None], real, out=f["token_type_ids"], casting="unsafe")
     f["attention_mask"][...] = real
     f["masked_lm_weights"][...] = weights
@@ -104,21 +112,35 @@ def _fill(out: np.ndarray, slots: np.ndarray, src: Ragged, rows: np.ndarray, fil
         out[slots] = fill
         return
     col = np.arange(width)
-    vals = np.take(src.values, src.starts[rows][:, None] + col, mode="clip")   # [k, width]
+    vals = np.take(src.values, src.starts[rows][:, None] + col, mode="clip")  # [k, width]
     np.putmask(vals, col >= src.lengths[rows][:, None], fill)
     out[slots] = vals
 
 
-def _check(pieces: Sequence[Piece], input_ids: np.ndarray, positions: np.ndarray, masked_ids: np.ndarray,
-           weights: np.ndarray, lengths: np.ndarray, vocab_size: int) -> None:
+def _check(
+    pieces: Sequence[Piece],
+    input_ids: np.ndarray,
+    positions: np.ndarray,
+    masked_ids: np.ndarray,
+    weights: np.ndarray,
+    lengths: np.ndarray,
+    vocab_size: int,
+) -> None:
     """Catch writer bugs that would otherwise train silently on garbage (costs two reductions)."""
     bad_pos = weights & (positions >= lengths[:, None])
-    out_of_vocab = (int(input_ids.max(initial=0)) >= vocab_size or int(masked_ids.max(initial=0)) >= vocab_size
-                    or int(input_ids.min(initial=0)) < 0 or int(masked_ids.min(initial=0)) < 0)
+    out_of_vocab = (
+        int(input_ids.max(initial=0)) >= vocab_size
+        or int(masked_ids.max(initial=0)) >= vocab_size
+        or int(input_ids.min(initial=0)) < 0
+        or int(masked_ids.min(initial=0)) < 0
+    )
     if not bad_pos.any() and not out_of_vocab:
         return
-    rows = np.flatnonzero(bad_pos.any(axis=1) | ((input_ids >= vocab_size) | (input_ids < 0)).any(axis=1)
-                          | ((masked_ids >= vocab_size) | (masked_ids < 0)).any(axis=1))
+    rows = np.flatnonzero(
+        bad_pos.any(axis=1)
+        | ((input_ids >= vocab_size) | (input_ids < 0)).any(axis=1)
+        | ((masked_ids >= vocab_size) | (masked_ids < 0)).any(axis=1)
+    )
     slot = int(rows[0])
     p = next(p for p in pieces if slot in p.slots)
     iid = int(p.block.instance_id[p.rows[np.flatnonzero(p.slots == slot)[0]]])

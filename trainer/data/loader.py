@@ -45,8 +45,9 @@ class PretrainingLoader:
     read different shards instead of all of them.
     """
 
-    def __init__(self, config: DataConfig, *, expected_vocab_sha256: str | None, world_size: int = 1,
-                 rank: int = 0) -> None:
+    def __init__(
+        self, config: DataConfig, *, expected_vocab_sha256: str | None, world_size: int = 1, rank: int = 0
+    ) -> None:
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
         if not isinstance(rank, int) or not 0 <= rank < world_size:
@@ -54,24 +55,37 @@ class PretrainingLoader:
         self.config = config
         self.world_size, self.rank = world_size, rank
         self.catalog: Catalog = open_catalog(
-            config.paths, fmt=config.format, expected_vocab_sha256=expected_vocab_sha256,
-            skip_corrupt=config.skip_corrupt, verify=config.verify,
+            config.paths,
+            fmt=config.format,
+            expected_vocab_sha256=expected_vocab_sha256,
+            skip_corrupt=config.skip_corrupt,
+            verify=config.verify,
         )
         self._epoch = 0
-        self._consumed = 0              # batches of this epoch handed to the caller
+        self._consumed = 0  # batches of this epoch handed to the caller
         self._lanes: list[Lane] | None = None
-        self._cursor = 0                # batches handed out since _lanes were set
-        self._generation = 0            # invalidates iterators made before a reset / new iteration
+        self._cursor = 0  # batches handed out since _lanes were set
+        self._generation = 0  # invalidates iterators made before a reset / new iteration
         plan = self._plan(0)
         if plan.steps == 0:
             raise TooFewSamples(
                 f"{plan.num_samples} usable instances are fewer than one global batch "
-                f"({world_size} ranks x {config.batch_size}); lower the batch size (--batch-size) or add data")
+                f"({world_size} ranks x {config.batch_size}); lower the batch size (--batch-size) or add data"
+            )
         self._steps = plan.steps
-        log.info("%d instances in %d shards: %d steps/epoch of %d x %d, %d dropped and %d repeated per epoch, "
-                 "%d shards (%d instances) skipped as corrupt", plan.num_samples, len(self.catalog.shards),
-                 plan.steps, world_size, config.batch_size, plan.dropped, plan.repeated,
-                 len(self.catalog.skipped), self.catalog.skipped_samples)
+        log.info(
+            "%d instances in %d shards: %d steps/epoch of %d x %d, %d dropped and %d repeated per epoch, "
+            "%d shards (%d instances) skipped as corrupt",
+            plan.num_samples,
+            len(self.catalog.shards),
+            plan.steps,
+            world_size,
+            config.batch_size,
+            plan.dropped,
+            plan.repeated,
+            len(self.catalog.skipped),
+            self.catalog.skipped_samples,
+        )
 
     # -- what the training loop reads -------------------------------------------------------------
     @property
@@ -154,14 +168,24 @@ class PretrainingLoader:
 
     def _run(self, generation: int, plan: EpochPlan, lanes: list[Lane]) -> Iterator[Batch]:
         cfg = self.config
-        dataset = _LaneDataset(self.catalog, plan, lanes,
-                               verify_sha256=cfg.verify == "sha256" and not self.catalog.verified,
-                               bucket_batches=cfg.bucket_batches if cfg.length_bucketing else 0)
+        dataset = _LaneDataset(
+            self.catalog,
+            plan,
+            lanes,
+            verify_sha256=cfg.verify == "sha256" and not self.catalog.verified,
+            bucket_batches=cfg.bucket_batches if cfg.length_bucketing else 0,
+        )
         # An own generator: DataLoader otherwise draws its worker base seed from the global torch RNG, which
         # would shift the training loop's dropout stream whenever an epoch (or a resumed run) starts.
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self._epoch)
-        loader = DataLoader(dataset, batch_size=None, num_workers=cfg.num_workers, pin_memory=cfg.pin_memory,
-                            prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None, generator=gen)
+        loader = DataLoader(
+            dataset,
+            batch_size=None,
+            num_workers=cfg.num_workers,
+            pin_memory=cfg.pin_memory,
+            prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+            generator=gen,
+        )
         it = iter(loader)
         try:
             for expected in interleave(lanes):
@@ -191,26 +215,39 @@ class PretrainingLoader:
         lanes = None if self._lanes is None else advance(self._lanes, self._cursor)
         cfg = self.config
         return {
-            "format": STATE_FORMAT, "version": STATE_VERSION,
-            "epoch": self._epoch, "batches_consumed": self._consumed, "seed": cfg.seed,
-            "world_size": self.world_size, "batch_size": cfg.batch_size, "steps_per_epoch": self._steps,
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "epoch": self._epoch,
+            "batches_consumed": self._consumed,
+            "seed": cfg.seed,
+            "world_size": self.world_size,
+            "batch_size": cfg.batch_size,
+            "steps_per_epoch": self._steps,
             "order": self._order_key(),
             "lanes": None if lanes is None else [[[a, b] for a, b in lane] for lane in lanes],
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("format") != STATE_FORMAT or state.get("version") != STATE_VERSION:
-            raise ValueError(f"not a {STATE_FORMAT} v{STATE_VERSION} state: format={state.get('format')!r} "
-                             f"version={state.get('version')!r}")
+            raise ValueError(
+                f"not a {STATE_FORMAT} v{STATE_VERSION} state: format={state.get('format')!r} "
+                f"version={state.get('version')!r}"
+            )
         cfg = self.config
-        mine = {"seed": cfg.seed, "world_size": self.world_size, "batch_size": cfg.batch_size,
-                "steps_per_epoch": self._steps, "order": self._order_key()}
+        mine = {
+            "seed": cfg.seed,
+            "world_size": self.world_size,
+            "batch_size": cfg.batch_size,
+            "steps_per_epoch": self._steps,
+            "order": self._order_key(),
+        }
         for key, value in mine.items():
             if state.get(key) != value:
                 raise ValueError(
                     f"data position has {key}={state.get(key)!r}, this loader has {value!r}: resuming would "
-                    "repeat or skip samples" + (" (dataset shards, shuffle or bucketing settings differ)"
-                                                if key == "order" else ""))
+                    "repeat or skip samples"
+                    + (" (dataset shards, shuffle or bucketing settings differ)" if key == "order" else "")
+                )
         epoch, consumed = state["epoch"], state["batches_consumed"]
         if not (isinstance(epoch, int) and epoch >= 0 and isinstance(consumed, int) and 0 <= consumed <= self._steps):
             raise ValueError(f"data position epoch={epoch!r} batches_consumed={consumed!r} is out of range")
@@ -229,22 +266,36 @@ class PretrainingLoader:
 
     def _order_key(self) -> str:
         cfg = self.config
-        key = [self.catalog.fingerprint, cfg.shuffle, cfg.window, cfg.drop_remainder,
-               cfg.length_bucketing and cfg.bucket_batches]
+        key = [
+            self.catalog.fingerprint,
+            cfg.shuffle,
+            cfg.window,
+            cfg.drop_remainder,
+            cfg.length_bucketing and cfg.bucket_batches,
+        ]
         return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
     def _plan(self, epoch: int) -> EpochPlan:
         cfg = self.config
-        return EpochPlan([s.count for s in self.catalog.shards], epoch=epoch, seed=cfg.seed, shuffle=cfg.shuffle,
-                         window=cfg.window, batch_size=cfg.batch_size, world_size=self.world_size,
-                         rank=self.rank, drop_remainder=cfg.drop_remainder)
+        return EpochPlan(
+            [s.count for s in self.catalog.shards],
+            epoch=epoch,
+            seed=cfg.seed,
+            shuffle=cfg.shuffle,
+            window=cfg.window,
+            batch_size=cfg.batch_size,
+            world_size=self.world_size,
+            rank=self.rank,
+            drop_remainder=cfg.drop_remainder,
+        )
 
 
 class _LaneDataset(IterableDataset):
     """What one DataLoader worker runs: the batches of its lane, tagged with their index."""
 
-    def __init__(self, catalog: Catalog, plan: EpochPlan, lanes: list[Lane], *, verify_sha256: bool,
-                 bucket_batches: int) -> None:
+    def __init__(
+        self, catalog: Catalog, plan: EpochPlan, lanes: list[Lane], *, verify_sha256: bool, bucket_batches: int
+    ) -> None:
         self.catalog, self.plan, self.lanes = catalog, plan, lanes
         self.verify_sha256, self.bucket_batches = verify_sha256, bucket_batches
 
@@ -253,8 +304,9 @@ class _LaneDataset(IterableDataset):
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         if workers != len(self.lanes):
             raise RuntimeError(f"{workers} workers for {len(self.lanes)} lanes")
-        reader = BatchReader(self.catalog, self.plan, verify_sha256=self.verify_sha256,
-                             bucket_batches=self.bucket_batches)
+        reader = BatchReader(
+            self.catalog, self.plan, verify_sha256=self.verify_sha256, bucket_batches=self.bucket_batches
+        )
         for k in lane_batches(self.lanes[worker]):
             flat, shape = reader.packed(k)
             yield k, torch.from_numpy(flat), shape
@@ -300,7 +352,7 @@ class BatchReader:
     def pieces(self, positions: np.ndarray) -> list[Piece]:
         """Group the rows behind epoch positions by shard block; ``slots`` index ``positions``."""
         shard, row = self.plan.locate(self.plan.stream_positions(positions))
-        order = np.lexsort((row, shard))                       # read each shard in row order
+        order = np.lexsort((row, shard))  # read each shard in row order
         shard, row = shard[order], row[order]
         cuts = np.flatnonzero(np.diff(shard)) + 1
         pieces: list[Piece] = []
@@ -320,8 +372,9 @@ class BatchReader:
             self._open.move_to_end(index)
             return data
         cat = self.catalog
-        data = open_shard(cat.shards[index], verify_sha256=self.verify_sha256, vocab_sha256=cat.vocab_sha256,
-                          id_type=cat.id_type)
+        data = open_shard(
+            cat.shards[index], verify_sha256=self.verify_sha256, vocab_sha256=cat.vocab_sha256, id_type=cat.id_type
+        )
         self._open[index] = data
         while len(self._open) > self.capacity:
             self._open.popitem(last=False)

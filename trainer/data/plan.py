@@ -41,8 +41,17 @@ class EpochPlan:
     """Where every sample of one epoch goes. Cheap to build; picklable into DataLoader workers."""
 
     def __init__(
-        self, counts: Sequence[int], *, epoch: int, seed: int, shuffle: bool, window: int, batch_size: int,
-        world_size: int, rank: int, drop_remainder: bool,
+        self,
+        counts: Sequence[int],
+        *,
+        epoch: int,
+        seed: int,
+        shuffle: bool,
+        window: int,
+        batch_size: int,
+        world_size: int,
+        rank: int,
+        drop_remainder: bool,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world_size {world_size}")
@@ -54,8 +63,8 @@ class EpochPlan:
         self.num_samples = int(self.counts.sum())
         self.steps = steps_per_epoch(self.num_samples, batch_size, world_size, drop_remainder)
         used = self.steps * batch_size * world_size
-        self.dropped = max(0, self.num_samples - used)    # left out this epoch (drop_remainder)
-        self.repeated = max(0, used - self.num_samples)   # served twice (wrap-around without it)
+        self.dropped = max(0, self.num_samples - used)  # left out this epoch (drop_remainder)
+        self.repeated = max(0, used - self.num_samples)  # served twice (wrap-around without it)
         n = len(self.counts)
         self.order = rng(seed, TAG_SHARDS, epoch).permutation(n) if shuffle else np.arange(n)
         self.stream_starts = np.zeros(n + 1, np.int64)

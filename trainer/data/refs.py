@@ -42,9 +42,9 @@ class ShardError(RuntimeError):
 class ShardRef:
     """One manifest shard entry, resolved against its dataset directory."""
 
-    root: str      # dataset directory as configured: local path or fsspec URL
-    dataset: int   # index of that directory in DataConfig.paths
-    relpath: str   # manifest path, relative to root
+    root: str  # dataset directory as configured: local path or fsspec URL
+    dataset: int  # index of that directory in DataConfig.paths
+    relpath: str  # manifest path, relative to root
     format: str
     count: int
     bytes: int
@@ -57,7 +57,8 @@ class ShardRef:
     def error(self, reason: str) -> ShardError:
         return ShardError(
             f"shard {self.url}: {reason} (manifest: sha256 {self.sha256}, {self.bytes} bytes)",
-            path=self.url, sha256=self.sha256,
+            path=self.url,
+            sha256=self.sha256,
         )
 
 
@@ -161,7 +162,7 @@ def sha256_of(ref: ShardRef) -> str:
     fs, path, local = resolve(ref.root, ref.relpath)
     h = hashlib.sha256()
     with contextlib.nullcontext() if local else remote_errors(ref.url):
-        with (open(path, "rb") if local else fs.open(path, "rb")) as f:
+        with open(path, "rb") if local else fs.open(path, "rb") as f:
             while chunk := f.read(_HASH_CHUNK):
                 h.update(chunk)
     return h.hexdigest()

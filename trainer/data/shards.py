@@ -36,7 +36,7 @@ class Ragged:
     """Row ``i`` is ``values[starts[i] : starts[i] + lengths[i]]``."""
 
     values: np.ndarray
-    starts: np.ndarray   # [rows] int64
+    starts: np.ndarray  # [rows] int64
     lengths: np.ndarray  # [rows] int64
 
 
@@ -45,8 +45,8 @@ class Block:
     input_ids: Ragged
     masked_positions: Ragged
     masked_ids: Ragged
-    segment_a: np.ndarray    # [rows] int16
-    nsp: np.ndarray          # [rows] int8
+    segment_a: np.ndarray  # [rows] int16
+    nsp: np.ndarray  # [rows] int8
     instance_id: np.ndarray  # [rows] uint64
 
     def __len__(self) -> int:
@@ -88,8 +88,11 @@ def open_shard(ref: ShardRef, *, verify_sha256: bool, vocab_sha256: str, id_type
         raise ref.error(f"does not decode ({type(e).__name__}: {e})") from None
     blocks = [b for b in blocks if len(b)]
     for b in blocks:
-        for name, r in (("input_ids", b.input_ids), ("masked_lm_positions", b.masked_positions),
-                        ("masked_lm_ids", b.masked_ids)):
+        for name, r in (
+            ("input_ids", b.input_ids),
+            ("masked_lm_positions", b.masked_positions),
+            ("masked_lm_ids", b.masked_ids),
+        ):
             if r.starts.min() < 0 or r.lengths.min() < 0 or (r.starts + r.lengths).max() > len(r.values):
                 raise ref.error(f"{name} list offsets point outside their values")
     starts = np.zeros(len(blocks) + 1, np.int64)
@@ -146,13 +149,18 @@ def _arrow_blocks(buf: pa.Buffer, ref: ShardRef, vocab_sha256: str, id_type: str
     # stays constant. Uncompressed IPC values live inside ``buf``, so ragged rows can point into one
     # typed view of the whole file (no copy); anything else (e.g. compressed buffers) is copied.
     views: dict[np.dtype, np.ndarray] = {}
-    cols = list(zip(*(rb.columns for rb in batches)))       # per field: its chunk in every record batch
+    cols = list(zip(*(rb.columns for rb in batches)))  # per field: its chunk in every record batch
     ids, seg, pos, mids, nsp, iid = cols
-    return [Block(
-        input_ids=_merged_ragged(buf, ids, views), masked_positions=_merged_ragged(buf, pos, views),
-        masked_ids=_merged_ragged(buf, mids, views), segment_a=_merged(seg), nsp=_merged(nsp),
-        instance_id=_merged(iid),
-    )]
+    return [
+        Block(
+            input_ids=_merged_ragged(buf, ids, views),
+            masked_positions=_merged_ragged(buf, pos, views),
+            masked_ids=_merged_ragged(buf, mids, views),
+            segment_a=_merged(seg),
+            nsp=_merged(nsp),
+            instance_id=_merged(iid),
+        )
+    ]
 
 
 def _merged(chunks: tuple[pa.Array, ...]) -> np.ndarray:
@@ -262,8 +270,8 @@ def _gather_le(u8: np.ndarray, at: np.ndarray, dtype: str) -> np.ndarray:
 def _verify_checksums(u8: np.ndarray, headers: np.ndarray) -> None:
     for lo in range(0, len(headers), 4096):
         h = headers[lo : lo + 4096]
-        blocks = u8[h[:, None] + np.arange(_BLOCK)]                 # [k, 512]
-        field = blocks[:, 148:156]                                   # octal digits, then NUL and/or space
+        blocks = u8[h[:, None] + np.arange(_BLOCK)]  # [k, 512]
+        field = blocks[:, 148:156]  # octal digits, then NUL and/or space
         stored = np.zeros(len(h), np.int64)
         for c in range(8):
             digit = (field[:, c] >= 48) & (field[:, c] <= 55)
@@ -288,13 +296,19 @@ def _tar_block(buf: pa.Buffer, ref: ShardRef, width: int, *, check_headers: bool
         return _empty_block(width)
     short = np.flatnonzero(size < wds.HEADER_SIZE)
     if short.size:
-        raise ValueError(f"member at byte {int(p[short[0]]) - _BLOCK}: {int(size[short[0]])} bytes, "
-                         f"shorter than the {wds.HEADER_SIZE}-byte header")
+        raise ValueError(
+            f"member at byte {int(p[short[0]]) - _BLOCK}: {int(size[short[0]])} bytes, "
+            f"shorter than the {wds.HEADER_SIZE}-byte header"
+        )
     version = u8[p]
     if np.any(version != wds.LAYOUT_VERSION):
         if np.all(version == version[0]):
-            raise SchemaError(f"{ref.url}: sample layout version {int(version[0])}, this build reads {wds.LAYOUT_VERSION}")
-        raise ValueError(f"member at byte {int(p[np.argmax(version != wds.LAYOUT_VERSION)]) - _BLOCK}: bad layout version")
+            raise SchemaError(
+                f"{ref.url}: sample layout version {int(version[0])}, this build reads {wds.LAYOUT_VERSION}"
+            )
+        raise ValueError(
+            f"member at byte {int(p[np.argmax(version != wds.LAYOUT_VERSION)]) - _BLOCK}: bad layout version"
+        )
     widths = u8[p + 1]
     if np.any(widths != width):
         if np.all(widths == widths[0]):  # the whole shard disagrees: written for another vocab
@@ -305,9 +319,11 @@ def _tar_block(buf: pa.Buffer, ref: ShardRef, width: int, *, check_headers: bool
     m = _gather_le(u8, p + 4, "<u2").astype(np.int64)
     bad = np.flatnonzero(size != wds.HEADER_SIZE + n * width + m * (2 + width))
     if bad.size:
-        raise ValueError(f"member at byte {int(p[bad[0]]) - _BLOCK}: {int(size[bad[0]])} bytes, its header says "
-                         f"{int(wds.HEADER_SIZE + n[bad[0]] * width + m[bad[0]] * (2 + width))}")
-    ids_at = p + wds.HEADER_SIZE                       # byte offsets; payloads are 512-aligned, so even
+        raise ValueError(
+            f"member at byte {int(p[bad[0]]) - _BLOCK}: {int(size[bad[0]])} bytes, its header says "
+            f"{int(wds.HEADER_SIZE + n[bad[0]] * width + m[bad[0]] * (2 + width))}"
+        )
+    ids_at = p + wds.HEADER_SIZE  # byte offsets; payloads are 512-aligned, so even
     pos_at = ids_at + n * width
     mids_at = pos_at + m * 2
     u16 = np.frombuffer(buf, "<u2", count=buf.size // 2)
@@ -318,8 +334,11 @@ def _tar_block(buf: pa.Buffer, ref: ShardRef, width: int, *, check_headers: bool
         input_ids = _copy_ragged(u8, ids_at, n, "<i4")
         masked_ids = _copy_ragged(u8, mids_at, m, "<i4")
     return Block(
-        input_ids=input_ids, masked_positions=Ragged(u16, pos_at // 2, m), masked_ids=masked_ids,
-        segment_a=_gather_le(u8, p + 6, "<i2"), nsp=u8[p + 8].view(np.int8),
+        input_ids=input_ids,
+        masked_positions=Ragged(u16, pos_at // 2, m),
+        masked_ids=masked_ids,
+        segment_a=_gather_le(u8, p + 6, "<i2"),
+        nsp=u8[p + 8].view(np.int8),
         instance_id=_gather_le(u8, p + 10, "<u8"),
     )
 
@@ -337,5 +356,11 @@ def _copy_ragged(u8: np.ndarray, at: np.ndarray, count: np.ndarray, dtype: str) 
 def _empty_block(width: int) -> Block:
     z = np.zeros(0, np.int64)
     ids = Ragged(np.zeros(0, np.uint16 if width == 2 else np.int32), z, z)
-    return Block(ids, Ragged(np.zeros(0, np.uint16), z, z), ids, np.zeros(0, np.int16), np.zeros(0, np.int8),
-                 np.zeros(0, np.uint64))
+    return Block(
+        ids,
+        Ragged(np.zeros(0, np.uint16), z, z),
+        ids,
+        np.zeros(0, np.int16),
+        np.zeros(0, np.int8),
+        np.zeros(0, np.uint64),
+    )

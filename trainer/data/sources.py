@@ -27,15 +27,15 @@ SKIP_HINT = "(pass --skip-corrupt, DataConfig(skip_corrupt=True), to skip corrup
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
-    shards: tuple[ShardRef, ...]                 # usable shards, in configured order
-    skipped: tuple[tuple[ShardRef, str], ...]    # (shard, reason) excluded by skip_corrupt
+    shards: tuple[ShardRef, ...]  # usable shards, in configured order
+    skipped: tuple[tuple[ShardRef, str], ...]  # (shard, reason) excluded by skip_corrupt
     manifests: tuple[Manifest, ...]
     vocab_sha256: str
     vocab_size: int
     id_type: str
     pad_id: int
-    verified: bool                               # every usable shard was hashed up front
-    fingerprint: str                             # identity of the sample index space, for resume checks
+    verified: bool  # every usable shard was hashed up front
+    fingerprint: str  # identity of the sample index space, for resume checks
 
     @property
     def num_samples(self) -> int:
@@ -64,8 +64,7 @@ def open_catalog(
     if bad and not skip_corrupt:
         first = next(r for r in refs if r in bad)
         more = f"; {len(bad) - 1} more shard(s) fail too" if len(bad) > 1 else ""
-        raise ShardError(f"{first.error(bad[first])}{more} {SKIP_HINT}",
-                         path=first.url, sha256=first.sha256)
+        raise ShardError(f"{first.error(bad[first])}{more} {SKIP_HINT}", path=first.url, sha256=first.sha256)
     usable = tuple(r for r in refs if r not in bad)
     skipped = tuple((r, bad[r]) for r in refs if r in bad)
     for r, why in skipped:
@@ -77,9 +76,15 @@ def open_catalog(
     ident = [[r.dataset, r.relpath, r.format, r.count, r.sha256] for r in usable]
     fingerprint = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
     return Catalog(
-        shards=usable, skipped=skipped, manifests=manifests, vocab_sha256=vocab["sha256"],
-        vocab_size=int(vocab["size"]), id_type=vocab["id_type"], pad_id=int(vocab["special_ids"][PAD]),
-        verified=hashed, fingerprint=fingerprint,
+        shards=usable,
+        skipped=skipped,
+        manifests=manifests,
+        vocab_sha256=vocab["sha256"],
+        vocab_size=int(vocab["size"]),
+        id_type=vocab["id_type"],
+        pad_id=int(vocab["special_ids"][PAD]),
+        verified=hashed,
+        fingerprint=fingerprint,
     )
 
 
@@ -88,7 +93,9 @@ def load_manifest(root: str) -> Manifest:
     try:
         text = read_text(root, MANIFEST_NAME)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{source}: no manifest; a dataset directory is read through its manifest only") from None
+        raise FileNotFoundError(
+            f"{source}: no manifest; a dataset directory is read through its manifest only"
+        ) from None
     m = Manifest.from_json(text, source=source)
     if m.kind != pt.KIND:
         raise SchemaError(f"{source}: a {m.kind!r} dataset, not {pt.KIND!r}")
@@ -101,13 +108,17 @@ def _check_vocab(paths: Sequence[str], manifests: Sequence[Manifest], expected: 
         v = m.vocab
         if expected is not None and v["sha256"] != expected:
             raise VocabMismatchError(
-                f"{root}: tokenised with vocab sha256 {v['sha256']}, the model's vocab is {expected}")
+                f"{root}: tokenised with vocab sha256 {v['sha256']}, the model's vocab is {expected}"
+            )
         if v["sha256"] != first["sha256"]:
-            raise VocabMismatchError(
-                f"{root}: vocab sha256 {v['sha256']} differs from {paths[0]}'s {first['sha256']}")
+            raise VocabMismatchError(f"{root}: vocab sha256 {v['sha256']} differs from {paths[0]}'s {first['sha256']}")
         if PAD not in v["special_ids"]:
             raise SchemaError(f"{root}: manifest vocab.special_ids lacks {PAD}")
-        if (v["special_ids"][PAD], v["id_type"], v["size"]) != (first["special_ids"][PAD], first["id_type"], first["size"]):
+        if (v["special_ids"][PAD], v["id_type"], v["size"]) != (
+            first["special_ids"][PAD],
+            first["id_type"],
+            first["size"],
+        ):
             raise SchemaError(f"{root}: vocab pad id / id type / size differ from {paths[0]}'s")
     return first
 

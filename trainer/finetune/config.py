@@ -41,8 +41,12 @@ class FinetuneConfig:
         check(self.task in TASKS, "task", f"must be one of {TASKS}, got {self.task!r}")
         for name in ("train_data", "eval_data", "init", "output"):
             check(bool(getattr(self, name)), name, "is required")
-        check("://" not in self.output, "output", f"{self.output}: the run folder must be local (checkpoints and "
-              "predictions are written to local files); --train-data and --eval-data may be s3://...")
+        check(
+            "://" not in self.output,
+            "output",
+            f"{self.output}: the run folder must be local (checkpoints and "
+            "predictions are written to local files); --train-data and --eval-data may be s3://...",
+        )
         for name in ("epochs", "batch_size", "log_every", "max_answer_length", "n_best"):
             value = getattr(self, name)
             check(isinstance(value, int) and value >= 1, name, f"must be an integer >= 1, got {value!r}")

@@ -43,7 +43,7 @@ class Ragged:
     offsets: np.ndarray  # [rows + 1]
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.values[self.offsets[i]:self.offsets[i + 1]]
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
@@ -114,8 +114,9 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
         raise TaskDataError(f"{role} {root} holds a {manifest.kind!r} task but --task is {kind!r}")
     vocab = Vocab.from_text(read_text(root, manifest.vocab.get("file", VOCAB_FILENAME)).decode("utf-8"), root)
     if vocab.sha256 != manifest.vocab["sha256"]:
-        raise TaskDataError(f"{role} {root}: vocab.txt has sha256 {vocab.sha256}, the manifest says "
-                            f"{manifest.vocab['sha256']}")
+        raise TaskDataError(
+            f"{role} {root}: vocab.txt has sha256 {vocab.sha256}, the manifest says {manifest.vocab['sha256']}"
+        )
     labels = list(manifest.task.get("labels") or [])
 
     tables = []
@@ -125,14 +126,19 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
         try:
             raw = read_text(root, shard.path)
         except FileNotFoundError:
-            raise TaskDataError(f"{role} {root}: shard {root.rstrip('/')}/{shard.path} is missing (listed in "
-                                f"the manifest, sha256 {shard.sha256}): re-run bertprep task") from None
+            raise TaskDataError(
+                f"{role} {root}: shard {root.rstrip('/')}/{shard.path} is missing (listed in "
+                f"the manifest, sha256 {shard.sha256}): re-run bertprep task"
+            ) from None
         except OSError as e:
-            raise TaskDataError(f"{role} {root}: shard {root.rstrip('/')}/{shard.path} cannot be read "
-                                f"({type(e).__name__}: {e})") from None
+            raise TaskDataError(
+                f"{role} {root}: shard {root.rstrip('/')}/{shard.path} cannot be read ({type(e).__name__}: {e})"
+            ) from None
         if len(raw) != shard.bytes or _sha256(raw) != shard.sha256:
-            raise TaskDataError(f"{role} {root}: shard {root.rstrip('/')}/{shard.path} does not match the manifest (sha256 "
-                                f"{shard.sha256}, {shard.bytes} bytes; read {len(raw)} bytes): re-run bertprep task")
+            raise TaskDataError(
+                f"{role} {root}: shard {root.rstrip('/')}/{shard.path} does not match the manifest (sha256 "
+                f"{shard.sha256}, {shard.bytes} bytes; read {len(raw)} bytes): re-run bertprep task"
+            )
         table = pa.ipc.open_file(pa.BufferReader(raw)).read_all()
         try:
             T.check_schema(table.schema, kind, source=f"{root}/{shard.path}")
@@ -140,8 +146,9 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
             raise TaskDataError(str(e)) from None
         meta = T.read_metadata(table.schema)
         if meta["vocab_sha256"] != manifest.vocab["sha256"] or meta["labels"] != labels:
-            raise TaskDataError(f"{role} {root}: shard {shard.path} disagrees with the manifest on the vocabulary "
-                                "or the label list")
+            raise TaskDataError(
+                f"{role} {root}: shard {shard.path} disagrees with the manifest on the vocabulary or the label list"
+            )
         if table.num_rows != shard.count:
             raise TaskDataError(f"{role} {root}: shard {shard.path} has {table.num_rows} rows, manifest {shard.count}")
         tables.append(table)
@@ -169,8 +176,10 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
         if len(index) and (index.min() < 0 or index.max() >= len(data.examples)):
             raise TaskDataError(f"{role} {root}: example_index outside examples.jsonl ({len(data.examples)} lines)")
         if columns[T.IS_IMPOSSIBLE].any() or any(e.get("is_impossible") for e in data.examples):
-            raise TaskDataError(f"{role} {root}: holds SQuAD v2.0 unanswerable questions; fine-tuning decodes "
-                                "v1.1-style answers only (no null answer)")
+            raise TaskDataError(
+                f"{role} {root}: holds SQuAD v2.0 unanswerable questions; fine-tuning decodes "
+                "v1.1-style answers only (no null answer)"
+            )
         ids = [data.examples[i]["id"] for i in index]
         if ids != columns[T.EXAMPLE_ID]:
             raise TaskDataError(f"{role} {root}: row example_id and examples.jsonl disagree")
@@ -206,13 +215,16 @@ def _load_examples(root: str, manifest: Manifest, role: str) -> list[dict]:
 def check_pair(train: TaskData, evaluation: TaskData) -> None:
     """Training and evaluation splits must share the kind, the vocabulary and the label list (ids)."""
     if train.manifest.vocab["sha256"] != evaluation.manifest.vocab["sha256"]:
-        raise TaskDataError(f"--train-data {train.root} and --eval-data {evaluation.root} use different vocabularies "
-                            f"(sha256 {train.manifest.vocab['sha256']} vs {evaluation.manifest.vocab['sha256']})")
+        raise TaskDataError(
+            f"--train-data {train.root} and --eval-data {evaluation.root} use different vocabularies "
+            f"(sha256 {train.manifest.vocab['sha256']} vs {evaluation.manifest.vocab['sha256']})"
+        )
     if train.labels != evaluation.labels:
         raise TaskDataError(
             f"--train-data {train.root} and --eval-data {evaluation.root} have different label lists: "
             f"{list(train.labels)} vs {list(evaluation.labels)}; build the evaluation split with "
-            f"`bertprep task ... --label-set-from {train.root}`")
+            f"`bertprep task ... --label-set-from {train.root}`"
+        )
     if not train.labeled or (T.LABEL in train.columns and train.columns[T.LABEL] is None):
         raise TaskDataError(f"--train-data {train.root} is unlabeled: training needs labels")
 
@@ -245,7 +257,9 @@ class TaskDataset(Dataset):
         return row
 
 
-def collate(rows: Sequence[dict[str, Any]], *, kind: str, pad_id: int, multiple: int = PAD_MULTIPLE) -> dict[str, torch.Tensor]:
+def collate(
+    rows: Sequence[dict[str, Any]], *, kind: str, pad_id: int, multiple: int = PAD_MULTIPLE
+) -> dict[str, torch.Tensor]:
     """Pad to the longest row rounded up to ``multiple``. Keys: input_ids, token_type_ids, attention_mask [B, T],
     index [B] (dataset row) and the targets: labels [B] or [B, T] (NER, -100 on padding), or
     start_positions/end_positions [B] (SQuAD); no targets for unlabeled rows."""
@@ -259,10 +273,13 @@ def collate(rows: Sequence[dict[str, Any]], *, kind: str, pad_id: int, multiple:
         input_ids[i, :n] = r["input_ids"]
         attention[i, :n] = 1
         if "segment_a_length" in r:
-            token_type[i, r["segment_a_length"]:n] = 1
-    batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type),
-             "attention_mask": torch.from_numpy(attention),
-             "index": torch.tensor([r["index"] for r in rows], dtype=torch.int64)}
+            token_type[i, r["segment_a_length"] : n] = 1
+    batch = {
+        "input_ids": torch.from_numpy(input_ids),
+        "token_type_ids": torch.from_numpy(token_type),
+        "attention_mask": torch.from_numpy(attention),
+        "index": torch.tensor([r["index"] for r in rows], dtype=torch.int64),
+    }
     if kind == T.CLASSIFICATION and "label" in rows[0]:
         batch["labels"] = torch.tensor([int(r["label"]) for r in rows], dtype=torch.int64)
     elif kind == T.REGRESSION and "label" in rows[0]:
@@ -270,7 +287,7 @@ def collate(rows: Sequence[dict[str, Any]], *, kind: str, pad_id: int, multiple:
     elif kind == T.NER:
         labels = np.full((b, t), T.IGNORE_INDEX, dtype=np.int64)
         for i, r in enumerate(rows):
-            labels[i, :len(r["labels"])] = r["labels"]
+            labels[i, : len(r["labels"])] = r["labels"]
         batch["labels"] = torch.from_numpy(labels)
     elif kind == T.SQUAD:
         batch["start_positions"] = torch.tensor([r["start_position"] for r in rows], dtype=torch.int64)
@@ -287,8 +304,9 @@ class EpochBatches:
     order, each row on exactly one rank (ranks may differ by one row; evaluation has no collectives per step).
     """
 
-    def __init__(self, num_rows: int, batch_size: int, *, shuffle: bool, seed: int = 0, world_size: int = 1,
-                 rank: int = 0) -> None:
+    def __init__(
+        self, num_rows: int, batch_size: int, *, shuffle: bool, seed: int = 0, world_size: int = 1, rank: int = 0
+    ) -> None:
         if num_rows < 1:
             raise TaskDataError("the dataset has no rows")
         if not 0 <= rank < world_size:
@@ -302,20 +320,24 @@ class EpochBatches:
 
     def rank_indices(self) -> np.ndarray:
         if not self.shuffle:
-            return np.arange(self.num_rows)[self.rank::self.world_size]
+            return np.arange(self.num_rows)[self.rank :: self.world_size]
         rng = np.random.default_rng(derive_seed(self.seed, f"finetune/epoch-{self.epoch}"))
         order = rng.permutation(self.num_rows)
         total = self.world_size * math.ceil(self.num_rows / self.world_size)
         order = np.resize(order, total)  # wraps around: the first rows again
-        return order[self.rank::self.world_size]
+        return order[self.rank :: self.world_size]
 
     def __iter__(self) -> Iterator[list[int]]:
         idx = self.rank_indices().tolist()
         for i in range(0, len(idx), self.batch_size):
-            yield idx[i:i + self.batch_size]
+            yield idx[i : i + self.batch_size]
 
     def __len__(self) -> int:
-        n = math.ceil(self.num_rows / self.world_size) if self.shuffle else len(range(self.rank, self.num_rows, self.world_size))
+        n = (
+            math.ceil(self.num_rows / self.world_size)
+            if self.shuffle
+            else len(range(self.rank, self.num_rows, self.world_size))
+        )
         return math.ceil(n / self.batch_size)
 
     def state_dict(self) -> dict[str, int]:

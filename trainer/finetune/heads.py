@@ -18,8 +18,13 @@ from torch import Tensor, nn
 from schemas import tasks as T
 from trainer.model import BertConfig, BertModel, construct_then_init, seeded_init
 
-__all__ = ["BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification",
-           "build_task_model", "load_encoder_state"]
+__all__ = [
+    "BertForQuestionAnswering",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+    "build_task_model",
+    "load_encoder_state",
+]
 
 
 class _EncoderClassifier(nn.Module):
@@ -55,8 +60,9 @@ class BertForSequenceClassification(_EncoderClassifier):
         out = {"logits": logits.squeeze(-1) if self.num_labels == 1 else logits}  # regression: [B]
         if "labels" in batch:
             labels = batch["labels"]
-            out["loss"] = (F.mse_loss(out["logits"], labels.float()) if self.num_labels == 1
-                           else F.cross_entropy(logits, labels))
+            out["loss"] = (
+                F.mse_loss(out["logits"], labels.float()) if self.num_labels == 1 else F.cross_entropy(logits, labels)
+            )
         return out
 
 
@@ -74,8 +80,9 @@ class BertForTokenClassification(_EncoderClassifier):
         logits = self.classifier(self.dropout(seq)).float()  # [B, T, C]
         out = {"logits": logits}
         if "labels" in batch:
-            out["loss"] = F.cross_entropy(logits.reshape(-1, self.num_labels), batch["labels"].reshape(-1),
-                                          ignore_index=T.IGNORE_INDEX)
+            out["loss"] = F.cross_entropy(
+                logits.reshape(-1, self.num_labels), batch["labels"].reshape(-1), ignore_index=T.IGNORE_INDEX
+            )
         return out
 
 
@@ -102,8 +109,9 @@ class BertForQuestionAnswering(nn.Module):
         start, end = self.qa_outputs(seq).float().unbind(-1)  # [B, T] each
         out = {"start_logits": start, "end_logits": end}
         if "start_positions" in batch:
-            out["loss"] = (F.cross_entropy(start, batch["start_positions"])
-                           + F.cross_entropy(end, batch["end_positions"])) / 2
+            out["loss"] = (
+                F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])
+            ) / 2
         return out
 
 
@@ -125,8 +133,10 @@ def load_encoder_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
     expected = model.bert.state_dict()
     missing = sorted(set(expected) - set(encoder))
     if missing:
-        raise ValueError(f"the initial weights lack encoder tensor(s) {['bert.' + k for k in missing[:8]]}"
-                         + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
+        raise ValueError(
+            f"the initial weights lack encoder tensor(s) {['bert.' + k for k in missing[:8]]}"
+            + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        )
     for k, v in encoder.items():
         if k in expected and v.shape != expected[k].shape:
             raise ValueError(f"bert.{k} has shape {tuple(v.shape)}, the model expects {tuple(expected[k].shape)}")

@@ -49,10 +49,21 @@ from trainer.optim import build_optimizer, build_scheduler
 from trainer.pretrain import autocast, log
 
 RESULTS_FILE = "results.json"
-PREDICTIONS = {T.CLASSIFICATION: "predictions.tsv", T.REGRESSION: "predictions.tsv", T.NER: "predictions.conll",
-               T.SQUAD: "predictions.json"}
-_OUTPUTS = (RESULTS_FILE, METRICS_FILE, "predictions.tsv", "predictions.conll", "predictions.json", ckpt.CHECKPOINTS,
-            "tensorboard")
+PREDICTIONS = {
+    T.CLASSIFICATION: "predictions.tsv",
+    T.REGRESSION: "predictions.tsv",
+    T.NER: "predictions.conll",
+    T.SQUAD: "predictions.json",
+}
+_OUTPUTS = (
+    RESULTS_FILE,
+    METRICS_FILE,
+    "predictions.tsv",
+    "predictions.conll",
+    "predictions.json",
+    ckpt.CHECKPOINTS,
+    "tensorboard",
+)
 
 
 def primary_metric(kind: str, glue: str | None) -> str:
@@ -74,13 +85,18 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
 
 
 @torch.no_grad()
-def predict(model: torch.nn.Module, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig,
-            info: D.DistInfo) -> tuple[list[Any], float | None]:
+def predict(
+    model: torch.nn.Module, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
+) -> tuple[list[Any], float | None]:
     """Every eval row's outputs (gathered from all ranks, indexed by row) and the eval loss (batch losses
     weighted by rows; None when the data has no targets). Outputs: logits [C] (classification), a float (regression), token logits
     [tokens, C] (NER), (start [tokens], end [tokens]) logits (SQuAD)."""
-    loader = DataLoader(TaskDataset(data), batch_sampler=batches, num_workers=0,
-                        collate_fn=partial(collate, kind=data.kind, pad_id=data.pad_id))
+    loader = DataLoader(
+        TaskDataset(data),
+        batch_sampler=batches,
+        num_workers=0,
+        collate_fn=partial(collate, kind=data.kind, pad_id=data.pad_id),
+    )
     was_training = model.training
     model.eval()
     mine: list[tuple[int, Any]] = []
@@ -135,8 +151,12 @@ def score(data: TaskData, outputs: list[Any], cfg: FinetuneConfig) -> tuple[dict
             return {}, text
         if kind == T.REGRESSION:
             g = np.asarray(gold, dtype=np.float64)
-            return {"pearson": M.pearson(pred, g), "spearman": M.spearman(pred, g),
-                    "mse": float(np.mean((pred - g) ** 2)), "rows": len(g)}, text
+            return {
+                "pearson": M.pearson(pred, g),
+                "spearman": M.spearman(pred, g),
+                "mse": float(np.mean((pred - g) ** 2)),
+                "rows": len(g),
+            }, text
         g = np.asarray(gold, dtype=np.int64)
         out: dict[str, Any] = {"accuracy": M.accuracy(pred, g), "rows": len(g)}
         if data.glue in ("mrpc", "qqp"):
@@ -156,10 +176,16 @@ def score(data: TaskData, outputs: list[Any], cfg: FinetuneConfig) -> tuple[dict
     windows: dict[int, list[Window]] = {}
     for i, (start, end) in enumerate(outputs):
         windows.setdefault(int(c[T.EXAMPLE_INDEX][i]), []).append(
-            Window(start, end, c[T.OFFSET_START][i], c[T.OFFSET_END][i], c[T.MAX_CONTEXT][i]))
+            Window(start, end, c[T.OFFSET_START][i], c[T.OFFSET_END][i], c[T.MAX_CONTEXT][i])
+        )
     examples = data.examples
-    answers = predict_answers(windows, [e["context"] for e in examples], [e["id"] for e in examples],
-                              n_best=cfg.n_best, max_answer_length=cfg.max_answer_length)
+    answers = predict_answers(
+        windows,
+        [e["context"] for e in examples],
+        [e["id"] for e in examples],
+        n_best=cfg.n_best,
+        max_answer_length=cfg.max_answer_length,
+    )
     scores = M.squad_scores(answers, {e["id"]: e["answers"]["text"] for e in examples})
     return scores, json.dumps(answers, ensure_ascii=False, indent=1) + "\n"
 
@@ -171,8 +197,10 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     if info.is_main:
         existing = [name for name in _OUTPUTS if (run_dir / name).exists()]
         if existing and not overwrite:
-            raise FileExistsError(f"--output {run_dir} already holds a run ({', '.join(existing)}); "
-                                  "choose another folder or pass --overwrite")
+            raise FileExistsError(
+                f"--output {run_dir} already holds a run ({', '.join(existing)}); "
+                "choose another folder or pass --overwrite"
+            )
         for name in existing:
             if (run_dir / name).is_dir():
                 shutil.rmtree(run_dir / name)
@@ -188,8 +216,10 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     config = with_dropout(init.config, cfg.dropout)
     longest = max(train.max_length(), evaluation.max_length())
     if longest > config.max_position_embeddings:
-        raise TaskDataError(f"rows of up to {longest} tokens but the model has {config.max_position_embeddings} "
-                            "positions: rebuild the task data with a smaller --max-seq-length")
+        raise TaskDataError(
+            f"rows of up to {longest} tokens but the model has {config.max_position_embeddings} "
+            "positions: rebuild the task data with a smaller --max-seq-length"
+        )
     metric = primary_metric(cfg.task, train.glue)
     if train.glue in ("mrpc", "qqp") and "1" not in train.labels:
         raise TaskDataError(f"GLUE {train.glue} F1 needs the positive label '1', labels are {list(train.labels)}")
@@ -204,13 +234,19 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     raw = model
     if info.enabled:
         model = DDP(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
-    train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.seed,
-                                 world_size=info.world_size, rank=info.rank)
-    eval_batches = EpochBatches(len(evaluation), cfg.eval_batch, shuffle=False,
-                                world_size=info.world_size, rank=info.rank)
-    loader = DataLoader(TaskDataset(train), batch_sampler=train_batches, num_workers=cfg.num_workers,
-                        collate_fn=partial(collate, kind=cfg.task, pad_id=train.pad_id),
-                        pin_memory=info.device.type == "cuda")
+    train_batches = EpochBatches(
+        len(train), cfg.batch_size, shuffle=True, seed=cfg.seed, world_size=info.world_size, rank=info.rank
+    )
+    eval_batches = EpochBatches(
+        len(evaluation), cfg.eval_batch, shuffle=False, world_size=info.world_size, rank=info.rank
+    )
+    loader = DataLoader(
+        TaskDataset(train),
+        batch_sampler=train_batches,
+        num_workers=cfg.num_workers,
+        collate_fn=partial(collate, kind=cfg.task, pad_id=train.pad_id),
+        pin_memory=info.device.type == "cuda",
+    )
     steps_per_epoch = len(train_batches)
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     epochs = math.ceil(total_steps / steps_per_epoch)
@@ -218,19 +254,40 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     scheduler = build_scheduler(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
     torch.manual_seed(cfg.seed * 1000 + info.rank)  # dropout: a stream per rank
     metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.tensorboard)
-    task_info = {"kind": cfg.task, "glue": train.glue, "labels": list(train.labels), "primary_metric": metric,
-                 "metric_scale": "percent" if cfg.task == T.SQUAD else "fraction"}
-    results: dict[str, Any] = {
-        "task": task_info, "config": cfg.to_dict(), "model": config.to_dict(), "init": init.describe(),
-        "data": {name: {"root": d.root, "rows": len(d), "split": d.manifest.task.get("split"),
-                        "labeled": d.labeled, "vocab_sha256": d.manifest.vocab["sha256"]}
-                 for name, d in (("train", train), ("eval", evaluation))},
-        "world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
-        "epochs": [], "best": None,
+    task_info = {
+        "kind": cfg.task,
+        "glue": train.glue,
+        "labels": list(train.labels),
+        "primary_metric": metric,
+        "metric_scale": "percent" if cfg.task == T.SQUAD else "fraction",
     }
-    log(f"{cfg.task}{f' ({train.glue})' if train.glue else ''}: {len(train)} train rows, {len(evaluation)} eval rows, "
+    results: dict[str, Any] = {
+        "task": task_info,
+        "config": cfg.to_dict(),
+        "model": config.to_dict(),
+        "init": init.describe(),
+        "data": {
+            name: {
+                "root": d.root,
+                "rows": len(d),
+                "split": d.manifest.task.get("split"),
+                "labeled": d.labeled,
+                "vocab_sha256": d.manifest.vocab["sha256"],
+            }
+            for name, d in (("train", train), ("eval", evaluation))
+        },
+        "world_size": info.world_size,
+        "steps_per_epoch": steps_per_epoch,
+        "total_steps": total_steps,
+        "epochs": [],
+        "best": None,
+    }
+    log(
+        f"{cfg.task}{f' ({train.glue})' if train.glue else ''}: {len(train)} train rows, {len(evaluation)} eval rows, "
         f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {plan_text(cfg.max_steps, epochs, steps_per_epoch)}, "
-        f"device {info.device}, world {info.world_size}", info)
+        f"device {info.device}, world {info.world_size}",
+        info,
+    )
 
     # --- train ----------------------------------------------------------------------------------------
     step = 0
@@ -253,8 +310,15 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
             window += loss
             if step % cfg.log_every == 0:
                 s = D.all_reduce_sum(window.clone(), info).tolist()
-                metrics.log({"step": step, "epoch": epoch, "loss": s[0] / s[1], "lr": scheduler.get_last_lr()[0],
-                             "grad_norm": float(grad_norm)})
+                metrics.log(
+                    {
+                        "step": step,
+                        "epoch": epoch,
+                        "loss": s[0] / s[1],
+                        "lr": scheduler.get_last_lr()[0],
+                        "grad_norm": float(grad_norm),
+                    }
+                )
                 window.zero_()
             if step >= total_steps:
                 break
@@ -266,25 +330,52 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
         scores, predictions = score(evaluation, outputs, cfg)
         if eval_loss is not None:
             scores["loss"] = eval_loss
-        metrics.log({"step": step, "split": "eval", "epoch": epoch, "train_loss": train_loss,
-                     **{k: v for k, v in scores.items() if isinstance(v, (int, float))}})
+        metrics.log(
+            {
+                "step": step,
+                "split": "eval",
+                "epoch": epoch,
+                "train_loss": train_loss,
+                **{k: v for k, v in scores.items() if isinstance(v, (int, float))},
+            }
+        )
         value = scores.get(metric)
-        log(f"epoch {epoch} (step {step}): train loss {train_loss:.4f}"
-            + (f", eval {metric} {value:.4f}" if value is not None else ", eval data unlabeled: predictions only"), info)
+        log(
+            f"epoch {epoch} (step {step}): train loss {train_loss:.4f}"
+            + (f", eval {metric} {value:.4f}" if value is not None else ", eval data unlabeled: predictions only"),
+            info,
+        )
         results["epochs"].append({"epoch": epoch, "step": step, "train_loss": train_loss, "eval": scores})
 
         # --- keep the best ------------------------------------------------------------------------------
         best = results["best"]
         if best is None or value is None or value > best["value"]:  # unlabeled eval data: the latest
-            results["best"] = {"epoch": epoch, "step": step, "metric": metric, "value": value, "eval": scores,
-                               "checkpoint": str(ckpt.step_dir(run_dir, step)), "predictions": PREDICTIONS[cfg.task]}
+            results["best"] = {
+                "epoch": epoch,
+                "step": step,
+                "metric": metric,
+                "value": value,
+                "eval": scores,
+                "checkpoint": str(ckpt.step_dir(run_dir, step)),
+                "predictions": PREDICTIONS[cfg.task],
+            }
             if info.is_main:
-                ckpt.save(run_dir, step, model_state=raw.state_dict(), optimizer=None,
-                          rng={f"rank0.{k}": v for k, v in ckpt.rng_state(info.device).items()},
-                          state={"epoch": epoch, "metric": metric, "value": value, "data": train_batches.state_dict()},
-                          config={"model": config.to_dict(), "finetune": cfg.to_dict(), "task": task_info,
-                                  "vocab_sha256": init.vocab.sha256},
-                          vocab_text=init.vocab.text(), keep=1)
+                ckpt.save(
+                    run_dir,
+                    step,
+                    model_state=raw.state_dict(),
+                    optimizer=None,
+                    rng={f"rank0.{k}": v for k, v in ckpt.rng_state(info.device).items()},
+                    state={"epoch": epoch, "metric": metric, "value": value, "data": train_batches.state_dict()},
+                    config={
+                        "model": config.to_dict(),
+                        "finetune": cfg.to_dict(),
+                        "task": task_info,
+                        "vocab_sha256": init.vocab.sha256,
+                    },
+                    vocab_text=init.vocab.text(),
+                    keep=1,
+                )
                 (run_dir / PREDICTIONS[cfg.task]).write_text(predictions, encoding="utf-8")
             D.barrier(info)
         if info.is_main:

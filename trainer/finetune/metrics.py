@@ -66,7 +66,7 @@ def matthews_corrcoef(pred: Sequence[int] | np.ndarray, gold: Sequence[int] | np
     classes, inverse = np.unique(np.concatenate([g, p]), return_inverse=True)
     k = len(classes)
     cm = np.zeros((k, k), dtype=np.float64)
-    np.add.at(cm, (inverse[: len(g)], inverse[len(g):]), 1.0)  # rows gold, columns predicted
+    np.add.at(cm, (inverse[: len(g)], inverse[len(g) :]), 1.0)  # rows gold, columns predicted
     t, pk, c, s = cm.sum(1), cm.sum(0), np.trace(cm), cm.sum()
     denom = np.sqrt((s * s - pk @ pk) * (s * s - t @ t))
     return float((c * s - t @ pk) / denom) if denom > 0 else 0.0
@@ -173,8 +173,11 @@ def conll_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -
     return {
         **prf(found_gold, found_pred, correct),
         "accuracy": correct_tokens / tokens if tokens else 0.0,
-        "gold_entities": found_gold, "predicted_entities": found_pred, "correct_entities": correct,
-        "sentences": len(gold), "words": tokens,
+        "gold_entities": found_gold,
+        "predicted_entities": found_pred,
+        "correct_entities": correct,
+        "sentences": len(gold),
+        "words": tokens,
         "per_type": {k: {**prf(*v), "gold": v[0]} for k, v in sorted(per_type.items())},
     }
 

@@ -40,7 +40,9 @@ def sentence_tags(data: TaskData, logits: Sequence[np.ndarray]) -> list[Sentence
         if s is None:
             file_index, line, _ = T.split_row_id(rid)
             n = int(c[T.NUM_WORDS][i])
-            s = SentenceTags(file_index, line, np.full(n, -1, np.int64), np.full(n, -1, np.int64), [[] for _ in range(n)])
+            s = SentenceTags(
+                file_index, line, np.full(n, -1, np.int64), np.full(n, -1, np.int64), [[] for _ in range(n)]
+            )
             by_key[key] = s
             out.append(s)
         labels, word_ids, owned, ids = c[T.LABELS][i], c[T.WORD_IDS][i], c[T.OWNED][i], c[T.INPUT_IDS][i]
@@ -49,8 +51,10 @@ def sentence_tags(data: TaskData, logits: Sequence[np.ndarray]) -> list[Sentence
         first = (labels != T.IGNORE_INDEX) & (owned == 1)
         words = word_ids[first]
         if len(words) and (words.min() < 0 or words.max() >= len(s.gold) or (s.gold[words] != -1).any()):
-            raise TaskDataError(f"{data.root}: sentence at input {s.file_index} line {s.line}: window {rid & 0xFFFF} "
-                                "predicts a word outside the sentence or one already owned by another window")
+            raise TaskDataError(
+                f"{data.root}: sentence at input {s.file_index} line {s.line}: window {rid & 0xFFFF} "
+                "predicts a word outside the sentence or one already owned by another window"
+            )
         s.gold[words] = labels[first]
         s.pred[words] = np.asarray(logits[i])[first].argmax(-1)
         for t in np.flatnonzero(owned == 1):
@@ -58,8 +62,10 @@ def sentence_tags(data: TaskData, logits: Sequence[np.ndarray]) -> list[Sentence
     for s in out:
         if (s.gold == -1).any():
             missing = np.flatnonzero(s.gold == -1).tolist()
-            raise TaskDataError(f"{data.root}: sentence at input {s.file_index} line {s.line}: word(s) {missing[:10]} "
-                                "have no labelled first sub-token in their owning window")
+            raise TaskDataError(
+                f"{data.root}: sentence at input {s.file_index} line {s.line}: word(s) {missing[:10]} "
+                "have no labelled first sub-token in their owning window"
+            )
     return out
 
 
@@ -92,7 +98,7 @@ def sentence_words(data: TaskData, sentences: Sequence[SentenceTags]) -> tuple[l
         n = len(s.gold)
         got = None
         if lines is not None:
-            fields = [line.split() for line in lines[s.line - 1:s.line - 1 + n]]
+            fields = [line.split() for line in lines[s.line - 1 : s.line - 1 + n]]
             if len(fields) == n and all(len(f) >= 2 for f in fields):
                 got = [f[0] for f in fields]
         if got is None:

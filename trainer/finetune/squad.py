@@ -45,7 +45,7 @@ class Span:
 
     def text(self, context: str, windows: Sequence[Window]) -> str:
         w = windows[self.window]
-        return context[int(w.offset_start[self.start]):int(w.offset_end[self.end])]
+        return context[int(w.offset_start[self.start]) : int(w.offset_end[self.end])]
 
 
 def _top(logits: np.ndarray, n: int) -> np.ndarray:
@@ -59,8 +59,13 @@ def best_span(windows: Sequence[Window], *, n_best: int = 20, max_answer_length:
         starts, ends = _top(np.asarray(w.start_logits), n_best), _top(np.asarray(w.end_logits), n_best)
         in_context = np.asarray(w.offset_start) != NO_OFFSET
         s, e = starts[:, None], ends[None, :]  # [n, 1], [1, n]
-        valid = (in_context[s] & in_context[e] & (np.asarray(w.max_context)[s] == 1)
-                 & (e >= s) & (e - s + 1 <= max_answer_length))  # [n, n]
+        valid = (
+            in_context[s]
+            & in_context[e]
+            & (np.asarray(w.max_context)[s] == 1)
+            & (e >= s)
+            & (e - s + 1 <= max_answer_length)
+        )  # [n, n]
         if not valid.any():
             continue
         scores = np.where(valid, w.start_logits[s].astype(np.float64) + w.end_logits[e], -np.inf)
@@ -70,8 +75,14 @@ def best_span(windows: Sequence[Window], *, n_best: int = 20, max_answer_length:
     return best
 
 
-def predict_answers(windows_by_example: dict[int, list[Window]], contexts: Sequence[str], ids: Sequence[str], *,
-                    n_best: int = 20, max_answer_length: int = 30) -> dict[str, str]:
+def predict_answers(
+    windows_by_example: dict[int, list[Window]],
+    contexts: Sequence[str],
+    ids: Sequence[str],
+    *,
+    n_best: int = 20,
+    max_answer_length: int = 30,
+) -> dict[str, str]:
     """``{question id: answer text}`` for every example (in example order); windows in window order."""
     out: dict[str, str] = {}
     for index, (context, qid) in enumerate(zip(contexts, ids)):

@@ -49,15 +49,23 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0) -> Init:
     ``data_vocab`` None: no task data to borrow a vocabulary from, so ``random:PRESET`` is refused."""
     if spec.startswith(RANDOM_PREFIX):
         if data_vocab is None:
-            raise InitError(f"--init {spec}: random:PRESET needs task data's vocabulary; give a checkpoint or "
-                            "a Hugging Face BERT folder")
-        name = spec[len(RANDOM_PREFIX):]
+            raise InitError(
+                f"--init {spec}: random:PRESET needs task data's vocabulary; give a checkpoint or "
+                "a Hugging Face BERT folder"
+            )
+        name = spec[len(RANDOM_PREFIX) :]
         preset = PRESETS.get(name) or PRESETS.get(f"bert_{name}")
         if preset is None:
             choices = ", ".join(k.removeprefix("bert_") for k in PRESETS)
             raise InitError(f"--init {spec}: unknown preset {name!r}; use random:PRESET with PRESET one of {choices}")
-        return Init("random", spec, preset(len(data_vocab)), data_vocab, None,
-                    (f"random {name} encoder over the task data's vocabulary ({len(data_vocab)} tokens)",))
+        return Init(
+            "random",
+            spec,
+            preset(len(data_vocab)),
+            data_vocab,
+            None,
+            (f"random {name} encoder over the task data's vocabulary ({len(data_vocab)} tokens)",),
+        )
     folder = Path(spec)
     if not folder.is_dir():
         raise InitError(f"--init {spec}: not a folder (nor random:PRESET)")
@@ -104,20 +112,27 @@ def _hf_folder(folder: Path, seed: int) -> Init:
     try:
         vocab = Vocab.load(folder)
     except VocabError as e:
-        raise InitError(f"--init {folder}: the Hugging Face folder has no usable vocabulary ({e}); without it the "
-                        "task data's tokenizer cannot be checked") from None
+        raise InitError(
+            f"--init {folder}: the Hugging Face folder has no usable vocabulary ({e}); without it the "
+            "task data's tokenizer cannot be checked"
+        ) from None
     return Init("hf", str(folder), config, vocab, state, tuple(report.lines()))
 
 
 def check_vocab(init: Init, data_sha256: str, data_root: str) -> None:
     """Refuse task data tokenised with another vocabulary than the init's."""
     if init.vocab.sha256 != data_sha256:
-        hint = (f"re-run `bertprep task ... --vocab {Path(init.source) / VOCAB_FILENAME}`" if init.kind != "random"
-                else "use the same vocab.txt for every split")
+        hint = (
+            f"re-run `bertprep task ... --vocab {Path(init.source) / VOCAB_FILENAME}`"
+            if init.kind != "random"
+            else "use the same vocab.txt for every split"
+        )
         raise VocabMismatchError(
             f"vocabulary mismatch: the task data {data_root} was tokenised with vocab sha256 {data_sha256}, "
             f"but --init {init.source} has vocab sha256 {init.vocab.sha256}; {hint} so that the ids mean the "
-            "checkpoint's tokens")
+            "checkpoint's tokens"
+        )
     if len(init.vocab) > init.config.vocab_size:
-        raise VocabMismatchError(f"--init {init.source}: vocabulary of {len(init.vocab)} tokens but only "
-                                 f"{init.config.vocab_size} embeddings")
+        raise VocabMismatchError(
+            f"--init {init.source}: vocabulary of {len(init.vocab)} tokens but only {init.config.vocab_size} embeddings"
+        )

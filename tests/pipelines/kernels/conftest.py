@@ -39,7 +39,11 @@ def wiki_books_pool(wiki_vocab):
     group mixes them."""
     wiki = shared_path("pretrain", "wikipedia")
     books = shared_path("pretrain", "gutenberg")
-    files = [(wiki / "wiki_00", "wikiextractor"), (wiki / "wiki_01", "wikiextractor"),
-             (shared_path("pretrain", "sample_text.txt"), "sentences"),
-             (books / "11-0.txt", "text"), (books / "84-0.txt", "text")]
+    files = [
+        (wiki / "wiki_00", "wikiextractor"),
+        (wiki / "wiki_01", "wikiextractor"),
+        (shared_path("pretrain", "sample_text.txt"), "sentences"),
+        (books / "11-0.txt", "text"),
+        (books / "84-0.txt", "text"),
+    ]
     return build_pool(files, wiki_vocab / "vocab.txt")

@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from pipelines.instances import (
-    Pool, RawInstances, assemble, reference_assemble, reference_unit_instances, unit_instances,
+    Pool,
+    RawInstances,
+    assemble,
+    reference_assemble,
+    reference_unit_instances,
+    unit_instances,
 )
 
 # (max_seq_length, short_seq_prob, pass): the default, heavy short-target use, long and tiny sequences (the
@@ -46,8 +51,11 @@ def test_pools_of_one_and_two_documents(wiki_books_pool):
     # One document: every random-next draw is randint(0, 0) ten times over (each still consumes draws).
     pool, _ = wiki_books_pool
     sentences = np.diff(pool.doc_sent)
-    for docs in ([int(np.argmax(sentences))], [int(np.argmax(sentences == 1))],
-                 [int(np.argmax(sentences == 1)), int(np.argmax(sentences))]):
+    for docs in (
+        [int(np.argmax(sentences))],
+        [int(np.argmax(sentences == 1))],
+        [int(np.argmax(sentences == 1)), int(np.argmax(sentences))],
+    ):
         sub = sub_pool(pool, docs)
         for setting in SETTINGS[:3]:
             check_pool(sub, *setting)
@@ -58,8 +66,14 @@ def test_units_split_anywhere_and_loaded_pools_give_the_same(wiki_books_pool):
     whole = unit_instances(pool, 4, 0, pool.num_docs, 125, 0.1)
     cuts = [0, 1, 2, 57, pool.num_docs - 3, pool.num_docs]
     parts = [unit_instances(pool, 4, a, b, 125, 0.1) for a, b in zip(cuts, cuts[1:])]
-    assert_same(RawInstances(np.concatenate([p.instance_ids for p in parts]), np.concatenate([p.spans for p in parts]),
-                             np.concatenate([p.is_random_next for p in parts])), whole)
+    assert_same(
+        RawInstances(
+            np.concatenate([p.instance_ids for p in parts]),
+            np.concatenate([p.spans for p in parts]),
+            np.concatenate([p.is_random_next for p in parts]),
+        ),
+        whole,
+    )
     assert len(unit_instances(pool, 4, 5, 5, 125, 0.1).instance_ids) == 0
     loaded = Pool.from_bytes(pool.to_bytes())  # read-only arrays, as workers see them
     assert_same(unit_instances(loaded, 4, 0, pool.num_docs, 125, 0.1), whole)
@@ -97,7 +111,7 @@ def test_bounds_are_checked_before_the_kernel(demo_pool):
     with pytest.raises(IndexError):
         assemble(pool, bad, 2, 3)
     data = bytearray(pool.to_bytes())
-    data[-len(pool.ids.tobytes()) - 8:-len(pool.ids.tobytes())] = (10**9).to_bytes(8, "little")  # last sent_tok
+    data[-len(pool.ids.tobytes()) - 8 : -len(pool.ids.tobytes())] = (10**9).to_bytes(8, "little")  # last sent_tok
     with pytest.raises(ValueError, match="corrupt document pool"):
         Pool.from_bytes(bytes(data))
 
@@ -106,6 +120,6 @@ def sub_pool(pool: Pool, docs: list[int]) -> Pool:
     ids, lens = [], []
     for d in docs:
         s0, s1 = pool.doc_sent[d], pool.doc_sent[d + 1]
-        ids.append(pool.ids[pool.sent_tok[s0]:pool.sent_tok[s1]])
-        lens.append(np.diff(pool.sent_tok[s0:s1 + 1]))
+        ids.append(pool.ids[pool.sent_tok[s0] : pool.sent_tok[s1]])
+        lens.append(np.diff(pool.sent_tok[s0 : s1 + 1]))
     return Pool.build(pool.doc_keys[docs], np.diff(pool.doc_sent)[docs], np.concatenate(lens), np.concatenate(ids))

@@ -23,7 +23,9 @@ def real_batch(pool, vocab, max_seq_length: int, pass_index: int) -> InstanceBat
     raw = unit_instances(pool, pass_index, 0, pool.num_docs, max_seq_length - 3, 0.1)
     ids, offsets, seg_a = assemble(pool, raw, vocab.id("[CLS]"), vocab.id("[SEP]"))
     z = np.zeros(len(raw.instance_ids) + 1, np.int64)
-    batch = InstanceBatch(raw.instance_ids, ids, offsets, seg_a, raw.is_random_next, ids[:0].astype(np.uint16), ids[:0], z)
+    batch = InstanceBatch(
+        raw.instance_ids, ids, offsets, seg_a, raw.is_random_next, ids[:0].astype(np.uint16), ids[:0], z
+    )
     return InstanceBatch.from_bytes(batch.to_bytes())
 
 
@@ -33,7 +35,9 @@ SETTINGS = [(128, 0.15, 20), (512, 0.15, 76), (16, 0.15, 5), (128, 0.4, 40)]
 
 @pytest.mark.parametrize("whole_word", [False, True])
 @pytest.mark.parametrize("max_seq_length,masked_lm_prob,max_predictions", SETTINGS)
-def test_kernel_equals_numpy_on_wikipedia_and_books(wiki_books_pool, max_seq_length, masked_lm_prob, max_predictions, whole_word):
+def test_kernel_equals_numpy_on_wikipedia_and_books(
+    wiki_books_pool, max_seq_length, masked_lm_prob, max_predictions, whole_word
+):
     pool, vocab = wiki_books_pool
     b = real_batch(pool, vocab, max_seq_length, pass_index=2)
     spec = masking_spec(vocab, masked_lm_prob, max_predictions, whole_word)
@@ -47,8 +51,10 @@ def test_kernel_equals_numpy_on_the_demo_corpus(demo_pool, whole_word):
     pool, vocab = demo_pool
     b = real_batch(pool, vocab, 128, pass_index=0)
     spec = masking_spec(vocab, 0.15, 20, whole_word)
-    assert_same(mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec),
-                reference_mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec))
+    assert_same(
+        mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec),
+        reference_mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec),
+    )
 
 
 @pytest.mark.parametrize("whole_word", [False, True])
@@ -64,8 +70,10 @@ def test_kernel_equals_numpy_on_random_batches(whole_word, dtype):
     assert_same(mask(ids, offsets, seg_a, iids, spec), reference_mask(ids, offsets, seg_a, iids, spec))
     one = slice(0, 1)
     five = np.array([2, 30, 3, 40, 3], dtype=dtype)
-    assert_same(mask(five, np.array([0, 5]), np.array([3], np.int16), iids[one], spec),
-                reference_mask(five, np.array([0, 5]), np.array([3], np.int16), iids[one], spec))
+    assert_same(
+        mask(five, np.array([0, 5]), np.array([3], np.int16), iids[one], spec),
+        reference_mask(five, np.array([0, 5]), np.array([3], np.int16), iids[one], spec),
+    )
     empty = mask(ids[:0], np.zeros(1, np.int64), seg_a[:0], iids[:0], spec)
     assert_same(empty, reference_mask(ids[:0], np.zeros(1, np.int64), seg_a[:0], iids[:0], spec))
 

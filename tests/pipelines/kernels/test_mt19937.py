@@ -10,9 +10,34 @@ from pipelines.instances import document_rng
 from pipelines.kernels import mt19937 as mt
 
 # Seeds of one and two 32-bit words, their edges, and seeds as the pipeline makes them.
-SEEDS = [0, 1, 5, 19650218, 2**32 - 1, 2**32, 2**32 + 1, 2**63 - 1, 2**63, 2**64 - 1, combine(123, 0), combine(2**63 + 5, 9)]
-RANGES = [(0, 0), (1, 1), (0, 1), (1, 2), (2, 125), (0, 647), (0, 25665), (0, 2**31), (0, 2**32 - 1), (0, 2**32),
-          (7, 2**40), (0, 2**63 - 2)]
+SEEDS = [
+    0,
+    1,
+    5,
+    19650218,
+    2**32 - 1,
+    2**32,
+    2**32 + 1,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+    combine(123, 0),
+    combine(2**63 + 5, 9),
+]
+RANGES = [
+    (0, 0),
+    (1, 1),
+    (0, 1),
+    (1, 2),
+    (2, 125),
+    (0, 647),
+    (0, 25665),
+    (0, 2**31),
+    (0, 2**32 - 1),
+    (0, 2**32),
+    (7, 2**40),
+    (0, 2**63 - 2),
+]
 
 
 def seeded(seed: int) -> np.ndarray:

@@ -36,15 +36,24 @@ def digests(out: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("whole_word", [False, True])
-def test_kernels_in_beam_worker_processes_write_the_python_paths_shards(tmp_path, monkeypatch, demo_corpus, demo_vocab, whole_word):
+def test_kernels_in_beam_worker_processes_write_the_python_paths_shards(
+    tmp_path, monkeypatch, demo_corpus, demo_vocab, whole_word
+):
     """End to end: the pure-Python paths in process vs the kernels in two Beam worker subprocesses (which
     import numba and load its cache themselves): byte-identical shards."""
     files = [str(f) for f in sorted(demo_corpus.glob("*.txt"))]
     cfg = PretrainingConfig(input_format="text", dupe_factor=2, num_shards=2, whole_word_mask=whole_word)
     monkeypatch.setenv(switch.ENV, "never")
-    python = run_pretraining(inputs=files, vocab=str(demo_vocab / "vocab.txt"), output_dir=str(tmp_path / "py"), cfg=cfg)
+    python = run_pretraining(
+        inputs=files, vocab=str(demo_vocab / "vocab.txt"), output_dir=str(tmp_path / "py"), cfg=cfg
+    )
     monkeypatch.setenv(switch.ENV, "always")
-    compiled = run_pretraining(inputs=files, vocab=str(demo_vocab / "vocab.txt"), output_dir=str(tmp_path / "jit"), cfg=cfg,
-                               beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    compiled = run_pretraining(
+        inputs=files,
+        vocab=str(demo_vocab / "vocab.txt"),
+        output_dir=str(tmp_path / "jit"),
+        cfg=cfg,
+        beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+    )
     assert digests(tmp_path / "py") == digests(tmp_path / "jit") and len(digests(tmp_path / "py")) == 2
     assert python.manifest.statistics == compiled.manifest.statistics

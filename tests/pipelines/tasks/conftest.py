@@ -20,8 +20,11 @@ def read_rows(out: Path, manifest: Manifest) -> pa.Table:
 
 
 def shard_digests(out: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())
-            if p.suffix in (".arrow", ".jsonl")}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(out.iterdir())
+        if p.suffix in (".arrow", ".jsonl")
+    }
 
 
 def read_examples(out: Path) -> list[dict]:
@@ -31,8 +34,13 @@ def read_examples(out: Path) -> list[dict]:
 @pytest.fixture(scope="session")
 def sst2_dev(tmp_path_factory, wiki_vocab):
     out = tmp_path_factory.mktemp("sst2_dev")
-    r = run_classification(inputs=[str(shared_path("tasks", "sst2", "dev.tsv"))], vocab=str(wiki_vocab / "vocab.txt"),
-                           output_dir=str(out), glue="sst2", num_shards=2)
+    r = run_classification(
+        inputs=[str(shared_path("tasks", "sst2", "dev.tsv"))],
+        vocab=str(wiki_vocab / "vocab.txt"),
+        output_dir=str(out),
+        glue="sst2",
+        num_shards=2,
+    )
     return r.manifest, out
 
 
@@ -40,8 +48,13 @@ def sst2_dev(tmp_path_factory, wiki_vocab):
 def conll_train(tmp_path_factory, wiki_vocab):
     """CoNLL train with short windows: the label set comes from here."""
     out = tmp_path_factory.mktemp("conll_train")
-    r = run_ner(inputs=[str(shared_path("tasks", "conll2003", "train.txt"))], vocab=str(wiki_vocab / "vocab.txt"),
-                output_dir=str(out), max_seq_length=32, window_overlap=4)
+    r = run_ner(
+        inputs=[str(shared_path("tasks", "conll2003", "train.txt"))],
+        vocab=str(wiki_vocab / "vocab.txt"),
+        output_dir=str(out),
+        max_seq_length=32,
+        window_overlap=4,
+    )
     return r.manifest, out
 
 
@@ -49,9 +62,15 @@ def conll_train(tmp_path_factory, wiki_vocab):
 def conll_valid(tmp_path_factory, wiki_vocab, conll_train):
     """CoNLL valid as an evaluation split, with short windows so that many sentences are split."""
     out = tmp_path_factory.mktemp("conll_valid")
-    r = run_ner(inputs=[str(shared_path("tasks", "conll2003", "valid.txt"))], vocab=str(wiki_vocab / "vocab.txt"),
-                output_dir=str(out), max_seq_length=24, window_overlap=3, label_set_from=str(conll_train[1]),
-                num_shards=2)
+    r = run_ner(
+        inputs=[str(shared_path("tasks", "conll2003", "valid.txt"))],
+        vocab=str(wiki_vocab / "vocab.txt"),
+        output_dir=str(out),
+        max_seq_length=24,
+        window_overlap=3,
+        label_set_from=str(conll_train[1]),
+        num_shards=2,
+    )
     return r.manifest, out
 
 
@@ -59,7 +78,15 @@ def conll_valid(tmp_path_factory, wiki_vocab, conll_train):
 def squad_eval(tmp_path_factory, wiki_vocab):
     """SQuAD dev articles 40:48 as an evaluation split, short windows so that contexts need several."""
     out = tmp_path_factory.mktemp("squad_eval")
-    r = run_squad(inputs=[str(shared_path("tasks", "squad_v1.1", "dev-v1.1.json"))], vocab=str(wiki_vocab / "vocab.txt"),
-                  output_dir=str(out), articles=(40, 48), split="dev", max_seq_length=128, doc_stride=48,
-                  max_query_length=32, num_shards=2)
+    r = run_squad(
+        inputs=[str(shared_path("tasks", "squad_v1.1", "dev-v1.1.json"))],
+        vocab=str(wiki_vocab / "vocab.txt"),
+        output_dir=str(out),
+        articles=(40, 48),
+        split="dev",
+        max_seq_length=128,
+        doc_stride=48,
+        max_query_length=32,
+        num_shards=2,
+    )
     return r.manifest, out

@@ -34,15 +34,20 @@ def test_truncation_is_berts_longest_first():
 def featurize(spec, rows, *, kind=T.CLASSIFICATION, training=True, labeled=True, max_seq_length=128, labels=("0", "1")):
     batch = R.RecordBatch(3, "f.tsv", 0, rows)
     tally = Tally()
-    f = RowFeaturizer(spec, kind=kind, max_seq_length=max_seq_length, training=training, labeled=labeled,
-                      label_source="test")
+    f = RowFeaturizer(
+        spec, kind=kind, max_seq_length=max_seq_length, training=training, labeled=labeled, label_source="test"
+    )
     return f(batch, list(labels), Layout({3: 100}, 1000), tally), tally
 
 
 def test_ids_equal_the_pretraining_tokenizers_for_the_same_text(wiki_vocab):
     spec = load_tokenizer(str(wiki_vocab / "vocab.txt"))
     path = shared_path("tasks", "sst2", "dev.tsv")
-    rows = list(R.parse_table(path.read_text().split("\n"), str(path), 0, R.TableLayout("tsv", True, "sentence", None, "label"), Tally()))
+    rows = list(
+        R.parse_table(
+            path.read_text().split("\n"), str(path), 0, R.TableLayout("tsv", True, "sentence", None, "label"), Tally()
+        )
+    )
     t, _ = featurize(spec, rows)
     # The pretraining tokenizer, one sentence per "document".
     batch = DocumentTokenizer(spec)([(str(i), [r.text_a]) for i, r in enumerate(rows)], Counter())
@@ -51,7 +56,7 @@ def test_ids_equal_the_pretraining_tokenizers_for_the_same_text(wiki_vocab):
     got = t.column(T.INPUT_IDS).to_pylist()
     assert len(got) == len(rows) == 872
     for i, ids in enumerate(got):
-        assert ids == [cls_] + batch.ids[bounds[i]:bounds[i + 1]].tolist() + [sep]
+        assert ids == [cls_] + batch.ids[bounds[i] : bounds[i + 1]].tolist() + [sep]
     assert t.column(T.SEGMENT_A_LENGTH).to_pylist() == [len(x) for x in got]
     assert t.column(T.LABEL).to_pylist() == [int(r.label) for r in rows]
     assert t.column(T.ROW_ID).to_pylist() == [T.row_id(3, r.line) for r in rows]
@@ -60,10 +65,16 @@ def test_ids_equal_the_pretraining_tokenizers_for_the_same_text(wiki_vocab):
 def test_pairs_are_truncated_longest_first_and_segments_follow(demo_vocab):
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
     long_text, short_text = " ".join(["the value"] * 20), "a function"
-    rows = [R.TextRow(2, long_text, short_text, "1"), R.TextRow(3, short_text, long_text, "0"),
-            R.TextRow(4, long_text, long_text, "1"), R.TextRow(5, short_text, short_text, "0")]
+    rows = [
+        R.TextRow(2, long_text, short_text, "1"),
+        R.TextRow(3, short_text, long_text, "0"),
+        R.TextRow(4, long_text, long_text, "1"),
+        R.TextRow(5, short_text, short_text, "0"),
+    ]
     t, tally = featurize(spec, rows, max_seq_length=16)
-    full_long, full_short = DocumentTokenizer(spec)([("l", [long_text]), ("s", [short_text])], Counter()).sentence_lengths
+    full_long, full_short = DocumentTokenizer(spec)(
+        [("l", [long_text]), ("s", [short_text])], Counter()
+    ).sentence_lengths
     assert full_long == 40 and full_short == 2
     cls_, sep = spec.vocab.id("[CLS]"), spec.vocab.id("[SEP]")
     ids, seg = t.column(T.INPUT_IDS).to_pylist(), t.column(T.SEGMENT_A_LENGTH).to_pylist()

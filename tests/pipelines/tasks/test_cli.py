@@ -15,13 +15,25 @@ def invoke(*args: str):
 
 def test_mrpc_dev_preset_through_the_cli(tmp_path, wiki_vocab):
     out = tmp_path / "mrpc"
-    r = invoke("classification", "--glue", "mrpc", "--input", str(shared_path("tasks", "mrpc", "dev.tsv")),
-               "--vocab", str(wiki_vocab / "vocab.txt"), "--output", str(out))
+    r = invoke(
+        "classification",
+        "--glue",
+        "mrpc",
+        "--input",
+        str(shared_path("tasks", "mrpc", "dev.tsv")),
+        "--vocab",
+        str(wiki_vocab / "vocab.txt"),
+        "--output",
+        str(out),
+    )
     assert r.exit_code == 0, r.output
     assert "rows: 408 read, 408 used, 0 dropped" in r.output and f"{out}/manifest.json" in r.output
     m = json.loads((out / "manifest.json").read_text())
     assert m["task"]["labels"] == ["0", "1"] and m["task"]["columns"]["text_pair"] == "#2 String"
-    labels = [int(line.split("\t", 1)[0]) for line in shared_path("tasks", "mrpc", "dev.tsv").read_text("utf-8-sig").splitlines()[1:]]
+    labels = [
+        int(line.split("\t", 1)[0])
+        for line in shared_path("tasks", "mrpc", "dev.tsv").read_text("utf-8-sig").splitlines()[1:]
+    ]
     assert m["statistics"]["label_counts"] == {"0": labels.count(0), "1": labels.count(1)}
     assert m["counters"]["control_chars_removed"] == 1  # the BOM
 
@@ -33,22 +45,36 @@ def train_tsv(tmp_path):
     return str(p)
 
 
-@pytest.mark.parametrize("args,flag", [
-    (["--text-column", "sentence", "--label-column", "label"], "'--text-column'"),
-    (["--text-column", "text", "--label-column", "gold"], "'--label-column'"),
-    (["--text-column", "text"], "'--label-column'"),
-    (["--text-column", "text", "--text-pair-column", "text", "--label-column", "label"], "'--text-pair-column'"),
-    (["--glue", "sst2", "--text-column", "text"], "'--glue'"),
-    (["--text-column", "text", "--label-column", "label", "--labels", "a,,b"], "'--labels'"),
-    (["--text-column", "text", "--label-column", "label", "--max-seq-length", "4"], "'--max-seq-length'"),
-    (["--text-column", "text", "--label-column", "label", "--num-shards", "-1"], "'--num-shards'"),
-    (["--text-column", "text", "--label-column", "label", "--split", "a b"], "'--split'"),
-    (["--text-column", "text", "--label-column", "label", "--label-set-from", "/nonexistent"], "'--label-set-from'"),
-    (["--text-column", "text", "--label-column", "label", "--max-seq-lenght", "64"], "--max_seq_lenght"),
-])
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--text-column", "sentence", "--label-column", "label"], "'--text-column'"),
+        (["--text-column", "text", "--label-column", "gold"], "'--label-column'"),
+        (["--text-column", "text"], "'--label-column'"),
+        (["--text-column", "text", "--text-pair-column", "text", "--label-column", "label"], "'--text-pair-column'"),
+        (["--glue", "sst2", "--text-column", "text"], "'--glue'"),
+        (["--text-column", "text", "--label-column", "label", "--labels", "a,,b"], "'--labels'"),
+        (["--text-column", "text", "--label-column", "label", "--max-seq-length", "4"], "'--max-seq-length'"),
+        (["--text-column", "text", "--label-column", "label", "--num-shards", "-1"], "'--num-shards'"),
+        (["--text-column", "text", "--label-column", "label", "--split", "a b"], "'--split'"),
+        (
+            ["--text-column", "text", "--label-column", "label", "--label-set-from", "/nonexistent"],
+            "'--label-set-from'",
+        ),
+        (["--text-column", "text", "--label-column", "label", "--max-seq-lenght", "64"], "--max_seq_lenght"),
+    ],
+)
 def test_classification_usage_errors_name_the_flag(tmp_path, demo_vocab, train_tsv, args, flag):
-    r = invoke("classification", "--input", train_tsv, "--vocab", str(demo_vocab / "vocab.txt"), "--output",
-               str(tmp_path / "o"), *args)
+    r = invoke(
+        "classification",
+        "--input",
+        train_tsv,
+        "--vocab",
+        str(demo_vocab / "vocab.txt"),
+        "--output",
+        str(tmp_path / "o"),
+        *args,
+    )
     assert r.exit_code == 2, r.output
     assert flag in r.output
     assert not (tmp_path / "o" / "manifest.json").exists()
@@ -60,14 +86,21 @@ def test_ner_and_squad_usage_errors_name_the_flag(tmp_path, demo_vocab, train_ts
     assert r.exit_code == 2 and "'--input'" in r.output and "not a CoNLL file" in r.output
     conll = tmp_path / "train.txt"
     conll.write_text("Guido NNP B-NP B-PER\n")
-    for args, flag in ((["--window-overlap", "100"], "'--window-overlap'"), (["--labels", "B-PER"], "'--labels'"),
-                       (["--vocab", str(tmp_path / "missing.txt")], "'--vocab'")):
+    for args, flag in (
+        (["--window-overlap", "100"], "'--window-overlap'"),
+        (["--labels", "B-PER"], "'--labels'"),
+        (["--vocab", str(tmp_path / "missing.txt")], "'--vocab'"),
+    ):
         r = invoke("ner", "--input", str(conll), "--vocab", vocab, "--output", str(tmp_path / "o"), *args)
         assert r.exit_code == 2 and flag in r.output, (args, r.output)
     squad = tmp_path / "train-v1.1.json"
     squad.write_text('{"data": []}')
-    for args, flag in ((["--articles", "5:2"], "'--articles'"), (["--articles", "x"], "'--articles'"),
-                       (["--doc-stride", "400"], "'--doc-stride'"), (["--max-query-length", "0"], "'--max-query-length'")):
+    for args, flag in (
+        (["--articles", "5:2"], "'--articles'"),
+        (["--articles", "x"], "'--articles'"),
+        (["--doc-stride", "400"], "'--doc-stride'"),
+        (["--max-query-length", "0"], "'--max-query-length'"),
+    ):
         r = invoke("squad", "--input", str(squad), "--vocab", vocab, "--output", str(tmp_path / "o"), *args)
         assert r.exit_code == 2 and flag in r.output, (args, r.output)
     r = invoke("squad", "--input", train_tsv, "--vocab", vocab, "--output", str(tmp_path / "o"))
@@ -88,8 +121,21 @@ def test_one_input_spelled_two_ways_is_read_once(tmp_path, demo_vocab, monkeypat
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "train.tsv").write_text("text\tlabel\na module\tpos\nthe class\tneg\n")
     monkeypatch.chdir(tmp_path)
-    r = invoke("classification", "--input", "in/train.tsv", "--input", "./in/../in/train.tsv", "--text-column", "text",
-               "--label-column", "label", "--vocab", str(demo_vocab / "vocab.txt"), "--output", "out")
+    r = invoke(
+        "classification",
+        "--input",
+        "in/train.tsv",
+        "--input",
+        "./in/../in/train.tsv",
+        "--text-column",
+        "text",
+        "--label-column",
+        "label",
+        "--vocab",
+        str(demo_vocab / "vocab.txt"),
+        "--output",
+        "out",
+    )
     assert r.exit_code == 0, r.output
     assert "rows: 2 read" in r.output
     assert len(json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]) == 1

@@ -44,21 +44,27 @@ def test_overlap_is_kept_when_words_fit():
 
 def featurize(spec, sentences, labels, *, training=True, max_seq_length=16, overlap=2):
     tally = Tally()
-    f = SentenceFeaturizer(spec, max_seq_length=max_seq_length, window_overlap=overlap, training=training, label_source="test")
+    f = SentenceFeaturizer(
+        spec, max_seq_length=max_seq_length, window_overlap=overlap, training=training, label_source="test"
+    )
     return f(R.RecordBatch(0, "t.txt", 0, sentences), labels, Layout({0: 0}, len(sentences)), tally), tally
 
 
 def test_tags_on_first_sub_tokens_unk_for_empty_words_and_unknown_tags(demo_vocab):
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
     labels = ["B-ORG", "B-PER", "I-PER", "O"]
-    s = R.Sentence(3, ["Guido", "van", "Rossum", "\u200b", "wrote", "Python"], ["B-PER", "I-PER", "I-PER", "O", "O", "B-ORG"])
+    s = R.Sentence(
+        3, ["Guido", "van", "Rossum", "\u200b", "wrote", "Python"], ["B-PER", "I-PER", "I-PER", "O", "O", "B-ORG"]
+    )
     t, tally = featurize(spec, [s], labels, max_seq_length=64)
     row = t.to_pylist()[0]
     first = [i for i, w in enumerate(row["word_ids"]) if w >= 0 and (i == 0 or row["word_ids"][i - 1] != w)]
     assert [row["word_ids"][i] for i in first] == list(range(6))
     assert [row["labels"][i] for i in first] == [labels.index(x) for x in s.tags]
     assert all(row["labels"][i] == T.IGNORE_INDEX for i in range(len(row["labels"])) if i not in first)
-    assert row["input_ids"][first[3]] == spec.vocab.id("[UNK]") and row["owned"] == [0] + [1] * (len(row["owned"]) - 2) + [0]
+    assert row["input_ids"][first[3]] == spec.vocab.id("[UNK]") and row["owned"] == [0] + [1] * (
+        len(row["owned"]) - 2
+    ) + [0]
     assert tally.counters()["first_lines"]["words_without_tokens_as_unk"] == ["t.txt:6"]
     bad = R.Sentence(9, ["Oslo"], ["B-LOC"])
     t, tally = featurize(spec, [s, bad], labels)
@@ -78,8 +84,12 @@ def test_conll_valid_every_sentence_every_word_once_with_its_tag(conll_valid):
     for s in m.shards:
         assert T.check_schema(pa.ipc.open_file(out / s.path).schema, T.NER) == "uint16"
     # Gold tags straight from the file, to compare with what the shards say.
-    gold = [s.tags for s in R.parse_conll(shared_path("tasks", "conll2003", "valid.txt").read_text().split("\n"),
-                                          "v", 0, "iob2", Tally())]
+    gold = [
+        s.tags
+        for s in R.parse_conll(
+            shared_path("tasks", "conll2003", "valid.txt").read_text().split("\n"), "v", 0, "iob2", Tally()
+        )
+    ]
     assert len(gold) == 3250
     merged: dict[int, list] = {}
     sentence_of_row = [(rid >> 16) for rid in rows.column(T.ROW_ID).to_pylist()]

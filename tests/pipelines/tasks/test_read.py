@@ -21,7 +21,7 @@ TSV = R.TableLayout("tsv", True, "sentence", None, "label")
 
 
 def test_tsv_bad_rows_are_counted_by_reason_with_line_numbers():
-    text = "sentence\tlabel\nfine text\t1\ntoo\tmany\tcolumns\n\n   \t0\nno label\t \nanother \"quoted\" text\t0"
+    text = 'sentence\tlabel\nfine text\t1\ntoo\tmany\tcolumns\n\n   \t0\nno label\t \nanother "quoted" text\t0'
     rows, tally = table_rows(text, TSV)
     assert [(r.line, r.text_a, r.label) for r in rows] == [(2, "fine text", "1"), (7, 'another "quoted" text', "0")]
     c = tally.counters()
@@ -43,10 +43,13 @@ def test_regression_labels_must_be_finite_numbers():
 def test_csv_unbalanced_quote_costs_one_counted_row_not_the_rows_after_it(bad):
     # Before: the quote swallowed every later row into one field; one row was counted, garbage was kept.
     layout = R.TableLayout("csv", True, "text", None, "label")
-    text = f"text,label\n{bad},pos\ngood one,neg\n\"quoted, fine\",pos\nlast,neg\n"
+    text = f'text,label\n{bad},pos\ngood one,neg\n"quoted, fine",pos\nlast,neg\n'
     rows, tally = table_rows(text, layout, "f.csv")
-    assert [(r.line, r.text_a, r.label) for r in rows] == [(3, "good one", "neg"), (4, "quoted, fine", "pos"),
-                                                         (5, "last", "neg")]
+    assert [(r.line, r.text_a, r.label) for r in rows] == [
+        (3, "good one", "neg"),
+        (4, "quoted, fine", "pos"),
+        (5, "last", "neg"),
+    ]
     c = tally.counters()
     assert c["rows_read"] == 4 and c["rows_dropped.unbalanced_quote"] == 1
     assert c["first_lines"]["rows_dropped.unbalanced_quote"] == ["f.csv:2"]
@@ -57,13 +60,21 @@ def test_csv_unbalanced_quote_costs_one_counted_row_not_the_rows_after_it(bad):
 def test_csv_quotes_may_span_lines_and_rows_keep_their_first_line():
     layout = R.TableLayout("csv", True, "text", None, "label")
     rows, tally = table_rows('text,label\n"a, quoted\nmulti-line text",pos\nplain,neg\n', layout, "f.csv")
-    assert [(r.line, r.text_a, r.label) for r in rows] == [(2, "a, quoted\nmulti-line text", "pos"), (4, "plain", "neg")]
+    assert [(r.line, r.text_a, r.label) for r in rows] == [
+        (2, "a, quoted\nmulti-line text", "pos"),
+        (4, "plain", "neg"),
+    ]
 
 
 def test_jsonl_rows_malformed_and_missing_fields():
     layout = R.TableLayout("jsonl", True, "text", None, "label")
-    lines = [json.dumps({"text": "good", "label": 1}), "{not json", json.dumps({"text": "no label"}),
-             json.dumps({"text": 5, "label": "x"}), json.dumps({"text": "b", "label": "neg"})]
+    lines = [
+        json.dumps({"text": "good", "label": 1}),
+        "{not json",
+        json.dumps({"text": "no label"}),
+        json.dumps({"text": 5, "label": "x"}),
+        json.dumps({"text": "b", "label": "neg"}),
+    ]
     rows, tally = table_rows("\n".join(lines), layout, "f.jsonl")
     assert [(r.line, r.label) for r in rows] == [(1, "1"), (5, "neg")]
     assert tally.counts["rows_dropped.malformed_json"] == 1 and tally.counts["rows_dropped.missing_field"] == 1
@@ -128,7 +139,9 @@ def conll(text: str, scheme: str = "iob2") -> tuple[list[R.Sentence], Tally]:
 def test_conll_sentences_and_malformed_lines_drop_their_sentence_with_line_numbers():
     sentences, tally = conll(CONLL)
     assert [(s.line, s.words, s.tags) for s in sentences] == [
-        (3, ["EU", "rejects", "German"], ["B-ORG", "O", "B-MISC"]), (14, ["Only"], ["I-PER"])]
+        (3, ["EU", "rejects", "German"], ["B-ORG", "O", "B-MISC"]),
+        (14, ["Only"], ["I-PER"]),
+    ]
     c = tally.counters()
     assert c["sentences_read"] == 4 and c["sentences_dropped.malformed_line"] == 2 and c["docstart_lines"] == 1
     assert c["first_lines"]["lines_malformed.wrong_field_count"] == ["v.txt:8"]
@@ -139,7 +152,9 @@ def test_conll_sentences_and_malformed_lines_drop_their_sentence_with_line_numbe
 
 def test_iob1_is_converted_to_iob2():
     assert R.iob1_to_iob2(["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-LOC", "I-ORG"]) == (
-        ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-LOC", "B-ORG"], 3)
+        ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-LOC", "B-ORG"],
+        3,
+    )
     sentences, tally = conll("Only NNP B-NP I-PER\nMe NNP I-NP I-PER\n", scheme="iob1")
     assert sentences[0].tags == ["B-PER", "I-PER"] and tally.counts["tags_converted_iob1_to_iob2"] == 1
     assert "invalid_iob2_transitions" not in tally.counts
@@ -174,15 +189,18 @@ def test_first_places_are_the_earliest_whatever_the_merge_order():
 CONTEXT = "The Broncos beat the  Panthers in Super Bowl 50.\nDenver won 24 to 10."
 
 
-@pytest.mark.parametrize("text,start,span,how", [
-    ("Panthers", 22, (22, 30), "exact"),
-    ("the Panthers", 17, (17, 30), "whitespace_normalized"),  # the context has two spaces
-    ("Denver", 40, (49, 55), "offset_shifted"),
-    ("Bowl  50", 34, (40, 47), "offset_shifted_whitespace_normalized"),
-    ("Seahawks", 10, None, "unmatched"),
-    ("", 0, None, "unmatched"),
-    ("Denver", "49", None, "unmatched"),
-])
+@pytest.mark.parametrize(
+    "text,start,span,how",
+    [
+        ("Panthers", 22, (22, 30), "exact"),
+        ("the Panthers", 17, (17, 30), "whitespace_normalized"),  # the context has two spaces
+        ("Denver", 40, (49, 55), "offset_shifted"),
+        ("Bowl  50", 34, (40, 47), "offset_shifted_whitespace_normalized"),
+        ("Seahawks", 10, None, "unmatched"),
+        ("", 0, None, "unmatched"),
+        ("Denver", "49", None, "unmatched"),
+    ],
+)
 def test_answer_alignment_and_its_documented_fallback(text, start, span, how):
     assert R.align_answer(CONTEXT, text, start) == (span, how)
 
@@ -221,7 +239,9 @@ def test_squad_parsing_counts_repairs_and_drops_by_question_id():
 
 
 def test_articles_select_by_index_and_ordinals_count_every_article():
-    articles = squad_json(qa("a0", [("Denver", 49)]), title="A") + squad_json(qa("b0", [("Denver", 49)]), qa("b1", []), title="B")
+    articles = squad_json(qa("a0", [("Denver", 49)]), title="A") + squad_json(
+        qa("b0", [("Denver", 49)]), qa("b1", []), title="B"
+    )
     examples = list(R.parse_squad(articles, "d.json", 0, (1, 2), False, Tally()))
     assert [(e.qid, e.ordinal, e.title) for e in examples] == [("b0", 1, "B"), ("b1", 2, "B")]
     with pytest.raises(InputError, match="--articles 1:5 is outside its 2 articles"):

@@ -24,7 +24,9 @@ def test_foreign_or_altered_schemas_are_refused():
     with pytest.raises(SchemaError, match="differ"):
         T.check_schema(schema.remove(schema.get_field_index(T.OWNED)), T.NER)
     with pytest.raises(SchemaError, match="differ"):
-        T.check_schema(schema.set(schema.get_field_index(T.LABELS), pa.field(T.LABELS, pa.list_(pa.int32()), False)), T.NER)
+        T.check_schema(
+            schema.set(schema.get_field_index(T.LABELS), pa.field(T.LABELS, pa.list_(pa.int32()), False)), T.NER
+        )
     with pytest.raises(SchemaError, match="not a bertstream shard"):
         T.check_schema(pa.schema([pa.field("input_ids", pa.list_(pa.uint16()))]), T.NER)
     with pytest.raises(SchemaError, match="kind"):

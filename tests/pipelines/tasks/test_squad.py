@@ -41,7 +41,9 @@ def bert_is_max_context(spans, cur, position) -> bool:
     return cur == best
 
 
-@pytest.mark.parametrize("n,max_tokens,stride", [(1, 5, 2), (10, 4, 2), (100, 30, 7), (57, 20, 20), (64, 64, 16), (9, 3, 1)])
+@pytest.mark.parametrize(
+    "n,max_tokens,stride", [(1, 5, 2), (10, 4, 2), (100, 30, 7), (57, 20, 20), (64, 64, 16), (9, 3, 1)]
+)
 def test_windows_and_max_context_follow_bert(n, max_tokens, stride):
     spans = plan_spans(n, max_tokens, stride)
     assert spans == bert_doc_spans(n, max_tokens, stride)
@@ -83,8 +85,12 @@ def test_squad_eval_features_map_back_to_answers(squad_eval):
     assert info["count"] == len(examples) == 1589 and info["bytes"] == len(data)
     assert info["sha256"] == hashlib.sha256(data).hexdigest()
     # The examples carry ALL answers of the source, as given.
-    source = {q["id"]: q for a in json.loads(shared_path("tasks", "squad_v1.1", "dev-v1.1.json").read_text())["data"][40:48]
-              for p in a["paragraphs"] for q in p["qas"]}
+    source = {
+        q["id"]: q
+        for a in json.loads(shared_path("tasks", "squad_v1.1", "dev-v1.1.json").read_text())["data"][40:48]
+        for p in a["paragraphs"]
+        for q in p["qas"]
+    }
     assert [e["example_index"] for e in examples] == list(range(1589))
     for e in examples:
         assert e["answers"]["text"] == [a["text"] for a in source[e["id"]]["answers"]]
@@ -108,9 +114,9 @@ def test_squad_eval_features_map_back_to_answers(squad_eval):
         inside = span is not None and ctx[0][0] <= span[0] and span[1] <= ctx[-1][1]
         if inside:
             assert seg <= start <= end < len(r["input_ids"]) - 1
-            text = e["context"][r["offset_start"][start]:r["offset_end"][end]]
+            text = e["context"][r["offset_start"][start] : r["offset_end"][end]]
             if e["id"] in boundary:
-                assert normalize_answer(e["context"][span[0]:span[1]]) in normalize_answer(text)
+                assert normalize_answer(e["context"][span[0] : span[1]]) in normalize_answer(text)
             else:
                 assert normalize_answer(text) in {normalize_answer(a) for a in e["answers"]["text"]}
             found.add(e["id"])
@@ -126,21 +132,57 @@ def test_squad_eval_features_map_back_to_answers(squad_eval):
 
 def test_squad_v2_impossible_questions_and_training_drops(tmp_path, demo_vocab):
     context = "Python was created by Guido van Rossum. The first release was in 1991."
-    data = {"version": "v2.0", "data": [{"title": "Python", "paragraphs": [{"context": context, "qas": [
-        {"id": "q1", "question": "Who created Python?", "is_impossible": False,
-         "answers": [{"text": "Guido van Rossum", "answer_start": 22}]},
-        {"id": "q2", "question": "Who created Java?", "is_impossible": True, "answers": [],
-         "plausible_answers": [{"text": "Guido van Rossum", "answer_start": 22}]},
-        {"id": "q3", "question": "When was the first release?", "is_impossible": False,
-         "answers": [{"text": "1991", "answer_start": 60}]},  # offset off by 6: repaired
-        {"id": "q4", "question": "Which year?", "is_impossible": False,
-         "answers": [{"text": "2008", "answer_start": 60}]},  # not in the context
-    ]}]}]}
+    data = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "Python",
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": "q1",
+                                "question": "Who created Python?",
+                                "is_impossible": False,
+                                "answers": [{"text": "Guido van Rossum", "answer_start": 22}],
+                            },
+                            {
+                                "id": "q2",
+                                "question": "Who created Java?",
+                                "is_impossible": True,
+                                "answers": [],
+                                "plausible_answers": [{"text": "Guido van Rossum", "answer_start": 22}],
+                            },
+                            {
+                                "id": "q3",
+                                "question": "When was the first release?",
+                                "is_impossible": False,
+                                "answers": [{"text": "1991", "answer_start": 60}],
+                            },  # offset off by 6: repaired
+                            {
+                                "id": "q4",
+                                "question": "Which year?",
+                                "is_impossible": False,
+                                "answers": [{"text": "2008", "answer_start": 60}],
+                            },  # not in the context
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     src = tmp_path / "train-v2.0.json"
     src.write_text(json.dumps(data))
     out = tmp_path / "out"
-    m = run_squad(inputs=[str(src)], vocab=str(demo_vocab / "vocab.txt"), output_dir=str(out), max_seq_length=32,
-                  doc_stride=8, max_query_length=12).manifest
+    m = run_squad(
+        inputs=[str(src)],
+        vocab=str(demo_vocab / "vocab.txt"),
+        output_dir=str(out),
+        max_seq_length=32,
+        doc_stride=8,
+        max_query_length=12,
+    ).manifest
     assert m.task["training"] is True and m.task["split"] == "train"
     c = m.counters
     assert c["examples_read"] == 4 and c["examples_used"] == 3 and c["examples_impossible"] == 1
@@ -155,7 +197,10 @@ def test_squad_v2_impossible_questions_and_training_drops(tmp_path, demo_vocab):
     assert all(r["start_position"] == r["end_position"] == 0 and r["is_impossible"] for r in by_id["q2"])
     for qid, answer in (("q1", "Guido van Rossum"), ("q3", "1991")):
         ctx = examples[by_id[qid][0]["example_index"]]["context"]
-        hits = [ctx[r["offset_start"][r["start_position"]]:r["offset_end"][r["end_position"]]]
-                for r in by_id[qid] if r["start_position"]]
+        hits = [
+            ctx[r["offset_start"][r["start_position"]] : r["offset_end"][r["end_position"]]]
+            for r in by_id[qid]
+            if r["start_position"]
+        ]
         assert hits and set(hits) == {answer}
         assert not any(r["is_impossible"] for r in by_id[qid])

@@ -17,11 +17,22 @@ def test_window_is_one_without_shuffle() -> None:
     assert DataConfig(paths="d", batch_size=4, shuffle_buffer=500).window == 500
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("paths", ()), ("paths", ("a", "a/")), ("batch_size", 0), ("batch_size", True), ("format", "parquet"),
-    ("shuffle_buffer", -1), ("seed", -3), ("num_workers", -1), ("prefetch_factor", 0), ("bucket_batches", 1),
-    ("verify", "md5"),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("paths", ()),
+        ("paths", ("a", "a/")),
+        ("batch_size", 0),
+        ("batch_size", True),
+        ("format", "parquet"),
+        ("shuffle_buffer", -1),
+        ("seed", -3),
+        ("num_workers", -1),
+        ("prefetch_factor", 0),
+        ("bucket_batches", 1),
+        ("verify", "md5"),
+    ],
+)
 def test_bad_values_are_named(field: str, value: object) -> None:
     kwargs = {"paths": ("d",), "batch_size": 4, field: value}
     with pytest.raises(ValueError, match=field if field != "paths" else "paths"):

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 BATCH = 8
 
 
-def make(*paths: Path | str, world_size: int = 1, rank: int = 0, expected: str | None = None,
-         **kw: object) -> PretrainingLoader:
+def make(
+    *paths: Path | str, world_size: int = 1, rank: int = 0, expected: str | None = None, **kw: object
+) -> PretrainingLoader:
     kw = {"batch_size": BATCH, "shuffle_buffer": 40, "seed": 11, **kw}
     cfg = DataConfig(paths=tuple(str(p) for p in paths), **kw)  # type: ignore[arg-type]
     return PretrainingLoader(cfg, expected_vocab_sha256=expected, world_size=world_size, rank=rank)
@@ -33,13 +34,16 @@ def flat(batches: list[list[int]]) -> list[int]:
 
 @pytest.mark.parametrize("fmt", ["arrow", "webdataset"])
 @pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (2, 2), (3, 0)])
-def test_each_sample_once_per_epoch_over_ranks_and_workers(uneven: Dataset, fmt: str, world_size: int,
-                                                           workers: int) -> None:
-    loaders = [make(uneven.path, world_size=world_size, rank=r, format=fmt, num_workers=workers,
-                    expected=uneven.vocab.sha256) for r in range(world_size)]
+def test_each_sample_once_per_epoch_over_ranks_and_workers(
+    uneven: Dataset, fmt: str, world_size: int, workers: int
+) -> None:
+    loaders = [
+        make(uneven.path, world_size=world_size, rank=r, format=fmt, num_workers=workers, expected=uneven.vocab.sha256)
+        for r in range(world_size)
+    ]
     per_rank = [epoch_ids(ld) for ld in loaders]
     steps = 311 // (world_size * BATCH)
-    assert [len(b) for b in per_rank] == [steps] * world_size                # no DDP hang
+    assert [len(b) for b in per_rank] == [steps] * world_size  # no DDP hang
     assert all(len(b) == BATCH for batches in per_rank for b in batches)
     seen = [i for batches in per_rank for i in flat(batches)]
     assert len(seen) == len(set(seen)) == 311 - loaders[0].dropped_per_epoch
@@ -56,7 +60,9 @@ def test_batches_carry_the_written_instances(uneven: Dataset) -> None:
             n, m = len(row["input_ids"]), len(row["masked_lm_ids"])
             assert b["input_ids"][i, :n].tolist() == row["input_ids"].tolist()
             assert b["attention_mask"][i].sum() == n and b["input_ids"].shape[1] % 8 == 0
-            assert b["token_type_ids"][i, :n].tolist() == [0] * row["segment_a_length"] + [1] * (n - row["segment_a_length"])
+            assert b["token_type_ids"][i, :n].tolist() == [0] * row["segment_a_length"] + [1] * (
+                n - row["segment_a_length"]
+            )
             assert b["masked_lm_positions"][i, :m].tolist() == row["masked_lm_positions"].tolist()
             assert b["masked_lm_ids"][i, :m].tolist() == row["masked_lm_ids"].tolist()
             assert b["masked_lm_weights"][i].sum() == m
@@ -68,7 +74,7 @@ def test_formats_and_locations_give_the_same_stream(uneven: Dataset) -> None:
     a = epoch_ids(make(uneven.path, format="arrow"))
     assert epoch_ids(make(uneven.path, format="webdataset")) == a
     a2 = epoch_ids(make(uneven.path, format="arrow", num_workers=2))
-    assert a2 != a and sorted(flat(a2)) == sorted(flat(a))   # workers own contiguous lanes of batches
+    assert a2 != a and sorted(flat(a2)) == sorted(flat(a))  # workers own contiguous lanes of batches
     url = f"memory://bertstream-test-{id(a)}"
     copy_to_fsspec(uneven.path, url)
     assert epoch_ids(make(url, format="arrow")) == a
@@ -79,7 +85,7 @@ def test_order_differs_per_epoch_and_repeats_per_seed(uneven: Dataset) -> None:
     ld = make(uneven.path)
     e0, e1 = epoch_ids(ld), epoch_ids(ld)
     assert ld.epoch == 2
-    assert e0 != e1 and set(flat(e0)) != set(flat(e1))      # the dropped remainder moves too
+    assert e0 != e1 and set(flat(e0)) != set(flat(e1))  # the dropped remainder moves too
     assert epoch_ids(make(uneven.path)) == e0
     assert epoch_ids(make(uneven.path, seed=12)) != e0
     again = make(uneven.path)
@@ -92,23 +98,27 @@ def _resume(make_loader, stop_after: int, make_resumed=None) -> tuple[list[list[
     head = []
     for b in itertools.islice(iter(first), stop_after):
         head.append([uint64(int(x)) for x in b["instance_ids"]])
-    state = json.loads(json.dumps(first.state_dict()))   # survives a JSON checkpoint
+    state = json.loads(json.dumps(first.state_dict()))  # survives a JSON checkpoint
     resumed = (make_resumed or make_loader)()
     resumed.load_state_dict(state)
     return head, epoch_ids(resumed), state
 
 
 @pytest.mark.parametrize("fmt", ["arrow", "webdataset"])
-@pytest.mark.parametrize(("workers", "world_size", "stop_after"), [(0, 1, 7), (2, 1, 7), (2, 1, 8), (2, 2, 5),
-                                                                    (0, 2, 1)])
+@pytest.mark.parametrize(
+    ("workers", "world_size", "stop_after"), [(0, 1, 7), (2, 1, 7), (2, 1, 8), (2, 2, 5), (0, 2, 1)]
+)
 def test_resume_mid_epoch_is_exact(uneven: Dataset, fmt: str, workers: int, world_size: int, stop_after: int) -> None:
     for rank in range(world_size):
-        def mk() -> PretrainingLoader:
-            return make(uneven.path, format=fmt, num_workers=workers, world_size=world_size, rank=rank,
-                        prefetch_factor=4)
+
+        def mk(rank: int = rank) -> PretrainingLoader:
+            return make(
+                uneven.path, format=fmt, num_workers=workers, world_size=world_size, rank=rank, prefetch_factor=4
+            )
+
         full = epoch_ids(mk())
         head, tail, state = _resume(mk, stop_after)
-        assert state["batches_consumed"] == stop_after      # yielded, not prefetched by workers
+        assert state["batches_consumed"] == stop_after  # yielded, not prefetched by workers
         assert len(json.dumps(state)) < 600
         assert head + tail == full
 
@@ -116,8 +126,9 @@ def test_resume_mid_epoch_is_exact(uneven: Dataset, fmt: str, workers: int, worl
 @pytest.mark.parametrize(("before", "after"), [(2, 0), (0, 2), (2, 1)])
 def test_resume_with_another_worker_count_keeps_exactly_once(uneven: Dataset, before: int, after: int) -> None:
     full = epoch_ids(make(uneven.path, num_workers=before))
-    head, tail, _ = _resume(lambda: make(uneven.path, num_workers=before), 13,
-                            lambda: make(uneven.path, num_workers=after))
+    head, tail, _ = _resume(
+        lambda: make(uneven.path, num_workers=before), 13, lambda: make(uneven.path, num_workers=after)
+    )
     assert head == full[:13]
     assert sorted(flat(head + tail)) == sorted(flat(full)) and len(head + tail) == len(full)
 
@@ -132,7 +143,7 @@ def test_resume_twice_and_across_the_epoch_end(uneven: Dataset) -> None:
     ld2 = make(uneven.path, num_workers=2)
     ld2.load_state_dict(ld.state_dict())
     it = iter(ld2)
-    got += [next(it)["instance_ids"] for _ in range(ld2.remaining_steps)]   # the last batch, not StopIteration
+    got += [next(it)["instance_ids"] for _ in range(ld2.remaining_steps)]  # the last batch, not StopIteration
     state = ld2.state_dict()
     assert (state["epoch"], state["batches_consumed"]) == (0, ld2.steps_per_epoch)
     ld3 = make(uneven.path, num_workers=2)
@@ -153,6 +164,7 @@ def test_state_counts_batches_handed_out_not_prefetched(uneven: Dataset) -> None
 def test_length_bucketing(uneven: Dataset) -> None:
     plain = make(uneven.path, batch_size=4, shuffle_buffer=311)
     bucketed = make(uneven.path, batch_size=4, shuffle_buffer=311, length_bucketing=True, bucket_batches=8)
+
     def padding(batches: list[dict[str, torch.Tensor]]) -> int:
         return sum(int((b["attention_mask"] == 0).sum()) for b in batches)
 
@@ -160,8 +172,17 @@ def test_length_bucketing(uneven: Dataset) -> None:
     assert padding(batches) < 0.5 * padding(list(plain))
     ids = [uint64(int(x)) for b in batches for x in b["instance_ids"]]
     assert len(ids) == len(set(ids)) == 311 - 311 % 4
-    mk = lambda: make(uneven.path, batch_size=4, shuffle_buffer=311, length_bucketing=True, bucket_batches=8,  # noqa: E731
-                      num_workers=2)
+
+    def mk() -> PretrainingLoader:
+        return make(
+            uneven.path,
+            batch_size=4,
+            shuffle_buffer=311,
+            length_bucketing=True,
+            bucket_batches=8,
+            num_workers=2,
+        )
+
     full = epoch_ids(mk())
     head, tail, _ = _resume(mk, 11)
     assert head + tail == full
@@ -260,8 +281,9 @@ def test_iterating_leaves_the_global_torch_rng_alone(tmp_path) -> None:
     vocab = bert_like_vocab(2000)
     write_dataset(tmp_path / "d", make_instances(80, vocab=vocab), [40, 40], vocab=vocab, formats=("arrow",))
     for workers in (0, 2):
-        loader = PretrainingLoader(DataConfig(paths=(str(tmp_path / "d"),), batch_size=8, num_workers=workers),
-                                   expected_vocab_sha256=None)
+        loader = PretrainingLoader(
+            DataConfig(paths=(str(tmp_path / "d"),), batch_size=8, num_workers=workers), expected_vocab_sha256=None
+        )
         before = torch.get_rng_state()
         for _ in loader:
             pass

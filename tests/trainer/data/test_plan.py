@@ -11,10 +11,28 @@ from trainer.data.plan import EpochPlan, Lane, advance, interleave, lane_batches
 COUNTS = (37, 120, 5, 0, 88, 61)  # 311 samples
 
 
-def plan(epoch: int = 0, *, seed: int = 3, rank: int = 0, world_size: int = 2, batch_size: int = 8,
-         window: int = 50, drop_remainder: bool = True, shuffle: bool = True) -> EpochPlan:
-    return EpochPlan(COUNTS, epoch=epoch, seed=seed, shuffle=shuffle, window=window, batch_size=batch_size,
-                     world_size=world_size, rank=rank, drop_remainder=drop_remainder)
+def plan(
+    epoch: int = 0,
+    *,
+    seed: int = 3,
+    rank: int = 0,
+    world_size: int = 2,
+    batch_size: int = 8,
+    window: int = 50,
+    drop_remainder: bool = True,
+    shuffle: bool = True,
+) -> EpochPlan:
+    return EpochPlan(
+        COUNTS,
+        epoch=epoch,
+        seed=seed,
+        shuffle=shuffle,
+        window=window,
+        batch_size=batch_size,
+        world_size=world_size,
+        rank=rank,
+        drop_remainder=drop_remainder,
+    )
 
 
 def rank_stream(p: EpochPlan) -> np.ndarray:
@@ -113,7 +131,7 @@ def test_advance_continues_the_interleaved_order() -> None:
         assert list(interleave(rest)) == full[cursor:]
         # and again from the advanced lanes (a second resume)
         c2 = int(rng.integers(0, len(full) - cursor + 1))
-        assert list(interleave(advance(rest, c2))) == full[cursor + c2:]
+        assert list(interleave(advance(rest, c2))) == full[cursor + c2 :]
 
 
 class _Lanes(IterableDataset):
@@ -126,10 +144,13 @@ class _Lanes(IterableDataset):
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
-@pytest.mark.parametrize("lanes", [
-    [[(0, 5)], [(5, 8)], [(8, 9)]],           # uneven lanes: exhausted workers are skipped
-    [[(4, 6)], [], [(0, 4), (7, 9)]],          # an empty lane; rotated, non-monotonic lanes
-])
+@pytest.mark.parametrize(
+    "lanes",
+    [
+        [[(0, 5)], [(5, 8)], [(8, 9)]],  # uneven lanes: exhausted workers are skipped
+        [[(4, 6)], [], [(0, 4), (7, 9)]],  # an empty lane; rotated, non-monotonic lanes
+    ],
+)
 def test_torch_dataloader_yields_the_interleaved_order(lanes: list[Lane]) -> None:
     """The assumption the loader's state rests on, checked against torch itself."""
     got = [int(x) for x in DataLoader(_Lanes(lanes), batch_size=None, num_workers=len(lanes), prefetch_factor=3)]

@@ -27,12 +27,20 @@ def rows_of(data: ShardData) -> list[dict]:
     out = []
     for block in data.blocks:
         for i in range(len(block)):
-            def take(r):  # noqa: ANN001, ANN202
+
+            def take(r, i=i):  # noqa: ANN001, ANN202
                 return r.values[r.starts[i] : r.starts[i] + r.lengths[i]]
-            out.append({"input_ids": take(block.input_ids), "segment_a_length": int(block.segment_a[i]),
-                        "masked_lm_positions": take(block.masked_positions),
-                        "masked_lm_ids": take(block.masked_ids), "next_sentence_label": int(block.nsp[i]),
-                        "instance_id": int(block.instance_id[i])})
+
+            out.append(
+                {
+                    "input_ids": take(block.input_ids),
+                    "segment_a_length": int(block.segment_a[i]),
+                    "masked_lm_positions": take(block.masked_positions),
+                    "masked_lm_ids": take(block.masked_ids),
+                    "next_sentence_label": int(block.nsp[i]),
+                    "instance_id": int(block.instance_id[i]),
+                }
+            )
     return out
 
 
@@ -114,8 +122,15 @@ def test_tar_with_pax_long_names_and_foreign_members(tmp_path: Path, vocab: Voca
         tf.addfile(d)
         for i in range(3):
             r = inst.row(i)
-            payload = wds.encode_instance(r["input_ids"], r["segment_a_length"], r["masked_lm_positions"],
-                                          r["masked_lm_ids"], r["next_sentence_label"], r["instance_id"], 2)
+            payload = wds.encode_instance(
+                r["input_ids"],
+                r["segment_a_length"],
+                r["masked_lm_positions"],
+                r["masked_lm_ids"],
+                r["next_sentence_label"],
+                r["instance_id"],
+                2,
+            )
             name = ("d" * 120 + "/" if i == 1 else "") + f"{wds.sample_key(r['instance_id'])}.bert"
             info = tarfile.TarInfo(name)
             info.size = len(payload)
@@ -149,6 +164,7 @@ def _flip(at: int):  # noqa: ANN202
     def edit(b: bytearray) -> bytes:
         b[at] ^= 0xFF
         return bytes(b)
+
     return edit
 
 
@@ -160,13 +176,18 @@ def test_flipped_byte_fails_the_sha256(uneven: Dataset, tmp_path: Path, fmt: str
     assert ref.url in str(e.value) and ref.sha256 in str(e.value)
 
 
-@pytest.mark.parametrize(("at", "match"), [
-    (5, "checksum"),                    # a name byte of the first tar header
-    (124, "runs past the end"),         # its size field
-    (512 + 2, "bytes, its header says"),  # n of the first payload
-    (512 * 3 + 1, "id width 253, expected 2"),  # id width of the second payload
-])
-def test_tar_decode_errors_without_sha256_name_path_and_sha(uneven: Dataset, tmp_path: Path, at: int, match: str) -> None:
+@pytest.mark.parametrize(
+    ("at", "match"),
+    [
+        (5, "checksum"),  # a name byte of the first tar header
+        (124, "runs past the end"),  # its size field
+        (512 + 2, "bytes, its header says"),  # n of the first payload
+        (512 * 3 + 1, "id width 253, expected 2"),  # id width of the second payload
+    ],
+)
+def test_tar_decode_errors_without_sha256_name_path_and_sha(
+    uneven: Dataset, tmp_path: Path, at: int, match: str
+) -> None:
     ref = _corrupt_copy(uneven, "webdataset", tmp_path, _flip(at))
     with pytest.raises(ShardError, match=match) as e:
         open_shard(ref, verify_sha256=False, vocab_sha256=uneven.vocab.sha256, id_type="uint16")

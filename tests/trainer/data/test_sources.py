@@ -13,8 +13,9 @@ from trainer.data.sources import open_catalog
 
 
 def catalog(*paths: Path, fmt: str = "auto", expected: str | None = None, skip: bool = False, verify: str = "sha256"):  # noqa: ANN201
-    return open_catalog([str(p) for p in paths], fmt=fmt, expected_vocab_sha256=expected, skip_corrupt=skip,
-                        verify=verify)
+    return open_catalog(
+        [str(p) for p in paths], fmt=fmt, expected_vocab_sha256=expected, skip_corrupt=skip, verify=verify
+    )
 
 
 def copy(ds: Dataset, tmp_path: Path) -> Path:
@@ -74,7 +75,7 @@ def test_missing_manifest_and_wrong_kind(tmp_path: Path, uneven: Dataset) -> Non
 
 def test_format_choice(uneven: Dataset, tmp_path: Path, vocab) -> None:  # noqa: ANN001
     write_dataset(tmp_path, make_instances(10, vocab=vocab), (10,), vocab=vocab, formats=("webdataset",))
-    assert catalog(tmp_path).shards[0].format == "webdataset"          # auto falls back
+    assert catalog(tmp_path).shards[0].format == "webdataset"  # auto falls back
     with pytest.raises(SchemaError, match="no arrow shards"):
         catalog(tmp_path, fmt="arrow")
 
@@ -106,7 +107,7 @@ def test_content_corruption_is_skipped_up_front_only_with_skip_corrupt(uneven: D
     data = bytearray(victim.read_bytes())
     data[2000] ^= 1
     victim.write_bytes(bytes(data))
-    assert catalog(d, fmt="webdataset").num_samples == 311           # found later, when the shard is opened
+    assert catalog(d, fmt="webdataset").num_samples == 311  # found later, when the shard is opened
     cat = catalog(d, fmt="webdataset", skip=True)
     assert cat.verified and cat.skipped_samples == 120 and "hashes to" in cat.skipped[0][1]
     assert catalog(d, fmt="webdataset", skip=True, verify="size").skipped == ()

@@ -53,8 +53,11 @@ def task_vocab(tmp_path_factory) -> Path:
     from pipelines.vocab import VocabConfig, train_vocab
 
     out = tmp_path_factory.mktemp("task_vocab")
-    train_vocab([str(shared_path("pretrain", "wikipedia", "wiki_00"))], out,
-                VocabConfig(input_format="wikiextractor", vocab_size=4000))
+    train_vocab(
+        [str(shared_path("pretrain", "wikipedia", "wiki_00"))],
+        out,
+        VocabConfig(input_format="wikiextractor", vocab_size=4000),
+    )
     return out / "vocab.txt"
 
 
@@ -69,8 +72,14 @@ def sst2(tmp_path_factory, task_vocab) -> dict[str, Path]:
     for split, n in (("train", 321), ("dev", 201), ("test", 61)):
         tsv = head_lines(src / f"{split}.tsv", root / f"{split}.tsv", n)
         out[split] = root / f"{split}_data"
-        run_classification(inputs=[str(tsv)], vocab=str(task_vocab), output_dir=str(out[split]), glue="sst2",
-                           split=split, max_seq_length=64)
+        run_classification(
+            inputs=[str(tsv)],
+            vocab=str(task_vocab),
+            output_dir=str(out[split]),
+            glue="sst2",
+            split=split,
+            max_seq_length=64,
+        )
     return out
 
 
@@ -84,10 +93,25 @@ def conll(tmp_path_factory, task_vocab) -> dict[str, Path]:
     train = head_sentences(src / "train.txt", root / "train.txt", 200)
     valid = head_sentences(src / "valid.txt", root / "valid.txt", 300)
     out = {"train": root / "train_data", "valid": root / "valid_data"}
-    run_ner(inputs=[str(train)], vocab=str(task_vocab), output_dir=str(out["train"]), split="train",
-            labels=CONLL_LABELS, max_seq_length=24, window_overlap=4)
-    run_ner(inputs=[str(valid)], vocab=str(task_vocab), output_dir=str(out["valid"]), split="valid",
-            label_set_from=str(out["train"]), max_seq_length=24, window_overlap=4, num_shards=2)
+    run_ner(
+        inputs=[str(train)],
+        vocab=str(task_vocab),
+        output_dir=str(out["train"]),
+        split="train",
+        labels=CONLL_LABELS,
+        max_seq_length=24,
+        window_overlap=4,
+    )
+    run_ner(
+        inputs=[str(valid)],
+        vocab=str(task_vocab),
+        output_dir=str(out["valid"]),
+        split="valid",
+        label_set_from=str(out["train"]),
+        max_seq_length=24,
+        window_overlap=4,
+        num_shards=2,
+    )
     return out
 
 
@@ -99,7 +123,13 @@ def squad(tmp_path_factory, task_vocab) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("squad")
     src = str(shared_path("tasks", "squad_v1.1", "dev-v1.1.json"))
     out = {"train": root / "train_data", "dev": root / "dev_data"}
-    common = {"inputs": [src], "vocab": str(task_vocab), "max_seq_length": 128, "doc_stride": 48, "max_query_length": 32}
+    common = {
+        "inputs": [src],
+        "vocab": str(task_vocab),
+        "max_seq_length": 128,
+        "doc_stride": 48,
+        "max_query_length": 32,
+    }
     run_squad(**common, output_dir=str(out["train"]), articles=(1, 3), split="train")
     run_squad(**common, output_dir=str(out["dev"]), articles=(8, 9), split="dev", num_shards=2)
     return out
@@ -110,7 +140,19 @@ def finetune_run(task: str, train: Path, evaluation: Path, out: Path, **kw):
     from trainer.finetune.config import FinetuneConfig
     from trainer.finetune.loop import finetune
 
-    cfg = FinetuneConfig(**{"task": task, "train_data": str(train), "eval_data": str(evaluation),
-                            "init": "random:tiny", "output": str(out), "epochs": 1, "batch_size": 16, "lr": 1e-3,
-                            "tensorboard": False, "log_every": 5, **kw})
+    cfg = FinetuneConfig(
+        **{
+            "task": task,
+            "train_data": str(train),
+            "eval_data": str(evaluation),
+            "init": "random:tiny",
+            "output": str(out),
+            "epochs": 1,
+            "batch_size": 16,
+            "lr": 1e-3,
+            "tensorboard": False,
+            "log_every": 5,
+            **kw,
+        }
+    )
     return finetune(cfg)

@@ -11,12 +11,16 @@ from schemas.vocab import SPECIAL_TOKENS, Vocab
 from trainer.hf import hf_config_dict
 from trainer.model import BertConfig
 
-CONFIG = BertConfig(vocab_size=120, hidden_size=48, num_layers=2, num_heads=4, intermediate_size=80,
-                    max_position_embeddings=40)
+CONFIG = BertConfig(
+    vocab_size=120, hidden_size=48, num_layers=2, num_heads=4, intermediate_size=80, max_position_embeddings=40
+)
 VOCAB = Vocab((*SPECIAL_TOKENS, *(f"tok{i}" for i in range(CONFIG.vocab_size - len(SPECIAL_TOKENS)))))
 TOL = {"rtol": 0.0, "atol": 1e-5}
-HF_CLASSES = {T.CLASSIFICATION: "BertForSequenceClassification", T.NER: "BertForTokenClassification",
-              T.SQUAD: "BertForQuestionAnswering"}
+HF_CLASSES = {
+    T.CLASSIFICATION: "BertForSequenceClassification",
+    T.NER: "BertForTokenClassification",
+    T.SQUAD: "BertForQuestionAnswering",
+}
 
 
 def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:

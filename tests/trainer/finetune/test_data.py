@@ -56,8 +56,10 @@ def test_evaluation_plan_covers_every_row_once_in_order():
 
 
 def test_collate_pads_to_a_multiple_of_8_with_segments_and_ignored_labels():
-    rows = [{"index": 4, "input_ids": np.array([2, 10, 11, 3, 12, 3]), "segment_a_length": 4, "label": 1},
-            {"index": 9, "input_ids": np.array([2, 13, 3]), "segment_a_length": 3, "label": 0}]
+    rows = [
+        {"index": 4, "input_ids": np.array([2, 10, 11, 3, 12, 3]), "segment_a_length": 4, "label": 1},
+        {"index": 9, "input_ids": np.array([2, 13, 3]), "segment_a_length": 3, "label": 0},
+    ]
     b = collate(rows, kind=T.CLASSIFICATION, pad_id=0)
     assert b["input_ids"].tolist() == [[2, 10, 11, 3, 12, 3, 0, 0], [2, 13, 3, 0, 0, 0, 0, 0]]
     assert b["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1, 0, 0], [0] * 8]
@@ -105,8 +107,15 @@ def test_label_lists_must_agree(sst2, task_vocab, tmp_path):
 
     src = next(sst2["dev"].parent.glob("dev.tsv"))
     swapped = tmp_path / "swapped"
-    run_classification(inputs=[str(src)], vocab=str(task_vocab), output_dir=str(swapped), glue="sst2", split="dev",
-                       labels=("1", "0"), max_seq_length=64)
+    run_classification(
+        inputs=[str(src)],
+        vocab=str(task_vocab),
+        output_dir=str(swapped),
+        glue="sst2",
+        split="dev",
+        labels=("1", "0"),
+        max_seq_length=64,
+    )
     train = load_task_data(str(sst2["train"]), T.CLASSIFICATION)
     dev = load_task_data(str(swapped), T.CLASSIFICATION)
     with pytest.raises(TaskDataError, match=r"different label lists: \['0', '1'\] vs \['1', '0'\].*--label-set-from"):
@@ -123,6 +132,6 @@ def test_ner_windows_select_each_word_once(conll):
         first = (c[T.LABELS][i] != T.IGNORE_INDEX) & (c[T.OWNED][i] == 1)
         per_sentence.setdefault(int(c[T.ROW_ID][i]) >> 16, []).extend(c[T.WORD_IDS][i][first].tolist())
     assert len(per_sentence) == m["totals"]["sentences"]
-    for i, words in enumerate(per_sentence.values()):
+    for words in per_sentence.values():
         assert sorted(words) == list(range(len(words)))
     assert torch.is_tensor(collate([TaskDataset(data)[0]], kind=T.NER, pad_id=0)["labels"])

@@ -46,7 +46,9 @@ def test_hf_folder_gives_the_same_encoder_and_head_outputs_as_transformers(kind,
         torch.testing.assert_close(out["start_logits"][real], theirs.start_logits[real], **TOL)
         torch.testing.assert_close(out["end_logits"][real], theirs.end_logits[real], **TOL)
     else:
-        got, want = (out["logits"], theirs.logits) if kind == T.CLASSIFICATION else (out["logits"][real], theirs.logits[real])
+        got, want = (
+            (out["logits"], theirs.logits) if kind == T.CLASSIFICATION else (out["logits"][real], theirs.logits[real])
+        )
         torch.testing.assert_close(got, want, **TOL)
 
 

@@ -39,8 +39,13 @@ def read_tsv(path: Path) -> list[dict[str, str]]:
 def test_sst2_results_predictions_and_best_checkpoint(sst2_run, sst2):
     results, out = sst2_run
     dev = load_task_data(str(sst2["dev"]), T.CLASSIFICATION)
-    assert results["task"] == {"kind": "classification", "glue": "sst2", "labels": ["0", "1"],
-                               "primary_metric": "accuracy", "metric_scale": "fraction"}
+    assert results["task"] == {
+        "kind": "classification",
+        "glue": "sst2",
+        "labels": ["0", "1"],
+        "primary_metric": "accuracy",
+        "metric_scale": "fraction",
+    }
     assert [e["epoch"] for e in results["epochs"]] == [1, 2] and results["steps_per_epoch"] == 20  # 320 / 16
     assert all(e["eval"]["rows"] == 200 for e in results["epochs"])  # every eval row scored
     best = results["best"]
@@ -89,9 +94,16 @@ def test_regression_and_sentence_pairs_with_f1(sst2, task_vocab, tmp_path):
     reg = {}
     for split in ("train", "dev"):
         reg[split] = tmp_path / f"reg_{split}"
-        run_classification(inputs=[str(sst2[split].parent / f"{split}.tsv")], vocab=str(task_vocab),
-                           output_dir=str(reg[split]), text_column="sentence", label_column="label", regression=True,
-                           split=split, max_seq_length=64)
+        run_classification(
+            inputs=[str(sst2[split].parent / f"{split}.tsv")],
+            vocab=str(task_vocab),
+            output_dir=str(reg[split]),
+            text_column="sentence",
+            label_column="label",
+            regression=True,
+            split=split,
+            max_seq_length=64,
+        )
     results = finetune_run(T.REGRESSION, reg["train"], reg["dev"], tmp_path / "reg", max_steps=6)
     scores = results["best"]["eval"]
     assert results["task"]["primary_metric"] == "spearman" and scores["rows"] == 200
@@ -105,8 +117,14 @@ def test_regression_and_sentence_pairs_with_f1(sst2, task_vocab, tmp_path):
     for split, n in (("train", 161), ("dev", 101)):
         tsv = head_lines(shared_path("tasks", "mrpc", f"{split}.tsv"), tmp_path / f"mrpc_{split}.tsv", n)
         mrpc[split] = tmp_path / f"mrpc_{split}"
-        run_classification(inputs=[str(tsv)], vocab=str(task_vocab), output_dir=str(mrpc[split]), glue="mrpc",
-                           split=split, max_seq_length=64)
+        run_classification(
+            inputs=[str(tsv)],
+            vocab=str(task_vocab),
+            output_dir=str(mrpc[split]),
+            glue="mrpc",
+            split=split,
+            max_seq_length=64,
+        )
     results = finetune_run(T.CLASSIFICATION, mrpc["train"], mrpc["dev"], tmp_path / "mrpc", max_steps=6)
     scores = results["best"]["eval"]
     assert results["task"]["primary_metric"] == "f1" and scores["rows"] == 100
@@ -124,17 +142,27 @@ def test_score_uses_the_glue_task_metric(sst2):
     from trainer.finetune.config import FinetuneConfig
     from trainer.finetune.loop import primary_metric, score
 
-    assert [primary_metric(T.CLASSIFICATION, g) for g in ("cola", "mrpc", "qqp", "sst2", None)] == \
-        ["mcc", "f1", "f1", "accuracy", "accuracy"]
-    assert (primary_metric(T.REGRESSION, "stsb"), primary_metric(T.NER, None), primary_metric(T.SQUAD, None)) == \
-        ("spearman", "f1", "f1")
+    assert [primary_metric(T.CLASSIFICATION, g) for g in ("cola", "mrpc", "qqp", "sst2", None)] == [
+        "mcc",
+        "f1",
+        "f1",
+        "accuracy",
+        "accuracy",
+    ]
+    assert (primary_metric(T.REGRESSION, "stsb"), primary_metric(T.NER, None), primary_metric(T.SQUAD, None)) == (
+        "spearman",
+        "f1",
+        "f1",
+    )
     dev = load_task_data(str(sst2["dev"]), T.CLASSIFICATION)
     gold = dev.columns[T.LABEL].astype(int)
     pred = gold.copy()
     pred[:40] = 1 - pred[:40]  # 40 of 200 wrong
     outputs = [np.eye(2, dtype=np.float32)[p] for p in pred]
     cfg = FinetuneConfig(task=T.CLASSIFICATION, train_data="x", eval_data="x", init="random:tiny", output="x")
-    as_cola = dataclasses.replace(dev, manifest=dataclasses.replace(dev.manifest, task={**dev.manifest.task, "glue": "cola"}))
+    as_cola = dataclasses.replace(
+        dev, manifest=dataclasses.replace(dev.manifest, task={**dev.manifest.task, "glue": "cola"})
+    )
     scores, text = score(as_cola, outputs, cfg)
     assert scores["accuracy"] == pytest.approx(160 / 200) and "f1" not in scores
     assert scores["mcc"] == pytest.approx(M.matthews_corrcoef(pred, gold)) and scores["mcc"] > 0.5
@@ -143,8 +171,9 @@ def test_score_uses_the_glue_task_metric(sst2):
 
 def test_ner_from_our_checkpoint_writes_conll_predictions_for_every_word(conll, sst2_run, tmp_path):
     # --init: the SST-2 run's best checkpoint (same vocabulary): its encoder, a fresh token classifier
-    results = finetune_run(T.NER, conll["train"], conll["valid"], tmp_path / "run", init=results_checkpoint(sst2_run),
-                           dropout=0.2)
+    results = finetune_run(
+        T.NER, conll["train"], conll["valid"], tmp_path / "run", init=results_checkpoint(sst2_run), dropout=0.2
+    )
     assert results["init"]["kind"] == "checkpoint"
     assert sst2_run[0]["model"]["hidden_dropout"] == 0.1  # the init's own setting unless --dropout
     assert results["model"]["hidden_dropout"] == results["model"]["attention_dropout"] == 0.2
@@ -180,15 +209,25 @@ def test_squad_predictions_json_for_every_question(squad, tmp_path):
         assert predictions[e["id"]] in e["context"]
     scores = results["best"]["eval"]
     assert scores["questions"] == 108 and results["task"]["metric_scale"] == "percent"
-    assert scores == {**M.squad_scores(predictions, {e["id"]: e["answers"]["text"] for e in examples}),
-                      "loss": scores["loss"]}
+    assert scores == {
+        **M.squad_scores(predictions, {e["id"]: e["answers"]["text"] for e in examples}),
+        "loss": scores["loss"],
+    }
 
 
 def test_bad_inputs_are_refused_with_clear_errors(sst2, conll, tmp_path):
     other = Vocab((*SPECIAL_TOKENS, *(f"tok{i}" for i in range(95))))
-    ck = ckpt.save(tmp_path / "other", 1, model_state=BertForPreTraining(bert_tiny(len(other))).state_dict(),
-                   optimizer=None, rng={}, state={}, config={"model": bert_tiny(len(other)).to_dict()},
-                   vocab_text=other.text(), keep=1)
+    ck = ckpt.save(
+        tmp_path / "other",
+        1,
+        model_state=BertForPreTraining(bert_tiny(len(other))).state_dict(),
+        optimizer=None,
+        rng={},
+        state={},
+        config={"model": bert_tiny(len(other)).to_dict()},
+        vocab_text=other.text(),
+        keep=1,
+    )
     data_sha = load_task_data(str(sst2["train"]), T.CLASSIFICATION).vocab.sha256
     with pytest.raises(VocabMismatchError, match=f"vocab sha256 {data_sha}.*vocab sha256 {other.sha256}.*--vocab {ck}"):
         finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], tmp_path / "a", init=str(ck))
@@ -204,29 +243,76 @@ def test_bad_inputs_are_refused_with_clear_errors(sst2, conll, tmp_path):
 def test_cli_runs_and_reports_a_label_list_mismatch(sst2, task_vocab, tmp_path):
     from pipelines.tasks.pipeline import run_classification
 
-    common = ["finetune", "--task", "classification", "--train-data", str(sst2["train"]), "--init", "random:tiny",
-              "--batch-size", "16", "--max-steps", "2", "--no-tensorboard"]
+    common = [
+        "finetune",
+        "--task",
+        "classification",
+        "--train-data",
+        str(sst2["train"]),
+        "--init",
+        "random:tiny",
+        "--batch-size",
+        "16",
+        "--max-steps",
+        "2",
+        "--no-tensorboard",
+    ]
     ok = CliRunner().invoke(main, [*common, "--eval-data", str(sst2["dev"]), "--output", str(tmp_path / "ok")])
     assert ok.exit_code == 0, ok.output
     assert "best epoch 1 (step 2): accuracy" in ok.output and (tmp_path / "ok" / "predictions.tsv").is_file()
 
     swapped = tmp_path / "swapped"
-    run_classification(inputs=[str(sst2["dev"].parent / "dev.tsv")], vocab=str(task_vocab), output_dir=str(swapped),
-                       glue="sst2", split="dev", labels=("1", "0"), max_seq_length=64)
+    run_classification(
+        inputs=[str(sst2["dev"].parent / "dev.tsv")],
+        vocab=str(task_vocab),
+        output_dir=str(swapped),
+        glue="sst2",
+        split="dev",
+        labels=("1", "0"),
+        max_seq_length=64,
+    )
     bad = CliRunner().invoke(main, [*common, "--eval-data", str(swapped), "--output", str(tmp_path / "bad")])
     assert bad.exit_code == 1 and "different label lists" in bad.output and "Traceback" not in bad.output
-    usage = CliRunner().invoke(main, [*common, "--eval-data", str(sst2["dev"]), "--output", str(tmp_path / "u"),
-                                      "--warmup-ratio", "1.5"])
+    usage = CliRunner().invoke(
+        main, [*common, "--eval-data", str(sst2["dev"]), "--output", str(tmp_path / "u"), "--warmup-ratio", "1.5"]
+    )
     assert usage.exit_code == 2 and "--warmup-ratio" in usage.output
 
 
 @pytest.mark.slow
 def test_two_gloo_processes_train_equal_steps_and_score_every_row(sst2, tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29541", "-m",
-           "trainer", "finetune", "--task", "classification", "--train-data", str(sst2["train"]), "--eval-data",
-           str(sst2["dev"]), "--init", "random:tiny", "--output", str(tmp_path / "ddp"), "--batch-size", "16",
-           "--epochs", "2", "--no-tensorboard", "--log-every", "5"]
-    run = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600, check=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29541",
+        "-m",
+        "trainer",
+        "finetune",
+        "--task",
+        "classification",
+        "--train-data",
+        str(sst2["train"]),
+        "--eval-data",
+        str(sst2["dev"]),
+        "--init",
+        "random:tiny",
+        "--output",
+        str(tmp_path / "ddp"),
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        "--no-tensorboard",
+        "--log-every",
+        "5",
+    ]
+    run = subprocess.run(
+        cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600, check=False
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     results = json.loads((tmp_path / "ddp" / "results.json").read_text())
     assert results["world_size"] == 2 and results["steps_per_epoch"] == 10  # 160 rows per rank / 16

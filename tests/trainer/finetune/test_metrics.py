@@ -58,9 +58,11 @@ def test_chunks_follow_conlleval():
 
 def test_conll_scores_micro_average_over_sentences():
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "I-ORG", "O"], ["B-PER", "I-PER"]]
-    pred = [["B-PER", "O", "O", "B-LOC"],      # PER 0-0 is wrong (gold 0-1); LOC right
-            ["I-ORG", "I-ORG", "O"],           # I- opening a chunk: ORG 0-1 equals gold -> correct
-            ["B-PER", "I-LOC"]]                # type change splits: PER 0-0 and LOC 1-1, both wrong
+    pred = [
+        ["B-PER", "O", "O", "B-LOC"],  # PER 0-0 is wrong (gold 0-1); LOC right
+        ["I-ORG", "I-ORG", "O"],  # I- opening a chunk: ORG 0-1 equals gold -> correct
+        ["B-PER", "I-LOC"],
+    ]  # type change splits: PER 0-0 and LOC 1-1, both wrong
     s = M.conll_scores(gold, pred)
     # gold chunks 4, predicted 5, correct 2 -> P 2/5, R 2/4, F1 2PR/(P+R)
     assert (s["gold_entities"], s["predicted_entities"], s["correct_entities"]) == (4, 5, 2)
@@ -90,8 +92,10 @@ def test_squad_exact_match_and_f1():
     # bag of tokens with multiplicity: common = {a:1... } -> "b b c" vs "b c c": common b1 c1 = 2, P = R = 2/3
     assert M.squad_f1("b b c", "b c c") == pytest.approx(2 / 3)
     assert M.squad_f1("", "Denver") == 0.0 and M.squad_f1("the", "a") == 0.0  # v1.1: no common token -> 0
-    scores = M.squad_scores({"q1": "Denver", "q2": "Santa Clara"},
-                            {"q1": ["Broncos", "Denver Broncos"], "q2": ["Santa Clara, California"], "q3": ["x"]})
+    scores = M.squad_scores(
+        {"q1": "Denver", "q2": "Santa Clara"},
+        {"q1": ["Broncos", "Denver Broncos"], "q2": ["Santa Clara, California"], "q3": ["x"]},
+    )
     # q1: EM 0, F1 max(0, 2/3); q2: EM 0, F1 P 1 R 2/3 -> 0.8; q3 unanswered: 0
     assert scores["exact_match"] == 0.0
     assert scores["f1"] == pytest.approx(100 * (2 / 3 + 0.8) / 3)

@@ -39,16 +39,17 @@ TOL = 1e-9
 # ------------------------------------------------------------------------- official SQuAD logic (reference)
 # evaluate-v1.1.py, verbatim but for names (v1_*) and the file handling.
 
+
 def v1_normalize_answer(s):
     def remove_articles(text):
-        return re.sub(r'\b(a|an|the)\b', ' ', text)
+        return re.sub(r"\b(a|an|the)\b", " ", text)
 
     def white_space_fix(text):
-        return ' '.join(text.split())
+        return " ".join(text.split())
 
     def remove_punc(text):
         exclude = set(string.punctuation)
-        return ''.join(ch for ch in text if ch not in exclude)
+        return "".join(ch for ch in text if ch not in exclude)
 
     def lower(text):
         return text.lower()
@@ -70,7 +71,7 @@ def v1_f1_score(prediction, ground_truth):
 
 
 def v1_exact_match_score(prediction, ground_truth):
-    return (v1_normalize_answer(prediction) == v1_normalize_answer(ground_truth))
+    return v1_normalize_answer(prediction) == v1_normalize_answer(ground_truth)
 
 
 def v1_metric_max_over_ground_truths(metric_fn, prediction, ground_truths):
@@ -84,23 +85,24 @@ def v1_metric_max_over_ground_truths(metric_fn, prediction, ground_truths):
 def v1_evaluate(dataset, predictions):
     f1 = exact_match = total = 0
     for article in dataset:
-        for paragraph in article['paragraphs']:
-            for qa in paragraph['qas']:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
                 total += 1
-                if qa['id'] not in predictions:
-                    message = 'Unanswered question ' + qa['id'] + ' will receive score 0.'
+                if qa["id"] not in predictions:
+                    message = "Unanswered question " + qa["id"] + " will receive score 0."
                     print(message, file=sys.stderr)
                     continue
-                ground_truths = list(map(lambda x: x['text'], qa['answers']))
-                prediction = predictions[qa['id']]
+                ground_truths = list(map(lambda x: x["text"], qa["answers"]))
+                prediction = predictions[qa["id"]]
                 exact_match += v1_metric_max_over_ground_truths(v1_exact_match_score, prediction, ground_truths)
                 f1 += v1_metric_max_over_ground_truths(v1_f1_score, prediction, ground_truths)
     exact_match = 100.0 * exact_match / total
     f1 = 100.0 * f1 / total
-    return {'exact_match': exact_match, 'f1': f1}
+    return {"exact_match": exact_match, "f1": f1}
 
 
 # evaluate-v2.0.py (normalize_answer is v1.1's, word for word), verbatim but for names (v2_*).
+
 
 def v2_get_tokens(s):
     if not s:
@@ -132,15 +134,15 @@ def v2_get_raw_scores(dataset, preds):
     exact_scores = {}
     f1_scores = {}
     for article in dataset:
-        for p in article['paragraphs']:
-            for qa in p['qas']:
-                qid = qa['id']
-                gold_answers = [a['text'] for a in qa['answers'] if v1_normalize_answer(a['text'])]
+        for p in article["paragraphs"]:
+            for qa in p["qas"]:
+                qid = qa["id"]
+                gold_answers = [a["text"] for a in qa["answers"] if v1_normalize_answer(a["text"])]
                 if not gold_answers:
                     # For unanswerable questions, only correct answer is empty string
-                    gold_answers = ['']
+                    gold_answers = [""]
                 if qid not in preds:
-                    print('Missing prediction for %s' % qid)
+                    print(f"Missing prediction for {qid}")
                     continue
                 a_pred = preds[qid]
                 # Take max over all gold answers
@@ -164,11 +166,11 @@ def _classification_cases():
         pred = np.where(rng.random(n) < noise, rng.choice(k, size=n), gold)
         cases.append((pred, gold))
     cases += [
-        (np.zeros(7, int), np.zeros(7, int)),         # one class everywhere
+        (np.zeros(7, int), np.zeros(7, int)),  # one class everywhere
         (np.ones(5, int), np.array([0, 1, 0, 1, 1])),  # constant prediction
         (np.array([0, 1, 0, 1]), np.array([1, 0, 1, 0])),  # all wrong
         (np.array([1]), np.array([0])),
-        (np.array([2, 2, 0]), np.array([0, 1, 2])),    # a predicted class that gold never has
+        (np.array([2, 2, 0]), np.array([0, 1, 2])),  # a predicted class that gold never has
     ]
     return cases
 
@@ -204,8 +206,12 @@ def test_classification_metrics_match_sklearn_on_random_predictions():
     for pred, gold in _classification_cases():
         acc.append((M.accuracy(pred, gold), sklearn_metrics.accuracy_score(gold, pred)))
         for positive in (0, 1):
-            f1.append((M.binary_f1(pred, gold, positive=positive),
-                       sklearn_metrics.f1_score(gold, pred, labels=[positive], average="micro", zero_division=0)))
+            f1.append(
+                (
+                    M.binary_f1(pred, gold, positive=positive),
+                    sklearn_metrics.f1_score(gold, pred, labels=[positive], average="micro", zero_division=0),
+                )
+            )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # sklearn warns on its undefined-MCC cases, and returns 0.0 there
             mcc.append((M.matthews_corrcoef(pred, gold), sklearn_metrics.matthews_corrcoef(gold, pred)))
@@ -274,10 +280,12 @@ def test_classification_and_correlation_match_on_real_mrpc_predictions():
 def _seqeval(gold, pred) -> dict[str, float]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # UndefinedMetricWarning when nothing is predicted
-        return {"precision": seqeval_metrics.precision_score(gold, pred),
-                "recall": seqeval_metrics.recall_score(gold, pred),
-                "f1": seqeval_metrics.f1_score(gold, pred),
-                "accuracy": seqeval_metrics.accuracy_score(gold, pred)}
+        return {
+            "precision": seqeval_metrics.precision_score(gold, pred),
+            "recall": seqeval_metrics.recall_score(gold, pred),
+            "f1": seqeval_metrics.f1_score(gold, pred),
+            "accuracy": seqeval_metrics.accuracy_score(gold, pred),
+        }
 
 
 def _conll_diffs(gold, pred) -> dict[str, float]:
@@ -319,10 +327,13 @@ def test_iobes_singletons_are_conlleval_chunks_not_seqeval_ones():
     assert seqeval_metrics.sequence_labeling.get_entities(tags) == [("PER", 0, 0), ("PER", 1, 1)]
 
 
-@pytest.mark.parametrize("task, train, test", [
-    ("conll2003", "train.txt", "test.txt"),
-    ("peoples_daily_ner", "example.dev", "example.test"),
-])
+@pytest.mark.parametrize(
+    "task, train, test",
+    [
+        ("conll2003", "train.txt", "test.txt"),
+        ("peoples_daily_ner", "example.dev", "example.test"),
+    ],
+)
 def test_conll_scores_match_seqeval_on_a_real_tagger(task, train, test):
     """A per-word majority tagger learned on one real split, scored on another (CoNLL-2003 test: 3,453
     sentences; People's Daily: character-level Chinese)."""
@@ -374,7 +385,7 @@ def _squad_predictions(dataset, seed: int) -> dict[str, str]:
                     preds[qa["id"]] = rng.choice(["", "the", "...", " a  "])  # normalise to nothing
                 else:
                     start = int(rng.integers(len(words)))
-                    preds[qa["id"]] = " ".join(words[start:start + int(rng.integers(1, 12))])
+                    preds[qa["id"]] = " ".join(words[start : start + int(rng.integers(1, 12))])
     return preds
 
 
@@ -397,8 +408,10 @@ def test_squad_scores_match_the_official_v11_script_on_real_data(squad_dev):
     for qid, pred in preds.items():
         golds = answers[qid]
         assert M.squad_exact_match(pred, golds[0]) == float(v1_exact_match_score(pred, golds[0]))
-        assert abs(max(M.squad_f1(pred, g) for g in golds)
-                   - v1_metric_max_over_ground_truths(v1_f1_score, pred, golds)) <= TOL
+        assert (
+            abs(max(M.squad_f1(pred, g) for g in golds) - v1_metric_max_over_ground_truths(v1_f1_score, pred, golds))
+            <= TOL
+        )
     for s in ("The  Denver Broncos!", "an apple, a pear and THE fig", "  U.S.  ", "Ångström café", "the-end"):
         assert M.normalize_answer(s) == v1_normalize_answer(s)
 
@@ -421,8 +434,10 @@ def test_squad_scores_against_the_official_v20_script(squad_dev):
     assert len(exact) == len(preds)
 
     def ours(q):
-        return (max(M.squad_exact_match(preds[q], g) for g in answers[q]),
-                max(M.squad_f1(preds[q], g) for g in answers[q]))
+        return (
+            max(M.squad_exact_match(preds[q], g) for g in answers[q]),
+            max(M.squad_f1(preds[q], g) for g in answers[q]),
+        )
 
     diffs_em = [abs(ours(q)[0] - exact[q]) for q in exact if q not in dotted]
     diffs_f1 = [abs(ours(q)[1] - f1[q]) for q in exact if q not in dotted]

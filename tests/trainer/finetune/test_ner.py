@@ -69,7 +69,7 @@ def test_a_word_owned_twice_is_an_error(conll):
     c = data.columns
     i = next(i for i in range(len(data)) if int(c[T.WINDOW][i]) == 1)  # a second window: overlaps the first
     owned = c[T.OWNED].values.copy()
-    owned[c[T.OWNED].offsets[i]:c[T.OWNED].offsets[i + 1]] = (c[T.WORD_IDS][i] >= 0).astype(np.int8)
+    owned[c[T.OWNED].offsets[i] : c[T.OWNED].offsets[i + 1]] = (c[T.WORD_IDS][i] >= 0).astype(np.int8)
     broken = dataclasses.replace(data, columns={**c, T.OWNED: dataclasses.replace(c[T.OWNED], values=owned)})
     with pytest.raises(TaskDataError, match="already owned by another window"):
         sentence_tags(broken, oracle_logits(data, wrong_elsewhere=False))

@@ -17,8 +17,13 @@ ENDS = np.array([-1, -1, -1, 3, 11, 15, 23, -1])
 
 
 def window(start, end, max_context=(0, 0, 0, 1, 1, 1, 1, 0)) -> Window:
-    return Window(np.array(start, dtype=np.float32), np.array(end, dtype=np.float32), STARTS, ENDS,
-                  np.array(max_context, dtype=np.int8))
+    return Window(
+        np.array(start, dtype=np.float32),
+        np.array(end, dtype=np.float32),
+        STARTS,
+        ENDS,
+        np.array(max_context, dtype=np.int8),
+    )
 
 
 def test_question_and_special_tokens_are_never_answers():
@@ -88,8 +93,11 @@ def test_vectorised_decoder_equals_the_reference_loop(seed):
         offs[-1] = -1
         mc = (rng.random(n) < 0.7).astype(np.int8)
         # few distinct values: many ties exercise the ordering
-        windows.append(Window(rng.integers(-5, 5, n).astype(np.float32), rng.integers(-5, 5, n).astype(np.float32),
-                              offs, offs + 2, mc))
+        windows.append(
+            Window(
+                rng.integers(-5, 5, n).astype(np.float32), rng.integers(-5, 5, n).astype(np.float32), offs, offs + 2, mc
+            )
+        )
     for n_best, max_len in ((20, 30), (5, 3), (3, 1)):
         got, want = best_span(windows, n_best=n_best, max_answer_length=max_len), reference(windows, n_best, max_len)
         if want is None:

@@ -16,8 +16,17 @@ from trainer.model import BertForPreTraining
 
 def test_init_from_our_checkpoint_run_folder_and_random(tmp_path):
     pre = BertForPreTraining(CONFIG, seed=7)
-    path = ckpt.save(tmp_path / "run", 40, model_state=pre.state_dict(), optimizer=None, rng={}, state={},
-                     config={"model": CONFIG.to_dict()}, vocab_text=VOCAB.text(), keep=1)
+    path = ckpt.save(
+        tmp_path / "run",
+        40,
+        model_state=pre.state_dict(),
+        optimizer=None,
+        rng={},
+        state={},
+        config={"model": CONFIG.to_dict()},
+        vocab_text=VOCAB.text(),
+        keep=1,
+    )
     for spec in (str(path), str(tmp_path / "run")):  # the checkpoint, or the run folder (its newest checkpoint)
         init = resolve_init(spec, VOCAB)
         assert init.kind == "checkpoint" and init.source == str(path) and init.config == CONFIG
