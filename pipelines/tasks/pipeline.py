@@ -31,11 +31,14 @@ from pipelines.runner import UsageError, make_pipeline, pipeline_options, runner
 from pipelines.tasks import read as R
 from pipelines.tasks.classification import RowFeaturizer
 from pipelines.tasks.config import ClassificationConfig, NerConfig, SquadConfig, TaskConfig
+from pipelines.tasks.conll import ConllParser, looks_like_conll
 from pipelines.tasks.features import Featurize, Layout
 from pipelines.tasks.finalize import FinalizeTask
 from pipelines.tasks.labels import LabelPlan, Labels, labels_from_manifest, plan_labels
 from pipelines.tasks.ner import SentenceFeaturizer
 from pipelines.tasks.squad import ExampleFeaturizer
+from pipelines.tasks.squad_json import SquadParser
+from pipelines.tasks.tables import TableLayout, TableParser, check_table_layout, first_line
 from pipelines.tasks.write import ShardSpec, WriteExamples, WriteTaskShards
 from pipelines.tokenize import TokenizerSpec, load_tokenizer
 from schemas import tasks as T
@@ -265,7 +268,7 @@ def run_classification(
         if input_format not in (None, "tsv"):
             raise UsageError("format", f"GLUE files are tsv, got --format {input_format}")
         preset = G.PRESETS[glue]
-        layouts = {G.resolve(preset, R.first_line(f.path, "tsv") or [], f.path) for f in files}
+        layouts = {G.resolve(preset, first_line(f.path, "tsv") or [], f.path) for f in files}
         if len(layouts) != 1:
             raise UsageError(
                 "input", f"the inputs mix GLUE {glue} layouts (labeled and test files?): {sorted(map(str, layouts))}"
@@ -300,11 +303,11 @@ def run_classification(
         label_column=label_column,
         glue=glue,
     )
-    layout = R.TableLayout(
+    layout = TableLayout(
         cfg.input_format, cfg.header, cfg.text_column, cfg.text_pair_column, cfg.label_column, regression=regression
     )
     for f in files:
-        R.check_table_layout(f.path, layout)
+        check_table_layout(f.path, layout)
     label_plan = plan_labels(
         kind=kind,
         training=cfg.training,
@@ -339,7 +342,7 @@ def run_classification(
         },
     }
     return _run(
-        _Plan(cfg, R.TableParser(layout), featurizer, label_plan, task),
+        _Plan(cfg, TableParser(layout), featurizer, label_plan, task),
         files,
         spec,
         output_dir.rstrip("/"),
@@ -391,7 +394,7 @@ def run_ner(
         window_overlap=window_overlap,
     )
     for f in files:
-        R.looks_like_conll(f.path)
+        looks_like_conll(f.path)
     label_plan = plan_labels(
         kind=T.NER,
         training=cfg.training,
@@ -413,7 +416,7 @@ def run_ner(
     )
     task = {"labeled": True, "scheme": "iob2", "input_scheme": scheme, "window_overlap": window_overlap}
     return _run(
-        _Plan(cfg, R.ConllParser(scheme), featurizer, label_plan, task),
+        _Plan(cfg, ConllParser(scheme), featurizer, label_plan, task),
         files,
         spec,
         output_dir.rstrip("/"),
@@ -465,7 +468,7 @@ def run_squad(
         "articles": None if articles is None else list(articles),
     }
     return _run(
-        _Plan(cfg, R.SquadParser(articles, cfg.training), featurizer, LabelPlan((), "none"), task),
+        _Plan(cfg, SquadParser(articles, cfg.training), featurizer, LabelPlan((), "none"), task),
         files,
         spec,
         output_dir.rstrip("/"),

@@ -7,7 +7,7 @@ window's answer positions are the answer's first and last tokens when both lie i
 (-1 for question and special tokens) so a predicted span maps back to context text, and ``max_context``
 marks, per token, the window where it has the most context on both sides (BERT's ``_check_is_max_context``).
 
-The answer's token span comes from the character span the reader aligned (``read.align_answer``) and the
+The answer's token span comes from the character span the reader aligned (``squad_json.align_answer``) and the
 tokens' offsets. An answer that starts or ends inside a token (``"Bronco"`` in ``"Broncos"``) cannot be
 represented exactly; it is counted under ``answers_not_on_token_boundary`` with the question ids.
 """

@@ -8,6 +8,7 @@ import pytest
 
 from pipelines.read import InputError
 from pipelines.tasks import read as R
+from pipelines.tasks import tables as TB
 from pipelines.tasks.classification import RowFeaturizer, truncate_pair
 from pipelines.tasks.features import Layout
 from pipelines.tasks.tally import Tally
@@ -44,8 +45,8 @@ def test_ids_equal_the_pretraining_tokenizers_for_the_same_text(wiki_vocab):
     spec = load_tokenizer(str(wiki_vocab / "vocab.txt"))
     path = shared_path("tasks", "sst2", "dev.tsv")
     rows = list(
-        R.parse_table(
-            path.read_text().split("\n"), str(path), 0, R.TableLayout("tsv", True, "sentence", None, "label"), Tally()
+        TB.parse_table(
+            path.read_text().split("\n"), str(path), 0, TB.TableLayout("tsv", True, "sentence", None, "label"), Tally()
         )
     )
     t, _ = featurize(spec, rows)

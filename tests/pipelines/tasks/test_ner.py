@@ -5,6 +5,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines.read import InputError
+from pipelines.tasks import conll as CN
 from pipelines.tasks import read as R
 from pipelines.tasks.features import Layout
 from pipelines.tasks.ner import SentenceFeaturizer, ownership, plan_windows
@@ -86,7 +87,7 @@ def test_conll_valid_every_sentence_every_word_once_with_its_tag(conll_valid):
     # Gold tags straight from the file, to compare with what the shards say.
     gold = [
         s.tags
-        for s in R.parse_conll(
+        for s in CN.parse_conll(
             shared_path("tasks", "conll2003", "valid.txt").read_text().split("\n"), "v", 0, "iob2", Tally()
         )
     ]

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.tasks import read as R
+from pipelines.tasks import squad_json as SJ
 from pipelines.tasks.pipeline import run_squad
 from pipelines.tasks.squad import answer_tokens, max_context, plan_spans
 from pipelines.tasks.tally import Tally
@@ -69,9 +69,9 @@ def normalize_answer(s: str) -> str:
 
 
 def test_articles_split_the_dev_set_without_overlap():
-    articles = R.load_squad(shared_path("tasks", "squad_v1.1", "dev-v1.1.json").read_bytes(), "dev")
-    train = list(R.parse_squad(articles, "dev", 0, (0, 40), True, Tally()))
-    evaluation = list(R.parse_squad(articles, "dev", 0, (40, 48), False, Tally()))
+    articles = SJ.load_squad(shared_path("tasks", "squad_v1.1", "dev-v1.1.json").read_bytes(), "dev")
+    train = list(SJ.parse_squad(articles, "dev", 0, (0, 40), True, Tally()))
+    evaluation = list(SJ.parse_squad(articles, "dev", 0, (40, 48), False, Tally()))
     assert len(train) + len(evaluation) == 10570 and len(evaluation) == 1589
     assert train[-1].ordinal + 1 == evaluation[0].ordinal and not {e.qid for e in train} & {e.qid for e in evaluation}
 

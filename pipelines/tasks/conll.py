@@ -1,0 +1,123 @@
+"""CoNLL-2003 files (``token POS chunk TAG``) -> ``Sentence`` records with IOB2 tags (NER).
+
+``parse_conll`` reads one file; ``looks_like_conll`` checks a file before the pipeline starts;
+``ConllParser`` is the parser ``ReadRecords`` runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from itertools import islice
+
+from pipelines.read import InputError, iter_text_lines, read_chunks
+from pipelines.runner import UsageError
+from pipelines.tasks.read import MALFORMED_LINE, WRONG_FIELD_COUNT, Sentence, dropped, file_lines, where
+from pipelines.tasks.tally import Tally
+
+_BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")
+
+
+def looks_like_conll(path: str, sample_lines: int = 200) -> None:
+    """Before the pipeline starts: a usage error unless most of the first content lines have four fields."""
+    lines = [
+        s
+        for s in (x.strip() for x in islice(iter_text_lines(read_chunks(path, 1 << 16), Tally().counts), 5000))
+        if s and not s.startswith("-DOCSTART-")
+    ][:sample_lines]
+    if not lines:
+        raise UsageError("input", f"{path}: holds no CoNLL token line")
+    four = sum(len(s.split()) == 4 for s in lines)
+    if four * 2 < len(lines):
+        raise UsageError(
+            "input",
+            f"{path}: not a CoNLL file: {len(lines) - four} of its first {len(lines)} token lines "
+            f"do not have four fields 'token POS chunk TAG' (e.g. {lines[0][:80]!r})",
+        )
+
+
+def iob1_to_iob2(tags: list[str]) -> tuple[list[str], int]:
+    """IOB1 (I- starts an entity unless it follows the same type; B- only between two) -> IOB2 (B- starts
+    every entity). Returns the tags and how many changed."""
+    out, changed, prev = [], 0, "O"
+    for tag in tags:
+        if tag.startswith("I-") and (prev == "O" or prev[2:] != tag[2:]):
+            tag = "B-" + tag[2:]
+            changed += 1
+        out.append(tag)
+        prev = tag
+    return out, changed
+
+
+def invalid_iob2(tags: list[str]) -> list[int]:
+    """Positions of ``I-X`` tags that do not continue a ``B-X``/``I-X`` (kept as given, counted)."""
+    bad, prev = [], "O"
+    for i, tag in enumerate(tags):
+        if tag.startswith("I-") and (prev == "O" or prev[2:] != tag[2:]):
+            bad.append(i)
+        prev = tag
+    return bad
+
+
+def parse_conll(lines: Iterable[str], path: str, file_index: int, scheme: str, tally: Tally) -> Iterator[Sentence]:
+    """Sentences of a CoNLL-2003 file (``token POS chunk TAG``; blank lines and ``-DOCSTART-`` separate).
+
+    A line without four fields or with a tag that is not ``O``/``B-X``/``I-X`` drops its whole sentence
+    (a sentence missing a word would misalign every later prediction); both are counted with line numbers.
+    """
+    unit = "sentences"
+    words: list[str] = []
+    tags: list[str] = []
+    start, bad, content_lines, bad_lines = 0, False, 0, 0
+
+    def finish() -> Iterator[Sentence]:
+        tally.add(f"{unit}_read")
+        if bad:
+            tally.note(dropped(unit, MALFORMED_LINE), file_index, start, where(path, start))
+            return
+        out = tags
+        if scheme == "iob1":
+            out, changed = iob1_to_iob2(tags)
+            tally.add("tags_converted_iob1_to_iob2", changed)
+        for i in invalid_iob2(out):
+            tally.note("invalid_iob2_transitions", file_index, start + i, where(path, start + i))
+        yield Sentence(start, words, out)
+
+    for n, line in enumerate(lines, 1):
+        s = line.strip()
+        if not s or s.startswith("-DOCSTART-"):
+            if s:
+                tally.add("docstart_lines")
+            if words or bad:
+                yield from finish()
+            words, tags, bad = [], [], False
+            continue
+        content_lines += 1
+        if not words and not bad:
+            start = n
+        fields = s.split()
+        if len(fields) != 4:
+            tally.note(f"lines_malformed.{WRONG_FIELD_COUNT}", file_index, n, where(path, n))
+            bad, bad_lines = True, bad_lines + 1
+            continue
+        if not _BIO_TAG.match(fields[3]):
+            tally.note("lines_malformed.bad_tag", file_index, n, where(path, n))
+            bad, bad_lines = True, bad_lines + 1
+            continue
+        words.append(fields[0])
+        tags.append(fields[3])
+    if words or bad:
+        yield from finish()
+    if content_lines and bad_lines * 2 > content_lines:
+        raise InputError(
+            f"{path}: not a CoNLL file: {bad_lines} of {content_lines} token lines are malformed "
+            "(expected 'token POS chunk TAG' with O/B-X/I-X tags)"
+        )
+
+
+class ConllParser:
+    def __init__(self, scheme: str) -> None:
+        self.scheme = scheme
+
+    def __call__(self, path: str, file_index: int, tally: Tally) -> Iterator[Sentence]:
+        return parse_conll(file_lines(path, tally), path, file_index, self.scheme, tally)

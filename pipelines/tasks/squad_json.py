@@ -1,0 +1,169 @@
+"""SQuAD JSON files -> ``QAExample`` records, answers aligned to their contexts (question answering).
+
+The file is read whole and its contexts kept byte for byte (no cleaning), so that answer offsets stay valid.
+``load_squad`` checks the shape, ``parse_squad`` reads the selected articles, ``align_answer`` repairs answer
+offsets; ``SquadParser`` is the parser ``ReadRecords`` runs. (``pipelines.tasks.squad`` featurizes them.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from pipelines.read import InputError, read_chunks
+from pipelines.tasks.read import (
+    DUPLICATE_ID,
+    EMPTY_CONTEXT,
+    EMPTY_QUESTION,
+    MALFORMED_JSON,
+    NO_MATCHING_ANSWER,
+    QAExample,
+    dropped,
+)
+from pipelines.tasks.tally import Tally
+
+NEARBY_CHARS = 200  # how far from a wrong answer_start the SQuAD fallback looks for the answer text
+
+
+def align_answer(context: str, text: str, start: Any) -> tuple[tuple[int, int] | None, str]:
+    """Character span of an answer in its context and how it was found.
+
+    ``exact`` when ``context[start:start+len(text)] == text``; else the documented fallback, in order:
+    ``whitespace_normalized`` (same words at ``start``, whitespace differing), ``offset_shifted`` (the exact
+    text nearest to ``start`` within ``NEARBY_CHARS``), ``offset_shifted_whitespace_normalized`` (the same
+    with whitespace differing); ``unmatched`` when none applies (or the text is empty / start not an int).
+    """
+    if not isinstance(text, str) or not text.strip() or not isinstance(start, int) or isinstance(start, bool):
+        return None, "unmatched"
+    if 0 <= start and context[start : start + len(text)] == text:
+        return (start, start + len(text)), "exact"
+    pattern = re.compile(r"\s+".join(re.escape(w) for w in text.split()))
+    lead = len(text) - len(text.lstrip())
+    if 0 <= start <= len(context):
+        m = pattern.match(context, min(start + lead, len(context)))
+        if m:
+            return m.span(), "whitespace_normalized"
+    lo, hi = max(0, start - NEARBY_CHARS), min(len(context), max(0, start) + len(text) + NEARBY_CHARS)
+    best = None
+    for m in pattern.finditer(context, lo, hi):
+        if best is None or abs(m.start() - start) < abs(best.start() - start):
+            best = m
+    if best is None:
+        return None, "unmatched"
+    return best.span(), "offset_shifted" if best.group() == text.strip() else "offset_shifted_whitespace_normalized"
+
+
+def load_squad(raw: bytes, path: str) -> list[dict]:
+    """The article list of a SQuAD JSON file; anything else is an ``InputError``."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not SQuAD JSON ({type(e).__name__}: {e})") from None
+    articles = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(articles, list) or not all(
+        isinstance(a, dict) and isinstance(a.get("paragraphs"), list) for a in articles
+    ):
+        raise InputError(f"{path}: not SQuAD JSON (expected {{'data': [{{'title', 'paragraphs': [...]}}]}})")
+    return articles
+
+
+def select_articles(n: int, articles: tuple[int, int | None] | None, path: str) -> range:
+    if articles is None:
+        return range(n)
+    start, end = articles
+    if start >= n or (end is not None and end > n):
+        raise InputError(f"{path}: --articles {start}:{'' if end is None else end} is outside its {n} articles (0:{n})")
+    return range(start, n if end is None else end)
+
+
+def parse_squad(
+    articles: list[dict],
+    path: str,
+    file_index: int,
+    selection: tuple[int, int | None] | None,
+    training: bool,
+    tally: Tally,
+) -> Iterator[QAExample]:
+    """Questions of the selected articles, answers aligned to their contexts (see ``align_answer``).
+
+    Dropped (counted with ids): empty question or context, a question id seen before in the file, and in a
+    training split an answerable question none of whose answers matches its context. Evaluation keeps such
+    questions (their answer texts still count for the metric).
+    """
+    unit = "examples"
+    chosen = select_articles(len(articles), selection, path)
+    tally.add("articles_read", len(chosen))
+    seen: set[str] = set()
+    ordinal = 0
+    for a_index, article in enumerate(articles):
+        paragraphs = article.get("paragraphs") or []
+        if a_index not in chosen:
+            ordinal += sum(len(p.get("qas") or []) for p in paragraphs if isinstance(p, dict))
+            continue
+        title = str(article.get("title", ""))
+        for para in paragraphs:
+            context = para.get("context") if isinstance(para, dict) else None
+            for qa in (para.get("qas") or []) if isinstance(para, dict) else []:
+                pos, ordinal = ordinal, ordinal + 1
+                tally.add(f"{unit}_read")
+                if not isinstance(qa, dict):
+                    tally.note(dropped(unit, MALFORMED_JSON), file_index, pos, f"{path}#{pos}")
+                    continue
+                qid = str(qa.get("id", f"{path}#{pos}"))
+                question = qa.get("question")
+                if not isinstance(context, str) or not context.strip():
+                    tally.note(dropped(unit, EMPTY_CONTEXT), file_index, pos, qid)
+                    continue
+                if not isinstance(question, str) or not question.strip():
+                    tally.note(dropped(unit, EMPTY_QUESTION), file_index, pos, qid)
+                    continue
+                if qid in seen:
+                    tally.note(dropped(unit, DUPLICATE_ID), file_index, pos, qid)
+                    continue
+                seen.add(qid)
+                impossible = bool(qa.get("is_impossible", False))
+                answers = [a for a in (qa.get("answers") or []) if isinstance(a, dict)]
+                texts = [a.get("text") if isinstance(a.get("text"), str) else "" for a in answers]
+                starts = [a.get("answer_start") for a in answers]
+                span = None
+                for text, start in zip(texts, starts):
+                    tally.add("answers_read")
+                    s, how = align_answer(context, text, start)
+                    if how == "unmatched":
+                        tally.note("answers_unmatched", file_index, pos, qid)
+                    elif how != "exact":
+                        tally.note(f"answers_fixed.{how}", file_index, pos, qid)
+                    if span is None and s is not None and not impossible:
+                        span = s
+                if impossible:
+                    tally.add("examples_impossible")
+                elif span is None:
+                    if not answers:
+                        tally.note("examples_without_answers", file_index, pos, qid)
+                    if training:
+                        tally.note(dropped(unit, NO_MATCHING_ANSWER), file_index, pos, qid)
+                        continue
+                yield QAExample(
+                    pos,
+                    qid,
+                    title,
+                    context,
+                    question,
+                    texts,
+                    [s if isinstance(s, int) else -1 for s in starts],
+                    span,
+                    impossible,
+                )
+
+
+class SquadParser:
+    def __init__(self, articles: tuple[int, int | None] | None, training: bool) -> None:
+        self.articles = articles
+        self.training = training
+
+    def __call__(self, path: str, file_index: int, tally: Tally) -> Iterator[QAExample]:
+        raw = b"".join(read_chunks(path))
+        tally.add("bytes_read", len(raw))
+        return parse_squad(load_squad(raw, path), path, file_index, self.articles, self.training, tally)

@@ -1,0 +1,265 @@
+"""TSV, CSV and JSONL tables -> ``TextRow`` records (classification and regression).
+
+``parse_table`` reads one file with a resolved ``TableLayout``; ``check_table_layout`` checks the columns
+before the pipeline starts; ``TableParser`` is the parser ``ReadRecords`` runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+from pipelines.read import InputError, iter_text_lines, read_chunks
+from pipelines.runner import UsageError
+from pipelines.tasks.read import (
+    BAD_REGRESSION_LABEL,
+    EMPTY_TEXT,
+    MALFORMED_JSON,
+    MISSING_FIELD,
+    MISSING_LABEL,
+    UNBALANCED_QUOTE,
+    WRONG_COLUMN_COUNT,
+    TextRow,
+    dropped,
+    file_lines,
+    where,
+)
+from pipelines.tasks.tally import Tally
+
+
+@dataclass(frozen=True, slots=True)
+class TableLayout:
+    """How to read a classification file: resolved column positions (JSON keys for jsonl)."""
+
+    input_format: str  # tsv | csv | jsonl
+    header: bool
+    text: str
+    pair: str | None
+    label: str | None
+    regression: bool = False
+
+
+def split_fields(line: str, input_format: str) -> list[str]:
+    """Fields of one line: TSV splits on tabs with no quoting (GLUE texts hold bare quotes); CSV quotes."""
+    if input_format == "tsv":
+        return line.split("\t")
+    return next(csv.reader([line + "\n"]), [])
+
+
+def column_positions(layout: TableLayout, header: list[str] | None, path: str) -> dict[str, int]:
+    """``{"text": i, "pair": j, "label": k}`` for the layout's columns; a missing column is a usage error."""
+    flags = {"text": "text-column", "pair": "text-pair-column", "label": "label-column"}
+    out = {}
+    for role, flag in flags.items():
+        col = getattr(layout, role)
+        if col is None:
+            continue
+        if header is None:
+            out[role] = int(col)
+        elif col in header:
+            out[role] = header.index(col)
+        else:
+            raise UsageError(flag, f"{path}: no column {col!r}; the header has {header}")
+    return out
+
+
+def first_line(path: str, input_format: str) -> list[str] | dict | None:
+    """Fields of the first non-blank line (the parsed object for jsonl), cleaned as the reader cleans it."""
+    lines = iter_text_lines(read_chunks(path, 1 << 16), Tally().counts)
+    for line in islice(lines, 1000):
+        if not line.strip():
+            continue
+        if input_format == "jsonl":
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UsageError("input", f"{path}: first line is not JSON ({e})") from None
+            return obj if isinstance(obj, dict) else None
+        return split_fields(line, input_format)
+    return None
+
+
+def check_table_layout(path: str, layout: TableLayout) -> None:
+    """Before the pipeline starts: the columns exist in ``path`` (first line), else a usage error naming the flag."""
+    first = first_line(path, layout.input_format)
+    if first is None:
+        raise UsageError("input", f"{path}: holds no data line")
+    if layout.input_format == "jsonl":
+        flags = {"text": "text-column", "pair": "text-pair-column", "label": "label-column"}
+        for role, flag in flags.items():
+            col = getattr(layout, role)
+            if col is not None and col not in first:
+                raise UsageError(flag, f"{path}: first record has no field {col!r}; its fields are {sorted(first)}")
+        return
+    positions = column_positions(layout, first if layout.header else None, path)
+    if not layout.header and max(positions.values()) >= len(first):
+        flag = {"text": "text-column", "pair": "text-pair-column", "label": "label-column"}[
+            max(positions, key=positions.get)
+        ]
+        raise UsageError(
+            flag, f"{path}: column index {max(positions.values())} but the first line has {len(first)} fields"
+        )
+
+
+def _row_values(fields: list[str], positions: dict[str, int]) -> tuple[str, str | None, str | None]:
+    return (
+        fields[positions["text"]],
+        fields[positions["pair"]] if "pair" in positions else None,
+        fields[positions["label"]] if "label" in positions else None,
+    )
+
+
+def _json_values(obj: Any, layout: TableLayout) -> tuple[Any, Any, Any] | None:
+    if not isinstance(obj, dict):
+        return None
+    keys = [k for k in (layout.text, layout.pair, layout.label) if k is not None]
+    if any(k not in obj for k in keys):
+        return None
+    return (
+        obj[layout.text],
+        obj.get(layout.pair) if layout.pair else None,
+        obj.get(layout.label) if layout.label else None,
+    )
+
+
+def _label_text(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else json.dumps(value)
+
+
+def parse_table(
+    lines: Iterable[str], path: str, file_index: int, layout: TableLayout, tally: Tally
+) -> Iterator[TextRow]:
+    """Rows of a TSV/CSV/JSONL file. Counts ``rows_read`` and drops by reason with their line numbers."""
+    unit = "rows"
+    positions: dict[str, int] | None = None
+    expected = 0
+    numbered: Iterable[tuple[int, Any]] = enumerate(lines, 1)
+    if layout.input_format == "csv":
+        numbered = _csv_rows(lines, path, file_index, tally)
+    for n, line in numbered:
+        if layout.input_format != "csv" and not line.strip():
+            tally.add("blank_lines_skipped")
+            continue
+        if layout.input_format == "jsonl":
+            tally.add(f"{unit}_read")
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                tally.note(dropped(unit, MALFORMED_JSON), file_index, n, where(path, n))
+                continue
+            values = _json_values(obj, layout)
+            if values is None:
+                tally.note(dropped(unit, MISSING_FIELD), file_index, n, where(path, n))
+                continue
+            a, b, label = values
+            if not isinstance(a, str) or (layout.pair and not isinstance(b, str)):
+                tally.note(dropped(unit, EMPTY_TEXT), file_index, n, where(path, n))
+                continue
+            label = None if label is None else _label_text(label)
+        else:
+            fields = line if isinstance(line, list) else split_fields(line, layout.input_format)
+            if not any(f.strip() for f in fields):
+                tally.add("blank_lines_skipped")
+                continue
+            if positions is None:
+                if layout.header:
+                    positions, expected = column_positions(layout, fields, path), len(fields)
+                    continue
+                positions, expected = column_positions(layout, None, path), len(fields)
+                if max(positions.values()) >= expected:
+                    raise InputError(f"{where(path, n)}: {expected} fields, fewer than the columns asked for")
+            tally.add(f"{unit}_read")
+            if len(fields) != expected:
+                tally.note(dropped(unit, WRONG_COLUMN_COUNT), file_index, n, where(path, n))
+                continue
+            a, b, label = _row_values(fields, positions)
+            label = None if label is None else label.strip()
+        if not a.strip() or (layout.pair is not None and not b.strip()):
+            tally.note(dropped(unit, EMPTY_TEXT), file_index, n, where(path, n))
+            continue
+        if layout.label is not None:
+            if not label:
+                tally.note(dropped(unit, MISSING_LABEL), file_index, n, where(path, n))
+                continue
+            if layout.regression and not _is_float(label):
+                tally.note(dropped(unit, BAD_REGRESSION_LABEL), file_index, n, where(path, n))
+                continue
+        yield TextRow(n, a, b, label)
+
+
+# A quoted CSV field may span lines, but not more than this many: a stray quote would swallow the file.
+MAX_RECORD_LINES = 1000
+LINES_AFTER_BAD_QUOTE = "lines_reparsed_after_unbalanced_quote"
+
+
+def _csv_rows(lines: Iterable[str], path: str, file_index: int, tally: Tally) -> Iterator[tuple[int, list[str]]]:
+    """The records of ``_csv_records``; those with an unbalanced quote are counted as read and dropped."""
+    for n, fields, span in _csv_records(lines):
+        if fields is None:
+            tally.add("rows_read")
+            tally.note(dropped("rows", UNBALANCED_QUOTE), file_index, n, where(path, n))
+            tally.add(LINES_AFTER_BAD_QUOTE, span - 1)
+            continue
+        yield n, fields
+
+
+def _csv_records(lines: Iterable[str]) -> Iterator[tuple[int, list[str] | None, int]]:
+    """CSV records ``(first line, fields, lines spanned)``; quoted fields may span lines.
+
+    Strict CSV: a record whose quote never closes (or closes with text after it, ``"a"b``) yields ``fields``
+    None, and reading starts again at its next line, so one stray quote costs one row, not every row up to
+    the next quote. ``lines spanned`` then counts the lines the quote had taken.
+    """
+    source = iter(lines)
+    pending: deque[str] = deque()
+    first = 1
+
+    def fill(k: int) -> bool:
+        while len(pending) < k:
+            line = next(source, None)
+            if line is None:
+                return False
+            pending.append(line)
+        return True
+
+    def feed() -> Iterator[str]:
+        i = 0
+        while i < MAX_RECORD_LINES and fill(i + 1):
+            i += 1
+            yield pending[i - 1] + "\n"
+
+    while fill(1):
+        reader = csv.reader(feed(), strict=True)
+        try:
+            fields = next(reader)
+        except csv.Error:
+            yield first, None, reader.line_num
+            pending.popleft()
+            first += 1
+            continue
+        span = reader.line_num
+        yield first, fields, span
+        for _ in range(span):
+            pending.popleft()
+        first += span
+
+
+def _is_float(text: str) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return value == value and abs(value) != float("inf")
+
+
+class TableParser:
+    def __init__(self, layout: TableLayout) -> None:
+        self.layout = layout
+
+    def __call__(self, path: str, file_index: int, tally: Tally) -> Iterator[TextRow]:
+        return parse_table(file_lines(path, tally), path, file_index, self.layout, tally)
