@@ -17,7 +17,7 @@ from schemas import pretraining as P
 from schemas import tasks as T
 from schemas import wds
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
-from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
+from schemas.vocab import Vocab, VocabError
 
 
 def load_manifest(dataset_dir: str) -> Manifest:
@@ -39,7 +39,7 @@ class DatasetError(ValueError):
 
 def load_vocab(dataset_dir: str, manifest: Manifest) -> Vocab:
     """The dataset's vocabulary, checked against the manifest's hash (the trainer refuses any other)."""
-    path = FileSystems.join(dataset_dir, manifest.vocab.get("file", VOCAB_FILENAME))
+    path = FileSystems.join(dataset_dir, manifest.vocab_file)
     if not FileSystems.exists(path):
         raise DatasetError(f"{path}: missing (the manifest names it as the dataset's vocabulary)")
     try:

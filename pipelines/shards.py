@@ -20,8 +20,8 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.batch import InstanceBatch
+from schemas import id_types, wds
 from schemas import pretraining as P
-from schemas import wds
 from schemas.manifest import ShardInfo
 
 
@@ -113,7 +113,7 @@ class ArrowShardWriter(_ShardWriter):
     ) -> None:
         super().__init__(path, relpath)
         self.schema = P.arrow_schema(id_type, vocab_sha256, parameters)
-        self.id_type = P.arrow_id_type(id_type)
+        self.id_type = id_types.arrow_type(id_type)
         self.options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
         self.batch_rows = batch_rows
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
@@ -155,7 +155,7 @@ class WebDatasetShardWriter(_ShardWriter):
 
     def __init__(self, path: str, relpath: str, *, id_type: str) -> None:
         super().__init__(path, relpath)
-        self.width = 2 if id_type == "uint16" else 4
+        self.id_type = id_types.id_type(id_type).name
 
     def _open(self, out: _HashedOutput) -> None:
         self._tar = tarfile.open(fileobj=out, mode="w|", format=tarfile.USTAR_FORMAT)
@@ -164,20 +164,19 @@ class WebDatasetShardWriter(_ShardWriter):
         self._tar.close()
 
     def write(self, batch: InstanceBatch) -> None:
-        ids, off = batch.ids, batch.offsets
-        pos, lab, poff = batch.positions, batch.labels, batch.pred_offsets
-        for i in range(len(batch)):
-            iid = int(batch.instance_ids[i])
-            payload = wds.encode_instance(
-                ids[off[i] : off[i + 1]],
-                int(batch.segment_a_length[i]),
-                pos[poff[i] : poff[i + 1]],
-                lab[poff[i] : poff[i + 1]],
-                int(batch.next_sentence_label[i]),
-                iid,
-                self.width,
-            )
-            info = tarfile.TarInfo(f"{wds.sample_key(iid)}.{wds.EXTENSION}")
+        payloads = wds.encode_batch(
+            batch.ids,
+            batch.offsets,
+            batch.segment_a_length,
+            batch.positions,
+            batch.labels,
+            batch.pred_offsets,
+            batch.next_sentence_label,
+            batch.instance_ids,
+            self.id_type,
+        )
+        for iid, payload in zip(batch.instance_ids.tolist(), payloads):
+            info = tarfile.TarInfo(wds.member_name(iid))
             info.size = len(payload)
             info.mtime = 0
             info.mode = 0o644

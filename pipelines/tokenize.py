@@ -27,6 +27,7 @@ from apache_beam.transforms.window import GlobalWindows
 from tokenizers import Tokenizer
 
 from pipelines import counters as C
+from schemas import id_types
 from schemas.vocab import SEP, SPECIAL_TOKENS, Vocab, VocabError
 from schemas.wordpiece import bert_tokenizer
 from schemas.wordpiece import json_lowercase as _json_lowercase
@@ -125,7 +126,7 @@ class DocumentTokenizer:
     def __init__(self, spec: TokenizerSpec) -> None:
         self.tokenizer = Tokenizer.from_str(spec.json)
         self.sep_id = spec.vocab.id(SEP)
-        self.dtype = np.dtype(spec.vocab.id_type)
+        self.dtype = id_types.numpy_dtype(spec.vocab.id_type)
         added = sorted((t.content for t in self.tokenizer.get_added_tokens_decoder().values()), key=len, reverse=True)
         self._literal = re.compile("|".join(re.escape(t) for t in added))
         self._encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)

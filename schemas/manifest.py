@@ -24,15 +24,37 @@ Layout (version 1)::
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from schemas.version import SCHEMA_VERSION, SchemaError
+from schemas.version import SCHEMA_VERSION, SchemaError, check_version
+from schemas.vocab import PAD, VOCAB_FILENAME, Vocab
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "bertstream.manifest"
 SHARD_FORMATS = ("arrow", "webdataset")
 SHARD_EXTENSIONS = {"arrow": "arrow", "webdataset": "tar"}
+
+
+def manifest_source(root: str) -> str:
+    """How messages name a dataset folder's manifest (``root`` is a local path or a URL)."""
+    return root.rstrip("/") + "/" + MANIFEST_NAME
+
+
+def vocab_entry(vocab: Vocab, *, lowercase: bool, source: str | None = None) -> dict[str, Any]:
+    """The manifest's ``vocab`` object for a dataset tokenised with ``vocab``."""
+    entry: dict[str, Any] = {
+        "sha256": vocab.sha256,
+        "size": len(vocab),
+        "file": VOCAB_FILENAME,
+        "lowercase": lowercase,
+        "id_type": vocab.id_type,
+        "special_ids": vocab.special_ids,
+    }
+    if source is not None:
+        entry["source"] = source
+    return entry
 
 
 def shard_name(prefix: str, index: int, num_shards: int, fmt: str) -> str:
@@ -81,6 +103,35 @@ class Manifest:
             if key not in self.vocab:
                 raise SchemaError(f"manifest vocab lacks {key!r}")
 
+    @property
+    def vocab_sha256(self) -> str:
+        return self.vocab["sha256"]
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.vocab["size"])
+
+    @property
+    def id_type(self) -> str:
+        return self.vocab["id_type"]
+
+    @property
+    def vocab_file(self) -> str:
+        """The vocabulary's path relative to the dataset folder."""
+        return self.vocab.get("file", VOCAB_FILENAME)
+
+    @property
+    def pad_id(self) -> int:
+        special = self.vocab["special_ids"]
+        if PAD not in special:
+            raise SchemaError(f"manifest vocab.special_ids lacks {PAD}")
+        return int(special[PAD])
+
+    def require_kind(self, kinds: Sequence[str], *, source: str, expected: str | None = None) -> None:
+        """SchemaError naming ``source`` unless the dataset holds one of ``kinds`` (``expected`` describes them)."""
+        if self.kind not in kinds:
+            raise SchemaError(f"{source}: a {self.kind!r} dataset, not {expected or repr(kinds[0])}")
+
     def shards_of(self, fmt: str) -> list[ShardInfo]:
         return [s for s in self.shards if s.format == fmt]
 
@@ -102,9 +153,7 @@ class Manifest:
             raise SchemaError(f"{source}: malformed JSON ({e})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise SchemaError(f"{source}: not a bertstream manifest (format != {FORMAT!r})")
-        version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise SchemaError(f"{source}: schema version {version}, this build reads {SCHEMA_VERSION}")
+        version = check_version(d.get("schema_version"), source=source)
         try:
             shards = tuple(ShardInfo(**s) for s in d["shards"])
             return cls(

@@ -14,7 +14,7 @@ next_sentence_label  int8                  0 IsNext, 1 NotNext (BERT / Hugging F
 instance_id          uint64                stable id: same inputs, parameters and seed -> same id
 ==================== ===================== ==================================================
 
-Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32``.
+Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32`` (``schemas.id_types``).
 Schema metadata (UTF-8 keys and values): ``bertstream.schema_version``, ``bertstream.kind``,
 ``bertstream.vocab_sha256`` and ``bertstream.parameters`` (JSON object).
 """
@@ -26,7 +26,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from schemas.version import SCHEMA_VERSION, SchemaError, decode_metadata, encode_metadata
+from schemas import id_types
+from schemas.version import SchemaError, check_version, decode_metadata, encode_metadata
 
 KIND = "pretraining"
 INPUT_IDS = "input_ids"
@@ -39,18 +40,9 @@ FIELDS = (INPUT_IDS, SEGMENT_A_LENGTH, MASKED_LM_POSITIONS, MASKED_LM_IDS, NEXT_
 
 IS_NEXT, NOT_NEXT = 0, 1
 
-_ID_TYPES = {"uint16": pa.uint16(), "int32": pa.int32()}
-
-
-def arrow_id_type(id_type: str) -> pa.DataType:
-    try:
-        return _ID_TYPES[id_type]
-    except KeyError:
-        raise SchemaError(f"id type must be one of {sorted(_ID_TYPES)}, got {id_type!r}") from None
-
 
 def arrow_schema(id_type: str, vocab_sha256: str = "", parameters: Mapping[str, Any] | None = None) -> pa.Schema:
-    t = arrow_id_type(id_type)
+    t = id_types.arrow_type(id_type)
     schema = pa.schema(
         [
             pa.field(INPUT_IDS, pa.list_(t), nullable=False),
@@ -72,15 +64,14 @@ def read_metadata(schema: pa.Schema) -> dict[str, Any]:
 def check_schema(schema: pa.Schema, *, source: str = "shard") -> str:
     """Validate a shard schema against version 1; return its id type."""
     meta = read_metadata(schema)
-    if meta["schema_version"] != SCHEMA_VERSION:
-        raise SchemaError(f"{source}: schema version {meta['schema_version']}, this build reads {SCHEMA_VERSION}")
+    check_version(meta["schema_version"], source=source)
     if meta["kind"] != KIND:
         raise SchemaError(f"{source}: holds {meta['kind']!r} rows, not {KIND!r}")
     names = tuple(schema.names)
     if names != FIELDS:
         raise SchemaError(f"{source}: fields {names} differ from {FIELDS}")
     value_type = schema.field(INPUT_IDS).type.value_type
-    for id_type, t in _ID_TYPES.items():
-        if value_type == t:
-            return id_type
-    raise SchemaError(f"{source}: input_ids has element type {value_type}")
+    found = id_types.by_arrow(value_type)
+    if found is None:
+        raise SchemaError(f"{source}: input_ids has element type {value_type}")
+    return found.name

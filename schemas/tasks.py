@@ -4,7 +4,7 @@ A task dataset is a folder with ``manifest.json`` (``schemas.manifest``), ``voca
 ``<kind>-00000-of-0000N.arrow`` listed in the manifest (plus ``examples.jsonl`` for SQuAD). Read the shards
 in manifest order: rows are sorted by ``row_id`` within a shard and shards hold consecutive ranges of the
 input, so the concatenation is the input order. Nothing is padded: list columns hold exactly the tokens.
-Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32`` (``schemas.vocab.id_type_for``).
+Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32`` (``schemas.id_types``).
 
 Row ids (every kind)
 --------------------
@@ -88,7 +88,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from schemas.version import SCHEMA_VERSION, SchemaError, decode_metadata, encode_metadata
+from schemas import id_types
+from schemas.version import SchemaError, check_version, decode_metadata, encode_metadata
 
 CLASSIFICATION, REGRESSION, NER, SQUAD = "classification", "regression", "ner", "squad"
 KINDS = (CLASSIFICATION, REGRESSION, NER, SQUAD)
@@ -115,10 +116,6 @@ IGNORE_INDEX = -100  # NER label on tokens that carry no tag (PyTorch cross_entr
 NO_OFFSET = -1  # SQuAD offsets of question and special tokens; NER word id of specials
 EXAMPLES_FILE = "examples.jsonl"
 
-# Same keys as the pretraining layout, so one reader recognises every bertstream shard.
-
-_ID_TYPES = {"uint16": pa.uint16(), "int32": pa.int32()}
-
 FILE_BITS, RECORD_BITS, WINDOW_BITS = 16, 32, 16
 MAX_FILES, MAX_RECORD, MAX_WINDOWS = 1 << FILE_BITS, 1 << RECORD_BITS, 1 << WINDOW_BITS
 
@@ -133,13 +130,6 @@ def split_row_id(rid: int) -> tuple[int, int, int]:
     """``(file_index, record, window)`` of a row id."""
     rid = int(rid)
     return rid >> (RECORD_BITS + WINDOW_BITS), (rid >> WINDOW_BITS) & (MAX_RECORD - 1), rid & (MAX_WINDOWS - 1)
-
-
-def _arrow_id_type(id_type: str) -> pa.DataType:
-    try:
-        return _ID_TYPES[id_type]
-    except KeyError:
-        raise SchemaError(f"id type must be one of {sorted(_ID_TYPES)}, got {id_type!r}") from None
 
 
 def _fields(kind: str, ids: pa.DataType) -> list[pa.Field]:
@@ -192,7 +182,7 @@ def arrow_schema(
     parameters: Mapping[str, Any] | None = None,
     labels: Sequence[str] = (),
 ) -> pa.Schema:
-    schema = pa.schema(_fields(kind, _arrow_id_type(id_type)))
+    schema = pa.schema(_fields(kind, id_types.arrow_type(id_type)))
     return schema.with_metadata(encode_metadata(kind, vocab_sha256, parameters, {"labels": list(labels)}))
 
 
@@ -206,15 +196,14 @@ def check_schema(schema: pa.Schema, kind: str, *, source: str = "shard") -> str:
     if kind not in KINDS:
         raise SchemaError(f"task kind must be one of {KINDS}, got {kind!r}")
     meta = read_metadata(schema)
-    if meta["schema_version"] != SCHEMA_VERSION:
-        raise SchemaError(f"{source}: schema version {meta['schema_version']}, this build reads {SCHEMA_VERSION}")
+    check_version(meta["schema_version"], source=source)
     if meta["kind"] != kind:
         raise SchemaError(f"{source}: holds {meta['kind']!r} rows, not {kind!r}")
     value_type = schema.field(INPUT_IDS).type.value_type if INPUT_IDS in schema.names else None
-    for id_type, t in _ID_TYPES.items():
-        if value_type == t:
-            expected = pa.schema(_fields(kind, t))
-            if not schema.remove_metadata().equals(expected):
-                raise SchemaError(f"{source}: fields {schema.remove_metadata()} differ from {expected}")
-            return id_type
+    found = id_types.by_arrow(value_type) if value_type is not None else None
+    if found is not None:
+        expected = pa.schema(_fields(kind, found.arrow))
+        if not schema.remove_metadata().equals(expected):
+            raise SchemaError(f"{source}: fields {schema.remove_metadata()} differ from {expected}")
+        return found.name
     raise SchemaError(f"{source}: input_ids has element type {value_type}, not uint16 or int32")

@@ -7,10 +7,23 @@ from collections.abc import Mapping
 from typing import Any
 
 SCHEMA_VERSION = 1
+# The readers' version switch: a schema v2 bumps SCHEMA_VERSION (what writers stamp) and adds 1 here only
+# while some reader still decodes v1 (then that reader branches on the version check_version returns).
+READABLE_VERSIONS: tuple[int, ...] = (SCHEMA_VERSION,)
 
 
 class SchemaError(ValueError):
     """A shard, sample or manifest does not match the schema this build reads."""
+
+
+def check_version(
+    found: object, *, source: str, what: str = "schema version", readable: tuple[int, ...] = READABLE_VERSIONS
+) -> int:
+    """``found`` if this build reads it, else a SchemaError naming ``source``, the version found and those read."""
+    if found not in readable:
+        reads = ", ".join(str(v) for v in readable)
+        raise SchemaError(f"{source}: {what} {found}, this build reads {reads}")
+    return int(found)  # type: ignore[call-overload]
 
 
 _META_VERSION = b"bertstream.schema_version"

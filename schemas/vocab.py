@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from schemas.id_types import id_type_for
+
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
 VOCAB_FILENAME = "vocab.txt"
@@ -25,6 +27,10 @@ _UNUSED = re.compile(r"^\[unused\d+\]$")
 
 class VocabError(ValueError):
     """A vocabulary file is missing, malformed or lacks a special token."""
+
+
+class VocabMismatchError(ValueError):
+    """Data tokenised with another vocabulary than the model's (or than another dataset's)."""
 
 
 def vocab_sha256(tokens: Sequence[str]) -> str:
@@ -42,11 +48,6 @@ def is_reserved(token: str) -> bool:
         or bool(_UNUSED.match(token))
         or (token.startswith("[") and token.endswith("]") and len(token) > 2 and token[1:-1].isupper())
     )
-
-
-def id_type_for(vocab_size: int) -> str:
-    """Arrow/NumPy integer type that holds every id of a vocabulary of this size."""
-    return "uint16" if vocab_size <= 65535 else "int32"
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,9 @@ from trainer.config import TrainConfigError
 def _user_errors() -> tuple[type[BaseException], ...]:
     # Imported here: `berttrain --help` stays fast (torch is not loaded).
     from schemas.version import SchemaError
-    from schemas.vocab import VocabError
+    from schemas.vocab import VocabError, VocabMismatchError
     from trainer.checkpoint import CheckpointError
     from trainer.data.refs import ShardError
-    from trainer.data.shards import VocabMismatchError
     from trainer.errors import RunError
     from trainer.finetune.data import TaskDataError
     from trainer.finetune.weights import InitError

@@ -18,6 +18,7 @@ from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
 from pipelines.tasks.read import RecordBatch, TextRow, dropped, where
 from pipelines.tasks.tally import Tally
 from pipelines.tokenize import TokenizerSpec
+from schemas import id_types
 from schemas import tasks as T
 
 UNIT = "rows"
@@ -107,7 +108,7 @@ class RowFeaturizer:
             self.id_type,
             {
                 T.ROW_ID: np.asarray(row_ids, dtype=np.uint64),
-                T.INPUT_IDS: ragged(out_ids, pa.uint16() if self.id_type == "uint16" else pa.int32()),
+                T.INPUT_IDS: ragged(out_ids, id_types.arrow_type(self.id_type)),
                 T.SEGMENT_A_LENGTH: np.asarray(seg_a, dtype=np.int16),
                 T.LABEL: pa.array(out_labels, type=label_type),
             },

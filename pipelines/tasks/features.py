@@ -25,6 +25,7 @@ from pipelines import counters as C
 from pipelines.tasks.read import RecordBatch
 from pipelines.tasks.tally import Tally
 from pipelines.tokenize import TokenizerSpec
+from schemas import id_types
 from schemas import tasks as T
 from schemas.vocab import CLS, SEP, UNK
 
@@ -40,7 +41,7 @@ class TaskTokenizer:
         self.tokenizer = Tokenizer.from_str(spec.json)
         self.vocab = spec.vocab
         self.cls_id, self.sep_id, self.unk_id = spec.vocab.id(CLS), spec.vocab.id(SEP), spec.vocab.id(UNK)
-        self.dtype = np.dtype(spec.vocab.id_type)
+        self.dtype = id_types.numpy_dtype(spec.vocab.id_type)
         added = sorted((t.content for t in self.tokenizer.get_added_tokens_decoder().values()), key=len, reverse=True)
         self._literal = re.compile("|".join(re.escape(t) for t in added))
         # Without offsets where none are needed (several times faster).

@@ -20,6 +20,7 @@ from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
 from pipelines.tasks.read import RecordBatch, Sentence, dropped, where
 from pipelines.tasks.tally import Tally
 from pipelines.tokenize import TokenizerSpec
+from schemas import id_types
 from schemas import tasks as T
 
 UNIT = "sentences"
@@ -141,7 +142,7 @@ class SentenceFeaturizer:
             {
                 T.ROW_ID: np.asarray(cols[T.ROW_ID], dtype=np.uint64),
                 T.WINDOW: np.asarray(cols[T.WINDOW], dtype=np.uint16),
-                T.INPUT_IDS: ragged(cols[T.INPUT_IDS], pa.uint16() if self.id_type == "uint16" else pa.int32()),
+                T.INPUT_IDS: ragged(cols[T.INPUT_IDS], id_types.arrow_type(self.id_type)),
                 T.LABELS: ragged(cols[T.LABELS], pa.int16()),
                 T.WORD_IDS: ragged(cols[T.WORD_IDS], pa.int32()),
                 T.OWNED: ragged(cols[T.OWNED], pa.int8()),

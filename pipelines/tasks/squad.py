@@ -24,6 +24,7 @@ from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
 from pipelines.tasks.read import QAExample, RecordBatch
 from pipelines.tasks.tally import Tally
 from pipelines.tokenize import TokenizerSpec
+from schemas import id_types
 from schemas import tasks as T
 
 UNIT = "examples"
@@ -146,7 +147,7 @@ class ExampleFeaturizer:
                 tally.add("tokens", seg_a + e - s + 1)
             tally.add(f"{UNIT}_used")
             tally.add("windows", len(spans))
-        ids_type = pa.uint16() if self.id_type == "uint16" else pa.int32()
+        ids_type = id_types.arrow_type(self.id_type)
         return table(
             T.SQUAD,
             self.id_type,

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from schemas import id_types, wds
 from schemas import pretraining as pt
-from schemas import wds
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo, shard_name
 from schemas.vocab import CLS, MASK, PAD, SEP, UNK, VOCAB_FILENAME, Vocab
 
@@ -205,7 +205,7 @@ def write_arrow(
     schema = pt.arrow_schema(vocab.id_type, vocab.sha256, parameters)
     if schema_version is not None:
         schema = schema.with_metadata({**schema.metadata, b"bertstream.schema_version": str(schema_version).encode()})
-    id_type = pt.arrow_id_type(vocab.id_type)
+    id_type = id_types.arrow_type(vocab.id_type)
     open_writer = pa.ipc.new_stream if stream else pa.ipc.new_file
     sink = path if isinstance(path, pa.NativeFile) else pa.OSFile(str(path), "wb")
     with open_writer(sink, schema) as writer:
@@ -229,7 +229,7 @@ def write_arrow(
 
 
 def write_tar(path: Path, inst: Instances, vocab: Vocab) -> None:
-    width = 2 if vocab.id_type == "uint16" else 4
+    width = id_types.width(vocab.id_type)
     with tarfile.open(path, "w") as tf:
         for i in range(len(inst)):
             r = inst.row(i)

@@ -12,12 +12,12 @@ Typical use in a training loop::
             checkpoint["data"] = loader.state_dict()
 """
 
+from schemas.vocab import VocabMismatchError
 from trainer.data.collate import PAD_MULTIPLE
 from trainer.data.config import DataConfig
 from trainer.data.loader import BatchReader, PretrainingLoader
 from trainer.data.plan import EpochPlan, steps_per_epoch
 from trainer.data.refs import ShardError
-from trainer.data.shards import VocabMismatchError
 from trainer.data.sources import Catalog, load_manifest, open_catalog
 
 __all__ = [

@@ -3,7 +3,7 @@
 Both formats end up as :class:`Block` s: ragged columns as ``(values, starts, lengths)`` over the
 shard's own buffer (zero-copy where alignment allows), plus the scalar columns. Arrow gives one block
 per record batch; a WebDataset tar gives one block, found by walking the tar headers once and decoding
-the fixed ``.bert`` header of every member with vectorised gathers.
+the fixed ``.bert`` header of every member at once (``schemas.wds.decode_headers``).
 """
 
 from __future__ import annotations
@@ -14,21 +14,16 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from schemas import id_types, wds
 from schemas import pretraining as pt
-from schemas import wds
 from schemas.version import SchemaError
+from schemas.vocab import VocabMismatchError
 from trainer.data.refs import ShardError, ShardRef, read_buffer
 
-_ID_WIDTH = {"uint16": 2, "int32": 4}
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)
 _MEMBER_SUFFIX = b"." + wds.EXTENSION.encode()
 _REGULAR = (ord("0"), 0, ord("7"))
-_NUMPY_TYPES = {pa.uint16(): np.dtype("<u2"), pa.int32(): np.dtype("<i4")}
-
-
-class VocabMismatchError(ValueError):
-    """Data tokenised with another vocabulary than the model's (or than another dataset's)."""
 
 
 @dataclass(slots=True)
@@ -81,7 +76,7 @@ def open_shard(ref: ShardRef, *, verify_sha256: bool, vocab_sha256: str, id_type
             blocks = _arrow_blocks(buf, ref, vocab_sha256, id_type)
         else:
             # Header checksums only guard what a matching sha256 has already proven.
-            blocks = [_tar_block(buf, ref, _ID_WIDTH[id_type], check_headers=not verify_sha256)]
+            blocks = [_tar_block(buf, ref, id_type, check_headers=not verify_sha256)]
     except (SchemaError, VocabMismatchError, ShardError):
         raise
     except (pa.ArrowException, ValueError, IndexError, OverflowError) as e:
@@ -168,7 +163,8 @@ def _merged(chunks: tuple[pa.Array, ...]) -> np.ndarray:
 
 
 def _merged_ragged(buf: pa.Buffer, chunks: tuple[pa.ListArray, ...], views: dict[np.dtype, np.ndarray]) -> Ragged:
-    dtype = _NUMPY_TYPES[chunks[0].type.value_type]
+    # The checked schema's list element type (uint16 or int32): Arrow integer names are NumPy dtype names.
+    dtype = np.dtype(str(chunks[0].type.value_type))
     size = dtype.itemsize
     view = views.get(dtype)
     if view is None:
@@ -261,12 +257,6 @@ def _pax(records: bytes, name: bytes | None, size: int | None) -> tuple[bytes | 
     return name, size
 
 
-def _gather_le(u8: np.ndarray, at: np.ndarray, dtype: str) -> np.ndarray:
-    """Little-endian scalars of ``dtype`` starting at byte offsets ``at`` (any alignment)."""
-    width = np.dtype(dtype).itemsize
-    return np.ascontiguousarray(u8[at[:, None] + np.arange(width)]).view(dtype).reshape(-1)
-
-
 def _verify_checksums(u8: np.ndarray, headers: np.ndarray) -> None:
     for lo in range(0, len(headers), 4096):
         h = headers[lo : lo + 4096]
@@ -283,68 +273,49 @@ def _verify_checksums(u8: np.ndarray, headers: np.ndarray) -> None:
             raise ValueError(f"tar header checksum mismatch at byte {int(h[bad[0]])}")
 
 
-def _tar_block(buf: pa.Buffer, ref: ShardRef, width: int, *, check_headers: bool) -> Block:
+def _tar_block(buf: pa.Buffer, ref: ShardRef, id_type: str, *, check_headers: bool) -> Block:
     mv = memoryview(buf)
     headers, sizes = _walk_tar(mv)
     u8 = np.frombuffer(buf, np.uint8)
     h = np.asarray(headers, np.int64)
-    p = h + _BLOCK
-    size = np.asarray(sizes, np.int64)
     if check_headers:
         _verify_checksums(u8, h)
-    if p.size == 0:
-        return _empty_block(width)
-    short = np.flatnonzero(size < wds.HEADER_SIZE)
-    if short.size:
-        raise ValueError(
-            f"member at byte {int(p[short[0]]) - _BLOCK}: {int(size[short[0]])} bytes, "
-            f"shorter than the {wds.HEADER_SIZE}-byte header"
-        )
-    version = u8[p]
-    if np.any(version != wds.LAYOUT_VERSION):
-        if np.all(version == version[0]):
-            raise SchemaError(
-                f"{ref.url}: sample layout version {int(version[0])}, this build reads {wds.LAYOUT_VERSION}"
-            )
-        raise ValueError(
-            f"member at byte {int(p[np.argmax(version != wds.LAYOUT_VERSION)]) - _BLOCK}: bad layout version"
-        )
-    widths = u8[p + 1]
-    if np.any(widths != width):
-        if np.all(widths == widths[0]):  # the whole shard disagrees: written for another vocab
-            raise SchemaError(f"{ref.url}: id width {int(widths[0])}, the manifest vocab says {width}")
-        at = int(np.argmax(widths != width))
-        raise ValueError(f"member at byte {int(p[at]) - _BLOCK}: id width {int(widths[at])}, expected {width}")
-    n = _gather_le(u8, p + 2, "<u2").astype(np.int64)
-    m = _gather_le(u8, p + 4, "<u2").astype(np.int64)
-    bad = np.flatnonzero(size != wds.HEADER_SIZE + n * width + m * (2 + width))
-    if bad.size:
-        raise ValueError(
-            f"member at byte {int(p[bad[0]]) - _BLOCK}: {int(size[bad[0]])} bytes, its header says "
-            f"{int(wds.HEADER_SIZE + n[bad[0]] * width + m[bad[0]] * (2 + width))}"
-        )
-    ids_at = p + wds.HEADER_SIZE  # byte offsets; payloads are 512-aligned, so even
-    pos_at = ids_at + n * width
-    mids_at = pos_at + m * 2
-    u16 = np.frombuffer(buf, "<u2", count=buf.size // 2)
-    if width == 2:
-        input_ids = Ragged(u16, ids_at // 2, n)
-        masked_ids = Ragged(u16, mids_at // 2, m)
-    else:  # int32 ids are not 4-aligned inside members: copy them out once per shard
-        input_ids = _copy_ragged(u8, ids_at, n, "<i4")
-        masked_ids = _copy_ragged(u8, mids_at, m, "<i4")
+    if h.size == 0:
+        return _empty_block(id_type)
+    head = wds.decode_headers(u8, h + _BLOCK, np.asarray(sizes, np.int64), id_type, source=ref.url, member_at=h)
+    dtype = id_types.numpy_dtype(id_type)
+    views: dict[np.dtype, np.ndarray] = {}
     return Block(
-        input_ids=input_ids,
-        masked_positions=Ragged(u16, pos_at // 2, m),
-        masked_ids=masked_ids,
-        segment_a=_gather_le(u8, p + 6, "<i2"),
-        nsp=u8[p + 8].view(np.int8),
-        instance_id=_gather_le(u8, p + 10, "<u8"),
+        input_ids=_tar_ragged(buf, u8, head.input_ids_at, head.n, dtype, views),
+        masked_positions=_tar_ragged(buf, u8, head.positions_at, head.m, wds.POSITION, views),
+        masked_ids=_tar_ragged(buf, u8, head.masked_ids_at, head.m, dtype, views),
+        segment_a=head.segment_a_length,
+        nsp=head.next_sentence_label,
+        instance_id=head.instance_id,
     )
 
 
-def _copy_ragged(u8: np.ndarray, at: np.ndarray, count: np.ndarray, dtype: str) -> Ragged:
-    width = np.dtype(dtype).itemsize
+def _tar_ragged(
+    buf: pa.Buffer,
+    u8: np.ndarray,
+    at: np.ndarray,
+    count: np.ndarray,
+    dtype: np.dtype,
+    views: dict[np.dtype, np.ndarray],
+) -> Ragged:
+    """Rows at byte offsets ``at``: views into the shard where aligned (uint16 ids and positions: payloads are
+    512-aligned and every field starts at an even offset), else copied out once per shard (int32 ids)."""
+    size = dtype.itemsize
+    if np.all(at % size == 0):
+        view = views.get(dtype)
+        if view is None:
+            view = views[dtype] = np.frombuffer(buf, dtype, count=buf.size // size)
+        return Ragged(view, at // size, count)
+    return _copy_ragged(u8, at, count, dtype)
+
+
+def _copy_ragged(u8: np.ndarray, at: np.ndarray, count: np.ndarray, dtype: np.dtype) -> Ragged:
+    width = dtype.itemsize
     nbytes = count * width
     ends = np.cumsum(nbytes)
     src = np.repeat(at - (ends - nbytes), nbytes) + np.arange(int(ends[-1]) if len(ends) else 0)
@@ -353,13 +324,13 @@ def _copy_ragged(u8: np.ndarray, at: np.ndarray, count: np.ndarray, dtype: str) 
     return Ragged(values, starts, count)
 
 
-def _empty_block(width: int) -> Block:
+def _empty_block(id_type: str) -> Block:
     z = np.zeros(0, np.int64)
-    ids = Ragged(np.zeros(0, np.uint16 if width == 2 else np.int32), z, z)
+    ragged_ids = Ragged(np.zeros(0, id_types.numpy_dtype(id_type)), z, z)
     return Block(
-        ids,
-        Ragged(np.zeros(0, np.uint16), z, z),
-        ids,
+        ragged_ids,
+        Ragged(np.zeros(0, wds.POSITION), z, z),
+        ragged_ids,
         np.zeros(0, np.int16),
         np.zeros(0, np.int8),
         np.zeros(0, np.uint64),

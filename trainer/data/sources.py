@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from schemas import pretraining as pt
-from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.manifest import MANIFEST_NAME, Manifest, manifest_source
 from schemas.version import SchemaError
-from schemas.vocab import PAD
+from schemas.vocab import VocabMismatchError
 from trainer.data.refs import ShardError, ShardRef, file_size, filesystem, open_input, read_text, sha256_of
-from trainer.data.shards import VocabMismatchError, check_arrow_header
+from trainer.data.shards import check_arrow_header
 
 log = logging.getLogger(__name__)
 # The flag and the API field, since both the CLI and library users read these messages.
@@ -50,7 +50,7 @@ def open_catalog(
     paths: Sequence[str], *, fmt: str, expected_vocab_sha256: str | None, skip_corrupt: bool, verify: str
 ) -> Catalog:
     manifests = tuple(load_manifest(p) for p in paths)
-    vocab = _check_vocab(paths, manifests, expected_vocab_sha256)
+    first = _check_vocab(paths, manifests, expected_vocab_sha256)
     refs: list[ShardRef] = []
     for i, (root, m) in enumerate(zip(paths, manifests)):
         chosen = _choose_format(root, m, fmt)
@@ -71,7 +71,7 @@ def open_catalog(
         log.warning("skipping corrupt shard %s (%d instances): %s", r.url, r.count, why)
     if not usable:
         raise ShardError(f"no usable shards in {list(paths)} ({len(skipped)} skipped as corrupt)")
-    _check_first_arrow_schema(usable, vocab["sha256"], vocab["id_type"])
+    _check_first_arrow_schema(usable, first.vocab_sha256, first.id_type)
 
     ident = [[r.dataset, r.relpath, r.format, r.count, r.sha256] for r in usable]
     fingerprint = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
@@ -79,17 +79,17 @@ def open_catalog(
         shards=usable,
         skipped=skipped,
         manifests=manifests,
-        vocab_sha256=vocab["sha256"],
-        vocab_size=int(vocab["size"]),
-        id_type=vocab["id_type"],
-        pad_id=int(vocab["special_ids"][PAD]),
+        vocab_sha256=first.vocab_sha256,
+        vocab_size=first.vocab_size,
+        id_type=first.id_type,
+        pad_id=first.pad_id,
         verified=hashed,
         fingerprint=fingerprint,
     )
 
 
 def load_manifest(root: str) -> Manifest:
-    source = root.rstrip("/") + "/" + MANIFEST_NAME
+    source = manifest_source(root)
     try:
         text = read_text(root, MANIFEST_NAME)
     except FileNotFoundError:
@@ -97,28 +97,27 @@ def load_manifest(root: str) -> Manifest:
             f"{source}: no manifest; a dataset directory is read through its manifest only"
         ) from None
     m = Manifest.from_json(text, source=source)
-    if m.kind != pt.KIND:
-        raise SchemaError(f"{source}: a {m.kind!r} dataset, not {pt.KIND!r}")
+    m.require_kind((pt.KIND,), source=source)
     return m
 
 
-def _check_vocab(paths: Sequence[str], manifests: Sequence[Manifest], expected: str | None) -> dict:
-    first = manifests[0].vocab
+def _check_vocab(paths: Sequence[str], manifests: Sequence[Manifest], expected: str | None) -> Manifest:
+    """The first manifest, once every dataset is known to share its vocabulary (and the model's, if given)."""
+    first = manifests[0]
     for root, m in zip(paths, manifests):
-        v = m.vocab
-        if expected is not None and v["sha256"] != expected:
+        if expected is not None and m.vocab_sha256 != expected:
             raise VocabMismatchError(
-                f"{root}: tokenised with vocab sha256 {v['sha256']}, the model's vocab is {expected}"
+                f"{root}: tokenised with vocab sha256 {m.vocab_sha256}, the model's vocab is {expected}"
             )
-        if v["sha256"] != first["sha256"]:
-            raise VocabMismatchError(f"{root}: vocab sha256 {v['sha256']} differs from {paths[0]}'s {first['sha256']}")
-        if PAD not in v["special_ids"]:
-            raise SchemaError(f"{root}: manifest vocab.special_ids lacks {PAD}")
-        if (v["special_ids"][PAD], v["id_type"], v["size"]) != (
-            first["special_ids"][PAD],
-            first["id_type"],
-            first["size"],
-        ):
+        if m.vocab_sha256 != first.vocab_sha256:
+            raise VocabMismatchError(
+                f"{root}: vocab sha256 {m.vocab_sha256} differs from {paths[0]}'s {first.vocab_sha256}"
+            )
+        try:
+            pad_id = m.pad_id
+        except SchemaError as e:
+            raise SchemaError(f"{root}: {e}") from None
+        if (pad_id, m.id_type, m.vocab_size) != (first.pad_id, first.id_type, first.vocab_size):
             raise SchemaError(f"{root}: vocab pad id / id type / size differ from {paths[0]}'s")
     return first
 

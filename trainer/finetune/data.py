@@ -22,9 +22,9 @@ import torch
 from torch.utils.data import Dataset
 
 from schemas import tasks as T
-from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.manifest import MANIFEST_NAME, Manifest, manifest_source
 from schemas.version import SchemaError
-from schemas.vocab import PAD, VOCAB_FILENAME, Vocab
+from schemas.vocab import Vocab
 from trainer.data.refs import read_text
 from trainer.model import derive_seed
 
@@ -83,7 +83,7 @@ class TaskData:
 
     @property
     def pad_id(self) -> int:
-        return int(self.manifest.vocab["special_ids"][PAD])
+        return self.manifest.pad_id
 
     def __len__(self) -> int:
         return len(self.columns[T.ROW_ID])
@@ -101,21 +101,20 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
 
     ``role`` names the flag in errors (``--train-data``, ``--eval-data``).
     """
-    source = f"{role} {root.rstrip('/')}/{MANIFEST_NAME}"
+    source = f"{role} {manifest_source(root)}"
     try:
         manifest = Manifest.from_json(read_text(root, MANIFEST_NAME), source=source)
+        manifest.require_kind(T.KINDS, source=source, expected=f"a fine-tuning task ({', '.join(T.KINDS)})")
     except FileNotFoundError:
         raise TaskDataError(f"{role} {root}: no {MANIFEST_NAME}; give a folder written by `bertprep task`") from None
     except SchemaError as e:
         raise TaskDataError(str(e)) from None
-    if manifest.kind not in T.KINDS:
-        raise TaskDataError(f"{source}: a {manifest.kind!r} dataset, not a fine-tuning task ({', '.join(T.KINDS)})")
     if manifest.kind != kind:
         raise TaskDataError(f"{role} {root} holds a {manifest.kind!r} task but --task is {kind!r}")
-    vocab = Vocab.from_text(read_text(root, manifest.vocab.get("file", VOCAB_FILENAME)).decode("utf-8"), root)
-    if vocab.sha256 != manifest.vocab["sha256"]:
+    vocab = Vocab.from_text(read_text(root, manifest.vocab_file).decode("utf-8"), root)
+    if vocab.sha256 != manifest.vocab_sha256:
         raise TaskDataError(
-            f"{role} {root}: vocab.txt has sha256 {vocab.sha256}, the manifest says {manifest.vocab['sha256']}"
+            f"{role} {root}: vocab.txt has sha256 {vocab.sha256}, the manifest says {manifest.vocab_sha256}"
         )
     labels = list(manifest.task.get("labels") or [])
 
@@ -145,7 +144,7 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
         except SchemaError as e:
             raise TaskDataError(str(e)) from None
         meta = T.read_metadata(table.schema)
-        if meta["vocab_sha256"] != manifest.vocab["sha256"] or meta["labels"] != labels:
+        if meta["vocab_sha256"] != manifest.vocab_sha256 or meta["labels"] != labels:
             raise TaskDataError(
                 f"{role} {root}: shard {shard.path} disagrees with the manifest on the vocabulary or the label list"
             )
@@ -214,10 +213,10 @@ def _load_examples(root: str, manifest: Manifest, role: str) -> list[dict]:
 
 def check_pair(train: TaskData, evaluation: TaskData) -> None:
     """Training and evaluation splits must share the kind, the vocabulary and the label list (ids)."""
-    if train.manifest.vocab["sha256"] != evaluation.manifest.vocab["sha256"]:
+    if train.manifest.vocab_sha256 != evaluation.manifest.vocab_sha256:
         raise TaskDataError(
             f"--train-data {train.root} and --eval-data {evaluation.root} use different vocabularies "
-            f"(sha256 {train.manifest.vocab['sha256']} vs {evaluation.manifest.vocab['sha256']})"
+            f"(sha256 {train.manifest.vocab_sha256} vs {evaluation.manifest.vocab_sha256})"
         )
     if train.labels != evaluation.labels:
         raise TaskDataError(

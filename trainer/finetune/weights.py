@@ -18,9 +18,8 @@ from pathlib import Path
 from safetensors.torch import load_file
 from torch import Tensor
 
-from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
+from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
 from trainer import checkpoint as ckpt
-from trainer.data.shards import VocabMismatchError
 from trainer.model import PRESETS, BertConfig
 
 RANDOM_PREFIX = "random:"

@@ -14,11 +14,10 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from schemas import tasks as T
-from schemas.vocab import SPECIAL_TOKENS, Vocab
+from schemas.vocab import SPECIAL_TOKENS, Vocab, VocabMismatchError
 from tests.trainer.finetune.conftest import conll_sentences, finetune_run
 from trainer import checkpoint as ckpt
 from trainer.cli import main
-from trainer.data.shards import VocabMismatchError
 from trainer.finetune import metrics as M
 from trainer.finetune.data import TaskDataError, load_task_data
 from trainer.metrics import read_metrics

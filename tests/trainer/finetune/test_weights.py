@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from schemas import tasks as T
+from schemas.vocab import VocabMismatchError
 from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, save_hf
 from trainer import checkpoint as ckpt
-from trainer.data.shards import VocabMismatchError
 from trainer.finetune.heads import build_task_model, load_encoder_state
 from trainer.finetune.weights import InitError, check_vocab, resolve_init
 from trainer.model import BertForPreTraining
