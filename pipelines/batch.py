@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.ragged import concat_ranges, take_ranges
+from schemas import id_types
 
 _WIRE = struct.Struct("<4sB3xQQQ")
 _MAGIC = b"BSIB"
@@ -126,7 +127,7 @@ class InstanceBatch:
         """The concatenation of wire-encoded batches, decoded one at a time into arrays allocated once
         (``sizes`` from :meth:`wire_sizes`): memory holds the result and one part, never all parts too."""
         width = sizes[0][0] if sizes else 2
-        dt = np.dtype("<u2" if width == 2 else "<i4")
+        dt = id_types.by_width(width).numpy
         n, t, p = (sum(s[k] for s in sizes) for k in (1, 2, 3))
         out = cls(
             instance_ids=np.empty(n, np.uint64),
@@ -160,7 +161,7 @@ class InstanceBatch:
         magic, width, n, t, p = _WIRE.unpack_from(data)
         if magic != _MAGIC:
             raise ValueError("not an InstanceBatch")
-        dt = np.dtype("<u2" if width == 2 else "<i4")
+        dt = id_types.by_width(width).numpy
         o = _WIRE.size
 
         def take(dtype: str | np.dtype, count: int) -> np.ndarray:

@@ -35,6 +35,7 @@ from pipelines.hashing import mix64, mix64_array
 from pipelines.instances import Pool, document_key
 from pipelines.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
 from pipelines.tokenize import TokenizedBatch
+from schemas import id_types
 
 _HEADER = struct.Struct("<8sB7xQQQ")
 _MAGIC = b"BSDOCS01"
@@ -177,7 +178,7 @@ def read_group(parts: Iterable[GroupPart]) -> Pool:
     dtype = None
     for path, width, ranges in parts:
         k, ds, sl, t = read_ranges(path, ranges)
-        dtype = np.dtype("<u2" if width == 2 else "<i4")
+        dtype = id_types.by_width(width).numpy
         keys.append(np.frombuffer(k, "<u8"))
         doc_sents.append(np.diff(np.frombuffer(ds, "<i8")))
         sent_lens.append(np.frombuffer(sl, "<i4"))

@@ -32,6 +32,7 @@ from pipelines.batch import InstanceBatch
 from pipelines.hashing import combine, hash64
 from pipelines.kernels import switch
 from pipelines.ragged import concat_ranges, take_ranges
+from schemas import id_types
 
 _POOL_HEADER = struct.Struct("<8sBxxxQQQ")
 _POOL_MAGIC = b"BSPOOL01"
@@ -124,7 +125,7 @@ class Pool:
         o += 8 * (d + 1)
         sent_tok = np.frombuffer(data, "<i8", s + 1, o)
         o += 8 * (s + 1)
-        ids = np.frombuffer(data, "<u2" if width == 2 else "<i4", t, o)
+        ids = np.frombuffer(data, id_types.by_width(width).numpy, t, o)
         return cls(keys, doc_sent, sent_tok, ids).checked()
 
     def checked(self) -> Pool:

@@ -135,17 +135,15 @@ def to_arrow(batch: InstanceBatch, schema: pa.Schema, id_type: pa.DataType) -> p
     def ragged(values: np.ndarray, offsets: np.ndarray, t: pa.DataType) -> pa.Array:
         return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=t))
 
-    return pa.Table.from_arrays(
-        [
-            ragged(batch.ids, batch.offsets, id_type),
-            pa.array(batch.segment_a_length.astype(np.int16)),
-            ragged(batch.positions, batch.pred_offsets, pa.uint16()),
-            ragged(batch.labels, batch.pred_offsets, id_type),
-            pa.array(batch.next_sentence_label.astype(np.int8)),
-            pa.array(batch.instance_ids.astype(np.uint64)),
-        ],
-        schema=schema,
-    )
+    columns = {
+        P.INPUT_IDS: ragged(batch.ids, batch.offsets, id_type),
+        P.SEGMENT_A_LENGTH: pa.array(batch.segment_a_length.astype(np.int16)),
+        P.MASKED_LM_POSITIONS: ragged(batch.positions, batch.pred_offsets, pa.uint16()),
+        P.MASKED_LM_IDS: ragged(batch.labels, batch.pred_offsets, id_type),
+        P.NEXT_SENTENCE_LABEL: pa.array(batch.next_sentence_label.astype(np.int8)),
+        P.INSTANCE_ID: pa.array(batch.instance_ids.astype(np.uint64)),
+    }
+    return pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)  # in the schema's field order
 
 
 class WebDatasetShardWriter(_ShardWriter):

@@ -42,9 +42,12 @@ def id_type(name: str) -> IdType:
         raise SchemaError(f"id type must be one of {sorted(_BY_NAME)}, got {name!r}") from None
 
 
-def by_width(width: int) -> IdType | None:
-    """The id type of a byte width (``None`` for a width no layout uses)."""
-    return _BY_WIDTH.get(width)
+def by_width(width: int) -> IdType:
+    """The id type stored ``width`` bytes per id (what the binary layouts record)."""
+    try:
+        return _BY_WIDTH[width]
+    except KeyError:
+        raise SchemaError(f"id width {width} is neither {' nor '.join(str(w) for w in _BY_WIDTH)}") from None
 
 
 def by_arrow(t: pa.DataType) -> IdType | None:

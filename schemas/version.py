@@ -17,9 +17,12 @@ class SchemaError(ValueError):
 
 
 def check_version(
-    found: object, *, source: str, what: str = "schema version", readable: tuple[int, ...] = READABLE_VERSIONS
+    found: object, *, source: str, what: str = "schema version", readable: tuple[int, ...] | None = None
 ) -> int:
-    """``found`` if this build reads it, else a SchemaError naming ``source``, the version found and those read."""
+    """``found`` if this build reads it (``readable``, default :data:`READABLE_VERSIONS`), else a SchemaError
+    naming ``source``, the version found and those read. Every reader of a bertstream file calls this."""
+    if readable is None:
+        readable = READABLE_VERSIONS
     if found not in readable:
         reads = ", ".join(str(v) for v in readable)
         raise SchemaError(f"{source}: {what} {found}, this build reads {reads}")

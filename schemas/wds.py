@@ -123,8 +123,6 @@ def encode_instance(
     id_width: int,
 ) -> bytes:
     t = id_types.by_width(id_width)
-    if t is None:
-        raise SchemaError(f"id width {id_width} is none of {sorted(i.width for i in id_types.ID_TYPES)}")
     return encode_batch(
         np.asarray(input_ids),
         [0, len(input_ids)],
@@ -216,9 +214,10 @@ def decode_payload(payload: bytes, *, source: str = "sample") -> dict[str, Any]:
     head = np.frombuffer(payload, HEADER, 1)[0]
     check_version(int(head["version"]), source=source, what="layout version", readable=(LAYOUT_VERSION,))
     width = int(head["id_width"])
-    t = id_types.by_width(width)
-    if t is None:
-        raise SchemaError(f"{source}: id width {width} is neither 2 nor 4")
+    try:
+        t = id_types.by_width(width)
+    except SchemaError as e:
+        raise SchemaError(f"{source}: {e}") from None
     n, m = int(head["n"]), int(head["m"])
     expected = payload_size(n, m, width)
     if len(payload) != expected:

@@ -17,8 +17,8 @@ from pipelines.pretraining import relative_names, run_pretraining
 from pipelines.runner import UsageError
 from schemas import pretraining as P
 from schemas import wds
-from schemas.manifest import MANIFEST_NAME
-from schemas.vocab import VocabError, is_reserved
+from schemas.manifest import MANIFEST_NAME, vocab_entry
+from schemas.vocab import Vocab, VocabError, is_reserved
 from tests.conftest import shared_path
 
 
@@ -60,6 +60,9 @@ def test_manifest_describes_every_shard_and_reconciles(demo_run, demo_vocab):
     assert sum(s.count for s in m.shards_of("arrow")) == m.totals["instances"] == c[C.INSTANCES] > 1000
     assert (out / "vocab.txt").read_text() == (demo_vocab / "vocab.txt").read_text()
     assert m.vocab["sha256"] == hashlib.sha256((out / "vocab.txt").read_bytes()).hexdigest()
+    # The writer's vocab entry is the one schemas.manifest.vocab_entry describes.
+    vocab = Vocab.load(out / "vocab.txt")
+    assert m.vocab == vocab_entry(vocab, lowercase=m.vocab["lowercase"], source=m.vocab["source"])
     assert m.statistics["masked_positions_per_instance"]["count_rule_violations"] == 0
     assert not (out / "_work").exists()
     assert m.parameters["dupe_factor"] == 2 and m.inputs and m.seed == 12345

@@ -30,3 +30,25 @@ def test_shard_paths_outside_the_dataset_folder_are_refused(path):
 @pytest.mark.parametrize("path", ["pretrain-00000-of-00004.arrow", "train/part-00000-of-00001.tar", "a..b.arrow"])
 def test_relative_shard_paths_are_accepted(path):
     assert ShardInfo(path=path, format="arrow", count=1, bytes=1, sha256=SHA).path == path
+
+
+def test_manifest_vocab_accessors_and_kind_check():
+    from schemas.manifest import Manifest, manifest_source, vocab_entry
+    from schemas.vocab import Vocab
+
+    vocab = Vocab(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"))
+    entry = vocab_entry(vocab, lowercase=True)
+    m = Manifest(kind="ner", vocab=entry, parameters={}, seed=0, shards=())
+    assert (m.vocab_sha256, m.vocab_size, m.id_type, m.pad_id, m.vocab_file) == (
+        vocab.sha256,
+        7,
+        "uint16",
+        0,
+        "vocab.txt",
+    )
+    m.require_kind(("ner", "squad"), source="x")
+    with pytest.raises(SchemaError, match="^d/manifest.json: a 'ner' dataset, not 'pretraining'$"):
+        m.require_kind(("pretraining",), source=manifest_source("d/"))
+    no_pad = Manifest(kind="ner", vocab={**entry, "special_ids": {}}, parameters={}, seed=0, shards=())
+    with pytest.raises(SchemaError, match="lacks \\[PAD\\]"):
+        _ = no_pad.pad_id

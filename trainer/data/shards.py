@@ -84,9 +84,9 @@ def open_shard(ref: ShardRef, *, verify_sha256: bool, vocab_sha256: str, id_type
     blocks = [b for b in blocks if len(b)]
     for b in blocks:
         for name, r in (
-            ("input_ids", b.input_ids),
-            ("masked_lm_positions", b.masked_positions),
-            ("masked_lm_ids", b.masked_ids),
+            (pt.INPUT_IDS, b.input_ids),
+            (pt.MASKED_LM_POSITIONS, b.masked_positions),
+            (pt.MASKED_LM_IDS, b.masked_ids),
         ):
             if r.starts.min() < 0 or r.lengths.min() < 0 or (r.starts + r.lengths).max() > len(r.values):
                 raise ref.error(f"{name} list offsets point outside their values")
@@ -144,16 +144,15 @@ def _arrow_blocks(buf: pa.Buffer, ref: ShardRef, vocab_sha256: str, id_type: str
     # stays constant. Uncompressed IPC values live inside ``buf``, so ragged rows can point into one
     # typed view of the whole file (no copy); anything else (e.g. compressed buffers) is copied.
     views: dict[np.dtype, np.ndarray] = {}
-    cols = list(zip(*(rb.columns for rb in batches)))  # per field: its chunk in every record batch
-    ids, seg, pos, mids, nsp, iid = cols
+    col = {name: tuple(rb.column(name) for rb in batches) for name in pt.FIELDS}  # per field: every chunk
     return [
         Block(
-            input_ids=_merged_ragged(buf, ids, views),
-            masked_positions=_merged_ragged(buf, pos, views),
-            masked_ids=_merged_ragged(buf, mids, views),
-            segment_a=_merged(seg),
-            nsp=_merged(nsp),
-            instance_id=_merged(iid),
+            input_ids=_merged_ragged(buf, col[pt.INPUT_IDS], views),
+            masked_positions=_merged_ragged(buf, col[pt.MASKED_LM_POSITIONS], views),
+            masked_ids=_merged_ragged(buf, col[pt.MASKED_LM_IDS], views),
+            segment_a=_merged(col[pt.SEGMENT_A_LENGTH]),
+            nsp=_merged(col[pt.NEXT_SENTENCE_LABEL]),
+            instance_id=_merged(col[pt.INSTANCE_ID]),
         )
     ]
 
