@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from schemas import id_types
 from schemas.version import SchemaError, check_version
@@ -70,14 +71,14 @@ def payload_size(n: np.ndarray | int, m: np.ndarray | int, width: int) -> np.nda
 
 
 def encode_batch(
-    input_ids: np.ndarray,
-    offsets: np.ndarray,
-    segment_a_length: np.ndarray,
-    masked_lm_positions: np.ndarray,
-    masked_lm_ids: np.ndarray,
-    pred_offsets: np.ndarray,
-    next_sentence_label: np.ndarray,
-    instance_id: np.ndarray,
+    input_ids: npt.ArrayLike,
+    offsets: npt.ArrayLike,
+    segment_a_length: npt.ArrayLike,
+    masked_lm_positions: npt.ArrayLike,
+    masked_lm_ids: npt.ArrayLike,
+    pred_offsets: npt.ArrayLike,
+    next_sentence_label: npt.ArrayLike,
+    instance_id: npt.ArrayLike,
     id_type: str,
 ) -> list[bytes]:
     """Payloads of ``B`` instances given as ragged columns: instance ``i`` has ids
@@ -189,7 +190,7 @@ def decode_headers(
         raise ValueError(f"member at byte {int(where[i])}: id width {int(widths[i])}, expected {t.width}")
     n = head["n"].astype(np.int64)
     m = head["m"].astype(np.int64)
-    expected = payload_size(n, m, t.width)
+    expected = np.asarray(payload_size(n, m, t.width))
     bad = np.flatnonzero(sizes != expected)
     if bad.size:
         i = int(bad[0])

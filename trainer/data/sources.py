@@ -50,7 +50,7 @@ def open_catalog(
     paths: Sequence[str], *, fmt: str, expected_vocab_sha256: str | None, skip_corrupt: bool, verify: str
 ) -> Catalog:
     manifests = tuple(load_manifest(p) for p in paths)
-    first = _check_vocab(paths, manifests, expected_vocab_sha256)
+    lead = _check_vocab(paths, manifests, expected_vocab_sha256)
     refs: list[ShardRef] = []
     for i, (root, m) in enumerate(zip(paths, manifests)):
         chosen = _choose_format(root, m, fmt)
@@ -71,7 +71,7 @@ def open_catalog(
         log.warning("skipping corrupt shard %s (%d instances): %s", r.url, r.count, why)
     if not usable:
         raise ShardError(f"no usable shards in {list(paths)} ({len(skipped)} skipped as corrupt)")
-    _check_first_arrow_schema(usable, first.vocab_sha256, first.id_type)
+    _check_first_arrow_schema(usable, lead.vocab_sha256, lead.id_type)
 
     ident = [[r.dataset, r.relpath, r.format, r.count, r.sha256] for r in usable]
     fingerprint = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
@@ -79,10 +79,10 @@ def open_catalog(
         shards=usable,
         skipped=skipped,
         manifests=manifests,
-        vocab_sha256=first.vocab_sha256,
-        vocab_size=first.vocab_size,
-        id_type=first.id_type,
-        pad_id=first.pad_id,
+        vocab_sha256=lead.vocab_sha256,
+        vocab_size=lead.vocab_size,
+        id_type=lead.id_type,
+        pad_id=lead.pad_id,
         verified=hashed,
         fingerprint=fingerprint,
     )
