@@ -21,9 +21,10 @@ decoders below read it, nothing else spells the offsets)::
     ..     m*2   masked_lm_positions                     uint16
     ..     m*w   masked_lm_ids
 
-:func:`encode_batch` writes a batch's payloads, :func:`decode_headers` decodes every header of a shard
-at once (vectorised), :func:`decode_payload` one payload. Use :func:`decode_sample` on a sample dict from ``webdataset.WebDataset(urls, shardshuffle=False)``
-(no ``.decode()`` needed: ``.bert`` is not an extension webdataset decodes itself).
+:func:`encode_batch` writes a batch's payloads, :func:`decode_headers` decodes every header of a shard at
+once (vectorised), :func:`decode_payload` one payload. Use :func:`decode_sample` on a sample dict from
+``webdataset.WebDataset(urls, shardshuffle=False)`` (no ``.decode()`` needed: ``.bert`` is not an extension
+webdataset decodes itself).
 """
 
 from __future__ import annotations
