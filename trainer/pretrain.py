@@ -330,6 +330,18 @@ def data_position(cfg: TrainConfig, loader: PretrainingLoader) -> dict[str, Any]
     }
 
 
+def describe(raw: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> str:
+    return (
+        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {loader.num_samples} instances, "
+        f"{loader.steps_per_epoch} steps/epoch of {loader.global_batch_size * cfg.grad_accum} sequences, "
+        f"{loader.dropped_per_epoch} dropped per epoch, device {info.device}, world {info.world_size}"
+    )
+
+
+def figures(record: dict[str, Any]) -> str:
+    return f"loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} nsp_acc {record['nsp_accuracy']:.4f}"
+
+
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     # --- set up: every input is checked here, before step 1 -------------------------------------------
     info = D.setup(cfg.device)
@@ -355,12 +367,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.tensorboard)
     metrics.truncate_after(step)
     run_config = write_run_config(cfg, config, vocab, lowercase, info)
-    R.log(
-        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {loader.num_samples} instances, "
-        f"{loader.steps_per_epoch} steps/epoch of {loader.global_batch_size * cfg.grad_accum} sequences, "
-        f"{loader.dropped_per_epoch} dropped per epoch, device {info.device}, world {info.world_size}",
-        info,
-    )
+    R.log(describe(raw, loader, cfg, info), info)
 
     # --- train --------------------------------------------------------------------------------------
     model.train()
@@ -401,11 +408,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         if eval_loader is not None and (step % cfg.eval_every == 0 or step == last_step):
             record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info)}
             metrics.log(record)
-            R.log(
-                f"eval at step {step}: loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} "
-                f"nsp_acc {record['nsp_accuracy']:.4f}",
-                info,
-            )
+            R.log(f"eval at step {step}: {figures(record)}", info)
             meter.read()  # evaluation time is not training throughput
 
         # --- checkpoint -----------------------------------------------------------------------------
@@ -468,8 +471,7 @@ class _Bar:
             self._bar.set_postfix(loss=f"{record['loss']:.3f}", mlm_acc=f"{record['mlm_accuracy']:.3f}")
         if not self.interactive:
             R.log(
-                f"step {record['step']}: loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} "
-                f"nsp_acc {record['nsp_accuracy']:.4f} {record['seq_per_s']:.0f} seq/s",
+                f"step {record['step']}: {figures(record)} {record['seq_per_s']:.0f} seq/s",
                 info,
             )
 
