@@ -1,5 +1,6 @@
-"""``berttrain finetune``: the fine-tuning loop. Reads top to bottom: set up, build, train an epoch, evaluate,
-keep the best, report.
+"""``berttrain finetune``: the fine-tuning loop. Reads top to bottom: set up, restore, train an epoch, evaluate,
+keep the best, checkpoint. What the task kind decides is asked of its ``Task`` (``trainer.finetune.tasks``); what
+pretraining shares is in ``trainer.runtime``.
 
 One process or DDP under ``torchrun``: every rank trains on its share of each epoch's permutation (same
 number of steps everywhere); evaluation runs each eval row on exactly one rank, the outputs are gathered,
