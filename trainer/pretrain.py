@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -221,7 +221,7 @@ def build_model(
     if restored is not None:
         raw.load_state_dict(restored.model, strict=True)
     raw.to(info.device)
-    return R.wrap(torch.compile(raw) if cfg.compile else raw, info), raw
+    return R.wrap(cast(torch.nn.Module, torch.compile(raw)) if cfg.compile else raw, info), raw
 
 
 def restore_position(
@@ -285,7 +285,7 @@ def train_step(
     flops = 0.0
     for i, batch in enumerate(micro):
         batch = R.to_device(batch, info.device)
-        with R.no_sync(model, info, last=i == len(micro) - 1):
+        with R.no_sync(model, last=i == len(micro) - 1):
             with R.autocast(info.device, cfg.precision):
                 out = model(batch)
             loss = out["mlm_sum"] / float(totals[0]) + out["nsp_sum"] / float(totals[1])
@@ -392,7 +392,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
 
         # --- log ------------------------------------------------------------------------------------
         if step % cfg.log_every == 0 or step == last_step:
-            record = {
+            record: dict[str, Any] = {
                 "step": step,
                 **run.summary(info),
                 "lr": scheduler.get_last_lr()[0],
@@ -465,7 +465,7 @@ class _Bar:
         if self._bar is not None:
             self._bar.update(n)
 
-    def show(self, record: dict[str, float], info: D.DistInfo) -> None:
+    def show(self, record: dict[str, Any], info: D.DistInfo) -> None:
         """The logged step's figures: on the bar, or as a log line."""
         if self._bar is not None:
             self._bar.set_postfix(loss=f"{record['loss']:.3f}", mlm_acc=f"{record['mlm_accuracy']:.3f}")

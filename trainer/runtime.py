@@ -48,9 +48,11 @@ def wrap(model: nn.Module, info: D.DistInfo) -> nn.Module:
     return DDP(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
 
 
-def no_sync(model: nn.Module, info: D.DistInfo, *, last: bool) -> contextlib.AbstractContextManager:
+def no_sync(model: nn.Module, *, last: bool) -> contextlib.AbstractContextManager:
     """DDP's gradient all-reduce only on the ``last`` micro-batch of an accumulated step."""
-    return model.no_sync() if info.enabled and not last else contextlib.nullcontext()
+    if isinstance(model, DDP) and not last:
+        return model.no_sync()
+    return contextlib.nullcontext()
 
 
 def seed_dropout(seed: int, info: D.DistInfo) -> None:
