@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer.metrics import device_peak_flops  # noqa: E402
-from trainer.model import PRESETS, BertForPreTraining, pretraining_flops  # noqa: E402
+from trainer.model import PRESETS, BertForPreTraining, mean_losses, pretraining_flops  # noqa: E402
 from trainer.optim import build_optimizer  # noqa: E402
 
 
@@ -59,12 +59,12 @@ def run_mode(name: str, compile_: bool, args, device: torch.device) -> dict:
 
     def step(batch: dict) -> torch.Tensor:
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = step_model(batch)
-        out["loss"].backward()
+            loss = mean_losses(step_model(batch))["loss"]
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return out["loss"].detach()
+        return loss.detach()
 
     t0 = time.perf_counter()
     for i in range(args.warmup):

@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer.hf import from_hf_state_dict, hf_config_dict  # noqa: E402
-from trainer.model import PRESETS, BertForPreTraining, pretraining_flops  # noqa: E402
+from trainer.model import PRESETS, BertForPreTraining, mean_losses, pretraining_flops  # noqa: E402
 
 
 def make_batch(
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     ours.eval()
     theirs.eval()
     with torch.no_grad():
-        loss_ours = ours(batch)["loss"].item()
+        loss_ours = mean_losses(ours(batch))["loss"].item()
         loss_theirs = theirs(**hf_inputs).loss.item()
     ours.train()
     theirs.train()
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def step_ours() -> None:
         opt_ours.zero_grad(set_to_none=True)
-        ours(batch)["loss"].backward()
+        mean_losses(ours(batch))["loss"].backward()
         opt_ours.step()
 
     def step_theirs() -> None:

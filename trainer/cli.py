@@ -198,6 +198,12 @@ def plot(run_dirs, output, baseline_from) -> None:
 )
 @click.option("--output", required=True, help="Run folder: results.json, predictions, metrics.jsonl, checkpoints/.")
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --output.")
+@click.option(
+    "--resume",
+    type=click.Choice(["auto", "none"]),
+    default="none",
+    help="auto: continue the run in --output from the end of its latest epoch (after a kill, the same metrics).",
+)
 @click.option("--epochs", type=int, default=3)
 @click.option("--dropout", type=float, help="Hidden and attention dropout (default: the init's own setting).")
 @click.option("--lr", type=float, default=5e-5)
@@ -227,6 +233,7 @@ def finetune(
     init,
     output,
     overwrite,
+    resume,
     epochs,
     dropout,
     lr,
@@ -273,6 +280,7 @@ def finetune(
             n_best=n_best,
             tensorboard=not no_tensorboard,
             device=device,
+            resume=resume,
         )
         results = run(cfg, overwrite=overwrite)
     best = results["best"]

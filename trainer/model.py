@@ -541,13 +541,14 @@ class BertForPreTraining(nn.Module):
         return mlm, self.cls.seq_relationship(pooled)
 
     def forward(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """Pretraining losses for a dynamically padded batch (see ``BATCH_KEYS``).
+        """Pretraining loss sums and counts for a dynamically padded batch (see ``BATCH_KEYS``).
 
-        Returns ``loss`` (= ``mlm_loss + nsp_loss``), ``mlm_loss`` (cross-entropy averaged over masked positions
-        weighted by ``masked_lm_weights``), ``nsp_loss`` (mean over the batch), ``mlm_logits`` ``[B, P, V]``
-        including padded prediction slots (weight 0: ignore them), ``nsp_logits`` ``[B, 2]``, and detached
-        float counts ``mlm_correct``, ``mlm_count``, ``nsp_correct``, ``nsp_count`` (accuracy = correct/count;
-        summing counts over steps gives exact running accuracies). Nothing here synchronises with the device.
+        Returns ``mlm_sum`` (cross-entropy summed over masked positions, weighted by ``masked_lm_weights``),
+        ``nsp_sum`` (summed over the batch), ``mlm_logits`` ``[B, P, V]`` including padded prediction slots
+        (weight 0: ignore them), ``nsp_logits`` ``[B, 2]``, and detached float counts ``mlm_correct``,
+        ``mlm_count``, ``nsp_correct``, ``nsp_count``. Sums, not means: the caller divides once, by the counts
+        of the whole step (over micro-batches and ranks) or of a logging interval; :func:`mean_losses` gives
+        this batch's means. Nothing here synchronises with the device.
         """
         missing = [k for k in BATCH_KEYS if k not in batch]
         if missing:
@@ -562,17 +563,15 @@ class BertForPreTraining(nn.Module):
         per_token = F.cross_entropy(mlm_logits.reshape(-1, vocab).float(), ids.reshape(-1), reduction="none")
         weights_flat = weights.reshape(-1)
         mlm_count = weights_flat.sum()
-        # Same denominator guard as the original BERT: a batch with no targets gives loss 0, not NaN.
-        mlm_loss = (per_token * weights_flat).sum() / (mlm_count + 1e-5)
-        nsp_loss = F.cross_entropy(nsp_logits.float(), labels)
+        mlm_sum = (per_token * weights_flat).sum()
+        nsp_sum = F.cross_entropy(nsp_logits.float(), labels, reduction="sum")
         with torch.no_grad():
             mlm_correct = ((mlm_logits.argmax(-1) == ids).float() * weights).sum()
             nsp_correct = (nsp_logits.argmax(-1) == labels).float().sum()
             nsp_count = torch.full((), float(labels.numel()), device=labels.device)  # no host-to-device copy
         return {
-            "loss": mlm_loss + nsp_loss,
-            "mlm_loss": mlm_loss,
-            "nsp_loss": nsp_loss,
+            "mlm_sum": mlm_sum,
+            "nsp_sum": nsp_sum,
             "mlm_logits": mlm_logits,
             "nsp_logits": nsp_logits,
             "mlm_correct": mlm_correct,
@@ -580,6 +579,15 @@ class BertForPreTraining(nn.Module):
             "nsp_correct": nsp_correct,
             "nsp_count": nsp_count,
         }
+
+
+def mean_losses(out: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """``loss`` (= ``mlm_loss + nsp_loss``), ``mlm_loss`` (per masked token) and ``nsp_loss`` (per sequence)
+    of one :meth:`BertForPreTraining.forward` output. Counts are whole tokens and sequences, so a count
+    below 1 is 0: a batch without targets gives loss 0, not NaN."""
+    mlm = out["mlm_sum"] / out["mlm_count"].clamp(min=1)
+    nsp = out["nsp_sum"] / out["nsp_count"].clamp(min=1)
+    return {"loss": mlm + nsp, "mlm_loss": mlm, "nsp_loss": nsp}
 
 
 def num_parameters(model: nn.Module) -> int:

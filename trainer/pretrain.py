@@ -9,22 +9,21 @@ B/k and ``--grad-accum k``, follow the same trajectory as one process with batch
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from schemas.vocab import Vocab
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
 from trainer import rundir
+from trainer import runtime as R
 from trainer.config import TrainConfig
 from trainer.data import DataConfig, PretrainingLoader, VocabMismatchError, load_manifest
 from trainer.data.loader import TooFewSamples
@@ -36,11 +35,6 @@ from trainer.optim import build_optimizer, build_scheduler
 from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
-
-
-def log(message: str, info: D.DistInfo | None = None) -> None:
-    if info is None or info.is_main:
-        print(f"[berttrain] {message}", file=sys.stderr, flush=True)
 
 
 def load_vocab(data_dirs: tuple[str, ...]) -> tuple[Vocab, bool]:
@@ -137,13 +131,6 @@ def forever(loader: PretrainingLoader) -> Iterator[dict[str, torch.Tensor]]:
         yield from loader
 
 
-def autocast(device: torch.device, precision: str):
-    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-    if use_bf16:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 @dataclass(slots=True)
 class Running:
     """Sums over the current logging interval (this rank)."""
@@ -155,9 +142,14 @@ class Running:
     def zero(cls, device: torch.device) -> Running:
         return cls(torch.zeros(len(_STAT_KEYS), dtype=torch.float64, device=device))
 
+    def add(self, out: dict[str, torch.Tensor]) -> None:
+        """Add one forward output's loss sums and counts (detached)."""
+        with torch.no_grad():
+            self.stats += torch.stack([out[k].detach().double() for k in _STAT_KEYS])
+
     def summary(self, info: D.DistInfo) -> dict[str, float]:
-        s = D.all_reduce_sum(self.stats.clone(), info).tolist()
-        v = dict(zip(_STAT_KEYS, s))
+        """Means over all ranks: the one place the interval's sums are divided by its counts."""
+        v = dict(zip(_STAT_KEYS, D.all_reduce_sum(self.stats.clone(), info).tolist()))
         mlm = v["mlm_sum"] / max(v["mlm_count"], 1)
         nsp = v["nsp_sum"] / max(v["nsp_count"], 1)
         return {
@@ -169,45 +161,22 @@ class Running:
         }
 
 
-def accumulate(run: Running, out: dict[str, torch.Tensor]) -> None:
-    with torch.no_grad():
-        mlm_sum = out["mlm_loss"].detach().double() * (out["mlm_count"].double() + 1e-5)
-        nsp_sum = out["nsp_loss"].detach().double() * out["nsp_count"].double()
-        run.stats += torch.stack(
-            [
-                mlm_sum,
-                out["mlm_correct"].double(),
-                out["mlm_count"].double(),
-                nsp_sum,
-                out["nsp_correct"].double(),
-                out["nsp_count"].double(),
-            ]
-        )
-
-
-def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "instance_ids"}
-
-
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> dict[str, float]:
     """MLM and NSP loss and accuracy over the first ``eval_batches`` batches of the eval set (fixed order)."""
     loader.set_epoch(0)  # the same batches every time
-    was_training = model.training
-    model.eval()
     run = Running.zero(info.device)
-    for i, batch in enumerate(loader):
-        if i >= cfg.eval_batches:
-            break
-        with autocast(info.device, cfg.precision):
-            accumulate(run, model(to_device(batch, info.device)))
-    model.train(was_training)
+    with R.evaluating(model):
+        for i, batch in enumerate(loader):
+            if i >= cfg.eval_batches:
+                break
+            with R.autocast(info.device, cfg.precision):
+                run.add(model(R.to_device(batch, info.device)))
     return run.summary(info)
 
 
-def pretrain(cfg: TrainConfig) -> dict[str, Any]:
-    # --- set up: every input is checked here, before step 1 -------------------------------------------
-    info = D.setup(cfg.device)
+def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> ckpt.Loaded | None:
+    """The checkpoint this run continues or starts from (None: afresh); the folder is ready for writing."""
     run_dir = Path(cfg.output)
     restored = rundir.plan_run(
         run_dir, resume=cfg.resume, overwrite=cfg.overwrite, reset_optimizer=cfg.reset_optimizer, data=cfg.data
@@ -216,16 +185,17 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     if info.is_main:
         if cfg.overwrite:
             rundir.clear(run_dir)
-            log(f"--overwrite: cleared {run_dir}", info)
+            R.log(f"--overwrite: cleared {run_dir}", info)
         run_dir.mkdir(parents=True, exist_ok=True)
         for p in ckpt.remove_partial(run_dir):
-            log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
+            R.log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
     D.barrier(info)
-    if cfg.deterministic:
-        torch.use_deterministic_algorithms(True)
-    vocab, lowercase = load_vocab(cfg.data)
-    continuing = restored is not None and not cfg.reset_optimizer
-    if continuing:
+    return restored
+
+
+def resolve_model(cfg: TrainConfig, vocab: Vocab, restored: ckpt.Loaded | None) -> tuple[BertConfig, dict | None, Any]:
+    """The architecture (and HF weights), after checking that the flags fit the checkpoint and the data."""
+    if restored is not None and not cfg.reset_optimizer:
         check_resume(cfg, restored.config, restored.path, restored.step)
     elif restored is not None:
         check_new_phase(cfg, restored.config, restored.path)
@@ -234,62 +204,110 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")
     if restored is not None and restored.config.get("vocab_sha256", vocab.sha256) != vocab.sha256:
         raise RunError(f"{restored.path} was trained on another vocabulary than --data")
-    loader = data_loader(cfg, vocab, info)
-    eval_loader = eval_data_loader(cfg, vocab, info) if cfg.eval_data else None
     check_seq_length(config, cfg)
+    return config, hf_state, hf_report
 
-    # --- restore ----------------------------------------------------------------------------------
-    model = BertForPreTraining(config, seed=cfg.seed)
+
+def build_model(
+    cfg: TrainConfig, config: BertConfig, hf: tuple[dict | None, Any], restored: ckpt.Loaded | None, info: D.DistInfo
+) -> tuple[torch.nn.Module, BertForPreTraining]:
+    """(the model to call: compiled and/or DDP, the plain module) with the starting weights, on the device."""
+    raw = BertForPreTraining(config, seed=cfg.seed)
+    hf_state, hf_report = hf
     if hf_state is not None:
-        model.load_state_dict(hf_state, strict=True)
+        raw.load_state_dict(hf_state, strict=True)
         for line in hf_report.lines():
-            log(line, info)
+            R.log(line, info)
     if restored is not None:
-        model.load_state_dict(restored.model, strict=True)
-    model.to(info.device)
-    raw = model
-    if cfg.compile:
-        model = torch.compile(model)
-    if info.enabled:
-        model = DDP(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
-    optimizer = build_optimizer(raw, cfg.optimizer, cfg.lr, cfg.weight_decay, eps=cfg.adam_eps)
-    scheduler = build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps)
-    step = 0
-    torch.manual_seed(cfg.seed * 1000 + info.rank)  # dropout: a stream per rank
-    if continuing:
-        optimizer.load_state_dict(restored.optimizer)
-        scheduler.load_state_dict(restored.state["scheduler"])
-        old_end = extend_schedule(scheduler, cfg.warmup_steps, cfg.max_steps)
-        if old_end is not None:
-            log(
-                f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
-                f"learning rate {scheduler.get_last_lr()[0]:.3g} at step {restored.step}",
-                info,
-            )
-        if same_data(cfg.data, restored.state, loader.catalog.fingerprint):
-            try:
-                loader.load_state_dict(restored.state["data"])
-            except ValueError as e:  # e.g. another world size: the position cannot be mapped onto this loader
-                raise RunError(
-                    f"{restored.path}: its data position does not fit this run ({e}); resume with as "
-                    f"many processes as saved it ({restored.config.get('world_size', '?')}), or start a "
-                    "new phase with --resume PATH --reset-optimizer"
-                ) from None
-        else:
-            log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
-        step = restored.step
-        rng = {k.split(".", 1)[1]: v for k, v in restored.rng.items() if k.startswith(f"rank{info.rank}.")}
-        if not rng:
+        raw.load_state_dict(restored.model, strict=True)
+    raw.to(info.device)
+    return R.wrap(cast(torch.nn.Module, torch.compile(raw)) if cfg.compile else raw, info), raw
+
+
+def restore_position(
+    cfg: TrainConfig, restored: ckpt.Loaded, optimizer: Any, scheduler: Any, loader: PretrainingLoader, info: D.DistInfo
+) -> int:
+    """Continue the checkpoint's run: optimizer, schedule, data position and RNG; returns its step."""
+    optimizer.load_state_dict(restored.optimizer)
+    scheduler.load_state_dict(restored.state["scheduler"])
+    old_end = extend_schedule(scheduler, cfg.warmup_steps, cfg.max_steps)
+    if old_end is not None:
+        R.log(
+            f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
+            f"learning rate {scheduler.get_last_lr()[0]:.3g} at step {restored.step}",
+            info,
+        )
+    if same_data(cfg.data, restored.state, loader.catalog.fingerprint):
+        try:
+            loader.load_state_dict(restored.state["data"])
+        except ValueError as e:  # e.g. another world size: the position cannot be mapped onto this loader
             raise RunError(
-                f"{restored.path}: rng.pt holds no state for rank {info.rank} (it was saved by "
-                f"{restored.config.get('world_size', '?')} processes): resume with that many processes"
-            )
-        ckpt.set_rng_state(rng, info.device)
-        log(f"resumed from {restored.path} at step {step}", info)
-    elif restored is not None:
-        log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
-    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.tensorboard)
-    metrics.truncate_after(step)
+                f"{restored.path}: its data position does not fit this run ({e}); resume with as "
+                f"many processes as saved it ({restored.config.get('world_size', '?')}), or start a "
+                "new phase with --resume PATH --reset-optimizer"
+            ) from None
+    else:
+        R.log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
+    R.restore_rng(restored.rng, info, restored.path, restored.config.get("world_size", "?"))
+    R.log(f"resumed from {restored.path} at step {restored.step}", info)
+    return restored.step
+
+
+def step_counts(micro: list[dict[str, torch.Tensor]], info: D.DistInfo) -> torch.Tensor:
+    """[masked tokens, sequences, real tokens] of one optimizer step, summed over micro-batches and ranks."""
+    counts = torch.tensor(
+        [
+            [
+                float(b["masked_lm_weights"].sum()),
+                float(len(b["next_sentence_labels"])),
+                float(b["attention_mask"].sum()),
+            ]
+            for b in micro
+        ],
+        dtype=torch.float64,
+    )
+    return D.all_reduce_sum(counts.sum(0).to(info.device), info).cpu().clamp(min=1)
+
+
+def train_step(
+    model: torch.nn.Module,
+    micro: list[dict[str, torch.Tensor]],
+    totals: torch.Tensor,
+    run: Running,
+    config: BertConfig,
+    cfg: TrainConfig,
+    info: D.DistInfo,
+) -> float:
+    """Forward and backward over the step's micro-batches, their sums added to ``run``; returns model FLOPs.
+
+    The step's loss is every micro-batch's loss sums over the step's global counts (``totals``): normalised
+    once, exactly. DDP averages gradients over ranks, hence ``* world_size``."""
+    flops = 0.0
+    for i, batch in enumerate(micro):
+        batch = R.to_device(batch, info.device)
+        with R.no_sync(model, last=i == len(micro) - 1):
+            with R.autocast(info.device, cfg.precision):
+                out = model(batch)
+            loss = out["mlm_sum"] / float(totals[0]) + out["nsp_sum"] / float(totals[1])
+            (loss * info.world_size).backward()
+        run.add(out)
+        b, t = batch["input_ids"].shape
+        flops += pretraining_flops(config, t, batch["masked_lm_positions"].shape[1]) * b
+    return flops
+
+
+def out_of_time(deadline: float | None, info: D.DistInfo) -> bool:
+    """Whether ``--max-minutes`` is spent; rank 0's clock decides, so every rank stops at the same step."""
+    if deadline is None:
+        return False
+    flag = torch.tensor([float(time.monotonic() >= deadline)], device=info.device)
+    return bool(D.broadcast_tensor(flag, info).item())
+
+
+def write_run_config(
+    cfg: TrainConfig, config: BertConfig, vocab: Vocab, lowercase: bool, info: D.DistInfo
+) -> dict[str, Any]:
+    """The resolved configuration, saved as ``config.json`` in the run folder and in every checkpoint."""
     run_config = {
         "model": config.to_dict(),
         "train": cfg.to_dict(),
@@ -298,40 +316,58 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         "world_size": info.world_size,
     }
     if info.is_main:
-        (run_dir / "config.json").write_text(json.dumps(run_config, indent=2) + "\n")
-    log(
+        (Path(cfg.output) / "config.json").write_text(json.dumps(run_config, indent=2) + "\n")
+    return run_config
+
+
+def data_position(cfg: TrainConfig, loader: PretrainingLoader) -> dict[str, Any]:
+    """The checkpoint's record of where the data stream is, and of which dataset (see ``same_data``)."""
+    return {
+        "data": loader.state_dict(),
+        "data_paths": list(cfg.data),
+        "data_fingerprint": loader.catalog.fingerprint,
+        "epoch": loader.epoch,
+    }
+
+
+def describe(raw: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> str:
+    return (
         f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {loader.num_samples} instances, "
         f"{loader.steps_per_epoch} steps/epoch of {loader.global_batch_size * cfg.grad_accum} sequences, "
-        f"{loader.dropped_per_epoch} dropped per epoch, device {info.device}, world {info.world_size}",
-        info,
+        f"{loader.dropped_per_epoch} dropped per epoch, device {info.device}, world {info.world_size}"
     )
 
-    def save_checkpoint() -> None:
-        states = {
-            f"rank{r}.{k}": v
-            for r, s in enumerate(D.all_gather_object(ckpt.rng_state(info.device), info))
-            for k, v in s.items()
-        }
-        if info.is_main:
-            path = ckpt.save(
-                run_dir,
-                step,
-                model_state=raw.state_dict(),
-                optimizer=optimizer.state_dict(),
-                rng=states,
-                state={
-                    "scheduler": scheduler.state_dict(),
-                    "data": loader.state_dict(),
-                    "data_paths": list(cfg.data),
-                    "data_fingerprint": loader.catalog.fingerprint,
-                    "epoch": loader.epoch,
-                },
-                config=run_config,
-                vocab_text=vocab.text(),
-                keep=cfg.keep_checkpoints,
-            )
-            log(f"checkpoint {path}", info)
-        D.barrier(info)
+
+def figures(record: dict[str, Any]) -> str:
+    return f"loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} nsp_acc {record['nsp_accuracy']:.4f}"
+
+
+def pretrain(cfg: TrainConfig) -> dict[str, Any]:
+    # --- set up: every input is checked here, before step 1 -------------------------------------------
+    info = D.setup(cfg.device)
+    run_dir = Path(cfg.output)
+    restored = prepare_run_dir(cfg, info)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True)
+    vocab, lowercase = load_vocab(cfg.data)
+    config, hf_state, hf_report = resolve_model(cfg, vocab, restored)
+    loader = data_loader(cfg, vocab, info)
+    eval_loader = eval_data_loader(cfg, vocab, info) if cfg.eval_data else None
+
+    # --- restore ----------------------------------------------------------------------------------
+    model, raw = build_model(cfg, config, (hf_state, hf_report), restored, info)
+    optimizer = build_optimizer(raw, cfg.optimizer, cfg.lr, cfg.weight_decay, eps=cfg.adam_eps)
+    scheduler = build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps)
+    R.seed_dropout(cfg.seed, info)
+    step = 0
+    if restored is not None and not cfg.reset_optimizer:
+        step = restore_position(cfg, restored, optimizer, scheduler, loader, info)
+    elif restored is not None:
+        R.log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
+    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.tensorboard)
+    metrics.truncate_after(step)
+    run_config = write_run_config(cfg, config, vocab, lowercase, info)
+    R.log(describe(raw, loader, cfg, info), info)
 
     # --- train --------------------------------------------------------------------------------------
     model.train()
@@ -339,55 +375,24 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     run = Running.zero(info.device)
     meter = Throughput(info.device)
     bar = _Bar(cfg.max_steps, step, info.is_main)
-    grad_norm = torch.zeros((), device=info.device)
     deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
     last_step = cfg.max_steps
     while step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
-        counts = torch.tensor(
-            [
-                [
-                    float(b["masked_lm_weights"].sum()),
-                    float(len(b["next_sentence_labels"])),
-                    float(b["attention_mask"].sum()),
-                ]
-                for b in micro
-            ],
-            dtype=torch.float64,
-        )
-        totals = D.all_reduce_sum(counts.sum(0).to(info.device), info).cpu().clamp(min=1)  # [masked, seqs, tokens]
-        flops = 0.0
-        for i, (batch, (_, n_seq, _)) in enumerate(zip(micro, counts.tolist())):
-            batch = to_device(batch, info.device)
-            sync = model.no_sync() if info.enabled and i < cfg.grad_accum - 1 else contextlib.nullcontext()
-            with sync:
-                with autocast(info.device, cfg.precision):
-                    out = model(batch)
-                # Sums over this micro-batch / global counts; DDP averages over ranks, hence * world_size.
-                mlm = out["mlm_loss"] * ((out["mlm_count"] + 1e-5) / float(totals[0]))
-                nsp = out["nsp_loss"] * (n_seq / float(totals[1]))
-                ((mlm + nsp) * info.world_size).backward()
-            accumulate(run, out)
-            b, t = batch["input_ids"].shape
-            flops += pretraining_flops(config, t, batch["masked_lm_positions"].shape[1]) * b
-        grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), cfg.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        totals = step_counts(micro, info)
+        flops = train_step(model, micro, totals, run, config, cfg, info)
+        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.max_grad_norm)
         step += 1
         run.steps += 1
         meter.add(int(totals[1]), int(totals[2]), flops)
         bar.update(1)
-        if deadline is not None and step < last_step:
-            # Every rank must stop at the same step: rank 0's clock decides.
-            out_of_time = torch.tensor([float(time.monotonic() >= deadline)], device=info.device)
-            if D.broadcast_tensor(out_of_time, info).item():
-                log(f"--max-minutes {cfg.max_minutes} reached at step {step}", info)
-                last_step = step
+        if step < last_step and out_of_time(deadline, info):
+            R.log(f"--max-minutes {cfg.max_minutes} reached at step {step}", info)
+            last_step = step
 
         # --- log ------------------------------------------------------------------------------------
         if step % cfg.log_every == 0 or step == last_step:
-            record = {
+            record: dict[str, Any] = {
                 "step": step,
                 **run.summary(info),
                 "lr": scheduler.get_last_lr()[0],
@@ -396,33 +401,53 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
                 **meter.read(),
             }
             metrics.log(record)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", mlm_acc=f"{record['mlm_accuracy']:.3f}")
-            if not bar.interactive:
-                log(
-                    f"step {step}: loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} "
-                    f"nsp_acc {record['nsp_accuracy']:.4f} {record['seq_per_s']:.0f} seq/s",
-                    info,
-                )
+            bar.show(record, info)
             run = Running.zero(info.device)
 
         # --- evaluate -------------------------------------------------------------------------------
-        if cfg.eval_data and (step % cfg.eval_every == 0 or step == last_step):
+        if eval_loader is not None and (step % cfg.eval_every == 0 or step == last_step):
             record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info)}
             metrics.log(record)
-            log(
-                f"eval at step {step}: loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} "
-                f"nsp_acc {record['nsp_accuracy']:.4f}",
-                info,
-            )
+            R.log(f"eval at step {step}: {figures(record)}", info)
             meter.read()  # evaluation time is not training throughput
 
         # --- checkpoint -----------------------------------------------------------------------------
         if step % cfg.checkpoint_every == 0 or step == last_step:
-            save_checkpoint()
+            state = {"scheduler": scheduler.state_dict(), **data_position(cfg, loader)}
+            save_checkpoint(run_dir, step, raw, optimizer, state, run_config, vocab, cfg.keep_checkpoints, info)
     bar.close()
     metrics.close()
     D.teardown()
     return {"step": step, "run_dir": str(run_dir)}
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    raw: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    run_config: dict[str, Any],
+    vocab: Vocab,
+    keep: int,
+    info: D.DistInfo,
+) -> None:
+    """Every rank's RNG is gathered; rank 0 writes the checkpoint; all wait for it."""
+    rng = R.gather_rng(info)
+    if info.is_main:
+        path = ckpt.save(
+            run_dir,
+            step,
+            model_state=raw.state_dict(),
+            optimizer=optimizer.state_dict(),
+            rng=rng,
+            state=state,
+            config=run_config,
+            vocab_text=vocab.text(),
+            keep=keep,
+        )
+        R.log(f"checkpoint {path}", info)
+    D.barrier(info)
 
 
 class _Bar:
@@ -440,9 +465,15 @@ class _Bar:
         if self._bar is not None:
             self._bar.update(n)
 
-    def set_postfix(self, **kw) -> None:
+    def show(self, record: dict[str, Any], info: D.DistInfo) -> None:
+        """The logged step's figures: on the bar, or as a log line."""
         if self._bar is not None:
-            self._bar.set_postfix(**kw)
+            self._bar.set_postfix(loss=f"{record['loss']:.3f}", mlm_acc=f"{record['mlm_accuracy']:.3f}")
+        if not self.interactive:
+            R.log(
+                f"step {record['step']}: {figures(record)} {record['seq_per_s']:.0f} seq/s",
+                info,
+            )
 
     def close(self) -> None:
         if self._bar is not None:

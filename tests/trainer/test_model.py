@@ -14,6 +14,7 @@ from trainer.model import (
     bert_base,
     bert_large,
     bert_tiny,
+    mean_losses,
     num_parameters,
     pretraining_flops,
 )
@@ -59,9 +60,15 @@ def model() -> BertForPreTraining:
     return BertForPreTraining(small_config(), seed=3).eval()
 
 
+def losses(model: BertForPreTraining, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The forward output with its per-batch means (``mean_losses``) added."""
+    out = model(batch)
+    return {**out, **mean_losses(out)}
+
+
 def test_forward_shapes_losses_and_counts(model: BertForPreTraining) -> None:
     batch = make_batch([12, 9, 5], seq=12, num_masked=[3, 2, 1], p=3)
-    out = model(batch)
+    out = losses(model, batch)
     assert out["mlm_logits"].shape == (3, 3, VOCAB)
     assert out["nsp_logits"].shape == (3, 2)
     for key in ("loss", "mlm_loss", "nsp_loss"):
@@ -81,20 +88,23 @@ def test_forward_shapes_losses_and_counts(model: BertForPreTraining) -> None:
     assert out["nsp_count"].item() == 3.0
     assert out["nsp_correct"].item() == (out["nsp_logits"].argmax(-1) == batch["next_sentence_labels"]).sum().item()
     assert not out["mlm_count"].requires_grad and not out["mlm_correct"].requires_grad
+    # The model returns sums; the means divide them by the counts, once.
+    torch.testing.assert_close(out["mlm_sum"], F.cross_entropy(logits, ids, reduction="sum"))
+    torch.testing.assert_close(out["nsp_sum"], 3 * out["nsp_loss"])
 
 
 def test_padded_prediction_slots_do_not_count(model: BertForPreTraining) -> None:
     batch = make_batch([12, 9], seq=12, num_masked=[3, 1], p=3)
-    out = model(batch)
+    out = losses(model, batch)
     changed = {k: v.clone() for k, v in batch.items()}
     changed["masked_lm_ids"][1, 1:] = 7  # padding slots (weight 0)
     changed["masked_lm_positions"][1, 1:] = 5
-    out2 = model(changed)
+    out2 = losses(model, changed)
     torch.testing.assert_close(out["mlm_loss"], out2["mlm_loss"])
     assert out["mlm_correct"].item() == out2["mlm_correct"].item()
 
     no_targets = {**batch, "masked_lm_weights": torch.zeros_like(batch["masked_lm_weights"])}
-    out3 = model(no_targets)
+    out3 = losses(model, no_targets)
     assert out3["mlm_loss"].item() == 0.0 and torch.isfinite(out3["loss"])
 
 
@@ -144,7 +154,7 @@ def test_padding_does_not_change_real_token_outputs(model: BertForPreTraining) -
 def test_decoder_is_tied_and_backward_reaches_everything() -> None:
     model = BertForPreTraining(small_config(), seed=0).train()
     batch = make_batch([12, 12], seq=12, num_masked=[3, 3], p=3)
-    model(batch)["loss"].backward()
+    mean_losses(model(batch))["loss"].backward()
     names = [n for n, _ in model.named_parameters()]
     assert not any("decoder" in n for n in names)
     for name, p in model.named_parameters():
@@ -293,14 +303,14 @@ def test_flop_counter() -> None:
 
 def test_bf16_autocast_and_bf16_weights_run_the_padding_mask(model: BertForPreTraining) -> None:
     batch = make_batch([12, 7], seq=12, num_masked=[3, 2], p=3)
-    reference = model(batch)
+    reference = losses(model, batch)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = model(batch)
+        out = losses(model, batch)
     assert out["mlm_logits"].dtype == torch.bfloat16 and out["loss"].dtype == torch.float32
     torch.testing.assert_close(out["mlm_logits"].float(), reference["mlm_logits"], rtol=0, atol=0.05)
     out["loss"].backward()
     half = BertForPreTraining(small_config(), seed=3).to(torch.bfloat16).eval()
-    torch.testing.assert_close(half(batch)["loss"], reference["loss"], rtol=0.02, atol=0)
+    torch.testing.assert_close(losses(half, batch)["loss"], reference["loss"], rtol=0.02, atol=0)
 
 
 def test_seed_gives_same_weights_whatever_dtype_and_under_meta() -> None:

@@ -3,5 +3,6 @@ CoNLL NER, SQuAD v1.1. ``berttrain finetune`` runs ``trainer.finetune.loop.finet
 
 Modules: ``config`` (the run's dataclass), ``weights`` (``--init``: checkpoint, HF folder or random preset),
 ``data`` (shards -> in-memory columns, padding, per-epoch batch plans), ``heads`` (task models, HF names),
-``metrics`` (benchmark metrics), ``ner`` (words from windows), ``squad`` (span decoding), ``loop``.
+``metrics`` (benchmark metrics), ``ner`` (words from windows), ``squad`` (span decoding), ``tasks`` (one object
+per task kind: head, batch keys, scoring, predictions file), ``loop``.
 """

@@ -36,6 +36,7 @@ class FinetuneConfig:
     n_best: int = 20  # SQuAD: start and end candidates per window
     tensorboard: bool = True
     device: str = "auto"
+    resume: str = "none"  # auto: continue the run in output from its latest epoch (none: refuse a used folder)
 
     def __post_init__(self) -> None:
         check(self.task in TASKS, "task", f"must be one of {TASKS}, got {self.task!r}")
@@ -61,6 +62,7 @@ class FinetuneConfig:
         check(self.max_grad_norm > 0, "max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
         check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
         check_device(self.device)
+        check(self.resume in ("auto", "none"), "resume", f"must be auto or none, got {self.resume!r}")
 
     @property
     def eval_batch(self) -> int:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -231,37 +231,34 @@ def check_pair(train: TaskData, evaluation: TaskData) -> None:
 # ----------------------------------------------------------------------------------------------- batching
 
 
-class TaskDataset(Dataset):
-    """Row ``i`` as a dict of numpy values (unpadded)."""
+class RowTask(Protocol):
+    """What batching needs of a task (``trainer.finetune.tasks``): its row fields and target tensors."""
 
-    def __init__(self, data: TaskData) -> None:
-        self.data = data
-        self.kind = data.kind
+    def row_fields(self, columns: Mapping[str, Any], i: int) -> dict[str, Any]: ...
+
+    def batch_targets(self, rows: Sequence[Mapping[str, Any]], length: int) -> dict[str, torch.Tensor]: ...
+
+
+class TaskDataset(Dataset):
+    """Row ``i`` as a dict of numpy values (unpadded): ``index``, ``input_ids`` and the task's own fields."""
+
+    def __init__(self, data: TaskData, task: RowTask) -> None:
+        self.data, self.task = data, task
 
     def __len__(self) -> int:
         return len(self.data)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         c = self.data.columns
-        row: dict[str, Any] = {"index": i, "input_ids": c[T.INPUT_IDS][i]}
-        if self.kind in (T.CLASSIFICATION, T.REGRESSION, T.SQUAD):
-            row["segment_a_length"] = int(c[T.SEGMENT_A_LENGTH][i])
-        if self.kind in (T.CLASSIFICATION, T.REGRESSION) and c[T.LABEL] is not None:
-            row["label"] = c[T.LABEL][i]
-        elif self.kind == T.NER:
-            row["labels"] = c[T.LABELS][i]
-        elif self.kind == T.SQUAD:
-            row["start_position"] = int(c[T.START_POSITION][i])
-            row["end_position"] = int(c[T.END_POSITION][i])
-        return row
+        return {"index": i, "input_ids": c[T.INPUT_IDS][i], **self.task.row_fields(c, i)}
 
 
 def collate(
-    rows: Sequence[dict[str, Any]], *, kind: str, pad_id: int, multiple: int = PAD_MULTIPLE
+    rows: Sequence[dict[str, Any]], *, task: RowTask, pad_id: int, multiple: int = PAD_MULTIPLE
 ) -> dict[str, torch.Tensor]:
     """Pad to the longest row rounded up to ``multiple``. Keys: input_ids, token_type_ids, attention_mask [B, T],
-    index [B] (dataset row) and the targets: labels [B] or [B, T] (NER, -100 on padding), or
-    start_positions/end_positions [B] (SQuAD); no targets for unlabeled rows."""
+    index [B] (dataset row) and the task's targets (``task.batch_targets``): labels [B] or [B, T] (NER, -100 on
+    padding), or start_positions/end_positions [B] (SQuAD); no targets for unlabeled rows."""
     b = len(rows)
     t = multiple * math.ceil(max(len(r["input_ids"]) for r in rows) / multiple)
     input_ids = np.full((b, t), pad_id, dtype=np.int64)
@@ -279,18 +276,7 @@ def collate(
         "attention_mask": torch.from_numpy(attention),
         "index": torch.tensor([r["index"] for r in rows], dtype=torch.int64),
     }
-    if kind == T.CLASSIFICATION and "label" in rows[0]:
-        batch["labels"] = torch.tensor([int(r["label"]) for r in rows], dtype=torch.int64)
-    elif kind == T.REGRESSION and "label" in rows[0]:
-        batch["labels"] = torch.tensor([float(r["label"]) for r in rows], dtype=torch.float32)
-    elif kind == T.NER:
-        labels = np.full((b, t), T.IGNORE_INDEX, dtype=np.int64)
-        for i, r in enumerate(rows):
-            labels[i, : len(r["labels"])] = r["labels"]
-        batch["labels"] = torch.from_numpy(labels)
-    elif kind == T.SQUAD:
-        batch["start_positions"] = torch.tensor([r["start_position"] for r in rows], dtype=torch.int64)
-        batch["end_positions"] = torch.tensor([r["end_position"] for r in rows], dtype=torch.int64)
+    batch.update(task.batch_targets(rows, t))
     return batch
 
 

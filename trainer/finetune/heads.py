@@ -22,7 +22,6 @@ __all__ = [
     "BertForQuestionAnswering",
     "BertForSequenceClassification",
     "BertForTokenClassification",
-    "build_task_model",
     "load_encoder_state",
 ]
 
@@ -113,18 +112,6 @@ class BertForQuestionAnswering(nn.Module):
                 F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])
             ) / 2
         return out
-
-
-def build_task_model(kind: str, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
-    if kind == T.CLASSIFICATION:
-        return BertForSequenceClassification(config, num_labels, seed=seed)
-    if kind == T.REGRESSION:
-        return BertForSequenceClassification(config, 1, seed=seed)
-    if kind == T.NER:
-        return BertForTokenClassification(config, num_labels, seed=seed)
-    if kind == T.SQUAD:
-        return BertForQuestionAnswering(config, seed=seed)
-    raise ValueError(f"task kind must be one of {T.KINDS}, got {kind!r}")
 
 
 def load_encoder_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:

@@ -1,5 +1,6 @@
-"""``berttrain finetune``: the fine-tuning loop. Reads top to bottom: set up, build, train an epoch, evaluate,
-keep the best, report.
+"""``berttrain finetune``: the fine-tuning loop. Reads top to bottom: set up, restore, train an epoch, evaluate,
+keep the best, checkpoint. What the task kind decides is asked of its ``Task`` (``trainer.finetune.tasks``); what
+pretraining shares is in ``trainer.runtime``.
 
 One process or DDP under ``torchrun``: every rank trains on its share of each epoch's permutation (same
 number of steps everywhere); evaluation runs each eval row on exactly one rank, the outputs are gathered,
@@ -8,7 +9,9 @@ and every rank scores them (so all agree on the best epoch); rank 0 writes the f
 Run folder: ``metrics.jsonl`` (train loss every ``log_every`` steps, eval metrics per epoch),
 ``checkpoints/step-N/`` (the best epoch's weights only, HF names ``bert.*`` + head), ``results.json``
 (metrics per epoch, the best, the configuration) and the best epoch's predictions: ``predictions.tsv``
-(classification, regression), ``predictions.conll`` (NER) or ``predictions.json`` (SQuAD).
+(classification, regression), ``predictions.conll`` (NER) or ``predictions.json`` (SQuAD); and ``resume/``: the
+state at the end of the latest epoch (weights, optimizer, schedule, data epoch, every rank's RNG, results so far),
+from which ``--resume auto`` continues a killed run with the same metrics as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -16,20 +19,18 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 
-from schemas import tasks as T
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
-from trainer.finetune import metrics as M
-from trainer.finetune import ner as N
+from trainer import runtime as R
+from trainer.errors import RunError
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.data import (
     EpochBatches,
@@ -40,37 +41,40 @@ from trainer.finetune.data import (
     collate,
     load_task_data,
 )
-from trainer.finetune.heads import build_task_model, load_encoder_state
-from trainer.finetune.squad import Window, predict_answers
-from trainer.finetune.weights import check_vocab, resolve_init
+from trainer.finetune.heads import load_encoder_state
+from trainer.finetune.tasks import TASKS, Task, get_task
+from trainer.finetune.weights import Init, check_vocab, resolve_init
 from trainer.metrics import METRICS_FILE, MetricsLogger
-from trainer.model import with_dropout
+from trainer.model import BertConfig, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
-from trainer.pretrain import autocast, log
 
 RESULTS_FILE = "results.json"
-PREDICTIONS = {
-    T.CLASSIFICATION: "predictions.tsv",
-    T.REGRESSION: "predictions.tsv",
-    T.NER: "predictions.conll",
-    T.SQUAD: "predictions.json",
-}
+RESUME_DIR = "resume"  # RUN/resume/checkpoints/step-N: the latest epoch's full state (the best is in checkpoints/)
 _OUTPUTS = (
     RESULTS_FILE,
     METRICS_FILE,
-    "predictions.tsv",
-    "predictions.conll",
-    "predictions.json",
+    *sorted({t.predictions_file for t in TASKS.values()}),
     ckpt.CHECKPOINTS,
+    RESUME_DIR,
     "tensorboard",
 )
-
-
-def primary_metric(kind: str, glue: str | None) -> str:
-    """The number the best epoch is chosen by, as the BERT paper reports each task."""
-    if kind == T.CLASSIFICATION:
-        return {"cola": "mcc", "mrpc": "f1", "qqp": "f1"}.get(glue or "", "accuracy")
-    return {T.REGRESSION: "spearman", T.NER: "f1", T.SQUAD: "f1"}[kind]
+# FinetuneConfig fields a resume must not change: they shape the trajectory (run-time flags may change).
+FIXED = (
+    "task",
+    "train_data",
+    "eval_data",
+    "init",
+    "dropout",
+    "lr",
+    "batch_size",
+    "warmup_ratio",
+    "weight_decay",
+    "adam_eps",
+    "max_grad_norm",
+    "max_steps",
+    "epochs",
+    "seed",
+)
 
 
 def plan_text(max_steps: int, epochs: int, steps_per_epoch: int) -> str:
@@ -80,125 +84,18 @@ def plan_text(max_steps: int, epochs: int, steps_per_epoch: int) -> str:
     return f"{epochs} epoch{'' if epochs == 1 else 's'} x {steps_per_epoch} steps"
 
 
-def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "index"}
-
-
-@torch.no_grad()
-def predict(
-    model: torch.nn.Module, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
-) -> tuple[list[Any], float | None]:
-    """Every eval row's outputs (gathered from all ranks, indexed by row) and the eval loss (batch losses
-    weighted by rows; None when the data has no targets). Outputs: logits [C] (classification), a float (regression), token logits
-    [tokens, C] (NER), (start [tokens], end [tokens]) logits (SQuAD)."""
-    loader = DataLoader(
-        TaskDataset(data),
-        batch_sampler=batches,
-        num_workers=0,
-        collate_fn=partial(collate, kind=data.kind, pad_id=data.pad_id),
-    )
-    was_training = model.training
-    model.eval()
-    mine: list[tuple[int, Any]] = []
-    loss_sum, loss_rows = 0.0, 0
-    for batch in loader:
-        index = batch["index"].tolist()
-        lengths = batch["attention_mask"].sum(1).tolist()
-        with autocast(info.device, cfg.precision):
-            out = model(to_device(batch, info.device))
-        if "loss" in out:
-            loss_sum, loss_rows = loss_sum + float(out["loss"]) * len(index), loss_rows + len(index)
-        if data.kind == T.SQUAD:
-            start, end = out["start_logits"].cpu().numpy(), out["end_logits"].cpu().numpy()
-            mine.extend((i, (start[r, :n], end[r, :n])) for r, (i, n) in enumerate(zip(index, lengths)))
-        elif data.kind == T.NER:
-            logits = out["logits"].cpu().numpy()
-            mine.extend((i, logits[r, :n]) for r, (i, n) in enumerate(zip(index, lengths)))
-        else:
-            logits = out["logits"].cpu().numpy()
-            mine.extend(zip(index, [float(x) for x in logits] if data.kind == T.REGRESSION else list(logits)))
-    model.train(was_training)
-    outputs: list[Any] = [None] * len(data)
-    for part in D.all_gather_object(mine, info):
-        for i, value in part:
-            outputs[i] = value
-    missing = sum(o is None for o in outputs)
-    if missing:
-        raise RuntimeError(f"evaluation produced no output for {missing} of {len(data)} rows")
-    totals = D.all_reduce_sum(torch.tensor([loss_sum, float(loss_rows)], dtype=torch.float64, device=info.device), info)
-    return outputs, (float(totals[0] / totals[1]) if totals[1] > 0 else None)
-
-
-def score(data: TaskData, outputs: list[Any], cfg: FinetuneConfig) -> tuple[dict[str, Any], str]:
-    """(metrics, predictions file text). Metrics are empty for unlabeled data (predictions only)."""
-    c, labels, kind = data.columns, data.labels, data.kind
-    if kind in (T.CLASSIFICATION, T.REGRESSION):
-        gold = c[T.LABEL]
-        if kind == T.CLASSIFICATION:
-            pred = np.array([int(np.argmax(o)) for o in outputs])
-            shown = [labels[p] for p in pred]
-            gold_shown = [labels[g] for g in gold] if gold is not None else [""] * len(pred)
-        else:
-            pred = np.array(outputs, dtype=np.float64)
-            shown = [f"{p:.6g}" for p in pred]
-            gold_shown = [f"{g:.6g}" for g in gold] if gold is not None else [""] * len(pred)
-        lines = ["row_id\tinput\tline\tprediction\tlabel"]
-        for rid, p, g in zip(c[T.ROW_ID], shown, gold_shown):
-            file_index, line, _ = T.split_row_id(int(rid))
-            lines.append(f"{int(rid)}\t{file_index}\t{line}\t{p}\t{g}")
-        text = "\n".join(lines) + "\n"
-        if gold is None:
-            return {}, text
-        if kind == T.REGRESSION:
-            g = np.asarray(gold, dtype=np.float64)
-            return {
-                "pearson": M.pearson(pred, g),
-                "spearman": M.spearman(pred, g),
-                "mse": float(np.mean((pred - g) ** 2)),
-                "rows": len(g),
-            }, text
-        g = np.asarray(gold, dtype=np.int64)
-        out: dict[str, Any] = {"accuracy": M.accuracy(pred, g), "rows": len(g)}
-        if data.glue in ("mrpc", "qqp"):
-            out["f1"] = M.binary_f1(pred, g, positive=labels.index("1"))
-        if data.glue == "cola":
-            out["mcc"] = M.matthews_corrcoef(pred, g)
-        return out, text
-    if kind == T.NER:
-        sentences = N.sentence_tags(data, outputs)
-        words, source = N.sentence_words(data, sentences)
-        gold_tags = [[labels[i] for i in s.gold] for s in sentences]
-        pred_tags = [[labels[i] for i in s.pred] for s in sentences]
-        scores = M.conll_scores(gold_tags, pred_tags)
-        scores["words_from"] = source
-        return scores, N.conll_text(words, sentences, labels)
-    # SQuAD: windows of each example in row order (= window order)
-    windows: dict[int, list[Window]] = {}
-    for i, (start, end) in enumerate(outputs):
-        windows.setdefault(int(c[T.EXAMPLE_INDEX][i]), []).append(
-            Window(start, end, c[T.OFFSET_START][i], c[T.OFFSET_END][i], c[T.MAX_CONTEXT][i])
-        )
-    examples = data.examples
-    answers = predict_answers(
-        windows,
-        [e["context"] for e in examples],
-        [e["id"] for e in examples],
-        n_best=cfg.n_best,
-        max_answer_length=cfg.max_answer_length,
-    )
-    scores = M.squad_scores(answers, {e["id"]: e["answers"]["text"] for e in examples})
-    return scores, json.dumps(answers, ensure_ascii=False, indent=1) + "\n"
-
-
-def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
-    # --- set up ---------------------------------------------------------------------------------------
-    info = D.setup(cfg.device)
-    run_dir = Path(cfg.output)
-    if info.is_main:
+def prepare_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool, info: D.DistInfo) -> ckpt.Loaded | None:
+    """The state to continue (``--resume auto`` and a resumable run in ``run_dir``), else None; an earlier
+    run's outputs are refused unless ``overwrite``, which removes them."""
+    resume_root = run_dir / RESUME_DIR
+    restored = ckpt.latest(resume_root) if cfg.resume == "auto" and not overwrite else None
+    D.barrier(info)  # every rank has read the folder before rank 0 changes it
+    if info.is_main and restored is None:
         existing = [name for name in _OUTPUTS if (run_dir / name).exists()]
         if existing and not overwrite:
+            why = "and holds no epoch to resume from" if cfg.resume == "auto" else f"(--resume {cfg.resume})"
             raise FileExistsError(
-                f"--output {run_dir} already holds a run ({', '.join(existing)}); "
+                f"--output {run_dir} already holds a run ({', '.join(existing)}) {why}; "
                 "choose another folder or pass --overwrite"
             )
         for name in existing:
@@ -206,8 +103,29 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
                 shutil.rmtree(run_dir / name)
             else:
                 (run_dir / name).unlink()
+    if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
+        for p in ckpt.remove_partial(run_dir) + ckpt.remove_partial(resume_root):
+            R.log(f"removed incomplete checkpoint {p} (a run was killed while writing it)")
     D.barrier(info)
+    return restored
+
+
+def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:
+    """Refuse a resume whose flags would change the run being continued, naming each flag."""
+    old = restored.config.get("finetune", {})
+    new = cfg.to_dict()
+    changed = [n for n in FIXED if n in old and old[n] != new[n]]
+    if changed:
+        listed = "; ".join(f"--{n.replace('_', '-')} {new[n]} (the run has {old[n]})" for n in changed)
+        raise RunError(
+            f"--resume auto continues the run in {cfg.output} ({restored.path}), but {listed}: pass the "
+            "run's values, or start afresh with --overwrite or another --output"
+        )
+
+
+def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[TaskData, TaskData, Init, BertConfig]:
+    """Both splits, the initial weights and the model configuration, checked against each other."""
     train = load_task_data(cfg.train_data, cfg.task, role="--train-data")
     evaluation = load_task_data(cfg.eval_data, cfg.task, role="--eval-data")
     check_pair(train, evaluation)
@@ -220,49 +138,119 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
             f"rows of up to {longest} tokens but the model has {config.max_position_embeddings} "
             "positions: rebuild the task data with a smaller --max-seq-length"
         )
-    metric = primary_metric(cfg.task, train.glue)
-    if train.glue in ("mrpc", "qqp") and "1" not in train.labels:
-        raise TaskDataError(f"GLUE {train.glue} F1 needs the positive label '1', labels are {list(train.labels)}")
+    task.check(train)
     for line in init.notes:
-        log(f"init: {line}", info)
+        R.log(f"init: {line}", info)
+    return train, evaluation, init, config
 
-    # --- build ----------------------------------------------------------------------------------------
-    model = build_task_model(cfg.task, config, len(train.labels), seed=cfg.seed)
+
+def build_model(
+    task: Task, config: BertConfig, num_labels: int, init: Init, restored: ckpt.Loaded | None, seed: int
+) -> torch.nn.Module:
+    """The task's model with the initial encoder weights, or the resumed run's weights."""
+    raw = task.build_model(config, num_labels, seed=seed)
     if init.state is not None:
-        load_encoder_state(model, init.state)
-    model.to(info.device)
-    raw = model
-    if info.enabled:
-        model = DDP(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
-    train_batches = EpochBatches(
-        len(train), cfg.batch_size, shuffle=True, seed=cfg.seed, world_size=info.world_size, rank=info.rank
+        load_encoder_state(raw, init.state)
+    if restored is not None:
+        raw.load_state_dict(restored.model, strict=True)
+    return raw
+
+
+def describe(train: TaskData, evaluation: TaskData, raw: torch.nn.Module, info: D.DistInfo) -> str:
+    glue = f" ({train.glue})" if train.glue else ""
+    return (
+        f"{train.kind}{glue}: {len(train)} train rows, {len(evaluation)} eval rows, "
+        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, device {info.device}, "
+        f"world {info.world_size}"
     )
-    eval_batches = EpochBatches(
-        len(evaluation), cfg.eval_batch, shuffle=False, world_size=info.world_size, rank=info.rank
-    )
-    loader = DataLoader(
-        TaskDataset(train),
-        batch_sampler=train_batches,
-        num_workers=cfg.num_workers,
-        collate_fn=partial(collate, kind=cfg.task, pad_id=train.pad_id),
+
+
+def task_loader(data: TaskData, task: Task, batches: EpochBatches, num_workers: int, info: D.DistInfo) -> DataLoader:
+    return DataLoader(
+        TaskDataset(data, task),
+        batch_sampler=batches,
+        num_workers=num_workers,
+        collate_fn=partial(collate, task=task, pad_id=data.pad_id),
         pin_memory=info.device.type == "cuda",
     )
-    steps_per_epoch = len(train_batches)
-    total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
-    epochs = math.ceil(total_steps / steps_per_epoch)
-    optimizer = build_optimizer(raw, "adamw", cfg.lr, cfg.weight_decay, eps=cfg.adam_eps)
-    scheduler = build_scheduler(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
-    torch.manual_seed(cfg.seed * 1000 + info.rank)  # dropout: a stream per rank
-    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.tensorboard)
-    task_info = {
-        "kind": cfg.task,
-        "glue": train.glue,
-        "labels": list(train.labels),
-        "primary_metric": metric,
-        "metric_scale": "percent" if cfg.task == T.SQUAD else "fraction",
-    }
-    results: dict[str, Any] = {
-        "task": task_info,
+
+
+@torch.no_grad()
+def predict(
+    model: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
+) -> tuple[list[Any], float | None]:
+    """Every eval row's outputs (gathered from all ranks, indexed by row; see ``Task.row_outputs``) and the eval
+    loss (batch losses weighted by rows; None when the data has no targets)."""
+    mine: list[tuple[int, Any]] = []
+    loss_sum, loss_rows = 0.0, 0
+    with R.evaluating(model):
+        for batch in task_loader(data, task, batches, 0, info):
+            index = batch["index"].tolist()
+            with R.autocast(info.device, cfg.precision):
+                out = model(R.to_device(batch, info.device))
+            if "loss" in out:
+                loss_sum, loss_rows = loss_sum + float(out["loss"]) * len(index), loss_rows + len(index)
+            mine.extend(zip(index, task.row_outputs(out, batch["attention_mask"].sum(1).tolist())))
+    outputs: list[Any] = [None] * len(data)
+    for part in D.all_gather_object(mine, info):
+        for i, value in part:
+            outputs[i] = value
+    missing = sum(o is None for o in outputs)
+    if missing:
+        raise RuntimeError(f"evaluation produced no output for {missing} of {len(data)} rows")
+    totals = D.all_reduce_sum(torch.tensor([loss_sum, float(loss_rows)], dtype=torch.float64, device=info.device), info)
+    return outputs, (float(totals[0] / totals[1]) if totals[1] > 0 else None)
+
+
+def train_epoch(
+    model: torch.nn.Module,
+    raw: torch.nn.Module,
+    loader: DataLoader,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    metrics: MetricsLogger,
+    cfg: FinetuneConfig,
+    info: D.DistInfo,
+    *,
+    epoch: int,
+    step: int,
+    total_steps: int,
+) -> tuple[int, float]:
+    """One epoch, or what is left of the run; returns (step, mean step loss over the epoch and all ranks)."""
+    epoch_loss = torch.zeros(2, dtype=torch.float64, device=info.device)  # [sum of step losses, steps]
+    window = torch.zeros(2, dtype=torch.float64, device=info.device)  # the same since the last log line
+    for batch in loader:
+        with R.autocast(info.device, cfg.precision):
+            out = model(R.to_device(batch, info.device))
+        out["loss"].backward()
+        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.max_grad_norm)
+        step += 1
+        loss = torch.stack([out["loss"].detach().double(), torch.ones((), dtype=torch.float64, device=info.device)])
+        epoch_loss += loss
+        window += loss
+        if step % cfg.log_every == 0:
+            s = D.all_reduce_sum(window.clone(), info).tolist()
+            lr = scheduler.get_last_lr()[0]
+            metrics.log({"step": step, "epoch": epoch, "loss": s[0] / s[1], "lr": lr, "grad_norm": float(grad_norm)})
+            window.zero_()
+        if step >= total_steps:
+            break
+    s = D.all_reduce_sum(epoch_loss.clone(), info).tolist()
+    return step, s[0] / max(s[1], 1)
+
+
+def new_results(
+    cfg: FinetuneConfig, task: Task, train: TaskData, evaluation: TaskData, init: Init, config: BertConfig, **plan: int
+) -> dict[str, Any]:
+    """results.json before the first epoch: the task, configuration, model, initial weights and data."""
+    return {
+        "task": {
+            "kind": task.kind,
+            "glue": train.glue,
+            "labels": list(train.labels),
+            "primary_metric": task.primary_metric(train.glue),
+            "metric_scale": task.metric_scale,
+        },
         "config": cfg.to_dict(),
         "model": config.to_dict(),
         "init": init.describe(),
@@ -276,110 +264,165 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
             }
             for name, d in (("train", train), ("eval", evaluation))
         },
-        "world_size": info.world_size,
-        "steps_per_epoch": steps_per_epoch,
-        "total_steps": total_steps,
+        "world_size": plan["world_size"],
+        "steps_per_epoch": plan["steps_per_epoch"],
+        "total_steps": plan["total_steps"],
         "epochs": [],
         "best": None,
     }
-    log(
-        f"{cfg.task}{f' ({train.glue})' if train.glue else ''}: {len(train)} train rows, {len(evaluation)} eval rows, "
-        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {plan_text(cfg.max_steps, epochs, steps_per_epoch)}, "
-        f"device {info.device}, world {info.world_size}",
-        info,
-    )
+
+
+def restore(
+    restored: ckpt.Loaded, optimizer: Any, scheduler: Any, batches: EpochBatches, results: dict, info: D.DistInfo
+) -> tuple[int, int]:
+    """Continue the run from the end of its latest epoch (the weights are loaded already): returns (its step,
+    the next epoch)."""
+    optimizer.load_state_dict(restored.optimizer)
+    scheduler.load_state_dict(restored.state["scheduler"])
+    try:
+        batches.load_state_dict(restored.state["data"])
+    except ValueError as e:
+        raise RunError(
+            f"{restored.path}: its data position does not fit this run ({e}); resume with as many processes as "
+            f"saved it ({restored.config.get('world_size', '?')})"
+        ) from None
+    R.restore_rng(restored.rng, info, restored.path, restored.config.get("world_size", "?"))
+    results["epochs"], results["best"] = restored.state["epochs"], restored.state["best"]
+    R.log(f"resumed from {restored.path} after epoch {restored.state['epoch']} (step {restored.step})", info)
+    return restored.step, int(restored.state["epoch"]) + 1
+
+
+@dataclass(slots=True)
+class Saver:
+    """Writes the run's two kinds of checkpoint: the best epoch's weights (``checkpoints/``, what ``--init`` and
+    export read) and the latest epoch's full state (``resume/``, what ``--resume auto`` reads)."""
+
+    run_dir: Path
+    raw: torch.nn.Module
+    config: dict[str, Any]  # config.json of both: model, finetune flags, task, vocabulary, world size
+    vocab_text: str
+    info: D.DistInfo
+
+    def best(self, step: int, predictions: tuple[str, str], **state: Any) -> None:
+        """The best epoch's weights and its predictions file (name, text)."""
+        self._save(self.run_dir, step, None, {}, state)
+        if self.info.is_main:
+            (self.run_dir / predictions[0]).write_text(predictions[1], encoding="utf-8")
+
+    def latest(
+        self, step: int, optimizer: Any, scheduler: Any, batches: EpochBatches, results: dict, epoch: int
+    ) -> None:
+        """Everything an identical continuation needs, at the end of an epoch (a collective: every rank)."""
+        state = {
+            "epoch": epoch,
+            "scheduler": scheduler.state_dict(),
+            "data": batches.state_dict(),
+            "epochs": results["epochs"],
+            "best": results["best"],
+        }
+        self._save(self.run_dir / RESUME_DIR, step, optimizer.state_dict(), R.gather_rng(self.info), state)
+
+    def _save(self, root: Path, step: int, optimizer: dict | None, rng: dict, state: dict[str, Any]) -> None:
+        if self.info.is_main:
+            ckpt.save(
+                root,
+                step,
+                model_state=self.raw.state_dict(),
+                optimizer=optimizer,
+                rng=rng,
+                state=state,
+                config=self.config,
+                vocab_text=self.vocab_text,
+                keep=1,
+            )
+        D.barrier(self.info)
+
+
+def evaluate(
+    raw: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
+) -> tuple[dict[str, Any], str]:
+    """(metrics with the eval loss, predictions file text) of the model now."""
+    outputs, eval_loss = predict(raw, task, data, batches, cfg, info)
+    scores, predictions = task.score(data, outputs, n_best=cfg.n_best, max_answer_length=cfg.max_answer_length)
+    if eval_loss is not None:
+        scores["loss"] = eval_loss
+    return scores, predictions
+
+
+def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
+    # --- set up ---------------------------------------------------------------------------------------
+    info = D.setup(cfg.device)
+    run_dir = Path(cfg.output)
+    task = get_task(cfg.task)
+    restored = prepare_output(run_dir, cfg, overwrite, info)
+    if restored is not None:
+        check_resume(cfg, restored)
+    train, evaluation, init, config = load_inputs(cfg, task, info)
+    metric = task.primary_metric(train.glue)
+    raw = build_model(task, config, len(train.labels), init, restored, cfg.seed).to(info.device)
+    model = R.wrap(raw, info)
+    ranks = {"world_size": info.world_size, "rank": info.rank}
+    train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.seed, **ranks)
+    eval_batches = EpochBatches(len(evaluation), cfg.eval_batch, shuffle=False, **ranks)
+    loader = task_loader(train, task, train_batches, cfg.num_workers, info)
+    steps_per_epoch = len(train_batches)
+    total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
+    epochs = math.ceil(total_steps / steps_per_epoch)
+    optimizer = build_optimizer(raw, "adamw", cfg.lr, cfg.weight_decay, eps=cfg.adam_eps)
+    scheduler = build_scheduler(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
+    R.seed_dropout(cfg.seed, info)
+    plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
+    results = new_results(cfg, task, train, evaluation, init, config, **plan)
+    run_config = {"model": config.to_dict(), "finetune": cfg.to_dict(), "task": results["task"]}
+    run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
+    saver = Saver(run_dir, raw, run_config, init.vocab.text(), info)
+
+    # --- restore --------------------------------------------------------------------------------------
+    step, first_epoch = 0, 1
+    if restored is not None:
+        step, first_epoch = restore(restored, optimizer, scheduler, train_batches, results, info)
+    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.tensorboard)
+    metrics.truncate_after(step)
+    R.log(f"{describe(train, evaluation, raw, info)}, {plan_text(cfg.max_steps, epochs, steps_per_epoch)}", info)
 
     # --- train ----------------------------------------------------------------------------------------
-    step = 0
     model.train()
-    for epoch in range(1, epochs + 1):
+    for epoch in range(first_epoch, epochs + 1):
         train_batches.set_epoch(epoch - 1)
-        epoch_loss = torch.zeros(2, dtype=torch.float64, device=info.device)  # [sum, steps]
-        window = torch.zeros(2, dtype=torch.float64, device=info.device)
-        for batch in loader:
-            with autocast(info.device, cfg.precision):
-                out = model(to_device(batch, info.device))
-            out["loss"].backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            loss = torch.stack([out["loss"].detach().double(), torch.ones((), dtype=torch.float64, device=info.device)])
-            epoch_loss += loss
-            window += loss
-            if step % cfg.log_every == 0:
-                s = D.all_reduce_sum(window.clone(), info).tolist()
-                metrics.log(
-                    {
-                        "step": step,
-                        "epoch": epoch,
-                        "loss": s[0] / s[1],
-                        "lr": scheduler.get_last_lr()[0],
-                        "grad_norm": float(grad_norm),
-                    }
-                )
-                window.zero_()
-            if step >= total_steps:
-                break
+        step, train_loss = train_epoch(
+            model,
+            raw,
+            loader,
+            optimizer,
+            scheduler,
+            metrics,
+            cfg,
+            info,
+            epoch=epoch,
+            step=step,
+            total_steps=total_steps,
+        )
 
         # --- evaluate -----------------------------------------------------------------------------------
-        s = D.all_reduce_sum(epoch_loss.clone(), info).tolist()
-        train_loss = s[0] / max(s[1], 1)
-        outputs, eval_loss = predict(raw, evaluation, eval_batches, cfg, info)
-        scores, predictions = score(evaluation, outputs, cfg)
-        if eval_loss is not None:
-            scores["loss"] = eval_loss
-        metrics.log(
-            {
-                "step": step,
-                "split": "eval",
-                "epoch": epoch,
-                "train_loss": train_loss,
-                **{k: v for k, v in scores.items() if isinstance(v, (int, float))},
-            }
-        )
+        scores, predictions = evaluate(raw, task, evaluation, eval_batches, cfg, info)
+        numbers = {k: v for k, v in scores.items() if isinstance(v, (int, float))}
+        metrics.log({"step": step, "split": "eval", "epoch": epoch, "train_loss": train_loss, **numbers})
         value = scores.get(metric)
-        log(
-            f"epoch {epoch} (step {step}): train loss {train_loss:.4f}"
-            + (f", eval {metric} {value:.4f}" if value is not None else ", eval data unlabeled: predictions only"),
-            info,
-        )
+        shown = f"eval {metric} {value:.4f}" if value is not None else "eval data unlabeled: predictions only"
+        R.log(f"epoch {epoch} (step {step}): train loss {train_loss:.4f}, {shown}", info)
         results["epochs"].append({"epoch": epoch, "step": step, "train_loss": train_loss, "eval": scores})
 
         # --- keep the best ------------------------------------------------------------------------------
         best = results["best"]
         if best is None or value is None or value > best["value"]:  # unlabeled eval data: the latest
-            results["best"] = {
-                "epoch": epoch,
-                "step": step,
-                "metric": metric,
-                "value": value,
-                "eval": scores,
-                "checkpoint": str(ckpt.step_dir(run_dir, step)),
-                "predictions": PREDICTIONS[cfg.task],
-            }
-            if info.is_main:
-                ckpt.save(
-                    run_dir,
-                    step,
-                    model_state=raw.state_dict(),
-                    optimizer=None,
-                    rng={f"rank0.{k}": v for k, v in ckpt.rng_state(info.device).items()},
-                    state={"epoch": epoch, "metric": metric, "value": value, "data": train_batches.state_dict()},
-                    config={
-                        "model": config.to_dict(),
-                        "finetune": cfg.to_dict(),
-                        "task": task_info,
-                        "vocab_sha256": init.vocab.sha256,
-                    },
-                    vocab_text=init.vocab.text(),
-                    keep=1,
-                )
-                (run_dir / PREDICTIONS[cfg.task]).write_text(predictions, encoding="utf-8")
-            D.barrier(info)
+            results["best"] = {"epoch": epoch, "step": step, "metric": metric, "value": value, "eval": scores}
+            results["best"] |= {"checkpoint": str(ckpt.step_dir(run_dir, step)), "predictions": task.predictions_file}
+            saver.best(step, (task.predictions_file, predictions), epoch=epoch, metric=metric, value=value)
         if info.is_main:
             (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+        # --- checkpoint: the state --resume auto continues from -----------------------------------------
+        saver.latest(step, optimizer, scheduler, train_batches, results, epoch)
         if step >= total_steps:
             break
     metrics.close()

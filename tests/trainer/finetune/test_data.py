@@ -18,6 +18,7 @@ from trainer.finetune.data import (
     collate,
     load_task_data,
 )
+from trainer.finetune.tasks import get_task
 
 
 def test_training_plan_is_seeded_per_epoch_and_equal_across_ranks():
@@ -60,16 +61,16 @@ def test_collate_pads_to_a_multiple_of_8_with_segments_and_ignored_labels():
         {"index": 4, "input_ids": np.array([2, 10, 11, 3, 12, 3]), "segment_a_length": 4, "label": 1},
         {"index": 9, "input_ids": np.array([2, 13, 3]), "segment_a_length": 3, "label": 0},
     ]
-    b = collate(rows, kind=T.CLASSIFICATION, pad_id=0)
+    b = collate(rows, task=get_task(T.CLASSIFICATION), pad_id=0)
     assert b["input_ids"].tolist() == [[2, 10, 11, 3, 12, 3, 0, 0], [2, 13, 3, 0, 0, 0, 0, 0]]
     assert b["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1, 0, 0], [0] * 8]
     assert b["attention_mask"].sum(1).tolist() == [6, 3]
     assert b["labels"].tolist() == [1, 0] and b["index"].tolist() == [4, 9]
     ner = [{"index": 0, "input_ids": np.arange(9), "labels": np.array([-100, 1, -100, 2, 0, 0, 0, 0, -100])}]
-    b = collate(ner, kind=T.NER, pad_id=0)
+    b = collate(ner, task=get_task(T.NER), pad_id=0)
     assert b["input_ids"].shape == (1, 16) and b["labels"][0, 9:].eq(-100).all()
     unlabeled = [{"index": 0, "input_ids": np.array([2, 3]), "segment_a_length": 2}]  # GLUE test rows
-    assert "labels" not in collate(unlabeled, kind=T.CLASSIFICATION, pad_id=0)
+    assert "labels" not in collate(unlabeled, task=get_task(T.CLASSIFICATION), pad_id=0)
 
 
 def test_real_sst2_split_reads_whole_and_checks_its_pair(sst2):
@@ -83,7 +84,7 @@ def test_real_sst2_split_reads_whole_and_checks_its_pair(sst2):
     check_pair(train, test)  # unlabeled evaluation data is fine (predictions only)
     with pytest.raises(TaskDataError, match="unlabeled: training needs labels"):
         check_pair(test, dev)
-    row = TaskDataset(dev)[5]
+    row = TaskDataset(dev, get_task(T.CLASSIFICATION))[5]
     assert row["input_ids"][0] == dev.vocab.id("[CLS]") and row["input_ids"][-1] == dev.vocab.id("[SEP]")
     with pytest.raises(TaskDataError, match="holds a 'classification' task but --task is 'regression'"):
         load_task_data(str(sst2["dev"]), T.REGRESSION, role="--eval-data")
@@ -134,4 +135,4 @@ def test_ner_windows_select_each_word_once(conll):
     assert len(per_sentence) == m["totals"]["sentences"]
     for words in per_sentence.values():
         assert sorted(words) == list(range(len(words)))
-    assert torch.is_tensor(collate([TaskDataset(data)[0]], kind=T.NER, pad_id=0)["labels"])
+    assert torch.is_tensor(collate([TaskDataset(data, get_task(T.NER))[0]], task=get_task(T.NER), pad_id=0)["labels"])

@@ -7,7 +7,8 @@ import torch
 
 from schemas import tasks as T
 from tests.trainer.finetune.hf_fixtures import CONFIG, TOL, VOCAB, batch, save_hf
-from trainer.finetune.heads import build_task_model, load_encoder_state
+from trainer.finetune.heads import load_encoder_state
+from trainer.finetune.tasks import get_task
 from trainer.finetune.weights import resolve_init
 from trainer.model import BertForPreTraining
 
@@ -20,7 +21,7 @@ def test_hf_folder_gives_the_same_encoder_and_head_outputs_as_transformers(kind,
     hf = save_hf(kind, tmp_path / "hf", seed=1)
     init = resolve_init(str(tmp_path / "hf"), VOCAB)
     assert init.kind == "hf" and init.config == CONFIG
-    ours = build_task_model(kind, init.config, 3, seed=0)
+    ours = get_task(kind).build_model(init.config, 3, seed=0)
     load_encoder_state(ours, init.state)
     ours.eval()
     # names: HF's, one to one (HF's token and QA models have no pooler; ours keeps a frozen one)
@@ -54,21 +55,21 @@ def test_hf_folder_gives_the_same_encoder_and_head_outputs_as_transformers(kind,
 
 def test_losses_match_transformers(tmp_path):
     hf = save_hf(T.SQUAD, tmp_path / "hf", seed=2)
-    ours = build_task_model(T.SQUAD, CONFIG, 0)
+    ours = get_task(T.SQUAD).build_model(CONFIG, 0)
     ours.load_state_dict({**hf.state_dict(), **{k: v for k, v in ours.state_dict().items() if "pooler" in k}})
     ours.eval()
     x = {**batch(), "start_positions": torch.tensor([3, 0, 2]), "end_positions": torch.tensor([5, 0, 4])}
     with torch.no_grad():
         torch.testing.assert_close(ours(x)["loss"], hf(**x).loss, **TOL)
     # regression: one output, MSE
-    reg = build_task_model(T.REGRESSION, CONFIG, 0, seed=3).eval()
+    reg = get_task(T.REGRESSION).build_model(CONFIG, 0, seed=3).eval()
     x = {**batch(), "labels": torch.tensor([0.5, 4.0, 2.25])}
     with torch.no_grad():
         out = reg(x)
     assert out["logits"].shape == (3,)
     torch.testing.assert_close(out["loss"], ((out["logits"] - x["labels"]) ** 2).mean())
     # token classification ignores -100
-    ner = build_task_model(T.NER, CONFIG, 4, seed=3).eval()
+    ner = get_task(T.NER).build_model(CONFIG, 4, seed=3).eval()
     labels = torch.full((3, 16), -100)
     labels[0, 1], labels[2, 3] = 2, 0
     with torch.no_grad():
@@ -78,7 +79,7 @@ def test_losses_match_transformers(tmp_path):
 
 
 def test_encoder_weights_must_be_complete():
-    model = build_task_model(T.CLASSIFICATION, CONFIG, 2)
+    model = get_task(T.CLASSIFICATION).build_model(CONFIG, 2)
     state = {k: v for k, v in BertForPreTraining(CONFIG).state_dict().items() if "layer.1." not in k}
     with pytest.raises(ValueError, match="lack encoder tensor"):
         load_encoder_state(model, state)

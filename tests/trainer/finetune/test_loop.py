@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from schemas.vocab import SPECIAL_TOKENS, Vocab, VocabMismatchError
 from tests.trainer.finetune.conftest import conll_sentences, finetune_run
 from trainer import checkpoint as ckpt
 from trainer.cli import main
+from trainer.errors import RunError
 from trainer.finetune import metrics as M
 from trainer.finetune.data import TaskDataError, load_task_data
 from trainer.metrics import read_metrics
@@ -138,8 +142,10 @@ def test_score_uses_the_glue_task_metric(sst2):
 
     import numpy as np
 
-    from trainer.finetune.config import FinetuneConfig
-    from trainer.finetune.loop import primary_metric, score
+    from trainer.finetune.tasks import get_task
+
+    def primary_metric(kind: str, glue: str | None) -> str:
+        return get_task(kind).primary_metric(glue)
 
     assert [primary_metric(T.CLASSIFICATION, g) for g in ("cola", "mrpc", "qqp", "sst2", None)] == [
         "mcc",
@@ -158,11 +164,10 @@ def test_score_uses_the_glue_task_metric(sst2):
     pred = gold.copy()
     pred[:40] = 1 - pred[:40]  # 40 of 200 wrong
     outputs = [np.eye(2, dtype=np.float32)[p] for p in pred]
-    cfg = FinetuneConfig(task=T.CLASSIFICATION, train_data="x", eval_data="x", init="random:tiny", output="x")
     as_cola = dataclasses.replace(
         dev, manifest=dataclasses.replace(dev.manifest, task={**dev.manifest.task, "glue": "cola"})
     )
-    scores, text = score(as_cola, outputs, cfg)
+    scores, text = get_task(T.CLASSIFICATION).score(as_cola, outputs, n_best=20, max_answer_length=30)
     assert scores["accuracy"] == pytest.approx(160 / 200) and "f1" not in scores
     assert scores["mcc"] == pytest.approx(M.matthews_corrcoef(pred, gold)) and scores["mcc"] > 0.5
     assert text.count("\n") == 201
@@ -325,3 +330,68 @@ def test_the_plan_line_counts_in_the_unit_the_user_chose():
     assert plan_text(3, 1, 218) == "3 steps (--max-steps; an epoch is 218 steps)"  # not "1 epochs x 218 steps"
     assert plan_text(0, 1, 218) == "1 epoch x 218 steps"
     assert plan_text(0, 3, 218) == "3 epochs x 218 steps"
+
+
+def test_kill_9_then_resume_auto_gives_the_same_metrics_and_results(sst2, tmp_path):
+    args = [
+        "finetune",
+        "--task",
+        "classification",
+        "--train-data",
+        str(sst2["train"]),
+        "--eval-data",
+        str(sst2["dev"]),
+        "--init",
+        "random:tiny",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "3",
+        "--lr",
+        "1e-3",
+        "--log-every",
+        "1",
+        "--no-tensorboard",
+        "--resume",
+        "auto",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def cli(out: Path, **kw) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "trainer", *args, "--output", str(out)]
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+    whole = cli(tmp_path / "whole")
+    assert whole.wait(timeout=600) == 0, whole.stdout.read()
+    run = tmp_path / "killed"
+    p = cli(run, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # into epoch 2: its first steps logged, epoch 1's state saved
+        if (run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= 24:
+            break
+        time.sleep(0.02)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    logged = len((run / "metrics.jsonl").read_text().splitlines())
+    assert 24 <= logged < 63 and (run / "resume").is_dir()  # 60 train + 3 eval lines when whole
+    resumed = cli(run)
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert "resumed from" in out and "after epoch" in out
+    assert read_metrics(run) == read_metrics(tmp_path / "whole")  # every loss, lr and eval metric, identical
+    a, b = (json.loads((d / "results.json").read_text()) for d in (tmp_path / "whole", run))
+    assert a["epochs"] == b["epochs"] and a["best"]["value"] == b["best"]["value"]
+    assert (run / "predictions.tsv").read_text() == (tmp_path / "whole" / "predictions.tsv").read_text()
+
+
+def test_resume_auto_refuses_changed_flags_and_a_folder_with_nothing_to_resume(sst2, tmp_path):
+    out = tmp_path / "run"
+    finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto")
+    with pytest.raises(RunError, match=r"--lr 0.002 \(the run has 0.001\).*--overwrite"):
+        finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto", lr=2e-3)
+    # A finished run resumes to its end: nothing more is trained, the results stay.
+    again = finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto")
+    assert [e["step"] for e in again["epochs"]] == [3]
+    shutil.rmtree(out / "resume")
+    with pytest.raises(FileExistsError, match="holds no epoch to resume from"):
+        finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto")

@@ -9,7 +9,8 @@ from schemas import tasks as T
 from schemas.vocab import VocabMismatchError
 from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, save_hf
 from trainer import checkpoint as ckpt
-from trainer.finetune.heads import build_task_model, load_encoder_state
+from trainer.finetune.heads import load_encoder_state
+from trainer.finetune.tasks import get_task
 from trainer.finetune.weights import InitError, check_vocab, resolve_init
 from trainer.model import BertForPreTraining
 
@@ -30,7 +31,7 @@ def test_init_from_our_checkpoint_run_folder_and_random(tmp_path):
     for spec in (str(path), str(tmp_path / "run")):  # the checkpoint, or the run folder (its newest checkpoint)
         init = resolve_init(spec, VOCAB)
         assert init.kind == "checkpoint" and init.source == str(path) and init.config == CONFIG
-        model = build_task_model(T.NER, init.config, 5, seed=0)
+        model = get_task(T.NER).build_model(init.config, 5, seed=0)
         load_encoder_state(model, init.state)
         for k, v in model.bert.state_dict().items():
             assert torch.equal(v, pre.bert.state_dict()[k]), k

@@ -1,0 +1,248 @@
+"""One object per task kind (classification, regression, NER, SQuAD) that owns everything the kind decides: its
+head, its row and batch target keys, how a batch's outputs become per-row outputs, the metric the best epoch is
+chosen by, the scoring and the predictions file. The loop and the batching code ask the task; none of them
+branches on the kind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from schemas import tasks as T
+from trainer.finetune import metrics as M
+from trainer.finetune import ner as N
+from trainer.finetune.data import TaskData, TaskDataError
+from trainer.finetune.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from trainer.finetune.squad import Window, predict_answers
+from trainer.model import BertConfig
+
+__all__ = ["TASKS", "Classification", "Ner", "Regression", "Squad", "Task", "get_task"]
+
+
+class Task:
+    """The interface; subclasses fill in each part for their kind."""
+
+    kind: ClassVar[str]
+    predictions_file: ClassVar[str]
+    metric_scale: ClassVar[str] = "fraction"  # how the metrics are reported: fraction (0-1) or percent
+
+    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
+        raise NotImplementedError
+
+    def primary_metric(self, glue: str | None) -> str:
+        """The number the best epoch is chosen by, as the BERT paper reports the task."""
+        raise NotImplementedError
+
+    def check(self, train: TaskData) -> None:
+        """Refuse training data the scoring could not use (before step 1)."""
+
+    def row_fields(self, columns: Mapping[str, Any], i: int) -> dict[str, Any]:
+        """The task's inputs and targets of row ``i`` beyond ``index`` and ``input_ids`` (unpadded)."""
+        raise NotImplementedError
+
+    def batch_targets(self, rows: Sequence[Mapping[str, Any]], length: int) -> dict[str, Tensor]:
+        """The head's target tensors for rows padded to ``length``; none for unlabeled rows."""
+        raise NotImplementedError
+
+    def row_outputs(self, out: Mapping[str, Tensor], lengths: Sequence[int]) -> list[Any]:
+        """Per-row outputs of one batch, in batch order, cut to each row's real length where per token."""
+        raise NotImplementedError
+
+    def score(self, data: TaskData, outputs: Sequence[Any], *, n_best: int, max_answer_length: int) -> tuple[dict, str]:
+        """(metrics, predictions file text) for every row's outputs; metrics are empty for unlabeled data."""
+        raise NotImplementedError
+
+
+def _segment(columns: Mapping[str, Any], i: int) -> dict[str, Any]:
+    return {"segment_a_length": int(columns[T.SEGMENT_A_LENGTH][i])}
+
+
+def _tsv(columns: Mapping[str, Any], shown: Sequence[str], gold: Sequence[str]) -> str:
+    """predictions.tsv: row id, the input file and line it came from, prediction, label."""
+    lines = ["row_id\tinput\tline\tprediction\tlabel"]
+    for rid, p, g in zip(columns[T.ROW_ID], shown, gold):
+        file_index, line, _ = T.split_row_id(int(rid))
+        lines.append(f"{int(rid)}\t{file_index}\t{line}\t{p}\t{g}")
+    return "\n".join(lines) + "\n"
+
+
+class Classification(Task):
+    """[CLS] -> label; accuracy, plus F1 of label "1" for MRPC/QQP and Matthews correlation for CoLA."""
+
+    kind = T.CLASSIFICATION
+    predictions_file = "predictions.tsv"
+
+    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
+        return BertForSequenceClassification(config, num_labels, seed=seed)
+
+    def primary_metric(self, glue: str | None) -> str:
+        return {"cola": "mcc", "mrpc": "f1", "qqp": "f1"}.get(glue or "", "accuracy")
+
+    def check(self, train: TaskData) -> None:
+        if train.glue in ("mrpc", "qqp") and "1" not in train.labels:
+            raise TaskDataError(f"GLUE {train.glue} F1 needs the positive label '1', labels are {list(train.labels)}")
+
+    def row_fields(self, columns: Mapping[str, Any], i: int) -> dict[str, Any]:
+        labels = columns[T.LABEL]
+        return {**_segment(columns, i), **({"label": labels[i]} if labels is not None else {})}
+
+    def batch_targets(self, rows: Sequence[Mapping[str, Any]], length: int) -> dict[str, Tensor]:
+        if "label" not in rows[0]:
+            return {}
+        return {"labels": torch.tensor([int(r["label"]) for r in rows], dtype=torch.int64)}
+
+    def row_outputs(self, out: Mapping[str, Tensor], lengths: Sequence[int]) -> list[Any]:
+        return list(out["logits"].cpu().numpy())  # [C] each
+
+    def score(self, data: TaskData, outputs: Sequence[Any], *, n_best: int, max_answer_length: int) -> tuple[dict, str]:
+        gold, labels = data.columns[T.LABEL], data.labels
+        pred = np.array([int(np.argmax(o)) for o in outputs])
+        gold_shown = [labels[g] for g in gold] if gold is not None else [""] * len(pred)
+        text = _tsv(data.columns, [labels[p] for p in pred], gold_shown)
+        if gold is None:
+            return {}, text
+        g = np.asarray(gold, dtype=np.int64)
+        out: dict[str, Any] = {"accuracy": M.accuracy(pred, g), "rows": len(g)}
+        if data.glue in ("mrpc", "qqp"):
+            out["f1"] = M.binary_f1(pred, g, positive=labels.index("1"))
+        if data.glue == "cola":
+            out["mcc"] = M.matthews_corrcoef(pred, g)
+        return out, text
+
+
+class Regression(Classification):
+    """[CLS] -> one float (MSE); Pearson, Spearman and MSE."""
+
+    kind = T.REGRESSION
+
+    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
+        return BertForSequenceClassification(config, 1, seed=seed)
+
+    def primary_metric(self, glue: str | None) -> str:
+        return "spearman"
+
+    def check(self, train: TaskData) -> None:
+        pass
+
+    def batch_targets(self, rows: Sequence[Mapping[str, Any]], length: int) -> dict[str, Tensor]:
+        if "label" not in rows[0]:
+            return {}
+        return {"labels": torch.tensor([float(r["label"]) for r in rows], dtype=torch.float32)}
+
+    def row_outputs(self, out: Mapping[str, Tensor], lengths: Sequence[int]) -> list[Any]:
+        return [float(x) for x in out["logits"].cpu().numpy()]
+
+    def score(self, data: TaskData, outputs: Sequence[Any], *, n_best: int, max_answer_length: int) -> tuple[dict, str]:
+        gold = data.columns[T.LABEL]
+        pred = np.array(outputs, dtype=np.float64)
+        gold_shown = [f"{g:.6g}" for g in gold] if gold is not None else [""] * len(pred)
+        text = _tsv(data.columns, [f"{p:.6g}" for p in pred], gold_shown)
+        if gold is None:
+            return {}, text
+        g = np.asarray(gold, dtype=np.float64)
+        return {
+            "pearson": M.pearson(pred, g),
+            "spearman": M.spearman(pred, g),
+            "mse": float(np.mean((pred - g) ** 2)),
+            "rows": len(g),
+        }, text
+
+
+class Ner(Task):
+    """A tag per token (the first sub-token of each word is scored); CoNLL span F1 over sentences."""
+
+    kind = T.NER
+    predictions_file = "predictions.conll"
+
+    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
+        return BertForTokenClassification(config, num_labels, seed=seed)
+
+    def primary_metric(self, glue: str | None) -> str:
+        return "f1"
+
+    def row_fields(self, columns: Mapping[str, Any], i: int) -> dict[str, Any]:
+        return {"labels": columns[T.LABELS][i]}
+
+    def batch_targets(self, rows: Sequence[Mapping[str, Any]], length: int) -> dict[str, Tensor]:
+        labels = np.full((len(rows), length), T.IGNORE_INDEX, dtype=np.int64)  # [B, T]: padding is ignored
+        for i, r in enumerate(rows):
+            labels[i, : len(r["labels"])] = r["labels"]
+        return {"labels": torch.from_numpy(labels)}
+
+    def row_outputs(self, out: Mapping[str, Tensor], lengths: Sequence[int]) -> list[Any]:
+        logits = out["logits"].cpu().numpy()  # [B, T, C]
+        return [logits[r, :n] for r, n in enumerate(lengths)]
+
+    def score(self, data: TaskData, outputs: Sequence[Any], *, n_best: int, max_answer_length: int) -> tuple[dict, str]:
+        labels = data.labels
+        sentences = N.sentence_tags(data, outputs)
+        words, source = N.sentence_words(data, sentences)
+        gold_tags = [[labels[i] for i in s.gold] for s in sentences]
+        pred_tags = [[labels[i] for i in s.pred] for s in sentences]
+        scores = M.conll_scores(gold_tags, pred_tags)
+        scores["words_from"] = source
+        return scores, N.conll_text(words, sentences, labels)
+
+
+class Squad(Task):
+    """Start and end logits per token; the best span of each question's windows; exact match and F1 (percent)."""
+
+    kind = T.SQUAD
+    predictions_file = "predictions.json"
+    metric_scale = "percent"
+
+    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
+        return BertForQuestionAnswering(config, seed=seed)
+
+    def primary_metric(self, glue: str | None) -> str:
+        return "f1"
+
+    def row_fields(self, columns: Mapping[str, Any], i: int) -> dict[str, Any]:
+        return {
+            **_segment(columns, i),
+            "start_position": int(columns[T.START_POSITION][i]),
+            "end_position": int(columns[T.END_POSITION][i]),
+        }
+
+    def batch_targets(self, rows: Sequence[Mapping[str, Any]], length: int) -> dict[str, Tensor]:
+        return {
+            "start_positions": torch.tensor([r["start_position"] for r in rows], dtype=torch.int64),
+            "end_positions": torch.tensor([r["end_position"] for r in rows], dtype=torch.int64),
+        }
+
+    def row_outputs(self, out: Mapping[str, Tensor], lengths: Sequence[int]) -> list[Any]:
+        start, end = out["start_logits"].cpu().numpy(), out["end_logits"].cpu().numpy()  # [B, T] each
+        return [(start[r, :n], end[r, :n]) for r, n in enumerate(lengths)]
+
+    def score(self, data: TaskData, outputs: Sequence[Any], *, n_best: int, max_answer_length: int) -> tuple[dict, str]:
+        c = data.columns
+        windows: dict[int, list[Window]] = {}  # each example's windows in row order (= window order)
+        for i, (start, end) in enumerate(outputs):
+            windows.setdefault(int(c[T.EXAMPLE_INDEX][i]), []).append(
+                Window(start, end, c[T.OFFSET_START][i], c[T.OFFSET_END][i], c[T.MAX_CONTEXT][i])
+            )
+        examples = data.examples
+        answers = predict_answers(
+            windows,
+            [e["context"] for e in examples],
+            [e["id"] for e in examples],
+            n_best=n_best,
+            max_answer_length=max_answer_length,
+        )
+        scores = M.squad_scores(answers, {e["id"]: e["answers"]["text"] for e in examples})
+        return scores, json.dumps(answers, ensure_ascii=False, indent=1) + "\n"
+
+
+TASKS: dict[str, Task] = {t.kind: t for t in (Classification(), Regression(), Ner(), Squad())}
+
+
+def get_task(kind: str) -> Task:
+    if kind not in TASKS:
+        raise ValueError(f"task kind must be one of {T.KINDS}, got {kind!r}")
+    return TASKS[kind]

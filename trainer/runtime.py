@@ -1,0 +1,99 @@
+"""What the pretraining and fine-tuning loops share: logging, DDP wrapping, dropout seeding, precision,
+moving batches, the optimizer step with clipping, the eval/train switch and the per-rank RNG state of a
+checkpoint. One owner for each, so the two loops cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.optim.lr_scheduler import LambdaLR
+
+from trainer import checkpoint as ckpt
+from trainer import distributed as D
+from trainer.errors import RunError
+
+# Batch entries that stay on the host: row bookkeeping (pretraining instance ids, fine-tuning row index).
+HOST_KEYS = frozenset({"instance_ids", "index"})
+
+
+def log(message: str, info: D.DistInfo | None = None) -> None:
+    """One ``[berttrain]`` line on stderr, from rank 0 only when ``info`` is given."""
+    if info is None or info.is_main:
+        print(f"[berttrain] {message}", file=sys.stderr, flush=True)
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """bf16 autocast for ``bf16``, or ``auto`` on CUDA; fp32 otherwise."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def to_device(batch: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """The model's inputs on ``device`` (``HOST_KEYS`` left out)."""
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items() if k not in HOST_KEYS}
+
+
+def wrap(model: nn.Module, info: D.DistInfo) -> nn.Module:
+    """``model`` under DDP when there are several ranks, else ``model`` itself (already on ``info.device``)."""
+    if not info.enabled:
+        return model
+    return DDP(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
+
+
+def no_sync(model: nn.Module, *, last: bool) -> contextlib.AbstractContextManager:
+    """DDP's gradient all-reduce only on the ``last`` micro-batch of an accumulated step."""
+    if isinstance(model, DDP) and not last:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def seed_dropout(seed: int, info: D.DistInfo) -> None:
+    """A dropout stream per rank (the global torch generator), the same for every run with ``seed``."""
+    torch.manual_seed(seed * 1000 + info.rank)
+
+
+def optimizer_step(
+    raw: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LambdaLR, max_grad_norm: float
+) -> torch.Tensor:
+    """Clip the gradient norm, step optimizer and schedule, clear gradients; returns the norm before clipping."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) inside, the previous mode after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def gather_rng(info: D.DistInfo) -> dict[str, torch.Tensor]:
+    """Every rank's generator states as ``rank{r}.{name}`` (a collective: call it on every rank)."""
+    states = D.all_gather_object(ckpt.rng_state(info.device), info)
+    return {f"rank{r}.{k}": v for r, s in enumerate(states) for k, v in s.items()}
+
+
+def restore_rng(rng: Mapping[str, torch.Tensor], info: D.DistInfo, source: Path, saved_world: object) -> None:
+    """Set this rank's generators from a :func:`gather_rng` dict; a rank the checkpoint lacks is refused."""
+    mine = {k.split(".", 1)[1]: v for k, v in rng.items() if k.startswith(f"rank{info.rank}.")}
+    if not mine:
+        raise RunError(
+            f"{source}: rng.pt holds no state for rank {info.rank} (it was saved by {saved_world} "
+            "processes): resume with that many processes"
+        )
+    ckpt.set_rng_state(mine, info.device)
