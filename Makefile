@@ -5,16 +5,26 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup browser demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[train,test]'
+	@$(MAKE) --no-print-directory browser
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Debian's chromium, for the test that renders `bertprep report` pages headless; needs root and apt-get,
+# otherwise those tests skip and say why. Never fails the set-up.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; }; } || \
+	echo "setup: chromium not installed (needs root and apt-get); the report's browser tests will skip"
 
 # The main job on the embedded default (in-process Beam runner, local files, CPU).
 demo: $(STAMP)

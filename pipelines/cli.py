@@ -1,4 +1,4 @@
-"""``bertprep``: the preprocessing command line (vocab, pretraining, inspect, task)."""
+"""``bertprep``: the preprocessing command line (vocab, pretraining, inspect, report, task)."""
 
 from __future__ import annotations
 
@@ -269,6 +269,28 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
             click.echo(decode_instance(inst, vocab))
     if failed:
         sys.exit(1)
+
+
+@main.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("dataset_dir")
+@click.option("--output", default=None, type=click.Path(file_okay=False), help="Report folder [default: DIR/report].")
+@click.option("--top-tokens", type=int, default=30, show_default=True, help="Tokens in the most-frequent plot.")
+@click.option("--top-sources", type=int, default=15, show_default=True, help="Sources shown (the rest as one).")
+@click.option("--top-unk-words", type=int, default=25, show_default=True, help="[UNK] words listed.")
+def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
+    """Write DIR/report/index.html: plots of a pretraining dataset beside its key numbers."""
+    _quiet_beam()
+    from pipelines.report import ReportConfig, write_report
+
+    try:
+        cfg = ReportConfig(top_tokens=top_tokens, top_sources=top_sources, top_unk_words=top_unk_words)
+    except ConfigError as e:
+        raise _bad(e, e.param) from None
+    try:
+        index = write_report(dataset_dir, output, cfg)
+    except (FileNotFoundError, ValueError, OSError) as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"report: {index}")
 
 
 # Imported last and with Beam's import-time warnings muted: the task commands pull in apache_beam.

@@ -53,6 +53,7 @@ def build_manifest(
     groups: list[dict[str, Any]],
     base: dict[str, Any],
     max_seq_length: int,
+    unk_words: dict[str, Any] | None = None,
 ) -> Manifest:
     results = sorted(results, key=lambda r: r["shard"])
     shards = tuple(ShardInfo(**f) for r in results for f in r["files"])
@@ -71,6 +72,8 @@ def build_manifest(
         "min_documents": min(docs, default=0),
         "max_documents": max(docs, default=0),
     }
+    if unk_words is not None:
+        summary["unk_words"] = unk_words  # source_stats.summary: the words that became [UNK]
     read, used = counters.get(C.DOCUMENTS_READ, 0), counters.get(C.DOCUMENTS_USED, 0)
     drops = C.dropped(counters)
     if read != used + sum(drops.values()):
@@ -123,7 +126,11 @@ class _FinalizeFn(beam.DoFn):
         self.id_type = id_type
 
     def process(
-        self, results: list[dict[str, Any]], counters: dict[str, int], groups: list[dict[str, Any]]
+        self,
+        results: list[dict[str, Any]],
+        counters: dict[str, int],
+        groups: list[dict[str, Any]],
+        unk_words: dict[str, Any] | None = None,
     ) -> Iterator[str]:
         done = {r["shard"] for r in results}
         results = list(results)
@@ -143,6 +150,7 @@ class _FinalizeFn(beam.DoFn):
             groups=groups,
             base=self.base,
             max_seq_length=self.max_seq_length,
+            unk_words=unk_words,
         )
         write_text_atomic(FileSystems.join(self.output_dir, VOCAB_FILENAME), self.vocab_text)
         write_text_atomic(FileSystems.join(self.output_dir, MANIFEST_NAME), manifest.to_json())
@@ -166,18 +174,18 @@ class Finalize(beam.PTransform):
         id_type: str,
         counters,
         groups,
+        unk_words=None,
     ) -> None:
         super().__init__()
         self.fn = _FinalizeFn(output_dir, work_dir, base, vocab_text, num_shards, make_writers, max_seq_length, id_type)
         self.counters = counters
         self.groups = groups
+        self.unk_words = unk_words  # optional: one source_stats.summary dict
 
     def expand(self, results):
         counters = self.counters | "MergeCounters" >> beam.CombineGlobally(C.merge)
         groups = self.groups | "ListGroups" >> beam.combiners.ToList()
-        return (
-            results
-            | "ListShards" >> beam.combiners.ToList()
-            | "WriteManifest"
-            >> beam.ParDo(self.fn, counters=beam.pvalue.AsSingleton(counters), groups=beam.pvalue.AsSingleton(groups))
-        )
+        side = {"counters": beam.pvalue.AsSingleton(counters), "groups": beam.pvalue.AsSingleton(groups)}
+        if self.unk_words is not None:
+            side["unk_words"] = beam.pvalue.AsSingleton(self.unk_words)
+        return results | "ListShards" >> beam.combiners.ToList() | "WriteManifest" >> beam.ParDo(self.fn, **side)

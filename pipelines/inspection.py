@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
@@ -112,23 +111,40 @@ def iter_tar_samples(data: bytes) -> Iterator[tuple[str, bytes]]:
                 yield member.name, tar.extractfile(member).read()
 
 
+# WebDataset samples per record batch when a dataset has no Arrow shards.
+WDS_BATCH_ROWS = 1024
+
+
+def iter_record_batches(dataset_dir: str, manifest: Manifest) -> Iterator[pa.RecordBatch]:
+    """Every pretraining row in manifest order, one record batch at a time (Arrow preferred), so memory holds
+    one batch, never a shard: ``inspect --decode`` and ``report`` both read shards through this."""
+    fmt = "arrow" if manifest.shards_of("arrow") else "webdataset"
+    schema = P.arrow_schema(manifest.vocab["id_type"])
+    for shard in manifest.shards_of(fmt):
+        path = FileSystems.join(dataset_dir, shard.path)
+        if fmt == "arrow":
+            with FileSystems.open(path, compression_type="uncompressed") as f:
+                reader = pa.ipc.open_file(f)
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
+            continue
+        rows: list[dict[str, Any]] = []
+        for _, payload in iter_tar_samples(_read_all(path)):
+            rows.append(wds.decode_payload(payload, source=path))
+            if len(rows) == WDS_BATCH_ROWS:
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                rows = []
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
 def read_instances(dataset_dir: str, manifest: Manifest, limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` instances in manifest order (Arrow preferred)."""
     out: list[dict[str, Any]] = []
-    fmt = "arrow" if manifest.shards_of("arrow") else "webdataset"
-    for shard in manifest.shards_of(fmt):
+    for batch in iter_record_batches(dataset_dir, manifest):
         if len(out) >= limit:
             break
-        data = _read_all(FileSystems.join(dataset_dir, shard.path))
-        if fmt == "arrow":
-            table = pa.ipc.open_file(pa.BufferReader(data)).read_all().slice(0, limit - len(out))
-            out.extend(table.to_pylist())
-        else:
-            for _, payload in iter_tar_samples(data):
-                d = wds.decode_payload(payload)
-                out.append({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in d.items()})
-                if len(out) >= limit:
-                    break
+        out.extend(batch.slice(0, limit - len(out)).to_pylist())
     return out
 
 

@@ -31,6 +31,7 @@ from pipelines.read import InputError, ReadDocuments, range_bytes_for
 from pipelines.redact import redact_options
 from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
 from pipelines.sentences import SegmentDocuments
+from pipelines.source_stats import UnkWords
 from pipelines.spill import remove_work_dir, spill_bytes_for
 from pipelines.tokenize import Tokenize, TokenizerSpec, load_tokenizer
 from pipelines.write import SHARD_PREFIX, WriteShards, shard_writers
@@ -252,6 +253,7 @@ def build_pipeline(
         id_type=vocab.id_type,
         counters=counters,
         groups=groups,
+        unk_words=tokenized | "UnkWords" >> UnkWords(),
     )
 
 

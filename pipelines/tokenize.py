@@ -27,8 +27,9 @@ from apache_beam.transforms.window import GlobalWindows
 from tokenizers import Tokenizer
 
 from pipelines import counters as C
+from pipelines import source_stats as SS
 from schemas import id_types
-from schemas.vocab import SEP, SPECIAL_TOKENS, Vocab, VocabError
+from schemas.vocab import SEP, SPECIAL_TOKENS, UNK, Vocab, VocabError
 from schemas.wordpiece import bert_tokenizer
 from schemas.wordpiece import json_lowercase as _json_lowercase
 
@@ -107,6 +108,7 @@ class TokenizedBatch:
     sentence_lengths: np.ndarray  # [sentences] int32
     doc_sentences: np.ndarray  # [docs] int32: sentences per document
     counters: Counter = field(default_factory=Counter)
+    unk_words: Counter = field(default_factory=Counter)  # the words that became [UNK] (for the report)
 
 
 def set_tokenizer_threads(threads: int) -> None:
@@ -126,6 +128,8 @@ class DocumentTokenizer:
     def __init__(self, spec: TokenizerSpec) -> None:
         self.tokenizer = Tokenizer.from_str(spec.json)
         self.sep_id = spec.vocab.id(SEP)
+        self.unk_id = spec.vocab.id(UNK)
+        self.unk_reader = SS.UnkWordReader(self.tokenizer, spec.vocab.tokens, self.unk_id)
         self.dtype = id_types.numpy_dtype(spec.vocab.id_type)
         added = sorted((t.content for t in self.tokenizer.get_added_tokens_decoder().values()), key=len, reverse=True)
         self._literal = re.compile("|".join(re.escape(t) for t in added))
@@ -158,6 +162,7 @@ class DocumentTokenizer:
             sentence_lengths=np.concatenate([p.sentence_lengths for p in parts]),
             doc_sentences=np.concatenate([p.doc_sentences for p in parts]),
             counters=counters,
+            unk_words=sum((p.unk_words for p in parts), Counter()),
         )
 
     def _tokenize(self, docs: list[tuple[str, list[str]]], counters: Counter) -> TokenizedBatch:
@@ -184,6 +189,7 @@ class DocumentTokenizer:
             pieces.append(len(texts) - before)
         encodings = self._encode(texts, add_special_tokens=False) if texts else []
         keep_docs, all_ids, all_lens, n_sents = [], [], [], []
+        unk_words: Counter = Counter()
         at = 0
         for (doc_id, sentences), n_pieces in zip(docs, pieces):
             encs, at = encodings[at : at + n_pieces], at + n_pieces
@@ -195,6 +201,12 @@ class DocumentTokenizer:
             # One [SEP] per sentence; an empty sentence shows as two adjacent [SEP]s.
             starts = np.concatenate(([0], seps[:-1] + 1))
             lengths = (seps - starts).astype(np.int32)
+            unk_at = np.flatnonzero(ids == self.unk_id)
+            if len(unk_at) and len(seps) == len(sentences):
+                for j in np.unique(np.searchsorted(seps, unk_at)):
+                    s = sentences[j]
+                    s = self._literal.sub(" ", s) if "[" in s else s
+                    unk_words.update(self.unk_reader.words(s, ids[starts[j] : seps[j]]))
             nonempty = lengths > 0
             if not nonempty.all():
                 counters[C.EMPTY_SENTENCES] += int((~nonempty).sum())
@@ -212,12 +224,14 @@ class DocumentTokenizer:
             counters[C.DOCUMENTS_USED] += 1
             counters[C.SENTENCES] += len(lengths)
             counters[C.TOKENS] += len(tokens)
+            SS.count_document(counters, doc_id, len(tokens), len(unk_at))
         return TokenizedBatch(
             doc_ids=keep_docs,
             ids=np.concatenate(all_ids) if all_ids else np.zeros(0, self.dtype),
             sentence_lengths=np.concatenate(all_lens) if all_lens else np.zeros(0, np.int32),
             doc_sentences=np.asarray(n_sents, dtype=np.int32),
             counters=counters,
+            unk_words=unk_words,
         )
 
 

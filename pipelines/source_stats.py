@@ -1,0 +1,148 @@
+"""What the tokenizer records for ``bertprep report``: documents, tokens and ``[UNK]`` per input source, and the
+words that became ``[UNK]``.
+
+A *source* is the first component of an input's name below the common folder of all inputs (``wiki/AA/wiki_00``
+-> ``wiki``, ``books/a.txt`` -> ``books``; a file at the top is a source of its own), so there are at most as
+many sources as inputs, whatever the number of documents. The per-source figures are counters: additive, so
+exact on any runner.
+
+The ``[UNK]`` words are only visible before tokenization: WordPiece turns a whole word it cannot split into one
+``[UNK]``, and the shards keep the id, not the word. The tokenizer reads each word back from its character span
+and the pipeline keeps their counts in a bounded summary (Misra-Gries, :data:`CAPACITY` words): exact while the
+corpus holds at most that many distinct ``[UNK]`` words (the usual case), otherwise each count is low by at most
+``max_undercount``, which the manifest states.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from tokenizers import Tokenizer
+
+UNK_TOKENS = "unk_tokens"
+SOURCE_DOCUMENTS = "source_documents."
+SOURCE_TOKENS = "source_tokens."
+SOURCE_UNK_TOKENS = "source_unk_tokens."
+_PREFIXES = {SOURCE_DOCUMENTS: "documents", SOURCE_TOKENS: "tokens", SOURCE_UNK_TOKENS: "unk_tokens"}
+
+# Distinct [UNK] words the summary holds (a few hundred KB at most) and how many the manifest lists.
+CAPACITY = 4096
+TOP = 50
+
+
+def source_of(doc_id: str) -> str:
+    """``wiki/AA/wiki_00:1234`` -> ``wiki``; ``a.txt`` -> ``a.txt`` (document ids are ``name`` or ``name:offset``)."""
+    name, sep, tail = doc_id.rpartition(":")
+    if sep and tail.isdigit():
+        doc_id = name
+    return doc_id.split("/", 1)[0]
+
+
+def count_document(counters: Counter, doc_id: str, tokens: int, unk: int) -> None:
+    source = source_of(doc_id)
+    counters[SOURCE_DOCUMENTS + source] += 1
+    counters[SOURCE_TOKENS + source] += tokens
+    if unk:
+        counters[UNK_TOKENS] += unk
+        counters[SOURCE_UNK_TOKENS + source] += unk
+
+
+def per_source(counters: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """``{source: {"documents", "tokens", "unk_tokens"}}`` from the manifest's counters (empty for a dataset
+    made before they were recorded)."""
+    out: dict[str, dict[str, int]] = {}
+    for key, value in counters.items():
+        for prefix, field in _PREFIXES.items():
+            if key.startswith(prefix):
+                row = out.setdefault(key[len(prefix) :], {"documents": 0, "tokens": 0, "unk_tokens": 0})
+                row[field] = value
+    return out
+
+
+class UnkWordReader:
+    """Reads back the words a WordPiece tokenizer turned into ``[UNK]`` (as it saw them: normalized).
+
+    Encoding without offsets is what makes tokenization fast, so the words come from the ids: every token that
+    is not a ``##`` continuation starts a word, and the k-th word is the k-th word of the pre-tokenizer. Only
+    sentences that hold an ``[UNK]`` are pre-tokenized again.
+    """
+
+    UNRECOVERED = "<unrecovered>"  # a sentence whose words and ids do not line up (a non-WordPiece tokenizer.json)
+
+    def __init__(self, tokenizer: Tokenizer, tokens: list[str], unk_id: int) -> None:
+        prefix = getattr(tokenizer.model, "continuing_subword_prefix", None)
+        self.starts_word = None
+        if prefix:
+            # Added tokens may lie past the vocabulary: each is a word of its own.
+            self.starts_word = np.ones(max(len(tokens), tokenizer.get_vocab_size(with_added_tokens=True)), bool)
+            self.starts_word[: len(tokens)] = [not t.startswith(prefix) for t in tokens]
+        self.normalizer = tokenizer.normalizer
+        self.pre_tokenizer = tokenizer.pre_tokenizer
+        self.unk_id = unk_id
+
+    def words(self, sentence: str, ids: np.ndarray) -> list[str]:
+        """``ids`` [tokens]: the encoding of ``sentence`` alone."""
+        at = np.flatnonzero(ids == self.unk_id)
+        if self.starts_word is None or self.pre_tokenizer is None:
+            return [self.UNRECOVERED] * len(at)
+        text = self.normalizer.normalize_str(sentence) if self.normalizer is not None else sentence
+        words = [w for w, _ in self.pre_tokenizer.pre_tokenize_str(text)]
+        word_of = np.cumsum(self.starts_word[ids]) - 1  # [tokens]: index of the word each token belongs to
+        if len(ids) == 0 or word_of[-1] != len(words) - 1:
+            return [self.UNRECOVERED] * len(at)
+        return [words[word_of[i]] for i in at]
+
+
+def shrink(counts: Counter, undercount: int, capacity: int = CAPACITY) -> tuple[Counter, int]:
+    """Misra-Gries reduction: keep at most ``capacity`` words by taking the (capacity+1)-th largest count off
+    every count; that amount is added to the bound on how much any count is low."""
+    if len(counts) <= capacity:
+        return counts, undercount
+    cut = sorted(counts.values(), reverse=True)[capacity]
+    return Counter({w: c - cut for w, c in counts.items() if c > cut}), undercount + cut
+
+
+class _UnkWordsFn(beam.CombineFn):
+    """Merges per-batch ``Counter``s of [UNK] words into one bounded summary ``(counts, max_undercount)``."""
+
+    def __init__(self, capacity: int = CAPACITY, top: int = TOP) -> None:
+        self.capacity = capacity
+        self.top = top
+
+    def create_accumulator(self) -> tuple[Counter, int]:
+        return Counter(), 0
+
+    def add_input(self, acc: tuple[Counter, int], words: Mapping[str, int]) -> tuple[Counter, int]:
+        counts, under = acc
+        counts.update(words)
+        return shrink(counts, under, self.capacity)
+
+    def merge_accumulators(self, accs: Iterable[tuple[Counter, int]]) -> tuple[Counter, int]:
+        total: Counter = Counter()
+        under = 0
+        for counts, u in accs:
+            total.update(counts)
+            under += u
+        return shrink(total, under, self.capacity)
+
+    def extract_output(self, acc: tuple[Counter, int]) -> dict[str, Any]:
+        return summary(*acc, top=self.top)
+
+
+def summary(counts: Mapping[str, int], undercount: int, top: int = TOP) -> dict[str, Any]:
+    """The manifest's ``statistics.unk_words``: most frequent first, ties by word (the same on any runner)."""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return {"top": [[w, c] for w, c in ranked], "exact": undercount == 0, "max_undercount": undercount}
+
+
+class UnkWords(beam.PTransform):
+    """``PCollection[TokenizedBatch]`` -> one ``statistics.unk_words`` dict."""
+
+    def expand(self, tokenized):
+        return (
+            tokenized | "Words" >> beam.Map(lambda b: b.unk_words) | "TopWords" >> beam.CombineGlobally(_UnkWordsFn())
+        )
