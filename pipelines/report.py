@@ -216,7 +216,10 @@ def collect(manifest: Manifest, vocab: Vocab, tokens: TokenCounts, cfg: ReportCo
     if uw is not None:
         data.unk_words = [(w, int(n)) for w, n in uw["top"][: cfg.top_unk_words]]
         if not uw.get("exact", True):
-            data.notes.append(f"[UNK] word counts may be low by up to {uw['max_undercount']:,} (bounded summary)")
+            data.notes.append(
+                f"too many distinct [UNK] words to count them all: the list is the most frequent of a hash-chosen "
+                f"{uw['sampled_fraction']:.4g} of them, with exact counts"
+            )
     return data
 
 

@@ -13,10 +13,12 @@ h1 { font-size: 22px; } h2 { font-size: 16px; margin: 0 0 4px; }
 table { border-collapse: collapse; margin: 8px 0 20px; }
 td, th { border: 1px solid #ccc; padding: 4px 10px; text-align: left; vertical-align: top; }
 th { background: #eef2f7; }
-.grid { display: flex; flex-wrap: wrap; gap: 18px; }
+.top { display: flex; flex-wrap: wrap; gap: 0 32px; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(540px, 1fr)); gap: 16px; align-items: start; }
 figure { margin: 0; padding: 8px; border: 1px solid #ddd; background: #fafafa; }
-figcaption { font-size: 13px; color: #555; max-width: 640px; }
-img { display: block; max-width: 100%; }
+figure.wide { grid-column: 1 / -1; }
+figcaption { font-size: 13px; color: #555; }
+img { display: block; width: 100%; height: auto; }
 .note { color: #8a5300; } #image-check { font-size: 12px; color: #555; }
 """
 
@@ -51,7 +53,8 @@ def render(data: ReportData, figures: list[Figure]) -> str:
     else:
         unk = _table([(w, f"{n:,}") for w, n in data.unk_words], ("word (as the tokenizer saw it)", "times [UNK]"))
     figs = "\n".join(
-        f'<figure><h2>{escape(f.title)}</h2><img src="{escape(f.file)}" alt="{escape(f.title)}">'
+        f"<figure{' class=wide' if f.wide else ''}><h2>{escape(f.title)}</h2>"
+        f'<img src="{escape(f.file)}" alt="{escape(f.title)}">'
         f"<figcaption>{escape(f.caption)}</figcaption></figure>"
         for f in figures
     )
@@ -64,14 +67,18 @@ def render(data: ReportData, figures: list[Figure]) -> str:
 </head>
 <body>
 <h1>{escape(data.title)}</h1>
-{notes}<div class="grid">
+{notes}<div class="top">
 <div>
 <h2>Key numbers</h2>
 {_table(data.numbers)}
+</div>
+<div>
 <h2>Most frequent [UNK] words</h2>
 {unk}
 <p id="image-check">checking plots…</p>
 </div>
+</div>
+<div class="grid">
 {figs}
 </div>
 <script>{CHECK}</script>

@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 COLOR = "#3b6ea8"
 DPI = 100
@@ -22,6 +23,7 @@ class Figure:
     file: str  # relative to the report folder
     title: str
     caption: str
+    wide: bool = False  # spans the page's columns
 
 
 def _save(fig, out_dir: str, file: str) -> None:
@@ -54,6 +56,9 @@ def _hbars(ax, rows: Sequence[tuple[str, float]], xlabel: str, fmt: str = "{:,.0
     for i, v in enumerate(values):
         ax.text(v + top * 0.01, i, fmt.format(v), va="center", fontsize=8)
     ax.set_xlim(0, top * 1.18)
+    counts = fmt == "{:,.0f}"
+    ax.xaxis.set_major_locator(MaxNLocator(4, integer=counts))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if counts else f"{v:g}"))
 
 
 def _histogram(ax, hist: Sequence[int], xlabel: str, mark: int | None = None, log: bool = False) -> None:
@@ -101,11 +106,16 @@ def predictions(series: dict[str, Any], out_dir: str) -> Figure:
 
 def sources(series: dict[str, Any], out_dir: str) -> Figure:
     rows = max(len(series["source_documents"]), 1)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9.6, 1.2 + 0.3 * rows))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12.8, 1.2 + 0.3 * rows))
     _hbars(a, series["source_documents"], "documents")
     _hbars(b, series["source_tokens"], "tokens")
     _save(fig, out_dir, "sources.png")
-    return Figure("sources.png", "Documents and tokens per input source", "Sources by tokens, largest first.")
+    return Figure(
+        "sources.png",
+        "Documents and tokens per input source",
+        "A source is the first folder (or file) of an input below the inputs' common folder; largest first.",
+        wide=True,
+    )
 
 
 def drops(series: dict[str, Any], out_dir: str) -> Figure:
@@ -119,7 +129,11 @@ def unk_rate(series: dict[str, Any], out_dir: str) -> Figure:
     fig, ax = plt.subplots(figsize=(6.4, 1.0 + 0.3 * max(len(series["source_unk_rate"]), 1)))
     _hbars(ax, series["source_unk_rate"], "[UNK] tokens, % of the source's tokens", fmt="{:.3f}%")
     _save(fig, out_dir, "unk_rate.png")
-    return Figure("unk_rate.png", "[UNK] rate per source", "Above about 0.1% the vocabulary does not fit the text.")
+    return Figure(
+        "unk_rate.png",
+        "[UNK] rate per source",
+        "A high rate says the vocabulary does not fit the text; the words it lacks are listed above.",
+    )
 
 
 def top_tokens(series: dict[str, Any], out_dir: str) -> Figure:
@@ -129,7 +143,7 @@ def top_tokens(series: dict[str, Any], out_dir: str) -> Figure:
     return Figure("top_tokens.png", "Most frequent tokens", "Counted over every instance; [CLS] and [SEP] left out.")
 
 
-PLOTS = (lengths, next_sentence, predictions, sources, drops, unk_rate, top_tokens)
+PLOTS = (lengths, next_sentence, predictions, drops, sources, unk_rate, top_tokens)
 
 
 def draw_all(series: dict[str, Any], out_dir: str) -> list[Figure]:

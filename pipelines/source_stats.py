@@ -7,14 +7,15 @@ many sources as inputs, whatever the number of documents. The per-source figures
 exact on any runner.
 
 The ``[UNK]`` words are only visible before tokenization: WordPiece turns a whole word it cannot split into one
-``[UNK]``, and the shards keep the id, not the word. The tokenizer reads each word back from its character span
-and the pipeline keeps their counts in a bounded summary (Misra-Gries, :data:`CAPACITY` words): exact while the
-corpus holds at most that many distinct ``[UNK]`` words (the usual case), otherwise each count is low by at most
-``max_undercount``, which the manifest states.
+``[UNK]``, and the shards keep the id, not the word. The tokenizer reads the words back (:class:`UnkWordReader`)
+and the pipeline counts them exactly while the corpus holds at most :data:`CAPACITY` distinct ``[UNK]`` words
+(the usual case). Beyond that it keeps a sample of the distinct words chosen by a stable hash (half of them, a
+quarter, ... as many as fit), each with its exact count, the same on any runner; the manifest states the fraction.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -29,7 +30,7 @@ SOURCE_TOKENS = "source_tokens."
 SOURCE_UNK_TOKENS = "source_unk_tokens."
 _PREFIXES = {SOURCE_DOCUMENTS: "documents", SOURCE_TOKENS: "tokens", SOURCE_UNK_TOKENS: "unk_tokens"}
 
-# Distinct [UNK] words the summary holds (a few hundred KB at most) and how many the manifest lists.
+# Distinct [UNK] words counted (a few hundred KB at most) and how many the manifest lists.
 CAPACITY = 4096
 TOP = 50
 
@@ -97,17 +98,35 @@ class UnkWordReader:
         return [words[word_of[i]] for i in at]
 
 
-def shrink(counts: Counter, undercount: int, capacity: int = CAPACITY) -> tuple[Counter, int]:
-    """Misra-Gries reduction: keep at most ``capacity`` words by taking the (capacity+1)-th largest count off
-    every count; that amount is added to the bound on how much any count is low."""
-    if len(counts) <= capacity:
-        return counts, undercount
-    cut = sorted(counts.values(), reverse=True)[capacity]
-    return Counter({w: c - cut for w, c in counts.items() if c > cut}), undercount + cut
+def _hash(word: str) -> int:
+    # A stable 64-bit hash (Python's hash() is salted per process, and workers are processes).
+    return int.from_bytes(hashlib.blake2b(word.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+
+
+def _kept(counts: Mapping[str, int], level: int) -> Counter:
+    """The words whose hash falls in the lowest 2**-level of the range: the same words on every worker."""
+    if level == 0:
+        return Counter(counts)
+    limit = 1 << (64 - level)
+    return Counter({w: c for w, c in counts.items() if _hash(w) < limit})
+
+
+def fit(counts: Counter, level: int, capacity: int = CAPACITY) -> tuple[Counter, int]:
+    """Raise the level (halve the words kept) until at most ``capacity`` distinct words remain.
+
+    Which words are kept depends only on the level, and the level only on the set of distinct words of the
+    whole corpus (a part of the corpus never needs a higher level than the whole), so the result is the same
+    however the runner splits and merges the batches; and every kept word has its exact count, since none of
+    its occurrences was dropped at a lower level.
+    """
+    while len(counts) > capacity:
+        level += 1
+        counts = _kept(counts, level)
+    return counts, level
 
 
 class _UnkWordsFn(beam.CombineFn):
-    """Merges per-batch ``Counter``s of [UNK] words into one bounded summary ``(counts, max_undercount)``."""
+    """Merges per-batch ``Counter``s of [UNK] words into one bounded sample ``(counts, level)``."""
 
     def __init__(self, capacity: int = CAPACITY, top: int = TOP) -> None:
         self.capacity = capacity
@@ -117,26 +136,26 @@ class _UnkWordsFn(beam.CombineFn):
         return Counter(), 0
 
     def add_input(self, acc: tuple[Counter, int], words: Mapping[str, int]) -> tuple[Counter, int]:
-        counts, under = acc
-        counts.update(words)
-        return shrink(counts, under, self.capacity)
+        counts, level = acc
+        counts.update(_kept(words, level))
+        return fit(counts, level, self.capacity)
 
     def merge_accumulators(self, accs: Iterable[tuple[Counter, int]]) -> tuple[Counter, int]:
+        accs = list(accs)
+        level = max((lv for _, lv in accs), default=0)
         total: Counter = Counter()
-        under = 0
-        for counts, u in accs:
-            total.update(counts)
-            under += u
-        return shrink(total, under, self.capacity)
+        for counts, lv in accs:
+            total.update(counts if lv == level else _kept(counts, level))
+        return fit(total, level, self.capacity)
 
     def extract_output(self, acc: tuple[Counter, int]) -> dict[str, Any]:
         return summary(*acc, top=self.top)
 
 
-def summary(counts: Mapping[str, int], undercount: int, top: int = TOP) -> dict[str, Any]:
+def summary(counts: Mapping[str, int], level: int, top: int = TOP) -> dict[str, Any]:
     """The manifest's ``statistics.unk_words``: most frequent first, ties by word (the same on any runner)."""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
-    return {"top": [[w, c] for w, c in ranked], "exact": undercount == 0, "max_undercount": undercount}
+    return {"top": [[w, c] for w, c in ranked], "exact": level == 0, "sampled_fraction": 2.0**-level}
 
 
 class UnkWords(beam.PTransform):

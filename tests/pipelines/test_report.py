@@ -157,3 +157,19 @@ def test_cli_writes_the_report_and_errors_are_one_line(demo_shards, tmp_path):
     assert len(r.output.strip().splitlines()) == 1
     r = CliRunner().invoke(main, ["report", str(demo_shards), "--top-tokens", "0"])
     assert r.exit_code == 2 and "'--top-tokens'" in r.output
+
+
+def test_manifest_from_before_sources_were_recorded_says_so(demo_shards, tmp_path):
+    m = load_manifest(str(demo_shards))
+    old = dataclasses.replace(
+        m,
+        counters={k: v for k, v in m.counters.items() if not k.startswith("source_") and k != SS.UNK_TOKENS},
+        statistics={k: v for k, v in m.statistics.items() if k != "unk_words"},
+    )
+    vocab = load_vocab(str(demo_shards), m)
+    data = collect(old, vocab, count_tokens(str(demo_shards), m, len(vocab)), ReportConfig(), "old")
+    numbers = dict(data.numbers)
+    assert numbers["input sources"] == "not recorded" and numbers["[UNK] in the input"] == "not recorded"
+    assert data.unk_words is None and data.series["source_tokens"] == [] and data.notes
+    page = render(data, [])
+    assert "Not recorded in this manifest" in page and "made before they were recorded" in page

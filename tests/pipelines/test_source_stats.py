@@ -45,7 +45,7 @@ def test_per_source_counters_add_up_to_the_totals(mixed):
 
 def test_unk_words_are_words_the_vocabulary_cannot_spell(mixed, demo_vocab):
     uw = mixed.statistics["unk_words"]
-    assert uw["exact"] and uw["max_undercount"] == 0
+    assert uw["exact"] and uw["sampled_fraction"] == 1.0
     top = uw["top"]
     counts = [n for _, n in top]
     assert counts == sorted(counts, reverse=True) and top
@@ -76,22 +76,25 @@ def test_unk_words_read_back_from_ids_match_offsets(demo_vocab):
     assert batch.unk_words == expected and sum(expected.values()) > 1000
 
 
-def test_bounded_summary_keeps_the_frequent_words_within_its_error_bound(demo_corpus):
-    """Misra-Gries on real word counts: at most ``capacity`` words, each low by at most the stated bound, and
-    every word more frequent than that bound is kept. Merging partial summaries keeps the guarantee."""
+def test_bounded_sample_is_exact_and_the_same_however_the_batches_merge(demo_corpus):
+    """On real word counts with room for 200 words: at most 200 kept, each with its exact count, the same set
+    whether the batches arrive one by one or as partial merges in another order, at the lowest level that fits."""
     words = re.findall(r"\w+", " ".join(p.read_text(encoding="utf-8") for p in sorted(demo_corpus.glob("*.txt"))))
     true = Counter(words)
     fn = SS._UnkWordsFn(capacity=200)
     parts = [Counter(words[i : i + 5000]) for i in range(0, len(words), 5000)]
-    accs = [fn.add_input(fn.create_accumulator(), p) for p in parts[:3]]
-    acc = fn.create_accumulator()
-    for p in parts[3:]:
-        acc = fn.add_input(acc, p)
-    counts, under = fn.merge_accumulators([*accs, acc])
-    assert len(counts) <= 200 and 0 < under <= len(words) // 201
-    for w, n in counts.items():
-        assert true[w] - under <= n <= true[w]
-    assert {w for w, n in true.items() if n > under} <= set(counts)
-    out = fn.extract_output((counts, under))
-    assert not out["exact"] and out["max_undercount"] == under and len(out["top"]) == SS.TOP
-    assert out["top"][0][0] == true.most_common(1)[0][0]
+    one_by_one = fn.create_accumulator()
+    for p in parts:
+        one_by_one = fn.add_input(one_by_one, p)
+    partial = [fn.add_input(fn.create_accumulator(), p) for p in parts[::-1][:3]]
+    rest = fn.create_accumulator()
+    for p in parts[::-1][3:]:
+        rest = fn.add_input(rest, p)
+    merged = fn.merge_accumulators([rest, *partial])
+    counts, level = one_by_one
+    assert merged == one_by_one and 0 < len(counts) <= 200 and level > 0
+    assert all(true[w] == n for w, n in counts.items())
+    assert len(SS._kept(true, level - 1)) > 200 and SS._kept(true, level) == counts  # the lowest level that fits
+    out = fn.extract_output(one_by_one)
+    assert not out["exact"] and out["sampled_fraction"] == 2.0**-level and len(out["top"]) == SS.TOP
+    assert out["top"][0] == list(counts.most_common(1)[0])
