@@ -207,6 +207,8 @@ class DocumentTokenizer:
                     s = sentences[j]
                     s = self._literal.sub(" ", s) if "[" in s else s
                     unk_words.update(self.unk_reader.words(s, ids[starts[j] : seps[j]]))
+            elif len(unk_at):
+                unk_words[SS.UnkWordReader.UNRECOVERED] += len(unk_at)  # counted, if not spelled out
             nonempty = lengths > 0
             if not nonempty.all():
                 counters[C.EMPTY_SENTENCES] += int((~nonempty).sum())
