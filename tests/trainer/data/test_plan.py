@@ -197,7 +197,7 @@ def mixed(epoch: int, *, rank: int = 0, world_size: int = 1, batch_size: int = 8
 
 def test_mixed_sources_wrap_into_fresh_passes_and_continue_across_epochs() -> None:
     rows = [list(zip(*[a.tolist() for a in mixed(e).rows(np.arange(65))])) for e in range(4)]
-    for e, r in enumerate(rows):
+    for r in rows:
         assert sum(s in (0, 2) for s, _ in r) == 50 and sum(s == 1 for s, _ in r) == 15
     # Source 0 (25 samples, quota 50): exactly two passes per epoch, each sample once per pass, orders differ.
     s0 = [x for x in rows[0] if x[0] in (0, 2)]
