@@ -75,7 +75,7 @@ class PretrainingLoader:
                 f"({world_size} ranks x {config.batch_size}); lower the batch size (--batch-size) or add data"
             )
         self._steps = plan.steps
-        mix = "" if self._quotas is None else f" (per epoch: {self._mix_text(self._quotas)})"
+        mix = f" (per epoch: {self.mix_text()})" if self.weighted else ""
         log.info(
             "%d instances in %d shards: %d steps/epoch of %d x %d, %d dropped and %d repeated per epoch, "
             "%d shards (%d instances) skipped as corrupt%s",
@@ -300,7 +300,9 @@ class PretrainingLoader:
             key.append(self._quotas)
         return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
-    def _mix_text(self, quotas: list[int]) -> str:
+    def mix_text(self) -> str:
+        """Samples per epoch of each weighted folder, e.g. ``wiki 700 (70.0%), books 300 (30.0%)``."""
+        quotas = self._quotas or []
         total = sum(quotas)
         return ", ".join(f"{p} {m} ({m / total:.1%})" for p, m in zip(self.config.paths, quotas))
 
