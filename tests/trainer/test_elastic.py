@@ -20,7 +20,7 @@ import pytest
 
 from tests.trainer.shard_fixtures import bert_like_vocab, make_instances, write_dataset
 from trainer import checkpoint as ckpt
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, TrainConfigError
 from trainer.errors import RunError
 from trainer.metrics import read_metrics
 from trainer.pretrain import pretrain
@@ -153,3 +153,20 @@ def test_a_resume_with_another_global_batch_is_refused_naming_both(setup, tmp_pa
     assert cli.returncode == 1
     assert cli.stderr.strip().splitlines()[-1].endswith("the run has 1 x 8 = 8, this resume 1 x 2 = 2")
     assert "Traceback" not in cli.stderr
+
+
+def test_changed_weights_do_not_continue_the_data_position(setup, tmp_path):
+    saved = ckpt.step_dir(setup["whole_dir"], CHECKPOINT)
+    other = tuple(d.rsplit(":", 1)[0] + ":0.5" for d in setup["data"])
+    with pytest.raises(RunError, match=r"data position does not fit this run .*order.*weights"):
+        pretrain(config(other, tmp_path / "r", setup["flags"], batch_size=8, resume=str(saved)))
+
+
+def test_data_weights_in_the_train_config(tmp_path):
+    cfg = TrainConfig(data=("s3://b/wiki:0.7", "books:0.3"), output="x")
+    assert (cfg.data_paths, cfg.data_weights) == (("s3://b/wiki", "books"), (0.7, 0.3))
+    assert TrainConfig(data=("a", "b"), output="x").data_weights is None
+    with pytest.raises(TrainConfigError, match="give every --data a weight"):
+        TrainConfig(data=("a:1", "b"), output="x")
+    with pytest.raises(TrainConfigError, match="the same dataset is given more than once"):
+        TrainConfig(data=("a:1", "./a:2"), output="x")

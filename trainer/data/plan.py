@@ -240,6 +240,8 @@ class EpochPlan:
 
     def shards_in_reach(self, unit: int) -> int:
         """Most shards ``unit`` consecutive epoch positions can draw from: how many a reader keeps open."""
+        if not self.mixed:
+            return self.pass_plan(0, self.epoch).shards_in_reach(unit)
         total = 0
         for d, m in enumerate(self.quotas):
             share = -(-unit * m // self.num_samples) + 1
