@@ -206,15 +206,21 @@ class EpochPlan:
 
     def rows(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Epoch positions -> (catalog shard index, row in shard)."""
-        src, j = mix_split(positions, self.quotas) if self.mixed else (np.zeros_like(positions), positions)
+        if not self.mixed:  # one source: epoch e is pass e, and the catalog's shards are its shards
+            pp = self.pass_plan(0, self.epoch)
+            return pp.locate(pp.stream_positions(positions))
+        src, j = mix_split(positions, self.quotas)
         shard, row = np.empty_like(positions), np.empty_like(positions)
-        for d in np.unique(src).tolist():
+        for d in range(len(self.quotas)):
             sel = src == d
+            if not sel.any():
+                continue
             s = self.epoch * self.quotas[d] + j[sel]  # index in the source's endless stream of passes
             p, u = np.divmod(s, self.source_sizes[d])
             sh, rw = np.empty_like(u), np.empty_like(u)
-            for pi in np.unique(p).tolist():
-                at = p == pi
+            lo, hi = int(p.min()), int(p.max())  # a batch spans one pass, or two where a source wraps
+            for pi in range(lo, hi + 1):
+                at = p == pi if lo != hi else slice(None)
                 pp = self.pass_plan(d, pi)
                 sh[at], rw[at] = pp.locate(pp.stream_positions(u[at]))
             shard[sel], row[sel] = self.source_shards[d][sh], rw
