@@ -21,7 +21,8 @@ def main() -> None:
     "data",
     multiple=True,
     required=True,
-    help="Dataset folder with a manifest.json (repeatable; local or URL).",
+    help="Dataset folder with a manifest.json (repeatable; local or URL). DIR:WEIGHT on every --data mixes "
+    "the folders by weight instead of reading them as one dataset.",
 )
 @click.option("--eval-data", help="Evaluation dataset folder.")
 @click.option(

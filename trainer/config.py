@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from trainer.data.config import dataset_key
+from trainer.data.config import dataset_key, split_data_args
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
@@ -76,8 +76,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(len(self.data) > 0, "data", "at least one --data DIR is required")
-        keys = [dataset_key(d) for d in self.data]
-        twice = sorted({d for d, k in zip(self.data, keys) if keys.count(k) > 1})
+        try:
+            paths = self.data_paths
+        except ValueError as e:
+            raise TrainConfigError("data", str(e)) from None
+        keys = [dataset_key(d) for d in paths]
+        twice = sorted({d for d, k in zip(paths, keys) if keys.count(k) > 1})
         check(not twice, "data", f"the same dataset is given more than once: {', '.join(twice)}")
         check(
             "://" not in self.output,
@@ -106,6 +110,16 @@ class TrainConfig:
             "reset_optimizer",
             "needs --resume PATH (the checkpoint whose weights start the new phase)",
         )
+
+    @property
+    def data_paths(self) -> tuple[str, ...]:
+        """The ``--data`` folders, without their weights."""
+        return split_data_args(self.data)[0]
+
+    @property
+    def data_weights(self) -> tuple[float, ...] | None:
+        """The ``--data DIR:WEIGHT`` weights, or None (bare folders are read as one dataset)."""
+        return split_data_args(self.data)[1]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

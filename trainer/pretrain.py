@@ -77,7 +77,8 @@ def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretraining
     try:
         return PretrainingLoader(
             DataConfig(
-                paths=cfg.data,
+                paths=cfg.data_paths,
+                weights=cfg.data_weights,
                 batch_size=cfg.batch_size,
                 num_workers=cfg.num_workers,
                 seed=cfg.seed,
@@ -90,7 +91,7 @@ def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretraining
             world_size=info.world_size,
             rank=info.rank,
         )
-    except TooFewSamples as e:
+    except (TooFewSamples, ValueError) as e:  # ValueError: a weight too small for one sample per epoch
         raise RunError(f"--data: {e}") from None
 
 
@@ -114,7 +115,7 @@ def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretra
 
 def check_seq_length(config: BertConfig, cfg: TrainConfig) -> None:
     """Sequences longer than the model's positions crash at the first long batch: refuse them at start."""
-    for flag, paths in (("--data", cfg.data), ("--eval-data", (cfg.eval_data,) if cfg.eval_data else ())):
+    for flag, paths in (("--data", cfg.data_paths), ("--eval-data", (cfg.eval_data,) if cfg.eval_data else ())):
         for path in paths:
             length = load_manifest(path).parameters.get("max_seq_length")
             if isinstance(length, int) and length > config.max_position_embeddings:
@@ -179,7 +180,7 @@ def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> ckpt.Loaded | None:
     """The checkpoint this run continues or starts from (None: afresh); the folder is ready for writing."""
     run_dir = Path(cfg.output)
     restored = rundir.plan_run(
-        run_dir, resume=cfg.resume, overwrite=cfg.overwrite, reset_optimizer=cfg.reset_optimizer, data=cfg.data
+        run_dir, resume=cfg.resume, overwrite=cfg.overwrite, reset_optimizer=cfg.reset_optimizer, data=cfg.data_paths
     )
     D.barrier(info)  # every rank has read the folder before rank 0 changes it
     if info.is_main:
@@ -193,10 +194,12 @@ def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> ckpt.Loaded | None:
     return restored
 
 
-def resolve_model(cfg: TrainConfig, vocab: Vocab, restored: ckpt.Loaded | None) -> tuple[BertConfig, dict | None, Any]:
+def resolve_model(
+    cfg: TrainConfig, vocab: Vocab, restored: ckpt.Loaded | None, world_size: int
+) -> tuple[BertConfig, dict | None, Any]:
     """The architecture (and HF weights), after checking that the flags fit the checkpoint and the data."""
     if restored is not None and not cfg.reset_optimizer:
-        check_resume(cfg, restored.config, restored.path, restored.step)
+        check_resume(cfg, restored.config, restored.path, restored.step, world_size=world_size)
     elif restored is not None:
         check_new_phase(cfg, restored.config, restored.path)
     config, hf_state, hf_report = model_config(cfg, len(vocab), restored.config if restored else None)
@@ -237,18 +240,26 @@ def restore_position(
             f"learning rate {scheduler.get_last_lr()[0]:.3g} at step {restored.step}",
             info,
         )
-    if same_data(cfg.data, restored.state, loader.catalog.fingerprint):
+    if same_data(cfg.data_paths, restored.state, loader.catalog.fingerprint):
         try:
             loader.load_state_dict(restored.state["data"])
-        except ValueError as e:  # e.g. another world size: the position cannot be mapped onto this loader
+        except ValueError as e:  # e.g. other weights: the position cannot be mapped onto this loader
             raise RunError(
-                f"{restored.path}: its data position does not fit this run ({e}); resume with as "
-                f"many processes as saved it ({restored.config.get('world_size', '?')}), or start a "
-                "new phase with --resume PATH --reset-optimizer"
+                f"{restored.path}: its data position does not fit this run ({e}); resume with the run's "
+                "--data, weights and shuffle settings, or start a new phase with --resume PATH --reset-optimizer"
             ) from None
     else:
         R.log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
-    R.restore_rng(restored.rng, info, restored.path, restored.config.get("world_size", "?"))
+    saved_world = restored.config.get("world_size", info.world_size)
+    if saved_world != info.world_size:  # elastic resume: per-rank streams cannot be mapped onto other ranks
+        torch.manual_seed((cfg.seed * 1000 + info.rank) * 1_000_003 + restored.step)
+        R.log(
+            f"{saved_world} processes saved {restored.path.name}, {info.world_size} resume it: the same "
+            "global batches continue; dropout streams restart (the same losses need --dropout 0)",
+            info,
+        )
+    else:
+        R.restore_rng(restored.rng, info, restored.path, saved_world)
     R.log(f"resumed from {restored.path} at step {restored.step}", info)
     return restored.step
 
@@ -324,7 +335,7 @@ def data_position(cfg: TrainConfig, loader: PretrainingLoader) -> dict[str, Any]
     """The checkpoint's record of where the data stream is, and of which dataset (see ``same_data``)."""
     return {
         "data": loader.state_dict(),
-        "data_paths": list(cfg.data),
+        "data_paths": list(cfg.data_paths),
         "data_fingerprint": loader.catalog.fingerprint,
         "epoch": loader.epoch,
     }
@@ -349,8 +360,8 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     restored = prepare_run_dir(cfg, info)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
-    vocab, lowercase = load_vocab(cfg.data)
-    config, hf_state, hf_report = resolve_model(cfg, vocab, restored)
+    vocab, lowercase = load_vocab(cfg.data_paths)
+    config, hf_state, hf_report = resolve_model(cfg, vocab, restored, info.world_size)
     loader = data_loader(cfg, vocab, info)
     eval_loader = eval_data_loader(cfg, vocab, info) if cfg.eval_data else None
 
@@ -368,6 +379,8 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     metrics.truncate_after(step)
     run_config = write_run_config(cfg, config, vocab, lowercase, info)
     R.log(describe(raw, loader, cfg, info), info)
+    if loader.weighted:
+        R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
 
     # --- train --------------------------------------------------------------------------------------
     model.train()
@@ -400,6 +413,8 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
                 "epoch": loader.epoch,
                 **meter.read(),
             }
+            if loader.weighted:  # samples each folder has given so far, all ranks
+                record["samples_by_dataset"] = loader.samples_by_dataset()
             metrics.log(record)
             bar.show(record, info)
             run = Running.zero(info.device)
@@ -471,7 +486,8 @@ class _Bar:
             self._bar.set_postfix(loss=f"{record['loss']:.3f}", mlm_acc=f"{record['mlm_accuracy']:.3f}")
         if not self.interactive:
             R.log(
-                f"step {record['step']}: {figures(record)} {record['seq_per_s']:.0f} seq/s",
+                f"step {record['step']}: {figures(record)} {record['seq_per_s']:.0f} seq/s"
+                + (f" samples {record['samples_by_dataset']}" if "samples_by_dataset" in record else ""),
                 info,
             )
 

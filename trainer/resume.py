@@ -4,7 +4,8 @@ A resume continues the same run, so flags that shape its trajectory (model, opti
 must keep their saved values; a changed one is refused by name (a new phase from the same weights is
 ``--resume PATH --reset-optimizer``). ``--max-steps`` is the exception, because continuing a finished run is
 what it is for: the linear decay is re-planned to end at the new ``--max-steps`` (see :func:`extend_schedule`).
-Run-time flags (logging, evaluation, checkpoints, workers, device, precision, compile) may change freely.
+Run-time flags (logging, evaluation, checkpoints, workers, device, precision, compile) may change freely, and
+so may the number of processes W with ``--batch-size`` B while W*B stays (elastic resume).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from trainer.errors import RunError
 from trainer.optim import WarmupLinearDecay
 
 # TrainConfig fields a resume must not change (all but --max-steps, run-time flags, data and eval data).
+# --batch-size may change with the number of processes as long as their product, the global batch, stays.
 FIXED = (
     "model",
     "model_config",
     "init_from",
     "dropout",
-    "batch_size",
     "grad_accum",
     "lr",
     "warmup_steps",
@@ -37,13 +38,20 @@ FIXED = (
 )
 
 
-def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step: int) -> None:
+def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step: int, *, world_size: int = 1) -> None:
     """Refuse a resume whose flags would change the run being continued, naming each flag."""
     if cfg.max_steps < step:
         raise RunError(f"--max-steps {cfg.max_steps} is below step {step} of {checkpoint}: pass a larger --max-steps")
     old = saved.get("train")
     if not isinstance(old, dict):
         return  # a checkpoint from before configs were saved: nothing to compare with
+    old_world, old_batch = saved.get("world_size", 1), old.get("batch_size", cfg.batch_size)
+    if old_world * old_batch != world_size * cfg.batch_size:  # elastic resume keeps the global batch
+        raise RunError(
+            f"resuming {checkpoint} needs its global batch (processes x --batch-size): the run has {old_world} x "
+            f"{old_batch} = {old_world * old_batch}, this resume {world_size} x {cfg.batch_size} = "
+            f"{world_size * cfg.batch_size}"
+        )
     changed = [name for name in FIXED if name in old and _norm(name, old[name]) != _norm(name, getattr(cfg, name))]
     if changed:
         listed = "; ".join(f"{_flag(n)} {_shown(getattr(cfg, n))} (the run has {_shown(old[n])})" for n in changed)

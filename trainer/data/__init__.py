@@ -10,6 +10,10 @@ Typical use in a training loop::
         for batch in loader:              # remaining batches of loader.epoch, then the epoch advances
             ...
             checkpoint["data"] = loader.state_dict()
+
+``DataConfig(paths=("data/wiki", "data/books"), weights=(0.7, 0.3), ...)`` mixes folders by weight instead of
+concatenating them. The state is global (samples consumed in the global order), so it loads into a loader
+with another world size and per-rank batch of the same product, and any ``num_workers``.
 """
 
 from schemas.vocab import VocabMismatchError

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from os import PathLike
@@ -16,6 +18,12 @@ class DataConfig:
 
     ``paths`` are dataset directories (local paths or fsspec URLs such as ``s3://b/ds``), each holding a
     ``manifest.json``; their shards are read as one dataset. ``batch_size`` is per rank.
+
+    ``weights`` (one per path, > 0; relative, normalised here) mix the folders instead: each is its own
+    dataset with its own shuffled passes, dealt into every global batch in proportion to its weight. An
+    epoch is then the samples in which the heaviest-weighted folder is read once (its full size); every
+    other folder gets ``round(size_heaviest * weight / weight_heaviest)`` samples per epoch, wrapping into
+    a fresh pass when that is more than it holds and continuing next epoch where it stopped when less.
 
     Shuffling is index-addressable so that a position is three integers: each epoch permutes the shard
     order, then permutes samples inside consecutive windows of ``shuffle_buffer`` samples of that stream
@@ -39,6 +47,7 @@ class DataConfig:
     drop_remainder: bool = True
     skip_corrupt: bool = False
     verify: str = "sha256"
+    weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         raw = self.paths
@@ -64,11 +73,47 @@ class DataConfig:
             raise ValueError(f"DataConfig.bucket_batches must be an int >= 2, got {self.bucket_batches!r}")
         if self.verify not in VERIFY_MODES:
             raise ValueError(f"DataConfig.verify must be one of {VERIFY_MODES}, got {self.verify!r}")
+        if self.weights is not None:
+            weights = tuple(self.weights)
+            object.__setattr__(self, "weights", weights)
+            if len(weights) != len(norm):
+                raise ValueError(f"DataConfig.weights: {len(weights)} weights for {len(norm)} paths")
+            for p, w in zip(norm, weights):
+                if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w > 0):
+                    raise ValueError(f"DataConfig.weights: {p} has weight {w!r}; weights must be finite and > 0")
 
     @property
     def window(self) -> int:
         """Shuffle window in samples; 1 means stream order."""
         return max(1, self.shuffle_buffer) if self.shuffle else 1
+
+
+# A trailing ":<number>" is a weight; everything before it is the folder (paths may hold ':' themselves:
+# s3://bucket/x, C:\\data). A non-numeric tail ("C:", "x:y") stays part of the path.
+_WEIGHTED = re.compile(r"(?P<path>.+):(?P<weight>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
+
+
+def parse_data_arg(text: str) -> tuple[str, float | None]:
+    """``--data DIR[:WEIGHT]`` -> ``(DIR, WEIGHT or None)``; a weight must be > 0."""
+    m = _WEIGHTED.fullmatch(text)
+    if m is None:
+        return text, None
+    weight = float(m["weight"])
+    if not (math.isfinite(weight) and weight > 0):
+        raise ValueError(f"{text}: the weight after the last ':' must be > 0, got {m['weight']}")
+    return m["path"], weight
+
+
+def split_data_args(args: Sequence[str]) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+    """``--data`` values -> (folders, weights or None). Weights go on every folder or on none."""
+    parsed = [parse_data_arg(a) for a in args]
+    weights = [w for _, w in parsed]
+    if all(w is None for w in weights):
+        return tuple(p for p, _ in parsed), None
+    bare = [a for a, w in zip(args, weights) if w is None]
+    if bare:
+        raise ValueError(f"give every --data a weight (DIR:WEIGHT) or none; {', '.join(bare)} has none")
+    return tuple(p for p, _ in parsed), tuple(float(w) for w in weights if w is not None)
 
 
 def _positive(name: str, value: object) -> None:

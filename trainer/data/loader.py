@@ -15,14 +15,15 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from trainer.data.collate import Piece, Shape, collate_packed, unpack
 from trainer.data.config import DataConfig
-from trainer.data.plan import TAG_BUCKET, EpochPlan, Lane, advance, interleave, lane_batches, lane_len, rng, split_lanes
+from trainer.data.plan import TAG_BUCKET, EpochPlan, batch_at, lanes_touched, rng
+from trainer.data.refs import ShardError
 from trainer.data.shards import ShardData, open_shard
 from trainer.data.sources import Catalog, open_catalog
 
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "bertstream.data_position"
-STATE_VERSION = 1
+STATE_VERSION = 2  # v2: the position in global terms (samples of the global order), any W x B
 Batch = dict[str, torch.Tensor]
 
 
@@ -36,13 +37,14 @@ class PretrainingLoader:
     Each batch is a dict of tensors: ``input_ids``, ``token_type_ids``, ``attention_mask`` [B, T] int64;
     ``masked_lm_positions``, ``masked_lm_ids`` [B, P] int64 and ``masked_lm_weights`` [B, P] float32;
     ``next_sentence_labels`` and ``instance_ids`` [B] int64. Every rank yields ``steps_per_epoch`` batches
-    per epoch. ``state_dict()`` counts batches handed to the caller (not those prefetched by workers);
-    any rank's state is valid for every rank, and a position taken with one ``num_workers`` can be
-    loaded with another (the set of remaining samples is kept; their order then differs).
+    per epoch. ``state_dict()`` counts batches handed to the caller (not those prefetched by workers).
 
-    The order is a pure function of (seed, epoch, manifest counts, world_size, rank, batch_size,
-    num_workers): each DataLoader worker serves a contiguous lane of the rank's batches, so workers
-    read different shards instead of all of them.
+    The global order (which samples form global batch ``t`` of the run) is a pure function of (seed,
+    epoch, manifest counts, weights, global batch size ``W*B``, lanes): never of the world size, the
+    per-rank batch or the worker count alone. ``lanes`` (how the epoch's batches are cut for workers to read
+    contiguously, see ``plan``) is ``max(1, num_workers)`` of the run's first loader and travels in the
+    state, so a position taken with ``W x B`` ranks and ``n`` workers continues exactly on ``W' x B'`` ranks
+    (``W'*B' == W*B``) with any ``n'`` workers (each then reads ``lanes_touched`` lanes).
     """
 
     def __init__(
@@ -61,10 +63,10 @@ class PretrainingLoader:
             skip_corrupt=config.skip_corrupt,
             verify=config.verify,
         )
+        self._quotas = None if config.weights is None else epoch_quotas(self.catalog, config.paths, config.weights)
         self._epoch = 0
-        self._consumed = 0  # batches of this epoch handed to the caller
-        self._lanes: list[Lane] | None = None
-        self._cursor = 0  # batches handed out since _lanes were set
+        self._consumed = 0  # batches of this epoch handed to the caller (global batches: the same on every rank)
+        self._lanes = max(1, config.num_workers)  # the run's lane count; a loaded state replaces it
         self._generation = 0  # invalidates iterators made before a reset / new iteration
         plan = self._plan(0)
         if plan.steps == 0:
@@ -73,9 +75,10 @@ class PretrainingLoader:
                 f"({world_size} ranks x {config.batch_size}); lower the batch size (--batch-size) or add data"
             )
         self._steps = plan.steps
+        mix = f" (per epoch: {self.mix_text()})" if self.weighted else ""
         log.info(
             "%d instances in %d shards: %d steps/epoch of %d x %d, %d dropped and %d repeated per epoch, "
-            "%d shards (%d instances) skipped as corrupt",
+            "%d shards (%d instances) skipped as corrupt%s",
             plan.num_samples,
             len(self.catalog.shards),
             plan.steps,
@@ -85,6 +88,7 @@ class PretrainingLoader:
             plan.repeated,
             len(self.catalog.skipped),
             self.catalog.skipped_samples,
+            mix,
         )
 
     # -- what the training loop reads -------------------------------------------------------------
@@ -112,6 +116,11 @@ class PretrainingLoader:
     def num_samples(self) -> int:
         """Usable instances (after skipped shards), all ranks together."""
         return self.catalog.num_samples
+
+    @property
+    def epoch_samples(self) -> int:
+        """Samples in one epoch: ``num_samples``, or with weights the mix's epoch (see ``DataConfig``)."""
+        return self._plan(self._epoch).num_samples
 
     @property
     def global_batch_size(self) -> int:
@@ -144,34 +153,40 @@ class PretrainingLoader:
     def vocab_sha256(self) -> str:
         return self.catalog.vocab_sha256
 
+    @property
+    def weighted(self) -> bool:
+        return self._quotas is not None
+
+    def samples_by_dataset(self) -> dict[str, int]:
+        """Samples each ``--data`` folder has contributed so far, all ranks together, since the run began.
+
+        Without weights the folders form one dataset and the count is under the first folder's name."""
+        plan = self._plan(self._epoch)
+        g = self.global_batch_size
+        per_epoch, now = plan.served(self._steps * g), plan.served(self._consumed * g)
+        names = self.config.paths if self.weighted else (self.config.paths[0],)
+        return {n: self._epoch * a + b for n, a, b in zip(names, per_epoch, now)}
+
     def set_epoch(self, epoch: int) -> None:
         """Jump to the start of ``epoch`` (normally not needed: iteration moves on by itself)."""
         if not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
-        self._reset(epoch, 0, None)
+        self._reset(epoch, 0)
 
     # -- iteration ----------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
         if self._consumed >= self._steps:
-            self._reset(self._epoch + 1, 0, None)
-        workers = self.config.num_workers
-        lanes_wanted = max(1, workers)
-        if self._lanes is None:
-            lanes = split_lanes([(self._consumed, self._steps)], lanes_wanted)
-        else:
-            lanes = advance(self._lanes, self._cursor)
-            if len(lanes) != lanes_wanted:  # another worker count than when the position was taken
-                lanes = split_lanes([r for lane in lanes for r in lane], lanes_wanted)
-        self._lanes, self._cursor = lanes, 0
+            self._reset(self._epoch + 1, 0)
         self._generation += 1
-        return self._run(self._generation, self._plan(self._epoch), lanes)
+        return self._run(self._generation, self._plan(self._epoch), self._consumed)
 
-    def _run(self, generation: int, plan: EpochPlan, lanes: list[Lane]) -> Iterator[Batch]:
+    def _run(self, generation: int, plan: EpochPlan, start: int) -> Iterator[Batch]:
         cfg = self.config
         dataset = _LaneDataset(
             self.catalog,
             plan,
-            lanes,
+            start=start,
+            lanes=self._lanes,
             verify_sha256=cfg.verify == "sha256" and not self.catalog.verified,
             bucket_batches=cfg.bucket_batches if cfg.length_bucketing else 0,
         )
@@ -188,7 +203,8 @@ class PretrainingLoader:
         )
         it = iter(loader)
         try:
-            for expected in interleave(lanes):
+            for t in range(start, plan.steps):
+                expected = batch_at(t, plan.steps, self._lanes)
                 try:
                     k, flat, shape = next(it)
                 except StopIteration:
@@ -196,15 +212,14 @@ class PretrainingLoader:
                 if k != expected:
                     raise RuntimeError(f"DataLoader yielded batch {k}, expected {expected}: worker order broken")
                 self._ensure_current(generation)
-                self._cursor += 1
                 self._consumed += 1
                 yield unpack(flat, tuple(shape))
                 self._ensure_current(generation)
             if next(it, None) is not None:
-                raise RuntimeError(f"DataLoader yielded more than the {sum(map(lane_len, lanes))} batches planned")
+                raise RuntimeError(f"DataLoader yielded more than the {plan.steps - start} batches planned")
         finally:
             del it  # shuts workers down now, also when the caller stops early
-        self._reset(self._epoch + 1, 0, None)
+        self._reset(self._epoch + 1, 0)
 
     def _ensure_current(self, generation: int) -> None:
         if generation != self._generation:
@@ -212,56 +227,64 @@ class PretrainingLoader:
 
     # -- position -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        lanes = None if self._lanes is None else advance(self._lanes, self._cursor)
+        """The position in global terms: global samples of the epoch consumed, in the global order."""
         cfg = self.config
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
             "epoch": self._epoch,
-            "batches_consumed": self._consumed,
-            "seed": cfg.seed,
-            "world_size": self.world_size,
+            "samples_consumed": self._consumed * self.global_batch_size,
+            "batches_consumed": self._consumed,  # global batches: the same count on every rank
+            "global_batch_size": self.global_batch_size,
+            "world_size": self.world_size,  # how it was taken (messages only)
             "batch_size": cfg.batch_size,
+            "seed": cfg.seed,
             "steps_per_epoch": self._steps,
             "order": self._order_key(),
-            "lanes": None if lanes is None else [[[a, b] for a, b in lane] for lane in lanes],
+            "lanes": self._lanes,
+            "samples_by_dataset": self.samples_by_dataset(),  # informational
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state.get("format") != STATE_FORMAT or state.get("version") != STATE_VERSION:
+        if state.get("format") != STATE_FORMAT or state.get("version") not in (1, STATE_VERSION):
             raise ValueError(
-                f"not a {STATE_FORMAT} v{STATE_VERSION} state: format={state.get('format')!r} "
+                f"not a {STATE_FORMAT} v1/v{STATE_VERSION} state: format={state.get('format')!r} "
                 f"version={state.get('version')!r}"
             )
+        state = _from_v1(state) if state["version"] == 1 else state
         cfg = self.config
-        mine = {
-            "seed": cfg.seed,
-            "world_size": self.world_size,
-            "batch_size": cfg.batch_size,
-            "steps_per_epoch": self._steps,
-            "order": self._order_key(),
-        }
+        theirs = state.get("global_batch_size")
+        if theirs != self.global_batch_size:
+            raise ValueError(
+                f"data position was taken with a global batch of {state.get('world_size')} x "
+                f"{state.get('batch_size')} = {theirs}, this loader has {self.world_size} x {cfg.batch_size} = "
+                f"{self.global_batch_size}: resuming would repeat or skip samples"
+            )
+        mine = {"order": self._order_key(), "seed": cfg.seed, "steps_per_epoch": self._steps}
         for key, value in mine.items():
             if state.get(key) != value:
                 raise ValueError(
                     f"data position has {key}={state.get(key)!r}, this loader has {value!r}: resuming would "
                     "repeat or skip samples"
-                    + (" (dataset shards, shuffle or bucketing settings differ)" if key == "order" else "")
+                    + (" (dataset shards, weights, shuffle or bucketing settings differ)" if key == "order" else "")
                 )
-        epoch, consumed = state["epoch"], state["batches_consumed"]
-        if not (isinstance(epoch, int) and epoch >= 0 and isinstance(consumed, int) and 0 <= consumed <= self._steps):
-            raise ValueError(f"data position epoch={epoch!r} batches_consumed={consumed!r} is out of range")
-        lanes = state["lanes"]
-        if lanes is not None:
-            lanes = [[(int(a), int(b)) for a, b in lane] for lane in lanes]
-            if sum(map(lane_len, lanes)) != self._steps - consumed:
-                raise ValueError("data position lanes do not cover the rest of the epoch")
-        elif consumed:
-            lanes = [[(consumed, self._steps)]]
-        self._reset(epoch, consumed, lanes)
+        epoch, samples, lanes = state["epoch"], state["samples_consumed"], state["lanes"]
+        g = self.global_batch_size
+        if not (
+            isinstance(epoch, int)
+            and epoch >= 0
+            and isinstance(samples, int)
+            and samples % g == 0
+            and 0 <= samples <= self._steps * g
+            and isinstance(lanes, int)
+            and lanes >= 1
+        ):
+            raise ValueError(f"data position epoch={epoch!r} samples_consumed={samples!r} lanes={lanes!r} is invalid")
+        self._lanes = lanes
+        self._reset(epoch, samples // g)
 
-    def _reset(self, epoch: int, consumed: int, lanes: list[Lane] | None) -> None:
-        self._epoch, self._consumed, self._lanes, self._cursor = epoch, consumed, lanes, 0
+    def _reset(self, epoch: int, consumed: int) -> None:
+        self._epoch, self._consumed = epoch, consumed
         self._generation += 1
 
     def _order_key(self) -> str:
@@ -273,10 +296,19 @@ class PretrainingLoader:
             cfg.drop_remainder,
             cfg.length_bucketing and cfg.bucket_batches,
         ]
+        if self._quotas is not None:  # unweighted keys stay as they were, so older positions still load
+            key.append(self._quotas)
         return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+
+    def mix_text(self) -> str:
+        """Samples per epoch of each weighted folder, e.g. ``wiki 700 (70.0%), books 300 (30.0%)``."""
+        quotas = self._quotas or []
+        total = sum(quotas)
+        return ", ".join(f"{p} {m} ({m / total:.1%})" for p, m in zip(self.config.paths, quotas))
 
     def _plan(self, epoch: int) -> EpochPlan:
         cfg = self.config
+        weighted = self._quotas is not None
         return EpochPlan(
             [s.count for s in self.catalog.shards],
             epoch=epoch,
@@ -287,40 +319,95 @@ class PretrainingLoader:
             world_size=self.world_size,
             rank=self.rank,
             drop_remainder=cfg.drop_remainder,
+            sources=[s.dataset for s in self.catalog.shards] if weighted else None,
+            quotas=self._quotas,
         )
 
 
+def epoch_quotas(catalog: Catalog, paths: tuple[str, ...], weights: tuple[float, ...]) -> list[int]:
+    """Samples per folder per epoch: the heaviest-weighted folder read once, the others in proportion."""
+    sizes = [0] * len(paths)
+    for s in catalog.shards:
+        sizes[s.dataset] += s.count
+    empty = [p for p, n in zip(paths, sizes) if n == 0]
+    if empty:
+        raise ShardError(f"no usable shards in weighted --data {', '.join(empty)}")
+    h = max(range(len(weights)), key=lambda d: weights[d])  # the first of the heaviest
+    quotas = [sizes[h] if d == h else round(sizes[h] * w / weights[h]) for d, w in enumerate(weights)]
+    small = [f"{p}:{w:g}" for p, w, m in zip(paths, weights, quotas) if m < 1]
+    if small:
+        raise ValueError(f"weight of {', '.join(small)} gives it no sample per epoch of {sizes[h]} from {paths[h]}")
+    return quotas
+
+
+def _from_v1(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A v1 position (per-rank batches and explicit worker lanes) in v2 terms, when its order is the v2 one:
+    v1 lanes of an uninterrupted run (or one resumed with its worker count) interleave as :func:`batch_at`."""
+    steps, consumed, lanes = state["steps_per_epoch"], state["batches_consumed"], state["lanes"]
+    g = state["world_size"] * state["batch_size"]
+    n = 1 if lanes is None else len(lanes)
+    if lanes is not None:
+        iters = [iter([k for a, b in lane for k in range(a, b)]) for lane in lanes]
+        rest: list[int] = []
+        while iters:
+            nxt = [(it, next(it, None)) for it in iters]
+            rest += [k for _, k in nxt if k is not None]
+            iters = [it for it, k in nxt if k is not None]
+        if rest != [batch_at(t, steps, n) for t in range(consumed, steps)]:
+            raise ValueError("a v1 data position taken after a worker-count change cannot be continued exactly")
+    return {**state, "samples_consumed": consumed * g, "global_batch_size": g, "lanes": n}
+
+
 class _LaneDataset(IterableDataset):
-    """What one DataLoader worker runs: the batches of its lane, tagged with their index."""
+    """What one DataLoader worker runs: its steps of the epoch's batch order, tagged with their batch index."""
 
     def __init__(
-        self, catalog: Catalog, plan: EpochPlan, lanes: list[Lane], *, verify_sha256: bool, bucket_batches: int
+        self,
+        catalog: Catalog,
+        plan: EpochPlan,
+        *,
+        start: int,
+        lanes: int,
+        verify_sha256: bool,
+        bucket_batches: int,
     ) -> None:
-        self.catalog, self.plan, self.lanes = catalog, plan, lanes
+        self.catalog, self.plan, self.start, self.lanes = catalog, plan, start, lanes
         self.verify_sha256, self.bucket_batches = verify_sha256, bucket_batches
 
     def __iter__(self) -> Iterator[tuple[int, torch.Tensor, Shape]]:
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        if workers != len(self.lanes):
-            raise RuntimeError(f"{workers} workers for {len(self.lanes)} lanes")
         reader = BatchReader(
-            self.catalog, self.plan, verify_sha256=self.verify_sha256, bucket_batches=self.bucket_batches
+            self.catalog,
+            self.plan,
+            verify_sha256=self.verify_sha256,
+            bucket_batches=self.bucket_batches,
+            lanes=lanes_touched(self.lanes, workers),
         )
-        for k in lane_batches(self.lanes[worker]):
+        steps = self.plan.steps
+        # Worker j serves steps j, j+n, ...: torch's round-robin over workers then yields them in step order.
+        for t in range(self.start + worker, steps, workers):
+            k = batch_at(t, steps, self.lanes)
             flat, shape = reader.packed(k)
             yield k, torch.from_numpy(flat), shape
 
 
 class BatchReader:
-    """Builds any batch of one epoch plan for one rank; keeps a few shards open (LRU)."""
+    """Builds any batch of one epoch plan for one rank; keeps a few shards open (LRU).
 
-    def __init__(self, catalog: Catalog, plan: EpochPlan, *, verify_sha256: bool, bucket_batches: int = 0) -> None:
+    ``lanes``: how many lanes of the batch order this reader alternates between (see ``plan``), so that it
+    keeps enough shards and length-bucketing chunks open for all of them instead of thrashing."""
+
+    def __init__(
+        self, catalog: Catalog, plan: EpochPlan, *, verify_sha256: bool, bucket_batches: int = 0, lanes: int = 1
+    ) -> None:
         self.catalog, self.plan = catalog, plan
         self.verify_sha256, self.bucket_batches = verify_sha256, bucket_batches
-        self.capacity = plan.shards_in_reach(max(1, bucket_batches) * plan.batch_size)
+        unit = max(1, bucket_batches) * plan.batch_size * plan.world_size if bucket_batches else plan.batch_size
+        self.capacity = plan.shards_in_reach(unit) * lanes
         self._open: OrderedDict[int, ShardData] = OrderedDict()
-        self._chunk: tuple[int, list[np.ndarray]] | None = None
+        self._chunks: OrderedDict[int, list[np.ndarray]] = OrderedDict()
+        self._chunk_capacity = lanes + 1
 
     def packed(self, k: int) -> tuple[np.ndarray, Shape]:
         """Batch ``k`` as one flat buffer (see ``collate.LAYOUT``) and its ``(B, T, P)``."""
@@ -333,25 +420,30 @@ class BatchReader:
             return self.plan.batch_positions(k)
         c = self.bucket_batches
         q = k // c
-        if self._chunk is None or self._chunk[0] != q:
-            self._chunk = (q, self._bucket(q))
-        return self._chunk[1][k - q * c]
+        chunk = self._chunks.get(q)
+        if chunk is None:
+            chunk = self._chunks[q] = self._bucket(q)
+            while len(self._chunks) > self._chunk_capacity:
+                self._chunks.popitem(last=False)
+        return chunk[k - q * c]
 
     def _bucket(self, q: int) -> list[np.ndarray]:
-        """Batches of chunk ``q``: its samples sorted by length, cut, and the cuts shuffled."""
+        """This rank's batches of chunk ``q``: the chunk's global samples sorted by length, cut into global
+        batches, the cuts shuffled, and this rank's slice of each: the same global batches for any W x B."""
         plan, b, c = self.plan, self.plan.batch_size, self.bucket_batches
+        g, r = b * plan.world_size, plan.rank
         k0, k1 = q * c, min(plan.steps, (q + 1) * c)
-        pos = plan.span_positions(k0, k1)
+        pos = plan.global_span_positions(k0, k1)
         lengths = np.empty(len(pos), np.int64)
         for p in self.pieces(pos):
             lengths[p.slots] = p.block.input_ids.lengths[p.rows]
         by_length = pos[np.argsort(lengths, kind="stable")]
-        order = rng(plan.seed, TAG_BUCKET, plan.epoch, plan.rank, q).permutation(k1 - k0)
-        return [by_length[i * b : (i + 1) * b] for i in order]
+        order = rng(plan.seed, TAG_BUCKET, plan.epoch, 0, q).permutation(k1 - k0)  # rank 0: keys before W x B
+        return [by_length[i * g + r * b : i * g + (r + 1) * b] for i in order]
 
     def pieces(self, positions: np.ndarray) -> list[Piece]:
         """Group the rows behind epoch positions by shard block; ``slots`` index ``positions``."""
-        shard, row = self.plan.locate(self.plan.stream_positions(positions))
+        shard, row = self.plan.rows(positions)
         order = np.lexsort((row, shard))  # read each shard in row order
         shard, row = shard[order], row[order]
         cuts = np.flatnonzero(np.diff(shard)) + 1

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.data.config import DataConfig
+from trainer.data.config import DataConfig, parse_data_arg, split_data_args
 
 
 def test_paths_are_normalised_to_a_tuple_of_strings(tmp_path: Path) -> None:
@@ -43,3 +43,36 @@ def test_frozen() -> None:
     cfg = DataConfig(paths="d", batch_size=4)
     with pytest.raises(AttributeError):
         cfg.batch_size = 8  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("arg", "parsed"),
+    [
+        ("wiki_shards:0.7", ("wiki_shards", 0.7)),
+        ("books:3", ("books", 3.0)),
+        ("books:.5", ("books", 0.5)),
+        ("books:1e-2", ("books", 0.01)),
+        ("s3://bucket/x:0.25", ("s3://bucket/x", 0.25)),
+        ("s3://bucket/x", ("s3://bucket/x", None)),
+        ("C:\\data\\wiki", ("C:\\data\\wiki", None)),
+        ("C:\\data\\wiki:2", ("C:\\data\\wiki", 2.0)),
+        ("d:x", ("d:x", None)),
+        ("d:inf", ("d:inf", None)),
+        ("http://host:8080/", ("http://host:8080/", None)),  # a trailing '/' keeps a numeric tail a path
+        ("plain", ("plain", None)),
+    ],
+)
+def test_only_a_trailing_number_is_a_weight(arg: str, parsed: tuple) -> None:
+    assert parse_data_arg(arg) == parsed
+
+
+def test_weights_go_on_every_folder_or_none() -> None:
+    assert split_data_args(["a", "b"]) == (("a", "b"), None)
+    assert split_data_args(["a:1", "s3://b/c:3"]) == (("a", "s3://b/c"), (1.0, 3.0))
+    with pytest.raises(ValueError, match="give every --data a weight .* b has none"):
+        split_data_args(["a:1", "b"])
+    for bad in ("a:0", "a:-1", "a:0.0"):
+        with pytest.raises(ValueError, match="must be > 0"):
+            parse_data_arg(bad)
+    with pytest.raises(ValueError, match="weights must be finite and > 0"):
+        DataConfig(paths=("a", "b"), batch_size=4, weights=(1.0, float("nan")))

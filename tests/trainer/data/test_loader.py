@@ -70,7 +70,8 @@ def test_batches_carry_the_written_instances(uneven: Dataset) -> None:
 
 
 def test_formats_and_locations_give_the_same_stream(uneven: Dataset) -> None:
-    """The order depends on manifest counts, seed and worker count, not on how shards are stored."""
+    """The order depends on manifest counts, seed and the run's lanes (its first worker count), not on how
+    shards are stored."""
     a = epoch_ids(make(uneven.path, format="arrow"))
     assert epoch_ids(make(uneven.path, format="webdataset")) == a
     a2 = epoch_ids(make(uneven.path, format="arrow", num_workers=2))
@@ -123,14 +124,31 @@ def test_resume_mid_epoch_is_exact(uneven: Dataset, fmt: str, workers: int, worl
         assert head + tail == full
 
 
-@pytest.mark.parametrize(("before", "after"), [(2, 0), (0, 2), (2, 1)])
-def test_resume_with_another_worker_count_keeps_exactly_once(uneven: Dataset, before: int, after: int) -> None:
-    full = epoch_ids(make(uneven.path, num_workers=before))
+@pytest.mark.parametrize(("before", "after"), [(2, 0), (0, 2), (2, 3)])
+def test_resume_with_another_worker_count_continues_the_same_order(uneven: Dataset, before: int, after: int) -> None:
+    ref = make(uneven.path, num_workers=before)
+    full = [epoch_ids(ref), epoch_ids(ref)]
     head, tail, _ = _resume(
         lambda: make(uneven.path, num_workers=before), 13, lambda: make(uneven.path, num_workers=after)
     )
-    assert head == full[:13]
-    assert sorted(flat(head + tail)) == sorted(flat(full)) and len(head + tail) == len(full)
+    assert head + tail == full[0]
+    resumed = make(uneven.path, num_workers=after)
+    resumed.load_state_dict(make(uneven.path, num_workers=before).state_dict())
+    assert epoch_ids(resumed) == full[0] and epoch_ids(resumed) == full[1]  # the run's lanes, every epoch
+
+
+def test_a_v1_position_of_an_uninterrupted_run_continues_exactly(uneven: Dataset) -> None:
+    full = epoch_ids(make(uneven.path, num_workers=2))
+    v2 = make(uneven.path, num_workers=2).state_dict()
+    # What the v1 loader saved after 13 of 38 batches with 2 workers: the lanes [0, 19) and [19, 38) advanced
+    # by 7 and 6 batches, the one due next first.
+    v1 = {k: v2[k] for k in ("format", "epoch", "seed", "world_size", "batch_size", "steps_per_epoch", "order")}
+    v1.update(version=1, batches_consumed=13, lanes=[[[25, 38]], [[7, 19]]])
+    ld = make(uneven.path, num_workers=0)
+    ld.load_state_dict(v1)
+    assert epoch_ids(ld) == full[13:]
+    with pytest.raises(ValueError, match="worker-count change"):
+        make(uneven.path).load_state_dict({**v1, "lanes": [[[13, 26]], [[26, 38]]]})  # re-split by a resume
 
 
 def test_resume_twice_and_across_the_epoch_end(uneven: Dataset) -> None:
@@ -237,7 +255,7 @@ def test_state_mismatches_are_refused(uneven: Dataset) -> None:
     state = make(uneven.path).state_dict()
     with pytest.raises(ValueError, match="seed=11, this loader has 12"):
         make(uneven.path, seed=12).load_state_dict(state)
-    with pytest.raises(ValueError, match="world_size=1"):
+    with pytest.raises(ValueError, match="global batch of 1 x 8 = 8, this loader has 2 x 8 = 16"):
         make(uneven.path, world_size=2).load_state_dict(state)
     with pytest.raises(ValueError, match="order"):
         make(uneven.path, shuffle_buffer=41).load_state_dict(state)
@@ -288,3 +306,76 @@ def test_iterating_leaves_the_global_torch_rng_alone(tmp_path) -> None:
         for _ in loader:
             pass
         assert torch.equal(torch.get_rng_state(), before), workers
+
+
+def _global_batches(loaders: list[PretrainingLoader], n: int | None = None) -> list[list[int]]:
+    """Global batches (rank slices joined in rank order) of the next ``n`` steps (default: rest of the epoch)."""
+    per_rank = [list(itertools.islice(iter(ld), n)) for ld in loaders]
+    return [flat([[uint64(int(x)) for x in b["instance_ids"]] for b in step]) for step in zip(*per_rank)]
+
+
+@pytest.mark.parametrize("bucketing", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize(("before", "after"), [((2, 4, 2), (1, 8, 0)), ((1, 8, 3), (2, 4, 1)), ((4, 2, 0), (2, 4, 2))])
+def test_elastic_resume_continues_the_global_order(
+    uneven: Dataset, second: Dataset, bucketing: bool, weighted: bool, before: tuple, after: tuple
+) -> None:
+    """W x B ranks (x workers) stopped mid-epoch, resumed on W' x B' with W*B == W'*B': the same global
+    batches, step for step, as the run that never stopped, into the next epoch."""
+    paths = (f"{uneven.path}:0.7", f"{second.path}:0.3") if weighted else (str(uneven.path),)
+    from trainer.data.config import split_data_args
+
+    dirs, weights = split_data_args(paths)
+
+    def ranks(world: int, batch: int, workers: int) -> list[PretrainingLoader]:
+        kw = {"length_bucketing": bucketing, "bucket_batches": 4, "weights": weights}
+        return [
+            make(*dirs, world_size=world, rank=r, batch_size=batch, num_workers=workers, **kw) for r in range(world)
+        ]
+
+    ref = ranks(*before)
+    steps = ref[0].steps_per_epoch
+    whole = _global_batches(ref) + _global_batches(ref)  # two epochs
+    first = ranks(*before)
+    head = _global_batches(first, 9)
+    state = json.loads(json.dumps(first[1 % len(first)].state_dict()))
+    assert state["samples_consumed"] == 9 * 8 and state["epoch"] == 0
+    resumed = ranks(*after)
+    for ld in resumed:
+        ld.load_state_dict(state)
+    assert resumed[0].steps_per_epoch == steps
+    rest = _global_batches(resumed) + _global_batches(resumed)[:3]
+    assert head + rest == whole[: 9 + len(rest)]
+
+
+def test_weighted_mix_counts_and_epoch(uneven: Dataset, second: Dataset) -> None:
+    # uneven (311) weighs most: an epoch reads it once; second (50) gets round(311 * 0.3 / 0.7) = 133 a epoch.
+    ld = make(uneven.path, second.path, weights=(0.7, 0.3))
+    assert ld.epoch_samples == 311 + 133 and ld.steps_per_epoch == 444 // BATCH
+    batches = epoch_ids(ld)
+    ids = flat(batches)
+    from_first = [i for i in ids if i in uneven.ids]
+    from_second = [i for i in ids if i in second.ids]
+    assert len(ids) == 55 * BATCH and len(from_first) + len(from_second) == len(ids)
+    assert len(set(from_first)) == len(from_first)  # the heaviest: each sample at most once an epoch
+    counts = ld.samples_by_dataset()
+    assert counts == {str(uneven.path): len(from_first), str(second.path): len(from_second)}
+    assert abs(len(from_second) - 133) <= 4  # at most the dropped remainder of 4 is short
+    # second wraps: read 2 or 3 times each within the epoch (133 = 2 * 50 + 33)
+    assert {from_second.count(i) for i in second.ids} <= {2, 3} and len(set(from_second)) == 50
+    # dealt evenly: every batch of 8 holds 5 or 6 (of 5.6) from the heaviest
+    assert {sum(i in uneven.ids for i in b) for b in batches} <= {5, 6}
+    epoch_ids(ld)
+    assert sum(ld.samples_by_dataset().values()) == 2 * 55 * BATCH
+
+
+def test_weights_are_checked(uneven: Dataset, second: Dataset) -> None:
+    with pytest.raises(ValueError, match="2 weights for 1 paths"):
+        make(uneven.path, weights=(1.0, 2.0))
+    with pytest.raises(ValueError, match="weights must be finite and > 0"):
+        make(uneven.path, second.path, weights=(1.0, 0.0))
+    with pytest.raises(ValueError, match="gives it no sample per epoch"):
+        make(uneven.path, second.path, weights=(1.0, 0.001))
+    state = make(uneven.path, second.path, weights=(0.5, 0.5)).state_dict()
+    with pytest.raises(ValueError, match="order.*weights"):
+        make(uneven.path, second.path, weights=(0.7, 0.3)).load_state_dict(state)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from trainer.data.plan import EpochPlan, Lane, advance, interleave, lane_batches, split_lanes, steps_per_epoch
+from trainer.data.plan import EpochPlan, batch_at, lanes_touched, mix_prefix, mix_split, steps_per_epoch
 
 COUNTS = (37, 120, 5, 0, 88, 61)  # 311 samples
 
@@ -109,52 +109,49 @@ def test_global_rng_state_is_untouched() -> None:
     assert torch.equal(torch.random.get_rng_state(), before[2])
 
 
-def test_split_lanes_is_contiguous_and_balanced() -> None:
-    lanes = split_lanes([(3, 10), (12, 14)], 3)
-    assert [list(lane_batches(lane)) for lane in lanes] == [[3, 4, 5], [6, 7, 8], [9, 12, 13]]
-    assert split_lanes([(0, 2)], 3) == [[(0, 1)], [(1, 2)], []]
+@pytest.mark.parametrize(("steps", "lanes"), [(10, 3), (9, 3), (2, 3), (7, 1), (0, 2)])
+def test_batch_order_takes_contiguous_lanes_round_robin(steps: int, lanes: int) -> None:
+    order = [batch_at(t, steps, lanes) for t in range(steps)]
+    assert sorted(order) == list(range(steps))
+    q, r = divmod(steps, lanes)
+    sizes = [q + (j < r) for j in range(lanes)]  # longer lanes first
+    cuts = np.cumsum([0, *sizes])
+    rounds = [[int(cuts[j]) + i for j in range(lanes) if i < sizes[j]] for i in range(max(sizes, default=0))]
+    assert order == [k for rnd in rounds for k in rnd]
+    if (steps, lanes) == (10, 3):
+        assert order == [0, 4, 7, 1, 5, 8, 2, 6, 9, 3]
 
 
-def test_advance_continues_the_interleaved_order() -> None:
-    rng = np.random.default_rng(0)
-    for _ in range(300):
-        lanes: list[Lane] = []
-        start = 0
-        for _ in range(int(rng.integers(1, 5))):
-            n = int(rng.integers(0, 7))
-            lanes.append([(start, start + n)] if n else [])
-            start += n + int(rng.integers(0, 3))
-        full = list(interleave(lanes))
-        cursor = int(rng.integers(0, len(full) + 1))
-        rest = advance(lanes, cursor)
-        assert len(rest) == len(lanes)
-        assert list(interleave(rest)) == full[cursor:]
-        # and again from the advanced lanes (a second resume)
-        c2 = int(rng.integers(0, len(full) - cursor + 1))
-        assert list(interleave(advance(rest, c2))) == full[cursor + c2 :]
+@pytest.mark.parametrize(("lanes", "workers"), [(3, 3), (3, 2), (2, 4), (4, 2), (1, 3)])
+def test_each_worker_reads_few_lanes(lanes: int, workers: int) -> None:
+    steps = 24
+    for j in range(workers):
+        touched = {_lane_of(batch_at(t, steps, lanes), steps, lanes) for t in range(j, steps, workers)}
+        assert len(touched) == lanes_touched(lanes, workers)
 
 
-class _Lanes(IterableDataset):
-    def __init__(self, lanes: list[Lane]) -> None:
-        self.lanes = lanes
+def _lane_of(k: int, steps: int, lanes: int) -> int:
+    q, r = divmod(steps, lanes)
+    return next(j for j in range(lanes) if k < (j + 1) * q + min(j + 1, r))
+
+
+class _Strided(IterableDataset):
+    def __init__(self, n: int, start: int) -> None:
+        self.n, self.start = n, start
 
     def __iter__(self) -> Iterator[int]:
         info = get_worker_info()
-        yield from lane_batches(self.lanes[0 if info is None else info.id])
+        j, w = (0, 1) if info is None else (info.id, info.num_workers)
+        yield from range(self.start + j, self.n, w)
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
-@pytest.mark.parametrize(
-    "lanes",
-    [
-        [[(0, 5)], [(5, 8)], [(8, 9)]],  # uneven lanes: exhausted workers are skipped
-        [[(4, 6)], [], [(0, 4), (7, 9)]],  # an empty lane; rotated, non-monotonic lanes
-    ],
-)
-def test_torch_dataloader_yields_the_interleaved_order(lanes: list[Lane]) -> None:
-    """The assumption the loader's state rests on, checked against torch itself."""
-    got = [int(x) for x in DataLoader(_Lanes(lanes), batch_size=None, num_workers=len(lanes), prefetch_factor=3)]
-    assert got == list(interleave(lanes))
+@pytest.mark.parametrize(("n", "start", "workers"), [(9, 0, 3), (10, 3, 3), (2, 0, 3), (7, 6, 2)])
+def test_torch_dataloader_yields_strided_workers_in_step_order(n: int, start: int, workers: int) -> None:
+    """The assumption the loader's order rests on, checked against torch itself: worker j serving steps
+    j, j+n, ... comes out in step order, exhausted workers skipped."""
+    got = [int(x) for x in DataLoader(_Strided(n, start), batch_size=None, num_workers=workers, prefetch_factor=3)]
+    assert got == list(range(start, n))
 
 
 def test_ranks_split_each_global_batch_of_the_single_process_run() -> None:
@@ -166,3 +163,58 @@ def test_ranks_split_each_global_batch_of_the_single_process_run() -> None:
     for k in range(single.steps):
         union = np.concatenate([p.batch_positions(k) for p in ranks])
         assert np.array_equal(union, single.batch_positions(k))
+
+
+@pytest.mark.parametrize("quotas", [[70, 30], [5, 1, 13], [1, 99], [8]])
+def test_mix_deals_exact_quotas_evenly_and_its_prefix_counts_agree(quotas: list[int]) -> None:
+    n = sum(quotas)
+    src, idx = mix_split(np.arange(n), quotas)
+    for d, m in enumerate(quotas):
+        assert sorted(idx[src == d].tolist()) == list(range(m))  # each source's j-th position once
+        assert list(idx[src == d]) == sorted(idx[src == d])  # in order
+    for i in range(n + 1):
+        assert mix_prefix(i, quotas) == [int((src[:i] == d).sum()) for d in range(len(quotas))]
+        # evenly spread: every prefix holds its share of each source, within one sample per level
+        assert all(abs(c - i * m / n) < len(quotas) for c, m in zip(mix_prefix(i, quotas), quotas))
+
+
+def mixed(epoch: int, *, rank: int = 0, world_size: int = 1, batch_size: int = 8) -> EpochPlan:
+    # Source 0: shards 0, 2 (sizes 20 + 5); source 1: shards 1, 3 (sizes 30 + 0); quotas 50 and 15 per epoch.
+    return EpochPlan(
+        [20, 30, 5, 0],
+        epoch=epoch,
+        seed=3,
+        shuffle=True,
+        window=8,
+        batch_size=batch_size,
+        world_size=world_size,
+        rank=rank,
+        drop_remainder=True,
+        sources=[0, 1, 0, 1],
+        quotas=[50, 15],
+    )
+
+
+def test_mixed_sources_wrap_into_fresh_passes_and_continue_across_epochs() -> None:
+    rows = [list(zip(*[a.tolist() for a in mixed(e).rows(np.arange(65))])) for e in range(4)]
+    for r in rows:
+        assert sum(s in (0, 2) for s, _ in r) == 50 and sum(s == 1 for s, _ in r) == 15
+    # Source 0 (25 samples, quota 50): exactly two passes per epoch, each sample once per pass, orders differ.
+    s0 = [x for x in rows[0] if x[0] in (0, 2)]
+    assert sorted(s0) == sorted([(0, i) for i in range(20)] * 2 + [(2, i) for i in range(5)] * 2)
+    assert s0[:25] != s0[25:]
+    # Source 1 (30 samples, quota 15): epochs 0 and 1 together read it once, then a new pass.
+    s1 = [x for e in (0, 1) for x in rows[e] if x[0] == 1]
+    assert sorted(s1) == [(1, i) for i in range(30)]
+    assert sorted(x for e in (2, 3) for x in rows[e] if x[0] == 1) == [(1, i) for i in range(30)]
+    assert [x for x in rows[2] if x[0] == 1] != [x for x in rows[0] if x[0] == 1]
+    p = mixed(1)
+    assert p.served(65) == [50, 15] and p.served(16) == [int(c) for c in mix_prefix(16, [50, 15])]
+
+
+def test_mixed_ranks_split_each_global_batch_of_the_single_process_run() -> None:
+    single = mixed(1, batch_size=8)
+    ranks = [mixed(1, rank=r, world_size=2, batch_size=4) for r in range(2)]
+    for k in range(single.steps):
+        union = np.concatenate([np.stack(ranks[r].rows(ranks[r].batch_positions(k))) for r in range(2)], axis=1)
+        assert np.array_equal(union, np.stack(single.rows(single.batch_positions(k))))
