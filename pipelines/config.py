@@ -38,7 +38,7 @@ class PretrainingConfig:
     whole_word_mask: bool = False
     lowercase: bool = True
     output_format: str = "arrow"
-    num_shards: int = 0  # 0: chosen from the input size (see pipelines.pretraining.auto_num_shards)
+    num_shards: int = 0  # 0: chosen from the input size (see pipelines.pretraining.SHARD_SIZING)
     docs_per_group: int = 2000
     max_group_tokens: int = 64_000_000
     tokens_per_unit: int = 250_000

@@ -24,7 +24,7 @@ from tokenizers import processors, trainers
 
 from pipelines.config import FORMATS, ConfigError
 from pipelines.hashing import hash64
-from pipelines.pretraining import resolve_inputs
+from pipelines.inputs import resolve_inputs
 from pipelines.read import InputError, read_documents
 from pipelines.tokenize import bert_tokenizer
 from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab

@@ -57,7 +57,7 @@ class TaskConfig:
     max_seq_length: int
     lowercase: bool = True
     labels: tuple[str, ...] = ()  # explicit label set (--labels); () = preset, manifest or derived
-    num_shards: int = 0  # 0: from the input size (pipelines.tasks.pipeline.auto_num_shards)
+    num_shards: int = 0  # 0: from the input size (pipelines.tasks.pipeline.SHARD_SIZING)
     arrow_compression: str = "zstd"
     arrow_batch_rows: int = 2048
 
