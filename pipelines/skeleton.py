@@ -14,6 +14,7 @@ from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines.config import check
 from pipelines.output_dir import ensure_writable_dir, refusal
 from pipelines.redact import redact_options
 from pipelines.runner import UsageError, runner_name
@@ -32,8 +33,10 @@ class ShardSizing:
     at_most: int | None = None
 
     def __post_init__(self) -> None:
-        if self.bytes_per_shard < 1 or self.at_least < 1 or (self.at_most is not None and self.at_most < self.at_least):
-            raise ValueError(f"bad shard sizing {self}")
+        check(self.bytes_per_shard >= 1, "bytes_per_shard", f"must be >= 1, got {self.bytes_per_shard}")
+        check(self.at_least >= 1, "at_least", f"must be >= 1, got {self.at_least}")
+        at_most = self.at_most
+        check(at_most is None or at_most >= self.at_least, "at_most", f"must be >= at_least, got {at_most}")
 
     def num_shards(self, input_bytes: int) -> int:
         n = max(self.at_least, math.ceil(input_bytes / self.bytes_per_shard))

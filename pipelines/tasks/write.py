@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -91,29 +91,18 @@ def shard_stats(t: pa.Table | None, kind: str) -> dict[str, Any]:
     return stats
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ShardSpec:
     """What a shard writer needs besides the rows (picklable; the schema is built once labels are known)."""
 
-    def __init__(
-        self,
-        *,
-        output_dir: str,
-        kind: str,
-        num_shards: int,
-        id_type: str,
-        vocab_sha256: str,
-        parameters: dict[str, Any],
-        compression: str,
-        batch_rows: int,
-    ) -> None:
-        self.output_dir = output_dir
-        self.kind = kind
-        self.num_shards = num_shards
-        self.id_type = id_type
-        self.vocab_sha256 = vocab_sha256
-        self.parameters = parameters
-        self.compression = compression
-        self.batch_rows = batch_rows
+    output_dir: str
+    kind: str
+    num_shards: int
+    id_type: str
+    vocab_sha256: str
+    parameters: dict[str, Any]
+    compression: str
+    batch_rows: int
 
     def write(self, shard: int, t: pa.Table | None, labels: Sequence[str]) -> dict[str, Any]:
         schema = T.arrow_schema(self.kind, self.id_type, self.vocab_sha256, self.parameters, labels)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines import pretraining
+from pipelines.config import ConfigError
 from pipelines.runner import UsageError
 from pipelines.skeleton import ShardSizing, existing_outputs, prepare_output
 from pipelines.tasks import pipeline as tasks
@@ -14,7 +15,7 @@ def test_shard_sizing_clamps_the_count_each_side_asks_for():
     mb = 1 << 20
     assert [pretraining.SHARD_SIZING.num_shards(n * mb) for n in (0, 1, 256, 257, 6400)] == [4, 4, 4, 5, 100]
     assert [tasks.SHARD_SIZING.num_shards(n * mb) for n in (0, 1, 32, 33, 10_000)] == [1, 1, 1, 2, 4]
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="at_most: must be >= at_least, got 2"):
         ShardSizing(bytes_per_shard=1, at_least=3, at_most=2)
 
 
