@@ -29,6 +29,9 @@ def check(cond: bool, param: str, message: str) -> None:
         raise ConfigError(param, message)
 
 
+_check = check  # the spelling PretrainingConfig's checks (and branches adding some) use: the same helper
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PretrainingConfig:
     """Everything that shapes the instances. Two runs with equal configs and inputs write equal shards."""
@@ -52,34 +55,34 @@ class PretrainingConfig:
     strip_gutenberg: bool = True
 
     def __post_init__(self) -> None:
-        check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
-        check(8 <= self.max_seq_length <= 65535, "max_seq_length", f"must be in [8, 65535], got {self.max_seq_length}")
-        check(
+        _check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
+        _check(8 <= self.max_seq_length <= 65535, "max_seq_length", f"must be in [8, 65535], got {self.max_seq_length}")
+        _check(
             1 <= self.max_predictions_per_seq <= self.max_seq_length - 3,
             "max_predictions_per_seq",
             f"must be in [1, max_seq_length - 3 = {self.max_seq_length - 3}], got {self.max_predictions_per_seq}",
         )
-        check(0.0 < self.masked_lm_prob < 1.0, "masked_lm_prob", f"must be in (0, 1), got {self.masked_lm_prob}")
-        check(0.0 <= self.short_seq_prob <= 1.0, "short_seq_prob", f"must be in [0, 1], got {self.short_seq_prob}")
-        check(1 <= self.dupe_factor <= 1000, "dupe_factor", f"must be in [1, 1000], got {self.dupe_factor}")
-        check(0 <= self.seed < 2**63, "seed", f"must be in [0, 2**63), got {self.seed}")
-        check(
+        _check(0.0 < self.masked_lm_prob < 1.0, "masked_lm_prob", f"must be in (0, 1), got {self.masked_lm_prob}")
+        _check(0.0 <= self.short_seq_prob <= 1.0, "short_seq_prob", f"must be in [0, 1], got {self.short_seq_prob}")
+        _check(1 <= self.dupe_factor <= 1000, "dupe_factor", f"must be in [1, 1000], got {self.dupe_factor}")
+        _check(0 <= self.seed < 2**63, "seed", f"must be in [0, 2**63), got {self.seed}")
+        _check(
             self.output_format in OUTPUT_FORMATS,
             "output_format",
             f"must be one of {OUTPUT_FORMATS}, got {self.output_format!r}",
         )
-        check(
+        _check(
             0 <= self.num_shards <= 100_000, "num_shards", f"must be in [1, 100000] (0 = auto), got {self.num_shards}"
         )
-        check(self.docs_per_group >= 2, "docs_per_group", f"must be >= 2, got {self.docs_per_group}")
-        check(self.max_group_tokens >= 10_000, "max_group_tokens", f"must be >= 10000, got {self.max_group_tokens}")
-        check(self.tokens_per_unit >= 1_000, "tokens_per_unit", f"must be >= 1000, got {self.tokens_per_unit}")
-        check(
+        _check(self.docs_per_group >= 2, "docs_per_group", f"must be >= 2, got {self.docs_per_group}")
+        _check(self.max_group_tokens >= 10_000, "max_group_tokens", f"must be >= 10000, got {self.max_group_tokens}")
+        _check(self.tokens_per_unit >= 1_000, "tokens_per_unit", f"must be >= 1000, got {self.tokens_per_unit}")
+        _check(
             self.arrow_compression in ARROW_COMPRESSIONS,
             "arrow_compression",
             f"must be one of {ARROW_COMPRESSIONS}, got {self.arrow_compression!r}",
         )
-        check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
+        _check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
 
     @property
     def max_num_tokens(self) -> int:
