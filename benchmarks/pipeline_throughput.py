@@ -80,7 +80,7 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str]:
 
 def paragraphs_of(inputs: list[str], fmt: str) -> list[list[str]]:
     """Each file's paragraphs, read with the pipeline's own reader (not timed)."""
-    from pipelines.pretraining import resolve_inputs
+    from pipelines.inputs import resolve_inputs
     from pipelines.read import read_documents
 
     files = resolve_inputs(inputs, fmt)

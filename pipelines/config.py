@@ -1,4 +1,8 @@
-"""Configuration of the pretraining pipeline: one frozen dataclass, validated on construction."""
+"""Configuration of the pipelines: the pretraining config, and the one validation helper (``check``) and error
+type (``ConfigError``) that every pipeline config (pretraining, vocabulary, tasks) uses.
+
+Each component's configuration is one frozen, slotted dataclass validated in ``__post_init__``.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +23,13 @@ class ConfigError(ValueError):
         self.message = message
 
 
-def _check(cond: bool, param: str, message: str) -> None:
+def check(cond: bool, param: str, message: str) -> None:
+    """Raise ``ConfigError(param, message)`` unless ``cond``: a message names the value it got."""
     if not cond:
         raise ConfigError(param, message)
+
+
+_check = check  # the spelling PretrainingConfig's checks (and branches adding some) use: the same helper
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,7 +46,7 @@ class PretrainingConfig:
     whole_word_mask: bool = False
     lowercase: bool = True
     output_format: str = "arrow"
-    num_shards: int = 0  # 0: chosen from the input size (see pipelines.pretraining.auto_num_shards)
+    num_shards: int = 0  # 0: chosen from the input size (see pipelines.pretraining.SHARD_SIZING)
     docs_per_group: int = 2000
     max_group_tokens: int = 64_000_000
     tokens_per_unit: int = 250_000

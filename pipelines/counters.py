@@ -1,8 +1,13 @@
-"""Counter names, merging, and live reporting.
+"""Counters, the one system every pipeline counts with: names, merging, first places, live reporting.
 
-Counters travel through the pipeline as data (plain dicts merged by a global combine), so the manifest's
-figures are exact on any runner. They are mirrored to Beam metrics for live monitoring (Dataflow UI) and
-summarised on stderr as progress.
+Counters travel through the pipeline as data and are merged by a global combine, so the manifest's figures
+are exact on any runner and worker count: the pretraining stages pass plain ``Counter`` dicts (``merge``);
+the task stages pass a ``Tally``, the same counts plus the first few places of every problem. Both are
+mirrored to Beam metrics for live monitoring (Dataflow UI) and summarised on stderr as progress.
+
+Names: ``<unit>_read``, ``<unit>_used`` and, for a dropped record, ``<unit>_dropped.<reason>`` (``drop``);
+``unit`` is documents for pretraining, rows, sentences or examples for tasks. Alterations and figures
+(``truncated``, ``control_chars_removed``, ...) are counted under their own names.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from apache_beam.metrics import Metrics
 
@@ -36,7 +43,6 @@ UNCLOSED_DOC = "unclosed_doc_tags"
 SINGLE_SENTENCE_DOCS = "single_sentence_documents"
 EMPTY_SENTENCES = "empty_sentences_skipped"
 
-DROP_PREFIX = "documents_dropped."
 # Reasons a document is dropped (each counted under documents_dropped.<reason>).
 EMPTY = "empty"  # no text at all
 NO_TOKENS = "no_tokens"  # text that tokenizes to nothing (only whitespace/control characters)
@@ -44,12 +50,15 @@ MALFORMED_JSON = "malformed_json"
 MISSING_TEXT = "missing_text_field"
 
 
-def drop(reason: str) -> str:
-    return DROP_PREFIX + reason
+def drop(reason: str, unit: str = "documents") -> str:
+    """The counter of ``unit`` records dropped for ``reason``: ``<unit>_dropped.<reason>``."""
+    return f"{unit}_dropped.{reason}"
 
 
-def dropped(counters: Mapping[str, int]) -> dict[str, int]:
-    return {k[len(DROP_PREFIX) :]: v for k, v in sorted(counters.items()) if k.startswith(DROP_PREFIX)}
+def dropped(counters: Mapping[str, Any], unit: str = "documents") -> dict[str, int]:
+    """``{reason: count}`` of the ``unit`` records dropped, by reason."""
+    prefix = drop("", unit)
+    return {k[len(prefix) :]: v for k, v in sorted(counters.items()) if k.startswith(prefix)}
 
 
 def merge(dicts: Iterable[Mapping[str, int]]) -> dict[str, int]:
@@ -64,6 +73,72 @@ def report(counters: Mapping[str, int]) -> None:
     for name, value in counters.items():
         if value:
             Metrics.counter(NAMESPACE, name).inc(value)
+
+
+# --------------------------------------------------------------------------------------------- Tally
+
+FIRST_KEPT = 10
+FIRST_LINES = "first_lines"
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counts with the first few places of every problem, mergeable in any order.
+
+    Problems are noted with ``note(name, file_index, position, where)``: the count goes up and ``where``
+    (``path:line`` or a SQuAD question id) is kept if it is among the first ``FIRST_KEPT`` by
+    ``(file_index, position)``, which makes the kept list independent of the order in which workers finish.
+    The manifest holds the counts flat, with ``"first_lines": {counter name: [where, ...]}``.
+    """
+
+    counts: Counter = field(default_factory=Counter)
+    first: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)
+
+    def add(self, name: str, n: int = 1) -> None:
+        if n:
+            self.counts[name] += n
+
+    def note(self, name: str, file_index: int, position: int, where: str, n: int = 1) -> None:
+        """Count a problem and remember where it happened (the first ``FIRST_KEPT`` places)."""
+        self.counts[name] += n
+        kept = self.first.setdefault(name, [])
+        kept.append((file_index, position, where))
+        if len(kept) > 2 * FIRST_KEPT:
+            kept.sort()
+            del kept[FIRST_KEPT:]
+
+    def update(self, other: Tally) -> None:
+        self.counts.update(other.counts)
+        for name, places in other.first.items():
+            kept = self.first.setdefault(name, [])
+            kept.extend(places)
+            kept.sort()
+            del kept[FIRST_KEPT:]
+
+    @classmethod
+    def merge(cls, tallies: Iterable[Tally]) -> Tally:
+        out = cls()
+        for t in tallies:
+            out.update(t)
+        return out
+
+    def counters(self) -> dict[str, Any]:
+        """Manifest form: counters sorted by name, then ``first_lines``."""
+        out: dict[str, Any] = {k: v for k, v in sorted(self.counts.items()) if v}
+        out[FIRST_LINES] = {
+            name: [w for _, _, w in sorted(places)[:FIRST_KEPT]] for name, places in sorted(self.first.items())
+        }
+        return out
+
+    def report(self) -> None:
+        report(self.counts)
+
+
+class CombineTallies:
+    """``beam.CombineGlobally`` function: many tallies -> one."""
+
+    def __call__(self, tallies: Iterable[Tally]) -> Tally:
+        return Tally.merge(tallies)
 
 
 _last_progress = [0.0]

@@ -61,7 +61,9 @@ class _HashedOutput(io.RawIOBase):
                 FileSystems.delete([self.tmp])
 
 
-class _ShardWriter:
+class ShardWriter:
+    """One shard file, written atomically and hashed; subclasses give the format (``_open``/``write``/``_close``)."""
+
     fmt = ""
 
     def __init__(self, path: str, relpath: str) -> None:
@@ -95,7 +97,7 @@ class _ShardWriter:
         raise NotImplementedError
 
 
-class ArrowShardWriter(_ShardWriter):
+class ArrowShardWriter(ShardWriter):
     """Arrow IPC file, one row per instance (schema: ``schemas.pretraining``)."""
 
     fmt = "arrow"
@@ -146,7 +148,7 @@ def to_arrow(batch: InstanceBatch, schema: pa.Schema, id_type: pa.DataType) -> p
     return pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)  # in the schema's field order
 
 
-class WebDatasetShardWriter(_ShardWriter):
+class WebDatasetShardWriter(ShardWriter):
     """POSIX tar of ``<instance id>.bert`` members (layout: ``schemas.wds``)."""
 
     fmt = "webdataset"

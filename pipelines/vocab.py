@@ -22,9 +22,9 @@ from pathlib import Path
 
 from tokenizers import processors, trainers
 
-from pipelines.config import FORMATS, ConfigError
+from pipelines.config import FORMATS, check
 from pipelines.hashing import hash64
-from pipelines.pretraining import resolve_inputs
+from pipelines.inputs import resolve_inputs
 from pipelines.read import InputError, read_documents
 from pipelines.tokenize import bert_tokenizer
 from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
@@ -41,14 +41,11 @@ class VocabConfig:
     seed: int = 12345
 
     def __post_init__(self) -> None:
-        if self.input_format not in FORMATS:
-            raise ConfigError("input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
-        if not len(SPECIAL_TOKENS) + 10 <= self.vocab_size <= 1_000_000:
-            raise ConfigError("vocab_size", f"must be in [{len(SPECIAL_TOKENS) + 10}, 1000000], got {self.vocab_size}")
-        if self.sample_bytes < 0:
-            raise ConfigError("sample_bytes", f"must be >= 0, got {self.sample_bytes}")
-        if self.min_frequency < 1:
-            raise ConfigError("min_frequency", f"must be >= 1, got {self.min_frequency}")
+        check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
+        lo = len(SPECIAL_TOKENS) + 10
+        check(lo <= self.vocab_size <= 1_000_000, "vocab_size", f"must be in [{lo}, 1000000], got {self.vocab_size}")
+        check(self.sample_bytes >= 0, "sample_bytes", f"must be >= 0, got {self.sample_bytes}")
+        check(self.min_frequency >= 1, "min_frequency", f"must be >= 1, got {self.min_frequency}")
 
 
 def sample_texts(inputs: list[str], cfg: VocabConfig, counters: Counter) -> Iterator[str]:

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from pipelines.counters import Tally, drop
 from pipelines.read import InputError
 from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
-from pipelines.tasks.read import RecordBatch, TextRow, dropped, where
-from pipelines.tasks.tally import Tally
+from pipelines.tasks.read import RecordBatch, TextRow, where
 from pipelines.tokenize import TokenizerSpec
 from schemas import id_types
 from schemas import tasks as T
@@ -72,7 +72,7 @@ class RowFeaturizer:
         for i, (row, a, b) in enumerate(zip(rows, a_ids, b_ids)):
             place = where(batch.path, row.line)
             if not len(a) or (b is not None and not len(b)):
-                tally.note(dropped(UNIT, NO_TOKENS), batch.file_index, row.line, place)
+                tally.note(drop(NO_TOKENS, UNIT), batch.file_index, row.line, place)
                 continue
             label = None
             if self.labeled:
@@ -81,7 +81,7 @@ class RowFeaturizer:
                 elif row.label in label_id:
                     label = label_id[row.label]
                 elif self.training:
-                    tally.note(dropped(UNIT, LABEL_NOT_IN_SET), batch.file_index, row.line, place)
+                    tally.note(drop(LABEL_NOT_IN_SET, UNIT), batch.file_index, row.line, place)
                     continue
                 else:
                     raise unknown_label_error(row.label, labels, place, self.label_source)

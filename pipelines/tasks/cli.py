@@ -127,10 +127,12 @@ def _run(fn: Callable, **kwargs) -> None:
 
 
 def _print_summary(result) -> None:
+    from pipelines import counters as C  # imports Beam: not at CLI start-up (the run has loaded it by now)
+
     m = result.manifest
     c, t = m.counters, m.task
     unit = {"classification": "rows", "regression": "rows", "ner": "sentences", "squad": "examples"}[m.kind]
-    drops = {k.split(".", 1)[1]: v for k, v in c.items() if k.startswith(f"{unit}_dropped.")}
+    drops = C.dropped(c, unit)
     click.echo(f"done in {result.seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input")
     click.echo(
         f"  kind {m.kind}, split {t['split']} ({'training' if t['training'] else 'evaluation'}), "

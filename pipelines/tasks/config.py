@@ -10,7 +10,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipelines.config import ARROW_COMPRESSIONS, ConfigError
+from pipelines.config import ARROW_COMPRESSIONS, check
 from schemas import tasks as T
 
 INPUT_FORMATS = ("tsv", "csv", "jsonl")
@@ -19,18 +19,13 @@ MAX_SHARDS = 10_000
 _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
-def _check(cond: bool, param: str, message: str) -> None:
-    if not cond:
-        raise ConfigError(param, message)
-
-
 def parse_labels(text: str | None) -> tuple[str, ...]:
     """``--labels a,b,c`` -> ``("a", "b", "c")`` (order kept: it defines the ids)."""
     if not text:
         return ()
     labels = tuple(x.strip() for x in text.split(","))
-    _check(all(labels), "labels", f"empty label name in {text!r}")
-    _check(len(set(labels)) == len(labels), "labels", f"duplicate label name in {text!r}")
+    check(all(labels), "labels", f"empty label name in {text!r}")
+    check(len(set(labels)) == len(labels), "labels", f"duplicate label name in {text!r}")
     return labels
 
 
@@ -39,10 +34,10 @@ def parse_articles(text: str | None) -> tuple[int, int | None] | None:
     if not text:
         return None
     m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", text)
-    _check(m is not None, "articles", f"must be START:END with non-negative integers (e.g. 0:40), got {text!r}")
+    check(m is not None, "articles", f"must be START:END with non-negative integers (e.g. 0:40), got {text!r}")
     start = int(m.group(1)) if m.group(1) else 0
     end = int(m.group(2)) if m.group(2) else None
-    _check(end is None or end > start, "articles", f"END must be greater than START, got {text!r}")
+    check(end is None or end > start, "articles", f"END must be greater than START, got {text!r}")
     return start, end
 
 
@@ -57,31 +52,31 @@ class TaskConfig:
     max_seq_length: int
     lowercase: bool = True
     labels: tuple[str, ...] = ()  # explicit label set (--labels); () = preset, manifest or derived
-    num_shards: int = 0  # 0: from the input size (pipelines.tasks.pipeline.auto_num_shards)
+    num_shards: int = 0  # 0: from the input size (pipelines.tasks.pipeline.SHARD_SIZING)
     arrow_compression: str = "zstd"
     arrow_batch_rows: int = 2048
 
     def __post_init__(self) -> None:
-        _check(self.kind in T.KINDS, "kind", f"must be one of {T.KINDS}, got {self.kind!r}")
-        _check(
+        check(self.kind in T.KINDS, "kind", f"must be one of {T.KINDS}, got {self.kind!r}")
+        check(
             bool(_SPLIT.match(self.split)),
             "split",
             f"must be a plain name like train or dev_matched, got {self.split!r}",
         )
-        _check(8 <= self.max_seq_length <= 32767, "max_seq_length", f"must be in [8, 32767], got {self.max_seq_length}")
-        _check(
+        check(8 <= self.max_seq_length <= 32767, "max_seq_length", f"must be in [8, 32767], got {self.max_seq_length}")
+        check(
             0 <= self.num_shards <= MAX_SHARDS,
             "num_shards",
             f"must be in [1, {MAX_SHARDS}] (0 = auto), got {self.num_shards}",
         )
-        _check(len(set(self.labels)) == len(self.labels), "labels", f"duplicate label names in {list(self.labels)}")
-        _check(len(self.labels) <= 32767, "labels", f"at most 32767 labels, got {len(self.labels)}")
-        _check(
+        check(len(set(self.labels)) == len(self.labels), "labels", f"duplicate label names in {list(self.labels)}")
+        check(len(self.labels) <= 32767, "labels", f"at most 32767 labels, got {len(self.labels)}")
+        check(
             self.arrow_compression in ARROW_COMPRESSIONS,
             "arrow_compression",
             f"must be one of {ARROW_COMPRESSIONS}, got {self.arrow_compression!r}",
         )
-        _check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
+        check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -109,35 +104,35 @@ class ClassificationConfig(TaskConfig):
 
     def __post_init__(self) -> None:
         TaskConfig.__post_init__(self)
-        _check(
+        check(
             self.kind in (T.CLASSIFICATION, T.REGRESSION),
             "kind",
             f"must be classification or regression, got {self.kind!r}",
         )
-        _check(
+        check(
             self.input_format in INPUT_FORMATS,
             "input_format",
             f"must be one of {INPUT_FORMATS}, got {self.input_format!r}",
         )
-        _check(bool(self.text_column), "text_column", "is required (a column name, or an index without a header)")
-        _check(
+        check(bool(self.text_column), "text_column", "is required (a column name, or an index without a header)")
+        check(
             self.max_seq_length >= (5 if self.text_pair_column else 3) + 1,
             "max_seq_length",
             f"too small for [CLS] A [SEP] B [SEP], got {self.max_seq_length}",
         )
-        _check(not (self.kind == T.REGRESSION and self.labels), "labels", "a regression task has no label set")
+        check(not (self.kind == T.REGRESSION and self.labels), "labels", "a regression task has no label set")
         if self.input_format == "jsonl":
-            _check(self.header, "header", "JSON lines have named fields; --no-header applies to tsv/csv")
+            check(self.header, "header", "JSON lines have named fields; --no-header applies to tsv/csv")
         elif not self.header:
             for param in ("text_column", "text_pair_column", "label_column"):
                 v = getattr(self, param)
-                _check(v is None or v.isdigit(), param, f"without a header columns are 0-based indices, got {v!r}")
-        _check(
+                check(v is None or v.isdigit(), param, f"without a header columns are 0-based indices, got {v!r}")
+        check(
             self.text_pair_column != self.text_column,
             "text_pair_column",
             f"must differ from the text column, both are {self.text_column!r}",
         )
-        _check(
+        check(
             self.label_column is None or self.label_column not in (self.text_column, self.text_pair_column),
             "label_column",
             f"must differ from the text columns, got {self.label_column!r}",
@@ -151,9 +146,9 @@ class NerConfig(TaskConfig):
 
     def __post_init__(self) -> None:
         TaskConfig.__post_init__(self)
-        _check(self.kind == T.NER, "kind", f"must be ner, got {self.kind!r}")
-        _check(self.scheme in SCHEMES, "scheme", f"must be one of {SCHEMES}, got {self.scheme!r}")
-        _check(
+        check(self.kind == T.NER, "kind", f"must be ner, got {self.kind!r}")
+        check(self.scheme in SCHEMES, "scheme", f"must be one of {SCHEMES}, got {self.scheme!r}")
+        check(
             0 <= self.window_overlap <= (self.max_seq_length - 2) // 2,
             "window_overlap",
             f"must be in [0, (max_seq_length - 2) // 2 = {(self.max_seq_length - 2) // 2}], got {self.window_overlap}",
@@ -168,22 +163,22 @@ class SquadConfig(TaskConfig):
 
     def __post_init__(self) -> None:
         TaskConfig.__post_init__(self)
-        _check(self.kind == T.SQUAD, "kind", f"must be squad, got {self.kind!r}")
-        _check(not self.labels, "labels", "SQuAD has no label set")
-        _check(
+        check(self.kind == T.SQUAD, "kind", f"must be squad, got {self.kind!r}")
+        check(not self.labels, "labels", "SQuAD has no label set")
+        check(
             1 <= self.max_query_length <= self.max_seq_length - 4,
             "max_query_length",
             f"must be in [1, max_seq_length - 4 = {self.max_seq_length - 4}], got {self.max_query_length}",
         )
         context = self.max_seq_length - self.max_query_length - 3
-        _check(
+        check(
             1 <= self.doc_stride <= context,
             "doc_stride",
             f"must be in [1, max_seq_length - max_query_length - 3 = {context}], got {self.doc_stride}",
         )
         if self.articles is not None:
             start, end = self.articles
-            _check(start >= 0 and (end is None or end > start), "articles", f"bad article range {self.articles}")
+            check(start >= 0 and (end is None or end > start), "articles", f"bad article range {self.articles}")
 
     def to_dict(self) -> dict[str, Any]:
         d = TaskConfig.to_dict(self)

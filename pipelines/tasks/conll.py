@@ -10,10 +10,10 @@ import re
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
+from pipelines.counters import Tally, drop
 from pipelines.read import InputError, iter_text_lines, read_chunks
 from pipelines.runner import UsageError
-from pipelines.tasks.read import MALFORMED_LINE, WRONG_FIELD_COUNT, Sentence, dropped, file_lines, where
-from pipelines.tasks.tally import Tally
+from pipelines.tasks.read import MALFORMED_LINE, WRONG_FIELD_COUNT, Sentence, file_lines, where
 
 _BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")
 
@@ -73,7 +73,7 @@ def parse_conll(lines: Iterable[str], path: str, file_index: int, scheme: str, t
     def finish() -> Iterator[Sentence]:
         tally.add(f"{unit}_read")
         if bad:
-            tally.note(dropped(unit, MALFORMED_LINE), file_index, start, where(path, start))
+            tally.note(drop(MALFORMED_LINE, unit), file_index, start, where(path, start))
             return
         out = tags
         if scheme == "iob1":

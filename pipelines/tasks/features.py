@@ -22,8 +22,8 @@ import pyarrow as pa
 from tokenizers import Tokenizer
 
 from pipelines import counters as C
+from pipelines.counters import Tally
 from pipelines.tasks.read import RecordBatch
-from pipelines.tasks.tally import Tally
 from pipelines.tokenize import TokenizerSpec
 from schemas import id_types
 from schemas import tasks as T

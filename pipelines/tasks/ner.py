@@ -15,10 +15,10 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from pipelines.counters import Tally, drop
 from pipelines.tasks.classification import unknown_label_error
 from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
-from pipelines.tasks.read import RecordBatch, Sentence, dropped, where
-from pipelines.tasks.tally import Tally
+from pipelines.tasks.read import RecordBatch, Sentence, where
 from pipelines.tokenize import TokenizerSpec
 from schemas import id_types
 from schemas import tasks as T
@@ -98,7 +98,7 @@ class SentenceFeaturizer:
                 line = sentence.line + sentence.tags.index(unknown)
                 if not self.training:
                     raise unknown_label_error(unknown, labels, where(batch.path, line), self.label_source)
-                tally.note(dropped(UNIT, TAG_NOT_IN_SET), batch.file_index, line, where(batch.path, line))
+                tally.note(drop(TAG_NOT_IN_SET, UNIT), batch.file_index, line, where(batch.path, line))
                 continue
             words = self._word_tokens(ids, wids, len(sentence.words), sentence, batch, tally)
             windows = plan_windows([len(w) for w in words], self.budget, self.overlap)

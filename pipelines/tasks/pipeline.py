@@ -11,7 +11,6 @@ The split name (``--split``, else from the file names) decides whether the data 
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import time
@@ -20,14 +19,12 @@ from functools import partial
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines import counters as C
+from pipelines.inputs import InputFile, resolve_inputs
 from pipelines.inspection import load_manifest
-from pipelines.output_dir import ensure_writable_dir, refusal
-from pipelines.pretraining import InputFile, resolve_inputs
-from pipelines.redact import redact_options
-from pipelines.runner import UsageError, make_pipeline, pipeline_options, runner_name
+from pipelines.runner import UsageError, make_pipeline, pipeline_options
+from pipelines.skeleton import RunResult, ShardSizing, prepare_output, read_result, run_entry, vocab_entry
 from pipelines.tasks import read as R
 from pipelines.tasks.classification import RowFeaturizer
 from pipelines.tasks.config import ClassificationConfig, NerConfig, SquadConfig, TaskConfig
@@ -42,11 +39,11 @@ from pipelines.tasks.tables import TableLayout, TableParser, check_table_layout,
 from pipelines.tasks.write import ShardSpec, WriteExamples, WriteTaskShards
 from pipelines.tokenize import TokenizerSpec, load_tokenizer
 from schemas import tasks as T
-from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.manifest import MANIFEST_NAME
 from schemas.vocab import VOCAB_FILENAME
 
-TARGET_SHARD_INPUT_BYTES = 32 << 20
-MAX_AUTO_SHARDS = 4
+# About 32 MB of input per shard, 1 to 4 shards: task datasets are small and read whole.
+SHARD_SIZING = ShardSizing(bytes_per_shard=32 << 20, at_least=1, at_most=4)
 _SPLIT_WORD = re.compile(r"(train|dev|validation|valid|val|test)(_matched|_mismatched)?")
 _SHARD_FILE = re.compile(r"^[a-z]+-\d{5}-of-\d{5}\.(arrow|tar)$")
 
@@ -72,52 +69,17 @@ def is_training(split: str) -> bool:
     return split.startswith("train")
 
 
-def auto_num_shards(input_bytes: int) -> int:
-    """About 32 MB of input per shard, 1 to 4 shards: task datasets are small and read whole."""
-    return max(1, min(MAX_AUTO_SHARDS, math.ceil(input_bytes / TARGET_SHARD_INPUT_BYTES)))
+def _is_output(name: str) -> bool:
+    """A file of a task dataset (or of a killed run writing one): manifest, shards of any kind, examples, vocab."""
+    return (
+        name in (MANIFEST_NAME, T.EXAMPLES_FILE, VOCAB_FILENAME) or bool(_SHARD_FILE.match(name)) or _is_temporary(name)
+    )
 
 
 def _is_temporary(name: str) -> bool:
     """A file an unfinished run was writing: ``manifest.json.tmp``, ``train-00000-of-00001.arrow.tmp``."""
     base = name.removesuffix(".tmp")
     return name.endswith(".tmp") and (base in (MANIFEST_NAME, T.EXAMPLES_FILE) or bool(_SHARD_FILE.match(base)))
-
-
-def existing_outputs(output_dir: str) -> list[str]:
-    """Files of a previous dataset in ``output_dir``: manifest, shards of any kind, examples, vocab."""
-    found = []
-    for r in FileSystems.match([FileSystems.join(output_dir, "*")]):
-        for m in r.metadata_list:
-            name = m.path.rstrip("/").rsplit("/", 1)[-1]
-            if (
-                name in (MANIFEST_NAME, T.EXAMPLES_FILE, VOCAB_FILENAME)
-                or _SHARD_FILE.match(name)
-                or _is_temporary(name)
-            ):
-                found.append(m.path)
-    return sorted(found)
-
-
-def prepare_output(output_dir: str, overwrite: bool) -> None:
-    """Refuse to mix runs; with ``overwrite``, remove the old manifest first (so a crash leaves none)."""
-    ensure_writable_dir(output_dir)
-    existing = existing_outputs(output_dir)
-    if any(not p.endswith(VOCAB_FILENAME) for p in existing) and not overwrite:
-        raise UsageError("output", refusal(output_dir, existing))
-    manifest = FileSystems.join(output_dir, MANIFEST_NAME)
-    if FileSystems.exists(manifest):
-        FileSystems.delete([manifest])
-    others = [p for p in existing if p != manifest]
-    if others:
-        FileSystems.delete(others)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskResult:
-    manifest: Manifest
-    output_dir: str
-    seconds: float
-    input_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,23 +113,15 @@ def _run(
     overwrite: bool,
     options,
     beam_args: list[str],
-) -> TaskResult:
+) -> RunResult:
     cfg = plan.cfg
     input_bytes = sum(f.bytes for f in files)
-    num_shards = cfg.num_shards or auto_num_shards(input_bytes)
-    prepare_output(output_dir, overwrite)
+    num_shards = cfg.num_shards or SHARD_SIZING.num_shards(input_bytes)
+    prepare_output(output_dir, overwrite, _is_output)
     started = time.time()
     parameters = {**cfg.to_dict(), "num_shards": num_shards}
     base = {
-        "vocab": {
-            "sha256": spec.vocab.sha256,
-            "size": len(spec.vocab),
-            "file": VOCAB_FILENAME,
-            "lowercase": spec.lowercase,
-            "id_type": spec.vocab.id_type,
-            "special_ids": spec.vocab.special_ids,
-            "source": spec.source,
-        },
+        "vocab": vocab_entry(spec),
         "parameters": parameters,
         "inputs": [{"path": f.path, "bytes": f.bytes} for f in files],
         "task": {
@@ -178,7 +132,7 @@ def _run(
             "ignore_index": T.IGNORE_INDEX,
             **plan.task,
         },
-        "run": {"runner": runner_name(options), "options": redact_options(list(beam_args)), "started_at": started},
+        "run": run_entry(options, beam_args, started),
     }
     shard_spec = ShardSpec(
         output_dir=output_dir,
@@ -211,10 +165,7 @@ def _run(
         shard_spec, plan.labels, base=base, vocab_text=spec.vocab.text(), tallies=tallies, labels=labels, files=extra
     )
     p.run().wait_until_finish()
-    seconds = time.time() - started
-    with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
-        manifest = Manifest.from_json(f.read())
-    return TaskResult(manifest=manifest, output_dir=output_dir, seconds=seconds, input_bytes=input_bytes)
+    return read_result(output_dir, started, input_bytes)
 
 
 def _common(inputs: list[str], vocab: str, lowercase: bool | None, split: str | None, beam_args: list[str] | None):
@@ -251,7 +202,7 @@ def run_classification(
     lowercase: bool | None = None,
     overwrite: bool = False,
     beam_args: list[str] | None = None,
-) -> TaskResult:
+) -> RunResult:
     """Text (pair) classification or regression from TSV/CSV/JSONL, or a GLUE preset."""
     from pipelines.tasks import glue as G
 
@@ -379,7 +330,7 @@ def run_ner(
     lowercase: bool | None = None,
     overwrite: bool = False,
     beam_args: list[str] | None = None,
-) -> TaskResult:
+) -> RunResult:
     """Token classification from CoNLL-2003 style files."""
     options, files, spec, split = _common(inputs, vocab, lowercase, split, beam_args)
     cfg = NerConfig(
@@ -440,7 +391,7 @@ def run_squad(
     lowercase: bool | None = None,
     overwrite: bool = False,
     beam_args: list[str] | None = None,
-) -> TaskResult:
+) -> RunResult:
     """Extractive question answering from SQuAD v1.1 / v2.0 JSON."""
     options, files, spec, split = _common(inputs, vocab, lowercase, split, beam_args)
     cfg = SquadConfig(

@@ -21,13 +21,13 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines import counters as C
+from pipelines.counters import Tally
 from pipelines.read import iter_text_lines, read_chunks
-from pipelines.tasks.tally import Tally
 
 RECORDS_PER_BATCH = 1024
 CHARS_PER_BATCH = 1 << 20
 
-# Drop reasons (counted as <unit>_dropped.<reason>).
+# Drop reasons (counted under ``pipelines.counters.drop(reason, unit)``: <unit>_dropped.<reason>).
 WRONG_COLUMN_COUNT = "wrong_column_count"
 UNBALANCED_QUOTE = "unbalanced_quote"
 WRONG_FIELD_COUNT = "wrong_field_count"  # CoNLL lines that do not have four fields
@@ -41,10 +41,6 @@ EMPTY_QUESTION = "empty_question"
 EMPTY_CONTEXT = "empty_context"
 DUPLICATE_ID = "duplicate_id"
 NO_MATCHING_ANSWER = "no_matching_answer"
-
-
-def dropped(unit: str, reason: str) -> str:
-    return f"{unit}_dropped.{reason}"
 
 
 # --------------------------------------------------------------------------------------------- records

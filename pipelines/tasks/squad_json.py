@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from pipelines.counters import Tally, drop
 from pipelines.read import InputError, read_chunks
 from pipelines.tasks.read import (
     DUPLICATE_ID,
@@ -20,9 +21,7 @@ from pipelines.tasks.read import (
     MALFORMED_JSON,
     NO_MATCHING_ANSWER,
     QAExample,
-    dropped,
 )
-from pipelines.tasks.tally import Tally
 
 NEARBY_CHARS = 200  # how far from a wrong answer_start the SQuAD fallback looks for the answer text
 
@@ -109,18 +108,18 @@ def parse_squad(
                 pos, ordinal = ordinal, ordinal + 1
                 tally.add(f"{unit}_read")
                 if not isinstance(qa, dict):
-                    tally.note(dropped(unit, MALFORMED_JSON), file_index, pos, f"{path}#{pos}")
+                    tally.note(drop(MALFORMED_JSON, unit), file_index, pos, f"{path}#{pos}")
                     continue
                 qid = str(qa.get("id", f"{path}#{pos}"))
                 question = qa.get("question")
                 if not isinstance(context, str) or not context.strip():
-                    tally.note(dropped(unit, EMPTY_CONTEXT), file_index, pos, qid)
+                    tally.note(drop(EMPTY_CONTEXT, unit), file_index, pos, qid)
                     continue
                 if not isinstance(question, str) or not question.strip():
-                    tally.note(dropped(unit, EMPTY_QUESTION), file_index, pos, qid)
+                    tally.note(drop(EMPTY_QUESTION, unit), file_index, pos, qid)
                     continue
                 if qid in seen:
-                    tally.note(dropped(unit, DUPLICATE_ID), file_index, pos, qid)
+                    tally.note(drop(DUPLICATE_ID, unit), file_index, pos, qid)
                     continue
                 seen.add(qid)
                 impossible = bool(qa.get("is_impossible", False))
@@ -143,7 +142,7 @@ def parse_squad(
                     if not answers:
                         tally.note("examples_without_answers", file_index, pos, qid)
                     if training:
-                        tally.note(dropped(unit, NO_MATCHING_ANSWER), file_index, pos, qid)
+                        tally.note(drop(NO_MATCHING_ANSWER, unit), file_index, pos, qid)
                         continue
                 yield QAExample(
                     pos,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from pipelines.counters import Tally, drop
 from pipelines.read import InputError, iter_text_lines, read_chunks
 from pipelines.runner import UsageError
 from pipelines.tasks.read import (
@@ -25,11 +26,9 @@ from pipelines.tasks.read import (
     UNBALANCED_QUOTE,
     WRONG_COLUMN_COUNT,
     TextRow,
-    dropped,
     file_lines,
     where,
 )
-from pipelines.tasks.tally import Tally
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,15 +149,15 @@ def parse_table(
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
-                tally.note(dropped(unit, MALFORMED_JSON), file_index, n, where(path, n))
+                tally.note(drop(MALFORMED_JSON, unit), file_index, n, where(path, n))
                 continue
             values = _json_values(obj, layout)
             if values is None:
-                tally.note(dropped(unit, MISSING_FIELD), file_index, n, where(path, n))
+                tally.note(drop(MISSING_FIELD, unit), file_index, n, where(path, n))
                 continue
             a, b, label = values
             if not isinstance(a, str) or (layout.pair and not isinstance(b, str)):
-                tally.note(dropped(unit, EMPTY_TEXT), file_index, n, where(path, n))
+                tally.note(drop(EMPTY_TEXT, unit), file_index, n, where(path, n))
                 continue
             label = None if label is None else _label_text(label)
         else:
@@ -175,19 +174,19 @@ def parse_table(
                     raise InputError(f"{where(path, n)}: {expected} fields, fewer than the columns asked for")
             tally.add(f"{unit}_read")
             if len(fields) != expected:
-                tally.note(dropped(unit, WRONG_COLUMN_COUNT), file_index, n, where(path, n))
+                tally.note(drop(WRONG_COLUMN_COUNT, unit), file_index, n, where(path, n))
                 continue
             a, b, label = _row_values(fields, positions)
             label = None if label is None else label.strip()
         if not a.strip() or (layout.pair is not None and not b.strip()):
-            tally.note(dropped(unit, EMPTY_TEXT), file_index, n, where(path, n))
+            tally.note(drop(EMPTY_TEXT, unit), file_index, n, where(path, n))
             continue
         if layout.label is not None:
             if not label:
-                tally.note(dropped(unit, MISSING_LABEL), file_index, n, where(path, n))
+                tally.note(drop(MISSING_LABEL, unit), file_index, n, where(path, n))
                 continue
             if layout.regression and not _is_float(label):
-                tally.note(dropped(unit, BAD_REGRESSION_LABEL), file_index, n, where(path, n))
+                tally.note(drop(BAD_REGRESSION_LABEL, unit), file_index, n, where(path, n))
                 continue
         yield TextRow(n, a, b, label)
 
@@ -202,7 +201,7 @@ def _csv_rows(lines: Iterable[str], path: str, file_index: int, tally: Tally) ->
     for n, fields, span in _csv_records(lines):
         if fields is None:
             tally.add("rows_read")
-            tally.note(dropped("rows", UNBALANCED_QUOTE), file_index, n, where(path, n))
+            tally.note(drop(UNBALANCED_QUOTE, "rows"), file_index, n, where(path, n))
             tally.add(LINES_AFTER_BAD_QUOTE, span - 1)
             continue
         yield n, fields

@@ -4,14 +4,14 @@ Shard ``i`` holds the rows of the records whose global index ``g`` (input order:
 position in the file) satisfies ``g * N // total == i``: consecutive ranges, so every window of a record
 lands in the same shard and the shards in order are the input in order. Inside a shard rows are sorted by
 ``row_id``. The bytes therefore depend only on the inputs and parameters, not on the runner or the worker
-count. Files are written atomically and hashed as they stream (``pipelines.shards._HashedOutput``).
+count. Files are written atomically and hashed as they stream (``pipelines.shards.ShardWriter``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.shards import _HashedOutput
+from pipelines.shards import ShardWriter, _HashedOutput
 from pipelines.tasks.features import GLOBAL, Layout, from_wire, to_wire
 from pipelines.tasks.read import RecordBatch
 from schemas import tasks as T
-from schemas.manifest import ShardInfo, shard_name
+from schemas.manifest import shard_name
 
 
 def split_by_shard(t: pa.Table, layout: Layout, num_shards: int) -> dict[int, pa.Table]:
@@ -49,22 +49,28 @@ def order_shard(tables: Sequence[pa.Table]) -> pa.Table:
     return t.combine_chunks()
 
 
-def write_arrow(
-    path: str, relpath: str, t: pa.Table, schema: pa.Schema, *, compression: str, batch_rows: int
-) -> ShardInfo:
-    """``t`` as an Arrow IPC file with ``schema`` (metadata included), written atomically; its ``ShardInfo``."""
-    out = _HashedOutput(path)
-    try:
-        sink = pa.PythonFile(out, mode="w")
-        options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
-        with pa.ipc.new_file(sink, schema, options=options) as writer:
-            if t is not None and t.num_rows:
-                writer.write_table(pa.Table.from_arrays(t.columns, schema=schema), max_chunksize=batch_rows)
-    except BaseException:
-        out.abort()
-        raise
-    out.commit()
-    return ShardInfo(relpath, "arrow", 0 if t is None else t.num_rows, out.size, out.sha.hexdigest())
+class TaskShardWriter(ShardWriter):
+    """Arrow IPC file of task rows with ``schema`` (metadata included): the pretraining shard writer (atomic,
+    hashed as it streams) with the task schema, the whole table in record batches of ``batch_rows``."""
+
+    fmt = "arrow"
+
+    def __init__(self, path: str, relpath: str, schema: pa.Schema, *, compression: str, batch_rows: int) -> None:
+        super().__init__(path, relpath)
+        self.schema = schema
+        self.options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+        self.batch_rows = batch_rows
+
+    def _open(self, out: _HashedOutput) -> None:
+        self._sink = pa.PythonFile(out, mode="w")
+        self._writer = pa.ipc.new_file(self._sink, self.schema, options=self.options)
+
+    def _close(self) -> None:
+        self._writer.close()
+
+    def write(self, t: pa.Table) -> None:
+        self._writer.write_table(pa.Table.from_arrays(t.columns, schema=self.schema), max_chunksize=self.batch_rows)
+        self.count += t.num_rows
 
 
 def shard_stats(t: pa.Table | None, kind: str) -> dict[str, Any]:
@@ -85,42 +91,33 @@ def shard_stats(t: pa.Table | None, kind: str) -> dict[str, Any]:
     return stats
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ShardSpec:
     """What a shard writer needs besides the rows (picklable; the schema is built once labels are known)."""
 
-    def __init__(
-        self,
-        *,
-        output_dir: str,
-        kind: str,
-        num_shards: int,
-        id_type: str,
-        vocab_sha256: str,
-        parameters: dict[str, Any],
-        compression: str,
-        batch_rows: int,
-    ) -> None:
-        self.output_dir = output_dir
-        self.kind = kind
-        self.num_shards = num_shards
-        self.id_type = id_type
-        self.vocab_sha256 = vocab_sha256
-        self.parameters = parameters
-        self.compression = compression
-        self.batch_rows = batch_rows
+    output_dir: str
+    kind: str
+    num_shards: int
+    id_type: str
+    vocab_sha256: str
+    parameters: dict[str, Any]
+    compression: str
+    batch_rows: int
 
     def write(self, shard: int, t: pa.Table | None, labels: Sequence[str]) -> dict[str, Any]:
         schema = T.arrow_schema(self.kind, self.id_type, self.vocab_sha256, self.parameters, labels)
         name = shard_name(self.kind, shard, self.num_shards, "arrow")
-        info = write_arrow(
+        writer = TaskShardWriter(
             FileSystems.join(self.output_dir, name),
             name,
-            t,
             schema,
             compression=self.compression,
             batch_rows=self.batch_rows,
         )
-        return {"shard": shard, "files": [asdict(info)], "stats": shard_stats(t, self.kind)}
+        with writer:
+            if t is not None and t.num_rows:
+                writer.write(t)
+        return {"shard": shard, "files": [asdict(writer.info)], "stats": shard_stats(t, self.kind)}
 
 
 class _AssignShardFn(beam.DoFn):

@@ -13,7 +13,7 @@ import webdataset
 
 from pipelines import counters as C
 from pipelines.config import PretrainingConfig
-from pipelines.pretraining import relative_names, run_pretraining
+from pipelines.pretraining import run_pretraining
 from pipelines.runner import UsageError
 from schemas import pretraining as P
 from schemas import wds
@@ -153,17 +153,6 @@ def test_same_shards_wherever_the_corpus_lives(tmp_path, demo_corpus, demo_vocab
     assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b")
 
 
-def test_relative_names_keep_files_apart():
-    assert relative_names(["/d/wiki/AA/wiki_00", "/d/wiki/AB/wiki_00", "/d/books/a.txt"]) == [
-        "wiki/AA/wiki_00",
-        "wiki/AB/wiki_00",
-        "books/a.txt",
-    ]
-    assert relative_names(["/d/c/x.txt"]) == ["x.txt"]
-    assert relative_names(["gs://b/wiki/a", "gs://b/wiki/b"]) == ["a", "b"]
-    assert relative_names(["gs://b/x", "/local/x"]) == ["gs://b/x", "/local/x"]  # nothing in common
-
-
 def test_seed_changes_the_instances(tmp_path, demo_corpus, demo_vocab):
     files = sorted(demo_corpus.glob("*.txt"))[:20]
     run(files, demo_vocab / "vocab.txt", tmp_path / "a", dupe_factor=1, seed=1)
@@ -234,24 +223,6 @@ def test_manifest_json_is_plain_json(demo_run):
     _, out = demo_run
     d = json.loads((out / MANIFEST_NAME).read_text())
     assert d["format"] == "bertstream.manifest" and d["statistics"]["next_sentence"]["not_next"] > 0.4
-
-
-def test_relative_globs_with_a_wildcard_folder_match(tmp_path, monkeypatch):
-    from pipelines.pretraining import resolve_inputs
-
-    for corpus in ("corpusA", "corpusB"):
-        (tmp_path / corpus / "wiki").mkdir(parents=True)
-        (tmp_path / corpus / "wiki" / "wiki_00").write_text("<doc id=1>\nT\nText.\n</doc>\n")
-    (tmp_path / "linked").symlink_to(tmp_path / "corpusA")
-    monkeypatch.chdir(tmp_path)
-    found = resolve_inputs(["corpus*/wiki/*"], "wikiextractor")
-    assert [f.path for f in found] == [str(tmp_path / c / "wiki" / "wiki_00") for c in ("corpusA", "corpusB")]
-    assert [f.name for f in found] == ["corpusA/wiki/wiki_00", "corpusB/wiki/wiki_00"]
-    assert len(resolve_inputs(["linked/wiki/*", "**/wiki_00"], "wikiextractor")) == 3  # links followed
-    # The same file spelled two ways is one input.
-    assert len(resolve_inputs(["corpusA/wiki/wiki_00", "./corpusA/wiki/../wiki/wiki_00"], "wikiextractor")) == 1
-    with pytest.raises(UsageError, match="matches no files"):
-        resolve_inputs(["corpus*/books/*"], "text")
 
 
 def mixed_real_inputs() -> list[str]:

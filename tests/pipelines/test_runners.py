@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import PretrainingConfig
-from pipelines.pretraining import RunResult, absolute, resolve_inputs, run_pretraining
+from pipelines.inputs import absolute, resolve_inputs
+from pipelines.pretraining import run_pretraining
 from pipelines.runner import UsageError, pipeline_options
+from pipelines.skeleton import RunResult
 from pipelines.vocab import VocabConfig, train_vocab
 from schemas.manifest import MANIFEST_NAME
 from tests.beam_services import REPO, dask_cluster, deadline, portable_services

@@ -175,7 +175,7 @@ def test_grad_accumulation_matches_the_larger_batch(demo_shards, tmp_path):
 
 @pytest.mark.slow
 def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path):
-    from tests.trainer.shard_fixtures import bert_like_vocab, make_instances, write_dataset
+    from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
 
     # Deliberately uneven shards: every rank must still run the same number of steps (no DDP hang).
     data = tmp_path / "uneven"

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
+from pipelines.counters import Tally
 from pipelines.read import InputError
 from pipelines.runner import UsageError
 from pipelines.tasks import conll as CN
 from pipelines.tasks import read as R
-from pipelines.tasks.tally import Tally
 from tests.conftest import shared_path
 
 CONLL = """-DOCSTART- -X- -X- O

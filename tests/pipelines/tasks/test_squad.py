@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipelines.counters import Tally
 from pipelines.tasks import squad_json as SJ
 from pipelines.tasks.pipeline import run_squad
 from pipelines.tasks.squad import answer_tokens, max_context, plan_spans
-from pipelines.tasks.tally import Tally
 from schemas import tasks as T
 from tests.conftest import shared_path
 from tests.pipelines.tasks.conftest import read_examples, read_rows

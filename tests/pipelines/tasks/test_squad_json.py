@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from pipelines.counters import Tally
 from pipelines.read import InputError
 from pipelines.tasks import squad_json as SJ
-from pipelines.tasks.tally import Tally
 
 CONTEXT = "The Broncos beat the  Panthers in Super Bowl 50.\nDenver won 24 to 10."
 

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
+from pipelines.counters import Tally
 from pipelines.runner import UsageError
 from pipelines.tasks import read as R
 from pipelines.tasks import tables as TB
 from pipelines.tasks.glue import PRESETS, resolve
-from pipelines.tasks.tally import Tally
 from tests.conftest import shared_path
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from schemas.synthetic import Instances, bert_like_vocab, make_instances, write_dataset
 from schemas.vocab import Vocab
-from tests.trainer.shard_fixtures import Instances, bert_like_vocab, make_instances, write_dataset
 
 # Uneven on purpose: a 5-instance shard, an empty one, and record batches that do not divide counts.
 UNEVEN_COUNTS = (37, 120, 5, 0, 88, 61)

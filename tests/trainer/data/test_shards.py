@@ -10,10 +10,10 @@ import webdataset
 
 from schemas import wds
 from schemas.manifest import Manifest
+from schemas.synthetic import Instances, bert_like_vocab, make_instances, write_arrow, write_dataset
 from schemas.version import SchemaError
 from schemas.vocab import Vocab
 from tests.trainer.data.conftest import Dataset
-from tests.trainer.shard_fixtures import Instances, bert_like_vocab, make_instances, write_arrow, write_dataset
 from trainer.data.refs import ShardError, ShardRef
 from trainer.data.shards import ShardData, open_shard
 

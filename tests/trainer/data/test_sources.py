@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
 from schemas.version import SchemaError
 from schemas.vocab import VocabMismatchError
 from tests.trainer.data.conftest import Dataset
-from tests.trainer.shard_fixtures import bert_like_vocab, make_instances, write_dataset
 from trainer.data.refs import ShardError
 from trainer.data.sources import open_catalog
 

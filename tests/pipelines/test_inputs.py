@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import pytest
+
+from pipelines.inputs import relative_names, resolve_inputs
+from pipelines.runner import UsageError
+
+
+def test_relative_names_keep_files_apart():
+    assert relative_names(["/d/wiki/AA/wiki_00", "/d/wiki/AB/wiki_00", "/d/books/a.txt"]) == [
+        "wiki/AA/wiki_00",
+        "wiki/AB/wiki_00",
+        "books/a.txt",
+    ]
+    assert relative_names(["/d/c/x.txt"]) == ["x.txt"]
+    assert relative_names(["gs://b/wiki/a", "gs://b/wiki/b"]) == ["a", "b"]
+    assert relative_names(["gs://b/x", "/local/x"]) == ["gs://b/x", "/local/x"]  # nothing in common
+
+
+def test_relative_globs_with_a_wildcard_folder_match(tmp_path, monkeypatch):
+    for corpus in ("corpusA", "corpusB"):
+        (tmp_path / corpus / "wiki").mkdir(parents=True)
+        (tmp_path / corpus / "wiki" / "wiki_00").write_text("<doc id=1>\nT\nText.\n</doc>\n")
+    (tmp_path / "linked").symlink_to(tmp_path / "corpusA")
+    monkeypatch.chdir(tmp_path)
+    found = resolve_inputs(["corpus*/wiki/*"], "wikiextractor")
+    assert [f.path for f in found] == [str(tmp_path / c / "wiki" / "wiki_00") for c in ("corpusA", "corpusB")]
+    assert [f.name for f in found] == ["corpusA/wiki/wiki_00", "corpusB/wiki/wiki_00"]
+    assert len(resolve_inputs(["linked/wiki/*", "**/wiki_00"], "wikiextractor")) == 3  # links followed
+    # The same file spelled two ways is one input.
+    assert len(resolve_inputs(["corpusA/wiki/wiki_00", "./corpusA/wiki/../wiki/wiki_00"], "wikiextractor")) == 1
+    with pytest.raises(UsageError, match="matches no files"):
+        resolve_inputs(["corpus*/books/*"], "text")
