@@ -108,7 +108,9 @@ def iter_tar_samples(data: bytes) -> Iterator[tuple[str, bytes]]:
     with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as tar:
         for member in tar:
             if member.isfile():
-                yield member.name, tar.extractfile(member).read()
+                f = tar.extractfile(member)
+                assert f is not None  # a regular file always has contents
+                yield member.name, f.read()
 
 
 # WebDataset samples per record batch when a dataset has no Arrow shards.

@@ -269,7 +269,8 @@ def reference_unit_instances(
     doc_sent = pool.doc_sent.tolist()
     sent_tok = pool.sent_tok.tolist()
     keys = pool.doc_keys.tolist()
-    ids, rows = [], []
+    ids: list[int] = []
+    rows: list = []
     for d in range(doc_start, doc_end):
         key = keys[d]
         inst = document_instances(d, document_rng(key, pass_index), doc_sent, sent_tok, max_num_tokens, short_seq_prob)

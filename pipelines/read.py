@@ -34,9 +34,10 @@ import json
 import lzma
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
+from typing import IO
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -231,7 +232,9 @@ def parse_text(lines: Iterable[Line], path: str, counters: Counter, strip_gutenb
     """One document per book. A file may hold several Gutenberg books: each ``*** START`` after an ``*** END``
     starts another book (id ``path:offset`` of its START line; the first keeps the id ``path``). Header and
     licence lines cut at the markers are counted, never dropped silently."""
-    doc_id, paragraphs, current, kept = path, [], [], 0  # kept: non-blank lines of the book so far
+    paragraphs: list[str] = []
+    current: list[str] = []
+    doc_id, kept = path, 0  # kept: non-blank lines of the book so far
     after_end, yielded = False, False
     for offset, line in lines:
         s = line.strip()
@@ -370,6 +373,7 @@ def _decompressed(raw, path: str, block_bytes: int) -> Iterator[bytes]:
         if in_frame:
             raise EOFError("zstd stream ended inside a frame (truncated file)")
         return
+    f: IO[bytes] | gzip.GzipFile
     if lower.endswith((".gz", ".gzip")):
         f = gzip.GzipFile(fileobj=raw, mode="rb")
     elif lower.endswith(".bz2"):
@@ -382,7 +386,7 @@ def _decompressed(raw, path: str, block_bytes: int) -> Iterator[bytes]:
         yield chunk
 
 
-def read_chunks(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+def read_chunks(path: str, block_bytes: int = BLOCK_BYTES) -> Generator[bytes, None, None]:
     """Raw (decompressed) bytes of a file on any Beam filesystem; failures name the file."""
     try:
         with FileSystems.open(path, compression_type="uncompressed") as raw:

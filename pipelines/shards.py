@@ -125,10 +125,12 @@ class ArrowShardWriter(ShardWriter):
         self._writer = pa.ipc.new_file(self._sink, self.schema, options=self.options)
 
     def _close(self) -> None:
+        assert self._writer is not None
         self._writer.close()
 
     def write(self, batch: InstanceBatch) -> None:
         table = to_arrow(batch, self.schema, self.id_type)
+        assert self._writer is not None, "write() outside the writer's with-block"
         self._writer.write_table(table, max_chunksize=self.batch_rows)
         self.count += len(batch)
 

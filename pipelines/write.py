@@ -62,7 +62,7 @@ def shard_writers(
     compression: str,
     batch_rows: int,
 ) -> list:
-    writers = []
+    writers: list[ArrowShardWriter | WebDatasetShardWriter] = []
     for fmt in formats:
         name = shard_name(SHARD_PREFIX, shard, num_shards, fmt)
         path = FileSystems.join(output_dir, name)

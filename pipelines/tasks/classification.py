@@ -76,6 +76,7 @@ class RowFeaturizer:
                 continue
             label = None
             if self.labeled:
+                assert row.label is not None  # a labelled layout drops rows without one when reading
                 if self.kind == T.REGRESSION:
                     label = float(row.label)
                 elif row.label in label_id:

@@ -35,6 +35,7 @@ def parse_articles(text: str | None) -> tuple[int, int | None] | None:
         return None
     m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", text)
     check(m is not None, "articles", f"must be START:END with non-negative integers (e.g. 0:40), got {text!r}")
+    assert m is not None  # for the type checker: check() raised otherwise
     start = int(m.group(1)) if m.group(1) else 0
     end = int(m.group(2)) if m.group(2) else None
     check(end is None or end > start, "articles", f"END must be greater than START, got {text!r}")

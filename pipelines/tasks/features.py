@@ -162,6 +162,7 @@ class _FeaturizeFn(beam.DoFn):
 
     def process(self, batch: RecordBatch, labels: list[str], layout: Layout) -> Iterator:
         tally = Tally()
+        assert self.featurize is not None, "setup() runs before process()"
         out = self.featurize(batch, labels, layout, tally)
         tally.report()
         if out.num_rows:

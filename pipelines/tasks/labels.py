@@ -94,7 +94,7 @@ def plan_labels(
             f"split {split!r} is not a training split: its label ids must be the training "
             "split's; pass --label-set-from TRAIN_DIR (or --labels)",
         )
-    if kind == T.NER and OUTSIDE not in plan.labels:
+    if kind == T.NER and plan.labels is not None and OUTSIDE not in plan.labels:
         raise UsageError("labels", f"an NER label set must include {OUTSIDE!r}, got {list(plan.labels)}")
     return plan
 

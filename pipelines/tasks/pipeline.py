@@ -62,7 +62,9 @@ def infer_split(paths: list[str]) -> str:
             f"cannot tell the split from the file names {[os.path.basename(p) for p in paths][:4]}; "
             "pass --split NAME (train for a training split)",
         )
-    return found.pop()
+    split = found.pop()
+    assert split is not None  # refused above
+    return split
 
 
 def is_training(split: str) -> bool:
@@ -219,7 +221,7 @@ def run_classification(
         if input_format not in (None, "tsv"):
             raise UsageError("format", f"GLUE files are tsv, got --format {input_format}")
         preset = G.PRESETS[glue]
-        layouts = {G.resolve(preset, first_line(f.path, "tsv") or [], f.path) for f in files}
+        layouts = {G.resolve(preset, _fields(first_line(f.path, "tsv")), f.path) for f in files}
         if len(layouts) != 1:
             raise UsageError(
                 "input", f"the inputs mix GLUE {glue} layouts (labeled and test files?): {sorted(map(str, layouts))}"
@@ -427,6 +429,11 @@ def run_squad(
         options,
         list(beam_args or []),
     )
+
+
+def _fields(first: list[str] | dict | None) -> list[str]:
+    """A tsv file's first line as fields (a tsv never yields a JSON object)."""
+    return first if isinstance(first, list) else []
 
 
 def _head(path: str) -> list[bytes]:

@@ -113,7 +113,7 @@ class ExampleFeaturizer:
             tokens = None if ex.span is None else answer_tokens(offsets, ex.span)
             if ex.span is not None and tokens is None:
                 tally.note("answers_without_tokens", batch.file_index, ex.ordinal, ex.qid)
-            if tokens is not None:
+            if tokens is not None and ex.span is not None:
                 text = ex.context[offsets[tokens[0], 0] : offsets[tokens[1], 1]]
                 if normalize_ws(text) != normalize_ws(ex.context[ex.span[0] : ex.span[1]]):
                     tally.note("answers_not_on_token_boundary", batch.file_index, ex.ordinal, ex.qid)

@@ -124,7 +124,7 @@ def parse_squad(
                 seen.add(qid)
                 impossible = bool(qa.get("is_impossible", False))
                 answers = [a for a in (qa.get("answers") or []) if isinstance(a, dict)]
-                texts = [a.get("text") if isinstance(a.get("text"), str) else "" for a in answers]
+                texts: list[str] = [t if isinstance(t := a.get("text"), str) else "" for a in answers]
                 starts = [a.get("answer_start") for a in answers]
                 span = None
                 for text, start in zip(texts, starts):

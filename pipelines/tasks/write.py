@@ -117,6 +117,7 @@ class ShardSpec:
         with writer:
             if t is not None and t.num_rows:
                 writer.write(t)
+        assert writer.info is not None  # set when the with-block closes the shard
         return {"shard": shard, "files": [asdict(writer.info)], "stats": shard_stats(t, self.kind)}
 
 

@@ -117,7 +117,9 @@ class BertForQuestionAnswering(nn.Module):
 def load_encoder_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
     """Copy the ``bert.*`` tensors of ``state`` into ``model.bert``; every encoder weight must be there."""
     encoder = {k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")}
-    expected = model.bert.state_dict()
+    bert = model.bert
+    assert isinstance(bert, nn.Module)
+    expected = bert.state_dict()
     missing = sorted(set(expected) - set(encoder))
     if missing:
         raise ValueError(
@@ -128,4 +130,4 @@ def load_encoder_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
         if k in expected and v.shape != expected[k].shape:
             raise ValueError(f"bert.{k} has shape {tuple(v.shape)}, the model expects {tuple(expected[k].shape)}")
     with torch.no_grad():
-        model.bert.load_state_dict({k: encoder[k] for k in expected}, strict=True)
+        bert.load_state_dict({k: encoder[k] for k in expected}, strict=True)
