@@ -6,20 +6,25 @@ by MinHash over word n-grams). In every group of duplicates the document with th
 (ids compare as ``(name, byte offset)``, see :func:`id_order`); each drop is counted under
 ``documents_dropped.exact_duplicate`` or ``documents_dropped.near_duplicate``.
 
-MinHash: a document's words (``\\w+`` after ``casefold``) make its set of ``ngram``-word shingles, each a
-64-bit hash; ``NUM_PERM`` hash functions ``a*x + b mod 2**64`` (``a``, ``b`` derived from the run's seed)
-give the signature, the minimum of each over the shingles (NumPy, a block of shingles at a time). The
-signature is cut into ``bands`` bands of ``rows`` rows (:func:`lsh_params`, derived from the threshold);
-two documents are candidates when one band is equal. Candidates are verified on an 8-bit sketch of their
-signatures (b-bit minwise hashing, Li & Koenig 2010): the estimated Jaccard must reach the threshold.
+MinHash: a document's words (runs of letters and digits after ``casefold``) make its set of ``ngram``-word
+shingles, each a 64-bit hash; ``NUM_PERM`` hash functions ``a*x + b mod 2**64`` (``a``, ``b`` derived from
+the run's seed) give the signature, the minimum of each over the shingles. The signature is cut into
+``bands`` bands of ``rows`` rows (:func:`lsh_params`, derived from the threshold); two documents are
+candidates when one band is equal. Candidates are verified on an 8-bit sketch of their signatures (b-bit
+minwise hashing, Li & Koenig 2010): the estimated Jaccard must reach the threshold. The hashing runs in a
+numba kernel (``pipelines.kernels.minhash``, ~25 MB/s per core), pinned to the readable reference here
+(:func:`reference_document_hashes`: the regex, a Python loop per character, NumPy per document, ~1.2 MB/s);
+datasketch's ``MinHash.bulk`` measured ~1 MB/s on the same text (``benchmarks/dedup_quality.py``).
 
 The text never goes through a shuffle. ``Sign`` turns each batch into small entries -- (band, key, the
 document's position in a local id table) plus the id table and the sketches -- and spills them, one section
 per partition of the key space, to files in the run's work directory (:mod:`pipelines.spill`); only the
-references are grouped; the batches themselves wait in spill files too. ``Resolve`` reads one partition's sections and finds the duplicates in it; the
-``(removed id, kept id, kind)`` records (few: one per duplicate) are merged per document and reach
-``Filter`` as a side input, which drops the documents from their batches. A partition holds about
-``1 / partitions`` of the entries (~140 bytes per document and band), whatever the corpus size.
+references are grouped, and the batches themselves wait in spill files too. ``Resolve`` reads one
+partition's sections and finds the duplicates in it; the ``(removed id, kept id, kind)`` records (few: one
+per duplicate) are merged per document and reach ``Filter`` as a side input (held by each worker: ~100
+bytes per removed document), which drops the documents from their batches. The entries take ~2.5 KB per
+document on disk (1 + bands entries, and each partition's copy of the document's id and sketch); a
+``Resolve`` worker holds one partition's share, ``1 / partitions`` of them, whatever the corpus size.
 
 Resolution (deterministic for any worker count and any partition count, since a bucket -- the documents
 that share one band key, or one exact hash -- lies inside one partition): members of a bucket are taken in
@@ -37,7 +42,6 @@ import json
 import math
 import re
 import struct
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
@@ -48,7 +52,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import counters as C
-from pipelines.hashing import GOLDEN, hash64, mix64_array
+from pipelines.hashing import GOLDEN, MASK64, hash64, mix64, mix64_array
 from pipelines.read import Document, DocumentBatch
 from pipelines.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
 
@@ -64,9 +68,11 @@ SHINGLE_BLOCK = 1024  # shingles hashed at a time (1 MB of values: in cache; a b
 FP_WEIGHT, FN_WEIGHT = 0.1, 0.9
 BYTES_PER_PARTITION = 256 << 20  # input text per partition of the dedup shuffle
 
-_WORD = re.compile(r"[^\W_]+")  # letters and digits: "_" is punctuation too
+_WORD = re.compile(r"[^\W_]+")  # letters and digits (str.isalnum): "_" is punctuation too
+WORD_K = hash64("word-hash") | 1  # the polynomial word hash's base (odd)
+MAX_NGRAM = 64
 # Odd multipliers of a shingle's word positions (position 0: 1).
-_POSITION = [1] + [hash64("shingle-position", k) | 1 for k in range(1, 65)]
+POSITION = np.asarray([1] + [hash64("shingle-position", k) | 1 for k in range(1, MAX_NGRAM)], dtype=np.uint64)
 
 # (removed id, (kept id it duplicates, kind))
 Removal = tuple[str, tuple[str, str]]
@@ -90,8 +96,8 @@ def document_text(doc: Document) -> str:
 
 
 def exact_hash(text: str) -> int:
-    """64-bit hash of the normalised text: equal for exact duplicates."""
-    return hash64("exact", normalise(text))
+    """64-bit hash of the normalised text (its words in order): equal for exact duplicates."""
+    return exact_fold(word_hashes(words(text)))
 
 
 def id_order(doc_id: str) -> tuple[str, int]:
@@ -107,20 +113,45 @@ def dedup_partitions(input_bytes: int) -> int:
     return int(min(4096, max(8, math.ceil(input_bytes / BYTES_PER_PARTITION))))
 
 
-def shingles(ws: Sequence[str], ngram: int) -> np.ndarray:
-    """uint64 [S]: the hashes of the ``ngram``-word shingles, in text order, repeats included (a minimum does
-    not care; a shorter text is one shingle, a text without words none). Words hash by CRC-32 (C speed),
-    spread by SplitMix64; a shingle is ``mix64`` of its words' hashes times a distinct odd constant per
-    position, summed (order matters: "a b" and "b a" differ)."""
-    if not ws:
+def word_hashes(ws: Sequence[str]) -> np.ndarray:
+    """uint64 [W]: ``mix64(sum(ord(c) * WORD_K**i))`` over each word's characters (mod 2**64): a polynomial
+    hash, which the kernel computes over code points with the same wrapping arithmetic."""
+    out = []
+    for w in ws:
+        h, p = 0, 1
+        for c in w:
+            h = (h + ord(c) * p) & MASK64
+            p = (p * WORD_K) & MASK64
+        out.append(h)
+    return mix64_array(np.asarray(out, dtype=np.uint64))
+
+
+def exact_fold(wh: np.ndarray) -> int:
+    """A text's exact hash from its word hashes: ``mix64`` of the sum of ``mix64(h ^ position * GOLDEN)``
+    and the word count (order matters)."""
+    with np.errstate(over="ignore"):
+        pos = np.arange(len(wh), dtype=np.uint64) * np.uint64(GOLDEN)
+        total = int(mix64_array(wh ^ pos).sum(dtype=np.uint64)) if len(wh) else 0
+    return mix64((total + len(wh)) & MASK64)
+
+
+def text_shingles(text: str, ngram: int) -> np.ndarray:
+    """uint64 [S]: :func:`shingles` of a text's words."""
+    return shingles(word_hashes(words(text)), ngram)
+
+
+def shingles(wh: np.ndarray, ngram: int) -> np.ndarray:
+    """uint64 [S]: the hashes of the ``ngram``-word shingles of a text's word hashes, in text order, repeats
+    included (a minimum does not care); a shorter text is one shingle, a text without words none. A shingle
+    is ``mix64`` of its word hashes times a distinct odd constant per position, summed (order matters)."""
+    if not len(wh):
         return np.zeros(0, np.uint64)
-    h = mix64_array(np.fromiter((zlib.crc32(w.encode("utf-8")) for w in ws), dtype=np.uint64, count=len(ws)))
-    n = min(ngram, len(ws))
-    m = len(ws) - n + 1
-    acc = h[:m].copy()
+    n = min(ngram, len(wh))
+    m = len(wh) - n + 1
+    acc = wh[:m].copy()
     with np.errstate(over="ignore"):
         for k in range(1, n):
-            acc += h[k : k + m] * np.uint64(_POSITION[k])
+            acc += wh[k : k + m] * POSITION[k]
     return mix64_array(acc)
 
 
@@ -238,30 +269,70 @@ def decode_parts(data: bytes) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarr
         yield bands, keys, docs, ids, sk
 
 
+def reference_document_hashes(
+    texts: Sequence[str], ngram: int, a: np.ndarray, b: np.ndarray, minhash: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(word counts int64 [D], exact hashes uint64 [D], signatures uint64 [D, P] or [D, 0]) of texts: the
+    readable definition that ``pipelines.kernels.minhash.document_hashes`` is pinned to."""
+    counts, exact, sigs = [], [], []
+    for t in texts:
+        wh = word_hashes(words(t))
+        counts.append(len(wh))
+        exact.append(exact_fold(wh))
+        if minhash:
+            sigs.append(signature(shingles(wh, ngram), a, b))
+    sig = np.stack(sigs) if sigs else np.zeros((len(texts), 0), np.uint64)
+    return np.asarray(counts, np.int64), np.asarray(exact, np.uint64), sig
+
+
+def document_hashes(
+    texts: Sequence[str], ngram: int, a: np.ndarray, b: np.ndarray, minhash: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`reference_document_hashes`, compiled (~10x faster), once the process has done some work."""
+    from pipelines.kernels import switch
+
+    return switch.run(_compiled_hashes, reference_document_hashes, texts, ngram, a, b, minhash)
+
+
+def _compiled_hashes(texts: Sequence[str], ngram: int, a: np.ndarray, b: np.ndarray, minhash: bool):
+    from pipelines.kernels import minhash as kernel  # numba's import only in processes that sign
+    from pipelines.kernels import readonly
+
+    folded = [t.casefold() for t in texts]
+    # Code points, documents separated by a newline (not a word character); offsets in code points.
+    cps = np.frombuffer("\n".join(folded).encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    starts = np.cumsum([0] + [len(f) + 1 for f in folded], dtype=np.int64)
+    return kernel.document_hashes(
+        readonly(cps, np.uint32),
+        readonly(starts),
+        readonly(kernel.word_table()),
+        np.uint64(WORD_K),
+        readonly(POSITION),
+        int(ngram),
+        readonly(a, np.uint64),
+        readonly(b, np.uint64),
+        bool(minhash),
+    )
+
+
 def sign_batch(
     documents: Sequence[Document], mode: str, ngram: int, threshold: float, seed: int, partitions: int
 ) -> dict[int, bytes]:
     """A batch's entries, one encoded part per partition they fall in. Documents without words take no part
     (they are dropped later as empty, counted)."""
-    ids, exact, sigs = [], [], []
     a, b = permutations(seed)
-    for doc in documents:
-        ws = words(document_text(doc))
-        if not ws:
-            continue
-        ids.append(doc.doc_id)
-        exact.append(hash64("exact", " ".join(ws)))
-        if mode == "minhash":
-            sigs.append(signature(shingles(ws, ngram), a, b))
-    if not ids:
+    counts, exact, sigs = document_hashes([document_text(d) for d in documents], ngram, a, b, mode == "minhash")
+    has_words = np.flatnonzero(counts > 0)
+    if not len(has_words):
         return {}
+    ids = [documents[i].doc_id for i in has_words.tolist()]
     n = len(ids)
-    keys = [np.asarray(exact, dtype=np.uint64)]
+    keys = [exact[has_words]]
     bands = [np.full(n, EXACT_BAND, dtype=np.int32)]
     docs = [np.arange(n, dtype=np.uint32)]
     sk = np.zeros((n, 0), np.uint8)
     if mode == "minhash":
-        matrix = np.stack(sigs)  # [D, P]
+        matrix = sigs[has_words]  # [D, P]
         nb, rows = lsh_params(threshold)
         bk = band_keys(matrix, nb, rows, seed)  # [D, bands]
         keys.append(bk.ravel())
