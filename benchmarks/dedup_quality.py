@@ -19,8 +19,11 @@ the year in the Gregorian calendar.", J = 0.78 to one another).
 Removals come from the stage's own functions over the same documents (the pipeline lists only a sample of
 ids); the pipeline's counters must agree with them.
 
-Cost: ``bertprep pretraining`` on the ``spans`` corpus with ``--dedup none`` and ``--dedup minhash``
-(defaults otherwise, dupe factor 10), wall time each; the dedup fraction is (with - without) / with.
+Cost: ``bertprep pretraining`` with ``--dedup none`` and ``--dedup minhash`` (defaults otherwise, dupe
+factor 10), the best wall time of interleaved runs each, on the ``spans`` corpus (the duplicates removed
+also save work downstream, so the difference understates the stage's cost) and on the original articles
+alone (nothing much removed: the difference is the stage's cost); the dedup fraction is (with - without) /
+with. Also the stage's own work on one core (its functions over the same batches, Beam excluded).
 Also the signing kernel alone on one core (NumPy), beside datasketch's ``MinHash.bulk`` when installed.
 
     python benchmarks/dedup_quality.py                 # everything (~5 min on 2 busy cores)
@@ -232,26 +235,33 @@ def main() -> None:
 
             train_vocab([str(WIKI / "wiki_0[0-3]")], Path(tmp) / "vocab", VocabConfig(input_format="wikiextractor"))
             vocab = str(Path(tmp) / "vocab" / "vocab.txt")
-        # Interleaved pairs, the faster of each: on a shared machine one run can be slowed by others' work.
-        times: dict[str, list[float]] = {"none": [], "minhash": []}
-        for k in range(args.repeats):
-            for mode in ("none", "minhash"):
-                seconds, counters = pipeline(d, vocab, Path(tmp) / f"{mode}{k}", mode, args.dupe)
-                times[mode].append(seconds)
-        without, with_ = min(times["none"]), min(times["minhash"])
-        expected = Counter(kind for _, kind in removals_of(all_docs, 0.8, args.seed).values())
-        got = {k: counters.get(f"documents_dropped.{k}_duplicate", 0) for k in ("exact", "near")}
-        assert got == dict(expected), f"pipeline counters {got} != the stage's functions {dict(expected)}"
-        stage = stage_seconds(all_docs, args.seed)
-        print(
-            f"pipeline (spans corpus, dupe {args.dupe}, best of {args.repeats}): none {without:.1f} s, "
-            f"minhash {with_:.1f} s (all runs: {times}); (with - without) / with = {(with_ - without) / with_:.3f} "
-            f"(the duplicates removed also save work downstream); removed {got}"
-        )
-        print(
-            f"the stage's own work on one core: {stage:.2f} s = {stage / with_:.3f} of the minhash run's wall "
-            f"time ({len(all_docs)} documents)"
-        )
+        clean = Path(tmp) / "clean"  # the original articles only: dedup finds 10 and saves nothing downstream
+        clean.mkdir()
+        for f in files:
+            os.symlink(f, clean / f.name)
+        for name, folder in (("spans", d), ("clean", clean)):
+            # Interleaved pairs, the faster of each: on a shared machine one run can be slowed by others' work.
+            times: dict[str, list[float]] = {"none": [], "minhash": []}
+            for k in range(args.repeats):
+                for mode in ("none", "minhash"):
+                    seconds, counters = pipeline(folder, vocab, Path(tmp) / f"{name}-{mode}{k}", mode, args.dupe)
+                    times[mode].append(round(seconds, 1))
+            without, with_ = min(times["none"]), min(times["minhash"])
+            docs_in = all_docs if name == "spans" else docs
+            expected = Counter(kind for _, kind in removals_of(docs_in, 0.8, args.seed).values())
+            got = {k: counters.get(f"documents_dropped.{k}_duplicate", 0) for k in ("exact", "near")}
+            assert got == {k: expected.get(k, 0) for k in got}, f"pipeline {got} != the stage's functions {expected}"
+            print(
+                f"pipeline ({name} corpus, dupe {args.dupe}, best of {args.repeats}): none {without:.1f} s, "
+                f"minhash {with_:.1f} s {times}; (with - without) / with = {(with_ - without) / with_:.3f}; "
+                f"removed {got}"
+            )
+            if name == "spans":
+                stage = stage_seconds(all_docs, args.seed)
+                print(
+                    f"the stage's own work on one core: {stage:.2f} s = {stage / with_:.3f} of the minhash run's "
+                    f"wall time ({len(all_docs)} documents)"
+                )
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ the run's seed) give the signature, the minimum of each over the shingles. The s
 ``bands`` bands of ``rows`` rows (:func:`lsh_params`, derived from the threshold); two documents are
 candidates when one band is equal. Candidates are verified on an 8-bit sketch of their signatures (b-bit
 minwise hashing, Li & Koenig 2010): the estimated Jaccard must reach the threshold. The hashing runs in a
-numba kernel (``pipelines.kernels.minhash``, ~25 MB/s per core), pinned to the readable reference here
+numba kernel (``pipelines.kernels.minhash``, 13-25 MB/s per core), pinned to the readable reference here
 (:func:`reference_document_hashes`: the regex, a Python loop per character, NumPy per document, ~1.2 MB/s);
-datasketch's ``MinHash.bulk`` measured ~1 MB/s on the same text (``benchmarks/dedup_quality.py``).
+datasketch's ``MinHash.bulk`` measured ~1.3 MB/s on the same text (``benchmarks/dedup_quality.py``).
 
 The text never goes through a shuffle. ``Sign`` turns each batch into small entries -- (band, key, the
 document's position in a local id table) plus the id table and the sketches -- and spills them, one section
@@ -45,7 +45,7 @@ import struct
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -66,6 +66,7 @@ SHINGLE_BLOCK = 1024  # shingles hashed at a time (1 MB of values: in cache; a b
 # Weights of the false-positive and false-negative areas under the LSH S-curve: every candidate is verified
 # on its sketch, so a false positive costs one comparison and a false negative a missed duplicate.
 FP_WEIGHT, FN_WEIGHT = 0.1, 0.9
+SMALL_SHINGLES = 16  # a document with fewer shingles sends them (up to 128 bytes: a sketch's size)
 BYTES_PER_PARTITION = 256 << 20  # input text per partition of the dedup shuffle
 
 _WORD = re.compile(r"[^\W_]+")  # letters and digits (str.isalnum): "_" is punctuation too
@@ -223,34 +224,54 @@ def partition_of(keys: np.ndarray, partitions: int) -> np.ndarray:
 
 
 # --- entries: what one batch sends to the shuffle -------------------------------------------------------
-# A part: header (entries M, documents D, id bytes L, P), band int32 [M], key uint64 [M], doc uint32 [M]
-# (position in the part's id table), id lengths uint32 [D], ids (UTF-8) [L], padding to 8, sketches uint8 [D, P].
-_PART = struct.Struct("<IIII")
+# A part: header (entries M, documents D, id bytes L, P, small shingles S), band int32 [M], key uint64 [M],
+# doc uint32 [M] (position in the part's id table), id lengths uint32 [D], ids (UTF-8) [L], padding to 8,
+# small-set sizes uint8 [D] (0: not small), padding to 8, small sets' shingles uint64 [S], sketches uint8 [D, P].
+_PART = struct.Struct("<IIIII")
 
 
-def encode_part(bands: np.ndarray, keys: np.ndarray, docs: np.ndarray, ids: list[str], sk: np.ndarray) -> bytes:
-    raw = [i.encode("utf-8") for i in ids]
+class Part(NamedTuple):
+    bands: np.ndarray  # int32 [M]
+    keys: np.ndarray  # uint64 [M]
+    docs: np.ndarray  # uint32 [M], into ids
+    ids: list[str]  # [D]
+    sketches: np.ndarray  # uint8 [D, P]
+    small: list[np.ndarray | None]  # [D]: the distinct shingles of a small document, else None
+
+
+def _pad8(n: int) -> bytes:
+    return b"\0" * (-n % 8)
+
+
+def encode_part(part: Part) -> bytes:
+    raw = [i.encode("utf-8") for i in part.ids]
     joined = b"".join(raw)
-    pad = b"\0" * (-len(joined) % 8)
+    sizes = np.asarray([0 if x is None else len(x) for x in part.small], dtype=np.uint8)
+    values = [x for x in part.small if x is not None]
+    shingled = np.concatenate(values).astype("<u8") if values else np.zeros(0, "<u8")
+    sk = np.ascontiguousarray(part.sketches, dtype=np.uint8)
     return b"".join(
         (
-            _PART.pack(len(keys), len(ids), len(joined), sk.shape[1] if sk.ndim == 2 else 0),
-            bands.astype("<i4").tobytes(),
-            keys.astype("<u8").tobytes(),
-            docs.astype("<u4").tobytes(),
+            _PART.pack(len(part.keys), len(raw), len(joined), sk.shape[1], len(shingled)),
+            part.bands.astype("<i4").tobytes(),
+            part.keys.astype("<u8").tobytes(),
+            part.docs.astype("<u4").tobytes(),
             np.asarray([len(r) for r in raw], dtype="<u4").tobytes(),
             joined,
-            pad,
-            np.ascontiguousarray(sk, dtype=np.uint8).tobytes(),
+            _pad8(len(joined)),
+            sizes.tobytes(),
+            _pad8(len(sizes)),
+            shingled.tobytes(),
+            sk.tobytes(),
         )
     )
 
 
-def decode_parts(data: bytes) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray]]:
-    """The parts of a byte string of parts back to back: (bands, keys, docs, ids, sketches) each."""
+def decode_parts(data: bytes) -> Iterator[Part]:
+    """The parts of a byte string of parts back to back."""
     at = 0
     while at < len(data):
-        m, d, nbytes, p = _PART.unpack_from(data, at)
+        m, d, nbytes, p, ns = _PART.unpack_from(data, at)
         at += _PART.size
         bands = np.frombuffer(data, "<i4", m, at)
         at += 4 * m
@@ -264,9 +285,35 @@ def decode_parts(data: bytes) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarr
         at += nbytes + (-nbytes % 8)
         ends = np.cumsum(lengths)
         ids = [joined[e - n : e].decode("utf-8") for e, n in zip(ends.tolist(), lengths.tolist())]
+        sizes = np.frombuffer(data, np.uint8, d, at).tolist()
+        at += d + (-d % 8)
+        values = np.frombuffer(data, "<u8", ns, at)
+        at += 8 * ns
+        small: list[np.ndarray | None] = []
+        k = 0
+        for n in sizes:
+            small.append(values[k : k + n] if n else None)
+            k += n
         sk = np.frombuffer(data, np.uint8, d * p, at).reshape(d, p)
         at += d * p
-        yield bands, keys, docs, ids, sk
+        yield Part(bands, keys, docs, ids, sk, small)
+
+
+def similarity(sk: np.ndarray, small: list[np.ndarray | None], m: int, others: list[int]) -> np.ndarray:
+    """float [K]: document ``m``'s Jaccard with each of ``others``: exact when both are small documents
+    (their few shingles are at hand), else estimated from the sketches (:func:`estimated_jaccard`)."""
+    est = estimated_jaccard(sk[m], sk[others])
+    if small[m] is not None:
+        for j, o in enumerate(others):
+            if small[o] is not None:
+                est[j] = exact_jaccard(small[m], small[o])
+    return est
+
+
+def exact_jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Jaccard of two sets of distinct hashes."""
+    inter = len(np.intersect1d(a, b, assume_unique=True))
+    return inter / (len(a) + len(b) - inter)
 
 
 def reference_document_hashes(
@@ -331,7 +378,13 @@ def sign_batch(
     bands = [np.full(n, EXACT_BAND, dtype=np.int32)]
     docs = [np.arange(n, dtype=np.uint32)]
     sk = np.zeros((n, 0), np.uint8)
+    small: list[np.ndarray | None] = [None] * n
     if mode == "minhash":
+        # A text of a few words has a few shingles: 128 hashes estimate its Jaccard poorly (one-sentence
+        # stubs from one template sit at 0.78 and scatter over 0.8), so its shingles travel instead.
+        for j, i in enumerate(has_words.tolist()):
+            if counts[i] < ngram + SMALL_SHINGLES:
+                small[j] = np.unique(text_shingles(document_text(documents[i]), ngram))
         matrix = sigs[has_words]  # [D, P]
         nb, rows = lsh_params(threshold)
         bk = band_keys(matrix, nb, rows, seed)  # [D, bands]
@@ -348,21 +401,22 @@ def sign_batch(
         sel = part == p
         local = np.unique(doc[sel])  # the part's own id table: only the documents it refers to
         remap = np.searchsorted(local, doc[sel]).astype(np.uint32)
-        out[p] = encode_part(band[sel], key[sel], remap, [ids[i] for i in local.tolist()], sk[local])
+        at = local.tolist()
+        out[p] = encode_part(Part(band[sel], key[sel], remap, [ids[i] for i in at], sk[local], [small[i] for i in at]))
     return out
 
 
-def resolve_partition(
-    parts: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray]], threshold: float
-) -> list[Removal]:
+def resolve_partition(parts: Iterable[Part], threshold: float) -> list[Removal]:
     """The duplicates among one partition's entries (see the module docstring for the rule)."""
     bands_l, keys_l, docs_l, ids, sk_l = [], [], [], [], []
-    for bands, keys, docs, part_ids, sk in parts:
-        bands_l.append(bands)
-        keys_l.append(keys)
-        docs_l.append(docs.astype(np.int64) + len(ids))
-        ids.extend(part_ids)
-        sk_l.append(sk)
+    small: list[np.ndarray | None] = []
+    for part in parts:
+        bands_l.append(part.bands)
+        keys_l.append(part.keys)
+        docs_l.append(part.docs.astype(np.int64) + len(ids))
+        ids.extend(part.ids)
+        sk_l.append(part.sketches)
+        small.extend(part.small)
     if not ids:
         return []
     band = np.concatenate(bands_l)
@@ -385,7 +439,7 @@ def resolve_partition(
             continue
         reps = [members[0]]
         for m in members[1:]:
-            est = estimated_jaccard(sk[m], sk[reps])
+            est = similarity(sk, small, m, reps)
             hit = np.flatnonzero(est >= threshold)
             if len(hit):
                 _record(removed, ids[m], ids[reps[int(hit[0])]], NEAR)

@@ -113,10 +113,13 @@ def test_encoded_parts_round_trip():
     parts = D.sign_batch(docs, "minhash", 5, 0.8, 3, partitions=4)
     bands, rows = D.lsh_params(0.8)
     decoded = [x for p in sorted(parts) for x in D.decode_parts(parts[p] + parts[p])]
-    assert sum(len(k) for _, k, _, _, _ in decoded) == 2 * len(docs) * (bands + 1)  # the exact hash and bands
-    for band, _key, doc, ids, sk in decoded:
-        assert set(ids) <= {d.doc_id for d in docs} and sk.shape == (len(ids), D.NUM_PERM)
-        assert doc.max() < len(ids) and band.min() >= D.EXACT_BAND
+    assert sum(len(part.keys) for part in decoded) == 2 * len(docs) * (bands + 1)  # the exact hash and bands
+    for part in decoded:
+        assert set(part.ids) <= {d.doc_id for d in docs} and part.sketches.shape == (len(part.ids), D.NUM_PERM)
+        assert part.docs.max() < len(part.ids) and part.bands.min() >= D.EXACT_BAND
+    stub = [Document("s:1", ["April 13 is the day of the year."]), Document("s:2", ["Big", "word " * 40])]
+    (part,) = D.decode_parts(b"".join(D.sign_batch(stub, "minhash", 5, 0.8, 3, partitions=1).values()))
+    assert part.small[1] is None and np.array_equal(part.small[0], np.unique(D.text_shingles(stub[0].paragraphs[0], 5)))
 
 
 def test_resolution_keeps_the_smallest_id_and_is_order_free():
@@ -145,6 +148,20 @@ def test_resolution_keeps_the_smallest_id_and_is_order_free():
             for doc, r in D.resolve_partition(D.decode_parts(p), 0.8):
                 merged.setdefault(doc, []).append(r)
     assert {d: D.merge_removals(rs) for d, rs in merged.items()} == got  # nor the partition count
+
+
+def test_small_documents_compare_exactly():
+    """Wikipedia's one-sentence date stubs: true 5-gram Jaccard 7/9 = 0.78 to one another, under 0.8."""
+    stubs = [
+        Document(f"w:{k}", [f"{day} is the day of the year in the Gregorian calendar."])
+        for k, day in enumerate(["April 13", "August 13", "April 6", "March 13", "June 13"])
+    ]
+    copy = Document("w:9", ["APRIL 13 is the day of the year in the Gregorian calendar!", "Sources"])
+    parts = D.sign_batch([*stubs, copy], "minhash", 5, 0.8, 1, 1)
+    got = D.resolve_partition([x for p in parts.values() for x in D.decode_parts(p)], 0.8)
+    # A near copy (one word more: J = 7/8) goes; the stubs, 0.78 apart, stay whatever the hashes say.
+    assert got == [("w:9", ("w:0", D.NEAR))]
+    assert D.exact_jaccard(*(np.unique(D.text_shingles(d.paragraphs[0], 5)) for d in stubs[:2])) == 7 / 9
 
 
 def test_exact_mode_ignores_near_duplicates():
@@ -262,3 +279,15 @@ def test_pipeline_exact_removes_only_exact_copies(tmp_path, dup_corpus, demo_voc
     none = run_dedup(corpus, demo_vocab, tmp_path / "none", "none").manifest
     assert "duplicates" not in none.statistics and C.dropped(none.counters) == {}
     assert none.counters[C.DOCUMENTS_USED] == m.counters[C.DOCUMENTS_USED] + 3
+
+
+@pytest.mark.parametrize("flag,value", [("--dedup", "fuzzy"), ("--dedup-threshold", "1.5"), ("--dedup-ngram", "0")])
+def test_bad_dedup_options_are_usage_errors_naming_the_flag(tmp_path, demo_corpus, demo_vocab, flag, value):
+    from click.testing import CliRunner
+
+    from pipelines.cli import main
+
+    args = ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab", str(demo_vocab / "vocab.txt")]
+    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "o"), "--dedup", "minhash", flag, value])
+    assert r.exit_code == 2 and f"'{flag}'" in r.output, r.output
+    assert not (tmp_path / "o" / "manifest.json").exists()
