@@ -13,6 +13,7 @@ FORMATS = ("sentences", "wikiextractor", "text", "jsonl")
 OUTPUT_FORMATS = ("arrow", "webdataset", "both")
 ARROW_COMPRESSIONS = ("zstd", "lz4", "none")
 DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.dedup
+MAX_DEDUP_NGRAM = 64
 
 
 class ConfigError(ValueError):
@@ -87,7 +88,11 @@ class PretrainingConfig:
             f"must be one of {ARROW_COMPRESSIONS}, got {self.arrow_compression!r}",
         )
         _check(self.dedup in DEDUP_MODES, "dedup", f"must be one of {DEDUP_MODES}, got {self.dedup!r}")
-        _check(1 <= self.dedup_ngram <= 64, "dedup_ngram", f"must be in [1, 64], got {self.dedup_ngram}")
+        _check(
+            1 <= self.dedup_ngram <= MAX_DEDUP_NGRAM,
+            "dedup_ngram",
+            f"must be in [1, {MAX_DEDUP_NGRAM}], got {self.dedup_ngram}",
+        )
         _check(0.0 < self.dedup_threshold <= 1.0, "dedup_threshold", f"must be in (0, 1], got {self.dedup_threshold}")
         _check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
 

@@ -52,6 +52,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import counters as C
+from pipelines.config import MAX_DEDUP_NGRAM
 from pipelines.hashing import GOLDEN, MASK64, hash64, mix64, mix64_array
 from pipelines.read import Document, DocumentBatch
 from pipelines.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
@@ -71,9 +72,8 @@ BYTES_PER_PARTITION = 256 << 20  # input text per partition of the dedup shuffle
 
 _WORD = re.compile(r"[^\W_]+")  # letters and digits (str.isalnum): "_" is punctuation too
 WORD_K = hash64("word-hash") | 1  # the polynomial word hash's base (odd)
-MAX_NGRAM = 64
 # Odd multipliers of a shingle's word positions (position 0: 1).
-POSITION = np.asarray([1] + [hash64("shingle-position", k) | 1 for k in range(1, MAX_NGRAM)], dtype=np.uint64)
+POSITION = np.asarray([1] + [hash64("shingle-position", k) | 1 for k in range(1, MAX_DEDUP_NGRAM)], dtype=np.uint64)
 
 # (removed id, (kept id it duplicates, kind))
 Removal = tuple[str, tuple[str, str]]
