@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from pipelines.config import FORMATS, OUTPUT_FORMATS, ConfigError, PretrainingConfig
+from pipelines.config import DEDUP_MODES, FORMATS, OUTPUT_FORMATS, ConfigError, PretrainingConfig
 
 # Flag for each config field, so a ConfigError names what the user typed.
 _FLAGS = {
@@ -26,6 +26,9 @@ _FLAGS = {
     "sample_bytes": "--sample-bytes",
     "min_frequency": "--min-frequency",
     "arrow_compression": "--arrow-compression",
+    "dedup": "--dedup",
+    "dedup_ngram": "--dedup-ngram",
+    "dedup_threshold": "--dedup-threshold",
 }
 
 _PASSTHROUGH = dict(ignore_unknown_options=True, allow_extra_args=True, help_option_names=["-h", "--help"])
@@ -120,6 +123,15 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
 @click.option("--docs-per-group", type=int, default=2000, show_default=True, help="Documents per random-next pool.")
 @click.option("--arrow-compression", type=click.Choice(["zstd", "lz4", "none"]), default="zstd", show_default=True)
 @click.option("--keep-gutenberg", is_flag=True, default=False, help="Keep Project Gutenberg headers and licences.")
+@click.option(
+    "--dedup",
+    type=click.Choice(DEDUP_MODES),
+    default="none",
+    show_default=True,
+    help="Drop duplicate documents: exact (normalised text) or minhash (also near duplicates).",
+)
+@click.option("--dedup-ngram", type=int, default=5, show_default=True, help="Words per MinHash shingle.")
+@click.option("--dedup-threshold", type=float, default=0.8, show_default=True, help="MinHash Jaccard threshold.")
 @click.option("--overwrite", is_flag=True, default=False, help="Replace a dataset already in --output.")
 @click.pass_context
 def pretraining(
@@ -141,6 +153,9 @@ def pretraining(
     docs_per_group,
     arrow_compression,
     keep_gutenberg,
+    dedup,
+    dedup_ngram,
+    dedup_threshold,
     overwrite,
 ) -> None:
     """Write masked-LM + next-sentence pretraining shards and a manifest.
@@ -171,6 +186,9 @@ def pretraining(
             docs_per_group=docs_per_group,
             arrow_compression=arrow_compression,
             strip_gutenberg=not keep_gutenberg,
+            dedup=dedup,
+            dedup_ngram=dedup_ngram,
+            dedup_threshold=dedup_threshold,
         )
     except ConfigError as e:
         raise _bad(e, e.param) from None

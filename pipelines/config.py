@@ -12,6 +12,8 @@ from typing import Any
 FORMATS = ("sentences", "wikiextractor", "text", "jsonl")
 OUTPUT_FORMATS = ("arrow", "webdataset", "both")
 ARROW_COMPRESSIONS = ("zstd", "lz4", "none")
+DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.dedup
+MAX_DEDUP_NGRAM = 64
 
 
 class ConfigError(ValueError):
@@ -53,6 +55,9 @@ class PretrainingConfig:
     arrow_compression: str = "zstd"
     arrow_batch_rows: int = 2048
     strip_gutenberg: bool = True
+    dedup: str = "none"
+    dedup_ngram: int = 5
+    dedup_threshold: float = 0.8
 
     def __post_init__(self) -> None:
         _check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
@@ -82,6 +87,13 @@ class PretrainingConfig:
             "arrow_compression",
             f"must be one of {ARROW_COMPRESSIONS}, got {self.arrow_compression!r}",
         )
+        _check(self.dedup in DEDUP_MODES, "dedup", f"must be one of {DEDUP_MODES}, got {self.dedup!r}")
+        _check(
+            1 <= self.dedup_ngram <= MAX_DEDUP_NGRAM,
+            "dedup_ngram",
+            f"must be in [1, {MAX_DEDUP_NGRAM}], got {self.dedup_ngram}",
+        )
+        _check(0.0 < self.dedup_threshold <= 1.0, "dedup_threshold", f"must be in (0, 1], got {self.dedup_threshold}")
         _check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
 
     @property
@@ -115,4 +127,6 @@ class PretrainingConfig:
             "max_group_tokens",
             "strip_gutenberg",
         )
+        if self.dedup != "none":  # absent by default: shards of a run without dedup keep their bytes
+            keep += ("dedup",) if self.dedup == "exact" else ("dedup", "dedup_ngram", "dedup_threshold")
         return {k: getattr(self, k) for k in keep}

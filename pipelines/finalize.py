@@ -54,6 +54,7 @@ def build_manifest(
     base: dict[str, Any],
     max_seq_length: int,
     unk_words: dict[str, Any] | None = None,
+    extra_statistics: dict[str, Any] | None = None,
 ) -> Manifest:
     results = sorted(results, key=lambda r: r["shard"])
     shards = tuple(ShardInfo(**f) for r in results for f in r["files"])
@@ -74,6 +75,7 @@ def build_manifest(
     }
     if unk_words is not None:
         summary["unk_words"] = unk_words  # source_stats.summary: the words that became [UNK]
+    summary.update(extra_statistics or {})  # e.g. the dedup stage's sample of removed ids
     read, used = counters.get(C.DOCUMENTS_READ, 0), counters.get(C.DOCUMENTS_USED, 0)
     drops = C.dropped(counters)
     if read != used + sum(drops.values()):
@@ -131,6 +133,7 @@ class _FinalizeFn(beam.DoFn):
         counters: dict[str, int],
         groups: list[dict[str, Any]],
         unk_words: dict[str, Any] | None = None,
+        statistics: dict[str, Any] | None = None,
     ) -> Iterator[str]:
         done = {r["shard"] for r in results}
         results = list(results)
@@ -151,6 +154,7 @@ class _FinalizeFn(beam.DoFn):
             base=self.base,
             max_seq_length=self.max_seq_length,
             unk_words=unk_words,
+            extra_statistics=statistics,
         )
         write_text_atomic(FileSystems.join(self.output_dir, VOCAB_FILENAME), self.vocab_text)
         write_text_atomic(FileSystems.join(self.output_dir, MANIFEST_NAME), manifest.to_json())
@@ -175,12 +179,14 @@ class Finalize(beam.PTransform):
         counters,
         groups,
         unk_words=None,
+        statistics=None,
     ) -> None:
         super().__init__()
         self.fn = _FinalizeFn(output_dir, work_dir, base, vocab_text, num_shards, make_writers, max_seq_length, id_type)
         self.counters = counters
         self.groups = groups
         self.unk_words = unk_words  # optional: one source_stats.summary dict
+        self.statistics = statistics  # optional: one dict merged into the statistics (the dedup stage's)
 
     def expand(self, results):
         counters = self.counters | "MergeCounters" >> beam.CombineGlobally(C.merge)
@@ -188,4 +194,6 @@ class Finalize(beam.PTransform):
         side = {"counters": beam.pvalue.AsSingleton(counters), "groups": beam.pvalue.AsSingleton(groups)}
         if self.unk_words is not None:
             side["unk_words"] = beam.pvalue.AsSingleton(self.unk_words)
+        if self.statistics is not None:
+            side["statistics"] = beam.pvalue.AsSingleton(self.statistics)
         return results | "ListShards" >> beam.combiners.ToList() | "WriteManifest" >> beam.ParDo(self.fn, **side)

@@ -18,6 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines import counters as C
 from pipelines.config import PretrainingConfig
+from pipelines.dedup import Dedup, dedup_partitions
 from pipelines.finalize import Finalize
 from pipelines.group import GroupDocuments
 from pipelines.inputs import InputFile, absolute, describe_inputs, input_format_of, resolve_inputs
@@ -94,6 +95,16 @@ def build_pipeline(
     input_bytes = sum(f.bytes for f in inputs)
     range_bytes = range_bytes_for(input_bytes)  # big files are read by many workers
     docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg, range_bytes)
+    dedup_stats = None
+    if cfg.dedup != "none":  # not in the graph by default: output stays byte-identical
+        docs, dedup_stats = docs | "Dedup" >> Dedup(
+            cfg.dedup,
+            ngram=cfg.dedup_ngram,
+            threshold=cfg.dedup_threshold,
+            seed=cfg.seed,
+            work_dir=work_dir,
+            partitions=dedup_partitions(input_bytes),
+        )
     sentences = docs | "Segment" >> SegmentDocuments()
     tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads)
     units, groups = tokenized | "Group" >> GroupDocuments(
@@ -141,6 +152,7 @@ def build_pipeline(
         counters=counters,
         groups=groups,
         unk_words=tokenized | "UnkWords" >> UnkWords(),
+        statistics=dedup_stats,
     )
 
 
