@@ -102,6 +102,7 @@ class ReportData:
     numbers: list[tuple[str, str]] = field(default_factory=list)
     series: dict[str, Any] = field(default_factory=dict)
     unk_words: list[tuple[str, int]] | None = None  # None: not recorded in the manifest
+    removed: list[dict[str, str]] | None = None  # dedup's sample of removed ids; None: dedup not run
     notes: list[str] = field(default_factory=list)
 
 
@@ -113,11 +114,14 @@ def _top_with_other(rows: dict[str, dict[str, int]], key: str, n: int) -> list[t
     return top
 
 
+REMOVED_SHOWN = 20  # rows of dedup's removed-id sample on the page
+
+
 def duplicates(manifest: Manifest) -> dict[str, int] | None:
     """Documents removed as duplicates by reason, or None when deduplication did not run."""
     c = manifest.counters
     found = {r: c.get(C.drop(r), c.get(r)) for r in DUPLICATE_REASONS}
-    if all(v is None for v in found.values()) and not manifest.parameters.get("dedup"):
+    if manifest.parameters.get("dedup", "none") == "none":  # the stage was not in the run (zero counters or none)
         return None
     return {r: int(v or 0) for r, v in found.items()}
 
@@ -132,6 +136,7 @@ def collect(manifest: Manifest, vocab: Vocab, tokens: TokenCounts, cfg: ReportCo
         drops.setdefault(r, 0)
     if dups is not None:
         drops.update(dups)
+        data.removed = list(st.get("duplicates", {}).get("removed_sample", []))[:REMOVED_SHOWN]
     ln, ns = st.get("length", {}), st.get("next_sentence", {})
     mp, mf = st.get("masked_positions_per_instance", {}), st.get("mask_fractions", {})
     special = [vocab.id(t) for t in SPECIAL_TOKENS if t in vocab.index and t != UNK]

@@ -52,6 +52,12 @@ def render(data: ReportData, figures: list[Figure]) -> str:
         unk = "<p>No word became [UNK].</p>"
     else:
         unk = _table([(w, f"{n:,}") for w, n in data.unk_words], ("word (as the tokenizer saw it)", "times [UNK]"))
+    if data.removed:
+        removed = "<h2>Duplicates removed (the smallest ids)</h2>\n" + _table(
+            [(r["id"], f"{r['kind']} of {r['duplicate_of']}") for r in data.removed], ("removed id", "duplicate of")
+        )
+    else:
+        removed = ""
     figs = "\n".join(
         f"<figure{' class=wide' if f.wide else ''}><h2>{escape(f.title)}</h2>"
         f'<img src="{escape(f.file)}" alt="{escape(f.title)}">'
@@ -75,6 +81,7 @@ def render(data: ReportData, figures: list[Figure]) -> str:
 <div>
 <h2>Most frequent [UNK] words</h2>
 {unk}
+{removed}
 <p id="image-check">checking plots…</p>
 </div>
 </div>

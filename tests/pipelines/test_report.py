@@ -101,11 +101,27 @@ def test_key_numbers_and_series(demo_shards):
     assert data.unk_words == []  # the vocabulary was trained on this corpus
 
 
-def test_duplicates_shown_when_dedup_ran(demo_shards):
-    m = load_manifest(str(demo_shards))
-    assert duplicates(m) is None
-    ran = dataclasses.replace(m, counters={**m.counters, C.drop("exact_duplicate"): 7})
-    assert duplicates(ran) == {"exact_duplicate": 7, "near_duplicate": 0}
+def test_duplicates_shown_when_dedup_ran(demo_shards, demo_corpus, demo_vocab, tmp_path):
+    from pipelines.config import PretrainingConfig
+    from pipelines.pretraining import run_pretraining
+
+    assert duplicates(load_manifest(str(demo_shards))) is None  # a run without --dedup
+    src = tmp_path / "in"
+    src.mkdir()
+    names = sorted(p.name for p in demo_corpus.glob("*.txt"))[:6]
+    for name in names:
+        shutil.copy(demo_corpus / name, src / name)
+    for name in names[:2]:  # two exact copies under later names: the originals (smaller ids) are kept
+        shutil.copy(demo_corpus / name, src / f"zz-{name}")
+    out = tmp_path / "out"
+    cfg = PretrainingConfig(input_format="text", dupe_factor=1, num_shards=1, dedup="exact")
+    run_pretraining(inputs=[str(src / "*.txt")], vocab=str(demo_vocab / "vocab.txt"), output_dir=str(out), cfg=cfg)
+    m = load_manifest(str(out))
+    assert duplicates(m) == {"exact_duplicate": 2, "near_duplicate": 0}
+    page = Path(write_report(str(out), str(tmp_path / "report"))).read_text(encoding="utf-8")
+    assert "exact_duplicate 2" in page
+    for name in names[:2]:
+        assert re.search(rf"zz-{re.escape(name)}</td><td>exact of (?:[^<]*/)?{re.escape(name)}<", page), name
 
 
 def test_page_links_every_plot_and_escapes_text(report):
