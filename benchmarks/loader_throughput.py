@@ -3,7 +3,8 @@
 Writes a dataset of BERT-like length-128 instances (~90% full length, 20 masked positions, vocab
 30,522) unless ``--data DIR`` is given, then times full epochs of ``PretrainingLoader`` for Arrow and
 WebDataset shards, batches of 256, and prints samples/s, the ratio to the targets (Arrow 50,000/s,
-WebDataset 20,000/s) and the ratio to a reference reader on the same shards in the same run: the stock
+WebDataset 20,000/s), the cost of dynamic masking (``--masking dynamic``, plain and whole-word) as a
+ratio to static masks, and the ratio to a reference reader on the same shards in the same run: the stock
 ``webdataset.WebDataset`` + ``schemas.wds.decode_sample`` + a per-sample padding loop, the way a
 straightforward loader would be written.
 
@@ -46,8 +47,10 @@ def write(root: Path, samples: int, shards: int) -> None:
     print(f"wrote {samples:,} instances in {shards} shards per format to {root} ({time.perf_counter() - t:.1f}s)")
 
 
-def time_loader(data: str, fmt: str, verify: str, batch_size: int, repeats: int, profile: bool) -> float:
-    cfg = DataConfig(paths=(data,), batch_size=batch_size, format=fmt, verify=verify, num_workers=0)
+def time_loader(
+    data: str, fmt: str, verify: str, batch_size: int, repeats: int, profile: bool, **masking: object
+) -> float:
+    cfg = DataConfig(paths=(data,), batch_size=batch_size, format=fmt, verify=verify, num_workers=0, **masking)
     loader = PretrainingLoader(cfg, expected_vocab_sha256=None)
     best = 0.0
     for r in range(repeats):
@@ -137,6 +140,12 @@ def main() -> None:
                     f"  {fmt:<10} verify={verify:<6} {rate:>10,.0f}/s   {rate / TARGETS[fmt]:5.2f}x target "
                     f"({TARGETS[fmt]:,}/s)"
                 )
+        fmt = formats[0]
+        for name, masking in (("dynamic", {}), ("dynamic --whole-word-mask", {"whole_word_mask": True})):
+            rate = time_loader(data, fmt, "size", args.batch_size, args.repeats, False, masking="dynamic", **masking)
+            print(
+                f"  {fmt:<10} verify=size   {rate:>10,.0f}/s   masking {name}: {rate / results[fmt, 'size']:5.2f}x static"
+            )
         if "webdataset" in formats:
             ref = time_reference(data, args.batch_size, args.repeats)
             print(f"  reference: stock webdataset + decode_sample + per-sample padding: {ref:,.0f}/s")

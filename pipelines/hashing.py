@@ -2,19 +2,18 @@
 
 ``hash64`` names things (documents, runs); ``mix64`` is SplitMix64's finaliser, a bijection on 64-bit
 integers with good avalanche, used both on Python ints and, vectorised, on NumPy ``uint64`` arrays
-(NumPy's uint64 arithmetic wraps modulo 2**64, which is exactly what the finaliser needs).
+(``mix64_array``, defined in ``schemas.hashing`` because the trainer's dynamic masks draw with it too).
 """
 
 from __future__ import annotations
 
 import hashlib
 
-import numpy as np
+from schemas.hashing import GOLDEN, mix64_array, uniform_from  # noqa: F401  (the array forms live in schemas)
+from schemas.hashing import M1 as _M1
+from schemas.hashing import M2 as _M2
 
 MASK64 = (1 << 64) - 1
-_M1 = 0xBF58476D1CE4E5B9
-_M2 = 0x94D049BB133111EB
-GOLDEN = 0x9E3779B97F4A7C15
 
 
 def hash64(*parts: str | int) -> int:
@@ -33,20 +32,6 @@ def mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def mix64_array(x: np.ndarray) -> np.ndarray:
-    """Vectorised :func:`mix64`; ``x`` is cast to uint64."""
-    x = np.asarray(x, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(_M1)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(_M2)
-    return x ^ (x >> np.uint64(31))
-
-
 def combine(a: int, b: int) -> int:
     """Hash two 64-bit values into one (order matters)."""
     return mix64((a ^ mix64(b + GOLDEN)) & MASK64)
-
-
-def uniform_from(bits: np.ndarray) -> np.ndarray:
-    """uint64 hash values -> floats uniform in [0, 1) (53 bits)."""
-    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

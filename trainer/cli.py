@@ -76,6 +76,16 @@ def main() -> None:
 @click.option("--deterministic", is_flag=True, help="torch.use_deterministic_algorithms(True).")
 @click.option("--no-tensorboard", is_flag=True)
 @click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
+@click.option(
+    "--masking",
+    type=click.Choice(["static", "dynamic"]),
+    default="static",
+    help="static: the shards' masks; dynamic: fresh masks per epoch from the same shards.",
+)
+@click.option("--mlm-probability", type=float, default=0.15, help="Dynamic masking: share of tokens predicted.")
+@click.option("--max-predictions", type=int, help="Dynamic masking: most predictions per sequence (default: no cap).")
+@click.option("--whole-word-mask", is_flag=True, help="Dynamic masking: mask whole words (a token and its ## pieces).")
+@click.option("--no-nsp", is_flag=True, help="Train MLM only: NSP labels are ignored, its loss is not computed.")
 def pretrain(
     data,
     eval_data,
@@ -110,6 +120,11 @@ def pretrain(
     deterministic,
     no_tensorboard,
     device,
+    masking,
+    mlm_probability,
+    max_predictions,
+    whole_word_mask,
+    no_nsp,
 ) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
     from trainer.pretrain import pretrain as run
@@ -149,6 +164,11 @@ def pretrain(
             deterministic=deterministic,
             tensorboard=not no_tensorboard,
             device=device,
+            masking=masking,
+            mlm_probability=mlm_probability,
+            max_predictions=max_predictions,
+            whole_word_mask=whole_word_mask,
+            no_nsp=no_nsp,
         )
         result = run(cfg)
     click.echo(f"trained to step {result['step']}: {result['run_dir']}")

@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from trainer.data.config import dataset_key, split_data_args
+from trainer.data.config import MASKING_MODES, dataset_key, split_data_args
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
@@ -73,6 +73,11 @@ class TrainConfig:
     deterministic: bool = False
     tensorboard: bool = True
     device: str = "auto"
+    masking: str = "static"  # static: the shards' masks; dynamic: fresh masks per (seed, epoch, instance)
+    mlm_probability: float = 0.15  # dynamic masking only
+    max_predictions: int | None = None  # dynamic masking only; None: no cap beyond the count rule
+    whole_word_mask: bool = False  # dynamic masking only
+    no_nsp: bool = False  # MLM only: NSP labels ignored, its loss neither computed nor reported
 
     def __post_init__(self) -> None:
         check(len(self.data) > 0, "data", "at least one --data DIR is required")
@@ -105,6 +110,19 @@ class TrainConfig:
         check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check_device(self.device)
+        check(self.masking in MASKING_MODES, "masking", f"must be one of {MASKING_MODES}, got {self.masking!r}")
+        check(0 < self.mlm_probability < 1, "mlm_probability", f"must be in (0, 1), got {self.mlm_probability}")
+        check(
+            self.max_predictions is None or self.max_predictions >= 1,
+            "max_predictions",
+            f"must be >= 1, got {self.max_predictions}",
+        )
+        for name, default in (("mlm_probability", 0.15), ("max_predictions", None), ("whole_word_mask", False)):
+            check(
+                self.masking == "dynamic" or getattr(self, name) == default,
+                name,
+                "needs --masking dynamic (static masks are read from the shards as written)",
+            )
         check(
             not (self.reset_optimizer and self.resume in ("auto", "none")),
             "reset_optimizer",

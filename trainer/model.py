@@ -540,7 +540,7 @@ class BertForPreTraining(nn.Module):
         mlm = self.cls.predictions(seq, self.bert.embeddings.word_embeddings.weight)
         return mlm, self.cls.seq_relationship(pooled)
 
-    def forward(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    def forward(self, batch: Mapping[str, Tensor], *, nsp: bool = True) -> dict[str, Tensor]:
         """Pretraining loss sums and counts for a dynamically padded batch (see ``BATCH_KEYS``).
 
         Returns ``mlm_sum`` (cross-entropy summed over masked positions, weighted by ``masked_lm_weights``),
@@ -549,6 +549,7 @@ class BertForPreTraining(nn.Module):
         ``mlm_count``, ``nsp_correct``, ``nsp_count``. Sums, not means: the caller divides once, by the counts
         of the whole step (over micro-batches and ranks) or of a logging interval; :func:`mean_losses` gives
         this batch's means. Nothing here synchronises with the device.
+        ``nsp=False`` (MLM only): the NSP labels are ignored; ``nsp_sum`` and the NSP counts are 0.
         """
         missing = [k for k in BATCH_KEYS if k not in batch]
         if missing:
@@ -558,17 +559,18 @@ class BertForPreTraining(nn.Module):
         )
         ids = batch["masked_lm_ids"]  # [B, P]
         weights = batch["masked_lm_weights"].float()  # [B, P]
-        labels = batch["next_sentence_labels"]  # [B]
+        labels = batch["next_sentence_labels"] if nsp else None  # [B]; --no-nsp: no NSP loss, counts 0
         vocab = mlm_logits.shape[-1]
         per_token = F.cross_entropy(mlm_logits.reshape(-1, vocab).float(), ids.reshape(-1), reduction="none")
         weights_flat = weights.reshape(-1)
         mlm_count = weights_flat.sum()
         mlm_sum = (per_token * weights_flat).sum()
-        nsp_sum = F.cross_entropy(nsp_logits.float(), labels, reduction="sum")
+        zero = mlm_sum.new_zeros(()).detach()
+        nsp_sum = F.cross_entropy(nsp_logits.float(), labels, reduction="sum") if labels is not None else zero
         with torch.no_grad():
             mlm_correct = ((mlm_logits.argmax(-1) == ids).float() * weights).sum()
-            nsp_correct = (nsp_logits.argmax(-1) == labels).float().sum()
-            nsp_count = torch.full((), float(labels.numel()), device=labels.device)  # no host-to-device copy
+            nsp_correct = (nsp_logits.argmax(-1) == labels).float().sum() if labels is not None else zero
+            nsp_count = zero if labels is None else torch.full((), float(labels.numel()), device=labels.device)
         return {
             "mlm_sum": mlm_sum,
             "nsp_sum": nsp_sum,

@@ -69,8 +69,10 @@ def plot_run(
             continue
         steps = [r["step"] for r in rows]
         ax_loss.plot(steps, [r["mlm_loss"] for r in rows], style, label=f"{name} MLM loss", markersize=3)
-        ax_loss.plot(steps, [r["nsp_loss"] for r in rows], style, label=f"{name} NSP loss", markersize=3, alpha=0.7)
         ax_acc.plot(steps, [r["mlm_accuracy"] for r in rows], style, label=f"{name} MLM accuracy", markersize=3)
+        if "nsp_loss" not in rows[0]:  # an MLM-only run (--no-nsp)
+            continue
+        ax_loss.plot(steps, [r["nsp_loss"] for r in rows], style, label=f"{name} NSP loss", markersize=3, alpha=0.7)
         ax_acc.plot(
             steps, [r["nsp_accuracy"] for r in rows], style, label=f"{name} NSP accuracy", markersize=3, alpha=0.7
         )

@@ -86,6 +86,10 @@ def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretraining
                 skip_corrupt=cfg.skip_corrupt,
                 format=cfg.data_format,
                 pin_memory=info.device.type == "cuda",
+                masking=cfg.masking,
+                mlm_probability=cfg.mlm_probability,
+                max_predictions=cfg.max_predictions,
+                whole_word_mask=cfg.whole_word_mask,
             ),
             expected_vocab_sha256=vocab.sha256,
             world_size=info.world_size,
@@ -153,13 +157,16 @@ class Running:
         v = dict(zip(_STAT_KEYS, D.all_reduce_sum(self.stats.clone(), info).tolist()))
         mlm = v["mlm_sum"] / max(v["mlm_count"], 1)
         nsp = v["nsp_sum"] / max(v["nsp_count"], 1)
-        return {
+        out = {
             "loss": mlm + nsp,
             "mlm_loss": mlm,
             "nsp_loss": nsp,
             "mlm_accuracy": v["mlm_correct"] / max(v["mlm_count"], 1),
             "nsp_accuracy": v["nsp_correct"] / max(v["nsp_count"], 1),
         }
+        if not v["nsp_count"]:  # --no-nsp: nothing to report
+            del out["nsp_loss"], out["nsp_accuracy"]
+        return out
 
 
 @torch.no_grad()
@@ -172,7 +179,7 @@ def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig
             if i >= cfg.eval_batches:
                 break
             with R.autocast(info.device, cfg.precision):
-                run.add(model(R.to_device(batch, info.device)))
+                run.add(model(R.to_device(batch, info.device), nsp=not cfg.no_nsp))
     return run.summary(info)
 
 
@@ -224,7 +231,8 @@ def build_model(
     if restored is not None:
         raw.load_state_dict(restored.model, strict=True)
     raw.to(info.device)
-    return R.wrap(cast(torch.nn.Module, torch.compile(raw)) if cfg.compile else raw, info), raw
+    compiled = cast(torch.nn.Module, torch.compile(raw)) if cfg.compile else raw
+    return R.wrap(compiled, info, find_unused_parameters=cfg.no_nsp), raw  # --no-nsp: the NSP head gets no grads
 
 
 def restore_position(
@@ -298,7 +306,7 @@ def train_step(
         batch = R.to_device(batch, info.device)
         with R.no_sync(model, last=i == len(micro) - 1):
             with R.autocast(info.device, cfg.precision):
-                out = model(batch)
+                out = model(batch, nsp=not cfg.no_nsp)
             loss = out["mlm_sum"] / float(totals[0]) + out["nsp_sum"] / float(totals[1])
             (loss * info.world_size).backward()
         run.add(out)
@@ -350,7 +358,8 @@ def describe(raw: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, 
 
 
 def figures(record: dict[str, Any]) -> str:
-    return f"loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f} nsp_acc {record['nsp_accuracy']:.4f}"
+    nsp = f" nsp_acc {record['nsp_accuracy']:.4f}" if "nsp_accuracy" in record else ""  # absent with --no-nsp
+    return f"loss {record['loss']:.4f} mlm_acc {record['mlm_accuracy']:.4f}{nsp}"
 
 
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:

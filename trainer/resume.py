@@ -35,6 +35,11 @@ FIXED = (
     "max_grad_norm",
     "seed",
     "data_format",
+    "masking",
+    "mlm_probability",
+    "max_predictions",
+    "whole_word_mask",
+    "no_nsp",
 )
 
 

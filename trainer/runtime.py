@@ -41,11 +41,13 @@ def to_device(batch: Mapping[str, torch.Tensor], device: torch.device) -> dict[s
     return {k: v.to(device, non_blocking=True) for k, v in batch.items() if k not in HOST_KEYS}
 
 
-def wrap(model: nn.Module, info: D.DistInfo) -> nn.Module:
-    """``model`` under DDP when there are several ranks, else ``model`` itself (already on ``info.device``)."""
+def wrap(model: nn.Module, info: D.DistInfo, *, find_unused_parameters: bool = False) -> nn.Module:
+    """``model`` under DDP when there are several ranks, else ``model`` itself (already on ``info.device``).
+    ``find_unused_parameters``: some parameters get no gradient (e.g. the NSP head under --no-nsp)."""
     if not info.enabled:
         return model
-    return DDP(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
+    device_ids = [info.local_rank] if info.device.type == "cuda" else None
+    return DDP(model, device_ids=device_ids, find_unused_parameters=find_unused_parameters)
 
 
 def no_sync(model: nn.Module, *, last: bool) -> contextlib.AbstractContextManager:

@@ -174,7 +174,8 @@ def test_grad_accumulation_matches_the_larger_batch(demo_shards, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path):
+@pytest.mark.parametrize("extra", [(), ("--masking", "dynamic", "--no-nsp")])  # no-nsp: DDP sees unused params
+def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path, extra):
     from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
 
     # Deliberately uneven shards: every rank must still run the same number of steps (no DDP hang).
@@ -201,6 +202,7 @@ def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path):
         str(tmp_path / "model.json"),
         "--checkpoint-every",
         "100",
+        *extra,
     ]
     env = {"OMP_NUM_THREADS": "1"}
     one = cli(*common, "--batch-size", "16", "--output", str(tmp_path / "one"), env=env)
@@ -338,3 +340,48 @@ def test_errors_name_what_is_wrong(demo_shards, tmp_path):
     (ckpt.step_dir(run, 2) / "config.json").write_text(json.dumps(state))
     with pytest.raises(RunError, match="another vocabulary"):
         train(other, run, max_steps=4)
+
+
+def test_dynamic_masking_run_resumes_mid_epoch_with_the_same_masks(demo_shards, tmp_path):
+    kw = {"masking": "dynamic", "mlm_probability": 0.3, "deterministic": True, "num_workers": 2, "checkpoint_every": 4}
+    whole = train(demo_shards, tmp_path / "whole", **kw)
+    saved = json.loads((tmp_path / "whole" / "config.json").read_text())
+    assert saved["train"]["masking"] == "dynamic" and saved["train"]["mlm_probability"] == 0.3
+    shutil.copytree(tmp_path / "whole", tmp_path / "cut")
+    for c in ckpt.list_checkpoints(tmp_path / "cut")[1:]:
+        shutil.rmtree(c)  # back to step 4, mid-epoch
+    resumed = train(demo_shards, tmp_path / "cut", **kw)
+    assert [r["step"] for r in resumed] == list(range(1, 13))
+    assert [r["loss"] for r in whole] == [r["loss"] for r in resumed]  # identical, not merely close
+    static = train(demo_shards, tmp_path / "static", max_steps=1, deterministic=True)
+    assert static[0]["loss"] != whole[0]["loss"]  # the same first batch, other masks
+    with pytest.raises(RunError, match=r"--masking static \(the run has dynamic\)"):
+        train(demo_shards, tmp_path / "cut", **{**kw, "masking": "static", "mlm_probability": 0.15})
+
+
+def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path):
+    run = tmp_path / "run"
+    p = cli(
+        *("pretrain", "--data", str(demo_shards), "--output", str(run), "--batch-size", "8", "--max-steps", "3"),
+        *("--log-every", "1", "--num-workers", "0", "--no-tensorboard", "--masking", "dynamic", "--whole-word-mask"),
+        "--no-nsp",
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, out
+    rows = read_metrics(run)
+    assert len(rows) == 3 and all("nsp_loss" not in r and "nsp_accuracy" not in r for r in rows)
+    assert all(r["loss"] == r["mlm_loss"] for r in rows)
+    saved = json.loads((run / "config.json").read_text())["train"]
+    assert saved["no_nsp"] and saved["whole_word_mask"] and saved["masking"] == "dynamic"
+    # The NSP head never got a gradient: its weights are still the seeded initial ones.
+    from safetensors.torch import load_file
+
+    from trainer.model import BertConfig, BertForPreTraining
+
+    fresh = BertForPreTraining(BertConfig.from_dict(json.loads((run / "config.json").read_text())["model"]), seed=0)
+    trained = load_file(str(ckpt.list_checkpoints(run)[-1] / "model.safetensors"))
+    name = next(k for k in trained if "seq_relationship.weight" in k)
+    assert torch.equal(trained[name], fresh.state_dict()[name])
+    with pytest.raises(TrainConfigError, match="whole_word_mask: needs --masking dynamic"):
+        TrainConfig(data=("x",), output="y", whole_word_mask=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from trainer.data.masking import Masker, restore
 from trainer.data.refs import ShardRef
 from trainer.data.shards import Block, Ragged
 
@@ -46,11 +47,21 @@ def collate(pieces: Sequence[Piece], batch_size: int, pad_id: int, vocab_size: i
     return {k: v.numpy() for k, v in unpack(torch.from_numpy(flat), shape).items()}
 
 
-def collate_packed(pieces: Sequence[Piece], batch_size: int, pad_id: int, vocab_size: int) -> tuple[np.ndarray, Shape]:
+def collate_packed(
+    pieces: Sequence[Piece],
+    batch_size: int,
+    pad_id: int,
+    vocab_size: int,
+    masker: Masker | None = None,
+    epoch: int = 0,
+) -> tuple[np.ndarray, Shape]:
     """The batch as one flat int64 buffer laid out as :data:`LAYOUT`, and its ``(B, T, P)``.
 
     T = longest sequence rounded up to a multiple of 8; P = most masked positions in the batch.
+    With a ``masker``, the shards' static masks are undone and the batch is masked afresh for ``epoch``.
     """
+    if masker is not None:
+        return _remask(*collate_packed(pieces, batch_size, pad_id, vocab_size), masker, epoch)
     b = batch_size
     lengths = np.empty(b, np.int64)
     masked = np.empty(b, np.int64)
@@ -77,6 +88,26 @@ def collate_packed(pieces: Sequence[Piece], batch_size: int, pad_id: int, vocab_
     f["masked_lm_weights"][...] = weights
     _check(pieces, f["input_ids"], f["masked_lm_positions"], f["masked_lm_ids"], weights, lengths, vocab_size)
     return flat, (b, t, n_masked)
+
+
+def _remask(flat: np.ndarray, shape: Shape, masker: Masker, epoch: int) -> tuple[np.ndarray, Shape]:
+    """A checked static batch -> the same rows with dynamic masks (P changes with the draws)."""
+    b, t, _ = shape
+    f = _views(flat, shape)
+    lengths = f["attention_mask"].sum(axis=1)  # [B]
+    seg_a = lengths - f["token_type_ids"].sum(axis=1)  # [B] tokens of [CLS] A [SEP] (type 1 is the rest)
+    original = restore(f["input_ids"], f["masked_lm_positions"], f["masked_lm_ids"], f["masked_lm_weights"] != 0)
+    m = masker.mask(original, lengths, seg_a, f["instance_ids"].view(np.uint64), epoch)
+    p = m.positions.shape[1]
+    out = np.empty(3 * b * t + 3 * b * p + 2 * b, np.int64)
+    g = _views(out, (b, t, p))
+    g["input_ids"][...] = m.input_ids
+    g["masked_lm_positions"][...] = m.positions
+    g["masked_lm_ids"][...] = m.labels
+    g["masked_lm_weights"][...] = np.arange(p)[None, :] < m.counts[:, None]
+    for name in ("token_type_ids", "attention_mask", "next_sentence_labels", "instance_ids"):
+        g[name][...] = f[name]
+    return out, (b, t, p)
 
 
 def unpack(flat: torch.Tensor, shape: Shape) -> dict[str, torch.Tensor]:

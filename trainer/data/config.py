@@ -10,6 +10,7 @@ from os import PathLike
 
 FORMATS = ("auto", "arrow", "webdataset")
 VERIFY_MODES = ("sha256", "size")
+MASKING_MODES = ("static", "dynamic")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,6 +32,10 @@ class DataConfig:
     ``verify="sha256"`` hashes every shard when it is opened (with ``skip_corrupt`` all shards are hashed
     up front instead, so every rank excludes the same shards before the step count is fixed);
     ``"size"`` only compares file sizes with the manifest and relies on decode checks.
+
+    ``masking="static"`` serves the shards' masks as written; ``"dynamic"`` rebuilds each original sequence
+    and masks it afresh per (seed, epoch, instance id) with ``mlm_probability``, ``max_predictions`` (None:
+    no cap beyond the count rule) and ``whole_word_mask`` (see :mod:`trainer.data.masking`).
     """
 
     paths: tuple[str, ...]
@@ -48,6 +53,10 @@ class DataConfig:
     skip_corrupt: bool = False
     verify: str = "sha256"
     weights: tuple[float, ...] | None = None
+    masking: str = "static"
+    mlm_probability: float = 0.15
+    max_predictions: int | None = None
+    whole_word_mask: bool = False
 
     def __post_init__(self) -> None:
         raw = self.paths
@@ -81,6 +90,20 @@ class DataConfig:
             for p, w in zip(norm, weights):
                 if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w > 0):
                     raise ValueError(f"DataConfig.weights: {p} has weight {w!r}; weights must be finite and > 0")
+        if self.masking not in MASKING_MODES:
+            raise ValueError(f"DataConfig.masking must be one of {MASKING_MODES}, got {self.masking!r}")
+        if not isinstance(self.mlm_probability, (int, float)) or not 0 < self.mlm_probability < 1:
+            raise ValueError(f"DataConfig.mlm_probability must be in (0, 1), got {self.mlm_probability!r}")
+        if self.max_predictions is not None:
+            _positive("max_predictions", self.max_predictions)
+        if self.masking == "static" and (
+            self.mlm_probability != 0.15 or self.max_predictions is not None or self.whole_word_mask
+        ):
+            # Static masks are the shards' own: these would silently do nothing.
+            raise ValueError(
+                "DataConfig.mlm_probability, max_predictions and whole_word_mask need masking='dynamic' "
+                "(static masks are read from the shards as written)"
+            )
 
     @property
     def window(self) -> int:

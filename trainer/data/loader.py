@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from trainer.data.collate import Piece, Shape, collate_packed, unpack
 from trainer.data.config import DataConfig
+from trainer.data.masking import Masker, dynamic_masker
 from trainer.data.plan import TAG_BUCKET, EpochPlan, batch_at, lanes_touched, rng
 from trainer.data.refs import ShardError
 from trainer.data.shards import ShardData, open_shard
@@ -64,6 +65,7 @@ class PretrainingLoader:
             verify=config.verify,
         )
         self._quotas = None if config.weights is None else epoch_quotas(self.catalog, config.paths, config.weights)
+        self.masker = dynamic_masker(config, self.catalog)  # None: the shards' static masks
         self._epoch = 0
         self._consumed = 0  # batches of this epoch handed to the caller (global batches: the same on every rank)
         self._lanes = max(1, config.num_workers)  # the run's lane count; a loaded state replaces it
@@ -189,6 +191,7 @@ class PretrainingLoader:
             lanes=self._lanes,
             verify_sha256=cfg.verify == "sha256" and not self.catalog.verified,
             bucket_batches=cfg.bucket_batches if cfg.length_bucketing else 0,
+            masker=self.masker,
         )
         # An own generator: DataLoader otherwise draws its worker base seed from the global torch RNG, which
         # would shift the training loop's dropout stream whenever an epoch (or a resumed run) starts.
@@ -370,9 +373,11 @@ class _LaneDataset(IterableDataset):
         lanes: int,
         verify_sha256: bool,
         bucket_batches: int,
+        masker: Masker | None = None,
     ) -> None:
         self.catalog, self.plan, self.start, self.lanes = catalog, plan, start, lanes
         self.verify_sha256, self.bucket_batches = verify_sha256, bucket_batches
+        self.masker = masker
 
     def __iter__(self) -> Iterator[tuple[int, torch.Tensor, Shape]]:
         info = get_worker_info()
@@ -383,6 +388,7 @@ class _LaneDataset(IterableDataset):
             verify_sha256=self.verify_sha256,
             bucket_batches=self.bucket_batches,
             lanes=lanes_touched(self.lanes, workers),
+            masker=self.masker,
         )
         steps = self.plan.steps
         # Worker j serves steps j, j+n, ...: torch's round-robin over workers then yields them in step order.
@@ -399,9 +405,17 @@ class BatchReader:
     keeps enough shards and length-bucketing chunks open for all of them instead of thrashing."""
 
     def __init__(
-        self, catalog: Catalog, plan: EpochPlan, *, verify_sha256: bool, bucket_batches: int = 0, lanes: int = 1
+        self,
+        catalog: Catalog,
+        plan: EpochPlan,
+        *,
+        verify_sha256: bool,
+        bucket_batches: int = 0,
+        lanes: int = 1,
+        masker: Masker | None = None,
     ) -> None:
         self.catalog, self.plan = catalog, plan
+        self.masker = masker  # dynamic masks for plan.epoch; None: the shards' own
         self.verify_sha256, self.bucket_batches = verify_sha256, bucket_batches
         unit = max(1, bucket_batches) * plan.batch_size * plan.world_size if bucket_batches else plan.batch_size
         self.capacity = plan.shards_in_reach(unit) * lanes
@@ -412,7 +426,9 @@ class BatchReader:
     def packed(self, k: int) -> tuple[np.ndarray, Shape]:
         """Batch ``k`` as one flat buffer (see ``collate.LAYOUT``) and its ``(B, T, P)``."""
         b = self.plan.batch_size
-        return collate_packed(self.pieces(self.positions(k)), b, self.catalog.pad_id, self.catalog.vocab_size)
+        pieces = self.pieces(self.positions(k))
+        cat = self.catalog
+        return collate_packed(pieces, b, cat.pad_id, cat.vocab_size, masker=self.masker, epoch=self.plan.epoch)
 
     def positions(self, k: int) -> np.ndarray:
         """Epoch positions of batch ``k``, in batch order (after length bucketing)."""

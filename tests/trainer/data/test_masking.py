@@ -1,0 +1,202 @@
+"""Dynamic re-masking: originals rebuilt exactly, masks fresh per epoch yet reproducible, BERT's statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schemas.vocab import MASK, Vocab, is_reserved
+from tests.trainer.data.conftest import Dataset, uint64
+from trainer.data import DataConfig, PretrainingLoader
+from trainer.data.masking import Masker, num_to_predict, restore
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
+
+
+def make(path: Path, **kw: object) -> PretrainingLoader:
+    kw = {"batch_size": 8, "shuffle_buffer": 64, "seed": 5, "masking": "dynamic", **kw}
+    return PretrainingLoader(DataConfig(paths=(str(path),), **kw), expected_vocab_sha256=None)  # type: ignore[arg-type]
+
+
+def rows(loader: PretrainingLoader) -> dict[int, dict[str, np.ndarray]]:
+    """One epoch by instance id: the masked ids, the prediction positions and labels, the original."""
+    out = {}
+    for b in loader:
+        n = b["attention_mask"].sum(1).numpy()
+        k = b["masked_lm_weights"].sum(1).numpy().astype(int)
+        original = restore(
+            b["input_ids"].numpy(),
+            b["masked_lm_positions"].numpy(),
+            b["masked_lm_ids"].numpy(),
+            b["masked_lm_weights"].numpy() != 0,
+        )
+        for i, iid in enumerate(b["instance_ids"].tolist()):
+            out[uint64(iid)] = {
+                "ids": b["input_ids"][i, : n[i]].numpy(),
+                "positions": b["masked_lm_positions"][i, : k[i]].numpy(),
+                "labels": b["masked_lm_ids"][i, : k[i]].numpy(),
+                "original": original[i, : n[i]],
+                "seg_a": int(n[i] - b["token_type_ids"][i].sum()),
+            }
+    return out
+
+
+def demo_vocab_of(path: Path) -> Vocab:
+    return Vocab.load(path / "vocab.txt")
+
+
+def test_the_original_sequence_is_rebuilt_exactly(uneven: Dataset) -> None:
+    got = rows(make(uneven.path, format="webdataset"))
+    inst, by_id = uneven.instances, uneven.instances.by_id()
+    assert got
+    for iid, r in got.items():
+        row = inst.row(by_id[iid])
+        original = row["input_ids"].astype(np.int64).copy()
+        original[row["masked_lm_positions"].astype(np.int64)] = row["masked_lm_ids"]
+        np.testing.assert_array_equal(r["original"], original)
+        np.testing.assert_array_equal(r["labels"], original[r["positions"]])
+        untouched = np.setdiff1d(np.arange(len(original)), r["positions"])
+        np.testing.assert_array_equal(r["ids"][untouched], original[untouched])
+
+
+def test_masks_differ_across_epochs_and_seeds_and_repeat_on_rerun(demo_shards: Path) -> None:
+    first, again, other_seed = make(demo_shards), make(demo_shards), make(demo_shards, seed=6)
+    e0, e0_again, seed6 = rows(first), rows(again), rows(other_seed)
+    e1 = rows(first)  # the loader moved on to epoch 1
+    assert first.epoch == 2
+    common = sorted(set(e0) & set(e1) & set(seed6))
+    assert len(common) > 100
+    for iid in e0:
+        np.testing.assert_array_equal(e0[iid]["ids"], e0_again[iid]["ids"])
+        np.testing.assert_array_equal(e0[iid]["positions"], e0_again[iid]["positions"])
+
+    def share_differing(a: dict, b: dict) -> float:
+        return np.mean([not np.array_equal(a[i]["positions"], b[i]["positions"]) for i in common])
+
+    assert share_differing(e0, e1) > 0.95
+    assert share_differing(e0, seed6) > 0.95
+    for iid in common:  # the same original under every mask
+        np.testing.assert_array_equal(e0[iid]["original"], e1[iid]["original"])
+
+
+def test_masks_do_not_depend_on_workers_or_batch_size(demo_shards: Path) -> None:
+    base = rows(make(demo_shards))
+    other = rows(make(demo_shards, num_workers=2, batch_size=5, length_bucketing=True, bucket_batches=4))
+    common = set(base) & set(other)
+    assert len(common) > 100
+    for iid in common:
+        np.testing.assert_array_equal(base[iid]["ids"], other[iid]["ids"])
+        np.testing.assert_array_equal(base[iid]["positions"], other[iid]["positions"])
+
+
+def test_mid_epoch_resume_gives_the_same_batches(demo_shards: Path) -> None:
+    whole = [dict(b) for b in make(demo_shards, num_workers=2)]
+    partial = make(demo_shards, num_workers=2)
+    it = iter(partial)
+    for _ in range(3):
+        next(it)
+    state = partial.state_dict()
+    del it
+    resumed = make(demo_shards, num_workers=2)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(rest) == len(whole) - 3 > 0
+    for a, b in zip(whole[3:], rest):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key].shape == b[key].shape and bool((a[key] == b[key]).all()), key
+
+
+@pytest.mark.parametrize(("probability", "max_predictions"), [(0.15, None), (0.30, 25)])
+def test_count_rule_positions_and_80_10_10(demo_shards: Path, probability: float, max_predictions: int | None) -> None:
+    vocab = demo_vocab_of(demo_shards)
+    loader = make(demo_shards, mlm_probability=probability, max_predictions=max_predictions)
+    got = {**rows(loader), **{-1 - k: v for k, v in rows(loader).items()}}  # two epochs
+    outcome = {"mask": 0, "keep": 0, "random": 0}
+    for r in got.values():
+        n = len(r["original"])
+        expected = min(max(1, round(n * probability)), max_predictions or n, n - 3)  # Python's round
+        assert len(r["positions"]) == expected
+        assert list(r["positions"]) == sorted(set(r["positions"]))
+        assert not {0, r["seg_a"] - 1, n - 1} & set(r["positions"].tolist())  # never [CLS] or a [SEP]
+        new = r["ids"][r["positions"]]
+        is_mask = new == vocab.id(MASK)
+        kept = ~is_mask & (new == r["labels"])
+        outcome["mask"] += int(is_mask.sum())
+        outcome["keep"] += int(kept.sum())
+        outcome["random"] += int((~is_mask & ~kept).sum())
+        assert not any(is_reserved(vocab.tokens[t]) for t in new[~is_mask & ~kept])
+    total = sum(outcome.values())
+    assert total > 5000
+    # Binomial standard errors here are < 0.006: 0.02 is over three of them.
+    assert abs(outcome["mask"] / total - 0.8) < 0.02
+    assert abs(outcome["keep"] / total - 0.1) < 0.02  # (a random draw equal to the original counts as kept)
+    assert abs(outcome["random"] / total - 0.1) < 0.02
+
+
+def test_whole_word_masking_masks_whole_words(demo_shards: Path) -> None:
+    vocab = demo_vocab_of(demo_shards)
+    cont = np.asarray([t.startswith("##") for t in vocab.tokens])
+    got = rows(make(demo_shards, whole_word_mask=True))
+    pieces = counted = predicted = 0
+    for r in got.values():
+        n, seg_a, orig = len(r["original"]), r["seg_a"], r["original"]
+        candidate = np.ones(n, bool)
+        candidate[[0, seg_a - 1, n - 1]] = False
+        chosen = np.zeros(n, bool)
+        chosen[r["positions"]] = True
+        joined = cont[orig[1:]] & candidate[1:] & candidate[:-1]  # position p+1 continues the word at p
+        # A word is chosen whole: a continuation and the piece before it are chosen together.
+        np.testing.assert_array_equal(chosen[1:][joined], chosen[:-1][joined])
+        k = int(num_to_predict(np.array([n]), 0.15, None)[0])
+        assert len(r["positions"]) <= k
+        pieces += int(chosen[1:][joined].sum())
+        counted += k
+        predicted += len(r["positions"])
+    assert pieces > 100  # the test saw multi-piece words being masked
+    assert predicted > 0.95 * counted  # skipping overflowing words loses little
+
+
+def test_masker_draws_random_replacements_from_ordinary_tokens_only(demo_shards: Path) -> None:
+    vocab = demo_vocab_of(demo_shards)
+    m = Masker.for_vocab(vocab, probability=0.15, max_predictions=None, whole_word=False, seed=0)
+    ordinary = {i for i, t in enumerate(vocab.tokens) if not is_reserved(t)}
+    assert set(m.random_ids.tolist()) == ordinary and len(ordinary) < len(vocab)
+
+
+def test_static_is_the_default_and_refuses_dynamic_only_options(uneven: Dataset) -> None:
+    static = make(uneven.path, masking="static")
+    assert DataConfig(paths=(str(uneven.path),), batch_size=8).masking == "static" and static.masker is None
+    for bad in ({"whole_word_mask": True}, {"mlm_probability": 0.3}, {"max_predictions": 10}):
+        with pytest.raises(ValueError, match="masking='dynamic'"):
+            DataConfig(paths=(str(uneven.path),), batch_size=8, **bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mlm_probability must be in"):
+        DataConfig(paths=(str(uneven.path),), batch_size=8, masking="dynamic", mlm_probability=1.5)
+
+
+def test_count_rule_and_word_choice_mirror_the_static_pipeline(demo_shards: Path) -> None:
+    from pipelines import masking as static
+
+    lengths = np.arange(3, 513)
+    for p, cap in ((0.15, 20), (0.30, 77), (0.15, None)):
+        want = np.minimum(static.num_to_predict(lengths, p, cap or 10**9), lengths - 3)
+        np.testing.assert_array_equal(num_to_predict(lengths, p, cap), want)
+    # Whole words under one key order: the pipeline's reference selection and ours choose the same positions.
+    vocab = demo_vocab_of(demo_shards)
+    m = Masker.for_vocab(vocab, probability=0.15, max_predictions=None, whole_word=True, seed=0)
+    got = list(rows(make(demo_shards)).values())[:200]
+    for r in got:
+        n, orig = len(r["original"]), r["original"][None, :]
+        candidate = np.ones((1, n), bool)
+        candidate[0, [0, r["seg_a"] - 1, n - 1]] = False
+        key = np.random.default_rng(n).random((1, n))
+        key[~candidate] = 2.0
+        k = num_to_predict(np.array([n]), 0.15, None)
+        ours = m._whole_words(orig, candidate, key, k)[0]
+        ukey = np.argsort(np.argsort(key[0])).astype(np.uint64)  # the same order as uint64 keys
+        ukey[~candidate[0]] = np.uint64(0xFFFFFFFFFFFFFFFF)
+        theirs = np.zeros(n, bool)
+        static._pick_whole_words(ukey, m.is_continuation[orig[0]] & candidate[0], int(k[0]), theirs)
+        np.testing.assert_array_equal(ours, theirs)
