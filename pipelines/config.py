@@ -113,7 +113,7 @@ class PretrainingConfig:
 
         Excludes knobs that only change how work is split or stored, so that shards stay comparable.
         """
-        keep = (
+        keep: tuple[str, ...] = (
             "input_format",
             "max_seq_length",
             "max_predictions_per_seq",

@@ -189,7 +189,7 @@ def lsh_params(threshold: float, num_perm: int = NUM_PERM) -> tuple[int, int]:
             fn = np.trapezoid(1.0 - p[above], s[above])
             err = FP_WEIGHT * fp + FN_WEIGHT * fn
             if best is None or err < best[0] - 1e-12:
-                best = (err, bands, rows)
+                best = (float(err), bands, rows)
     assert best is not None
     return best[1], best[2]
 
@@ -303,10 +303,12 @@ def similarity(sk: np.ndarray, small: list[np.ndarray | None], m: int, others: l
     """float [K]: document ``m``'s Jaccard with each of ``others``: exact when both are small documents
     (their few shingles are at hand), else estimated from the sketches (:func:`estimated_jaccard`)."""
     est = estimated_jaccard(sk[m], sk[others])
-    if small[m] is not None:
+    mine = small[m]
+    if mine is not None:
         for j, o in enumerate(others):
-            if small[o] is not None:
-                est[j] = exact_jaccard(small[m], small[o])
+            theirs = small[o]
+            if theirs is not None:
+                est[j] = exact_jaccard(mine, theirs)
     return est
 
 
@@ -408,7 +410,11 @@ def sign_batch(
 
 def resolve_partition(parts: Iterable[Part], threshold: float) -> list[Removal]:
     """The duplicates among one partition's entries (see the module docstring for the rule)."""
-    bands_l, keys_l, docs_l, ids, sk_l = [], [], [], [], []
+    bands_l: list = []
+    keys_l: list = []
+    docs_l: list = []
+    ids: list = []
+    sk_l: list = []
     small: list[np.ndarray | None] = []
     for part in parts:
         bands_l.append(part.bands)
@@ -548,7 +554,7 @@ def _resolve(item: tuple[int, Iterable[tuple[str, ByteRange]]], threshold: float
     by_path: dict[str, list[ByteRange]] = {}
     for path, r in refs:
         by_path.setdefault(path, []).append(r)
-    parts = []
+    parts: list = []
     for path in sorted(by_path):
         for data in read_ranges(path, sorted(by_path[path])):
             parts.extend(decode_parts(data))
