@@ -116,6 +116,12 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
 @click.option("--seed", type=int, default=12345, show_default=True)
 @click.option("--whole-word-mask", is_flag=True, default=False)
 @click.option(
+    "--word-segmenter",
+    type=click.Choice(["rjieba", "jieba"]),
+    default=None,
+    help="With --whole-word-mask: words from this Chinese segmenter (pip install 'bertstream[chinese]').",
+)
+@click.option(
     "--lowercase/--cased", default=None, help="Casing (default: from tokenizer.json; lowercase for vocab.txt)."
 )
 @click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="arrow", show_default=True)
@@ -147,6 +153,7 @@ def pretraining(
     dupe_factor,
     seed,
     whole_word_mask,
+    word_segmenter,
     lowercase,
     output_format,
     num_shards,
@@ -180,6 +187,7 @@ def pretraining(
             dupe_factor=dupe_factor,
             seed=seed,
             whole_word_mask=whole_word_mask,
+            word_segmenter=word_segmenter or "",
             lowercase=True if lowercase is None else lowercase,
             output_format=output_format,
             num_shards=num_shards,

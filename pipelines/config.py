@@ -46,6 +46,7 @@ class PretrainingConfig:
     dupe_factor: int = 10
     seed: int = 12345
     whole_word_mask: bool = False
+    word_segmenter: str = ""  # "" (words are ## pieces), or "rjieba"/"jieba": words of Chinese text
     lowercase: bool = True
     output_format: str = "arrow"
     num_shards: int = 0  # 0: chosen from the input size (see pipelines.pretraining.SHARD_SIZING)
@@ -71,6 +72,16 @@ class PretrainingConfig:
         _check(0.0 <= self.short_seq_prob <= 1.0, "short_seq_prob", f"must be in [0, 1], got {self.short_seq_prob}")
         _check(1 <= self.dupe_factor <= 1000, "dupe_factor", f"must be in [1, 1000], got {self.dupe_factor}")
         _check(0 <= self.seed < 2**63, "seed", f"must be in [0, 2**63), got {self.seed}")
+        _check(
+            self.word_segmenter in ("", "rjieba", "jieba"),
+            "word_segmenter",
+            f"must be rjieba or jieba, got {self.word_segmenter!r}",
+        )
+        _check(
+            not self.word_segmenter or self.whole_word_mask,
+            "word_segmenter",
+            "only applies with --whole-word-mask",
+        )
         _check(
             self.output_format in OUTPUT_FORMATS,
             "output_format",
@@ -129,4 +140,7 @@ class PretrainingConfig:
         )
         if self.dedup != "none":  # absent by default: shards of a run without dedup keep their bytes
             keep += ("dedup",) if self.dedup == "exact" else ("dedup", "dedup_ngram", "dedup_threshold")
-        return {k: getattr(self, k) for k in keep}
+        out = {k: getattr(self, k) for k in keep}
+        if self.word_segmenter:  # only when set: shards written without one stay byte-identical
+            out["word_segmenter"] = self.word_segmenter
+        return out

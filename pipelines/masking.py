@@ -16,6 +16,9 @@ Speed: :func:`reference_mask` is the readable NumPy definition; the pipeline run
 Whole-word masking: candidates are words (a token and the ``##`` pieces that follow it in the same
 segment); words are taken in random order while they fit in ``num_to_predict`` (a word that would overflow
 is skipped, as the reference does), so an instance may get fewer than ``num_to_predict`` predictions.
+The selection reads one per-token array, "continues the previous token's word": ``##`` pieces, and, with a
+word segmenter (Chinese), also the tokens that Tokenize marked in their ids (:mod:`pipelines.word_segmenter`),
+whose marks are removed here, before anything is written.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 from pipelines.batch import InstanceBatch
 from pipelines.hashing import GOLDEN, mix64_array, uniform_from
 from pipelines.kernels import switch
+from pipelines.word_segmenter import unmark
 from schemas.vocab import MASK, is_reserved
 
 _PICK, _MASK80, _KEEP50, _RANDOM = (np.uint64(x) for x in (0x1, 0x2, 0x3, 0x4))
@@ -43,6 +47,7 @@ class MaskingSpec:
     masked_lm_prob: float
     max_predictions: int
     whole_word: bool = False
+    word_marks: bool = False  # ids of tokens that continue a segmenter word are raised by the vocabulary size
 
 
 @dataclass(slots=True)
@@ -59,6 +64,19 @@ def num_to_predict(lengths: np.ndarray, masked_lm_prob: float, max_predictions: 
     """The reference's count rule; ``np.round`` rounds half to even exactly like Python's ``round``."""
     k = np.round(lengths.astype(np.float64) * masked_lm_prob).astype(np.int64)
     return np.minimum(max_predictions, np.maximum(1, k))
+
+
+def word_continuation(ids: np.ndarray, spec: MaskingSpec) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, continues)``: the ids without word marks and ``[T]`` bool, token continues its word (whole-word)."""
+    marked = None
+    if spec.word_marks:
+        ids, marked = unmark(ids, len(spec.is_continuation))
+    if not spec.whole_word:
+        return ids, np.zeros(0, dtype=bool)  # not read
+    if len(ids) and int(ids.max()) >= len(spec.is_continuation):
+        raise IndexError("token ids beyond the vocabulary")
+    continues = spec.is_continuation[ids]
+    return ids, continues if marked is None else continues | marked
 
 
 def _hash(instance_ids: np.ndarray, positions: np.ndarray, purpose: np.uint64) -> np.ndarray:
@@ -86,8 +104,7 @@ def mask(
         raise ValueError("offsets are not a ragged layout of ids")
     if len(seg_a) != len(lengths) or len(instance_ids) != len(lengths):
         raise ValueError("one segment_a_length and one instance id per instance expected")
-    if spec.whole_word and len(ids) and int(ids.max()) >= len(spec.is_continuation):
-        raise IndexError("token ids beyond the vocabulary")
+    ids, continues = word_continuation(ids, spec)
     out, positions, labels, pred_offsets = kernel.mask(
         readonly(ids),
         readonly(offsets),
@@ -96,7 +113,7 @@ def mask(
         readonly(num_to_predict(lengths, spec.masked_lm_prob, spec.max_predictions), np.int64),
         int(spec.mask_id),
         readonly(spec.random_ids, np.int64),
-        readonly(spec.is_continuation, np.bool_),
+        readonly(continues, np.bool_),
         bool(spec.whole_word),
     )
     return Masked(ids=out, positions=positions, labels=labels, pred_offsets=pred_offsets)
@@ -106,6 +123,7 @@ def reference_mask(
     ids: np.ndarray, offsets: np.ndarray, seg_a: np.ndarray, instance_ids: np.ndarray, spec: MaskingSpec
 ) -> Masked:
     """:func:`mask` in NumPy, vectorised over an ``[N, Lmax]`` grid: the readable definition tests pin to."""
+    ids, continues = word_continuation(ids, spec)
     n = len(offsets) - 1
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
@@ -121,9 +139,9 @@ def reference_mask(
     k = np.minimum(num_to_predict(lengths, spec.masked_lm_prob, spec.max_predictions), lengths - 3)
     if spec.whole_word:
         rows = np.zeros((n, lmax), dtype=bool)
-        grid = np.zeros((n, lmax), dtype=ids.dtype)
-        grid[valid] = ids
-        cont = spec.is_continuation[grid] & candidate
+        cont = np.zeros((n, lmax), dtype=bool)
+        cont[valid] = continues
+        cont &= candidate
         for i in range(n):
             _pick_whole_words(keys[i], cont[i], int(k[i]), rows[i])
         chosen = rows
@@ -178,7 +196,9 @@ def _pick_whole_words(keys: np.ndarray, continuation: np.ndarray, k: int, out: n
         taken += len(w)
 
 
-def masking_spec(vocab, masked_lm_prob: float, max_predictions: int, whole_word: bool) -> MaskingSpec:
+def masking_spec(
+    vocab, masked_lm_prob: float, max_predictions: int, whole_word: bool, word_marks: bool = False
+) -> MaskingSpec:
     """Masking parameters for a vocabulary: random replacements exclude special and [unused*] tokens."""
     tokens = vocab.tokens
     random_ids = np.asarray([i for i, t in enumerate(tokens) if not is_reserved(t)], dtype=np.int64)
@@ -191,13 +211,16 @@ def masking_spec(vocab, masked_lm_prob: float, max_predictions: int, whole_word:
         masked_lm_prob=masked_lm_prob,
         max_predictions=max_predictions,
         whole_word=whole_word,
+        word_marks=word_marks,
     )
 
 
 class _MaskFn(beam.DoFn):
-    def __init__(self, vocab, masked_lm_prob: float, max_predictions: int, whole_word: bool) -> None:
+    def __init__(
+        self, vocab, masked_lm_prob: float, max_predictions: int, whole_word: bool, word_marks: bool = False
+    ) -> None:
         self.vocab = vocab
-        self.params = (masked_lm_prob, max_predictions, whole_word)
+        self.params = (masked_lm_prob, max_predictions, whole_word, word_marks)
         self.spec: MaskingSpec | None = None
 
     def setup(self) -> None:
@@ -215,9 +238,11 @@ class _MaskFn(beam.DoFn):
 class MaskInstances(beam.PTransform):
     """``PCollection[InstanceBatch]`` -> the same batches with static masks and their targets."""
 
-    def __init__(self, vocab, *, masked_lm_prob: float, max_predictions: int, whole_word: bool) -> None:
+    def __init__(
+        self, vocab, *, masked_lm_prob: float, max_predictions: int, whole_word: bool, word_marks: bool = False
+    ) -> None:
         super().__init__()
-        self.fn = _MaskFn(vocab, masked_lm_prob, max_predictions, whole_word)
+        self.fn = _MaskFn(vocab, masked_lm_prob, max_predictions, whole_word, word_marks)
 
     def expand(self, batches):
         return batches | "Mask" >> beam.ParDo(self.fn)

@@ -31,6 +31,7 @@ from pipelines.skeleton import RunResult, ShardSizing, prepare_output, read_resu
 from pipelines.source_stats import UnkWords
 from pipelines.spill import remove_work_dir, spill_bytes_for
 from pipelines.tokenize import Tokenize, TokenizerSpec, load_tokenizer
+from pipelines.word_segmenter import check_word_segmenter
 from pipelines.write import SHARD_PREFIX, WriteShards, shard_writers
 from schemas.manifest import MANIFEST_NAME, Manifest
 from schemas.vocab import CLS, SEP, VOCAB_FILENAME
@@ -106,7 +107,7 @@ def build_pipeline(
             partitions=dedup_partitions(input_bytes),
         )
     sentences = docs | "Segment" >> SegmentDocuments()
-    tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads)
+    tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads, cfg.word_segmenter)
     units, groups = tokenized | "Group" >> GroupDocuments(
         seed=cfg.seed,
         docs_per_group=cfg.docs_per_group,
@@ -123,6 +124,7 @@ def build_pipeline(
         masked_lm_prob=cfg.masked_lm_prob,
         max_predictions=cfg.max_predictions_per_seq,
         whole_word=cfg.whole_word_mask,
+        word_marks=bool(cfg.word_segmenter),
     )
     results = masked | "ShuffleAndWrite" >> WriteShards(
         output_dir,
@@ -208,6 +210,8 @@ def run_pretraining(
     if isinstance(formats, str) and formats != cfg.input_format:  # all given as `text:...`, say
         cfg = replace(cfg, input_format=formats)
     spec = load_tokenizer(vocab, lowercase)
+    if cfg.word_segmenter:
+        check_word_segmenter(cfg.word_segmenter, spec)
     if spec.lowercase != cfg.lowercase:
         cfg = replace(cfg, lowercase=spec.lowercase)
     input_bytes = sum(f.bytes for f in files)

@@ -1,6 +1,6 @@
 """Rule-based sentence segmentation of one paragraph: character spans, no text lost.
 
-Design: one compiled regex finds candidate ends -- a run of terminators (``. ! ? …`` or CJK ``。！？``)
+Design: one compiled regex finds candidate ends -- a run of terminators (``. ! ? …`` or CJK ``。！？；``)
 that starts a run, optional closing quotes/brackets, then whitespace (CJK: whitespace optional) -- and a
 cheap decision per candidate looks at the token before the terminator and the first character (rarely
 the first word) after the whitespace. Decimals, URLs and inner dots ("3.5", "U.S.-led", "a.b@c.org")
@@ -8,9 +8,10 @@ are never candidates because no whitespace follows the dot. A candidate must sta
 (the lookbehind), so each run and its closers are scanned once: linear time even over megabytes of
 dots, quotes or unterminated text.
 
-A Latin boundary always falls on whitespace. A CJK terminator may be followed directly by the next
-sentence; cutting there is still safe for the pipeline because BERT's basic tokenizer splits CJK
-characters and punctuation into tokens of their own.
+A Latin boundary always falls on whitespace. A CJK terminator (``。！？；``, with its closing quotes and
+brackets ``”’」』）``) may be followed directly by the next sentence; cutting there is still safe for the
+pipeline because BERT's basic tokenizer splits CJK characters and punctuation into tokens of their own. It
+is not cut when CJK punctuation that cannot open a sentence follows (``“快跑！”，他喊道``).
 
 ``benchmarks/segmenter_eval.py`` measures boundary F1 on gold news and fiction text (MRPC, CoNLL-2003,
 BERT's sample_text) and speed on the shared Wikipedia paragraphs: F1 0.997 overall (>= 0.996 on each
@@ -23,8 +24,12 @@ import re
 
 __all__ = ["sentence_spans", "split_sentences"]
 
-_TERMINATORS = ".!?…。！？"
-_CJK_TERMINATORS = frozenset("。！？")
+_TERMINATORS = ".!?…。！？；"
+# Chinese ends: full stop, exclamation, question and the full-width semicolon, which closes a clause as
+# a full sentence in Chinese prose (Chinese-BERT-wwm and UER split on it too).
+_CJK_TERMINATORS = frozenset("。！？；")
+# After a CJK end and its closers, these continue the sentence: "“快跑！”，他喊道", "“好！”、“对！”".
+_CJK_CONTINUES = frozenset("，、：；,;:)")
 # Closers may trail a terminator: 'said "Stop." Then', '(See above.) Next', '。」'.
 _CLOSERS = "\"'”’»)\\]}›」』）"
 
@@ -34,7 +39,7 @@ _CLOSERS = "\"'”’»)\\]}›」』）"
 _CANDIDATE = re.compile(
     rf"([{_TERMINATORS}](?<![{_TERMINATORS}]{{2}})[{_TERMINATORS}]*)([{_CLOSERS}]*)"
     rf"(?::[0-9xvi]+(?:[,–-][0-9]+)*(?=\s))?"
-    rf"(?:(\s+)|(?<=[。！？」』）”’]))"
+    rf"(?:(\s+)|(?<=[。！？；」』）”’]))"
 )
 _NONSPACE = re.compile(r"\S")
 # The first word after a candidate, past opening quotes/brackets.
@@ -142,6 +147,8 @@ def sentence_spans(paragraph: str) -> list[tuple[int, int]]:
             end = m.end(2)
             depth = max(0, depth + text.count("(", scanned, end) - text.count(")", scanned, end))
             scanned = end
+        if cjk and text[nxt_at] in _CJK_CONTINUES:
+            continue
         # A CJK end is an end, space or not.
         if cjk or _is_boundary(text, m.start(), term, closers, nxt_at, start, depth > 0):
             spans.append((start, nxt_at if ws is None else m.start(3)))

@@ -8,6 +8,10 @@ Speed: a document is encoded in ONE call, its sentences joined by ``[SEP]``; the
 ``[SEP]`` ids. BERT pre-tokenization splits on whitespace, and sentence boundaries lie on whitespace, so
 this gives the same ids as encoding each sentence alone, at paragraph speed. Literal special-token strings
 in the input (``"[SEP]"`` typed in text) would be ambiguous and are removed first (counted).
+
+With a word segmenter (``--word-segmenter``, whole-word masking of Chinese), each text is also cut into words
+and tokens that continue a word are marked in their ids (:mod:`pipelines.word_segmenter`); the encoding then
+keeps offsets, which maps a token to its first character.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from tokenizers import Tokenizer
 
 from pipelines import counters as C
 from pipelines import source_stats as SS
+from pipelines import word_segmenter as ws
 from schemas import id_types
 from schemas.vocab import SEP, SPECIAL_TOKENS, UNK, Vocab, VocabError
 from schemas.wordpiece import bert_tokenizer
@@ -125,8 +130,10 @@ def set_tokenizer_threads(threads: int) -> None:
 class DocumentTokenizer:
     """Pure tokenization logic: a tokenizer plus the [SEP]-join trick. Used by the DoFn and by tests."""
 
-    def __init__(self, spec: TokenizerSpec) -> None:
+    def __init__(self, spec: TokenizerSpec, word_segmenter: str = "") -> None:
         self.tokenizer = Tokenizer.from_str(spec.json)
+        self.vocab_size = len(spec.vocab)
+        self.segment = ws.load_segmenter(word_segmenter) if word_segmenter else None
         self.sep_id = spec.vocab.id(SEP)
         self.unk_id = spec.vocab.id(UNK)
         self.unk_reader = SS.UnkWordReader(self.tokenizer, spec.vocab.tokens, self.unk_id)
@@ -187,7 +194,19 @@ class DocumentTokenizer:
             if start < len(sentences):
                 texts.append(" [SEP] ".join(sentences[start:]) + " [SEP]")
             pieces.append(len(texts) - before)
-        encodings = self._encode(texts, add_special_tokens=False) if texts else []
+        if self.segment is None:
+            encodings = self._encode(texts, add_special_tokens=False) if texts else []
+            marks = None
+        else:  # offsets are needed: the plain encode_batch
+            encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False) if texts else []
+            segment = self.segment
+            marks = [
+                ws.continuation_flags(
+                    np.fromiter((s for s, _ in e.offsets), dtype=np.int64, count=len(e.offsets)),
+                    ws.word_start_chars(text, segment),
+                )
+                for e, text in zip(encodings, texts)
+            ]
         keep_docs, all_ids, all_lens, n_sents = [], [], [], []
         unk_words: Counter = Counter()
         at = 0
@@ -218,6 +237,10 @@ class DocumentTokenizer:
                 continue
             if len(lengths) == 1:
                 counters[C.SINGLE_SENTENCE_DOCS] += 1
+            if marks is not None:  # last: everything above reads the real ids
+                continues = marks[at - n_pieces] if n_pieces == 1 else np.concatenate(marks[at - n_pieces : at])
+                continues[seps] = False
+                ids = ws.mark(ids, continues, self.vocab_size)
             tokens = np.delete(ids, seps).astype(self.dtype)
             keep_docs.append(doc_id)
             all_ids.append(tokens)
@@ -245,16 +268,17 @@ class _TokenizeFn(beam.DoFn):
     one leaves in ``finish_bundle``.
     """
 
-    def __init__(self, spec: TokenizerSpec, threads: int) -> None:
+    def __init__(self, spec: TokenizerSpec, threads: int, word_segmenter: str = "") -> None:
         self.spec = spec
         self.threads = threads
+        self.word_segmenter = word_segmenter
         self.tokenize: DocumentTokenizer | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pending: Future | None = None
 
     def setup(self) -> None:
         set_tokenizer_threads(self.threads)
-        self.tokenize = DocumentTokenizer(self.spec)
+        self.tokenize = DocumentTokenizer(self.spec, self.word_segmenter)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bertstream-tokenize")
 
     def start_bundle(self) -> None:
@@ -291,10 +315,11 @@ class _TokenizeFn(beam.DoFn):
 class Tokenize(beam.PTransform):
     """``PCollection[SentenceBatch]`` -> ``PCollection[TokenizedBatch]``."""
 
-    def __init__(self, spec: TokenizerSpec, threads: int = 1) -> None:
+    def __init__(self, spec: TokenizerSpec, threads: int = 1, word_segmenter: str = "") -> None:
         super().__init__()
         self.spec = spec
         self.threads = threads
+        self.word_segmenter = word_segmenter
 
     def expand(self, batches):
-        return batches | "Encode" >> beam.ParDo(_TokenizeFn(self.spec, self.threads))
+        return batches | "Encode" >> beam.ParDo(_TokenizeFn(self.spec, self.threads, self.word_segmenter))

@@ -100,15 +100,15 @@ def _take_words(order, m, word_start, word_len, cand, k, chosen):
 
 
 @njit(cache=True)
-def _whole_words(keys, cand, count, toks, is_continuation, k, chosen, word_start, word_len, word_key, sk, si, order):
-    """The reference's whole-word selection: candidates grouped into words (a candidate continuation
-    piece right after the previous candidate joins its word), words in key order of their first piece,
-    each taken if it still fits in ``k``, until ``k`` are taken."""
+def _whole_words(keys, cand, count, continues, k, chosen, word_start, word_len, word_key, sk, si, order):
+    """The reference's whole-word selection: candidates grouped into words (a candidate that continues a
+    word, ``continues[p]``, right after the previous candidate joins its word), words in key order of their
+    first piece, each taken if it still fits in ``k``, until ``k`` are taken."""
     w = 0
     prev = -2
     for c in range(count):
         p = cand[c]
-        if is_continuation[toks[p]] and p == prev + 1 and w > 0:
+        if continues[p] and p == prev + 1 and w > 0:
             word_len[w - 1] += 1
         else:
             word_start[w] = c
@@ -129,8 +129,9 @@ def _whole_words(keys, cand, count, toks, is_continuation, k, chosen, word_start
 
 
 @njit(cache=True)
-def mask(ids, offsets, seg_a, instance_ids, k_rule, mask_id, random_ids, is_continuation, whole_word):
-    """``(masked ids, positions, labels, pred_offsets)``; ``k_rule`` is ``num_to_predict`` per instance."""
+def mask(ids, offsets, seg_a, instance_ids, k_rule, mask_id, random_ids, continues, whole_word):
+    """``(masked ids, positions, labels, pred_offsets)``; ``k_rule`` is ``num_to_predict`` per instance;
+    ``continues`` is ``[len(ids)]`` bool, the token continues the previous token's word (whole-word only)."""
     n = len(offsets) - 1
     out = ids.copy()
     bound = 0
@@ -172,8 +173,7 @@ def mask(ids, offsets, seg_a, instance_ids, k_rule, mask_id, random_ids, is_cont
                     keys,
                     cand,
                     count,
-                    ids[o : o + length],
-                    is_continuation,
+                    continues[o : o + length],
                     k,
                     chosen,
                     word_start,

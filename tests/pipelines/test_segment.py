@@ -10,7 +10,7 @@ import pytest
 from pipelines.segment import sentence_spans, split_sentences
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-_CJK_END = set("。！？」』）”’")
+_CJK_END = set("。！？；」』）”’")
 
 
 def assert_invariants(text: str, spans: list[tuple[int, int]]) -> None:
