@@ -257,6 +257,14 @@ def classification(
     show_default=True,
     help="Words shared by consecutive windows of a sentence longer than --max-seq-length.",
 )
+@click.option(
+    "--format",
+    "input_format",
+    type=click.Choice(["conll", "char-tag"]),
+    default="conll",
+    show_default=True,
+    help="conll: 'token POS chunk TAG' lines; char-tag: 'char TAG' lines (Chinese NER, e.g. People's Daily).",
+)
 @_label_options
 @click.option("--max-seq-length", type=int, default=128, show_default=True)
 @click.pass_context
@@ -271,11 +279,12 @@ def ner(
     overwrite,
     scheme,
     window_overlap,
+    input_format,
     labels_text,
     label_set_from,
     max_seq_length,
 ) -> None:
-    """Named-entity recognition from CoNLL files (token POS chunk TAG).
+    """Named-entity recognition from CoNLL files (token POS chunk TAG) or char-tag files (char TAG).
 
     Any other --option is a Beam pipeline option (--runner, --direct_num_workers, ...).
     """
@@ -289,6 +298,7 @@ def ner(
         max_seq_length=max_seq_length,
         scheme=scheme,
         window_overlap=window_overlap,
+        input_format=input_format,
         labels=_labels(labels_text),
         label_set_from=label_set_from,
         split=split,

@@ -1,4 +1,5 @@
-"""CoNLL-2003 files (``token POS chunk TAG``) -> ``Sentence`` records with IOB2 tags (NER).
+"""CoNLL-2003 files (``token POS chunk TAG``) and two-column files (``char TAG``, Chinese NER such as
+People's Daily) -> ``Sentence`` records with IOB2 tags (NER).
 
 ``parse_conll`` reads one file; ``looks_like_conll`` checks a file before the pipeline starts;
 ``ConllParser`` is the parser ``ReadRecords`` runs.
@@ -16,10 +17,14 @@ from pipelines.runner import UsageError
 from pipelines.tasks.read import MALFORMED_LINE, WRONG_FIELD_COUNT, Sentence, file_lines, where
 
 _BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")
+# Fields per token line of each input format; the token is the first field, the tag the last.
+NER_FORMATS = {"conll": 4, "char-tag": 2}
+_SHAPES = {"conll": "'token POS chunk TAG'", "char-tag": "'char TAG'"}
 
 
-def looks_like_conll(path: str, sample_lines: int = 200) -> None:
-    """Before the pipeline starts: a usage error unless most of the first content lines have four fields."""
+def looks_like_conll(path: str, sample_lines: int = 200, input_format: str = "conll") -> None:
+    """Before the pipeline starts: a usage error unless most of the first content lines have the format's
+    field count (four for CoNLL, two for ``char TAG``); a file of the other format is named as such."""
     lines = [
         s
         for s in (x.strip() for x in islice(iter_text_lines(read_chunks(path, 1 << 16), Tally().counts), 5000))
@@ -27,12 +32,17 @@ def looks_like_conll(path: str, sample_lines: int = 200) -> None:
     ][:sample_lines]
     if not lines:
         raise UsageError("input", f"{path}: holds no CoNLL token line")
-    four = sum(len(s.split()) == 4 for s in lines)
-    if four * 2 < len(lines):
+    fields = NER_FORMATS[input_format]
+    good = sum(len(s.split()) == fields for s in lines)
+    if good * 2 < len(lines):
+        other = next(
+            (f for f, n in NER_FORMATS.items() if sum(len(s.split()) == n for s in lines) * 2 >= len(lines)), None
+        )
+        hint = f"; it looks like --format {other}" if other else ""
         raise UsageError(
             "input",
-            f"{path}: not a CoNLL file: {len(lines) - four} of its first {len(lines)} token lines "
-            f"do not have four fields 'token POS chunk TAG' (e.g. {lines[0][:80]!r})",
+            f"{path}: not a {input_format} file: {len(lines) - good} of its first {len(lines)} token lines "
+            f"do not have {fields} fields {_SHAPES[input_format]} (e.g. {lines[0][:80]!r}){hint}",
         )
 
 
@@ -59,13 +69,17 @@ def invalid_iob2(tags: list[str]) -> list[int]:
     return bad
 
 
-def parse_conll(lines: Iterable[str], path: str, file_index: int, scheme: str, tally: Tally) -> Iterator[Sentence]:
-    """Sentences of a CoNLL-2003 file (``token POS chunk TAG``; blank lines and ``-DOCSTART-`` separate).
+def parse_conll(
+    lines: Iterable[str], path: str, file_index: int, scheme: str, tally: Tally, input_format: str = "conll"
+) -> Iterator[Sentence]:
+    """Sentences of a CoNLL-2003 file (``token POS chunk TAG``; blank lines and ``-DOCSTART-`` separate), or of
+    a ``char-tag`` file (``char TAG``: one character per line, Chinese NER).
 
-    A line without four fields or with a tag that is not ``O``/``B-X``/``I-X`` drops its whole sentence
+    A line without the format's field count or with a tag that is not ``O``/``B-X``/``I-X`` drops its whole sentence
     (a sentence missing a word would misalign every later prediction); both are counted with line numbers.
     """
     unit = "sentences"
+    n_fields = NER_FORMATS[input_format]
     words: list[str] = []
     tags: list[str] = []
     start, bad, content_lines, bad_lines = 0, False, 0, 0
@@ -96,28 +110,31 @@ def parse_conll(lines: Iterable[str], path: str, file_index: int, scheme: str, t
         if not words and not bad:
             start = n
         fields = s.split()
-        if len(fields) != 4:
+        if len(fields) != n_fields:
             tally.note(f"lines_malformed.{WRONG_FIELD_COUNT}", file_index, n, where(path, n))
             bad, bad_lines = True, bad_lines + 1
             continue
-        if not _BIO_TAG.match(fields[3]):
+        if not _BIO_TAG.match(fields[-1]):
             tally.note("lines_malformed.bad_tag", file_index, n, where(path, n))
             bad, bad_lines = True, bad_lines + 1
             continue
         words.append(fields[0])
-        tags.append(fields[3])
+        tags.append(fields[-1])
     if words or bad:
         yield from finish()
     if content_lines and bad_lines * 2 > content_lines:
         raise InputError(
-            f"{path}: not a CoNLL file: {bad_lines} of {content_lines} token lines are malformed "
-            "(expected 'token POS chunk TAG' with O/B-X/I-X tags)"
+            f"{path}: not a {input_format} file: {bad_lines} of {content_lines} token lines are malformed "
+            f"(expected {_SHAPES[input_format]} with O/B-X/I-X tags)"
         )
 
 
 class ConllParser:
-    def __init__(self, scheme: str) -> None:
+    def __init__(self, scheme: str, input_format: str = "conll") -> None:
+        if input_format not in NER_FORMATS:
+            raise ValueError(f"NER input format must be one of {tuple(NER_FORMATS)}, got {input_format!r}")
         self.scheme = scheme
+        self.input_format = input_format
 
     def __call__(self, path: str, file_index: int, tally: Tally) -> Iterator[Sentence]:
-        return parse_conll(file_lines(path, tally), path, file_index, self.scheme, tally)
+        return parse_conll(file_lines(path, tally), path, file_index, self.scheme, tally, self.input_format)

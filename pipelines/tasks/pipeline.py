@@ -325,6 +325,7 @@ def run_ner(
     max_seq_length: int = 128,
     scheme: str = "iob2",
     window_overlap: int = 16,
+    input_format: str = "conll",
     labels: tuple[str, ...] = (),
     label_set_from: str | None = None,
     split: str | None = None,
@@ -333,7 +334,7 @@ def run_ner(
     overwrite: bool = False,
     beam_args: list[str] | None = None,
 ) -> RunResult:
-    """Token classification from CoNLL-2003 style files."""
+    """Token classification from CoNLL-2003 style files, or ``char TAG`` files (``input_format="char-tag"``)."""
     options, files, spec, split = _common(inputs, vocab, lowercase, split, beam_args)
     cfg = NerConfig(
         kind=T.NER,
@@ -347,7 +348,7 @@ def run_ner(
         window_overlap=window_overlap,
     )
     for f in files:
-        looks_like_conll(f.path)
+        looks_like_conll(f.path, input_format=input_format)
     label_plan = plan_labels(
         kind=T.NER,
         training=cfg.training,
@@ -368,8 +369,10 @@ def run_ner(
         label_source=label_plan.source,
     )
     task = {"labeled": True, "scheme": "iob2", "input_scheme": scheme, "window_overlap": window_overlap}
+    if input_format != "conll":  # only then: manifests of CoNLL runs stay as they were
+        task["input_format"] = input_format
     return _run(
-        _Plan(cfg, ConllParser(scheme), featurizer, label_plan, task),
+        _Plan(cfg, ConllParser(scheme, input_format), featurizer, label_plan, task),
         files,
         spec,
         output_dir.rstrip("/"),
