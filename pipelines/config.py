@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FORMATS = ("sentences", "wikiextractor", "text", "jsonl")
+FORMATS = ("sentences", "wikiextractor", "text", "jsonl", "lines")
 OUTPUT_FORMATS = ("arrow", "webdataset", "both")
 ARROW_COMPRESSIONS = ("zstd", "lz4", "none")
 DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.dedup

@@ -13,6 +13,7 @@ Formats:
   lines counted); a file of several Gutenberg books gives one document per book.
 - ``jsonl``: one JSON object per line with a string ``text`` (paragraphs separated by newlines) and an
   optional ``id``.
+- ``lines``: one document per line, a paragraph to segment (CLUECorpusSmall's layout); blank lines skipped.
 
 A document id is ``<name>:<offset>``: the file's name (its path below the inputs' common folder) and the byte
 offset, in the decompressed file, of the line where the document starts (just ``<name>`` for ``text``). It is
@@ -195,6 +196,13 @@ def parse_sentences(lines: Iterable[Line], path: str) -> Iterator[Document]:
         yield doc
 
 
+def parse_lines(lines: Iterable[Line], path: str) -> Iterator[Document]:
+    for offset, line in lines:
+        s = line.strip()
+        if s:
+            yield Document(f"{path}:{offset}", [s])
+
+
 def parse_wikiextractor(lines: Iterable[Line], path: str, counters: Counter) -> Iterator[Document]:
     doc: Document | None = None
     expect_title = False
@@ -300,6 +308,8 @@ def parse(
         return parse_text(lines, path, counters, strip_gutenberg)
     if input_format == "jsonl":
         return parse_jsonl(lines, path, counters)
+    if input_format == "lines":
+        return parse_lines(lines, path)
     raise ValueError(f"unknown input format {input_format!r}")
 
 
@@ -326,6 +336,7 @@ def is_sentences_anchor(raw: bytes) -> bool:
 # Where a segment may start, per splittable format (None: at every line; jsonl lines stand alone).
 ANCHORS: dict[str, AnchorTest] = {
     "jsonl": None,
+    "lines": None,
     "wikiextractor": is_wikiextractor_anchor,
     "sentences": is_sentences_anchor,
 }

@@ -19,7 +19,13 @@ from pipelines.tasks.read import MALFORMED_LINE, WRONG_FIELD_COUNT, Sentence, fi
 _BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")
 # Fields per token line of each input format; the token is the first field, the tag the last.
 NER_FORMATS = {"conll": 4, "char-tag": 2}
-_SHAPES = {"conll": "'token POS chunk TAG'", "char-tag": "'char TAG'"}
+_SHAPES = {"conll": "four fields 'token POS chunk TAG'", "char-tag": "two fields 'char TAG'"}
+_NAMES = {"conll": "CoNLL", "char-tag": "char-tag"}
+
+
+def _shaped(lines: list[str], n_fields: int) -> int:
+    """How many of ``lines`` have ``n_fields`` fields, the last a BIO tag."""
+    return sum(len(f) == n_fields and bool(_BIO_TAG.match(f[-1])) for f in (s.split() for s in lines))
 
 
 def looks_like_conll(path: str, sample_lines: int = 200, input_format: str = "conll") -> None:
@@ -32,17 +38,14 @@ def looks_like_conll(path: str, sample_lines: int = 200, input_format: str = "co
     ][:sample_lines]
     if not lines:
         raise UsageError("input", f"{path}: holds no CoNLL token line")
-    fields = NER_FORMATS[input_format]
-    good = sum(len(s.split()) == fields for s in lines)
+    good = sum(len(s.split()) == NER_FORMATS[input_format] for s in lines)
     if good * 2 < len(lines):
-        other = next(
-            (f for f, n in NER_FORMATS.items() if sum(len(s.split()) == n for s in lines) * 2 >= len(lines)), None
-        )
+        other = next((f for f, n in NER_FORMATS.items() if _shaped(lines, n) * 2 >= len(lines)), None)
         hint = f"; it looks like --format {other}" if other else ""
         raise UsageError(
             "input",
-            f"{path}: not a {input_format} file: {len(lines) - good} of its first {len(lines)} token lines "
-            f"do not have {fields} fields {_SHAPES[input_format]} (e.g. {lines[0][:80]!r}){hint}",
+            f"{path}: not a {_NAMES[input_format]} file: {len(lines) - good} of its first {len(lines)} token "
+            f"lines do not have {_SHAPES[input_format]} (e.g. {lines[0][:80]!r}){hint}",
         )
 
 
@@ -124,8 +127,8 @@ def parse_conll(
         yield from finish()
     if content_lines and bad_lines * 2 > content_lines:
         raise InputError(
-            f"{path}: not a {input_format} file: {bad_lines} of {content_lines} token lines are malformed "
-            f"(expected {_SHAPES[input_format]} with O/B-X/I-X tags)"
+            f"{path}: not a {_NAMES[input_format]} file: {bad_lines} of {content_lines} token lines are malformed "
+            f"(expected {_SHAPES[input_format].split(' ', 2)[2]} with O/B-X/I-X tags)"
         )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,13 +21,12 @@ from schemas.vocab import Vocab
 from tests.conftest import shared_path
 from tests.pipelines.test_segment import assert_invariants
 
-# (file below pretrain/chinese, format); the one-document-per-line CLUECorpusSmall file is read as
-# `sentences` (one document, each line one text) and its lines are segmented here.
+# (file below pretrain/chinese, format)
 CHINESE = [
     ("zhwiki/wiki_00", "wikiextractor"),
     ("wiki_zh_2019/wiki_00", "jsonl"),
     ("CLUECorpusSmall_bert_sampled.txt", "sentences"),
-    ("CLUECorpusSmall_sampled.txt", "sentences"),
+    ("CLUECorpusSmall_sampled.txt", "lines"),
 ]
 
 
@@ -40,13 +40,26 @@ def chinese_docs(name: str, fmt: str) -> list[tuple[str, list[str]]]:
     path = shared_path("pretrain", "chinese", *name.split("/"))
     docs = []
     for d in read_documents(str(path), fmt, Counter()):
-        if name == "CLUECorpusSmall_sampled.txt":  # one document per line
-            docs += [(f"{d.doc_id}/{i}", split_sentences(line)) for i, line in enumerate(d.paragraphs)]
-        elif d.presegmented:
+        if d.presegmented:
             docs.append((d.doc_id, d.paragraphs))
         else:
             docs.append((d.doc_id, [s for p in d.paragraphs for s in split_sentences(p)]))
     return docs
+
+
+def test_one_document_per_line_in_any_byte_range():
+    path = str(shared_path("pretrain", "chinese", "CLUECorpusSmall_sampled.txt"))
+    whole = [(d.doc_id, d.paragraphs) for d in read_documents(path, "lines", Counter())]
+    assert len(whole) == 2500 and all(len(p) == 1 for _, p in whole)
+    size = Path(path).stat().st_size
+    cuts = [0, 12_345, 700_001, size // 2, size]
+    parts = [
+        (d.doc_id, d.paragraphs)
+        for a, b in zip(cuts, cuts[1:])
+        for d in read_documents(path, "lines", Counter(), start=a, end=b)
+    ]
+    assert parts == whole
+    assert sum(len(split_sentences(p[0])) for _, p in whole) > 10_000
 
 
 def test_vocab_keeps_all_21128_entries_with_its_line_separators():
@@ -108,23 +121,38 @@ def _sentence_ids(batch, i: int, s0: int, t0: int) -> tuple[list[list[int]], int
     return out, s0 + int(batch.doc_sentences[i]), t0
 
 
-@pytest.mark.parametrize("name,fmt", CHINESE, ids=[n for n, _ in CHINESE])
-def test_ids_identical_to_bert_tokenizer_fast_on_all_shared_chinese_text(name, fmt, hf_chinese):
-    assert len(hf_chinese) == 21128
-    docs = chinese_docs(name, fmt)
+def _assert_same_ids(hf, docs, name: str) -> tuple[int, int]:
+    """Ids of each sentence of ``docs`` equal BertTokenizerFast's; returns (sentences, tokens) compared."""
+    assert len(hf) == 21128
     batch = DocumentTokenizer(load_tokenizer(vocab_path()))(docs, Counter())
-    used = {d for d in batch.doc_ids}
+    used = set(batch.doc_ids)
     kept = [(d, s) for d, s in docs if d in used]
     s0 = t0 = 0
     texts = tokens = 0
     for i, (_, sentences) in enumerate(kept):
         ours, s0, t0 = _sentence_ids(batch, i, s0, t0)
-        theirs = [ids for ids in hf_chinese(sentences, add_special_tokens=False)["input_ids"] if ids]
+        theirs = [ids for ids in hf(sentences, add_special_tokens=False)["input_ids"] if ids]
         assert ours == theirs, f"{name}: document {i} differs"
         texts += len(sentences)
         tokens += sum(map(len, ours))
-    # every sentence of the file was compared (documents without tokens give none to compare)
-    assert texts >= 0.99 * sum(len(s) for _, s in docs) and tokens > 200_000, (texts, tokens)
+    # every sentence was compared (documents without tokens give none to compare)
+    assert texts >= 0.99 * sum(len(s) for _, s in docs), (texts, sum(len(s) for _, s in docs))
+    return texts, tokens
+
+
+@pytest.mark.parametrize("name,fmt", CHINESE, ids=[n for n, _ in CHINESE])
+def test_ids_identical_to_bert_tokenizer_fast_on_a_sample(name, fmt, hf_chinese):
+    docs = chinese_docs(name, fmt)
+    texts, tokens = _assert_same_ids(hf_chinese, docs[:: max(1, len(docs) // 40)], name)
+    assert tokens > 5_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,fmt", CHINESE, ids=[n for n, _ in CHINESE])
+def test_ids_identical_to_bert_tokenizer_fast_on_all_shared_chinese_text(name, fmt, hf_chinese):
+    """All 1.4 M characters (~20 s): 64 + 222 articles, 2,500 + 2,500 CLUECorpusSmall documents."""
+    texts, tokens = _assert_same_ids(hf_chinese, chinese_docs(name, fmt), name)
+    assert tokens > 200_000
 
 
 def test_word_marks_are_segmenter_words(hf_chinese):
@@ -171,9 +199,8 @@ def _masked_instances(segmenter: str, docs, dupe: int = 2):
 @pytest.mark.parametrize("segmenter", ["rjieba", "jieba"])
 def test_whole_word_masking_of_chinese(segmenter):
     pytest.importorskip(segmenter)
-    docs = chinese_docs("CLUECorpusSmall_bert_sampled.txt", "sentences")
-    if segmenter == "jieba":
-        docs = docs[:600]  # the pure-Python segmenter is ~10x slower
+    # the pure-Python jieba is ~10x slower: fewer documents
+    docs = chinese_docs("CLUECorpusSmall_bert_sampled.txt", "sentences")[: 1200 if segmenter == "rjieba" else 600]
     vocab, parts = _masked_instances(segmenter, docs)
     v = len(vocab)
     mask_id = vocab.id("[MASK]")
