@@ -274,3 +274,47 @@ def test_missing_segmenter_is_a_one_line_error(monkeypatch, tmp_path):
     assert len(lines) == 1 and "rjieba package" in lines[0] and "--word-segmenter" in lines[0], result.output
     result = CliRunner().invoke(main, [*args, "--word-segmenter", "rjieba"])
     assert result.exit_code == 2 and "only applies with --whole-word-mask" in result.output
+
+
+def test_pretraining_pipeline_with_a_word_segmenter_writes_schema_v1_shards(tmp_path):
+    """The Beam pipeline end to end: marks never reach a shard, and masked positions come in word runs."""
+    pytest.importorskip("rjieba")
+    from dataclasses import replace
+
+    import pyarrow as pa
+
+    from pipelines.config import PretrainingConfig
+    from pipelines.pretraining import run_pretraining
+    from schemas.pretraining import INPUT_IDS, MASKED_LM_IDS, MASKED_LM_POSITIONS
+
+    src = shared_path("pretrain", "chinese", "CLUECorpusSmall_bert_sampled.txt").read_text(encoding="utf-8")
+    text = tmp_path / "clue.txt"
+    text.write_text("\n\n".join(src.split("\n\n")[:400]) + "\n", encoding="utf-8")
+    cfg = PretrainingConfig(input_format="sentences", dupe_factor=1, num_shards=1, whole_word_mask=True)
+    runs = {}
+    for segmenter in ("", "rjieba"):
+        out = tmp_path / (segmenter or "plain")
+        r = run_pretraining(
+            inputs=[str(text)], vocab=vocab_path(), output_dir=str(out), cfg=replace(cfg, word_segmenter=segmenter)
+        )
+        assert r.manifest.schema_version == 1
+        shard = out / r.manifest.shards[0].path
+        runs[segmenter] = (r.manifest, pa.ipc.open_file(pa.memory_map(str(shard))).read_all().to_pydict())
+    (plain_m, plain), (wwm_m, wwm) = runs[""], runs["rjieba"]
+    assert wwm_m.parameters["word_segmenter"] == "rjieba" and plain_m.parameters["word_segmenter"] == ""
+    ids = [i for row in wwm[INPUT_IDS] for i in row] + [i for row in wwm[MASKED_LM_IDS] for i in row]
+    assert max(ids) < 21128
+
+    # the same instances (the segmenter changes only the masks): unmasked, they are the plain run's tokens
+    def restored(t):
+        rows = []
+        for row, pos, lab in zip(t[INPUT_IDS], t[MASKED_LM_POSITIONS], t[MASKED_LM_IDS]):
+            row = list(row)
+            for p, label in zip(pos, lab):
+                row[p] = label
+            rows.append(row)
+        return sorted(rows)
+
+    assert restored(wwm) == restored(plain)
+    runs_of = lambda t: np.mean([np.mean(np.diff(p) == 1) for p in t[MASKED_LM_POSITIONS] if len(p) > 1])  # noqa: E731
+    assert runs_of(wwm) > runs_of(plain) + 0.2
