@@ -10,12 +10,12 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
+from pipelines.counters import Tally
 from pipelines.runner import UsageError
 from pipelines.tasks import conll as CN
 from pipelines.tasks import tables as TB
 from pipelines.tasks.pipeline import run_classification, run_ner
 from pipelines.tasks.read import file_lines
-from pipelines.tasks.tally import Tally
 from tests.conftest import shared_path
 
 
