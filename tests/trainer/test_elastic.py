@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.shard_fixtures import bert_like_vocab, make_instances, write_dataset
+from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
 from trainer import checkpoint as ckpt
 from trainer.config import TrainConfig, TrainConfigError
 from trainer.errors import RunError
