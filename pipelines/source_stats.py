@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -74,7 +74,7 @@ class UnkWordReader:
 
     UNRECOVERED = "<unrecovered>"  # a sentence whose words and ids do not line up (a non-WordPiece tokenizer.json)
 
-    def __init__(self, tokenizer: Tokenizer, tokens: list[str], unk_id: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, tokens: Sequence[str], unk_id: int) -> None:
         prefix = getattr(tokenizer.model, "continuing_subword_prefix", None)
         self.starts_word = None
         if prefix:

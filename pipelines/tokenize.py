@@ -287,17 +287,20 @@ class _TokenizeFn(beam.DoFn):
     def _encode(self, batch) -> tuple[TokenizedBatch, Counter]:
         # ``batch`` is a segment.SentenceBatch: ([(doc_id, sentences)], counters)
         docs, counters = batch
+        assert self.tokenize is not None, "setup() runs before process()"
         before = Counter(counters)
         out = self.tokenize(docs, counters)
         return out, out.counters - before
 
     def _collect(self) -> TokenizedBatch:
+        assert self._pending is not None
         out, delta = self._pending.result()
         self._pending = None
         C.report(delta)  # Beam metrics belong to the bundle thread
         return out
 
     def process(self, batch) -> Iterator[TokenizedBatch]:
+        assert self._executor is not None, "setup() runs before process()"
         future = self._executor.submit(self._encode, batch)
         if self._pending is not None:
             yield self._collect()

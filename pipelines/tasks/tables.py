@@ -95,10 +95,11 @@ def check_table_layout(path: str, layout: TableLayout) -> None:
             if col is not None and col not in first:
                 raise UsageError(flag, f"{path}: first record has no field {col!r}; its fields are {sorted(first)}")
         return
+    assert isinstance(first, list)  # a tsv/csv first line is its fields
     positions = column_positions(layout, first if layout.header else None, path)
     if not layout.header and max(positions.values()) >= len(first):
         flag = {"text": "text-column", "pair": "text-pair-column", "label": "label-column"}[
-            max(positions, key=positions.get)
+            max(positions, key=lambda role: positions[role])
         ]
         raise UsageError(
             flag, f"{path}: column index {max(positions.values())} but the first line has {len(first)} fields"
