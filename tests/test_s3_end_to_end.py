@@ -76,11 +76,11 @@ def _pretrain(data: str, out, **kw):
     from trainer.metrics import read_metrics
     from trainer.pretrain import pretrain
 
-    cfg = TrainConfig(
+    cfg = TrainConfig.build(
         **{
-            "data": (data,),
+            "sources": (data,),
             "output": str(out),
-            "model": "tiny",
+            "preset": "tiny",
             "batch_size": 8,
             "max_steps": 20,
             "warmup_steps": 2,
@@ -231,7 +231,7 @@ def test_pipeline_trainer_and_finetune_on_s3(s3_server, requests_log, tmp_path, 
     assert "tasks/sst2_train/manifest.json" in s3.keys("bertstream", "tasks/")
     requests_log.lines.clear()
     results = finetune(
-        FinetuneConfig(
+        FinetuneConfig.build(
             task="classification",
             train_data="s3://bertstream/tasks/sst2_train",
             eval_data="s3://bertstream/tasks/sst2_dev",
@@ -374,9 +374,9 @@ def test_run_folders_on_an_object_store_are_refused_up_front():
     from trainer.finetune.config import FinetuneConfig
 
     with pytest.raises(TrainConfigError, match="output: s3://b/runs/base: the run folder must be local"):
-        TrainConfig(data=("s3://b/shards",), output="s3://b/runs/base")
+        TrainConfig.build(sources=("s3://b/shards",), output="s3://b/runs/base")
     with pytest.raises(TrainConfigError, match="output: s3://b/runs/sst2: the run folder must be local"):
-        FinetuneConfig(
+        FinetuneConfig.build(
             task="classification",
             train_data="s3://b/t",
             eval_data="s3://b/d",

@@ -1,17 +1,23 @@
-"""Configuration of a pretraining run: one frozen dataclass, validated on construction, saved with every
-checkpoint. CLI flags override these defaults; model presets live in ``trainer.model``."""
+"""Configuration of a pretraining run: frozen sections (data, model, optimiser, checkpoints, run, objective), validated on
+construction, saved with every checkpoint. Each field carries its flag's help (``trainer.options``), so the
+defaults here are the CLI's; model presets live in ``trainer.model``. ``RunConfig`` and ``OptimConfig`` are
+shared with fine-tuning (``trainer.finetune.config``)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
+from trainer import options
 from trainer.data.config import MASKING_MODES, dataset_key, split_data_args
+from trainer.options import opt, section
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
+PRESETS = ("tiny", "mini", "small", "medium", "base", "large")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+_CONFIG = dataclass(frozen=True, slots=True, kw_only=True)
 
 
 class TrainConfigError(ValueError):
@@ -27,6 +33,13 @@ def check(ok: bool, param: str, message: str) -> None:
         raise TrainConfigError(param, message)
 
 
+def check_ints(cfg: Any, names: tuple[str, ...], low: int) -> None:
+    """Each of ``names`` is an integer >= ``low``."""
+    for name in names:
+        value = getattr(cfg, name)
+        check(isinstance(value, int) and value >= low, name, f"must be an integer >= {low}, got {value!r}")
+
+
 def check_device(device: str) -> None:
     """``--device``: only what the trainer can run on (another name must not silently fall back to the CPU)."""
     check(
@@ -36,80 +49,136 @@ def check_device(device: str) -> None:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    data: tuple[str, ...]
-    output: str
-    eval_data: str | None = None
-    data_format: str = "auto"
-    model: str = "tiny"
-    model_config: str | None = None  # JSON file of BertConfig fields (overrides the preset)
-    init_from: str | None = None  # a Hugging Face BERT folder
-    dropout: float | None = None  # hidden and attention dropout; None: the preset's (0.1)
-    batch_size: int = 32
-    grad_accum: int = 1
-    lr: float = 1e-4
-    warmup_steps: int = 1000
-    max_steps: int = 10_000
-    max_minutes: float = 0.0  # > 0: stop (evaluate, checkpoint) once this much wall time has passed
-    optimizer: str = "adamw"
-    weight_decay: float = 0.01
-    adam_eps: float = 1e-6
-    max_grad_norm: float = 1.0
-    precision: str = "auto"
-    compile: bool = False
-    seed: int = 0
-    log_every: int = 10
-    eval_every: int = 500
-    eval_batches: int = 50
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 3
-    resume: str = "auto"  # auto | none | PATH of a checkpoint folder
-    overwrite: bool = False  # clear a non-empty --output whole instead of refusing it
-    reset_optimizer: bool = False  # with --resume PATH: weights only (two-phase training)
-    num_workers: int = 2
-    shuffle_buffer: int = 10_000
-    skip_corrupt: bool = False
-    deterministic: bool = False
-    tensorboard: bool = True
-    device: str = "auto"
-    masking: str = "static"  # static: the shards' masks; dynamic: fresh masks per (seed, epoch, instance)
-    mlm_probability: float = 0.15  # dynamic masking only
-    max_predictions: int | None = None  # dynamic masking only; None: no cap beyond the count rule
-    whole_word_mask: bool = False  # dynamic masking only
-    no_nsp: bool = False  # MLM only: NSP labels ignored, its loss neither computed nor reported
+@_CONFIG
+class RunConfig:
+    """Where a run writes, how it logs, and what it runs on (pretraining and fine-tuning)."""
+
+    output: str = opt(help="Run folder: metrics.jsonl, checkpoints/, tensorboard/.")
+    seed: int = opt(0)
+    precision: str = opt("auto", "auto: bf16 autocast on CUDA, fp32 on CPU.", choices=PRECISIONS)
+    log_every: int = opt(10)
+    tensorboard: bool = opt(True, flag="--no-tensorboard", negate=True)
+    device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
 
     def __post_init__(self) -> None:
-        check(len(self.data) > 0, "data", "at least one --data DIR is required")
+        check_ints(self, ("log_every",), 1)
+        check_ints(self, ("seed",), 0)
+        check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
+        check_device(self.device)
+
+
+@_CONFIG
+class OptimConfig:
+    """AdamW-style settings both commands share."""
+
+    lr: float = opt(1e-4)
+    weight_decay: float = opt(0.01)
+    adam_eps: float = opt(1e-6, cli=False)  # BERT's
+    max_grad_norm: float = opt(1.0)
+
+    def __post_init__(self) -> None:
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(0 <= self.weight_decay < 1, "weight_decay", f"must be in [0, 1), got {self.weight_decay}")
+        check(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
+        check(self.max_grad_norm > 0, "max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
+
+
+@_CONFIG
+class PretrainOptim(OptimConfig):
+    optimizer: str = opt("adamw", choices=OPTIMIZERS)
+    warmup_steps: int = opt(1000)
+
+    def __post_init__(self) -> None:
+        OptimConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
+        check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+
+
+@_CONFIG
+class DataConfig:
+    """The pretraining shards and how they are read."""
+
+    sources: tuple[str, ...] = opt(
+        help="Dataset folder with a manifest.json (repeatable; local or URL). DIR:WEIGHT on every --data mixes "
+        "the folders by weight instead of reading them as one dataset.",
+        flag="--data",
+    )
+    eval_data: str | None = opt(None, "Evaluation dataset folder.")
+    data_format: str = opt("auto", flag="--format", choices=("auto", "arrow", "webdataset"))
+    num_workers: int = opt(2, "Data-loader worker processes per rank.")
+    shuffle_buffer: int = opt(10_000, cli=False)
+    skip_corrupt: bool = opt(False, "Skip (and count) shards whose checksum fails instead of stopping.")
+
+    def __post_init__(self) -> None:
+        check(len(self.sources) > 0, "data", "at least one --data DIR is required")
         try:
-            paths = self.data_paths
+            paths = self.paths
         except ValueError as e:
             raise TrainConfigError("data", str(e)) from None
         keys = [dataset_key(d) for d in paths]
         twice = sorted({d for d, k in zip(paths, keys) if keys.count(k) > 1})
         check(not twice, "data", f"the same dataset is given more than once: {', '.join(twice)}")
-        check(
-            "://" not in self.output,
-            "output",
-            f"{self.output}: the run folder must be local (checkpoints are "
-            "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...",
-        )
-        for name in ("batch_size", "grad_accum", "max_steps", "log_every", "eval_every", "checkpoint_every"):
-            value = getattr(self, name)
-            check(isinstance(value, int) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
-        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
-        check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-        check(0 <= self.weight_decay < 1, "weight_decay", f"must be in [0, 1), got {self.weight_decay}")
-        check(self.max_grad_norm > 0, "max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
-        check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
-        check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
-        check(self.eval_batches >= 1, "eval_batches", f"must be >= 1, got {self.eval_batches}")
         check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
-        check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The ``--data`` folders, without their weights."""
+        return split_data_args(self.sources)[0]
+
+    @property
+    def weights(self) -> tuple[float, ...] | None:
+        """The ``--data DIR:WEIGHT`` weights, or None (bare folders are read as one dataset)."""
+        return split_data_args(self.sources)[1]
+
+
+@_CONFIG
+class ModelChoice:
+    """Which encoder to train and where its first weights come from."""
+
+    preset: str = opt(
+        "tiny", "Preset (L2/H128 .. L24/H1024); vocab size from the data.", flag="--model", choices=PRESETS
+    )
+    model_config: str | None = opt(None, "JSON of BertConfig fields overriding the preset.", path="file")
+    init_from: str | None = opt(None, "Start from a Hugging Face BERT folder.", path="dir")
+    dropout: float | None = opt(None, "Hidden and attention dropout (default: the model's, 0.1 for the presets).")
+
+    def __post_init__(self) -> None:
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
-        check_device(self.device)
+
+
+@_CONFIG
+class CheckpointConfig:
+    checkpoint_every: int = opt(1000)
+    keep_checkpoints: int = opt(3)
+    resume: str = opt("auto", "auto (newest valid checkpoint in --output), none, or a checkpoint folder.")
+    reset_optimizer: bool = opt(False, "With --resume PATH: take the weights only (second training phase).")
+    overwrite: bool = opt(False, "Clear a non-empty --output whole and start a new run there.")
+
+    def __post_init__(self) -> None:
+        check_ints(self, ("checkpoint_every",), 1)
+        check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
+        check(
+            not (self.reset_optimizer and self.resume in ("auto", "none")),
+            "reset_optimizer",
+            "needs --resume PATH (the checkpoint whose weights start the new phase)",
+        )
+
+
+@_CONFIG
+class ObjectiveConfig:
+    """What pretraining predicts: the masks (the shards' own, or drawn afresh per epoch) and NSP."""
+
+    masking: str = opt(
+        "static",
+        "static: the shards' masks; dynamic: fresh masks per epoch from the same shards.",
+        choices=MASKING_MODES,
+    )  # dynamic: masks drawn per (seed, epoch, instance)
+    mlm_probability: float = opt(0.15, "Dynamic masking: share of tokens predicted.")
+    max_predictions: int | None = opt(None, "Dynamic masking: most predictions per sequence (default: no cap).")
+    whole_word_mask: bool = opt(False, "Dynamic masking: mask whole words (a token and its ## pieces).")
+    no_nsp: bool = opt(False, "Train MLM only: NSP labels are ignored, its loss is not computed.")
+
+    def __post_init__(self) -> None:
         check(self.masking in MASKING_MODES, "masking", f"must be one of {MASKING_MODES}, got {self.masking!r}")
         check(0 < self.mlm_probability < 1, "mlm_probability", f"must be in (0, 1), got {self.mlm_probability}")
         check(
@@ -117,29 +186,48 @@ class TrainConfig:
             "max_predictions",
             f"must be >= 1, got {self.max_predictions}",
         )
-        for name, default in (("mlm_probability", 0.15), ("max_predictions", None), ("whole_word_mask", False)):
-            check(
-                self.masking == "dynamic" or getattr(self, name) == default,
-                name,
-                "needs --masking dynamic (static masks are read from the shards as written)",
-            )
+        for f in fields(self):
+            if f.name in ("mlm_probability", "max_predictions", "whole_word_mask"):
+                check(
+                    self.masking == "dynamic" or getattr(self, f.name) == f.default,
+                    f.name,
+                    "needs --masking dynamic (static masks are read from the shards as written)",
+                )
+
+
+@_CONFIG
+class TrainConfig:
+    data: DataConfig = section(DataConfig)
+    model: ModelChoice = section(ModelChoice)
+    run: RunConfig = section(RunConfig)
+    batch_size: int = opt(32, "Sequences per device and micro-step.")
+    grad_accum: int = opt(1)
+    max_steps: int = opt(10_000, "Also the end of the linear decay.")
+    max_minutes: float = opt(0.0, "Stop early (evaluate, checkpoint) after this wall time.")
+    optim: PretrainOptim = section(PretrainOptim)
+    compile: bool = opt(False, "torch.compile the model.")
+    eval_every: int = opt(500)
+    eval_batches: int = opt(50)
+    checkpoint: CheckpointConfig = section(CheckpointConfig)
+    deterministic: bool = opt(False, "torch.use_deterministic_algorithms(True).")
+    objective: ObjectiveConfig = section(ObjectiveConfig)
+
+    def __post_init__(self) -> None:
+        output = self.run.output
         check(
-            not (self.reset_optimizer and self.resume in ("auto", "none")),
-            "reset_optimizer",
-            "needs --resume PATH (the checkpoint whose weights start the new phase)",
+            "://" not in output,
+            "output",
+            f"{output}: the run folder must be local (checkpoints are "
+            "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...",
         )
+        check_ints(self, ("batch_size", "grad_accum", "max_steps", "eval_every"), 1)
+        check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
+        check(self.eval_batches >= 1, "eval_batches", f"must be >= 1, got {self.eval_batches}")
 
-    @property
-    def data_paths(self) -> tuple[str, ...]:
-        """The ``--data`` folders, without their weights."""
-        return split_data_args(self.data)[0]
-
-    @property
-    def data_weights(self) -> tuple[float, ...] | None:
-        """The ``--data DIR:WEIGHT`` weights, or None (bare folders are read as one dataset)."""
-        return split_data_args(self.data)[1]
+    @classmethod
+    def build(cls, **values: Any) -> TrainConfig:
+        """From flat settings named as the flags are (``TrainConfig.build(sources=("ds",), output="run")``)."""
+        return options.build(cls, **values)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["data"] = list(self.data)
-        return d
+        return options.to_dict(self)

@@ -53,23 +53,23 @@ def load_vocab(data_dirs: tuple[str, ...]) -> tuple[Vocab, bool]:
 def model_config(cfg: TrainConfig, vocab_size: int, restored: dict | None) -> tuple[BertConfig, dict | None, Any]:
     """(config, HF weights or None, HF load report) from the checkpoint, --init-from, --model-config or preset."""
     if restored is not None:  # the checkpoint's architecture; --dropout may still change for a second phase
-        return with_dropout(BertConfig.from_dict(restored["model"]), cfg.dropout), None, None
-    if cfg.init_from:
+        return with_dropout(BertConfig.from_dict(restored["model"]), cfg.model.dropout), None, None
+    if cfg.model.init_from:
         from trainer.hf import load_hf
 
-        config, state, report = load_hf(cfg.init_from, seed=cfg.seed)
-        return with_dropout(config, cfg.dropout), state, report
-    preset = PRESETS.get(cfg.model) or PRESETS.get(f"bert_{cfg.model}")
+        config, state, report = load_hf(cfg.model.init_from, seed=cfg.run.seed)
+        return with_dropout(config, cfg.model.dropout), state, report
+    preset = PRESETS.get(cfg.model.preset) or PRESETS.get(f"bert_{cfg.model.preset}")
     if preset is None:
-        raise ValueError(f"--model must be one of tiny, mini, small, medium, base, large; got {cfg.model!r}")
+        raise ValueError(f"--model must be one of tiny, mini, small, medium, base, large; got {cfg.model.preset!r}")
     config = preset(vocab_size)
-    if cfg.model_config:
+    if cfg.model.model_config:
         try:
-            overrides = json.loads(Path(cfg.model_config).read_text())
+            overrides = json.loads(Path(cfg.model.model_config).read_text())
             config = BertConfig.from_dict({**config.to_dict(), **overrides, "vocab_size": vocab_size})
         except (json.JSONDecodeError, TypeError, ValueError) as e:
-            raise RunError(f"--model-config {cfg.model_config}: {e}") from None
-    return with_dropout(config, cfg.dropout), None, None
+            raise RunError(f"--model-config {cfg.model.model_config}: {e}") from None
+    return with_dropout(config, cfg.model.dropout), None, None
 
 
 def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> PretrainingLoader:
@@ -77,19 +77,19 @@ def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretraining
     try:
         return PretrainingLoader(
             DataConfig(
-                paths=cfg.data_paths,
-                weights=cfg.data_weights,
+                paths=cfg.data.paths,
+                weights=cfg.data.weights,
                 batch_size=cfg.batch_size,
-                num_workers=cfg.num_workers,
-                seed=cfg.seed,
-                shuffle_buffer=cfg.shuffle_buffer,
-                skip_corrupt=cfg.skip_corrupt,
-                format=cfg.data_format,
+                num_workers=cfg.data.num_workers,
+                seed=cfg.run.seed,
+                shuffle_buffer=cfg.data.shuffle_buffer,
+                skip_corrupt=cfg.data.skip_corrupt,
+                format=cfg.data.data_format,
                 pin_memory=info.device.type == "cuda",
-                masking=cfg.masking,
-                mlm_probability=cfg.mlm_probability,
-                max_predictions=cfg.max_predictions,
-                whole_word_mask=cfg.whole_word_mask,
+                masking=cfg.objective.masking,
+                mlm_probability=cfg.objective.mlm_probability,
+                max_predictions=cfg.objective.max_predictions,
+                whole_word_mask=cfg.objective.whole_word_mask,
             ),
             expected_vocab_sha256=vocab.sha256,
             world_size=info.world_size,
@@ -105,7 +105,11 @@ def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretra
     try:
         return PretrainingLoader(
             DataConfig(
-                paths=(cfg.eval_data,), batch_size=cfg.batch_size, shuffle=False, num_workers=0, format=cfg.data_format
+                paths=(cfg.data.eval_data,),
+                batch_size=cfg.batch_size,
+                shuffle=False,
+                num_workers=0,
+                format=cfg.data.data_format,
             ),
             expected_vocab_sha256=vocab.sha256,
             world_size=info.world_size,
@@ -114,12 +118,15 @@ def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretra
     except TooFewSamples as e:
         raise RunError(f"--eval-data: {e}") from None
     except VocabMismatchError as e:
-        raise RunError(f"--eval-data {cfg.eval_data} uses another vocabulary than --data ({e})") from None
+        raise RunError(f"--eval-data {cfg.data.eval_data} uses another vocabulary than --data ({e})") from None
 
 
 def check_seq_length(config: BertConfig, cfg: TrainConfig) -> None:
     """Sequences longer than the model's positions crash at the first long batch: refuse them at start."""
-    for flag, paths in (("--data", cfg.data_paths), ("--eval-data", (cfg.eval_data,) if cfg.eval_data else ())):
+    for flag, paths in (
+        ("--data", cfg.data.paths),
+        ("--eval-data", (cfg.data.eval_data,) if cfg.data.eval_data else ()),
+    ):
         for path in paths:
             length = load_manifest(path).parameters.get("max_seq_length")
             if isinstance(length, int) and length > config.max_position_embeddings:
@@ -178,20 +185,24 @@ def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig
         for i, batch in enumerate(loader):
             if i >= cfg.eval_batches:
                 break
-            with R.autocast(info.device, cfg.precision):
-                run.add(model(R.to_device(batch, info.device), nsp=not cfg.no_nsp))
+            with R.autocast(info.device, cfg.run.precision):
+                run.add(model(R.to_device(batch, info.device), nsp=not cfg.objective.no_nsp))
     return run.summary(info)
 
 
 def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> ckpt.Loaded | None:
     """The checkpoint this run continues or starts from (None: afresh); the folder is ready for writing."""
-    run_dir = Path(cfg.output)
+    run_dir = Path(cfg.run.output)
     restored = rundir.plan_run(
-        run_dir, resume=cfg.resume, overwrite=cfg.overwrite, reset_optimizer=cfg.reset_optimizer, data=cfg.data_paths
+        run_dir,
+        resume=cfg.checkpoint.resume,
+        overwrite=cfg.checkpoint.overwrite,
+        reset_optimizer=cfg.checkpoint.reset_optimizer,
+        data=cfg.data.paths,
     )
     D.barrier(info)  # every rank has read the folder before rank 0 changes it
     if info.is_main:
-        if cfg.overwrite:
+        if cfg.checkpoint.overwrite:
             rundir.clear(run_dir)
             R.log(f"--overwrite: cleared {run_dir}", info)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -205,7 +216,7 @@ def resolve_model(
     cfg: TrainConfig, vocab: Vocab, restored: ckpt.Loaded | None, world_size: int
 ) -> tuple[BertConfig, dict | None, Any]:
     """The architecture (and HF weights), after checking that the flags fit the checkpoint and the data."""
-    if restored is not None and not cfg.reset_optimizer:
+    if restored is not None and not cfg.checkpoint.reset_optimizer:
         check_resume(cfg, restored.config, restored.path, restored.step, world_size=world_size)
     elif restored is not None:
         check_new_phase(cfg, restored.config, restored.path)
@@ -222,7 +233,7 @@ def build_model(
     cfg: TrainConfig, config: BertConfig, hf: tuple[dict | None, Any], restored: ckpt.Loaded | None, info: D.DistInfo
 ) -> tuple[torch.nn.Module, BertForPreTraining]:
     """(the model to call: compiled and/or DDP, the plain module) with the starting weights, on the device."""
-    raw = BertForPreTraining(config, seed=cfg.seed)
+    raw = BertForPreTraining(config, seed=cfg.run.seed)
     hf_state, hf_report = hf
     if hf_state is not None:
         raw.load_state_dict(hf_state, strict=True)
@@ -232,7 +243,9 @@ def build_model(
         raw.load_state_dict(restored.model, strict=True)
     raw.to(info.device)
     compiled = cast(torch.nn.Module, torch.compile(raw)) if cfg.compile else raw
-    return R.wrap(compiled, info, find_unused_parameters=cfg.no_nsp), raw  # --no-nsp: the NSP head gets no grads
+    return R.wrap(
+        compiled, info, find_unused_parameters=cfg.objective.no_nsp
+    ), raw  # --no-nsp: the NSP head gets no grads
 
 
 def restore_position(
@@ -241,14 +254,14 @@ def restore_position(
     """Continue the checkpoint's run: optimizer, schedule, data position and RNG; returns its step."""
     optimizer.load_state_dict(restored.optimizer)
     scheduler.load_state_dict(restored.state["scheduler"])
-    old_end = extend_schedule(scheduler, cfg.warmup_steps, cfg.max_steps)
+    old_end = extend_schedule(scheduler, cfg.optim.warmup_steps, cfg.max_steps)
     if old_end is not None:
         R.log(
             f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
             f"learning rate {scheduler.get_last_lr()[0]:.3g} at step {restored.step}",
             info,
         )
-    if same_data(cfg.data_paths, restored.state, loader.catalog.fingerprint):
+    if same_data(cfg.data.paths, restored.state, loader.catalog.fingerprint):
         try:
             loader.load_state_dict(restored.state["data"])
         except ValueError as e:  # e.g. other weights: the position cannot be mapped onto this loader
@@ -260,7 +273,7 @@ def restore_position(
         R.log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
     saved_world = restored.config.get("world_size", info.world_size)
     if saved_world != info.world_size:  # elastic resume: per-rank streams cannot be mapped onto other ranks
-        torch.manual_seed((cfg.seed * 1000 + info.rank) * 1_000_003 + restored.step)
+        torch.manual_seed((cfg.run.seed * 1000 + info.rank) * 1_000_003 + restored.step)
         R.log(
             f"{saved_world} processes saved {restored.path.name}, {info.world_size} resume it: the same "
             "global batches continue; dropout streams restart (the same losses need --dropout 0)",
@@ -305,8 +318,8 @@ def train_step(
     for i, batch in enumerate(micro):
         batch = R.to_device(batch, info.device)
         with R.no_sync(model, last=i == len(micro) - 1):
-            with R.autocast(info.device, cfg.precision):
-                out = model(batch, nsp=not cfg.no_nsp)
+            with R.autocast(info.device, cfg.run.precision):
+                out = model(batch, nsp=not cfg.objective.no_nsp)
             loss = out["mlm_sum"] / float(totals[0]) + out["nsp_sum"] / float(totals[1])
             (loss * info.world_size).backward()
         run.add(out)
@@ -335,7 +348,7 @@ def write_run_config(
         "world_size": info.world_size,
     }
     if info.is_main:
-        (Path(cfg.output) / "config.json").write_text(json.dumps(run_config, indent=2) + "\n")
+        (Path(cfg.run.output) / "config.json").write_text(json.dumps(run_config, indent=2) + "\n")
     return run_config
 
 
@@ -343,7 +356,7 @@ def data_position(cfg: TrainConfig, loader: PretrainingLoader) -> dict[str, Any]
     """The checkpoint's record of where the data stream is, and of which dataset (see ``same_data``)."""
     return {
         "data": loader.state_dict(),
-        "data_paths": list(cfg.data_paths),
+        "data_paths": list(cfg.data.paths),
         "data_fingerprint": loader.catalog.fingerprint,
         "epoch": loader.epoch,
     }
@@ -364,27 +377,27 @@ def figures(record: dict[str, Any]) -> str:
 
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     # --- set up: every input is checked here, before step 1 -------------------------------------------
-    info = D.setup(cfg.device)
-    run_dir = Path(cfg.output)
+    info = D.setup(cfg.run.device)
+    run_dir = Path(cfg.run.output)
     restored = prepare_run_dir(cfg, info)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
-    vocab, lowercase = load_vocab(cfg.data_paths)
+    vocab, lowercase = load_vocab(cfg.data.paths)
     config, hf_state, hf_report = resolve_model(cfg, vocab, restored, info.world_size)
     loader = data_loader(cfg, vocab, info)
-    eval_loader = eval_data_loader(cfg, vocab, info) if cfg.eval_data else None
+    eval_loader = eval_data_loader(cfg, vocab, info) if cfg.data.eval_data else None
 
     # --- restore ----------------------------------------------------------------------------------
     model, raw = build_model(cfg, config, (hf_state, hf_report), restored, info)
-    optimizer = build_optimizer(raw, cfg.optimizer, cfg.lr, cfg.weight_decay, eps=cfg.adam_eps)
-    scheduler = build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps)
-    R.seed_dropout(cfg.seed, info)
+    optimizer = build_optimizer(raw, cfg.optim.optimizer, cfg.optim.lr, cfg.optim.weight_decay, eps=cfg.optim.adam_eps)
+    scheduler = build_scheduler(optimizer, cfg.optim.warmup_steps, cfg.max_steps)
+    R.seed_dropout(cfg.run.seed, info)
     step = 0
-    if restored is not None and not cfg.reset_optimizer:
+    if restored is not None and not cfg.checkpoint.reset_optimizer:
         step = restore_position(cfg, restored, optimizer, scheduler, loader, info)
     elif restored is not None:
         R.log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
-    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.tensorboard)
+    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.run.tensorboard)
     metrics.truncate_after(step)
     run_config = write_run_config(cfg, config, vocab, lowercase, info)
     R.log(describe(raw, loader, cfg, info), info)
@@ -403,7 +416,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         totals = step_counts(micro, info)
         flops = train_step(model, micro, totals, run, config, cfg, info)
-        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.max_grad_norm)
+        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.optim.max_grad_norm)
         step += 1
         run.steps += 1
         meter.add(int(totals[1]), int(totals[2]), flops)
@@ -413,7 +426,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
             last_step = step
 
         # --- log ------------------------------------------------------------------------------------
-        if step % cfg.log_every == 0 or step == last_step:
+        if step % cfg.run.log_every == 0 or step == last_step:
             record: dict[str, Any] = {
                 "step": step,
                 **run.summary(info),
@@ -436,9 +449,11 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
             meter.read()  # evaluation time is not training throughput
 
         # --- checkpoint -----------------------------------------------------------------------------
-        if step % cfg.checkpoint_every == 0 or step == last_step:
+        if step % cfg.checkpoint.checkpoint_every == 0 or step == last_step:
             state = {"scheduler": scheduler.state_dict(), **data_position(cfg, loader)}
-            save_checkpoint(run_dir, step, raw, optimizer, state, run_config, vocab, cfg.keep_checkpoints, info)
+            save_checkpoint(
+                run_dir, step, raw, optimizer, state, run_config, vocab, cfg.checkpoint.keep_checkpoints, info
+            )
     bar.close()
     metrics.close()
     D.teardown()

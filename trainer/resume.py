@@ -15,15 +15,17 @@ from typing import Any
 
 from torch.optim.lr_scheduler import LambdaLR
 
+from trainer import options
 from trainer.config import TrainConfig
 from trainer.data.config import dataset_key
 from trainer.errors import RunError
 from trainer.optim import WarmupLinearDecay
 
-# TrainConfig fields a resume must not change (all but --max-steps, run-time flags, data and eval data).
+# TrainConfig settings (leaf names, see trainer.options) a resume must not change (all but --max-steps, run-time
+# flags, data and eval data).
 # --batch-size may change with the number of processes as long as their product, the global batch, stays.
 FIXED = (
-    "model",
+    "preset",
     "model_config",
     "init_from",
     "dropout",
@@ -47,9 +49,9 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
     """Refuse a resume whose flags would change the run being continued, naming each flag."""
     if cfg.max_steps < step:
         raise RunError(f"--max-steps {cfg.max_steps} is below step {step} of {checkpoint}: pass a larger --max-steps")
-    old = saved.get("train")
-    if not isinstance(old, dict):
+    if not isinstance(saved.get("train"), dict):
         return  # a checkpoint from before configs were saved: nothing to compare with
+    old, now = options.saved_values(TrainConfig, saved["train"]), options.flat(cfg)  # either saved layout
     old_world, old_batch = saved.get("world_size", 1), old.get("batch_size", cfg.batch_size)
     if old_world * old_batch != world_size * cfg.batch_size:  # elastic resume keeps the global batch
         raise RunError(
@@ -57,9 +59,9 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
             f"{old_batch} = {old_world * old_batch}, this resume {world_size} x {cfg.batch_size} = "
             f"{world_size * cfg.batch_size}"
         )
-    changed = [name for name in FIXED if name in old and _norm(name, old[name]) != _norm(name, getattr(cfg, name))]
+    changed = [name for name in FIXED if name in old and _norm(name, old[name]) != _norm(name, now[name])]
     if changed:
-        listed = "; ".join(f"{_flag(n)} {_shown(getattr(cfg, n))} (the run has {_shown(old[n])})" for n in changed)
+        listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the run has {_shown(old[n])})" for n in changed)
         raise RunError(
             f"resuming {checkpoint} continues its run, but {listed}: pass the run's values, or start a "
             f"new phase from its weights with --resume {checkpoint} --reset-optimizer and another --output"
@@ -69,16 +71,15 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
 def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -> None:
     """``--reset-optimizer``: the architecture comes from the checkpoint, so flags that would choose another
     one are refused rather than ignored."""
-    if cfg.init_from:
+    if cfg.model.init_from:
         raise RunError(
-            f"--init-from {cfg.init_from} and --resume {checkpoint} both give the starting weights: pass one of them"
+            f"--init-from {cfg.model.init_from} and --resume {checkpoint} both give the starting weights: pass one of them"
         )
-    old = saved.get("train") if isinstance(saved.get("train"), dict) else {}
-    changed = [n for n in ("model", "model_config") if n in old and _norm(n, old[n]) != _norm(n, getattr(cfg, n))]
+    old = options.saved_values(TrainConfig, saved["train"]) if isinstance(saved.get("train"), dict) else {}
+    now = options.flat(cfg)
+    changed = [n for n in ("preset", "model_config") if n in old and _norm(n, old[n]) != _norm(n, now[n])]
     if changed:
-        listed = "; ".join(
-            f"{_flag(n)} {_shown(getattr(cfg, n))} (the checkpoint has {_shown(old[n])})" for n in changed
-        )
+        listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the checkpoint has {_shown(old[n])})" for n in changed)
         raise RunError(
             f"--reset-optimizer takes the model of {checkpoint} as it is, but {listed}: pass the "
             "checkpoint's values (only --dropout may change for a new phase)"
@@ -117,7 +118,7 @@ def _norm(name: str, value: Any) -> Any:
 
 
 def _flag(name: str) -> str:
-    return "--format" if name == "data_format" else f"--{name.replace('_', '-')}"
+    return next(leaf.flag for leaf in options.leaves(TrainConfig) if leaf.name == name)
 
 
 def _shown(value: Any) -> str:

@@ -54,8 +54,8 @@ def setup(tmp_path_factory) -> dict:
 
 
 def config(data: tuple[str, ...], out: Path, flags: dict, **kw) -> TrainConfig:
-    return TrainConfig(
-        data=data,
+    return TrainConfig.build(
+        sources=data,
         output=str(out),
         max_steps=STEPS,
         log_every=1,
@@ -163,10 +163,10 @@ def test_changed_weights_do_not_continue_the_data_position(setup, tmp_path):
 
 
 def test_data_weights_in_the_train_config(tmp_path):
-    cfg = TrainConfig(data=("s3://b/wiki:0.7", "books:0.3"), output="x")
-    assert (cfg.data_paths, cfg.data_weights) == (("s3://b/wiki", "books"), (0.7, 0.3))
-    assert TrainConfig(data=("a", "b"), output="x").data_weights is None
+    cfg = TrainConfig.build(sources=("s3://b/wiki:0.7", "books:0.3"), output="x")
+    assert (cfg.data.paths, cfg.data.weights) == (("s3://b/wiki", "books"), (0.7, 0.3))
+    assert TrainConfig.build(sources=("a", "b"), output="x").data.weights is None
     with pytest.raises(TrainConfigError, match="give every --data a weight"):
-        TrainConfig(data=("a:1", "b"), output="x")
+        TrainConfig.build(sources=("a:1", "b"), output="x")
     with pytest.raises(TrainConfigError, match="the same dataset is given more than once"):
-        TrainConfig(data=("a:1", "./a:2"), output="x")
+        TrainConfig.build(sources=("a:1", "./a:2"), output="x")

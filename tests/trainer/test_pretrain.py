@@ -21,9 +21,9 @@ NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
 
 
 def train(data, out, **kw) -> list[dict]:
-    cfg = TrainConfig(
+    cfg = TrainConfig.build(
         **{
-            "data": (str(data),),
+            "sources": (str(data),),
             "output": str(out),
             "batch_size": 8,
             "max_steps": 12,
@@ -241,9 +241,9 @@ def test_dropout_flag_sets_the_model_and_is_saved(demo_shards, tmp_path):
     train(demo_shards, tmp_path / "run", max_steps=2, checkpoint_every=2, batch_size=4, dropout=0.0)
     saved = json.loads((ckpt.step_dir(tmp_path / "run", 2) / "config.json").read_text())
     assert saved["model"]["hidden_dropout"] == saved["model"]["attention_dropout"] == 0.0
-    assert saved["train"]["dropout"] == 0.0
+    assert saved["train"]["model"]["dropout"] == 0.0
     with pytest.raises(TrainConfigError, match=r"dropout: must be in \[0, 1\), got 1.5"):
-        TrainConfig(data=("x",), output="y", dropout=1.5)
+        TrainConfig.build(sources=("x",), output="y", dropout=1.5)
 
 
 def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corpus, demo_vocab, tmp_path):
@@ -327,9 +327,9 @@ def test_init_from_encoder_only_hf_folder_reports_fresh_heads(demo_shards, tmp_p
 
 def test_errors_name_what_is_wrong(demo_shards, tmp_path):
     with pytest.raises(TrainConfigError, match="reset_optimizer: needs --resume PATH"):
-        TrainConfig(data=("x",), output="y", reset_optimizer=True)
+        TrainConfig.build(sources=("x",), output="y", reset_optimizer=True)
     with pytest.raises(TrainConfigError, match="batch_size: must be an integer >= 1"):
-        TrainConfig(data=("x",), output="y", batch_size=0)
+        TrainConfig.build(sources=("x",), output="y", batch_size=0)
     other = tmp_path / "other"
     shutil.copytree(demo_shards, other)
     # A checkpoint trained on another vocabulary cannot continue on this data.
@@ -346,7 +346,7 @@ def test_dynamic_masking_run_resumes_mid_epoch_with_the_same_masks(demo_shards, 
     kw = {"masking": "dynamic", "mlm_probability": 0.3, "deterministic": True, "num_workers": 2, "checkpoint_every": 4}
     whole = train(demo_shards, tmp_path / "whole", **kw)
     saved = json.loads((tmp_path / "whole" / "config.json").read_text())
-    assert saved["train"]["masking"] == "dynamic" and saved["train"]["mlm_probability"] == 0.3
+    assert saved["train"]["objective"]["masking"] == "dynamic" and saved["train"]["objective"]["mlm_probability"] == 0.3
     shutil.copytree(tmp_path / "whole", tmp_path / "cut")
     for c in ckpt.list_checkpoints(tmp_path / "cut")[1:]:
         shutil.rmtree(c)  # back to step 4, mid-epoch
@@ -372,7 +372,7 @@ def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path)
     rows = read_metrics(run)
     assert len(rows) == 3 and all("nsp_loss" not in r and "nsp_accuracy" not in r for r in rows)
     assert all(r["loss"] == r["mlm_loss"] for r in rows)
-    saved = json.loads((run / "config.json").read_text())["train"]
+    saved = json.loads((run / "config.json").read_text())["train"]["objective"]
     assert saved["no_nsp"] and saved["whole_word_mask"] and saved["masking"] == "dynamic"
     # The NSP head never got a gradient: its weights are still the seeded initial ones.
     from safetensors.torch import load_file
@@ -384,4 +384,4 @@ def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path)
     name = next(k for k in trained if "seq_relationship.weight" in k)
     assert torch.equal(trained[name], fresh.state_dict()[name])
     with pytest.raises(TrainConfigError, match="whole_word_mask: needs --masking dynamic"):
-        TrainConfig(data=("x",), output="y", whole_word_mask=True)
+        TrainConfig.build(sources=("x",), output="y", whole_word_mask=True)

@@ -38,9 +38,9 @@ def data(tmp_path_factory) -> Path:
 
 
 def run(data: Path | str, out: Path, **kw) -> list[dict]:
-    cfg = TrainConfig(
+    cfg = TrainConfig.build(
         **{
-            "data": (str(data),),
+            "sources": (str(data),),
             "output": str(out),
             "batch_size": 4,
             "max_steps": 4,
@@ -113,7 +113,7 @@ def test_resume_refuses_changed_flags_by_name(data, tmp_path):
         match=r"--model mini \(the run has tiny\); --lr 0.005 \(the run has 0.001\).*"
         r"--reset-optimizer",
     ):
-        run(data, out, max_steps=2, lr=5e-3, model="mini")
+        run(data, out, max_steps=2, lr=5e-3, preset="mini")
     with pytest.raises(RunError, match="--max-steps 1 is below step 2"):
         run(data, out, max_steps=1)
 
@@ -144,7 +144,7 @@ def test_the_same_dataset_spelled_or_placed_differently_keeps_the_data_position(
         state = json.loads((ckpt.step_dir(out, step) / "state.json").read_text())
         assert state["data"]["batches_consumed"] == step, spelling  # continued, not restarted (no repeats)
     with pytest.raises(TrainConfigError, match="the same dataset is given more than once: ./ds/, ds"):
-        TrainConfig(data=("ds", "./ds/"), output="x")
+        TrainConfig.build(sources=("ds", "./ds/"), output="x")
 
 
 @pytest.mark.parametrize("missing", ["rng.pt", "optimizer.pt"])
@@ -172,7 +172,7 @@ def test_reset_optimizer_into_the_run_folder_it_starts_from_is_refused(data, tmp
 
 def test_device_names_are_checked(tmp_path):
     with pytest.raises(TrainConfigError, match="device: must be auto, cpu, cuda or cuda:N, got 'tpu'"):
-        TrainConfig(data=("x",), output="y", device="tpu")
+        TrainConfig.build(sources=("x",), output="y", device="tpu")
     if not __import__("torch").cuda.is_available():
         from trainer import distributed as D
 
@@ -193,7 +193,7 @@ def test_a_new_phase_refuses_flags_it_would_ignore(data, tmp_path):
     run(data, out, max_steps=2)
     path = str(ckpt.step_dir(out, 2))
     with pytest.raises(RunError, match=r"--model mini \(the checkpoint has tiny\)"):
-        run(data, tmp_path / "p2", resume=path, reset_optimizer=True, model="mini")
+        run(data, tmp_path / "p2", resume=path, reset_optimizer=True, preset="mini")
     with pytest.raises(RunError, match="--init-from .* and --resume .* both give the starting weights"):
         run(data, tmp_path / "p2", resume=path, reset_optimizer=True, init_from=str(tmp_path))
 

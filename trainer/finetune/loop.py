@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
+from trainer import options
 from trainer import runtime as R
 from trainer.errors import RunError
 from trainer.finetune.config import FinetuneConfig
@@ -113,13 +114,13 @@ def prepare_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool, info: D.
 
 def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:
     """Refuse a resume whose flags would change the run being continued, naming each flag."""
-    old = restored.config.get("finetune", {})
-    new = cfg.to_dict()
+    old = options.saved_values(FinetuneConfig, restored.config.get("finetune", {}))  # either saved layout
+    new = options.flat(cfg)
     changed = [n for n in FIXED if n in old and old[n] != new[n]]
     if changed:
         listed = "; ".join(f"--{n.replace('_', '-')} {new[n]} (the run has {old[n]})" for n in changed)
         raise RunError(
-            f"--resume auto continues the run in {cfg.output} ({restored.path}), but {listed}: pass the "
+            f"--resume auto continues the run in {cfg.run.output} ({restored.path}), but {listed}: pass the "
             "run's values, or start afresh with --overwrite or another --output"
         )
 
@@ -129,7 +130,7 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
     train = load_task_data(cfg.train_data, cfg.task, role="--train-data")
     evaluation = load_task_data(cfg.eval_data, cfg.task, role="--eval-data")
     check_pair(train, evaluation)
-    init = resolve_init(cfg.init, train.vocab, seed=cfg.seed)
+    init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seed)
     check_vocab(init, train.manifest.vocab["sha256"], train.root)
     config = with_dropout(init.config, cfg.dropout)
     longest = max(train.max_length(), evaluation.max_length())
@@ -186,7 +187,7 @@ def predict(
     with R.evaluating(model):
         for batch in task_loader(data, task, batches, 0, info):
             index = batch["index"].tolist()
-            with R.autocast(info.device, cfg.precision):
+            with R.autocast(info.device, cfg.run.precision):
                 out = model(R.to_device(batch, info.device))
             if "loss" in out:
                 loss_sum, loss_rows = loss_sum + float(out["loss"]) * len(index), loss_rows + len(index)
@@ -220,15 +221,15 @@ def train_epoch(
     epoch_loss = torch.zeros(2, dtype=torch.float64, device=info.device)  # [sum of step losses, steps]
     window = torch.zeros(2, dtype=torch.float64, device=info.device)  # the same since the last log line
     for batch in loader:
-        with R.autocast(info.device, cfg.precision):
+        with R.autocast(info.device, cfg.run.precision):
             out = model(R.to_device(batch, info.device))
         out["loss"].backward()
-        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.max_grad_norm)
+        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.optim.max_grad_norm)
         step += 1
         loss = torch.stack([out["loss"].detach().double(), torch.ones((), dtype=torch.float64, device=info.device)])
         epoch_loss += loss
         window += loss
-        if step % cfg.log_every == 0:
+        if step % cfg.run.log_every == 0:
             s = D.all_reduce_sum(window.clone(), info).tolist()
             lr = scheduler.get_last_lr()[0]
             metrics.log({"step": step, "epoch": epoch, "loss": s[0] / s[1], "lr": lr, "grad_norm": float(grad_norm)})
@@ -351,26 +352,26 @@ def evaluate(
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     # --- set up ---------------------------------------------------------------------------------------
-    info = D.setup(cfg.device)
-    run_dir = Path(cfg.output)
+    info = D.setup(cfg.run.device)
+    run_dir = Path(cfg.run.output)
     task = get_task(cfg.task)
     restored = prepare_output(run_dir, cfg, overwrite, info)
     if restored is not None:
         check_resume(cfg, restored)
     train, evaluation, init, config = load_inputs(cfg, task, info)
     metric = task.primary_metric(train.glue)
-    raw = build_model(task, config, len(train.labels), init, restored, cfg.seed).to(info.device)
+    raw = build_model(task, config, len(train.labels), init, restored, cfg.run.seed).to(info.device)
     model = R.wrap(raw, info)
     ranks = {"world_size": info.world_size, "rank": info.rank}
-    train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.seed, **ranks)
+    train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, **ranks)
     eval_batches = EpochBatches(len(evaluation), cfg.eval_batch, shuffle=False, **ranks)
     loader = task_loader(train, task, train_batches, cfg.num_workers, info)
     steps_per_epoch = len(train_batches)
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     epochs = math.ceil(total_steps / steps_per_epoch)
-    optimizer = build_optimizer(raw, "adamw", cfg.lr, cfg.weight_decay, eps=cfg.adam_eps)
-    scheduler = build_scheduler(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
-    R.seed_dropout(cfg.seed, info)
+    optimizer = build_optimizer(raw, "adamw", cfg.optim.lr, cfg.optim.weight_decay, eps=cfg.optim.adam_eps)
+    scheduler = build_scheduler(optimizer, int(cfg.optim.warmup_ratio * total_steps), total_steps)
+    R.seed_dropout(cfg.run.seed, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
     results = new_results(cfg, task, train, evaluation, init, config, **plan)
     run_config = {"model": config.to_dict(), "finetune": cfg.to_dict(), "task": results["task"]}
@@ -381,7 +382,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     step, first_epoch = 0, 1
     if restored is not None:
         step, first_epoch = restore(restored, optimizer, scheduler, train_batches, results, info)
-    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.tensorboard)
+    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.run.tensorboard)
     metrics.truncate_after(step)
     R.log(f"{describe(train, evaluation, raw, info)}, {plan_text(cfg.max_steps, epochs, steps_per_epoch)}", info)
 

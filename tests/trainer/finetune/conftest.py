@@ -140,7 +140,7 @@ def finetune_run(task: str, train: Path, evaluation: Path, out: Path, **kw):
     from trainer.finetune.config import FinetuneConfig
     from trainer.finetune.loop import finetune
 
-    cfg = FinetuneConfig(
+    cfg = FinetuneConfig.build(
         **{
             "task": task,
             "train_data": str(train),

@@ -1,0 +1,190 @@
+"""Config dataclasses as the one source of CLI flags: each field's default, help, flag name and choices live on
+the field (``opt``), and :func:`click_options` turns a config class into click options, :func:`build` turns
+the parsed (flat) values back into the nested config.
+
+A config class holds leaf fields and sections (fields declared with :func:`section`, one level deep). Leaf
+names are unique across a config, so a flat ``name -> value`` view (:func:`flat`) names every setting the
+way its flag does; that view also reads configs saved by the flat layout of earlier versions
+(:func:`saved_values`). A command that needs another default than the section's gives it once, in
+``section(Cls, name=value)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any
+
+import click
+
+# Flat saved configs (before sections) named these leaves differently.
+_RENAMED = {"data": "sources", "model": "preset"}
+
+
+def opt(
+    default: Any = MISSING,
+    help: str | None = None,
+    *,
+    flag: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    negate: bool = False,
+    path: str | None = None,
+    cli: bool = True,
+) -> Any:
+    """A config field with its CLI metadata. ``flag``: the flag when it is not ``--field-name``; ``negate``:
+    a bool field set False by the flag (``--no-tensorboard``); ``path``: ``"file"`` or ``"dir"``, which must
+    exist; ``cli=False``: a setting without a flag (config and tests only)."""
+    meta = {"help": help, "flag": flag, "choices": choices, "negate": negate, "path": path, "cli": cli}
+    return field(default=default, metadata=meta)
+
+
+def section(cls: type, *, help: dict[str, str] | None = None, **defaults: Any) -> Any:
+    """A field holding the section ``cls``; ``defaults`` (and ``help``) override the section's own for this
+    config only. Sections without required fields get a default instance."""
+    meta = {"section": cls, "defaults": defaults, "help": help or {}}
+    required = any(f.default is MISSING and f.default_factory is MISSING for f in fields(cls) if f.name not in defaults)
+    if required:
+        return field(metadata=meta)
+    return field(default_factory=functools.partial(cls, **defaults), metadata=meta)
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """One setting of a config: where it lives (``section`` None: on the config itself) and its effective
+    default and help."""
+
+    name: str
+    section: str | None
+    field: Field
+    type: Any
+    default: Any
+    help: str | None
+
+    @property
+    def meta(self) -> Any:
+        return self.field.metadata
+
+    @property
+    def flag(self) -> str:
+        return self.meta.get("flag") or "--" + self.name.replace("_", "-")
+
+
+def leaves(cls: type) -> Iterator[Leaf]:
+    """Every leaf setting of config class ``cls``, in declaration order (sections expanded in place)."""
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        sec = f.metadata.get("section")
+        if sec is None:
+            yield Leaf(f.name, None, f, hints[f.name], f.default, f.metadata.get("help"))
+            continue
+        sec_hints = typing.get_type_hints(sec)
+        for g in fields(sec):
+            default = f.metadata["defaults"].get(g.name, g.default)
+            help_ = f.metadata["help"].get(g.name, g.metadata.get("help"))
+            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_)
+
+
+def _base_type(tp: Any) -> tuple[Any, bool]:
+    """(click type of one value, multiple) for a field annotation."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        (tp,) = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) is tuple:
+        return typing.get_args(tp)[0], True
+    return tp, False
+
+
+def _option(leaf: Leaf) -> Callable:
+    meta = leaf.meta
+    kw: dict[str, Any] = {"help": leaf.help}
+    base, multiple = _base_type(leaf.type)
+    if base is bool:
+        kw["is_flag"] = True
+        name = f"no_{leaf.name}" if meta.get("negate") else leaf.name
+        return click.option(leaf.flag, name, **kw)
+    if meta.get("choices"):
+        kw["type"] = click.Choice(list(meta["choices"]))
+    elif meta.get("path"):
+        kw["type"] = click.Path(exists=True, dir_okay=meta["path"] != "file", file_okay=meta["path"] != "dir")
+    elif base is not str:
+        kw["type"] = base
+    if multiple:
+        kw["multiple"] = True
+    if leaf.default is MISSING:
+        kw["required"] = True
+    elif leaf.default is not None:
+        kw["default"] = leaf.default
+    return click.option(leaf.flag, leaf.name, **kw)
+
+
+def click_options(cls: type) -> Callable[[Callable], Callable]:
+    """Decorate a click command with one option per leaf of ``cls`` (in declaration order in ``--help``)."""
+
+    def decorate(command: Callable) -> Callable:
+        for leaf in reversed([leaf for leaf in leaves(cls) if leaf.meta.get("cli", True)]):
+            command = _option(leaf)(command)
+        return command
+
+    return decorate
+
+
+def build(cls: type, **values: Any) -> Any:
+    """The nested config ``cls`` from flat leaf values (click's kwargs, or keyword arguments in tests); a
+    negated flag's ``no_NAME`` is read as ``NAME = not value``; sequences become tuples."""
+    values = dict(values)
+    for leaf in leaves(cls):
+        if leaf.meta.get("negate") and f"no_{leaf.name}" in values:
+            values[leaf.name] = not values.pop(f"no_{leaf.name}")
+    top: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {}
+    for leaf in leaves(cls):
+        if leaf.name not in values:
+            continue
+        value = values.pop(leaf.name)
+        if _base_type(leaf.type)[1] and value is not None:
+            value = tuple(value)
+        (top if leaf.section is None else parts.setdefault(leaf.section, {}))[leaf.name] = value
+    if values:
+        raise TypeError(f"{cls.__name__} has no setting {', '.join(sorted(values))}")
+    for f in fields(cls):
+        sec = f.metadata.get("section")
+        if sec is not None and (f.name in parts or f.default_factory is MISSING):
+            top[f.name] = sec(**{**f.metadata["defaults"], **parts.get(f.name, {})})
+    return cls(**top)
+
+
+def flat(cfg: Any) -> dict[str, Any]:
+    """``leaf name -> value`` of a config instance."""
+    out: dict[str, Any] = {}
+    for leaf in leaves(type(cfg)):
+        holder = cfg if leaf.section is None else getattr(cfg, leaf.section)
+        out[leaf.name] = getattr(holder, leaf.name)
+    return out
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The nested config as JSON-ready values (tuples as lists), as saved with checkpoints."""
+
+    def plain(value: Any) -> Any:
+        if dataclasses.is_dataclass(value):
+            return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+        return list(value) if isinstance(value, tuple) else value
+
+    return plain(cfg)
+
+
+def saved_values(cls: type, saved: dict[str, Any]) -> dict[str, Any]:
+    """``leaf name -> value`` of a saved config of ``cls``: the nested layout, or the flat one of checkpoints
+    written before sections (keys renamed since are mapped; unknown keys dropped)."""
+    names = {leaf.name for leaf in leaves(cls)}
+    sections = {f.name for f in fields(cls) if "section" in f.metadata}
+    out: dict[str, Any] = {}
+    for key, value in saved.items():
+        if key in sections and isinstance(value, dict):  # (flat layouts hold no dict values)
+            out.update({k: v for k, v in value.items() if k in names})
+        elif _RENAMED.get(key, key) in names:
+            out[_RENAMED.get(key, key)] = value
+    return out
