@@ -6,8 +6,10 @@ from typing import Any
 
 import click
 
+from trainer import options
 from trainer.cli_errors import reported
 from trainer.config import TrainConfig
+from trainer.embed import EmbedConfig
 from trainer.finetune.config import FinetuneConfig
 from trainer.options import click_options
 
@@ -76,56 +78,13 @@ def finetune(overwrite: bool, **values: Any) -> None:
 
 
 @main.command(context_settings=_CTX)
-@click.option(
-    "--init", "init", required=True, help="Our checkpoint folder (or run folder) or a Hugging Face BERT folder."
-)
-@click.option(
-    "--input",
-    "input_",
-    required=True,
-    help="UTF-8 text file (one text per line; blank lines are kept as empty texts) or a task dataset folder.",
-)
-@click.option("--output", required=True, help="Arrow IPC file to write (index, num_tokens, embedding).")
-@click.option(
-    "--layers", default="-1", help="Hidden states to use (0 = embeddings): -1, a slice such as -4:, or 0,3,5."
-)
-@click.option("--combine", type=click.Choice(["sum", "concat", "mean"]), default="mean", help="How the layers merge.")
-@click.option(
-    "--pooling",
-    type=click.Choice(["cls", "mean", "none"]),
-    default="mean",
-    help="cls: the [CLS] vector; mean: over real tokens; none: every token's vector.",
-)
-@click.option(
-    "--max-seq-length",
-    type=int,
-    default=None,
-    help="Text files: tokens per text, [CLS] and [SEP] included  [default: 128, or the model's "
-    "max_position_embeddings when smaller]",
-)
-@click.option("--batch-size", type=int, default=64)
-@click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float32")
-@click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing --output.")
-def embed(init, input_, output, layers, combine, pooling, max_seq_length, batch_size, dtype, device, overwrite) -> None:
+@click_options(EmbedConfig)
+def embed(**values: Any) -> None:
     """Extract BERT features: one vector (or one per token) per input row, written as an Arrow file."""
-    from trainer.embed import EmbedConfig
     from trainer.embed import embed as run
 
     with reported():
-        cfg = EmbedConfig(
-            init=init,
-            input=input_,
-            output=output,
-            layers=layers,
-            combine=combine,
-            pooling=pooling,
-            max_seq_length=max_seq_length,
-            batch_size=batch_size,
-            dtype=dtype,
-            device=device,
-            overwrite=overwrite,
-        )
+        cfg = options.build(EmbedConfig, **values)
         result = run(cfg)
     click.echo(
         f"embedded {result['rows']} rows ({result['width']} wide, {result['truncated']} truncated) "

@@ -28,6 +28,7 @@ from trainer.config import check, check_device
 from trainer.errors import RunError
 from trainer.finetune.weights import Init, InitError, check_vocab, resolve_init
 from trainer.model import BertModel
+from trainer.options import opt
 
 COMBINES = ("sum", "concat", "mean")
 POOLINGS = ("cls", "mean", "none")
@@ -38,19 +39,27 @@ _LAYERS = re.compile(r"(-?\d+)?:(-?\d+)?|-?\d+(,-?\d+)*")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EmbedConfig:
-    init: str  # our checkpoint folder (or run folder) or a Hugging Face BERT folder
-    input: str  # a UTF-8 text file (one text per line) or a task dataset folder (bertprep task)
-    output: str  # the .arrow file to write
-    layers: str = "-1"  # "-1", "-4:" (a Python slice), or "0,3,5"
-    combine: str = "mean"
-    pooling: str = "mean"
-    # Text files: tokens kept per text, [CLS] and [SEP] included. None: 128, or the model's
-    # max_position_embeddings when smaller (a value given explicitly above that limit is refused instead).
-    max_seq_length: int | None = None
-    batch_size: int = 64
-    dtype: str = "float32"
-    device: str = "auto"
-    overwrite: bool = False
+    init: str = opt(help="Our checkpoint folder (or run folder) or a Hugging Face BERT folder.")
+    input: str = opt(
+        help="UTF-8 text file (one text per line; blank lines are kept as empty texts) or a task dataset folder."
+    )
+    output: str = opt(help="Arrow IPC file to write (index, num_tokens, embedding).")
+    layers: str = opt("-1", "Hidden states to use (0 = embeddings): -1, a slice such as -4:, or 0,3,5.")
+    combine: str = opt("mean", "How the layers merge.", choices=COMBINES)
+    pooling: str = opt(
+        "mean", "cls: the [CLS] vector; mean: over real tokens; none: every token's vector.", choices=POOLINGS
+    )
+    # None: 128, or the model's max_position_embeddings when smaller (a value given explicitly above that limit
+    # is refused instead).
+    max_seq_length: int | None = opt(
+        None,
+        "Text files: tokens per text, [CLS] and [SEP] included  [default: 128, or the model's "
+        "max_position_embeddings when smaller]",
+    )
+    batch_size: int = opt(64)
+    dtype: str = opt("float32", choices=DTYPES)
+    device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
+    overwrite: bool = opt(False, "Replace an existing --output.")
 
     def __post_init__(self) -> None:
         for name in ("init", "input", "output"):
