@@ -1,7 +1,7 @@
-"""Configuration of a pretraining run: frozen sections (data, model, optimiser, checkpoints, run, objective), validated on
-construction, saved with every checkpoint. Each field carries its flag's help (``trainer.options``), so the
-defaults here are the CLI's; model presets live in ``trainer.model``. ``RunConfig`` and ``OptimConfig`` are
-shared with fine-tuning (``trainer.finetune.config``)."""
+"""Configuration of a pretraining run: frozen sections (data, model, optimiser, checkpoints, run, objective),
+validated on construction, saved with every checkpoint. Each field carries its flag's help and default
+(``trainer.options`` makes the CLI from them); model presets live in ``trainer.model``. ``RunConfig`` and
+``OptimConfig`` are shared with fine-tuning (``trainer.finetune.config``), which overrides some defaults."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
 PRESETS = ("tiny", "mini", "small", "medium", "base", "large")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-_CONFIG = dataclass(frozen=True, slots=True, kw_only=True)
 
 
 class TrainConfigError(ValueError):
@@ -49,7 +48,7 @@ def check_device(device: str) -> None:
     )
 
 
-@_CONFIG
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunConfig:
     """Where a run writes, how it logs, and what it runs on (pretraining and fine-tuning)."""
 
@@ -67,7 +66,7 @@ class RunConfig:
         check_device(self.device)
 
 
-@_CONFIG
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OptimConfig:
     """AdamW-style settings both commands share."""
 
@@ -83,7 +82,7 @@ class OptimConfig:
         check(self.max_grad_norm > 0, "max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
 
 
-@_CONFIG
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PretrainOptim(OptimConfig):
     optimizer: str = opt("adamw", choices=OPTIMIZERS)
     warmup_steps: int = opt(1000)
@@ -94,8 +93,8 @@ class PretrainOptim(OptimConfig):
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
 
 
-@_CONFIG
-class DataConfig:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PretrainData:
     """The pretraining shards and how they are read."""
 
     sources: tuple[str, ...] = opt(
@@ -131,7 +130,7 @@ class DataConfig:
         return split_data_args(self.sources)[1]
 
 
-@_CONFIG
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelChoice:
     """Which encoder to train and where its first weights come from."""
 
@@ -146,7 +145,7 @@ class ModelChoice:
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
 
 
-@_CONFIG
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointConfig:
     checkpoint_every: int = opt(1000)
     keep_checkpoints: int = opt(3)
@@ -164,7 +163,7 @@ class CheckpointConfig:
         )
 
 
-@_CONFIG
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ObjectiveConfig:
     """What pretraining predicts: the masks (the shards' own, or drawn afresh per epoch) and NSP."""
 
@@ -195,9 +194,9 @@ class ObjectiveConfig:
                 )
 
 
-@_CONFIG
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrainConfig:
-    data: DataConfig = section(DataConfig)
+    data: PretrainData = section(PretrainData)
     model: ModelChoice = section(ModelChoice)
     run: RunConfig = section(RunConfig)
     batch_size: int = opt(32, "Sequences per device and micro-step.")

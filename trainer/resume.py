@@ -73,7 +73,8 @@ def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -
     one are refused rather than ignored."""
     if cfg.model.init_from:
         raise RunError(
-            f"--init-from {cfg.model.init_from} and --resume {checkpoint} both give the starting weights: pass one of them"
+            f"--init-from {cfg.model.init_from} and --resume {checkpoint} both give the starting weights: "
+            "pass one of them"
         )
     old = options.saved_values(TrainConfig, saved["train"]) if isinstance(saved.get("train"), dict) else {}
     now = options.flat(cfg)
