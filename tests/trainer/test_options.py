@@ -115,7 +115,8 @@ def test_the_cli_builds_the_nested_config(monkeypatch, tmp_path):
         TrainConfig.build(sources=("a",), output="o", learning_rate=1.0)
 
 
-# TrainConfig.to_dict() as versions before sections saved it in every checkpoint's config.json "train".
+# TrainConfig.to_dict() as versions before sections saved it in every checkpoint's config.json "train"
+# (the last of them; earlier ones lack OBJECTIVE).
 FLAT_TRAIN = {
     "data": ["DATA"], "output": "OUT", "eval_data": None, "data_format": "auto", "model": "tiny",
     "model_config": None, "init_from": None, "dropout": None, "batch_size": 4, "grad_accum": 1, "lr": 0.001,
@@ -124,7 +125,9 @@ FLAT_TRAIN = {
     "eval_every": 500, "eval_batches": 50, "checkpoint_every": 2, "keep_checkpoints": 3, "resume": "auto",
     "overwrite": False, "reset_optimizer": False, "num_workers": 0, "shuffle_buffer": 10000,
     "skip_corrupt": False, "deterministic": False, "tensorboard": False, "device": "auto",
+    "masking": "static", "mlm_probability": 0.15, "max_predictions": None, "whole_word_mask": False, "no_nsp": False,
 }  # fmt: skip
+OBJECTIVE = ("masking", "mlm_probability", "max_predictions", "whole_word_mask", "no_nsp")  # not saved before them
 
 
 def test_a_flat_saved_config_reads_as_the_nested_one():
@@ -138,6 +141,7 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
     assert (cfg.run.output, cfg.data.num_workers, cfg.run.tensorboard, cfg.batch_size) == ("OUT", 0, False, 4)
     assert options.saved_values(TrainConfig, cfg.to_dict()) == options.saved_values(TrainConfig, FLAT_TRAIN)
     check_resume(cfg, {"train": FLAT_TRAIN}, Path("ck"), 1)
+    check_resume(cfg, {"train": {k: v for k, v in FLAT_TRAIN.items() if k not in OBJECTIVE}}, Path("ck"), 1)
     changed = TrainConfig.build(**{**options.flat(cfg), "lr": 0.002, "preset": "mini"})
     with pytest.raises(RunError, match=r"--model mini \(the run has tiny\); --lr 0.002 \(the run has 0.001\)"):
         check_resume(changed, {"train": FLAT_TRAIN}, Path("ck"), 1)
@@ -165,3 +169,11 @@ def test_one_error_type_names_the_field():
         FinetuneConfig.build(task="ner", train_data="t", eval_data="e", init="i", output="o", warmup_ratio=1.0)
     with pytest.raises(TrainConfigError, match="keep_checkpoints: must be >= 1, got 0"):
         TrainConfig.build(sources=("d",), output="o", keep_checkpoints=0)
+
+
+def test_the_settings_a_resume_fixes_are_config_settings():
+    from trainer import resume
+    from trainer.finetune import loop
+
+    assert set(resume.FIXED) <= {leaf.name for leaf in options.leaves(TrainConfig)}
+    assert set(loop.FIXED) <= {leaf.name for leaf in options.leaves(FinetuneConfig)}
