@@ -34,10 +34,11 @@ demo: $(STAMP)
 test: $(STAMP) lint
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "slow or not slow" -q
 
-# Style holds by itself: lint and format check (ruff). Part of `make test`.
+# Style holds by itself: lint and format check (ruff), types of the packages' modules (mypy). Part of `make test`.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The quick loop while editing: slow end-to-end tests deselected.
 test-fast: $(STAMP)

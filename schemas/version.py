@@ -26,7 +26,7 @@ def check_version(
     if found not in readable:
         reads = ", ".join(str(v) for v in readable)
         raise SchemaError(f"{source}: {what} {found}, this build reads {reads}")
-    return int(found)  # type: ignore[call-overload]
+    return int(found)
 
 
 _META_VERSION = b"bertstream.schema_version"

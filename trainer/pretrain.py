@@ -102,6 +102,7 @@ def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretraining
 def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> PretrainingLoader:
     """The evaluation set, opened at start: a missing folder, another vocabulary or too few samples must not
     wait for the first evaluation (all steps since the last checkpoint would be lost)."""
+    assert cfg.data.eval_data is not None  # called only with --eval-data
     try:
         return PretrainingLoader(
             DataConfig(
