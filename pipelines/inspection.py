@@ -45,7 +45,7 @@ def load_vocab(dataset_dir: str, manifest: Manifest) -> Vocab:
         vocab = Vocab.from_text(_read_all(path).decode("utf-8"), path)
     except (UnicodeDecodeError, VocabError) as e:
         raise DatasetError(f"{path}: cannot read it as a vocabulary: {e}") from None
-    if vocab.sha256 != manifest.vocab["sha256"]:
+    if vocab.sha256 != manifest.vocab_sha256:
         raise DatasetError(
             f"{path}: sha256 {vocab.sha256[:16]}… != manifest {manifest.vocab['sha256'][:16]}… "
             "(a different or edited vocabulary)"
@@ -94,7 +94,7 @@ def _count_rows(data: bytes, fmt: str, manifest: Manifest) -> int:
         else:
             T.check_schema(reader.schema, manifest.kind)
             meta = T.read_metadata(reader.schema)
-        if meta["vocab_sha256"] != manifest.vocab["sha256"]:
+        if meta["vocab_sha256"] != manifest.vocab_sha256:
             raise ValueError("schema vocab hash differs from the manifest's")
         return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
     count = 0

@@ -121,6 +121,11 @@ class Manifest:
         return self.vocab.get("file", VOCAB_FILENAME)
 
     @property
+    def lowercase(self) -> bool:
+        """Whether the vocabulary's text was lower-cased (BERT's uncased models); older manifests: True."""
+        return bool(self.vocab.get("lowercase", True))
+
+    @property
     def pad_id(self) -> int:
         special = self.vocab["special_ids"]
         if PAD not in special:

@@ -40,14 +40,14 @@ _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "
 def load_vocab(data_dirs: tuple[str, ...]) -> tuple[Vocab, bool]:
     """The datasets' vocabulary (all must share it) and its casing, from the first dataset folder."""
     manifests = [load_manifest(d) for d in data_dirs]
-    hashes = {m.vocab["sha256"] for m in manifests}
+    hashes = {m.vocab_sha256 for m in manifests}
     if len(hashes) > 1:
         raise RunError(f"--data folders use different vocabularies: {sorted(h[:12] for h in hashes)}")
     m = manifests[0]
-    vocab = Vocab.from_text(read_text(data_dirs[0], m.vocab.get("file", "vocab.txt")).decode("utf-8"), data_dirs[0])
-    if vocab.sha256 != m.vocab["sha256"]:
-        raise RunError(f"{data_dirs[0]}: vocab.txt does not match the manifest's vocab hash")
-    return vocab, bool(m.vocab.get("lowercase", True))
+    vocab = Vocab.from_text(read_text(data_dirs[0], m.vocab_file).decode("utf-8"), data_dirs[0])
+    if vocab.sha256 != m.vocab_sha256:
+        raise RunError(f"{data_dirs[0]}: {m.vocab_file} does not match the manifest's vocab hash")
+    return vocab, m.lowercase
 
 
 def model_config(cfg: TrainConfig, vocab_size: int, restored: dict | None) -> tuple[BertConfig, dict | None, Any]:

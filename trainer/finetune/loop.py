@@ -131,7 +131,7 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
     evaluation = load_task_data(cfg.eval_data, cfg.task, role="--eval-data")
     check_pair(train, evaluation)
     init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seed)
-    check_vocab(init, train.manifest.vocab["sha256"], train.root)
+    check_vocab(init, train.manifest.vocab_sha256, train.root)
     config = with_dropout(init.config, cfg.dropout)
     longest = max(train.max_length(), evaluation.max_length())
     if longest > config.max_position_embeddings:
@@ -261,7 +261,7 @@ def new_results(
                 "rows": len(d),
                 "split": d.manifest.task.get("split"),
                 "labeled": d.labeled,
-                "vocab_sha256": d.manifest.vocab["sha256"],
+                "vocab_sha256": d.manifest.vocab_sha256,
             }
             for name, d in (("train", train), ("eval", evaluation))
         },
