@@ -53,7 +53,7 @@ def collate_packed(
     pad_id: int,
     vocab_size: int,
     masker: Masker | None = None,
-    epoch: int = 0,
+    epoch: int | np.ndarray = 0,
 ) -> tuple[np.ndarray, Shape]:
     """The batch as one flat int64 buffer laid out as :data:`LAYOUT`, and its ``(B, T, P)``.
 
@@ -90,7 +90,7 @@ def collate_packed(
     return flat, (b, t, n_masked)
 
 
-def _remask(flat: np.ndarray, shape: Shape, masker: Masker, epoch: int) -> tuple[np.ndarray, Shape]:
+def _remask(flat: np.ndarray, shape: Shape, masker: Masker, epoch: int | np.ndarray) -> tuple[np.ndarray, Shape]:
     """A checked static batch -> the same rows with dynamic masks (P changes with the draws)."""
     b, t, _ = shape
     f = _views(flat, shape)

@@ -426,9 +426,11 @@ class BatchReader:
     def packed(self, k: int) -> tuple[np.ndarray, Shape]:
         """Batch ``k`` as one flat buffer (see ``collate.LAYOUT``) and its ``(B, T, P)``."""
         b = self.plan.batch_size
-        pieces = self.pieces(self.positions(k))
+        positions = self.positions(k)
+        pieces = self.pieces(positions)
         cat = self.catalog
-        return collate_packed(pieces, b, cat.pad_id, cat.vocab_size, masker=self.masker, epoch=self.plan.epoch)
+        passes = self.plan.passes(positions) if self.masker is not None else self.plan.epoch  # [B]: batch order
+        return collate_packed(pieces, b, cat.pad_id, cat.vocab_size, masker=self.masker, epoch=passes)
 
     def positions(self, k: int) -> np.ndarray:
         """Epoch positions of batch ``k``, in batch order (after length bucketing)."""

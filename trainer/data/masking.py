@@ -57,10 +57,11 @@ def num_to_predict(lengths: np.ndarray, probability: float, max_predictions: int
     return np.minimum(k, np.maximum(lengths - 3, 0))  # never more than the candidates
 
 
-def instance_keys(seed: int, epoch: int, instance_ids: np.ndarray) -> np.ndarray:
-    """[B] uint64 generator keys, one per (seed, epoch, instance id)."""
-    run = mix64_array(np.array((seed * GOLDEN + epoch) & MASK64, dtype=np.uint64))
+def instance_keys(seed: int, epoch: int | np.ndarray, instance_ids: np.ndarray) -> np.ndarray:
+    """[B] uint64 generator keys, one per (seed, epoch, instance id); ``epoch`` is one int or [B] (the pass of
+    each row's source, which is the epoch except for a weighted folder that wraps)."""
     with np.errstate(over="ignore"):
+        run = mix64_array(np.uint64((seed * GOLDEN) & MASK64) + np.asarray(epoch, dtype=np.int64).astype(np.uint64))
         return mix64_array(mix64_array(np.asarray(instance_ids, dtype=np.uint64) ^ run) + np.uint64(GOLDEN))
 
 
@@ -110,7 +111,12 @@ class Masker:
         )
 
     def mask(
-        self, original: np.ndarray, lengths: np.ndarray, seg_a: np.ndarray, instance_ids: np.ndarray, epoch: int
+        self,
+        original: np.ndarray,
+        lengths: np.ndarray,
+        seg_a: np.ndarray,
+        instance_ids: np.ndarray,
+        epoch: int | np.ndarray,
     ) -> Masked:
         """Mask ``original`` [B, T] (rows ``[CLS] A [SEP] B [SEP]`` of ``lengths`` [B], ``seg_a`` [B] tokens in
         ``[CLS] A [SEP]``) for ``epoch``; ``instance_ids`` [B] key each row's draws."""

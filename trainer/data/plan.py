@@ -226,6 +226,19 @@ class EpochPlan:
             shard[sel], row[sel] = self.source_shards[d][sh], rw
         return shard, row
 
+    def passes(self, positions: np.ndarray) -> np.ndarray:
+        """Epoch positions -> [N] int64 pass of its source's stream each sample is drawn from: the epoch with
+        one source; with weights, a folder smaller than its quota serves a sample once per pass, so keying
+        dynamic masks by pass gives each repeat of an instance within one epoch its own mask."""
+        if not self.mixed:
+            return np.full(len(positions), self.epoch, dtype=np.int64)
+        src, j = mix_split(positions, self.quotas)
+        out = np.empty(len(positions), dtype=np.int64)
+        for d in range(len(self.quotas)):
+            sel = src == d
+            out[sel] = (self.epoch * self.quotas[d] + j[sel]) // self.source_sizes[d]
+        return out
+
     def served(self, num_positions: int) -> list[int]:
         """Samples of each source among the first ``num_positions`` positions served (wrapping past ``N``)."""
         q, r = divmod(num_positions, self.num_samples)

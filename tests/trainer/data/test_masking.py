@@ -200,3 +200,34 @@ def test_count_rule_and_word_choice_mirror_the_static_pipeline(demo_shards: Path
         theirs = np.zeros(n, bool)
         static._pick_whole_words(ukey, m.is_continuation[orig[0]] & candidate[0], int(k[0]), theirs)
         np.testing.assert_array_equal(ours, theirs)
+
+
+def test_a_weighted_folder_that_wraps_gets_a_fresh_mask_on_each_repeat(uneven: Dataset, second: Dataset) -> None:
+    """With weights 0.6/0.4, the 50-sample folder is dealt 207 times per epoch beside the 311-sample one: each
+    repeat of an instance is a new pass of its folder, so it is masked afresh, while the heaviest folder
+    (read once per epoch) keeps the masks it would get alone."""
+    cfg = DataConfig(
+        paths=(str(uneven.path), str(second.path)),
+        weights=(0.6, 0.4),
+        batch_size=8,
+        shuffle_buffer=64,
+        seed=5,
+        masking="dynamic",
+    )
+    seen: dict[int, list[tuple[int, ...]]] = {}
+    for b in PretrainingLoader(cfg, expected_vocab_sha256=None):
+        k = b["masked_lm_weights"].sum(1).numpy().astype(int)
+        for i, iid in enumerate(b["instance_ids"].tolist()):
+            seen.setdefault(uint64(iid), []).append(tuple(b["masked_lm_positions"][i, : k[i]].tolist()))
+    repeated = {iid: masks for iid, masks in seen.items() if len(masks) > 1}
+    assert len(repeated) >= 40  # the small folder's instances come back within the epoch
+    small = set(second.instances.by_id())
+    assert set(repeated) <= small  # only the small folder repeats
+    fresh = sum(len(set(masks)) == len(masks) for masks in repeated.values())
+    assert fresh >= 0.95 * len(repeated), (fresh, len(repeated))
+    # The heaviest folder keeps the masks of (seed, epoch, id): the same as when it is read alone.
+    alone = rows(make(uneven.path))
+    assert len(set(seen) & set(alone)) > 250
+    for iid, masks in seen.items():
+        if iid not in small and iid in alone:
+            np.testing.assert_array_equal(np.array(masks[0]), alone[iid]["positions"])
