@@ -31,9 +31,6 @@ def check(cond: bool, param: str, message: str) -> None:
         raise ConfigError(param, message)
 
 
-_check = check  # the spelling PretrainingConfig's checks (and branches adding some) use: the same helper
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PretrainingConfig:
     """Everything that shapes the instances. Two runs with equal configs and inputs write equal shards."""
@@ -61,51 +58,51 @@ class PretrainingConfig:
     dedup_threshold: float = 0.8
 
     def __post_init__(self) -> None:
-        _check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
-        _check(8 <= self.max_seq_length <= 65535, "max_seq_length", f"must be in [8, 65535], got {self.max_seq_length}")
-        _check(
+        check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
+        check(8 <= self.max_seq_length <= 65535, "max_seq_length", f"must be in [8, 65535], got {self.max_seq_length}")
+        check(
             1 <= self.max_predictions_per_seq <= self.max_seq_length - 3,
             "max_predictions_per_seq",
             f"must be in [1, max_seq_length - 3 = {self.max_seq_length - 3}], got {self.max_predictions_per_seq}",
         )
-        _check(0.0 < self.masked_lm_prob < 1.0, "masked_lm_prob", f"must be in (0, 1), got {self.masked_lm_prob}")
-        _check(0.0 <= self.short_seq_prob <= 1.0, "short_seq_prob", f"must be in [0, 1], got {self.short_seq_prob}")
-        _check(1 <= self.dupe_factor <= 1000, "dupe_factor", f"must be in [1, 1000], got {self.dupe_factor}")
-        _check(0 <= self.seed < 2**63, "seed", f"must be in [0, 2**63), got {self.seed}")
-        _check(
+        check(0.0 < self.masked_lm_prob < 1.0, "masked_lm_prob", f"must be in (0, 1), got {self.masked_lm_prob}")
+        check(0.0 <= self.short_seq_prob <= 1.0, "short_seq_prob", f"must be in [0, 1], got {self.short_seq_prob}")
+        check(1 <= self.dupe_factor <= 1000, "dupe_factor", f"must be in [1, 1000], got {self.dupe_factor}")
+        check(0 <= self.seed < 2**63, "seed", f"must be in [0, 2**63), got {self.seed}")
+        check(
             self.word_segmenter in ("", "rjieba", "jieba"),
             "word_segmenter",
             f"must be rjieba or jieba, got {self.word_segmenter!r}",
         )
-        _check(
+        check(
             not self.word_segmenter or self.whole_word_mask,
             "word_segmenter",
             "only applies with --whole-word-mask",
         )
-        _check(
+        check(
             self.output_format in OUTPUT_FORMATS,
             "output_format",
             f"must be one of {OUTPUT_FORMATS}, got {self.output_format!r}",
         )
-        _check(
+        check(
             0 <= self.num_shards <= 100_000, "num_shards", f"must be in [1, 100000] (0 = auto), got {self.num_shards}"
         )
-        _check(self.docs_per_group >= 2, "docs_per_group", f"must be >= 2, got {self.docs_per_group}")
-        _check(self.max_group_tokens >= 10_000, "max_group_tokens", f"must be >= 10000, got {self.max_group_tokens}")
-        _check(self.tokens_per_unit >= 1_000, "tokens_per_unit", f"must be >= 1000, got {self.tokens_per_unit}")
-        _check(
+        check(self.docs_per_group >= 2, "docs_per_group", f"must be >= 2, got {self.docs_per_group}")
+        check(self.max_group_tokens >= 10_000, "max_group_tokens", f"must be >= 10000, got {self.max_group_tokens}")
+        check(self.tokens_per_unit >= 1_000, "tokens_per_unit", f"must be >= 1000, got {self.tokens_per_unit}")
+        check(
             self.arrow_compression in ARROW_COMPRESSIONS,
             "arrow_compression",
             f"must be one of {ARROW_COMPRESSIONS}, got {self.arrow_compression!r}",
         )
-        _check(self.dedup in DEDUP_MODES, "dedup", f"must be one of {DEDUP_MODES}, got {self.dedup!r}")
-        _check(
+        check(self.dedup in DEDUP_MODES, "dedup", f"must be one of {DEDUP_MODES}, got {self.dedup!r}")
+        check(
             1 <= self.dedup_ngram <= MAX_DEDUP_NGRAM,
             "dedup_ngram",
             f"must be in [1, {MAX_DEDUP_NGRAM}], got {self.dedup_ngram}",
         )
-        _check(0.0 < self.dedup_threshold <= 1.0, "dedup_threshold", f"must be in (0, 1], got {self.dedup_threshold}")
-        _check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
+        check(0.0 < self.dedup_threshold <= 1.0, "dedup_threshold", f"must be in (0, 1], got {self.dedup_threshold}")
+        check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
 
     @property
     def max_num_tokens(self) -> int:

@@ -44,17 +44,17 @@ def labels_from_manifest(
     """The training dataset's label names; usage errors name the flag that disagrees."""
     if manifest.kind != kind:
         raise UsageError("label-set-from", f"{directory} holds a {manifest.kind!r} dataset, not {kind!r}")
-    if manifest.vocab.get("sha256") != vocab_sha256:
+    if manifest.vocab_sha256 != vocab_sha256:
         raise UsageError(
             "vocab",
-            f"vocab sha256 {vocab_sha256[:12]}… differs from {manifest.vocab.get('sha256', '?')[:12]}… "
+            f"vocab sha256 {vocab_sha256[:12]}… differs from {manifest.vocab_sha256[:12]}… "
             f"of the training dataset {directory}: use the checkpoint's tokenizer for every split",
         )
-    if bool(manifest.vocab.get("lowercase")) != lowercase:
+    if manifest.lowercase != lowercase:
         raise UsageError(
             "lowercase",
-            f"the training dataset {directory} is {'uncased' if manifest.vocab.get('lowercase') else 'cased'}; "
-            f"pass {'--lowercase' if manifest.vocab.get('lowercase') else '--cased'}",
+            f"the training dataset {directory} is {'uncased' if manifest.lowercase else 'cased'}; "
+            f"pass {'--lowercase' if manifest.lowercase else '--cased'}",
         )
     labels = manifest.task.get("labels")
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
