@@ -9,22 +9,51 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+_LAYER = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.")
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
+
+def depth(name: str, num_layers: int) -> int:
+    """How far from the output a parameter sits: embeddings 0, encoder layer i (0-based) i + 1, everything
+    else (pooler, task heads) ``num_layers + 1``."""
+    if ".embeddings." in f".{name}":
+        return 0
+    m = _LAYER.search(name)
+    return int(m.group(1)) + 1 if m else num_layers + 1
+
+
+def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0) -> list[dict]:
+    """AdamW groups: no weight decay on biases and LayerNorm weights (as BERT). ``layer_decay`` < 1 scales
+    each group's rate by ``layer_decay ** (L + 1 - depth)`` (ELECTRA's layer-wise decay): layers near the
+    input, whose pretrained features are the most general, move least. Each group's ``lr_scale`` multiplies
+    the optimizer's rate."""
+    num_layers = 1 + max((int(m.group(1)) for n, _ in model.named_parameters() if (m := _LAYER.search(n))), default=-1)
+    groups: dict[tuple[bool, int], list[nn.Parameter]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        # Biases and LayerNorm weights (1-D) are not decayed.
-        (no_decay if p.ndim < 2 or "LayerNorm" in name or name.endswith(".bias") else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        no_decay = p.ndim < 2 or "LayerNorm" in name or name.endswith(".bias")
+        d = depth(name, num_layers) if layer_decay != 1.0 else num_layers + 1
+        groups.setdefault((no_decay, d), []).append(p)
+    if layer_decay == 1.0:  # the two groups BERT has, in its order
+        return [
+            {"params": groups.get((nd, num_layers + 1), []), "weight_decay": 0.0 if nd else weight_decay}
+            for nd in (False, True)
+        ]
+    return [
+        {
+            "params": params,
+            "weight_decay": 0.0 if nd else weight_decay,
+            "lr_scale": layer_decay ** (num_layers + 1 - d),
+        }
+        for (nd, d), params in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+    ]
 
 
 class Lamb(torch.optim.Optimizer):
@@ -83,8 +112,11 @@ def build_optimizer(
     weight_decay: float,
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-6,
+    layer_decay: float = 1.0,
 ) -> torch.optim.Optimizer:
-    groups = param_groups(model, weight_decay)
+    groups = param_groups(model, weight_decay, layer_decay)
+    for g in groups:  # a group's own rate (the schedule multiplies it)
+        g["lr"] = lr * g.pop("lr_scale", 1.0)
     if name == "adamw":
         on_cuda = next(model.parameters()).is_cuda
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=on_cuda or None)

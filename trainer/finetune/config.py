@@ -12,15 +12,23 @@ from trainer.config import OptimConfig, RunConfig, check, check_ints
 from trainer.options import opt, section
 
 TASKS = T.KINDS  # classification, regression, ner, squad
+POOLINGS = ("cls", "mean")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FinetuneOptim(OptimConfig):
     warmup_ratio: float = opt(0.1, "Linear warmup over this fraction of all steps.")
 
+    layer_decay: float = opt(
+        1.0,
+        "Layer-wise learning-rate decay: the head gets --lr, encoder layer l of L gets --lr * decay^(L + 1 - l), "
+        "the embeddings --lr * decay^(L + 1); 1: one rate for all.",
+    )
+
     def __post_init__(self) -> None:
         OptimConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
         check(0 <= self.warmup_ratio < 1, "warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
+        check(0 < self.layer_decay <= 1, "layer_decay", f"must be in (0, 1], got {self.layer_decay}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +52,13 @@ class FinetuneConfig:
     )
     epochs: int = opt(3)
     dropout: float | None = opt(None, "Hidden and attention dropout (default: the init's own setting).")
+    pooling: str = opt(
+        "cls",
+        "Sentence heads (classification, regression): cls, the pooler on [CLS] as BERT and Hugging Face; mean, "
+        "the mean of the last layer over the real tokens (the pooler is unused: an MLM-only (--no-nsp) "
+        "checkpoint never trained it).",
+        choices=POOLINGS,
+    )
     batch_size: int = opt(32, "Rows per device and step.")
     eval_batch_size: int = opt(0, "0: twice --batch-size.")
     optim: FinetuneOptim = section(FinetuneOptim, lr=5e-5)
@@ -68,6 +83,7 @@ class FinetuneConfig:
         check_ints(self, ("eval_batch_size", "max_steps", "num_workers"), 0)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(self.resume in ("auto", "none"), "resume", f"must be auto or none, got {self.resume!r}")
+        check(self.pooling in POOLINGS, "pooling", f"must be one of {POOLINGS}, got {self.pooling!r}")
 
     @property
     def eval_batch(self) -> int:

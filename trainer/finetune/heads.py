@@ -45,16 +45,38 @@ class _EncoderClassifier(nn.Module):
         seeded_init(self.classifier, self.config.initializer_range, seed, "classifier")
 
 
-class BertForSequenceClassification(_EncoderClassifier):
-    """[CLS] pooled -> dropout -> linear. ``num_labels == 1`` is regression (MSE), else cross-entropy."""
+POOLINGS = ("cls", "mean")
 
-    def __init__(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> None:
+
+def mean_pool(sequence_output: Tensor, attention_mask: Tensor) -> Tensor:
+    """[B, T, H] averaged over the real tokens of [B, T] -> [B, H] ([CLS] and [SEP] included, padding not)."""
+    keep = attention_mask.to(sequence_output.dtype).unsqueeze(-1)  # [B, T, 1]
+    return (sequence_output * keep).sum(1) / keep.sum(1).clamp(min=1)
+
+
+class BertForSequenceClassification(_EncoderClassifier):
+    """pooled -> dropout -> linear. ``num_labels == 1`` is regression (MSE), else cross-entropy.
+
+    ``pooling="cls"``: BERT's pooler (tanh of a dense layer on the [CLS] state), as Hugging Face's class.
+    ``pooling="mean"``: the mean of the last layer over real tokens, the pooler frozen and unused. An encoder
+    pretrained with MLM alone never trained the pooler, nor the [CLS] state of its last layer (no loss is
+    computed there); the mean reads the states that MLM did train.
+    """
+
+    def __init__(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> None:
         if num_labels < 1:
             raise ValueError(f"num_labels must be >= 1, got {num_labels}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         super().__init__(config, num_labels, seed)
+        self.pooling = pooling
+        if pooling == "mean":
+            self.bert.pooler.requires_grad_(False)  # no gradient: DDP must not wait for it
 
     def forward(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        _, pooled = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        seq, pooled = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        if self.pooling == "mean":
+            pooled = mean_pool(seq, batch["attention_mask"])
         logits = self.classifier(self.dropout(pooled)).float()  # [B, C]
         out = {"logits": logits.squeeze(-1) if self.num_labels == 1 else logits}  # regression: [B]
         if "labels" in batch:

@@ -66,7 +66,9 @@ FIXED = (
     "eval_data",
     "init",
     "dropout",
+    "pooling",
     "lr",
+    "layer_decay",
     "batch_size",
     "warmup_ratio",
     "weight_decay",
@@ -146,10 +148,10 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
 
 
 def build_model(
-    task: Task, config: BertConfig, num_labels: int, init: Init, restored: ckpt.Loaded | None, seed: int
+    task: Task, config: BertConfig, num_labels: int, init: Init, restored: ckpt.Loaded | None, cfg: FinetuneConfig
 ) -> torch.nn.Module:
     """The task's model with the initial encoder weights, or the resumed run's weights."""
-    raw = task.build_model(config, num_labels, seed=seed)
+    raw = task.build_model(config, num_labels, seed=cfg.run.seed, pooling=cfg.pooling)
     if init.state is not None:
         load_encoder_state(raw, init.state)
     if restored is not None:
@@ -360,7 +362,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
         check_resume(cfg, restored)
     train, evaluation, init, config = load_inputs(cfg, task, info)
     metric = task.primary_metric(train.glue)
-    raw = build_model(task, config, len(train.labels), init, restored, cfg.run.seed).to(info.device)
+    raw = build_model(task, config, len(train.labels), init, restored, cfg).to(info.device)
     model = R.wrap(raw, info)
     ranks = {"world_size": info.world_size, "rank": info.rank}
     train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, **ranks)
@@ -369,7 +371,9 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     steps_per_epoch = len(train_batches)
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     epochs = math.ceil(total_steps / steps_per_epoch)
-    optimizer = build_optimizer(raw, "adamw", cfg.optim.lr, cfg.optim.weight_decay, eps=cfg.optim.adam_eps)
+    optimizer = build_optimizer(
+        raw, "adamw", cfg.optim.lr, cfg.optim.weight_decay, eps=cfg.optim.adam_eps, layer_decay=cfg.optim.layer_decay
+    )
     scheduler = build_scheduler(optimizer, int(cfg.optim.warmup_ratio * total_steps), total_steps)
     R.seed_dropout(cfg.run.seed, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}

@@ -32,7 +32,8 @@ class Task:
     predictions_file: ClassVar[str]
     metric_scale: ClassVar[str] = "fraction"  # how the metrics are reported: fraction (0-1) or percent
 
-    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
+    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
+        """The head on the encoder; ``pooling`` (cls or mean) matters to the sentence heads only."""
         raise NotImplementedError
 
     def primary_metric(self, glue: str | None) -> str:
@@ -78,8 +79,8 @@ class Classification(Task):
     kind = T.CLASSIFICATION
     predictions_file = "predictions.tsv"
 
-    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
-        return BertForSequenceClassification(config, num_labels, seed=seed)
+    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
+        return BertForSequenceClassification(config, num_labels, seed=seed, pooling=pooling)
 
     def primary_metric(self, glue: str | None) -> str:
         return {"cola": "mcc", "mrpc": "f1", "qqp": "f1"}.get(glue or "", "accuracy")
@@ -121,8 +122,8 @@ class Regression(Classification):
 
     kind = T.REGRESSION
 
-    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
-        return BertForSequenceClassification(config, 1, seed=seed)
+    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
+        return BertForSequenceClassification(config, 1, seed=seed, pooling=pooling)
 
     def primary_metric(self, glue: str | None) -> str:
         return "spearman"
@@ -160,7 +161,7 @@ class Ner(Task):
     kind = T.NER
     predictions_file = "predictions.conll"
 
-    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
+    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
         return BertForTokenClassification(config, num_labels, seed=seed)
 
     def primary_metric(self, glue: str | None) -> str:
@@ -197,7 +198,7 @@ class Squad(Task):
     predictions_file = "predictions.json"
     metric_scale = "percent"
 
-    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0) -> nn.Module:
+    def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
         return BertForQuestionAnswering(config, seed=seed)
 
     def primary_metric(self, glue: str | None) -> str:

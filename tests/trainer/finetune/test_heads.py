@@ -83,3 +83,28 @@ def test_encoder_weights_must_be_complete():
     state = {k: v for k, v in BertForPreTraining(CONFIG).state_dict().items() if "layer.1." not in k}
     with pytest.raises(ValueError, match="lack encoder tensor"):
         load_encoder_state(model, state)
+
+
+def test_mean_pooling_reads_the_real_tokens_only_and_leaves_the_pooler_out(tmp_path):
+    """--pooling mean: the head sees the mean of the last layer over real tokens (padding changes nothing), and
+    the pooler gets no gradient (DDP would wait for it) while the encoder does."""
+    model = get_task(T.CLASSIFICATION).build_model(CONFIG, 2, seed=0, pooling="mean")
+    model.eval()
+    x = batch()
+    ids = x["input_ids"][:1]
+    short = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids)}
+    padded = {k: torch.cat([v, torch.zeros_like(v[:, :5])], 1) for k, v in short.items()}  # 5 pad tokens
+    with torch.no_grad():
+        seq, _ = model.bert(short["input_ids"], short["token_type_ids"], short["attention_mask"])
+        want = model.classifier(seq.mean(1))
+        torch.testing.assert_close(model(short)["logits"], want, **TOL)
+        torch.testing.assert_close(model(padded)["logits"], want, **TOL)
+    model.train()
+    out = model({**short, "labels": torch.tensor([1])})
+    out["loss"].backward()
+    assert all(p.grad is None for p in model.bert.pooler.parameters())
+    assert model.bert.embeddings.word_embeddings.weight.grad is not None
+    # the default stays BERT's pooler on [CLS], and a name outside the choices is refused
+    assert get_task(T.CLASSIFICATION).build_model(CONFIG, 2).pooling == "cls"
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        get_task(T.CLASSIFICATION).build_model(CONFIG, 2, pooling="max")

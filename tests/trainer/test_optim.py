@@ -1,0 +1,60 @@
+"""Parameter groups and layer-wise learning-rate decay."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.finetune.heads import BertForSequenceClassification, BertForTokenClassification
+from trainer.model import BertForPreTraining, bert_mini
+from trainer.optim import build_optimizer, build_scheduler, depth
+
+CONFIG = bert_mini(500)  # 4 layers
+
+
+def by_name(model, optimizer) -> dict[str, tuple[float, float]]:
+    ids = {id(p): n for n, p in model.named_parameters()}
+    return {ids[id(p)]: (g["lr"], g["weight_decay"]) for g in optimizer.param_groups for p in g["params"]}
+
+
+def test_without_decay_the_groups_are_berts_two():
+    model = BertForPreTraining(CONFIG)
+    opt = build_optimizer(model, "adamw", 1e-3, 0.01)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.0]
+    assert {g["lr"] for g in opt.param_groups} == {1e-3}
+    got = by_name(model, opt)
+    assert len(got) == len(list(model.parameters()))
+    assert got["bert.encoder.layer.0.attention.self.query.weight"] == (1e-3, 0.01)
+    assert got["bert.encoder.layer.0.attention.output.LayerNorm.weight"] == (1e-3, 0.0)
+    assert got["bert.embeddings.word_embeddings.weight"] == (1e-3, 0.01)
+
+
+@pytest.mark.parametrize("head", [BertForSequenceClassification, BertForTokenClassification])
+def test_layer_decay_scales_each_layer_by_its_distance_from_the_head(head):
+    model = head(CONFIG, 3)
+    opt = build_optimizer(model, "adamw", 1e-3, 0.01, layer_decay=0.5)
+    got = by_name(model, opt)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert sorted(got) == sorted(trainable)  # every trainable parameter once, nothing frozen
+    assert got["classifier.weight"] == (1e-3, 0.01)
+    assert got["classifier.bias"] == (1e-3, 0.0)
+    for layer in range(4):  # layer l (0-based) sits 4 - l steps below the head
+        lr, wd = got[f"bert.encoder.layer.{layer}.intermediate.dense.weight"]
+        assert lr == pytest.approx(1e-3 * 0.5 ** (4 - layer)) and wd == 0.01
+    assert got["bert.embeddings.word_embeddings.weight"][0] == pytest.approx(1e-3 * 0.5**5)
+    assert got["bert.embeddings.LayerNorm.bias"] == (pytest.approx(1e-3 * 0.5**5), 0.0)
+    # the schedule multiplies each group's own rate
+    sched = build_scheduler(opt, 10, 100)
+    for _ in range(10):
+        opt.step()
+        sched.step()
+    peak = by_name(model, opt)
+    assert peak["classifier.weight"][0] == pytest.approx(1e-3 * 90 / 90)
+    assert peak["bert.encoder.layer.0.intermediate.dense.weight"][0] == pytest.approx(1e-3 * 0.5**4)
+
+
+def test_depth_of_names():
+    assert depth("bert.embeddings.position_embeddings.weight", 4) == 0
+    assert depth("bert.encoder.layer.3.output.dense.bias", 4) == 4
+    assert depth("bert.encoder.layer.11.output.dense.bias", 12) == 12
+    assert depth("bert.pooler.dense.weight", 4) == 5
+    assert depth("qa_outputs.weight", 4) == 5
