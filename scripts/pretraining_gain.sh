@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Does pretraining pay off? One command: pretrain a mini BERT on this machine's budget, then fine-tune it and
+# the same architecture randomly initialised, with identical settings and several seeds, on SST-2, CoNLL-2003,
+# MRPC and SQuAD; write OUT/results.json and the curve of downstream score against pretraining time.
+#
+#   scripts/pretraining_gain.sh OUT
+#
+# The recipe (README, "Pretraining that pays off", says what each part gained):
+# - task-adaptive pretraining (Gururangan et al. 2020): the tasks' own training text, labels removed
+#   (scripts/task_text.py), mixed 0.6/0.4 with Wikipedia and the Gutenberg books (--data DIR:WEIGHT);
+# - a small vocabulary (8,000 WordPieces) trained on that mixture: a cheaper output layer, fewer rare rows;
+# - the budget recipes of Cramming and 24hBERT: no NSP, dynamic masking at 0.2, no dropout, lr 1e-3 with a
+#   short warm-up and a linear decay to zero at the last step, bf16 autocast, length 128, batch 64;
+# - fine-tuning that keeps what pretraining learnt: sentence heads on the mean of the last layer (an MLM-only
+#   encoder never trained the pooler nor its last [CLS] state), the same for the random baseline.
+# Every stage is skipped when its output is complete, so a killed run continues where it stopped; OUT keeps
+# one recipe: a second call with other settings is refused.
+#
+# Environment: SHARED (default ../shared/data), SEEDS ("1 2 3"), STEPS (3300), MODEL (mini), FT_LR (1e-4),
+# CURVE_STEPS ("100 200 400 800 1600" plus the last step), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad").
+set -euo pipefail
+OUT=${1:?usage: scripts/pretraining_gain.sh OUT}
+[ $# -eq 1 ] || { echo "Error: scripts/pretraining_gain.sh takes one argument, the output folder" >&2; exit 2; }
+SHARED=${SHARED:-../shared/data}
+SEEDS=${SEEDS:-1 2 3}
+STEPS=${STEPS:-3300}
+MODEL=${MODEL:-mini}
+FT_LR=${FT_LR:-1e-4}
+CURVE_STEPS=${CURVE_STEPS:-100 200 400 800 1600}
+CURVE_TASK=${CURVE_TASK:-sst2}
+TASKS=${TASKS:-sst2 conll mrpc squad}
+HERE=$(cd "$(dirname "$0")" && pwd)
+for d in "$SHARED/pretrain/wikipedia" "$SHARED/pretrain/gutenberg" "$SHARED/tasks"; do
+    [ -d "$d" ] || { echo "Error: $d not found (set SHARED to the shared data folder)" >&2; exit 2; }
+done
+mkdir -p "$OUT"
+settings="steps=$STEPS model=$MODEL ft_lr=$FT_LR seeds=$SEEDS tasks=$TASKS"
+if [ -f "$OUT/recipe.txt" ] && [ "$(cat "$OUT/recipe.txt")" != "$settings" ]; then
+    echo "Error: $OUT holds a recipe run with other settings ($(cat "$OUT/recipe.txt")); use another folder" >&2
+    exit 2
+fi
+echo "$settings" > "$OUT/recipe.txt"
+S=$SHARED/pretrain
+T=$SHARED/tasks
+stamp() { date +%s; }
+say() { echo "[pretraining_gain] $*" >&2; }
+
+# --- 1. text, vocabulary, shards ---------------------------------------------------------------------------
+t0=$(stamp)
+python3 "$HERE/task_text.py" "$T" "$OUT/text" --squad-articles 0:40
+X=$OUT/text
+GENERAL=(--input "wikiextractor:$S/wikipedia/wiki_0*" --input "wikiextractor:$S/wikipedia/wiki_1[0-4]"
+         --input "text:$S/gutenberg/*.txt")  # wiki_15 is held out for the MLM evaluation
+TASK_TEXT=(--input "sentences:$X/sst2.txt" --input "sentences:$X/conll.txt" --input "sentences:$X/mrpc.txt"
+           --input "lines:$X/squad_contexts.txt" --input "sentences:$X/squad_questions.txt")
+[ -f "$OUT/vocab/vocab.txt" ] || bertprep vocab "${GENERAL[@]}" "${TASK_TEXT[@]}" --vocab-size 8000 --output "$OUT/vocab"
+V=$OUT/vocab/vocab.txt
+shards() {  # name dupe inputs...
+    local name=$1 dupe=$2; shift 2
+    [ -f "$OUT/$name/manifest.json" ] || bertprep pretraining "$@" --vocab "$V" --output "$OUT/$name" \
+        --dupe-factor "$dupe" --max-seq-length 128 --num-shards 4 --overwrite
+}
+shards general 3 "${GENERAL[@]}"
+shards tasks 5 "${TASK_TEXT[@]}"
+shards eval 1 --input "wikiextractor:$S/wikipedia/wiki_15"
+
+# Task data, tokenized with the recipe's vocabulary: the README's splits (SST-2 first 10,000 training rows and
+# the full dev set; MRPC train/dev; CoNLL first 5,000 training sentences and validation; SQuAD dev articles
+# 0-39 to train, 40-47 to evaluate).
+D=$OUT/tasks_data
+mkdir -p "$D/raw"
+head -n 10001 "$T/sst2/train.tsv" > "$D/raw/sst2_train_10k.tsv"
+python3 - "$T/conll2003/train.txt" "$D/raw/conll_train_5k.txt" <<'PY'
+import sys
+blocks, out, n = open(sys.argv[1], encoding="utf-8").read().split("\n\n"), [], 0
+for block in blocks:
+    out.append(block)
+    n += bool(block.strip()) and not block.startswith("-DOCSTART-")
+    if n >= 5000:
+        break
+open(sys.argv[2], "w", encoding="utf-8").write("\n\n".join(out) + "\n")
+PY
+task() {  # name args...
+    local name=$1; shift
+    [ -f "$D/$name/manifest.json" ] || bertprep task "$@" --vocab "$V" --output "$D/$name" --overwrite > /dev/null
+}
+task sst2_train classification --glue sst2 --input "$D/raw/sst2_train_10k.tsv" --split train
+task sst2_dev classification --glue sst2 --input "$T/sst2/dev.tsv"
+task mrpc_train classification --glue mrpc --input "$T/mrpc/train.tsv"
+task mrpc_dev classification --glue mrpc --input "$T/mrpc/dev.tsv"
+task conll_train ner --input "$D/raw/conll_train_5k.txt" --split train
+task conll_dev ner --input "$T/conll2003/valid.txt" --label-set-from "$D/conll_train"
+task squad_train squad --input "$T/squad_v1.1/dev-v1.1.json" --articles 0:40 --split train --max-seq-length 256
+task squad_dev squad --input "$T/squad_v1.1/dev-v1.1.json" --articles 40:48 --split dev --max-seq-length 256
+prep_minutes=$(python3 -c "print(round(($(stamp) - $t0) / 60, 2))")
+say "data ready in $prep_minutes minutes"
+
+# --- 2. pretraining ----------------------------------------------------------------------------------------
+# Step-bounded (the same run on any machine); checkpoints every 100 steps, of which the curve's are kept.
+RUN=$OUT/pretrain
+if [ ! -f "$OUT/pretrain_minutes" ]; then
+    t1=$(stamp)
+    OMP_NUM_THREADS=2 berttrain pretrain --data "$OUT/general:0.4" --data "$OUT/tasks:0.6" --eval-data "$OUT/eval" \
+        --model "$MODEL" --dropout 0 --output "$RUN" --resume auto --batch-size 64 --lr 1e-3 --warmup-steps 300 \
+        --max-steps "$STEPS" --log-every 50 --eval-every 100 --eval-batches 20 --checkpoint-every 100 \
+        --keep-checkpoints 1000 --num-workers 1 --precision bf16 --masking dynamic --mlm-probability 0.2 --no-nsp \
+        --no-tensorboard
+    python3 -c "print(round(($(stamp) - $t1) / 60, 2))" > "$OUT/pretrain_minutes"
+    for c in "$RUN"/checkpoints/step-*; do  # keep the curve's checkpoints and the last
+        s=$((10#${c##*step-}))
+        case " $CURVE_STEPS $STEPS " in *" $s "*) ;; *) rm -rf "$c" ;; esac
+    done
+fi
+say "pretrained in $(cat "$OUT/pretrain_minutes") minutes"
+LAST=$(printf '%s/checkpoints/step-%07d' "$RUN" "$STEPS")
+
+# --- 3. fine-tuning: pretrained and random, the same settings, each seed -----------------------------------
+# The two inits of a seed run side by side, one thread each (small matrices gain little from a second thread).
+ft() {  # out init task kind train eval epochs seed
+    local out=$1
+    [ -f "$out/done" ] && return 0
+    OMP_NUM_THREADS=1 berttrain finetune --init "$2" --task "$4" --train-data "$D/$5" --eval-data "$D/$6" \
+        --output "$out" --overwrite --epochs "$7" --seed "$8" --lr "$FT_LR" --batch-size 32 --dropout 0.1 \
+        --warmup-ratio 0.1 --pooling mean --log-every 100 --precision bf16 --no-tensorboard > "$out.log" 2>&1 \
+        && touch "$out/done" || { echo "Error: fine-tuning $out failed, see $out.log" >&2; return 1; }
+}
+spec() {  # task -> kind train eval epochs
+    case $1 in
+        sst2) echo "classification sst2_train sst2_dev 3" ;;
+        mrpc) echo "classification mrpc_train mrpc_dev 5" ;;
+        conll) echo "ner conll_train conll_dev 3" ;;
+        squad) echo "squad squad_train squad_dev 2" ;;
+    esac
+}
+F=$OUT/finetune
+mkdir -p "$F"
+for task in $TASKS; do
+    read -r kind train dev epochs <<< "$(spec "$task")"
+    for seed in $SEEDS; do
+        ft "$F/$task-pretrained-$seed" "$LAST" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" &
+        ft "$F/$task-random-$seed" "random:$MODEL" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" &
+        wait -n && wait -n
+        say "$task seed $seed: done"
+    done
+done
+# The curve: the chosen task from each kept checkpoint (random init is step 0), the first seed.
+read -r kind train dev epochs <<< "$(spec "$CURVE_TASK")"
+first_seed=${SEEDS%% *}
+steps=($CURVE_STEPS)
+for ((i = 0; i < ${#steps[@]}; i += 2)); do
+    for s in "${steps[i]}" ${steps[i + 1]:+"${steps[i + 1]}"}; do
+        ck=$(printf '%s/checkpoints/step-%07d' "$RUN" "$s")
+        ft "$F/curve-$CURVE_TASK-step$s" "$ck" "$CURVE_TASK" "$kind" "$train" "$dev" "$epochs" "$first_seed" &
+    done
+    wait -n && { [ -z "${steps[i + 1]:-}" ] || wait -n; }
+done
+
+# --- 4. results.json and the curve -------------------------------------------------------------------------
+python3 "$HERE/pretraining_gain_report.py" "$OUT" --prep-minutes "$prep_minutes" --steps "$STEPS" \
+    --curve-task "$CURVE_TASK" --curve-steps $CURVE_STEPS --seeds $SEEDS --tasks $TASKS

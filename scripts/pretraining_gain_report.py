@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""``scripts/pretraining_gain.sh``'s last step: ``OUT/results.json``, a table on stdout, and ``OUT/curve.png``.
+
+``results.json``: ``{"TASK": {"metric": NAME, "pretrained": [one score per seed], "random": [...]}, ...,
+"pretrain_minutes": M, ...}``, each score the best epoch's (as ``berttrain finetune`` keeps it), plus
+``"curve"``: the curve task's score from each kept pretraining checkpoint, with the held-out MLM loss there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+METRICS = {"sst2": "accuracy", "mrpc": "f1", "conll": "f1", "squad": "f1"}
+ALSO = {"mrpc": "accuracy", "squad": "exact_match"}
+
+
+def best(run: Path, metric: str) -> float:
+    results = json.loads((run / "results.json").read_text(encoding="utf-8"))
+    return float(results["best"]["eval"][metric])
+
+
+def spread(xs: list[float]) -> float:
+    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def eval_losses(metrics_file: Path) -> dict[int, dict]:
+    out = {}
+    for line in metrics_file.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record.get("split") == "eval":
+            out[int(record["step"])] = record
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("out", type=Path)
+    p.add_argument("--prep-minutes", type=float, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--curve-task", default="sst2")
+    p.add_argument("--curve-steps", type=int, nargs="*", default=[])
+    p.add_argument("--seeds", type=int, nargs="+", required=True)
+    p.add_argument("--tasks", nargs="+", required=True)
+    args = p.parse_args(argv)
+    out, F = args.out, args.out / "finetune"
+    minutes = float((out / "pretrain_minutes").read_text())
+    results: dict = {"pretrain_minutes": minutes, "prep_minutes": args.prep_minutes, "pretrain_steps": args.steps}
+    rows = [
+        "| task | metric | pretrained (mean ± sd) | random (mean ± sd) | gain | seeds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for task in args.tasks:
+        metric = METRICS[task]
+        entry: dict = {"metric": metric}
+        for init in ("pretrained", "random"):
+            entry[init] = [best(F / f"{task}-{init}-{s}", metric) for s in args.seeds]
+            if task in ALSO:
+                entry[f"{init}_{ALSO[task]}"] = [best(F / f"{task}-{init}-{s}", ALSO[task]) for s in args.seeds]
+        results[task] = entry
+        pm, rm = statistics.mean(entry["pretrained"]), statistics.mean(entry["random"])
+        rows.append(
+            f"| {task} | {metric} | {pm:.4g} ± {spread(entry['pretrained']):.2g} | "
+            f"{rm:.4g} ± {spread(entry['random']):.2g} | {pm - rm:+.3g} | {len(args.seeds)} |"
+        )
+
+    # The curve: score against pretraining time (step 0 is the random init of the first seed).
+    losses = eval_losses(out / "pretrain" / "metrics.jsonl")
+    metric = METRICS[args.curve_task]
+    seed = args.seeds[0]
+    points = [{"step": 0, "minutes": 0.0, "score": best(F / f"{args.curve_task}-random-{seed}", metric)}]
+    for s in [*args.curve_steps, args.steps]:
+        run = F / (f"curve-{args.curve_task}-step{s}" if s != args.steps else f"{args.curve_task}-pretrained-{seed}")
+        point = {"step": s, "minutes": round(minutes * s / args.steps, 2), "score": best(run, metric)}
+        if s in losses:
+            point["mlm_loss"], point["mlm_accuracy"] = losses[s]["mlm_loss"], losses[s]["mlm_accuracy"]
+        points.append(point)
+    results["curve"] = {"task": args.curve_task, "metric": metric, "seed": seed, "points": points}
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print("\n".join(rows))
+    print(f"pretraining {minutes:.1f} minutes ({args.steps} steps), data preparation {args.prep_minutes:.1f} minutes")
+    plot(points, args.curve_task, metric, out / "curve.png")
+    print(f"wrote {out / 'results.json'} and {out / 'curve.png'}")
+    return 0
+
+
+def plot(points: list[dict], task: str, metric: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, left = plt.subplots(figsize=(7, 4), dpi=120)
+    xs = [max(p["minutes"], 0.5) for p in points]  # log axis: random init drawn at 0.5 minutes
+    left.plot(xs, [p["score"] for p in points], "o-", color="tab:blue", label=f"{task} dev {metric}")
+    left.axhline(points[0]["score"], color="tab:blue", ls=":", lw=1, label="random init")
+    left.set_xscale("log")
+    left.set_xlabel("pretraining time, minutes on 2 CPU cores (log; random init at 0.5)")
+    left.set_ylabel(f"{task} dev {metric} after fine-tuning", color="tab:blue")
+    right = left.twinx()
+    with_loss = [(x, p["mlm_loss"]) for x, p in zip(xs, points) if "mlm_loss" in p]
+    if with_loss:
+        right.plot(*zip(*with_loss), "s--", color="tab:red", label="held-out MLM loss")
+    right.set_ylabel("held-out MLM loss (wiki_15)", color="tab:red")
+    fig.legend(loc="lower left", bbox_to_anchor=(0.12, 0.15), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The pretraining-gain recipe's own steps: the tasks' unlabelled text (scripts/task_text.py) and the report
+that turns the fine-tuning runs into results.json (scripts/pretraining_gain_report.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, shared_path
+
+SCRIPTS = REPO / "scripts"
+
+
+def test_task_text_holds_the_training_splits_and_nothing_of_the_evaluation_sets(tmp_path):
+    tasks = shared_path("tasks")
+    out = tmp_path / "text"
+    done = subprocess.run(
+        [sys.executable, SCRIPTS / "task_text.py", tasks, out], capture_output=True, text=True, check=True
+    )
+    assert "sst2 8,419 documents" in done.stdout  # 67,349 phrases, 8 a document
+    docs = {f.stem: f.read_text(encoding="utf-8") for f in out.glob("*.txt")}
+    assert sorted(docs) == ["conll", "mrpc", "squad_contexts", "squad_questions", "sst2"]
+    # sentences format: documents separated by one blank line, none empty; no label column left
+    for name in ("sst2", "conll", "mrpc", "squad_questions"):
+        blocks = docs[name].rstrip("\n").split("\n\n")
+        assert all(b.strip() and "\t" not in b for b in blocks), name
+    assert docs["sst2"].split("\n", 1)[0] == "hide new secretions from the parental units"
+    assert docs["conll"].startswith("EU rejects German call to boycott British lamb .\n")
+    assert "-DOCSTART-" not in docs["conll"] and "B-ORG" not in docs["conll"]
+    assert len(docs["mrpc"].rstrip("\n").split("\n\n")) == 3668
+    # SQuAD: the training articles (0-39) only; the evaluation articles' contexts never reach pretraining
+    data = json.loads((tasks / "squad_v1.1" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    train_contexts = [" ".join(p["context"].split()) for a in data[:40] for p in a["paragraphs"]]
+    eval_contexts = [" ".join(p["context"].split()) for a in data[40:48] for p in a["paragraphs"]]
+    lines = docs["squad_contexts"].splitlines()
+    assert lines == train_contexts
+    assert not set(eval_contexts) & set(lines)
+    # SST-2's dev sentences are not in its training text
+    dev = [r.split("\t")[0].strip() for r in (tasks / "sst2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    phrases = {" ".join(p.split()) for p in docs["sst2"].splitlines()}
+    assert sum(d in phrases for d in dev) == 0
+
+
+def test_task_text_refuses_a_bad_article_range(tmp_path):
+    tasks = shared_path("tasks")
+    done = subprocess.run(
+        [sys.executable, SCRIPTS / "task_text.py", tasks, tmp_path, "--squad-articles", "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stderr.startswith("Error: --squad-articles 'x'")
+
+
+def _run(root, name, metric_values):
+    run = root / "finetune" / name
+    run.mkdir(parents=True)
+    best = {"eval": metric_values}
+    (run / "results.json").write_text(json.dumps({"best": best}), encoding="utf-8")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_report_writes_results_json_in_the_issues_layout(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path
+    (out / "pretrain").mkdir()
+    (out / "pretrain_minutes").write_text("50.0\n")
+    evals = [{"step": s, "split": "eval", "mlm_loss": 7.0 - s / 1000, "mlm_accuracy": s / 10000} for s in (100, 200)]
+    (out / "pretrain" / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    for seed, (p, r) in zip((1, 2), ((0.82, 0.78), (0.84, 0.79))):
+        _run(out, f"sst2-pretrained-{seed}", {"accuracy": p})
+        _run(out, f"sst2-random-{seed}", {"accuracy": r})
+        _run(out, f"mrpc-pretrained-{seed}", {"f1": p, "accuracy": p - 0.1})
+        _run(out, f"mrpc-random-{seed}", {"f1": r, "accuracy": r - 0.1})
+    _run(out, "curve-sst2-step100", {"accuracy": 0.79})
+    args = ["--prep-minutes", "3", "--steps", "200", "--curve-steps", "100", "--seeds", "1", "2"]
+    done = subprocess.run(
+        [sys.executable, SCRIPTS / "pretraining_gain_report.py", out, *args, "--tasks", "sst2", "mrpc"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    results = json.loads((out / "results.json").read_text())
+    assert results["sst2"] == {"metric": "accuracy", "pretrained": [0.82, 0.84], "random": [0.78, 0.79]}
+    assert results["mrpc"]["metric"] == "f1" and results["mrpc"]["random_accuracy"] == pytest.approx([0.68, 0.69])
+    assert results["pretrain_minutes"] == 50.0
+    points = results["curve"]["points"]
+    assert [p["step"] for p in points] == [0, 100, 200]
+    assert [p["score"] for p in points] == [0.78, 0.79, 0.82]  # random seed 1, the curve run, the recipe's own
+    assert points[1]["minutes"] == 25.0 and points[2]["mlm_loss"] == pytest.approx(6.8)
+    assert "| sst2 | accuracy | 0.83 ± 0.014 | 0.785 ± 0.0071 | +0.045 | 2 |" in done.stdout
+    assert (out / "curve.png").stat().st_size > 10_000
