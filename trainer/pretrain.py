@@ -10,7 +10,6 @@ B/k and ``--grad-accum k``, follow the same trajectory as one process with batch
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from trainer.errors import RunError
 from trainer.metrics import MetricsLogger, Throughput
 from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
+from trainer.progress import Progress
 from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
@@ -410,7 +410,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     batches = forever(loader)
     run = Running.zero(info.device)
     meter = Throughput(info.device)
-    bar = _Bar(cfg.max_steps, step, info.is_main)
+    bar = Progress(cfg.max_steps, step, enabled=info.is_main, desc="pretrain")
     deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
     last_step = cfg.max_steps
     while step < last_step:
@@ -439,7 +439,12 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
             if loader.weighted:  # samples each folder has given so far, all ranks
                 record["samples_by_dataset"] = loader.samples_by_dataset()
             metrics.log(record)
-            bar.show(record, info)
+            bar.show(
+                f"{figures(record)} {record['seq_per_s']:.0f} seq/s"
+                + (f" samples {record['samples_by_dataset']}" if "samples_by_dataset" in record else ""),
+                loss=f"{record['loss']:.3f}",
+                mlm_acc=f"{record['mlm_accuracy']:.3f}",
+            )
             run = Running.zero(info.device)
 
         # --- evaluate -------------------------------------------------------------------------------
@@ -488,34 +493,3 @@ def save_checkpoint(
         )
         R.log(f"checkpoint {path}", info)
     D.barrier(info)
-
-
-class _Bar:
-    """tqdm on an interactive rank-0 console; plain log lines otherwise."""
-
-    def __init__(self, total: int, initial: int, enabled: bool) -> None:
-        self.interactive = enabled and sys.stderr.isatty()
-        self._bar = None
-        if self.interactive:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
-
-    def update(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.update(n)
-
-    def show(self, record: dict[str, Any], info: D.DistInfo) -> None:
-        """The logged step's figures: on the bar, or as a log line."""
-        if self._bar is not None:
-            self._bar.set_postfix(loss=f"{record['loss']:.3f}", mlm_acc=f"{record['mlm_accuracy']:.3f}")
-        if not self.interactive:
-            R.log(
-                f"step {record['step']}: {figures(record)} {record['seq_per_s']:.0f} seq/s"
-                + (f" samples {record['samples_by_dataset']}" if "samples_by_dataset" in record else ""),
-                info,
-            )
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()

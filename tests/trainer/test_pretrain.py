@@ -230,6 +230,9 @@ def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path, e
         timeout=600,
     )
     assert two.returncode == 0, two.stdout + two.stderr
+    # rank 0 alone prints: one progress line per step, one closing line (both ranks share the console)
+    assert [two.stderr.count(f"step {n}/8 (") for n in range(1, 9)] == [1] * 8, two.stderr
+    assert two.stdout.count("trained to step 8") == 1, two.stdout
     a, b = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 9))
     for x, y in zip(a, b):
