@@ -8,8 +8,9 @@ import ast
 import importlib.metadata as md
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 OWN = {"pipelines", "schemas", "trainer", "tests", "benchmarks"}
@@ -33,6 +34,7 @@ def canonical(name: str) -> str:
 
 
 def test_base_dependencies_cover_every_module_the_pipelines_import():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     base = {canonical(re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0]) for d in meta["dependencies"]}
     providers = md.packages_distributions()

@@ -103,6 +103,12 @@ def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretra
     """The evaluation set, opened at start: a missing folder, another vocabulary or too few samples must not
     wait for the first evaluation (all steps since the last checkpoint would be lost)."""
     assert cfg.data.eval_data is not None  # called only with --eval-data
+    fmt = cfg.data.data_format
+    if fmt != "auto":  # --format names how to read --data; an eval set written in another format is read as it is
+        held = load_manifest(cfg.data.eval_data).formats
+        if fmt not in held:
+            R.log(f"--eval-data {cfg.data.eval_data} has no {fmt} shards: read as {', '.join(held)}", info)
+            fmt = "auto"
     try:
         return PretrainingLoader(
             DataConfig(
@@ -110,7 +116,7 @@ def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretra
                 batch_size=cfg.batch_size,
                 shuffle=False,
                 num_workers=0,
-                format=cfg.data.data_format,
+                format=fmt,
             ),
             expected_vocab_sha256=vocab.sha256,
             world_size=info.world_size,
