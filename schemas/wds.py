@@ -248,12 +248,11 @@ def decode_sample(sample: dict[str, Any] | bytes | bytearray | memoryview) -> di
     ``default_collate`` and ``torch.from_numpy`` take them without the "NumPy array is not writable" warning
     that views of immutable ``bytes`` raise."""
     if isinstance(sample, (bytes, bytearray, memoryview)):
-        payload, key = sample, "?"
-    else:
-        key = sample.get("__key__", "?")
-        payload = sample.get(EXTENSION)
-        if payload is None:
-            raise SchemaError(
-                f"sample {key}: no .{EXTENSION} member (members: {sorted(k for k in sample if not k.startswith('__'))})"
-            )
+        return decode_payload(bytearray(sample), source="sample")
+    key = sample.get("__key__", "?")
+    payload = sample.get(EXTENSION)
+    if payload is None:
+        raise SchemaError(
+            f"sample {key}: no .{EXTENSION} member (members: {sorted(k for k in sample if not k.startswith('__'))})"
+        )
     return decode_payload(bytearray(payload), source=f"sample {key}")
