@@ -7,13 +7,20 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup browser demo test test-fast lint bench clean
 
+# Each step says what it installs and why, and pip (not -q) shows what it collects, downloads and builds, so minutes of work
+# are never silent.
 $(STAMP): pyproject.toml
+	@echo "setup 1/4: a virtual environment in $(VENV) ($(PYTHON))"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[train,test]'
+	@echo "setup 2/4: an up-to-date pip"
+	$(BIN)/pip install --upgrade pip
+	@echo "setup 3/4: torch 2.13.0 alone first, pinned: an unpinned torch would pull several GB of CUDA wheels on a CPU machine"
+	$(BIN)/pip install torch==2.13.0
+	@echo "setup 4/4: bertstream itself, editable, with the trainer's and the tests' extras (Beam, pyarrow, tokenizers, transformers, ...; a few minutes)"
+	$(BIN)/pip install -e '.[train,test]'
 	@$(MAKE) --no-print-directory browser
 	touch $(STAMP)
+	@echo "setup done: $(VENV) is ready"
 
 setup: $(STAMP)
 

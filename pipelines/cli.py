@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 
 import click
@@ -139,6 +140,7 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
 @click.option("--dedup-ngram", type=int, default=5, show_default=True, help="Words per MinHash shingle.")
 @click.option("--dedup-threshold", type=float, default=0.8, show_default=True, help="MinHash Jaccard threshold.")
 @click.option("--overwrite", is_flag=True, default=False, help="Replace a dataset already in --output.")
+@click.option("--verbose", is_flag=True, default=False, help="Also print a line per input file, group and shard.")
 @click.pass_context
 def pretraining(
     ctx,
@@ -164,6 +166,7 @@ def pretraining(
     dedup_ngram,
     dedup_threshold,
     overwrite,
+    verbose,
 ) -> None:
     """Write masked-LM + next-sentence pretraining shards and a manifest.
 
@@ -176,6 +179,10 @@ def pretraining(
     from pipelines.redact import redact_logs
 
     redact_logs(ctx.args)
+    if verbose:  # read by the stages wherever they run: this process or the worker processes it starts
+        from pipelines.progress import ENV_VERBOSE
+
+        os.environ[ENV_VERBOSE] = "1"
 
     try:
         cfg = PretrainingConfig(

@@ -30,7 +30,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines import counters as C
+from pipelines import progress as P
 from pipelines.hashing import mix64, mix64_array
 from pipelines.instances import Pool, document_key
 from pipelines.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
@@ -252,7 +252,8 @@ class _BuildPoolFn(beam.DoFn):
         pool.save(path)
         yield beam.pvalue.TaggedOutput("groups", {"group": group, "documents": pool.num_docs, "tokens": len(pool.ids)})
         units = plan_units(pool, path, group, self.dupe_factor, self.tokens_per_unit)
-        C.progress(f"group {group}: {pool.num_docs} documents, {len(pool.ids)} tokens -> {len(units)} work units")
+        P.add("groups", final=True, groups=1, units=len(units))
+        P.detail(f"group {group}: {pool.num_docs} documents, {len(pool.ids)} tokens -> {len(units)} work units")
         yield from units
 
 

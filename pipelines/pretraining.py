@@ -24,8 +24,9 @@ from pipelines.group import GroupDocuments
 from pipelines.inputs import InputFile, absolute, describe_inputs, input_format_of, resolve_inputs
 from pipelines.instances import CreateInstances
 from pipelines.masking import MaskInstances
+from pipelines.progress import Monitor
 from pipelines.read import InputError, ReadDocuments, range_bytes_for
-from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options
+from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
 from pipelines.sentences import SegmentDocuments
 from pipelines.skeleton import RunResult, ShardSizing, prepare_output, read_result, run_entry, vocab_entry
 from pipelines.source_stats import UnkWords
@@ -230,10 +231,12 @@ def run_pretraining(
         "run": run_entry(options, beam_args or [], started),
     }
     C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
+    local = runner_name(options) == "FnApiRunner"  # its workers, threads or processes, share this machine
     try:
         p = make_pipeline(options)
         build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options))
-        p.run().wait_until_finish()
+        with Monitor(files=len(files), input_bytes=input_bytes, shards=num_shards, local=local):
+            p.run().wait_until_finish()
     except BaseException:
         remove_work_dir_within(work_dir)  # spill and pool files of a failed run; shards were never published
         raise

@@ -44,6 +44,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import counters as C
+from pipelines import progress as P
 from pipelines.byte_ranges import BLOCK_BYTES, AnchorTest, Block, cut_blocks, segment_blocks, split_ranges
 
 DOCS_PER_BATCH_BYTES = 2 << 20
@@ -490,11 +491,10 @@ class _ReadRangeFn(beam.DoFn):
             yield batch
         c, whole = batch.counters, element.start == 0 and element.end is None
         where = element.path if whole else f"{element.path} from byte {element.start}"
-        # One line per file, as before; ranges of big files are many, so at most one line every 2 s for them.
-        C.progress(
-            f"read {where}: {c[C.DOCUMENTS_READ]} documents, {c[C.BYTES_READ] / 1e6:.1f} MB",
-            every_s=0.0 if whole else 2.0,
-        )
+        # The run's live line counts the range; the line of its own is a detail (--verbose): a corpus has
+        # thousands of files.
+        P.add("read", final=True, files=c[C.FILES_READ], bytes=c[C.BYTES_READ], documents=c[C.DOCUMENTS_READ])
+        P.detail(f"read {where}: {c[C.DOCUMENTS_READ]} documents, {c[C.BYTES_READ] / 1e6:.1f} MB")
 
 
 class ReadDocuments(beam.PTransform):

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import processors, trainers
+from tokenizers import trainers
 
 from pipelines.config import FORMATS, check
 from pipelines.hashing import hash64
@@ -28,6 +28,7 @@ from pipelines.inputs import resolve_inputs
 from pipelines.read import InputError, read_documents
 from pipelines.tokenize import bert_tokenizer
 from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
+from schemas.wordpiece import with_bert_template
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,13 +118,7 @@ def train_vocab(inputs: list[str], output_dir: str | Path, cfg: VocabConfig) -> 
     trained.train_from_iterator(sample_texts(inputs, cfg, counters), trainer=trainer)
     vocab = Vocab(tuple(t for t, _ in sorted(trained.get_vocab().items(), key=lambda kv: kv[1])))
     # Rebuilt from the vocabulary: the ## pieces were "special" only to steer training.
-    tok = bert_tokenizer(vocab, cfg.lowercase)
-    cls_id, sep_id = vocab.id(CLS), vocab.id(SEP)
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{CLS}:0 $A:0 {SEP}:0",
-        pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
-        special_tokens=[(CLS, cls_id), (SEP, sep_id)],
-    )
+    tok = with_bert_template(bert_tokenizer(vocab, cfg.lowercase), vocab)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     vocab.write(out / VOCAB_FILENAME)

@@ -22,7 +22,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines import counters as C
+from pipelines import progress as P
 from pipelines import stats as S
 from pipelines.batch import InstanceBatch
 from pipelines.hashing import hash64, mix64_array
@@ -205,7 +205,8 @@ class _WriteShardFn(beam.DoFn):
                 for w in writers:
                     w.write(chunk)
                 stats.append(S.batch_stats(chunk, **self.stats_args))  # additive: merged exactly
-        C.progress(f"wrote shard {shard + 1}/{self.num_shards}: {len(batch)} instances")
+        P.add("shards", final=True, shards=1, instances=len(batch))
+        P.detail(f"wrote shard {shard + 1}/{self.num_shards}: {len(batch)} instances")
         return {"shard": shard, "files": [asdict(w.info) for w in writers], "stats": S.merge(stats)}
 
 

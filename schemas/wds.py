@@ -22,9 +22,9 @@ decoders below read it, nothing else spells the offsets)::
     ..     m*w   masked_lm_ids
 
 :func:`encode_batch` writes a batch's payloads, :func:`decode_headers` decodes every header of a shard at
-once (vectorised), :func:`decode_payload` one payload. Use :func:`decode_sample` on a sample dict from
-``webdataset.WebDataset(urls, shardshuffle=False)`` (no ``.decode()`` needed: ``.bert`` is not an extension
-webdataset decodes itself).
+once (vectorised), :func:`decode_payload` one payload (its arrays view the payload: read-only for ``bytes``).
+Use :func:`decode_sample` on a sample dict from ``webdataset.WebDataset(urls, shardshuffle=False)``, or on its
+``.bert`` bytes (no ``.decode()`` needed: ``.bert`` is not an extension webdataset decodes itself).
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def decode_headers(
     )
 
 
-def decode_payload(payload: bytes, *, source: str = "sample") -> dict[str, Any]:
+def decode_payload(payload: bytes | bytearray | memoryview, *, source: str = "sample") -> dict[str, Any]:
     if len(payload) < HEADER_SIZE:
         raise SchemaError(f"{source}: {len(payload)} bytes, shorter than the {HEADER_SIZE}-byte header")
     head = np.frombuffer(payload, HEADER, 1)[0]
@@ -240,12 +240,19 @@ def decode_payload(payload: bytes, *, source: str = "sample") -> dict[str, Any]:
     }
 
 
-def decode_sample(sample: dict[str, Any]) -> dict[str, Any]:
-    """Decode a raw webdataset sample dict (``__key__``, ``bert``) into numpy fields."""
+def decode_sample(sample: dict[str, Any] | bytes | bytearray | memoryview) -> dict[str, Any]:
+    """Decode one sample into numpy fields: a raw webdataset sample dict (``__key__``, ``bert``), or its
+    ``.bert`` bytes themselves (``decode_sample(sample["bert"])`` reads as it should too).
+
+    The arrays are writable (they view one private copy of the payload, a few hundred bytes), so torch's
+    ``default_collate`` and ``torch.from_numpy`` take them without the "NumPy array is not writable" warning
+    that views of immutable ``bytes`` raise."""
+    if isinstance(sample, (bytes, bytearray, memoryview)):
+        return decode_payload(bytearray(sample), source="sample")
     key = sample.get("__key__", "?")
     payload = sample.get(EXTENSION)
     if payload is None:
         raise SchemaError(
             f"sample {key}: no .{EXTENSION} member (members: {sorted(k for k in sample if not k.startswith('__'))})"
         )
-    return decode_payload(payload, source=f"sample {key}")
+    return decode_payload(bytearray(payload), source=f"sample {key}")

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from schemas.vocab import SPECIAL_TOKENS, Vocab
+from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, Vocab
 
 
 def bert_tokenizer(vocab: Vocab | None, lowercase: bool) -> Tokenizer:
@@ -19,6 +19,17 @@ def bert_tokenizer(vocab: Vocab | None, lowercase: bool) -> Tokenizer:
     tok.decoder = decoders.WordPiece(prefix="##")
     if vocab is not None:
         tok.add_special_tokens(list(SPECIAL_TOKENS))
+    return tok
+
+
+def with_bert_template(tok: Tokenizer, vocab: Vocab) -> Tokenizer:
+    """``tok`` adding ``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]`` (type ids 0, then 1) as BERT's tokenizers do:
+    what a saved ``tokenizer.json`` needs so that ``AutoTokenizer`` encodes model inputs."""
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{CLS}:0 $A:0 {SEP}:0",
+        pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+        special_tokens=[(CLS, vocab.id(CLS)), (SEP, vocab.id(SEP))],
+    )
     return tok
 
 

@@ -6,13 +6,19 @@ set -euo pipefail
 OUT=${DEMO_DIR:-demo}
 STEPS=${DEMO_STEPS:-600}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Seconds per stage, printed at the end: a slow machine's run can be told from a stuck one.
+SPLIT=""
+stage_done() { SPLIT="$SPLIT $1 ${SECONDS}s,"; SECONDS=0; }
+SECONDS=0
 
 echo "== 1. corpus: Python's reference documentation (ships with Python), 1 in 8 topics held out"
 rm -rf "$OUT"
 bertprep demo-corpus "$OUT/corpus" --holdout-every 8
+stage_done corpus
 
 echo "== 2. WordPiece vocabulary"
 bertprep vocab --input "$OUT/corpus/*.txt" --format text --vocab-size 8000 --output "$OUT/vocab"
+stage_done vocab
 
 echo "== 3. pretraining shards (Beam, in-process runner): train and held-out eval"
 bertprep pretraining --input "$OUT/corpus/*.txt" --format text --vocab "$OUT/vocab/vocab.txt" \
@@ -20,6 +26,8 @@ bertprep pretraining --input "$OUT/corpus/*.txt" --format text --vocab "$OUT/voc
 bertprep pretraining --input "$OUT/corpus/heldout/*.txt" --format text --vocab "$OUT/vocab/vocab.txt" \
     --output "$OUT/eval_shards" --dupe-factor 2 --num-shards 1
 bertprep inspect "$OUT/shards" --verify --decode 2
+bertprep report "$OUT/shards"   # the data report page: prints its path
+stage_done shards
 
 echo "== 4. pretrain a tiny BERT for a few minutes (MLM accuracy on held-out text rises)"
 berttrain pretrain --data "$OUT/shards" --eval-data "$OUT/eval_shards" --model tiny --output "$OUT/run" \
@@ -27,6 +35,7 @@ berttrain pretrain --data "$OUT/shards" --eval-data "$OUT/eval_shards" --model t
     --checkpoint-every 200 --num-workers 1
 berttrain plot "$OUT/run"
 berttrain export-hf "$OUT/run/checkpoints/step-$(printf %07d "$STEPS")" "$OUT/hf"
+stage_done pretrain
 
 echo "== 5. fine-tune the demo model on a downstream task"
 # Any classification files: DEMO_TASK_TRAIN / DEMO_TASK_DEV (tsv/csv/jsonl) with DEMO_TASK_ARGS naming the
@@ -46,6 +55,16 @@ if [ -n "${DEMO_TASK_TRAIN:-}" ]; then
         --label-set-from "$OUT/task_train" --output "$OUT/task_dev" $DEMO_TASK_ARGS
     berttrain finetune --task classification --train-data "$OUT/task_train" --eval-data "$OUT/task_dev" \
         --init "$CKPT" --output "$OUT/finetune" --epochs 2 --lr 3e-4 --batch-size 32
+    stage_done finetune
 else
     echo "no task data: set DEMO_TASK_TRAIN/DEMO_TASK_DEV, or place ../shared/data beside the checkout"
 fi
+
+echo "== done, time per stage:${SPLIT%,}"
+echo "outputs (README, 'After the demo'):"
+echo "  $OUT/shards/report/index.html   the data report"
+echo "  $OUT/shards, $OUT/eval_shards    pretraining shards (Arrow + WebDataset), manifest.json"
+echo "  $OUT/run                         metrics.jsonl, curves.png, checkpoints/"
+echo "  $OUT/hf                          the model for Hugging Face (AutoModel.from_pretrained)"
+[ -d "$OUT/finetune" ] && echo "  $OUT/finetune                    results.json, predictions.tsv, the best checkpoint"
+true

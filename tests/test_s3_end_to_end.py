@@ -161,6 +161,7 @@ def test_pipeline_trainer_and_finetune_on_s3(s3_server, requests_log, tmp_path, 
         "1",
         "--num-shards",
         "2",
+        "--verbose",  # the per-file lines, to see which object was read
         *s3.beam_args,
     )
     data = f"{bucket}/shards"

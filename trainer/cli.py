@@ -9,6 +9,7 @@ import click
 from trainer import options
 from trainer.cli_errors import reported
 from trainer.config import TrainConfig
+from trainer.distributed import launched_main
 from trainer.embed import EmbedConfig
 from trainer.finetune.config import FinetuneConfig
 from trainer.options import click_options
@@ -29,7 +30,8 @@ def pretrain(**values: Any) -> None:
 
     with reported():
         result = run(TrainConfig.build(**values))
-    click.echo(f"trained to step {result['step']}: {result['run_dir']}")
+    if launched_main():
+        click.echo(f"trained to step {result['step']}: {result['run_dir']}")
 
 
 @main.command("export-hf", context_settings=_CTX)
@@ -69,6 +71,8 @@ def finetune(overwrite: bool, **values: Any) -> None:
     with reported():  # bad flags (exit 2); bad data, init or output folder (exit 1): a message, not a traceback
         cfg = FinetuneConfig.build(**values)
         results = run(cfg, overwrite=overwrite)
+    if not launched_main():
+        return
     best = results["best"]
     value = "n/a (unlabeled eval data)" if best["value"] is None else f"{best['value']:.4f}"
     click.echo(

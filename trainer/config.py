@@ -103,7 +103,13 @@ class PretrainData:
         flag="--data",
     )
     eval_data: str | None = opt(None, "Evaluation dataset folder.")
-    data_format: str = opt("auto", flag="--format", choices=("auto", "arrow", "webdataset"))
+    data_format: str = opt(
+        "auto",
+        "Shard format to read --data in (auto: Arrow where a dataset has it); --eval-data without it is read in the "
+        "format it has.",
+        flag="--format",
+        choices=("auto", "arrow", "webdataset"),
+    )
     num_workers: int = opt(2, "Data-loader worker processes per rank.")
     shuffle_buffer: int = opt(10_000, cli=False)
     skip_corrupt: bool = opt(False, "Skip (and count) shards whose checksum fails instead of stopping.")

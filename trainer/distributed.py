@@ -51,6 +51,12 @@ def setup(device: str = "auto") -> DistInfo:
     return DistInfo(rank=rank, local_rank=local_rank, world_size=world, device=dev)
 
 
+def launched_main() -> bool:
+    """Whether this process is rank 0 of its launch (or runs alone): what a command's closing line is printed
+    by, after the process group is gone, so ``torchrun`` shows it once and not once per rank."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def teardown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

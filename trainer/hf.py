@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
+from schemas.wordpiece import bert_tokenizer, with_bert_template
 from trainer.model import BertConfig, BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
 
 __all__ = [
@@ -38,6 +39,7 @@ CONFIG_FILENAME = "config.json"
 SAFETENSORS_FILENAME = "model.safetensors"
 TORCH_FILENAME = "pytorch_model.bin"
 TOKENIZER_CONFIG_FILENAME = "tokenizer_config.json"
+TOKENIZER_FILENAME = "tokenizer.json"
 
 # Parameters a checkpoint of an encoder-only model (BertModel, classification, QA, ...) may lack: they are
 # initialised fresh and reported. Anything else missing is an error.
@@ -354,7 +356,7 @@ def export_hf(
     do_lower_case: bool | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> Path:
-    """Write ``config.json``, ``model.safetensors``, ``vocab.txt`` and ``tokenizer_config.json`` so that
+    """Write ``config.json``, ``model.safetensors``, ``vocab.txt``, ``tokenizer_config.json`` and ``tokenizer.json`` so that
     ``transformers.BertForPreTraining.from_pretrained(out_dir)`` loads with no missing or unexpected keys.
 
     ``vocab_tokens`` may be shorter than ``config.vocab_size`` (a vocabulary padded to a multiple of 8/64 for
@@ -399,13 +401,18 @@ def export_hf(
     (out / TOKENIZER_CONFIG_FILENAME).write_text(
         json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
+    # The fast tokenizer AutoTokenizer would otherwise convert from vocab.txt at every load (BertTokenizerFast's
+    # default lower-casing when the checkpoint does not say): the folder loads as it is, in transformers or in
+    # tokenizers alone.
+    lower = True if do_lower_case is None else do_lower_case
+    with_bert_template(bert_tokenizer(vocab, lower), vocab).save(str(out / TOKENIZER_FILENAME))
     return out
 
 
 def export_checkpoint(ckpt_dir: str | Path, out_dir: str | Path, *, do_lower_case: bool | None = None) -> Path:
     """Export a trainer checkpoint folder (``model.safetensors`` in our names, ``config.json`` whose ``"model"``
     key holds ``BertConfig.to_dict()``, ``vocab.txt``) as an HF folder. ``do_lower_case`` defaults to a
-    top-level ``"do_lower_case"`` entry of the checkpoint's ``config.json`` when there is one."""
+    top-level ``"do_lower_case"`` (or a pretraining run's ``"lowercase"``) entry of the checkpoint's ``config.json``."""
     folder = Path(ckpt_dir)
     if not folder.is_dir():
         raise HFCheckpointError(f"{folder}: checkpoint folder does not exist")
@@ -422,8 +429,9 @@ def export_checkpoint(ckpt_dir: str | Path, out_dir: str | Path, *, do_lower_cas
         config = BertConfig.from_dict(data["model"])
     except (TypeError, ValueError) as e:
         raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: {e}") from None
-    if do_lower_case is None and isinstance(data.get("do_lower_case"), bool):
-        do_lower_case = data["do_lower_case"]
+    if do_lower_case is None:  # a pretraining run's config.json says "lowercase" (its shards' vocabulary casing)
+        given = data.get("do_lower_case", data.get("lowercase"))
+        do_lower_case = given if isinstance(given, bool) else None
     state = load_file(folder / SAFETENSORS_FILENAME, device="cpu")
     try:
         vocab = Vocab.load(folder / VOCAB_FILENAME)

@@ -10,7 +10,6 @@ B/k and ``--grad-accum k``, follow the same trajectory as one process with batch
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from trainer.errors import RunError
 from trainer.metrics import MetricsLogger, Throughput
 from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
+from trainer.progress import Progress
 from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
@@ -103,6 +103,12 @@ def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretra
     """The evaluation set, opened at start: a missing folder, another vocabulary or too few samples must not
     wait for the first evaluation (all steps since the last checkpoint would be lost)."""
     assert cfg.data.eval_data is not None  # called only with --eval-data
+    fmt = cfg.data.data_format
+    if fmt != "auto":  # --format names how to read --data; an eval set written in another format is read as it is
+        held = load_manifest(cfg.data.eval_data).formats
+        if fmt not in held:
+            R.log(f"--eval-data {cfg.data.eval_data} has no {fmt} shards: read as {', '.join(held)}", info)
+            fmt = "auto"
     try:
         return PretrainingLoader(
             DataConfig(
@@ -110,7 +116,7 @@ def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretra
                 batch_size=cfg.batch_size,
                 shuffle=False,
                 num_workers=0,
-                format=cfg.data.data_format,
+                format=fmt,
             ),
             expected_vocab_sha256=vocab.sha256,
             world_size=info.world_size,
@@ -410,7 +416,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     batches = forever(loader)
     run = Running.zero(info.device)
     meter = Throughput(info.device)
-    bar = _Bar(cfg.max_steps, step, info.is_main)
+    bar = Progress(cfg.max_steps, step, enabled=info.is_main, desc="pretrain")
     deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
     last_step = cfg.max_steps
     while step < last_step:
@@ -439,7 +445,12 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
             if loader.weighted:  # samples each folder has given so far, all ranks
                 record["samples_by_dataset"] = loader.samples_by_dataset()
             metrics.log(record)
-            bar.show(record, info)
+            bar.show(
+                f"{figures(record)} {record['seq_per_s']:.0f} seq/s"
+                + (f" samples {record['samples_by_dataset']}" if "samples_by_dataset" in record else ""),
+                loss=f"{record['loss']:.3f}",
+                mlm_acc=f"{record['mlm_accuracy']:.3f}",
+            )
             run = Running.zero(info.device)
 
         # --- evaluate -------------------------------------------------------------------------------
@@ -488,34 +499,3 @@ def save_checkpoint(
         )
         R.log(f"checkpoint {path}", info)
     D.barrier(info)
-
-
-class _Bar:
-    """tqdm on an interactive rank-0 console; plain log lines otherwise."""
-
-    def __init__(self, total: int, initial: int, enabled: bool) -> None:
-        self.interactive = enabled and sys.stderr.isatty()
-        self._bar = None
-        if self.interactive:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
-
-    def update(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.update(n)
-
-    def show(self, record: dict[str, Any], info: D.DistInfo) -> None:
-        """The logged step's figures: on the bar, or as a log line."""
-        if self._bar is not None:
-            self._bar.set_postfix(loss=f"{record['loss']:.3f}", mlm_acc=f"{record['mlm_accuracy']:.3f}")
-        if not self.interactive:
-            R.log(
-                f"step {record['step']}: {figures(record)} {record['seq_per_s']:.0f} seq/s"
-                + (f" samples {record['samples_by_dataset']}" if "samples_by_dataset" in record else ""),
-                info,
-            )
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()

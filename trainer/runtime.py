@@ -6,7 +6,6 @@ checkpoint. One owner for each, so the two loops cannot drift apart.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
+from trainer import progress
 from trainer.errors import RunError
 
 # Batch entries that stay on the host: row bookkeeping (pretraining instance ids, fine-tuning row index).
@@ -26,7 +26,7 @@ HOST_KEYS = frozenset({"instance_ids", "index"})
 def log(message: str, info: D.DistInfo | None = None) -> None:
     """One ``[berttrain]`` line on stderr, from rank 0 only when ``info`` is given."""
     if info is None or info.is_main:
-        print(f"[berttrain] {message}", file=sys.stderr, flush=True)
+        progress.write(f"[berttrain] {message}")
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

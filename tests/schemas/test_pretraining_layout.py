@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import struct
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +52,22 @@ def test_wds_payload_errors_are_named():
         wds.decode_payload(payload[:-1], source="sample x")
     with pytest.raises(SchemaError, match="no .bert member"):
         wds.decode_sample({"__key__": "k", "json": b"{}"})
+
+
+def test_decode_sample_takes_the_sample_or_its_bert_bytes_and_gives_writable_arrays():
+    pytest.importorskip("torch")
+    from torch.utils.data import default_collate
+
+    payload = wds.encode_instance(np.array([2, 5, 6, 3]), 2, np.array([1, 2]), np.array([9, 8]), 0, 7, 2)
+    sample = {"__key__": wds.sample_key(7), "__url__": "shard.tar", wds.EXTENSION: payload}
+    a, b = wds.decode_sample(sample), wds.decode_sample(sample["bert"])
+    assert all(np.array_equal(a[k], b[k]) for k in a) and a["instance_id"] == 7
+    assert a["input_ids"].flags.writeable and a["masked_lm_ids"].flags.writeable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "The given NumPy array is not writable" would raise here
+        batch = default_collate([a, b])
+    assert batch["input_ids"].tolist() == [[2, 5, 6, 3]] * 2 and batch["masked_lm_positions"].tolist() == [[1, 2]] * 2
+    assert payload == wds.encode_instance(np.array([2, 5, 6, 3]), 2, np.array([1, 2]), np.array([9, 8]), 0, 7, 2)
 
 
 def test_manifest_round_trip_and_version_check():

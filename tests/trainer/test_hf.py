@@ -350,3 +350,54 @@ def test_export_serves_real_text_through_hf_tokenizer(tmp_path: Path) -> None:
     trunk.load_state_dict({k.removeprefix("bert."): v for k, v in ours.state_dict().items() if k.startswith("bert.")})
     with torch.no_grad():
         torch.testing.assert_close(trunk.eval()(**x)[0], ours.bert(**x)[0], rtol=0, atol=0)
+
+
+def test_an_exported_run_loads_with_auto_classes_and_fills_masks(demo_shards: Path, demo_corpus: Path, tmp_path: Path):
+    """A real (tiny, 2-step) pretraining run, exported: its tokenizer.json is the fast tokenizer AutoTokenizer
+    would build from vocab.txt (and loads with vocab.txt gone: no conversion), AutoModelForMaskedLM gives our
+    MLM logits, and pipeline("fill-mask") answers with vocabulary words."""
+    from trainer.config import TrainConfig
+    from trainer.pretrain import pretrain
+
+    run = tmp_path / "run"
+    pretrain(
+        TrainConfig.build(
+            **{"sources": (str(demo_shards),), "output": str(run), "preset": "tiny", "batch_size": 4},
+            **{"max_steps": 2, "checkpoint_every": 2, "num_workers": 0, "tensorboard": False},
+        )
+    )
+    out = export_checkpoint(run / "checkpoints" / "step-0000002", tmp_path / "hf")
+    assert (out / "tokenizer.json").is_file()
+    lowercase = json.loads((run / "config.json").read_text())["lowercase"]  # the shards' vocabulary casing
+    assert json.loads((out / "tokenizer_config.json").read_text())["do_lower_case"] is lowercase
+
+    text = "\n".join(p.read_text(encoding="utf-8") for p in sorted(demo_corpus.glob("*.txt"))[:3])
+    lines = [line for line in text.splitlines() if line.strip()][:50]
+    import shutil
+
+    converted = tmp_path / "without_tokenizer_json"  # what AutoTokenizer builds from vocab.txt by conversion
+    shutil.copytree(out, converted)
+    (converted / "tokenizer.json").unlink()
+    reference = transformers.AutoTokenizer.from_pretrained(converted)
+    (out / "vocab.txt").rename(tmp_path / "vocab.txt")  # the export must not need a conversion from vocab.txt
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert tokenizer.is_fast and tokenizer.model_max_length == 512
+    assert tokenizer(lines[:40], lines[10:50])["input_ids"] == reference(lines[:40], lines[10:50])["input_ids"]
+    assert (
+        tokenizer(lines[:40], lines[10:50])["token_type_ids"] == reference(lines[:40], lines[10:50])["token_type_ids"]
+    )
+    (tmp_path / "vocab.txt").rename(out / "vocab.txt")
+
+    mlm = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
+    enc = tokenizer(lines[:3], padding=True, return_tensors="pt")
+    ours = BertForPreTraining(BertConfig.from_dict(json.loads((run / "config.json").read_text())["model"]))
+    ours.load_state_dict(load_file(run / "checkpoints" / "step-0000002" / "model.safetensors"))
+    real = enc["attention_mask"].bool()
+    with torch.no_grad():
+        logits = ours.eval().logits(enc["input_ids"], enc["token_type_ids"], enc["attention_mask"])[0]
+        torch.testing.assert_close(mlm(**enc).logits[real], logits[real], **TOL)
+
+    fill = transformers.pipeline("fill-mask", model=str(out), tokenizer=str(out), device="cpu")
+    answers = fill(f"the python {tokenizer.mask_token} is a list")
+    assert len(answers) == 5 and all(a["token_str"] and a["sequence"].startswith("the python") for a in answers)
+    assert sorted(a["score"] for a in answers)[::-1] == [a["score"] for a in answers]

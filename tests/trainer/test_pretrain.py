@@ -230,6 +230,9 @@ def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path, e
         timeout=600,
     )
     assert two.returncode == 0, two.stdout + two.stderr
+    # rank 0 alone prints: one progress line per step, one closing line (both ranks share the console)
+    assert [two.stderr.count(f"step {n}/8 (") for n in range(1, 9)] == [1] * 8, two.stderr
+    assert two.stdout.count("trained to step 8") == 1, two.stdout
     a, b = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 9))
     for x, y in zip(a, b):
@@ -385,3 +388,37 @@ def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path)
     assert torch.equal(trained[name], fresh.state_dict()[name])
     with pytest.raises(TrainConfigError, match="whole_word_mask: needs --masking dynamic"):
         TrainConfig.build(sources=("x",), output="y", whole_word_mask=True)
+
+
+def test_format_names_how_data_is_read_and_an_eval_set_without_it_is_read_as_it_is(tmp_path):
+    from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
+
+    vocab = bert_like_vocab(2000)
+    train_dir, eval_dir = tmp_path / "train_wds", tmp_path / "eval_arrow"
+    write_dataset(train_dir, make_instances(64, vocab=vocab, seed=1), [32, 32], vocab=vocab, formats=("webdataset",))
+    write_dataset(
+        eval_dir, make_instances(40, vocab=vocab, seed=2, first_id=1000), [40], vocab=vocab, formats=("arrow",)
+    )
+    common = ["pretrain", "--format", "webdataset", "--batch-size", "4", "--max-steps", "2", "--num-workers", "0"]
+    common += ["--no-tensorboard", "--checkpoint-every", "100", "--model", "tiny"]
+    ok = cli(
+        *common,
+        "--data",
+        str(train_dir),
+        "--eval-data",
+        str(eval_dir),
+        "--eval-every",
+        "2",
+        "--output",
+        str(tmp_path / "run"),
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    out = ok.communicate(timeout=600)[0]
+    assert ok.returncode == 0, out
+    assert f"--eval-data {eval_dir} has no webdataset shards: read as arrow" in out
+    assert [r["step"] for r in read_metrics(tmp_path / "run") if r.get("split") == "eval"] == [2]
+
+    bad = cli(*common, "--data", str(eval_dir), "--output", str(tmp_path / "bad"), env={"OMP_NUM_THREADS": "1"})
+    out = bad.communicate(timeout=600)[0]
+    assert bad.returncode == 1 and "Traceback" not in out, out
+    assert "manifest lists no webdataset shards (it has ['arrow']); --format auto reads what each dataset has" in out

@@ -128,7 +128,10 @@ def _choose_format(root: str, m: Manifest, fmt: str) -> str:
             raise SchemaError(f"{root}: manifest lists no shards")
         return "arrow" if "arrow" in m.formats else m.formats[0]
     if fmt not in m.formats:
-        raise SchemaError(f"{root}: manifest lists no {fmt} shards (it has {m.formats or 'none'})")
+        raise SchemaError(
+            f"{root}: manifest lists no {fmt} shards (it has {m.formats or 'none'}); --format auto reads what each "
+            "dataset has"
+        )
     return fmt
 
 

@@ -48,6 +48,7 @@ from trainer.finetune.weights import Init, check_vocab, resolve_init
 from trainer.metrics import METRICS_FILE, MetricsLogger
 from trainer.model import BertConfig, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
+from trainer.progress import Progress
 
 RESULTS_FILE = "results.json"
 RESUME_DIR = "resume"  # RUN/resume/checkpoints/step-N: the latest epoch's full state (the best is in checkpoints/)
@@ -212,6 +213,7 @@ def train_epoch(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     metrics: MetricsLogger,
+    bar: Progress,
     cfg: FinetuneConfig,
     info: D.DistInfo,
     *,
@@ -228,6 +230,7 @@ def train_epoch(
         out["loss"].backward()
         grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.optim.max_grad_norm)
         step += 1
+        bar.update(1)
         loss = torch.stack([out["loss"].detach().double(), torch.ones((), dtype=torch.float64, device=info.device)])
         epoch_loss += loss
         window += loss
@@ -235,6 +238,7 @@ def train_epoch(
             s = D.all_reduce_sum(window.clone(), info).tolist()
             lr = scheduler.get_last_lr()[0]
             metrics.log({"step": step, "epoch": epoch, "loss": s[0] / s[1], "lr": lr, "grad_norm": float(grad_norm)})
+            bar.show(f"epoch {epoch} loss {s[0] / s[1]:.4f} lr {lr:.3g}", loss=f"{s[0] / s[1]:.4f}", epoch=str(epoch))
             window.zero_()
         if step >= total_steps:
             break
@@ -392,6 +396,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
 
     # --- train ----------------------------------------------------------------------------------------
     model.train()
+    bar = Progress(total_steps, step, enabled=info.is_main, desc="finetune")
     for epoch in range(first_epoch, epochs + 1):
         train_batches.set_epoch(epoch - 1)
         step, train_loss = train_epoch(
@@ -401,6 +406,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
             optimizer,
             scheduler,
             metrics,
+            bar,
             cfg,
             info,
             epoch=epoch,
@@ -430,6 +436,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
         saver.latest(step, optimizer, scheduler, train_batches, results, epoch)
         if step >= total_steps:
             break
+    bar.close()
     metrics.close()
     D.teardown()
     return results

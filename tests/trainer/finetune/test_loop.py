@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -261,8 +262,13 @@ def test_cli_runs_and_reports_a_label_list_mismatch(sst2, task_vocab, tmp_path):
         "2",
         "--no-tensorboard",
     ]
-    ok = CliRunner().invoke(main, [*common, "--eval-data", str(sst2["dev"]), "--output", str(tmp_path / "ok")])
+    ok = CliRunner().invoke(
+        main, [*common, "--eval-data", str(sst2["dev"]), "--output", str(tmp_path / "ok"), "--log-every", "1"]
+    )
     assert ok.exit_code == 0, ok.output
+    # --log-every shows on the console too (plain lines: the runner's stderr is no terminal), not only in metrics.jsonl
+    assert re.search(r"step 1/2 \(50%\), .* step/s, elapsed .*: epoch 1 loss \d+\.\d{4}", ok.output), ok.output
+    assert "step 2/2 (100%)" in ok.output
     assert "best epoch 1 (step 2): accuracy" in ok.output and (tmp_path / "ok" / "predictions.tsv").is_file()
 
     swapped = tmp_path / "swapped"
@@ -318,6 +324,9 @@ def test_two_gloo_processes_train_equal_steps_and_score_every_row(sst2, tmp_path
         cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600, check=False
     )
     assert run.returncode == 0, run.stdout + run.stderr
+    # rank 0 alone prints: one progress line per logged step, one closing line (both ranks share the console)
+    assert [run.stderr.count(f"step {n}/20 (") for n in (5, 10, 15, 20)] == [1, 1, 1, 1], run.stderr
+    assert run.stdout.count("best epoch") == 1, run.stdout
     results = json.loads((tmp_path / "ddp" / "results.json").read_text())
     assert results["world_size"] == 2 and results["steps_per_epoch"] == 10  # 160 rows per rank / 16
     assert all(e["eval"]["rows"] == 200 for e in results["epochs"])

@@ -1,0 +1,102 @@
+"""The training console: tqdm on a terminal, plain periodic lines otherwise, rank 0 only (the two-process
+checks are in the gloo tests of test_pretrain.py and finetune/test_loop.py)."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+from trainer.progress import Progress, clock
+
+# step N/total (pct), rate, elapsed, ETA, then the logged figures
+LINE = re.compile(r"\[berttrain\] step (\d+)/(\d+) \((\d+)%\), [\d.e+]+ step/s, elapsed \d+:\d\d, ETA (\d+:\d\d|\?): ")
+
+
+def test_plain_lines_when_not_a_terminal_and_nothing_when_disabled():
+    out = io.StringIO()  # not a tty
+    bar = Progress(10, 2, enabled=True, stream=out)
+    assert not bar.interactive
+    for _ in range(3):
+        bar.update(1)
+        time.sleep(0.01)
+    bar.show("loss 1.2345", loss="1.23")
+    bar.close()
+    m = LINE.match(out.getvalue())
+    assert m, out.getvalue()
+    assert m.groups()[:3] == ("5", "10", "50") and out.getvalue().rstrip().endswith("loss 1.2345")
+    assert m.group(4) != "?"  # 3 steps in this process: a rate, so an ETA
+
+    quiet = io.StringIO()
+    other_rank = Progress(10, enabled=False, stream=quiet, interactive=True)
+    other_rank.update(5)
+    other_rank.show("loss 1.0", loss="1.0")
+    other_rank.close()
+    assert quiet.getvalue() == ""
+
+
+def test_clock_reads_as_tqdm_writes_it():
+    assert (clock(5), clock(362), clock(3723)) == ("0:05", "6:02", "1:02:03")
+
+
+def _pretrain_args(data, out) -> list[str]:
+    return [
+        *("pretrain", "--data", str(data), "--output", str(out), "--batch-size", "4", "--max-steps", "4"),
+        *("--log-every", "2", "--checkpoint-every", "100", "--num-workers", "0", "--no-tensorboard"),
+    ]
+
+
+def test_pretrain_prints_progress_lines_to_a_pipe(demo_shards, tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "trainer", *_pretrain_args(demo_shards, tmp_path / "run")],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = [m.groups() for m in map(LINE.match, run.stderr.splitlines()) if m]
+    assert [g[:3] for g in lines] == [("2", "4", "50"), ("4", "4", "100")], run.stderr
+    assert "\r" not in run.stderr  # no bar redraws in a log file
+    assert re.search(r"step 2/4 .*: loss \d+\.\d+ mlm_acc", run.stderr)
+    assert run.stdout.count("trained to step 4") == 1
+
+
+def test_pretrain_draws_a_tqdm_bar_on_a_terminal(demo_shards, tmp_path):
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal of 120 columns
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", *_pretrain_args(demo_shards, tmp_path / "run")],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+    )
+    os.close(slave)
+    seen = b""
+    while True:  # read the terminal until the process closes it
+        ready, _, _ = select.select([master], [], [], 600)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.wait(timeout=600) == 0
+    text = seen.decode(errors="replace")
+    assert "\r" in text and re.search(r"pretrain: 100%\|.*\| 4/4 \[", text), text  # tqdm's bar, at its end
+    assert "loss=" in text and "mlm_acc=" in text  # the latest logged figures beside it
+    assert not LINE.search(text)  # no plain lines on a terminal
+    assert proc.stdout is not None and b"trained to step 4" in proc.stdout.read()
