@@ -92,6 +92,12 @@ def filesystem(root: str) -> tuple[Any, str, bool]:
     return fs, path, isinstance(fs, LocalFileSystem)
 
 
+# A forked process (a DataLoader worker) must not use its parent's clients: an s3fs filesystem holds an asyncio
+# loop and aiohttp sessions bound to the parent ("This class is not fork-safe"). fsspec forgets its own
+# instances on a pid change; this cache is forgotten at the fork, so each worker makes its own client.
+os.register_at_fork(after_in_child=filesystem.cache_clear)
+
+
 @contextlib.contextmanager
 def remote_errors(url: str) -> Iterator[None]:
     """Re-raise a remote filesystem's own exceptions (botocore, aiohttp, ...) as ``OSError``, URL named."""
