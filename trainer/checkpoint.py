@@ -113,7 +113,7 @@ def save(
                 f"checkpoint {final} could not be written: {e.strerror or e} ({e.filename or tmp}); "
                 "the last checkpoint is kept"
             ) from e
-        if isinstance(e, Exception) and not isinstance(e, CheckpointError):  # safetensors' own write errors
+        if type(e).__module__.startswith("safetensors"):  # its own write errors (not a worker's RuntimeError)
             raise CheckpointError(
                 f"checkpoint {final} could not be written ({type(e).__name__}: {e}); the last checkpoint is kept"
             ) from e

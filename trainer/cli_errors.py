@@ -80,11 +80,33 @@ def reported() -> Iterator[None]:
     try:
         with _sigterm_as_interrupt():
             yield
-    except TrainConfigError as e:
+    except BaseException as e:
+        # torch raises a dead loader worker's RuntimeError from its SIGCHLD handler, at any point of the main
+        # process: also while this error is being reported (the other workers exit as the loader shuts down). Mute
+        # it while the one line is made; SIGCHLD's default action discards the signal, so none is left pending.
+        previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL) if _in_main_thread() else None
+        try:
+            _report(e)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGCHLD, previous)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _report(e: BaseException) -> None:
+    """Raise what ``e`` becomes: click's usage error, one ``Error:`` line, an exit code; or ``e`` itself (a bug)."""
+    if isinstance(e, TrainConfigError):
         raise click.BadParameter(redact(e.message), param_hint=f"'--{e.param.replace('_', '-')}'") from None
-    except click.ClickException:
-        raise
-    except KeyboardInterrupt as e:
+    if isinstance(e, (click.ClickException, SystemExit, click.exceptions.Exit, click.Abort)):
+        raise e
+    handled = isinstance(e, (KeyboardInterrupt, ImportError, *_user_errors())) or _worker_died(e)
+    if not handled:
+        raise e  # a bug: its traceback, whole
+    _release(e)
+    if isinstance(e, KeyboardInterrupt):
         name, code = ("SIGTERM", 143) if isinstance(e, Terminated) else ("Ctrl-C", 130)
         click.echo(
             f"Error: interrupted ({name}); partial checkpoints were removed, the last complete one is kept "
@@ -92,18 +114,34 @@ def reported() -> Iterator[None]:
             err=True,
         )
         sys.exit(code)
-    except ImportError as e:
+    if isinstance(e, ImportError):
         raise click.ClickException(_missing_package(e)) from None
-    except _user_errors() as e:
-        message = str(e) if not isinstance(e, OSError) or e.filename is None else f"{e.filename}: {e.strerror}"
-        raise click.ClickException(_one_line(redact(message), type(e).__name__)) from None
-    except RuntimeError as e:
-        if not str(e).startswith("DataLoader worker"):  # torch's words for a worker that died
-            raise
+    if _worker_died(e):
         raise click.ClickException(
-            f"a data-loader worker process died ({_one_line(str(e), 'RuntimeError')}): out of memory, or killed; "
-            "lower --num-workers or --batch-size; the last complete checkpoint is kept (--resume auto continues)"
+            f"a data-loader worker process died ({_one_line(str(e), type(e).__name__)}): out of memory, or "
+            "killed; lower --num-workers or --batch-size; the last complete checkpoint is kept (--resume auto "
+            "continues)"
         ) from None
+    message = str(e) if not isinstance(e, OSError) or e.filename is None else f"{e.filename}: {e.strerror}"
+    raise click.ClickException(_one_line(redact(message), type(e).__name__)) from None
+
+
+def _worker_died(e: BaseException) -> bool:
+    """torch's words for a loader worker that died, or the broken connection its death leaves when it was killed
+    in the middle of handing over a batch (the loader's queue is the trainer's only process connection)."""
+    if isinstance(e, RuntimeError) and str(e).startswith("DataLoader worker"):
+        return True
+    return isinstance(e, (ConnectionResetError, BrokenPipeError, EOFError)) and getattr(e, "filename", None) is None
+
+
+def _release(e: BaseException) -> None:
+    """Drop the frames the exception holds, so that the suspended batch generators in them close now and shut
+    their DataLoader workers down in order (a worker left to notice its parent's exit mid-transfer prints
+    multiprocessing's traceback after our line)."""
+    import gc
+
+    e.__traceback__ = None
+    gc.collect()
 
 
 def _missing_package(e: ImportError) -> str:

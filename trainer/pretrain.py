@@ -396,12 +396,13 @@ def write_run_config(
 
 def data_position(cfg: TrainConfig, loader: PretrainingLoader) -> dict[str, Any]:
     """The checkpoint's record of where the data stream is, and of which dataset (see ``same_data``)."""
-    return {
+    position = {
         "data": loader.state_dict(),
-        "data_paths": redact_values(list(cfg.data.paths)),
+        "data_paths": list(cfg.data.paths),
         "data_fingerprint": loader.catalog.fingerprint,
         "epoch": loader.epoch,
     }
+    return redact_values(position)  # folder names in it (samples_by_dataset) are URLs too; a password is not kept
 
 
 def describe(raw: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> str:
