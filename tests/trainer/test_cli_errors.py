@@ -582,7 +582,7 @@ def test_export_hf_accepts_a_run_folder_as_finetune_and_embed_do(world, tmp_path
     assert newest.exit_code == 0, newest.output  # the run folder stands for its newest checkpoint
     assert (tmp_path / "hf" / "model.safetensors").read_bytes() == (tmp_path / "hf2" / "model.safetensors").read_bytes()
     one_error(
-        CliRunner().invoke(main, ["export-hf", str(world["run"]), str(world["run"] / "hf")]),
+        CliRunner().invoke(main, ["export-hf", str(world["run"]), str(ckpt.step_dir(world["run"], 2) / "hf")]),
         1,
         "output overlaps inputs",
     )
