@@ -478,3 +478,56 @@ def test_an_endpoint_that_never_answers_fails_in_bounded_time(monkeypatch):
     assert "Timeout" in str(error) and held, str(error)  # it did connect, and gave up on the reads
     print(f"[s3-fault] black hole: {took:.1f} s: {error}")
     assert took < 30
+
+
+def test_pretraining_streams_from_s3_with_two_loader_workers(uploaded_dataset, local_dataset, tmp_path):
+    """How the trainer runs on a cluster: shards on an object store, read by DataLoader workers. A worker is a
+    fork of the main process, whose s3fs client (an asyncio loop, aiohttp sessions) is not fork-safe: each
+    worker must make its own. With two workers the run trains, and its losses are those of the same run read
+    from a local copy of the shards."""
+    _, data = uploaded_dataset
+    remote = _pretrain(data, tmp_path / "remote", num_workers=2, max_steps=6, checkpoint_every=6)
+    local = _pretrain(str(local_dataset), tmp_path / "local", num_workers=2, max_steps=6, checkpoint_every=6)
+    assert [r["step"] for r in remote] == list(range(1, 7))
+    assert [r["loss"] for r in remote] == [r["loss"] for r in local]
+
+
+def test_finetuning_from_s3_with_two_loader_workers(s3_server, vocab_file, tmp_path):
+    """The same for fine-tuning: task data on S3, --num-workers 2."""
+    from pipelines.tasks.pipeline import run_classification
+    from trainer.finetune.config import FinetuneConfig
+    from trainer.finetune.loop import finetune
+
+    s3_server.bucket("bertstream")
+    for split, n in (("train", 81), ("dev", 41)):
+        tsv = tmp_path / f"{split}.tsv"
+        with shared_path("tasks", "sst2", f"{split}.tsv").open(encoding="utf-8") as f:
+            tsv.write_text("".join(line for _, line in zip(range(n), f)), encoding="utf-8")
+        local = tmp_path / f"sst2_{split}"
+        run_classification(
+            inputs=[str(tsv)], vocab=str(vocab_file), output_dir=str(local), glue="sst2", split=split, max_seq_length=64
+        )
+        for f in sorted(local.iterdir()):
+            _upload(s3_server, "bertstream", f"tasks/sst2_{split}/{f.name}", f)
+
+    def run(workers: int, out: str) -> dict:
+        return finetune(
+            FinetuneConfig.build(
+                task="classification",
+                train_data="s3://bertstream/tasks/sst2_train",
+                eval_data="s3://bertstream/tasks/sst2_dev",
+                init="random:tiny",
+                output=str(tmp_path / out),
+                epochs=1,
+                batch_size=16,
+                lr=1e-3,
+                tensorboard=False,
+                log_every=1,
+                num_workers=workers,
+                device="cpu",
+            )
+        )
+
+    two, none = run(2, "ft2"), run(0, "ft0")
+    assert two["epochs"][0]["eval"]["rows"] == 40
+    assert two["epochs"][0]["train_loss"] == none["epochs"][0]["train_loss"]

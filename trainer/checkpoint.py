@@ -43,6 +43,17 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def newest_in(folder: Path) -> Path:
+    """``folder`` itself, or for a run folder (one with ``checkpoints/``) its newest complete checkpoint: what
+    ``finetune --init``, ``embed --init`` and ``export-hf`` accept alike."""
+    if not (folder / CHECKPOINTS).is_dir():
+        return folder
+    found = list_checkpoints(folder)
+    if not found:
+        raise CheckpointError(f"{folder}: run folder without a complete checkpoint in {CHECKPOINTS}/")
+    return found[-1]
+
+
 def remove_partial(run_dir: str | Path) -> list[Path]:
     """Delete temporary folders left by a process killed while writing a checkpoint."""
     root = Path(run_dir) / CHECKPOINTS
@@ -65,29 +76,62 @@ def save(
     keep: int,
 ) -> Path:
     final = step_dir(run_dir, step)
+    weights = {k: v.detach().cpu().contiguous() for k, v in model_state.items()}
+    spoilt = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if spoilt:  # the loops stop before a NaN step; this is the last guard: never a checkpoint that cannot be used
+        raise CheckpointError(
+            f"step {step}: not saved, weights hold NaN or inf ({', '.join(spoilt[:3])}"
+            f"{', ...' if len(spoilt) > 3 else ''}); the last checkpoint is kept"
+        )
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_file(
-        {k: v.detach().cpu().contiguous() for k, v in model_state.items()},
-        str(tmp / MODEL_FILE),
-        metadata={"format": "pt", "step": str(step)},
-    )
-    if optimizer is not None:
-        torch.save(optimizer, tmp / "optimizer.pt")
-    torch.save(rng, tmp / "rng.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
-    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (tmp / "vocab.txt").write_text(vocab_text, encoding="utf-8")
-    _fsync_dir(tmp)
-    if final.exists():  # re-saving the same step (e.g. a resumed run's final checkpoint)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync_dir(final.parent)
+    try:
+        save_file(
+            weights,
+            str(tmp / MODEL_FILE),
+            metadata={"format": "pt", "step": str(step)},
+        )
+        if optimizer is not None:
+            torch.save(optimizer, tmp / "optimizer.pt")
+        torch.save(rng, tmp / "rng.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (tmp / "vocab.txt").write_text(vocab_text, encoding="utf-8")
+        _fsync_dir(tmp)
+        if final.exists():  # re-saving the same step (e.g. a resumed run's final checkpoint)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(final.parent)
+    except BaseException as e:
+        # A full disk, a kill (SIGTERM, Ctrl-C), a write error: no partial folder is left, the last checkpoint
+        # stays the newest, and the user reads one line naming the checkpoint.
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise CheckpointError(
+                f"checkpoint {final} could not be written: {e.strerror or e} ({e.filename or tmp}); "
+                "the last checkpoint is kept"
+            ) from e
+        if type(e).__module__.startswith("safetensors"):  # its own write errors (not a worker's RuntimeError)
+            raise CheckpointError(
+                f"checkpoint {final} could not be written ({type(e).__name__}: {e}); the last checkpoint is kept"
+            ) from e
+        raise
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """``path`` holds ``text`` whole, or keeps what it held: written beside it, then renamed (a full disk or a
+    kill mid-write leaves no torn results.json; the temporary file is removed)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -5,6 +5,7 @@ validated on construction, saved with every checkpoint. Each field carries its f
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any
@@ -30,6 +31,15 @@ def check(ok: bool, param: str, message: str) -> None:
     """Config validation: raise ``TrainConfigError(param, message)`` unless ``ok``."""
     if not ok:
         raise TrainConfigError(param, message)
+
+
+def check_finite(cfg: Any) -> None:
+    """Every float setting of ``cfg`` is a finite number: ``inf`` passes ``> 0`` as ``nan`` fails it, and a
+    learning rate of inf trains to NaN logits without a word. Called first by each section with floats."""
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, float):
+            check(math.isfinite(value), f.name, f"must be a finite number, got {value}")
 
 
 def check_ints(cfg: Any, names: tuple[str, ...], low: int) -> None:
@@ -76,6 +86,7 @@ class OptimConfig:
     max_grad_norm: float = opt(1.0)
 
     def __post_init__(self) -> None:
+        check_finite(self)
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(0 <= self.weight_decay < 1, "weight_decay", f"must be in [0, 1), got {self.weight_decay}")
         check(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
@@ -148,6 +159,7 @@ class ModelChoice:
     dropout: float | None = opt(None, "Hidden and attention dropout (default: the model's, 0.1 for the presets).")
 
     def __post_init__(self) -> None:
+        check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
 
 
@@ -184,6 +196,7 @@ class ObjectiveConfig:
     no_nsp: bool = opt(False, "Train MLM only: NSP labels are ignored, its loss is not computed.")
 
     def __post_init__(self) -> None:
+        check_finite(self)
         check(self.masking in MASKING_MODES, "masking", f"must be one of {MASKING_MODES}, got {self.masking!r}")
         check(0 < self.mlm_probability < 1, "mlm_probability", f"must be in (0, 1), got {self.mlm_probability}")
         check(
@@ -226,6 +239,7 @@ class TrainConfig:
             "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...",
         )
         check_ints(self, ("batch_size", "grad_accum", "max_steps", "eval_every"), 1)
+        check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
         check(self.eval_batches >= 1, "eval_batches", f"must be >= 1, got {self.eval_batches}")
 

@@ -26,9 +26,10 @@ from schemas.vocab import CLS, SEP
 from schemas.wordpiece import bert_tokenizer, json_lowercase
 from trainer.config import check, check_device
 from trainer.errors import RunError
-from trainer.finetune.weights import Init, InitError, check_vocab, resolve_init
+from trainer.finetune.weights import RANDOM_PREFIX, Init, InitError, check_vocab, resolve_init
 from trainer.model import BertModel
 from trainer.options import opt
+from trainer.redact import redact_values
 
 COMBINES = ("sum", "concat", "mean")
 POOLINGS = ("cls", "mean", "none")
@@ -273,6 +274,9 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
     from trainer import distributed as D
 
     out = Path(cfg.output)
+    for flag, path in (("--input", cfg.input), ("--init", cfg.init)):
+        if not path.startswith(RANDOM_PREFIX) and out.resolve().is_relative_to(Path(path).resolve()):
+            raise RunError(f"output overlaps inputs: --output {out} is (or lies inside) {flag} {path}")
     if out.exists() and not cfg.overwrite:
         raise RunError(f"--output {out}: exists; pass --overwrite to replace it")
     if not out.parent.is_dir():
@@ -292,6 +296,8 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
             )
     elif source.is_file():
         rows = text_rows(cfg.input, init, max_len)
+    elif source.exists():  # a FIFO, a socket, a device: read once it would be gone, so not read at all
+        raise RunError(f"--input {cfg.input}: not a regular file (nor a task dataset folder)")
     else:
         raise RunError(f"--input {cfg.input}: no such file or folder")
     device = D.setup(cfg.device).device
@@ -299,7 +305,7 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
     width = init.config.hidden_size * (len(layers) if cfg.combine == "concat" else 1)
     vectors = embed_rows(model, rows, cfg, layers, device, init.vocab.id("[PAD]"))
     meta = {
-        **asdict(cfg),
+        **redact_values(asdict(cfg)),
         "max_seq_length": max_len,
         "layer_indices": list(layers),
         "width": width,

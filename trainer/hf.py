@@ -262,13 +262,22 @@ def from_hf_state_dict(
 # ------------------------------------------------------------------------------------------------ load
 
 
+def _load_safetensors(path: Path) -> dict[str, Tensor]:
+    try:
+        return load_file(path, device="cpu")
+    except Exception as e:  # noqa: BLE001 - a truncated or damaged file: safetensors raises its own types
+        raise HFCheckpointError(
+            f"{path}: cannot be read ({type(e).__name__}: {e}); the file is damaged or truncated"
+        ) from None
+
+
 def _read_weights(folder: Path) -> tuple[dict[str, Tensor], str]:
     if (folder / SAFETENSORS_FILENAME).is_file():
-        return load_file(folder / SAFETENSORS_FILENAME, device="cpu"), str(folder / SAFETENSORS_FILENAME)
+        return _load_safetensors(folder / SAFETENSORS_FILENAME), str(folder / SAFETENSORS_FILENAME)
     if (folder / TORCH_FILENAME).is_file():
         return _torch_load(folder / TORCH_FILENAME), str(folder / TORCH_FILENAME)
     for index_name, reader in (
-        (SAFETENSORS_FILENAME + ".index.json", lambda p: load_file(p, device="cpu")),
+        (SAFETENSORS_FILENAME + ".index.json", _load_safetensors),
         (TORCH_FILENAME + ".index.json", _torch_load),
     ):
         index = folder / index_name
@@ -411,11 +420,20 @@ def export_hf(
 
 def export_checkpoint(ckpt_dir: str | Path, out_dir: str | Path, *, do_lower_case: bool | None = None) -> Path:
     """Export a trainer checkpoint folder (``model.safetensors`` in our names, ``config.json`` whose ``"model"``
-    key holds ``BertConfig.to_dict()``, ``vocab.txt``) as an HF folder. ``do_lower_case`` defaults to a
-    top-level ``"do_lower_case"`` (or a pretraining run's ``"lowercase"``) entry of the checkpoint's ``config.json``."""
-    folder = Path(ckpt_dir)
+    key holds ``BertConfig.to_dict()``, ``vocab.txt``) as an HF folder; a run folder stands for its newest
+    checkpoint, as for ``finetune --init`` and ``embed --init``. ``do_lower_case`` defaults to a top-level
+    ``"do_lower_case"`` (or a pretraining run's ``"lowercase"``) entry of the checkpoint's ``config.json``."""
+    from trainer.checkpoint import CheckpointError, newest_in
+
+    try:
+        folder = newest_in(Path(ckpt_dir))
+    except CheckpointError as e:
+        raise HFCheckpointError(str(e)) from None
     if not folder.is_dir():
         raise HFCheckpointError(f"{folder}: checkpoint folder does not exist")
+    out = Path(out_dir).resolve()
+    if out.is_relative_to(folder.resolve()) or folder.resolve().is_relative_to(out):
+        raise HFCheckpointError(f"output overlaps inputs: {out_dir} and the checkpoint {folder} share a folder")
     for name in (CONFIG_FILENAME, SAFETENSORS_FILENAME, VOCAB_FILENAME):
         if not (folder / name).is_file():
             raise HFCheckpointError(f"{folder}: checkpoint lacks {name}")
@@ -429,10 +447,17 @@ def export_checkpoint(ckpt_dir: str | Path, out_dir: str | Path, *, do_lower_cas
         config = BertConfig.from_dict(data["model"])
     except (TypeError, ValueError) as e:
         raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: {e}") from None
+    if isinstance(data.get("finetune"), dict):  # trainer.finetune.loop's run config
+        kind = (data.get("task") or {}).get("kind", "a task")
+        raise HFCheckpointError(
+            f"{folder} is a fine-tuning checkpoint ({kind}: the encoder and a task head); export-hf exports "
+            "pretraining checkpoints (berttrain pretrain's, encoder with MLM and NSP heads) as a Hugging Face "
+            "BertForPreTraining folder; a fine-tuned model is used with berttrain embed / finetune --init"
+        )
     if do_lower_case is None:  # a pretraining run's config.json says "lowercase" (its shards' vocabulary casing)
         given = data.get("do_lower_case", data.get("lowercase"))
         do_lower_case = given if isinstance(given, bool) else None
-    state = load_file(folder / SAFETENSORS_FILENAME, device="cpu")
+    state = _load_safetensors(folder / SAFETENSORS_FILENAME)
     try:
         vocab = Vocab.load(folder / VOCAB_FILENAME)
     except VocabError as e:

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from trainer.redact import redact_values
+
 METRICS_FILE = "metrics.jsonl"
 
 # Dense bf16 tensor-core peaks (FLOP/s), by substring of torch.cuda.get_device_name().
@@ -91,7 +93,7 @@ class MetricsLogger:
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        clean = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in record.items()}
+        clean = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in redact_values(record).items()}
         with self.path.open("a") as f:
             f.write(json.dumps(clean) + "\n")
         if self._tb is not None:

@@ -25,6 +25,7 @@ from trainer import rundir
 from trainer import runtime as R
 from trainer.config import TrainConfig
 from trainer.data import DataConfig, PretrainingLoader, VocabMismatchError, load_manifest
+from trainer.data.config import dataset_key, weight_notes
 from trainer.data.loader import TooFewSamples
 from trainer.data.refs import read_text
 from trainer.errors import RunError
@@ -32,6 +33,7 @@ from trainer.metrics import MetricsLogger, Throughput
 from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.progress import Progress
+from trainer.redact import redact_values
 from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
@@ -50,14 +52,16 @@ def load_vocab(data_dirs: tuple[str, ...]) -> tuple[Vocab, bool]:
     return vocab, m.lowercase
 
 
-def model_config(cfg: TrainConfig, vocab_size: int, restored: dict | None) -> tuple[BertConfig, dict | None, Any]:
+def model_config(cfg: TrainConfig, vocab: Vocab, restored: dict | None) -> tuple[BertConfig, dict | None, Any]:
     """(config, HF weights or None, HF load report) from the checkpoint, --init-from, --model-config or preset."""
+    vocab_size = len(vocab)
     if restored is not None:  # the checkpoint's architecture; --dropout may still change for a second phase
         return with_dropout(BertConfig.from_dict(restored["model"]), cfg.model.dropout), None, None
     if cfg.model.init_from:
         from trainer.hf import load_hf
 
         config, state, report = load_hf(cfg.model.init_from, seed=cfg.run.seed)
+        check_init_vocab(cfg.model.init_from, report.vocab_sha256, vocab, cfg.data.paths[0])
         return with_dropout(config, cfg.model.dropout), state, report
     preset = PRESETS.get(cfg.model.preset) or PRESETS.get(f"bert_{cfg.model.preset}")
     if preset is None:
@@ -70,6 +74,34 @@ def model_config(cfg: TrainConfig, vocab_size: int, restored: dict | None) -> tu
         except (json.JSONDecodeError, TypeError, ValueError) as e:
             raise RunError(f"--model-config {cfg.model.model_config}: {e}") from None
     return with_dropout(config, cfg.model.dropout), None, None
+
+
+def input_notes(cfg: TrainConfig) -> list[str]:
+    """What the inputs are read as, where it may not be what was meant: a ``DIR:N`` weight beside a folder of
+    that name, an eval set that is the training set."""
+    notes = weight_notes(cfg.data.sources)
+    eval_data = cfg.data.eval_data
+    if eval_data and dataset_key(eval_data) in {dataset_key(p) for p in cfg.data.paths}:
+        notes.append(
+            f"warning: --eval-data {eval_data} is also --data: its figures measure the training set, not held-out data"
+        )
+    return notes
+
+
+def check_init_vocab(init_from: str, init_sha256: str | None, vocab: Vocab, data: str) -> None:
+    """The ids of --data must mean the --init-from model's tokens (as ``finetune --init`` and ``embed`` check):
+    the same vocabulary by content, not only by size."""
+    if init_sha256 is None:
+        raise VocabMismatchError(
+            f"--init-from {init_from}: has no usable vocab.txt, so the --data tokens cannot be checked against "
+            "the model's: put the vocabulary it was trained with beside its config.json"
+        )
+    if init_sha256 != vocab.sha256:
+        raise VocabMismatchError(
+            f"vocabulary mismatch: --data {data} was tokenised with vocab sha256 {vocab.sha256}, but --init-from "
+            f"{init_from} has vocab sha256 {init_sha256}; rebuild the data with `bertprep ... --vocab "
+            f"{Path(init_from) / 'vocab.txt'}` so that the ids mean the model's tokens"
+        )
 
 
 def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> PretrainingLoader:
@@ -197,8 +229,9 @@ def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig
     return run.summary(info)
 
 
-def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> ckpt.Loaded | None:
-    """The checkpoint this run continues or starts from (None: afresh); the folder is ready for writing."""
+def plan_run_dir(cfg: TrainConfig) -> ckpt.Loaded | None:
+    """The checkpoint this run continues or starts from (None: afresh); read-only, so that nothing is cleared
+    before every input has been checked (:func:`prepare_run_dir` then clears and makes the folder)."""
     run_dir = Path(cfg.run.output)
     restored = rundir.plan_run(
         run_dir,
@@ -207,6 +240,15 @@ def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> ckpt.Loaded | None:
         reset_optimizer=cfg.checkpoint.reset_optimizer,
         data=cfg.data.paths,
     )
+    inputs = [("--eval-data", cfg.data.eval_data), ("--init-from", cfg.model.init_from)]
+    inputs.append(("--model-config", cfg.model.model_config))
+    rundir.check_overlap(run_dir, inputs, overwrite=cfg.checkpoint.overwrite)
+    return restored
+
+
+def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> None:
+    """Clear the folder (``--overwrite``) and make it ready for writing; after every input has been checked."""
+    run_dir = Path(cfg.run.output)
     D.barrier(info)  # every rank has read the folder before rank 0 changes it
     if info.is_main:
         if cfg.checkpoint.overwrite:
@@ -216,7 +258,6 @@ def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> ckpt.Loaded | None:
         for p in ckpt.remove_partial(run_dir):
             R.log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
     D.barrier(info)
-    return restored
 
 
 def resolve_model(
@@ -227,7 +268,7 @@ def resolve_model(
         check_resume(cfg, restored.config, restored.path, restored.step, world_size=world_size)
     elif restored is not None:
         check_new_phase(cfg, restored.config, restored.path)
-    config, hf_state, hf_report = model_config(cfg, len(vocab), restored.config if restored else None)
+    config, hf_state, hf_report = model_config(cfg, vocab, restored.config if restored else None)
     if config.vocab_size != len(vocab):
         raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")
     if restored is not None and restored.config.get("vocab_sha256", vocab.sha256) != vocab.sha256:
@@ -349,7 +390,7 @@ def write_run_config(
     """The resolved configuration, saved as ``config.json`` in the run folder and in every checkpoint."""
     run_config = {
         "model": config.to_dict(),
-        "train": cfg.to_dict(),
+        "train": redact_values(cfg.to_dict()),  # a URL's password is not written to disk
         "vocab_sha256": vocab.sha256,
         "lowercase": lowercase,
         "world_size": info.world_size,
@@ -361,12 +402,13 @@ def write_run_config(
 
 def data_position(cfg: TrainConfig, loader: PretrainingLoader) -> dict[str, Any]:
     """The checkpoint's record of where the data stream is, and of which dataset (see ``same_data``)."""
-    return {
+    position = {
         "data": loader.state_dict(),
         "data_paths": list(cfg.data.paths),
         "data_fingerprint": loader.catalog.fingerprint,
         "epoch": loader.epoch,
     }
+    return redact_values(position)  # folder names in it (samples_by_dataset) are URLs too; a password is not kept
 
 
 def describe(raw: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> str:
@@ -383,16 +425,24 @@ def figures(record: dict[str, Any]) -> str:
 
 
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
-    # --- set up: every input is checked here, before step 1 -------------------------------------------
     info = D.setup(cfg.run.device)
+    with rundir.removed_on_failure(Path(cfg.run.output), enabled=info.is_main):
+        return _pretrain(cfg, info)
+
+
+def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
+    # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
     run_dir = Path(cfg.run.output)
-    restored = prepare_run_dir(cfg, info)
+    for note in input_notes(cfg):
+        R.log(note, info)
+    restored = plan_run_dir(cfg)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
     vocab, lowercase = load_vocab(cfg.data.paths)
     config, hf_state, hf_report = resolve_model(cfg, vocab, restored, info.world_size)
     loader = data_loader(cfg, vocab, info)
     eval_loader = eval_data_loader(cfg, vocab, info) if cfg.data.eval_data else None
+    prepare_run_dir(cfg, info)
 
     # --- restore ----------------------------------------------------------------------------------
     model, raw = build_model(cfg, config, (hf_state, hf_report), restored, info)
@@ -423,7 +473,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         totals = step_counts(micro, info)
         flops = train_step(model, micro, totals, run, config, cfg, info)
-        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.optim.max_grad_norm)
+        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.optim.max_grad_norm, step=step + 1)
         step += 1
         run.steps += 1
         meter.add(int(totals[1]), int(totals[2]), flops)

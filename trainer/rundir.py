@@ -3,11 +3,18 @@
 A non-empty folder whose run is not continued (``--resume none``, a checkpoint from elsewhere, or no
 checkpoint to resume) is refused unless ``--overwrite``, which clears it whole: a new run's metrics next to
 an old run's checkpoints would make a later ``--resume auto`` continue the wrong run.
+
+A command never destroys what it did not make, nor before it has checked its inputs: the plan is read-only,
+``--overwrite`` clears only after every input has been opened, and never when an input lies inside the folder
+(:func:`check_overlap`); a run folder the command made itself is removed again when the run fails before it
+has anything to keep (:func:`removed_on_failure`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from trainer import checkpoint as ckpt
@@ -70,6 +77,49 @@ def plan_run(
         f"--output {run_dir} already holds a run ({_listing(contents)}) and {why}: pass --overwrite to "
         "clear the folder whole, or choose another --output"
     )
+
+
+def check_overlap(run_dir: Path, inputs: Iterable[tuple[str, str | None]], *, overwrite: bool) -> None:
+    """``--overwrite`` would delete an input (``(flag, path)``, URLs and None skipped) that lies inside
+    ``run_dir``: refuse before anything is removed."""
+    if not overwrite:
+        return
+    inside = [f"{flag} {path}" for flag, path in inputs if path and "://" not in path and _inside(Path(path), run_dir)]
+    if inside:
+        raise RunError(
+            f"output overlaps inputs: {', '.join(inside)} lies inside --output {run_dir}, which --overwrite "
+            "would clear; move it out or choose another --output"
+        )
+
+
+def _keeps_something(run_dir: Path) -> bool:
+    """A checkpoint (pretraining, or fine-tuning's best or resume state) or a metrics record: the run did work."""
+    if ckpt.list_checkpoints(run_dir) or ckpt.list_checkpoints(run_dir / "resume"):
+        return True
+    metrics = run_dir / "metrics.jsonl"
+    return metrics.is_file() and metrics.stat().st_size > 0
+
+
+@contextlib.contextmanager
+def removed_on_failure(run_dir: Path, *, enabled: bool = True) -> Iterator[None]:
+    """Remove ``run_dir`` (and the parents made for it) when what runs inside fails, or is interrupted, before
+    the run has written a checkpoint or a metrics record, and only if the folder did not exist before: a run
+    that failed to start leaves nothing behind it created (``runs/x/`` after ``--data nope``)."""
+    top = run_dir.absolute()
+    made = not top.exists()
+    while made and not top.parent.exists():
+        top = top.parent
+    try:
+        yield
+    except BaseException:
+        if enabled and made and run_dir.is_dir() and not _keeps_something(run_dir):
+            shutil.rmtree(run_dir, ignore_errors=True)
+            parent = run_dir.absolute().parent
+            while top != run_dir.absolute() and parent.is_relative_to(top):
+                with contextlib.suppress(OSError):  # not empty: something else lives there now
+                    parent.rmdir()
+                parent = parent.parent
+        raise
 
 
 def clear(run_dir: Path) -> None:

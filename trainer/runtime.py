@@ -18,6 +18,7 @@ from trainer import checkpoint as ckpt
 from trainer import distributed as D
 from trainer import progress
 from trainer.errors import RunError
+from trainer.redact import redact
 
 # Batch entries that stay on the host: row bookkeeping (pretraining instance ids, fine-tuning row index).
 HOST_KEYS = frozenset({"instance_ids", "index"})
@@ -26,7 +27,7 @@ HOST_KEYS = frozenset({"instance_ids", "index"})
 def log(message: str, info: D.DistInfo | None = None) -> None:
     """One ``[berttrain]`` line on stderr, from rank 0 only when ``info`` is given."""
     if info is None or info.is_main:
-        progress.write(f"[berttrain] {message}")
+        progress.write(f"[berttrain] {redact(message)}")
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -62,11 +63,26 @@ def seed_dropout(seed: int, info: D.DistInfo) -> None:
     torch.manual_seed(seed * 1000 + info.rank)
 
 
+class Diverged(RunError):
+    """The loss (so the gradient) became NaN or inf: the run stops before the step that would spoil its weights."""
+
+
 def optimizer_step(
-    raw: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LambdaLR, max_grad_norm: float
+    raw: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LambdaLR, max_grad_norm: float, *, step: int
 ) -> torch.Tensor:
-    """Clip the gradient norm, step optimizer and schedule, clear gradients; returns the norm before clipping."""
+    """Clip the gradient norm, step optimizer and schedule, clear gradients; returns the norm before clipping.
+
+    A NaN or inf norm (a NaN or inf loss, or an overflowing gradient) stops the run at ``step`` (the step being
+    taken) before the optimizer applies it: the weights, and so every checkpoint, stay those of the last good
+    step. The norm is already reduced over ranks by DDP, so every rank stops at the same step."""
     grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), max_grad_norm)
+    if not torch.isfinite(grad_norm):  # one scalar to the host per step: the price of never training on NaN
+        optimizer.zero_grad(set_to_none=True)
+        raise Diverged(
+            f"training diverged at step {step}: the loss or its gradient is {float(grad_norm)}; stopped before "
+            "applying it, the last checkpoint before it is kept (none is written with NaN weights); lower --lr, "
+            "or check the data"
+        )
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)

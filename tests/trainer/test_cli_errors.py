@@ -4,7 +4,12 @@ time), never a traceback (issue 13, section 2)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -226,3 +231,410 @@ def test_bad_arguments_end_in_one_error_line(world, argv, code, text):
     assert isinstance(result.exception, SystemExit), result.exception  # not an uncaught error (a traceback)
     assert "Traceback" not in result.output
     assert len(errors) == 1 and text in errors[0], result.stderr
+
+
+# --- issue 17: the principles, each tested over a class of cases -------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def one_error(result, code: int, text: str) -> str:
+    """The run ended with exit ``code`` and exactly one ``Error:`` line holding ``text``, no traceback."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == code, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    assert len(errors) == 1 and text in errors[0], result.stderr
+    return errors[0]
+
+
+def berttrain(*args: str, block: str = "", timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    """``berttrain ARGS`` in a fresh process; ``block``: modules made unimportable first (``sys.modules[name] =
+    None`` is Python's own way to make an import fail), as on a machine without that optional package."""
+    prog = f"import sys\nfor m in {block.split()!r}: sys.modules[m] = None\nfrom trainer.cli import main\nmain()"
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, "-c", prog, *args], capture_output=True, text=True, env=env, timeout=timeout, **kw
+    )
+
+
+def clean_error(r: subprocess.CompletedProcess, code: int, *needles: str) -> str:
+    """A process ended with exit ``code``, its last line the one ``Error:`` line, holding ``needles``."""
+    text = r.stdout + r.stderr
+    lines = [line for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("Error:")]
+    assert r.returncode == code, text
+    assert "Traceback" not in text, text
+    assert len(errors) == 1 and lines[-1] == errors[0], text
+    for needle in needles:
+        assert needle in errors[0], text
+    return errors[0]
+
+
+def finished_run(w: dict[str, Path], name: str) -> tuple[Path, list[str]]:
+    """A copy of the finished run and the names of its checkpoints."""
+    run = w["root"] / name
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.copytree(w["run"], run)
+    return run, [p.name for p in ckpt.list_checkpoints(run)]
+
+
+# Every input of pretrain given wrong, with --overwrite over a finished run (item: "never destroys before it
+# has checked its inputs"): the run's checkpoints are all still there afterwards.
+BAD_INPUTS = [
+    ("mistyped --data", lambda w: ["--data", str(w["root"] / "dss")], "no manifest"),
+    ("missing --eval-data", lambda w: ["--eval-data", str(w["root"] / "nope")], "no manifest"),
+    ("--eval-data of another vocabulary", lambda w: ["--eval-data", str(w["other"])], "another vocabulary"),
+    ("--init-from not HF", lambda w: ["--init-from", str(w["empty_ckpt"])], "empty_ckpt"),
+    ("bad --model-config", lambda w: ["--model-config", str(w["root"] / "model.json")], "--model-config"),
+    ("missing --resume", lambda w: ["--resume", str(w["root"] / "nope")], "no such checkpoint"),
+    ("corrupt --data", lambda w: ["--data", str(w["corrupt"])], "--skip-corrupt"),
+    ("--data of another schema", lambda w: ["--data", str(w["badschema"])], "schema"),
+    ("batch larger than the data", lambda w: ["--batch-size", "100000"], "fewer than one global batch"),
+]
+
+
+@pytest.mark.parametrize(("args", "text"), [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+def test_overwrite_clears_nothing_before_every_input_is_checked(world, args, text):
+    run, before = finished_run(world, "overwrite_target")
+    config = (run / "config.json").read_text()
+    argv = pretrain(world, "--overwrite", "--resume", "none", out="overwrite_target")
+    given = args(world)
+    if "--data" in given:  # replaces the default --data
+        i = argv.index("--data")
+        argv[i + 1] = given[given.index("--data") + 1]
+        given = [x for j, x in enumerate(given) if j not in (given.index("--data"), given.index("--data") + 1)]
+    if "--resume" in given:
+        i = argv.index("--resume")
+        del argv[i : i + 2]
+    one_error(CliRunner().invoke(main, argv + given), 1, text)
+    assert [p.name for p in ckpt.list_checkpoints(run)] == before and before
+    assert (run / "config.json").read_text() == config and (run / "metrics.jsonl").is_file()
+
+
+@pytest.mark.parametrize("flag", ["--eval-data", "--init-from", "--model-config"])
+def test_an_input_inside_output_is_never_cleared_by_overwrite(world, flag):
+    run, before = finished_run(world, "overlap")
+    inside = run / "inputs"
+    if flag == "--eval-data":
+        shutil.copytree(world["ds"], inside)
+    elif flag == "--init-from":
+        from trainer.hf import export_checkpoint
+
+        export_checkpoint(ckpt.step_dir(world["run"], 2), inside)
+    else:
+        inside.mkdir()
+        inside = inside / "model.json"
+        inside.write_text('{"hidden_size": 64}')
+    listed = sorted(p.name for p in run.rglob("*"))
+    result = CliRunner().invoke(
+        main, pretrain(world, "--overwrite", "--resume", "none", flag, str(inside), out="overlap")
+    )
+    one_error(result, 1, f"output overlaps inputs: {flag} {inside} lies inside --output")
+    assert sorted(p.name for p in run.rglob("*")) == listed  # nothing removed
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--data", "nope"],
+        ["--eval-data", "nope"],
+        ["--init-from", "EMPTY"],
+        ["--max-steps", "30", "--num-workers", "1", "--data", "LATE"],  # fails in a loader worker, mid-epoch
+    ],
+    ids=["missing --data", "missing --eval-data", "bad --init-from", "shard error in a worker"],
+)
+def test_a_run_that_fails_before_it_keeps_anything_leaves_no_folder(world, tmp_path, args):
+    args = [{"EMPTY": str(world["empty_ckpt"]), "LATE": str(world["late"])}.get(a, a) for a in args]
+    out = tmp_path / "runs" / "x"
+    argv = pretrain(world, "--log-every", "100", "--checkpoint-every", "100")
+    argv[argv.index("--output") + 1] = str(out)
+    if "--data" in args:
+        argv[argv.index("--data") + 1] = args[args.index("--data") + 1]
+        args = args[: args.index("--data")]
+    result = CliRunner().invoke(main, argv + args)
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "runs").exists()  # neither runs/x/ nor the runs/ made for it
+
+
+def test_every_float_option_refuses_inf_and_nan():
+    # --lr inf passed "> 0" and trained to NaN logits: every float setting of every command must be finite.
+    from trainer import options
+    from trainer.config import TrainConfig, TrainConfigError
+    from trainer.finetune.config import FinetuneConfig
+
+    required = {
+        TrainConfig: {"sources": ("d",), "output": "o"},
+        FinetuneConfig: {
+            "task": "classification",
+            "train_data": "t",
+            "eval_data": "e",
+            "init": "random:tiny",
+            "output": "o",
+        },
+    }
+    tried = []
+    for cls, base in required.items():
+        for leaf in options.leaves(cls):
+            if options._base_type(leaf.type)[0] is not float:
+                continue
+            for value in (float("inf"), float("-inf"), float("nan")):
+                with pytest.raises(TrainConfigError, match=f"^{leaf.name}: "):
+                    cls.build(**base, **{leaf.name: value})
+            tried.append(leaf.name)
+    assert {"lr", "weight_decay", "max_grad_norm", "max_minutes", "dropout", "warmup_ratio"} <= set(tried)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan"])
+@pytest.mark.parametrize("command", ["pretrain", "finetune"])
+def test_lr_inf_is_refused_by_the_cli(world, command, value):
+    argv = (
+        pretrain(world)
+        if command == "pretrain"
+        else ["finetune", "--task", "classification", "--train-data", "a", "--eval-data", "b", "--init", "random:tiny"]
+        + ["--output", str(world["root"] / "ft")]
+    )
+    one_error(CliRunner().invoke(main, [*argv, "--lr", value]), 2, "must be a finite number")
+
+
+def test_a_diverging_run_stops_at_its_step_and_keeps_the_last_good_checkpoint(world, tmp_path):
+    # --lr 1e30 with no warmup: the first step's update is huge, the second step's loss is NaN.
+    out = tmp_path / "run"
+    argv = pretrain(world, "--lr", "1e30", "--warmup-steps", "0", "--max-steps", "8", "--checkpoint-every", "1")
+    argv[argv.index("--output") + 1] = str(out)
+    line = one_error(CliRunner().invoke(main, [*argv, "--log-every", "1"]), 1, "training diverged at step 2")
+    assert "nan" in line or "inf" in line
+    assert [p.name for p in ckpt.list_checkpoints(out)] == ["step-0000001"]  # the last good one, nothing after
+    from safetensors.torch import load_file
+
+    weights = load_file(ckpt.step_dir(out, 1) / ckpt.MODEL_FILE)
+    assert all(bool(torch.isfinite(v).all()) for v in weights.values())
+    assert not list((out / ckpt.CHECKPOINTS).glob("*.tmp-*"))
+
+
+def test_no_checkpoint_is_ever_written_with_nan_weights(tmp_path):
+    weights = {"a": torch.zeros(3), "b": torch.tensor([1.0, float("nan")])}
+    with pytest.raises(ckpt.CheckpointError, match="step 7: not saved, weights hold NaN or inf \\(b\\)"):
+        ckpt.save(tmp_path, 7, model_state=weights, optimizer=None, rng={}, state={}, config={}, vocab_text="", keep=1)
+    assert not (tmp_path / ckpt.CHECKPOINTS).exists() or not list((tmp_path / ckpt.CHECKPOINTS).iterdir())
+
+
+def test_init_from_checks_the_vocabulary_by_content(world, tmp_path):
+    from trainer.hf import export_checkpoint
+
+    hf = export_checkpoint(ckpt.step_dir(world["run"], 2), tmp_path / "hf")
+    argv = pretrain(world, "--init-from", str(hf))
+    argv[argv.index("--output") + 1] = str(tmp_path / "ok")
+    assert CliRunner().invoke(main, argv).exit_code == 0  # its own vocabulary: trains
+    tokens = (hf / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    tokens[-1], tokens[-2] = tokens[-2], tokens[-1]  # the same size, two tokens swapped: other ids
+    (hf / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    argv[argv.index("--output") + 1] = str(tmp_path / "swapped")
+    one_error(CliRunner().invoke(main, argv), 1, "vocabulary mismatch")
+    (hf / "vocab.txt").unlink()
+    argv[argv.index("--output") + 1] = str(tmp_path / "none")
+    one_error(CliRunner().invoke(main, argv), 1, "has no usable vocab.txt")
+
+
+# --- one line, always: failures a user meets without a bug ---------------------------------------------------
+
+
+def run_argv(w: dict[str, Path], out: Path, *args: str) -> list[str]:
+    argv = pretrain(w, *args)
+    argv[argv.index("--output") + 1] = str(out)
+    return argv
+
+
+def test_a_full_disk_while_checkpointing_is_one_line_and_leaves_no_partial_checkpoint(world, tmp_path):
+    # The file-size limit makes every write past 1 MB fail (EFBIG) as a full disk does (ENOSPC): config.json and
+    # metrics fit, model.safetensors (~3 MB) does not.
+    import resource
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with an error instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    out = tmp_path / "run"
+    r = berttrain(*run_argv(world, out), preexec_fn=limit)
+    clean_error(r, 1, f"checkpoint {ckpt.step_dir(out, 2)} could not be written", "the last checkpoint is kept")
+    assert not list((out / ckpt.CHECKPOINTS).glob("*.tmp-*")) and not ckpt.list_checkpoints(out)
+
+
+def test_a_full_disk_while_writing_results_keeps_the_old_file_whole(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text('{"old": 1}\n')
+    with pytest.raises(OSError):
+        ckpt.write_text_atomic(tmp_path / "missing" / "results.json", "{}")
+    import resource
+
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, old[1]))
+    try:
+        with pytest.raises(OSError):
+            ckpt.write_text_atomic(path, "x" * 5000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert path.read_text() == '{"old": 1}\n' and sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _wait_for(predicate, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def _started(w: dict[str, Path], out: Path, *args: str) -> subprocess.Popen:
+    """A long pretraining run with two loader workers, once its first step is logged."""
+    argv = run_argv(w, out, "--max-steps", "100000", "--log-every", "1", "--checkpoint-every", "5", *args)
+    argv[argv.index("--num-workers") + 1] = "2"
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "trainer", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    _wait_for(lambda: (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").stat().st_size > 0)
+    return p
+
+
+def test_a_killed_loader_worker_is_one_line(world, tmp_path):
+    out = tmp_path / "run"
+    p = _started(world, out)
+    workers = _children(p.pid)
+    assert workers, "no loader worker processes"
+    os.kill(workers[0], signal.SIGKILL)  # as the kernel's OOM killer does
+    stdout, stderr = p.communicate(timeout=120)
+    clean_error(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), 1, "data-loader worker")
+
+
+@pytest.mark.parametrize(("sig", "code", "name"), [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
+def test_sigterm_behaves_as_ctrl_c(world, tmp_path, sig, code, name):
+    out = tmp_path / "run"
+    p = _started(world, out)
+    _wait_for(lambda: bool(ckpt.list_checkpoints(out)))
+    os.kill(p.pid, sig)  # `kill PID`, a scheduler's preemption: the main process only
+    stdout, stderr = p.communicate(timeout=120)
+    clean_error(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), code, f"interrupted ({name})")
+    assert not list((out / ckpt.CHECKPOINTS).glob("*.tmp-*"))  # no partial checkpoint left
+    assert ckpt.latest(out) is not None  # the last complete one resumes
+
+
+def test_export_hf_of_a_truncated_model_file_is_one_line(world, tmp_path):
+    broken = tmp_path / "ck"
+    shutil.copytree(ckpt.step_dir(world["run"], 2), broken)
+    model = broken / ckpt.MODEL_FILE
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    one_error(CliRunner().invoke(main, ["export-hf", str(broken), str(tmp_path / "hf")]), 1, f"{model}: cannot be read")
+
+
+@pytest.mark.parametrize(
+    ("block", "url", "package"),
+    [("s3fs", "s3://bucket/ds", "s3fs"), ("aiohttp", "http://127.0.0.1:9/ds", "aiohttp")],
+)
+def test_a_url_without_its_optional_package_is_one_line_naming_it(world, tmp_path, block, url, package):
+    argv = run_argv(world, tmp_path / "run")
+    argv[argv.index("--data") + 1] = url
+    clean_error(berttrain(*argv, block=block), 1, f"{url}: reading", f"pip install {package}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_plot_without_matplotlib_is_one_line_naming_the_extra(world):
+    clean_error(berttrain("plot", str(world["run"]), block="matplotlib"), 1, "matplotlib", ".[train]")
+
+
+# --- unclear messages -----------------------------------------------------------------------------------------
+
+
+def test_eval_data_equal_to_data_is_warned_once(world, tmp_path):
+    result = CliRunner().invoke(main, run_argv(world, tmp_path / "run", "--eval-data", str(world["ds"]) + "/"))
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if "is also --data" in line]
+    assert len(warnings) == 1 and "training set" in warnings[0]
+
+
+def test_a_folder_named_like_a_weight_is_said_at_start(world, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(world["ds"], tmp_path / "set:2")
+    shutil.copytree(world["ds"], tmp_path / "set")
+    argv = run_argv(world, tmp_path / "run")
+    argv[argv.index("--data") + 1] = "set:2"
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 0, result.output
+    assert "--data set:2 read as folder 'set' with weight 2; write set:2/ for a folder of that name" in result.stderr
+    argv[argv.index("--data") + 1] = "set:2/"  # the folder itself: no weight read, nothing to say
+    argv[argv.index("--output") + 1] = str(tmp_path / "run2")
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 0 and "read as folder" not in result.stderr, result.output
+
+
+def test_export_hf_accepts_a_run_folder_as_finetune_and_embed_do(world, tmp_path):
+    result = CliRunner().invoke(main, ["export-hf", str(world["run"]), str(tmp_path / "hf")])
+    assert result.exit_code == 0, result.output
+    newest = CliRunner().invoke(main, ["export-hf", str(ckpt.step_dir(world["run"], 2)), str(tmp_path / "hf2")])
+    assert newest.exit_code == 0, newest.output  # the run folder stands for its newest checkpoint
+    assert (tmp_path / "hf" / "model.safetensors").read_bytes() == (tmp_path / "hf2" / "model.safetensors").read_bytes()
+    one_error(
+        CliRunner().invoke(main, ["export-hf", str(world["run"]), str(ckpt.step_dir(world["run"], 2) / "hf")]),
+        1,
+        "output overlaps inputs",
+    )
+
+
+# --- secrets --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def http_dataset(world):
+    """The dataset served over HTTP on 127.0.0.1 (the standard library's server; any credentials accepted)."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(world["root"])))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://alice:s3cr3t@127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_a_password_in_a_url_is_redacted_everywhere_berttrain_writes_or_shows(world, http_dataset, tmp_path):
+    out = tmp_path / "run"
+    argv = run_argv(world, out, "--eval-data", f"{http_dataset}/ds", "--log-every", "1")
+    argv[argv.index("--data") + 1] = f"{http_dataset}/ds"
+    argv[argv.index("--num-workers") + 1] = "2"
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 0, result.output
+    assert "s3cr3t" not in result.output
+    written = [p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".txt")]
+    assert {"config.json", "metrics.jsonl", "state.json"} <= {p.name for p in written}
+    leaks = [p for p in written if "s3cr3t" in p.read_text(encoding="utf-8", errors="replace")]
+    assert not leaks, leaks
+    assert "alice:<redacted>@" in (out / "config.json").read_text()  # the user stays: which account it was
+    # ... and in an Error line: a missing folder behind the same credentials
+    argv[argv.index("--data") + 1] = f"{http_dataset}/nope"
+    argv[argv.index("--output") + 1] = str(tmp_path / "run2")
+    line = one_error(CliRunner().invoke(main, argv), 1, "alice:<redacted>@")
+    assert "s3cr3t" not in line
+
+
+def test_redaction_is_by_value():
+    from trainer.redact import redact, redact_values
+
+    assert (
+        redact("read https://u:p@h/x and s3://k:sec@b/y") == "read https://u:<redacted>@h/x and s3://k:<redacted>@b/y"
+    )
+    assert redact("http://user@host/x, /a:b@c") == "http://user@host/x, /a:b@c"  # no password: nothing hidden
+    assert redact_values({"http://u:p@h": ["ftp://a:b@c"]}) == {"http://u:<redacted>@h": ["ftp://a:<redacted>@c"]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -265,3 +266,28 @@ def test_task_dataset_with_our_checkpoint_matches_unpadded_rows(tmp_path):
             x = torch.from_numpy(ids[by_row[index]].astype(np.int64))[None]
             want = model.bert.hidden_states(x)[-1][0, 0]
             torch.testing.assert_close(torch.tensor(vec), want, **TOL)
+
+
+def test_a_fifo_input_is_named_as_not_a_regular_file(hf_dir, tmp_path):
+    import os
+
+    fifo = tmp_path / "texts.fifo"
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(
+        main, ["embed", "--init", str(hf_dir), "--input", str(fifo), "--output", str(tmp_path / "o.arrow")]
+    )
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert f"--input {fifo}: not a regular file" in result.output and "no such file" not in result.output
+
+
+def test_an_output_that_is_an_input_is_refused_even_with_overwrite(hf_dir, text_file, tmp_path):
+    texts = tmp_path / "texts.txt"
+    shutil.copy(text_file, texts)
+    before = texts.read_bytes()
+    for flag, output in (("--input", texts), ("--init", hf_dir / "emb.arrow")):
+        result = CliRunner().invoke(
+            main, ["embed", "--init", str(hf_dir), "--input", str(texts), "--output", str(output), "--overwrite"]
+        )
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert f"output overlaps inputs: --output {output} is (or lies inside) {flag}" in result.output
+    assert texts.read_bytes() == before and not (hf_dir / "emb.arrow").exists()

@@ -323,6 +323,7 @@ def test_init_from_encoder_only_hf_folder_reports_fresh_heads(demo_shards, tmp_p
         vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256
     )
     transformers.BertModel(config).save_pretrained(tmp_path / "enc")
+    shutil.copy(demo_shards / "vocab.txt", tmp_path / "enc")  # --init-from checks the data's vocabulary against it
     train(demo_shards, tmp_path / "run", max_steps=2, init_from=str(tmp_path / "enc"))
     err = capfd.readouterr().err
     assert "cls.predictions" in err and "cls.seq_relationship" in err

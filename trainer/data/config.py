@@ -127,6 +127,21 @@ def parse_data_arg(text: str) -> tuple[str, float | None]:
     return m["path"], weight
 
 
+def weight_notes(args: Sequence[str]) -> list[str]:
+    """One line per ``--data DIR:N`` read as a weight while a folder named ``DIR:N`` exists: the reading is
+    said, with the spelling for the folder (a trailing ``/`` ends the path, so no weight is read)."""
+    from pathlib import Path
+
+    notes = []
+    for a in args:
+        path, weight = parse_data_arg(a)
+        if weight is not None and "://" not in a and Path(a).exists():
+            notes.append(
+                f"--data {a} read as folder {path!r} with weight {weight:g}; write {a}/ for a folder of that name"
+            )
+    return notes
+
+
 def split_data_args(args: Sequence[str]) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
     """``--data`` values -> (folders, weights or None). Weights go on every folder or on none."""
     parsed = [parse_data_arg(a) for a in args]

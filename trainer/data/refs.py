@@ -71,6 +71,10 @@ S3_RETRIES = {"max_attempts": 3, "mode": "standard"}
 S3FS_TRIES = 2  # s3fs.S3FileSystem.retries (a class attribute, not a constructor argument)
 
 
+# The package fsspec needs for each protocol the trainer documents (README, "Object stores").
+_PROTOCOL_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "http": "aiohttp", "https": "aiohttp", "gs": "gcsfs"}
+
+
 def _storage_options(root: str) -> dict[str, Any]:
     protocol = root.split("://", 1)[0] if "://" in root else ""
     if protocol not in ("s3", "s3a"):
@@ -86,10 +90,24 @@ def _storage_options(root: str) -> dict[str, Any]:
 def filesystem(root: str) -> tuple[Any, str, bool]:
     """``(fsspec filesystem, path of root inside it, is_local)``; cached per process."""
     options = _storage_options(root)
-    fs, path = fsspec.core.url_to_fs(root, **options)
+    try:
+        fs, path = fsspec.core.url_to_fs(root, **options)
+    except ImportError as e:  # fsspec's own words ("Install s3fs to access S3") name no module: name it
+        protocol = root.split("://", 1)[0]
+        package = _PROTOCOL_PACKAGES.get(protocol, f"the fsspec implementation of {protocol}://")
+        missing = ImportError(
+            f"{root}: reading {protocol}:// needs {package}, which is not installed ({e})", name=package.split()[0]
+        )
+        raise missing from None
     if options and isinstance(getattr(fs, "retries", None), int):
         fs.retries = min(fs.retries, S3FS_TRIES)
     return fs, path, isinstance(fs, LocalFileSystem)
+
+
+# A forked process (a DataLoader worker) must not use its parent's clients: an s3fs filesystem holds an asyncio
+# loop and aiohttp sessions bound to the parent ("This class is not fork-safe"). fsspec forgets its own
+# instances on a pid change; this cache is forgotten at the fork, so each worker makes its own client.
+os.register_at_fork(after_in_child=filesystem.cache_clear)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from typing import Any
 
 from schemas import tasks as T
 from trainer import options
-from trainer.config import OptimConfig, RunConfig, check, check_ints
+from trainer.config import OptimConfig, RunConfig, check, check_finite, check_ints
 from trainer.options import opt, section
 
 TASKS = T.KINDS  # classification, regression, ner, squad
@@ -81,6 +81,7 @@ class FinetuneConfig:
         )
         check_ints(self, ("epochs", "batch_size", "max_answer_length", "n_best"), 1)
         check_ints(self, ("eval_batch_size", "max_steps", "num_workers"), 0)
+        check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(self.resume in ("auto", "none"), "resume", f"must be auto or none, got {self.resume!r}")
         check(self.pooling in POOLINGS, "pooling", f"must be one of {POOLINGS}, got {self.pooling!r}")

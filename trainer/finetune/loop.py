@@ -29,8 +29,9 @@ from torch.utils.data import DataLoader
 
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
-from trainer import options
+from trainer import options, rundir
 from trainer import runtime as R
+from trainer.data.config import dataset_key
 from trainer.errors import RunError
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.data import (
@@ -49,6 +50,7 @@ from trainer.metrics import METRICS_FILE, MetricsLogger
 from trainer.model import BertConfig, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.progress import Progress
+from trainer.redact import redact_values
 
 RESULTS_FILE = "results.json"
 RESUME_DIR = "resume"  # RUN/resume/checkpoints/step-N: the latest epoch's full state (the best is in checkpoints/)
@@ -88,37 +90,45 @@ def plan_text(max_steps: int, epochs: int, steps_per_epoch: int) -> str:
     return f"{epochs} epoch{'' if epochs == 1 else 's'} x {steps_per_epoch} steps"
 
 
-def prepare_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool, info: D.DistInfo) -> ckpt.Loaded | None:
-    """The state to continue (``--resume auto`` and a resumable run in ``run_dir``), else None; an earlier
-    run's outputs are refused unless ``overwrite``, which removes them."""
+def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ckpt.Loaded | None, list[str]]:
+    """(the state to continue: ``--resume auto`` and a resumable run in ``run_dir``, else None; the earlier
+    run's outputs that ``overwrite`` will remove). Read-only: an earlier run is refused unless ``overwrite``, and
+    nothing is removed before every input has been checked (:func:`prepare_output`)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunError(f"--output {run_dir} is a file, not a run folder")
     resume_root = run_dir / RESUME_DIR
     restored = ckpt.latest(resume_root) if cfg.resume == "auto" and not overwrite else None
+    existing = [name for name in _OUTPUTS if (run_dir / name).exists()] if restored is None else []
+    if existing and not overwrite:
+        why = "and holds no epoch to resume from" if cfg.resume == "auto" else f"(--resume {cfg.resume})"
+        raise FileExistsError(
+            f"--output {run_dir} already holds a run ({', '.join(existing)}) {why}; "
+            "choose another folder or pass --overwrite"
+        )
+    inputs = [("--train-data", cfg.train_data), ("--eval-data", cfg.eval_data), ("--init", cfg.init)]
+    rundir.check_overlap(run_dir, inputs, overwrite=overwrite)
+    return restored, existing
+
+
+def prepare_output(run_dir: Path, existing: list[str], info: D.DistInfo) -> None:
+    """Remove the earlier run's outputs (``--overwrite``) and make the folder ready for writing."""
     D.barrier(info)  # every rank has read the folder before rank 0 changes it
-    if info.is_main and restored is None:
-        existing = [name for name in _OUTPUTS if (run_dir / name).exists()]
-        if existing and not overwrite:
-            why = "and holds no epoch to resume from" if cfg.resume == "auto" else f"(--resume {cfg.resume})"
-            raise FileExistsError(
-                f"--output {run_dir} already holds a run ({', '.join(existing)}) {why}; "
-                "choose another folder or pass --overwrite"
-            )
+    if info.is_main:
         for name in existing:
             if (run_dir / name).is_dir():
                 shutil.rmtree(run_dir / name)
             else:
                 (run_dir / name).unlink()
-    if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        for p in ckpt.remove_partial(run_dir) + ckpt.remove_partial(resume_root):
+        for p in ckpt.remove_partial(run_dir) + ckpt.remove_partial(run_dir / RESUME_DIR):
             R.log(f"removed incomplete checkpoint {p} (a run was killed while writing it)")
     D.barrier(info)
-    return restored
 
 
 def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:
     """Refuse a resume whose flags would change the run being continued, naming each flag."""
     old = options.saved_values(FinetuneConfig, restored.config.get("finetune", {}))  # either saved layout
-    new = options.flat(cfg)
+    new = redact_values(options.flat(cfg))  # the saved flags are redacted (trainer.redact): compare alike
     changed = [n for n in FIXED if n in old and old[n] != new[n]]
     if changed:
         listed = "; ".join(f"--{n.replace('_', '-')} {new[n]} (the run has {old[n]})" for n in changed)
@@ -228,7 +238,7 @@ def train_epoch(
         with R.autocast(info.device, cfg.run.precision):
             out = model(R.to_device(batch, info.device))
         out["loss"].backward()
-        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.optim.max_grad_norm)
+        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.optim.max_grad_norm, step=step + 1)
         step += 1
         bar.update(1)
         loss = torch.stack([out["loss"].detach().double(), torch.ones((), dtype=torch.float64, device=info.device)])
@@ -314,7 +324,7 @@ class Saver:
         """The best epoch's weights and its predictions file (name, text)."""
         self._save(self.run_dir, step, None, {}, state)
         if self.info.is_main:
-            (self.run_dir / predictions[0]).write_text(predictions[1], encoding="utf-8")
+            ckpt.write_text_atomic(self.run_dir / predictions[0], predictions[1])
 
     def latest(
         self, step: int, optimizer: Any, scheduler: Any, batches: EpochBatches, results: dict, epoch: int
@@ -357,14 +367,25 @@ def evaluate(
 
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
-    # --- set up ---------------------------------------------------------------------------------------
     info = D.setup(cfg.run.device)
+    with rundir.removed_on_failure(Path(cfg.run.output), enabled=info.is_main):
+        return _finetune(cfg, info, overwrite)
+
+
+def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[str, Any]:
+    # --- set up: every input is checked before the output folder is touched ----------------------------
     run_dir = Path(cfg.run.output)
     task = get_task(cfg.task)
-    restored = prepare_output(run_dir, cfg, overwrite, info)
+    restored, existing = plan_output(run_dir, cfg, overwrite)
     if restored is not None:
         check_resume(cfg, restored)
     train, evaluation, init, config = load_inputs(cfg, task, info)
+    if dataset_key(cfg.train_data) == dataset_key(cfg.eval_data):
+        R.log(
+            f"warning: --eval-data {cfg.eval_data} is also --train-data: the best epoch is chosen on training rows",
+            info,
+        )
+    prepare_output(run_dir, existing, info)
     metric = task.primary_metric(train.glue)
     raw = build_model(task, config, len(train.labels), init, restored, cfg).to(info.device)
     model = R.wrap(raw, info)
@@ -382,7 +403,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     R.seed_dropout(cfg.run.seed, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
     results = new_results(cfg, task, train, evaluation, init, config, **plan)
-    run_config = {"model": config.to_dict(), "finetune": cfg.to_dict(), "task": results["task"]}
+    run_config = {"model": config.to_dict(), "finetune": redact_values(cfg.to_dict()), "task": results["task"]}
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
     saver = Saver(run_dir, raw, run_config, init.vocab.text(), info)
 
@@ -430,7 +451,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
             results["best"] |= {"checkpoint": str(ckpt.step_dir(run_dir, step)), "predictions": task.predictions_file}
             saver.best(step, (task.predictions_file, predictions), epoch=epoch, metric=metric, value=value)
         if info.is_main:
-            (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+            ckpt.write_text_atomic(run_dir / RESULTS_FILE, json.dumps(redact_values(results), indent=2) + "\n")
 
         # --- checkpoint: the state --resume auto continues from -----------------------------------------
         saver.latest(step, optimizer, scheduler, train_batches, results, epoch)

@@ -68,11 +68,10 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0) -> Init:
     folder = Path(spec)
     if not folder.is_dir():
         raise InitError(f"--init {spec}: not a folder (nor random:PRESET)")
-    if (folder / ckpt.CHECKPOINTS).is_dir():  # a run folder: its newest checkpoint
-        found = ckpt.list_checkpoints(folder)
-        if not found:
-            raise InitError(f"--init {spec}: run folder without a complete checkpoint in {ckpt.CHECKPOINTS}/")
-        folder = found[-1]
+    try:
+        folder = ckpt.newest_in(folder)  # a run folder: its newest checkpoint
+    except ckpt.CheckpointError as e:
+        raise InitError(f"--init {e}") from None
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise InitError(f"--init {folder}: has no config.json (neither our checkpoint nor a Hugging Face folder)")

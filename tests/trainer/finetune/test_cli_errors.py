@@ -1,0 +1,136 @@
+"""``berttrain finetune`` under the principles of issue 17 (the pretraining side: tests/trainer/test_cli_errors.py):
+nothing destroyed before every input is checked, no input inside a folder --overwrite clears, nothing left by a
+run that failed to start, divergence stops the run, one line always, secrets redacted."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.trainer.finetune.conftest import finetune_run
+from tests.trainer.test_cli_errors import one_error
+from trainer import checkpoint as ckpt
+from trainer.cli import main
+
+
+@pytest.fixture(scope="module")
+def earlier(sst2, tmp_path_factory) -> Path:
+    """A finished one-epoch run (its outputs: results.json, predictions, checkpoints/, resume/)."""
+    out = tmp_path_factory.mktemp("ft_earlier") / "run"
+    finetune_run("classification", sst2["train"], sst2["dev"], out, max_steps=2)
+    return out
+
+
+def argv(sst2, out: Path, *extra: str, train: str | None = None, init: str = "random:tiny") -> list[str]:
+    return [
+        "finetune",
+        "--task",
+        "classification",
+        "--train-data",
+        train or str(sst2["train"]),
+        "--eval-data",
+        str(sst2["dev"]),
+        "--init",
+        init,
+        "--output",
+        str(out),
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "16",
+        "--no-tensorboard",
+        *extra,
+    ]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("bad", "text"),
+    [
+        (["--train-data", "MISSING"], "MISSING"),
+        (["--eval-data", "MISSING"], "MISSING"),
+        (["--init", "MISSING"], "not a folder"),
+        (["--init", "random:huge"], "unknown preset"),
+    ],
+    ids=["mistyped --train-data", "mistyped --eval-data", "missing --init", "unknown random preset"],
+)
+def test_overwrite_removes_nothing_before_every_input_is_checked(sst2, earlier, tmp_path, bad, text):
+    run = tmp_path / "run"
+    shutil.copytree(earlier, run)
+    before = snapshot(run)
+    args = argv(sst2, run, "--overwrite")
+    missing = str(tmp_path / "nope")
+    flag, value = bad[0], bad[1].replace("MISSING", missing)
+    args[args.index(flag) + 1] = value
+    one_error(CliRunner().invoke(main, args), 1, text.replace("MISSING", missing))
+    assert snapshot(run) == before
+
+
+def test_init_inside_output_is_refused_with_overwrite(sst2, earlier, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(earlier, run)
+    before = snapshot(run)
+    # --init RUN (its newest checkpoint) into the same RUN with --overwrite: the checkpoint would be deleted
+    result = CliRunner().invoke(main, argv(sst2, run, "--overwrite", init=str(run)))
+    one_error(result, 1, f"output overlaps inputs: --init {run} lies inside --output {run}")
+    assert snapshot(run) == before
+
+
+def test_a_run_that_fails_to_start_leaves_no_folder(sst2, tmp_path):
+    out = tmp_path / "runs" / "x"
+    result = CliRunner().invoke(main, argv(sst2, out, train=str(tmp_path / "nope")))
+    assert result.exit_code == 1, result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_diverging_fine_tuning_run_stops_with_one_line(sst2, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, argv(sst2, out, "--lr", "1e30", "--warmup-ratio", "0", "--max-steps", "6"))
+    line = one_error(result, 1, "training diverged at step ")
+    assert "nan" in line or "inf" in line
+    assert not list(out.rglob("*.tmp-*"))
+
+
+def test_eval_data_equal_to_train_data_is_warned(sst2, tmp_path):
+    args = argv(sst2, tmp_path / "run")
+    args[args.index("--eval-data") + 1] = str(sst2["train"])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert sum("is also --train-data" in line for line in result.stderr.splitlines()) == 1
+
+
+def test_export_hf_of_a_fine_tuning_checkpoint_says_what_it_is(earlier, tmp_path):
+    for source in (earlier, ckpt.list_checkpoints(earlier)[-1]):
+        result = CliRunner().invoke(main, ["export-hf", str(source), str(tmp_path / "hf")])
+        line = one_error(result, 1, "is a fine-tuning checkpoint (classification")
+        assert "export-hf exports pretraining checkpoints" in line and "missing" not in line
+
+
+def test_a_password_in_a_url_is_not_written_by_finetune(sst2, tmp_path):
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    root = sst2["train"].parent
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://bob:hunter22@127.0.0.1:{server.server_address[1]}"
+        out = tmp_path / "run"
+        result = CliRunner().invoke(main, argv(sst2, out, train=f"{base}/{sst2['train'].name}", init="random:tiny"))
+    finally:
+        server.shutdown()
+    assert result.exit_code == 0, result.output
+    assert "hunter22" not in result.output
+    written = [p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".tsv", ".txt")]
+    assert "results.json" in {p.name for p in written}
+    assert not [p for p in written if "hunter22" in p.read_text(encoding="utf-8", errors="replace")]
