@@ -185,7 +185,7 @@ def _run_locked(
         f"({num_shards} shards)"
     )
     p = make_pipeline(options, run_id)
-    inputs = p | "Inputs" >> beam.Create(list(enumerate(f.path for f in files)))
+    inputs = p | "Inputs" >> beam.Create([(i, f.path, f.bytes, f.mtime) for i, f in enumerate(files)])
     read = inputs | "Read" >> R.ReadRecords(plan.parser)
     layout = read[R.COUNTS] | "Counts" >> beam.combiners.ToList() | "Layout" >> beam.Map(Layout.from_counts)
     labels = read["records"] | "Labels" >> Labels(plan.labels, cfg.kind)

@@ -752,3 +752,72 @@ def test_dataset_commands_name_the_broken_shard_and_refuse_negative_counts(tmp_p
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     assert_clean_error(bertprep("report", str(ds), "--output", str(tmp_path / "rep")), 1, shard.name)
     assert_clean_error(bertprep("inspect", str(ds), "--decode", "-1"), 2, "--decode")
+
+
+def test_a_full_disk_while_writing_the_vocabulary_is_one_line_and_keeps_the_earlier_one(tmp_path, bad, monkeypatch):
+    import errno
+
+    from click.testing import CliRunner
+
+    from pipelines.cli import main
+    from schemas.vocab import Vocab
+
+    out = tmp_path / "voc"
+    args = ["vocab", "--input", str(bad / "s.txt"), "--vocab-size", "100", "--min-frequency", "1", "--output", str(out)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    before = snapshot(out)
+
+    def full(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.text()[:10])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Vocab, "write", full)
+    r = CliRunner().invoke(main, [*args, "--overwrite"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "No space left on device" in r.output and "no vocabulary was written" in r.output
+    assert snapshot(out) == before  # no half-written file, the earlier vocabulary whole
+
+
+@pytest.mark.parametrize("spans", ["raises", "past the end"])
+def test_a_word_segmenter_that_fails_or_overruns_the_text_is_one_line(tmp_path, monkeypatch, spans):
+    from click.testing import CliRunner
+
+    from pipelines import word_segmenter as ws
+    from pipelines.cli import main
+
+    def load(name):
+        def segment(text):
+            if spans == "raises":
+                raise RuntimeError("dictionary corrupt")
+            return [(0, len(text) + 5)]
+
+        return segment
+
+    monkeypatch.setattr(ws, "load_segmenter", load)
+    chinese = shared_path("pretrain", "chinese")
+    vocab = shared_path("vocab", "bert-base-chinese-vocab.txt")
+    text = tmp_path / "zh.txt"
+    text.write_text("北京是中国的首都。\n今天天气很好。\n", encoding="utf-8")
+    assert chinese.exists()
+    r = CliRunner().invoke(
+        main,
+        [
+            "pretraining",
+            "--input",
+            f"lines:{text}",
+            "--vocab",
+            str(vocab),
+            "--output",
+            str(tmp_path / "o"),
+            "--whole-word-mask",
+            "--word-segmenter",
+            "jieba",
+            "--dupe-factor",
+            "1",
+            "--cased",
+        ],
+    )
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    lines = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1 and "--word-segmenter" in lines[0], r.output

@@ -36,3 +36,18 @@ def test_relative_globs_with_a_wildcard_folder_match(tmp_path, monkeypatch):
     assert len(resolve_inputs(["corpusA/wiki/wiki_00", "./corpusA/wiki/../wiki/wiki_00"], "wikiextractor")) == 1
     with pytest.raises(UsageError, match="matches no files"):
         resolve_inputs(["corpus*/books/*"], "text")
+
+
+def test_links_loops_and_literal_paths_each_file_once(tmp_path):
+    """An input is its content, listed once: loops of folder links are walked once, a link beside its target is
+    one input, and an existing path is taken literally even when it reads as a glob."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.txt").write_text("x")
+    (tmp_path / "a" / "back").symlink_to(tmp_path)  # a loop: a/back/a/back/...
+    (tmp_path / "a" / "also").symlink_to(tmp_path / "a")  # a second way into the same folder
+    (tmp_path / "y.txt").symlink_to(tmp_path / "a" / "x.txt")
+    found = resolve_inputs([str(tmp_path / "**" / "*.txt")])
+    assert [f.path for f in found] == [str(tmp_path / "a" / "x.txt")]
+    (tmp_path / "p1.txt").write_text("glob")
+    (tmp_path / "p[1].txt").write_text("literal")
+    assert [f.path for f in resolve_inputs([str(tmp_path / "p[1].txt")])] == [str(tmp_path / "p[1].txt")]
