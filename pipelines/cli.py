@@ -66,13 +66,37 @@ def main() -> None:
 @click.option("--sample-bytes", type=int, default=0, help="Train on a deterministic sample of about this many bytes.")
 @click.option("--min-frequency", type=int, default=2, show_default=True)
 @click.option("--seed", type=int, default=12345, show_default=True)
-def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed) -> None:
+@click.option("--overwrite", is_flag=True, default=False, help="Replace a vocabulary already in --output.")
+def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed, overwrite) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json)."""
     _quiet_beam()
-    from pipelines.read import InputError
-    from pipelines.runner import UsageError
-    from pipelines.vocab import VocabConfig, train_vocab
+    from pipelines.cli_errors import sigterm_as_interrupt
 
+    with sigterm_as_interrupt():
+        v, counters = _train_vocab(
+            list(inputs), input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed, overwrite
+        )
+    click.echo(
+        f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
+        f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {output}/vocab.txt, tokenizer.json"
+    )
+
+
+def _train_vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed, overwrite):
+    """Check everything, take the folder's lock, train; every failure is one ``Error:`` line."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.cli_errors import first_line, interrupted
+    from pipelines.inputs import resolve_inputs
+    from pipelines.output_dir import check_no_overlap, ensure_writable_dir
+    from pipelines.output_lock import lock_output, new_run_id
+    from pipelines.read import InputError
+    from pipelines.redact import redact_logs, redact_text
+    from pipelines.runner import UsageError
+    from pipelines.vocab import VocabConfig, prepare_vocab_output, train_vocab
+
+    redact_logs([*inputs, output])
     try:
         cfg = VocabConfig(
             input_format=input_format,
@@ -84,22 +108,26 @@ def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min
         )
     except ConfigError as e:
         raise _bad(e, e.param) from None
-    from pipelines.output_dir import ensure_writable_dir
-
+    FileSystems.set_options(PipelineOptions([]))  # s3:// inputs: Beam's S3 client reads its options from here
     try:
+        files = resolve_inputs(inputs, cfg.input_format)
+        check_no_overlap(output, {"input": [f.path for f in files]})
         ensure_writable_dir(output)  # before the training, not after it
+        with lock_output(output, new_run_id(), "bertprep vocab"):
+            prepare_vocab_output(output, overwrite)
+            return train_vocab(inputs, output, cfg, files=files)
     except UsageError as e:
-        raise click.BadParameter(str(e), param_hint="'--output'") from None
-    try:
-        v, counters = train_vocab(list(inputs), output, cfg)
-    except UsageError as e:
-        raise click.BadParameter(str(e), param_hint="'--input'") from None
+        raise click.BadParameter(redact_text(str(e)), param_hint=f"'--{e.param}'") from None
     except InputError as e:
-        raise click.ClickException(f"{e}; no vocabulary was written") from None
-    click.echo(
-        f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
-        f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {output}/vocab.txt, tokenizer.json"
-    )
+        raise click.ClickException(redact_text(f"{e}; no vocabulary was written")) from None
+    except KeyboardInterrupt:
+        interrupted("no vocabulary was written")
+    except OSError as e:  # a full disk, a folder removed under us: the earlier vocabulary, if any, is intact
+        raise click.ClickException(
+            redact_text(
+                f"cannot write the vocabulary to {output}: {e.strerror or first_line(e)}; no vocabulary was written"
+            )
+        ) from None
 
 
 @main.command(context_settings=_PASSTHROUGH)
@@ -178,7 +206,7 @@ def pretraining(
     from pipelines.pretraining import run_pretraining
     from pipelines.redact import redact_logs
 
-    redact_logs(ctx.args)
+    redact_logs([*ctx.args, *inputs, vocab, output])
     if verbose:  # read by the stages wherever they run: this process or the worker processes it starts
         from pipelines.progress import ENV_VERBOSE
 
@@ -249,7 +277,9 @@ def demo_corpus(directory, holdout_every) -> None:
 @main.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("dataset_dir")
 @click.option("--verify", is_flag=True, help="Re-check every shard's size, checksum, schema and row count.")
-@click.option("--decode", type=int, default=0, help="Print N instances as text, masked positions marked.")
+@click.option(
+    "--decode", type=click.IntRange(min=0), default=0, help="Print N instances as text, masked positions marked."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
@@ -321,6 +351,13 @@ def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
         raise _bad(e, e.param) from None
     try:
         index = write_report(dataset_dir, output, cfg)
+    except ModuleNotFoundError as e:
+        if e.name != "matplotlib" and not str(e.name or "").startswith("matplotlib."):
+            raise
+        raise click.ClickException(
+            "bertprep report draws its plots with matplotlib, a dependency of bertstream that is missing "
+            "from this environment: pip install matplotlib (or reinstall bertstream)"
+        ) from None
     except (FileNotFoundError, ValueError, OSError) as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"report: {index}")

@@ -12,6 +12,7 @@ Names: ``<unit>_read``, ``<unit>_used`` and, for a dropped record, ``<unit>_drop
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import Counter
@@ -152,4 +153,19 @@ def progress(message: str, *, every_s: float = 0.0) -> None:
     if every_s and now - _last_progress[0] < every_s:
         return
     _last_progress[0] = now
-    print(f"[bertprep] {message}", file=sys.stderr, flush=True)
+    from pipelines.redact import redact_text
+
+    print(f"[bertprep] {redact_text(message)}", file=_console(), flush=True)
+
+
+_console_stream: list = []
+
+
+def _console():
+    """stderr, or in a local worker process whose stderr goes to a log file, the console it came from."""
+    fd = os.environ.get("BERTPREP_CONSOLE_FD")
+    if not fd:
+        return sys.stderr
+    if not _console_stream:
+        _console_stream.append(os.fdopen(int(fd), "w", closefd=False))
+    return _console_stream[0]

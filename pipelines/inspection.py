@@ -125,10 +125,16 @@ def iter_record_batches(dataset_dir: str, manifest: Manifest) -> Iterator[pa.Rec
     for shard in manifest.shards_of(fmt):
         path = FileSystems.join(dataset_dir, shard.path)
         if fmt == "arrow":
-            with FileSystems.open(path, compression_type="uncompressed") as f:
-                reader = pa.ipc.open_file(f)
-                for i in range(reader.num_record_batches):
-                    yield reader.get_batch(i)
+            try:
+                with FileSystems.open(path, compression_type="uncompressed") as f:
+                    reader = pa.ipc.open_file(f)
+                    for i in range(reader.num_record_batches):
+                        yield reader.get_batch(i)
+            except (pa.ArrowException, OSError) as e:  # truncated, overwritten: name the shard, not just "Arrow"
+                raise DatasetError(
+                    f"shard {path}: cannot be read ({type(e).__name__}: {e}); bertprep inspect --verify checks "
+                    "every shard"
+                ) from None
             continue
         rows: list[dict[str, Any]] = []
         for _, payload in iter_tar_samples(_read_all(path)):

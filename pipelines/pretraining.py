@@ -24,11 +24,29 @@ from pipelines.group import GroupDocuments
 from pipelines.inputs import InputFile, absolute, describe_inputs, input_format_of, resolve_inputs
 from pipelines.instances import CreateInstances
 from pipelines.masking import MaskInstances
+from pipelines.output_dir import check_no_overlap, ensure_writable_dir
+from pipelines.output_lock import lock_output, new_run_id
 from pipelines.progress import Monitor
 from pipelines.read import InputError, ReadDocuments, range_bytes_for
-from pipelines.runner import UsageError, local_threads_per_worker, make_pipeline, pipeline_options, runner_name
+from pipelines.redact import redact_text
+from pipelines.runner import (
+    UsageError,
+    local_threads_per_worker,
+    make_pipeline,
+    pipeline_options,
+    run_pipeline,
+    runner_name,
+)
 from pipelines.sentences import SegmentDocuments
-from pipelines.skeleton import RunResult, ShardSizing, prepare_output, read_result, run_entry, vocab_entry
+from pipelines.skeleton import (
+    RunResult,
+    ShardSizing,
+    check_output,
+    read_result,
+    replacing,
+    run_entry,
+    vocab_entry,
+)
 from pipelines.source_stats import UnkWords
 from pipelines.spill import remove_work_dir, spill_bytes_for
 from pipelines.tokenize import Tokenize, TokenizerSpec, load_tokenizer
@@ -55,16 +73,23 @@ def unpublish(output_dir: str, manifest: Manifest) -> None:
 
 def _is_output(name: str) -> bool:
     """A file of a pretraining dataset (or of a killed run writing one): its manifest or a shard."""
-    return name.startswith((MANIFEST_NAME, f"{SHARD_PREFIX}-"))
+    return name.startswith((MANIFEST_NAME, VOCAB_FILENAME, f"{SHARD_PREFIX}-"))
 
 
-def prepare_work_dir(output_dir: str) -> str:
-    """The spill folder below ``output_dir``, emptied of a killed run's leftovers."""
-    work_dir = FileSystems.join(output_dir, WORK_DIR_NAME)
-    remove_work_dir(work_dir)
+def prepare_work_dir(output_dir: str, run_id: str) -> str:
+    """This run's spill folder, ``OUTPUT/_work/RUN_ID``; ``_work`` is first emptied of a killed run's leftovers
+    (the caller holds the folder's lock: no other run is using it)."""
+    root = FileSystems.join(output_dir, WORK_DIR_NAME)
+    remove_work_dir(root)
+    work_dir = FileSystems.join(root, run_id)
     if "://" not in work_dir:  # object stores have no directories
         FileSystems.mkdirs(work_dir)
     return work_dir
+
+
+def work_root(work_dir: str) -> str:
+    """``OUTPUT/_work`` of a run's ``OUTPUT/_work/RUN_ID``: removed whole at the end of the run."""
+    return work_dir.rstrip("/").rsplit("/", 1)[0]
 
 
 def build_pipeline(
@@ -93,7 +118,7 @@ def build_pipeline(
         masked_lm_prob=cfg.masked_lm_prob,
         whole_word=cfg.whole_word_mask,
     )
-    files = p | "Inputs" >> beam.Create([(f.path, f.format, f.name or f.path, f.bytes) for f in inputs])
+    files = p | "Inputs" >> beam.Create([(f.path, f.format, f.name or f.path, f.bytes, f.mtime) for f in inputs])
     input_bytes = sum(f.bytes for f in inputs)
     range_bytes = range_bytes_for(input_bytes)  # big files are read by many workers
     docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg, range_bytes)
@@ -220,33 +245,44 @@ def run_pretraining(
         raise UsageError("input", f"{describe_inputs(files)}: empty (0 bytes), nothing to make instances from")
     num_shards = cfg.num_shards or SHARD_SIZING.num_shards(input_bytes * cfg.dupe_factor)
     output_dir = absolute(output_dir.rstrip("/"))
-    prepare_output(output_dir, overwrite, _is_output)
-    work_dir = prepare_work_dir(output_dir)
-    started = time.time()
-    base = {
-        "vocab": vocab_entry(spec),
-        "parameters": {**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
-        "seed": cfg.seed,
-        "inputs": [{"path": f.path, "bytes": f.bytes, "format": f.format} for f in files],
-        "run": run_entry(options, beam_args or [], started),
-    }
-    C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
-    local = runner_name(options) == "FnApiRunner"  # its workers, threads or processes, share this machine
-    try:
-        p = make_pipeline(options)
-        build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options))
-        with Monitor(files=len(files), input_bytes=input_bytes, shards=num_shards, local=local):
-            p.run().wait_until_finish()
-    except BaseException:
-        remove_work_dir_within(work_dir)  # spill and pool files of a failed run; shards were never published
-        raise
-    result = read_result(output_dir, started, input_bytes)
-    manifest = result.manifest
-    if not manifest.totals.get("instances"):
-        unpublish(output_dir, manifest)
-        c = manifest.counters
-        raise InputError(
-            f"--input {describe_inputs(files)}: no instances ({c.get(C.DOCUMENTS_READ, 0)} documents read, "
-            f"{c.get(C.DOCUMENTS_USED, 0)} used, {c.get(C.TOKENS, 0)} tokens)"
+    check_no_overlap(output_dir, {"input": [f.path for f in files], "vocab": [vocab]})
+    ensure_writable_dir(output_dir)
+    run_id = new_run_id()
+    with lock_output(output_dir, run_id, "bertprep pretraining"):
+        replaced = check_output(
+            output_dir, overwrite, _is_output, kinds=("pretraining",), what="a pretraining dataset's"
         )
+        work_dir = prepare_work_dir(output_dir, run_id)
+        started = time.time()
+        base = {
+            "vocab": vocab_entry(spec),
+            "parameters": {**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
+            "seed": cfg.seed,
+            "inputs": [{"path": redact_text(f.path), "bytes": f.bytes, "format": f.format} for f in files],
+            "run": {**run_entry(options, beam_args or [], started), "run_id": run_id},
+        }
+        C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
+        try:
+            # The earlier dataset (--overwrite) waits in _work/RUN_ID/previous until this one is published.
+            with replacing(output_dir, _is_output, replaced, FileSystems.join(work_dir, "previous")):
+                p = make_pipeline(options, run_id)
+                build_pipeline(
+                    p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options)
+                )
+                local = runner_name(options) == "FnApiRunner"  # its workers, threads or processes, share this machine
+                with Monitor(files=len(files), input_bytes=input_bytes, shards=num_shards, local=local):
+                    run_pipeline(p)
+        except BaseException:
+            remove_work_dir_within(work_root(work_dir))  # spill and pool files of a failed run; no shards published
+            raise
+        remove_work_dir(work_root(work_dir))
+        result = read_result(output_dir, started, input_bytes)
+        manifest = result.manifest
+        if not manifest.totals.get("instances"):
+            unpublish(output_dir, manifest)
+            c = manifest.counters
+            raise InputError(
+                f"--input {describe_inputs(files)}: no instances ({c.get(C.DOCUMENTS_READ, 0)} documents read, "
+                f"{c.get(C.DOCUMENTS_USED, 0)} used, {c.get(C.TOKENS, 0)} tokens)"
+            )
     return result

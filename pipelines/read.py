@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import json
 import lzma
+import os
 import re
 from collections import Counter
 from collections.abc import Generator, Iterable, Iterator
@@ -99,6 +101,8 @@ class FileRange:
     name: str  # what document ids are made of
     start: int = 0
     end: int | None = None
+    size: int = -1  # as listed (-1: unknown, not checked)
+    mtime: float = 0.0
 
 
 def decode_block(raw: bytes, counters: Counter) -> str:
@@ -353,11 +357,15 @@ def range_bytes_for(total_bytes: int) -> int:
     return min(MAX_RANGE_BYTES, max(MIN_RANGE_BYTES, total_bytes // RANGES_PER_INPUT))
 
 
-def file_ranges(path: str, input_format: str, name: str, size: int, range_bytes: int) -> list[FileRange]:
-    """The ranges one file is read in: one for a small, compressed or ``text`` file."""
+def file_ranges(
+    path: str, input_format: str, name: str, size: int, range_bytes: int, mtime: float | None = None
+) -> list[FileRange]:
+    """The ranges one file is read in: one for a small, compressed or ``text`` file. With ``mtime`` (as listed)
+    each range checks that the file still has that size and time once it is read."""
+    listed = (size, mtime) if mtime is not None else (-1, 0.0)
     if not splittable(path, input_format):
-        return [FileRange(path, input_format, name)]
-    return [FileRange(path, input_format, name, s, e) for s, e in split_ranges(size, range_bytes)]
+        return [FileRange(path, input_format, name, 0, None, *listed)]
+    return [FileRange(path, input_format, name, s, e, *listed) for s, e in split_ranges(size, range_bytes)]
 
 
 def _decompressed(raw, path: str, block_bytes: int) -> Iterator[bytes]:
@@ -398,13 +406,97 @@ def _decompressed(raw, path: str, block_bytes: int) -> Iterator[bytes]:
         yield chunk
 
 
+# Byte-order marks of the encodings that are not UTF-8 (UTF-32 first: its LE mark starts with UTF-16's).
+_FOREIGN_BOMS = (
+    (b"\x00\x00\xfe\xff", "UTF-32-BE"),
+    (b"\xff\xfe\x00\x00", "UTF-32-LE"),
+    (b"\xfe\xff", "UTF-16-BE"),
+    (b"\xff\xfe", "UTF-16-LE"),
+)
+
+
+def check_utf8_start(path: str, first: bytes) -> None:
+    """A file that starts with a UTF-16 or UTF-32 byte-order mark is refused, named: read as UTF-8 its text
+    would be garbled and its NULs stripped, silently."""
+    for bom, encoding in _FOREIGN_BOMS:
+        if first.startswith(bom):
+            raise InputError(
+                f"{path} is {encoding} (it starts with a {encoding} byte-order mark), not UTF-8: convert it first "
+                f"(iconv -f {encoding} -t UTF-8 {path} > {path}.utf8)"
+            )
+
+
+def check_unchanged(path: str, size: int, mtime: float) -> None:
+    """The file is still as it was listed (``size`` bytes, modified at ``mtime``; negative size: not checked):
+    a file written during the run would be read in part while the manifest records its listed size."""
+    if size < 0:
+        return
+    try:
+        if "://" in path:
+            found = FileSystems.match([path])[0].metadata_list
+            now_size, now_mtime = (found[0].size_in_bytes, found[0].last_updated_in_seconds) if found else (-1, 0.0)
+        else:
+            st = os.stat(path)
+            now_size, now_mtime = st.st_size, st.st_mtime
+    except Exception as e:  # gone, unreadable
+        raise InputError(f"{path} changed while this run read it: {type(e).__name__}: {e}") from e
+    if now_size != size or (mtime and now_mtime and now_mtime != mtime):
+        raise InputError(
+            f"{path} changed while this run read it (listed {size} bytes, now {now_size}; modified since "
+            "it was listed): run again once nothing writes to it"
+        )
+
+
 def read_chunks(path: str, block_bytes: int = BLOCK_BYTES) -> Generator[bytes, None, None]:
-    """Raw (decompressed) bytes of a file on any Beam filesystem; failures name the file."""
+    """Raw (decompressed) bytes of a file on any Beam filesystem; failures name the file. A compressed file
+    that is empty is refused as its own tool refuses it (gzip, zstd, ...), never read as an empty text."""
     try:
         with FileSystems.open(path, compression_type="uncompressed") as raw:
-            yield from _decompressed(raw, path, block_bytes)
+            first = True
+            for chunk in _decompressed(_not_empty(raw, path), path, block_bytes):
+                if first:
+                    check_utf8_start(path, chunk)
+                    first = False
+                yield chunk
+    except InputError:
+        raise
     except Exception as e:  # EOFError, zlib.error, OSError, zstd errors, ...: all fatal, all named
         raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
+
+
+class _Peeked(io.RawIOBase):
+    """A binary stream with its first bytes read already (to see that a compressed file is not empty)."""
+
+    def __init__(self, head: bytes, rest) -> None:
+        self.head, self.rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if n == 0:
+            return b""
+        head, self.head = self.head, b""
+        if not head:
+            return self.rest.read(n)
+        # A whole read: gzip reads its 2-byte magic in one call and fails on a short one.
+        return head + self.rest.read(-1 if n < 0 else n - len(head))
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def _not_empty(raw, path: str):
+    """``raw``, refused when the file is compressed (by its extension) and holds no byte at all."""
+    if not path.lower().endswith(COMPRESSED_SUFFIXES):
+        return raw
+    head = raw.read(1)
+    if not head:
+        kind = path.lower().rsplit(".", 1)[-1]
+        raise EOFError(f"empty file (0 bytes) is not {kind} data (the {kind} tool rejects it too)")
+    return _Peeked(head, raw)
 
 
 def read_segment(
@@ -418,7 +510,12 @@ def read_segment(
         raise ValueError(f"{path} ({input_format}) cannot be read in ranges")
     try:
         with FileSystems.open(path, compression_type="uncompressed") as f:
-            yield from segment_blocks(f, start, end, ANCHORS[input_format], block_bytes)
+            for block in segment_blocks(f, start, end, ANCHORS[input_format], block_bytes):
+                if block[0] == 0:
+                    check_utf8_start(path, block[1])
+                yield block
+    except InputError:
+        raise
     except Exception as e:
         raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
 
@@ -431,9 +528,11 @@ def read_documents(
     name: str | None = None,
     start: int = 0,
     end: int | None = None,
+    listed: tuple[int, float] = (-1, 0.0),
 ) -> Iterator[Document]:
     """Every document of one file, or of the range ``[start, end)`` of it, in file order; counts bytes, lines and
-    documents. Document ids are ``name:offset`` (``name`` defaults to the path)."""
+    documents. Document ids are ``name:offset`` (``name`` defaults to the path). ``listed``: the file's size and
+    modification time when it was listed; the run fails if it changed by the time its documents are read."""
     if start == 0 and end is None:
         blocks: Iterable[Block] = cut_blocks(read_chunks(path))
     else:
@@ -447,6 +546,7 @@ def read_documents(
     for doc in parse(lines(), name or path, input_format, counters, strip_gutenberg):
         counters[C.DOCUMENTS_READ] += 1
         yield doc
+    check_unchanged(path, *listed)
 
 
 def batch_documents(
@@ -472,13 +572,17 @@ def read_range(r: FileRange, strip_gutenberg: bool = True) -> Iterator[DocumentB
     counters: Counter = Counter()
     if r.start == 0:
         counters[C.FILES_READ] += 1
-    docs = read_documents(r.path, r.format, counters, strip_gutenberg, r.name, r.start, r.end)
+    docs = read_documents(r.path, r.format, counters, strip_gutenberg, r.name, r.start, r.end, (r.size, r.mtime))
     yield from batch_documents(docs, counters)
 
 
-def _ranges_of(file: tuple[str, str, str, int] | tuple[str, str, str], range_bytes: int) -> list[FileRange]:
-    path, input_format, name, *size = file  # without a size (the older 3-tuple), a file is one range
-    return file_ranges(path, input_format, name, size[0] if size else 0, range_bytes)
+def _ranges_of(file: tuple, range_bytes: int) -> list[FileRange]:
+    # (path, format, name[, size[, mtime]]): without a size (the older 3-tuple) a file is one range; with its
+    # listed mtime, a file that changes before it is read fails the run.
+    path, input_format, name, *rest = file
+    return file_ranges(
+        path, input_format, name, rest[0] if rest else 0, range_bytes, rest[1] if len(rest) > 1 else None
+    )
 
 
 class _ReadRangeFn(beam.DoFn):

@@ -1,7 +1,9 @@
 """Credentials passed as Beam options never reach a manifest, a log line or the console.
 
 Manifests record the run's Beam options, and people publish manifests with their datasets: an option whose
-name says key, secret, token, password or credential keeps its name and loses its value.
+name says key, secret, token, password or credential keeps its name and loses its value. Secrets are also
+redacted by value: a URL carrying ``user:password@`` (in any option, input, output or vocabulary, a log
+line, a progress line, an error, a manifest field) keeps its user and loses its password.
 """
 
 from __future__ import annotations
@@ -11,6 +13,23 @@ import re
 
 REDACTED = "<redacted>"
 _SECRET_NAME = re.compile(r"key|secret|token|password|passwd|credential", re.IGNORECASE)
+# scheme://user:password@host: the password is whatever lies between the first ':' and the '@' of the authority.
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):(?P<password>[^\s/?#@]*)@")
+# Secret values met so far in this process (redact_logs registers them): every text loses them.
+_KNOWN: set[str] = set()
+
+
+def url_passwords(text: str) -> list[str]:
+    """The passwords of the ``scheme://user:password@`` URLs in ``text``."""
+    return [m.group("password") for m in _URL_PASSWORD.finditer(text) if m.group("password")]
+
+
+def redact_text(text: str) -> str:
+    """``text`` with URL passwords and the secret values registered by :func:`redact_logs` replaced."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", text)
+    for s in sorted(_KNOWN, key=len, reverse=True):
+        text = text.replace(s, REDACTED)
+    return text
 
 
 def is_secret_option(name: str) -> bool:
@@ -35,7 +54,7 @@ def redact_options(args: list[str]) -> list[str]:
                 out.append(f"{name}={REDACTED}")
                 continue
             hide_next = True
-        out.append(arg)
+        out.append(_URL_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", arg))
     return out
 
 
@@ -43,8 +62,9 @@ def secret_values(args: list[str]) -> list[str]:
     """The values :func:`redact_options` hides."""
     values = []
     for arg, shown in zip(args, redact_options(args)):
-        if arg != shown:
+        if arg != shown and (shown == REDACTED or shown.endswith("=" + REDACTED)):
             values.append(arg.partition("=")[2] if shown.endswith("=" + REDACTED) else arg)
+        values += url_passwords(arg)
     return [v for v in values if v]
 
 
@@ -54,6 +74,7 @@ def redact_logs(args: list[str]) -> None:
     A record factory, not a handler filter: Beam and its workers add handlers of their own.
     """
     secrets = sorted(set(secret_values(args)), key=len, reverse=True)
+    _KNOWN.update(secrets)
     if not secrets:
         return
     make = logging.getLogRecordFactory()

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import shlex
+import signal
 import sys
+import tempfile
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
@@ -80,7 +83,144 @@ def runner_name(options: PipelineOptions) -> str:
     return options.view_as(StandardOptions).runner or "FnApiRunner"
 
 
-def make_pipeline(options: PipelineOptions) -> beam.Pipeline:
+# The log file of the current run's local worker processes (None: no worker processes, or no run yet).
+_worker_log: list[str | None] = [None]
+
+
+def worker_log_path(run_id: str) -> str:
+    """Where the local worker processes of run ``run_id`` write their stderr (tracebacks, Beam's chatter)."""
+    return os.path.join(tempfile.gettempdir(), f"bertprep-{run_id}-workers.log")
+
+
+def current_worker_log() -> str | None:
+    """The worker log of the run in progress, when it has one with something in it."""
+    path = _worker_log[0]
+    return path if path and os.path.exists(path) and os.path.getsize(path) else None
+
+
+def discard_worker_log() -> None:
+    path, _worker_log[0] = _worker_log[0], None
+    if path and os.path.exists(path):
+        os.remove(path)
+
+
+# Why the run stopped when a local worker process died under it (None: none died), and whether the run's
+# own code has taken the resulting interrupt (then the signals that deliver it stop).
+_worker_died: list[str | None] = [None]
+_death_handled = [False]
+
+
+def worker_death() -> str | None:
+    """How a local worker process of this run ended, when one died (killed, out of memory) during the run."""
+    return _worker_died[0]
+
+
+def death_signal_pending() -> bool:
+    """A signal now is the one :func:`_stop_main_thread` repeats until the run's code takes it."""
+    return _worker_died[0] is not None and not _death_handled[0]
+
+
+def run_pipeline(p: beam.Pipeline) -> None:
+    """Run ``p`` to the end; a failure (a worker's death included) stops the signals of :func:`_stop_main_thread`."""
+    try:
+        p.run().wait_until_finish()
+    except BaseException:
+        _death_handled[0] = True
+        raise
+
+
+def _watch_worker_processes() -> None:
+    """Make a local worker's death end the run instead of hanging it.
+
+    Beam's ``SubprocessSdkWorker.run`` (a thread per worker) raises when its process exits with an error,
+    in that thread, where no one waits: the runner then waits for the dead worker's results forever. Ours
+    records the death and stops the main thread (:func:`_stop_main_thread`) as Ctrl-C does (cleanup, one line);
+    :func:`worker_death` tells the message apart.
+    """
+    from apache_beam.runners.portability import local_job_service
+
+    worker = local_job_service.SubprocessSdkWorker
+    if getattr(worker.run, "bertprep_watch", False):
+        return
+    original = worker.run
+
+    def run(self) -> None:
+        try:
+            original(self)
+        except RuntimeError as e:  # "Worker subprocess exited with return code 137"
+            code = str(e).rsplit(" ", 1)[-1]
+            _worker_died[0] = f"signal {code[1:]}" if code.startswith("-") else f"exit code {code}"
+            import threading
+
+            threading.excepthook = lambda args: None  # Beam's gRPC threads of the dead worker raise as it ends
+            _stop_main_thread()
+
+    run.bertprep_watch = True  # type: ignore[attr-defined]
+    worker.run = run  # type: ignore[method-assign]
+
+
+def _stop_main_thread() -> None:
+    """End the main thread's wait: by SIGTERM where the CLI handles it as Ctrl-C (a real signal wakes a
+    blocked wait; SIGINT may be ignored, as in a background job), else by a KeyboardInterrupt; again every
+    half second until :func:`run_pipeline` has it (Beam's runner, leaving, waits for the bundles that wait for
+    the dead worker, and only a second interrupt gets it out)."""
+    import threading
+    import time
+
+    def kick() -> None:
+        while not _death_handled[0]:
+            if callable(signal.getsignal(signal.SIGTERM)):
+                # To the main thread itself: a signal the kernel gives another thread would not wake its wait.
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+            else:
+                import _thread
+
+                _thread.interrupt_main()
+            time.sleep(0.5)
+
+    threading.Thread(target=kick, name="bertprep-worker-died", daemon=True).start()
+
+
+def _children(parent: int) -> list[tuple[int, bytes]]:
+    """``(pid, command line)`` of each process whose parent is ``parent`` (Linux ``/proc``; none elsewhere)."""
+    found = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent:
+            found.append((int(name), cmd))
+    return found
+
+
+def stop_worker_processes() -> None:
+    """Kill this process's local worker processes (after a failure: a worker left running would keep the
+    process from exiting, as Python waits for the thread that waits for it). Workers are direct children:
+    Beam's shell ``exec``s them (a shell of an older command line is killed with its children)."""
+    for pid, cmd in _children(os.getpid()):
+        if b"pipelines.beam_worker" in cmd:
+            for child, _ in _children(pid):
+                _kill(child)
+            _kill(pid)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def make_pipeline(options: PipelineOptions, run_id: str | None = None) -> beam.Pipeline:
+    """The pipeline for ``options``. Local worker processes write their stderr to :func:`worker_log_path`
+    (each failure's traceback, 250 lines for one bad file), not the console: the user sees one ``Error:``
+    line, which names that file when it is worth reading; our progress lines still reach the console."""
     if options.view_as(StandardOptions).runner is not None:
         return beam.Pipeline(options=options)
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -89,8 +229,14 @@ def make_pipeline(options: PipelineOptions) -> beam.Pipeline:
     direct = options.view_as(DirectOptions)
     if (direct.direct_num_workers or 1) > 1 or direct.direct_running_mode == "multi_processing":
         # Worker processes, started through our entry point so that they stay quiet.
+        log = worker_log_path(run_id or f"{os.getpid()}")
+        _worker_log[0] = log
+        _worker_died[0], _death_handled[0] = None, False
+        _watch_worker_processes()
         env = environments.SubprocessSDKEnvironment.from_command_string(
-            f"MALLOC_ARENA_MAX=2 {sys.executable} -m pipelines.beam_worker"
+            # exec: the worker replaces Beam's shell, which would print "Killed" if the worker were killed.
+            f"exec env BERTPREP_WORKER_LOG={shlex.quote(log)} MALLOC_ARENA_MAX=2 {shlex.quote(sys.executable)} "
+            "-m pipelines.beam_worker"
         )
         direct.direct_running_mode = "in_memory"  # else FnApiRunner replaces our environment with its own
         return beam.Pipeline(runner=FnApiRunner(default_environment=env), options=options)

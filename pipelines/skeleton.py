@@ -6,17 +6,20 @@ Each side keeps its own policy (which files are a dataset's, how much input a sh
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.config import check
-from pipelines.output_dir import ensure_writable_dir, refusal
-from pipelines.redact import redact_options
+from pipelines.output_dir import ensure_writable_dir, foreign_files, refusal, refuse_foreign
+from pipelines.redact import redact_options, redact_text
 from pipelines.runner import UsageError, runner_name
 from pipelines.tokenize import TokenizerSpec
 from schemas.manifest import MANIFEST_NAME, Manifest
@@ -53,23 +56,105 @@ def existing_outputs(output_dir: str, is_output: Callable[[str], bool]) -> list[
     return sorted(found)
 
 
-def prepare_output(output_dir: str, overwrite: bool, is_output: Callable[[str], bool]) -> None:
-    """Refuse to mix runs: a folder holding a dataset's files (a vocabulary alone does not count) needs
-    ``overwrite``, which removes the old manifest first (so a crash leaves none), then the other files and
-    the vocabulary."""
+def _names_in(output_dir: str) -> list[str]:
+    """Every name directly in ``output_dir`` (files and folders; on object stores, the objects below it)."""
+    if "://" not in output_dir:
+        return sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    names = set()
+    prefix = output_dir.rstrip("/") + "/"
+    for r in FileSystems.match([prefix + "*"]):
+        for m in r.metadata_list:
+            names.add(m.path[len(prefix) :].split("/", 1)[0] if m.path.startswith(prefix) else m.path)
+    return sorted(n for n in names if n)
+
+
+def _manifest_kind(output_dir: str) -> str | None:
+    """The ``kind`` of the manifest in ``output_dir`` (None: no manifest, or one that cannot be read)."""
+    try:
+        with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
+            kind = json.loads(f.read()).get("kind")
+    except Exception:  # noqa: BLE001 - an unreadable manifest is a killed run's leftover
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+def check_output(
+    output_dir: str,
+    overwrite: bool,
+    is_output: Callable[[str], bool],
+    kinds: tuple[str, ...] = (),
+    what: str = "a dataset's",
+) -> list[str]:
+    """Refuse to mix runs: a folder holding anything but this command's files (``is_output``; a dataset of
+    another ``kind`` than ``kinds``) is refused, with or without ``overwrite``; one holding this command's
+    dataset files (a vocabulary alone does not count) needs ``overwrite``. Returns the files the run
+    replaces, the manifest first. Changes nothing; call it holding the lock."""
     ensure_writable_dir(output_dir)
+    kind = _manifest_kind(output_dir)
+    if kinds and kind is not None and kind not in kinds:
+        raise UsageError(
+            "output",
+            f"{output_dir} holds a {kind} dataset, which this command does not write: choose another --output",
+        )
+    own = lambda name: is_output(name) or name == VOCAB_FILENAME  # noqa: E731 - every dataset has a vocab.txt
+    refuse_foreign(output_dir, foreign_files(output_dir, own, _names_in(output_dir)), what)
     existing = existing_outputs(output_dir, is_output)
     if any(not p.endswith(VOCAB_FILENAME) for p in existing) and not overwrite:
         raise UsageError("output", refusal(output_dir, existing))
     manifest = FileSystems.join(output_dir, MANIFEST_NAME)
-    if FileSystems.exists(manifest):
-        FileSystems.delete([manifest])
-    others = [p for p in existing if p != manifest]
+    paths = [manifest] if FileSystems.exists(manifest) else []
+    paths += [p for p in existing if p != manifest]
     vocab = FileSystems.join(output_dir, VOCAB_FILENAME)
-    if not any(q.endswith(VOCAB_FILENAME) for q in others) and FileSystems.exists(vocab):
-        others.append(vocab)
-    if others:
-        FileSystems.delete(others)
+    if not any(q.endswith(VOCAB_FILENAME) for q in paths) and FileSystems.exists(vocab):
+        paths.append(vocab)
+    return paths
+
+
+def prepare_output(
+    output_dir: str,
+    overwrite: bool,
+    is_output: Callable[[str], bool],
+    kinds: tuple[str, ...] = (),
+    what: str = "a dataset's",
+) -> None:
+    """:func:`check_output`, then delete what it returns, the old manifest first (so a crash leaves none)."""
+    for p in check_output(output_dir, overwrite, is_output, kinds, what):
+        FileSystems.delete([p])
+
+
+@contextmanager
+def replacing(output_dir: str, is_output: Callable[[str], bool], paths: list[str], aside_dir: str) -> Iterator[None]:
+    """Run the block with the earlier run's files (``paths``, from :func:`check_output`) set aside in
+    ``aside_dir``, manifest first; if the block fails, its own files go and the earlier run comes back (its
+    manifest last), so that ``--overwrite`` loses nothing to a run that fails, even one that fails late
+    (a corrupt file found while reading). On success the caller removes ``aside_dir`` with its work folder."""
+    moved: list[tuple[str, str]] = []
+    if paths and "://" not in aside_dir:
+        os.makedirs(aside_dir, exist_ok=True)
+    try:
+        for p in paths:
+            dst = FileSystems.join(aside_dir, p.rstrip("/").rsplit("/", 1)[-1])
+            FileSystems.rename([p], [dst])
+            moved.append((p, dst))
+        yield
+    except BaseException:
+        _restore(output_dir, is_output, moved, aside_dir)
+        raise
+
+
+def _restore(output_dir: str, is_output: Callable[[str], bool], moved: list[tuple[str, str]], aside: str) -> None:
+    if not moved:
+        return
+    try:
+        partial = existing_outputs(output_dir, is_output)
+        if partial:
+            FileSystems.delete(partial)
+        for src, dst in sorted(moved, key=lambda m: m[0].endswith(MANIFEST_NAME)):
+            FileSystems.rename([dst], [src])
+    except Exception as e:  # noqa: BLE001 - the run's own error is what the user must see
+        from pipelines import counters as C
+
+        C.progress(f"could not put the earlier dataset back ({type(e).__name__}: {e}); its files are in {aside}")
 
 
 def vocab_entry(spec: TokenizerSpec) -> dict[str, Any]:
@@ -81,7 +166,7 @@ def vocab_entry(spec: TokenizerSpec) -> dict[str, Any]:
         "lowercase": spec.lowercase,
         "id_type": spec.vocab.id_type,
         "special_ids": spec.vocab.special_ids,
-        "source": spec.source,
+        "source": redact_text(spec.source),
     }
 
 

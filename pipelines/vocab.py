@@ -14,6 +14,7 @@ sorted order, so the same corpus always gives the same vocabulary, byte for byte
 from __future__ import annotations
 
 import json
+import os
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator
@@ -24,8 +25,9 @@ from tokenizers import trainers
 
 from pipelines.config import FORMATS, check
 from pipelines.hashing import hash64
-from pipelines.inputs import resolve_inputs
+from pipelines.inputs import InputFile, resolve_inputs
 from pipelines.read import InputError, read_documents
+from pipelines.redact import redact_text
 from pipelines.tokenize import bert_tokenizer
 from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
 from schemas.wordpiece import with_bert_template
@@ -49,14 +51,24 @@ class VocabConfig:
         check(self.min_frequency >= 1, "min_frequency", f"must be >= 1, got {self.min_frequency}")
 
 
-def sample_texts(inputs: list[str], cfg: VocabConfig, counters: Counter) -> Iterator[str]:
-    files = resolve_inputs(inputs, cfg.input_format)
+# The files ``bertprep vocab`` writes: an output folder holding these holds an earlier vocabulary.
+VOCAB_FILES = (VOCAB_FILENAME, "tokenizer.json", "tokenizer_config.json", "vocab_config.json")
+
+
+def is_vocab_file(name: str) -> bool:
+    return name.removesuffix(".tmp") in VOCAB_FILES
+
+
+def sample_texts(inputs: list[str] | list[InputFile], cfg: VocabConfig, counters: Counter) -> Iterator[str]:
+    files = [i for i in inputs if isinstance(i, InputFile)] or resolve_inputs(
+        [str(i) for i in inputs], cfg.input_format
+    )
     total = sum(f.bytes for f in files)
     fraction = 1.0 if not cfg.sample_bytes or cfg.sample_bytes >= total else cfg.sample_bytes / total
     threshold = int(fraction * 2**64)
     taken = 0
     for f in files:
-        for doc in read_documents(f.path, f.format, counters):
+        for doc in read_documents(f.path, f.format, counters, listed=(f.bytes, f.mtime)):
             if fraction < 1.0 and hash64(cfg.seed, doc.doc_id) >= threshold:
                 continue
             for p in doc.paragraphs:
@@ -96,10 +108,56 @@ def continuation_pieces(texts, lowercase: bool) -> list[str]:
     return sorted("##" + c for c in chars if _can_continue_word(c))
 
 
-def train_vocab(inputs: list[str], output_dir: str | Path, cfg: VocabConfig) -> tuple[Vocab, Counter]:
+def prepare_vocab_output(output_dir: str, overwrite: bool) -> None:
+    """The ``bertprep vocab`` output folder: empty, or an earlier vocabulary (replaced only with ``overwrite``,
+    and only once the new one is written), never anything else."""
+    from pipelines.output_dir import refuse_foreign
+    from pipelines.runner import UsageError
+
+    if "://" in output_dir:
+        return
+    names = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    refuse_foreign(output_dir, [n for n in names if not n.startswith(".") and not is_vocab_file(n)], "a vocabulary's")
+    mine = [n for n in names if is_vocab_file(n)]
+    if mine and not overwrite:
+        raise UsageError(
+            "output", f"{output_dir} already holds a vocabulary ({', '.join(mine)}); pass --overwrite to replace it"
+        )
+
+
+def write_all(out: Path, writers: dict) -> None:
+    """Write every file under a temporary name, then rename them into place: a full disk or any other
+    failure leaves the folder as it was (an earlier vocabulary intact), and raises the ``OSError``."""
+    tmps = {name: out / f"{name}.tmp" for name in writers}
+    try:
+        for name, write in writers.items():
+            write(tmps[name])
+        for name, tmp in tmps.items():
+            os.replace(tmp, out / name)
+    except BaseException:
+        for tmp in tmps.values():
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def train_vocab(
+    inputs: list[str], output_dir: str | Path, cfg: VocabConfig, files: list[InputFile] | None = None
+) -> tuple[Vocab, Counter]:
+    """Train on ``inputs`` (the ``--input`` patterns; ``files``: them resolved already) and write the files."""
+    files = files if files is not None else resolve_inputs(inputs, cfg.input_format)
     counters: Counter = Counter()
     first: Counter = Counter()
-    pieces = continuation_pieces(sample_texts(inputs, cfg, first), cfg.lowercase)
+    pieces = continuation_pieces(sample_texts(files, cfg, first), cfg.lowercase)
+    total = sum(f.bytes for f in files)
+    if not first["documents_sampled"] and first["documents_read"] and 0 < cfg.sample_bytes < total:
+        # The sample is a hash-chosen fraction of the documents: too small a fraction chooses none.
+        from pipelines.runner import UsageError
+
+        raise UsageError(
+            "sample-bytes",
+            f"{cfg.sample_bytes} bytes is too small a sample of {total:,} bytes of input: it takes none of "
+            f"the {first['documents_read']} documents read; raise --sample-bytes (0: the whole corpus)",
+        )
     if not first["documents_sampled"] or not first["bytes_read"]:
         # Else `tokenizers` trains a vocabulary of the special tokens alone and nothing says why.
         raise InputError(
@@ -115,40 +173,33 @@ def train_vocab(inputs: list[str], output_dir: str | Path, cfg: VocabConfig) -> 
         show_progress=False,
     )
     trained = bert_tokenizer(None, cfg.lowercase)
-    trained.train_from_iterator(sample_texts(inputs, cfg, counters), trainer=trainer)
+    trained.train_from_iterator(sample_texts(files, cfg, counters), trainer=trainer)
     vocab = Vocab(tuple(t for t, _ in sorted(trained.get_vocab().items(), key=lambda kv: kv[1])))
     # Rebuilt from the vocabulary: the ## pieces were "special" only to steer training.
     tok = with_bert_template(bert_tokenizer(vocab, cfg.lowercase), vocab)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    vocab.write(out / VOCAB_FILENAME)
-    tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "BertTokenizer",
-                "do_lower_case": cfg.lowercase,
-                "model_max_length": 512,
-                "unk_token": "[UNK]",
-                "sep_token": SEP,
-                "pad_token": "[PAD]",
-                "cls_token": CLS,
-                "mask_token": "[MASK]",
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    (out / "vocab_config.json").write_text(
-        json.dumps(
-            {
-                "inputs": inputs,
-                **{k: getattr(cfg, k) for k in cfg.__slots__},
-                "vocab_sha256": vocab.sha256,
-                "counters": dict(counters),
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    config = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": cfg.lowercase,
+        "model_max_length": 512,
+        "unk_token": "[UNK]",
+        "sep_token": SEP,
+        "pad_token": "[PAD]",
+        "cls_token": CLS,
+        "mask_token": "[MASK]",
+    }
+    record = {
+        "inputs": [redact_text(i) for i in inputs],
+        **{k: getattr(cfg, k) for k in cfg.__slots__},
+        "vocab_sha256": vocab.sha256,
+        "counters": dict(counters),
+    }
+    writers = {
+        VOCAB_FILENAME: vocab.write,
+        "tokenizer.json": lambda p: tok.save(str(p)),
+        "tokenizer_config.json": lambda p: p.write_text(json.dumps(config, indent=2) + "\n"),
+        "vocab_config.json": lambda p: p.write_text(json.dumps(record, indent=2) + "\n"),
+    }
+    write_all(out, writers)
     return vocab, counters

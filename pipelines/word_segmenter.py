@@ -74,8 +74,18 @@ def check_word_segmenter(name: str, spec) -> None:
 
 def word_start_chars(text: str, segment: WordSpans) -> np.ndarray:
     """``[len(text) + 1]`` bool: True where a segmenter word starts (and at the end of the text)."""
+    from pipelines.read import InputError  # one Error line naming the flag, never a worker's IndexError
+
     starts = np.zeros(len(text) + 1, dtype=bool)
-    spans = segment(text)
+    try:
+        spans = list(segment(text))
+    except Exception as e:  # noqa: BLE001 - any failure of a third-party segmenter
+        raise InputError(f"--word-segmenter failed ({type(e).__name__}: {e}) on the text {text[:40]!r}") from e
+    bad = next(((s, e) for s, e in spans if not 0 <= s <= e <= len(text)), None)
+    if bad is not None:
+        raise InputError(
+            f"--word-segmenter returned the span {bad}, outside the text of {len(text)} characters {text[:40]!r}"
+        )
     if spans:
         starts[np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans))] = True
     starts[len(text)] = True

@@ -6,7 +6,7 @@ set -euo pipefail
 S=${SHARED:-../shared/data}/pretrain
 OUT=${RUNS:-runs}/mini
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-bertprep vocab --input "wikiextractor:$S/wikipedia/wiki_*" --input "text:$S/gutenberg/*.txt" --vocab-size 16000 \
+bertprep vocab --input "wikiextractor:$S/wikipedia/wiki_*" --input "text:$S/gutenberg/*.txt" --vocab-size 16000 --overwrite \
     --output "$OUT/vocab"
 # wiki_15 is held out for evaluation. Each corpus at length 64 (phase one) and 128 (phase two).
 for len in 64 128; do

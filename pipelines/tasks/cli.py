@@ -116,7 +116,14 @@ def _run(fn: Callable, **kwargs) -> None:
     from pipelines.cli_errors import pipeline_errors
     from pipelines.redact import redact_logs
 
-    redact_logs(kwargs.get("beam_args") or [])
+    redact_logs(
+        [
+            *(kwargs.get("beam_args") or []),
+            *kwargs.get("inputs", []),
+            kwargs.get("vocab") or "",
+            kwargs.get("output_dir") or "",
+        ]
+    )
 
     try:
         with pipeline_errors():

@@ -23,8 +23,12 @@ import apache_beam as beam
 from pipelines import counters as C
 from pipelines.inputs import InputFile, resolve_inputs
 from pipelines.inspection import load_manifest
-from pipelines.runner import UsageError, make_pipeline, pipeline_options
-from pipelines.skeleton import RunResult, ShardSizing, prepare_output, read_result, run_entry, vocab_entry
+from pipelines.output_dir import check_no_overlap, ensure_writable_dir
+from pipelines.output_lock import lock_output, new_run_id
+from pipelines.redact import redact_text
+from pipelines.runner import UsageError, make_pipeline, pipeline_options, run_pipeline
+from pipelines.skeleton import RunResult, ShardSizing, check_output, read_result, replacing, run_entry, vocab_entry
+from pipelines.spill import remove_work_dir
 from pipelines.tasks import read as R
 from pipelines.tasks.classification import RowFeaturizer
 from pipelines.tasks.config import ClassificationConfig, NerConfig, SquadConfig, TaskConfig
@@ -42,6 +46,7 @@ from schemas import tasks as T
 from schemas.manifest import MANIFEST_NAME
 from schemas.vocab import VOCAB_FILENAME
 
+WORK_DIR_NAME = "_work"  # as pretraining's: here only the earlier dataset waits there during --overwrite
 # About 32 MB of input per shard, 1 to 4 shards: task datasets are small and read whole.
 SHARD_SIZING = ShardSizing(bytes_per_shard=32 << 20, at_least=1, at_most=4)
 _SPLIT_WORD = re.compile(r"(train|dev|validation|valid|val|test)(_matched|_mismatched)?")
@@ -115,17 +120,46 @@ def _run(
     overwrite: bool,
     options,
     beam_args: list[str],
+    label_set_from: str | None = None,
 ) -> RunResult:
     cfg = plan.cfg
     input_bytes = sum(f.bytes for f in files)
     num_shards = cfg.num_shards or SHARD_SIZING.num_shards(input_bytes)
-    prepare_output(output_dir, overwrite, _is_output)
+    check_no_overlap(
+        output_dir,
+        {"input": [f.path for f in files], "vocab": [spec.source], "label-set-from": [label_set_from or ""]},
+    )
+    ensure_writable_dir(output_dir)
+    run_id = new_run_id()
+    with lock_output(output_dir, run_id, f"bertprep task {cfg.kind}"):
+        replaced = check_output(output_dir, overwrite, _is_output, kinds=T.KINDS, what="a task dataset's")
+        work = os.path.join(output_dir, WORK_DIR_NAME) if "://" not in output_dir else f"{output_dir}/{WORK_DIR_NAME}"
+        try:
+            # The earlier dataset (--overwrite) waits in _work/RUN_ID/previous until this one is published.
+            with replacing(output_dir, _is_output, replaced, f"{work}/{run_id}/previous"):
+                return _run_locked(plan, files, spec, output_dir, options, beam_args, run_id, num_shards, input_bytes)
+        finally:
+            remove_work_dir(work)
+
+
+def _run_locked(
+    plan: _Plan,
+    files: list[InputFile],
+    spec: TokenizerSpec,
+    output_dir: str,
+    options,
+    beam_args: list[str],
+    run_id: str,
+    num_shards: int,
+    input_bytes: int,
+) -> RunResult:
+    cfg = plan.cfg
     started = time.time()
     parameters = {**cfg.to_dict(), "num_shards": num_shards}
     base = {
         "vocab": vocab_entry(spec),
         "parameters": parameters,
-        "inputs": [{"path": f.path, "bytes": f.bytes} for f in files],
+        "inputs": [{"path": redact_text(f.path), "bytes": f.bytes} for f in files],
         "task": {
             "kind": cfg.kind,
             "split": cfg.split,
@@ -134,7 +168,7 @@ def _run(
             "ignore_index": T.IGNORE_INDEX,
             **plan.task,
         },
-        "run": run_entry(options, beam_args, started),
+        "run": {**run_entry(options, beam_args, started), "run_id": run_id},
     }
     shard_spec = ShardSpec(
         output_dir=output_dir,
@@ -150,8 +184,8 @@ def _run(
         f"{cfg.kind} {cfg.split}: {len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} "
         f"({num_shards} shards)"
     )
-    p = make_pipeline(options)
-    inputs = p | "Inputs" >> beam.Create(list(enumerate(f.path for f in files)))
+    p = make_pipeline(options, run_id)
+    inputs = p | "Inputs" >> beam.Create([(i, f.path, f.bytes, f.mtime) for i, f in enumerate(files)])
     read = inputs | "Read" >> R.ReadRecords(plan.parser)
     layout = read[R.COUNTS] | "Counts" >> beam.combiners.ToList() | "Layout" >> beam.Map(Layout.from_counts)
     labels = read["records"] | "Labels" >> Labels(plan.labels, cfg.kind)
@@ -166,7 +200,7 @@ def _run(
     _ = results | "Finalize" >> FinalizeTask(
         shard_spec, plan.labels, base=base, vocab_text=spec.vocab.text(), tallies=tallies, labels=labels, files=extra
     )
-    p.run().wait_until_finish()
+    run_pipeline(p)
     return read_result(output_dir, started, input_bytes)
 
 
@@ -302,6 +336,7 @@ def run_classification(
         overwrite,
         options,
         list(beam_args or []),
+        label_set_from,
     )
 
 
@@ -379,6 +414,7 @@ def run_ner(
         overwrite,
         options,
         list(beam_args or []),
+        label_set_from,
     )
 
 

@@ -22,7 +22,7 @@ import apache_beam as beam
 
 from pipelines import counters as C
 from pipelines.counters import Tally
-from pipelines.read import iter_text_lines, read_chunks
+from pipelines.read import check_unchanged, iter_text_lines, read_chunks
 
 RECORDS_PER_BATCH = 1024
 CHARS_PER_BATCH = 1 << 20
@@ -154,14 +154,17 @@ class _ReadFileFn(beam.DoFn):
     def __init__(self, parser: Parser) -> None:
         self.parser = parser
 
-    def process(self, element: tuple[int, str]):
-        file_index, path = element
+    def process(self, element: tuple):
+        # (file_index, path[, size, mtime as listed]): a file that changed since it was listed fails the run.
+        file_index, path, *listed = element
         tally = Tally()
         tally.add("files_read")
         n = 0
         for batch in batch_records(self.parser(path, file_index, tally), path, file_index):
             n += len(batch.records)
             yield batch
+        if listed:
+            check_unchanged(path, *listed)
         tally.report()
         C.progress(f"read {path}: {n} records, {tally.counts['bytes_read'] / 1e6:.1f} MB")
         yield beam.pvalue.TaggedOutput(COUNTS, (file_index, n))

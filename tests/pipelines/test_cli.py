@@ -102,6 +102,21 @@ def test_missing_vocab_and_existing_output_are_usage_errors(dataset, demo_corpus
             str(out),
         ],
     )
+    # The dataset's own vocabulary lies inside --output: refused, with or without --overwrite.
+    assert r.exit_code == 2 and "overlaps --vocab" in r.output
+    shutil.copy(out / "vocab.txt", tmp_path / "v.txt")
+    r = CliRunner().invoke(
+        main,
+        [
+            "pretraining",
+            "--input",
+            str(demo_corpus / "assert.txt"),
+            "--vocab",
+            str(tmp_path / "v.txt"),
+            "--output",
+            str(out),
+        ],
+    )
     assert r.exit_code == 2 and "--overwrite" in r.output
 
 

@@ -382,3 +382,24 @@ def test_range_size_gives_several_ranges_to_a_small_file_and_few_to_a_big_corpus
     assert -(-10_000_000 // range_bytes_for(10_000_000)) >= 4  # a 10 MB file feeds 2 workers several ranges each
     assert range_bytes_for(20 << 30) == 64 << 20  # 20 GB: 320 ranges
     assert range_bytes_for(1000) == 1 << 20
+
+
+@pytest.mark.parametrize("ext", [".gz", ".gzip", ".bz2", ".xz", ".lzma", ".zst", ".zstd"])
+def test_an_empty_compressed_file_is_refused_naming_it(tmp_path, ext):
+    p = tmp_path / f"empty.txt{ext}"
+    p.write_bytes(b"")
+    with pytest.raises(InputError, match=f"empty.txt\\{ext}.*empty file"):
+        docs_of(p, "sentences")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-be"])
+def test_a_bom_of_another_encoding_is_refused_in_whole_files_and_ranges(tmp_path, encoding):
+    from pipelines.read import read_documents
+
+    p = tmp_path / "wide.txt"
+    body = "One sentence.\nTwo.\n\nAnother document.\n"
+    p.write_bytes(("" if encoding in ("utf-16", "utf-32") else "\ufeff").encode(encoding) + body.encode(encoding))
+    with pytest.raises(InputError, match="wide.txt is UTF-"):
+        docs_of(p, "sentences")
+    with pytest.raises(InputError, match="wide.txt is UTF-"):
+        list(read_documents(str(p), "sentences", Counter(), start=0, end=8))

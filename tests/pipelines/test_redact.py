@@ -118,3 +118,20 @@ def test_task_manifest_holds_no_secret(tmp_path, demo_vocab):
     manifest = (tmp_path / "t" / "manifest.json").read_text()
     assert "TOKEN-2" not in manifest and "TOKEN-2" not in r.output
     assert json.loads(manifest)["run"]["options"] == [f"--s3_session_token={REDACTED}"]
+
+
+def test_url_passwords_are_redacted_by_value_wherever_they_appear():
+    from pipelines.redact import redact_text, secret_values
+
+    args = ["--s3_endpoint_url=http://user:pw-7@host:9000", "--runner=X", "--other", "https://a:b-8@h/p"]
+    assert redact_options(args) == [
+        f"--s3_endpoint_url=http://user:{REDACTED}@host:9000",
+        "--runner=X",
+        "--other",
+        f"https://a:{REDACTED}@h/p",
+    ]
+    assert set(secret_values(args)) == {"pw-7", "b-8"}
+    assert (
+        redact_text("cannot read s3+x://k:v-9@b/x and http://host/y")
+        == f"cannot read s3+x://k:{REDACTED}@b/x and http://host/y"
+    )

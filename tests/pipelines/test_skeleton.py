@@ -23,7 +23,12 @@ def test_prepare_output_refuses_a_dataset_and_clears_it_manifest_first(tmp_path)
     def is_output(name: str) -> bool:
         return name in (MANIFEST_NAME, VOCAB_FILENAME) or name.startswith("shard-")
 
-    for name in (MANIFEST_NAME, VOCAB_FILENAME, "shard-0", "notes.txt"):
+    (tmp_path / "notes.txt").write_text("x")
+    for overwrite in (False, True):  # someone else's file: refused, overwrite or not, and nothing removed
+        with pytest.raises(UsageError, match=r"not a dataset's \(notes.txt\)"):
+            prepare_output(str(tmp_path), overwrite, is_output)
+    (tmp_path / "notes.txt").unlink()
+    for name in (MANIFEST_NAME, VOCAB_FILENAME, "shard-0"):
         (tmp_path / name).write_text("x")
     assert [p.rsplit("/", 1)[-1] for p in existing_outputs(str(tmp_path), is_output)] == [
         MANIFEST_NAME,
@@ -34,7 +39,7 @@ def test_prepare_output_refuses_a_dataset_and_clears_it_manifest_first(tmp_path)
         prepare_output(str(tmp_path), False, is_output)
     assert e.value.param == "output"
     prepare_output(str(tmp_path), True, is_output)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # not a dataset's file: kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_a_vocabulary_alone_is_not_a_dataset_and_is_replaced(tmp_path):
