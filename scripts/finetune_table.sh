@@ -15,16 +15,7 @@ mkdir -p "$D/raw"
 # Task data (the mini vocabulary): SST-2 first 10,000 training rows, full dev; MRPC full; CoNLL first 5,000
 # training sentences, full validation; SQuAD dev articles 0-39 to train, 40-47 to evaluate.
 head -n 10001 "$T/sst2/train.tsv" > "$D/raw/sst2_train_10k.tsv"
-python3 - "$T/conll2003/train.txt" "$D/raw/conll_train_5k.txt" <<'PY'
-import sys
-blocks, out, n = open(sys.argv[1], encoding="utf-8").read().split("\n\n"), [], 0
-for block in blocks:
-    out.append(block)
-    n += bool(block.strip()) and not block.startswith("-DOCSTART-")
-    if n >= 5000:
-        break
-open(sys.argv[2], "w", encoding="utf-8").write("\n\n".join(out) + "\n")
-PY
+python3 "$(dirname "$0")/conll_head.py" "$T/conll2003/train.txt" "$D/raw/conll_train_5k.txt" 5000
 task() { bertprep task "$@" --vocab "$V" --overwrite > /dev/null; }
 task classification --glue sst2 --input "$D/raw/sst2_train_10k.tsv" --split train --output "$D/sst2_train"
 task classification --glue sst2 --input "$T/sst2/dev.tsv" --output "$D/sst2_dev"

@@ -70,16 +70,7 @@ shards eval 1 --input "wikiextractor:$S/wikipedia/wiki_15"
 D=$OUT/tasks_data
 mkdir -p "$D/raw"
 head -n 10001 "$T/sst2/train.tsv" > "$D/raw/sst2_train_10k.tsv"
-python3 - "$T/conll2003/train.txt" "$D/raw/conll_train_5k.txt" <<'PY'
-import sys
-blocks, out, n = open(sys.argv[1], encoding="utf-8").read().split("\n\n"), [], 0
-for block in blocks:
-    out.append(block)
-    n += bool(block.strip()) and not block.startswith("-DOCSTART-")
-    if n >= 5000:
-        break
-open(sys.argv[2], "w", encoding="utf-8").write("\n\n".join(out) + "\n")
-PY
+python3 "$HERE/conll_head.py" "$T/conll2003/train.txt" "$D/raw/conll_train_5k.txt" 5000
 task() {  # name args...
     local name=$1; shift
     [ -f "$D/$name/manifest.json" ] || bertprep task "$@" --vocab "$V" --output "$D/$name" --overwrite > /dev/null

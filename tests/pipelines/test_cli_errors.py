@@ -429,6 +429,24 @@ def _popen(*args: str) -> subprocess.Popen:
     return p
 
 
+def _wiki_run(out: Path, demo_vocab: Path, *extra: str) -> subprocess.Popen:
+    """A pretraining run long enough to be caught in the middle (eight Wikipedia files, dupe 2)."""
+    wiki = shared_path("pretrain", "wikipedia")
+    vocab = str(demo_vocab / "vocab.txt")
+    return _popen(
+        "pretraining",
+        "--input",
+        f"wikiextractor:{wiki}/wiki_0[0-7]",
+        "--vocab",
+        vocab,
+        "--output",
+        str(out),
+        "--dupe-factor",
+        "2",
+        *extra,
+    )
+
+
 def _wait_for(path: Path, p: subprocess.Popen, seconds: float = 90) -> None:
     deadline = time.monotonic() + seconds
     while not path.exists():
@@ -580,20 +598,8 @@ def test_worker_processes_fail_in_one_line(bad, demo_vocab, tmp_path):
 
 
 def test_a_killed_worker_is_one_line(tmp_path, demo_vocab):
-    wiki = shared_path("pretrain", "wikipedia")
     out = tmp_path / "out"
-    p = _popen(
-        "pretraining",
-        "--input",
-        f"wikiextractor:{wiki}/wiki_0[0-7]",
-        "--vocab",
-        str(demo_vocab / "vocab.txt"),
-        "--output",
-        str(out),
-        "--dupe-factor",
-        "2",
-        "--direct_num_workers=2",
-    )
+    p = _wiki_run(out, demo_vocab, "--direct_num_workers=2")
     _wait_for(out / "_work", p)
     deadline = time.monotonic() + 60
     workers: list[int] = []
@@ -636,19 +642,8 @@ def test_an_unforeseen_failure_is_one_line_naming_a_log(bad, demo_vocab, tmp_pat
 
 
 def test_sigterm_is_ctrl_c_one_line_exit_143_work_removed(tmp_path, demo_vocab):
-    wiki = shared_path("pretrain", "wikipedia")
     out = tmp_path / "out"
-    p = _popen(
-        "pretraining",
-        "--input",
-        f"wikiextractor:{wiki}/wiki_0[0-7]",
-        "--vocab",
-        str(demo_vocab / "vocab.txt"),
-        "--output",
-        str(out),
-        "--dupe-factor",
-        "2",
-    )
+    p = _wiki_run(out, demo_vocab)
     _wait_for(out / "_work", p)
     time.sleep(2)
     p.send_signal(signal.SIGTERM)

@@ -3,20 +3,17 @@ by the launcher, redrawn on a terminal, plain lines otherwise; per-file lines on
 
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import os
-import pty
 import re
-import struct
 import subprocess
 import sys
-import termios
 
 import pytest
 
 from pipelines import progress as P
+from tests.terminal import on_terminal
 
 LIVE = re.compile(r"\[bertprep\] read (\d+)/(\d+) files, [\d.]+/[\d.]+ MB, ([\d,]+) documents, [\d.]+ MB/s")
 SUMMARY = re.compile(r"\[bertprep\] (read|groups|shards): .*, [\d.]+-[\d.]+ s$", re.M)
@@ -96,22 +93,10 @@ def test_verbose_prints_a_line_per_file(demo_corpus, demo_vocab, tmp_path):
 
 
 def test_on_a_terminal_the_line_is_redrawn_in_place(demo_corpus, demo_vocab, tmp_path):
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 160, 0, 0))
-    p = _pretraining(demo_corpus, demo_vocab, tmp_path / "out", "--dupe-factor", "3", stderr=slave)
-    os.close(slave)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(master)
-    assert p.wait(timeout=600) == 0
-    text = seen.decode()
+    code, text = on_terminal(
+        lambda fd: _pretraining(demo_corpus, demo_vocab, tmp_path / "out", "--dupe-factor", "3", stderr=fd), 160
+    )
+    assert code == 0, text
     redraws = text.count("\r\x1b[2K[bertprep] read ")
     assert redraws >= 2, text  # at least the first draw and the final one, in place
     assert [m.group(1) for m in SUMMARY.finditer(text.replace("\r\n", "\n"))] == ["read", "groups", "shards"]

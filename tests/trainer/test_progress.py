@@ -3,18 +3,14 @@ checks are in the gloo tests of test_pretrain.py and finetune/test_loop.py)."""
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
-import pty
 import re
-import select
-import struct
 import subprocess
 import sys
-import termios
 import time
 
+from tests.terminal import on_terminal
 from trainer.progress import Progress, clock
 
 # step N/total (pct), rate, elapsed, ETA, then the logged figures
@@ -71,31 +67,23 @@ def test_pretrain_prints_progress_lines_to_a_pipe(demo_shards, tmp_path):
 
 
 def test_pretrain_draws_a_tqdm_bar_on_a_terminal(demo_shards, tmp_path):
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal of 120 columns
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trainer", *_pretrain_args(demo_shards, tmp_path / "run")],
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=slave,
-    )
-    os.close(slave)
-    seen = b""
-    while True:  # read the terminal until the process closes it
-        ready, _, _ = select.select([master], [], [], 600)
-        if not ready:
-            break
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the other side is closed
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(master)
-    assert proc.wait(timeout=600) == 0
-    text = seen.decode(errors="replace")
+    out: list[subprocess.Popen] = []
+
+    def start(fd: int) -> subprocess.Popen:
+        out.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "trainer", *_pretrain_args(demo_shards, tmp_path / "run")],
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=fd,
+            )
+        )
+        return out[0]
+
+    code, text = on_terminal(start, 120)  # a terminal of 120 columns
+    assert code == 0, text
+    proc = out[0]
     assert "\r" in text and re.search(r"pretrain: 100%\|.*\| 4/4 \[", text), text  # tqdm's bar, at its end
     assert "loss=" in text and "mlm_acc=" in text  # the latest logged figures beside it
     assert not LINE.search(text)  # no plain lines on a terminal
