@@ -13,6 +13,8 @@ import shlex
 import signal
 import sys
 import tempfile
+import threading
+import traceback
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
@@ -150,9 +152,6 @@ def _watch_worker_processes() -> None:
         except RuntimeError as e:  # "Worker subprocess exited with return code 137"
             code = str(e).rsplit(" ", 1)[-1]
             _worker_died[0] = f"signal {code[1:]}" if code.startswith("-") else f"exit code {code}"
-            import threading
-
-            threading.excepthook = lambda args: None  # Beam's gRPC threads of the dead worker raise as it ends
             _stop_main_thread()
 
     run.bertprep_watch = True  # type: ignore[attr-defined]
@@ -217,6 +216,23 @@ def _kill(pid: int) -> None:
         pass
 
 
+def _thread_errors_to_worker_log(args: threading.ExceptHookArgs) -> None:
+    """A background thread's exception goes to the run's worker log, not the console. When a worker process
+    dies, Beam's gRPC threads for it (``beam_control_read`` and others) raise as their stream breaks, in any
+    order with the death itself: on the console that is a traceback before the one ``Error:`` line."""
+    path = _worker_log[0]
+    if path is None or args.exc_type is SystemExit:
+        _default_thread_hook(args)
+        return
+    with open(path, "a", encoding="utf-8") as log:
+        name = args.thread.name if args.thread is not None else "?"
+        log.write(f"exception in thread {name}:\n")
+        log.write("".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)))
+
+
+_default_thread_hook = threading.excepthook
+
+
 def make_pipeline(options: PipelineOptions, run_id: str | None = None) -> beam.Pipeline:
     """The pipeline for ``options``. Local worker processes write their stderr to :func:`worker_log_path`
     (each failure's traceback, 250 lines for one bad file), not the console: the user sees one ``Error:``
@@ -233,6 +249,7 @@ def make_pipeline(options: PipelineOptions, run_id: str | None = None) -> beam.P
         _worker_log[0] = log
         _worker_died[0], _death_handled[0] = None, False
         _watch_worker_processes()
+        threading.excepthook = _thread_errors_to_worker_log
         env = environments.SubprocessSDKEnvironment.from_command_string(
             # exec: the worker replaces Beam's shell, which would print "Killed" if the worker were killed.
             f"exec env BERTPREP_WORKER_LOG={shlex.quote(log)} MALLOC_ARENA_MAX=2 {shlex.quote(sys.executable)} "
