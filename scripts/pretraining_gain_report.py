@@ -19,8 +19,12 @@ ALSO = {"mrpc": "accuracy", "squad": "exact_match"}
 
 
 def best(run: Path, metric: str) -> float:
-    results = json.loads((run / "results.json").read_text(encoding="utf-8"))
-    return float(results["best"]["eval"][metric])
+    return float(best_eval(run)[metric])
+
+
+def best_eval(run: Path) -> dict:
+    """The best epoch's evaluation metrics of a ``berttrain finetune`` run."""
+    return json.loads((run / "results.json").read_text(encoding="utf-8"))["best"]["eval"]
 
 
 def spread(xs: list[float]) -> float:
@@ -57,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         metric = METRICS[task]
         entry: dict = {"metric": metric}
         for init in ("pretrained", "random"):
-            entry[init] = [best(F / f"{task}-{init}-{s}", metric) for s in args.seeds]
+            evals = [best_eval(F / f"{task}-{init}-{s}") for s in args.seeds]
+            entry[init] = [float(e[metric]) for e in evals]
             if task in ALSO:
-                entry[f"{init}_{ALSO[task]}"] = [best(F / f"{task}-{init}-{s}", ALSO[task]) for s in args.seeds]
+                entry[f"{init}_{ALSO[task]}"] = [float(e[ALSO[task]]) for e in evals]
         results[task] = entry
         pm, rm = statistics.mean(entry["pretrained"]), statistics.mean(entry["random"])
         rows.append(

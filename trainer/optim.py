@@ -34,25 +34,17 @@ def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0
     input, whose pretrained features are the most general, move least. Each group's ``lr_scale`` multiplies
     the optimizer's rate."""
     num_layers = 1 + max((int(m.group(1)) for n, _ in model.named_parameters() if (m := _LAYER.search(n))), default=-1)
-    groups: dict[tuple[bool, int], list[nn.Parameter]] = {}
+    groups: dict[tuple[int, bool], list[nn.Parameter]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         no_decay = p.ndim < 2 or "LayerNorm" in name or name.endswith(".bias")
+        # Without decay every parameter is at the head's depth: BERT's two groups, decayed first.
         d = depth(name, num_layers) if layer_decay != 1.0 else num_layers + 1
-        groups.setdefault((no_decay, d), []).append(p)
-    if layer_decay == 1.0:  # the two groups BERT has, in its order
-        return [
-            {"params": groups.get((nd, num_layers + 1), []), "weight_decay": 0.0 if nd else weight_decay}
-            for nd in (False, True)
-        ]
+        groups.setdefault((d, no_decay), []).append(p)
     return [
-        {
-            "params": params,
-            "weight_decay": 0.0 if nd else weight_decay,
-            "lr_scale": layer_decay ** (num_layers + 1 - d),
-        }
-        for (nd, d), params in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+        {"params": params, "weight_decay": 0.0 if nd else weight_decay, "lr_scale": layer_decay ** (num_layers + 1 - d)}
+        for (d, nd), params in sorted(groups.items(), key=lambda kv: kv[0])
     ]
 
 
