@@ -16,7 +16,8 @@
 # Every stage is skipped when its output is complete, so a killed run continues where it stopped; OUT keeps
 # one recipe: a second call with other settings is refused.
 #
-# Environment: SHARED (default ../shared/data), SEEDS ("1 2 3"), STEPS (3300), MODEL (mini), FT_LR (1e-4),
+# Environment: SHARED (default ../shared/data), SEEDS ("1 2 3"), STEPS (3300), MODEL (mini), NORM (pre: pre-LN;
+# post: BERT's, exportable to Hugging Face), LR (pretraining, 1e-3), FT_LR (1e-4),
 # CURVE_STEPS ("100 200 400 800 1600" plus the last step), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad").
 set -euo pipefail
 OUT=${1:?usage: scripts/pretraining_gain.sh OUT}
@@ -25,6 +26,8 @@ SHARED=${SHARED:-../shared/data}
 SEEDS=${SEEDS:-1 2 3}
 STEPS=${STEPS:-3300}
 MODEL=${MODEL:-mini}
+NORM=${NORM:-pre}
+LR=${LR:-1e-3}
 FT_LR=${FT_LR:-1e-4}
 CURVE_STEPS=${CURVE_STEPS:-100 200 400 800 1600}
 CURVE_TASK=${CURVE_TASK:-sst2}
@@ -34,7 +37,7 @@ for d in "$SHARED/pretrain/wikipedia" "$SHARED/pretrain/gutenberg" "$SHARED/task
     [ -d "$d" ] || { echo "Error: $d not found (set SHARED to the shared data folder)" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-settings="steps=$STEPS model=$MODEL ft_lr=$FT_LR seeds=$SEEDS tasks=$TASKS"
+settings="steps=$STEPS model=$MODEL norm=$NORM lr=$LR ft_lr=$FT_LR seeds=$SEEDS tasks=$TASKS"
 if [ -f "$OUT/recipe.txt" ] && [ "$(cat "$OUT/recipe.txt")" != "$settings" ]; then
     echo "Error: $OUT holds a recipe run with other settings ($(cat "$OUT/recipe.txt")); use another folder" >&2
     exit 2
@@ -92,7 +95,8 @@ RUN=$OUT/pretrain
 if [ ! -f "$OUT/pretrain_minutes" ]; then
     t1=$(stamp)
     OMP_NUM_THREADS=2 berttrain pretrain --data "$OUT/general:0.4" --data "$OUT/tasks:0.6" --eval-data "$OUT/eval" \
-        --model "$MODEL" --dropout 0 --output "$RUN" --resume auto --batch-size 64 --lr 1e-3 --warmup-steps 300 \
+        --model "$MODEL" --norm-placement "$NORM" --dropout 0 --output "$RUN" --resume auto --batch-size 64 --lr "$LR" \
+        --warmup-steps 300 \
         --max-steps "$STEPS" --log-every 50 --eval-every 100 --eval-batches 20 --checkpoint-every 100 \
         --keep-checkpoints 1000 --num-workers 1 --precision bf16 --masking dynamic --mlm-probability 0.2 --no-nsp \
         --no-tensorboard
@@ -129,7 +133,7 @@ for task in $TASKS; do
     read -r kind train dev epochs <<< "$(spec "$task")"
     for seed in $SEEDS; do
         ft "$F/$task-pretrained-$seed" "$LAST" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" &
-        ft "$F/$task-random-$seed" "random:$MODEL" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" &
+        ft "$F/$task-random-$seed" "random:$LAST" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" &
         wait -n && wait -n
         say "$task seed $seed: done"
     done

@@ -13,6 +13,7 @@ from typing import Any
 from trainer import options
 from trainer.data.config import MASKING_MODES, dataset_key, split_data_args
 from trainer.options import opt, section
+from trainer.model import NORM_PLACEMENTS
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
@@ -155,12 +156,24 @@ class ModelChoice:
         "tiny", "Preset (L2/H128 .. L24/H1024); vocab size from the data.", flag="--model", choices=PRESETS
     )
     model_config: str | None = opt(None, "JSON of BertConfig fields overriding the preset.", path="file")
+    norm_placement: str = opt(
+        "post",
+        "post: BERT's layer norms, Hugging Face compatible; pre: pre-LN (Cramming), stable at high learning rates, "
+        "not exportable to Hugging Face.",
+        flag="--norm-placement",
+        choices=NORM_PLACEMENTS,
+    )
     init_from: str | None = opt(None, "Start from a Hugging Face BERT folder.", path="dir")
     dropout: float | None = opt(None, "Hidden and attention dropout (default: the model's, 0.1 for the presets).")
 
     def __post_init__(self) -> None:
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        check(
+            self.norm_placement == "post" or self.init_from is None,
+            "norm_placement",
+            "--init-from reads a Hugging Face BERT, which is post-LN; drop --norm-placement pre",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

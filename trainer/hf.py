@@ -371,6 +371,11 @@ def export_hf(
     ``vocab_tokens`` may be shorter than ``config.vocab_size`` (a vocabulary padded to a multiple of 8/64 for
     speed), never longer. ``do_lower_case`` is written to ``tokenizer_config.json`` only when given.
     """
+    if config.norm_placement != "post":
+        raise HFCheckpointError(
+            f"a {config.norm_placement}-LN model cannot be exported: Hugging Face's BertModel is post-LN only "
+            "(norm_placement='post'); fine-tune it with berttrain finetune --init CHECKPOINT instead"
+        )
     state = model_or_state.state_dict() if isinstance(model_or_state, nn.Module) else dict(model_or_state)
     expected = _expected_shapes(config)
     missing = sorted(set(expected) - set(state))

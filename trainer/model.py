@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "BATCH_KEYS",
+    "NORM_PLACEMENTS",
     "BertConfig",
     "BertEmbeddings",
     "BertEncoder",
@@ -63,6 +64,8 @@ BATCH_KEYS = (
 
 # --------------------------------------------------------------------------------------------- config
 
+NORM_PLACEMENTS = ("post", "pre")
+
 
 @dataclass(frozen=True, kw_only=True)
 class BertConfig:
@@ -80,6 +83,9 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     pad_token_id: int = 0
+    # "post": BERT's LN(x + f(x)), what Hugging Face's BertModel holds. "pre": x + f(LN(x)) with a final LN
+    # after the last layer (Cramming, 24hBERT): trains stably at the high learning rates a short budget needs.
+    norm_placement: str = "post"
 
     def __post_init__(self) -> None:
         if self.intermediate_size is None:
@@ -108,12 +114,20 @@ class BertConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
+        if self.norm_placement not in NORM_PLACEMENTS:
+            raise ValueError(
+                f"BertConfig.norm_placement must be one of {', '.join(NORM_PLACEMENTS)}, got {self.norm_placement!r}"
+            )
         if isinstance(self.pad_token_id, bool) or not isinstance(self.pad_token_id, int):
             raise ValueError(f"BertConfig.pad_token_id must be an integer, got {self.pad_token_id!r}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(
                 f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary [0, {self.vocab_size})"
             )
+
+    @property
+    def pre_ln(self) -> bool:
+        return self.norm_placement == "pre"
 
     @property
     def head_size(self) -> int:
@@ -328,14 +342,19 @@ class BertSelfAttention(nn.Module):
 
 
 class BertSelfOutput(nn.Module):
+    """Projection + residual. Post-LN normalises the sum; pre-LN applies the same ``LayerNorm`` to the
+    sublayer's input instead (see ``BertAttention``), so both placements have the same parameter names."""
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
+        self.pre_ln = config.pre_ln
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+        out = self.dropout(self.dense(x)) + residual
+        return out if self.pre_ln else self.LayerNorm(out)
 
 
 class BertAttention(nn.Module):
@@ -345,7 +364,8 @@ class BertAttention(nn.Module):
         self.output = BertSelfOutput(config)
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.output(self.self(x, mask), x)
+        inner = self.output.LayerNorm(x) if self.output.pre_ln else x
+        return self.output(self.self(inner, mask), x)
 
 
 class BertIntermediate(nn.Module):
@@ -365,13 +385,16 @@ class BertOutput(nn.Module):
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
+        self.pre_ln = config.pre_ln
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+        out = self.dropout(self.dense(x)) + residual
+        return out if self.pre_ln else self.LayerNorm(out)
 
 
 class BertLayer(nn.Module):
-    """Post-LN transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+    """Transformer block. Post-LN (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+    Pre-LN: x = x + Attn(LN(x)); x = x + FFN(LN(x)), with one more LN after the last block (``BertEncoder``)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -381,24 +404,30 @@ class BertLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         x = self.attention(x, mask)
-        return self.output(self.intermediate(x), x)
+        inner = self.output.LayerNorm(x) if self.output.pre_ln else x
+        return self.output(self.intermediate(inner), x)
 
 
 class BertEncoder(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
+        # pre-LN leaves the residual stream unnormalised: the heads read it through this last LN
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_ln else None
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         for layer in self.layer:
             x = layer(x, mask)
-        return x
+        return x if self.final_layer_norm is None else self.final_layer_norm(x)
 
     def all_states(self, x: Tensor, mask: Tensor | None) -> list[Tensor]:
-        """The input and every layer's output (``num_layers + 1`` tensors), as HF's ``output_hidden_states``."""
+        """The input and every layer's output (``num_layers + 1`` tensors), as HF's ``output_hidden_states``
+        (pre-LN: the last one after the final LN, as ``forward`` returns it)."""
         states = [x]
         for layer in self.layer:
             states.append(layer(states[-1], mask))
+        if self.final_layer_norm is not None:
+            states[-1] = self.final_layer_norm(states[-1])
         return states
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -66,7 +66,7 @@ def model_config(cfg: TrainConfig, vocab: Vocab, restored: dict | None) -> tuple
     preset = PRESETS.get(cfg.model.preset) or PRESETS.get(f"bert_{cfg.model.preset}")
     if preset is None:
         raise ValueError(f"--model must be one of tiny, mini, small, medium, base, large; got {cfg.model.preset!r}")
-    config = preset(vocab_size)
+    config = replace(preset(vocab_size), norm_placement=cfg.model.norm_placement)
     if cfg.model.model_config:
         try:
             overrides = json.loads(Path(cfg.model.model_config).read_text())

@@ -27,6 +27,7 @@ from trainer.optim import WarmupLinearDecay
 FIXED = (
     "preset",
     "model_config",
+    "norm_placement",
     "init_from",
     "dropout",
     "grad_accum",
@@ -78,7 +79,7 @@ def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -
         )
     old = options.saved_values(TrainConfig, saved["train"]) if isinstance(saved.get("train"), dict) else {}
     now = options.flat(cfg)
-    changed = [n for n in ("preset", "model_config") if n in old and _norm(n, old[n]) != _norm(n, now[n])]
+    changed = [n for n in ("preset", "model_config", "norm_placement") if n in old and _norm(n, old[n]) != _norm(n, now[n])]
     if changed:
         listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the checkpoint has {_shown(old[n])})" for n in changed)
         raise RunError(

@@ -639,3 +639,23 @@ def test_redaction_is_by_value():
     )
     assert redact("http://user@host/x, /a:b@c") == "http://user@host/x, /a:b@c"  # no password: nothing hidden
     assert redact_values({"http://u:p@h": ["ftp://a:b@c"]}) == {"http://u:<redacted>@h": ["ftp://a:<redacted>@c"]}
+
+
+def test_a_pre_ln_run_trains_and_export_hf_refuses_it_in_one_line(world, tmp_path):
+    out = tmp_path / "pre"
+    result = CliRunner().invoke(main, run_argv(world, out, "--norm-placement", "pre"))
+    assert result.exit_code == 0, result.output
+    last = ckpt.step_dir(out, 2)
+    assert json.loads((last / "config.json").read_text())["model"]["norm_placement"] == "pre"
+    one_error(
+        CliRunner().invoke(main, ["export-hf", str(last), str(tmp_path / "hf")]),
+        1,
+        "a pre-LN model cannot be exported: Hugging Face's BertModel is post-LN only",
+    )
+    assert not (tmp_path / "hf").exists()
+    hf = ckpt.step_dir(world["run"], 2)  # a Hugging Face start is post-LN: pre-LN on top of it is refused
+    from trainer.hf import export_checkpoint
+
+    exported = export_checkpoint(hf, tmp_path / "hf_post")
+    argv = run_argv(world, tmp_path / "mixed", "--init-from", str(exported), "--norm-placement", "pre")
+    one_error(CliRunner().invoke(main, argv), 2, "--init-from reads a Hugging Face BERT, which is post-LN")

@@ -323,3 +323,45 @@ def test_seed_gives_same_weights_whatever_dtype_and_under_meta() -> None:
     with torch.device("meta"):
         meta = BertForPreTraining(cfg)
     assert all(p.is_meta for p in meta.parameters())
+
+
+def test_pre_ln_normalises_sublayer_inputs_and_adds_a_final_norm() -> None:
+    post = BertForPreTraining(small_config(), seed=3).eval()
+    pre = BertForPreTraining(small_config(norm_placement="pre"), seed=3).eval()
+    extra = set(dict(pre.named_parameters())) - set(dict(post.named_parameters()))
+    assert extra == {"bert.encoder.final_layer_norm.weight", "bert.encoder.final_layer_norm.bias"}
+    # Same weights (the shared names draw the same values), other function.
+    shared = {k: v for k, v in pre.state_dict().items() if k in post.state_dict()}
+    assert all(torch.equal(v, post.state_dict()[k]) for k, v in shared.items())
+    batch = make_batch([10, 7], 12, [3, 2], 4)
+    ids, types, mask = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+    with torch.no_grad():
+        seq_post, _ = post.bert(ids, types, mask)
+        seq_pre, _ = pre.bert(ids, types, mask)
+        # by hand: x + Attn(LN(x)); x + FFN(LN(x)); final LN
+        x = pre.bert.embeddings(ids, types)
+        from trainer.model import attention_bias
+
+        bias = attention_bias(mask, x.dtype)
+        for layer in pre.bert.encoder.layer:
+            a = layer.attention
+            x = x + a.output.dense(a.self(a.output.LayerNorm(x), bias))
+            x = x + layer.output.dense(layer.intermediate(layer.output.LayerNorm(x)))
+        x = pre.bert.encoder.final_layer_norm(x)
+    torch.testing.assert_close(seq_pre, x)
+    assert not torch.allclose(seq_pre, seq_post)
+    states = pre.bert.hidden_states(ids, types, mask)
+    torch.testing.assert_close(states[-1], seq_pre)  # the last state is what the heads read
+    out = pre.train()(batch, nsp=False)
+    out["mlm_sum"].backward()
+    assert all(p.grad is not None for n, p in pre.named_parameters() if not n.startswith(("bert.pooler", "cls.seq")))
+
+
+def test_norm_placement_is_validated_and_round_trips() -> None:
+    with pytest.raises(ValueError, match="norm_placement must be one of post, pre, got 'middle'"):
+        small_config(norm_placement="middle")
+    config = small_config(norm_placement="pre")
+    assert BertConfig.from_dict(config.to_dict()) == config
+    # a checkpoint written before the field existed reads as BERT's post-LN
+    old = {k: v for k, v in config.to_dict().items() if k != "norm_placement"}
+    assert BertConfig.from_dict(old).norm_placement == "post"

@@ -38,7 +38,8 @@ class FinetuneConfig:
     eval_data: str = opt(help="Evaluation task dataset folder (same vocab and label list).")
     init: str = opt(
         help="Our checkpoint folder (or run folder: its newest checkpoint), a Hugging Face BERT folder, "
-        "or random:PRESET (tiny, mini, small, medium, base, large) over the data's vocabulary."
+        "random:PRESET (tiny, mini, small, medium, base, large) over the data's vocabulary, or "
+        "random:CHECKPOINT (that checkpoint's architecture, freshly initialised)."
     )
     run: RunConfig = section(
         RunConfig,

@@ -4,7 +4,9 @@
   ``"model"`` is ``BertConfig.to_dict()``, ``vocab.txt``), or a run folder (its newest checkpoint);
 - a Hugging Face BERT folder (``config.json`` with ``model_type: bert``), read by ``trainer.hf.load_hf``;
 - ``random:PRESET`` (``random:mini``, ``random:bert_tiny``, ...): a freshly initialised encoder of that preset
-  over the task data's own vocabulary (the baseline of a pretrained-vs-random comparison).
+  over the task data's own vocabulary (the baseline of a pretrained-vs-random comparison);
+- ``random:CHECKPOINT``: a freshly initialised encoder of that checkpoint's architecture (the baseline for a
+  model whose shape is not a preset's, a pre-LN one for instance).
 
 The tokenizer must be the checkpoint's: ``check_vocab`` compares the data's vocab sha256 with the init's.
 """
@@ -54,9 +56,14 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0) -> Init:
             )
         name = spec[len(RANDOM_PREFIX) :]
         preset = PRESETS.get(name) or PRESETS.get(f"bert_{name}")
+        if preset is None and Path(name).is_dir():
+            return _random_like(spec, Path(name), data_vocab)
         if preset is None:
             choices = ", ".join(k.removeprefix("bert_") for k in PRESETS)
-            raise InitError(f"--init {spec}: unknown preset {name!r}; use random:PRESET with PRESET one of {choices}")
+            raise InitError(
+                f"--init {spec}: unknown preset {name!r}; use random:PRESET with PRESET one of {choices}, "
+                "or random:CHECKPOINT"
+            )
         return Init(
             "random",
             spec,
@@ -82,6 +89,22 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0) -> Init:
     if isinstance(data, dict) and isinstance(data.get("model"), dict):
         return _our_checkpoint(folder, data)
     return _hf_folder(folder, seed)
+
+
+def _random_like(spec: str, path: Path, data_vocab: Vocab) -> Init:
+    """``random:CHECKPOINT``: that checkpoint's architecture (pre-LN included), freshly initialised, over the
+    task data's vocabulary: the baseline with exactly the pretrained model's shape."""
+    like = resolve_init(str(path), data_vocab)
+    if len(like.vocab) != len(data_vocab):
+        raise InitError(f"--init {spec}: the checkpoint's vocabulary has {len(like.vocab)} tokens, the data's {len(data_vocab)}")
+    return Init(
+        "random",
+        spec,
+        like.config,
+        data_vocab,
+        None,
+        (f"random encoder of {like.source}'s architecture over the task data's vocabulary ({len(data_vocab)} tokens)",),
+    )
 
 
 def _our_checkpoint(folder: Path, data: dict) -> Init:

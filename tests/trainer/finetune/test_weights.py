@@ -57,3 +57,26 @@ def test_vocab_mismatch_names_both_hashes_and_the_fix(tmp_path):
         check_vocab(init, "f" * 64, "/data/sst2")
     msg = str(e.value)
     assert "f" * 64 in msg and VOCAB.sha256 in msg and f"--vocab {tmp_path / 'hf' / 'vocab.txt'}" in msg
+
+
+def test_random_like_a_checkpoint_takes_its_architecture_not_its_weights(tmp_path):
+    import dataclasses
+
+    config = dataclasses.replace(CONFIG, norm_placement="pre")  # a shape no preset has
+    pre = BertForPreTraining(config, seed=7)
+    path = ckpt.save(
+        tmp_path / "run",
+        40,
+        model_state=pre.state_dict(),
+        optimizer=None,
+        rng={},
+        state={},
+        config={"model": config.to_dict()},
+        vocab_text=VOCAB.text(),
+        keep=1,
+    )
+    init = resolve_init(f"random:{path}", VOCAB)
+    assert init.kind == "random" and init.state is None and init.config == config
+    assert "architecture" in init.notes[0]
+    with pytest.raises(InitError, match="unknown preset .* or random:CHECKPOINT"):
+        resolve_init(f"random:{tmp_path / 'nowhere'}", VOCAB)
