@@ -17,8 +17,10 @@
 # one recipe: a second call with other settings is refused.
 #
 # Environment: SHARED (default ../shared/data), SEEDS ("1 2 3"), STEPS (3300), MODEL (mini), NORM (pre: pre-LN;
-# post: BERT's, exportable to Hugging Face), LR (pretraining, 1e-3), FT_LR (1e-4),
-# CURVE_STEPS ("100 200 400 800 1600" plus the last step), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad").
+# post: BERT's, exportable to Hugging Face), LR (pretraining, 1e-3), PRETRAIN_THREADS (2), FT_LR (1e-4),
+# CURVE_STEPS ("100 200 400 800 1600" plus the last step), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad"),
+# REFERENCE (a Hugging Face BERT folder, e.g. all-MiniLM-L6-v2: fine-tuned once, seed 1, with the same settings
+# on the task data tokenized with its own vocabulary, as the upper reference; unset: skipped).
 set -euo pipefail
 OUT=${1:?usage: scripts/pretraining_gain.sh OUT}
 [ $# -eq 1 ] || { echo "Error: scripts/pretraining_gain.sh takes one argument, the output folder" >&2; exit 2; }
@@ -32,6 +34,7 @@ FT_LR=${FT_LR:-1e-4}
 CURVE_STEPS=${CURVE_STEPS:-100 200 400 800 1600}
 CURVE_TASK=${CURVE_TASK:-sst2}
 TASKS=${TASKS:-sst2 conll mrpc squad}
+REFERENCE=${REFERENCE:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 for d in "$SHARED/pretrain/wikipedia" "$SHARED/pretrain/gutenberg" "$SHARED/tasks"; do
     [ -d "$d" ] || { echo "Error: $d not found (set SHARED to the shared data folder)" >&2; exit 2; }
@@ -70,22 +73,27 @@ shards eval 1 --input "wikiextractor:$S/wikipedia/wiki_15"
 # Task data, tokenized with the recipe's vocabulary: the README's splits (SST-2 first 10,000 training rows and
 # the full dev set; MRPC train/dev; CoNLL first 5,000 training sentences and validation; SQuAD dev articles
 # 0-39 to train, 40-47 to evaluate).
-D=$OUT/tasks_data
-mkdir -p "$D/raw"
-head -n 10001 "$T/sst2/train.tsv" > "$D/raw/sst2_train_10k.tsv"
-python3 "$HERE/conll_head.py" "$T/conll2003/train.txt" "$D/raw/conll_train_5k.txt" 5000
-task() {  # name args...
-    local name=$1; shift
-    [ -f "$D/$name/manifest.json" ] || bertprep task "$@" --vocab "$V" --output "$D/$name" --overwrite > /dev/null
+RAW=$OUT/tasks_data/raw
+mkdir -p "$RAW"
+head -n 10001 "$T/sst2/train.tsv" > "$RAW/sst2_train_10k.tsv"
+python3 "$HERE/conll_head.py" "$T/conll2003/train.txt" "$RAW/conll_train_5k.txt" 5000
+task_data() {  # folder vocab: every task's train and eval datasets, tokenized with that vocabulary
+    local D=$1 V=$2
+    task() {  # name args...
+        local name=$1; shift
+        [ -f "$D/$name/manifest.json" ] || bertprep task "$@" --vocab "$V" --output "$D/$name" --overwrite > /dev/null
+    }
+    task sst2_train classification --glue sst2 --input "$RAW/sst2_train_10k.tsv" --split train
+    task sst2_dev classification --glue sst2 --input "$T/sst2/dev.tsv"
+    task mrpc_train classification --glue mrpc --input "$T/mrpc/train.tsv"
+    task mrpc_dev classification --glue mrpc --input "$T/mrpc/dev.tsv"
+    task conll_train ner --input "$RAW/conll_train_5k.txt" --split train
+    task conll_dev ner --input "$T/conll2003/valid.txt" --label-set-from "$D/conll_train"
+    task squad_train squad --input "$T/squad_v1.1/dev-v1.1.json" --articles 0:40 --split train --max-seq-length 256
+    task squad_dev squad --input "$T/squad_v1.1/dev-v1.1.json" --articles 40:48 --split dev --max-seq-length 256
 }
-task sst2_train classification --glue sst2 --input "$D/raw/sst2_train_10k.tsv" --split train
-task sst2_dev classification --glue sst2 --input "$T/sst2/dev.tsv"
-task mrpc_train classification --glue mrpc --input "$T/mrpc/train.tsv"
-task mrpc_dev classification --glue mrpc --input "$T/mrpc/dev.tsv"
-task conll_train ner --input "$D/raw/conll_train_5k.txt" --split train
-task conll_dev ner --input "$T/conll2003/valid.txt" --label-set-from "$D/conll_train"
-task squad_train squad --input "$T/squad_v1.1/dev-v1.1.json" --articles 0:40 --split train --max-seq-length 256
-task squad_dev squad --input "$T/squad_v1.1/dev-v1.1.json" --articles 40:48 --split dev --max-seq-length 256
+task_data "$OUT/tasks_data" "$V"
+[ -z "$REFERENCE" ] || task_data "$OUT/reference_data" "$REFERENCE/vocab.txt"
 prep_minutes=$(python3 -c "print(round(($(stamp) - $t0) / 60, 2))")
 say "data ready in $prep_minutes minutes"
 
@@ -94,7 +102,7 @@ say "data ready in $prep_minutes minutes"
 RUN=$OUT/pretrain
 if [ ! -f "$OUT/pretrain_minutes" ]; then
     t1=$(stamp)
-    OMP_NUM_THREADS=2 berttrain pretrain --data "$OUT/general:0.4" --data "$OUT/tasks:0.6" --eval-data "$OUT/eval" \
+    OMP_NUM_THREADS=${PRETRAIN_THREADS:-2} berttrain pretrain --data "$OUT/general:0.4" --data "$OUT/tasks:0.6" --eval-data "$OUT/eval" \
         --model "$MODEL" --norm-placement "$NORM" --dropout 0 --output "$RUN" --resume auto --batch-size 64 --lr "$LR" \
         --warmup-steps 300 \
         --max-steps "$STEPS" --log-every 50 --eval-every 100 --eval-batches 20 --checkpoint-every 100 \
@@ -111,8 +119,8 @@ LAST=$(printf '%s/checkpoints/step-%07d' "$RUN" "$STEPS")
 
 # --- 3. fine-tuning: pretrained and random, the same settings, each seed -----------------------------------
 # The two inits of a seed run side by side, one thread each (small matrices gain little from a second thread).
-ft() {  # out init task kind train eval epochs seed
-    local out=$1
+ft() {  # out init task kind train eval epochs seed [data folder]
+    local out=$1 D=${9:-$OUT/tasks_data}
     [ -f "$out/done" ] && return 0
     OMP_NUM_THREADS=1 berttrain finetune --init "$2" --task "$4" --train-data "$D/$5" --eval-data "$D/$6" \
         --output "$out" --overwrite --epochs "$7" --seed "$8" --lr "$FT_LR" --batch-size 32 --dropout 0.1 \
@@ -149,7 +157,20 @@ for ((i = 0; i < ${#steps[@]}; i += 2)); do
     done
     wait -n && { [ -z "${steps[i + 1]:-}" ] || wait -n; }
 done
+# The upper reference: one seed per task, two tasks side by side.
+if [ -n "$REFERENCE" ]; then
+    set -- $TASKS
+    while [ $# -gt 0 ]; do
+        for task in "$1" ${2:+"$2"}; do
+            read -r kind train dev epochs <<< "$(spec "$task")"
+            ft "$F/$task-reference-$first_seed" "$REFERENCE" "$task" "$kind" "$train" "$dev" "$epochs" "$first_seed" \
+                "$OUT/reference_data" &
+        done
+        wait -n && { [ -z "${2:-}" ] || wait -n; }
+        shift; [ $# -gt 0 ] && shift
+    done
+fi
 
 # --- 4. results.json and the curve -------------------------------------------------------------------------
 python3 "$HERE/pretraining_gain_report.py" "$OUT" --prep-minutes "$prep_minutes" --steps "$STEPS" \
-    --curve-task "$CURVE_TASK" --curve-steps $CURVE_STEPS --seeds $SEEDS --tasks $TASKS
+    --curve-task "$CURVE_TASK" --curve-steps $CURVE_STEPS --seeds $SEEDS --tasks $TASKS ${REFERENCE:+--reference "$REFERENCE"}

@@ -3,7 +3,8 @@
 
 ``results.json``: ``{"TASK": {"metric": NAME, "pretrained": [one score per seed], "random": [...]}, ...,
 "pretrain_minutes": M, ...}``, each score the best epoch's (as ``berttrain finetune`` keeps it), plus
-``"curve"``: the curve task's score from each kept pretraining checkpoint, with the held-out MLM loss there.
+``"curve"``: the curve task's score from each kept pretraining checkpoint, with the held-out MLM loss there,
+and with ``--reference``, ``"reference"``: the Hugging Face model's score on each task (first seed).
 """
 
 from __future__ import annotations
@@ -49,14 +50,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--curve-steps", type=int, nargs="*", default=[])
     p.add_argument("--seeds", type=int, nargs="+", required=True)
     p.add_argument("--tasks", nargs="+", required=True)
+    p.add_argument("--reference", help="The Hugging Face folder fine-tuned as the upper reference (first seed).")
     args = p.parse_args(argv)
     out, F = args.out, args.out / "finetune"
     minutes = float((out / "pretrain_minutes").read_text())
     results: dict = {"pretrain_minutes": minutes, "prep_minutes": args.prep_minutes, "pretrain_steps": args.steps}
     rows = [
-        "| task | metric | pretrained (mean ± sd) | random (mean ± sd) | gain | seeds |",
-        "|---|---|---|---|---|---|",
+        "| task | metric | pretrained (mean ± sd) | random (mean ± sd) | gain | seeds |"
+        + (" reference (1 seed) |" if args.reference else ""),
+        "|---|---|---|---|---|---|" + ("---|" if args.reference else ""),
     ]
+    if args.reference:
+        results["reference"] = {"source": args.reference, "seed": args.seeds[0]}
     for task in args.tasks:
         metric = METRICS[task]
         entry: dict = {"metric": metric}
@@ -67,10 +72,17 @@ def main(argv: list[str] | None = None) -> int:
                 entry[f"{init}_{ALSO[task]}"] = [float(e[ALSO[task]]) for e in evals]
         results[task] = entry
         pm, rm = statistics.mean(entry["pretrained"]), statistics.mean(entry["random"])
-        rows.append(
+        row = (
             f"| {task} | {metric} | {pm:.4g} ± {spread(entry['pretrained']):.2g} | "
             f"{rm:.4g} ± {spread(entry['random']):.2g} | {pm - rm:+.3g} | {len(args.seeds)} |"
         )
+        if args.reference:
+            ref = best_eval(F / f"{task}-reference-{args.seeds[0]}")
+            results["reference"][task] = {"metric": metric, "score": float(ref[metric])}
+            if task in ALSO:
+                results["reference"][task][ALSO[task]] = float(ref[ALSO[task]])
+            row += f" {float(ref[metric]):.4g} |"
+        rows.append(row)
 
     # The curve: score against pretraining time (step 0 is the random init of the first seed).
     losses = eval_losses(out / "pretrain" / "metrics.jsonl")

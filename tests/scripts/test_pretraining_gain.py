@@ -92,3 +92,21 @@ def test_report_writes_results_json_in_the_issues_layout(tmp_path):
     assert points[1]["minutes"] == 25.0 and points[2]["mlm_loss"] == pytest.approx(6.8)
     assert "| sst2 | accuracy | 0.83 ± 0.014 | 0.785 ± 0.0071 | +0.045 | 2 |" in done.stdout
     assert (out / "curve.png").stat().st_size > 10_000
+    # --reference: the Hugging Face model's first-seed score per task, beside the two columns
+    _run(out, "sst2-reference-1", {"accuracy": 0.86})
+    _run(out, "mrpc-reference-1", {"f1": 0.88, "accuracy": 0.83})
+    done = subprocess.run(
+        [sys.executable, SCRIPTS / "pretraining_gain_report.py", out, *args, "--tasks", "sst2", "mrpc"]
+        + ["--reference", "hf/minilm"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    reference = json.loads((out / "results.json").read_text())["reference"]
+    assert reference == {
+        "source": "hf/minilm",
+        "seed": 1,
+        "sst2": {"metric": "accuracy", "score": 0.86},
+        "mrpc": {"metric": "f1", "score": 0.88, "accuracy": 0.83},
+    }
+    assert "| +0.045 | 2 | 0.86 |" in done.stdout
