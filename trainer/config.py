@@ -12,8 +12,8 @@ from typing import Any
 
 from trainer import options
 from trainer.data.config import MASKING_MODES, dataset_key, split_data_args
-from trainer.options import opt, section
 from trainer.model import NORM_PLACEMENTS
+from trainer.options import opt, section
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")

@@ -79,7 +79,9 @@ def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -
         )
     old = options.saved_values(TrainConfig, saved["train"]) if isinstance(saved.get("train"), dict) else {}
     now = options.flat(cfg)
-    changed = [n for n in ("preset", "model_config", "norm_placement") if n in old and _norm(n, old[n]) != _norm(n, now[n])]
+    changed = [
+        n for n in ("preset", "model_config", "norm_placement") if n in old and _norm(n, old[n]) != _norm(n, now[n])
+    ]
     if changed:
         listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the checkpoint has {_shown(old[n])})" for n in changed)
         raise RunError(

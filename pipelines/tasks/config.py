@@ -10,7 +10,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipelines.config import ARROW_COMPRESSIONS, check
+from pipelines.pretraining.config import ARROW_COMPRESSIONS, check
 from schemas import tasks as T
 
 INPUT_FORMATS = ("tsv", "csv", "jsonl")

@@ -250,8 +250,8 @@ def test_dropout_flag_sets_the_model_and_is_saved(demo_shards, tmp_path):
 
 
 def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corpus, demo_vocab, tmp_path):
-    from pipelines.config import PretrainingConfig
-    from pipelines.pretraining import run_pretraining
+    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.pipeline import run_pretraining
 
     long = tmp_path / "long"
     run_pretraining(

@@ -96,7 +96,9 @@ def _random_like(spec: str, path: Path, data_vocab: Vocab) -> Init:
     task data's vocabulary: the baseline with exactly the pretrained model's shape."""
     like = resolve_init(str(path), data_vocab)
     if len(like.vocab) != len(data_vocab):
-        raise InitError(f"--init {spec}: the checkpoint's vocabulary has {len(like.vocab)} tokens, the data's {len(data_vocab)}")
+        raise InitError(
+            f"--init {spec}: the checkpoint's vocabulary has {len(like.vocab)} tokens, the data's {len(data_vocab)}"
+        )
     return Init(
         "random",
         spec,
