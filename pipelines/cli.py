@@ -9,7 +9,9 @@ import sys
 
 import click
 
-from pipelines.pretraining.config import DEDUP_MODES, FORMATS, OUTPUT_FORMATS, ConfigError, PretrainingConfig
+from configs.errors import ConfigError
+from pipelines.common.formats import FORMATS, OUTPUT_FORMATS
+from pipelines.pretraining.config import DEDUP_MODES, PretrainingConfig
 
 # Flag for each config field, so a ConfigError names what the user typed.
 _FLAGS = {

@@ -23,10 +23,11 @@ from pathlib import Path
 
 from tokenizers import trainers
 
+from configs.errors import check
+from pipelines.common.formats import FORMATS
 from pipelines.common.hashing import hash64
 from pipelines.common.inputs import InputFile, resolve_inputs
 from pipelines.common.redact import redact_text
-from pipelines.pretraining.config import FORMATS, check
 from pipelines.pretraining.read import InputError, read_documents
 from pipelines.pretraining.tokenize import bert_tokenizer
 from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab

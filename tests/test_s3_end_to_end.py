@@ -372,12 +372,13 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
 def test_run_folders_on_an_object_store_are_refused_up_front():
     # Checkpoints are local (README, "Object stores"): a run folder URL used to become a local folder named
     # "s3:" (pathlib drops one slash). Refused before anything runs, naming the flag.
-    from trainer.config import TrainConfig, TrainConfigError
+    from configs.errors import ConfigError
+    from trainer.config import TrainConfig
     from trainer.finetune.config import FinetuneConfig
 
-    with pytest.raises(TrainConfigError, match="output: s3://b/runs/base: the run folder must be local"):
+    with pytest.raises(ConfigError, match="output: s3://b/runs/base: the run folder must be local"):
         TrainConfig.build(sources=("s3://b/shards",), output="s3://b/runs/base")
-    with pytest.raises(TrainConfigError, match="output: s3://b/runs/sst2: the run folder must be local"):
+    with pytest.raises(ConfigError, match="output: s3://b/runs/sst2: the run folder must be local"):
         FinetuneConfig.build(
             task="classification",
             train_data="s3://b/t",

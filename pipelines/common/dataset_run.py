@@ -17,10 +17,10 @@ from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
+from configs.errors import check
 from pipelines.common.output_dir import ensure_writable_dir, foreign_files, refusal, refuse_foreign
 from pipelines.common.redact import redact_options, redact_text
 from pipelines.common.runner import UsageError, runner_name
-from pipelines.pretraining.config import check
 from pipelines.pretraining.tokenize import TokenizerSpec
 from schemas.manifest import MANIFEST_NAME, Manifest
 from schemas.vocab import VOCAB_FILENAME

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines.common.formats import FORMATS
 from pipelines.common.runner import UsageError
-from pipelines.pretraining.config import FORMATS
 
 
 @dataclass(frozen=True, slots=True)

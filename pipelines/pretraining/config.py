@@ -1,34 +1,16 @@
-"""Configuration of the pipelines: the pretraining config, and the one validation helper (``check``) and error
-type (``ConfigError``) that every pipeline config (pretraining, vocabulary, tasks) uses.
-
-Each component's configuration is one frozen, slotted dataclass validated in ``__post_init__``.
-"""
+"""Configuration of ``bertprep pretraining``: everything that shapes the instances, validated on construction
+(with :func:`configs.errors.check`, like every component config of the project)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FORMATS = ("sentences", "wikiextractor", "text", "jsonl", "lines")
-OUTPUT_FORMATS = ("arrow", "webdataset", "both")
-ARROW_COMPRESSIONS = ("zstd", "lz4", "none")
+from configs.errors import check
+from pipelines.common.formats import ARROW_COMPRESSIONS, FORMATS, OUTPUT_FORMATS
+
 DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.pretraining.dedup
 MAX_DEDUP_NGRAM = 64
-
-
-class ConfigError(ValueError):
-    """A parameter is out of range; ``param`` names the offending field (the CLI maps it to its flag)."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(f"{param}: {message}")
-        self.param = param
-        self.message = message
-
-
-def check(cond: bool, param: str, message: str) -> None:
-    """Raise ``ConfigError(param, message)`` unless ``cond``: a message names the value it got."""
-    if not cond:
-        raise ConfigError(param, message)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

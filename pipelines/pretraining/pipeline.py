@@ -48,7 +48,7 @@ from pipelines.pretraining.instances import CreateInstances
 from pipelines.pretraining.masking import MaskInstances
 from pipelines.pretraining.progress import Monitor
 from pipelines.pretraining.read import InputError, ReadDocuments, range_bytes_for
-from pipelines.pretraining.sentences import SegmentDocuments
+from pipelines.pretraining.segment import SegmentDocuments
 from pipelines.pretraining.tokenize import Tokenize, TokenizerSpec, load_tokenizer
 from pipelines.pretraining.word_segmenter import check_word_segmenter
 from pipelines.pretraining.write import SHARD_PREFIX, WriteShards, shard_writers

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from configs.errors import ConfigError
 from pipelines.common import counters as C
 from pipelines.common import source_stats as SS
-from pipelines.pretraining.config import ConfigError
 from pipelines.report.inspection import DatasetError, iter_record_batches, load_manifest, load_vocab
 from schemas import pretraining as P
 from schemas.manifest import Manifest

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import click
 
-from pipelines.pretraining.config import ConfigError
+from configs.errors import ConfigError
 from pipelines.tasks.config import INPUT_FORMATS, SCHEMES, parse_articles, parse_labels
 from pipelines.tasks.glue import NAMES as GLUE_NAMES
 

@@ -14,7 +14,7 @@ import pytest
 from pipelines.pretraining.instances import Pool, assemble, unit_instances
 from pipelines.pretraining.masking import mask, masking_spec, num_to_predict
 from pipelines.pretraining.read import read_documents
-from pipelines.pretraining.segment import sentence_spans, split_sentences
+from pipelines.pretraining.segmenter import sentence_spans, split_sentences
 from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
 from pipelines.pretraining.word_segmenter import SegmenterMissing, load_segmenter, unmark
 from schemas.vocab import Vocab

@@ -19,7 +19,7 @@ import pytest
 from pipelines.pretraining.config import PretrainingConfig
 from pipelines.pretraining.pipeline import run_pretraining
 from pipelines.pretraining.read import read_documents
-from pipelines.pretraining.segment import split_sentences
+from pipelines.pretraining.segmenter import split_sentences
 from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
 from schemas.vocab import is_reserved
 from tests.conftest import shared_path

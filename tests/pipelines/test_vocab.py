@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipelines.pretraining.config import ConfigError
+from configs.errors import ConfigError
 from pipelines.vocab import VocabConfig, train_vocab
 from schemas.vocab import SPECIAL_TOKENS, Vocab
 from tests.conftest import shared_path

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
+from configs.errors import ConfigError
 from pipelines.common.dataset_run import ShardSizing, existing_outputs, prepare_output
 from pipelines.common.runner import UsageError
 from pipelines.pretraining import pipeline as pretraining
-from pipelines.pretraining.config import ConfigError
 from pipelines.tasks import pipeline as tasks
 from schemas.manifest import MANIFEST_NAME
 from schemas.vocab import VOCAB_FILENAME

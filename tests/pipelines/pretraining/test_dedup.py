@@ -12,9 +12,10 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from configs.errors import ConfigError
 from pipelines.common import counters as C
 from pipelines.pretraining import dedup as D
-from pipelines.pretraining.config import ConfigError, PretrainingConfig
+from pipelines.pretraining.config import PretrainingConfig
 from pipelines.pretraining.pipeline import run_pretraining
 from pipelines.pretraining.read import Document, DocumentBatch, read_documents
 from tests.conftest import shared_path

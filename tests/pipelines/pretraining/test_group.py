@@ -20,7 +20,7 @@ from pipelines.pretraining.group import (
 )
 from pipelines.pretraining.instances import Pool, document_key
 from pipelines.pretraining.read import DocumentBatch, read_documents
-from pipelines.pretraining.sentences import segment_documents
+from pipelines.pretraining.segment import segment_documents
 from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
 
 SEED = 11

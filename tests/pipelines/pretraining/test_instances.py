@@ -23,7 +23,7 @@ from tests.pipelines import reference_bert as ref
 def pool_and_vocab(demo_corpus, demo_vocab):
     """A real pool: the pydoc corpus, segmented and tokenized, ordered by seeded document key."""
     from pipelines.pretraining.read import DocumentBatch
-    from pipelines.pretraining.sentences import segment_documents
+    from pipelines.pretraining.segment import segment_documents
 
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
     docs = []

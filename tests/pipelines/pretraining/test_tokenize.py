@@ -7,7 +7,7 @@ import pytest
 
 from pipelines.common import counters as C
 from pipelines.pretraining.read import read_documents
-from pipelines.pretraining.segment import split_sentences
+from pipelines.pretraining.segmenter import split_sentences
 from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
 from schemas.vocab import VocabError
 from tests.conftest import shared_path

@@ -1,4 +1,4 @@
-"""Config dataclasses as the one source of the CLI flags (``trainer.options``): every default shown by
+"""Config dataclasses as the one source of the CLI flags (``configs.options``): every default shown by
 ``--help`` is the dataclass's, a field added to a section becomes a flag, and a checkpoint saved with the
 flat config layout of earlier versions still resumes."""
 
@@ -13,14 +13,15 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from configs import options
+from configs.errors import ConfigError
+from configs.options import opt, section
 from trainer import checkpoint as ckpt
-from trainer import options
 from trainer.cli import main
-from trainer.config import OptimConfig, TrainConfig, TrainConfigError
+from trainer.config import OptimConfig, TrainConfig
 from trainer.embed import EmbedConfig
 from trainer.errors import RunError
 from trainer.finetune.config import FinetuneConfig
-from trainer.options import opt, section
 from trainer.resume import check_resume
 
 COMMANDS = {"pretrain": TrainConfig, "finetune": FinetuneConfig, "embed": EmbedConfig}
@@ -168,9 +169,9 @@ def test_a_checkpoint_with_a_flat_config_json_resumes(tmp_path):
 
 
 def test_one_error_type_names_the_field():
-    with pytest.raises(TrainConfigError, match="warmup_ratio: must be in"):
+    with pytest.raises(ConfigError, match="warmup_ratio: must be in"):
         FinetuneConfig.build(task="ner", train_data="t", eval_data="e", init="i", output="o", warmup_ratio=1.0)
-    with pytest.raises(TrainConfigError, match="keep_checkpoints: must be >= 1, got 0"):
+    with pytest.raises(ConfigError, match="keep_checkpoints: must be >= 1, got 0"):
         TrainConfig.build(sources=("d",), output="o", keep_checkpoints=0)
 
 

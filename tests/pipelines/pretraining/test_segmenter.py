@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.pretraining.segment import sentence_spans, split_sentences
+from pipelines.pretraining.segmenter import sentence_spans, split_sentences
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 _CJK_END = set("。！？；」』）”’")
