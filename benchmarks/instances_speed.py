@@ -65,9 +65,10 @@ print(f"{t1 - t0:.3f} {t2 - t1:.3f}")
 
 
 def build_pool(vocab_dir: Path, books: bool):
+    from pipelines.common.tokenizer import load_tokenizer
     from pipelines.pretraining.read import DocumentBatch, read_documents
     from pipelines.pretraining.segment import segment_documents
-    from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
+    from pipelines.pretraining.tokenize import DocumentTokenizer
     from pipelines.vocab import VocabConfig, train_vocab
 
     wiki = SHARED / "wikipedia"

@@ -103,7 +103,7 @@ def _encode_worker(tokenizer_json: str, texts: list[str], barrier, out_q, thread
 
 def tokenizer_ceiling(vocab: str, per_file: list[list[str]], workers: int, threads: int = 1) -> float:
     """MB/s of `tokenizers` alone over the same paragraphs, split over ``workers`` processes."""
-    from pipelines.pretraining.tokenize import load_tokenizer
+    from pipelines.common.tokenizer import load_tokenizer
 
     spec = load_tokenizer(vocab)
     shares: list[list[str]] = [[] for _ in range(workers)]

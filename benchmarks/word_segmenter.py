@@ -17,9 +17,10 @@ FILES = ("CLUECorpusSmall_sampled.txt", "zhwiki/wiki_00", "wiki_zh_2019/wiki_00"
 
 
 def main() -> None:
+    from pipelines.common.tokenizer import load_tokenizer
     from pipelines.pretraining.read import read_documents
     from pipelines.pretraining.segmenter import split_sentences
-    from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
+    from pipelines.pretraining.tokenize import DocumentTokenizer
     from pipelines.pretraining.word_segmenter import SEGMENTERS, load_segmenter
 
     lines = [

@@ -90,12 +90,12 @@ def _train_vocab(inputs, input_format, output, vocab_size, lowercase, sample_byt
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.common.cli_errors import first_line, interrupted
+    from pipelines.common.files import InputError
     from pipelines.common.inputs import resolve_inputs
     from pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
     from pipelines.common.output_lock import lock_output, new_run_id
     from pipelines.common.redact import redact_logs, redact_text
     from pipelines.common.runner import UsageError
-    from pipelines.pretraining.read import InputError
     from pipelines.vocab import VocabConfig, prepare_vocab_output, train_vocab
 
     redact_logs([*inputs, output])
@@ -286,10 +286,10 @@ def demo_corpus(directory, holdout_every) -> None:
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
     _quiet_beam()
+    from pipelines.common.dataset_run import load_manifest
     from pipelines.report.inspection import (
         DatasetError,
         decode_instance,
-        load_manifest,
         load_vocab,
         read_instances,
         summary_lines,
@@ -345,7 +345,8 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
 def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
     """Write DIR/report/index.html: plots of a pretraining dataset beside its key numbers."""
     _quiet_beam()
-    from pipelines.report.data import ReportConfig, write_report
+    from pipelines.report.data import ReportConfig
+    from pipelines.report.page import write_report
 
     try:
         cfg = ReportConfig(top_tokens=top_tokens, top_sources=top_sources, top_unk_words=top_unk_words)

@@ -24,14 +24,14 @@ from pathlib import Path
 from tokenizers import trainers
 
 from configs.errors import check
+from pipelines.common.files import InputError
 from pipelines.common.formats import FORMATS
 from pipelines.common.hashing import hash64
 from pipelines.common.inputs import InputFile, resolve_inputs
 from pipelines.common.redact import redact_text
-from pipelines.pretraining.read import InputError, read_documents
-from pipelines.pretraining.tokenize import bert_tokenizer
+from pipelines.pretraining.read import read_documents
 from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
-from schemas.wordpiece import with_bert_template
+from schemas.wordpiece import bert_tokenizer, with_bert_template
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

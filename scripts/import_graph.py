@@ -20,7 +20,8 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path, name: str, package: str) -> set[str]:
+def imports_of(path: Path, name: str, package: str, modules: set[str]) -> set[str]:
+    """The modules of ``package`` that ``path`` imports; ``from pkg import mod`` counts ``pkg.mod`` only."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     is_pkg = path.name == "__init__.py"
     found: set[str] = set()
@@ -34,8 +35,10 @@ def imports_of(path: Path, name: str, package: str) -> set[str]:
                 anchor = anchor if is_pkg else anchor[:-1]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)
+            subs = {f"{base}.{a.name}" for a in node.names}
+            found.update(subs & modules)
+            if subs - modules:  # a name defined in the module (or package) itself
+                found.add(base)
     return {m for m in found if m == package or m.startswith(package + ".")}
 
 
@@ -54,7 +57,7 @@ def graph(package: str, folders: bool) -> dict[str, set[str]]:
 
     edges: dict[str, set[str]] = {node(n): set() for n in names}
     for name, path in names.items():
-        for target in imports_of(path, name, package):
+        for target in imports_of(path, name, package, set(names)):
             if target not in names:
                 continue  # an attribute (from pkg.mod import func) or the package itself
             a, b = node(name), node(target)

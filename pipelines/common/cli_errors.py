@@ -22,6 +22,7 @@ from contextlib import contextmanager
 import click
 
 from configs.errors import ConfigError
+from pipelines.common.files import InputError
 from pipelines.common.inputs import missing_filesystem_in
 from pipelines.common.redact import redact_text
 from pipelines.common.runner import (
@@ -32,7 +33,6 @@ from pipelines.common.runner import (
     stop_worker_processes,
     worker_death,
 )
-from pipelines.pretraining.read import InputError
 from schemas.vocab import VocabError
 
 _STAGE = re.compile(r" \[while running '[^']*'\]")

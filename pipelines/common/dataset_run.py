@@ -21,7 +21,7 @@ from configs.errors import check
 from pipelines.common.output_dir import ensure_writable_dir, foreign_files, refusal, refuse_foreign
 from pipelines.common.redact import redact_options, redact_text
 from pipelines.common.runner import UsageError, runner_name
-from pipelines.pretraining.tokenize import TokenizerSpec
+from pipelines.common.tokenizer import TokenizerSpec
 from schemas.manifest import MANIFEST_NAME, Manifest
 from schemas.vocab import VOCAB_FILENAME
 
@@ -189,3 +189,18 @@ def read_result(output_dir: str, started: float, input_bytes: int) -> RunResult:
     with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
         manifest = Manifest.from_json(f.read())
     return RunResult(manifest=manifest, output_dir=output_dir, seconds=seconds, input_bytes=input_bytes)
+
+
+def load_manifest(dataset_dir: str) -> Manifest:
+    path = FileSystems.join(dataset_dir, MANIFEST_NAME)
+    if not FileSystems.exists(path):
+        raise FileNotFoundError(f"{dataset_dir}: no {MANIFEST_NAME} (not a finished bertstream dataset)")
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        return Manifest.from_json(f.read(), source=path)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with FileSystems.create(tmp) as f:
+        f.write(text.encode("utf-8"))
+    FileSystems.rename([tmp], [path])

@@ -18,17 +18,11 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.common import counters as C
 from pipelines.common.batch import InstanceBatch
+from pipelines.common.dataset_run import write_text_atomic
 from pipelines.common.spill import remove_work_dir
 from pipelines.pretraining import stats as S
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from schemas.vocab import VOCAB_FILENAME
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with FileSystems.create(tmp) as f:
-        f.write(text.encode("utf-8"))
-    FileSystems.rename([tmp], [path])
 
 
 def empty_batch(dtype: str) -> InstanceBatch:

@@ -26,6 +26,7 @@ from pipelines.common.dataset_run import (
     run_entry,
     vocab_entry,
 )
+from pipelines.common.files import InputError
 from pipelines.common.inputs import InputFile, absolute, describe_inputs, input_format_of, resolve_inputs
 from pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
 from pipelines.common.output_lock import lock_output, new_run_id
@@ -40,6 +41,7 @@ from pipelines.common.runner import (
 )
 from pipelines.common.source_stats import UnkWords
 from pipelines.common.spill import remove_work_dir, spill_bytes_for
+from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
 from pipelines.pretraining.config import PretrainingConfig
 from pipelines.pretraining.dedup import Dedup, dedup_partitions
 from pipelines.pretraining.finalize import Finalize
@@ -47,9 +49,9 @@ from pipelines.pretraining.group import GroupDocuments
 from pipelines.pretraining.instances import CreateInstances
 from pipelines.pretraining.masking import MaskInstances
 from pipelines.pretraining.progress import Monitor
-from pipelines.pretraining.read import InputError, ReadDocuments, range_bytes_for
+from pipelines.pretraining.read import ReadDocuments, range_bytes_for
 from pipelines.pretraining.segment import SegmentDocuments
-from pipelines.pretraining.tokenize import Tokenize, TokenizerSpec, load_tokenizer
+from pipelines.pretraining.tokenize import Tokenize
 from pipelines.pretraining.word_segmenter import check_word_segmenter
 from pipelines.pretraining.write import SHARD_PREFIX, WriteShards, shard_writers
 from schemas.manifest import MANIFEST_NAME, Manifest

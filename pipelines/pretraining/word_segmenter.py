@@ -74,7 +74,7 @@ def check_word_segmenter(name: str, spec) -> None:
 
 def word_start_chars(text: str, segment: WordSpans) -> np.ndarray:
     """``[len(text) + 1]`` bool: True where a segmenter word starts (and at the end of the text)."""
-    from pipelines.pretraining.read import InputError  # one Error line naming the flag, never a worker's IndexError
+    from pipelines.common.files import InputError  # one Error line naming the flag, never a worker's IndexError
 
     starts = np.zeros(len(text) + 1, dtype=bool)
     try:

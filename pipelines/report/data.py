@@ -1,4 +1,4 @@
-"""``bertprep report DIR``: a data report with pictures, ``DIR/report/index.html`` and its PNG plots.
+"""The numbers of ``bertprep report DIR`` (``DIR/report/index.html`` and its PNG plots; :mod:`pipelines.report.page` writes it).
 
 Built from the manifest (counters, statistics, per-source figures and ``[UNK]`` words recorded while tokenizing:
 see :mod:`pipelines.common.source_stats`) and one pass over the shards for the token counts. Memory is bounded: one
@@ -7,7 +7,6 @@ record batch at a time and one count per vocabulary entry.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +16,7 @@ import pyarrow as pa
 from configs.errors import ConfigError
 from pipelines.common import counters as C
 from pipelines.common import source_stats as SS
-from pipelines.report.inspection import DatasetError, iter_record_batches, load_manifest, load_vocab
+from pipelines.report.inspection import DatasetError, iter_record_batches
 from schemas import pretraining as P
 from schemas.manifest import Manifest
 from schemas.vocab import SPECIAL_TOKENS, UNK, Vocab
@@ -226,29 +225,3 @@ def collect(manifest: Manifest, vocab: Vocab, tokens: TokenCounts, cfg: ReportCo
                 f"{uw['sampled_fraction']:.4g} of them, with exact counts"
             )
     return data
-
-
-def write_report(dataset_dir: str, output_dir: str | None = None, cfg: ReportConfig | None = None) -> str:
-    """Write the report of a pretraining dataset folder; return the path of its ``index.html``."""
-    from pipelines.report import html as report_html
-    from pipelines.report import plots as report_plots
-
-    cfg = cfg or ReportConfig()
-    out = output_dir or os.path.join(dataset_dir, REPORT_DIR)
-    if "://" in out:
-        raise DatasetError(f"{out}: the report is written to a local folder (give one with --output)")
-    manifest = load_manifest(dataset_dir)
-    if manifest.kind != P.KIND:
-        raise DatasetError(f"{dataset_dir}: a {manifest.kind!r} dataset; the report describes pretraining datasets")
-    vocab = load_vocab(dataset_dir, manifest)
-    tokens = count_tokens(dataset_dir, manifest, len(vocab))
-    name = os.path.basename(os.path.abspath(dataset_dir).rstrip("/")) if "://" not in dataset_dir else dataset_dir
-    data = collect(manifest, vocab, tokens, cfg, name)
-    os.makedirs(out, exist_ok=True)
-    figures = report_plots.draw_all(data.series, out)
-    index = os.path.join(out, "index.html")
-    tmp = index + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(report_html.render(data, figures))
-    os.replace(tmp, index)
-    return index

@@ -15,16 +15,8 @@ from apache_beam.io.filesystems import FileSystems
 from schemas import pretraining as P
 from schemas import tasks as T
 from schemas import wds
-from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from schemas.manifest import Manifest, ShardInfo
 from schemas.vocab import Vocab, VocabError
-
-
-def load_manifest(dataset_dir: str) -> Manifest:
-    path = FileSystems.join(dataset_dir, MANIFEST_NAME)
-    if not FileSystems.exists(path):
-        raise FileNotFoundError(f"{dataset_dir}: no {MANIFEST_NAME} (not a finished bertstream dataset)")
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        return Manifest.from_json(f.read(), source=path)
 
 
 def _read_all(path: str) -> bytes:

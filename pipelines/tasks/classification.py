@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.common.counters import Tally, drop
-from pipelines.pretraining.read import InputError
-from pipelines.pretraining.tokenize import TokenizerSpec
+from pipelines.common.files import InputError
+from pipelines.common.tokenizer import TokenizerSpec
 from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
 from pipelines.tasks.read import RecordBatch, TextRow, where
 from schemas import id_types

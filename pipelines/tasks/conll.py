@@ -12,8 +12,8 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 
 from pipelines.common.counters import Tally, drop
+from pipelines.common.files import InputError, iter_text_lines, read_chunks
 from pipelines.common.runner import UsageError
-from pipelines.pretraining.read import InputError, iter_text_lines, read_chunks
 from pipelines.tasks.read import MALFORMED_LINE, WRONG_FIELD_COUNT, Sentence, file_lines, where
 
 _BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")

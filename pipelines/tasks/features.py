@@ -23,7 +23,7 @@ from tokenizers import Tokenizer
 
 from pipelines.common import counters as C
 from pipelines.common.counters import Tally
-from pipelines.pretraining.tokenize import TokenizerSpec
+from pipelines.common.tokenizer import TokenizerSpec
 from pipelines.tasks.read import RecordBatch
 from schemas import id_types
 from schemas import tasks as T

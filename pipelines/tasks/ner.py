@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.common.counters import Tally, drop
-from pipelines.pretraining.tokenize import TokenizerSpec
+from pipelines.common.tokenizer import TokenizerSpec
 from pipelines.tasks.classification import unknown_label_error
 from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
 from pipelines.tasks.read import RecordBatch, Sentence, where

@@ -25,6 +25,7 @@ from pipelines.common.dataset_run import (
     RunResult,
     ShardSizing,
     check_output,
+    load_manifest,
     read_result,
     replacing,
     run_entry,
@@ -36,8 +37,7 @@ from pipelines.common.output_lock import lock_output, new_run_id
 from pipelines.common.redact import redact_text
 from pipelines.common.runner import UsageError, make_pipeline, pipeline_options, run_pipeline
 from pipelines.common.spill import remove_work_dir
-from pipelines.pretraining.tokenize import TokenizerSpec, load_tokenizer
-from pipelines.report.inspection import load_manifest
+from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
 from pipelines.tasks import read as R
 from pipelines.tasks.classification import RowFeaturizer
 from pipelines.tasks.config import ClassificationConfig, NerConfig, SquadConfig, TaskConfig
@@ -484,7 +484,7 @@ def _fields(first: list[str] | dict | None) -> list[str]:
 
 
 def _head(path: str) -> list[bytes]:
-    from pipelines.pretraining.read import read_chunks
+    from pipelines.common.files import read_chunks
 
     chunks = read_chunks(path, 1024)
     try:

@@ -22,7 +22,7 @@ import apache_beam as beam
 
 from pipelines.common import counters as C
 from pipelines.common.counters import Tally
-from pipelines.pretraining.read import check_unchanged, iter_text_lines, read_chunks
+from pipelines.common.files import check_unchanged, iter_text_lines, read_chunks
 
 RECORDS_PER_BATCH = 1024
 CHARS_PER_BATCH = 1 << 20

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.common.counters import Tally
-from pipelines.pretraining.tokenize import TokenizerSpec
+from pipelines.common.tokenizer import TokenizerSpec
 from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
 from pipelines.tasks.read import QAExample, RecordBatch
 from schemas import id_types

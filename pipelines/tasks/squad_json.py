@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipelines.common.counters import Tally, drop
-from pipelines.pretraining.read import InputError, read_chunks
+from pipelines.common.files import InputError, read_chunks
 from pipelines.tasks.read import (
     DUPLICATE_ID,
     EMPTY_CONTEXT,

@@ -15,8 +15,8 @@ from itertools import islice
 from typing import Any
 
 from pipelines.common.counters import Tally, drop
+from pipelines.common.files import InputError, iter_text_lines, read_chunks
 from pipelines.common.runner import UsageError
-from pipelines.pretraining.read import InputError, iter_text_lines, read_chunks
 from pipelines.tasks.read import (
     BAD_REGRESSION_LABEL,
     EMPTY_TEXT,

@@ -11,15 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipelines.common.tokenizer import load_tokenizer
 from pipelines.pretraining.instances import Pool, assemble, unit_instances
 from pipelines.pretraining.masking import mask, masking_spec, num_to_predict
 from pipelines.pretraining.read import read_documents
 from pipelines.pretraining.segmenter import sentence_spans, split_sentences
-from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
+from pipelines.pretraining.tokenize import DocumentTokenizer
 from pipelines.pretraining.word_segmenter import SegmenterMissing, load_segmenter, unmark
 from schemas.vocab import Vocab
 from tests.conftest import shared_path
-from tests.pipelines.test_segment import assert_invariants
+from tests.pipelines.pretraining.test_segmenter import assert_invariants
 
 # (file below pretrain/chinese, format)
 CHINESE = [

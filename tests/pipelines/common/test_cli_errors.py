@@ -513,9 +513,9 @@ def test_an_input_is_its_content_read_once_as_listed(tmp_path, demo_vocab, bad):
 
 
 def test_a_file_that_changes_after_listing_fails_the_run_naming_it(tmp_path, demo_vocab, monkeypatch):
+    from pipelines.common.files import InputError
     from pipelines.pretraining import pipeline as pre
     from pipelines.pretraining.config import PretrainingConfig
-    from pipelines.pretraining.read import InputError
 
     f = tmp_path / "growing.txt"
     f.write_text("A first sentence.\nA second one.\n\n" * 200)

@@ -9,9 +9,10 @@ import pytest
 
 from pipelines.common import counters as C
 from pipelines.common import source_stats as SS
+from pipelines.common.tokenizer import load_tokenizer
 from pipelines.pretraining.config import PretrainingConfig
 from pipelines.pretraining.pipeline import run_pretraining
-from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
+from pipelines.pretraining.tokenize import DocumentTokenizer
 from tests.conftest import shared_path
 
 

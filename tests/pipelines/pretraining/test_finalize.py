@@ -7,7 +7,7 @@ import pytest
 from pipelines.common import counters as C
 from pipelines.pretraining import stats as S
 from pipelines.pretraining.finalize import build_manifest
-from tests.pipelines.test_write import random_batch
+from tests.pipelines.pretraining.test_write import random_batch
 
 BASE = {
     "vocab": {"sha256": "0" * 64, "size": 5, "id_type": "uint16", "special_ids": {}},

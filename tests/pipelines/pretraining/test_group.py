@@ -9,6 +9,7 @@ import pytest
 
 from pipelines.common.hashing import mix64_array
 from pipelines.common.spill import keys_per_block, write_file
+from pipelines.common.tokenizer import load_tokenizer
 from pipelines.pretraining.group import (
     encode_documents,
     group_of,
@@ -21,7 +22,7 @@ from pipelines.pretraining.group import (
 from pipelines.pretraining.instances import Pool, document_key
 from pipelines.pretraining.read import DocumentBatch, read_documents
 from pipelines.pretraining.segment import segment_documents
-from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
+from pipelines.pretraining.tokenize import DocumentTokenizer
 
 SEED = 11
 

@@ -6,6 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from pipelines.common.tokenizer import load_tokenizer
 from pipelines.pretraining.instances import (
     Pool,
     RawInstances,
@@ -15,7 +16,7 @@ from pipelines.pretraining.instances import (
     unit_instances,
 )
 from pipelines.pretraining.read import read_documents
-from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
+from pipelines.pretraining.tokenize import DocumentTokenizer
 from tests.pipelines import reference_bert as ref
 
 

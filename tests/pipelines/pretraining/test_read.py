@@ -13,12 +13,11 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.common import counters as C
+from pipelines.common.files import InputError, iter_lines
 from pipelines.pretraining.read import (
     FileRange,
-    InputError,
     ReadDocuments,
     file_ranges,
-    iter_lines,
     parse_wikiextractor,
     range_bytes_for,
     read_documents,

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from pipelines.common import counters as C
+from pipelines.common.tokenizer import load_tokenizer
 from pipelines.pretraining.read import read_documents
 from pipelines.pretraining.segmenter import split_sentences
-from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
+from pipelines.pretraining.tokenize import DocumentTokenizer
 from schemas.vocab import VocabError
 from tests.conftest import shared_path
 

@@ -15,9 +15,11 @@ from click.testing import CliRunner
 from pipelines.cli import main
 from pipelines.common import counters as C
 from pipelines.common import source_stats as SS
-from pipelines.report.data import ReportConfig, ReportData, collect, count_tokens, duplicates, write_report
+from pipelines.common.dataset_run import load_manifest
+from pipelines.report.data import ReportConfig, ReportData, collect, count_tokens, duplicates
 from pipelines.report.html import render
-from pipelines.report.inspection import load_manifest, load_vocab
+from pipelines.report.inspection import load_vocab
+from pipelines.report.page import write_report
 from pipelines.report.plots import PLOTS, Figure
 
 SHOT = (1280, 1600)  # the screenshot's window size

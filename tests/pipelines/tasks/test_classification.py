@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from pipelines.common.counters import Tally
-from pipelines.pretraining.read import InputError
-from pipelines.pretraining.tokenize import DocumentTokenizer, load_tokenizer
+from pipelines.common.files import InputError
+from pipelines.common.tokenizer import load_tokenizer
+from pipelines.pretraining.tokenize import DocumentTokenizer
 from pipelines.tasks import read as R
 from pipelines.tasks import tables as TB
 from pipelines.tasks.classification import RowFeaturizer, truncate_pair

@@ -5,8 +5,8 @@ import pyarrow as pa
 import pytest
 
 from pipelines.common.counters import Tally
-from pipelines.pretraining.read import InputError
-from pipelines.pretraining.tokenize import load_tokenizer
+from pipelines.common.files import InputError
+from pipelines.common.tokenizer import load_tokenizer
 from pipelines.tasks import conll as CN
 from pipelines.tasks import read as R
 from pipelines.tasks.features import Layout

@@ -8,7 +8,7 @@ import pytest
 from pipelines.common.batch import InstanceBatch
 from pipelines.pretraining.instances import assemble, unit_instances
 from pipelines.pretraining.masking import Masked, mask, masking_spec, reference_mask
-from tests.pipelines.test_masking import random_batch, toy_vocab
+from tests.pipelines.pretraining.test_masking import random_batch, toy_vocab
 
 
 def assert_same(ours: Masked, theirs: Masked) -> None:
