@@ -38,14 +38,12 @@ document duplicates may itself be a near duplicate of a smaller one (a chain), n
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import re
-import struct
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -55,6 +53,7 @@ from pipelines.common import counters as C
 from pipelines.common.hashing import GOLDEN, MASK64, hash64, mix64, mix64_array
 from pipelines.common.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
 from pipelines.pretraining.config import MAX_DEDUP_NGRAM
+from pipelines.pretraining.dedup_encoding import Part, decode_batch, decode_parts, encode_batch, encode_part
 from pipelines.pretraining.read import Document, DocumentBatch
 
 NUM_PERM = 128
@@ -221,82 +220,6 @@ def estimated_jaccard(one: np.ndarray, others: np.ndarray) -> np.ndarray:
 def partition_of(keys: np.ndarray, partitions: int) -> np.ndarray:
     """int64 [N]: a key's partition, from its high 32 bits (keys are uniform hashes)."""
     return ((keys >> np.uint64(32)) * np.uint64(partitions) >> np.uint64(32)).astype(np.int64)
-
-
-# --- entries: what one batch sends to the shuffle -------------------------------------------------------
-# A part: header (entries M, documents D, id bytes L, P, small shingles S), band int32 [M], key uint64 [M],
-# doc uint32 [M] (position in the part's id table), id lengths uint32 [D], ids (UTF-8) [L], padding to 8,
-# small-set sizes uint8 [D] (0: not small), padding to 8, small sets' shingles uint64 [S], sketches uint8 [D, P].
-_PART = struct.Struct("<IIIII")
-
-
-class Part(NamedTuple):
-    bands: np.ndarray  # int32 [M]
-    keys: np.ndarray  # uint64 [M]
-    docs: np.ndarray  # uint32 [M], into ids
-    ids: list[str]  # [D]
-    sketches: np.ndarray  # uint8 [D, P]
-    small: list[np.ndarray | None]  # [D]: the distinct shingles of a small document, else None
-
-
-def _pad8(n: int) -> bytes:
-    return b"\0" * (-n % 8)
-
-
-def encode_part(part: Part) -> bytes:
-    raw = [i.encode("utf-8") for i in part.ids]
-    joined = b"".join(raw)
-    sizes = np.asarray([0 if x is None else len(x) for x in part.small], dtype=np.uint8)
-    values = [x for x in part.small if x is not None]
-    shingled = np.concatenate(values).astype("<u8") if values else np.zeros(0, "<u8")
-    sk = np.ascontiguousarray(part.sketches, dtype=np.uint8)
-    return b"".join(
-        (
-            _PART.pack(len(part.keys), len(raw), len(joined), sk.shape[1], len(shingled)),
-            part.bands.astype("<i4").tobytes(),
-            part.keys.astype("<u8").tobytes(),
-            part.docs.astype("<u4").tobytes(),
-            np.asarray([len(r) for r in raw], dtype="<u4").tobytes(),
-            joined,
-            _pad8(len(joined)),
-            sizes.tobytes(),
-            _pad8(len(sizes)),
-            shingled.tobytes(),
-            sk.tobytes(),
-        )
-    )
-
-
-def decode_parts(data: bytes) -> Iterator[Part]:
-    """The parts of a byte string of parts back to back."""
-    at = 0
-    while at < len(data):
-        m, d, nbytes, p, ns = _PART.unpack_from(data, at)
-        at += _PART.size
-        bands = np.frombuffer(data, "<i4", m, at)
-        at += 4 * m
-        keys = np.frombuffer(data, "<u8", m, at)
-        at += 8 * m
-        docs = np.frombuffer(data, "<u4", m, at)
-        at += 4 * m
-        lengths = np.frombuffer(data, "<u4", d, at)
-        at += 4 * d
-        joined = data[at : at + nbytes]
-        at += nbytes + (-nbytes % 8)
-        ends = np.cumsum(lengths)
-        ids = [joined[e - n : e].decode("utf-8") for e, n in zip(ends.tolist(), lengths.tolist())]
-        sizes = np.frombuffer(data, np.uint8, d, at).tolist()
-        at += d + (-d % 8)
-        values = np.frombuffer(data, "<u8", ns, at)
-        at += 8 * ns
-        small: list[np.ndarray | None] = []
-        k = 0
-        for n in sizes:
-            small.append(values[k : k + n] if n else None)
-            k += n
-        sk = np.frombuffer(data, np.uint8, d * p, at).reshape(d, p)
-        at += d * p
-        yield Part(bands, keys, docs, ids, sk, small)
 
 
 def similarity(sk: np.ndarray, small: list[np.ndarray | None], m: int, others: list[int]) -> np.ndarray:
@@ -472,17 +395,6 @@ def merge_removals(records: Iterable[tuple[str, str]]) -> tuple[str, str]:
             best = r
     assert best is not None
     return best
-
-
-def encode_batch(batch: DocumentBatch) -> bytes:
-    """A batch as JSON (it waits in a spill file while the duplicates are found; see ``Dedup``)."""
-    docs = [[d.doc_id, d.presegmented, d.paragraphs] for d in batch.documents]
-    return json.dumps({"documents": docs, "counters": dict(batch.counters)}, ensure_ascii=False).encode("utf-8")
-
-
-def decode_batch(data: bytes) -> DocumentBatch:
-    d = json.loads(data)
-    return DocumentBatch([Document(i, paras, pre) for i, pre, paras in d["documents"]], Counter(d["counters"]))
 
 
 def filter_batch(batch: DocumentBatch, removed: dict[str, tuple[str, str]]) -> DocumentBatch:
