@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=150_000)  # one shard of the pipeline's default size
     ap.add_argument("--dir", help="where the two datasets are written (default: a temporary folder)")
     args = ap.parse_args()
-    from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
+    from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 
     root = Path(args.dir or tempfile.mkdtemp(prefix="arrow_formats_"))
     vocab = bert_like_vocab(30522)

@@ -48,9 +48,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipelines import dedup as D  # noqa: E402
-from pipelines.kernels import switch  # noqa: E402
-from pipelines.read import Document, batch_documents, read_documents  # noqa: E402
+from pipelines.pretraining import dedup as D  # noqa: E402
+from pipelines.pretraining.kernels import switch  # noqa: E402
+from pipelines.pretraining.read import Document, batch_documents, read_documents  # noqa: E402
 
 WIKI = REPO.parent / "shared" / "data" / "pretrain" / "wikipedia"
 

@@ -35,7 +35,7 @@ TARGETS = {"arrow": 50_000, "webdataset": 20_000}
 
 
 def write(root: Path, samples: int, shards: int) -> None:
-    from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
+    from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 
     t = time.perf_counter()
     vocab = bert_like_vocab()

@@ -31,7 +31,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bertstream-mix-") as tmp:
         first = Path(args.data) if args.data else Path(tmp) / "a"
         if args.data is None:
-            from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
+            from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 
             vocab = bert_like_vocab()
             inst = make_instances(args.samples, seed=0, vocab=vocab, max_len=128, full_fraction=0.9, max_masked=20)

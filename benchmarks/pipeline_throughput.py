@@ -80,8 +80,8 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str]:
 
 def paragraphs_of(inputs: list[str], fmt: str) -> list[list[str]]:
     """Each file's paragraphs, read with the pipeline's own reader (not timed)."""
-    from pipelines.inputs import resolve_inputs
-    from pipelines.read import read_documents
+    from pipelines.common.inputs import resolve_inputs
+    from pipelines.pretraining.read import read_documents
 
     files = resolve_inputs(inputs, fmt)
     return [[p for d in read_documents(f.path, f.format, Counter()) for p in d.paragraphs] for f in files]
@@ -103,7 +103,7 @@ def _encode_worker(tokenizer_json: str, texts: list[str], barrier, out_q, thread
 
 def tokenizer_ceiling(vocab: str, per_file: list[list[str]], workers: int, threads: int = 1) -> float:
     """MB/s of `tokenizers` alone over the same paragraphs, split over ``workers`` processes."""
-    from pipelines.tokenize import load_tokenizer
+    from pipelines.common.tokenizer import load_tokenizer
 
     spec = load_tokenizer(vocab)
     shares: list[list[str]] = [[] for _ in range(workers)]

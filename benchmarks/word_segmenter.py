@@ -17,10 +17,11 @@ FILES = ("CLUECorpusSmall_sampled.txt", "zhwiki/wiki_00", "wiki_zh_2019/wiki_00"
 
 
 def main() -> None:
-    from pipelines.read import read_documents
-    from pipelines.segment import split_sentences
-    from pipelines.tokenize import DocumentTokenizer, load_tokenizer
-    from pipelines.word_segmenter import SEGMENTERS, load_segmenter
+    from pipelines.common.tokenizer import load_tokenizer
+    from pipelines.pretraining.read import read_documents
+    from pipelines.pretraining.segmenter import split_sentences
+    from pipelines.pretraining.tokenize import DocumentTokenizer
+    from pipelines.pretraining.word_segmenter import SEGMENTERS, load_segmenter
 
     lines = [
         line

@@ -9,7 +9,9 @@ import sys
 
 import click
 
-from pipelines.config import DEDUP_MODES, FORMATS, OUTPUT_FORMATS, ConfigError, PretrainingConfig
+from configs.errors import ConfigError
+from pipelines.common.formats import FORMATS, OUTPUT_FORMATS
+from pipelines.pretraining.config import DEDUP_MODES, PretrainingConfig
 
 # Flag for each config field, so a ConfigError names what the user typed.
 _FLAGS = {
@@ -40,7 +42,7 @@ def _quiet_beam() -> None:
     logging.getLogger().setLevel(logging.ERROR)
     # A failing DoFn is logged by Beam with its traceback before the error reaches us; we report it once.
     logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
-    from pipelines.runner import limit_malloc_arenas
+    from pipelines.common.runner import limit_malloc_arenas
 
     limit_malloc_arenas()
 
@@ -70,7 +72,7 @@ def main() -> None:
 def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed, overwrite) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json)."""
     _quiet_beam()
-    from pipelines.cli_errors import sigterm_as_interrupt
+    from pipelines.common.cli_errors import sigterm_as_interrupt
 
     with sigterm_as_interrupt():
         v, counters = _train_vocab(
@@ -87,13 +89,13 @@ def _train_vocab(inputs, input_format, output, vocab_size, lowercase, sample_byt
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.cli_errors import first_line, interrupted
-    from pipelines.inputs import resolve_inputs
-    from pipelines.output_dir import check_no_overlap, ensure_writable_dir
-    from pipelines.output_lock import lock_output, new_run_id
-    from pipelines.read import InputError
-    from pipelines.redact import redact_logs, redact_text
-    from pipelines.runner import UsageError
+    from pipelines.common.cli_errors import first_line, interrupted
+    from pipelines.common.files import InputError
+    from pipelines.common.inputs import resolve_inputs
+    from pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
+    from pipelines.common.output_lock import lock_output, new_run_id
+    from pipelines.common.redact import redact_logs, redact_text
+    from pipelines.common.runner import UsageError
     from pipelines.vocab import VocabConfig, prepare_vocab_output, train_vocab
 
     redact_logs([*inputs, output])
@@ -202,13 +204,13 @@ def pretraining(
     The default runner is Beam's in-process FnApiRunner.
     """
     _quiet_beam()
-    from pipelines.cli_errors import pipeline_errors
-    from pipelines.pretraining import run_pretraining
-    from pipelines.redact import redact_logs
+    from pipelines.common.cli_errors import pipeline_errors
+    from pipelines.common.redact import redact_logs
+    from pipelines.pretraining.pipeline import run_pretraining
 
     redact_logs([*ctx.args, *inputs, vocab, output])
     if verbose:  # read by the stages wherever they run: this process or the worker processes it starts
-        from pipelines.progress import ENV_VERBOSE
+        from pipelines.pretraining.progress import ENV_VERBOSE
 
         os.environ[ENV_VERBOSE] = "1"
 
@@ -249,7 +251,7 @@ def pretraining(
 
 
 def _print_summary(result) -> None:
-    from pipelines.inspection import summary_lines
+    from pipelines.report.inspection import summary_lines
 
     m = result.manifest
     click.echo(
@@ -284,10 +286,10 @@ def demo_corpus(directory, holdout_every) -> None:
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
     _quiet_beam()
-    from pipelines.inspection import (
+    from pipelines.common.dataset_run import load_manifest
+    from pipelines.report.inspection import (
         DatasetError,
         decode_instance,
-        load_manifest,
         load_vocab,
         read_instances,
         summary_lines,
@@ -343,7 +345,8 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
 def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
     """Write DIR/report/index.html: plots of a pretraining dataset beside its key numbers."""
     _quiet_beam()
-    from pipelines.report import ReportConfig, write_report
+    from pipelines.report.data import ReportConfig
+    from pipelines.report.page import write_report
 
     try:
         cfg = ReportConfig(top_tokens=top_tokens, top_sources=top_sources, top_unk_words=top_unk_words)

@@ -23,14 +23,15 @@ from pathlib import Path
 
 from tokenizers import trainers
 
-from pipelines.config import FORMATS, check
-from pipelines.hashing import hash64
-from pipelines.inputs import InputFile, resolve_inputs
-from pipelines.read import InputError, read_documents
-from pipelines.redact import redact_text
-from pipelines.tokenize import bert_tokenizer
+from configs.errors import check
+from pipelines.common.files import InputError
+from pipelines.common.formats import FORMATS
+from pipelines.common.hashing import hash64
+from pipelines.common.inputs import InputFile, resolve_inputs
+from pipelines.common.redact import redact_text
+from pipelines.pretraining.read import read_documents
 from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
-from schemas.wordpiece import with_bert_template
+from schemas.wordpiece import bert_tokenizer, with_bert_template
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,8 +112,8 @@ def continuation_pieces(texts, lowercase: bool) -> list[str]:
 def prepare_vocab_output(output_dir: str, overwrite: bool) -> None:
     """The ``bertprep vocab`` output folder: empty, or an earlier vocabulary (replaced only with ``overwrite``,
     and only once the new one is written), never anything else."""
-    from pipelines.output_dir import refuse_foreign
-    from pipelines.runner import UsageError
+    from pipelines.common.output_dir import refuse_foreign
+    from pipelines.common.runner import UsageError
 
     if "://" in output_dir:
         return
@@ -151,7 +152,7 @@ def train_vocab(
     total = sum(f.bytes for f in files)
     if not first["documents_sampled"] and first["documents_read"] and 0 < cfg.sample_bytes < total:
         # The sample is a hash-chosen fraction of the documents: too small a fraction chooses none.
-        from pipelines.runner import UsageError
+        from pipelines.common.runner import UsageError
 
         raise UsageError(
             "sample-bytes",

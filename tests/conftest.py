@@ -66,8 +66,8 @@ def wiki_vocab(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def demo_shards(tmp_path_factory, demo_corpus, demo_vocab) -> Path:
     """Pretraining shards (length 128, dupe 3, 3 Arrow + 3 WebDataset shards) of the pydoc corpus."""
-    from pipelines.config import PretrainingConfig
-    from pipelines.pretraining import run_pretraining
+    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.pipeline import run_pretraining
 
     out = tmp_path_factory.mktemp("demo_shards")
     cfg = PretrainingConfig(input_format="text", dupe_factor=3, num_shards=3, output_format="both")

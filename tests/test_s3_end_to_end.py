@@ -116,8 +116,8 @@ def vocab_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_dataset(tmp_path_factory, vocab_file):
     """The same dataset made on a local disk, for the failure tests (uploaded object by object)."""
-    from pipelines.config import PretrainingConfig
-    from pipelines.pretraining import run_pretraining
+    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.pipeline import run_pretraining
 
     out = tmp_path_factory.mktemp("s3_local_shards")
     cfg = PretrainingConfig(input_format="wikiextractor", dupe_factor=1, num_shards=2)
@@ -314,7 +314,7 @@ def test_server_stopped_mid_training_fails_cleanly_and_soon(uploaded_dataset, tm
 
 
 def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_file, monkeypatch):
-    import pipelines.group as group
+    import pipelines.pretraining.group as group
     from pipelines.cli import main
 
     s3 = s3_server
@@ -330,7 +330,7 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
         return real(path, chunks)
 
     monkeypatch.setattr(group, "write_file", stop_then_write)
-    monkeypatch.setattr("pipelines.pretraining.CLEANUP_SECONDS", 5.0)  # 30 s by default
+    monkeypatch.setattr("pipelines.pretraining.pipeline.CLEANUP_SECONDS", 5.0)  # 30 s by default
     box = {}
     _, took = _within(
         180,
@@ -372,12 +372,13 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
 def test_run_folders_on_an_object_store_are_refused_up_front():
     # Checkpoints are local (README, "Object stores"): a run folder URL used to become a local folder named
     # "s3:" (pathlib drops one slash). Refused before anything runs, naming the flag.
-    from trainer.config import TrainConfig, TrainConfigError
+    from configs.errors import ConfigError
+    from trainer.config import TrainConfig
     from trainer.finetune.config import FinetuneConfig
 
-    with pytest.raises(TrainConfigError, match="output: s3://b/runs/base: the run folder must be local"):
+    with pytest.raises(ConfigError, match="output: s3://b/runs/base: the run folder must be local"):
         TrainConfig.build(sources=("s3://b/shards",), output="s3://b/runs/base")
-    with pytest.raises(TrainConfigError, match="output: s3://b/runs/sst2: the run folder must be local"):
+    with pytest.raises(ConfigError, match="output: s3://b/runs/sst2: the run folder must be local"):
         FinetuneConfig.build(
             task="classification",
             train_data="s3://b/t",

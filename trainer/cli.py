@@ -6,13 +6,13 @@ from typing import Any
 
 import click
 
-from trainer import options
+from configs import options
+from configs.options import click_options
 from trainer.cli_errors import reported
 from trainer.config import TrainConfig
 from trainer.distributed import launched_main
 from trainer.embed import EmbedConfig
 from trainer.finetune.config import FinetuneConfig
-from trainer.options import click_options
 
 _CTX = {"help_option_names": ["-h", "--help"], "show_default": True}
 

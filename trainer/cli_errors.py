@@ -1,6 +1,6 @@
 """One owner for turning errors into ``berttrain`` messages: every command runs inside :func:`reported`.
 
-A wrong flag value (``TrainConfigError``) is a usage error (exit 2, click's usage line); bad data, checkpoints,
+A wrong flag value (``ConfigError``) is a usage error (exit 2, click's usage line); bad data, checkpoints,
 devices or output folders are run-time errors (exit 1): one ``Error:`` line, never a traceback. So are the
 failures a user causes without a bug: a data-loader worker killed (out of memory, ``kill``), an optional package
 not installed. Ctrl-C and SIGTERM are one line too, exit 130 and 143 (128 + the signal, as the shell reports a
@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from trainer.config import TrainConfigError
+from configs.errors import ConfigError
 from trainer.redact import redact
 
 # Optional packages a command may need (plot: matplotlib; s3:// and http:// data: s3fs, aiohttp; ...), and
@@ -98,7 +98,7 @@ def _in_main_thread() -> bool:
 
 def _report(e: BaseException) -> None:
     """Raise what ``e`` becomes: click's usage error, one ``Error:`` line, an exit code; or ``e`` itself (a bug)."""
-    if isinstance(e, TrainConfigError):
+    if isinstance(e, ConfigError):
         raise click.BadParameter(redact(e.message), param_hint=f"'--{e.param.replace('_', '-')}'") from None
     if isinstance(e, (click.ClickException, SystemExit, click.exceptions.Exit, click.Abort)):
         raise e

@@ -1,6 +1,6 @@
 """Configuration of a pretraining run: frozen sections (data, model, optimiser, checkpoints, run, objective),
 validated on construction, saved with every checkpoint. Each field carries its flag's help and default
-(``trainer.options`` makes the CLI from them); model presets live in ``trainer.model``. ``RunConfig`` and
+(``configs.options`` makes the CLI from them); model presets live in ``trainer.model``. ``RunConfig`` and
 ``OptimConfig`` are shared with fine-tuning (``trainer.finetune.config``), which overrides some defaults."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from trainer import options
+from configs import options
+from configs.errors import ConfigError, check
+from configs.options import opt, section
 from trainer.data.config import MASKING_MODES, dataset_key, split_data_args
 from trainer.model import NORM_PLACEMENTS
 from trainer.options import opt, section
@@ -19,19 +21,6 @@ PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
 PRESETS = ("tiny", "mini", "small", "medium", "base", "large")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-
-
-class TrainConfigError(ValueError):
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(f"{param}: {message}")
-        self.param = param
-        self.message = message
-
-
-def check(ok: bool, param: str, message: str) -> None:
-    """Config validation: raise ``TrainConfigError(param, message)`` unless ``ok``."""
-    if not ok:
-        raise TrainConfigError(param, message)
 
 
 def check_finite(cfg: Any) -> None:
@@ -131,7 +120,7 @@ class PretrainData:
         try:
             paths = self.paths
         except ValueError as e:
-            raise TrainConfigError("data", str(e)) from None
+            raise ConfigError("data", str(e)) from None
         keys = [dataset_key(d) for d in paths]
         twice = sorted({d for d, k in zip(paths, keys) if keys.count(k) > 1})
         check(not twice, "data", f"the same dataset is given more than once: {', '.join(twice)}")

@@ -19,16 +19,17 @@ import pyarrow as pa
 import torch
 from torch import Tensor, nn
 
+from configs.errors import check
+from configs.options import opt
 from schemas import tasks as T
 from schemas.manifest import MANIFEST_NAME, Manifest
 from schemas.version import SchemaError
 from schemas.vocab import CLS, SEP
 from schemas.wordpiece import bert_tokenizer, json_lowercase
-from trainer.config import check, check_device
+from trainer.config import check_device
 from trainer.errors import RunError
 from trainer.finetune.weights import RANDOM_PREFIX, Init, InitError, check_vocab, resolve_init
 from trainer.model import BertModel
-from trainer.options import opt
 from trainer.redact import redact_values
 
 COMBINES = ("sum", "concat", "mean")

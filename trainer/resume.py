@@ -15,13 +15,13 @@ from typing import Any
 
 from torch.optim.lr_scheduler import LambdaLR
 
-from trainer import options
+from configs import options
 from trainer.config import TrainConfig
 from trainer.data.config import dataset_key
 from trainer.errors import RunError
 from trainer.optim import WarmupLinearDecay
 
-# TrainConfig settings (leaf names, see trainer.options) a resume must not change (all but --max-steps, run-time
+# TrainConfig settings (leaf names, see configs.options) a resume must not change (all but --max-steps, run-time
 # flags, data and eval data).
 # --batch-size may change with the number of processes as long as their product, the global batch, stays.
 FIXED = (

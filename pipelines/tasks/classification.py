@@ -13,11 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from pipelines.counters import Tally, drop
-from pipelines.read import InputError
+from pipelines.common.counters import Tally, drop
+from pipelines.common.files import InputError
+from pipelines.common.tokenizer import TokenizerSpec
 from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
 from pipelines.tasks.read import RecordBatch, TextRow, where
-from pipelines.tokenize import TokenizerSpec
 from schemas import id_types
 from schemas import tasks as T
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import click
 
-from pipelines.config import ConfigError
+from configs.errors import ConfigError
 from pipelines.tasks.config import INPUT_FORMATS, SCHEMES, parse_articles, parse_labels
 from pipelines.tasks.glue import NAMES as GLUE_NAMES
 
@@ -113,8 +113,8 @@ def _labels(text: str | None) -> tuple[str, ...]:
 def _run(fn: Callable, **kwargs) -> None:
     """Run a pipeline, mapping our errors to click's (exit 2 for usage errors, 1 for input errors)."""
     _quiet_beam()
-    from pipelines.cli_errors import pipeline_errors
-    from pipelines.redact import redact_logs
+    from pipelines.common.cli_errors import pipeline_errors
+    from pipelines.common.redact import redact_logs
 
     redact_logs(
         [
@@ -134,7 +134,7 @@ def _run(fn: Callable, **kwargs) -> None:
 
 
 def _print_summary(result) -> None:
-    from pipelines import counters as C  # imports Beam: not at CLI start-up (the run has loaded it by now)
+    from pipelines.common import counters as C  # imports Beam: not at CLI start-up (the run has loaded it by now)
 
     m = result.manifest
     c, t = m.counters, m.task

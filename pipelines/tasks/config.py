@@ -10,7 +10,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipelines.config import ARROW_COMPRESSIONS, check
+from configs.errors import check
+from pipelines.common.formats import ARROW_COMPRESSIONS
 from schemas import tasks as T
 
 INPUT_FORMATS = ("tsv", "csv", "jsonl")

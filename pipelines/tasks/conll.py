@@ -11,9 +11,9 @@ import re
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
-from pipelines.counters import Tally, drop
-from pipelines.read import InputError, iter_text_lines, read_chunks
-from pipelines.runner import UsageError
+from pipelines.common.counters import Tally, drop
+from pipelines.common.files import InputError, iter_text_lines, read_chunks
+from pipelines.common.runner import UsageError
 from pipelines.tasks.read import MALFORMED_LINE, WRONG_FIELD_COUNT, Sentence, file_lines, where
 
 _BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")

@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 from tokenizers import Tokenizer
 
-from pipelines import counters as C
-from pipelines.counters import Tally
+from pipelines.common import counters as C
+from pipelines.common.counters import Tally
+from pipelines.common.tokenizer import TokenizerSpec
 from pipelines.tasks.read import RecordBatch
-from pipelines.tokenize import TokenizerSpec
 from schemas import id_types
 from schemas import tasks as T
 from schemas.vocab import CLS, SEP, UNK

@@ -14,8 +14,8 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.counters import Tally, dropped
-from pipelines.finalize import write_text_atomic
+from pipelines.common.counters import Tally, dropped
+from pipelines.common.dataset_run import write_text_atomic
 from pipelines.tasks.labels import LabelPlan, task_labels
 from pipelines.tasks.write import ShardSpec
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo

@@ -20,7 +20,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines.runner import UsageError
+from pipelines.common.runner import UsageError
 from pipelines.tasks.read import RecordBatch, Sentence
 from schemas import tasks as T
 from schemas.manifest import Manifest

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from pipelines.counters import Tally, drop
+from pipelines.common.counters import Tally, drop
+from pipelines.common.tokenizer import TokenizerSpec
 from pipelines.tasks.classification import unknown_label_error
 from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
 from pipelines.tasks.read import RecordBatch, Sentence, where
-from pipelines.tokenize import TokenizerSpec
 from schemas import id_types
 from schemas import tasks as T
 

@@ -20,15 +20,24 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines import counters as C
-from pipelines.inputs import InputFile, resolve_inputs
-from pipelines.inspection import load_manifest
-from pipelines.output_dir import check_no_overlap, ensure_writable_dir
-from pipelines.output_lock import lock_output, new_run_id
-from pipelines.redact import redact_text
-from pipelines.runner import UsageError, make_pipeline, pipeline_options, run_pipeline
-from pipelines.skeleton import RunResult, ShardSizing, check_output, read_result, replacing, run_entry, vocab_entry
-from pipelines.spill import remove_work_dir
+from pipelines.common import counters as C
+from pipelines.common.dataset_run import (
+    RunResult,
+    ShardSizing,
+    check_output,
+    load_manifest,
+    read_result,
+    replacing,
+    run_entry,
+    vocab_entry,
+)
+from pipelines.common.inputs import InputFile, resolve_inputs
+from pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
+from pipelines.common.output_lock import lock_output, new_run_id
+from pipelines.common.redact import redact_text
+from pipelines.common.runner import UsageError, make_pipeline, pipeline_options, run_pipeline
+from pipelines.common.spill import remove_work_dir
+from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
 from pipelines.tasks import read as R
 from pipelines.tasks.classification import RowFeaturizer
 from pipelines.tasks.config import ClassificationConfig, NerConfig, SquadConfig, TaskConfig
@@ -41,7 +50,6 @@ from pipelines.tasks.squad import ExampleFeaturizer
 from pipelines.tasks.squad_json import SquadParser
 from pipelines.tasks.tables import TableLayout, TableParser, check_table_layout, first_line
 from pipelines.tasks.write import ShardSpec, WriteExamples, WriteTaskShards
-from pipelines.tokenize import TokenizerSpec, load_tokenizer
 from schemas import tasks as T
 from schemas.manifest import MANIFEST_NAME
 from schemas.vocab import VOCAB_FILENAME
@@ -476,7 +484,7 @@ def _fields(first: list[str] | dict | None) -> list[str]:
 
 
 def _head(path: str) -> list[bytes]:
-    from pipelines.read import read_chunks
+    from pipelines.common.files import read_chunks
 
     chunks = read_chunks(path, 1024)
     try:

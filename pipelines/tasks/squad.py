@@ -20,10 +20,10 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from pipelines.counters import Tally
+from pipelines.common.counters import Tally
+from pipelines.common.tokenizer import TokenizerSpec
 from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
 from pipelines.tasks.read import QAExample, RecordBatch
-from pipelines.tokenize import TokenizerSpec
 from schemas import id_types
 from schemas import tasks as T
 

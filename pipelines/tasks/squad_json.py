@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from pipelines.counters import Tally, drop
-from pipelines.read import InputError, read_chunks
+from pipelines.common.counters import Tally, drop
+from pipelines.common.files import InputError, read_chunks
 from pipelines.tasks.read import (
     DUPLICATE_ID,
     EMPTY_CONTEXT,

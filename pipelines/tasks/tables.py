@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from pipelines.counters import Tally, drop
-from pipelines.read import InputError, iter_text_lines, read_chunks
-from pipelines.runner import UsageError
+from pipelines.common.counters import Tally, drop
+from pipelines.common.files import InputError, iter_text_lines, read_chunks
+from pipelines.common.runner import UsageError
 from pipelines.tasks.read import (
     BAD_REGRESSION_LABEL,
     EMPTY_TEXT,

@@ -11,15 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.instances import Pool, assemble, unit_instances
-from pipelines.masking import mask, masking_spec, num_to_predict
-from pipelines.read import read_documents
-from pipelines.segment import sentence_spans, split_sentences
-from pipelines.tokenize import DocumentTokenizer, load_tokenizer
-from pipelines.word_segmenter import SegmenterMissing, load_segmenter, unmark
+from pipelines.common.tokenizer import load_tokenizer
+from pipelines.pretraining.instances import Pool, assemble, unit_instances
+from pipelines.pretraining.masking import mask, masking_spec, num_to_predict
+from pipelines.pretraining.read import read_documents
+from pipelines.pretraining.segmenter import sentence_spans, split_sentences
+from pipelines.pretraining.tokenize import DocumentTokenizer
+from pipelines.pretraining.word_segmenter import SegmenterMissing, load_segmenter, unmark
 from schemas.vocab import Vocab
 from tests.conftest import shared_path
-from tests.pipelines.test_segment import assert_invariants
+from tests.pipelines.pretraining.test_segmenter import assert_invariants
 
 # (file below pretrain/chinese, format)
 CHINESE = [
@@ -283,8 +284,8 @@ def test_pretraining_pipeline_with_a_word_segmenter_writes_schema_v1_shards(tmp_
 
     import pyarrow as pa
 
-    from pipelines.config import PretrainingConfig
-    from pipelines.pretraining import run_pretraining
+    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.pipeline import run_pretraining
     from schemas.pretraining import INPUT_IDS, MASKED_LM_IDS, MASKED_LM_POSITIONS
 
     src = shared_path("pretrain", "chinese", "CLUECorpusSmall_bert_sampled.txt").read_text(encoding="utf-8")

@@ -219,7 +219,7 @@ def test_empty_input_is_an_error_naming_it(tmp_path, demo_vocab, content):
 
 
 def test_manifest_input_format_shows_each_inputs_own_format(tmp_path, demo_corpus, demo_vocab):
-    from pipelines.inspection import load_manifest
+    from pipelines.common.dataset_run import load_manifest
     from schemas import pretraining as P
 
     sentences = tmp_path / "s.txt"

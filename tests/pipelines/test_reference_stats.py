@@ -16,11 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.config import PretrainingConfig
-from pipelines.pretraining import run_pretraining
-from pipelines.read import read_documents
-from pipelines.segment import split_sentences
-from pipelines.tokenize import DocumentTokenizer, load_tokenizer
+from pipelines.common.tokenizer import load_tokenizer
+from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.pipeline import run_pretraining
+from pipelines.pretraining.read import read_documents
+from pipelines.pretraining.segmenter import split_sentences
+from pipelines.pretraining.tokenize import DocumentTokenizer
 from schemas.vocab import is_reserved
 from tests.conftest import shared_path
 from tests.pipelines import reference_bert as ref

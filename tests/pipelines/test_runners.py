@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import PretrainingConfig
-from pipelines.inputs import absolute, resolve_inputs
-from pipelines.pretraining import run_pretraining
-from pipelines.runner import UsageError, pipeline_options
-from pipelines.skeleton import RunResult
+from pipelines.common.dataset_run import RunResult
+from pipelines.common.inputs import absolute, resolve_inputs
+from pipelines.common.runner import UsageError, pipeline_options
+from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.pipeline import run_pretraining
 from pipelines.vocab import VocabConfig, train_vocab
 from schemas.manifest import MANIFEST_NAME
 from tests.beam_services import REPO, dask_cluster, deadline, portable_services

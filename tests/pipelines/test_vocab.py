@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipelines.config import ConfigError
+from configs.errors import ConfigError
 from pipelines.vocab import VocabConfig, train_vocab
 from schemas.vocab import SPECIAL_TOKENS, Vocab
 from tests.conftest import shared_path
@@ -15,7 +15,8 @@ transformers = pytest.importorskip("transformers")
 def test_trained_vocab_loads_in_hugging_face_with_the_pipelines_ids(demo_vocab, demo_corpus):
     from collections import Counter
 
-    from pipelines.tokenize import DocumentTokenizer, load_tokenizer
+    from pipelines.common.tokenizer import load_tokenizer
+    from pipelines.pretraining.tokenize import DocumentTokenizer
 
     v = Vocab.load(demo_vocab / "vocab.txt")
     assert v.tokens[:5] == SPECIAL_TOKENS and len(v) == 4000

@@ -359,8 +359,9 @@ def test_a_run_that_fails_before_it_keeps_anything_leaves_no_folder(world, tmp_p
 
 def test_every_float_option_refuses_inf_and_nan():
     # --lr inf passed "> 0" and trained to NaN logits: every float setting of every command must be finite.
-    from trainer import options
-    from trainer.config import TrainConfig, TrainConfigError
+    from configs import options
+    from configs.errors import ConfigError
+    from trainer.config import TrainConfig
     from trainer.finetune.config import FinetuneConfig
 
     required = {
@@ -379,7 +380,7 @@ def test_every_float_option_refuses_inf_and_nan():
             if options._base_type(leaf.type)[0] is not float:
                 continue
             for value in (float("inf"), float("-inf"), float("nan")):
-                with pytest.raises(TrainConfigError, match=f"^{leaf.name}: "):
+                with pytest.raises(ConfigError, match=f"^{leaf.name}: "):
                     cls.build(**base, **{leaf.name: value})
             tried.append(leaf.name)
     assert {"lr", "weight_decay", "max_grad_norm", "max_minutes", "dropout", "warmup_ratio"} <= set(tried)

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
+from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
+from configs.errors import ConfigError
 from trainer import checkpoint as ckpt
-from trainer.config import TrainConfig, TrainConfigError
+from trainer.config import TrainConfig
 from trainer.errors import RunError
 from trainer.metrics import read_metrics
 from trainer.pretrain import pretrain
@@ -166,7 +167,7 @@ def test_data_weights_in_the_train_config(tmp_path):
     cfg = TrainConfig.build(sources=("s3://b/wiki:0.7", "books:0.3"), output="x")
     assert (cfg.data.paths, cfg.data.weights) == (("s3://b/wiki", "books"), (0.7, 0.3))
     assert TrainConfig.build(sources=("a", "b"), output="x").data.weights is None
-    with pytest.raises(TrainConfigError, match="give every --data a weight"):
+    with pytest.raises(ConfigError, match="give every --data a weight"):
         TrainConfig.build(sources=("a:1", "b"), output="x")
-    with pytest.raises(TrainConfigError, match="the same dataset is given more than once"):
+    with pytest.raises(ConfigError, match="the same dataset is given more than once"):
         TrainConfig.build(sources=("a:1", "./a:2"), output="x")

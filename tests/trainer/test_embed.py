@@ -11,9 +11,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from configs.errors import ConfigError
 from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, randomise
 from trainer.cli import main
-from trainer.config import TrainConfigError
 from trainer.embed import EmbedConfig, embed, layer_indices
 from trainer.hf import hf_config_dict
 
@@ -120,9 +120,9 @@ def test_layer_selection():
     assert layer_indices("-1", 4) == (4,)
     assert layer_indices("-4:", 4) == (1, 2, 3, 4)
     assert layer_indices("0,3,5", 5) == (0, 3, 5)
-    with pytest.raises(TrainConfigError, match="outside"):
+    with pytest.raises(ConfigError, match="outside"):
         layer_indices("7", 4)
-    with pytest.raises(TrainConfigError, match="selects no layer"):
+    with pytest.raises(ConfigError, match="selects no layer"):
         layer_indices("3:1", 4)
 
 

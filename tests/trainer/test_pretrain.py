@@ -11,8 +11,9 @@ import time
 import pytest
 import torch
 
+from configs.errors import ConfigError
 from trainer import checkpoint as ckpt
-from trainer.config import TrainConfig, TrainConfigError
+from trainer.config import TrainConfig
 from trainer.errors import RunError
 from trainer.metrics import read_metrics
 from trainer.pretrain import pretrain
@@ -176,7 +177,7 @@ def test_grad_accumulation_matches_the_larger_batch(demo_shards, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [(), ("--masking", "dynamic", "--no-nsp")])  # no-nsp: DDP sees unused params
 def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path, extra):
-    from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
+    from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 
     # Deliberately uneven shards: every rank must still run the same number of steps (no DDP hang).
     data = tmp_path / "uneven"
@@ -245,13 +246,13 @@ def test_dropout_flag_sets_the_model_and_is_saved(demo_shards, tmp_path):
     saved = json.loads((ckpt.step_dir(tmp_path / "run", 2) / "config.json").read_text())
     assert saved["model"]["hidden_dropout"] == saved["model"]["attention_dropout"] == 0.0
     assert saved["train"]["model"]["dropout"] == 0.0
-    with pytest.raises(TrainConfigError, match=r"dropout: must be in \[0, 1\), got 1.5"):
+    with pytest.raises(ConfigError, match=r"dropout: must be in \[0, 1\), got 1.5"):
         TrainConfig.build(sources=("x",), output="y", dropout=1.5)
 
 
 def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corpus, demo_vocab, tmp_path):
-    from pipelines.config import PretrainingConfig
-    from pipelines.pretraining import run_pretraining
+    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.pipeline import run_pretraining
 
     long = tmp_path / "long"
     run_pretraining(
@@ -330,9 +331,9 @@ def test_init_from_encoder_only_hf_folder_reports_fresh_heads(demo_shards, tmp_p
 
 
 def test_errors_name_what_is_wrong(demo_shards, tmp_path):
-    with pytest.raises(TrainConfigError, match="reset_optimizer: needs --resume PATH"):
+    with pytest.raises(ConfigError, match="reset_optimizer: needs --resume PATH"):
         TrainConfig.build(sources=("x",), output="y", reset_optimizer=True)
-    with pytest.raises(TrainConfigError, match="batch_size: must be an integer >= 1"):
+    with pytest.raises(ConfigError, match="batch_size: must be an integer >= 1"):
         TrainConfig.build(sources=("x",), output="y", batch_size=0)
     other = tmp_path / "other"
     shutil.copytree(demo_shards, other)
@@ -387,12 +388,12 @@ def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path)
     trained = load_file(str(ckpt.list_checkpoints(run)[-1] / "model.safetensors"))
     name = next(k for k in trained if "seq_relationship.weight" in k)
     assert torch.equal(trained[name], fresh.state_dict()[name])
-    with pytest.raises(TrainConfigError, match="whole_word_mask: needs --masking dynamic"):
+    with pytest.raises(ConfigError, match="whole_word_mask: needs --masking dynamic"):
         TrainConfig.build(sources=("x",), output="y", whole_word_mask=True)
 
 
 def test_format_names_how_data_is_read_and_an_eval_set_without_it_is_read_as_it_is(tmp_path):
-    from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
+    from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 
     vocab = bert_like_vocab(2000)
     train_dir, eval_dir = tmp_path / "train_wds", tmp_path / "eval_arrow"

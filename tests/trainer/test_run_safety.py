@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
+from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
+from configs.errors import ConfigError
 from trainer import checkpoint as ckpt
 from trainer.checkpoint import CheckpointError
-from trainer.config import TrainConfig, TrainConfigError
+from trainer.config import TrainConfig
 from trainer.errors import RunError
 from trainer.metrics import read_metrics
 from trainer.pretrain import pretrain
@@ -143,7 +144,7 @@ def test_the_same_dataset_spelled_or_placed_differently_keeps_the_data_position(
         assert "new --data" not in capfd.readouterr().err, spelling
         state = json.loads((ckpt.step_dir(out, step) / "state.json").read_text())
         assert state["data"]["batches_consumed"] == step, spelling  # continued, not restarted (no repeats)
-    with pytest.raises(TrainConfigError, match="the same dataset is given more than once: ./ds/, ds"):
+    with pytest.raises(ConfigError, match="the same dataset is given more than once: ./ds/, ds"):
         TrainConfig.build(sources=("ds", "./ds/"), output="x")
 
 
@@ -171,7 +172,7 @@ def test_reset_optimizer_into_the_run_folder_it_starts_from_is_refused(data, tmp
 
 
 def test_device_names_are_checked(tmp_path):
-    with pytest.raises(TrainConfigError, match="device: must be auto, cpu, cuda or cuda:N, got 'tpu'"):
+    with pytest.raises(ConfigError, match="device: must be auto, cpu, cuda or cuda:N, got 'tpu'"):
         TrainConfig.build(sources=("x",), output="y", device="tpu")
     if not __import__("torch").cuda.is_available():
         from trainer import distributed as D

@@ -3,7 +3,7 @@
 Schema v1 keeps the masked sequence plus the original ids at the masked positions, so a batch's original
 sequences are rebuilt exactly (:func:`restore`) and masked again (:meth:`Masker.mask`).
 
-Rule (the one ``pipelines.masking`` writes the static masks with, mirrored here because the trainer never
+Rule (the one ``pipelines.pretraining.masking`` writes the static masks with, mirrored here because the trainer never
 imports the pipelines): candidates are all positions but [CLS] and the two [SEP]s;
 ``num_to_predict = min(max_predictions, max(1, round(length * p)))`` over the whole length, specials included
 (Python's round: half to even), and at most ``length - 3``; that many candidates in random order; each

@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from configs import options
+from configs.errors import check
+from configs.options import opt, section
 from schemas import tasks as T
-from trainer import options
-from trainer.config import OptimConfig, RunConfig, check, check_finite, check_ints
-from trainer.options import opt, section
+from trainer.config import OptimConfig, RunConfig, check_finite, check_ints
 
 TASKS = T.KINDS  # classification, regression, ner, squad
 POOLINGS = ("cls", "mean")

@@ -27,9 +27,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from configs import options
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
-from trainer import options, rundir
+from trainer import rundir
 from trainer import runtime as R
 from trainer.data.config import dataset_key
 from trainer.errors import RunError

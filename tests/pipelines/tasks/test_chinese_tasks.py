@@ -10,8 +10,8 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from pipelines.counters import Tally
-from pipelines.runner import UsageError
+from pipelines.common.counters import Tally
+from pipelines.common.runner import UsageError
 from pipelines.tasks import conll as CN
 from pipelines.tasks import tables as TB
 from pipelines.tasks.pipeline import run_classification, run_ner

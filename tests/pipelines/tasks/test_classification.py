@@ -6,13 +6,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pipelines.counters import Tally
-from pipelines.read import InputError
+from pipelines.common.counters import Tally
+from pipelines.common.files import InputError
+from pipelines.common.tokenizer import load_tokenizer
+from pipelines.pretraining.tokenize import DocumentTokenizer
 from pipelines.tasks import read as R
 from pipelines.tasks import tables as TB
 from pipelines.tasks.classification import RowFeaturizer, truncate_pair
 from pipelines.tasks.features import Layout
-from pipelines.tokenize import DocumentTokenizer, load_tokenizer
 from schemas import tasks as T
 from tests.conftest import shared_path
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.counters import Tally
-from pipelines.read import InputError
-from pipelines.runner import UsageError
+from pipelines.common.counters import Tally
+from pipelines.common.files import InputError
+from pipelines.common.runner import UsageError
 from pipelines.tasks import conll as CN
 from pipelines.tasks import read as R
 from tests.conftest import shared_path

@@ -4,13 +4,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.counters import Tally
-from pipelines.read import InputError
+from pipelines.common.counters import Tally
+from pipelines.common.files import InputError
+from pipelines.common.tokenizer import load_tokenizer
 from pipelines.tasks import conll as CN
 from pipelines.tasks import read as R
 from pipelines.tasks.features import Layout
 from pipelines.tasks.ner import SentenceFeaturizer, ownership, plan_windows
-from pipelines.tokenize import load_tokenizer
 from schemas import tasks as T
 from tests.conftest import shared_path
 from tests.pipelines.tasks.conftest import read_rows

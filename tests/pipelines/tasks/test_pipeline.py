@@ -5,7 +5,7 @@ import hashlib
 import pyarrow as pa
 import pytest
 
-from pipelines.runner import UsageError
+from pipelines.common.runner import UsageError
 from pipelines.tasks.pipeline import infer_split, run_classification, run_ner, run_squad
 from schemas import tasks as T
 from schemas.manifest import MANIFEST_NAME

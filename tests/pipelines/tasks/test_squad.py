@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.counters import Tally
+from pipelines.common.counters import Tally
 from pipelines.tasks import squad_json as SJ
 from pipelines.tasks.pipeline import run_squad
 from pipelines.tasks.squad import answer_tokens, max_context, plan_spans

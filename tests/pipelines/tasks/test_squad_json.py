@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.counters import Tally
-from pipelines.read import InputError
+from pipelines.common.counters import Tally
+from pipelines.common.files import InputError
 from pipelines.tasks import squad_json as SJ
 
 CONTEXT = "The Broncos beat the  Panthers in Super Bowl 50.\nDenver won 24 to 10."

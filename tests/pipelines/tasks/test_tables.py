@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from pipelines.counters import Tally
-from pipelines.runner import UsageError
+from pipelines.common.counters import Tally
+from pipelines.common.runner import UsageError
 from pipelines.tasks import read as R
 from pipelines.tasks import tables as TB
 from pipelines.tasks.glue import PRESETS, resolve

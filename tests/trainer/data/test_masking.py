@@ -177,7 +177,7 @@ def test_static_is_the_default_and_refuses_dynamic_only_options(uneven: Dataset)
 
 
 def test_count_rule_and_word_choice_mirror_the_static_pipeline(demo_shards: Path) -> None:
-    from pipelines import masking as static
+    from pipelines.pretraining import masking as static
 
     lengths = np.arange(3, 513)
     for p, cap in ((0.15, 20), (0.30, 77), (0.15, None)):

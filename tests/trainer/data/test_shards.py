@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 import webdataset
 
+from benchmarks.synthetic_shards import Instances, bert_like_vocab, make_instances, write_arrow, write_dataset
 from schemas import wds
 from schemas.manifest import Manifest
-from schemas.synthetic import Instances, bert_like_vocab, make_instances, write_arrow, write_dataset
 from schemas.version import SchemaError
 from schemas.vocab import Vocab
 from tests.trainer.data.conftest import Dataset

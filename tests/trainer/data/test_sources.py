@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.synthetic import bert_like_vocab, make_instances, write_dataset
+from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 from schemas.version import SchemaError
 from schemas.vocab import VocabMismatchError
 from tests.trainer.data.conftest import Dataset

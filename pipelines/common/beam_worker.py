@@ -1,0 +1,36 @@
+"""Entry point of the local multi-process Beam workers: Beam's own worker with its chatter silenced.
+
+Beam's worker sets the root logger to INFO before it reads any option and warns about optional cloud
+clients on import, so every worker would print a dozen lines; ``logging.disable`` mutes WARNING and below
+whatever levels are set later. Errors still show, and our progress lines go to stderr directly.
+
+With ``BERTPREP_WORKER_LOG`` set (``pipelines.common.runner.make_pipeline`` sets it), the worker's stderr goes to
+that file instead: a failing bundle's traceback, logged by Beam in every worker, would bury the launcher's
+one ``Error:`` line under hundreds. Progress lines still reach the console, through ``BERTPREP_CONSOLE_FD``.
+"""
+
+import logging
+import os
+import sys
+
+
+def _stderr_to_log() -> None:
+    log = os.environ.get("BERTPREP_WORKER_LOG")
+    if not log:
+        return
+    os.environ["BERTPREP_CONSOLE_FD"] = str(os.dup(2))
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def main() -> None:
+    _stderr_to_log()
+    logging.disable(logging.WARNING)
+    from apache_beam.runners.worker import sdk_worker_main
+
+    sdk_worker_main.main(sys.argv)
+
+
+if __name__ == "__main__":
+    main()

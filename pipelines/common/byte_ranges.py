@@ -1,0 +1,162 @@
+"""Byte ranges of one file, so that many workers can read a big file.
+
+A file is cut into ranges ``[start, end)`` of ``range_bytes`` each. A range is read as its *segment*: from the
+first *anchor* at or after ``start`` (offset 0 for the first range) up to, not including, the first anchor at or
+after ``end`` (or the end of the file). An anchor is a line start (offset 0 or just after a ``\\n``) where the
+format's parser holds no state from earlier lines (``pipelines.pretraining.read`` says which lines those are), so:
+
+- the segments of consecutive ranges tile the file (range ``i`` ends where range ``i + 1`` starts), and
+- parsing each segment on its own gives exactly what parsing the whole file gives for that part,
+
+whatever the range size. Documents are whole, each counted once, and their ids (file name + byte offset) do
+not depend on the split. Only ``\\n`` ends a physical line here: a lone ``\\r`` ends a line for the parser but
+is never an anchor, and invalid UTF-8 cannot span a ``\\n``, so segments decode like the whole file.
+
+I/O: a range reads its own bytes plus its last document; a range with no anchor in it reads at most its own
+bytes (it is empty), so a file without any anchor costs two passes, not one per range. Memory stays bounded
+by a block plus the longest line.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import BinaryIO
+
+BLOCK_BYTES = 8 << 20
+TAIL_BYTES = 16 << 10  # first read past a range's end
+
+# A physical line (its bytes without the "\n") -> may a segment start there? None: at every line start.
+AnchorTest = Callable[[bytes], bool] | None
+# (offset in the file, bytes): a run of whole lines, cut just after a "\n" (the file's last may lack one).
+Block = tuple[int, bytes]
+
+
+def split_ranges(size: int, range_bytes: int) -> list[tuple[int, int | None]]:
+    """``[(0, r), (r, 2r), ..., (k r, None)]``; ``None``: to the end of the file, whatever its size by then."""
+    if range_bytes <= 0 or size <= range_bytes:
+        return [(0, None)]
+    starts = list(range(0, size, range_bytes))
+    return [(s, s + range_bytes) for s in starts[:-1]] + [(starts[-1], None)]
+
+
+def cut_blocks(chunks: Iterable[bytes], offset: int = 0) -> Iterator[Block]:
+    """Re-cut a byte stream at newlines: each block holds whole lines, so a line is never split (a
+    multi-megabyte line without a newline is one block) and UTF-8 decodes block by block."""
+    pending = b""
+    for chunk in chunks:
+        if not chunk:
+            continue
+        data = pending + chunk if pending else chunk
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            pending = data
+            continue
+        pending = data[cut:]
+        yield offset, data[:cut]
+        offset += cut
+    if pending:
+        yield offset, pending
+
+
+def segment_blocks(
+    f: BinaryIO, start: int, end: int | None, anchor: AnchorTest, block_bytes: int = BLOCK_BYTES
+) -> Iterator[Block]:
+    """The blocks of the segment of range ``[start, end)`` of a seekable file, exactly its bytes."""
+    first = 0 if start == 0 else _first_line_start(f, start, end, block_bytes)
+    if first is None:
+        return
+    f.seek(first)
+    blocks: Iterator[Block] = cut_blocks(_chunks(f, first, end, block_bytes), first)
+    if start > 0 and anchor is not None:
+        found = _skip_to_anchor(blocks, end, anchor)
+        if found is None:
+            return
+        blocks = itertools.chain([found], blocks)
+    yield from _until_anchor(blocks, end, anchor)
+
+
+def _chunks(f: BinaryIO, pos: int, end: int | None, block_bytes: int) -> Iterator[bytes]:
+    """Reads that stop at ``end``, then grow from ``TAIL_BYTES``: past its end a range needs only the rest of
+    its last document, and an 8 MB read for a few kilobytes would cost more than the range itself."""
+    step = TAIL_BYTES
+    while True:
+        if end is None:
+            n = block_bytes
+        elif pos < end:
+            n = min(block_bytes, end - pos)
+        else:
+            n, step = step, min(2 * step, block_bytes)  # doubling: a long line is not re-copied per read
+        chunk = f.read(n)
+        if not chunk:
+            return
+        pos += len(chunk)
+        yield chunk
+
+
+def _first_line_start(f: BinaryIO, start: int, end: int | None, block_bytes: int) -> int | None:
+    """The first line start at or after ``start`` (just after the first "\\n" at or after ``start - 1``), or None
+    when there is none before ``end``: then the range holds no segment, and we need not read further."""
+    pos = start - 1
+    f.seek(pos)
+    while end is None or pos < end - 1:  # a "\n" at end - 1 or later starts a line at or after end
+        chunk = f.read(block_bytes if end is None else min(block_bytes, end - 1 - pos))
+        if not chunk:
+            return None
+        i = chunk.find(b"\n")
+        if i >= 0:
+            return pos + i + 1
+        pos += len(chunk)
+    return None
+
+
+def _line_end(block: bytes, i: int) -> int:
+    j = block.find(b"\n", i)
+    return len(block) if j < 0 else j
+
+
+def _skip_to_anchor(blocks: Iterator[Block], end: int | None, anchor: Callable[[bytes], bool]) -> Block | None:
+    """The rest of the file from the first anchor below ``end``; None when there is none (an empty segment).
+    The lines skipped belong to the previous range's segment."""
+    for off, block in blocks:
+        i = 0
+        while i < len(block):
+            if end is not None and off + i >= end:
+                return None
+            stop = _line_end(block, i)
+            if anchor(block[i:stop]):
+                return off + i, block[i:]
+            i = stop + 1
+    return None
+
+
+def _until_anchor(blocks: Iterator[Block], end: int | None, anchor: AnchorTest) -> Iterator[Block]:
+    """Every line that starts before ``end``, then lines up to the first anchor."""
+    for off, block in blocks:
+        if end is None or off + len(block) <= end:  # every line of the block starts before end
+            yield off, block
+            continue
+        if off >= end:
+            cut = 0
+        else:  # the first line start at or after end: just after the first "\n" at or after end - 1
+            j = block.find(b"\n", end - off - 1)
+            cut = len(block) if j < 0 else j + 1
+        if cut:
+            yield off, block[:cut]
+        yield from _to_next_anchor(itertools.chain([(off + cut, block[cut:])], blocks), anchor)
+        return
+
+
+def _to_next_anchor(blocks: Iterable[Block], anchor: AnchorTest) -> Iterator[Block]:
+    """Lines from a line start at or after the range's end, up to (not including) the first anchor."""
+    for off, block in blocks:
+        i = 0
+        while i < len(block):
+            stop = _line_end(block, i)
+            if anchor is None or anchor(block[i:stop]):
+                if i:
+                    yield off, block[:i]
+                return
+            i = stop + 1
+        if block:
+            yield off, block

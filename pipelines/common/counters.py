@@ -1,0 +1,171 @@
+"""Counters, the one system every pipeline counts with: names, merging, first places, live reporting.
+
+Counters travel through the pipeline as data and are merged by a global combine, so the manifest's figures
+are exact on any runner and worker count: the pretraining stages pass plain ``Counter`` dicts (``merge``);
+the task stages pass a ``Tally``, the same counts plus the first few places of every problem. Both are
+mirrored to Beam metrics for live monitoring (Dataflow UI) and summarised on stderr as progress.
+
+Names: ``<unit>_read``, ``<unit>_used`` and, for a dropped record, ``<unit>_dropped.<reason>`` (``drop``);
+``unit`` is documents for pretraining, rows, sentences or examples for tasks. Alterations and figures
+(``truncated``, ``control_chars_removed``, ...) are counted under their own names.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from apache_beam.metrics import Metrics
+
+NAMESPACE = "bertstream"
+
+FILES_READ = "files_read"
+BYTES_READ = "bytes_read"
+LINES = "lines_read"
+DOCUMENTS_READ = "documents_read"
+DOCUMENTS_USED = "documents_used"
+SENTENCES = "sentences"
+TOKENS = "tokens"
+INSTANCES = "instances"
+INSTANCES_CREATED = "instances_created"
+INVALID_UTF8 = "invalid_utf8_replaced"
+CONTROL_CHARS = "control_chars_removed"
+SPECIAL_LITERALS = "special_token_literals_removed"
+GUTENBERG_STRIPPED = "gutenberg_header_stripped"
+# Header, marker and licence lines cut at Gutenberg markers (lines, not documents: the book itself is kept).
+GUTENBERG_LINES_STRIPPED = "gutenberg_boilerplate_lines_stripped"
+LINES_OUTSIDE_DOC = "lines_outside_doc_skipped"
+UNCLOSED_DOC = "unclosed_doc_tags"
+SINGLE_SENTENCE_DOCS = "single_sentence_documents"
+EMPTY_SENTENCES = "empty_sentences_skipped"
+
+# Reasons a document is dropped (each counted under documents_dropped.<reason>).
+EMPTY = "empty"  # no text at all
+NO_TOKENS = "no_tokens"  # text that tokenizes to nothing (only whitespace/control characters)
+MALFORMED_JSON = "malformed_json"
+MISSING_TEXT = "missing_text_field"
+EXACT_DUPLICATE = "exact_duplicate"  # --dedup: normalised text equal to a document with a smaller id
+NEAR_DUPLICATE = "near_duplicate"  # --dedup minhash: estimated Jaccard >= threshold with a smaller id
+
+
+def drop(reason: str, unit: str = "documents") -> str:
+    """The counter of ``unit`` records dropped for ``reason``: ``<unit>_dropped.<reason>``."""
+    return f"{unit}_dropped.{reason}"
+
+
+def dropped(counters: Mapping[str, Any], unit: str = "documents") -> dict[str, int]:
+    """``{reason: count}`` of the ``unit`` records dropped, by reason."""
+    prefix = drop("", unit)
+    return {k[len(prefix) :]: v for k, v in sorted(counters.items()) if k.startswith(prefix)}
+
+
+def merge(dicts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    total: Counter = Counter()
+    for d in dicts:
+        total.update(d)
+    return dict(sorted(total.items()))
+
+
+def report(counters: Mapping[str, int]) -> None:
+    """Mirror counters to Beam metrics (visible in runner UIs while the job runs)."""
+    for name, value in counters.items():
+        if value:
+            Metrics.counter(NAMESPACE, name).inc(value)
+
+
+# --------------------------------------------------------------------------------------------- Tally
+
+FIRST_KEPT = 10
+FIRST_LINES = "first_lines"
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counts with the first few places of every problem, mergeable in any order.
+
+    Problems are noted with ``note(name, file_index, position, where)``: the count goes up and ``where``
+    (``path:line`` or a SQuAD question id) is kept if it is among the first ``FIRST_KEPT`` by
+    ``(file_index, position)``, which makes the kept list independent of the order in which workers finish.
+    The manifest holds the counts flat, with ``"first_lines": {counter name: [where, ...]}``.
+    """
+
+    counts: Counter = field(default_factory=Counter)
+    first: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)
+
+    def add(self, name: str, n: int = 1) -> None:
+        if n:
+            self.counts[name] += n
+
+    def note(self, name: str, file_index: int, position: int, where: str, n: int = 1) -> None:
+        """Count a problem and remember where it happened (the first ``FIRST_KEPT`` places)."""
+        self.counts[name] += n
+        kept = self.first.setdefault(name, [])
+        kept.append((file_index, position, where))
+        if len(kept) > 2 * FIRST_KEPT:
+            kept.sort()
+            del kept[FIRST_KEPT:]
+
+    def update(self, other: Tally) -> None:
+        self.counts.update(other.counts)
+        for name, places in other.first.items():
+            kept = self.first.setdefault(name, [])
+            kept.extend(places)
+            kept.sort()
+            del kept[FIRST_KEPT:]
+
+    @classmethod
+    def merge(cls, tallies: Iterable[Tally]) -> Tally:
+        out = cls()
+        for t in tallies:
+            out.update(t)
+        return out
+
+    def counters(self) -> dict[str, Any]:
+        """Manifest form: counters sorted by name, then ``first_lines``."""
+        out: dict[str, Any] = {k: v for k, v in sorted(self.counts.items()) if v}
+        out[FIRST_LINES] = {
+            name: [w for _, _, w in sorted(places)[:FIRST_KEPT]] for name, places in sorted(self.first.items())
+        }
+        return out
+
+    def report(self) -> None:
+        report(self.counts)
+
+
+class CombineTallies:
+    """``beam.CombineGlobally`` function: many tallies -> one."""
+
+    def __call__(self, tallies: Iterable[Tally]) -> Tally:
+        return Tally.merge(tallies)
+
+
+_last_progress = [0.0]
+
+
+def progress(message: str, *, every_s: float = 0.0) -> None:
+    """One progress line on stderr (workers' stderr reaches the console on the local runner)."""
+    now = time.monotonic()
+    if every_s and now - _last_progress[0] < every_s:
+        return
+    _last_progress[0] = now
+    from pipelines.common.redact import redact_text
+
+    print(f"[bertprep] {redact_text(message)}", file=_console(), flush=True)
+
+
+_console_stream: list = []
+
+
+def _console():
+    """stderr, or in a local worker process whose stderr goes to a log file, the console it came from."""
+    fd = os.environ.get("BERTPREP_CONSOLE_FD")
+    if not fd:
+        return sys.stderr
+    if not _console_stream:
+        _console_stream.append(os.fdopen(int(fd), "w", closefd=False))
+    return _console_stream[0]

@@ -1,0 +1,250 @@
+"""Reading input files, for every job: raw bytes of any Beam filesystem, decompressed by extension with
+integrity checks (a truncated or corrupt file fails, named), refused when not UTF-8, and cut into decoded,
+cleaned lines with their byte offsets. The jobs' parsers (pretraining's formats, the task tables, CoNLL and
+SQuAD) start from these lines; ``InputError`` is what any of them raises for bad input.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import re
+from collections import Counter
+from collections.abc import Generator, Iterable, Iterator
+from itertools import accumulate
+from typing import IO
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.common import counters as C
+from pipelines.common.byte_ranges import BLOCK_BYTES, cut_blocks
+
+COMPRESSED_SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".lzma", ".zst", ".zstd")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\ufeff\ufffe]")
+
+
+_VERTICAL = re.compile(r"[\x0b\x0c\x85\u2028\u2029]")
+
+
+# (byte offset of the line's first byte in the decompressed file, the line cleaned, without terminator)
+Line = tuple[int, str]
+
+
+class InputError(RuntimeError):
+    """An input file cannot be read (corrupt compressed data, unreadable path): the run must stop."""
+
+
+def decode_block(raw: bytes, counters: Counter) -> str:
+    """UTF-8 decode; invalid bytes become U+FFFD and are counted, never dropped silently."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", errors="replace")
+        # U+FFFD present in valid input is encoded as EF BF BD; only count the ones we introduced.
+        counters[C.INVALID_UTF8] += text.count("\ufffd") - raw.count(b"\xef\xbf\xbd")
+        return text
+
+
+def clean_line(line: str, counters: Counter) -> str:
+    """Drop control characters and byte-order marks (counted); vertical tabs/form feeds become spaces.
+
+    Neither touches ``\\n`` or ``\\r``, so a whole block cleans exactly like its lines one by one.
+    """
+    if _VERTICAL.search(line):
+        line = _VERTICAL.sub(" ", line)
+    line, n = _CONTROL.subn("", line)
+    if n:
+        counters[C.CONTROL_CHARS] += n
+    return line
+
+
+def block_lines(offset: int, raw: bytes, counters: Counter) -> Iterator[Line]:
+    """Decoded, cleaned lines (no terminators) of a block of whole lines starting at byte ``offset``, each with
+    its offset; CRLF and lone CR end lines too (a CR that ends the block without a LF is a lone CR).
+
+    The block is decoded and cleaned in one go (UTF-8 and the cleaning keep every ``\\n``), and offsets come
+    from the raw bytes, so they are offsets of raw bytes whatever the text holds.
+    """
+    text = clean_line(decode_block(raw, counters), counters)
+    lines = text.split("\n")
+    raws = raw.split(b"\n")
+    if raw.endswith(b"\n"):  # the block ends with a newline: no line after it
+        lines.pop()
+        raws.pop()
+    starts = list(accumulate((len(r) + 1 for r in raws[:-1]), initial=offset))
+    if "\r" in text:
+        starts, lines = _split_carriage_returns(starts, lines, raws, raw.endswith(b"\n"))
+    counters[C.LINES] += len(lines)
+    return zip(starts, lines)
+
+
+def _split_carriage_returns(
+    starts: list[int], lines: list[str], raws: list[bytes], last_terminated: bool
+) -> tuple[list[int], list[str]]:
+    """CRLF ends a line (the CR goes); any other CR ends a line of its own, starting just after it."""
+    out_starts: list[int] = []
+    out_lines: list[str] = []
+    last = len(lines) - 1
+    for k, (start, line, raw) in enumerate(zip(starts, lines, raws)):
+        if "\r" not in line:
+            out_starts.append(start)
+            out_lines.append(line)
+            continue
+        if line.endswith("\r") and (k < last or last_terminated):  # CR LF
+            line, raw = line[:-1], raw[:-1]
+        parts = line.split("\r")
+        out_starts.extend(accumulate((len(r) + 1 for r in raw.split(b"\r")[:-1]), initial=start))
+        out_lines.extend(parts)
+    return out_starts, out_lines
+
+
+def iter_lines(chunks: Iterable[bytes], counters: Counter, offset: int = 0) -> Iterator[Line]:
+    """``(offset, line)`` for each line of a byte stream (see ``block_lines``).
+
+    Works in blocks cut at newlines, so a multi-megabyte line without a newline is still one line and
+    memory stays bounded by the longest line.
+    """
+    for off, raw in cut_blocks(chunks, offset):
+        yield from block_lines(off, raw, counters)
+
+
+def iter_text_lines(chunks: Iterable[bytes], counters: Counter) -> Iterator[str]:
+    """The lines of :func:`iter_lines` without their offsets (readers that number lines themselves)."""
+    for _, line in iter_lines(chunks, counters):
+        yield line
+
+
+def _decompressed(raw, path: str, block_bytes: int) -> Iterator[bytes]:
+    """Decompress by extension with integrity checks.
+
+    Beam's own codecs stop silently at a truncated stream (data loss); Python's gzip/bz2/lzma readers raise
+    on truncation and CRC errors, and zstd frames are checked for completeness here.
+    """
+    lower = path.lower()
+    if lower.endswith((".zst", ".zstd")):
+        import zstandard
+
+        dctx = zstandard.ZstdDecompressor()
+        obj = dctx.decompressobj()
+        in_frame = False
+        while chunk := raw.read(block_bytes):
+            while chunk:
+                in_frame = True
+                out = obj.decompress(chunk)
+                if out:
+                    yield out
+                chunk = b""
+                if obj.eof:  # frame complete; what follows starts another frame
+                    chunk, obj, in_frame = obj.unused_data, dctx.decompressobj(), False
+        if in_frame:
+            raise EOFError("zstd stream ended inside a frame (truncated file)")
+        return
+    f: IO[bytes] | gzip.GzipFile
+    if lower.endswith((".gz", ".gzip")):
+        f = gzip.GzipFile(fileobj=raw, mode="rb")
+    elif lower.endswith(".bz2"):
+        f = bz2.BZ2File(raw, mode="rb")
+    elif lower.endswith((".xz", ".lzma")):
+        f = lzma.LZMAFile(raw, mode="rb")
+    else:
+        f = raw
+    while chunk := f.read(block_bytes):
+        yield chunk
+
+
+# Byte-order marks of the encodings that are not UTF-8 (UTF-32 first: its LE mark starts with UTF-16's).
+_FOREIGN_BOMS = (
+    (b"\x00\x00\xfe\xff", "UTF-32-BE"),
+    (b"\xff\xfe\x00\x00", "UTF-32-LE"),
+    (b"\xfe\xff", "UTF-16-BE"),
+    (b"\xff\xfe", "UTF-16-LE"),
+)
+
+
+def check_utf8_start(path: str, first: bytes) -> None:
+    """A file that starts with a UTF-16 or UTF-32 byte-order mark is refused, named: read as UTF-8 its text
+    would be garbled and its NULs stripped, silently."""
+    for bom, encoding in _FOREIGN_BOMS:
+        if first.startswith(bom):
+            raise InputError(
+                f"{path} is {encoding} (it starts with a {encoding} byte-order mark), not UTF-8: convert it first "
+                f"(iconv -f {encoding} -t UTF-8 {path} > {path}.utf8)"
+            )
+
+
+def check_unchanged(path: str, size: int, mtime: float) -> None:
+    """The file is still as it was listed (``size`` bytes, modified at ``mtime``; negative size: not checked):
+    a file written during the run would be read in part while the manifest records its listed size."""
+    if size < 0:
+        return
+    try:
+        if "://" in path:
+            found = FileSystems.match([path])[0].metadata_list
+            now_size, now_mtime = (found[0].size_in_bytes, found[0].last_updated_in_seconds) if found else (-1, 0.0)
+        else:
+            st = os.stat(path)
+            now_size, now_mtime = st.st_size, st.st_mtime
+    except Exception as e:  # gone, unreadable
+        raise InputError(f"{path} changed while this run read it: {type(e).__name__}: {e}") from e
+    if now_size != size or (mtime and now_mtime and now_mtime != mtime):
+        raise InputError(
+            f"{path} changed while this run read it (listed {size} bytes, now {now_size}; modified since "
+            "it was listed): run again once nothing writes to it"
+        )
+
+
+def read_chunks(path: str, block_bytes: int = BLOCK_BYTES) -> Generator[bytes, None, None]:
+    """Raw (decompressed) bytes of a file on any Beam filesystem; failures name the file. A compressed file
+    that is empty is refused as its own tool refuses it (gzip, zstd, ...), never read as an empty text."""
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as raw:
+            first = True
+            for chunk in _decompressed(_not_empty(raw, path), path, block_bytes):
+                if first:
+                    check_utf8_start(path, chunk)
+                    first = False
+                yield chunk
+    except InputError:
+        raise
+    except Exception as e:  # EOFError, zlib.error, OSError, zstd errors, ...: all fatal, all named
+        raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
+
+
+class _Peeked(io.RawIOBase):
+    """A binary stream with its first bytes read already (to see that a compressed file is not empty)."""
+
+    def __init__(self, head: bytes, rest) -> None:
+        self.head, self.rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if n == 0:
+            return b""
+        head, self.head = self.head, b""
+        if not head:
+            return self.rest.read(n)
+        # A whole read: gzip reads its 2-byte magic in one call and fails on a short one.
+        return head + self.rest.read(-1 if n < 0 else n - len(head))
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def _not_empty(raw, path: str):
+    """``raw``, refused when the file is compressed (by its extension) and holds no byte at all."""
+    if not path.lower().endswith(COMPRESSED_SUFFIXES):
+        return raw
+    head = raw.read(1)
+    if not head:
+        kind = path.lower().rsplit(".", 1)[-1]
+        raise EOFError(f"empty file (0 bytes) is not {kind} data (the {kind} tool rejects it too)")
+    return _Peeked(head, raw)

@@ -1,0 +1,260 @@
+"""Pipeline construction shared by every bertstream pipeline: options pass-through and the default runner.
+
+Without ``--runner`` the pipeline runs on Beam's in-process ``FnApiRunner`` (never the DirectRunner, which
+first tries to download the Prism binary). ``--direct_num_workers=N`` (N > 1) runs N worker processes;
+``--direct_running_mode=multi_threading`` is refused because it loses elements in Beam 2.77.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shlex
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+
+class UsageError(ValueError):
+    """A bad argument or environment detected before the pipeline starts; ``param`` names the flag."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def limit_malloc_arenas(arenas: int = 2) -> None:
+    """Cap glibc's per-thread malloc arenas (Beam's gRPC threads each get one, ~60 MB of resident memory
+    per process for nothing here). Only affects arenas created from now on; a no-op off glibc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-8, arenas)  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
+def import_runner(beam_args: list[str]) -> None:
+    """Import the module of a ``--runner`` given by its full name (``apache_beam.runners.dask.dask_runner.
+    DaskRunner``): runners outside Beam's core define their options there (``--dask_client_address``), and
+    those are unknown until it is imported."""
+    runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
+    if runner and "." in runner:
+        module = runner.rpartition(".")[0]
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise UsageError("runner", f"--runner={runner}: cannot import {module} ({e})") from None
+
+
+def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+    import_runner(beam_args)
+    options = PipelineOptions(beam_args)
+    known = options.get_all_options()
+    unknown = [a for a in options.get_all_options(retain_unknown_options=True) if a not in known]
+    if unknown:
+        raise UsageError("beam option", f"unknown option(s): {', '.join('--' + u for u in unknown)}")
+    if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
+        raise UsageError(
+            "direct_running_mode",
+            "--direct_running_mode=multi_threading loses elements in Beam 2.77; "
+            "use --direct_num_workers=N (worker processes)",
+        )
+    # Inputs are listed, the vocabulary read and the output folder checked in this process before the
+    # pipeline starts: they need the same filesystem options (--s3_endpoint_url, credentials) as its workers.
+    from apache_beam.io.filesystems import FileSystems
+
+    FileSystems.set_options(options)
+    return options
+
+
+def local_threads_per_worker(options: PipelineOptions) -> int:
+    """Cores each worker may use: the machine's cores shared by the embedded runner's workers, else 1."""
+    if options.view_as(StandardOptions).runner is not None:
+        return 1  # distributed runners already run a worker per core
+    workers = options.view_as(DirectOptions).direct_num_workers or 1
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def runner_name(options: PipelineOptions) -> str:
+    return options.view_as(StandardOptions).runner or "FnApiRunner"
+
+
+# The log file of the current run's local worker processes (None: no worker processes, or no run yet).
+_worker_log: list[str | None] = [None]
+
+
+def worker_log_path(run_id: str) -> str:
+    """Where the local worker processes of run ``run_id`` write their stderr (tracebacks, Beam's chatter)."""
+    return os.path.join(tempfile.gettempdir(), f"bertprep-{run_id}-workers.log")
+
+
+def current_worker_log() -> str | None:
+    """The worker log of the run in progress, when it has one with something in it."""
+    path = _worker_log[0]
+    return path if path and os.path.exists(path) and os.path.getsize(path) else None
+
+
+def discard_worker_log() -> None:
+    path, _worker_log[0] = _worker_log[0], None
+    if path and os.path.exists(path):
+        os.remove(path)
+
+
+# Why the run stopped when a local worker process died under it (None: none died), and whether the run's
+# own code has taken the resulting interrupt (then the signals that deliver it stop).
+_worker_died: list[str | None] = [None]
+_death_handled = [False]
+
+
+def worker_death() -> str | None:
+    """How a local worker process of this run ended, when one died (killed, out of memory) during the run."""
+    return _worker_died[0]
+
+
+def death_signal_pending() -> bool:
+    """A signal now is the one :func:`_stop_main_thread` repeats until the run's code takes it."""
+    return _worker_died[0] is not None and not _death_handled[0]
+
+
+def run_pipeline(p: beam.Pipeline) -> None:
+    """Run ``p`` to the end; a failure (a worker's death included) stops the signals of :func:`_stop_main_thread`."""
+    try:
+        p.run().wait_until_finish()
+    except BaseException:
+        _death_handled[0] = True
+        raise
+
+
+def _watch_worker_processes() -> None:
+    """Make a local worker's death end the run instead of hanging it.
+
+    Beam's ``SubprocessSdkWorker.run`` (a thread per worker) raises when its process exits with an error,
+    in that thread, where no one waits: the runner then waits for the dead worker's results forever. Ours
+    records the death and stops the main thread (:func:`_stop_main_thread`) as Ctrl-C does (cleanup, one line);
+    :func:`worker_death` tells the message apart.
+    """
+    from apache_beam.runners.portability import local_job_service
+
+    worker = local_job_service.SubprocessSdkWorker
+    if getattr(worker.run, "bertprep_watch", False):
+        return
+    original = worker.run
+
+    def run(self) -> None:
+        try:
+            original(self)
+        except RuntimeError as e:  # "Worker subprocess exited with return code 137"
+            code = str(e).rsplit(" ", 1)[-1]
+            _worker_died[0] = f"signal {code[1:]}" if code.startswith("-") else f"exit code {code}"
+            _stop_main_thread()
+
+    run.bertprep_watch = True  # type: ignore[attr-defined]
+    worker.run = run  # type: ignore[method-assign]
+
+
+def _stop_main_thread() -> None:
+    """End the main thread's wait: by SIGTERM where the CLI handles it as Ctrl-C (a real signal wakes a
+    blocked wait; SIGINT may be ignored, as in a background job), else by a KeyboardInterrupt; again every
+    half second until :func:`run_pipeline` has it (Beam's runner, leaving, waits for the bundles that wait for
+    the dead worker, and only a second interrupt gets it out)."""
+    import threading
+    import time
+
+    def kick() -> None:
+        while not _death_handled[0]:
+            if callable(signal.getsignal(signal.SIGTERM)):
+                # To the main thread itself: a signal the kernel gives another thread would not wake its wait.
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+            else:
+                import _thread
+
+                _thread.interrupt_main()
+            time.sleep(0.5)
+
+    threading.Thread(target=kick, name="bertprep-worker-died", daemon=True).start()
+
+
+def _children(parent: int) -> list[tuple[int, bytes]]:
+    """``(pid, command line)`` of each process whose parent is ``parent`` (Linux ``/proc``; none elsewhere)."""
+    found = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent:
+            found.append((int(name), cmd))
+    return found
+
+
+def stop_worker_processes() -> None:
+    """Kill this process's local worker processes (after a failure: a worker left running would keep the
+    process from exiting, as Python waits for the thread that waits for it). Workers are direct children:
+    Beam's shell ``exec``s them (a shell of an older command line is killed with its children)."""
+    for pid, cmd in _children(os.getpid()):
+        if b"pipelines.common.beam_worker" in cmd:
+            for child, _ in _children(pid):
+                _kill(child)
+            _kill(pid)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _thread_errors_to_worker_log(args: threading.ExceptHookArgs) -> None:
+    """A background thread's exception goes to the run's worker log, not the console. When a worker process
+    dies, Beam's gRPC threads for it (``beam_control_read`` and others) raise as their stream breaks, in any
+    order with the death itself: on the console that is a traceback before the one ``Error:`` line."""
+    path = _worker_log[0]
+    if path is None or args.exc_type is SystemExit:
+        _default_thread_hook(args)
+        return
+    with open(path, "a", encoding="utf-8") as log:
+        name = args.thread.name if args.thread is not None else "?"
+        log.write(f"exception in thread {name}:\n")
+        log.write("".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)))
+
+
+_default_thread_hook = threading.excepthook
+
+
+def make_pipeline(options: PipelineOptions, run_id: str | None = None) -> beam.Pipeline:
+    """The pipeline for ``options``. Local worker processes write their stderr to :func:`worker_log_path`
+    (each failure's traceback, 250 lines for one bad file), not the console: the user sees one ``Error:``
+    line, which names that file when it is worth reading; our progress lines still reach the console."""
+    if options.view_as(StandardOptions).runner is not None:
+        return beam.Pipeline(options=options)
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms import environments
+
+    direct = options.view_as(DirectOptions)
+    if (direct.direct_num_workers or 1) > 1 or direct.direct_running_mode == "multi_processing":
+        # Worker processes, started through our entry point so that they stay quiet.
+        log = worker_log_path(run_id or f"{os.getpid()}")
+        _worker_log[0] = log
+        _worker_died[0], _death_handled[0] = None, False
+        _watch_worker_processes()
+        threading.excepthook = _thread_errors_to_worker_log
+        env = environments.SubprocessSDKEnvironment.from_command_string(
+            # exec: the worker replaces Beam's shell, which would print "Killed" if the worker were killed.
+            f"exec env BERTPREP_WORKER_LOG={shlex.quote(log)} MALLOC_ARENA_MAX=2 {shlex.quote(sys.executable)} "
+            "-m pipelines.common.beam_worker"
+        )
+        direct.direct_running_mode = "in_memory"  # else FnApiRunner replaces our environment with its own
+        return beam.Pipeline(runner=FnApiRunner(default_environment=env), options=options)
+    return beam.Pipeline(runner=FnApiRunner(), options=options)

@@ -1,0 +1,125 @@
+"""Configuration of ``bertprep pretraining``: everything that shapes the instances, validated on construction
+(with :func:`configs.errors.check`, like every component config of the project)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from configs.errors import check
+from pipelines.common.formats import ARROW_COMPRESSIONS, FORMATS, OUTPUT_FORMATS
+
+DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.pretraining.dedup
+MAX_DEDUP_NGRAM = 64
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PretrainingConfig:
+    """Everything that shapes the instances. Two runs with equal configs and inputs write equal shards."""
+
+    input_format: str = "wikiextractor"
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 10
+    seed: int = 12345
+    whole_word_mask: bool = False
+    word_segmenter: str = ""  # "" (words are ## pieces), or "rjieba"/"jieba": words of Chinese text
+    lowercase: bool = True
+    output_format: str = "arrow"
+    num_shards: int = 0  # 0: chosen from the input size (see pipelines.pretraining.pipeline.SHARD_SIZING)
+    docs_per_group: int = 2000
+    max_group_tokens: int = 64_000_000
+    tokens_per_unit: int = 250_000
+    arrow_compression: str = "zstd"
+    arrow_batch_rows: int = 2048
+    strip_gutenberg: bool = True
+    dedup: str = "none"
+    dedup_ngram: int = 5
+    dedup_threshold: float = 0.8
+
+    def __post_init__(self) -> None:
+        check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
+        check(8 <= self.max_seq_length <= 65535, "max_seq_length", f"must be in [8, 65535], got {self.max_seq_length}")
+        check(
+            1 <= self.max_predictions_per_seq <= self.max_seq_length - 3,
+            "max_predictions_per_seq",
+            f"must be in [1, max_seq_length - 3 = {self.max_seq_length - 3}], got {self.max_predictions_per_seq}",
+        )
+        check(0.0 < self.masked_lm_prob < 1.0, "masked_lm_prob", f"must be in (0, 1), got {self.masked_lm_prob}")
+        check(0.0 <= self.short_seq_prob <= 1.0, "short_seq_prob", f"must be in [0, 1], got {self.short_seq_prob}")
+        check(1 <= self.dupe_factor <= 1000, "dupe_factor", f"must be in [1, 1000], got {self.dupe_factor}")
+        check(0 <= self.seed < 2**63, "seed", f"must be in [0, 2**63), got {self.seed}")
+        check(
+            self.word_segmenter in ("", "rjieba", "jieba"),
+            "word_segmenter",
+            f"must be rjieba or jieba, got {self.word_segmenter!r}",
+        )
+        check(
+            not self.word_segmenter or self.whole_word_mask,
+            "word_segmenter",
+            "only applies with --whole-word-mask",
+        )
+        check(
+            self.output_format in OUTPUT_FORMATS,
+            "output_format",
+            f"must be one of {OUTPUT_FORMATS}, got {self.output_format!r}",
+        )
+        check(
+            0 <= self.num_shards <= 100_000, "num_shards", f"must be in [1, 100000] (0 = auto), got {self.num_shards}"
+        )
+        check(self.docs_per_group >= 2, "docs_per_group", f"must be >= 2, got {self.docs_per_group}")
+        check(self.max_group_tokens >= 10_000, "max_group_tokens", f"must be >= 10000, got {self.max_group_tokens}")
+        check(self.tokens_per_unit >= 1_000, "tokens_per_unit", f"must be >= 1000, got {self.tokens_per_unit}")
+        check(
+            self.arrow_compression in ARROW_COMPRESSIONS,
+            "arrow_compression",
+            f"must be one of {ARROW_COMPRESSIONS}, got {self.arrow_compression!r}",
+        )
+        check(self.dedup in DEDUP_MODES, "dedup", f"must be one of {DEDUP_MODES}, got {self.dedup!r}")
+        check(
+            1 <= self.dedup_ngram <= MAX_DEDUP_NGRAM,
+            "dedup_ngram",
+            f"must be in [1, {MAX_DEDUP_NGRAM}], got {self.dedup_ngram}",
+        )
+        check(0.0 < self.dedup_threshold <= 1.0, "dedup_threshold", f"must be in (0, 1], got {self.dedup_threshold}")
+        check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
+
+    @property
+    def max_num_tokens(self) -> int:
+        """Tokens of A and B together: the sequence less [CLS] and two [SEP]."""
+        return self.max_seq_length - 3
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        return ("arrow", "webdataset") if self.output_format == "both" else (self.output_format,)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def shard_parameters(self) -> dict[str, Any]:
+        """Parameters that shape the rows, stored in every shard's schema metadata.
+
+        Excludes knobs that only change how work is split or stored, so that shards stay comparable.
+        """
+        keep: tuple[str, ...] = (
+            "input_format",
+            "max_seq_length",
+            "max_predictions_per_seq",
+            "masked_lm_prob",
+            "short_seq_prob",
+            "dupe_factor",
+            "seed",
+            "whole_word_mask",
+            "lowercase",
+            "docs_per_group",
+            "max_group_tokens",
+            "strip_gutenberg",
+        )
+        if self.dedup != "none":  # absent by default: shards of a run without dedup keep their bytes
+            keep += ("dedup",) if self.dedup == "exact" else ("dedup", "dedup_ngram", "dedup_threshold")
+        out = {k: getattr(self, k) for k in keep}
+        if self.word_segmenter:  # only when set: shards written without one stay byte-identical
+            out["word_segmenter"] = self.word_segmenter
+        return out

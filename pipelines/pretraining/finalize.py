@@ -1,0 +1,193 @@
+"""Last stage: write ``manifest.json`` (and ``vocab.txt``) once every shard is written.
+
+The manifest is written last and atomically, so a failed run leaves no manifest: readers trust only
+directories that have one. Shards that received no instances are still written (empty, valid files), so a
+dataset always holds exactly ``num_shards`` shards per format.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.common import counters as C
+from pipelines.common.batch import InstanceBatch
+from pipelines.common.dataset_run import write_text_atomic
+from pipelines.common.spill import remove_work_dir
+from pipelines.pretraining import stats as S
+from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from schemas.vocab import VOCAB_FILENAME
+
+
+def empty_batch(dtype: str) -> InstanceBatch:
+    z = np.zeros(0, dtype=np.int64)
+    return InstanceBatch(
+        z.astype(np.uint64),
+        z.astype(dtype),
+        np.zeros(1, np.int64),
+        z.astype(np.int16),
+        z.astype(np.int8),
+        z.astype(np.uint16),
+        z.astype(dtype),
+        np.zeros(1, np.int64),
+    )
+
+
+def build_manifest(
+    *,
+    kind: str,
+    results: list[dict[str, Any]],
+    counters: dict[str, int],
+    groups: list[dict[str, Any]],
+    base: dict[str, Any],
+    max_seq_length: int,
+    unk_words: dict[str, Any] | None = None,
+    extra_statistics: dict[str, Any] | None = None,
+) -> Manifest:
+    results = sorted(results, key=lambda r: r["shard"])
+    shards = tuple(ShardInfo(**f) for r in results for f in r["files"])
+    raw = S.merge(r["stats"] for r in results)
+    summary = S.summarize(raw, max_seq_length)
+    counters = dict(counters)
+    counters[C.INSTANCES] = raw.get("instances", 0)
+    totals = {"instances": raw.get("instances", 0), "tokens": raw.get("tokens", 0), "bytes": {}}
+    for s in shards:
+        totals["bytes"][s.format] = totals["bytes"].get(s.format, 0) + s.bytes
+    if totals["instances"]:
+        totals["bytes_per_instance"] = {f: round(b / totals["instances"], 1) for f, b in totals["bytes"].items()}
+    docs = [g["documents"] for g in groups]
+    summary["groups"] = {
+        "count": len(groups),
+        "min_documents": min(docs, default=0),
+        "max_documents": max(docs, default=0),
+    }
+    if unk_words is not None:
+        summary["unk_words"] = unk_words  # source_stats.summary: the words that became [UNK]
+    summary.update(extra_statistics or {})  # e.g. the dedup stage's sample of removed ids
+    read, used = counters.get(C.DOCUMENTS_READ, 0), counters.get(C.DOCUMENTS_USED, 0)
+    drops = C.dropped(counters)
+    if read != used + sum(drops.values()):
+        raise RuntimeError(f"counters do not reconcile: documents read {read} != used {used} + dropped {drops}")
+    # A runner that loses elements (a bundle's last spill, say) must fail the run, not publish less.
+    grouped = sum(docs)
+    if grouped != used:
+        raise RuntimeError(f"documents lost between tokenizing and grouping: {used} used, {grouped} in groups")
+    created = counters.get(C.INSTANCES_CREATED, 0)
+    if created != totals["instances"]:
+        raise RuntimeError(f"instances lost before the shards: {created} created, {totals['instances']} written")
+    run = dict(base.get("run", {}))
+    started = run.get("started_at")
+    if started:
+        run["seconds"] = round(time.time() - started, 3)
+        run["input_mb_per_s"] = round(counters.get(C.BYTES_READ, 0) / 1e6 / max(run["seconds"], 1e-9), 3)
+    return Manifest(
+        kind=kind,
+        vocab=base["vocab"],
+        parameters=base["parameters"],
+        seed=base["seed"],
+        shards=shards,
+        inputs=tuple(base["inputs"]),
+        totals=totals,
+        counters=counters,
+        statistics=summary,
+        run=run,
+    )
+
+
+class _FinalizeFn(beam.DoFn):
+    def __init__(
+        self,
+        output_dir: str,
+        work_dir: str,
+        base: dict[str, Any],
+        vocab_text: str,
+        num_shards: int,
+        make_writers: Callable[[int], list],
+        max_seq_length: int,
+        id_type: str,
+    ) -> None:
+        self.output_dir = output_dir
+        self.work_dir = work_dir
+        self.base = base
+        self.vocab_text = vocab_text
+        self.num_shards = num_shards
+        self.make_writers = make_writers  # shard index -> its writers, for shards that got no instances
+        self.max_seq_length = max_seq_length
+        self.id_type = id_type
+
+    def process(
+        self,
+        results: list[dict[str, Any]],
+        counters: dict[str, int],
+        groups: list[dict[str, Any]],
+        unk_words: dict[str, Any] | None = None,
+        statistics: dict[str, Any] | None = None,
+    ) -> Iterator[str]:
+        done = {r["shard"] for r in results}
+        results = list(results)
+        for shard in range(self.num_shards):
+            if shard in done:
+                continue
+            files = []
+            for writer in self.make_writers(shard):
+                with writer:
+                    writer.write(empty_batch(self.id_type))
+                files.append(asdict(writer.info))
+            results.append({"shard": shard, "files": files, "stats": {}})
+        manifest = build_manifest(
+            kind="pretraining",
+            results=results,
+            counters=counters,
+            groups=groups,
+            base=self.base,
+            max_seq_length=self.max_seq_length,
+            unk_words=unk_words,
+            extra_statistics=statistics,
+        )
+        write_text_atomic(FileSystems.join(self.output_dir, VOCAB_FILENAME), self.vocab_text)
+        write_text_atomic(FileSystems.join(self.output_dir, MANIFEST_NAME), manifest.to_json())
+        remove_work_dir(self.work_dir)
+        yield manifest.to_json()
+
+
+class Finalize(beam.PTransform):
+    """Shard results + counters + group sizes -> ``manifest.json``; yields the manifest text."""
+
+    def __init__(
+        self,
+        *,
+        output_dir: str,
+        work_dir: str,
+        base: dict[str, Any],
+        vocab_text: str,
+        num_shards: int,
+        make_writers: Callable[[int], list],
+        max_seq_length: int,
+        id_type: str,
+        counters,
+        groups,
+        unk_words=None,
+        statistics=None,
+    ) -> None:
+        super().__init__()
+        self.fn = _FinalizeFn(output_dir, work_dir, base, vocab_text, num_shards, make_writers, max_seq_length, id_type)
+        self.counters = counters
+        self.groups = groups
+        self.unk_words = unk_words  # optional: one source_stats.summary dict
+        self.statistics = statistics  # optional: one dict merged into the statistics (the dedup stage's)
+
+    def expand(self, results):
+        counters = self.counters | "MergeCounters" >> beam.CombineGlobally(C.merge)
+        groups = self.groups | "ListGroups" >> beam.combiners.ToList()
+        side = {"counters": beam.pvalue.AsSingleton(counters), "groups": beam.pvalue.AsSingleton(groups)}
+        if self.unk_words is not None:
+            side["unk_words"] = beam.pvalue.AsSingleton(self.unk_words)
+        if self.statistics is not None:
+            side["statistics"] = beam.pvalue.AsSingleton(self.statistics)
+        return results | "ListShards" >> beam.combiners.ToList() | "WriteManifest" >> beam.ParDo(self.fn, **side)

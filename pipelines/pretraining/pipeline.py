@@ -1,0 +1,290 @@
+"""The pretraining pipeline: text files -> masked NSP instances -> shards + manifest.
+
+``run_pretraining`` validates everything that can be validated before Beam starts (inputs, vocabulary,
+output directory, runner options), builds the pipeline from the stage composites, runs it, and returns the
+manifest. Read -> Segment -> Tokenize -> Group -> CreateInstances -> Mask -> ShuffleAndWrite -> Finalize.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.common import counters as C
+from pipelines.common.dataset_run import (
+    RunResult,
+    ShardSizing,
+    check_output,
+    read_result,
+    replacing,
+    run_entry,
+    vocab_entry,
+)
+from pipelines.common.files import InputError
+from pipelines.common.inputs import InputFile, absolute, describe_inputs, input_format_of, resolve_inputs
+from pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
+from pipelines.common.output_lock import lock_output, new_run_id
+from pipelines.common.redact import redact_text
+from pipelines.common.runner import (
+    UsageError,
+    local_threads_per_worker,
+    make_pipeline,
+    pipeline_options,
+    run_pipeline,
+    runner_name,
+)
+from pipelines.common.source_stats import UnkWords
+from pipelines.common.spill import remove_work_dir, spill_bytes_for
+from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
+from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.dedup import Dedup, dedup_partitions
+from pipelines.pretraining.finalize import Finalize
+from pipelines.pretraining.group import GroupDocuments
+from pipelines.pretraining.instances import CreateInstances
+from pipelines.pretraining.masking import MaskInstances
+from pipelines.pretraining.progress import Monitor
+from pipelines.pretraining.read import ReadDocuments, range_bytes_for
+from pipelines.pretraining.segment import SegmentDocuments
+from pipelines.pretraining.tokenize import Tokenize
+from pipelines.pretraining.word_segmenter import check_word_segmenter
+from pipelines.pretraining.write import SHARD_PREFIX, WriteShards, shard_writers
+from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.vocab import CLS, SEP, VOCAB_FILENAME
+
+WORK_DIR_NAME = "_work"
+# Bytes the instance shuffle spills per input byte and dupe pass (measured: 0.73 at length 128, 30k vocab).
+INSTANCE_SPILL_PER_BYTE = 0.75
+# Input text per shard and pass: about 150,000 instances at length 128, 35 MB of Arrow. It also bounds the
+# shard writer's memory (a shard is sorted in memory), whatever the corpus size. At least 4 shards.
+SHARD_SIZING = ShardSizing(bytes_per_shard=64 << 20, at_least=4)
+
+
+def unpublish(output_dir: str, manifest: Manifest) -> None:
+    """Remove a finished run's manifest (first: no manifest, no dataset), shards and vocabulary."""
+    FileSystems.delete([FileSystems.join(output_dir, MANIFEST_NAME)])
+    paths = [FileSystems.join(output_dir, s.path) for s in manifest.shards]
+    paths.append(FileSystems.join(output_dir, VOCAB_FILENAME))
+    FileSystems.delete([p for p in paths if FileSystems.exists(p)])
+
+
+def _is_output(name: str) -> bool:
+    """A file of a pretraining dataset (or of a killed run writing one): its manifest or a shard."""
+    return name.startswith((MANIFEST_NAME, VOCAB_FILENAME, f"{SHARD_PREFIX}-"))
+
+
+def prepare_work_dir(output_dir: str, run_id: str) -> str:
+    """This run's spill folder, ``OUTPUT/_work/RUN_ID``; ``_work`` is first emptied of a killed run's leftovers
+    (the caller holds the folder's lock: no other run is using it)."""
+    root = FileSystems.join(output_dir, WORK_DIR_NAME)
+    remove_work_dir(root)
+    work_dir = FileSystems.join(root, run_id)
+    if "://" not in work_dir:  # object stores have no directories
+        FileSystems.mkdirs(work_dir)
+    return work_dir
+
+
+def work_root(work_dir: str) -> str:
+    """``OUTPUT/_work`` of a run's ``OUTPUT/_work/RUN_ID``: removed whole at the end of the run."""
+    return work_dir.rstrip("/").rsplit("/", 1)[0]
+
+
+def build_pipeline(
+    p: beam.Pipeline,
+    inputs: list[InputFile],
+    cfg: PretrainingConfig,
+    spec: TokenizerSpec,
+    output_dir: str,
+    work_dir: str,
+    num_shards: int,
+    base: dict[str, Any],
+    tokenizer_threads: int = 1,
+) -> None:
+    vocab = spec.vocab
+    writer_args = dict(
+        id_type=vocab.id_type,
+        vocab_sha256=vocab.sha256,
+        parameters={**cfg.shard_parameters(), "input_format": input_format_of(inputs)},
+        compression=cfg.arrow_compression,
+        batch_rows=cfg.arrow_batch_rows,
+    )
+    stats_args = dict(
+        mask_id=vocab.id("[MASK]"),
+        max_seq_length=cfg.max_seq_length,
+        max_predictions=cfg.max_predictions_per_seq,
+        masked_lm_prob=cfg.masked_lm_prob,
+        whole_word=cfg.whole_word_mask,
+    )
+    files = p | "Inputs" >> beam.Create([(f.path, f.format, f.name or f.path, f.bytes, f.mtime) for f in inputs])
+    input_bytes = sum(f.bytes for f in inputs)
+    range_bytes = range_bytes_for(input_bytes)  # big files are read by many workers
+    docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg, range_bytes)
+    dedup_stats = None
+    if cfg.dedup != "none":  # not in the graph by default: output stays byte-identical
+        docs, dedup_stats = docs | "Dedup" >> Dedup(
+            cfg.dedup,
+            ngram=cfg.dedup_ngram,
+            threshold=cfg.dedup_threshold,
+            seed=cfg.seed,
+            work_dir=work_dir,
+            partitions=dedup_partitions(input_bytes),
+        )
+    sentences = docs | "Segment" >> SegmentDocuments()
+    tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads, cfg.word_segmenter)
+    units, groups = tokenized | "Group" >> GroupDocuments(
+        seed=cfg.seed,
+        docs_per_group=cfg.docs_per_group,
+        max_group_tokens=cfg.max_group_tokens,
+        dupe_factor=cfg.dupe_factor,
+        tokens_per_unit=cfg.tokens_per_unit,
+        work_dir=work_dir,
+    )
+    raw = units | "CreateInstances" >> CreateInstances(
+        max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob, cls_id=vocab.id(CLS), sep_id=vocab.id(SEP)
+    )
+    masked = raw | "Mask" >> MaskInstances(
+        vocab,
+        masked_lm_prob=cfg.masked_lm_prob,
+        max_predictions=cfg.max_predictions_per_seq,
+        whole_word=cfg.whole_word_mask,
+        word_marks=bool(cfg.word_segmenter),
+    )
+    results = masked | "ShuffleAndWrite" >> WriteShards(
+        output_dir,
+        work_dir,
+        num_shards,
+        cfg.seed,
+        cfg.formats,
+        writer_args=writer_args,
+        stats_args=stats_args,
+        spill_bytes=spill_bytes_for(int(input_bytes * cfg.dupe_factor * INSTANCE_SPILL_PER_BYTE)),
+    )
+    counters = (
+        tokenized | "Counters" >> beam.Map(lambda b: dict(b.counters)),
+        # Counted where instances are made, checked against the shards: a runner that loses elements fails.
+        raw | "CountInstances" >> beam.Map(lambda b: {C.INSTANCES_CREATED: len(b)}),
+    ) | "AllCounters" >> beam.Flatten()
+    make_writers = partial(_writers_for_shard, output_dir, num_shards, cfg.formats, writer_args)
+    _ = results | "Finalize" >> Finalize(
+        output_dir=output_dir,
+        work_dir=work_dir,
+        base=base,
+        vocab_text=vocab.text(),
+        num_shards=num_shards,
+        make_writers=make_writers,
+        max_seq_length=cfg.max_seq_length,
+        id_type=vocab.id_type,
+        counters=counters,
+        groups=groups,
+        unk_words=tokenized | "UnkWords" >> UnkWords(),
+        statistics=dedup_stats,
+    )
+
+
+def _writers_for_shard(
+    output_dir: str, num_shards: int, formats: tuple[str, ...], writer_args: dict[str, Any], shard: int
+) -> list:
+    return shard_writers(output_dir, shard, num_shards, formats, **writer_args)
+
+
+# Cleaning up after a failed run must not hide or delay its error: on an object store that has gone away,
+# Beam's S3/GCS clients retry each list and delete with exponential backoff for about ten minutes.
+CLEANUP_SECONDS = 30.0
+
+
+def remove_work_dir_within(work_dir: str, seconds: float | None = None) -> bool:
+    """``remove_work_dir`` in a daemon thread, waited for at most ``seconds``; a failure or a timeout is
+    reported as a leftover, never raised (the caller is already raising the run's own error)."""
+    seconds = CLEANUP_SECONDS if seconds is None else seconds
+    outcome: dict[str, BaseException | None] = {}
+
+    def target() -> None:
+        try:
+            remove_work_dir(work_dir)
+            outcome["error"] = None
+        except BaseException as e:  # noqa: BLE001 - reported below
+            outcome["error"] = e
+
+    t = threading.Thread(target=target, name="bertprep-cleanup", daemon=True)
+    t.start()
+    t.join(seconds)
+    if "error" in outcome and outcome["error"] is None:
+        return True
+    error = outcome.get("error")
+    why = f"not done after {seconds:g} s" if "error" not in outcome else f"{type(error).__name__}: {error}"
+    C.progress(f"could not remove the work directory {work_dir} ({why}): leftovers of this failed run, safe to delete")
+    return False
+
+
+def run_pretraining(
+    *,
+    inputs: list[str],
+    vocab: str,
+    output_dir: str,
+    cfg: PretrainingConfig,
+    beam_args: list[str] | None = None,
+    overwrite: bool = False,
+    lowercase: bool | None = None,
+) -> RunResult:
+    """Validate, build and run the pipeline; return its manifest. Raises before Beam starts on bad input."""
+    options = pipeline_options(list(beam_args or []))
+    files = resolve_inputs(inputs, cfg.input_format)
+    formats = input_format_of(files)
+    if isinstance(formats, str) and formats != cfg.input_format:  # all given as `text:...`, say
+        cfg = replace(cfg, input_format=formats)
+    spec = load_tokenizer(vocab, lowercase)
+    if cfg.word_segmenter:
+        check_word_segmenter(cfg.word_segmenter, spec)
+    if spec.lowercase != cfg.lowercase:
+        cfg = replace(cfg, lowercase=spec.lowercase)
+    input_bytes = sum(f.bytes for f in files)
+    if not input_bytes:
+        raise UsageError("input", f"{describe_inputs(files)}: empty (0 bytes), nothing to make instances from")
+    num_shards = cfg.num_shards or SHARD_SIZING.num_shards(input_bytes * cfg.dupe_factor)
+    output_dir = absolute(output_dir.rstrip("/"))
+    check_no_overlap(output_dir, {"input": [f.path for f in files], "vocab": [vocab]})
+    ensure_writable_dir(output_dir)
+    run_id = new_run_id()
+    with lock_output(output_dir, run_id, "bertprep pretraining"):
+        replaced = check_output(
+            output_dir, overwrite, _is_output, kinds=("pretraining",), what="a pretraining dataset's"
+        )
+        work_dir = prepare_work_dir(output_dir, run_id)
+        started = time.time()
+        base = {
+            "vocab": vocab_entry(spec),
+            "parameters": {**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
+            "seed": cfg.seed,
+            "inputs": [{"path": redact_text(f.path), "bytes": f.bytes, "format": f.format} for f in files],
+            "run": {**run_entry(options, beam_args or [], started), "run_id": run_id},
+        }
+        C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
+        try:
+            # The earlier dataset (--overwrite) waits in _work/RUN_ID/previous until this one is published.
+            with replacing(output_dir, _is_output, replaced, FileSystems.join(work_dir, "previous")):
+                p = make_pipeline(options, run_id)
+                build_pipeline(
+                    p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options)
+                )
+                local = runner_name(options) == "FnApiRunner"  # its workers, threads or processes, share this machine
+                with Monitor(files=len(files), input_bytes=input_bytes, shards=num_shards, local=local):
+                    run_pipeline(p)
+        except BaseException:
+            remove_work_dir_within(work_root(work_dir))  # spill and pool files of a failed run; no shards published
+            raise
+        remove_work_dir(work_root(work_dir))
+        result = read_result(output_dir, started, input_bytes)
+        manifest = result.manifest
+        if not manifest.totals.get("instances"):
+            unpublish(output_dir, manifest)
+            c = manifest.counters
+            raise InputError(
+                f"--input {describe_inputs(files)}: no instances ({c.get(C.DOCUMENTS_READ, 0)} documents read, "
+                f"{c.get(C.DOCUMENTS_USED, 0)} used, {c.get(C.TOKENS, 0)} tokens)"
+            )
+    return result

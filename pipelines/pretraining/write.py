@@ -1,0 +1,238 @@
+"""Stage 7, Shuffle and write: a deterministic global shuffle into shards of near-equal size.
+
+Every instance gets a shuffle key, a seeded hash of its stable id. The key picks the shard (key modulo the
+shard count: sizes are multinomial, within a few per cent of each other for thousands of instances per
+shard) and orders the instances inside it. Shard contents and bytes therefore depend only on the inputs and
+parameters, not on the runner, the worker count or the order of ``--input`` arguments.
+
+The shuffle carries references (see :mod:`pipelines.common.spill`): each worker buffers masked batches, writes them
+to a spill file ordered by (shard, key), and sends on one (shard, byte range) reference per shard it holds;
+the writer of a shard reads its ranges back. Memory is bounded by the spill buffer and by one shard. Beyond
+256 shards a reference covers a block of consecutive shards (``spill.keys_per_block``), so references stay few.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.common.batch import InstanceBatch
+from pipelines.common.hashing import hash64, mix64_array
+from pipelines.common.shards import ArrowShardWriter, WebDatasetShardWriter
+from pipelines.common.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
+from pipelines.pretraining import progress as P
+from pipelines.pretraining import stats as S
+from schemas.manifest import shard_name
+
+SHARD_PREFIX = "pretrain"
+
+
+def shuffle_keys(instance_ids: np.ndarray, seed: int) -> np.ndarray:
+    salt = np.uint64(hash64("shuffle", seed))
+    return mix64_array(np.asarray(instance_ids, dtype=np.uint64) ^ salt)
+
+
+def shard_order(batch: InstanceBatch, seed: int) -> np.ndarray:
+    """The order of a shard's rows: by shuffle key. Duplicate ids (a bundle processed twice) are an error."""
+    if len(np.unique(batch.instance_ids)) != len(batch):
+        raise ValueError("duplicate instance ids in a shard: a bundle was processed twice into the output")
+    return np.argsort(shuffle_keys(batch.instance_ids, seed), kind="stable")
+
+
+def order_shard(batches: list[InstanceBatch], seed: int) -> InstanceBatch:
+    batch = InstanceBatch.concat(batches)
+    return batch.take(shard_order(batch, seed))
+
+
+def shard_writers(
+    output_dir: str,
+    shard: int,
+    num_shards: int,
+    formats: Iterable[str],
+    *,
+    id_type: str,
+    vocab_sha256: str,
+    parameters: dict[str, Any],
+    compression: str,
+    batch_rows: int,
+) -> list:
+    writers: list[ArrowShardWriter | WebDatasetShardWriter] = []
+    for fmt in formats:
+        name = shard_name(SHARD_PREFIX, shard, num_shards, fmt)
+        path = FileSystems.join(output_dir, name)
+        if fmt == "arrow":
+            writers.append(
+                ArrowShardWriter(
+                    path,
+                    name,
+                    id_type=id_type,
+                    vocab_sha256=vocab_sha256,
+                    parameters=parameters,
+                    compression=compression,
+                    batch_rows=batch_rows,
+                )
+            )
+        else:
+            writers.append(WebDatasetShardWriter(path, name, id_type=id_type))
+    return writers
+
+
+# One shard's instances in one spill file: (path, byte range of an InstanceBatch's wire bytes).
+ShardPart = tuple[str, ByteRange]
+# A block of consecutive shards in one spill file: (path, int64 offsets: where each of the block's shards
+# starts, then where the last ends); see spill.keys_per_block.
+BlockPart = tuple[str, bytes]
+
+
+def shard_parts(parts: Iterable[BlockPart], index: int) -> list[ShardPart]:
+    """The ranges of the block's ``index``-th shard in each spill file (empty ones left out)."""
+    out = []
+    for path, offsets in parts:
+        start, end = np.frombuffer(offsets, "<i8", 2, 8 * index).tolist()
+        if end > start:
+            out.append((path, (start, end - start)))
+    return out
+
+
+def order_by_shard(batch: InstanceBatch, num_shards: int, seed: int) -> tuple[InstanceBatch, list[int]]:
+    """The batch ordered by (shard, shuffle key), and where each shard starts (``num_shards + 1`` bounds)."""
+    keys = shuffle_keys(batch.instance_ids, seed)
+    shard = (keys % np.uint64(num_shards)).astype(np.int64)
+    order = np.lexsort((keys, shard))  # one gather for all shards
+    return batch.take(order), np.searchsorted(shard[order], np.arange(num_shards + 1)).tolist()
+
+
+def encode_shards(batch: InstanceBatch, num_shards: int, seed: int) -> Iterator[tuple[int, bytes]]:
+    """``(shard, wire bytes)`` for each shard the batch touches, instances ordered by shuffle key."""
+    ordered, bounds = order_by_shard(batch, num_shards, seed)
+    del batch
+    for s in range(num_shards):
+        if bounds[s + 1] > bounds[s]:
+            yield s, ordered.slice(bounds[s], bounds[s + 1]).to_bytes()
+
+
+def read_parts(parts: Iterable[ShardPart]) -> InstanceBatch:
+    """A shard's instances from its spill-file ranges, not yet in shard order (decoded part by part into
+    arrays allocated once: memory holds the shard and one part)."""
+    parts = sorted(parts)  # the same concatenation on every runner
+    heads = [read_ranges(path, [(offset, InstanceBatch.WIRE_HEADER_BYTES)])[0] for path, (offset, _) in parts]
+    return InstanceBatch.concat_wire(
+        [InstanceBatch.wire_sizes(h) for h in heads], (read_ranges(path, [byte_range])[0] for path, byte_range in parts)
+    )
+
+
+def read_shard(parts: Iterable[ShardPart], seed: int) -> InstanceBatch:
+    batch = read_parts(parts)
+    return batch.take(shard_order(batch, seed))
+
+
+class _SpillShardsFn(SpillFn):
+    def __init__(self, work_dir: str, num_shards: int, seed: int, spill_bytes: int | None = None) -> None:
+        super().__init__(work_dir, spill_bytes)
+        self.num_shards = num_shards
+        self.seed = seed
+
+    def size(self, batch: InstanceBatch) -> int:
+        return batch.ids.nbytes + batch.labels.nbytes + 2 * len(batch.positions) + 35 * len(batch)
+
+    def spill(self, batches: list[InstanceBatch]) -> Iterator[tuple[int, BlockPart]]:
+        batch = InstanceBatch.concat(batches)
+        batches.clear()  # the buffer's batches are copied: free them before the sorted copy is made
+        if not len(batch):
+            return
+        path = spill_path(self.work_dir, "instances", [batch.instance_ids.tobytes()])
+        lengths = np.zeros(self.num_shards, dtype=np.int64)
+        encoded = encode_shards(batch, self.num_shards, self.seed)
+        del batch  # the generator holds the only reference, and drops it once the sorted copy exists
+
+        def chunks() -> Iterator[bytes]:  # encoded one shard at a time, straight into the file
+            for shard, data in encoded:
+                lengths[shard] = len(data)
+                yield data
+
+        write_file(path, chunks())
+        ends = np.cumsum(lengths)  # shards lie in the file in shard order
+        for block, shards in enumerate(key_blocks(self.num_shards)):
+            lo, hi = shards.start, shards.stop
+            if lengths[lo:hi].any():
+                offsets = np.concatenate(([ends[lo] - lengths[lo]], ends[lo:hi])).astype("<i8")
+                yield block, (path, offsets.tobytes())
+
+
+class _WriteShardFn(beam.DoFn):
+    def __init__(
+        self,
+        output_dir: str,
+        num_shards: int,
+        seed: int,
+        writer_args: dict[str, Any],
+        stats_args: dict[str, Any],
+        formats: tuple[str, ...],
+    ) -> None:
+        self.output_dir = output_dir
+        self.num_shards = num_shards
+        self.seed = seed
+        self.writer_args = writer_args
+        self.stats_args = stats_args
+        self.formats = formats
+
+    def process(self, element: tuple[int, Iterable[BlockPart]]) -> Iterator[dict[str, Any]]:
+        block, parts = element
+        parts = list(parts)
+        for i, shard in enumerate(key_blocks(self.num_shards)[block]):
+            found = shard_parts(parts, i)
+            if found:  # Finalize writes the shards that got no instances
+                yield self.write(shard, read_parts(found))
+
+    def write(self, shard: int, batch: InstanceBatch) -> dict[str, Any]:
+        """Write the shard in order, one record batch of rows at a time: memory holds the shard once, not
+        its sorted copy and its Arrow form as well."""
+        order = shard_order(batch, self.seed)
+        rows = self.writer_args["batch_rows"]  # chunks of whole record batches: the same batches as one write
+        writers = shard_writers(self.output_dir, shard, self.num_shards, self.formats, **self.writer_args)
+        stats = []
+        with contextlib.ExitStack() as stack:
+            for w in writers:
+                stack.enter_context(w)
+            for start in range(0, len(order), rows):
+                chunk = batch.take(order[start : start + rows])
+                for w in writers:
+                    w.write(chunk)
+                stats.append(S.batch_stats(chunk, **self.stats_args))  # additive: merged exactly
+        P.add("shards", final=True, shards=1, instances=len(batch))
+        P.detail(f"wrote shard {shard + 1}/{self.num_shards}: {len(batch)} instances")
+        return {"shard": shard, "files": [asdict(w.info) for w in writers], "stats": S.merge(stats)}
+
+
+class WriteShards(beam.PTransform):
+    """``PCollection[InstanceBatch]`` -> ``PCollection[dict]``: one result (files, statistics) per shard."""
+
+    def __init__(
+        self,
+        output_dir: str,
+        work_dir: str,
+        num_shards: int,
+        seed: int,
+        formats: tuple[str, ...],
+        *,
+        writer_args: dict[str, Any],
+        stats_args: dict[str, Any],
+        spill_bytes: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.split = _SpillShardsFn(work_dir, num_shards, seed, spill_bytes)
+        self.write = _WriteShardFn(output_dir, num_shards, seed, writer_args, stats_args, formats)
+
+    def expand(self, batches):
+        return (
+            batches
+            | "SpillShards" >> beam.ParDo(self.split)
+            | "CollectShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(self.write)
+        )

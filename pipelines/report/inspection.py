@@ -1,0 +1,233 @@
+"""``bertprep inspect``: summarise, verify and decode a dataset directory through its manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+
+from schemas import pretraining as P
+from schemas import tasks as T
+from schemas import wds
+from schemas.manifest import Manifest, ShardInfo
+from schemas.vocab import Vocab, VocabError
+
+
+def _read_all(path: str) -> bytes:
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        return f.read()
+
+
+class DatasetError(ValueError):
+    """A dataset folder lacks a file its manifest promises, or holds a different one."""
+
+
+def load_vocab(dataset_dir: str, manifest: Manifest) -> Vocab:
+    """The dataset's vocabulary, checked against the manifest's hash (the trainer refuses any other)."""
+    path = FileSystems.join(dataset_dir, manifest.vocab_file)
+    if not FileSystems.exists(path):
+        raise DatasetError(f"{path}: missing (the manifest names it as the dataset's vocabulary)")
+    try:
+        vocab = Vocab.from_text(_read_all(path).decode("utf-8"), path)
+    except (UnicodeDecodeError, VocabError) as e:
+        raise DatasetError(f"{path}: cannot read it as a vocabulary: {e}") from None
+    if vocab.sha256 != manifest.vocab_sha256:
+        raise DatasetError(
+            f"{path}: sha256 {vocab.sha256[:16]}… != manifest {manifest.vocab['sha256'][:16]}… "
+            "(a different or edited vocabulary)"
+        )
+    return vocab
+
+
+@dataclass(frozen=True, slots=True)
+class ShardCheck:
+    shard: ShardInfo
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_shard(dataset_dir: str, shard: ShardInfo, manifest: Manifest) -> ShardCheck:
+    """Re-check size, checksum, schema and row count of one shard against the manifest."""
+    path = FileSystems.join(dataset_dir, shard.path)
+    problems = []
+    try:
+        data = _read_all(path)
+    except Exception as e:
+        return ShardCheck(shard, (f"cannot read: {e}",))
+    if len(data) != shard.bytes:
+        problems.append(f"size {len(data)} != manifest {shard.bytes}")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != shard.sha256:
+        problems.append(f"sha256 {digest[:16]}… != manifest {shard.sha256[:16]}…")
+    try:
+        count = _count_rows(data, shard.format, manifest)
+        if count != shard.count:
+            problems.append(f"{count} rows != manifest {shard.count}")
+    except Exception as e:
+        problems.append(f"cannot decode: {type(e).__name__}: {e}")
+    return ShardCheck(shard, tuple(problems))
+
+
+def _count_rows(data: bytes, fmt: str, manifest: Manifest) -> int:
+    if fmt == "arrow":
+        reader = pa.ipc.open_file(pa.BufferReader(data))
+        if manifest.kind == P.KIND:
+            P.check_schema(reader.schema)
+            meta = P.read_metadata(reader.schema)
+        else:
+            T.check_schema(reader.schema, manifest.kind)
+            meta = T.read_metadata(reader.schema)
+        if meta["vocab_sha256"] != manifest.vocab_sha256:
+            raise ValueError("schema vocab hash differs from the manifest's")
+        return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+    count = 0
+    for sample in iter_tar_samples(data):
+        wds.decode_payload(sample[1])
+        count += 1
+    return count
+
+
+def iter_tar_samples(data: bytes) -> Iterator[tuple[str, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as tar:
+        for member in tar:
+            if member.isfile():
+                f = tar.extractfile(member)
+                assert f is not None  # a regular file always has contents
+                yield member.name, f.read()
+
+
+# WebDataset samples per record batch when a dataset has no Arrow shards.
+WDS_BATCH_ROWS = 1024
+
+
+def iter_record_batches(dataset_dir: str, manifest: Manifest) -> Iterator[pa.RecordBatch]:
+    """Every pretraining row in manifest order, one record batch at a time (Arrow preferred), so memory holds
+    one batch, never a shard: ``inspect --decode`` and ``report`` both read shards through this."""
+    fmt = "arrow" if manifest.shards_of("arrow") else "webdataset"
+    schema = P.arrow_schema(manifest.vocab["id_type"])
+    for shard in manifest.shards_of(fmt):
+        path = FileSystems.join(dataset_dir, shard.path)
+        if fmt == "arrow":
+            try:
+                with FileSystems.open(path, compression_type="uncompressed") as f:
+                    reader = pa.ipc.open_file(f)
+                    for i in range(reader.num_record_batches):
+                        yield reader.get_batch(i)
+            except (pa.ArrowException, OSError) as e:  # truncated, overwritten: name the shard, not just "Arrow"
+                raise DatasetError(
+                    f"shard {path}: cannot be read ({type(e).__name__}: {e}); bertprep inspect --verify checks "
+                    "every shard"
+                ) from None
+            continue
+        rows: list[dict[str, Any]] = []
+        for _, payload in iter_tar_samples(_read_all(path)):
+            rows.append(wds.decode_payload(payload, source=path))
+            if len(rows) == WDS_BATCH_ROWS:
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                rows = []
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def read_instances(dataset_dir: str, manifest: Manifest, limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` instances in manifest order (Arrow preferred)."""
+    out: list[dict[str, Any]] = []
+    for batch in iter_record_batches(dataset_dir, manifest):
+        if len(out) >= limit:
+            break
+        out.extend(batch.slice(0, limit - len(out)).to_pylist())
+    return out
+
+
+def decode_instance(inst: dict[str, Any], vocab: Vocab) -> str:
+    """Text of an instance: masked positions as ``[MASK→orig]``, ``{rand→orig}`` or ``<kept>``."""
+    tokens = [vocab.tokens[i] for i in inst["input_ids"]]
+    for pos, orig in zip(inst["masked_lm_positions"], inst["masked_lm_ids"]):
+        o = vocab.tokens[orig]
+        cur = tokens[pos]
+        tokens[pos] = f"[MASK→{o}]" if cur == "[MASK]" else (f"<{o}>" if cur == o else f"{{{cur}→{o}}}")
+    label = "NotNext" if inst["next_sentence_label"] == P.NOT_NEXT else "IsNext"
+    return f"#{inst['instance_id']:016x} {label} A={inst['segment_a_length']} len={len(tokens)}\n  " + " ".join(tokens)
+
+
+def summary_lines(manifest: Manifest) -> list[str]:
+    p, st, c = manifest.parameters, manifest.statistics, manifest.counters
+    lines = [
+        f"kind {manifest.kind}, schema v{manifest.schema_version}, vocab {manifest.vocab['size']} tokens "
+        f"(sha256 {manifest.vocab['sha256'][:12]}…, {'uncased' if manifest.vocab.get('lowercase') else 'cased'})",
+        "shards: "
+        + ", ".join(
+            f"{len(manifest.shards_of(f))} {f} ({manifest.totals['bytes'].get(f, 0) / 1e6:.1f} MB)"
+            for f in manifest.formats
+        ),
+    ]
+    shown = [
+        k
+        for k in (
+            "max_seq_length",
+            "max_predictions_per_seq",
+            "masked_lm_prob",
+            "short_seq_prob",
+            "dupe_factor",
+            "seed",
+            "whole_word_mask",
+        )
+        if k in p
+    ]
+    if shown:
+        lines.append("parameters: " + ", ".join(f"{k}={p[k]}" for k in shown))
+    if manifest.kind != P.KIND:
+        t = manifest.task
+        lines.append(
+            f"task: split {t.get('split')}, labels {t.get('labels')}, max_seq_length {t.get('max_seq_length')}"
+        )
+        lines.append("counters: " + ", ".join(f"{k} {v}" for k, v in c.items() if not isinstance(v, dict)))
+        return lines
+    if c:
+        drops = {k[len("documents_dropped.") :]: v for k, v in c.items() if k.startswith("documents_dropped.")}
+        lines.append(
+            f"documents: {c.get('documents_read', 0)} read, {c.get('documents_used', 0)} used, "
+            f"{sum(drops.values())} dropped"
+            + (f" ({', '.join(f'{k}: {v}' for k, v in drops.items())})" if drops else "")
+        )
+        lines.append(
+            f"sentences {c.get('sentences', 0)}, tokens {c.get('tokens', 0)}, instances {manifest.totals.get('instances', 0)}"
+        )
+        altered = [
+            k
+            for k in (
+                "invalid_utf8_replaced",
+                "control_chars_removed",
+                "special_token_literals_removed",
+                "gutenberg_header_stripped",
+                "gutenberg_boilerplate_lines_stripped",
+                "empty_sentences_skipped",
+            )
+            if c.get(k)
+        ]
+        if altered:
+            lines.append("altered: " + ", ".join(f"{k} {c[k]}" for k in altered))
+    if st.get("instances"):
+        ln, ns, mf, mp = st["length"], st["next_sentence"], st["mask_fractions"], st["masked_positions_per_instance"]
+        lines += [
+            f"next sentence: IsNext {ns['is_next']:.3f}, NotNext {ns['not_next']:.3f}",
+            f"length: mean {ln['mean']} (std {ln['std']}), p1 {ln['p1']}, p5 {ln['p5']}, p10 {ln['p10']}, "
+            f"p50 {ln['p50']}; {ln['fraction_shorter_than_max'] * 100:.1f}% shorter than {p.get('max_seq_length')}",
+            f"masked positions per instance: mean {mp['mean']}, count-rule violations {mp['count_rule_violations']}",
+            f"predictions: [MASK] {mf['mask']:.3f}, random {mf['random']:.3f}, kept {mf['kept']:.3f}",
+        ]
+    run = manifest.run
+    if run.get("seconds"):
+        lines.append(
+            f"run: {run.get('runner')}, {run['seconds']:.1f} s, {run.get('input_mb_per_s', 0):.2f} MB/s of input"
+        )
+    return lines

@@ -1,0 +1,37 @@
+"""``bertprep report``: collect a pretraining dataset's numbers (:mod:`pipelines.report.data`), draw its plots
+(:mod:`pipelines.report.plots`) and write ``index.html`` (:mod:`pipelines.report.html`)."""
+
+from __future__ import annotations
+
+import os
+
+from pipelines.common.dataset_run import load_manifest
+from pipelines.report.data import REPORT_DIR, ReportConfig, collect, count_tokens
+from pipelines.report.inspection import DatasetError, load_vocab
+from schemas import pretraining as P
+
+
+def write_report(dataset_dir: str, output_dir: str | None = None, cfg: ReportConfig | None = None) -> str:
+    """Write the report of a pretraining dataset folder; return the path of its ``index.html``."""
+    from pipelines.report import html as report_html
+    from pipelines.report import plots as report_plots
+
+    cfg = cfg or ReportConfig()
+    out = output_dir or os.path.join(dataset_dir, REPORT_DIR)
+    if "://" in out:
+        raise DatasetError(f"{out}: the report is written to a local folder (give one with --output)")
+    manifest = load_manifest(dataset_dir)
+    if manifest.kind != P.KIND:
+        raise DatasetError(f"{dataset_dir}: a {manifest.kind!r} dataset; the report describes pretraining datasets")
+    vocab = load_vocab(dataset_dir, manifest)
+    tokens = count_tokens(dataset_dir, manifest, len(vocab))
+    name = os.path.basename(os.path.abspath(dataset_dir).rstrip("/")) if "://" not in dataset_dir else dataset_dir
+    data = collect(manifest, vocab, tokens, cfg, name)
+    os.makedirs(out, exist_ok=True)
+    figures = report_plots.draw_all(data.series, out)
+    index = os.path.join(out, "index.html")
+    tmp = index + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(report_html.render(data, figures))
+    os.replace(tmp, index)
+    return index

@@ -1,0 +1,183 @@
+"""Config dataclasses as the one source of the CLI flags (``configs.options``): every default shown by
+``--help`` is the dataclass's, a field added to a section becomes a flag, and a checkpoint saved with the
+flat config layout of earlier versions still resumes."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from configs import options
+from configs.errors import ConfigError
+from configs.options import opt, section
+from trainer import checkpoint as ckpt
+from trainer.cli import main
+from trainer.config import OptimConfig, TrainConfig
+from trainer.embed import EmbedConfig
+from trainer.errors import RunError
+from trainer.finetune.config import FinetuneConfig
+from trainer.resume import check_resume
+
+COMMANDS = {"pretrain": TrainConfig, "finetune": FinetuneConfig, "embed": EmbedConfig}
+
+
+def shown_defaults(command: str) -> dict[str, str]:
+    """``--flag -> text of [default: ...]`` from the command's ``--help`` (wide, so nothing wraps)."""
+    text = CliRunner().invoke(main, [command, "--help"], terminal_width=1000).output
+    options_text = text.split("Options:\n")[1]
+    blocks = re.split(r"\n(?=  -)", options_text)  # one block per option, its wrapped help included
+    found = (re.search(r"^\s+(--[a-z-]+)\b.*\[default: ([^\]]+)\]", " ".join(b.split("\n")), re.S) for b in blocks)
+    return dict(m.groups() for m in found if m)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_help_default_is_the_dataclass_default(command):
+    cfg_class = COMMANDS[command]
+    shown = shown_defaults(command)
+    params = {p.name: p for p in main.commands[command].params}
+    cli_leaves = [leaf for leaf in options.leaves(cfg_class) if leaf.meta["cli"]]
+    for leaf in cli_leaves:
+        param = params["no_" + leaf.name if leaf.meta["negate"] else leaf.name]
+        if leaf.default is MISSING:
+            assert param.required, leaf.flag
+        elif isinstance(leaf.default, bool):
+            assert param.is_flag and leaf.flag not in shown
+        elif leaf.default is None:
+            # None: decided at run time (embed's --max-seq-length says how, in its help)
+            assert not param.required and (leaf.flag not in shown or "[default:" in leaf.help)
+        else:
+            assert param.default == leaf.default and shown[leaf.flag] == str(leaf.default), leaf.flag
+    # every shown default belongs to a config field (none is written in the CLI)
+    assert set(shown) <= {leaf.flag for leaf in cli_leaves}
+
+
+def test_per_command_defaults_come_from_one_place():
+    # the shared section's default, and fine-tuning's override of it given once in FinetuneConfig
+    assert shown_defaults("pretrain")["--lr"] == str(OptimConfig().lr) == "0.0001"
+    assert shown_defaults("finetune")["--lr"] == "5e-05"
+    assert shown_defaults("pretrain")["--log-every"] == "10" and shown_defaults("finetune")["--log-every"] == "50"
+    ft = FinetuneConfig.build(task="ner", train_data="t", eval_data="e", init="random:tiny", output="o")
+    assert (ft.optim.lr, ft.run.log_every, ft.num_workers) == (5e-5, 50, 0)
+    pt = TrainConfig.build(sources=("d",), output="o")
+    assert (pt.optim.lr, pt.run.log_every, pt.data.num_workers) == (1e-4, 10, 2)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoreOptim(OptimConfig):
+    beta2: float = opt(0.999, "Adam's second-moment decay.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cfg:
+    name: str = opt(help="Required.")
+    optim: MoreOptim = section(MoreOptim, lr=0.5)
+
+
+def test_a_field_added_to_a_section_becomes_a_flag():
+    seen = []
+
+    @click.command()
+    @options.click_options(Cfg)
+    def cmd(**values):
+        seen.append(options.build(Cfg, **values))
+
+    assert "--beta2 FLOAT" in CliRunner().invoke(cmd, ["--help"]).output
+    result = CliRunner().invoke(cmd, ["--name", "x", "--beta2", "0.98"])
+    assert result.exit_code == 0, result.output
+    assert seen[0] == Cfg(name="x", optim=MoreOptim(lr=0.5, beta2=0.98))
+    assert CliRunner().invoke(cmd, []).exit_code == 2  # --name is required
+
+
+def test_the_cli_builds_the_nested_config(monkeypatch, tmp_path):
+    got = []
+    monkeypatch.setattr("trainer.pretrain.pretrain", lambda cfg: got.append(cfg) or {"step": 0, "run_dir": "r"})
+    argv = ["pretrain", "--data", "a:1", "--data", "b:3", "--output", str(tmp_path), "--lr", "0.002"]
+    argv += ["--format", "arrow", "--no-tensorboard", "--model", "mini", "--keep-checkpoints", "5", "--compile"]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 0, result.output
+    cfg = got[0]
+    assert cfg.data.sources == ("a:1", "b:3") and cfg.data.weights == (1.0, 3.0)
+    assert (cfg.optim.lr, cfg.data.data_format, cfg.run.tensorboard, cfg.model.preset) == (
+        0.002,
+        "arrow",
+        False,
+        "mini",
+    )
+    assert (cfg.checkpoint.keep_checkpoints, cfg.compile, cfg.optim.warmup_steps) == (5, True, 1000)
+    bad = CliRunner().invoke(main, ["pretrain", "--data", "a", "--output", "o", "--weight-decay", "2"])
+    assert bad.exit_code == 2 and "Invalid value for '--weight-decay': must be in [0, 1), got 2.0" in bad.output
+    with pytest.raises(TypeError, match="no setting learning_rate"):
+        TrainConfig.build(sources=("a",), output="o", learning_rate=1.0)
+
+
+# TrainConfig.to_dict() as versions before sections saved it in every checkpoint's config.json "train"
+# (the last of them; earlier ones lack OBJECTIVE).
+FLAT_TRAIN = {
+    "data": ["DATA"], "output": "OUT", "eval_data": None, "data_format": "auto", "model": "tiny",
+    "model_config": None, "init_from": None, "dropout": None, "batch_size": 4, "grad_accum": 1, "lr": 0.001,
+    "warmup_steps": 1, "max_steps": 2, "max_minutes": 0.0, "optimizer": "adamw", "weight_decay": 0.01,
+    "adam_eps": 1e-06, "max_grad_norm": 1.0, "precision": "auto", "compile": False, "seed": 0, "log_every": 1,
+    "eval_every": 500, "eval_batches": 50, "checkpoint_every": 2, "keep_checkpoints": 3, "resume": "auto",
+    "overwrite": False, "reset_optimizer": False, "num_workers": 0, "shuffle_buffer": 10000,
+    "skip_corrupt": False, "deterministic": False, "tensorboard": False, "device": "auto",
+    "masking": "static", "mlm_probability": 0.15, "max_predictions": None, "whole_word_mask": False, "no_nsp": False,
+}  # fmt: skip
+OBJECTIVE = ("masking", "mlm_probability", "max_predictions", "whole_word_mask", "no_nsp")  # not saved before them
+
+
+def test_a_flat_saved_config_reads_as_the_nested_one():
+    cfg = TrainConfig.build(**options.saved_values(TrainConfig, FLAT_TRAIN))
+    assert (cfg.data.sources, cfg.model.preset, cfg.optim.lr, cfg.checkpoint.checkpoint_every) == (
+        ("DATA",),
+        "tiny",
+        1e-3,
+        2,
+    )
+    assert (cfg.run.output, cfg.data.num_workers, cfg.run.tensorboard, cfg.batch_size) == ("OUT", 0, False, 4)
+    later = {"norm_placement"}  # added after sections: absent from a flat config, its default when read
+    now = options.saved_values(TrainConfig, cfg.to_dict())
+    assert {k: v for k, v in now.items() if k not in later} == options.saved_values(TrainConfig, FLAT_TRAIN)
+    assert now["norm_placement"] == "post"
+    check_resume(cfg, {"train": FLAT_TRAIN}, Path("ck"), 1)
+    check_resume(cfg, {"train": {k: v for k, v in FLAT_TRAIN.items() if k not in OBJECTIVE}}, Path("ck"), 1)
+    changed = TrainConfig.build(**{**options.flat(cfg), "lr": 0.002, "preset": "mini"})
+    with pytest.raises(RunError, match=r"--model mini \(the run has tiny\); --lr 0.002 \(the run has 0.001\)"):
+        check_resume(changed, {"train": FLAT_TRAIN}, Path("ck"), 1)
+
+
+def test_a_checkpoint_with_a_flat_config_json_resumes(tmp_path):
+    from tests.trainer.test_run_safety import run, small_dataset
+
+    data = small_dataset(tmp_path / "ds", n=32)
+    out = tmp_path / "run"
+    run(data, out, max_steps=2)
+    config_file = ckpt.step_dir(out, 2) / "config.json"
+    saved = json.loads(config_file.read_text())
+    assert set(saved["train"]) == {f.name for f in fields(TrainConfig)}  # the nested layout today
+    saved["train"] = {**FLAT_TRAIN, "data": [str(data)], "output": str(out)}
+    config_file.write_text(json.dumps(saved))
+    with pytest.raises(RunError, match=r"--weight-decay 0.1 \(the run has 0.01\)"):
+        run(data, out, max_steps=4, weight_decay=0.1)
+    rows = run(data, out, max_steps=4)
+    assert [r["step"] for r in rows][-2:] == [3, 4]
+
+
+def test_one_error_type_names_the_field():
+    with pytest.raises(ConfigError, match="warmup_ratio: must be in"):
+        FinetuneConfig.build(task="ner", train_data="t", eval_data="e", init="i", output="o", warmup_ratio=1.0)
+    with pytest.raises(ConfigError, match="keep_checkpoints: must be >= 1, got 0"):
+        TrainConfig.build(sources=("d",), output="o", keep_checkpoints=0)
+
+
+def test_the_settings_a_resume_fixes_are_config_settings():
+    from trainer import resume
+    from trainer.finetune import loop
+
+    assert set(resume.FIXED) <= {leaf.name for leaf in options.leaves(TrainConfig)}
+    assert set(loop.FIXED) <= {leaf.name for leaf in options.leaves(FinetuneConfig)}

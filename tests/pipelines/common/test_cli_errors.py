@@ -1,0 +1,818 @@
+"""Every ``bertprep`` command, given bad arguments, ends in one ``Error:`` line and exit code 2 (usage) or 1
+(runtime), never a traceback. Run as a real process: Beam's log handlers write to the process's stderr,
+which an in-process runner would not see."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, shared_path
+
+PROG = "from pipelines.cli import main; main(prog_name='bertprep')"
+
+
+def bertprep(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, "-c", PROG, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
+    )
+
+
+def assert_clean_error(r: subprocess.CompletedProcess, code: int, *needles: str) -> str:
+    text = r.stdout + r.stderr
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert r.returncode == code, text
+    assert "Traceback" not in text, text
+    errors = [line for line in lines if line.startswith("Error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], text
+    for needle in needles:
+        assert needle in errors[0], text
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory) -> Path:
+    """A folder of bad inputs and outputs."""
+    d = tmp_path_factory.mktemp("bad")
+    (d / "corrupt.gz").write_bytes(gzip.compress(b"Some sentence.\n" * 1000)[:-40])
+    (d / "not-gzip.txt.gz").write_bytes(b"not gzip at all")
+    (d / "empty.txt").write_text("")
+    (d / "a-file").write_text("x")
+    (d / "s.txt").write_text("One sentence here.\nAnother one.\n\nA second document.\nIts end.\n")
+    (d / "train.tsv").write_text("text\tlabel\na module\tpos\n")
+    (d / "train.json").write_text("not json")
+    (d / "squad").mkdir()
+    (d / "squad" / "train.json").write_text('{"data": [ broken')
+    (d / "train.txt").write_text("this is not conll at all, just a sentence\n" * 5)
+    left = d / "leftovers"
+    (left / "_work").mkdir(parents=True)
+    (left / "pretrain-00000-of-00004.arrow").write_bytes(b"half a shard")
+    return d
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, demo_corpus, demo_vocab) -> Path:
+    out = tmp_path_factory.mktemp("errors") / "ds"
+    r = bertprep(
+        "pretraining",
+        "--input",
+        str(demo_corpus / "a*.txt"),
+        "--format",
+        "text",
+        "--vocab",
+        str(demo_vocab / "vocab.txt"),
+        "--output",
+        str(out),
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "1",
+    )
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def unwritable(bad: Path) -> str:
+    """A folder this process cannot write: a read-only one, or (as root, who ignores modes) one under /sys."""
+    if os.geteuid() == 0:
+        return "/sys/bertprep-cannot-write-here"
+    ro = bad / "read-only"
+    ro.mkdir(exist_ok=True)
+    ro.chmod(0o555)
+    return str(ro)
+
+
+def pretraining(bad: Path, vocab: Path, *extra: str, inputs: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    args = [a for i in (inputs or (str(bad / "s.txt"),)) for a in ("--input", i)]
+    return bertprep("pretraining", *args, "--vocab", str(vocab / "vocab.txt"), "--dupe-factor", "1", *extra)
+
+
+def test_pretraining_errors(bad, demo_vocab, tmp_path):
+    out = str(tmp_path / "out")
+    assert_clean_error(pretraining(bad, demo_vocab, "--output", str(bad / "a-file")), 2, "--output", "is a file")
+    assert_clean_error(pretraining(bad, demo_vocab, "--output", unwritable(bad)), 2, "--output", "cannot write")
+    assert_clean_error(
+        pretraining(bad, demo_vocab, "--output", str(bad / "leftovers")),
+        2,
+        "leftovers of an unfinished run",
+        "--overwrite",
+    )
+    assert_clean_error(
+        pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "empty.txt"),)), 2, "--input", "empty.txt"
+    )
+    assert_clean_error(
+        pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "nothing-*"),)),
+        2,
+        "--input",
+        "matches no files",
+    )
+    assert_clean_error(
+        pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "corrupt.gz"),)), 1, "corrupt.gz"
+    )
+    assert_clean_error(pretraining(bad, demo_vocab, "--output", out, "--max-seq-length", "3"), 2, "--max-seq-length")
+    assert_clean_error(pretraining(bad, demo_vocab, "--output", out, "--no-such-option=1"), 2, "--no_such_option")
+    r = bertprep("pretraining", "--input", str(bad / "s.txt"), "--vocab", str(bad / "missing.txt"), "--output", out)
+    assert_clean_error(r, 2, "--vocab")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_vocab_errors(bad, tmp_path):
+    out = str(tmp_path / "voc")
+    for name in ("corrupt.gz", "not-gzip.txt.gz"):
+        assert_clean_error(bertprep("vocab", "--input", str(bad / name), "--output", out), 1, name)
+    assert_clean_error(bertprep("vocab", "--input", str(bad / "empty.txt"), "--output", out), 1, "--input")
+    assert_clean_error(bertprep("vocab", "--input", str(bad / "nothing-*"), "--output", out), 2, "--input")
+    assert_clean_error(
+        bertprep("vocab", "--input", str(bad / "s.txt"), "--output", out, "--vocab-size", "3"), 2, "--vocab-size"
+    )
+    assert_clean_error(bertprep("vocab", "--input", str(bad / "s.txt"), "--output", unwritable(bad)), 2, "--output")
+    assert not (tmp_path / "voc" / "vocab.txt").exists()
+
+
+def test_inspect_errors(dataset, tmp_path):
+    assert_clean_error(bertprep("inspect", str(tmp_path / "nowhere")), 1, "no manifest.json")
+    no_vocab = tmp_path / "no-vocab"
+    shutil.copytree(dataset, no_vocab)
+    (no_vocab / "vocab.txt").unlink()
+    assert_clean_error(bertprep("inspect", str(no_vocab), "--decode", "1"), 1, "vocab.txt", "missing")
+    escaping = tmp_path / "escaping"
+    shutil.copytree(dataset, escaping)
+    m = json.loads((escaping / "manifest.json").read_text())
+    m["shards"][0]["path"] = "../other/" + m["shards"][0]["path"]
+    (escaping / "manifest.json").write_text(json.dumps(m))
+    assert_clean_error(bertprep("inspect", str(escaping), "--verify"), 1, "leaves the dataset folder")
+    (escaping / "manifest.json").write_text("{not json")
+    assert_clean_error(bertprep("inspect", str(escaping)), 1, "malformed JSON")
+    assert_clean_error(bertprep("inspect"), 2, "DATASET_DIR")
+
+
+def task(kind: str, bad: Path, vocab: Path, *args: str) -> subprocess.CompletedProcess:
+    return bertprep("task", kind, "--vocab", str(vocab / "vocab.txt"), *args)
+
+
+def test_task_errors(bad, demo_vocab, tmp_path):
+    out = str(tmp_path / "t")
+    cols = ("--text-column", "text", "--label-column", "label")
+    started = time.monotonic()
+    assert_clean_error(
+        task(
+            "classification", bad, demo_vocab, "--input", str(bad / "train.tsv"), *cols, "--output", str(bad / "a-file")
+        ),
+        2,
+        "--output",
+        "is a file",
+    )
+    assert time.monotonic() - started < 60  # refused before the work, not after it
+    assert_clean_error(
+        task("classification", bad, demo_vocab, "--input", str(bad / "train.tsv"), *cols, "--output", unwritable(bad)),
+        2,
+        "--output",
+    )
+    assert_clean_error(
+        task(
+            "classification",
+            bad,
+            demo_vocab,
+            "--input",
+            str(bad / "corrupt.gz"),
+            "--format",
+            "tsv",
+            *cols,
+            "--split",
+            "train",
+            "--output",
+            out,
+        ),
+        1,
+        "corrupt.gz",
+    )
+    assert_clean_error(
+        task(
+            "classification",
+            bad,
+            demo_vocab,
+            "--input",
+            str(bad / "train.tsv"),
+            "--text-column",
+            "nope",
+            "--label-column",
+            "label",
+            "--output",
+            out,
+        ),
+        2,
+        "--text-column",
+    )
+    assert_clean_error(task("ner", bad, demo_vocab, "--input", str(bad / "train.txt"), "--output", out), 2, "--input")
+    assert_clean_error(
+        task("ner", bad, demo_vocab, "--input", str(bad / "train.txt"), "--output", out, "--window-overlap", "-1"),
+        2,
+        "--window-overlap",
+    )
+    assert_clean_error(
+        task("squad", bad, demo_vocab, "--input", str(bad / "train.json"), "--output", out), 2, "--input"
+    )
+    assert_clean_error(
+        task("squad", bad, demo_vocab, "--input", str(bad / "train.json"), "--output", out, "--articles", "x:y"),
+        2,
+        "--articles",
+    )
+    # Found while running: Beam used to log the worker's traceback at ERROR before our line.
+    line = assert_clean_error(
+        task("squad", bad, demo_vocab, "--input", str(bad / "squad" / "train.json"), "--output", out),
+        1,
+        "not SQuAD JSON",
+        "no manifest was written",
+    )
+    assert "while running" not in line
+    assert not (tmp_path / "t" / "manifest.json").exists()
+
+
+def test_ctrl_c_during_a_run_is_one_line_and_exit_130(tmp_path, demo_vocab):
+    wiki = shared_path("pretrain", "wikipedia")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PROG,
+            "pretraining",
+            "--input",
+            f"wikiextractor:{wiki}/wiki_0[0-7]",
+            "--vocab",
+            str(demo_vocab / "vocab.txt"),
+            "--output",
+            str(out),
+            "--dupe-factor",
+            "2",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 60
+    while not (out / "_work").exists() and time.monotonic() < deadline:  # the pipeline has started
+        time.sleep(0.1)
+    time.sleep(2)
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=120)
+    r = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+    assert_clean_error(r, 130, "interrupted")
+    assert not (out / "manifest.json").exists() and not (out / "_work").exists()
+
+
+# ----------------------------------------------------------------------------------- reliability, round 3
+# One test per principle of issue 17, each over several cases of its class, and the listed cases themselves.
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` with its bytes: what "nothing was destroyed" compares."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture()
+def made(tmp_path, demo_vocab, bad) -> Path:
+    """A finished pretraining dataset of ``bad/s.txt`` in a folder of its own."""
+    out = tmp_path / "made"
+    r = pretraining(bad, demo_vocab, "--output", str(out), "--num-shards", "1")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_overwrite_destroys_nothing_before_every_input_and_option_is_checked(made, bad, demo_vocab, tmp_path):
+    """Principle: a command never destroys what it did not make, nor before it has checked its inputs."""
+    before = snapshot(made)
+    vocab = str(demo_vocab / "vocab.txt")
+    attempts = [
+        (("--input", str(bad / "nothing-*"), "--vocab", vocab), 2, "matches no files"),  # a mistyped --input
+        (("--input", str(bad / "s.txt"), "--vocab", str(bad / "missing.txt")), 2, "--vocab"),
+        (("--input", str(bad / "empty.txt"), "--vocab", vocab), 2, "empty"),
+        (("--input", str(bad / "s.txt"), "--vocab", vocab, "--no_such_beam_option=1"), 2, "--no_such_beam_option"),
+        (("--input", str(bad / "corrupt.gz"), "--vocab", vocab), 1, "corrupt.gz"),  # found while running
+    ]
+    for args, code, needle in attempts:
+        r = bertprep("pretraining", *args, "--output", str(made), "--overwrite", "--dupe-factor", "1")
+        assert_clean_error(r, code, needle)
+        assert snapshot(made) == before, args
+    # The output is the input folder: its manifest and shards would be read as text, after being deleted.
+    r = bertprep("pretraining", "--input", str(made / "*"), "--vocab", vocab, "--output", str(made), "--overwrite")
+    assert_clean_error(r, 2, "--output", "overlaps inputs")
+    assert snapshot(made) == before
+    # The vocabulary inside the output, through a link to the folder: links are resolved before comparing.
+    link = tmp_path / "link-to-made"
+    link.symlink_to(made)
+    r = bertprep(
+        "pretraining",
+        "--input",
+        str(bad / "s.txt"),
+        "--vocab",
+        str(link / "vocab.txt"),
+        "--output",
+        str(made),
+        "--overwrite",
+    )
+    assert_clean_error(r, 2, "--output", "overlaps --vocab")
+    assert snapshot(made) == before
+
+
+def test_task_overwrite_keeps_a_label_set_inside_the_output(bad, demo_vocab, tmp_path):
+    out = tmp_path / "cls"
+    cols = ("--text-column", "text", "--label-column", "label", "--split", "train")
+    r = task("classification", bad, demo_vocab, "--input", str(bad / "train.tsv"), *cols, "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    before = snapshot(out)
+    r = task(
+        "classification",
+        bad,
+        demo_vocab,
+        "--input",
+        str(bad / "train.tsv"),
+        "--text-column",
+        "text",
+        "--label-column",
+        "label",
+        "--split",
+        "dev",
+        "--label-set-from",
+        str(out),
+        "--output",
+        str(out),
+        "--overwrite",
+    )
+    assert_clean_error(r, 2, "overlaps --label-set-from")
+    assert snapshot(out) == before
+
+
+def test_outputs_are_owned(made, bad, demo_vocab, tmp_path):
+    """Principle: an output folder is empty, or holds this command's own run (needs --overwrite), or is refused."""
+    vocab = str(demo_vocab / "vocab.txt")
+    # Someone else's file: refused with and without --overwrite, and kept.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for extra in ((), ("--overwrite",)):
+        r = bertprep("pretraining", "--input", str(bad / "s.txt"), "--vocab", vocab, "--output", str(other), *extra)
+        assert_clean_error(r, 2, "--output", "notes.txt", "not a pretraining dataset")
+    assert (other / "notes.txt").read_text() == "mine"
+    # Another command's dataset: a task dataset is not replaced by a pretraining run, nor the reverse.
+    cls = tmp_path / "cls"
+    cols = ("--text-column", "text", "--label-column", "label", "--split", "train")
+    assert (
+        task(
+            "classification", bad, demo_vocab, "--input", str(bad / "train.tsv"), *cols, "--output", str(cls)
+        ).returncode
+        == 0
+    )
+    before = snapshot(cls)
+    r = bertprep("pretraining", "--input", str(bad / "s.txt"), "--vocab", vocab, "--output", str(cls), "--overwrite")
+    assert_clean_error(r, 2, "--output", "classification dataset")
+    assert snapshot(cls) == before
+    r = task(
+        "classification",
+        bad,
+        demo_vocab,
+        "--input",
+        str(bad / "train.tsv"),
+        *cols,
+        "--output",
+        str(made),
+        "--overwrite",
+    )
+    assert_clean_error(r, 2, "--output", "pretraining dataset")
+    # A vocabulary folder: its own earlier run needs --overwrite; a dataset folder is not a vocabulary's.
+    voc = tmp_path / "voc"
+    args = ("vocab", "--input", str(bad / "s.txt"), "--vocab-size", "100", "--min-frequency", "1", "--output")
+    assert bertprep(*args, str(voc)).returncode == 0
+    first = snapshot(voc)
+    assert_clean_error(bertprep(*args, str(voc)), 2, "--output", "already holds a vocabulary", "--overwrite")
+    assert bertprep(*args, str(voc), "--overwrite").returncode == 0
+    assert snapshot(voc) == first  # deterministic: the same files again
+    assert_clean_error(bertprep(*args, str(made), "--overwrite"), 2, "--output", "not a vocabulary")
+
+
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_run_left_behind():
+    """A test that fails while a run it started goes on must not leave that run (and its workers) behind."""
+    yield
+    while _STARTED:
+        p = _STARTED.pop()
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _popen(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    p = subprocess.Popen(
+        [sys.executable, "-c", PROG, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _STARTED.append(p)
+    return p
+
+
+def _wiki_run(out: Path, demo_vocab: Path, *extra: str) -> subprocess.Popen:
+    """A pretraining run long enough to be caught in the middle (eight Wikipedia files, dupe 2)."""
+    wiki = shared_path("pretrain", "wikipedia")
+    vocab = str(demo_vocab / "vocab.txt")
+    return _popen(
+        "pretraining",
+        "--input",
+        f"wikiextractor:{wiki}/wiki_0[0-7]",
+        "--vocab",
+        vocab,
+        "--output",
+        str(out),
+        "--dupe-factor",
+        "2",
+        *extra,
+    )
+
+
+def _wait_for(path: Path, p: subprocess.Popen, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.05)
+
+
+def test_two_runs_into_one_output_the_second_is_refused_by_the_lock(tmp_path, demo_vocab):
+    wiki = shared_path("pretrain", "wikipedia")
+    out = tmp_path / "out"
+    args = ("pretraining", "--input", f"wikiextractor:{wiki}/wiki_0[0-3]", "--vocab", str(demo_vocab / "vocab.txt"))
+    first = _popen(*args, "--output", str(out), "--dupe-factor", "2")
+    _wait_for(out / ".bertprep.lock", first)
+    work = [p.name for p in (out / "_work").iterdir()] if (out / "_work").exists() else []
+    second = bertprep(*args, "--output", str(out), "--dupe-factor", "1", "--overwrite")
+    assert_clean_error(second, 2, "--output", "being written by another run", f"pid {first.pid}")
+    stdout, stderr = first.communicate(timeout=600)
+    assert first.returncode == 0, stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["dupe_factor"] == 2  # the first run's, whole
+    # Work files are the run's own: _work/RUN_ID, removed at the end with the lock.
+    assert work in ([], [manifest["run"]["run_id"]])
+    assert not (out / "_work").exists() and not (out / ".bertprep.lock").exists()
+
+
+def test_a_stale_lock_of_a_killed_run_is_taken_over(made, bad, demo_vocab):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    import socket
+
+    lock = {"run_id": "killed", "pid": int(dead.stdout), "host": socket.gethostname(), "command": "bertprep"}
+    (made / ".bertprep.lock").write_text(json.dumps(lock))
+    r = pretraining(bad, demo_vocab, "--output", str(made), "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert "stale lock" in r.stderr and not (made / ".bertprep.lock").exists()
+    # A live run's lock (this test's own process) is respected.
+    (made / ".bertprep.lock").write_text(json.dumps({**lock, "pid": os.getpid()}))
+    assert_clean_error(pretraining(bad, demo_vocab, "--output", str(made), "--overwrite"), 2, "another run")
+
+
+def test_an_input_is_its_content_read_once_as_listed(tmp_path, demo_vocab, bad):
+    """Principle: links resolved, literal paths, link loops walked once; the manifest lists what was read."""
+    d = tmp_path / "brk"
+    d.mkdir()
+    (d / "part1.txt").write_text("The glob would read this one.\nIt is not the one named.\n")
+    (d / "part[1].txt").write_text("The literal file is this one.\nIt is read.\n\nSecond document here.\nEnd.\n")
+    (d / "link.txt").symlink_to(d / "part[1].txt")
+    (d / "loop").mkdir()
+    (d / "loop" / "up").symlink_to(d)
+    out = tmp_path / "out"
+    vocab = str(demo_vocab / "vocab.txt")
+    r = bertprep("pretraining", "--input", str(d / "part[1].txt"), "--vocab", vocab, "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert [i["path"] for i in m["inputs"]] == [str(d / "part[1].txt")]
+    assert m["inputs"][0]["bytes"] == (d / "part[1].txt").stat().st_size == m["counters"]["bytes_read"]
+    # A link beside its target, and a folder looping back to itself through a link: each file once.
+    out2 = tmp_path / "out2"
+    r = bertprep("pretraining", "--input", str(d / "**" / "*.txt"), "--vocab", vocab, "--output", str(out2))
+    assert r.returncode == 0, r.stderr
+    m = json.loads((out2 / "manifest.json").read_text())
+    assert sorted(i["path"] for i in m["inputs"]) == [str(d / "part1.txt"), str(d / "part[1].txt")]
+    assert m["counters"]["bytes_read"] == sum(i["bytes"] for i in m["inputs"])
+    assert "read once" in r.stderr and "walked once" in r.stderr
+
+
+def test_a_file_that_changes_after_listing_fails_the_run_naming_it(tmp_path, demo_vocab, monkeypatch):
+    from pipelines.common.files import InputError
+    from pipelines.pretraining import pipeline as pre
+    from pipelines.pretraining.config import PretrainingConfig
+
+    f = tmp_path / "growing.txt"
+    f.write_text("A first sentence.\nA second one.\n\n" * 200)
+    listed = pre.resolve_inputs
+
+    def list_then_append(*a, **kw):
+        files = listed(*a, **kw)
+        with f.open("a") as w:  # a writer still appending when the run starts
+            w.write("More text arrives.\n" * 100)
+        return files
+
+    monkeypatch.setattr(pre, "resolve_inputs", list_then_append)
+    with pytest.raises(Exception) as e:
+        pre.run_pretraining(
+            inputs=[str(f)],
+            vocab=str(demo_vocab / "vocab.txt"),
+            output_dir=str(tmp_path / "out"),
+            cfg=PretrainingConfig(dupe_factor=1, num_shards=1),
+        )
+    from pipelines.common.cli_errors import input_error_in
+
+    assert isinstance(e.value, InputError) or input_error_in(e.value)
+    assert "growing.txt changed while this run read it" in str(e.value)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(("encoding", "name"), [("utf-16", "UTF-16-LE"), ("utf-16-be", None), ("utf-32", "UTF-32-LE")])
+def test_bytes_are_what_they_claim_a_utf16_or_utf32_file_is_refused_naming_it(tmp_path, demo_vocab, encoding, name):
+    """Principle: bytes are what they claim; a BOM of another encoding is refused (pretraining and vocab)."""
+    f = tmp_path / "wide.txt"
+    text = "Une phrase ici.\nUne autre.\n\nSecond document.\n"
+    f.write_bytes(("\ufeff" + text).encode(encoding) if name is None else text.encode(encoding))
+    for args in (
+        ("pretraining", "--vocab", str(demo_vocab / "vocab.txt"), "--output", str(tmp_path / "out")),
+        ("vocab", "--output", str(tmp_path / "voc")),
+    ):
+        assert_clean_error(bertprep(*args, "--input", str(f)), 1, "wide.txt", "UTF-", "not UTF-8")
+
+
+@pytest.mark.parametrize("ext", [".gz", ".zst", ".bz2", ".xz"])
+def test_a_zero_byte_compressed_file_fails_the_run_naming_it(tmp_path, demo_vocab, bad, ext):
+    empty = tmp_path / f"empty.txt{ext}"
+    empty.write_bytes(b"")
+    r = pretraining(bad, demo_vocab, "--output", str(tmp_path / "out"), inputs=(str(bad / "s.txt"), str(empty)))
+    assert_clean_error(r, 1, f"empty.txt{ext}", "empty file")
+    assert_clean_error(bertprep("vocab", "--input", str(empty), "--output", str(tmp_path / "v")), 1, f"empty.txt{ext}")
+
+
+def test_a_url_password_reaches_no_manifest_log_or_console(tmp_path, demo_vocab, bad):
+    """Principle: secrets are redacted by value: a URL's user:password@ in any option, line or manifest field."""
+    out = tmp_path / "out"
+    r = pretraining(bad, demo_vocab, "--output", str(out), "--s3_endpoint_url=http://user:s3cr3tpw@host:9000")
+    assert r.returncode == 0, r.stderr
+    text = (out / "manifest.json").read_text()
+    assert "s3cr3tpw" not in text and "http://user:<redacted>@host:9000" in text
+    assert "s3cr3tpw" not in r.stdout + r.stderr
+    # An input, a vocabulary and an output given as URLs with credentials: the error lines keep none.
+    for args in (
+        ("pretraining", "--input", "http://me:hunter2@example.com/c.txt", "--vocab", str(demo_vocab / "vocab.txt")),
+        ("pretraining", "--input", str(bad / "s.txt"), "--vocab", "http://me:hunter2@example.com/vocab.txt"),
+        ("vocab", "--input", "http://me:hunter2@example.com/c.txt"),
+    ):
+        r = bertprep(*args, "--output", str(tmp_path / "o"))
+        line = assert_clean_error(r, r.returncode)
+        assert r.returncode in (1, 2) and "hunter2" not in r.stdout + r.stderr, line
+
+
+def test_worker_processes_fail_in_one_line(bad, demo_vocab, tmp_path):
+    """Principle: one line, always; here with worker processes, whose tracebacks go to a log file."""
+    r = pretraining(
+        bad,
+        demo_vocab,
+        "--output",
+        str(tmp_path / "out"),
+        "--direct_num_workers=2",
+        inputs=(str(bad / "corrupt.gz"), str(bad / "s.txt")),
+    )
+    assert_clean_error(r, 1, "corrupt.gz", "no manifest was written")
+    assert "ERROR:" not in r.stderr and "apache_beam" not in r.stderr
+
+
+def test_a_killed_worker_is_one_line(tmp_path, demo_vocab):
+    out = tmp_path / "out"
+    p = _wiki_run(out, demo_vocab, "--direct_num_workers=2")
+    _wait_for(out / "_work", p)
+    deadline = time.monotonic() + 60
+    workers: list[int] = []
+    while not workers and time.monotonic() < deadline:
+        ps = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+        workers = [
+            int(f[0])
+            for f in (line.split() for line in ps.splitlines()[1:])
+            if f[1] == str(p.pid) and "pipelines.common.beam_worker" in f
+        ]
+        time.sleep(0.2)
+    assert workers
+    time.sleep(1)
+    os.kill(workers[0], signal.SIGKILL)
+    stdout, stderr = p.communicate(timeout=300)
+    r = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+    assert_clean_error(r, 1, "worker process died", "no manifest was written")
+    assert not (out / "manifest.json").exists() and not (out / "_work").exists()
+
+
+def test_an_unforeseen_failure_is_one_line_naming_a_log(bad, demo_vocab, tmp_path):
+    broken = (
+        "import pipelines.pretraining.read as r\n"
+        "def boom(*a, **k):\n    raise ZeroDivisionError('an error nobody foresaw')\n"
+        "r.block_lines = boom\n" + PROG
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    args = ["pretraining", "--input", str(bad / "s.txt"), "--vocab", str(demo_vocab / "vocab.txt")]
+    r = subprocess.run(
+        [sys.executable, "-c", broken, *args, "--output", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    line = assert_clean_error(r, 1, "ZeroDivisionError", "an error nobody foresaw", "details: ")
+    log = Path(line.rsplit("details: ", 1)[1].rstrip(")"))
+    assert "Traceback" in log.read_text() and "boom" in log.read_text()
+    log.unlink()
+
+
+def test_sigterm_is_ctrl_c_one_line_exit_143_work_removed(tmp_path, demo_vocab):
+    out = tmp_path / "out"
+    p = _wiki_run(out, demo_vocab)
+    _wait_for(out / "_work", p)
+    time.sleep(2)
+    p.send_signal(signal.SIGTERM)
+    stdout, stderr = p.communicate(timeout=120)
+    assert_clean_error(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), 143, "terminated")
+    assert not (out / "manifest.json").exists() and not (out / "_work").exists()
+    assert not (out / ".bertprep.lock").exists()
+
+
+def _shim(tmp_path: Path, package: str, error: str) -> dict[str, str]:
+    """An environment where ``import package`` fails as if it were not installed."""
+    d = tmp_path / "shim" / package
+    d.mkdir(parents=True)
+    (d / "__init__.py").write_text(error)
+    return dict(os.environ, PYTHONPATH=f"{d.parent}{os.pathsep}{REPO}", OMP_NUM_THREADS="1")
+
+
+def test_missing_optional_packages_are_one_line_naming_them(tmp_path, demo_vocab, demo_shards):
+    env = _shim(tmp_path, "boto3", "raise ImportError('boto3 is not installed here')")
+    for args in (
+        (
+            "pretraining",
+            "--input",
+            "s3://bucket/c.txt",
+            "--vocab",
+            str(demo_vocab / "vocab.txt"),
+            "--output",
+            str(tmp_path / "o"),
+        ),
+        ("vocab", "--input", "s3://bucket/c.txt", "--output", str(tmp_path / "v")),
+    ):
+        r = subprocess.run([sys.executable, "-c", PROG, *args], capture_output=True, text=True, env=env, timeout=300)
+        assert_clean_error(r, 2, "s3://", "boto3", "apache-beam[aws]")
+    r = bertprep(
+        "pretraining",
+        "--input",
+        "http://example.com/c.txt",
+        "--vocab",
+        str(demo_vocab / "vocab.txt"),
+        "--output",
+        str(tmp_path / "o"),
+    )
+    assert_clean_error(r, 2, "http://", "download")
+    env = _shim(
+        tmp_path, "matplotlib", "raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", PROG, "report", str(demo_shards), "--output", str(tmp_path / "rep")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert_clean_error(r, 1, "matplotlib", "pip install matplotlib")
+
+
+def test_unclear_input_messages_say_what_the_path_is(tmp_path, demo_vocab):
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "jsonl:dump.txt").write_text('{"text": "x"}\n')
+    os.mkfifo(d / "fifo")
+    (d / "folder").mkdir()
+    (d / "folder" / "a.txt").write_text("A sentence.\n")
+
+    def run(inp: str) -> subprocess.CompletedProcess:
+        return bertprep(
+            "pretraining", "--input", inp, "--vocab", str(demo_vocab / "vocab.txt"), "--output", str(tmp_path / "o")
+        )
+
+    r = bertprep(
+        "pretraining",
+        "--input",
+        "jsonl:dump.txt",
+        "--vocab",
+        str(demo_vocab / "vocab.txt"),
+        "--output",
+        str(tmp_path / "o"),
+        cwd=d,
+    )
+    assert_clean_error(r, 2, "format prefix", "./jsonl:dump.txt")
+    assert_clean_error(run(str(d / "fifo")), 2, "FIFO", "not a regular file")
+    assert_clean_error(run(str(d / "folder")), 2, "is a folder", "folder/*")
+    r = bertprep(
+        "vocab",
+        "--input",
+        str(d / "folder" / "a.txt"),
+        "--input",
+        str(shared_path("pretrain", "sample_text.txt")),
+        "--sample-bytes",
+        "10",
+        "--output",
+        str(tmp_path / "v"),
+    )
+    assert_clean_error(r, 2, "--sample-bytes", "too small")
+
+
+def test_dataset_commands_name_the_broken_shard_and_refuse_negative_counts(tmp_path, demo_shards):
+    ds = tmp_path / "ds"
+    shutil.copytree(demo_shards, ds)
+    shard = sorted(ds.glob("*.arrow"))[0]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    assert_clean_error(bertprep("report", str(ds), "--output", str(tmp_path / "rep")), 1, shard.name)
+    assert_clean_error(bertprep("inspect", str(ds), "--decode", "-1"), 2, "--decode")
+
+
+def test_a_full_disk_while_writing_the_vocabulary_is_one_line_and_keeps_the_earlier_one(tmp_path, bad, monkeypatch):
+    import errno
+
+    from click.testing import CliRunner
+
+    from pipelines.cli import main
+    from schemas.vocab import Vocab
+
+    out = tmp_path / "voc"
+    args = ["vocab", "--input", str(bad / "s.txt"), "--vocab-size", "100", "--min-frequency", "1", "--output", str(out)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    before = snapshot(out)
+
+    def full(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.text()[:10])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Vocab, "write", full)
+    r = CliRunner().invoke(main, [*args, "--overwrite"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "No space left on device" in r.output and "no vocabulary was written" in r.output
+    assert snapshot(out) == before  # no half-written file, the earlier vocabulary whole
+
+
+@pytest.mark.parametrize("spans", ["raises", "past the end"])
+def test_a_word_segmenter_that_fails_or_overruns_the_text_is_one_line(tmp_path, monkeypatch, spans):
+    from click.testing import CliRunner
+
+    from pipelines.cli import main
+    from pipelines.pretraining import word_segmenter as ws
+
+    def load(name):
+        def segment(text):
+            if spans == "raises":
+                raise RuntimeError("dictionary corrupt")
+            return [(0, len(text) + 5)]
+
+        return segment
+
+    monkeypatch.setattr(ws, "load_segmenter", load)
+    chinese = shared_path("pretrain", "chinese")
+    vocab = shared_path("vocab", "bert-base-chinese-vocab.txt")
+    text = tmp_path / "zh.txt"
+    text.write_text("北京是中国的首都。\n今天天气很好。\n", encoding="utf-8")
+    assert chinese.exists()
+    r = CliRunner().invoke(
+        main,
+        [
+            "pretraining",
+            "--input",
+            f"lines:{text}",
+            "--vocab",
+            str(vocab),
+            "--output",
+            str(tmp_path / "o"),
+            "--whole-word-mask",
+            "--word-segmenter",
+            "jieba",
+            "--dupe-factor",
+            "1",
+            "--cased",
+        ],
+    )
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    lines = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1 and "--word-segmenter" in lines[0], r.output

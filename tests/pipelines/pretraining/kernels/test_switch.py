@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.kernels import switch
+from pipelines.pretraining.pipeline import run_pretraining
+
+
+def test_python_paths_until_the_budget_is_spent_then_the_kernels(monkeypatch):
+    monkeypatch.delenv(switch.ENV, raising=False)
+    monkeypatch.setattr(switch, "_python_seconds", 0.0)
+    monkeypatch.setattr(switch, "PYTHON_BUDGET_S", 0.05)
+    calls = []
+    kernel, python = (lambda x: calls.append("kernel") or x), (lambda x: calls.append("python") or x)
+    assert switch.run(kernel, python, 1) == 1 and calls == ["python"]
+    monkeypatch.setattr(switch, "_python_seconds", 0.06)  # as if the Python paths had taken that long
+    assert switch.run(kernel, python, 2) == 2 and calls == ["python", "kernel"]
+
+
+@pytest.mark.parametrize("mode,expected", [("always", True), ("never", False)])
+def test_the_environment_overrides_the_choice(monkeypatch, mode, expected):
+    monkeypatch.setattr(switch, "_python_seconds", 0.0)
+    monkeypatch.setenv(switch.ENV, mode)
+    assert switch.use_kernels() is expected
+    monkeypatch.setenv(switch.ENV, "sometimes")
+    with pytest.raises(ValueError, match="auto, always or never"):
+        switch.use_kernels()
+
+
+def digests(out: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("pretrain-*"))}
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_kernels_in_beam_worker_processes_write_the_python_paths_shards(
+    tmp_path, monkeypatch, demo_corpus, demo_vocab, whole_word
+):
+    """End to end: the pure-Python paths in process vs the kernels in two Beam worker subprocesses (which
+    import numba and load its cache themselves): byte-identical shards."""
+    files = [str(f) for f in sorted(demo_corpus.glob("*.txt"))]
+    cfg = PretrainingConfig(input_format="text", dupe_factor=2, num_shards=2, whole_word_mask=whole_word)
+    monkeypatch.setenv(switch.ENV, "never")
+    python = run_pretraining(
+        inputs=files, vocab=str(demo_vocab / "vocab.txt"), output_dir=str(tmp_path / "py"), cfg=cfg
+    )
+    monkeypatch.setenv(switch.ENV, "always")
+    compiled = run_pretraining(
+        inputs=files,
+        vocab=str(demo_vocab / "vocab.txt"),
+        output_dir=str(tmp_path / "jit"),
+        cfg=cfg,
+        beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+    )
+    assert digests(tmp_path / "py") == digests(tmp_path / "jit") and len(digests(tmp_path / "py")) == 2
+    assert python.manifest.statistics == compiled.manifest.statistics
