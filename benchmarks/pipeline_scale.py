@@ -1,19 +1,24 @@
 """How `bertprep pretraining` scales with the corpus: memory, speed, and one big file on 2 workers.
 
 Builds 1, 4 and 8 copies of the shared pretraining text (Wikipedia extracts and six Gutenberg books,
-22 MB a copy) as folders of links in a temporary folder, plus one big single file (the Wikipedia extracts
+22 MB a copy) as folders of hard links (or copies) in a temporary folder, plus one big single file (the Wikipedia extracts
 concatenated four times, one `wikiextractor` file of 64 MB), and runs the pipeline on each, in-process
 and with 2 worker processes. For every run: wall time of the whole command, input MB/s, instances/s,
 peak RSS summed over the command and its worker processes, and the ratio to the tokenizer-only ceiling
 (`tokenizers` alone on the same paragraphs, measured in the same run). Ratios, not absolute times, are
 what compare across machines.
 
+The Dask column (``--dask N``, 2 by default; ``--dask 0``: none): the same command with ``--runner DaskRunner``
+against a fresh ``dask scheduler`` and N ``dask worker --nthreads 1`` processes on loopback, started for each
+run; its peak sums the command, the scheduler and the workers (each a nanny and its worker process).
+
     python benchmarks/pipeline_scale.py                      # everything (about 15 minutes on 2 cores)
     python benchmarks/pipeline_scale.py --copies 1 --copies 8 --dupe 10 --workers 1
     python benchmarks/pipeline_scale.py --only-big-file
+    python benchmarks/pipeline_scale.py --copies 1 --copies 8 --dupe 10 --workers 1 --no-big-file  # + Dask
     python benchmarks/pipeline_scale.py --json out.json --plot scale.png
 
-Nothing is written inside the repository: the corpus copies are links under a temporary folder.
+Nothing is written inside the repository: the corpus copies are hard links (or copies) under a temporary folder.
 """
 
 from __future__ import annotations
@@ -22,8 +27,13 @@ import argparse
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,8 +45,17 @@ SHARED = REPO.parent / "shared" / "data" / "pretrain"
 BIG_FILE_REPEATS = 4
 
 
+def link(src: Path, dst: Path) -> None:
+    """A hard link (a copy across filesystems): bertprep reads a symbolic link and its target once, as one
+    input, so symbolic links would make every copy the same 22 MB."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
 def build_copies(root: Path, copies: int) -> list[str]:
-    """``copies`` folders, each linking every shared Wikipedia and book file; returns the --input patterns."""
+    """``copies`` folders, each holding every shared Wikipedia and book file; returns the --input patterns."""
     base = root / f"copies{copies}"
     for i in range(copies):
         for sub, src in (("wiki", SHARED / "wikipedia"), ("books", SHARED / "gutenberg")):
@@ -44,7 +63,7 @@ def build_copies(root: Path, copies: int) -> list[str]:
             d.mkdir(parents=True, exist_ok=True)
             for f in sorted(src.iterdir()):
                 if not (d / f.name).exists():
-                    (d / f.name).symlink_to(f)
+                    link(f, d / f.name)
     return [f"wikiextractor:{base}/copy*/wiki/*", f"text:{base}/copy*/books/*.txt"]
 
 
@@ -62,7 +81,42 @@ def build_big_file(root: Path) -> list[str]:
     return [f"wikiextractor:{path}"]
 
 
-def run_one(inputs: list[str], vocab: str, out: Path, dupe: int, workers: int, env: dict[str, str]) -> dict:
+@contextmanager
+def dask_cluster(workers: int, folder: Path, env: dict[str, str]) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """A scheduler and ``workers`` single-threaded workers, separate processes; yields (address, their pids)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    dask = [sys.executable, "-m", "dask"]
+    folder.mkdir(parents=True, exist_ok=True)
+    cmds = [[*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"]]
+    cmds += [
+        [*dask, "worker", address, "--nthreads", "1", "--no-dashboard", "--local-directory", str(folder / f"w{i}")]
+        for i in range(workers)
+    ]
+    log = open(folder / "cluster.log", "wb")
+    procs = [subprocess.Popen(c, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True) for c in cmds]
+    try:
+        from distributed import Client
+
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(workers, timeout=120)
+        yield address, tuple(p.pid for p in procs)
+    finally:
+        for p in reversed(procs):
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        log.close()
+        time.sleep(0.5)
+
+
+def run_one(
+    inputs: list[str], vocab: str, out: Path, dupe: int, workers: int, env: dict[str, str], dask: int = 0
+) -> dict:
     bertprep = str(Path(sys.executable).with_name("bertprep"))
     cmd = [
         bertprep,
@@ -76,15 +130,21 @@ def run_one(inputs: list[str], vocab: str, out: Path, dupe: int, workers: int, e
         str(dupe),
         "--overwrite",
     ]
-    if workers > 1:
-        cmd += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
-    seconds, peak, _ = run_measured(cmd, env)
+    if dask:
+        with dask_cluster(dask, out.parent / "dask", env) as (address, pids):
+            cmd += ["--runner", "DaskRunner", f"--dask_client_address={address}"]
+            seconds, peak, _ = run_measured(cmd, env, also=pids)
+    else:
+        if workers > 1:
+            cmd += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+        seconds, peak, _ = run_measured(cmd, env)
     manifest = json.loads((out / "manifest.json").read_text())
     shutil.rmtree(out)
     input_mb = manifest["counters"]["bytes_read"] / 1e6
     return {
         "dupe": dupe,
-        "workers": workers,
+        "runner": f"dask {dask}" if dask else "in-process",
+        "workers": dask or workers,
         "seconds": round(seconds, 2),
         "input_mb": round(input_mb, 1),
         "mb_per_s": round(input_mb / seconds, 3),
@@ -99,6 +159,7 @@ def main() -> None:
     ap.add_argument("--copies", type=int, action="append", help="corpus copies (default 1, 4, 8)")
     ap.add_argument("--dupe", type=int, action="append", help="dupe factors (default 1 and 10)")
     ap.add_argument("--workers", type=int, action="append", help="worker processes (default 1 and 2)")
+    ap.add_argument("--dask", type=int, default=2, help="Dask workers for the Dask column (0: no Dask runs)")
     ap.add_argument("--only-big-file", action="store_true", help="only the one-big-file runs (dupe 1)")
     ap.add_argument("--no-big-file", action="store_true")
     ap.add_argument("--vocab", help="vocab.txt; default: train a 30,522-token vocab on one copy (not timed)")
@@ -108,7 +169,8 @@ def main() -> None:
     if not SHARED.exists():
         raise SystemExit(f"needs the shared data at {SHARED}")
     root = Path(tempfile.mkdtemp(prefix="bench_scale_"))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # The Dask workers import this checkout, as bertstream installed on every node.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
     try:
         one = build_copies(root, 1)
         vocab = args.vocab
@@ -129,6 +191,10 @@ def main() -> None:
                         r = run_one(inputs, vocab, root / "out", dupe, w, env)
                         rows.append({"input": f"{copies} cop{'y' if copies == 1 else 'ies'}", **r})
                         print(json.dumps(rows[-1]), flush=True)
+                    if args.dask:
+                        r = run_one(inputs, vocab, root / "out", dupe, 0, env, dask=args.dask)
+                        rows.append({"input": f"{copies} cop{'y' if copies == 1 else 'ies'}", **r})
+                        print(json.dumps(rows[-1]), flush=True)
         if not args.no_big_file:
             big = build_big_file(root)
             for w in (1, 2):
@@ -141,12 +207,12 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\ntokenizer ceiling: {ceiling:.2f} MB/s on {cores} cores (same paragraphs, same run)")
     print(
-        f"{'input':>13} {'MB':>6} {'dupe':>4} {'workers':>7} {'seconds':>8} {'MB/s':>6} {'inst/s':>7} "
-        f"{'peak MB':>8} {'ratio':>6}"
+        f"{'input':>13} {'MB':>6} {'dupe':>4} {'runner':>10} {'workers':>7} {'seconds':>8} {'MB/s':>6} "
+        f"{'inst/s':>7} {'peak MB':>8} {'ratio':>6}"
     )
     for r in rows:
         print(
-            f"{r['input']:>13} {r['input_mb']:>6} {r['dupe']:>4} {r['workers']:>7} {r['seconds']:>8} "
+            f"{r['input']:>13} {r['input_mb']:>6} {r['dupe']:>4} {r['runner']:>10} {r['workers']:>7} {r['seconds']:>8} "
             f"{r['mb_per_s']:>6} {r['instances_per_s']:>7} {r['peak_mb']:>8} {r['ratio_to_ceiling']:>6}"
         )
     summarize(rows)
@@ -162,22 +228,30 @@ def summarize(rows: list[dict]) -> None:
     def find(**kw):
         return [r for r in rows if all(r[k] == v for k, v in kw.items())]
 
-    for w in (1, 2):
-        small, large = find(input="1 copy", dupe=10, workers=w), find(input="8 copies", dupe=10, workers=w)
+    for runner, w in sorted({(r["runner"], r["workers"]) for r in rows}):
+        small = find(input="1 copy", dupe=10, workers=w, runner=runner)
+        large = find(input="8 copies", dupe=10, workers=w, runner=runner)
         if small and large:
             print(
-                f"peak at dupe 10, {w} worker(s): 176 MB {large[0]['peak_mb']} MB (target <= 1000), "
+                f"peak at dupe 10, {runner}, {w} worker(s): 176 MB {large[0]['peak_mb']} MB (target <= 1000), "
                 f"{large[0]['peak_mb'] / small[0]['peak_mb']:.2f}x the 22 MB peak (target <= 1.2)"
             )
     for dupe, target in ((1, 0.8), (10, 0.55)):
-        best = [r for r in rows if r["dupe"] == dupe and r["input_mb"] >= 88 and r["input"] != "one big file"]
+        best = [
+            r
+            for r in rows
+            if r["dupe"] == dupe
+            and r["input_mb"] >= 88
+            and r["input"] != "one big file"
+            and r["runner"] == "in-process"
+        ]
         if best:
             r = max(best, key=lambda r: r["ratio_to_ceiling"])
             print(
                 f"dupe {dupe} on >= 88 MB: best {r['ratio_to_ceiling']} of the ceiling ({r['input']}, "
                 f"{r['workers']} worker(s); target >= {target})"
             )
-    big = {r["workers"]: r for r in find(input="one big file")}
+    big = {r["workers"]: r for r in find(input="one big file", runner="in-process")}
     if 1 in big and 2 in big:
         print(f"one big file: 2 workers {big[1]['seconds'] / big[2]['seconds']:.2f}x faster than 1 (target >= 1.3)")
 
@@ -190,15 +264,15 @@ def plot(rows: list[dict], path: str) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for dupe in sorted({r["dupe"] for r in rows}):
-        for w in sorted({r["workers"] for r in rows}):
+        for runner, w in sorted({(r["runner"], r["workers"]) for r in rows}):
             pts = sorted(
                 (r["input_mb"], r["peak_mb"], r["ratio_to_ceiling"])
                 for r in rows
-                if r["dupe"] == dupe and r["workers"] == w and r["input"] != "one big file"
+                if r["dupe"] == dupe and r["workers"] == w and r["runner"] == runner and r["input"] != "one big file"
             )
             if not pts:
                 continue
-            label = f"dupe {dupe}, {w} worker{'s' if w > 1 else ''}"
+            label = f"dupe {dupe}, {runner}, {w} worker{'s' if w > 1 else ''}"
             ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
             ax2.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=label)
     ax1.set(xlabel="input MB", ylabel="peak RSS, all processes (MB)", title="memory", ylim=(0, None))

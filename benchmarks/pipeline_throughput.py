@@ -55,7 +55,9 @@ def tree_rss(root: int) -> int:
     return total
 
 
-def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+def run_measured(cmd: list[str], env: dict[str, str], also: tuple[int, ...] = ()) -> tuple[float, int, str]:
+    """Wall time, peak RSS summed over the command's process tree and those of ``also`` (a cluster's
+    processes), and the output of ``cmd``."""
     peak = 0
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -64,7 +66,7 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str]:
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, tree_rss(proc.pid))
+            peak = max(peak, tree_rss(proc.pid) + sum(tree_rss(p) for p in also))
             time.sleep(0.02)
 
     t = threading.Thread(target=sample, daemon=True)

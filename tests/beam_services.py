@@ -255,26 +255,99 @@ def portable_services(tmp: Path, boot: Path = BOOT):
             s.stop()
 
 
-@contextmanager
-def dask_cluster(tmp: Path, workers: int = 2):
-    """A ``dask.distributed.LocalCluster`` of ``workers`` single-threaded worker processes; yields the
-    scheduler address. Also closes the clients opened against it: Beam's DaskRunner opens one per run and
-    never closes it (it would retry the closed scheduler for 30 s). The workers inherit this process's
-    environment, so they import this checkout; on a real Dask cluster bertstream must be installed on each."""
-    from distributed import LocalCluster
-    from distributed.client import default_client
+class DaskCluster:
+    """A running Dask cluster of separate processes: its scheduler's address and each worker's service."""
 
+    def __init__(self, address: str, scheduler: Service, workers: list[Service]) -> None:
+        self.address = address
+        self.scheduler = scheduler
+        self.workers = workers
+
+    @property
+    def services(self) -> list[Service]:
+        return [self.scheduler, *self.workers]
+
+    def kill_worker(self, i: int) -> None:
+        """SIGKILL worker ``i``'s nanny and worker process at once, as a machine that is lost."""
+        try:
+            os.killpg(self.workers[i].proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.workers[i].stop()
+
+    def worker_count(self) -> int:
+        from distributed import Client
+
+        with Client(self.address, timeout=10) as client:
+            return len(client.scheduler_info()["workers"])
+
+    def tasks_run(self) -> dict[str, int]:
+        """How many tasks each worker has run since it started."""
+        from distributed import Client
+
+        with Client(self.address, timeout=10) as client:
+            return client.run(_executed_count)
+
+
+def _executed_count(dask_worker) -> int:
+    return dask_worker.state.executed_count
+
+
+@contextmanager
+def dask_cluster(tmp: Path, workers: int = 2, env: dict[str, str] | None = None):
+    """``dask scheduler`` and ``workers`` ``dask worker --nthreads 1`` processes on loopback, each in its
+    own process group, as a multi-node cluster runs them; yields a :class:`DaskCluster` once every worker
+    has registered. The workers import this checkout (``PYTHONPATH``), as bertstream installed on each node."""
     tmp.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, local_directory=str(tmp)
-    )
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    base = python_env(PYTHONPATH=str(REPO), TMPDIR=str(tmp), **(env or {}))
+    dask = [sys.executable, "-m", "dask"]
+    services: list[Service] = []
     try:
-        yield cluster.scheduler_address
+        scheduler = Service(
+            "dask scheduler",
+            [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+            tmp / "scheduler.log",
+            base,
+            cwd=tmp,
+        )
+        services.append(scheduler)
+        scheduler.wait_until(lambda: _port_open(port), f"listening on {address}")
+        for i in range(workers):
+            services.append(
+                Service(
+                    f"dask worker {i}",
+                    [
+                        *dask,
+                        "worker",
+                        address,
+                        "--nthreads",
+                        "1",
+                        "--name",
+                        f"w{i}",
+                        "--no-dashboard",
+                        "--local-directory",
+                        str(tmp / f"worker{i}"),
+                    ],
+                    tmp / f"worker{i}.log",
+                    base,
+                    cwd=tmp,
+                )
+            )
+        cluster = DaskCluster(address, scheduler, services[1:])
+        scheduler.wait_until(lambda: cluster.worker_count() == workers, f"seeing {workers} workers registered")
+        yield cluster
     finally:
-        for _ in range(10):
+        for s in reversed(services):  # SIGKILL at once: a dask process given SIGINT takes seconds to leave
             try:
-                client = default_client()
-            except ValueError:
-                break
-            client.close(timeout=STOP_TIMEOUT_S)
-        cluster.close(timeout=STOP_TIMEOUT_S)
+                os.killpg(s.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            s.stop()
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0

@@ -15,7 +15,6 @@ from configs.errors import ConfigError, check
 from configs.options import opt, section
 from trainer.data.config import MASKING_MODES, dataset_key, split_data_args
 from trainer.model import NORM_PLACEMENTS
-from trainer.options import opt, section
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")

@@ -39,22 +39,34 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
         pass
 
 
-def import_runner(beam_args: list[str]) -> None:
-    """Import the module of a ``--runner`` given by its full name (``apache_beam.runners.dask.dask_runner.
-    DaskRunner``): runners outside Beam's core define their options there (``--dask_client_address``), and
+# Runners bertprep replaces by its own (pipelines/common/dask_runner.py says why); keys are lower case.
+DASK_RUNNER = "pipelines.common.dask_runner.DaskRunner"
+RUNNER_ALIASES = {
+    "dask": DASK_RUNNER,
+    "daskrunner": DASK_RUNNER,
+    "apache_beam.runners.dask.dask_runner.daskrunner": DASK_RUNNER,
+}
+
+
+def import_runner(beam_args: list[str]) -> str | None:
+    """The ``--runner`` to use (``RUNNER_ALIASES`` applied); when given by its full name, its module
+    imported: runners outside Beam's core define their options there (``--dask_client_address``), and
     those are unknown until it is imported."""
     runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
+    runner = RUNNER_ALIASES.get(runner.lower(), runner) if runner else runner
     if runner and "." in runner:
         module = runner.rpartition(".")[0]
         try:
             importlib.import_module(module)
         except ImportError as e:
             raise UsageError("runner", f"--runner={runner}: cannot import {module} ({e})") from None
+    return runner
 
 
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
-    import_runner(beam_args)
+    runner = import_runner(beam_args)
     options = PipelineOptions(beam_args)
+    options.view_as(StandardOptions).runner = runner
     known = options.get_all_options()
     unknown = [a for a in options.get_all_options(retain_unknown_options=True) if a not in known]
     if unknown:

@@ -4,31 +4,36 @@ PortableRunner: Beam's Python job service and an EXTERNAL worker pool, each a se
 cannot import this checkout: the code reaches the SDK workers only as the ``--setup_file`` sdist staged
 with the job and installed by ``scripts/beam_boot.py``, the way Flink and Spark run Python without Docker.
 
-DaskRunner (Beam 2.77) cannot run the pipeline: it loses what a DoFn emits in ``finish_bundle`` (the spill
-stages' last references) and hands every output of a multi-output ParDo to each consumer
-(``scripts/dask_runner_repro.py``). The pipeline notices the loss and fails the run. The test is a strict
-xfail: it starts failing the day Beam's fix lands, and then becomes the byte-identity test it is written as.
+DaskRunner (``pipelines.common.dask_runner``, Beam's with its defects fixed): a ``dask scheduler`` and two ``dask
+worker --nthreads 1`` processes on loopback, ``bertprep`` run against them as a user runs it; a worker killed
+mid-run (Dask runs its tasks again elsewhere: the same dataset), or killed where no retry is allowed (one
+``Error:`` line, nothing published).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
-from pipelines.common.dataset_run import RunResult
+from pipelines.cli import main
+from pipelines.common.dataset_run import RunResult, read_result
 from pipelines.common.inputs import absolute, resolve_inputs
-from pipelines.common.runner import UsageError, pipeline_options
+from pipelines.common.runner import DASK_RUNNER, UsageError, pipeline_options, runner_name
 from pipelines.pretraining.config import PretrainingConfig
 from pipelines.pretraining.pipeline import run_pretraining
+from pipelines.tasks.pipeline import run_classification
 from pipelines.vocab import VocabConfig, train_vocab
 from schemas.manifest import MANIFEST_NAME
 from tests.beam_services import REPO, dask_cluster, deadline, portable_services
 from tests.conftest import shared_path
 
-DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 RUN_DEADLINE_S = 300
 
 
@@ -99,22 +104,128 @@ def test_portable_runner_with_external_worker_pool_gives_the_same_dataset(
     assert "installing staged packages" in pool_log
 
 
+@pytest.fixture(scope="module")
+def dask(tmp_path_factory):
+    """A scheduler and 2 single-threaded workers, separate processes on loopback (tests.beam_services)."""
+    pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
+    with dask_cluster(tmp_path_factory.mktemp("dask")) as cluster:
+        yield cluster
+
+
+def bertprep(args: list[str]) -> Result:
+    return CliRunner().invoke(main, args)
+
+
+def pretraining_args(corpus: list[str], vocab: Path, out: Path, address: str) -> list[str]:
+    """``bertprep pretraining`` with :func:`run`'s parameters, on the Dask cluster at ``address``."""
+    inputs = [a for c in corpus for a in ("--input", c)]
+    return [
+        "pretraining", *inputs, "--format", "text", "--vocab", str(vocab), "--output", str(out),
+        "--dupe-factor", "2", "--num-shards", "3", "--output-format", "both",
+        "--runner", "DaskRunner", f"--dask_client_address={address}",
+    ]  # fmt: skip
+
+
+def published(out: Path) -> list[str]:
+    """What a run left in ``out`` (a failed run: nothing but what it found there)."""
+    return sorted(p.name for p in out.iterdir()) if out.exists() else []
+
+
 @pytest.mark.slow
 @pytest.mark.shared_data
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason=(
-        "Beam 2.77 DaskRunner drops what a DoFn emits in finish_bundle and output tags "
-        "(runners/dask/transform_evaluator.py:198; see scripts/dask_runner_repro.py): the spill files' references "
-        "never reach Group, and Finalize refuses the run: 'documents lost between tokenizing and grouping'"
-    ),
-)
-def test_dask_runner_on_two_worker_processes_gives_the_same_dataset(tmp_path, corpus, vocab, reference):
-    pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
-    with dask_cluster(tmp_path / "dask", workers=2) as address:
-        got = run(corpus, vocab, tmp_path / "out", [f"--runner={DASK_RUNNER}", f"--dask_client_address={address}"])
+def test_dask_runner_on_two_worker_processes_gives_the_same_dataset(tmp_path, corpus, vocab, reference, dask):
+    r = bertprep(pretraining_args(corpus, vocab, tmp_path / "out", dask.address))
+    assert r.exit_code == 0, r.output
+    got = read_result(str(tmp_path / "out"), 0.0, 0)
     assert_same_dataset(reference, got, DASK_RUNNER)
+    # Both workers ran tasks: the cluster, not one process, made the dataset.
+    assert all(n > 10 for n in dask.tasks_run().values())
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_dask_runner_task_classification_gives_the_same_dataset(tmp_path, vocab, dask):
+    dev = str(shared_path("tasks", "sst2", "dev.tsv"))
+    ref = run_classification(
+        inputs=[dev], vocab=str(vocab), output_dir=str(tmp_path / "ref"), glue="sst2", num_shards=2
+    )
+    args = ["task", "classification", "--input", dev, "--vocab", str(vocab), "--output", str(tmp_path / "out")]
+    r = bertprep(
+        [
+            *args,
+            "--glue",
+            "sst2",
+            "--num-shards",
+            "2",
+            "--runner",
+            "DaskRunner",
+            f"--dask_client_address={dask.address}",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    a, b = Path(ref.output_dir), tmp_path / "out"
+    files = {p.name: sha256(p) for p in sorted(a.iterdir()) if p.name != MANIFEST_NAME}
+    assert {p.name: sha256(p) for p in sorted(b.iterdir()) if p.name != MANIFEST_NAME} == files
+    assert len(files) >= 3 and ref.manifest.totals["rows"] == 872
+    ja, jb = (json.loads((d / MANIFEST_NAME).read_text()) for d in (a, b))
+    assert ja.pop("run")["runner"] == "FnApiRunner" and jb.pop("run")["runner"] == DASK_RUNNER
+    assert jb == ja
+
+
+def kill_when_spilling(cluster, out: Path, worker: int) -> threading.Thread:
+    """Kill ``worker`` (nanny and worker, SIGKILL) once the run has written its first spill file: mid-run."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + RUN_DEADLINE_S
+        while time.monotonic() < deadline and not list(out.glob("_work/*/*.bin")):
+            time.sleep(0.05)
+        killed.append(not (out / MANIFEST_NAME).exists())
+        cluster.kill_worker(worker)
+
+    killed: list[bool] = []
+    t = threading.Thread(target=watch, daemon=True)
+    t.killed = killed  # type: ignore[attr-defined]
+    t.start()
+    return t
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_dask_run_that_loses_a_worker_completes_with_the_same_dataset(tmp_path, corpus, vocab, reference):
+    pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
+    with dask_cluster(tmp_path / "dask") as cluster:
+        watcher = kill_when_spilling(cluster, tmp_path / "out", 1)
+        r = bertprep(pretraining_args(corpus, vocab, tmp_path / "out", cluster.address))
+        watcher.join(timeout=30)
+        assert watcher.killed == [True]  # type: ignore[attr-defined]
+        assert cluster.worker_count() == 1
+    assert r.exit_code == 0, r.output  # Dask ran the lost worker's tasks again on the other one
+    assert_same_dataset(reference, read_result(str(tmp_path / "out"), 0.0, 0), DASK_RUNNER)
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_dask_run_that_may_not_retry_fails_in_one_line_and_publishes_nothing(tmp_path, corpus, vocab):
+    pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
+    no_retry = {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    with dask_cluster(tmp_path / "dask", env=no_retry) as cluster:
+        watcher = kill_when_spilling(cluster, tmp_path / "out", 1)
+        r = bertprep(pretraining_args(corpus, vocab, tmp_path / "out", cluster.address))
+        watcher.join(timeout=30)
+    assert watcher.killed == [True]  # type: ignore[attr-defined]
+    if r.exit_code == 0:  # the killed worker held nothing the run still needed: nothing to retry
+        return
+    lines = r.output.strip().splitlines()
+    assert len(lines[lines.index(next(x for x in lines if x.startswith("Error:"))) :]) == 1, r.output
+    assert "a Dask worker died" in r.output and "no manifest was written" in r.output
+    assert published(tmp_path / "out") == []
+
+
+def test_dask_runner_names_select_ours():
+    pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
+    for name in ("DaskRunner", "daskrunner", BEAM_DASK_RUNNER):
+        options = pipeline_options([f"--runner={name}", "--dask_client_address=tcp://127.0.0.1:8786"])
+        assert runner_name(options) == DASK_RUNNER
 
 
 def test_local_paths_are_made_absolute_for_workers_elsewhere(tmp_path, monkeypatch):
@@ -126,9 +237,9 @@ def test_local_paths_are_made_absolute_for_workers_elsewhere(tmp_path, monkeypat
 
 def test_options_of_a_runner_named_by_module_are_known():
     pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
-    options = pipeline_options([f"--runner={DASK_RUNNER}", "--dask_client_address=tcp://127.0.0.1:8786"])
+    options = pipeline_options([f"--runner={BEAM_DASK_RUNNER}", "--dask_client_address=tcp://127.0.0.1:8786"])
     assert options.get_all_options()["address"] == "tcp://127.0.0.1:8786"
     with pytest.raises(UsageError, match="unknown option"):
-        pipeline_options([f"--runner={DASK_RUNNER}", "--dask_client_adress=tcp://127.0.0.1:8786"])
+        pipeline_options([f"--runner={BEAM_DASK_RUNNER}", "--dask_client_adress=tcp://127.0.0.1:8786"])
     with pytest.raises(UsageError, match="cannot import no_such_module"):
         pipeline_options(["--runner=no_such_module.Runner"])

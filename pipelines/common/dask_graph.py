@@ -1,0 +1,219 @@
+"""A Beam pipeline (after Beam's Dask overrides) as one ``dask.bag`` graph: what :mod:`pipelines.common.dask_runner` runs.
+
+Every bag holds ``WindowedValue``s, but a ParDo's, which holds ``(tag, WindowedValue)`` pairs: the tag is
+kept until a consumer selects its own output (Beam 2.77 drops it, so each consumer of a multi-output ParDo
+gets all of its outputs). A ParDo runs one bundle per partition, streaming (:func:`run_bundle`); what it
+emits in ``finish_bundle`` leaves with the rest (Beam 2.77 collects the outputs before ``finish_bundle``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import apache_beam as beam
+import dask.bag as db
+from apache_beam import pvalue
+from apache_beam.internal import pickler
+from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
+from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver, _OutputHandler
+from apache_beam.runners.dask.overrides import _Create, _Flatten, _GroupByKeyOnly, _Reshuffle
+from apache_beam.transforms.sideinputs import SideInputMap
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.windowed_value import WindowedValue
+from dask.bag.core import reify
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from pipelines.common.runner import UsageError
+
+Tagged = tuple[str | None, WindowedValue]
+
+
+class _Collect(Receiver):
+    """Receives one tag's outputs into the bundle's shared list, tagged."""
+
+    def __init__(self, tag: str | None, out: list[Tagged]) -> None:
+        self.tag = tag
+        self.out = out
+
+    def receive(self, windowed_value: WindowedValue) -> None:
+        self.out.append((self.tag, windowed_value))
+
+
+class _Receivers(dict):
+    """A receiver per output tag, made on first use (a DoFn may emit to tags it never declared)."""
+
+    def __init__(self, out: list[Tagged]) -> None:
+        super().__init__()
+        self.out = out
+
+    def __missing__(self, tag: str | None) -> _Collect:
+        receiver = self[tag] = _Collect(tag, self.out)
+        return receiver
+
+
+def run_bundle(elements: Iterable[WindowedValue], payload: bytes, side_values: list[list]) -> Iterator[Tagged]:
+    """One bundle of a ParDo over a partition: setup, start, each element, finish, teardown, yielding each
+    output as soon as it is made. The DoFn is unpickled here, so no two bundles share an instance."""
+    fn, args, kwargs, window_fn, label, views = pickler.loads(payload)
+    out: list[Tagged] = []
+    receivers = _Receivers(out)
+    handler = _OutputHandler(
+        window_fn=window_fn,
+        main_receivers=receivers[None],
+        tagged_receivers=receivers,
+        per_element_output_counter=None,
+        output_batch_converter=None,
+        process_yields_batches=False,
+        process_batch_yields_elements=False,
+    )
+    sides = [SideInputMap(view, options, values) for (view, options), values in zip(views, side_values, strict=True)]
+    invoker = DoFnInvoker.create_invoker(
+        DoFnSignature(fn),
+        handler,
+        context=DoFnContext(label, state=None),
+        side_inputs=sides,
+        input_args=args,
+        input_kwargs=kwargs,
+        user_state_context=None,
+        bundle_finalizer_param=beam.DoFn.BundleFinalizerParam(),
+    )
+    invoker.invoke_setup()
+    invoker.invoke_start_bundle()
+    for element in elements:
+        invoker.invoke_process(element)
+        yield from _drain(out)
+    invoker.invoke_finish_bundle()
+    yield from _drain(out)
+    invoker.invoke_teardown()
+
+
+def _drain(out: list[Tagged]) -> list[Tagged]:
+    items = out[:]
+    out.clear()
+    return items
+
+
+def select(tagged: Iterable[Tagged], tag: str | None) -> Iterator[WindowedValue]:
+    """The elements of one output of a ParDo."""
+    return (wv for t, wv in tagged if t == tag)
+
+
+def concat_lists(lists: Iterable[list]) -> list:
+    return list(itertools.chain.from_iterable(lists))
+
+
+def key_of(wv: WindowedValue) -> Any:
+    return wv.value[0]
+
+
+def grouped(groups: Iterable[tuple[Any, list[WindowedValue]]]) -> Iterator[WindowedValue]:
+    """``(key, [(key, reified value)...])`` -> one ``(key, [reified values])`` element, as Beam's GroupAlsoByWindow
+    expects it."""
+    for key, elements in groups:
+        yield GlobalWindows.windowed_value((key, [wv.value[1] for wv in elements]))
+
+
+def split_round_robin(elements: Iterable[Any], index: int, n: int) -> list[list]:
+    """A partition's elements dealt over ``n`` buckets, starting at bucket ``index``: where each goes depends
+    only on its position, so a recomputed partition (a worker lost) deals the same."""
+    buckets: list[list] = [[] for _ in range(n)]
+    for i, element in enumerate(elements, start=index):
+        buckets[i % n].append(element)
+    return buckets
+
+
+def gather_bucket(j: int, splits: list[list[list]]) -> list:
+    return [element for split in splits for element in split[j]]
+
+
+def discard(elements: Iterable[Any]) -> list:
+    """A sink's partition, run for its effects: nothing of it travels to the launcher."""
+    for _ in elements:
+        pass
+    return []
+
+
+def reshuffle(bag: db.Bag, n: int) -> db.Bag:
+    """``bag`` dealt over ``n`` partitions: what ``Reshuffle`` promises (a spread, a fusion break)."""
+    token = tokenize(bag, n)
+    split_name, name = f"reshuffle-split-{token}", f"reshuffle-{token}"
+    split: dict[Any, Any] = {(split_name, i): (split_round_robin, (bag.name, i), i, n) for i in range(bag.npartitions)}
+    gather: dict[Any, Any] = {
+        (name, j): (gather_bucket, j, [(split_name, i) for i in range(bag.npartitions)]) for j in range(n)
+    }
+    dependencies: list[Any] = [bag]
+    graph = HighLevelGraph.from_collections(name, {**split, **gather}, dependencies=dependencies)
+    return db.Bag(graph, name, n)
+
+
+class GraphBuilder(PipelineVisitor):
+    """Visits the pipeline's primitive transforms in order and builds each one's bag."""
+
+    def __init__(self, npartitions: int, partition_size: int | None = None) -> None:
+        self.npartitions = max(1, npartitions)
+        self.partition_size = partition_size
+        self.bags: dict[AppliedPTransform, db.Bag] = {}
+        self.tagged: set[AppliedPTransform] = set()  # ParDos: bags of (tag, value)
+        self.consumed: set[AppliedPTransform] = set()
+        self._outputs: dict[tuple[AppliedPTransform, str | None], db.Bag] = {}
+        self._sides: dict[tuple[AppliedPTransform, str | None], db.Item] = {}
+
+    def visit_transform(self, node: AppliedPTransform) -> None:
+        t = node.transform
+        inputs = [self._bag(pc) for pc in node.inputs if not isinstance(pc, pvalue.PBegin)]
+        if isinstance(t, _Create):
+            bag = self._create(t.values)
+        elif isinstance(t, beam.ParDo):  # GroupAlsoByWindow included (Beam 2.77 skips it)
+            bag = self._pardo(node, inputs[0])
+            self.tagged.add(node)
+        elif isinstance(t, _GroupByKeyOnly):
+            bag = inputs[0].groupby(key_of).map_partitions(grouped).map_partitions(reify)
+        elif isinstance(t, _Flatten):
+            bag = db.concat(inputs) if inputs else db.from_sequence([], npartitions=1)
+        elif isinstance(t, _Reshuffle):
+            bag = reshuffle(inputs[0], self.npartitions)
+        else:
+            raise UsageError(
+                "runner", f"DaskRunner cannot run {node.full_label!r} ({type(t).__name__}): no Dask translation"
+            )
+        self.bags[node] = bag
+
+    def sinks(self) -> list[db.Bag]:
+        """The bags of every transform nobody consumes, each reduced to nothing."""
+        return [bag.map_partitions(discard) for node, bag in self.bags.items() if node not in self.consumed]
+
+    def _create(self, values: Iterable[Any]) -> db.Bag:
+        items = [GlobalWindows.windowed_value(v) for v in values]
+        if self.partition_size:
+            return db.from_sequence(items, partition_size=self.partition_size)
+        return db.from_sequence(items, npartitions=max(1, min(len(items), self.npartitions)))
+
+    def _bag(self, pc: Any) -> db.Bag:
+        producer = pc.producer
+        self.consumed.add(producer)
+        if producer not in self.tagged:
+            return self.bags[producer]
+        key = (producer, pc.tag)
+        if key not in self._outputs:
+            self._outputs[key] = self.bags[producer].map_partitions(select, pc.tag).map_partitions(reify)
+        return self._outputs[key]
+
+    def _side(self, pc: Any) -> db.Item:
+        """A side input's elements as one value, computed once for every partition that reads it."""
+        key = (pc.producer, pc.tag)
+        if key not in self._sides:
+            self._sides[key] = self._bag(pc).reduction(list, concat_lists)
+        return self._sides[key]
+
+    def _pardo(self, node: AppliedPTransform, bag: db.Bag) -> db.Bag:
+        t: Any = node.transform
+        args, kwargs = t.raw_side_inputs
+        main = next(iter(node.main_inputs.values()))
+        window_fn = main.windowing.windowfn if hasattr(main, "windowing") else None
+        views = [(type(si), si._view_options()) for si in node.side_inputs]
+        payload = pickler.dumps((t.fn, list(args), kwargs, window_fn, t.label, views))
+        side_values = [self._side(si.pvalue) for si in node.side_inputs]
+        return bag.map_partitions(run_bundle, payload, side_values, token=f"pardo-{t.label}").map_partitions(reify)

@@ -1,0 +1,135 @@
+"""pipelines.common.dask_runner and pipelines.common.dask_graph on small pipelines, against FnApiRunner.
+
+A Dask cluster of threads in this process serves here (fast); the real-cluster runs, separate processes with
+the pipeline's byte-identity and a worker killed mid-run, are in ``test_runners.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.common.runner import DASK_RUNNER, UsageError
+
+pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
+
+from pipelines.common.dask_graph import split_round_robin  # noqa: E402
+from pipelines.common.dask_runner import check_beam_version  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import dask_runner_repro as repro  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def address():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        yield cluster.scheduler_address
+
+
+def dask_args(address: str, *more: str) -> list[str]:
+    return [f"--runner={DASK_RUNNER}", f"--dask_client_address={address}", *more]
+
+
+def record(folder: Path):
+    def write(x) -> None:
+        (folder / uuid.uuid4().hex).write_text(repr(x))
+
+    return write
+
+
+def recorded(folder: Path) -> list[str]:
+    return sorted(p.read_text() for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("defect", ["finish_bundle", "tagged_output"])
+def test_the_two_defects_of_beams_dask_runner_are_fixed(tmp_path, address, defect):
+    ref, got = tmp_path / "ref", tmp_path / "got"
+    ref.mkdir(), got.mkdir()
+    assert repro.seen(dask_args(address), str(got), defect) == repro.seen([], str(ref), defect)
+
+
+def test_every_sink_runs_not_only_the_last_transform(tmp_path, address):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    p = beam.Pipeline(options=PipelineOptions(dask_args(address)))
+    numbers = p | beam.Create(range(5))
+    _ = numbers | "A" >> beam.Map(record(a))
+    _ = numbers | "Double" >> beam.Map(lambda x: 2 * x) | "B" >> beam.Map(record(b))
+    p.run().wait_until_finish()
+    assert recorded(a) == ["0", "1", "2", "3", "4"] and recorded(b) == ["0", "2", "4", "6", "8"]
+
+
+def test_a_side_input_is_computed_once_for_every_partition(tmp_path, address):
+    calls, out = tmp_path / "calls", tmp_path / "out"
+    calls.mkdir(), out.mkdir()
+    p = beam.Pipeline(options=PipelineOptions(dask_args(address, "--dask_npartitions=4")))
+    total = p | "Side" >> beam.Create([1, 2, 3]) | "Count" >> beam.Map(lambda x: record(calls)(x) or x)
+    total = total | beam.CombineGlobally(sum)
+    main = p | "Main" >> beam.Create(range(8)) | beam.Reshuffle()
+    _ = main | beam.Map(lambda x, t: x + t, t=beam.pvalue.AsSingleton(total)) | beam.Map(record(out))
+    p.run().wait_until_finish()
+    assert recorded(out) == sorted(str(x + 6) for x in range(8))
+    assert recorded(calls) == ["1", "2", "3"]  # Beam's runner: once per consuming partition
+
+
+def test_group_by_key_gathers_each_key_across_partitions(tmp_path, address):
+    out = tmp_path / "out"
+    out.mkdir()
+    p = beam.Pipeline(options=PipelineOptions(dask_args(address, "--dask_npartitions=3")))
+    pairs = p | beam.Create([(k % 4, k) for k in range(40)]) | beam.Reshuffle()
+    _ = pairs | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, sorted(vs))) | beam.Map(record(out))
+    p.run().wait_until_finish()
+    assert recorded(out) == sorted(repr((k, list(range(k, 40, 4)))) for k in range(4))
+
+
+def test_a_failing_dofn_fails_the_run_with_its_error(address):
+    def boom(x):
+        raise ValueError(f"bad element {x}")
+
+    p = beam.Pipeline(options=PipelineOptions(dask_args(address)))
+    _ = p | beam.Create([1]) | beam.Map(boom)
+    result = p.run()
+    with pytest.raises(ValueError, match="bad element 1"):
+        result.wait_until_finish()
+    assert result.metrics().query()["counters"] == []  # empty, not Beam's NotImplementedError
+
+
+def test_reshuffle_deals_by_position_over_every_bucket():
+    assert split_round_robin(range(5), 0, 3) == [[0, 3], [1, 4], [2]]
+    assert split_round_robin(["a"], 2, 3) == [[], [], ["a"]]  # a partition of one still reaches bucket 2
+
+
+def test_untested_beam_versions_are_refused_in_one_line():
+    check_beam_version("2.77.0")
+    with pytest.raises(UsageError, match=r"tested on apache-beam 2\.77 only, this is 2\.78\.0"):
+        check_beam_version("2.78.0")
+
+
+def test_workers_that_cannot_import_bertstream_are_named(monkeypatch):
+    """A worker without bertstream: one UsageError naming the module, before any task runs."""
+    from distributed import Client, LocalCluster
+
+    from pipelines.common.dask_runner import check_workers
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        with Client(cluster.scheduler_address) as client:
+            check_workers(client)
+            # The worker is a thread of this process: as if schemas were not installed there.
+            monkeypatch.setitem(sys.modules, "schemas", None)
+            with pytest.raises(UsageError, match="cannot import schemas"):
+                check_workers(client)
+
+
+def test_staging_options_are_refused_not_ignored(address):
+    for flag in ("--setup_file=./pyproject.toml", "--extra_package=dist/b.tar.gz", "--requirements_file=r.txt"):
+        p = beam.Pipeline(options=PipelineOptions(dask_args(address, flag)))
+        _ = p | beam.Create([1])
+        with pytest.raises(UsageError, match="DaskRunner stages no packages"):
+            p.run()
