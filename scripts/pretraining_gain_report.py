@@ -25,7 +25,17 @@ def best(run: Path, metric: str) -> float:
 
 def best_eval(run: Path) -> dict:
     """The best epoch's evaluation metrics of a ``berttrain finetune`` run."""
-    return json.loads((run / "results.json").read_text(encoding="utf-8"))["best"]["eval"]
+    path = run / "results.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["best"]["eval"]
+    except FileNotFoundError:
+        raise ReportError(f"{path} not found: that fine-tuning run has not finished (see {run}.log)") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ReportError(f"{path}: not a berttrain finetune result ({e})") from None
+
+
+class ReportError(RuntimeError):
+    """A run the report needs is missing or unreadable."""
 
 
 def spread(xs: list[float]) -> float:
@@ -128,4 +138,8 @@ def plot(points: list[dict], task: str, metric: str, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ReportError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        sys.exit(1)

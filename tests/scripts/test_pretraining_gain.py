@@ -110,3 +110,16 @@ def test_report_writes_results_json_in_the_issues_layout(tmp_path):
         "mrpc": {"metric": "f1", "score": 0.88, "accuracy": 0.83},
     }
     assert "| +0.045 | 2 | 0.86 |" in done.stdout
+
+
+def test_report_names_a_missing_run_in_one_line(tmp_path):
+    (tmp_path / "pretrain_minutes").write_text("1.0\n")
+    _run(tmp_path, "sst2-pretrained-1", {"accuracy": 0.8})  # its random twin never finished
+    done = subprocess.run(
+        [sys.executable, SCRIPTS / "pretraining_gain_report.py", tmp_path, "--prep-minutes", "1", "--steps", "1"]
+        + ["--seeds", "1", "--tasks", "sst2"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("Error: ") and "sst2-random-1/results.json not found" in done.stderr
