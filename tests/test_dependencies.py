@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 OWN = {"configs", "pipelines", "schemas", "trainer", "tests", "benchmarks"}
 # Imported only behind a flag that names its own install (`--word-segmenter rjieba|jieba`: the `chinese` extra).
-OPTIONAL = {"rjieba", "jieba"}
+# `--runner DaskRunner`: the `dask` extra, named by the error when it is missing.
+OPTIONAL = {"rjieba", "jieba", "dask", "distributed"}
 
 
 def imported_modules(package: str) -> set[str]:

@@ -59,7 +59,8 @@ def import_runner(beam_args: list[str]) -> str | None:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise UsageError("runner", f"--runner={runner}: cannot import {module} ({e})") from None
+            hint = " (pip install 'bertstream[dask]')" if runner == DASK_RUNNER else ""
+            raise UsageError("runner", f"--runner={runner}: cannot import {module} ({e}){hint}") from None
     return runner
 
 
