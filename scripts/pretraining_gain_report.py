@@ -87,11 +87,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{rm:.4g} ± {spread(entry['random']):.2g} | {pm - rm:+.3g} | {len(args.seeds)} |"
         )
         if args.reference:
-            ref = best_eval(F / f"{task}-reference-{args.seeds[0]}")
-            results["reference"][task] = {"metric": metric, "score": float(ref[metric])}
-            if task in ALSO:
-                results["reference"][task][ALSO[task]] = float(ref[ALSO[task]])
-            row += f" {float(ref[metric]):.4g} |"
+            run = F / f"{task}-reference-{args.seeds[0]}"
+            if not (run / "results.json").is_file():  # an optional column: a task not run is shown as such
+                results["reference"][task] = None
+                row += " not run |"
+            else:
+                ref = best_eval(run)
+                results["reference"][task] = {"metric": metric, "score": float(ref[metric])}
+                if task in ALSO:
+                    results["reference"][task][ALSO[task]] = float(ref[ALSO[task]])
+                row += f" {float(ref[metric]):.4g} |"
         rows.append(row)
 
     # The curve: score against pretraining time (step 0 is the random init of the first seed).
