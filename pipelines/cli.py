@@ -13,32 +13,21 @@ import click
 from configs import options
 from configs.errors import ConfigError
 from configs.options import click_options
+from pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
 from pipelines.pretraining.config import PretrainingJob
 from pipelines.vocab_config import VocabJob
 
-_PASSTHROUGH = dict(ignore_unknown_options=True, allow_extra_args=True, help_option_names=["-h", "--help"])
 
-
-def _quiet_beam() -> None:
-    # `import apache_beam` configures root logging at WARNING and chats about optional clients.
-    logging.getLogger().setLevel(logging.ERROR)
-    # A failing DoFn is logged by Beam with its traceback before the error reaches us; we report it once.
-    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
-    from pipelines.common.runner import limit_malloc_arenas
-
-    limit_malloc_arenas()
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings=HELP)
 def main() -> None:
     """Preprocess text into BERT pretraining and fine-tuning shards with Apache Beam."""
 
 
-@main.command(context_settings={"help_option_names": ["-h", "--help"]})
+@main.command(context_settings=HELP)
 @click_options(VocabJob)
 def vocab(**values: Any) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json)."""
-    _quiet_beam()
+    quiet_beam()
     from pipelines.common.cli_errors import sigterm_as_interrupt
 
     try:
@@ -91,7 +80,7 @@ def _train_vocab(job: VocabJob):
         ) from None
 
 
-@main.command(context_settings=_PASSTHROUGH)
+@main.command(context_settings=PASSTHROUGH)
 @click_options(PretrainingJob)
 @click.pass_context
 def pretraining(ctx: click.Context, **values: Any) -> None:
@@ -100,7 +89,7 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
     Any other --option is a Beam pipeline option (--runner, --direct_num_workers, --project, ...).
     The default runner is Beam's in-process FnApiRunner.
     """
-    _quiet_beam()
+    quiet_beam()
     from pipelines.common.cli_errors import pipeline_errors
     from pipelines.common.redact import redact_logs
     from pipelines.pretraining.pipeline import run_pretraining
@@ -133,7 +122,7 @@ def _print_summary(result) -> None:
     click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files")
 
 
-@main.command("demo-corpus", context_settings={"help_option_names": ["-h", "--help"]})
+@main.command("demo-corpus", context_settings=HELP)
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--holdout-every", type=int, default=0, help="Put every k-th document in DIRECTORY/heldout/.")
 def demo_corpus(directory, holdout_every) -> None:
@@ -145,7 +134,7 @@ def demo_corpus(directory, holdout_every) -> None:
     click.echo(f"wrote {len(paths)} documents, {size / 1e6:.2f} MB -> {directory}")
 
 
-@main.command(context_settings={"help_option_names": ["-h", "--help"]})
+@main.command(context_settings=HELP)
 @click.argument("dataset_dir")
 @click.option("--verify", is_flag=True, help="Re-check every shard's size, checksum, schema and row count.")
 @click.option(
@@ -154,7 +143,7 @@ def demo_corpus(directory, holdout_every) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
-    _quiet_beam()
+    quiet_beam()
     from pipelines.common.dataset_run import load_manifest
     from pipelines.report.inspection import (
         DatasetError,
@@ -205,7 +194,7 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
         sys.exit(1)
 
 
-@main.command(context_settings={"help_option_names": ["-h", "--help"]})
+@main.command(context_settings=HELP)
 @click.argument("dataset_dir")
 @click.option("--output", default=None, type=click.Path(file_okay=False), help="Report folder [default: DIR/report].")
 @click.option("--top-tokens", type=int, default=30, show_default=True, help="Tokens in the most-frequent plot.")
@@ -213,7 +202,7 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
 @click.option("--top-unk-words", type=int, default=25, show_default=True, help="[UNK] words listed.")
 def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
     """Write DIR/report/index.html: plots of a pretraining dataset beside its key numbers."""
-    _quiet_beam()
+    quiet_beam()
     from pipelines.report.data import ReportConfig
     from pipelines.report.page import write_report
 

@@ -7,7 +7,6 @@ usage errors naming the flag; input problems found while running stop the run wi
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -16,22 +15,14 @@ import click
 from configs import options
 from configs.errors import ConfigError
 from configs.options import click_options
+from pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
 from pipelines.tasks.config import ClassificationJob, NerJob, SquadJob
-
-_PASSTHROUGH = dict(ignore_unknown_options=True, allow_extra_args=True, help_option_names=["-h", "--help"])
-
-
-def _quiet_beam() -> None:
-    # `import apache_beam` configures root logging at WARNING and chats about optional clients.
-    logging.getLogger().setLevel(logging.ERROR)
-    # A failing DoFn is logged by Beam with its traceback before the error reaches us; we report it once.
-    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
 def _run(ctx: click.Context, fn: Callable, cls: type, values: dict[str, Any]) -> None:
     """Build the job ``cls`` from the flags and run it with ``fn``, mapping our errors to click's (exit 2 for
     usage errors, 1 for input errors)."""
-    _quiet_beam()
+    quiet_beam(limit_arenas=False)
     from pipelines.common.cli_errors import pipeline_errors
     from pipelines.common.redact import redact_logs
 
@@ -76,45 +67,36 @@ def _print_summary(result) -> None:
     )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings=HELP)
 def task() -> None:
     """Write fine-tuning datasets (classification, NER, SQuAD) for a pretrained checkpoint."""
 
 
-@task.command(context_settings=_PASSTHROUGH)
-@click_options(ClassificationJob)
-@click.pass_context
-def classification(ctx: click.Context, **values: Any) -> None:
-    """Sentence (pair) classification or regression: [CLS] A [SEP] (B [SEP]) + label.
+def _task_command(name: str, cls: type, summary: str) -> None:
+    """``bertprep task NAME``: the flags of job ``cls``, run by ``pipelines.tasks.pipeline.run_NAME``."""
 
-    Any other --option is a Beam pipeline option (--runner, --direct_num_workers, ...).
-    """
-    from pipelines.tasks.pipeline import run_classification
+    @task.command(name, context_settings=PASSTHROUGH, help=f"{summary}\n\n{_BEAM_OPTIONS}")
+    @click_options(cls)
+    @click.pass_context
+    def command(ctx: click.Context, **values: Any) -> None:
+        from pipelines.tasks import pipeline
 
-    _run(ctx, run_classification, ClassificationJob, values)
-
-
-@task.command(context_settings=_PASSTHROUGH)
-@click_options(NerJob)
-@click.pass_context
-def ner(ctx: click.Context, **values: Any) -> None:
-    """Named-entity recognition from CoNLL files (token POS chunk TAG) or char-tag files (char TAG).
-
-    Any other --option is a Beam pipeline option (--runner, --direct_num_workers, ...).
-    """
-    from pipelines.tasks.pipeline import run_ner
-
-    _run(ctx, run_ner, NerJob, values)
+        _run(ctx, getattr(pipeline, f"run_{name}"), cls, values)
 
 
-@task.command(context_settings=_PASSTHROUGH)
-@click_options(SquadJob)
-@click.pass_context
-def squad(ctx: click.Context, **values: Any) -> None:
-    """Extractive QA from SQuAD v1.1/v2.0 JSON: features + examples.jsonl for the official metric.
-
-    Any other --option is a Beam pipeline option (--runner, --direct_num_workers, ...).
-    """
-    from pipelines.tasks.pipeline import run_squad
-
-    _run(ctx, run_squad, SquadJob, values)
+_BEAM_OPTIONS = "Any other --option is a Beam pipeline option (--runner, --direct_num_workers, ...)."
+_task_command(
+    "classification",
+    ClassificationJob,
+    "Sentence (pair) classification or regression: [CLS] A [SEP] (B [SEP]) + label.",
+)
+_task_command(
+    "ner",
+    NerJob,
+    "Named-entity recognition from CoNLL files (token POS chunk TAG) or char-tag files (char TAG).",
+)
+_task_command(
+    "squad",
+    SquadJob,
+    "Extractive QA from SQuAD v1.1/v2.0 JSON: features + examples.jsonl for the official metric.",
+)
