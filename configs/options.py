@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from configs.errors import ConfigError
+
 # Flat saved configs (before sections) named these leaves differently.
 _RENAMED = {"data": "sources", "model": "preset"}
 
@@ -33,12 +35,31 @@ def opt(
     choices: tuple[str, ...] | None = None,
     negate: bool = False,
     path: str | None = None,
+    exists: bool = True,
+    show: bool = False,
+    after: str | None = None,
+    convert: Callable[[str | None], Any] | None = None,
     cli: bool = True,
 ) -> Any:
-    """A config field with its CLI metadata. ``flag``: the flag when it is not ``--field-name``; ``negate``:
-    a bool field set False by the flag (``--no-tensorboard``); ``path``: ``"file"`` or ``"dir"``, which must
-    exist; ``cli=False``: a setting without a flag (config and tests only)."""
-    meta = {"help": help, "flag": flag, "choices": choices, "negate": negate, "path": path, "cli": cli}
+    """A config field with its CLI metadata. ``flag``: the flag when it is not ``--field-name`` (a pair
+    ``--lowercase/--cased`` for a bool that may also be None: not given); ``negate``: a bool field set False
+    by the flag (``--no-tensorboard``, ``--keep-gutenberg``); ``path``: ``"file"`` or ``"dir"``, which must
+    exist unless ``exists=False``; ``show``: ``[default: ...]`` in ``--help`` (commands without
+    ``show_default``); ``after``: listed in ``--help`` right after that leaf, not in declaration order;
+    ``convert``: the flag takes text, which this turns into the field's value (its :class:`ConfigError` a
+    usage error of the flag); ``cli=False``: a setting without a flag (config and tests only)."""
+    meta = {
+        "help": help,
+        "flag": flag,
+        "choices": choices,
+        "negate": negate,
+        "path": path,
+        "exists": exists,
+        "show": show,
+        "after": after,
+        "convert": convert,
+        "cli": cli,
+    }
     return field(default=default, metadata=meta)
 
 
@@ -97,34 +118,69 @@ def _base_type(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+def _converted(convert: Callable[[str | None], Any]) -> Callable:
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        try:
+            return convert(value)
+        except ConfigError as e:
+            raise click.BadParameter(e.message) from None
+
+    return callback
+
+
+def _dropped_default(leaf: Leaf) -> bool:
+    """A default outside the field's choices (``""``: none chosen) is not click's: the flag reads None."""
+    choices = leaf.meta.get("choices")
+    return bool(choices) and leaf.default not in (MISSING, None) and leaf.default not in choices
+
+
 def _option(leaf: Leaf) -> Callable:
     meta = leaf.meta
     kw: dict[str, Any] = {"help": leaf.help}
+    if meta.get("show"):
+        kw["show_default"] = True
+    if meta.get("convert"):
+        return click.option(leaf.flag, leaf.name, callback=_converted(meta["convert"]), **kw)
     base, multiple = _base_type(leaf.type)
     if base is bool:
         kw["is_flag"] = True
+        if "/" in leaf.flag:  # an on/off pair: its default (None: neither given) is the field's
+            kw["default"] = leaf.default
         name = f"no_{leaf.name}" if meta.get("negate") else leaf.name
         return click.option(leaf.flag, name, **kw)
     if meta.get("choices"):
         kw["type"] = click.Choice(list(meta["choices"]))
     elif meta.get("path"):
-        kw["type"] = click.Path(exists=True, dir_okay=meta["path"] != "file", file_okay=meta["path"] != "dir")
+        kw["type"] = click.Path(
+            exists=meta.get("exists", True), dir_okay=meta["path"] != "file", file_okay=meta["path"] != "dir"
+        )
     elif base is not str:
         kw["type"] = base
     if multiple:
         kw["multiple"] = True
     if leaf.default is MISSING:
         kw["required"] = True
-    elif leaf.default is not None:
+    elif leaf.default is not None and not _dropped_default(leaf):
         kw["default"] = leaf.default
     return click.option(leaf.flag, leaf.name, **kw)
+
+
+def _help_order(cls: type) -> list[Leaf]:
+    """The leaves with a flag, in declaration order but each ``after=NAME`` one right after ``NAME``."""
+    listed = [leaf for leaf in leaves(cls) if leaf.meta.get("cli", True)]
+    order = [leaf for leaf in listed if not leaf.meta.get("after")]
+    for leaf in listed:
+        if leaf.meta.get("after"):
+            at = next(i for i, x in enumerate(order) if x.name == leaf.meta["after"])
+            order.insert(at + 1, leaf)
+    return order
 
 
 def click_options(cls: type) -> Callable[[Callable], Callable]:
     """Decorate a click command with one option per leaf of ``cls`` (in declaration order in ``--help``)."""
 
     def decorate(command: Callable) -> Callable:
-        for leaf in reversed([leaf for leaf in leaves(cls) if leaf.meta.get("cli", True)]):
+        for leaf in reversed(_help_order(cls)):
             command = _option(leaf)(command)
         return command
 
@@ -144,6 +200,8 @@ def build(cls: type, **values: Any) -> Any:
         if leaf.name not in values:
             continue
         value = values.pop(leaf.name)
+        if value is None and _dropped_default(leaf):
+            continue
         if _base_type(leaf.type)[1] and value is not None:
             value = tuple(value)
         (top if leaf.section is None else parts.setdefault(leaf.section, {}))[leaf.name] = value
@@ -154,6 +212,22 @@ def build(cls: type, **values: Any) -> Any:
         if sec is not None and (f.name in parts or f.default_factory is MISSING):
             top[f.name] = sec(**{**f.metadata["defaults"], **parts.get(f.name, {})})
     return cls(**top)
+
+
+def flag_for(cls: type, param: str) -> str:
+    """The flag a user typed for field ``param`` of ``cls`` (a :class:`ConfigError`'s), as ``--help`` lists
+    it; of an on/off pair, the one away from the default (``--no-header``)."""
+    for leaf in leaves(cls):
+        if leaf.name == param and leaf.meta.get("cli", True):
+            on, _, off = leaf.flag.partition("/")
+            return off if off and leaf.default else on
+    return "--" + param.replace("_", "-")
+
+
+def bad_parameter(cls: type | None, err: ConfigError) -> click.BadParameter:
+    """``err`` as click's usage error (exit 2) naming the flag of ``cls`` it came from."""
+    flag = flag_for(cls, err.param) if cls is not None else "--" + err.param.replace("_", "-")
+    return click.BadParameter(err.message, param_hint=f"'{flag}'")
 
 
 def flat(cfg: Any) -> dict[str, Any]:

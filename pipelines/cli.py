@@ -6,85 +6,43 @@ import json
 import logging
 import os
 import sys
+from typing import Any
 
 import click
 
+from configs import options
 from configs.errors import ConfigError
-from pipelines.common.formats import FORMATS, OUTPUT_FORMATS
-from pipelines.pretraining.config import DEDUP_MODES, PretrainingConfig
-
-# Flag for each config field, so a ConfigError names what the user typed.
-_FLAGS = {
-    "input_format": "--format",
-    "max_seq_length": "--max-seq-length",
-    "max_predictions_per_seq": "--max-predictions-per-seq",
-    "masked_lm_prob": "--masked-lm-prob",
-    "short_seq_prob": "--short-seq-prob",
-    "dupe_factor": "--dupe-factor",
-    "seed": "--seed",
-    "num_shards": "--num-shards",
-    "output_format": "--output-format",
-    "docs_per_group": "--docs-per-group",
-    "vocab_size": "--vocab-size",
-    "sample_bytes": "--sample-bytes",
-    "min_frequency": "--min-frequency",
-    "arrow_compression": "--arrow-compression",
-    "dedup": "--dedup",
-    "dedup_ngram": "--dedup-ngram",
-    "dedup_threshold": "--dedup-threshold",
-}
-
-_PASSTHROUGH = dict(ignore_unknown_options=True, allow_extra_args=True, help_option_names=["-h", "--help"])
+from configs.options import click_options
+from pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
+from pipelines.pretraining.config import PretrainingJob
+from pipelines.vocab_config import VocabJob
 
 
-def _quiet_beam() -> None:
-    # `import apache_beam` configures root logging at WARNING and chats about optional clients.
-    logging.getLogger().setLevel(logging.ERROR)
-    # A failing DoFn is logged by Beam with its traceback before the error reaches us; we report it once.
-    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
-    from pipelines.common.runner import limit_malloc_arenas
-
-    limit_malloc_arenas()
-
-
-def _bad(err: Exception, param: str) -> click.UsageError:
-    flag = _FLAGS.get(param, f"--{param.replace('_', '-')}")
-    return click.BadParameter(str(getattr(err, "message", err)), param_hint=f"'{flag}'")
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings=HELP)
 def main() -> None:
     """Preprocess text into BERT pretraining and fine-tuning shards with Apache Beam."""
 
 
-@main.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--input", "inputs", multiple=True, required=True, help="File, glob or URL (repeatable).")
-@click.option("--format", "input_format", type=click.Choice(FORMATS), default="sentences", show_default=True)
-@click.option(
-    "--output", required=True, type=click.Path(file_okay=False), help="Folder for vocab.txt and tokenizer.json."
-)
-@click.option("--vocab-size", type=int, default=30522, show_default=True)
-@click.option("--lowercase/--cased", default=True, show_default=True)
-@click.option("--sample-bytes", type=int, default=0, help="Train on a deterministic sample of about this many bytes.")
-@click.option("--min-frequency", type=int, default=2, show_default=True)
-@click.option("--seed", type=int, default=12345, show_default=True)
-@click.option("--overwrite", is_flag=True, default=False, help="Replace a vocabulary already in --output.")
-def vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed, overwrite) -> None:
+@main.command(context_settings=HELP)
+@click_options(VocabJob)
+def vocab(**values: Any) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json)."""
-    _quiet_beam()
+    quiet_beam()
     from pipelines.common.cli_errors import sigterm_as_interrupt
 
+    try:
+        job = options.build(VocabJob, **values)
+    except ConfigError as e:
+        raise options.bad_parameter(VocabJob, e) from None
     with sigterm_as_interrupt():
-        v, counters = _train_vocab(
-            list(inputs), input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed, overwrite
-        )
+        v, counters = _train_vocab(job)
     click.echo(
         f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
-        f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {output}/vocab.txt, tokenizer.json"
+        f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {job.output}/vocab.txt, tokenizer.json"
     )
 
 
-def _train_vocab(inputs, input_format, output, vocab_size, lowercase, sample_bytes, min_frequency, seed, overwrite):
+def _train_vocab(job: VocabJob):
     """Check everything, take the folder's lock, train; every failure is one ``Error:`` line."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -96,27 +54,17 @@ def _train_vocab(inputs, input_format, output, vocab_size, lowercase, sample_byt
     from pipelines.common.output_lock import lock_output, new_run_id
     from pipelines.common.redact import redact_logs, redact_text
     from pipelines.common.runner import UsageError
-    from pipelines.vocab import VocabConfig, prepare_vocab_output, train_vocab
+    from pipelines.vocab import prepare_vocab_output, train_vocab
 
+    inputs, output, cfg = list(job.inputs), job.output, job.config
     redact_logs([*inputs, output])
-    try:
-        cfg = VocabConfig(
-            input_format=input_format,
-            vocab_size=vocab_size,
-            lowercase=lowercase,
-            sample_bytes=sample_bytes,
-            min_frequency=min_frequency,
-            seed=seed,
-        )
-    except ConfigError as e:
-        raise _bad(e, e.param) from None
     FileSystems.set_options(PipelineOptions([]))  # s3:// inputs: Beam's S3 client reads its options from here
     try:
         files = resolve_inputs(inputs, cfg.input_format)
         check_no_overlap(output, {"input": [f.path for f in files]})
         ensure_writable_dir(output)  # before the training, not after it
         with lock_output(output, new_run_id(), "bertprep vocab"):
-            prepare_vocab_output(output, overwrite)
+            prepare_vocab_output(output, job.overwrite)
             return train_vocab(inputs, output, cfg, files=files)
     except UsageError as e:
         raise click.BadParameter(redact_text(str(e)), param_hint=f"'--{e.param}'") from None
@@ -132,121 +80,31 @@ def _train_vocab(inputs, input_format, output, vocab_size, lowercase, sample_byt
         ) from None
 
 
-@main.command(context_settings=_PASSTHROUGH)
-@click.option(
-    "--input", "inputs", multiple=True, required=True, help="File, glob or URL (repeatable); gz/bz2/zst by extension."
-)
-@click.option("--format", "input_format", type=click.Choice(FORMATS), default="sentences", show_default=True)
-@click.option("--vocab", required=True, help="vocab.txt or tokenizer.json (local or URL).")
-@click.option("--output", required=True, help="Output folder (local or URL).")
-@click.option("--max-seq-length", type=int, default=128, show_default=True)
-@click.option("--max-predictions-per-seq", type=int, default=20, show_default=True)
-@click.option("--masked-lm-prob", type=float, default=0.15, show_default=True)
-@click.option("--short-seq-prob", type=float, default=0.1, show_default=True)
-@click.option("--dupe-factor", type=int, default=10, show_default=True)
-@click.option("--seed", type=int, default=12345, show_default=True)
-@click.option("--whole-word-mask", is_flag=True, default=False)
-@click.option(
-    "--word-segmenter",
-    type=click.Choice(["rjieba", "jieba"]),
-    default=None,
-    help="With --whole-word-mask: words from this Chinese segmenter (pip install 'bertstream[chinese]').",
-)
-@click.option(
-    "--lowercase/--cased", default=None, help="Casing (default: from tokenizer.json; lowercase for vocab.txt)."
-)
-@click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="arrow", show_default=True)
-@click.option("--num-shards", type=int, default=0, help="Shards per format (default: from the input size).")
-@click.option("--docs-per-group", type=int, default=2000, show_default=True, help="Documents per random-next pool.")
-@click.option("--arrow-compression", type=click.Choice(["zstd", "lz4", "none"]), default="zstd", show_default=True)
-@click.option("--keep-gutenberg", is_flag=True, default=False, help="Keep Project Gutenberg headers and licences.")
-@click.option(
-    "--dedup",
-    type=click.Choice(DEDUP_MODES),
-    default="none",
-    show_default=True,
-    help="Drop duplicate documents: exact (normalised text) or minhash (also near duplicates).",
-)
-@click.option("--dedup-ngram", type=int, default=5, show_default=True, help="Words per MinHash shingle.")
-@click.option("--dedup-threshold", type=float, default=0.8, show_default=True, help="MinHash Jaccard threshold.")
-@click.option("--overwrite", is_flag=True, default=False, help="Replace a dataset already in --output.")
-@click.option("--verbose", is_flag=True, default=False, help="Also print a line per input file, group and shard.")
+@main.command(context_settings=PASSTHROUGH)
+@click_options(PretrainingJob)
 @click.pass_context
-def pretraining(
-    ctx,
-    inputs,
-    input_format,
-    vocab,
-    output,
-    max_seq_length,
-    max_predictions_per_seq,
-    masked_lm_prob,
-    short_seq_prob,
-    dupe_factor,
-    seed,
-    whole_word_mask,
-    word_segmenter,
-    lowercase,
-    output_format,
-    num_shards,
-    docs_per_group,
-    arrow_compression,
-    keep_gutenberg,
-    dedup,
-    dedup_ngram,
-    dedup_threshold,
-    overwrite,
-    verbose,
-) -> None:
+def pretraining(ctx: click.Context, **values: Any) -> None:
     """Write masked-LM + next-sentence pretraining shards and a manifest.
 
     Any other --option is a Beam pipeline option (--runner, --direct_num_workers, --project, ...).
     The default runner is Beam's in-process FnApiRunner.
     """
-    _quiet_beam()
+    quiet_beam()
     from pipelines.common.cli_errors import pipeline_errors
     from pipelines.common.redact import redact_logs
     from pipelines.pretraining.pipeline import run_pretraining
 
-    redact_logs([*ctx.args, *inputs, vocab, output])
-    if verbose:  # read by the stages wherever they run: this process or the worker processes it starts
+    redact_logs([*ctx.args, *values["inputs"], values["vocab"], values["output"]])
+    try:
+        job = options.build(PretrainingJob, **values, beam_args=ctx.args)
+    except ConfigError as e:
+        raise options.bad_parameter(PretrainingJob, e) from None
+    if job.verbose:  # read by the stages wherever they run: this process or the worker processes it starts
         from pipelines.pretraining.progress import ENV_VERBOSE
 
         os.environ[ENV_VERBOSE] = "1"
-
-    try:
-        cfg = PretrainingConfig(
-            input_format=input_format,
-            max_seq_length=max_seq_length,
-            max_predictions_per_seq=max_predictions_per_seq,
-            masked_lm_prob=masked_lm_prob,
-            short_seq_prob=short_seq_prob,
-            dupe_factor=dupe_factor,
-            seed=seed,
-            whole_word_mask=whole_word_mask,
-            word_segmenter=word_segmenter or "",
-            lowercase=True if lowercase is None else lowercase,
-            output_format=output_format,
-            num_shards=num_shards,
-            docs_per_group=docs_per_group,
-            arrow_compression=arrow_compression,
-            strip_gutenberg=not keep_gutenberg,
-            dedup=dedup,
-            dedup_ngram=dedup_ngram,
-            dedup_threshold=dedup_threshold,
-        )
-    except ConfigError as e:
-        raise _bad(e, e.param) from None
     with pipeline_errors():
-        result = run_pretraining(
-            inputs=list(inputs),
-            vocab=vocab,
-            output_dir=output,
-            cfg=cfg,
-            beam_args=ctx.args,
-            overwrite=overwrite,
-            lowercase=lowercase,
-        )
+        result = run_pretraining(job)
     _print_summary(result)
 
 
@@ -264,7 +122,7 @@ def _print_summary(result) -> None:
     click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files")
 
 
-@main.command("demo-corpus", context_settings={"help_option_names": ["-h", "--help"]})
+@main.command("demo-corpus", context_settings=HELP)
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--holdout-every", type=int, default=0, help="Put every k-th document in DIRECTORY/heldout/.")
 def demo_corpus(directory, holdout_every) -> None:
@@ -276,7 +134,7 @@ def demo_corpus(directory, holdout_every) -> None:
     click.echo(f"wrote {len(paths)} documents, {size / 1e6:.2f} MB -> {directory}")
 
 
-@main.command(context_settings={"help_option_names": ["-h", "--help"]})
+@main.command(context_settings=HELP)
 @click.argument("dataset_dir")
 @click.option("--verify", is_flag=True, help="Re-check every shard's size, checksum, schema and row count.")
 @click.option(
@@ -285,7 +143,7 @@ def demo_corpus(directory, holdout_every) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
-    _quiet_beam()
+    quiet_beam()
     from pipelines.common.dataset_run import load_manifest
     from pipelines.report.inspection import (
         DatasetError,
@@ -336,7 +194,7 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
         sys.exit(1)
 
 
-@main.command(context_settings={"help_option_names": ["-h", "--help"]})
+@main.command(context_settings=HELP)
 @click.argument("dataset_dir")
 @click.option("--output", default=None, type=click.Path(file_okay=False), help="Report folder [default: DIR/report].")
 @click.option("--top-tokens", type=int, default=30, show_default=True, help="Tokens in the most-frequent plot.")
@@ -344,14 +202,14 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
 @click.option("--top-unk-words", type=int, default=25, show_default=True, help="[UNK] words listed.")
 def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
     """Write DIR/report/index.html: plots of a pretraining dataset beside its key numbers."""
-    _quiet_beam()
+    quiet_beam()
     from pipelines.report.data import ReportConfig
     from pipelines.report.page import write_report
 
     try:
         cfg = ReportConfig(top_tokens=top_tokens, top_sources=top_sources, top_unk_words=top_unk_words)
     except ConfigError as e:
-        raise _bad(e, e.param) from None
+        raise options.bad_parameter(ReportConfig, e) from None
     try:
         index = write_report(dataset_dir, output, cfg)
     except ModuleNotFoundError as e:

@@ -18,39 +18,18 @@ import os
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import trainers
 
-from configs.errors import check
 from pipelines.common.files import InputError
-from pipelines.common.formats import FORMATS
 from pipelines.common.hashing import hash64
 from pipelines.common.inputs import InputFile, resolve_inputs
 from pipelines.common.redact import redact_text
 from pipelines.pretraining.read import read_documents
+from pipelines.vocab_config import VocabConfig
 from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
 from schemas.wordpiece import bert_tokenizer, with_bert_template
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class VocabConfig:
-    input_format: str = "sentences"
-    vocab_size: int = 30522
-    lowercase: bool = True
-    sample_bytes: int = 0  # 0: the whole corpus
-    min_frequency: int = 2
-    limit_alphabet: int = 1000
-    seed: int = 12345
-
-    def __post_init__(self) -> None:
-        check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
-        lo = len(SPECIAL_TOKENS) + 10
-        check(lo <= self.vocab_size <= 1_000_000, "vocab_size", f"must be in [{lo}, 1000000], got {self.vocab_size}")
-        check(self.sample_bytes >= 0, "sample_bytes", f"must be >= 0, got {self.sample_bytes}")
-        check(self.min_frequency >= 1, "min_frequency", f"must be >= 1, got {self.min_frequency}")
-
 
 # The files ``bertprep vocab`` writes: an output folder holding these holds an earlier vocabulary.
 VOCAB_FILES = (VOCAB_FILENAME, "tokenizer.json", "tokenizer_config.json", "vocab_config.json")

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from configs.errors import check
+from configs.options import opt, section
 from pipelines.common.formats import ARROW_COMPRESSIONS, FORMATS, OUTPUT_FORMATS
 
 DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.pretraining.dedup
@@ -17,27 +18,40 @@ MAX_DEDUP_NGRAM = 64
 class PretrainingConfig:
     """Everything that shapes the instances. Two runs with equal configs and inputs write equal shards."""
 
-    input_format: str = "wikiextractor"
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 10
-    seed: int = 12345
-    whole_word_mask: bool = False
-    word_segmenter: str = ""  # "" (words are ## pieces), or "rjieba"/"jieba": words of Chinese text
-    lowercase: bool = True
-    output_format: str = "arrow"
-    num_shards: int = 0  # 0: chosen from the input size (see pipelines.pretraining.pipeline.SHARD_SIZING)
-    docs_per_group: int = 2000
-    max_group_tokens: int = 64_000_000
-    tokens_per_unit: int = 250_000
-    arrow_compression: str = "zstd"
-    arrow_batch_rows: int = 2048
-    strip_gutenberg: bool = True
-    dedup: str = "none"
-    dedup_ngram: int = 5
-    dedup_threshold: float = 0.8
+    input_format: str = opt("wikiextractor", flag="--format", choices=FORMATS, show=True)
+    max_seq_length: int = opt(128, show=True)
+    max_predictions_per_seq: int = opt(20, show=True)
+    masked_lm_prob: float = opt(0.15, show=True)
+    short_seq_prob: float = opt(0.1, show=True)
+    dupe_factor: int = opt(10, show=True)
+    seed: int = opt(12345, show=True)
+    whole_word_mask: bool = opt(False)
+    # "" (words are ## pieces), or "rjieba"/"jieba": words of Chinese text
+    word_segmenter: str = opt(
+        "",
+        "With --whole-word-mask: words from this Chinese segmenter (pip install 'bertstream[chinese]').",
+        choices=("rjieba", "jieba"),
+    )
+    lowercase: bool = opt(True, cli=False)  # the tokenizer's (PretrainingJob.casing: the flag)
+    output_format: str = opt("arrow", choices=OUTPUT_FORMATS, show=True)
+    # 0: chosen from the input size (see pipelines.pretraining.pipeline.SHARD_SIZING)
+    num_shards: int = opt(0, "Shards per format (default: from the input size).")
+    docs_per_group: int = opt(2000, "Documents per random-next pool.", show=True)
+    max_group_tokens: int = opt(64_000_000, cli=False)
+    tokens_per_unit: int = opt(250_000, cli=False)
+    arrow_compression: str = opt("zstd", choices=ARROW_COMPRESSIONS, show=True)
+    arrow_batch_rows: int = opt(2048, cli=False)
+    strip_gutenberg: bool = opt(
+        True, "Keep Project Gutenberg headers and licences.", flag="--keep-gutenberg", negate=True
+    )
+    dedup: str = opt(
+        "none",
+        "Drop duplicate documents: exact (normalised text) or minhash (also near duplicates).",
+        choices=DEDUP_MODES,
+        show=True,
+    )
+    dedup_ngram: int = opt(5, "Words per MinHash shingle.", show=True)
+    dedup_threshold: float = opt(0.8, "MinHash Jaccard threshold.", show=True)
 
     def __post_init__(self) -> None:
         check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
@@ -123,3 +137,22 @@ class PretrainingConfig:
         if self.word_segmenter:  # only when set: shards written without one stay byte-identical
             out["word_segmenter"] = self.word_segmenter
         return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PretrainingJob:
+    """One ``bertprep pretraining`` run: what to read and write, and the :class:`PretrainingConfig`."""
+
+    inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable); gz/bz2/zst by extension.", flag="--input")
+    vocab: str = opt(help="vocab.txt or tokenizer.json (local or URL).", after="input_format")
+    output: str = opt(help="Output folder (local or URL).", after="vocab")
+    config: PretrainingConfig = section(PretrainingConfig, input_format="sentences")
+    casing: bool | None = opt(
+        None,
+        "Casing (default: from tokenizer.json; lowercase for vocab.txt).",
+        flag="--lowercase/--cased",
+        after="word_segmenter",
+    )
+    overwrite: bool = opt(False, "Replace a dataset already in --output.")
+    verbose: bool = opt(False, "Also print a line per input file, group and shard.")
+    beam_args: tuple[str, ...] = opt((), cli=False)  # any other --option: Beam pipeline options

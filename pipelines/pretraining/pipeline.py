@@ -42,7 +42,7 @@ from pipelines.common.runner import (
 from pipelines.common.source_stats import UnkWords
 from pipelines.common.spill import remove_work_dir, spill_bytes_for
 from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
-from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from pipelines.pretraining.dedup import Dedup, dedup_partitions
 from pipelines.pretraining.finalize import Finalize
 from pipelines.pretraining.group import GroupDocuments
@@ -221,23 +221,20 @@ def remove_work_dir_within(work_dir: str, seconds: float | None = None) -> bool:
     return False
 
 
-def run_pretraining(
-    *,
-    inputs: list[str],
-    vocab: str,
-    output_dir: str,
-    cfg: PretrainingConfig,
-    beam_args: list[str] | None = None,
-    overwrite: bool = False,
-    lowercase: bool | None = None,
-) -> RunResult:
-    """Validate, build and run the pipeline; return its manifest. Raises before Beam starts on bad input."""
-    options = pipeline_options(list(beam_args or []))
+def run_pretraining(job: PretrainingJob | None = None, /, **keywords: Any) -> RunResult:
+    """Validate, build and run the pipeline of ``job``; return its manifest. Raises before Beam starts on bad
+    input. (Keywords instead of a job, as earlier versions took them: ``inputs``, ``vocab``, ``output_dir``,
+    ``cfg``, ``beam_args``, ``overwrite``, ``lowercase``.)"""
+    if job is None:
+        job = _job_of(**keywords)
+    cfg, inputs, vocab, overwrite = job.config, list(job.inputs), job.vocab, job.overwrite
+    beam_args = list(job.beam_args)
+    options = pipeline_options(beam_args)
     files = resolve_inputs(inputs, cfg.input_format)
     formats = input_format_of(files)
     if isinstance(formats, str) and formats != cfg.input_format:  # all given as `text:...`, say
         cfg = replace(cfg, input_format=formats)
-    spec = load_tokenizer(vocab, lowercase)
+    spec = load_tokenizer(vocab, job.casing)
     if cfg.word_segmenter:
         check_word_segmenter(cfg.word_segmenter, spec)
     if spec.lowercase != cfg.lowercase:
@@ -246,7 +243,7 @@ def run_pretraining(
     if not input_bytes:
         raise UsageError("input", f"{describe_inputs(files)}: empty (0 bytes), nothing to make instances from")
     num_shards = cfg.num_shards or SHARD_SIZING.num_shards(input_bytes * cfg.dupe_factor)
-    output_dir = absolute(output_dir.rstrip("/"))
+    output_dir = absolute(job.output.rstrip("/"))
     check_no_overlap(output_dir, {"input": [f.path for f in files], "vocab": [vocab]})
     ensure_writable_dir(output_dir)
     run_id = new_run_id()
@@ -261,7 +258,7 @@ def run_pretraining(
             "parameters": {**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
             "seed": cfg.seed,
             "inputs": [{"path": redact_text(f.path), "bytes": f.bytes, "format": f.format} for f in files],
-            "run": {**run_entry(options, beam_args or [], started), "run_id": run_id},
+            "run": {**run_entry(options, beam_args, started), "run_id": run_id},
         }
         C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
         try:
@@ -288,3 +285,25 @@ def run_pretraining(
                 f"{c.get(C.DOCUMENTS_USED, 0)} used, {c.get(C.TOKENS, 0)} tokens)"
             )
     return result
+
+
+def _job_of(
+    *,
+    inputs: list[str],
+    vocab: str,
+    output_dir: str,
+    cfg: PretrainingConfig,
+    beam_args: list[str] | None = None,
+    overwrite: bool = False,
+    lowercase: bool | None = None,
+) -> PretrainingJob:
+    """The job of ``run_pretraining``'s keywords (earlier versions' form)."""
+    return PretrainingJob(
+        inputs=tuple(inputs),
+        vocab=vocab,
+        output=output_dir,
+        config=cfg,
+        casing=lowercase,
+        overwrite=overwrite,
+        beam_args=tuple(beam_args or ()),
+    )

@@ -2,6 +2,10 @@
 
 ``TaskConfig`` holds what every task shares; ``ClassificationConfig``, ``NerConfig`` and ``SquadConfig`` add
 their own fields. ``ConfigError.param`` names the field, which the CLI maps to its flag.
+
+The jobs (``ClassificationJob``, ``NerJob``, ``SquadJob``) are what a ``bertprep task`` command line says,
+declared with :mod:`configs.options` (its flags come from their fields); ``run_*`` derives the configs above
+from a job and its inputs (the split from the file names, the casing from the tokenizer, GLUE's columns).
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from configs.errors import check
+from configs.options import opt, section
 from pipelines.common.formats import ARROW_COMPRESSIONS
+from pipelines.tasks.glue import NAMES as GLUE_NAMES
 from schemas import tasks as T
 
 INPUT_FORMATS = ("tsv", "csv", "jsonl")
@@ -186,3 +192,88 @@ class SquadConfig(TaskConfig):
         d = TaskConfig.to_dict(self)
         d["articles"] = None if self.articles is None else list(self.articles)
         return d
+
+
+# ----------------------------------------------------------------------------------------- the jobs
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskIO:
+    """What every task command reads and writes."""
+
+    inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable); gz/bz2/zst by extension.", flag="--input")
+    vocab: str = opt(help="The checkpoint's vocab.txt or tokenizer.json (local or URL).")
+    output: str = opt(help="Output folder (local or URL).")
+    split: str | None = opt(
+        None,
+        "Split name (train, dev, dev_matched, test, ...); default: from the file names. "
+        "Splits named train* are training splits.",
+    )
+    lowercase: bool | None = opt(
+        None, "Casing (default: from tokenizer.json; lowercase for vocab.txt).", flag="--lowercase/--cased"
+    )
+    num_shards: int = opt(0, "Arrow shards (default: 1-4 from the input size).")
+    overwrite: bool = opt(False, "Replace a dataset already in --output.")
+    beam_args: tuple[str, ...] = opt((), cli=False)  # any other --option: Beam pipeline options
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LabelSource:
+    """Where a classification or NER task's label set comes from (else: a preset, or the training data)."""
+
+    labels: tuple[str, ...] = opt(
+        (),
+        "Label set a,b,... (order = ids). Training rows with other labels are dropped and counted.",
+        convert=parse_labels,
+    )
+    label_set_from: str | None = opt(
+        None, "Training dataset folder whose manifest gives the label names and ids (evaluation splits)."
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClassificationJob:
+    io: TaskIO = section(TaskIO)
+    glue: str | None = opt(
+        None, "GLUE preset: columns, header quirks, standard labels (stsb: regression).", choices=GLUE_NAMES
+    )
+    input_format: str | None = opt(
+        None, "Input format (default: from the extension; tsv).", flag="--format", choices=INPUT_FORMATS
+    )
+    text_column: str | None = opt(None, "Text column: header name, JSON field, or 0-based index with --no-header.")
+    text_pair_column: str | None = opt(None, "Second text of a pair (same forms).")
+    label_column: str | None = opt(None, "Label column (same forms).")
+    header: bool = opt(True, "Whether tsv/csv files start with a header line.", flag="--header/--no-header", show=True)
+    regression: bool = opt(False, "Float labels (task kind 'regression').")
+    no_labels: bool = opt(False, "Unlabeled data (test files): rows without labels.")
+    label_source: LabelSource = section(LabelSource)
+    max_seq_length: int = opt(128, show=True)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NerJob:
+    io: TaskIO = section(TaskIO)
+    scheme: str = opt("iob2", "Tagging scheme of the input (iob1 is converted to IOB2).", choices=SCHEMES, show=True)
+    window_overlap: int = opt(
+        16, "Words shared by consecutive windows of a sentence longer than --max-seq-length.", show=True
+    )
+    input_format: str = opt(
+        "conll",
+        "conll: 'token POS chunk TAG' lines; char-tag: 'char TAG' lines (Chinese NER, e.g. People's Daily).",
+        flag="--format",
+        choices=("conll", "char-tag"),
+        show=True,
+    )
+    label_source: LabelSource = section(LabelSource)
+    max_seq_length: int = opt(128, show=True)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SquadJob:
+    io: TaskIO = section(TaskIO)
+    max_seq_length: int = opt(384, show=True)
+    doc_stride: int = opt(128, "Tokens between context window starts.", show=True)
+    max_query_length: int = opt(64, show=True)
+    articles: tuple[int, int | None] | None = opt(
+        None, "START:END: only these articles (by index) of each file, e.g. 0:40.", convert=parse_articles
+    )

@@ -20,6 +20,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from configs import options
 from pipelines.common import counters as C
 from pipelines.common.dataset_run import (
     RunResult,
@@ -40,7 +41,16 @@ from pipelines.common.spill import remove_work_dir
 from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
 from pipelines.tasks import read as R
 from pipelines.tasks.classification import RowFeaturizer
-from pipelines.tasks.config import ClassificationConfig, NerConfig, SquadConfig, TaskConfig
+from pipelines.tasks.config import (
+    ClassificationConfig,
+    ClassificationJob,
+    NerConfig,
+    NerJob,
+    SquadConfig,
+    SquadJob,
+    TaskConfig,
+    TaskIO,
+)
 from pipelines.tasks.conll import ConllParser, looks_like_conll
 from pipelines.tasks.features import Featurize, Layout
 from pipelines.tasks.finalize import FinalizeTask
@@ -120,17 +130,8 @@ def _label_manifest(label_set_from: str | None, kind: str, spec: TokenizerSpec) 
     )
 
 
-def _run(
-    plan: _Plan,
-    files: list[InputFile],
-    spec: TokenizerSpec,
-    output_dir: str,
-    overwrite: bool,
-    options,
-    beam_args: list[str],
-    label_set_from: str | None = None,
-) -> RunResult:
-    cfg = plan.cfg
+def _run(plan: _Plan, io: TaskIO, got: _Inputs, label_set_from: str | None = None) -> RunResult:
+    cfg, files, spec, output_dir = plan.cfg, got.files, got.spec, io.output.rstrip("/")
     input_bytes = sum(f.bytes for f in files)
     num_shards = cfg.num_shards or SHARD_SIZING.num_shards(input_bytes)
     check_no_overlap(
@@ -140,12 +141,14 @@ def _run(
     ensure_writable_dir(output_dir)
     run_id = new_run_id()
     with lock_output(output_dir, run_id, f"bertprep task {cfg.kind}"):
-        replaced = check_output(output_dir, overwrite, _is_output, kinds=T.KINDS, what="a task dataset's")
+        replaced = check_output(output_dir, io.overwrite, _is_output, kinds=T.KINDS, what="a task dataset's")
         work = os.path.join(output_dir, WORK_DIR_NAME) if "://" not in output_dir else f"{output_dir}/{WORK_DIR_NAME}"
         try:
             # The earlier dataset (--overwrite) waits in _work/RUN_ID/previous until this one is published.
             with replacing(output_dir, _is_output, replaced, f"{work}/{run_id}/previous"):
-                return _run_locked(plan, files, spec, output_dir, options, beam_args, run_id, num_shards, input_bytes)
+                return _run_locked(
+                    plan, files, spec, output_dir, got.options, list(io.beam_args), run_id, num_shards, input_bytes
+                )
         finally:
             remove_work_dir(work)
 
@@ -212,45 +215,58 @@ def _run_locked(
     return read_result(output_dir, started, input_bytes)
 
 
-def _common(inputs: list[str], vocab: str, lowercase: bool | None, split: str | None, beam_args: list[str] | None):
-    options = pipeline_options(list(beam_args or []))
-    files = resolve_inputs(inputs)
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """What every task resolves before its own checks: runner options, input files, tokenizer, split."""
+
+    options: Any
+    files: list[InputFile]
+    spec: TokenizerSpec
+    split: str
+
+    def shared(self, io: TaskIO, max_seq_length: int, labels: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The ``TaskConfig`` fields every kind sets alike."""
+        return dict(
+            split=self.split,
+            training=is_training(self.split),
+            max_seq_length=max_seq_length,
+            lowercase=self.spec.lowercase,
+            labels=tuple(labels),
+            num_shards=io.num_shards,
+        )
+
+
+def _inputs(io: TaskIO) -> _Inputs:
+    options = pipeline_options(list(io.beam_args))
+    files = resolve_inputs(list(io.inputs))
     if len(files) > T.MAX_FILES:
         raise UsageError("input", f"{len(files)} files, at most {T.MAX_FILES}")
-    spec = load_tokenizer(vocab, lowercase)
-    split = split or infer_split([f.path for f in files])
-    return options, files, spec, split
+    spec = load_tokenizer(io.vocab, io.lowercase)
+    return _Inputs(options, files, spec, io.split or infer_split([f.path for f in files]))
+
+
+def _job(cls: type, job: Any, keywords: dict[str, Any]) -> Any:
+    """``job``, or the job of the keywords earlier versions took (``output_dir`` for ``--output``)."""
+    if job is not None:
+        return job
+    if "output_dir" in keywords:
+        keywords["output"] = keywords.pop("output_dir")
+    return options.build(cls, **keywords)
 
 
 # --------------------------------------------------------------------------------------------- per kind
 
 
-def run_classification(
-    *,
-    inputs: list[str],
-    vocab: str,
-    output_dir: str,
-    max_seq_length: int = 128,
-    input_format: str | None = None,
-    text_column: str | None = None,
-    text_pair_column: str | None = None,
-    label_column: str | None = None,
-    header: bool = True,
-    glue: str | None = None,
-    regression: bool = False,
-    no_labels: bool = False,
-    labels: tuple[str, ...] = (),
-    label_set_from: str | None = None,
-    split: str | None = None,
-    num_shards: int = 0,
-    lowercase: bool | None = None,
-    overwrite: bool = False,
-    beam_args: list[str] | None = None,
-) -> RunResult:
-    """Text (pair) classification or regression from TSV/CSV/JSONL, or a GLUE preset."""
+def run_classification(job: ClassificationJob | None = None, /, **keywords: Any) -> RunResult:
+    """Text (pair) classification or regression from TSV/CSV/JSONL, or a GLUE preset. (Keywords instead of a
+    job: its settings by name, ``output_dir`` for ``output``, as earlier versions took them.)"""
     from pipelines.tasks import glue as G
 
-    options, files, spec, split = _common(inputs, vocab, lowercase, split, beam_args)
+    job = _job(ClassificationJob, job, keywords)
+    io, got = job.io, _inputs(job.io)
+    files, spec, glue = got.files, got.spec, job.glue
+    input_format, header, regression = job.input_format, job.header, job.regression
+    text_column, text_pair_column, label_column = job.text_column, job.text_pair_column, job.label_column
     preset = None
     if glue is not None:
         if glue not in G.PRESETS:
@@ -276,21 +292,17 @@ def run_classification(
         input_format = input_format or _format_from_name(files[0].path)
         if text_column is None:
             raise UsageError("text-column", "--text-column is required (or a --glue preset)")
-        if label_column is None and not no_labels:
+        if label_column is None and not job.no_labels:
             raise UsageError(
                 "label-column", "--label-column is required for labeled data (--no-labels for a test file)"
             )
-    if no_labels:
+    if job.no_labels:
         label_column = None
     kind = T.REGRESSION if regression else T.CLASSIFICATION
+    label_set_from = job.label_source.label_set_from
     cfg = ClassificationConfig(
         kind=kind,
-        split=split,
-        training=is_training(split),
-        max_seq_length=max_seq_length,
-        lowercase=spec.lowercase,
-        labels=tuple(labels),
-        num_shards=num_shards,
+        **got.shared(io, job.max_seq_length, job.label_source.labels),
         input_format=input_format,
         header=header,
         text_column=text_column,
@@ -303,16 +315,13 @@ def run_classification(
     )
     for f in files:
         check_table_layout(f.path, layout)
-    label_plan = plan_labels(
-        kind=kind,
-        training=cfg.training,
+    label_plan = _plan_labels(
+        cfg,
+        got,
+        label_set_from,
         labeled=label_column is not None,
-        explicit=cfg.labels,
         preset=preset.labels if preset else None,
         preset_name=glue,
-        from_manifest=_label_manifest(label_set_from, kind, spec) if kind == T.CLASSIFICATION else None,
-        manifest_dir=label_set_from,
-        split=split,
     )
     if kind == T.REGRESSION and label_set_from:
         _label_manifest(label_set_from, kind, spec)  # same vocab and casing, even without labels
@@ -320,31 +329,31 @@ def run_classification(
         RowFeaturizer,
         spec,
         kind=kind,
-        max_seq_length=max_seq_length,
+        max_seq_length=cfg.max_seq_length,
         training=cfg.training,
         labeled=label_column is not None,
         label_source=label_plan.source,
     )
-    task = {
-        "labeled": label_column is not None,
-        "glue": glue,
-        "columns": {
-            "format": input_format,
-            "header": header,
-            "text": text_column,
-            "text_pair": text_pair_column,
-            "label": label_column,
-        },
-    }
-    return _run(
-        _Plan(cfg, TableParser(layout), featurizer, label_plan, task),
-        files,
-        spec,
-        output_dir.rstrip("/"),
-        overwrite,
-        options,
-        list(beam_args or []),
-        label_set_from,
+    columns = {"format": input_format, "header": header, "text": text_column, "text_pair": text_pair_column}
+    task = {"labeled": label_column is not None, "glue": glue, "columns": {**columns, "label": label_column}}
+    return _run(_Plan(cfg, TableParser(layout), featurizer, label_plan, task), io, got, label_set_from)
+
+
+def _plan_labels(
+    cfg: TaskConfig, got: _Inputs, label_set_from: str | None, *, labeled: bool, preset=None, preset_name=None
+) -> LabelPlan:
+    """The label plan of a classification or NER task (a regression task's is ``none``, from its kind)."""
+    from_manifest = _label_manifest(label_set_from, cfg.kind, got.spec) if cfg.kind != T.REGRESSION else None
+    return plan_labels(
+        kind=cfg.kind,
+        training=cfg.training,
+        labeled=labeled,
+        explicit=cfg.labels,
+        preset=preset,
+        preset_name=preset_name,
+        from_manifest=from_manifest,
+        manifest_dir=label_set_from,
+        split=cfg.split,
     )
 
 
@@ -360,122 +369,67 @@ def _format_from_name(path: str) -> str:
     return "tsv"
 
 
-def run_ner(
-    *,
-    inputs: list[str],
-    vocab: str,
-    output_dir: str,
-    max_seq_length: int = 128,
-    scheme: str = "iob2",
-    window_overlap: int = 16,
-    input_format: str = "conll",
-    labels: tuple[str, ...] = (),
-    label_set_from: str | None = None,
-    split: str | None = None,
-    num_shards: int = 0,
-    lowercase: bool | None = None,
-    overwrite: bool = False,
-    beam_args: list[str] | None = None,
-) -> RunResult:
-    """Token classification from CoNLL-2003 style files, or ``char TAG`` files (``input_format="char-tag"``)."""
-    options, files, spec, split = _common(inputs, vocab, lowercase, split, beam_args)
+def run_ner(job: NerJob | None = None, /, **keywords: Any) -> RunResult:
+    """Token classification from CoNLL-2003 style files, or ``char TAG`` files (``input_format="char-tag"``).
+    (Keywords instead of a job, as for :func:`run_classification`.)"""
+    job = _job(NerJob, job, keywords)
+    io, got = job.io, _inputs(job.io)
     cfg = NerConfig(
         kind=T.NER,
-        split=split,
-        training=is_training(split),
-        max_seq_length=max_seq_length,
-        lowercase=spec.lowercase,
-        labels=tuple(labels),
-        num_shards=num_shards,
-        scheme=scheme,
-        window_overlap=window_overlap,
+        **got.shared(io, job.max_seq_length, job.label_source.labels),
+        scheme=job.scheme,
+        window_overlap=job.window_overlap,
     )
-    for f in files:
-        looks_like_conll(f.path, input_format=input_format)
-    label_plan = plan_labels(
-        kind=T.NER,
-        training=cfg.training,
-        labeled=True,
-        explicit=cfg.labels,
-        preset=None,
-        preset_name=None,
-        from_manifest=_label_manifest(label_set_from, T.NER, spec),
-        manifest_dir=label_set_from,
-        split=split,
-    )
+    for f in got.files:
+        looks_like_conll(f.path, input_format=job.input_format)
+    label_set_from = job.label_source.label_set_from
+    label_plan = _plan_labels(cfg, got, label_set_from, labeled=True)
     featurizer = partial(
         SentenceFeaturizer,
-        spec,
-        max_seq_length=max_seq_length,
-        window_overlap=window_overlap,
+        got.spec,
+        max_seq_length=cfg.max_seq_length,
+        window_overlap=cfg.window_overlap,
         training=cfg.training,
         label_source=label_plan.source,
     )
-    task = {"labeled": True, "scheme": "iob2", "input_scheme": scheme, "window_overlap": window_overlap}
-    if input_format != "conll":  # only then: manifests of CoNLL runs stay as they were
-        task["input_format"] = input_format
-    return _run(
-        _Plan(cfg, ConllParser(scheme, input_format), featurizer, label_plan, task),
-        files,
-        spec,
-        output_dir.rstrip("/"),
-        overwrite,
-        options,
-        list(beam_args or []),
-        label_set_from,
-    )
+    task = {"labeled": True, "scheme": "iob2", "input_scheme": cfg.scheme, "window_overlap": cfg.window_overlap}
+    if job.input_format != "conll":  # only then: manifests of CoNLL runs stay as they were
+        task["input_format"] = job.input_format
+    parser = ConllParser(cfg.scheme, job.input_format)
+    return _run(_Plan(cfg, parser, featurizer, label_plan, task), io, got, label_set_from)
 
 
-def run_squad(
-    *,
-    inputs: list[str],
-    vocab: str,
-    output_dir: str,
-    max_seq_length: int = 384,
-    doc_stride: int = 128,
-    max_query_length: int = 64,
-    articles: tuple[int, int | None] | None = None,
-    split: str | None = None,
-    num_shards: int = 0,
-    lowercase: bool | None = None,
-    overwrite: bool = False,
-    beam_args: list[str] | None = None,
-) -> RunResult:
-    """Extractive question answering from SQuAD v1.1 / v2.0 JSON."""
-    options, files, spec, split = _common(inputs, vocab, lowercase, split, beam_args)
+def run_squad(job: SquadJob | None = None, /, **keywords: Any) -> RunResult:
+    """Extractive question answering from SQuAD v1.1 / v2.0 JSON. (Keywords instead of a job, as for
+    :func:`run_classification`.)"""
+    job = _job(SquadJob, job, keywords)
+    io, got = job.io, _inputs(job.io)
     cfg = SquadConfig(
         kind=T.SQUAD,
-        split=split,
-        training=is_training(split),
-        max_seq_length=max_seq_length,
-        lowercase=spec.lowercase,
-        num_shards=num_shards,
-        doc_stride=doc_stride,
-        max_query_length=max_query_length,
-        articles=articles,
+        **got.shared(io, job.max_seq_length),
+        doc_stride=job.doc_stride,
+        max_query_length=job.max_query_length,
+        articles=job.articles,
     )
-    for f in files:
+    for f in got.files:
         head = b"".join(_head(f.path)).lstrip(b"\xef\xbb\xbf \t\r\n")
         if not head.startswith(b"{"):
             raise UsageError("input", f"{f.path}: not SQuAD JSON (does not start with '{{')")
     featurizer = partial(
-        ExampleFeaturizer, spec, max_seq_length=max_seq_length, doc_stride=doc_stride, max_query_length=max_query_length
+        ExampleFeaturizer,
+        got.spec,
+        max_seq_length=cfg.max_seq_length,
+        doc_stride=cfg.doc_stride,
+        max_query_length=cfg.max_query_length,
     )
     task = {
         "labeled": True,
-        "doc_stride": doc_stride,
-        "max_query_length": max_query_length,
-        "articles": None if articles is None else list(articles),
+        "doc_stride": cfg.doc_stride,
+        "max_query_length": cfg.max_query_length,
+        "articles": None if cfg.articles is None else list(cfg.articles),
     }
-    return _run(
-        _Plan(cfg, SquadParser(articles, cfg.training), featurizer, LabelPlan((), "none"), task),
-        files,
-        spec,
-        output_dir.rstrip("/"),
-        overwrite,
-        options,
-        list(beam_args or []),
-    )
+    parser = SquadParser(cfg.articles, cfg.training)
+    return _run(_Plan(cfg, parser, featurizer, LabelPlan((), "none"), task), io, got)
 
 
 def _fields(first: list[str] | dict | None) -> list[str]:

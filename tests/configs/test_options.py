@@ -181,3 +181,86 @@ def test_the_settings_a_resume_fixes_are_config_settings():
 
     assert set(resume.FIXED) <= {leaf.name for leaf in options.leaves(TrainConfig)}
     assert set(loop.FIXED) <= {leaf.name for leaf in options.leaves(FinetuneConfig)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Demo:
+    """The bertprep kinds of field: a repeatable required flag, an on/off pair that may be unset, a negated
+    flag, a choice whose default is "none chosen", a text flag converted, a flag listed after another."""
+
+    inputs: tuple[str, ...] = opt(help="Inputs.", flag="--input")
+    fmt: str = opt("a", flag="--format", choices=("a", "b"), show=True)
+    casing: bool | None = opt(None, "Casing.", flag="--lowercase/--cased")
+    header: bool = opt(True, flag="--header/--no-header", show=True)
+    strip: bool = opt(True, "Keep it.", flag="--keep", negate=True)
+    segmenter: str = opt("", choices=("x", "y"))
+    pair: tuple[int, int] | None = opt(None, convert=lambda t: None if t is None else _pair(t))
+    out: str = opt(help="Out.", after="inputs")
+
+
+def _pair(text: str) -> tuple[int, int]:
+    a, _, b = text.partition(":")
+    if not (a.isdigit() and b.isdigit()):
+        raise ConfigError("pair", f"must be A:B, got {text!r}")
+    return int(a), int(b)
+
+
+def _demo_command():
+    got = {}
+
+    @click.command()
+    @options.click_options(_Demo)
+    def command(**values):
+        got["job"] = options.build(_Demo, **values)
+
+    return command, got
+
+
+def test_bertprep_kinds_of_flag_parse_to_the_dataclass():
+    command, got = _demo_command()
+    result = CliRunner().invoke(command, ["--input", "p", "--input", "q", "--out", "o"])
+    assert result.exit_code == 0, result.output
+    assert got["job"] == _Demo(inputs=("p", "q"), out="o")  # unset pair: None; no segmenter chosen: ""
+    args = ["--input", "p", "--out", "o", "--cased", "--no-header", "--keep", "--segmenter", "y", "--pair", "1:2"]
+    assert CliRunner().invoke(command, args).exit_code == 0
+    assert got["job"] == _Demo(
+        inputs=("p",), out="o", casing=False, header=False, strip=False, segmenter="y", pair=(1, 2)
+    )
+    bad = CliRunner().invoke(command, ["--input", "p", "--out", "o", "--pair", "1-2"])
+    assert bad.exit_code == 2 and "Invalid value for '--pair': must be A:B, got '1-2'" in bad.output
+
+
+def test_help_order_and_shown_defaults_are_per_field():
+    command, _ = _demo_command()
+    text = CliRunner().invoke(command, ["--help"], terminal_width=1000).output
+    flags = re.findall(r"^  (--[a-z-]+)", text, re.M)
+    assert flags == [
+        "--input",
+        "--out",
+        "--format",
+        "--lowercase",
+        "--header",
+        "--keep",
+        "--segmenter",
+        "--pair",
+        "--help",
+    ]
+    assert "[default: a]" in text and "[default: header]" in text and text.count("[default:") == 2
+
+
+def test_a_config_error_names_the_flag_typed():
+    assert options.flag_for(_Demo, "fmt") == "--format"
+    assert options.flag_for(_Demo, "header") == "--no-header"  # the one away from the default
+    assert options.flag_for(_Demo, "strip") == "--keep"
+    assert options.flag_for(_Demo, "not_a_field") == "--not-a-field"
+
+
+def test_bertprep_jobs_build_from_flags_and_keep_the_keyword_forms():
+    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+    from pipelines.tasks.config import ClassificationJob
+
+    job = options.build(PretrainingJob, inputs=["a"], vocab="v", output="o", no_strip_gutenberg=True)
+    assert job.config == PretrainingConfig(input_format="sentences", strip_gutenberg=False)
+    assert job.casing is None and job.inputs == ("a",)
+    job = options.build(ClassificationJob, inputs=["a"], vocab="v", output="o", glue="sst2", labels=["x"])
+    assert job.io.inputs == ("a",) and job.label_source.labels == ("x",) and job.max_seq_length == 128
