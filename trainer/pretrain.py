@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import torch
 
+from schemas.redact import redact_values
 from schemas.vocab import Vocab
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
@@ -33,7 +34,6 @@ from trainer.metrics import MetricsLogger, Throughput
 from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.progress import Progress
-from trainer.redact import redact_values
 from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")

@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from configs import options
+from schemas.redact import redact_values
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
 from trainer import rundir
@@ -51,7 +52,6 @@ from trainer.metrics import METRICS_FILE, MetricsLogger
 from trainer.model import BertConfig, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.progress import Progress
-from trainer.redact import redact_values
 
 RESULTS_FILE = "results.json"
 RESUME_DIR = "resume"  # RUN/resume/checkpoints/step-N: the latest epoch's full state (the best is in checkpoints/)
@@ -129,7 +129,7 @@ def prepare_output(run_dir: Path, existing: list[str], info: D.DistInfo) -> None
 def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:
     """Refuse a resume whose flags would change the run being continued, naming each flag."""
     old = options.saved_values(FinetuneConfig, restored.config.get("finetune", {}))  # either saved layout
-    new = redact_values(options.flat(cfg))  # the saved flags are redacted (trainer.redact): compare alike
+    new = redact_values(options.flat(cfg))  # the saved flags are redacted (schemas.redact): compare alike
     changed = [n for n in FIXED if n in old and old[n] != new[n]]
     if changed:
         listed = "; ".join(f"--{n.replace('_', '-')} {new[n]} (the run has {old[n]})" for n in changed)
