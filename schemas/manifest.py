@@ -24,12 +24,12 @@ Layout (version 1)::
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from schemas.version import SCHEMA_VERSION, SchemaError, check_version
-from schemas.vocab import PAD, VOCAB_FILENAME, Vocab
+from schemas.vocab import PAD, VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "bertstream.manifest"
@@ -55,6 +55,25 @@ def vocab_entry(vocab: Vocab, *, lowercase: bool, source: str | None = None) -> 
     if source is not None:
         entry["source"] = source
     return entry
+
+
+def load_vocab(manifest: Manifest, read: Callable[[str], bytes], source: str) -> Vocab:
+    """The dataset's vocabulary, checked against its manifest's hash: the one loader every reader uses.
+
+    ``read(name)`` returns the bytes of the file ``name`` (relative to the dataset folder: the manifest's
+    ``vocab.file``) from wherever the dataset lies; ``source`` names that file in messages. Raises
+    :class:`VocabError` for a file that is no vocabulary, :class:`VocabMismatchError` for another vocabulary
+    than the manifest's (the readers refuse any other: the ids would mean other tokens).
+    """
+    raw = read(manifest.vocab_file)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise VocabError(f"{source}: not UTF-8 ({e})") from None
+    vocab = Vocab.from_text(text, source)
+    if vocab.sha256 != manifest.vocab_sha256:
+        raise VocabMismatchError(f"{source} hashes to {vocab.sha256}, the manifest says {manifest.vocab_sha256}")
+    return vocab
 
 
 def shard_name(prefix: str, index: int, num_shards: int, fmt: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import torch
 
+from schemas.manifest import load_vocab as load_dataset_vocab
 from schemas.redact import redact_values
 from schemas.vocab import Vocab
 from trainer import checkpoint as ckpt
@@ -45,10 +46,11 @@ def load_vocab(data_dirs: tuple[str, ...]) -> tuple[Vocab, bool]:
     hashes = {m.vocab_sha256 for m in manifests}
     if len(hashes) > 1:
         raise RunError(f"--data folders use different vocabularies: {sorted(h[:12] for h in hashes)}")
-    m = manifests[0]
-    vocab = Vocab.from_text(read_text(data_dirs[0], m.vocab_file).decode("utf-8"), data_dirs[0])
-    if vocab.sha256 != m.vocab_sha256:
-        raise RunError(f"{data_dirs[0]}: {m.vocab_file} does not match the manifest's vocab hash")
+    m, root = manifests[0], data_dirs[0]
+    try:
+        vocab = load_dataset_vocab(m, lambda name: read_text(root, name), f"{root.rstrip('/')}/{m.vocab_file}")
+    except VocabMismatchError as e:
+        raise RunError(f"--data {e}") from None
     return vocab, m.lowercase
 
 

@@ -16,7 +16,8 @@ from schemas import pretraining as P
 from schemas import tasks as T
 from schemas import wds
 from schemas.manifest import Manifest, ShardInfo
-from schemas.vocab import Vocab, VocabError
+from schemas.manifest import load_vocab as load_dataset_vocab
+from schemas.vocab import Vocab, VocabError, VocabMismatchError
 
 
 def _read_all(path: str) -> bytes:
@@ -34,15 +35,11 @@ def load_vocab(dataset_dir: str, manifest: Manifest) -> Vocab:
     if not FileSystems.exists(path):
         raise DatasetError(f"{path}: missing (the manifest names it as the dataset's vocabulary)")
     try:
-        vocab = Vocab.from_text(_read_all(path).decode("utf-8"), path)
-    except (UnicodeDecodeError, VocabError) as e:
+        return load_dataset_vocab(manifest, lambda name: _read_all(FileSystems.join(dataset_dir, name)), path)
+    except VocabMismatchError as e:
+        raise DatasetError(f"{e} (a different or edited vocabulary)") from None
+    except VocabError as e:
         raise DatasetError(f"{path}: cannot read it as a vocabulary: {e}") from None
-    if vocab.sha256 != manifest.vocab_sha256:
-        raise DatasetError(
-            f"{path}: sha256 {vocab.sha256[:16]}… != manifest {manifest.vocab['sha256'][:16]}… "
-            "(a different or edited vocabulary)"
-        )
-    return vocab
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from schemas.hashing import GOLDEN, mix64_array, uniform_from
-from schemas.vocab import MASK, VOCAB_FILENAME, Vocab, is_reserved
+from schemas.manifest import load_vocab
+from schemas.vocab import MASK, Vocab, is_reserved
 from trainer.data.config import DataConfig
 from trainer.data.refs import read_text
-from trainer.data.shards import VocabMismatchError
 from trainer.data.sources import Catalog
 
 MASK_FRACTION, KEEP_FRACTION = 0.8, 0.1  # the rest (0.1) becomes a random ordinary token
@@ -196,11 +196,8 @@ def dynamic_masker(config: DataConfig, catalog: Catalog) -> Masker | None:
     (the catalog has checked that every folder shares it)."""
     if config.masking != "dynamic":
         return None
-    root, vocab_info = config.paths[0], catalog.manifests[0].vocab
-    source = root.rstrip("/") + "/" + vocab_info.get("file", VOCAB_FILENAME)
-    vocab = Vocab.from_text(read_text(root, vocab_info.get("file", VOCAB_FILENAME)).decode("utf-8"), source)
-    if vocab.sha256 != catalog.vocab_sha256:
-        raise VocabMismatchError(f"{source} hashes to {vocab.sha256}, the manifest says {catalog.vocab_sha256}")
+    root, manifest = config.paths[0], catalog.manifests[0]
+    vocab = load_vocab(manifest, lambda name: read_text(root, name), root.rstrip("/") + "/" + manifest.vocab_file)
     return Masker.for_vocab(
         vocab,
         probability=config.mlm_probability,
