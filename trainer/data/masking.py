@@ -26,6 +26,7 @@ import numpy as np
 
 from schemas.hashing import GOLDEN, mix64_array, uniform_from
 from schemas.manifest import load_vocab
+from schemas.pretraining import num_to_predict
 from schemas.vocab import MASK, Vocab, is_reserved
 from trainer.data.config import DataConfig
 from trainer.data.refs import read_text
@@ -47,14 +48,6 @@ class Masked:
     positions: np.ndarray
     labels: np.ndarray
     counts: np.ndarray
-
-
-def num_to_predict(lengths: np.ndarray, probability: float, max_predictions: int | None) -> np.ndarray:
-    """Predictions per instance of these lengths (specials included), as the static masks count them."""
-    k = np.maximum(1, np.round(lengths.astype(np.float64) * probability).astype(np.int64))
-    if max_predictions is not None:
-        k = np.minimum(k, max_predictions)
-    return np.minimum(k, np.maximum(lengths - 3, 0))  # never more than the candidates
 
 
 def instance_keys(seed: int, epoch: int | np.ndarray, instance_ids: np.ndarray) -> np.ndarray:
@@ -126,7 +119,7 @@ class Masker:
         candidate = (pos < lengths[:, None]) & (pos != 0) & (pos != seg_a[:, None] - 1) & (pos != lengths[:, None] - 1)
         order_key = draw(keys[:, None], pos, _ORDER)  # [B, T] random order of the candidates
         order_key[~candidate] = _NOT_CANDIDATE
-        k = num_to_predict(lengths, self.probability, self.max_predictions)
+        k = num_to_predict(lengths, self.probability, self.max_predictions, within_candidates=True)
         chosen = self._whole_words(original, candidate, order_key, k) if self.whole_word else _first_k(order_key, k)
         rows, cols = np.nonzero(chosen)  # row-major: ascending positions within a row
         labels = original[rows, cols]
