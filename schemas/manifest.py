@@ -24,8 +24,8 @@ Layout (version 1)::
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from schemas.version import SCHEMA_VERSION, SchemaError, check_version
@@ -103,6 +103,34 @@ class ShardInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardParameters:
+    """The typed view of the parameters that shaped a dataset's rows (``manifest.parameters``, also each
+    shard's ``bertstream.parameters``) for the readers: no reader spells a key. A field is None where the run
+    did not record it (task datasets record other parameters; older runs fewer); ``dedup`` defaults to
+    ``"none"``, as runs without deduplication leave it out."""
+
+    max_seq_length: int | None = None
+    max_predictions_per_seq: int | None = None
+    masked_lm_prob: float | None = None
+    short_seq_prob: float | None = None
+    dupe_factor: int | None = None
+    seed: int | None = None
+    whole_word_mask: bool | None = None
+    dedup: str = "none"
+
+    @classmethod
+    def from_dict(cls, parameters: Mapping[str, Any]) -> ShardParameters:
+        return cls(**{f.name: parameters[f.name] for f in fields(cls) if parameters.get(f.name) is not None})
+
+    def recorded(self) -> dict[str, Any]:
+        """The fields the run recorded, in declaration order (``dedup`` only where deduplication ran)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        if self.dedup == "none":
+            del out["dedup"]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     kind: str
     vocab: dict[str, Any]
@@ -121,6 +149,11 @@ class Manifest:
         for key in ("sha256", "size", "id_type", "special_ids"):
             if key not in self.vocab:
                 raise SchemaError(f"manifest vocab lacks {key!r}")
+
+    @property
+    def shard_parameters(self) -> ShardParameters:
+        """``parameters``, typed (what readers use)."""
+        return ShardParameters.from_dict(self.parameters)
 
     @property
     def vocab_sha256(self) -> str:

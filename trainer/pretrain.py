@@ -169,8 +169,8 @@ def check_seq_length(config: BertConfig, cfg: TrainConfig) -> None:
         ("--eval-data", (cfg.data.eval_data,) if cfg.data.eval_data else ()),
     ):
         for path in paths:
-            length = load_manifest(path).parameters.get("max_seq_length")
-            if isinstance(length, int) and length > config.max_position_embeddings:
+            length = load_manifest(path).shard_parameters.max_seq_length
+            if length is not None and length > config.max_position_embeddings:
                 raise RunError(
                     f"{flag} {path} holds sequences of up to {length} tokens (its max_seq_length) but the "
                     f"model has {config.max_position_embeddings} positions (max_position_embeddings): "

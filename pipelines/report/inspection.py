@@ -157,7 +157,7 @@ def decode_instance(inst: dict[str, Any], vocab: Vocab) -> str:
 
 
 def summary_lines(manifest: Manifest) -> list[str]:
-    p, st, c = manifest.parameters, manifest.statistics, manifest.counters
+    p, st, c = manifest.shard_parameters, manifest.statistics, manifest.counters
     lines = [
         f"kind {manifest.kind}, schema v{manifest.schema_version}, vocab {manifest.vocab['size']} tokens "
         f"(sha256 {manifest.vocab['sha256'][:12]}…, {'uncased' if manifest.vocab.get('lowercase') else 'cased'})",
@@ -167,21 +167,9 @@ def summary_lines(manifest: Manifest) -> list[str]:
             for f in manifest.formats
         ),
     ]
-    shown = [
-        k
-        for k in (
-            "max_seq_length",
-            "max_predictions_per_seq",
-            "masked_lm_prob",
-            "short_seq_prob",
-            "dupe_factor",
-            "seed",
-            "whole_word_mask",
-        )
-        if k in p
-    ]
+    shown = {k: v for k, v in p.recorded().items() if k != "dedup"}
     if shown:
-        lines.append("parameters: " + ", ".join(f"{k}={p[k]}" for k in shown))
+        lines.append("parameters: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
     if manifest.kind != P.KIND:
         t = manifest.task
         lines.append(
@@ -218,7 +206,7 @@ def summary_lines(manifest: Manifest) -> list[str]:
         lines += [
             f"next sentence: IsNext {ns['is_next']:.3f}, NotNext {ns['not_next']:.3f}",
             f"length: mean {ln['mean']} (std {ln['std']}), p1 {ln['p1']}, p5 {ln['p5']}, p10 {ln['p10']}, "
-            f"p50 {ln['p50']}; {ln['fraction_shorter_than_max'] * 100:.1f}% shorter than {p.get('max_seq_length')}",
+            f"p50 {ln['p50']}; {ln['fraction_shorter_than_max'] * 100:.1f}% shorter than {p.max_seq_length}",
             f"masked positions per instance: mean {mp['mean']}, count-rule violations {mp['count_rule_violations']}",
             f"predictions: [MASK] {mf['mask']:.3f}, random {mf['random']:.3f}, kept {mf['kept']:.3f}",
         ]

@@ -70,3 +70,12 @@ def test_load_vocab_checks_the_manifests_hash(tmp_path):
     files["vocab.txt"] = b"\xff\n"
     with pytest.raises(VocabError, match="not UTF-8"):
         load_vocab(m, files.__getitem__, "d/vocab.txt")
+
+
+def test_shard_parameters_are_a_typed_view():
+    from schemas.manifest import ShardParameters
+
+    p = ShardParameters.from_dict({"max_seq_length": 128, "seed": 3, "lowercase": True, "input_format": "text"})
+    assert (p.max_seq_length, p.seed, p.masked_lm_prob, p.dedup) == (128, 3, None, "none")
+    assert p.recorded() == {"max_seq_length": 128, "seed": 3}
+    assert ShardParameters.from_dict({"dedup": "minhash"}).recorded() == {"dedup": "minhash"}
