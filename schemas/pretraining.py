@@ -40,6 +40,9 @@ INSTANCE_ID = "instance_id"
 FIELDS = (INPUT_IDS, SEGMENT_A_LENGTH, MASKED_LM_POSITIONS, MASKED_LM_IDS, NEXT_SENTENCE_LABEL, INSTANCE_ID)
 
 IS_NEXT, NOT_NEXT = 0, 1
+# masked_lm_positions: positions within a row (max_seq_length stays below 32,768).
+POSITION_TYPE = pa.uint16()
+POSITION_DTYPE = np.dtype("<u2")
 # Positions every row leaves unmasked: [CLS] and the two [SEP]s.
 SPECIALS_PER_ROW = 3
 
@@ -66,7 +69,7 @@ def arrow_schema(id_type: str, vocab_sha256: str = "", parameters: Mapping[str, 
         [
             pa.field(INPUT_IDS, pa.list_(t), nullable=False),
             pa.field(SEGMENT_A_LENGTH, pa.int16(), nullable=False),
-            pa.field(MASKED_LM_POSITIONS, pa.list_(pa.uint16()), nullable=False),
+            pa.field(MASKED_LM_POSITIONS, pa.list_(POSITION_TYPE), nullable=False),
             pa.field(MASKED_LM_IDS, pa.list_(t), nullable=False),
             pa.field(NEXT_SENTENCE_LABEL, pa.int8(), nullable=False),
             pa.field(INSTANCE_ID, pa.uint64(), nullable=False),

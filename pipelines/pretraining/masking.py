@@ -33,6 +33,7 @@ from pipelines.common.batch import InstanceBatch
 from pipelines.common.hashing import GOLDEN, mix64_array, uniform_from
 from pipelines.pretraining.kernels import switch
 from pipelines.pretraining.word_segmenter import unmark
+from schemas import pretraining as P
 from schemas.pretraining import num_to_predict
 from schemas.vocab import MASK, is_reserved
 
@@ -122,7 +123,7 @@ def reference_mask(
     n = len(offsets) - 1
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
-        return Masked(ids.copy(), z.astype(np.uint16), z.astype(ids.dtype), np.zeros(1, np.int64))
+        return Masked(ids.copy(), z.astype(P.POSITION_DTYPE), z.astype(ids.dtype), np.zeros(1, np.int64))
     lengths = np.diff(offsets)
     lmax = int(lengths.max())
     pos = np.arange(lmax, dtype=np.int64)[None, :]  # [1, Lmax]
@@ -163,7 +164,7 @@ def reference_mask(
     counts = np.bincount(rows_i, minlength=n)
     return Masked(
         ids=out,
-        positions=cols.astype(np.uint16),
+        positions=cols.astype(P.POSITION_DTYPE),
         labels=labels,
         pred_offsets=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
     )
