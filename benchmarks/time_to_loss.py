@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from trainer.data import DataConfig, PretrainingLoader  # noqa: E402
 from trainer.hf import hf_config_dict  # noqa: E402
 from trainer.metrics import read_metrics  # noqa: E402
-from trainer.model import PRESETS  # noqa: E402
+from trainer.model_config import PRESETS  # noqa: E402
 from trainer.optim import param_groups  # noqa: E402
 
 WIKI = REPO.parent / "shared" / "data" / "pretrain" / "wikipedia"
@@ -195,7 +195,7 @@ def time_to(evals: list[dict], target: float) -> float | None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="bert_mini", choices=sorted(PRESETS))
+    p.add_argument("--preset", default="mini", choices=sorted(PRESETS))
     p.add_argument("--minutes", type=float, default=8.0, help="Training wall time given to each.")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seq", type=int, default=128)

@@ -1,6 +1,6 @@
 """Configuration of a pretraining run: frozen sections (data, model, optimiser, checkpoints, run, objective),
 validated on construction, saved with every checkpoint. Each field carries its flag's help and default
-(``configs.options`` makes the CLI from them); model presets live in ``trainer.model``. ``RunConfig`` and
+(``configs.options`` makes the CLI from them); model presets live in ``trainer.model_config``. ``RunConfig`` and
 ``OptimConfig`` are shared with fine-tuning (``trainer.finetune.config``), which overrides some defaults."""
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from configs import options
 from configs.errors import ConfigError, check
 from configs.options import opt, section
 from trainer.data.config import MASKING_MODES, dataset_key, split_data_args
-from trainer.model import NORM_PLACEMENTS
+from trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
-PRESETS = ("tiny", "mini", "small", "medium", "base", "large")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -141,7 +140,7 @@ class ModelChoice:
     """Which encoder to train and where its first weights come from."""
 
     preset: str = opt(
-        "tiny", "Preset (L2/H128 .. L24/H1024); vocab size from the data.", flag="--model", choices=PRESETS
+        "tiny", "Preset (L2/H128 .. L24/H1024); vocab size from the data.", flag="--model", choices=PRESET_NAMES
     )
     model_config: str | None = opt(None, "JSON of BertConfig fields overriding the preset.", path="file")
     norm_placement: str = opt(

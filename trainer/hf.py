@@ -21,7 +21,8 @@ from torch import Tensor, nn
 
 from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 from schemas.wordpiece import bert_tokenizer, with_bert_template
-from trainer.model import BertConfig, BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
+from trainer.model import BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
+from trainer.model_config import BertConfig
 
 __all__ = [
     "HFCheckpointError",

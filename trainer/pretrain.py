@@ -32,7 +32,8 @@ from trainer.data.loader import TooFewSamples
 from trainer.data.refs import read_text
 from trainer.errors import RunError
 from trainer.metrics import MetricsLogger, Throughput
-from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops, with_dropout
+from trainer.model import BertForPreTraining
+from trainer.model_config import PRESET_NAMES, BertConfig, find_preset, pretraining_flops, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.progress import Progress
 from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
@@ -65,9 +66,9 @@ def model_config(cfg: TrainConfig, vocab: Vocab, restored: dict | None) -> tuple
         config, state, report = load_hf(cfg.model.init_from, seed=cfg.run.seed)
         check_init_vocab(cfg.model.init_from, report.vocab_sha256, vocab, cfg.data.paths[0])
         return with_dropout(config, cfg.model.dropout), state, report
-    preset = PRESETS.get(cfg.model.preset) or PRESETS.get(f"bert_{cfg.model.preset}")
+    preset = find_preset(cfg.model.preset)
     if preset is None:
-        raise ValueError(f"--model must be one of tiny, mini, small, medium, base, large; got {cfg.model.preset!r}")
+        raise ValueError(f"--model must be one of {', '.join(PRESET_NAMES)}; got {cfg.model.preset!r}")
     config = replace(preset(vocab_size), norm_placement=cfg.model.norm_placement)
     if cfg.model.model_config:
         try:

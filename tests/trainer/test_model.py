@@ -6,18 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.model import (
-    PRESETS,
-    BertConfig,
-    BertForPreTraining,
-    BertModel,
-    bert_base,
-    bert_large,
-    bert_tiny,
-    mean_losses,
-    num_parameters,
-    pretraining_flops,
-)
+from trainer.model import BertForPreTraining, BertModel, mean_losses, num_parameters
+from trainer.model_config import PRESETS, BertConfig, bert_base, bert_large, bert_tiny, pretraining_flops
 
 VOCAB = 97
 

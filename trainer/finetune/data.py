@@ -26,7 +26,7 @@ from schemas.manifest import MANIFEST_NAME, Manifest, load_vocab, manifest_sourc
 from schemas.version import SchemaError
 from schemas.vocab import Vocab, VocabMismatchError
 from trainer.data.refs import read_text
-from trainer.model import derive_seed
+from trainer.weights_init import derive_seed
 
 PAD_MULTIPLE = 8  # tensor-core friendly sequence lengths
 

@@ -49,7 +49,7 @@ from trainer.finetune.heads import load_encoder_state
 from trainer.finetune.tasks import TASKS, Task, get_task
 from trainer.finetune.weights import Init, check_vocab, resolve_init
 from trainer.metrics import METRICS_FILE, MetricsLogger
-from trainer.model import BertConfig, with_dropout
+from trainer.model_config import BertConfig, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.progress import Progress
 
