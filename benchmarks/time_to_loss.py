@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trainer.data import DataConfig, PretrainingLoader  # noqa: E402
-from trainer.hf import hf_config_dict  # noqa: E402
+from trainer.hf_config import hf_config_dict  # noqa: E402
 from trainer.metrics import read_metrics  # noqa: E402
 from trainer.model_config import PRESETS  # noqa: E402
 from trainer.optim import param_groups  # noqa: E402
