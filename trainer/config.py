@@ -13,7 +13,7 @@ from typing import Any
 from configs import options
 from configs.errors import ConfigError, check
 from configs.options import opt, section
-from trainer.data.config import MASKING_MODES, dataset_key, split_data_args
+from trainer.data.config import MASKING_MODES, check_masking, dataset_key, split_data_args
 from trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -197,20 +197,7 @@ class ObjectiveConfig:
 
     def __post_init__(self) -> None:
         check_finite(self)
-        check(self.masking in MASKING_MODES, "masking", f"must be one of {MASKING_MODES}, got {self.masking!r}")
-        check(0 < self.mlm_probability < 1, "mlm_probability", f"must be in (0, 1), got {self.mlm_probability}")
-        check(
-            self.max_predictions is None or self.max_predictions >= 1,
-            "max_predictions",
-            f"must be >= 1, got {self.max_predictions}",
-        )
-        for f in fields(self):
-            if f.name in ("mlm_probability", "max_predictions", "whole_word_mask"):
-                check(
-                    self.masking == "dynamic" or getattr(self, f.name) == f.default,
-                    f.name,
-                    "needs --masking dynamic (static masks are read from the shards as written)",
-                )
+        check_masking(self)  # the loader's one rule (trainer.data.config): a bad flag is refused before anything runs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

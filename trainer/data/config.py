@@ -7,10 +7,34 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from os import PathLike
+from typing import Any
+
+from configs.errors import check
 
 FORMATS = ("auto", "arrow", "webdataset")
 VERIFY_MODES = ("sha256", "size")
 MASKING_MODES = ("static", "dynamic")
+# The dynamic-only masking options and their defaults (what static masking must leave them at).
+DYNAMIC_ONLY: dict[str, Any] = {"mlm_probability": 0.15, "max_predictions": None, "whole_word_mask": False}
+
+
+def check_masking(cfg: Any) -> None:
+    """Validate the masking options of ``cfg`` (``masking``, ``mlm_probability``, ``max_predictions``,
+    ``whole_word_mask``): the one rule for the loader's ``DataConfig`` and the command line's objective
+    section. Raises ``ConfigError`` naming the field (the CLI names its flag)."""
+    check(cfg.masking in MASKING_MODES, "masking", f"must be one of {MASKING_MODES}, got {cfg.masking!r}")
+    p = cfg.mlm_probability
+    ok = isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 1
+    check(ok, "mlm_probability", f"must be in (0, 1), got {p}")
+    k = cfg.max_predictions
+    ok = k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 1)
+    check(ok, "max_predictions", f"must be >= 1, got {k}")
+    for name, default in DYNAMIC_ONLY.items():
+        check(
+            cfg.masking == "dynamic" or getattr(cfg, name) == default,
+            name,
+            "needs --masking dynamic (static masks are read from the shards as written)",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,20 +114,7 @@ class DataConfig:
             for p, w in zip(norm, weights):
                 if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w > 0):
                     raise ValueError(f"DataConfig.weights: {p} has weight {w!r}; weights must be finite and > 0")
-        if self.masking not in MASKING_MODES:
-            raise ValueError(f"DataConfig.masking must be one of {MASKING_MODES}, got {self.masking!r}")
-        if not isinstance(self.mlm_probability, (int, float)) or not 0 < self.mlm_probability < 1:
-            raise ValueError(f"DataConfig.mlm_probability must be in (0, 1), got {self.mlm_probability!r}")
-        if self.max_predictions is not None:
-            _positive("max_predictions", self.max_predictions)
-        if self.masking == "static" and (
-            self.mlm_probability != 0.15 or self.max_predictions is not None or self.whole_word_mask
-        ):
-            # Static masks are the shards' own: these would silently do nothing.
-            raise ValueError(
-                "DataConfig.mlm_probability, max_predictions and whole_word_mask need masking='dynamic' "
-                "(static masks are read from the shards as written)"
-            )
+        check_masking(self)  # static masks are the shards' own: the dynamic-only options would do nothing
 
     @property
     def window(self) -> int:
