@@ -11,9 +11,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from configs import options
-from configs.errors import ConfigError, check
+from configs.errors import check
 from configs.options import opt, section
-from trainer.data.config import MASKING_MODES, check_masking, dataset_key, split_data_args
+from trainer.data.config import MASKING_MODES, PretrainData, check_masking
 from trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -90,49 +90,6 @@ class PretrainOptim(OptimConfig):
         OptimConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
         check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PretrainData:
-    """The pretraining shards and how they are read."""
-
-    sources: tuple[str, ...] = opt(
-        help="Dataset folder with a manifest.json (repeatable; local or URL). DIR:WEIGHT on every --data mixes "
-        "the folders by weight instead of reading them as one dataset.",
-        flag="--data",
-    )
-    eval_data: str | None = opt(None, "Evaluation dataset folder.")
-    data_format: str = opt(
-        "auto",
-        "Shard format to read --data in (auto: Arrow where a dataset has it); --eval-data without it is read in the "
-        "format it has.",
-        flag="--format",
-        choices=("auto", "arrow", "webdataset"),
-    )
-    num_workers: int = opt(2, "Data-loader worker processes per rank.")
-    shuffle_buffer: int = opt(10_000, cli=False)
-    skip_corrupt: bool = opt(False, "Skip (and count) shards whose checksum fails instead of stopping.")
-
-    def __post_init__(self) -> None:
-        check(len(self.sources) > 0, "data", "at least one --data DIR is required")
-        try:
-            paths = self.paths
-        except ValueError as e:
-            raise ConfigError("data", str(e)) from None
-        keys = [dataset_key(d) for d in paths]
-        twice = sorted({d for d, k in zip(paths, keys) if keys.count(k) > 1})
-        check(not twice, "data", f"the same dataset is given more than once: {', '.join(twice)}")
-        check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        """The ``--data`` folders, without their weights."""
-        return split_data_args(self.sources)[0]
-
-    @property
-    def weights(self) -> tuple[float, ...] | None:
-        """The ``--data DIR:WEIGHT`` weights, or None (bare folders are read as one dataset)."""
-        return split_data_args(self.sources)[1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

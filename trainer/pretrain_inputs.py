@@ -14,7 +14,7 @@ from schemas.vocab import Vocab
 from trainer import distributed as D
 from trainer import runtime as R
 from trainer.config import TrainConfig
-from trainer.data import DataConfig, PretrainingLoader, VocabMismatchError, load_manifest
+from trainer.data import PretrainingLoader, VocabMismatchError, load_manifest
 from trainer.data.config import dataset_key, weight_notes
 from trainer.data.loader import TooFewSamples
 from trainer.data.refs import read_text
@@ -92,20 +92,11 @@ def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretraining
     """The training stream; opening it checks manifests, vocabulary and shard sizes (hashes with --skip-corrupt)."""
     try:
         return PretrainingLoader(
-            DataConfig(
-                paths=cfg.data.paths,
-                weights=cfg.data.weights,
+            cfg.data.loader_config(
                 batch_size=cfg.batch_size,
-                num_workers=cfg.data.num_workers,
                 seed=cfg.run.seed,
-                shuffle_buffer=cfg.data.shuffle_buffer,
-                skip_corrupt=cfg.data.skip_corrupt,
-                format=cfg.data.data_format,
                 pin_memory=info.device.type == "cuda",
-                masking=cfg.objective.masking,
-                mlm_probability=cfg.objective.mlm_probability,
-                max_predictions=cfg.objective.max_predictions,
-                whole_word_mask=cfg.objective.whole_word_mask,
+                masking=cfg.objective,
             ),
             expected_vocab_sha256=vocab.sha256,
             world_size=info.world_size,
@@ -127,13 +118,7 @@ def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretra
             fmt = "auto"
     try:
         return PretrainingLoader(
-            DataConfig(
-                paths=(cfg.data.eval_data,),
-                batch_size=cfg.batch_size,
-                shuffle=False,
-                num_workers=0,
-                format=fmt,
-            ),
+            cfg.data.eval_loader_config(batch_size=cfg.batch_size, format=fmt),
             expected_vocab_sha256=vocab.sha256,
             world_size=info.world_size,
             rank=info.rank,
