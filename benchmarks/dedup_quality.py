@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipelines.pretraining import dedup as D  # noqa: E402
+from pipelines.pretraining import minhash as M  # noqa: E402
 from pipelines.pretraining.kernels import switch  # noqa: E402
 from pipelines.pretraining.read import Document, batch_documents, read_documents  # noqa: E402
 
@@ -119,7 +120,7 @@ def quality(docs: list[Document], truth: dict[str, str], removed: dict[str, tupl
     natural = []
     for d, (of, kind) in removed.items():
         if d not in truth:
-            a, b = set(D.text_shingles(text[d], 5).tolist()), set(D.text_shingles(text[of], 5).tolist())
+            a, b = set(M.text_shingles(text[d], 5).tolist()), set(M.text_shingles(text[of], 5).tolist())
             natural.append((d, of, kind, round(len(a & b) / max(1, len(a | b)), 3)))
     return {
         "injected": len(truth),
@@ -139,12 +140,12 @@ def sign_speed(docs: list[Document], seed: int) -> dict:
     the kernel and by the reference, and datasketch's ``MinHash.bulk`` over the same 5-gram shingles."""
     texts = [D.document_text(d) for d in docs]
     mb = sum(len(t.encode()) for t in texts) / 1e6
-    a, b = D.permutations(seed)
-    D._compiled_hashes(texts[:2], 5, a, b, True)  # compiled (or loaded from numba's cache) before timing
+    a, b = M.permutations(seed)
+    M._compiled_hashes(texts[:2], 5, a, b, True)  # compiled (or loaded from numba's cache) before timing
     out: dict = {"MB": round(mb, 1)}
     for name, fn in (
-        ("kernel", lambda: D._compiled_hashes(texts, 5, a, b, True)),
-        ("reference", lambda: D.reference_document_hashes(texts, 5, a, b, True)),
+        ("kernel", lambda: M._compiled_hashes(texts, 5, a, b, True)),
+        ("reference", lambda: M.reference_document_hashes(texts, 5, a, b, True)),
     ):
         t = time.perf_counter()
         fn()
@@ -157,9 +158,9 @@ def sign_speed(docs: list[Document], seed: int) -> dict:
     t = time.perf_counter()
     sets = []
     for text in texts:
-        ws = D.words(text)
+        ws = M.words(text)
         sets.append([" ".join(ws[i : i + 5]).encode() for i in range(max(1, len(ws) - 4))])
-    MinHash.bulk(sets, num_perm=D.NUM_PERM, seed=seed)
+    MinHash.bulk(sets, num_perm=M.NUM_PERM, seed=seed)
     out["datasketch_MB_per_s"] = round(mb / (time.perf_counter() - t), 2)
     return out
 

@@ -5,7 +5,7 @@ attention kernels accept our padding mask, and that two identical steps from the
     PYTHONPATH=. python3 benchmarks/gpu_pretrain.py [--batch-size 256] [--steps 30] [--json out.json]
 
 Batches are synthetic but shaped like real shards: ~90% full-length sequences, dynamic padding to the batch's
-longest (so T = 128), 20 masked positions. MFU = counted model FLOPs (trainer.model.pretraining_flops, forward and
+longest (so T = 128), 20 masked positions. MFU = counted model FLOPs (trainer.model_config.pretraining_flops, forward and
 backward, at the padded shapes) per second / the device's dense bf16 peak (trainer.metrics.device_peak_flops).
 Needs only torch (no apache-beam, no transformers): the machine it runs on has no package index.
 """
@@ -23,7 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer.metrics import device_peak_flops  # noqa: E402
-from trainer.model import PRESETS, BertForPreTraining, mean_losses, pretraining_flops  # noqa: E402
+from trainer.model import BertForPreTraining, mean_losses  # noqa: E402
+from trainer.model_config import PRESETS, pretraining_flops  # noqa: E402
 from trainer.optim import build_optimizer  # noqa: E402
 
 
@@ -50,7 +51,7 @@ def make_batch(b: int, t: int, p: int, vocab: int, gen: torch.Generator, device:
 
 def run_mode(name: str, compile_: bool, args, device: torch.device) -> dict:
     torch.manual_seed(0)
-    config = PRESETS[f"bert_{args.model}"](args.vocab)
+    config = PRESETS[args.model](args.vocab)
     model = BertForPreTraining(config, seed=0).to(device)
     opt = build_optimizer(model, "adamw", 1e-4, 0.01)
     step_model = torch.compile(model) if compile_ else model

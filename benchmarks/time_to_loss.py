@@ -35,9 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trainer.data import DataConfig, PretrainingLoader  # noqa: E402
-from trainer.hf import hf_config_dict  # noqa: E402
+from trainer.hf_config import hf_config_dict  # noqa: E402
 from trainer.metrics import read_metrics  # noqa: E402
-from trainer.model import PRESETS  # noqa: E402
+from trainer.model_config import PRESETS  # noqa: E402
 from trainer.optim import param_groups  # noqa: E402
 
 WIKI = REPO.parent / "shared" / "data" / "pretrain" / "wikipedia"
@@ -142,7 +142,7 @@ def run_reference(args: argparse.Namespace, train: Path, held: Path, init: Path)
     optimizer = torch.optim.AdamW(param_groups(model, 0.01), lr=args.lr, eps=1e-6)
     schedule = get_linear_schedule_with_warmup(optimizer, args.warmup, args.max_steps)
     sha = json.loads((train / "manifest.json").read_text())["vocab"]["sha256"]
-    # The batches `berttrain pretrain` draws: same DataConfig as trainer.pretrain.data_loader for one CPU rank.
+    # The batches `berttrain pretrain` draws: same DataConfig as trainer.pretrain_inputs.data_loader for one CPU rank.
     loader = PretrainingLoader(
         DataConfig(paths=(str(train),), batch_size=args.batch, num_workers=1, seed=args.seed),
         expected_vocab_sha256=sha,
@@ -195,7 +195,7 @@ def time_to(evals: list[dict], target: float) -> float | None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="bert_mini", choices=sorted(PRESETS))
+    p.add_argument("--preset", default="mini", choices=sorted(PRESETS))
     p.add_argument("--minutes", type=float, default=8.0, help="Training wall time given to each.")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seq", type=int, default=128)

@@ -6,8 +6,8 @@ the same masked positions (HF gets labels = -100 except at those positions) and 
 load hit both. Prints ms/step (median, min, mean) and the ratio ours/theirs of the medians (and of the
 minimums, as a noise check); goal: <= 0.8.
 
-    python benchmarks/train_step.py                      # bert_mini, batch 32, seq 128, 20 masked
-    python benchmarks/train_step.py --preset bert_small --threads 2
+    python benchmarks/train_step.py                      # mini, batch 32, seq 128, 20 masked
+    python benchmarks/train_step.py --preset small --threads 2
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.hf import from_hf_state_dict, hf_config_dict  # noqa: E402
-from trainer.model import PRESETS, BertForPreTraining, mean_losses, pretraining_flops  # noqa: E402
+from trainer.hf import from_hf_state_dict  # noqa: E402
+from trainer.hf_config import hf_config_dict  # noqa: E402
+from trainer.model import BertForPreTraining, mean_losses  # noqa: E402
+from trainer.model_config import PRESETS, pretraining_flops  # noqa: E402
 
 
 def make_batch(
@@ -73,7 +75,7 @@ def hf_labels(batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="bert_mini", choices=sorted(PRESETS))
+    parser.add_argument("--preset", default="mini", choices=sorted(PRESETS))
     parser.add_argument("--vocab-size", type=int, default=30522)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128)

@@ -24,12 +24,12 @@ Layout (version 1)::
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from schemas.version import SCHEMA_VERSION, SchemaError, check_version
-from schemas.vocab import PAD, VOCAB_FILENAME, Vocab
+from schemas.vocab import PAD, VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "bertstream.manifest"
@@ -55,6 +55,25 @@ def vocab_entry(vocab: Vocab, *, lowercase: bool, source: str | None = None) -> 
     if source is not None:
         entry["source"] = source
     return entry
+
+
+def load_vocab(manifest: Manifest, read: Callable[[str], bytes], source: str) -> Vocab:
+    """The dataset's vocabulary, checked against its manifest's hash: the one loader every reader uses.
+
+    ``read(name)`` returns the bytes of the file ``name`` (relative to the dataset folder: the manifest's
+    ``vocab.file``) from wherever the dataset lies; ``source`` names that file in messages. Raises
+    :class:`VocabError` for a file that is no vocabulary, :class:`VocabMismatchError` for another vocabulary
+    than the manifest's (the readers refuse any other: the ids would mean other tokens).
+    """
+    raw = read(manifest.vocab_file)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise VocabError(f"{source}: not UTF-8 ({e})") from None
+    vocab = Vocab.from_text(text, source)
+    if vocab.sha256 != manifest.vocab_sha256:
+        raise VocabMismatchError(f"{source} hashes to {vocab.sha256}, the manifest says {manifest.vocab_sha256}")
+    return vocab
 
 
 def shard_name(prefix: str, index: int, num_shards: int, fmt: str) -> str:
@@ -84,6 +103,34 @@ class ShardInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardParameters:
+    """The typed view of the parameters that shaped a dataset's rows (``manifest.parameters``, also each
+    shard's ``bertstream.parameters``) for the readers: no reader spells a key. A field is None where the run
+    did not record it (task datasets record other parameters; older runs fewer); ``dedup`` defaults to
+    ``"none"``, as runs without deduplication leave it out."""
+
+    max_seq_length: int | None = None
+    max_predictions_per_seq: int | None = None
+    masked_lm_prob: float | None = None
+    short_seq_prob: float | None = None
+    dupe_factor: int | None = None
+    seed: int | None = None
+    whole_word_mask: bool | None = None
+    dedup: str = "none"
+
+    @classmethod
+    def from_dict(cls, parameters: Mapping[str, Any]) -> ShardParameters:
+        return cls(**{f.name: parameters[f.name] for f in fields(cls) if parameters.get(f.name) is not None})
+
+    def recorded(self) -> dict[str, Any]:
+        """The fields the run recorded, in declaration order (``dedup`` only where deduplication ran)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        if self.dedup == "none":
+            del out["dedup"]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     kind: str
     vocab: dict[str, Any]
@@ -102,6 +149,11 @@ class Manifest:
         for key in ("sha256", "size", "id_type", "special_ids"):
             if key not in self.vocab:
                 raise SchemaError(f"manifest vocab lacks {key!r}")
+
+    @property
+    def shard_parameters(self) -> ShardParameters:
+        """``parameters``, typed (what readers use)."""
+        return ShardParameters.from_dict(self.parameters)
 
     @property
     def vocab_sha256(self) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from schemas import id_types
@@ -39,6 +40,27 @@ INSTANCE_ID = "instance_id"
 FIELDS = (INPUT_IDS, SEGMENT_A_LENGTH, MASKED_LM_POSITIONS, MASKED_LM_IDS, NEXT_SENTENCE_LABEL, INSTANCE_ID)
 
 IS_NEXT, NOT_NEXT = 0, 1
+# masked_lm_positions: positions within a row (max_seq_length stays below 32,768).
+POSITION_TYPE = pa.uint16()
+POSITION_DTYPE = np.dtype("<u2")
+# Positions every row leaves unmasked: [CLS] and the two [SEP]s.
+SPECIALS_PER_ROW = 3
+
+
+def num_to_predict(
+    lengths: np.ndarray, probability: float, max_predictions: int | None = None, *, within_candidates: bool = False
+) -> np.ndarray:
+    """MLM predictions per instance of ``lengths`` tokens (specials included): the reference's count rule
+    ``min(max_predictions, max(1, round(length * probability)))``, ``np.round`` rounding half to even exactly
+    like Python's ``round``; ``max_predictions=None``: no cap. ``within_candidates`` also caps it at the
+    candidates (every position but [CLS] and the two [SEP]s), as the masks hold it. The one rule the static
+    masks (pipelines) and dynamic re-masking (trainer) count with."""
+    k = np.maximum(1, np.round(lengths.astype(np.float64) * probability).astype(np.int64))
+    if max_predictions is not None:
+        k = np.minimum(k, max_predictions)
+    if within_candidates:
+        k = np.minimum(k, np.maximum(lengths - SPECIALS_PER_ROW, 0))
+    return k
 
 
 def arrow_schema(id_type: str, vocab_sha256: str = "", parameters: Mapping[str, Any] | None = None) -> pa.Schema:
@@ -47,7 +69,7 @@ def arrow_schema(id_type: str, vocab_sha256: str = "", parameters: Mapping[str, 
         [
             pa.field(INPUT_IDS, pa.list_(t), nullable=False),
             pa.field(SEGMENT_A_LENGTH, pa.int16(), nullable=False),
-            pa.field(MASKED_LM_POSITIONS, pa.list_(pa.uint16()), nullable=False),
+            pa.field(MASKED_LM_POSITIONS, pa.list_(POSITION_TYPE), nullable=False),
             pa.field(MASKED_LM_IDS, pa.list_(t), nullable=False),
             pa.field(NEXT_SENTENCE_LABEL, pa.int8(), nullable=False),
             pa.field(INSTANCE_ID, pa.uint64(), nullable=False),

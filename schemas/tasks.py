@@ -86,6 +86,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from schemas import id_types
@@ -100,6 +101,9 @@ SEGMENT_A_LENGTH = "segment_a_length"
 LABEL = "label"
 LABELS = "labels"
 WINDOW = "window"
+# The window column: a window's index within its sentence or example.
+WINDOW_TYPE = pa.uint16()
+WINDOW_DTYPE = np.dtype("<u2")
 WORD_IDS = "word_ids"
 OWNED = "owned"
 NUM_WORDS = "num_words"
@@ -146,7 +150,7 @@ def _fields(kind: str, ids: pa.DataType) -> list[pa.Field]:
     if kind == NER:
         return [
             f(ROW_ID, pa.uint64()),
-            f(WINDOW, pa.uint16()),
+            f(WINDOW, WINDOW_TYPE),
             f(INPUT_IDS, pa.list_(ids)),
             f(LABELS, pa.list_(pa.int16())),
             f(WORD_IDS, pa.list_(pa.int32())),
@@ -158,7 +162,7 @@ def _fields(kind: str, ids: pa.DataType) -> list[pa.Field]:
             f(ROW_ID, pa.uint64()),
             f(EXAMPLE_INDEX, pa.int32()),
             f(EXAMPLE_ID, pa.string()),
-            f(WINDOW, pa.uint16()),
+            f(WINDOW, WINDOW_TYPE),
             f(INPUT_IDS, pa.list_(ids)),
             f(SEGMENT_A_LENGTH, pa.int16()),
             f(OFFSET_START, pa.list_(pa.int32())),
@@ -172,7 +176,7 @@ def _fields(kind: str, ids: pa.DataType) -> list[pa.Field]:
 
 
 def field_names(kind: str) -> tuple[str, ...]:
-    return tuple(f.name for f in _fields(kind, pa.uint16()))
+    return tuple(f.name for f in _fields(kind, id_types.UINT16.arrow))
 
 
 def arrow_schema(

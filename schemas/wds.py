@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schemas import id_types
+from schemas import pretraining as P
 from schemas.version import SchemaError, check_version
 
 EXTENSION = "bert"
@@ -54,7 +55,7 @@ HEADER = np.dtype(
     ]
 )  # packed (no alignment padding)
 HEADER_SIZE = HEADER.itemsize  # 18
-POSITION = np.dtype("<u2")  # masked_lm_positions
+POSITION = P.POSITION_DTYPE  # masked_lm_positions
 _MAX_LEN = np.iinfo(HEADER["n"]).max
 
 

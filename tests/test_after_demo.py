@@ -26,7 +26,8 @@ def demo_dir(tmp_path_factory, demo_shards: Path) -> Path:
     pytest.importorskip("transformers")
     from schemas.vocab import Vocab
     from trainer.hf import export_hf
-    from trainer.model import BertForPreTraining, bert_tiny
+    from trainer.model import BertForPreTraining
+    from trainer.model_config import bert_tiny
 
     root = tmp_path_factory.mktemp("after_demo")
     (root / "demo").mkdir()

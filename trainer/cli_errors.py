@@ -6,7 +6,7 @@ failures a user causes without a bug: a data-loader worker killed (out of memory
 not installed. Ctrl-C and SIGTERM are one line too, exit 130 and 143 (128 + the signal, as the shell reports a
 process killed by it); the ``finally`` and cleanup paths run first (partial checkpoints, a run folder that holds
 nothing yet). Anything else is a bug and keeps its traceback. Every message is redacted
-(``trainer.redact``): a URL's password never reaches the console.
+(``schemas.redact``): a URL's password never reaches the console.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from configs.errors import ConfigError
-from trainer.redact import redact
+from schemas.redact import redact
 
 # Optional packages a command may need (plot: matplotlib; s3:// and http:// data: s3fs, aiohttp; ...), and
 # whether the train extra brings them (aiohttp comes with s3fs).

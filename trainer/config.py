@@ -1,6 +1,6 @@
 """Configuration of a pretraining run: frozen sections (data, model, optimiser, checkpoints, run, objective),
 validated on construction, saved with every checkpoint. Each field carries its flag's help and default
-(``configs.options`` makes the CLI from them); model presets live in ``trainer.model``. ``RunConfig`` and
+(``configs.options`` makes the CLI from them); model presets live in ``trainer.model_config``. ``RunConfig`` and
 ``OptimConfig`` are shared with fine-tuning (``trainer.finetune.config``), which overrides some defaults."""
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from configs import options
-from configs.errors import ConfigError, check
+from configs.errors import check
 from configs.options import opt, section
-from trainer.data.config import MASKING_MODES, dataset_key, split_data_args
-from trainer.model import NORM_PLACEMENTS
+from trainer.data.config import MASKING_MODES, PretrainData, check_masking
+from trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
-PRESETS = ("tiny", "mini", "small", "medium", "base", "large")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -94,54 +93,11 @@ class PretrainOptim(OptimConfig):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PretrainData:
-    """The pretraining shards and how they are read."""
-
-    sources: tuple[str, ...] = opt(
-        help="Dataset folder with a manifest.json (repeatable; local or URL). DIR:WEIGHT on every --data mixes "
-        "the folders by weight instead of reading them as one dataset.",
-        flag="--data",
-    )
-    eval_data: str | None = opt(None, "Evaluation dataset folder.")
-    data_format: str = opt(
-        "auto",
-        "Shard format to read --data in (auto: Arrow where a dataset has it); --eval-data without it is read in the "
-        "format it has.",
-        flag="--format",
-        choices=("auto", "arrow", "webdataset"),
-    )
-    num_workers: int = opt(2, "Data-loader worker processes per rank.")
-    shuffle_buffer: int = opt(10_000, cli=False)
-    skip_corrupt: bool = opt(False, "Skip (and count) shards whose checksum fails instead of stopping.")
-
-    def __post_init__(self) -> None:
-        check(len(self.sources) > 0, "data", "at least one --data DIR is required")
-        try:
-            paths = self.paths
-        except ValueError as e:
-            raise ConfigError("data", str(e)) from None
-        keys = [dataset_key(d) for d in paths]
-        twice = sorted({d for d, k in zip(paths, keys) if keys.count(k) > 1})
-        check(not twice, "data", f"the same dataset is given more than once: {', '.join(twice)}")
-        check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        """The ``--data`` folders, without their weights."""
-        return split_data_args(self.sources)[0]
-
-    @property
-    def weights(self) -> tuple[float, ...] | None:
-        """The ``--data DIR:WEIGHT`` weights, or None (bare folders are read as one dataset)."""
-        return split_data_args(self.sources)[1]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelChoice:
     """Which encoder to train and where its first weights come from."""
 
     preset: str = opt(
-        "tiny", "Preset (L2/H128 .. L24/H1024); vocab size from the data.", flag="--model", choices=PRESETS
+        "tiny", "Preset (L2/H128 .. L24/H1024); vocab size from the data.", flag="--model", choices=PRESET_NAMES
     )
     model_config: str | None = opt(None, "JSON of BertConfig fields overriding the preset.", path="file")
     norm_placement: str = opt(
@@ -198,20 +154,7 @@ class ObjectiveConfig:
 
     def __post_init__(self) -> None:
         check_finite(self)
-        check(self.masking in MASKING_MODES, "masking", f"must be one of {MASKING_MODES}, got {self.masking!r}")
-        check(0 < self.mlm_probability < 1, "mlm_probability", f"must be in (0, 1), got {self.mlm_probability}")
-        check(
-            self.max_predictions is None or self.max_predictions >= 1,
-            "max_predictions",
-            f"must be >= 1, got {self.max_predictions}",
-        )
-        for f in fields(self):
-            if f.name in ("mlm_probability", "max_predictions", "whole_word_mask"):
-                check(
-                    self.masking == "dynamic" or getattr(self, f.name) == f.default,
-                    f.name,
-                    "needs --masking dynamic (static masks are read from the shards as written)",
-                )
+        check_masking(self)  # the loader's one rule (trainer.data.config): a bad flag is refused before anything runs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

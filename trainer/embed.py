@@ -23,6 +23,7 @@ from configs.errors import check
 from configs.options import opt
 from schemas import tasks as T
 from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.redact import redact_values
 from schemas.version import SchemaError
 from schemas.vocab import CLS, SEP
 from schemas.wordpiece import bert_tokenizer, json_lowercase
@@ -30,7 +31,6 @@ from trainer.config import check_device
 from trainer.errors import RunError
 from trainer.finetune.weights import RANDOM_PREFIX, Init, InitError, check_vocab, resolve_init
 from trainer.model import BertModel
-from trainer.redact import redact_values
 
 COMBINES = ("sum", "concat", "mean")
 POOLINGS = ("cls", "mean", "none")

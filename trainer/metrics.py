@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from trainer.redact import redact_values
+from schemas.redact import redact_values
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -15,40 +15,28 @@ position onto the vocabulary).
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from trainer.model_config import BertConfig
+from trainer.weights_init import construct_then_init, derive_seed
+
 __all__ = [
     "BATCH_KEYS",
-    "NORM_PLACEMENTS",
     "BertConfig",
     "BertEmbeddings",
     "BertEncoder",
     "BertForPreTraining",
     "BertModel",
     "BertPreTrainingHeads",
-    "PRESETS",
     "attention_bias",
-    "bert_base",
-    "bert_large",
-    "bert_medium",
-    "bert_mini",
-    "bert_small",
-    "bert_tiny",
-    "construct_then_init",
-    "derive_seed",
     "gather_positions",
     "init_bert_weights",
     "num_parameters",
-    "pretraining_flops",
     "seeded_init",
-    "with_dropout",
 ]
 
 BATCH_KEYS = (
@@ -60,161 +48,6 @@ BATCH_KEYS = (
     "masked_lm_weights",
     "next_sentence_labels",
 )
-
-
-# --------------------------------------------------------------------------------------------- config
-
-NORM_PLACEMENTS = ("post", "pre")
-
-
-@dataclass(frozen=True, kw_only=True)
-class BertConfig:
-    """Architecture and regularisation of a BERT model. ``intermediate_size=None`` means ``4 * hidden_size``."""
-
-    vocab_size: int
-    hidden_size: int = 768
-    num_layers: int = 12
-    num_heads: int = 12
-    intermediate_size: int | None = None
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    pad_token_id: int = 0
-    # "post": BERT's LN(x + f(x)), what Hugging Face's BertModel holds. "pre": x + f(LN(x)) with a final LN
-    # after the last layer (Cramming, 24hBERT): trains stably at the high learning rates a short budget needs.
-    norm_placement: str = "post"
-
-    def __post_init__(self) -> None:
-        if self.intermediate_size is None:
-            object.__setattr__(self, "intermediate_size", 4 * self.hidden_size)
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"BertConfig.hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}"
-            )
-        for name in ("hidden_dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"BertConfig.{name} must be a probability in [0, 1), got {value!r}")
-        for name in ("layer_norm_eps", "initializer_range"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
-        if self.norm_placement not in NORM_PLACEMENTS:
-            raise ValueError(
-                f"BertConfig.norm_placement must be one of {', '.join(NORM_PLACEMENTS)}, got {self.norm_placement!r}"
-            )
-        if isinstance(self.pad_token_id, bool) or not isinstance(self.pad_token_id, int):
-            raise ValueError(f"BertConfig.pad_token_id must be an integer, got {self.pad_token_id!r}")
-        if not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(
-                f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary [0, {self.vocab_size})"
-            )
-
-    @property
-    def pre_ln(self) -> bool:
-        return self.norm_placement == "pre"
-
-    @property
-    def head_size(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BertConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"BertConfig: unknown key(s) {unknown}; known keys are {sorted(known)}")
-        if "vocab_size" not in data:
-            raise ValueError("BertConfig: 'vocab_size' is required")
-        return cls(**dict(data))
-
-
-def bert_tiny(vocab_size: int) -> BertConfig:
-    return BertConfig(vocab_size=vocab_size, num_layers=2, hidden_size=128, num_heads=2)
-
-
-def bert_mini(vocab_size: int) -> BertConfig:
-    return BertConfig(vocab_size=vocab_size, num_layers=4, hidden_size=256, num_heads=4)
-
-
-def bert_small(vocab_size: int) -> BertConfig:
-    return BertConfig(vocab_size=vocab_size, num_layers=4, hidden_size=512, num_heads=8)
-
-
-def bert_medium(vocab_size: int) -> BertConfig:
-    return BertConfig(vocab_size=vocab_size, num_layers=8, hidden_size=512, num_heads=8)
-
-
-def bert_base(vocab_size: int) -> BertConfig:
-    return BertConfig(vocab_size=vocab_size, num_layers=12, hidden_size=768, num_heads=12)
-
-
-def bert_large(vocab_size: int) -> BertConfig:
-    return BertConfig(vocab_size=vocab_size, num_layers=24, hidden_size=1024, num_heads=16)
-
-
-def with_dropout(config: BertConfig, dropout: float | None) -> BertConfig:
-    """``config`` with hidden and attention dropout set to ``dropout`` (None: unchanged).
-
-    Dropout is a training choice rather than architecture: a short pretraining run sees each instance at most
-    once and learns faster without it, while fine-tuning on a few thousand rows wants it back.
-    """
-    return config if dropout is None else replace(config, hidden_dropout=dropout, attention_dropout=dropout)
-
-
-PRESETS: dict[str, Callable[[int], BertConfig]] = {
-    "bert_tiny": bert_tiny,
-    "bert_mini": bert_mini,
-    "bert_small": bert_small,
-    "bert_medium": bert_medium,
-    "bert_base": bert_base,
-    "bert_large": bert_large,
-}
-
-
-# ---------------------------------------------------------------------------------------------- FLOPs
-
-
-def pretraining_flops(config: BertConfig, seq_len: int, num_masked: int, *, backward: bool = True) -> int:
-    """Floating-point operations of one pretraining sequence (a multiply-add counts 2).
-
-    Forward, with T = ``seq_len``, P = ``num_masked``, H, I (intermediate), V (vocab), L layers::
-
-        per layer   2*T*(3*H*H + H*H + 2*H*I)     QKV, attention output, two FFN matmuls
-                  + 4*T*T*H                       Q @ K^T and softmax(.) @ V over all heads
-        pooler+NSP  2*(H*H + 2*H)                 one [CLS] vector per sequence
-        MLM head    2*P*(H*H + H*V)               transform + tied decoder, masked positions only
-
-    The matmul part is the usual ``2 * N * tokens`` with N the parameters used per token. Backward costs twice
-    the forward (gradients for inputs and weights), so with ``backward=True`` the result is 3x the forward,
-    i.e. the ``6 * N * tokens`` rule plus attention terms. Embedding lookups, LayerNorm, softmax, GELU and the
-    loss are excluded, as is conventional for MFU. Padding counts: pass the padded length the model sees.
-    """
-    if seq_len < 1 or num_masked < 0:
-        raise ValueError(f"seq_len must be >= 1 and num_masked >= 0, got seq_len={seq_len}, num_masked={num_masked}")
-    h, i, v, t, p = config.hidden_size, config.intermediate_size, config.vocab_size, seq_len, num_masked
-    assert i is not None
-    layer = 2 * t * (3 * h * h + h * h + 2 * h * i) + 4 * t * t * h
-    forward = config.num_layers * layer + 2 * (h * h + 2 * h) + 2 * p * (h * h + h * v)
-    return 3 * forward if backward else forward
 
 
 # ------------------------------------------------------------------------------------------------ init
@@ -252,12 +85,6 @@ def init_bert_weights(module: nn.Module, std: float, generator: torch.Generator 
             m.word_embeddings.weight[m.pad_token_id].zero_()
 
 
-def derive_seed(seed: int, stream: str) -> int:
-    """A 63-bit seed for one named stream of ``seed`` (independent of how other streams are consumed)."""
-    digest = hashlib.blake2b(f"{seed}/{stream}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
-
-
 def seeded_init(module: nn.Module, std: float, seed: int, stream: str) -> None:
     """BERT-initialise ``module`` from the stream ``stream`` of ``seed``; no global RNG state is touched."""
     param = next(module.parameters(), None)
@@ -266,25 +93,6 @@ def seeded_init(module: nn.Module, std: float, seed: int, stream: str) -> None:
     generator = torch.Generator()  # CPU: see _normal_
     generator.manual_seed(derive_seed(seed, stream))
     init_bert_weights(module, std, generator)
-
-
-def construct_then_init(module: nn.Module, build: Callable[[], None], init: Callable[[], None]) -> None:
-    """Run ``build`` (which creates submodules) on the meta device, then materialise on CPU and ``init``.
-
-    Skips PyTorch's default per-layer init, which would draw from the global RNG (and waste time); the module
-    is initialised on CPU, then moves to the default device (e.g. inside ``with torch.device("cuda")``).
-    Under a meta default device it stays shape-only, which is also how a nested call (BertModel inside
-    BertForPreTraining) leaves the init to its outermost caller.
-    """
-    device = torch.get_default_device()
-    with torch.device("meta"):
-        build()
-    if device.type == "meta":
-        return
-    module.to_empty(device="cpu")
-    init()
-    if device.type != "cpu":
-        module.to(device)
 
 
 # ----------------------------------------------------------------------------------------------- model

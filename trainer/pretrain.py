@@ -12,169 +12,37 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 
+from schemas.redact import redact_values
 from schemas.vocab import Vocab
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
 from trainer import rundir
 from trainer import runtime as R
 from trainer.config import TrainConfig
-from trainer.data import DataConfig, PretrainingLoader, VocabMismatchError, load_manifest
-from trainer.data.config import dataset_key, weight_notes
-from trainer.data.loader import TooFewSamples
-from trainer.data.refs import read_text
+from trainer.data import PretrainingLoader
 from trainer.errors import RunError
 from trainer.metrics import MetricsLogger, Throughput
-from trainer.model import PRESETS, BertConfig, BertForPreTraining, pretraining_flops, with_dropout
+from trainer.model import BertForPreTraining
+from trainer.model_config import BertConfig, pretraining_flops
 from trainer.optim import build_optimizer, build_scheduler
+from trainer.pretrain_inputs import (
+    check_seq_length,
+    data_loader,
+    eval_data_loader,
+    input_notes,
+    load_vocab,
+    model_config,
+)
 from trainer.progress import Progress
-from trainer.redact import redact_values
 from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
-
-
-def load_vocab(data_dirs: tuple[str, ...]) -> tuple[Vocab, bool]:
-    """The datasets' vocabulary (all must share it) and its casing, from the first dataset folder."""
-    manifests = [load_manifest(d) for d in data_dirs]
-    hashes = {m.vocab_sha256 for m in manifests}
-    if len(hashes) > 1:
-        raise RunError(f"--data folders use different vocabularies: {sorted(h[:12] for h in hashes)}")
-    m = manifests[0]
-    vocab = Vocab.from_text(read_text(data_dirs[0], m.vocab_file).decode("utf-8"), data_dirs[0])
-    if vocab.sha256 != m.vocab_sha256:
-        raise RunError(f"{data_dirs[0]}: {m.vocab_file} does not match the manifest's vocab hash")
-    return vocab, m.lowercase
-
-
-def model_config(cfg: TrainConfig, vocab: Vocab, restored: dict | None) -> tuple[BertConfig, dict | None, Any]:
-    """(config, HF weights or None, HF load report) from the checkpoint, --init-from, --model-config or preset."""
-    vocab_size = len(vocab)
-    if restored is not None:  # the checkpoint's architecture; --dropout may still change for a second phase
-        return with_dropout(BertConfig.from_dict(restored["model"]), cfg.model.dropout), None, None
-    if cfg.model.init_from:
-        from trainer.hf import load_hf
-
-        config, state, report = load_hf(cfg.model.init_from, seed=cfg.run.seed)
-        check_init_vocab(cfg.model.init_from, report.vocab_sha256, vocab, cfg.data.paths[0])
-        return with_dropout(config, cfg.model.dropout), state, report
-    preset = PRESETS.get(cfg.model.preset) or PRESETS.get(f"bert_{cfg.model.preset}")
-    if preset is None:
-        raise ValueError(f"--model must be one of tiny, mini, small, medium, base, large; got {cfg.model.preset!r}")
-    config = replace(preset(vocab_size), norm_placement=cfg.model.norm_placement)
-    if cfg.model.model_config:
-        try:
-            overrides = json.loads(Path(cfg.model.model_config).read_text())
-            config = BertConfig.from_dict({**config.to_dict(), **overrides, "vocab_size": vocab_size})
-        except (json.JSONDecodeError, TypeError, ValueError) as e:
-            raise RunError(f"--model-config {cfg.model.model_config}: {e}") from None
-    return with_dropout(config, cfg.model.dropout), None, None
-
-
-def input_notes(cfg: TrainConfig) -> list[str]:
-    """What the inputs are read as, where it may not be what was meant: a ``DIR:N`` weight beside a folder of
-    that name, an eval set that is the training set."""
-    notes = weight_notes(cfg.data.sources)
-    eval_data = cfg.data.eval_data
-    if eval_data and dataset_key(eval_data) in {dataset_key(p) for p in cfg.data.paths}:
-        notes.append(
-            f"warning: --eval-data {eval_data} is also --data: its figures measure the training set, not held-out data"
-        )
-    return notes
-
-
-def check_init_vocab(init_from: str, init_sha256: str | None, vocab: Vocab, data: str) -> None:
-    """The ids of --data must mean the --init-from model's tokens (as ``finetune --init`` and ``embed`` check):
-    the same vocabulary by content, not only by size."""
-    if init_sha256 is None:
-        raise VocabMismatchError(
-            f"--init-from {init_from}: has no usable vocab.txt, so the --data tokens cannot be checked against "
-            "the model's: put the vocabulary it was trained with beside its config.json"
-        )
-    if init_sha256 != vocab.sha256:
-        raise VocabMismatchError(
-            f"vocabulary mismatch: --data {data} was tokenised with vocab sha256 {vocab.sha256}, but --init-from "
-            f"{init_from} has vocab sha256 {init_sha256}; rebuild the data with `bertprep ... --vocab "
-            f"{Path(init_from) / 'vocab.txt'}` so that the ids mean the model's tokens"
-        )
-
-
-def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> PretrainingLoader:
-    """The training stream; opening it checks manifests, vocabulary and shard sizes (hashes with --skip-corrupt)."""
-    try:
-        return PretrainingLoader(
-            DataConfig(
-                paths=cfg.data.paths,
-                weights=cfg.data.weights,
-                batch_size=cfg.batch_size,
-                num_workers=cfg.data.num_workers,
-                seed=cfg.run.seed,
-                shuffle_buffer=cfg.data.shuffle_buffer,
-                skip_corrupt=cfg.data.skip_corrupt,
-                format=cfg.data.data_format,
-                pin_memory=info.device.type == "cuda",
-                masking=cfg.objective.masking,
-                mlm_probability=cfg.objective.mlm_probability,
-                max_predictions=cfg.objective.max_predictions,
-                whole_word_mask=cfg.objective.whole_word_mask,
-            ),
-            expected_vocab_sha256=vocab.sha256,
-            world_size=info.world_size,
-            rank=info.rank,
-        )
-    except (TooFewSamples, ValueError) as e:  # ValueError: a weight too small for one sample per epoch
-        raise RunError(f"--data: {e}") from None
-
-
-def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> PretrainingLoader:
-    """The evaluation set, opened at start: a missing folder, another vocabulary or too few samples must not
-    wait for the first evaluation (all steps since the last checkpoint would be lost)."""
-    assert cfg.data.eval_data is not None  # called only with --eval-data
-    fmt = cfg.data.data_format
-    if fmt != "auto":  # --format names how to read --data; an eval set written in another format is read as it is
-        held = load_manifest(cfg.data.eval_data).formats
-        if fmt not in held:
-            R.log(f"--eval-data {cfg.data.eval_data} has no {fmt} shards: read as {', '.join(held)}", info)
-            fmt = "auto"
-    try:
-        return PretrainingLoader(
-            DataConfig(
-                paths=(cfg.data.eval_data,),
-                batch_size=cfg.batch_size,
-                shuffle=False,
-                num_workers=0,
-                format=fmt,
-            ),
-            expected_vocab_sha256=vocab.sha256,
-            world_size=info.world_size,
-            rank=info.rank,
-        )
-    except TooFewSamples as e:
-        raise RunError(f"--eval-data: {e}") from None
-    except VocabMismatchError as e:
-        raise RunError(f"--eval-data {cfg.data.eval_data} uses another vocabulary than --data ({e})") from None
-
-
-def check_seq_length(config: BertConfig, cfg: TrainConfig) -> None:
-    """Sequences longer than the model's positions crash at the first long batch: refuse them at start."""
-    for flag, paths in (
-        ("--data", cfg.data.paths),
-        ("--eval-data", (cfg.data.eval_data,) if cfg.data.eval_data else ()),
-    ):
-        for path in paths:
-            length = load_manifest(path).parameters.get("max_seq_length")
-            if isinstance(length, int) and length > config.max_position_embeddings:
-                raise RunError(
-                    f"{flag} {path} holds sequences of up to {length} tokens (its max_seq_length) but the "
-                    f"model has {config.max_position_embeddings} positions (max_position_embeddings): "
-                    "rebuild the data with a smaller --max-seq-length, or use --model-config with more "
-                    "max_position_embeddings"
-                )
 
 
 def forever(loader: PretrainingLoader) -> Iterator[dict[str, torch.Tensor]]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from pipelines.common.ragged import concat_ranges, take_ranges
 from schemas import id_types
+from schemas import pretraining as P
 
 _WIRE = struct.Struct("<4sB3xQQQ")
 _MAGIC = b"BSIB"
@@ -107,7 +108,7 @@ class InstanceBatch:
                 self.next_sentence_label.astype("i1").tobytes(),
                 self.pred_offsets.astype("<i8").tobytes(),
                 self.ids.tobytes(),
-                self.positions.astype("<u2").tobytes(),
+                self.positions.astype(P.POSITION_DTYPE).tobytes(),
                 self.labels.tobytes(),
             )
         )
@@ -135,7 +136,7 @@ class InstanceBatch:
             offsets=np.zeros(n + 1, np.int64),
             segment_a_length=np.empty(n, np.int16),
             next_sentence_label=np.empty(n, np.int8),
-            positions=np.empty(p, np.uint16),
+            positions=np.empty(p, P.POSITION_DTYPE),
             labels=np.empty(p, dt),
             pred_offsets=np.zeros(n + 1, np.int64),
         )
@@ -176,6 +177,6 @@ class InstanceBatch:
         nsp = take("i1", n)
         pred_offsets = take("<i8", n + 1)
         ids = take(dt, t)
-        positions = take("<u2", p)
+        positions = take(P.POSITION_DTYPE, p)
         labels = take(dt, p)
         return cls(instance_ids, ids, offsets, seg_a, nsp, positions, labels, pred_offsets)

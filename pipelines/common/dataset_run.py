@@ -23,6 +23,7 @@ from pipelines.common.redact import redact_options, redact_text
 from pipelines.common.runner import UsageError, runner_name
 from pipelines.common.tokenizer import TokenizerSpec
 from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.manifest import vocab_entry as schema_vocab_entry
 from schemas.vocab import VOCAB_FILENAME
 
 
@@ -158,16 +159,9 @@ def _restore(output_dir: str, is_output: Callable[[str], bool], moved: list[tupl
 
 
 def vocab_entry(spec: TokenizerSpec) -> dict[str, Any]:
-    """The manifest's ``vocab``: what the trainer checks its tokenizer against."""
-    return {
-        "sha256": spec.vocab.sha256,
-        "size": len(spec.vocab),
-        "file": VOCAB_FILENAME,
-        "lowercase": spec.lowercase,
-        "id_type": spec.vocab.id_type,
-        "special_ids": spec.vocab.special_ids,
-        "source": redact_text(spec.source),
-    }
+    """The manifest's ``vocab`` (``schemas.manifest.vocab_entry``: what the trainer checks its tokenizer
+    against) for a run's tokenizer, its source redacted."""
+    return schema_vocab_entry(spec.vocab, lowercase=spec.lowercase, source=redact_text(spec.source))
 
 
 def run_entry(options: Any, beam_args: list[str], started: float) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Manifests record the run's Beam options, and people publish manifests with their datasets: an option whose
 name says key, secret, token, password or credential keeps its name and loses its value. Secrets are also
 redacted by value: a URL carrying ``user:password@`` (in any option, input, output or vocabulary, a log
-line, a progress line, an error, a manifest field) keeps its user and loses its password.
+line, a progress line, an error, a manifest field) keeps its user and loses its password, by the rule both
+sides share (``schemas.redact``).
 """
 
 from __future__ import annotations
@@ -11,22 +12,26 @@ from __future__ import annotations
 import logging
 import re
 
-REDACTED = "<redacted>"
+from schemas.redact import REDACTED, redact, url_passwords
+
+__all__ = [
+    "REDACTED",
+    "is_secret_option",
+    "redact_logs",
+    "redact_options",
+    "redact_text",
+    "secret_values",
+    "url_passwords",
+]
+
 _SECRET_NAME = re.compile(r"key|secret|token|password|passwd|credential", re.IGNORECASE)
-# scheme://user:password@host: the password is whatever lies between the first ':' and the '@' of the authority.
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):(?P<password>[^\s/?#@]*)@")
 # Secret values met so far in this process (redact_logs registers them): every text loses them.
 _KNOWN: set[str] = set()
 
 
-def url_passwords(text: str) -> list[str]:
-    """The passwords of the ``scheme://user:password@`` URLs in ``text``."""
-    return [m.group("password") for m in _URL_PASSWORD.finditer(text) if m.group("password")]
-
-
 def redact_text(text: str) -> str:
     """``text`` with URL passwords and the secret values registered by :func:`redact_logs` replaced."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", text)
+    text = redact(text)
     for s in sorted(_KNOWN, key=len, reverse=True):
         text = text.replace(s, REDACTED)
     return text
@@ -54,7 +59,7 @@ def redact_options(args: list[str]) -> list[str]:
                 out.append(f"{name}={REDACTED}")
                 continue
             hide_next = True
-        out.append(_URL_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", arg))
+        out.append(redact(arg))
     return out
 
 

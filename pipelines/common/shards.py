@@ -142,7 +142,7 @@ def to_arrow(batch: InstanceBatch, schema: pa.Schema, id_type: pa.DataType) -> p
     columns = {
         P.INPUT_IDS: ragged(batch.ids, batch.offsets, id_type),
         P.SEGMENT_A_LENGTH: pa.array(batch.segment_a_length.astype(np.int16)),
-        P.MASKED_LM_POSITIONS: ragged(batch.positions, batch.pred_offsets, pa.uint16()),
+        P.MASKED_LM_POSITIONS: ragged(batch.positions, batch.pred_offsets, P.POSITION_TYPE),
         P.MASKED_LM_IDS: ragged(batch.labels, batch.pred_offsets, id_type),
         P.NEXT_SENTENCE_LABEL: pa.array(batch.next_sentence_label.astype(np.int8)),
         P.INSTANCE_ID: pa.array(batch.instance_ids.astype(np.uint64)),

@@ -21,6 +21,7 @@ from pipelines.common.batch import InstanceBatch
 from pipelines.common.dataset_run import write_text_atomic
 from pipelines.common.spill import remove_work_dir
 from pipelines.pretraining import stats as S
+from schemas import pretraining as P
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from schemas.vocab import VOCAB_FILENAME
 
@@ -33,7 +34,7 @@ def empty_batch(dtype: str) -> InstanceBatch:
         np.zeros(1, np.int64),
         z.astype(np.int16),
         z.astype(np.int8),
-        z.astype(np.uint16),
+        z.astype(P.POSITION_DTYPE),
         z.astype(dtype),
         np.zeros(1, np.int64),
     )

@@ -33,6 +33,7 @@ from pipelines.common.hashing import combine, hash64
 from pipelines.common.ragged import concat_ranges, take_ranges
 from pipelines.pretraining.kernels import switch
 from schemas import id_types
+from schemas import pretraining as P
 
 _POOL_HEADER = struct.Struct("<8sBxxxQQQ")
 _POOL_MAGIC = b"BSPOOL01"
@@ -355,7 +356,7 @@ class _CreateInstancesFn(beam.DoFn):
             offsets=offsets,
             segment_a_length=seg_a,
             next_sentence_label=raw.is_random_next,
-            positions=empty.astype(np.uint16),
+            positions=empty.astype(P.POSITION_DTYPE),
             labels=empty,
             pred_offsets=np.zeros(len(raw.instance_ids) + 1, dtype=np.int64),
         )

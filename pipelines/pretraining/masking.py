@@ -33,6 +33,8 @@ from pipelines.common.batch import InstanceBatch
 from pipelines.common.hashing import GOLDEN, mix64_array, uniform_from
 from pipelines.pretraining.kernels import switch
 from pipelines.pretraining.word_segmenter import unmark
+from schemas import pretraining as P
+from schemas.pretraining import num_to_predict
 from schemas.vocab import MASK, is_reserved
 
 _PICK, _MASK80, _KEEP50, _RANDOM = (np.uint64(x) for x in (0x1, 0x2, 0x3, 0x4))
@@ -58,12 +60,6 @@ class Masked:
     positions: np.ndarray  # [P] uint16, ascending within each instance
     labels: np.ndarray  # [P] original ids
     pred_offsets: np.ndarray  # [N+1] int64
-
-
-def num_to_predict(lengths: np.ndarray, masked_lm_prob: float, max_predictions: int) -> np.ndarray:
-    """The reference's count rule; ``np.round`` rounds half to even exactly like Python's ``round``."""
-    k = np.round(lengths.astype(np.float64) * masked_lm_prob).astype(np.int64)
-    return np.minimum(max_predictions, np.maximum(1, k))
 
 
 def word_continuation(ids: np.ndarray, spec: MaskingSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -127,7 +123,7 @@ def reference_mask(
     n = len(offsets) - 1
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
-        return Masked(ids.copy(), z.astype(np.uint16), z.astype(ids.dtype), np.zeros(1, np.int64))
+        return Masked(ids.copy(), z.astype(P.POSITION_DTYPE), z.astype(ids.dtype), np.zeros(1, np.int64))
     lengths = np.diff(offsets)
     lmax = int(lengths.max())
     pos = np.arange(lmax, dtype=np.int64)[None, :]  # [1, Lmax]
@@ -136,7 +132,7 @@ def reference_mask(
     iid = np.asarray(instance_ids, dtype=np.uint64)[:, None]
     keys = _hash(iid, pos, _PICK)  # [N, Lmax]
     keys[~candidate] = _NO_KEY
-    k = np.minimum(num_to_predict(lengths, spec.masked_lm_prob, spec.max_predictions), lengths - 3)
+    k = num_to_predict(lengths, spec.masked_lm_prob, spec.max_predictions, within_candidates=True)
     if spec.whole_word:
         rows = np.zeros((n, lmax), dtype=bool)
         cont = np.zeros((n, lmax), dtype=bool)
@@ -168,7 +164,7 @@ def reference_mask(
     counts = np.bincount(rows_i, minlength=n)
     return Masked(
         ids=out,
-        positions=cols.astype(np.uint16),
+        positions=cols.astype(P.POSITION_DTYPE),
         labels=labels,
         pred_offsets=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
     )

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.common.batch import InstanceBatch
-from pipelines.pretraining.masking import num_to_predict
+from schemas.pretraining import num_to_predict
 
 
 def batch_stats(

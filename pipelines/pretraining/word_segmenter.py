@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from schemas import id_types
+
 SEGMENTERS = ("rjieba", "jieba")
 INSTALL_HINT = "pip install 'bertstream[chinese]'"
 
@@ -99,7 +101,7 @@ def continuation_flags(token_starts: np.ndarray, word_starts: np.ndarray) -> np.
 
 def check_vocab_size(vocab_size: int, id_type: str) -> None:
     """Marked ids go up to ``2 * vocab_size - 1``: they must fit the shards' id type (uint16 below 32,769)."""
-    if id_type == "uint16" and 2 * vocab_size > 1 << 16:
+    if id_type == id_types.UINT16.name and 2 * vocab_size > 1 << 16:
         raise ValueError(
             f"whole-word masking with a word segmenter marks ids above the vocabulary, which needs a vocabulary "
             f"of at most 32,768 tokens with uint16 ids (this one has {vocab_size:,})"

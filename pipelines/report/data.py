@@ -120,13 +120,13 @@ def duplicates(manifest: Manifest) -> dict[str, int] | None:
     """Documents removed as duplicates by reason, or None when deduplication did not run."""
     c = manifest.counters
     found = {r: c.get(C.drop(r), c.get(r)) for r in DUPLICATE_REASONS}
-    if manifest.parameters.get("dedup", "none") == "none":  # the stage was not in the run (zero counters or none)
+    if manifest.shard_parameters.dedup == "none":  # the stage was not in the run (zero counters or none)
         return None
     return {r: int(v or 0) for r, v in found.items()}
 
 
 def collect(manifest: Manifest, vocab: Vocab, tokens: TokenCounts, cfg: ReportConfig, name: str) -> ReportData:
-    c, st, p = manifest.counters, manifest.statistics, manifest.parameters
+    c, st, p = manifest.counters, manifest.statistics, manifest.shard_parameters
     data = ReportData(title=f"bertprep report: {name}")
     n = manifest.totals.get("instances", 0)
     drops = C.dropped(c)
@@ -152,7 +152,7 @@ def collect(manifest: Manifest, vocab: Vocab, tokens: TokenCounts, cfg: ReportCo
         ("sentences / tokens", f"{c.get(C.SENTENCES, 0):,} / {c.get(C.TOKENS, 0):,}"),
         (
             "max_seq_length, dupe_factor, masked_lm_prob",
-            f"{p.get('max_seq_length')}, {p.get('dupe_factor')}, {p.get('masked_lm_prob')}",
+            f"{p.max_seq_length}, {p.dupe_factor}, {p.masked_lm_prob}",
         ),
         ("vocabulary", f"{len(vocab):,} tokens ({'uncased' if manifest.vocab.get('lowercase') else 'cased'})"),
     ]
@@ -161,7 +161,7 @@ def collect(manifest: Manifest, vocab: Vocab, tokens: TokenCounts, cfg: ReportCo
             (
                 "instance length",
                 f"mean {ln['mean']}, p50 {ln['p50']}, p10 {ln['p10']}; "
-                f"{ln['fraction_shorter_than_max'] * 100:.1f}% shorter than {p.get('max_seq_length')}",
+                f"{ln['fraction_shorter_than_max'] * 100:.1f}% shorter than {p.max_seq_length}",
             )
         )
     if ns:
@@ -202,7 +202,7 @@ def collect(manifest: Manifest, vocab: Vocab, tokens: TokenCounts, cfg: ReportCo
     data.numbers.append(("input sources", f"{len(sources):,}" if sources else "not recorded"))
     data.series = {
         "length_histogram": st.get("length_histogram", []),
-        "max_seq_length": p.get("max_seq_length"),
+        "max_seq_length": p.max_seq_length,
         "next_sentence": [("IsNext", tokens.instances - tokens.not_next), ("NotNext", tokens.not_next)],
         "predictions_histogram": st.get("predictions_histogram", []),
         "source_documents": _top_with_other(sources, "documents", cfg.top_sources),

@@ -16,7 +16,8 @@ from schemas import pretraining as P
 from schemas import tasks as T
 from schemas import wds
 from schemas.manifest import Manifest, ShardInfo
-from schemas.vocab import Vocab, VocabError
+from schemas.manifest import load_vocab as load_dataset_vocab
+from schemas.vocab import Vocab, VocabError, VocabMismatchError
 
 
 def _read_all(path: str) -> bytes:
@@ -34,15 +35,11 @@ def load_vocab(dataset_dir: str, manifest: Manifest) -> Vocab:
     if not FileSystems.exists(path):
         raise DatasetError(f"{path}: missing (the manifest names it as the dataset's vocabulary)")
     try:
-        vocab = Vocab.from_text(_read_all(path).decode("utf-8"), path)
-    except (UnicodeDecodeError, VocabError) as e:
+        return load_dataset_vocab(manifest, lambda name: _read_all(FileSystems.join(dataset_dir, name)), path)
+    except VocabMismatchError as e:
+        raise DatasetError(f"{e} (a different or edited vocabulary)") from None
+    except VocabError as e:
         raise DatasetError(f"{path}: cannot read it as a vocabulary: {e}") from None
-    if vocab.sha256 != manifest.vocab_sha256:
-        raise DatasetError(
-            f"{path}: sha256 {vocab.sha256[:16]}… != manifest {manifest.vocab['sha256'][:16]}… "
-            "(a different or edited vocabulary)"
-        )
-    return vocab
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +157,7 @@ def decode_instance(inst: dict[str, Any], vocab: Vocab) -> str:
 
 
 def summary_lines(manifest: Manifest) -> list[str]:
-    p, st, c = manifest.parameters, manifest.statistics, manifest.counters
+    p, st, c = manifest.shard_parameters, manifest.statistics, manifest.counters
     lines = [
         f"kind {manifest.kind}, schema v{manifest.schema_version}, vocab {manifest.vocab['size']} tokens "
         f"(sha256 {manifest.vocab['sha256'][:12]}…, {'uncased' if manifest.vocab.get('lowercase') else 'cased'})",
@@ -170,21 +167,9 @@ def summary_lines(manifest: Manifest) -> list[str]:
             for f in manifest.formats
         ),
     ]
-    shown = [
-        k
-        for k in (
-            "max_seq_length",
-            "max_predictions_per_seq",
-            "masked_lm_prob",
-            "short_seq_prob",
-            "dupe_factor",
-            "seed",
-            "whole_word_mask",
-        )
-        if k in p
-    ]
+    shown = {k: v for k, v in p.recorded().items() if k != "dedup"}
     if shown:
-        lines.append("parameters: " + ", ".join(f"{k}={p[k]}" for k in shown))
+        lines.append("parameters: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
     if manifest.kind != P.KIND:
         t = manifest.task
         lines.append(
@@ -221,7 +206,7 @@ def summary_lines(manifest: Manifest) -> list[str]:
         lines += [
             f"next sentence: IsNext {ns['is_next']:.3f}, NotNext {ns['not_next']:.3f}",
             f"length: mean {ln['mean']} (std {ln['std']}), p1 {ln['p1']}, p5 {ln['p5']}, p10 {ln['p10']}, "
-            f"p50 {ln['p50']}; {ln['fraction_shorter_than_max'] * 100:.1f}% shorter than {p.get('max_seq_length')}",
+            f"p50 {ln['p50']}; {ln['fraction_shorter_than_max'] * 100:.1f}% shorter than {p.max_seq_length}",
             f"masked positions per instance: mean {mp['mean']}, count-rule violations {mp['count_rule_violations']}",
             f"predictions: [MASK] {mf['mask']:.3f}, random {mf['random']:.3f}, kept {mf['kept']:.3f}",
         ]

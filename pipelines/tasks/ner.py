@@ -141,7 +141,7 @@ class SentenceFeaturizer:
             self.id_type,
             {
                 T.ROW_ID: np.asarray(cols[T.ROW_ID], dtype=np.uint64),
-                T.WINDOW: np.asarray(cols[T.WINDOW], dtype=np.uint16),
+                T.WINDOW: np.asarray(cols[T.WINDOW], dtype=T.WINDOW_DTYPE),
                 T.INPUT_IDS: ragged(cols[T.INPUT_IDS], id_types.arrow_type(self.id_type)),
                 T.LABELS: ragged(cols[T.LABELS], pa.int16()),
                 T.WORD_IDS: ragged(cols[T.WORD_IDS], pa.int32()),

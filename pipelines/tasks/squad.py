@@ -155,7 +155,7 @@ class ExampleFeaturizer:
                 T.ROW_ID: np.asarray(cols[T.ROW_ID], dtype=np.uint64),
                 T.EXAMPLE_INDEX: np.asarray(cols[T.EXAMPLE_INDEX], dtype=np.int32),
                 T.EXAMPLE_ID: pa.array(cols[T.EXAMPLE_ID], type=pa.string()),
-                T.WINDOW: np.asarray(cols[T.WINDOW], dtype=np.uint16),
+                T.WINDOW: np.asarray(cols[T.WINDOW], dtype=T.WINDOW_DTYPE),
                 T.INPUT_IDS: ragged(cols[T.INPUT_IDS], ids_type),
                 T.SEGMENT_A_LENGTH: np.asarray(cols[T.SEGMENT_A_LENGTH], dtype=np.int16),
                 T.OFFSET_START: ragged(cols[T.OFFSET_START], pa.int32()),

@@ -177,10 +177,10 @@ def test_one_error_type_names_the_field():
 
 def test_the_settings_a_resume_fixes_are_config_settings():
     from trainer import resume
-    from trainer.finetune import loop
+    from trainer.finetune import resume as finetune_resume
 
     assert set(resume.FIXED) <= {leaf.name for leaf in options.leaves(TrainConfig)}
-    assert set(loop.FIXED) <= {leaf.name for leaf in options.leaves(FinetuneConfig)}
+    assert set(finetune_resume.FIXED) <= {leaf.name for leaf in options.leaves(FinetuneConfig)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

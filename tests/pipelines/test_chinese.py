@@ -13,11 +13,12 @@ import pytest
 
 from pipelines.common.tokenizer import load_tokenizer
 from pipelines.pretraining.instances import Pool, assemble, unit_instances
-from pipelines.pretraining.masking import mask, masking_spec, num_to_predict
+from pipelines.pretraining.masking import mask, masking_spec
 from pipelines.pretraining.read import read_documents
 from pipelines.pretraining.segmenter import sentence_spans, split_sentences
 from pipelines.pretraining.tokenize import DocumentTokenizer
 from pipelines.pretraining.word_segmenter import SegmenterMissing, load_segmenter, unmark
+from schemas.pretraining import num_to_predict
 from schemas.vocab import Vocab
 from tests.conftest import shared_path
 from tests.pipelines.pretraining.test_segmenter import assert_invariants

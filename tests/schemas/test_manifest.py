@@ -52,3 +52,30 @@ def test_manifest_vocab_accessors_and_kind_check():
     no_pad = Manifest(kind="ner", vocab={**entry, "special_ids": {}}, parameters={}, seed=0, shards=())
     with pytest.raises(SchemaError, match="lacks \\[PAD\\]"):
         _ = no_pad.pad_id
+
+
+def test_load_vocab_checks_the_manifests_hash(tmp_path):
+    import pytest
+
+    from schemas.manifest import Manifest, load_vocab, vocab_entry
+    from schemas.vocab import SPECIAL_TOKENS, Vocab, VocabError, VocabMismatchError
+
+    vocab = Vocab((*SPECIAL_TOKENS, "a", "b"))
+    m = Manifest(kind="pretraining", vocab=vocab_entry(vocab, lowercase=True), parameters={}, seed=0, shards=())
+    files = {"vocab.txt": vocab.text().encode()}
+    assert load_vocab(m, files.__getitem__, "d/vocab.txt") == vocab
+    files["vocab.txt"] = Vocab((*SPECIAL_TOKENS, "a", "c")).text().encode()
+    with pytest.raises(VocabMismatchError, match="d/vocab.txt hashes to .* the manifest says"):
+        load_vocab(m, files.__getitem__, "d/vocab.txt")
+    files["vocab.txt"] = b"\xff\n"
+    with pytest.raises(VocabError, match="not UTF-8"):
+        load_vocab(m, files.__getitem__, "d/vocab.txt")
+
+
+def test_shard_parameters_are_a_typed_view():
+    from schemas.manifest import ShardParameters
+
+    p = ShardParameters.from_dict({"max_seq_length": 128, "seed": 3, "lowercase": True, "input_format": "text"})
+    assert (p.max_seq_length, p.seed, p.masked_lm_prob, p.dedup) == (128, 3, None, "none")
+    assert p.recorded() == {"max_seq_length": 128, "seed": 3}
+    assert ShardParameters.from_dict({"dedup": "minhash"}).recorded() == {"dedup": "minhash"}

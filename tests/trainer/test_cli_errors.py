@@ -633,7 +633,7 @@ def test_a_password_in_a_url_is_redacted_everywhere_berttrain_writes_or_shows(wo
 
 
 def test_redaction_is_by_value():
-    from trainer.redact import redact, redact_values
+    from schemas.redact import redact, redact_values
 
     assert (
         redact("read https://u:p@h/x and s3://k:sec@b/y") == "read https://u:<redacted>@h/x and s3://k:<redacted>@b/y"

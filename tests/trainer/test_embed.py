@@ -15,7 +15,7 @@ from configs.errors import ConfigError
 from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, randomise
 from trainer.cli import main
 from trainer.embed import EmbedConfig, embed, layer_indices
-from trainer.hf import hf_config_dict
+from trainer.hf_config import hf_config_dict
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

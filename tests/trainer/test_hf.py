@@ -13,10 +13,10 @@ from trainer.hf import (
     HFCheckpointError,
     export_checkpoint,
     export_hf,
-    hf_config_dict,
     load_hf,
     to_hf_state_dict,
 )
+from trainer.hf_config import hf_config_dict
 from trainer.model import BertConfig, BertForPreTraining, BertModel
 
 transformers = pytest.importorskip("transformers")

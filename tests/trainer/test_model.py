@@ -6,18 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.model import (
-    PRESETS,
-    BertConfig,
-    BertForPreTraining,
-    BertModel,
-    bert_base,
-    bert_large,
-    bert_tiny,
-    mean_losses,
-    num_parameters,
-    pretraining_flops,
-)
+from trainer.model import BertForPreTraining, BertModel, mean_losses, num_parameters
+from trainer.model_config import PRESETS, BertConfig, bert_base, bert_large, bert_tiny, pretraining_flops
 
 VOCAB = 97
 
@@ -208,7 +198,7 @@ def test_init_is_bert_and_seeded_without_global_rng() -> None:
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_parameter_counts_match_hugging_face(name: str) -> None:
     transformers = pytest.importorskip("transformers")
-    from trainer.hf import hf_config_dict
+    from trainer.hf_config import hf_config_dict
 
     cfg = PRESETS[name](30522)
     with torch.device("meta"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from trainer.finetune.heads import BertForSequenceClassification, BertForTokenClassification
-from trainer.model import BertForPreTraining, bert_mini
+from trainer.model import BertForPreTraining
+from trainer.model_config import bert_mini
 from trainer.optim import build_optimizer, build_scheduler, depth
 
 CONFIG = bert_mini(500)  # 4 layers

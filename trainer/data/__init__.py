@@ -19,8 +19,9 @@ with another world size and per-rank batch of the same product, and any ``num_wo
 from schemas.vocab import VocabMismatchError
 from trainer.data.collate import PAD_MULTIPLE
 from trainer.data.config import DataConfig
-from trainer.data.loader import BatchReader, PretrainingLoader
+from trainer.data.loader import PretrainingLoader
 from trainer.data.plan import EpochPlan, steps_per_epoch
+from trainer.data.reader import BatchReader
 from trainer.data.refs import ShardError
 from trainer.data.sources import Catalog, load_manifest, open_catalog
 

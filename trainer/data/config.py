@@ -1,4 +1,5 @@
-"""``DataConfig``: everything that shapes the pretraining batch stream, validated up front."""
+"""``DataConfig``: everything that shapes the pretraining batch stream, validated up front; and the data section
+of ``berttrain pretrain`` (``PretrainData``, its flags), which makes the loader's ``DataConfig``."""
 
 from __future__ import annotations
 
@@ -7,10 +8,35 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from os import PathLike
+from typing import Any
+
+from configs.errors import ConfigError, check
+from configs.options import opt
 
 FORMATS = ("auto", "arrow", "webdataset")
 VERIFY_MODES = ("sha256", "size")
 MASKING_MODES = ("static", "dynamic")
+# The dynamic-only masking options and their defaults (what static masking must leave them at).
+DYNAMIC_ONLY: dict[str, Any] = {"mlm_probability": 0.15, "max_predictions": None, "whole_word_mask": False}
+
+
+def check_masking(cfg: Any) -> None:
+    """Validate the masking options of ``cfg`` (``masking``, ``mlm_probability``, ``max_predictions``,
+    ``whole_word_mask``): the one rule for the loader's ``DataConfig`` and the command line's objective
+    section. Raises ``ConfigError`` naming the field (the CLI names its flag)."""
+    check(cfg.masking in MASKING_MODES, "masking", f"must be one of {MASKING_MODES}, got {cfg.masking!r}")
+    p = cfg.mlm_probability
+    ok = isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 1
+    check(ok, "mlm_probability", f"must be in (0, 1), got {p}")
+    k = cfg.max_predictions
+    ok = k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 1)
+    check(ok, "max_predictions", f"must be >= 1, got {k}")
+    for name, default in DYNAMIC_ONLY.items():
+        check(
+            cfg.masking == "dynamic" or getattr(cfg, name) == default,
+            name,
+            "needs --masking dynamic (static masks are read from the shards as written)",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,25 +116,76 @@ class DataConfig:
             for p, w in zip(norm, weights):
                 if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w > 0):
                     raise ValueError(f"DataConfig.weights: {p} has weight {w!r}; weights must be finite and > 0")
-        if self.masking not in MASKING_MODES:
-            raise ValueError(f"DataConfig.masking must be one of {MASKING_MODES}, got {self.masking!r}")
-        if not isinstance(self.mlm_probability, (int, float)) or not 0 < self.mlm_probability < 1:
-            raise ValueError(f"DataConfig.mlm_probability must be in (0, 1), got {self.mlm_probability!r}")
-        if self.max_predictions is not None:
-            _positive("max_predictions", self.max_predictions)
-        if self.masking == "static" and (
-            self.mlm_probability != 0.15 or self.max_predictions is not None or self.whole_word_mask
-        ):
-            # Static masks are the shards' own: these would silently do nothing.
-            raise ValueError(
-                "DataConfig.mlm_probability, max_predictions and whole_word_mask need masking='dynamic' "
-                "(static masks are read from the shards as written)"
-            )
+        check_masking(self)  # static masks are the shards' own: the dynamic-only options would do nothing
 
     @property
     def window(self) -> int:
         """Shuffle window in samples; 1 means stream order."""
         return max(1, self.shuffle_buffer) if self.shuffle else 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PretrainData:
+    """The pretraining shards and how they are read."""
+
+    sources: tuple[str, ...] = opt(
+        help="Dataset folder with a manifest.json (repeatable; local or URL). DIR:WEIGHT on every --data mixes "
+        "the folders by weight instead of reading them as one dataset.",
+        flag="--data",
+    )
+    eval_data: str | None = opt(None, "Evaluation dataset folder.")
+    data_format: str = opt(
+        "auto",
+        "Shard format to read --data in (auto: Arrow where a dataset has it); --eval-data without it is read in the "
+        "format it has.",
+        flag="--format",
+        choices=("auto", "arrow", "webdataset"),
+    )
+    num_workers: int = opt(2, "Data-loader worker processes per rank.")
+    shuffle_buffer: int = opt(10_000, cli=False)
+    skip_corrupt: bool = opt(False, "Skip (and count) shards whose checksum fails instead of stopping.")
+
+    def __post_init__(self) -> None:
+        check(len(self.sources) > 0, "data", "at least one --data DIR is required")
+        try:
+            paths = self.paths
+        except ValueError as e:
+            raise ConfigError("data", str(e)) from None
+        keys = [dataset_key(d) for d in paths]
+        twice = sorted({d for d, k in zip(paths, keys) if keys.count(k) > 1})
+        check(not twice, "data", f"the same dataset is given more than once: {', '.join(twice)}")
+        check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The ``--data`` folders, without their weights."""
+        return split_data_args(self.sources)[0]
+
+    @property
+    def weights(self) -> tuple[float, ...] | None:
+        """The ``--data DIR:WEIGHT`` weights, or None (bare folders are read as one dataset)."""
+        return split_data_args(self.sources)[1]
+
+    def loader_config(self, *, batch_size: int, seed: int, pin_memory: bool, masking: Any) -> DataConfig:
+        """The training stream's ``DataConfig``: this section, with the run's batch size, seed and device, and
+        the masking options of ``masking`` (the objective section; :func:`check_masking` has seen them)."""
+        return DataConfig(
+            paths=self.paths,
+            weights=self.weights,
+            batch_size=batch_size,
+            num_workers=self.num_workers,
+            seed=seed,
+            shuffle_buffer=self.shuffle_buffer,
+            skip_corrupt=self.skip_corrupt,
+            format=self.data_format,
+            pin_memory=pin_memory,
+            **{name: getattr(masking, name) for name in ("masking", *DYNAMIC_ONLY)},
+        )
+
+    def eval_loader_config(self, *, batch_size: int, format: str) -> DataConfig:
+        """The evaluation set's ``DataConfig`` (``--eval-data`` in stream order, read in ``format``)."""
+        assert self.eval_data is not None  # called only with --eval-data
+        return DataConfig(paths=(self.eval_data,), batch_size=batch_size, shuffle=False, num_workers=0, format=format)
 
 
 # A trailing ":<number>" is a weight; everything before it is the folder (paths may hold ':' themselves:

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from schemas.hashing import GOLDEN, mix64_array, uniform_from
-from schemas.vocab import MASK, VOCAB_FILENAME, Vocab, is_reserved
+from schemas.manifest import load_vocab
+from schemas.pretraining import num_to_predict
+from schemas.vocab import MASK, Vocab, is_reserved
 from trainer.data.config import DataConfig
 from trainer.data.refs import read_text
-from trainer.data.shards import VocabMismatchError
 from trainer.data.sources import Catalog
 
 MASK_FRACTION, KEEP_FRACTION = 0.8, 0.1  # the rest (0.1) becomes a random ordinary token
@@ -47,14 +48,6 @@ class Masked:
     positions: np.ndarray
     labels: np.ndarray
     counts: np.ndarray
-
-
-def num_to_predict(lengths: np.ndarray, probability: float, max_predictions: int | None) -> np.ndarray:
-    """Predictions per instance of these lengths (specials included), as the static masks count them."""
-    k = np.maximum(1, np.round(lengths.astype(np.float64) * probability).astype(np.int64))
-    if max_predictions is not None:
-        k = np.minimum(k, max_predictions)
-    return np.minimum(k, np.maximum(lengths - 3, 0))  # never more than the candidates
 
 
 def instance_keys(seed: int, epoch: int | np.ndarray, instance_ids: np.ndarray) -> np.ndarray:
@@ -126,7 +119,7 @@ class Masker:
         candidate = (pos < lengths[:, None]) & (pos != 0) & (pos != seg_a[:, None] - 1) & (pos != lengths[:, None] - 1)
         order_key = draw(keys[:, None], pos, _ORDER)  # [B, T] random order of the candidates
         order_key[~candidate] = _NOT_CANDIDATE
-        k = num_to_predict(lengths, self.probability, self.max_predictions)
+        k = num_to_predict(lengths, self.probability, self.max_predictions, within_candidates=True)
         chosen = self._whole_words(original, candidate, order_key, k) if self.whole_word else _first_k(order_key, k)
         rows, cols = np.nonzero(chosen)  # row-major: ascending positions within a row
         labels = original[rows, cols]
@@ -196,11 +189,8 @@ def dynamic_masker(config: DataConfig, catalog: Catalog) -> Masker | None:
     (the catalog has checked that every folder shares it)."""
     if config.masking != "dynamic":
         return None
-    root, vocab_info = config.paths[0], catalog.manifests[0].vocab
-    source = root.rstrip("/") + "/" + vocab_info.get("file", VOCAB_FILENAME)
-    vocab = Vocab.from_text(read_text(root, vocab_info.get("file", VOCAB_FILENAME)).decode("utf-8"), source)
-    if vocab.sha256 != catalog.vocab_sha256:
-        raise VocabMismatchError(f"{source} hashes to {vocab.sha256}, the manifest says {catalog.vocab_sha256}")
+    root, manifest = config.paths[0], catalog.manifests[0]
+    vocab = load_vocab(manifest, lambda name: read_text(root, name), root.rstrip("/") + "/" + manifest.vocab_file)
     return Masker.for_vocab(
         vocab,
         probability=config.mlm_probability,

@@ -22,11 +22,11 @@ import torch
 from torch.utils.data import Dataset
 
 from schemas import tasks as T
-from schemas.manifest import MANIFEST_NAME, Manifest, manifest_source
+from schemas.manifest import MANIFEST_NAME, Manifest, load_vocab, manifest_source
 from schemas.version import SchemaError
-from schemas.vocab import Vocab
+from schemas.vocab import Vocab, VocabMismatchError
 from trainer.data.refs import read_text
-from trainer.model import derive_seed
+from trainer.weights_init import derive_seed
 
 PAD_MULTIPLE = 8  # tensor-core friendly sequence lengths
 
@@ -111,11 +111,12 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
         raise TaskDataError(str(e)) from None
     if manifest.kind != kind:
         raise TaskDataError(f"{role} {root} holds a {manifest.kind!r} task but --task is {kind!r}")
-    vocab = Vocab.from_text(read_text(root, manifest.vocab_file).decode("utf-8"), root)
-    if vocab.sha256 != manifest.vocab_sha256:
-        raise TaskDataError(
-            f"{role} {root}: vocab.txt has sha256 {vocab.sha256}, the manifest says {manifest.vocab_sha256}"
+    try:
+        vocab = load_vocab(
+            manifest, lambda name: read_text(root, name), f"{role} {root.rstrip('/')}/{manifest.vocab_file}"
         )
+    except VocabMismatchError as e:
+        raise TaskDataError(str(e)) from None
     labels = list(manifest.task.get("labels") or [])
 
     tables = []

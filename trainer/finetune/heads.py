@@ -16,7 +16,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from schemas import tasks as T
-from trainer.model import BertConfig, BertModel, construct_then_init, seeded_init
+from trainer.model import BertModel, seeded_init
+from trainer.model_config import BertConfig
+from trainer.weights_init import construct_then_init
 
 __all__ = [
     "BertForQuestionAnswering",

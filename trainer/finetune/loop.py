@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from configs import options
+from schemas.redact import redact_values
 from trainer import checkpoint as ckpt
 from trainer import distributed as D
 from trainer import rundir
@@ -45,43 +44,13 @@ from trainer.finetune.data import (
     load_task_data,
 )
 from trainer.finetune.heads import load_encoder_state
-from trainer.finetune.tasks import TASKS, Task, get_task
+from trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
+from trainer.finetune.tasks import Task, get_task
 from trainer.finetune.weights import Init, check_vocab, resolve_init
-from trainer.metrics import METRICS_FILE, MetricsLogger
-from trainer.model import BertConfig, with_dropout
+from trainer.metrics import MetricsLogger
+from trainer.model_config import BertConfig, with_dropout
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.progress import Progress
-from trainer.redact import redact_values
-
-RESULTS_FILE = "results.json"
-RESUME_DIR = "resume"  # RUN/resume/checkpoints/step-N: the latest epoch's full state (the best is in checkpoints/)
-_OUTPUTS = (
-    RESULTS_FILE,
-    METRICS_FILE,
-    *sorted({t.predictions_file for t in TASKS.values()}),
-    ckpt.CHECKPOINTS,
-    RESUME_DIR,
-    "tensorboard",
-)
-# FinetuneConfig fields a resume must not change: they shape the trajectory (run-time flags may change).
-FIXED = (
-    "task",
-    "train_data",
-    "eval_data",
-    "init",
-    "dropout",
-    "pooling",
-    "lr",
-    "layer_decay",
-    "batch_size",
-    "warmup_ratio",
-    "weight_decay",
-    "adam_eps",
-    "max_grad_norm",
-    "max_steps",
-    "epochs",
-    "seed",
-)
 
 
 def plan_text(max_steps: int, epochs: int, steps_per_epoch: int) -> str:
@@ -89,54 +58,6 @@ def plan_text(max_steps: int, epochs: int, steps_per_epoch: int) -> str:
     if max_steps:
         return f"{max_steps} steps (--max-steps; an epoch is {steps_per_epoch} steps)"
     return f"{epochs} epoch{'' if epochs == 1 else 's'} x {steps_per_epoch} steps"
-
-
-def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ckpt.Loaded | None, list[str]]:
-    """(the state to continue: ``--resume auto`` and a resumable run in ``run_dir``, else None; the earlier
-    run's outputs that ``overwrite`` will remove). Read-only: an earlier run is refused unless ``overwrite``, and
-    nothing is removed before every input has been checked (:func:`prepare_output`)."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunError(f"--output {run_dir} is a file, not a run folder")
-    resume_root = run_dir / RESUME_DIR
-    restored = ckpt.latest(resume_root) if cfg.resume == "auto" and not overwrite else None
-    existing = [name for name in _OUTPUTS if (run_dir / name).exists()] if restored is None else []
-    if existing and not overwrite:
-        why = "and holds no epoch to resume from" if cfg.resume == "auto" else f"(--resume {cfg.resume})"
-        raise FileExistsError(
-            f"--output {run_dir} already holds a run ({', '.join(existing)}) {why}; "
-            "choose another folder or pass --overwrite"
-        )
-    inputs = [("--train-data", cfg.train_data), ("--eval-data", cfg.eval_data), ("--init", cfg.init)]
-    rundir.check_overlap(run_dir, inputs, overwrite=overwrite)
-    return restored, existing
-
-
-def prepare_output(run_dir: Path, existing: list[str], info: D.DistInfo) -> None:
-    """Remove the earlier run's outputs (``--overwrite``) and make the folder ready for writing."""
-    D.barrier(info)  # every rank has read the folder before rank 0 changes it
-    if info.is_main:
-        for name in existing:
-            if (run_dir / name).is_dir():
-                shutil.rmtree(run_dir / name)
-            else:
-                (run_dir / name).unlink()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for p in ckpt.remove_partial(run_dir) + ckpt.remove_partial(run_dir / RESUME_DIR):
-            R.log(f"removed incomplete checkpoint {p} (a run was killed while writing it)")
-    D.barrier(info)
-
-
-def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:
-    """Refuse a resume whose flags would change the run being continued, naming each flag."""
-    old = options.saved_values(FinetuneConfig, restored.config.get("finetune", {}))  # either saved layout
-    new = redact_values(options.flat(cfg))  # the saved flags are redacted (trainer.redact): compare alike
-    changed = [n for n in FIXED if n in old and old[n] != new[n]]
-    if changed:
-        listed = "; ".join(f"--{n.replace('_', '-')} {new[n]} (the run has {old[n]})" for n in changed)
-        raise RunError(
-            f"--resume auto continues the run in {cfg.run.output} ({restored.path}), but {listed}: pass the "
-            "run's values, or start afresh with --overwrite or another --output"
-        )
 
 
 def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[TaskData, TaskData, Init, BertConfig]:

@@ -20,7 +20,7 @@ from trainer.finetune import ner as N
 from trainer.finetune.data import TaskData, TaskDataError
 from trainer.finetune.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from trainer.finetune.squad import Window, predict_answers
-from trainer.model import BertConfig
+from trainer.model_config import BertConfig
 
 __all__ = ["TASKS", "Classification", "Ner", "Regression", "Squad", "Task", "get_task"]
 

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
 from trainer import checkpoint as ckpt
-from trainer.model import PRESETS, BertConfig
+from trainer.model_config import PRESET_NAMES, BertConfig, find_preset
 
 RANDOM_PREFIX = "random:"
 
@@ -55,11 +55,11 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0) -> Init:
                 "a Hugging Face BERT folder"
             )
         name = spec[len(RANDOM_PREFIX) :]
-        preset = PRESETS.get(name) or PRESETS.get(f"bert_{name}")
+        preset = find_preset(name)
         if preset is None and Path(name).is_dir():
             return _random_like(spec, Path(name), data_vocab)
         if preset is None:
-            choices = ", ".join(k.removeprefix("bert_") for k in PRESETS)
+            choices = ", ".join(PRESET_NAMES)
             raise InitError(
                 f"--init {spec}: unknown preset {name!r}; use random:PRESET with PRESET one of {choices}, "
                 "or random:CHECKPOINT"

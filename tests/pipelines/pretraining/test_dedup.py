@@ -15,6 +15,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from configs.errors import ConfigError
 from pipelines.common import counters as C
 from pipelines.pretraining import dedup as D
+from pipelines.pretraining import minhash as M
 from pipelines.pretraining.config import PretrainingConfig
 from pipelines.pretraining.pipeline import run_pretraining
 from pipelines.pretraining.read import Document, DocumentBatch, read_documents
@@ -23,7 +24,7 @@ from tests.conftest import shared_path
 
 def wiki_docs(n: int = 12) -> list[Document]:
     docs = list(read_documents(str(shared_path("pretrain", "wikipedia", "wiki_00")), "wikiextractor", Counter()))
-    return [d for d in docs if len(D.words(D.document_text(d))) > 300][:n]
+    return [d for d in docs if len(M.words(D.document_text(d))) > 300][:n]
 
 
 def edited(text: str, fraction: float, seed: int, span: int = 1) -> str:
@@ -37,7 +38,7 @@ def edited(text: str, fraction: float, seed: int, span: int = 1) -> str:
 
 
 def jaccard(a: str, b: str, ngram: int = 5) -> float:
-    sa, sb = set(D.text_shingles(a, ngram).tolist()), set(D.text_shingles(b, ngram).tolist())
+    sa, sb = set(M.text_shingles(a, ngram).tolist()), set(M.text_shingles(b, ngram).tolist())
     return len(sa & sb) / len(sa | sb)
 
 
@@ -45,8 +46,8 @@ def jaccard(a: str, b: str, ngram: int = 5) -> float:
 
 
 def test_normalise_folds_case_whitespace_and_punctuation():
-    assert D.normalise("Hello,  World!\n(Again) -- it's_here.") == "hello world again it s here"
-    assert D.normalise("STRASSE  Straße") == "strasse strasse"  # casefold, not lower
+    assert M.normalise("Hello,  World!\n(Again) -- it's_here.") == "hello world again it s here"
+    assert M.normalise("STRASSE  Straße") == "strasse strasse"  # casefold, not lower
     assert D.exact_hash("The cat sat.\n\nOn the mat!") == D.exact_hash("the CAT sat on   the mat")
     assert D.exact_hash("the cat sat") != D.exact_hash("the cat sat down")
 
@@ -59,17 +60,17 @@ def test_id_order_compares_offsets_as_numbers():
 def test_signature_is_deterministic_and_estimates_jaccard():
     doc = wiki_docs(1)[0]
     text = D.document_text(doc)
-    a, b = D.permutations(7)
-    sig = D.signature(D.text_shingles(text, 5), a, b)
-    assert sig.dtype == np.uint64 and sig.shape == (D.NUM_PERM,)
+    a, b = M.permutations(7)
+    sig = M.signature(M.text_shingles(text, 5), a, b)
+    assert sig.dtype == np.uint64 and sig.shape == (M.NUM_PERM,)
     # The seeds derive from the seed alone; the block size is only how the work is cut.
-    again = D.signature(D.text_shingles(text, 5), *D.permutations(7), block=7)
+    again = M.signature(M.text_shingles(text, 5), *M.permutations(7), block=7)
     assert np.array_equal(sig, again)
-    assert not np.array_equal(sig, D.signature(D.text_shingles(text, 5), *D.permutations(8)))
+    assert not np.array_equal(sig, M.signature(M.text_shingles(text, 5), *M.permutations(8)))
     near = edited(text, 0.03, seed=1, span=10)
     true = jaccard(text, near)
-    sk = D.sketches(np.stack([sig, D.signature(D.text_shingles(near, 5), a, b)]))
-    est = float(D.estimated_jaccard(sk[0], sk[1:])[0])
+    sk = M.sketches(np.stack([sig, M.signature(M.text_shingles(near, 5), a, b)]))
+    est = float(M.estimated_jaccard(sk[0], sk[1:])[0])
     assert 0.85 < true < 0.97 and abs(est - true) < 0.12  # ~3 standard deviations at 128 permutations
 
 
@@ -78,19 +79,19 @@ def test_word_table_is_the_regex_on_every_code_point():
 
     table = word_table()
     every = " ".join(map(chr, range(0x110000)))  # a space between code points: each stands alone
-    matched = {ord(w) for w in D._WORD.findall(every)}
+    matched = {ord(w) for w in M._WORD.findall(every)}
     assert set(np.flatnonzero(table).tolist()) == matched
 
 
 @pytest.mark.parametrize("minhash", [True, False])
 def test_kernel_matches_the_reference(minhash):
-    from pipelines.pretraining.dedup import _compiled_hashes
+    from pipelines.pretraining.minhash import _compiled_hashes
 
     texts = [D.document_text(d) for d in wiki_docs(8)]
     texts += ["", "  ...  ", "one", "Straße ÉCOLE «quoted» naïve_under", "a b c d", "数学 是 研究 数量"]
-    a, b = D.permutations(3)
+    a, b = M.permutations(3)
     for ngram in (1, 5):
-        want = D.reference_document_hashes(texts, ngram, a, b, minhash)
+        want = M.reference_document_hashes(texts, ngram, a, b, minhash)
         got = _compiled_hashes(texts, ngram, a, b, minhash)
         for w, g in zip(want, got):
             assert w.dtype == g.dtype and np.array_equal(w, g)
@@ -98,29 +99,29 @@ def test_kernel_matches_the_reference(minhash):
 
 
 def test_band_math_for_threshold_0_8():
-    bands, rows = D.lsh_params(0.8)
-    assert (bands, rows) == (14, 9) and bands * rows <= D.NUM_PERM
+    bands, rows = M.lsh_params(0.8)
+    assert (bands, rows) == (14, 9) and bands * rows <= M.NUM_PERM
 
     def p(s):
         return 1 - (1 - s**rows) ** bands
 
     # A candidate at the threshold more often than not; near certainly at 0.9; rarely below 0.5.
     assert p(0.8) > 0.85 and p(0.9) > 0.998 and p(0.5) < 0.03 and p(0.3) < 1e-3
-    assert D.lsh_params(0.5)[1] < rows < D.lsh_params(0.95)[1]  # a higher threshold: more rows per band
+    assert M.lsh_params(0.5)[1] < rows < M.lsh_params(0.95)[1]  # a higher threshold: more rows per band
 
 
 def test_encoded_parts_round_trip():
     docs = wiki_docs(5)
     parts = D.sign_batch(docs, "minhash", 5, 0.8, 3, partitions=4)
-    bands, rows = D.lsh_params(0.8)
+    bands, rows = M.lsh_params(0.8)
     decoded = [x for p in sorted(parts) for x in D.decode_parts(parts[p] + parts[p])]
     assert sum(len(part.keys) for part in decoded) == 2 * len(docs) * (bands + 1)  # the exact hash and bands
     for part in decoded:
-        assert set(part.ids) <= {d.doc_id for d in docs} and part.sketches.shape == (len(part.ids), D.NUM_PERM)
+        assert set(part.ids) <= {d.doc_id for d in docs} and part.sketches.shape == (len(part.ids), M.NUM_PERM)
         assert part.docs.max() < len(part.ids) and part.bands.min() >= D.EXACT_BAND
     stub = [Document("s:1", ["April 13 is the day of the year."]), Document("s:2", ["Big", "word " * 40])]
     (part,) = D.decode_parts(b"".join(D.sign_batch(stub, "minhash", 5, 0.8, 3, partitions=1).values()))
-    assert part.small[1] is None and np.array_equal(part.small[0], np.unique(D.text_shingles(stub[0].paragraphs[0], 5)))
+    assert part.small[1] is None and np.array_equal(part.small[0], np.unique(M.text_shingles(stub[0].paragraphs[0], 5)))
 
 
 def test_resolution_keeps_the_smallest_id_and_is_order_free():
@@ -162,7 +163,7 @@ def test_small_documents_compare_exactly():
     got = D.resolve_partition([x for p in parts.values() for x in D.decode_parts(p)], 0.8)
     # A near copy (one word more: J = 7/8) goes; the stubs, 0.78 apart, stay whatever the hashes say.
     assert got == [("w:9", ("w:0", D.NEAR))]
-    assert D.exact_jaccard(*(np.unique(D.text_shingles(d.paragraphs[0], 5)) for d in stubs[:2])) == 7 / 9
+    assert M.exact_jaccard(*(np.unique(M.text_shingles(d.paragraphs[0], 5)) for d in stubs[:2])) == 7 / 9
 
 
 def test_exact_mode_ignores_near_duplicates():

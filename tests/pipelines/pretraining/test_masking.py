@@ -3,7 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.pretraining.masking import mask, masking_spec, num_to_predict
+from pipelines.pretraining.masking import mask, masking_spec
+from schemas.pretraining import num_to_predict
 from schemas.vocab import SPECIAL_TOKENS, Vocab, is_reserved
 
 CLS, SEP, MASK_ID = 2, 3, 4

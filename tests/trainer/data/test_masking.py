@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from schemas.pretraining import num_to_predict
 from schemas.vocab import MASK, Vocab, is_reserved
 from tests.trainer.data.conftest import Dataset, uint64
 from trainer.data import DataConfig, PretrainingLoader
-from trainer.data.masking import Masker, num_to_predict, restore
+from trainer.data.masking import Masker, restore
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -150,7 +151,7 @@ def test_whole_word_masking_masks_whole_words(demo_shards: Path) -> None:
         joined = cont[orig[1:]] & candidate[1:] & candidate[:-1]  # position p+1 continues the word at p
         # A word is chosen whole: a continuation and the piece before it are chosen together.
         np.testing.assert_array_equal(chosen[1:][joined], chosen[:-1][joined])
-        k = int(num_to_predict(np.array([n]), 0.15, None)[0])
+        k = int(num_to_predict(np.array([n]), 0.15, None, within_candidates=True)[0])
         assert len(r["positions"]) <= k
         pieces += int(chosen[1:][joined].sum())
         counted += k
@@ -170,9 +171,9 @@ def test_static_is_the_default_and_refuses_dynamic_only_options(uneven: Dataset)
     static = make(uneven.path, masking="static")
     assert DataConfig(paths=(str(uneven.path),), batch_size=8).masking == "static" and static.masker is None
     for bad in ({"whole_word_mask": True}, {"mlm_probability": 0.3}, {"max_predictions": 10}):
-        with pytest.raises(ValueError, match="masking='dynamic'"):
+        with pytest.raises(ValueError, match="needs --masking dynamic"):
             DataConfig(paths=(str(uneven.path),), batch_size=8, **bad)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="mlm_probability must be in"):
+    with pytest.raises(ValueError, match="mlm_probability: must be in"):
         DataConfig(paths=(str(uneven.path),), batch_size=8, masking="dynamic", mlm_probability=1.5)
 
 
@@ -181,8 +182,8 @@ def test_count_rule_and_word_choice_mirror_the_static_pipeline(demo_shards: Path
 
     lengths = np.arange(3, 513)
     for p, cap in ((0.15, 20), (0.30, 77), (0.15, None)):
-        want = np.minimum(static.num_to_predict(lengths, p, cap or 10**9), lengths - 3)
-        np.testing.assert_array_equal(num_to_predict(lengths, p, cap), want)
+        want = np.minimum(num_to_predict(lengths, p, cap or 10**9), lengths - 3)
+        np.testing.assert_array_equal(num_to_predict(lengths, p, cap, within_candidates=True), want)
     # Whole words under one key order: the pipeline's reference selection and ours choose the same positions.
     vocab = demo_vocab_of(demo_shards)
     m = Masker.for_vocab(vocab, probability=0.15, max_predictions=None, whole_word=True, seed=0)
@@ -193,7 +194,7 @@ def test_count_rule_and_word_choice_mirror_the_static_pipeline(demo_shards: Path
         candidate[0, [0, r["seg_a"] - 1, n - 1]] = False
         key = np.random.default_rng(n).random((1, n))
         key[~candidate] = 2.0
-        k = num_to_predict(np.array([n]), 0.15, None)
+        k = num_to_predict(np.array([n]), 0.15, None, within_candidates=True)
         ours = m._whole_words(orig, candidate, key, k)[0]
         ukey = np.argsort(np.argsort(key[0])).astype(np.uint64)  # the same order as uint64 keys
         ukey[~candidate[0]] = np.uint64(0xFFFFFFFFFFFFFFFF)

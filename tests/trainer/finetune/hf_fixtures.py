@@ -8,7 +8,7 @@ import torch
 
 from schemas import tasks as T
 from schemas.vocab import SPECIAL_TOKENS, Vocab
-from trainer.hf import hf_config_dict
+from trainer.hf_config import hf_config_dict
 from trainer.model import BertConfig
 
 CONFIG = BertConfig(

@@ -26,7 +26,8 @@ from trainer.errors import RunError
 from trainer.finetune import metrics as M
 from trainer.finetune.data import TaskDataError, load_task_data
 from trainer.metrics import read_metrics
-from trainer.model import BertForPreTraining, bert_tiny
+from trainer.model import BertForPreTraining
+from trainer.model_config import bert_tiny
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,97 @@
+"""A fine-tuning run's folder before the first step: what an earlier run left there (resumed with
+``--resume auto``, refused, or removed with ``--overwrite``) and the flags a resume must keep, as
+``trainer.resume`` does for pretraining."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from configs import options
+from schemas.redact import redact_values
+from trainer import checkpoint as ckpt
+from trainer import distributed as D
+from trainer import rundir
+from trainer import runtime as R
+from trainer.errors import RunError
+from trainer.finetune.config import FinetuneConfig
+from trainer.finetune.tasks import TASKS
+from trainer.metrics import METRICS_FILE
+
+RESULTS_FILE = "results.json"
+RESUME_DIR = "resume"  # RUN/resume/checkpoints/step-N: the latest epoch's full state (the best is in checkpoints/)
+_OUTPUTS = (
+    RESULTS_FILE,
+    METRICS_FILE,
+    *sorted({t.predictions_file for t in TASKS.values()}),
+    ckpt.CHECKPOINTS,
+    RESUME_DIR,
+    "tensorboard",
+)
+# FinetuneConfig fields a resume must not change: they shape the trajectory (run-time flags may change).
+FIXED = (
+    "task",
+    "train_data",
+    "eval_data",
+    "init",
+    "dropout",
+    "pooling",
+    "lr",
+    "layer_decay",
+    "batch_size",
+    "warmup_ratio",
+    "weight_decay",
+    "adam_eps",
+    "max_grad_norm",
+    "max_steps",
+    "epochs",
+    "seed",
+)
+
+
+def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ckpt.Loaded | None, list[str]]:
+    """(the state to continue: ``--resume auto`` and a resumable run in ``run_dir``, else None; the earlier
+    run's outputs that ``overwrite`` will remove). Read-only: an earlier run is refused unless ``overwrite``, and
+    nothing is removed before every input has been checked (:func:`prepare_output`)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunError(f"--output {run_dir} is a file, not a run folder")
+    resume_root = run_dir / RESUME_DIR
+    restored = ckpt.latest(resume_root) if cfg.resume == "auto" and not overwrite else None
+    existing = [name for name in _OUTPUTS if (run_dir / name).exists()] if restored is None else []
+    if existing and not overwrite:
+        why = "and holds no epoch to resume from" if cfg.resume == "auto" else f"(--resume {cfg.resume})"
+        raise FileExistsError(
+            f"--output {run_dir} already holds a run ({', '.join(existing)}) {why}; "
+            "choose another folder or pass --overwrite"
+        )
+    inputs = [("--train-data", cfg.train_data), ("--eval-data", cfg.eval_data), ("--init", cfg.init)]
+    rundir.check_overlap(run_dir, inputs, overwrite=overwrite)
+    return restored, existing
+
+
+def prepare_output(run_dir: Path, existing: list[str], info: D.DistInfo) -> None:
+    """Remove the earlier run's outputs (``--overwrite``) and make the folder ready for writing."""
+    D.barrier(info)  # every rank has read the folder before rank 0 changes it
+    if info.is_main:
+        for name in existing:
+            if (run_dir / name).is_dir():
+                shutil.rmtree(run_dir / name)
+            else:
+                (run_dir / name).unlink()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for p in ckpt.remove_partial(run_dir) + ckpt.remove_partial(run_dir / RESUME_DIR):
+            R.log(f"removed incomplete checkpoint {p} (a run was killed while writing it)")
+    D.barrier(info)
+
+
+def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:
+    """Refuse a resume whose flags would change the run being continued, naming each flag."""
+    old = options.saved_values(FinetuneConfig, restored.config.get("finetune", {}))  # either saved layout
+    new = redact_values(options.flat(cfg))  # the saved flags are redacted (schemas.redact): compare alike
+    changed = [n for n in FIXED if n in old and old[n] != new[n]]
+    if changed:
+        listed = "; ".join(f"--{n.replace('_', '-')} {new[n]} (the run has {old[n]})" for n in changed)
+        raise RunError(
+            f"--resume auto continues the run in {cfg.run.output} ({restored.path}), but {listed}: pass the "
+            "run's values, or start afresh with --overwrite or another --output"
+        )
