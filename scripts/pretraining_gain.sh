@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does pretraining pay off? One command: pretrain a mini BERT on this machine's budget, then fine-tune it and
+# Does pretraining pay off? One command: pretrain a BERT-tiny on this machine's budget, then fine-tune it and
 # the same architecture randomly initialised, with identical settings and several seeds, on SST-2, CoNLL-2003,
 # MRPC and SQuAD; write OUT/results.json and the curve of downstream score against pretraining time.
 #
@@ -9,16 +9,17 @@
 # - task-adaptive pretraining (Gururangan et al. 2020): the tasks' own training text, labels removed
 #   (scripts/task_text.py), mixed 0.6/0.4 with Wikipedia and the Gutenberg books (--data DIR:WEIGHT);
 # - a small vocabulary (8,000 WordPieces) trained on that mixture: a cheaper output layer, fewer rare rows;
-# - the budget recipes of Cramming and 24hBERT: no NSP, dynamic masking at 0.2, no dropout, lr 1e-3 with a
-#   short warm-up and a linear decay to zero at the last step, bf16 autocast, length 128, batch 64;
+# - the budget recipes of Cramming and 24hBERT: pre-LN, no NSP, dynamic masking at 0.2, no dropout, lr 3e-3
+#   (which pre-LN holds) with a short warm-up and a linear decay to zero at the last step, bf16 autocast, length 128, batch 64;
 # - fine-tuning that keeps what pretraining learnt: sentence heads on the mean of the last layer (an MLM-only
-#   encoder never trained the pooler nor its last [CLS] state), the same for the random baseline.
+#   encoder never trained the pooler nor its last [CLS] state), the same for the random baseline, which is the
+#   checkpoint's own architecture freshly initialised (--init random:CHECKPOINT).
 # Every stage is skipped when its output is complete, so a killed run continues where it stopped; OUT keeps
 # one recipe: a second call with other settings is refused.
 #
-# Environment: SHARED (default ../shared/data), SEEDS ("1 2 3"), STEPS (3300), MODEL (mini), NORM (pre: pre-LN;
-# post: BERT's, exportable to Hugging Face), LR (pretraining, 1e-3), PRETRAIN_THREADS (2), FT_LR (1e-4),
-# CURVE_STEPS ("100 200 400 800 1600" plus the last step), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad"),
+# Environment: SHARED (default ../shared/data), SEEDS ("1 2 3"), STEPS (6000), MODEL (tiny), NORM (pre: pre-LN;
+# post: BERT's, exportable to Hugging Face), LR (pretraining, 3e-3), PRETRAIN_THREADS (2), FT_LR (3e-4),
+# CURVE_STEPS ("200 400 800 1600 3200" plus the last step), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad"),
 # REFERENCE (a Hugging Face BERT folder, e.g. all-MiniLM-L6-v2: fine-tuned once, seed 1, with the same settings
 # on the task data tokenized with its own vocabulary, as the upper reference; unset: skipped).
 set -euo pipefail
@@ -26,12 +27,12 @@ OUT=${1:?usage: scripts/pretraining_gain.sh OUT}
 [ $# -eq 1 ] || { echo "Error: scripts/pretraining_gain.sh takes one argument, the output folder" >&2; exit 2; }
 SHARED=${SHARED:-../shared/data}
 SEEDS=${SEEDS:-1 2 3}
-STEPS=${STEPS:-3300}
-MODEL=${MODEL:-mini}
+STEPS=${STEPS:-6000}
+MODEL=${MODEL:-tiny}
 NORM=${NORM:-pre}
-LR=${LR:-1e-3}
-FT_LR=${FT_LR:-1e-4}
-CURVE_STEPS=${CURVE_STEPS:-100 200 400 800 1600}
+LR=${LR:-3e-3}
+FT_LR=${FT_LR:-3e-4}
+CURVE_STEPS=${CURVE_STEPS:-200 400 800 1600 3200}
 CURVE_TASK=${CURVE_TASK:-sst2}
 TASKS=${TASKS:-sst2 conll mrpc squad}
 REFERENCE=${REFERENCE:-}
