@@ -15,19 +15,25 @@ from trainer.finetune.weights import InitError, check_vocab, resolve_init
 from trainer.model import BertForPreTraining
 
 
-def test_init_from_our_checkpoint_run_folder_and_random(tmp_path):
-    pre = BertForPreTraining(CONFIG, seed=7)
+def saved_checkpoint(run, config):
+    """A pretraining checkpoint of a fresh ``config`` model at step 40: (model, checkpoint folder)."""
+    pre = BertForPreTraining(config, seed=7)
     path = ckpt.save(
-        tmp_path / "run",
+        run,
         40,
         model_state=pre.state_dict(),
         optimizer=None,
         rng={},
         state={},
-        config={"model": CONFIG.to_dict()},
+        config={"model": config.to_dict()},
         vocab_text=VOCAB.text(),
         keep=1,
     )
+    return pre, path
+
+
+def test_init_from_our_checkpoint_run_folder_and_random(tmp_path):
+    pre, path = saved_checkpoint(tmp_path / "run", CONFIG)
     for spec in (str(path), str(tmp_path / "run")):  # the checkpoint, or the run folder (its newest checkpoint)
         init = resolve_init(spec, VOCAB)
         assert init.kind == "checkpoint" and init.source == str(path) and init.config == CONFIG
@@ -63,18 +69,7 @@ def test_random_like_a_checkpoint_takes_its_architecture_not_its_weights(tmp_pat
     import dataclasses
 
     config = dataclasses.replace(CONFIG, norm_placement="pre")  # a shape no preset has
-    pre = BertForPreTraining(config, seed=7)
-    path = ckpt.save(
-        tmp_path / "run",
-        40,
-        model_state=pre.state_dict(),
-        optimizer=None,
-        rng={},
-        state={},
-        config={"model": config.to_dict()},
-        vocab_text=VOCAB.text(),
-        keep=1,
-    )
+    _, path = saved_checkpoint(tmp_path / "run", config)
     init = resolve_init(f"random:{path}", VOCAB)
     assert init.kind == "random" and init.state is None and init.config == config
     assert "architecture" in init.notes[0]
