@@ -72,6 +72,11 @@ class _NoMetrics(MetricResults):
         }
 
 
+def _running_task_threads(dask_worker: Any) -> int:
+    """On a worker (``Client.run``): how many of its threads are running a task now."""
+    return len(dask_worker.active_threads)
+
+
 class DaskRunResult(PipelineResult):
     """A job on a Dask cluster: waits for its sinks, then closes the client (Beam's never does)."""
 
@@ -117,7 +122,9 @@ class DaskRunResult(PipelineResult):
             deadline = time.monotonic() + CANCEL_WAIT_S
             while time.monotonic() < deadline:
                 running = {str(k) for keys in self.client.processing().values() for k in keys}
-                if not running & self.keys:
+                # A cancelled task already in a worker thread runs to its end (Dask cannot interrupt it), and
+                # the scheduler stops listing it at once: wait for the workers' threads themselves too.
+                if not running & self.keys and not any(self.client.run(_running_task_threads).values()):
                     return
                 time.sleep(0.5)
         except Exception:  # noqa: BLE001 - the scheduler is gone: so are the tasks it ran

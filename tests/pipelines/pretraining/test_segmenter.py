@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
 from pipelines.pretraining.segmenter import sentence_spans, split_sentences
+from tests.conftest import SHARED
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = SHARED  # ../shared/data beside the repository
 _CJK_END = set("。！？；」』）”’")
 
 
