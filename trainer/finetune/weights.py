@@ -72,6 +72,12 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0) -> Init:
             None,
             (f"random {name} encoder over the task data's vocabulary ({len(data_vocab)} tokens)",),
         )
+    return _folder_init(spec, seed, weights=True)
+
+
+def _folder_init(spec: str, seed: int, *, weights: bool) -> Init:
+    """Our checkpoint (or run folder) or a Hugging Face folder; ``weights=False``: our checkpoint's tensors
+    are not read (``random:CHECKPOINT`` needs only its architecture and vocabulary)."""
     folder = Path(spec)
     if not folder.is_dir():
         raise InitError(f"--init {spec}: not a folder (nor random:PRESET)")
@@ -87,14 +93,14 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0) -> Init:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InitError(f"{config_path}: malformed JSON ({e})") from None
     if isinstance(data, dict) and isinstance(data.get("model"), dict):
-        return _our_checkpoint(folder, data)
+        return _our_checkpoint(folder, data, weights=weights)
     return _hf_folder(folder, seed)
 
 
 def _random_like(spec: str, path: Path, data_vocab: Vocab) -> Init:
     """``random:CHECKPOINT``: that checkpoint's architecture (pre-LN included), freshly initialised, over the
     task data's vocabulary: the baseline with exactly the pretrained model's shape."""
-    like = resolve_init(str(path), data_vocab)
+    like = _folder_init(str(path), 0, weights=False)
     if len(like.vocab) != len(data_vocab):
         raise InitError(
             f"--init {spec}: the checkpoint's vocabulary has {len(like.vocab)} tokens, the data's {len(data_vocab)}"
@@ -109,7 +115,7 @@ def _random_like(spec: str, path: Path, data_vocab: Vocab) -> Init:
     )
 
 
-def _our_checkpoint(folder: Path, data: dict) -> Init:
+def _our_checkpoint(folder: Path, data: dict, *, weights: bool = True) -> Init:
     try:
         config = BertConfig.from_dict(data["model"])
     except (TypeError, ValueError) as e:
@@ -118,14 +124,16 @@ def _our_checkpoint(folder: Path, data: dict) -> Init:
         vocab = Vocab.load(folder / VOCAB_FILENAME)
     except VocabError as e:
         raise InitError(f"--init {folder}: {e}") from None
-    weights = folder / ckpt.MODEL_FILE
-    if not weights.is_file():
+    if not weights:
+        return Init("checkpoint", str(folder), config, vocab, None, ("architecture only",))
+    model_file = folder / ckpt.MODEL_FILE
+    if not model_file.is_file():
         raise InitError(f"--init {folder}: checkpoint lacks {ckpt.MODEL_FILE}")
     try:
-        state = load_file(str(weights))
+        state = load_file(str(model_file))
     except Exception as e:  # noqa: BLE001 - safetensors raises several types for a damaged file
-        raise InitError(f"--init {weights}: cannot be read ({type(e).__name__}: {e})") from None
-    return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {weights}",))
+        raise InitError(f"--init {model_file}: cannot be read ({type(e).__name__}: {e})") from None
+    return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {model_file}",))
 
 
 def _hf_folder(folder: Path, seed: int) -> Init:

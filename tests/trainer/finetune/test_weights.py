@@ -73,5 +73,7 @@ def test_random_like_a_checkpoint_takes_its_architecture_not_its_weights(tmp_pat
     init = resolve_init(f"random:{path}", VOCAB)
     assert init.kind == "random" and init.state is None and init.config == config
     assert "architecture" in init.notes[0]
+    (path / "model.safetensors").unlink()  # only the architecture is read: the baseline needs no weights
+    assert resolve_init(f"random:{path}", VOCAB).config == config
     with pytest.raises(InitError, match="unknown preset .* or random:CHECKPOINT"):
         resolve_init(f"random:{tmp_path / 'nowhere'}", VOCAB)
