@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import PretrainingConfig
 from pipelines.demo_corpus import write_pydoc_corpus
 from pipelines.pretraining import run_pretraining
+from pipelines.pretraining.config import PretrainingConfig
 from pipelines.tasks.pipeline import run_classification, run_ner, run_squad
 from schemas.vocab import SPECIAL_TOKENS
 

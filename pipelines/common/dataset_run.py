@@ -169,6 +169,31 @@ def run_entry(options: Any, beam_args: list[str], started: float) -> dict[str, A
     return {"runner": runner_name(options), "options": redact_options(list(beam_args)), "started_at": started}
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DatasetHeader:
+    """What a dataset's manifest says before any shard exists: its vocabulary, parameters, seed, inputs and
+    run (``vocab_entry``, ``run_entry``), and for a task dataset its task entry. The finalize stage of each
+    job adds shards, totals and statistics."""
+
+    vocab: dict[str, Any]
+    parameters: dict[str, Any]
+    inputs: tuple[dict[str, Any], ...]
+    run: dict[str, Any]
+    seed: int = 0
+    task: dict[str, Any] | None = None
+
+    def finished_run(self, bytes_read: int | None = None) -> dict[str, Any]:
+        """The ``run`` entry at the end of the run: with its seconds since ``started_at``, and its input
+        MB/s when ``bytes_read`` is given."""
+        run = dict(self.run)
+        started = run.get("started_at")
+        if started:
+            run["seconds"] = round(time.time() - started, 3)
+            if bytes_read is not None:
+                run["input_mb_per_s"] = round(bytes_read / 1e6 / max(run["seconds"], 1e-9), 3)
+        return run
+
+
 @dataclass(frozen=True, slots=True)
 class RunResult:
     manifest: Manifest

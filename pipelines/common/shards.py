@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import tarfile
+from dataclasses import asdict
 from types import TracebackType
 from typing import Any
 
@@ -86,6 +87,12 @@ class ShardWriter:
         self._close()
         self._out.commit()
         self.info = ShardInfo(self.relpath, self.fmt, self.count, self._out.size, self._out.sha.hexdigest())
+
+    def written(self) -> dict[str, Any]:
+        """The manifest's entry of the finished shard (``ShardInfo`` as a dict), once its with-block closed it."""
+        if self.info is None:
+            raise RuntimeError(f"{self.relpath}: not written yet (the shard's with-block has not closed it)")
+        return asdict(self.info)
 
     def _open(self, out: _HashedOutput) -> None:
         raise NotImplementedError

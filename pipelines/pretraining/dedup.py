@@ -41,6 +41,7 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -254,6 +255,25 @@ def removal_sample(removals: Iterable[Removal], n: int = SAMPLE_SIZE) -> list[di
 # --- Beam ----------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DedupSpec:
+    """The dedup stage: ``exact`` (normalised text) or ``minhash`` (``ngram``-word shingles, estimated Jaccard
+    similarity of at least ``threshold``), the signature partitions, the spill folder, and how many removed
+    ids the manifest samples."""
+
+    mode: str
+    work_dir: str
+    ngram: int = 5
+    threshold: float = 0.8
+    seed: int = 0
+    partitions: int = 8
+    sample_size: int = SAMPLE_SIZE
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("exact", "minhash"):
+            raise ValueError(f"dedup mode must be 'exact' or 'minhash', got {self.mode!r}")
+
+
 class _SignFn(SpillFn):
     """Batches -> entries, spilled; yields (partition, (path, byte range)) references, and on ``DOCS`` the
     path of each batch, spilled whole: the batches wait on disk, not in the runner, until the side input of
@@ -261,9 +281,9 @@ class _SignFn(SpillFn):
 
     DOCS = "docs"
 
-    def __init__(self, mode: str, ngram: int, threshold: float, seed: int, partitions: int, work_dir: str) -> None:
-        super().__init__(work_dir)
-        self.args = (mode, ngram, threshold, seed, partitions)
+    def __init__(self, spec: DedupSpec) -> None:
+        super().__init__(spec.work_dir)
+        self.args = (spec.mode, spec.ngram, spec.threshold, spec.seed, spec.partitions)
 
     def size(self, element: dict[int, bytes]) -> int:
         return sum(len(v) for v in element.values())
@@ -312,39 +332,27 @@ class Dedup(beam.PTransform):
     """``PCollection[DocumentBatch]`` -> (``PCollection[DocumentBatch]`` without duplicates, a one-element
     ``PCollection`` of ``{"duplicates": {...}}`` for the manifest's statistics)."""
 
-    def __init__(
-        self,
-        mode: str,
-        *,
-        ngram: int = 5,
-        threshold: float = 0.8,
-        seed: int = 0,
-        work_dir: str,
-        partitions: int = 8,
-        sample_size: int = SAMPLE_SIZE,
-    ) -> None:
+    def __init__(self, spec: DedupSpec) -> None:
         super().__init__()
-        if mode not in ("exact", "minhash"):
-            raise ValueError(f"dedup mode must be 'exact' or 'minhash', got {mode!r}")
-        self.mode, self.ngram, self.threshold, self.seed = mode, ngram, threshold, seed
-        self.work_dir, self.partitions, self.sample_size = work_dir, partitions, sample_size
+        self.spec = spec
 
     def expand(self, batches):
-        fn = _SignFn(self.mode, self.ngram, self.threshold, self.seed, self.partitions, self.work_dir)
+        spec = self.spec
+        fn = _SignFn(spec)
         signed = batches | "Sign" >> beam.ParDo(fn).with_outputs(fn.DOCS, main="entries")
         removals = (
             signed.entries
             | "GroupPartitions" >> beam.GroupByKey()
-            | "Resolve" >> beam.FlatMap(_resolve, self.threshold)
+            | "Resolve" >> beam.FlatMap(_resolve, spec.threshold)
             | "MergePerDocument" >> beam.CombinePerKey(merge_removals)
         )
         kept = signed[fn.DOCS] | "Filter" >> beam.Map(_filter, removed=beam.pvalue.AsDict(removals))
-        params: dict[str, Any] = {"mode": self.mode}
-        if self.mode == "minhash":
-            bands, rows = lsh_params(self.threshold)
-            params |= {"ngram": self.ngram, "threshold": self.threshold, "num_perm": NUM_PERM}
+        params: dict[str, Any] = {"mode": spec.mode}
+        if spec.mode == "minhash":
+            bands, rows = lsh_params(spec.threshold)
+            params |= {"ngram": spec.ngram, "threshold": spec.threshold, "num_perm": NUM_PERM}
             params |= {"bands": bands, "rows": rows}
-        n = self.sample_size
+        n = spec.sample_size
         stats = (
             removals
             | "SmallestRemoved" >> beam.combiners.Top.Of(n, key=lambda r: id_order(r[0]), reverse=True)

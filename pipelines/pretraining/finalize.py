@@ -7,9 +7,8 @@ dataset always holds exactly ``num_shards`` shards per format.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -18,9 +17,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.common import counters as C
 from pipelines.common.batch import InstanceBatch
-from pipelines.common.dataset_run import write_text_atomic
+from pipelines.common.dataset_run import DatasetHeader, write_text_atomic
 from pipelines.common.spill import remove_work_dir
 from pipelines.pretraining import stats as S
+from pipelines.pretraining.write import ShardSpec
 from schemas import pretraining as P
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from schemas.vocab import VOCAB_FILENAME
@@ -46,7 +46,7 @@ def build_manifest(
     results: list[dict[str, Any]],
     counters: dict[str, int],
     groups: list[dict[str, Any]],
-    base: dict[str, Any],
+    header: DatasetHeader,
     max_seq_length: int,
     unk_words: dict[str, Any] | None = None,
     extra_statistics: dict[str, Any] | None = None,
@@ -82,45 +82,35 @@ def build_manifest(
     created = counters.get(C.INSTANCES_CREATED, 0)
     if created != totals["instances"]:
         raise RuntimeError(f"instances lost before the shards: {created} created, {totals['instances']} written")
-    run = dict(base.get("run", {}))
-    started = run.get("started_at")
-    if started:
-        run["seconds"] = round(time.time() - started, 3)
-        run["input_mb_per_s"] = round(counters.get(C.BYTES_READ, 0) / 1e6 / max(run["seconds"], 1e-9), 3)
     return Manifest(
         kind=kind,
-        vocab=base["vocab"],
-        parameters=base["parameters"],
-        seed=base["seed"],
+        vocab=header.vocab,
+        parameters=header.parameters,
+        seed=header.seed,
         shards=shards,
-        inputs=tuple(base["inputs"]),
+        inputs=header.inputs,
         totals=totals,
         counters=counters,
         statistics=summary,
-        run=run,
+        run=header.finished_run(counters.get(C.BYTES_READ, 0)),
     )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FinalizeSpec:
+    """The last stage: the shards to complete (those that got no instances are written empty), the manifest's
+    header, the vocabulary written beside it, and the spill folder removed once the manifest is out."""
+
+    shards: ShardSpec
+    header: DatasetHeader
+    vocab_text: str
+    work_dir: str
+    max_seq_length: int
+
+
 class _FinalizeFn(beam.DoFn):
-    def __init__(
-        self,
-        output_dir: str,
-        work_dir: str,
-        base: dict[str, Any],
-        vocab_text: str,
-        num_shards: int,
-        make_writers: Callable[[int], list],
-        max_seq_length: int,
-        id_type: str,
-    ) -> None:
-        self.output_dir = output_dir
-        self.work_dir = work_dir
-        self.base = base
-        self.vocab_text = vocab_text
-        self.num_shards = num_shards
-        self.make_writers = make_writers  # shard index -> its writers, for shards that got no instances
-        self.max_seq_length = max_seq_length
-        self.id_type = id_type
+    def __init__(self, spec: FinalizeSpec) -> None:
+        self.spec = spec
 
     def process(
         self,
@@ -130,54 +120,41 @@ class _FinalizeFn(beam.DoFn):
         unk_words: dict[str, Any] | None = None,
         statistics: dict[str, Any] | None = None,
     ) -> Iterator[str]:
+        spec = self.spec
         done = {r["shard"] for r in results}
         results = list(results)
-        for shard in range(self.num_shards):
+        for shard in range(spec.shards.num_shards):
             if shard in done:
                 continue
             files = []
-            for writer in self.make_writers(shard):
+            for writer in spec.shards.writers(shard):
                 with writer:
-                    writer.write(empty_batch(self.id_type))
-                files.append(asdict(writer.info))
+                    writer.write(empty_batch(spec.shards.id_type))
+                files.append(writer.written())
             results.append({"shard": shard, "files": files, "stats": {}})
         manifest = build_manifest(
             kind="pretraining",
             results=results,
             counters=counters,
             groups=groups,
-            base=self.base,
-            max_seq_length=self.max_seq_length,
+            header=spec.header,
+            max_seq_length=spec.max_seq_length,
             unk_words=unk_words,
             extra_statistics=statistics,
         )
-        write_text_atomic(FileSystems.join(self.output_dir, VOCAB_FILENAME), self.vocab_text)
-        write_text_atomic(FileSystems.join(self.output_dir, MANIFEST_NAME), manifest.to_json())
-        remove_work_dir(self.work_dir)
+        out = spec.shards.output_dir
+        write_text_atomic(FileSystems.join(out, VOCAB_FILENAME), spec.vocab_text)
+        write_text_atomic(FileSystems.join(out, MANIFEST_NAME), manifest.to_json())
+        remove_work_dir(spec.work_dir)
         yield manifest.to_json()
 
 
 class Finalize(beam.PTransform):
     """Shard results + counters + group sizes -> ``manifest.json``; yields the manifest text."""
 
-    def __init__(
-        self,
-        *,
-        output_dir: str,
-        work_dir: str,
-        base: dict[str, Any],
-        vocab_text: str,
-        num_shards: int,
-        make_writers: Callable[[int], list],
-        max_seq_length: int,
-        id_type: str,
-        counters,
-        groups,
-        unk_words=None,
-        statistics=None,
-    ) -> None:
+    def __init__(self, spec: FinalizeSpec, *, counters, groups, unk_words=None, statistics=None) -> None:
         super().__init__()
-        self.fn = _FinalizeFn(output_dir, work_dir, base, vocab_text, num_shards, make_writers, max_seq_length, id_type)
+        self.fn = _FinalizeFn(spec)
         self.counters = counters
         self.groups = groups
         self.unk_words = unk_words  # optional: one source_stats.summary dict

@@ -209,6 +209,19 @@ def plan_units(pool: Pool, pool_path: str, group: int, dupe_factor: int, tokens_
     return [WorkUnit(pool_path, group, p, a, b) for p in range(dupe_factor) for a, b in ranges]
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupSpec:
+    """The grouping stage: how documents are spread over groups (``num_groups``), how many passes each group
+    makes (``dupe_factor``), how much of a group one work unit takes, and the spill folder."""
+
+    seed: int
+    docs_per_group: int
+    max_group_tokens: int
+    dupe_factor: int
+    tokens_per_unit: int
+    work_dir: str
+
+
 class _SpillDocumentsFn(SpillFn):
     def __init__(self, work_dir: str, seed: int) -> None:
         super().__init__(work_dir)
@@ -233,10 +246,10 @@ class _PlanGroupsFn(beam.DoFn):
 
 
 class _BuildPoolFn(beam.DoFn):
-    def __init__(self, work_dir: str, dupe_factor: int, tokens_per_unit: int) -> None:
-        self.work_dir = work_dir
-        self.dupe_factor = dupe_factor
-        self.tokens_per_unit = tokens_per_unit
+    def __init__(self, spec: GroupSpec) -> None:
+        self.work_dir = spec.work_dir
+        self.dupe_factor = spec.dupe_factor
+        self.tokens_per_unit = spec.tokens_per_unit
 
     def process(self, element: tuple[int, Iterable[BlockPart]], groups: int):
         block, parts = element
@@ -268,26 +281,13 @@ def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
 class GroupDocuments(beam.PTransform):
     """``PCollection[TokenizedBatch]`` -> (``PCollection[WorkUnit]``, ``PCollection[dict]`` of group sizes)."""
 
-    def __init__(
-        self,
-        *,
-        seed: int,
-        docs_per_group: int,
-        max_group_tokens: int,
-        dupe_factor: int,
-        tokens_per_unit: int,
-        work_dir: str,
-    ) -> None:
+    def __init__(self, spec: GroupSpec) -> None:
         super().__init__()
-        self.seed = seed
-        self.docs_per_group = docs_per_group
-        self.max_group_tokens = max_group_tokens
-        self.dupe_factor = dupe_factor
-        self.tokens_per_unit = tokens_per_unit
-        self.work_dir = work_dir
+        self.spec = spec
 
     def expand(self, batches):
-        dpg, mgt = self.docs_per_group, self.max_group_tokens
+        spec = self.spec
+        dpg, mgt = spec.docs_per_group, spec.max_group_tokens
         groups = (
             batches
             | "Sizes" >> beam.Map(lambda b: (len(b.doc_ids), len(b.ids)))
@@ -296,12 +296,12 @@ class GroupDocuments(beam.PTransform):
         )
         built = (
             batches
-            | "SpillDocuments" >> beam.ParDo(_SpillDocumentsFn(self.work_dir, self.seed))
+            | "SpillDocuments" >> beam.ParDo(_SpillDocumentsFn(spec.work_dir, spec.seed))
             | "PlanGroups" >> beam.ParDo(_PlanGroupsFn(), groups=beam.pvalue.AsSingleton(groups))
             | "CollectGroup" >> beam.GroupByKey()
             | "BuildPool"
             >> beam.ParDo(
-                _BuildPoolFn(self.work_dir, self.dupe_factor, self.tokens_per_unit),
+                _BuildPoolFn(spec),
                 groups=beam.pvalue.AsSingleton(groups),
             ).with_outputs("groups", main="units")
         )

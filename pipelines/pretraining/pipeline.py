@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import apache_beam as beam
@@ -18,6 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.common import counters as C
 from pipelines.common.dataset_run import (
+    DatasetHeader,
     RunResult,
     ShardSizing,
     check_output,
@@ -43,17 +43,18 @@ from pipelines.common.source_stats import UnkWords
 from pipelines.common.spill import remove_work_dir, spill_bytes_for
 from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
 from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from pipelines.pretraining.dedup import Dedup, dedup_partitions
-from pipelines.pretraining.finalize import Finalize
-from pipelines.pretraining.group import GroupDocuments
+from pipelines.pretraining.dedup import Dedup, DedupSpec, dedup_partitions
+from pipelines.pretraining.finalize import Finalize, FinalizeSpec
+from pipelines.pretraining.group import GroupDocuments, GroupSpec
 from pipelines.pretraining.instances import CreateInstances
 from pipelines.pretraining.masking import MaskInstances
 from pipelines.pretraining.progress import Monitor
 from pipelines.pretraining.read import ReadDocuments, range_bytes_for
 from pipelines.pretraining.segment import SegmentDocuments
+from pipelines.pretraining.stats import StatsSpec
 from pipelines.pretraining.tokenize import Tokenize
 from pipelines.pretraining.word_segmenter import check_word_segmenter
-from pipelines.pretraining.write import SHARD_PREFIX, WriteShards, shard_writers
+from pipelines.pretraining.write import SHARD_PREFIX, ShardSpec, WriteShards, WriteSpec
 from schemas.manifest import MANIFEST_NAME, Manifest
 from schemas.vocab import CLS, SEP, VOCAB_FILENAME
 
@@ -102,18 +103,22 @@ def build_pipeline(
     output_dir: str,
     work_dir: str,
     num_shards: int,
-    base: dict[str, Any],
+    header: DatasetHeader,
     tokenizer_threads: int = 1,
 ) -> None:
     vocab = spec.vocab
-    writer_args = dict(
+    shards = ShardSpec(
+        output_dir=output_dir,
+        num_shards=num_shards,
+        seed=cfg.seed,
+        formats=cfg.formats,
         id_type=vocab.id_type,
         vocab_sha256=vocab.sha256,
         parameters={**cfg.shard_parameters(), "input_format": input_format_of(inputs)},
         compression=cfg.arrow_compression,
         batch_rows=cfg.arrow_batch_rows,
     )
-    stats_args = dict(
+    stats = StatsSpec(
         mask_id=vocab.id("[MASK]"),
         max_seq_length=cfg.max_seq_length,
         max_predictions=cfg.max_predictions_per_seq,
@@ -126,17 +131,18 @@ def build_pipeline(
     docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg, range_bytes)
     dedup_stats = None
     if cfg.dedup != "none":  # not in the graph by default: output stays byte-identical
-        docs, dedup_stats = docs | "Dedup" >> Dedup(
-            cfg.dedup,
+        dedup = DedupSpec(
+            mode=cfg.dedup,
             ngram=cfg.dedup_ngram,
             threshold=cfg.dedup_threshold,
             seed=cfg.seed,
             work_dir=work_dir,
             partitions=dedup_partitions(input_bytes),
         )
+        docs, dedup_stats = docs | "Dedup" >> Dedup(dedup)
     sentences = docs | "Segment" >> SegmentDocuments()
     tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads, cfg.word_segmenter)
-    units, groups = tokenized | "Group" >> GroupDocuments(
+    grouping = GroupSpec(
         seed=cfg.seed,
         docs_per_group=cfg.docs_per_group,
         max_group_tokens=cfg.max_group_tokens,
@@ -144,6 +150,7 @@ def build_pipeline(
         tokens_per_unit=cfg.tokens_per_unit,
         work_dir=work_dir,
     )
+    units, groups = tokenized | "Group" >> GroupDocuments(grouping)
     raw = units | "CreateInstances" >> CreateInstances(
         max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob, cls_id=vocab.id(CLS), sep_id=vocab.id(SEP)
     )
@@ -154,42 +161,24 @@ def build_pipeline(
         whole_word=cfg.whole_word_mask,
         word_marks=bool(cfg.word_segmenter),
     )
-    results = masked | "ShuffleAndWrite" >> WriteShards(
-        output_dir,
-        work_dir,
-        num_shards,
-        cfg.seed,
-        cfg.formats,
-        writer_args=writer_args,
-        stats_args=stats_args,
-        spill_bytes=spill_bytes_for(int(input_bytes * cfg.dupe_factor * INSTANCE_SPILL_PER_BYTE)),
-    )
+    spill_bytes = spill_bytes_for(int(input_bytes * cfg.dupe_factor * INSTANCE_SPILL_PER_BYTE))
+    write = WriteSpec(shards=shards, stats=stats, work_dir=work_dir, spill_bytes=spill_bytes)
+    results = masked | "ShuffleAndWrite" >> WriteShards(write)
     counters = (
         tokenized | "Counters" >> beam.Map(lambda b: dict(b.counters)),
         # Counted where instances are made, checked against the shards: a runner that loses elements fails.
         raw | "CountInstances" >> beam.Map(lambda b: {C.INSTANCES_CREATED: len(b)}),
     ) | "AllCounters" >> beam.Flatten()
-    make_writers = partial(_writers_for_shard, output_dir, num_shards, cfg.formats, writer_args)
+    finalize = FinalizeSpec(
+        shards=shards, header=header, vocab_text=vocab.text(), work_dir=work_dir, max_seq_length=cfg.max_seq_length
+    )
     _ = results | "Finalize" >> Finalize(
-        output_dir=output_dir,
-        work_dir=work_dir,
-        base=base,
-        vocab_text=vocab.text(),
-        num_shards=num_shards,
-        make_writers=make_writers,
-        max_seq_length=cfg.max_seq_length,
-        id_type=vocab.id_type,
+        finalize,
         counters=counters,
         groups=groups,
         unk_words=tokenized | "UnkWords" >> UnkWords(),
         statistics=dedup_stats,
     )
-
-
-def _writers_for_shard(
-    output_dir: str, num_shards: int, formats: tuple[str, ...], writer_args: dict[str, Any], shard: int
-) -> list:
-    return shard_writers(output_dir, shard, num_shards, formats, **writer_args)
 
 
 # Cleaning up after a failed run must not hide or delay its error: on an object store that has gone away,
@@ -253,20 +242,20 @@ def run_pretraining(job: PretrainingJob | None = None, /, **keywords: Any) -> Ru
         )
         work_dir = prepare_work_dir(output_dir, run_id)
         started = time.time()
-        base = {
-            "vocab": vocab_entry(spec),
-            "parameters": {**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
-            "seed": cfg.seed,
-            "inputs": [{"path": redact_text(f.path), "bytes": f.bytes, "format": f.format} for f in files],
-            "run": {**run_entry(options, beam_args, started), "run_id": run_id},
-        }
+        header = DatasetHeader(
+            vocab=vocab_entry(spec),
+            parameters={**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
+            seed=cfg.seed,
+            inputs=tuple({"path": redact_text(f.path), "bytes": f.bytes, "format": f.format} for f in files),
+            run={**run_entry(options, beam_args, started), "run_id": run_id},
+        )
         C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
         try:
             # The earlier dataset (--overwrite) waits in _work/RUN_ID/previous until this one is published.
             with replacing(output_dir, _is_output, replaced, FileSystems.join(work_dir, "previous")):
                 p = make_pipeline(options, run_id)
                 build_pipeline(
-                    p, files, cfg, spec, output_dir, work_dir, num_shards, base, local_threads_per_worker(options)
+                    p, files, cfg, spec, output_dir, work_dir, num_shards, header, local_threads_per_worker(options)
                 )
                 local = runner_name(options) == "FnApiRunner"  # its workers, threads or processes, share this machine
                 with Monitor(files=len(files), input_bytes=input_bytes, shards=num_shards, local=local):

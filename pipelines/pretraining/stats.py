@@ -7,6 +7,7 @@ fractions, means and percentiles for the manifest and the console.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,15 +16,19 @@ from pipelines.common.batch import InstanceBatch
 from schemas.pretraining import num_to_predict
 
 
-def batch_stats(
-    batch: InstanceBatch,
-    *,
-    mask_id: int,
-    max_seq_length: int,
-    max_predictions: int,
-    masked_lm_prob: float,
-    whole_word: bool,
-) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StatsSpec:
+    """What reading the statistics back from written instances needs: the [MASK] id and the masking rule."""
+
+    mask_id: int
+    max_seq_length: int
+    max_predictions: int
+    masked_lm_prob: float
+    whole_word: bool
+
+
+def batch_stats(batch: InstanceBatch, spec: StatsSpec) -> dict[str, Any]:
+    mask_id, max_seq_length, max_predictions = spec.mask_id, spec.max_seq_length, spec.max_predictions
     lengths = batch.lengths
     k = batch.num_predictions
     # What happened at each prediction, read back from the data: [MASK], the original kept, or another id.
@@ -31,7 +36,7 @@ def batch_stats(
     at = batch.ids[batch.offsets[row] + batch.positions]
     is_mask = at == mask_id
     kept = ~is_mask & (at == batch.labels)
-    rule = num_to_predict(lengths, masked_lm_prob, max_predictions)
+    rule = num_to_predict(lengths, spec.masked_lm_prob, max_predictions)
     rule = np.minimum(rule, lengths - 3)
     return {
         "instances": int(len(batch)),
@@ -44,7 +49,7 @@ def batch_stats(
         "kept": int(kept.sum()),
         "random": int((~is_mask & ~kept).sum()),
         # Without whole-word masking every instance must follow the count rule exactly.
-        "count_rule_violations": 0 if whole_word else int((k != rule).sum()),
+        "count_rule_violations": 0 if spec.whole_word else int((k != rule).sum()),
     }
 
 

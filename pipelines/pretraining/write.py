@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -50,37 +50,52 @@ def order_shard(batches: list[InstanceBatch], seed: int) -> InstanceBatch:
     return batch.take(shard_order(batch, seed))
 
 
-def shard_writers(
-    output_dir: str,
-    shard: int,
-    num_shards: int,
-    formats: Iterable[str],
-    *,
-    id_type: str,
-    vocab_sha256: str,
-    parameters: dict[str, Any],
-    compression: str,
-    batch_rows: int,
-) -> list:
-    writers: list[ArrowShardWriter | WebDatasetShardWriter] = []
-    for fmt in formats:
-        name = shard_name(SHARD_PREFIX, shard, num_shards, fmt)
-        path = FileSystems.join(output_dir, name)
-        if fmt == "arrow":
-            writers.append(
-                ArrowShardWriter(
-                    path,
-                    name,
-                    id_type=id_type,
-                    vocab_sha256=vocab_sha256,
-                    parameters=parameters,
-                    compression=compression,
-                    batch_rows=batch_rows,
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardSpec:
+    """The shards of a pretraining dataset: where, how many, in which formats, with which Arrow metadata."""
+
+    output_dir: str
+    num_shards: int
+    seed: int  # the shuffle's: it picks each instance's shard and its place in it
+    formats: tuple[str, ...]
+    id_type: str
+    vocab_sha256: str
+    parameters: dict[str, Any]  # the Arrow metadata's copy of the shard parameters
+    compression: str
+    batch_rows: int
+
+    def writers(self, shard: int) -> list[ArrowShardWriter | WebDatasetShardWriter]:
+        """One writer per format for shard ``shard`` (context managers: atomic, hashed as they stream)."""
+        writers: list[ArrowShardWriter | WebDatasetShardWriter] = []
+        for fmt in self.formats:
+            name = shard_name(SHARD_PREFIX, shard, self.num_shards, fmt)
+            path = FileSystems.join(self.output_dir, name)
+            if fmt == "arrow":
+                writers.append(
+                    ArrowShardWriter(
+                        path,
+                        name,
+                        id_type=self.id_type,
+                        vocab_sha256=self.vocab_sha256,
+                        parameters=self.parameters,
+                        compression=self.compression,
+                        batch_rows=self.batch_rows,
+                    )
                 )
-            )
-        else:
-            writers.append(WebDatasetShardWriter(path, name, id_type=id_type))
-    return writers
+            else:
+                writers.append(WebDatasetShardWriter(path, name, id_type=self.id_type))
+        return writers
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WriteSpec:
+    """The shuffle-and-write stage: the shards, the statistics read back from them, the spill folder and how
+    much a worker buffers before it spills (``None``: the default of :class:`pipelines.common.spill.SpillFn`)."""
+
+    shards: ShardSpec
+    stats: S.StatsSpec
+    work_dir: str
+    spill_bytes: int | None = None
 
 
 # One shard's instances in one spill file: (path, byte range of an InstanceBatch's wire bytes).
@@ -133,10 +148,10 @@ def read_shard(parts: Iterable[ShardPart], seed: int) -> InstanceBatch:
 
 
 class _SpillShardsFn(SpillFn):
-    def __init__(self, work_dir: str, num_shards: int, seed: int, spill_bytes: int | None = None) -> None:
-        super().__init__(work_dir, spill_bytes)
-        self.num_shards = num_shards
-        self.seed = seed
+    def __init__(self, spec: WriteSpec) -> None:
+        super().__init__(spec.work_dir, spec.spill_bytes)
+        self.num_shards = spec.shards.num_shards
+        self.seed = spec.shards.seed
 
     def size(self, batch: InstanceBatch) -> int:
         return batch.ids.nbytes + batch.labels.nbytes + 2 * len(batch.positions) + 35 * len(batch)
@@ -166,21 +181,10 @@ class _SpillShardsFn(SpillFn):
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(
-        self,
-        output_dir: str,
-        num_shards: int,
-        seed: int,
-        writer_args: dict[str, Any],
-        stats_args: dict[str, Any],
-        formats: tuple[str, ...],
-    ) -> None:
-        self.output_dir = output_dir
-        self.num_shards = num_shards
-        self.seed = seed
-        self.writer_args = writer_args
-        self.stats_args = stats_args
-        self.formats = formats
+    def __init__(self, spec: WriteSpec) -> None:
+        self.shards = spec.shards
+        self.stats = spec.stats
+        self.num_shards = spec.shards.num_shards
 
     def process(self, element: tuple[int, Iterable[BlockPart]]) -> Iterator[dict[str, Any]]:
         block, parts = element
@@ -193,9 +197,9 @@ class _WriteShardFn(beam.DoFn):
     def write(self, shard: int, batch: InstanceBatch) -> dict[str, Any]:
         """Write the shard in order, one record batch of rows at a time: memory holds the shard once, not
         its sorted copy and its Arrow form as well."""
-        order = shard_order(batch, self.seed)
-        rows = self.writer_args["batch_rows"]  # chunks of whole record batches: the same batches as one write
-        writers = shard_writers(self.output_dir, shard, self.num_shards, self.formats, **self.writer_args)
+        order = shard_order(batch, self.shards.seed)
+        rows = self.shards.batch_rows  # chunks of whole record batches: the same batches as one write
+        writers = self.shards.writers(shard)
         stats = []
         with contextlib.ExitStack() as stack:
             for w in writers:
@@ -204,30 +208,19 @@ class _WriteShardFn(beam.DoFn):
                 chunk = batch.take(order[start : start + rows])
                 for w in writers:
                     w.write(chunk)
-                stats.append(S.batch_stats(chunk, **self.stats_args))  # additive: merged exactly
+                stats.append(S.batch_stats(chunk, self.stats))  # additive: merged exactly
         P.add("shards", final=True, shards=1, instances=len(batch))
         P.detail(f"wrote shard {shard + 1}/{self.num_shards}: {len(batch)} instances")
-        return {"shard": shard, "files": [asdict(w.info) for w in writers], "stats": S.merge(stats)}
+        return {"shard": shard, "files": [w.written() for w in writers], "stats": S.merge(stats)}
 
 
 class WriteShards(beam.PTransform):
     """``PCollection[InstanceBatch]`` -> ``PCollection[dict]``: one result (files, statistics) per shard."""
 
-    def __init__(
-        self,
-        output_dir: str,
-        work_dir: str,
-        num_shards: int,
-        seed: int,
-        formats: tuple[str, ...],
-        *,
-        writer_args: dict[str, Any],
-        stats_args: dict[str, Any],
-        spill_bytes: int | None = None,
-    ) -> None:
+    def __init__(self, spec: WriteSpec) -> None:
         super().__init__()
-        self.split = _SpillShardsFn(work_dir, num_shards, seed, spill_bytes)
-        self.write = _WriteShardFn(output_dir, num_shards, seed, writer_args, stats_args, formats)
+        self.split = _SpillShardsFn(spec)
+        self.write = _WriteShardFn(spec)
 
     def expand(self, batches):
         return (

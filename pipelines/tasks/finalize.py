@@ -7,15 +7,15 @@ reconcile (``<unit>_read == <unit>_used + dropped``), or the run fails rather th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.common.counters import Tally, dropped
-from pipelines.common.dataset_run import write_text_atomic
+from pipelines.common.dataset_run import DatasetHeader, write_text_atomic
 from pipelines.tasks.labels import LabelPlan, task_labels
 from pipelines.tasks.write import ShardSpec
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
@@ -49,7 +49,7 @@ def build_manifest(
     tally: Tally,
     labels: list[str],
     plan: LabelPlan,
-    base: dict[str, Any],
+    header: DatasetHeader,
     files: list[dict[str, Any]],
 ) -> Manifest:
     results = sorted(results, key=lambda r: r["shard"])
@@ -67,31 +67,39 @@ def build_manifest(
     totals = {"rows": rows, unit: used, "tokens": stats["tokens"], "bytes": {"arrow": sum(s.bytes for s in shards)}}
     for f in files:
         totals["bytes"][f["role"]] = f["bytes"]
-    task = {**base["task"], **task_labels(plan, labels), "files": files}
-    run = dict(base.get("run", {}))
-    if run.get("started_at"):
-        run["seconds"] = round(time.time() - run["started_at"], 3)
+    task = {**(header.task or {}), **task_labels(plan, labels), "files": files}
     return Manifest(
         kind=kind,
-        vocab=base["vocab"],
-        parameters=base["parameters"],
-        seed=0,
+        vocab=header.vocab,
+        parameters=header.parameters,
+        seed=header.seed,
         shards=shards,
-        inputs=tuple(base["inputs"]),
+        inputs=header.inputs,
         totals=totals,
         counters=counters,
         statistics=stats,
         task=task,
-        run=run,
+        run=header.finished_run(),
     )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FinalizeTaskSpec:
+    """The last stage of a task run: its shards (those that got no rows are written empty), how labels map to
+    ids, the manifest's header, and the vocabulary written beside it."""
+
+    shards: ShardSpec
+    plan: LabelPlan
+    header: DatasetHeader
+    vocab_text: str
+
+
 class _FinalizeFn(beam.DoFn):
-    def __init__(self, spec: ShardSpec, plan: LabelPlan, base: dict[str, Any], vocab_text: str) -> None:
-        self.spec = spec
-        self.plan = plan
-        self.base = base
-        self.vocab_text = vocab_text
+    def __init__(self, spec: FinalizeTaskSpec) -> None:
+        self.spec = spec.shards
+        self.plan = spec.plan
+        self.header = spec.header
+        self.vocab_text = spec.vocab_text
 
     def process(self, results: list[dict[str, Any]], tally: Tally, labels: list[str], files: list) -> Iterator[str]:
         results = list(results)
@@ -105,7 +113,7 @@ class _FinalizeFn(beam.DoFn):
             tally=tally,
             labels=labels,
             plan=self.plan,
-            base=self.base,
+            header=self.header,
             files=[f for group in files for f in group],
         )
         out = self.spec.output_dir
@@ -120,11 +128,9 @@ class FinalizeTask(beam.PTransform):
     ``files`` is a PCollection of lists of file infos (``{"role", "path", "count", "bytes", "sha256", ...}``).
     """
 
-    def __init__(
-        self, spec: ShardSpec, plan: LabelPlan, *, base: dict[str, Any], vocab_text: str, tallies, labels, files
-    ) -> None:
+    def __init__(self, spec: FinalizeTaskSpec, *, tallies, labels, files) -> None:
         super().__init__()
-        self.fn = _FinalizeFn(spec, plan, base, vocab_text)
+        self.fn = _FinalizeFn(spec)
         self.tallies = tallies
         self.labels = labels
         self.files = files

@@ -23,6 +23,7 @@ import apache_beam as beam
 from configs import options
 from pipelines.common import counters as C
 from pipelines.common.dataset_run import (
+    DatasetHeader,
     RunResult,
     ShardSizing,
     check_output,
@@ -53,7 +54,7 @@ from pipelines.tasks.config import (
 )
 from pipelines.tasks.conll import ConllParser, looks_like_conll
 from pipelines.tasks.features import Featurize, Layout
-from pipelines.tasks.finalize import FinalizeTask
+from pipelines.tasks.finalize import FinalizeTask, FinalizeTaskSpec
 from pipelines.tasks.labels import LabelPlan, Labels, labels_from_manifest, plan_labels
 from pipelines.tasks.ner import SentenceFeaturizer
 from pipelines.tasks.squad import ExampleFeaturizer
@@ -167,11 +168,11 @@ def _run_locked(
     cfg = plan.cfg
     started = time.time()
     parameters = {**cfg.to_dict(), "num_shards": num_shards}
-    base = {
-        "vocab": vocab_entry(spec),
-        "parameters": parameters,
-        "inputs": [{"path": redact_text(f.path), "bytes": f.bytes} for f in files],
-        "task": {
+    header = DatasetHeader(
+        vocab=vocab_entry(spec),
+        parameters=parameters,
+        inputs=tuple({"path": redact_text(f.path), "bytes": f.bytes} for f in files),
+        task={
             "kind": cfg.kind,
             "split": cfg.split,
             "training": cfg.training,
@@ -179,8 +180,8 @@ def _run_locked(
             "ignore_index": T.IGNORE_INDEX,
             **plan.task,
         },
-        "run": {**run_entry(options, beam_args, started), "run_id": run_id},
-    }
+        run={**run_entry(options, beam_args, started), "run_id": run_id},
+    )
     shard_spec = ShardSpec(
         output_dir=output_dir,
         kind=cfg.kind,
@@ -208,9 +209,8 @@ def _run_locked(
     else:
         extra = p | "NoFiles" >> beam.Create([[]])
     tallies = (read[R.TALLIES], feats["tallies"]) | "AllTallies" >> beam.Flatten()
-    _ = results | "Finalize" >> FinalizeTask(
-        shard_spec, plan.labels, base=base, vocab_text=spec.vocab.text(), tallies=tallies, labels=labels, files=extra
-    )
+    finalize = FinalizeTaskSpec(shards=shard_spec, plan=plan.labels, header=header, vocab_text=spec.vocab.text())
+    _ = results | "Finalize" >> FinalizeTask(finalize, tallies=tallies, labels=labels, files=extra)
     run_pipeline(p)
     return read_result(output_dir, started, input_bytes)
 

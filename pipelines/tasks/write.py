@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -117,8 +117,7 @@ class ShardSpec:
         with writer:
             if t is not None and t.num_rows:
                 writer.write(t)
-        assert writer.info is not None  # set when the with-block closes the shard
-        return {"shard": shard, "files": [asdict(writer.info)], "stats": shard_stats(t, self.kind)}
+        return {"shard": shard, "files": [writer.written()], "stats": shard_stats(t, self.kind)}
 
 
 class _AssignShardFn(beam.DoFn):

@@ -204,7 +204,11 @@ def test_dedup_composite(tmp_path):
     near = Document("zz:2", [edited(D.document_text(docs[4]), 0.02, seed=5, span=8)])
     batches = [DocumentBatch(docs[:3], Counter({C.DOCUMENTS_READ: 3})), DocumentBatch([*docs[3:], copy, near])]
     with TestPipeline() as p:
-        kept, stats = p | beam.Create(batches) | D.Dedup("minhash", seed=1, work_dir=str(tmp_path), partitions=3)
+        kept, stats = (
+            p
+            | beam.Create(batches)
+            | D.Dedup(D.DedupSpec(mode="minhash", seed=1, work_dir=str(tmp_path), partitions=3))
+        )
         ids = kept | "Ids" >> beam.FlatMap(lambda b: [d.doc_id for d in b.documents])
         drops = kept | "Drops" >> beam.Map(lambda b: C.dropped(b.counters)) | beam.CombineGlobally(C.merge)
         sample = stats | beam.Map(lambda s: s["duplicates"]["removed_sample"])

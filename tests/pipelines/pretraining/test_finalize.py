@@ -5,32 +5,32 @@ from __future__ import annotations
 import pytest
 
 from pipelines.common import counters as C
+from pipelines.common.dataset_run import DatasetHeader
 from pipelines.pretraining import stats as S
 from pipelines.pretraining.finalize import build_manifest
 from tests.pipelines.pretraining.test_write import random_batch
 
-BASE = {
-    "vocab": {"sha256": "0" * 64, "size": 5, "id_type": "uint16", "special_ids": {}},
-    "parameters": {},
-    "seed": 1,
-    "inputs": [],
-    "run": {},
-}
+HEADER = DatasetHeader(
+    vocab={"sha256": "0" * 64, "size": 5, "id_type": "uint16", "special_ids": {}},
+    parameters={},
+    seed=1,
+    inputs=(),
+    run={},
+)
 SHARD = {"path": "pretrain-00000-of-00001.arrow", "format": "arrow", "count": 5, "bytes": 100, "sha256": "0" * 64}
 
 
 def manifest(used: int, grouped: int, created: int):
     counters = {C.DOCUMENTS_READ: used, C.DOCUMENTS_USED: used, C.INSTANCES_CREATED: created}
-    stats = S.batch_stats(
-        random_batch(5, 0), mask_id=4, max_seq_length=128, max_predictions=20, masked_lm_prob=0.15, whole_word=False
-    )
+    spec = S.StatsSpec(mask_id=4, max_seq_length=128, max_predictions=20, masked_lm_prob=0.15, whole_word=False)
+    stats = S.batch_stats(random_batch(5, 0), spec)
     results = [{"shard": 0, "files": [SHARD], "stats": stats}]
     return build_manifest(
         kind="pretraining",
         results=results,
         counters=counters,
         groups=[{"group": 0, "documents": grouped, "tokens": 50}],
-        base=BASE,
+        header=HEADER,
         max_seq_length=128,
     )
 

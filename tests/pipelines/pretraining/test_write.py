@@ -7,7 +7,16 @@ import pytest
 
 from pipelines.common.batch import InstanceBatch
 from pipelines.common.spill import write_file
-from pipelines.pretraining.write import _SpillShardsFn, encode_shards, order_shard, read_shard, shuffle_keys
+from pipelines.pretraining.stats import StatsSpec
+from pipelines.pretraining.write import (
+    ShardSpec,
+    WriteSpec,
+    _SpillShardsFn,
+    encode_shards,
+    order_shard,
+    read_shard,
+    shuffle_keys,
+)
 
 
 def random_batch(n: int, seed: int, id_base: int = 0) -> InstanceBatch:
@@ -64,8 +73,19 @@ def test_the_spill_fn_emits_one_reference_per_block_and_file(tmp_path, monkeypat
     from pipelines.common.spill import keys_per_block
 
     assert keys_per_block(num_shards) == per_block
-    fn = _SpillShardsFn(str(tmp_path), num_shards=num_shards, seed=3)
-    fn.spill_bytes = 100_000
+    shards = ShardSpec(
+        output_dir=str(tmp_path),
+        num_shards=num_shards,
+        seed=3,
+        formats=("arrow",),
+        id_type="uint16",
+        vocab_sha256="0" * 64,
+        parameters={},
+        compression="none",
+        batch_rows=1000,
+    )
+    stats = StatsSpec(mask_id=4, max_seq_length=128, max_predictions=20, masked_lm_prob=0.15, whole_word=False)
+    fn = _SpillShardsFn(WriteSpec(shards=shards, stats=stats, work_dir=str(tmp_path), spill_bytes=100_000))
     fn.start_bundle()
     refs = [r for i in range(8) for r in fn.process(random_batch(400, i, 10**6 * i))]
     refs += [w.value for w in fn.finish_bundle()]
