@@ -17,6 +17,12 @@ run; its peak sums the command, the scheduler and the workers (each a nanny and 
     python benchmarks/pipeline_scale.py --only-big-file
     python benchmarks/pipeline_scale.py --copies 1 --copies 8 --dupe 10 --workers 1 --no-big-file  # + Dask
     python benchmarks/pipeline_scale.py --json out.json --plot scale.png
+    python benchmarks/pipeline_scale.py --copies 4 --dupe 1 --dupe 10 --dask 0 --baseline b6b896c  # paired
+
+``--baseline REV`` runs every row twice, back to back: first with the code of commit REV (``git archive`` into
+the temporary folder, imported through PYTHONPATH), then with this checkout, and prints this checkout's speed
+and memory as ratios to the baseline's, measured in the same run; it also checks that both wrote the same
+shards (sha256 of every shard in the two manifests).
 
 Nothing is written inside the repository: the corpus copies are hard links (or copies) under a temporary folder.
 """
@@ -114,11 +120,31 @@ def dask_cluster(workers: int, folder: Path, env: dict[str, str]) -> Iterator[tu
         time.sleep(0.5)
 
 
+def checkout_of(rev: str, root: Path) -> Path:
+    """The files of commit ``rev`` in a folder under ``root`` (``git archive``: no worktree to clean up)."""
+    dest = root / f"baseline-{rev}"
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
 def run_one(
-    inputs: list[str], vocab: str, out: Path, dupe: int, workers: int, env: dict[str, str], dask: int = 0
+    inputs: list[str],
+    vocab: str,
+    out: Path,
+    dupe: int,
+    workers: int,
+    env: dict[str, str],
+    dask: int = 0,
+    code: Path = REPO,
 ) -> dict:
-    bertprep = str(Path(sys.executable).with_name("bertprep"))
+    # `bertprep` of the code in ``code``: its folder first on sys.path (PYTHONPATH, and the working directory).
+    env = {**env, "PYTHONPATH": str(code)}
+    bertprep = "import sys; from pipelines.cli import main; sys.argv[0] = 'bertprep'; main()"
     cmd = [
+        sys.executable,
+        "-c",
         bertprep,
         "pretraining",
         *[a for i in inputs for a in ("--input", i)],
@@ -133,11 +159,11 @@ def run_one(
     if dask:
         with dask_cluster(dask, out.parent / "dask", env) as (address, pids):
             cmd += ["--runner", "DaskRunner", f"--dask_client_address={address}"]
-            seconds, peak, _ = run_measured(cmd, env, also=pids)
+            seconds, peak, _ = run_measured(cmd, env, also=pids, cwd=code)
     else:
         if workers > 1:
             cmd += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
-        seconds, peak, _ = run_measured(cmd, env)
+        seconds, peak, _ = run_measured(cmd, env, cwd=code)
     manifest = json.loads((out / "manifest.json").read_text())
     shutil.rmtree(out)
     input_mb = manifest["counters"]["bytes_read"] / 1e6
@@ -151,7 +177,19 @@ def run_one(
         "instances": manifest["totals"]["instances"],
         "instances_per_s": round(manifest["totals"]["instances"] / seconds),
         "peak_mb": round(peak / 1e6),
+        "code": "this" if code == REPO else "baseline",
+        "shards_sha256": sorted(f"{s['path']}:{s['sha256']}" for s in manifest["shards"]),
     }
+
+
+def paired(baseline: Path | None, name: str, *args, **kwargs) -> list[dict]:
+    """``run_one(*args, **kwargs)`` with the baseline's code (when given), then with this checkout's: the rows
+    of input ``name``, measured back to back."""
+    rows = []
+    for code in ([baseline] if baseline else []) + [REPO]:
+        rows.append({"input": name, **run_one(*args, **kwargs, code=code)})
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "shards_sha256"}), flush=True)
+    return rows
 
 
 def main() -> None:
@@ -165,6 +203,7 @@ def main() -> None:
     ap.add_argument("--vocab", help="vocab.txt; default: train a 30,522-token vocab on one copy (not timed)")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--plot", help="also draw peak memory and MB/s against input size (PNG)")
+    ap.add_argument("--baseline", metavar="REV", help="also run every row with the code of commit REV, paired")
     args = ap.parse_args()
     if not SHARED.exists():
         raise SystemExit(f"needs the shared data at {SHARED}")
@@ -172,6 +211,7 @@ def main() -> None:
     # The Dask workers import this checkout, as bertstream installed on every node.
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
     try:
+        baseline = checkout_of(args.baseline, root) if args.baseline else None
         one = build_copies(root, 1)
         vocab = args.vocab
         if vocab is None:
@@ -187,19 +227,15 @@ def main() -> None:
             for copies in args.copies or [1, 4, 8]:
                 inputs = build_copies(root, copies)
                 for dupe in args.dupe or [1, 10]:
+                    name = f"{copies} cop{'y' if copies == 1 else 'ies'}"
                     for w in args.workers or [1, 2]:
-                        r = run_one(inputs, vocab, root / "out", dupe, w, env)
-                        rows.append({"input": f"{copies} cop{'y' if copies == 1 else 'ies'}", **r})
-                        print(json.dumps(rows[-1]), flush=True)
+                        rows += paired(baseline, name, inputs, vocab, root / "out", dupe, w, env)
                     if args.dask:
-                        r = run_one(inputs, vocab, root / "out", dupe, 0, env, dask=args.dask)
-                        rows.append({"input": f"{copies} cop{'y' if copies == 1 else 'ies'}", **r})
-                        print(json.dumps(rows[-1]), flush=True)
+                        rows += paired(baseline, name, inputs, vocab, root / "out", dupe, 0, env, dask=args.dask)
         if not args.no_big_file:
             big = build_big_file(root)
             for w in (1, 2):
-                rows.append({"input": "one big file", **run_one(big, vocab, root / "out", 1, w, env)})
-                print(json.dumps(rows[-1]), flush=True)
+                rows += paired(baseline, "one big file", big, vocab, root / "out", 1, w, env)
         for r in rows:
             r["ceiling_mb_per_s"] = round(ceiling, 3)
             r["ratio_to_ceiling"] = round(r["mb_per_s"] / ceiling, 3)
@@ -207,19 +243,38 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\ntokenizer ceiling: {ceiling:.2f} MB/s on {cores} cores (same paragraphs, same run)")
     print(
-        f"{'input':>13} {'MB':>6} {'dupe':>4} {'runner':>10} {'workers':>7} {'seconds':>8} {'MB/s':>6} "
+        f"{'input':>13} {'MB':>6} {'dupe':>4} {'runner':>10} {'workers':>7} {'code':>8} {'seconds':>8} {'MB/s':>6} "
         f"{'inst/s':>7} {'peak MB':>8} {'ratio':>6}"
     )
     for r in rows:
         print(
-            f"{r['input']:>13} {r['input_mb']:>6} {r['dupe']:>4} {r['runner']:>10} {r['workers']:>7} {r['seconds']:>8} "
-            f"{r['mb_per_s']:>6} {r['instances_per_s']:>7} {r['peak_mb']:>8} {r['ratio_to_ceiling']:>6}"
+            f"{r['input']:>13} {r['input_mb']:>6} {r['dupe']:>4} {r['runner']:>10} {r['workers']:>7} {r['code']:>8} "
+            f"{r['seconds']:>8} {r['mb_per_s']:>6} {r['instances_per_s']:>7} {r['peak_mb']:>8} {r['ratio_to_ceiling']:>6}"
         )
-    summarize(rows)
+    if baseline:
+        compare(rows, args.baseline)
+    summarize([r for r in rows if r["code"] == "this"])
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     if args.plot:
         plot(rows, args.plot)
+
+
+def compare(rows: list[dict], rev: str) -> None:
+    """Each row of this checkout against the baseline's same row: speed-up, memory, and the same shards."""
+    key = ("input", "dupe", "runner", "workers")
+    base = {tuple(r[k] for k in key): r for r in rows if r["code"] == "baseline"}
+    print(f"\nthis checkout against {rev}, paired in this run:")
+    for r in rows:
+        b = base.get(tuple(r[k] for k in key))
+        if r["code"] != "this" or b is None:
+            continue
+        same = "same shards" if r["shards_sha256"] == b["shards_sha256"] else "SHARDS DIFFER"
+        print(
+            f"  {r['input']}, dupe {r['dupe']}, {r['runner']}, {r['workers']} worker(s): "
+            f"{r['mb_per_s'] / b['mb_per_s']:.2f}x the MB/s ({b['mb_per_s']} -> {r['mb_per_s']}), "
+            f"peak {b['peak_mb']} -> {r['peak_mb']} MB, {same}"
+        )
 
 
 def summarize(rows: list[dict]) -> None:

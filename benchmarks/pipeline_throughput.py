@@ -55,12 +55,14 @@ def tree_rss(root: int) -> int:
     return total
 
 
-def run_measured(cmd: list[str], env: dict[str, str], also: tuple[int, ...] = ()) -> tuple[float, int, str]:
+def run_measured(
+    cmd: list[str], env: dict[str, str], also: tuple[int, ...] = (), cwd: str | os.PathLike | None = None
+) -> tuple[float, int, str]:
     """Wall time, peak RSS summed over the command's process tree and those of ``also`` (a cluster's
     processes), and the output of ``cmd``."""
     peak = 0
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     done = threading.Event()
 
     def sample() -> None:
