@@ -3,6 +3,9 @@ once, lazy imports inside functions included), the longest chain of imports (lev
 
     python scripts/import_graph.py pipelines            # modules
     python scripts/import_graph.py pipelines --folders  # each sub-package counted as one node
+    # the job's stages as modules, the shared folders as one node each (the layout sketch of issue 22)
+    python scripts/import_graph.py pipelines --collapse common --collapse report --collapse tasks \
+        --collapse pretraining/kernels
 """
 
 from __future__ import annotations
@@ -42,12 +45,16 @@ def imports_of(path: Path, name: str, package: str, modules: set[str]) -> set[st
     return {m for m in found if m == package or m.startswith(package + ".")}
 
 
-def graph(package: str, folders: bool) -> dict[str, set[str]]:
+def graph(package: str, folders: bool, collapse: tuple[str, ...] = ()) -> dict[str, set[str]]:
     root = Path(package)
     files = sorted(root.rglob("*.py"))
     names = {module_name(f, root): f for f in files}
+    merged = [".".join([root.name, *Path(c).parts]) for c in collapse]
 
     def node(mod: str) -> str:
+        for m in merged:
+            if mod == m or mod.startswith(m + "."):
+                return m
         if folders:
             parts = mod.split(".")
             # pipelines.X.Y... -> pipelines.X when X is a sub-package
@@ -123,9 +130,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("package")
     parser.add_argument("--folders", action="store_true", help="count each sub-package as one node")
+    parser.add_argument(
+        "--collapse", action="append", default=[], metavar="FOLDER", help="count FOLDER (below the package) as one node"
+    )
     parser.add_argument("--edges", action="store_true", help="list every import")
     args = parser.parse_args()
-    edges = graph(args.package, args.folders)
+    edges = graph(args.package, args.folders, tuple(args.collapse))
     n_edges = sum(len(t) for t in edges.values())
     if args.edges:
         for a in sorted(edges):

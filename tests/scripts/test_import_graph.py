@@ -1,0 +1,62 @@
+"""The layout of pipelines/, as ``scripts/import_graph.py`` reads it: no cycle, no import up a level, the job
+folders siblings, and the import count of the layout the house redesign (issue 22) sketched."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import import_graph as G  # noqa: E402
+
+# The stages of each job as modules; the folders every job shares as one node each.
+SKETCH = ("common", "report", "tasks", "pretraining/kernels")
+
+
+def _graph(collapse: tuple[str, ...] = ()) -> dict[str, set[str]]:
+    here = os.getcwd()
+    os.chdir(REPO)  # the script takes the package as a path below the working directory
+    try:
+        return G.graph("pipelines", folders=False, collapse=collapse)
+    finally:
+        os.chdir(here)
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, set[str]]:
+    return _graph()
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else "top"
+
+
+def test_the_graph_has_no_cycle(modules):
+    assert G.cycles(modules) == []
+
+
+def test_common_imports_no_job_and_the_jobs_do_not_import_each_other(modules):
+    # top (cli, vocab) may import any folder; a job folder only itself and common/; common/ only itself.
+    allowed = {"common": {"common"}, "pretraining": {"pretraining", "common"}, "tasks": {"tasks", "common"}}
+    allowed["report"] = {"report", "common"}
+    wrong = [
+        f"{a} -> {b}"
+        for a, targets in modules.items()
+        for b in targets
+        if _folder(a) in allowed and _folder(b) not in allowed[_folder(a)]
+    ]
+    assert wrong == []
+
+
+def test_the_sketched_layout_keeps_within_its_import_count():
+    edges = _graph(SKETCH)
+    count = sum(len(t) for t in edges.values())
+    # The issue's sketch: 26 modules and folders, 67 imports (the flat layout before it: 40 and 129).
+    assert count <= 67, f"{count} imports between the stages and shared folders of pipelines/ (sketch: 67)"
+    assert G.levels(edges) <= 7
