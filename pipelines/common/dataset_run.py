@@ -22,7 +22,7 @@ from pipelines.common.output_dir import ensure_writable_dir, foreign_files, refu
 from pipelines.common.redact import redact_options, redact_text
 from pipelines.common.runner import UsageError, runner_name
 from pipelines.common.tokenizer import TokenizerSpec
-from schemas.manifest import MANIFEST_NAME, Manifest
+from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from schemas.manifest import vocab_entry as schema_vocab_entry
 from schemas.vocab import VOCAB_FILENAME
 
@@ -192,6 +192,33 @@ class DatasetHeader:
             if bytes_read is not None:
                 run["input_mb_per_s"] = round(bytes_read / 1e6 / max(run["seconds"], 1e-9), 3)
         return run
+
+    def manifest(
+        self,
+        *,
+        kind: str,
+        shards: tuple[ShardInfo, ...],
+        totals: dict[str, Any],
+        counters: dict[str, int],
+        statistics: dict[str, Any],
+        task: dict[str, Any] | None = None,
+        bytes_read: int | None = None,
+    ) -> Manifest:
+        """The finished dataset's manifest: this header with what the finalize stage found (``task``: the
+        task entry's run-time part, merged over the header's)."""
+        return Manifest(
+            kind=kind,
+            vocab=self.vocab,
+            parameters=self.parameters,
+            seed=self.seed,
+            shards=shards,
+            inputs=self.inputs,
+            totals=totals,
+            counters=counters,
+            statistics=statistics,
+            task={**(self.task or {}), **(task or {})},
+            run=self.finished_run(bytes_read),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,17 +82,13 @@ def build_manifest(
     created = counters.get(C.INSTANCES_CREATED, 0)
     if created != totals["instances"]:
         raise RuntimeError(f"instances lost before the shards: {created} created, {totals['instances']} written")
-    return Manifest(
+    return header.manifest(
         kind=kind,
-        vocab=header.vocab,
-        parameters=header.parameters,
-        seed=header.seed,
         shards=shards,
-        inputs=header.inputs,
         totals=totals,
         counters=counters,
         statistics=summary,
-        run=header.finished_run(counters.get(C.BYTES_READ, 0)),
+        bytes_read=counters.get(C.BYTES_READ, 0),
     )
 
 

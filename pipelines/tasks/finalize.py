@@ -67,19 +67,13 @@ def build_manifest(
     totals = {"rows": rows, unit: used, "tokens": stats["tokens"], "bytes": {"arrow": sum(s.bytes for s in shards)}}
     for f in files:
         totals["bytes"][f["role"]] = f["bytes"]
-    task = {**(header.task or {}), **task_labels(plan, labels), "files": files}
-    return Manifest(
+    return header.manifest(
         kind=kind,
-        vocab=header.vocab,
-        parameters=header.parameters,
-        seed=header.seed,
         shards=shards,
-        inputs=header.inputs,
         totals=totals,
         counters=counters,
         statistics=stats,
-        task=task,
-        run=header.finished_run(),
+        task={**task_labels(plan, labels), "files": files},
     )
 
 
