@@ -66,12 +66,14 @@ def wiki_vocab(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def demo_shards(tmp_path_factory, demo_corpus, demo_vocab) -> Path:
     """Pretraining shards (length 128, dupe 3, 3 Arrow + 3 WebDataset shards) of the pydoc corpus."""
-    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
     from pipelines.pretraining.pipeline import run_pretraining
 
     out = tmp_path_factory.mktemp("demo_shards")
     cfg = PretrainingConfig(input_format="text", dupe_factor=3, num_shards=3, output_format="both")
     run_pretraining(
-        inputs=[str(demo_corpus / "*.txt")], vocab=str(demo_vocab / "vocab.txt"), output_dir=str(out), cfg=cfg
+        PretrainingJob(
+            inputs=tuple([str(demo_corpus / "*.txt")]), vocab=str(demo_vocab / "vocab.txt"), output=str(out), config=cfg
+        )
     )
     return out

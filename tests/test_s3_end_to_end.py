@@ -116,16 +116,18 @@ def vocab_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_dataset(tmp_path_factory, vocab_file):
     """The same dataset made on a local disk, for the failure tests (uploaded object by object)."""
-    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
     from pipelines.pretraining.pipeline import run_pretraining
 
     out = tmp_path_factory.mktemp("s3_local_shards")
     cfg = PretrainingConfig(input_format="wikiextractor", dupe_factor=1, num_shards=2)
     run_pretraining(
-        inputs=[str(shared_path("pretrain", "wikipedia", "wiki_00"))],
-        vocab=str(vocab_file),
-        output_dir=str(out),
-        cfg=cfg,
+        PretrainingJob(
+            inputs=tuple([str(shared_path("pretrain", "wikipedia", "wiki_00"))]),
+            vocab=str(vocab_file),
+            output=str(out),
+            config=cfg,
+        )
     )
     return out
 

@@ -18,7 +18,7 @@ import pytest
 
 from pipelines.demo_corpus import write_pydoc_corpus
 from pipelines.pretraining import run_pretraining
-from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from pipelines.tasks.pipeline import run_classification, run_ner, run_squad
 from schemas.vocab import SPECIAL_TOKENS
 
@@ -81,7 +81,9 @@ PRETRAINING = {
 
 def test_pretraining_shards_are_pinned(tmp_path, corpus, vocab):
     cfg = PretrainingConfig(input_format="text", dupe_factor=2, num_shards=2, output_format="both", seed=7)
-    run_pretraining(inputs=[str(corpus / "*.txt")], vocab=vocab, output_dir=str(tmp_path / "out"), cfg=cfg)
+    run_pretraining(
+        PretrainingJob(inputs=tuple([str(corpus / "*.txt")]), vocab=vocab, output=str(tmp_path / "out"), config=cfg)
+    )
     got = _digests(tmp_path / "out")
     print(json.dumps(got, indent=1))
     assert got == PRETRAINING

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -210,12 +209,9 @@ def remove_work_dir_within(work_dir: str, seconds: float | None = None) -> bool:
     return False
 
 
-def run_pretraining(job: PretrainingJob | None = None, /, **keywords: Any) -> RunResult:
+def run_pretraining(job: PretrainingJob) -> RunResult:
     """Validate, build and run the pipeline of ``job``; return its manifest. Raises before Beam starts on bad
-    input. (Keywords instead of a job, as earlier versions took them: ``inputs``, ``vocab``, ``output_dir``,
-    ``cfg``, ``beam_args``, ``overwrite``, ``lowercase``.)"""
-    if job is None:
-        job = _job_of(**keywords)
+    input."""
     cfg, inputs, vocab, overwrite = job.config, list(job.inputs), job.vocab, job.overwrite
     beam_args = list(job.beam_args)
     options = pipeline_options(beam_args)
@@ -274,25 +270,3 @@ def run_pretraining(job: PretrainingJob | None = None, /, **keywords: Any) -> Ru
                 f"{c.get(C.DOCUMENTS_USED, 0)} used, {c.get(C.TOKENS, 0)} tokens)"
             )
     return result
-
-
-def _job_of(
-    *,
-    inputs: list[str],
-    vocab: str,
-    output_dir: str,
-    cfg: PretrainingConfig,
-    beam_args: list[str] | None = None,
-    overwrite: bool = False,
-    lowercase: bool | None = None,
-) -> PretrainingJob:
-    """The job of ``run_pretraining``'s keywords (earlier versions' form)."""
-    return PretrainingJob(
-        inputs=tuple(inputs),
-        vocab=vocab,
-        output=output_dir,
-        config=cfg,
-        casing=lowercase,
-        overwrite=overwrite,
-        beam_args=tuple(beam_args or ()),
-    )

@@ -285,7 +285,7 @@ def test_pretraining_pipeline_with_a_word_segmenter_writes_schema_v1_shards(tmp_
 
     import pyarrow as pa
 
-    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
     from pipelines.pretraining.pipeline import run_pretraining
     from schemas.pretraining import INPUT_IDS, MASKED_LM_IDS, MASKED_LM_POSITIONS
 
@@ -297,7 +297,12 @@ def test_pretraining_pipeline_with_a_word_segmenter_writes_schema_v1_shards(tmp_
     for segmenter in ("", "rjieba"):
         out = tmp_path / (segmenter or "plain")
         r = run_pretraining(
-            inputs=[str(text)], vocab=vocab_path(), output_dir=str(out), cfg=replace(cfg, word_segmenter=segmenter)
+            PretrainingJob(
+                inputs=tuple([str(text)]),
+                vocab=vocab_path(),
+                output=str(out),
+                config=replace(cfg, word_segmenter=segmenter),
+            )
         )
         assert r.manifest.schema_version == 1
         shard = out / r.manifest.shards[0].path

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines.common.tokenizer import load_tokenizer
-from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from pipelines.pretraining.pipeline import run_pretraining
 from pipelines.pretraining.read import read_documents
 from pipelines.pretraining.segmenter import split_sentences
@@ -107,7 +107,9 @@ def test_statistics_match_the_reference_on_the_same_text(corpus, wiki_vocab, tmp
     # Ours: the whole pipeline on the same file.
     out = tmp_path / "out"
     cfg = PretrainingConfig(input_format="sentences", dupe_factor=DUPE, num_shards=4)
-    m = run_pretraining(inputs=[str(corpus)], vocab=vocab_path, output_dir=str(out), cfg=cfg).manifest
+    m = run_pretraining(
+        PretrainingJob(inputs=tuple([str(corpus)]), vocab=vocab_path, output=str(out), config=cfg)
+    ).manifest
     table = pa.concat_tables(pa.ipc.open_file(out / sh.path).read_all() for sh in m.shards_of("arrow")).combine_chunks()
     ids = table.column("input_ids").chunk(0)
     o_len = np.diff(ids.offsets.to_numpy())

@@ -25,7 +25,7 @@ from pipelines.cli import main
 from pipelines.common.dataset_run import RunResult, read_result
 from pipelines.common.inputs import absolute, resolve_inputs
 from pipelines.common.runner import DASK_RUNNER, UsageError, pipeline_options, runner_name
-from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from pipelines.pretraining.pipeline import run_pretraining
 from pipelines.tasks.pipeline import run_classification
 from pipelines.vocab import VocabConfig, train_vocab
@@ -54,7 +54,11 @@ def vocab(tmp_path_factory, corpus) -> Path:
 
 def run(corpus: list[str], vocab: Path, out: Path, beam_args: list[str] | None = None) -> RunResult:
     cfg = PretrainingConfig(input_format="text", dupe_factor=2, num_shards=3, output_format="both")
-    return run_pretraining(inputs=corpus, vocab=str(vocab), output_dir=str(out), cfg=cfg, beam_args=beam_args)
+    return run_pretraining(
+        PretrainingJob(
+            inputs=tuple(corpus), vocab=str(vocab), output=str(out), config=cfg, beam_args=tuple(beam_args or ())
+        )
+    )
 
 
 @pytest.fixture(scope="module")

@@ -251,17 +251,19 @@ def test_dropout_flag_sets_the_model_and_is_saved(demo_shards, tmp_path):
 
 
 def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corpus, demo_vocab, tmp_path):
-    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
     from pipelines.pretraining.pipeline import run_pretraining
 
     long = tmp_path / "long"
     run_pretraining(
-        inputs=[str(demo_corpus / "*.txt")],
-        vocab=str(demo_vocab / "vocab.txt"),
-        output_dir=str(long),
-        cfg=PretrainingConfig(
-            input_format="text", dupe_factor=1, num_shards=2, max_seq_length=512, max_predictions_per_seq=76
-        ),
+        PretrainingJob(
+            inputs=tuple([str(demo_corpus / "*.txt")]),
+            vocab=str(demo_vocab / "vocab.txt"),
+            output=str(long),
+            config=PretrainingConfig(
+                input_format="text", dupe_factor=1, num_shards=2, max_seq_length=512, max_predictions_per_seq=76
+            ),
+        )
     )
     phase1 = train(demo_shards, tmp_path / "p1", max_steps=30, lr=2e-3, batch_size=16)
     fresh = train(long, tmp_path / "fresh", max_steps=2, batch_size=4)

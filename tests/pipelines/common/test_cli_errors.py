@@ -515,7 +515,7 @@ def test_an_input_is_its_content_read_once_as_listed(tmp_path, demo_vocab, bad):
 def test_a_file_that_changes_after_listing_fails_the_run_naming_it(tmp_path, demo_vocab, monkeypatch):
     from pipelines.common.files import InputError
     from pipelines.pretraining import pipeline as pre
-    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 
     f = tmp_path / "growing.txt"
     f.write_text("A first sentence.\nA second one.\n\n" * 200)
@@ -530,10 +530,12 @@ def test_a_file_that_changes_after_listing_fails_the_run_naming_it(tmp_path, dem
     monkeypatch.setattr(pre, "resolve_inputs", list_then_append)
     with pytest.raises(Exception) as e:
         pre.run_pretraining(
-            inputs=[str(f)],
-            vocab=str(demo_vocab / "vocab.txt"),
-            output_dir=str(tmp_path / "out"),
-            cfg=PretrainingConfig(dupe_factor=1, num_shards=1),
+            PretrainingJob(
+                inputs=tuple([str(f)]),
+                vocab=str(demo_vocab / "vocab.txt"),
+                output=str(tmp_path / "out"),
+                config=PretrainingConfig(dupe_factor=1, num_shards=1),
+            )
         )
     from pipelines.common.cli_errors import input_error_in
 

@@ -10,7 +10,7 @@ import pytest
 from pipelines.common import counters as C
 from pipelines.common import source_stats as SS
 from pipelines.common.tokenizer import load_tokenizer
-from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from pipelines.pretraining.pipeline import run_pretraining
 from pipelines.pretraining.tokenize import DocumentTokenizer
 from tests.conftest import shared_path
@@ -31,7 +31,9 @@ def mixed(tmp_path_factory, demo_vocab):
     out = tmp_path_factory.mktemp("mixed")
     cfg = PretrainingConfig(input_format="sentences", dupe_factor=1, num_shards=2)
     inputs = [f"text:{pretrain / 'gutenberg' / '11-0.txt'}", str(pretrain / "sample_text.txt")]
-    return run_pretraining(inputs=inputs, vocab=str(demo_vocab / "vocab.txt"), output_dir=str(out), cfg=cfg).manifest
+    return run_pretraining(
+        PretrainingJob(inputs=tuple(inputs), vocab=str(demo_vocab / "vocab.txt"), output=str(out), config=cfg)
+    ).manifest
 
 
 def test_per_source_counters_add_up_to_the_totals(mixed):

@@ -16,7 +16,7 @@ from configs.errors import ConfigError
 from pipelines.common import counters as C
 from pipelines.pretraining import dedup as D
 from pipelines.pretraining import minhash as M
-from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from pipelines.pretraining.pipeline import run_pretraining
 from pipelines.pretraining.read import Document, DocumentBatch, read_documents
 from tests.conftest import shared_path
@@ -250,7 +250,13 @@ def run_dedup(corpus: Path, vocab: Path, out: Path, dedup: str, workers: int = 1
     args = [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"] if workers > 1 else []
     cfg = PretrainingConfig(input_format="text", dupe_factor=1, num_shards=2, dedup=dedup)
     return run_pretraining(
-        inputs=[str(corpus / "*.txt")], vocab=str(vocab / "vocab.txt"), output_dir=str(out), cfg=cfg, beam_args=args
+        PretrainingJob(
+            inputs=tuple([str(corpus / "*.txt")]),
+            vocab=str(vocab / "vocab.txt"),
+            output=str(out),
+            config=cfg,
+            beam_args=tuple(args or ()),
+        )
     )
 
 

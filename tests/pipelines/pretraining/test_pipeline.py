@@ -13,7 +13,7 @@ import webdataset
 
 from pipelines.common import counters as C
 from pipelines.common.runner import UsageError
-from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from pipelines.pretraining.pipeline import run_pretraining
 from schemas import pretraining as P
 from schemas import wds
@@ -27,12 +27,14 @@ def run(inputs, vocab, out, **kw):
     overwrite = kw.pop("overwrite", False)
     cfg = PretrainingConfig(**{"input_format": "text", "dupe_factor": 2, "num_shards": 3, **kw})
     return run_pretraining(
-        inputs=[str(i) for i in inputs],
-        vocab=str(vocab),
-        output_dir=str(out),
-        cfg=cfg,
-        beam_args=beam_args,
-        overwrite=overwrite,
+        PretrainingJob(
+            inputs=tuple([str(i) for i in inputs]),
+            vocab=str(vocab),
+            output=str(out),
+            config=cfg,
+            beam_args=tuple(beam_args or ()),
+            overwrite=overwrite,
+        )
     )
 
 

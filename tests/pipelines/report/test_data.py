@@ -104,7 +104,7 @@ def test_key_numbers_and_series(demo_shards):
 
 
 def test_duplicates_shown_when_dedup_ran(demo_shards, demo_corpus, demo_vocab, tmp_path):
-    from pipelines.pretraining.config import PretrainingConfig
+    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
     from pipelines.pretraining.pipeline import run_pretraining
 
     assert duplicates(load_manifest(str(demo_shards))) is None  # a run without --dedup
@@ -117,7 +117,11 @@ def test_duplicates_shown_when_dedup_ran(demo_shards, demo_corpus, demo_vocab, t
         shutil.copy(demo_corpus / name, src / f"zz-{name}")
     out = tmp_path / "out"
     cfg = PretrainingConfig(input_format="text", dupe_factor=1, num_shards=1, dedup="exact")
-    run_pretraining(inputs=[str(src / "*.txt")], vocab=str(demo_vocab / "vocab.txt"), output_dir=str(out), cfg=cfg)
+    run_pretraining(
+        PretrainingJob(
+            inputs=tuple([str(src / "*.txt")]), vocab=str(demo_vocab / "vocab.txt"), output=str(out), config=cfg
+        )
+    )
     m = load_manifest(str(out))
     assert duplicates(m) == {"exact_duplicate": 2, "near_duplicate": 0}
     page = Path(write_report(str(out), str(tmp_path / "report"))).read_text(encoding="utf-8")

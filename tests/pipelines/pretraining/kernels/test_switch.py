@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.pretraining.config import PretrainingConfig
+from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from pipelines.pretraining.kernels import switch
 from pipelines.pretraining.pipeline import run_pretraining
 
@@ -45,15 +45,19 @@ def test_kernels_in_beam_worker_processes_write_the_python_paths_shards(
     cfg = PretrainingConfig(input_format="text", dupe_factor=2, num_shards=2, whole_word_mask=whole_word)
     monkeypatch.setenv(switch.ENV, "never")
     python = run_pretraining(
-        inputs=files, vocab=str(demo_vocab / "vocab.txt"), output_dir=str(tmp_path / "py"), cfg=cfg
+        PretrainingJob(
+            inputs=tuple(files), vocab=str(demo_vocab / "vocab.txt"), output=str(tmp_path / "py"), config=cfg
+        )
     )
     monkeypatch.setenv(switch.ENV, "always")
     compiled = run_pretraining(
-        inputs=files,
-        vocab=str(demo_vocab / "vocab.txt"),
-        output_dir=str(tmp_path / "jit"),
-        cfg=cfg,
-        beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+        PretrainingJob(
+            inputs=tuple(files),
+            vocab=str(demo_vocab / "vocab.txt"),
+            output=str(tmp_path / "jit"),
+            config=cfg,
+            beam_args=tuple(["--direct_num_workers=2", "--direct_running_mode=multi_processing"] or ()),
+        )
     )
     assert digests(tmp_path / "py") == digests(tmp_path / "jit") and len(digests(tmp_path / "py")) == 2
     assert python.manifest.statistics == compiled.manifest.statistics
