@@ -14,6 +14,7 @@ console: the same ids, slower, never other ids. ``BERTSTREAM_TOKENIZER_BACKEND``
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -162,6 +163,7 @@ class WordPieceEncoder:
 
     def __init__(self, tokenizer_json: str, backend_name: str, threads: int = 1) -> None:
         self.backend = backend(backend_name)
+        self.fell_back = False  # the run chose nanotoken, but this process has none
         self._fast = None
         self._hf = None
         if backend_name == FAST:
@@ -174,7 +176,7 @@ class WordPieceEncoder:
             except ImportError:
                 hf = backend(HF)
                 _say_once(f"tokenizer: {FAST} is not installed on this worker: {hf.name} {hf.version} encodes")
-                self.backend = hf
+                self.backend, self.fell_back = hf, True
         if self._fast is None:
             from tokenizers import Tokenizer
 
@@ -199,5 +201,5 @@ def ragged(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Rows of ids as :meth:`WordPieceEncoder.encode` returns them."""
     offsets = np.zeros(len(rows) + 1, np.int64)
     np.cumsum([len(r) for r in rows], out=offsets[1:])
-    ids = np.fromiter((i for r in rows for i in r), dtype=np.int64, count=int(offsets[-1]))
+    ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(offsets[-1]))
     return ids, offsets

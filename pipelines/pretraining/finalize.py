@@ -83,6 +83,8 @@ def build_manifest(
     if created != totals["instances"]:
         raise RuntimeError(f"instances lost before the shards: {created} created, {totals['instances']} written")
     run = dict(base.get("run", {}))
+    if counters.get(C.TOKENIZER_FALLBACK) and "tokenizer" in run:
+        run["tokenizer"] = {**run["tokenizer"], "fallback_documents": counters[C.TOKENIZER_FALLBACK]}
     started = run.get("started_at")
     if started:
         run["seconds"] = round(time.time() - started, 3)

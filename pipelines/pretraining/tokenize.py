@@ -136,6 +136,8 @@ class DocumentTokenizer:
         if self.segment is None:
             flat, starts_at = self.encoder.encode(texts)
             marks = None
+            if self.encoder.fell_back:
+                counters[C.TOKENIZER_FALLBACK] += len(docs)
         else:  # offsets are needed: `tokenizers`' plain encode_batch
             encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False) if texts else []
             flat, starts_at = WB.ragged([e.ids for e in encodings])
