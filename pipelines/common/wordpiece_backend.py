@@ -144,7 +144,13 @@ def choose_backend(tokenizer_json: str, *, offsets: bool = False, source: str = 
     if why is None and not fast.version:
         why = f"{FAST} is not installed (pip install {FAST})"
     if why is None:
-        return fast
+        try:
+            _fast_tokenizer(tokenizer_json)  # here, not first in every worker
+            return fast
+        except ImportError as e:
+            why = f"{FAST} cannot be imported ({e})"
+        except Exception as e:  # noqa: BLE001 - any refusal of nanotoken's means: tokenizers encodes
+            why = f"{FAST} {fast.version} cannot load it ({type(e).__name__}: {e})"
     if mode == "fast":
         raise VocabError(f"{source or 'the tokenizer'}: {ENV}=fast, but {FAST} cannot encode it exactly: {why}")
     hf = backend(HF)
@@ -158,6 +164,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _forked.__setitem__(0, True))
 
 
+def _fast_tokenizer(tokenizer_json: str) -> Any:
+    import nanotoken
+
+    data = json.loads(tokenizer_json)
+    data["post_processor"] = data["decoder"] = None  # see _POST_PROCESSORS; decoding is not ours
+    return nanotoken.WordPieceTokenizer.from_json(json.dumps(data))
+
+
 class WordPieceEncoder:
     """Encodes texts with ``backend`` (falling back to ``tokenizers``, once said, where nanotoken is missing)."""
 
@@ -168,11 +182,7 @@ class WordPieceEncoder:
         self._hf = None
         if backend_name == FAST:
             try:
-                import nanotoken
-
-                data = json.loads(tokenizer_json)
-                data["post_processor"] = data["decoder"] = None  # see _POST_PROCESSORS; decoding is not ours
-                self._fast = nanotoken.WordPieceTokenizer.from_json(json.dumps(data))
+                self._fast = _fast_tokenizer(tokenizer_json)
             except ImportError:
                 hf = backend(HF)
                 _say_once(f"tokenizer: {FAST} is not installed on this worker: {hf.name} {hf.version} encodes")

@@ -469,3 +469,33 @@ def test_two_worker_processes_give_the_in_process_shards(tmp_path, demo_corpus, 
     fallback = d.manifest.counters.pop(C.TOKENIZER_FALLBACK)
     assert fallback == a.manifest.counters[C.DOCUMENTS_READ] and d.manifest.counters == a.manifest.counters
     assert d.manifest.run["tokenizer"] == {**WB.backend(WB.FAST).entry(), "fallback_documents": fallback}
+
+
+@pytest.mark.parametrize("value", ["rust", "fast"])
+def test_bertprep_refuses_a_backend_it_cannot_honour_in_one_error_line(tmp_path, demo_corpus, demo_vocab, value):
+    from click.testing import CliRunner
+
+    from pipelines.cli import main
+
+    data = json.loads((demo_vocab / "tokenizer.json").read_text(encoding="utf-8"))
+    data["pre_tokenizer"] = {"type": "Whitespace"}
+    vocab = tmp_path / "tokenizer.json"
+    vocab.write_text(json.dumps(data), encoding="utf-8")
+    args = ["pretraining", "--input", str(demo_corpus / "a*.txt"), "--format", "text", "--vocab", str(vocab)]
+    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "out")], env={WB.ENV: value})
+    errors = [ln for ln in r.output.splitlines() if ln.startswith("Error:")]
+    assert r.exit_code == 2 and len(errors) == 1, r.output
+    assert (f"{WB.ENV}='rust' must be one of" if value == "rust" else "nanotoken cannot encode it exactly") in errors[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenizer_nanotoken_refuses_to_load_falls_back(demo_vocab, monkeypatch, capsys):
+    spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
+
+    def refuse(_json: str):
+        raise nanotoken.UnsupportedTokenizerError("not this one")
+
+    monkeypatch.setattr(WB, "_fast_tokenizer", refuse)
+    assert WB.choose_backend(spec.json, source="v.txt").name == WB.HF
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "tokenizer:" in ln]
+    assert len(lines) == 1 and "cannot load it (UnsupportedTokenizerError: not this one)" in lines[0], lines
