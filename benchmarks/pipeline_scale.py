@@ -5,7 +5,8 @@ Builds 1, 4 and 8 copies of the shared pretraining text (Wikipedia extracts and 
 concatenated four times, one `wikiextractor` file of 64 MB), and runs the pipeline on each, in-process
 and with 2 worker processes. For every run: wall time of the whole command, input MB/s, instances/s,
 peak RSS summed over the command and its worker processes, and the ratio to the tokenizer-only ceiling
-(`tokenizers` alone on the same paragraphs, measured in the same run). Ratios, not absolute times, are
+(the pipeline's tokenizer backend alone on the same paragraphs, measured in the same run, beside the other
+backend's: their ratio is printed). Ratios, not absolute times, are
 what compare across machines.
 
 The Dask column (``--dask N``, 2 by default; ``--dask 0``: none): the same command with ``--runner DaskRunner``
@@ -45,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.pipeline_throughput import paragraphs_of, run_measured, tokenizer_ceiling  # noqa: E402
+from benchmarks.pipeline_throughput import ceilings, paragraphs_of, print_ceilings, run_measured  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data" / "pretrain"
 BIG_FILE_REPEATS = 4
@@ -221,7 +222,12 @@ def main() -> None:
             vocab = str(root / "vocab" / "vocab.txt")
         per_file = paragraphs_of(one, "wikiextractor")
         cores = os.cpu_count() or 1
-        ceiling = max(tokenizer_ceiling(vocab, per_file, 1, cores), tokenizer_ceiling(vocab, per_file, cores, 1))
+        both = ceilings(vocab, per_file, cores)
+        from pipelines.common.tokenizer import load_tokenizer
+        from pipelines.common.wordpiece_backend import choose_backend
+
+        used = choose_backend(load_tokenizer(vocab).json, source=vocab).name  # what the runs below encode with
+        ceiling = both[used]
         rows = []
         if not args.only_big_file:
             for copies in args.copies or [1, 4, 8]:
@@ -239,9 +245,14 @@ def main() -> None:
         for r in rows:
             r["ceiling_mb_per_s"] = round(ceiling, 3)
             r["ratio_to_ceiling"] = round(r["mb_per_s"] / ceiling, 3)
+            # the issue's speed targets were set against `tokenizers`' ceiling
+            r["ratio_to_hf_ceiling"] = round(r["mb_per_s"] / both["tokenizers"], 3)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\ntokenizer ceiling: {ceiling:.2f} MB/s on {cores} cores (same paragraphs, same run)")
+    print_ceilings(both, sum(len(p.encode()) for ps in per_file for p in ps) / 1e6, cores)
+    print(
+        f"\ntokenizer ceiling: {ceiling:.2f} MB/s on {cores} cores ({used}, the runs' backend; same paragraphs, same run)"
+    )
     print(
         f"{'input':>13} {'MB':>6} {'dupe':>4} {'runner':>10} {'workers':>7} {'code':>8} {'seconds':>8} {'MB/s':>6} "
         f"{'inst/s':>7} {'peak MB':>8} {'ratio':>6}"
@@ -301,9 +312,10 @@ def summarize(rows: list[dict]) -> None:
             and r["runner"] == "in-process"
         ]
         if best:
-            r = max(best, key=lambda r: r["ratio_to_ceiling"])
+            r = max(best, key=lambda r: r["ratio_to_hf_ceiling"])
             print(
-                f"dupe {dupe} on >= 88 MB: best {r['ratio_to_ceiling']} of the ceiling ({r['input']}, "
+                f"dupe {dupe} on >= 88 MB: best {r['ratio_to_hf_ceiling']} of tokenizers' ceiling "
+                f"({r['ratio_to_ceiling']} of the backend's; {r['input']}, "
                 f"{r['workers']} worker(s); target >= {target})"
             )
     big = {r["workers"]: r for r in find(input="one big file", runner="in-process")}

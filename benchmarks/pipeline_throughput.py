@@ -2,12 +2,14 @@
 
 For each dupe factor and worker count: input MB/s, instances/s and peak memory of all processes
 (the command and its Beam worker processes, RSS summed, sampled every 20 ms), and the ratio to the
-ceiling: `tokenizers` alone encoding the same paragraphs on all the machine's cores (the better of one
-process with a thread per core and a process per core, so the ratio is conservative). The pipeline uses
+ceiling: the tokenizer backend the pipeline uses (pipelines/common/wordpiece_backend.py) alone encoding the same
+paragraphs on all the machine's cores (the better of one process with a thread per core and a process per core,
+so the ratio is conservative). Both backends' ceilings are measured in the same run, so their ratio is printed too. The pipeline uses
 all cores too: one in-process worker tokenizes with a thread per core; N worker processes, one each.
 
     python benchmarks/pipeline_throughput.py        # shared Wikipedia + Gutenberg books (22 MB), one run
     python benchmarks/pipeline_throughput.py --dupe 1 --workers 2 --input 'text:books/*.txt'
+    python benchmarks/pipeline_throughput.py --ceiling-only   # nanotoken vs tokenizers alone, serial and threaded
 
 Wall time is the whole command, Python start and Beam start-up included: what a user waits for.
 """
@@ -91,38 +93,79 @@ def paragraphs_of(inputs: list[str], fmt: str) -> list[list[str]]:
     return [[p for d in read_documents(f.path, f.format, Counter()) for p in d.paragraphs] for f in files]
 
 
-def _encode_worker(tokenizer_json: str, texts: list[str], barrier, out_q, threads: int = 1) -> None:
+def _encode_worker(tokenizer_json: str, texts: list[str], barrier, out_q, threads: int = 1, backend: str = "") -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
     os.environ["RAYON_NUM_THREADS"] = str(threads)
-    from tokenizers import Tokenizer
+    from pipelines.common.wordpiece_backend import HF, WordPieceEncoder
 
-    tok = Tokenizer.from_str(tokenizer_json)
-    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+    # The pipeline's own encode call (pipelines.pretraining.tokenize), ids and offsets arrays included.
+    encoder = WordPieceEncoder(tokenizer_json, backend or HF, threads)
     barrier.wait()
     start = time.perf_counter()
     for i in range(0, len(texts), 512):
-        encode(texts[i : i + 512], add_special_tokens=False)
+        encoder.encode(texts[i : i + 512])
     out_q.put(time.perf_counter() - start)
 
 
-def tokenizer_ceiling(vocab: str, per_file: list[list[str]], workers: int, threads: int = 1) -> float:
-    """MB/s of `tokenizers` alone over the same paragraphs, split over ``workers`` processes."""
+def tokenizer_ceiling(
+    vocab: str, per_file: list[list[str]], workers: int, threads: int = 1, backend: str | None = None
+) -> float:
+    """MB/s of the tokenizer alone over the same paragraphs, split over ``workers`` processes of ``threads``
+    threads each. ``backend``: ``tokenizers`` or ``nanotoken``; None, the one the pipeline chooses for ``vocab``."""
     from pipelines.common.tokenizer import load_tokenizer
+    from pipelines.common.wordpiece_backend import choose_backend
 
     spec = load_tokenizer(vocab)
+    backend = backend or choose_backend(spec.json, source=vocab).name
     shares: list[list[str]] = [[] for _ in range(workers)]
     for i, paragraphs in enumerate(per_file):  # the pipeline parallelises over files too
         shares[i % workers].extend(paragraphs)
     size = sum(len(p.encode()) for ps in per_file for p in ps)
     ctx = mp.get_context("spawn")
     barrier, q = ctx.Barrier(workers), ctx.Queue()
-    procs = [ctx.Process(target=_encode_worker, args=(spec.json, share, barrier, q, threads)) for share in shares]
+    procs = [
+        ctx.Process(target=_encode_worker, args=(spec.json, share, barrier, q, threads, backend)) for share in shares
+    ]
     for p in procs:
         p.start()
     seconds = max(q.get() for _ in procs)
     for p in procs:
         p.join()
     return size / 1e6 / seconds
+
+
+def ceilings(vocab: str, per_file: list[list[str]], cores: int) -> dict[str, float]:
+    """Both backends in one run (same paragraphs, same machine load): one thread, ``cores`` threads, and the
+    best of threads and processes; ``ratio``: the fast backend's best over `tokenizers`' best."""
+    from pipelines.common.wordpiece_backend import FAST, HF
+
+    out: dict[str, float] = {}
+    for name in (HF, FAST):
+        out[f"{name}_serial"] = tokenizer_ceiling(vocab, per_file, 1, 1, name)
+        out[f"{name}_threads"] = tokenizer_ceiling(vocab, per_file, 1, cores, name)
+        out[f"{name}_processes"] = tokenizer_ceiling(vocab, per_file, cores, 1, name)
+        out[name] = max(out[f"{name}_threads"], out[f"{name}_processes"])
+    out["ratio_serial"] = out[f"{FAST}_serial"] / out[f"{HF}_serial"]
+    out["ratio_threads"] = out[f"{FAST}_threads"] / out[f"{HF}_threads"]
+    out["ratio"] = out[FAST] / out[HF]
+    return out
+
+
+def print_ceilings(c: dict[str, float], text_mb: float, cores: int) -> None:
+    from pipelines.common.wordpiece_backend import FAST, HF, backend
+
+    print(f"tokenizer alone on {text_mb:.1f} MB of paragraphs, {cores} cores (MB/s):")
+    print(f"{'backend':>24} {'1 thread':>9} {f'{cores} threads':>10} {f'{cores} procs':>9}")
+    for name in (HF, FAST):
+        b = backend(name)
+        print(
+            f"{b.name + ' ' + b.version:>24} {c[f'{name}_serial']:>9.2f} {c[f'{name}_threads']:>10.2f} "
+            f"{c[f'{name}_processes']:>9.2f}"
+        )
+    print(
+        f"{FAST}/{HF}: {c['ratio_serial']:.1f}x on one thread, {c['ratio_threads']:.1f}x on {cores} threads, "
+        f"{c['ratio']:.1f}x best against best"
+    )
 
 
 def main() -> None:
@@ -133,6 +176,7 @@ def main() -> None:
     ap.add_argument("--dupe", type=int, action="append", help="dupe factors (default 1 and 5)")
     ap.add_argument("--workers", type=int, action="append", help="worker processes (default 1 and 2)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--ceiling-only", action="store_true", help="only the two tokenizer backends' ceilings")
     args = ap.parse_args()
     inputs = args.input or [
         f"wikiextractor:{SHARED / 'pretrain' / 'wikipedia' / 'wiki_*'}",
@@ -151,7 +195,18 @@ def main() -> None:
     per_file = paragraphs_of(inputs, args.format)
     text_mb = sum(len(p.encode()) for ps in per_file for p in ps) / 1e6
     cores = os.cpu_count() or 1
-    ceiling = max(tokenizer_ceiling(vocab, per_file, 1, cores), tokenizer_ceiling(vocab, per_file, cores, 1))
+    both = ceilings(vocab, per_file, cores)
+    if args.ceiling_only:
+        print(f"input: {', '.join(inputs)}, {len([p for ps in per_file for p in ps]):,} paragraphs")
+        print_ceilings(both, text_mb, cores)
+        if args.json:
+            Path(args.json).write_text(json.dumps(both, indent=2) + "\n")
+        return
+    from pipelines.common.tokenizer import load_tokenizer
+    from pipelines.common.wordpiece_backend import choose_backend
+
+    used = choose_backend(load_tokenizer(vocab).json, source=vocab).name  # what the pipeline runs below encode with
+    ceiling = both[used]
     bertprep = str(Path(sys.executable).with_name("bertprep"))
     rows = []
     for dupe in dupes:
@@ -187,18 +242,22 @@ def main() -> None:
                     "peak_mb": round(peak / 1e6),
                     "ceiling_mb_per_s": round(ceiling, 3),
                     "ratio_to_ceiling": round(input_mb / seconds / ceiling, 3),
+                    "ratio_to_hf_ceiling": round(input_mb / seconds / both["tokenizers"], 3),
                     "arrow_bytes_per_instance": manifest["totals"].get("bytes_per_instance", {}).get("arrow"),
                 }
             )
     print(f"input: {', '.join(inputs)}, {text_mb:.1f} MB of paragraph text; cpus: {cores}")
+    print_ceilings(both, text_mb, cores)
+    print(f"ceiling and ratio below: {used}, the backend the pipeline used")
     print(
         f"{'dupe':>4} {'workers':>7} {'seconds':>8} {'MB/s':>6} {'inst/s':>7} {'peak MB':>8} "
-        f"{'ceiling MB/s':>12} {'ratio':>6} {'B/inst':>7}"
+        f"{'ceiling MB/s':>12} {'ratio':>6} {'vs HF':>6} {'B/inst':>7}"
     )
     for r in rows:
         print(
             f"{r['dupe']:>4} {r['workers']:>7} {r['seconds']:>8} {r['mb_per_s']:>6} {r['instances_per_s']:>7} "
-            f"{r['peak_mb']:>8} {r['ceiling_mb_per_s']:>12} {r['ratio_to_ceiling']:>6} {r['arrow_bytes_per_instance']:>7}"
+            f"{r['peak_mb']:>8} {r['ceiling_mb_per_s']:>12} {r['ratio_to_ceiling']:>6} {r['ratio_to_hf_ceiling']:>6} "
+            f"{r['arrow_bytes_per_instance']:>7}"
         )
     print(
         "arrow bytes per instance vs the reference's padded TFRecord (827 B at length 128): "

@@ -19,6 +19,12 @@ Layout (version 1)::
       "task": {...},                  # task datasets: label names, ids, ...
       "run": {...}                    # runner, options, wall time: informational only
     }
+
+``run`` (informational: readers never depend on it) holds ``runner``, ``options``, ``started_at``, ``run_id``,
+``seconds``, ``input_mb_per_s`` and, since the fast tokenizer backend, ``tokenizer``: ``{"backend": "nanotoken" |
+"tokenizers", "version": ...}``, the library the run chose to encode the text (both give the same ids; older
+manifests lack it), with ``fallback_documents``: how many documents workers without nanotoken encoded with
+``tokenizers`` instead (absent when none).
 """
 
 from __future__ import annotations

@@ -79,14 +79,22 @@ PRETRAINING = {
 }
 
 
-def test_pretraining_shards_are_pinned(tmp_path, corpus, vocab):
+# The pretraining tokenizer's backends (pipelines.common.wordpiece_backend): the same pins with either. The task
+# pipelines always encode with `tokenizers` (they need offsets).
+BACKENDS = {"fast": "nanotoken", "hf": "tokenizers"}
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_pretraining_shards_are_pinned(tmp_path, corpus, vocab, backend, monkeypatch):
+    monkeypatch.setenv("BERTSTREAM_TOKENIZER_BACKEND", backend)
     cfg = PretrainingConfig(input_format="text", dupe_factor=2, num_shards=2, output_format="both", seed=7)
-    run_pretraining(
-        PretrainingJob(inputs=tuple([str(corpus / "*.txt")]), vocab=vocab, output=str(tmp_path / "out"), config=cfg)
+    result = run_pretraining(
+        PretrainingJob(inputs=(str(corpus / "*.txt"),), vocab=vocab, output=str(tmp_path / "out"), config=cfg)
     )
     got = _digests(tmp_path / "out")
     print(json.dumps(got, indent=1))
     assert got == PRETRAINING
+    assert result.manifest.run["tokenizer"]["backend"] == BACKENDS[backend]
 
 
 CLASSIFICATION = {

@@ -43,6 +43,8 @@ LINES_OUTSIDE_DOC = "lines_outside_doc_skipped"
 UNCLOSED_DOC = "unclosed_doc_tags"
 SINGLE_SENTENCE_DOCS = "single_sentence_documents"
 EMPTY_SENTENCES = "empty_sentences_skipped"
+# Documents a worker encoded with `tokenizers` because the run's nanotoken was missing there (same ids).
+TOKENIZER_FALLBACK = "documents_encoded_by_fallback_tokenizer"
 
 # Reasons a document is dropped (each counted under documents_dropped.<reason>).
 EMPTY = "empty"  # no text at all

@@ -79,7 +79,8 @@ def load_tokenizer(path: str, lowercase: bool | None = None) -> TokenizerSpec:
 
 
 def set_tokenizer_threads(threads: int) -> None:
-    """Threads `tokenizers` may use in this process. Call before the first encode: Rayon sizes its pool once.
+    """Threads `tokenizers` and nanotoken may use in this process (both size a Rayon pool from RAYON_NUM_THREADS,
+    once: call before the first encode).
 
     One per Beam worker process when the runner already runs a worker per core; all of a machine's cores
     when a single in-process worker owns it.

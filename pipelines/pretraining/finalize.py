@@ -8,7 +8,7 @@ dataset always holds exactly ``num_shards`` shards per format.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import apache_beam as beam
@@ -82,6 +82,9 @@ def build_manifest(
     created = counters.get(C.INSTANCES_CREATED, 0)
     if created != totals["instances"]:
         raise RuntimeError(f"instances lost before the shards: {created} created, {totals['instances']} written")
+    if counters.get(C.TOKENIZER_FALLBACK) and "tokenizer" in header.run:
+        tokenizer = {**header.run["tokenizer"], "fallback_documents": counters[C.TOKENIZER_FALLBACK]}
+        header = replace(header, run={**header.run, "tokenizer": tokenizer})
     return header.manifest(
         kind=kind,
         shards=shards,

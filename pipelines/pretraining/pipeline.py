@@ -41,6 +41,7 @@ from pipelines.common.runner import (
 from pipelines.common.source_stats import UnkWords
 from pipelines.common.spill import remove_work_dir, spill_bytes_for
 from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
+from pipelines.common.wordpiece_backend import choose_backend
 from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from pipelines.pretraining.dedup import Dedup, DedupSpec, dedup_partitions
 from pipelines.pretraining.finalize import Finalize, FinalizeSpec
@@ -104,6 +105,7 @@ def build_pipeline(
     num_shards: int,
     header: DatasetHeader,
     tokenizer_threads: int = 1,
+    tokenizer_backend: str | None = None,
 ) -> None:
     vocab = spec.vocab
     shards = ShardSpec(
@@ -140,7 +142,7 @@ def build_pipeline(
         )
         docs, dedup_stats = docs | "Dedup" >> Dedup(dedup)
     sentences = docs | "Segment" >> SegmentDocuments()
-    tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads, cfg.word_segmenter)
+    tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads, cfg.word_segmenter, tokenizer_backend)
     grouping = GroupSpec(
         seed=cfg.seed,
         docs_per_group=cfg.docs_per_group,
@@ -224,6 +226,8 @@ def run_pretraining(job: PretrainingJob) -> RunResult:
         check_word_segmenter(cfg.word_segmenter, spec)
     if spec.lowercase != cfg.lowercase:
         cfg = replace(cfg, lowercase=spec.lowercase)
+    # Decided once, here, for every worker (a fallback says why in one line).
+    backend = choose_backend(spec.json, offsets=bool(cfg.word_segmenter), source=redact_text(spec.source))
     input_bytes = sum(f.bytes for f in files)
     if not input_bytes:
         raise UsageError("input", f"{describe_inputs(files)}: empty (0 bytes), nothing to make instances from")
@@ -243,16 +247,15 @@ def run_pretraining(job: PretrainingJob) -> RunResult:
             parameters={**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
             seed=cfg.seed,
             inputs=tuple({"path": redact_text(f.path), "bytes": f.bytes, "format": f.format} for f in files),
-            run={**run_entry(options, beam_args, started), "run_id": run_id},
+            run={**run_entry(options, beam_args, started), "run_id": run_id, "tokenizer": backend.entry()},
         )
         C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
         try:
             # The earlier dataset (--overwrite) waits in _work/RUN_ID/previous until this one is published.
             with replacing(output_dir, _is_output, replaced, FileSystems.join(work_dir, "previous")):
                 p = make_pipeline(options, run_id)
-                build_pipeline(
-                    p, files, cfg, spec, output_dir, work_dir, num_shards, header, local_threads_per_worker(options)
-                )
+                threads = local_threads_per_worker(options)
+                build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, header, threads, backend.name)
                 local = runner_name(options) == "FnApiRunner"  # its workers, threads or processes, share this machine
                 with Monitor(files=len(files), input_bytes=input_bytes, shards=num_shards, local=local):
                     run_pipeline(p)

@@ -1,4 +1,5 @@
-"""Stage 3, Tokenize: sentences -> WordPiece ids with the `tokenizers` library.
+"""Stage 3, Tokenize: sentences -> WordPiece ids, with nanotoken where it gives `tokenizers`' ids, else `tokenizers`
+(:mod:`pipelines.common.wordpiece_backend` decides, once per run).
 
 The tokenizer is built exactly as ``transformers.BertTokenizerFast`` builds it (BertNormalizer with
 clean_text, CJK spacing, accent stripping tied to lowercasing; BertPreTokenizer; WordPiece with ``##``
@@ -11,7 +12,7 @@ in the input (``"[SEP]"`` typed in text) would be ambiguous and are removed firs
 
 With a word segmenter (``--word-segmenter``, whole-word masking of Chinese), each text is also cut into words
 and tokens that continue a word are marked in their ids (:mod:`pipelines.pretraining.word_segmenter`); the encoding then
-keeps offsets, which maps a token to its first character.
+keeps offsets, which maps a token to its first character: only `tokenizers` gives offsets, so it encodes then.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tokenizers import Tokenizer
 
 from pipelines.common import counters as C
 from pipelines.common import source_stats as SS
+from pipelines.common import wordpiece_backend as WB
 from pipelines.common.tokenizer import TokenizerSpec, set_tokenizer_threads
 from pipelines.pretraining import word_segmenter as ws
 from schemas import id_types
@@ -52,19 +54,32 @@ class TokenizedBatch:
 
 
 class DocumentTokenizer:
-    """Pure tokenization logic: a tokenizer plus the [SEP]-join trick. Used by the DoFn and by tests."""
+    """Pure tokenization logic: a tokenizer plus the [SEP]-join trick. Used by the DoFn and by tests.
 
-    def __init__(self, spec: TokenizerSpec, word_segmenter: str = "") -> None:
-        self.tokenizer = Tokenizer.from_str(spec.json)
+    ``backend`` (``wordpiece_backend.FAST`` or ``HF``) is the run's choice; None chooses here (``choose_backend``).
+    ``threads > 1`` lets nanotoken spread a call over its thread pool (`tokenizers` follows its environment).
+    """
+
+    def __init__(
+        self, spec: TokenizerSpec, word_segmenter: str = "", backend: str | None = None, threads: int = 1
+    ) -> None:
+        self.tokenizer = Tokenizer.from_str(spec.json)  # also the unknown-word reader's normalizer and pre-tokenizer
         self.vocab_size = len(spec.vocab)
         self.segment = ws.load_segmenter(word_segmenter) if word_segmenter else None
+        if backend is None:
+            backend = WB.choose_backend(spec.json, offsets=self.segment is not None, source=spec.source).name
+        self.encoder = WB.WordPieceEncoder(spec.json, backend, threads)
         self.sep_id = spec.vocab.id(SEP)
         self.unk_id = spec.vocab.id(UNK)
         self.unk_reader = SS.UnkWordReader(self.tokenizer, spec.vocab.tokens, self.unk_id)
         self.dtype = id_types.numpy_dtype(spec.vocab.id_type)
         added = sorted((t.content for t in self.tokenizer.get_added_tokens_decoder().values()), key=len, reverse=True)
         self._literal = re.compile("|".join(re.escape(t) for t in added))
-        self._encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+
+    @property
+    def backend(self) -> WB.Backend:
+        """What encodes (the word-segmenter path: `tokenizers` always, for its offsets)."""
+        return WB.backend(WB.HF) if self.segment is not None else self.encoder.backend
 
     # Long documents (books) are encoded in pieces of about this many characters, so that the tokenizer's
     # threads share them out; pieces end on sentence boundaries, so the ids do not change.
@@ -119,10 +134,13 @@ class DocumentTokenizer:
                 texts.append(" [SEP] ".join(sentences[start:]) + " [SEP]")
             pieces.append(len(texts) - before)
         if self.segment is None:
-            encodings = self._encode(texts, add_special_tokens=False) if texts else []
+            flat, starts_at = self.encoder.encode(texts)
             marks = None
-        else:  # offsets are needed: the plain encode_batch
+            if self.encoder.fell_back:
+                counters[C.TOKENIZER_FALLBACK] += len(docs)
+        else:  # offsets are needed: `tokenizers`' plain encode_batch
             encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False) if texts else []
+            flat, starts_at = WB.ragged([e.ids for e in encodings])
             segment = self.segment
             marks = [
                 ws.continuation_flags(
@@ -135,11 +153,11 @@ class DocumentTokenizer:
         unk_words: Counter = Counter()
         at = 0
         for (doc_id, sentences), n_pieces in zip(docs, pieces):
-            encs, at = encodings[at : at + n_pieces], at + n_pieces
+            ids = flat[starts_at[at] : starts_at[at + n_pieces]]  # a document's pieces are consecutive texts
+            at += n_pieces
             if not sentences:
                 counters[C.drop(C.EMPTY)] += 1
                 continue
-            ids = np.asarray(encs[0].ids if n_pieces == 1 else [i for e in encs for i in e.ids], dtype=np.int64)
             seps = np.flatnonzero(ids == self.sep_id)
             # One [SEP] per sentence; an empty sentence shows as two adjacent [SEP]s.
             starts = np.concatenate(([0], seps[:-1] + 1))
@@ -187,22 +205,23 @@ class DocumentTokenizer:
 class _TokenizeFn(beam.DoFn):
     """Encodes a batch in a background thread while the bundle thread reads and segments the next one.
 
-    `tokenizers` releases the GIL while it encodes, so reading and sentence segmentation (Python, one thread)
+    Both backends release the GIL while they encode, so reading and sentence segmentation (Python, one thread)
     overlap with encoding instead of waiting for it. Outputs keep their order, one batch behind; the last
     one leaves in ``finish_bundle``.
     """
 
-    def __init__(self, spec: TokenizerSpec, threads: int, word_segmenter: str = "") -> None:
+    def __init__(self, spec: TokenizerSpec, threads: int, word_segmenter: str = "", backend: str | None = None) -> None:
         self.spec = spec
         self.threads = threads
         self.word_segmenter = word_segmenter
+        self.backend = backend
         self.tokenize: DocumentTokenizer | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pending: Future | None = None
 
     def setup(self) -> None:
         set_tokenizer_threads(self.threads)
-        self.tokenize = DocumentTokenizer(self.spec, self.word_segmenter)
+        self.tokenize = DocumentTokenizer(self.spec, self.word_segmenter, self.backend, self.threads)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bertstream-tokenize")
 
     def start_bundle(self) -> None:
@@ -240,13 +259,18 @@ class _TokenizeFn(beam.DoFn):
 
 
 class Tokenize(beam.PTransform):
-    """``PCollection[SentenceBatch]`` -> ``PCollection[TokenizedBatch]``."""
+    """``PCollection[SentenceBatch]`` -> ``PCollection[TokenizedBatch]``; ``backend``: the launcher's
+    ``choose_backend``, so that every worker encodes with the backend the manifest names."""
 
-    def __init__(self, spec: TokenizerSpec, threads: int = 1, word_segmenter: str = "") -> None:
+    def __init__(
+        self, spec: TokenizerSpec, threads: int = 1, word_segmenter: str = "", backend: str | None = None
+    ) -> None:
         super().__init__()
         self.spec = spec
         self.threads = threads
         self.word_segmenter = word_segmenter
+        self.backend = backend
 
     def expand(self, batches):
-        return batches | "Encode" >> beam.ParDo(_TokenizeFn(self.spec, self.threads, self.word_segmenter))
+        fn = _TokenizeFn(self.spec, self.threads, self.word_segmenter, self.backend)
+        return batches | "Encode" >> beam.ParDo(fn)

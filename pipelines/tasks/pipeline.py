@@ -22,6 +22,7 @@ import apache_beam as beam
 
 from configs import options
 from pipelines.common import counters as C
+from pipelines.common import wordpiece_backend as WB
 from pipelines.common.dataset_run import (
     DatasetHeader,
     RunResult,
@@ -180,7 +181,8 @@ def _run_locked(
             "ignore_index": T.IGNORE_INDEX,
             **plan.task,
         },
-        run={**run_entry(options, beam_args, started), "run_id": run_id},
+        # Task featurizers need offsets, which only `tokenizers` gives.
+        run={**run_entry(options, beam_args, started), "run_id": run_id, "tokenizer": WB.backend(WB.HF).entry()},
     )
     shard_spec = ShardSpec(
         output_dir=output_dir,
