@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import apache_beam as beam
 
 from pipelines.pretraining.read import DocumentBatch
-from pipelines.pretraining.segmenter import split_sentences
+from pipelines.pretraining.segmenter import split_paragraphs
 
 # (documents as (doc_id, sentences), counters): the tokenizer's input.
 SentenceBatch = tuple[list[tuple[str, list[str]]], Counter]
@@ -20,7 +20,7 @@ def segment_documents(batch: DocumentBatch) -> SentenceBatch:
         if doc.presegmented:
             out.append((doc.doc_id, doc.paragraphs))
         else:
-            out.append((doc.doc_id, [s for p in doc.paragraphs for s in split_sentences(p)]))
+            out.append((doc.doc_id, split_paragraphs(doc.paragraphs)))
     return out, batch.counters
 
 

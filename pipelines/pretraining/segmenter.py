@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["sentence_spans", "split_sentences"]
+__all__ = ["sentence_spans", "split_paragraphs", "split_sentences"]
 
 _TERMINATORS = ".!?…。！？；"
 # Chinese ends: full stop, exclamation, question and the full-width semicolon, which closes a clause as
@@ -33,13 +33,16 @@ _CJK_CONTINUES = frozenset("，、：；,;:)")
 # Closers may trail a terminator: 'said "Stop." Then', '(See above.) Next', '。」'.
 _CLOSERS = "\"'”’»)\\]}›」』）"
 
+# What a CJK candidate may end with when no whitespace follows (the regex's last lookbehind).
+_CJK_ENDS = "。！？；」』）”’"
+
 # group 1: terminator run (the lookbehind makes it start a run, so a long run of dots is scanned once);
 # group 2: closers; then an optional page citation that WikiExtractor leaves after the stop
 # ("... alphabet.:435 The"); group 3: whitespace -- absent only after a CJK terminator/closer.
 _CANDIDATE = re.compile(
     rf"([{_TERMINATORS}](?<![{_TERMINATORS}]{{2}})[{_TERMINATORS}]*)([{_CLOSERS}]*)"
     rf"(?::[0-9xvi]+(?:[,–-][0-9]+)*(?=\s))?"
-    rf"(?:(\s+)|(?<=[。！？；」』）”’]))"
+    rf"(?:(\s+)|(?<=[{_CJK_ENDS}]))"
 )
 _NONSPACE = re.compile(r"\S")
 # The first word after a candidate, past opening quotes/brackets.
@@ -126,40 +129,108 @@ def sentence_spans(paragraph: str) -> list[tuple[int, int]]:
     Spans are whitespace-trimmed, never overlap, and together cover every non-whitespace character
     exactly once. A paragraph of only whitespace has no sentences.
     """
-    first = _NONSPACE.search(paragraph)
-    if first is None:
-        return []
-    text = paragraph
-    n = len(text)
-    spans: list[tuple[int, int]] = []
-    start = scanned = first.start()
-    depth = 0  # "(" still open before the candidate, counted incrementally (linear overall)
-    parens = "(" in text
-    for m in _CANDIDATE.finditer(text, start):
-        term, closers, ws = m.groups()
-        nxt_at = m.end()
-        if nxt_at >= n:
-            break
-        cjk = term[0] in _CJK_TERMINATORS
-        if ws is None and not cjk:
-            continue  # '."X' with no space is never cut
-        if parens:
-            end = m.end(2)
-            depth = max(0, depth + text.count("(", scanned, end) - text.count(")", scanned, end))
-            scanned = end
-        if cjk and text[nxt_at] in _CJK_CONTINUES:
-            continue
-        # A CJK end is an end, space or not.
-        if cjk or _is_boundary(text, m.start(), term, closers, nxt_at, start, depth > 0):
-            spans.append((start, nxt_at if ws is None else m.start(3)))
-            start = scanned = nxt_at
-    spans.append((start, len(text.rstrip())))
-    return spans
+    return _segment([paragraph], paragraph, True)
 
 
 def split_sentences(paragraph: str) -> list[str]:
     """The sentences of ``paragraph`` as trimmed strings (see ``sentence_spans``)."""
-    return [paragraph[s:e] for s, e in sentence_spans(paragraph)]
+    return _segment([paragraph], paragraph, False)
+
+
+def split_paragraphs(paragraphs: list[str]) -> list[str]:
+    """The sentences of every paragraph, in order: ``[s for p in paragraphs for s in split_sentences(p)]``.
+
+    A document is scanned as one text (its paragraphs joined by newlines): one regex scan per document,
+    not per paragraph, which is where short paragraphs spent their time. Nothing crosses a seam: a
+    candidate that runs into the newline is the paragraph's last, as the end of a paragraph alone is.
+    """
+    if len(paragraphs) == 1:
+        return _segment(paragraphs, paragraphs[0], False)
+    text = "\n".join(paragraphs)
+    if text.count("\n") != len(paragraphs) - 1:  # a paragraph holds a newline: the seams are not ours
+        return [s for p in paragraphs for s in _segment([p], p, False)]
+    return _segment(paragraphs, text, False)
+
+
+def _segment(paragraphs: list[str], text: str, spans: bool) -> list:
+    """Sentences (``spans``: their spans, for one paragraph) of ``paragraphs``, which ``text`` holds joined
+    by single newlines (no paragraph holds one). Decisions look at the paragraph alone (``p``, offsets
+    relative to it); only the candidate scan runs over ``text``."""
+    out: list = []
+    append = out.append
+    matches = _CANDIDATE.finditer(text)
+    m = next(matches, None)
+    base = 0  # where the paragraph starts in text
+    seams = len(paragraphs) > 1
+    for p in paragraphs:
+        n = len(p)
+        if m is None or m.start() - base >= n:  # no candidate: the paragraph, trimmed, is one sentence
+            if spans:
+                first = _NONSPACE.search(p)
+                if first is not None:
+                    append((first.start(), len(p.rstrip())))
+            else:
+                trimmed = p.strip()
+                if trimmed:
+                    append(trimmed)
+            base += n + 1
+            continue
+        mark = len(out)
+        first = _NONSPACE.search(p)
+        start = scanned = first.start() if first is not None else 0  # a candidate is not whitespace
+        depth = 0  # "(" still open before the candidate, counted incrementally (linear overall)
+        parens = "(" in p
+        while m is not None:
+            at = m.start() - base
+            if at >= n:
+                break
+            nxt_at = m.end() - base
+            if nxt_at >= n:  # the paragraph's last candidate: it ends the paragraph, cut or not
+                if (
+                    seams
+                    and m.group(1)[0] in _CJK_TERMINATORS
+                    and m.start(3) - base == n
+                    and (m.end(2) < m.start(3) or p[n - 1] not in _CJK_ENDS)
+                ):
+                    # The candidate needed the newline: at the paragraph's own end it would backtrack
+                    # (into its terminators or closers: "。.", "。」»") and may cut there: cut it alone.
+                    del out[mark:]
+                    out.extend(_segment([p], p, spans))
+                    start = -1
+                m = next(matches, None)
+                break
+            term, closers, ws = m.groups()
+            cjk = term[0] in _CJK_TERMINATORS
+            if ws is None and not cjk:
+                m = next(matches, None)
+                continue  # '."X' with no space is never cut
+            if parens:
+                end = m.end(2) - base
+                depth = max(0, depth + p.count("(", scanned, end) - p.count(")", scanned, end))
+                scanned = end
+            if cjk:
+                cut = p[nxt_at] not in _CJK_CONTINUES  # a CJK end is an end, space or not
+            elif term == "." and p[nxt_at].isupper():
+                # The common case, _is_boundary's first steps inlined: a capital after a plain word.
+                lo = at - 48 if at > 48 else 0
+                space = p.rfind(" ", lo, at)
+                tok = p[space + 1 : at]
+                if (space >= 0 or lo == 0) and len(tok) > 1 and tok.isalpha() and tok not in _KINDS:
+                    cut = True
+                else:
+                    cut = _is_boundary(p, at, term, closers, nxt_at, start, depth > 0)
+            else:
+                cut = _is_boundary(p, at, term, closers, nxt_at, start, depth > 0)
+            if cut:
+                stop = nxt_at if ws is None else m.start(3) - base
+                append((start, stop) if spans else p[start:stop])
+                start = scanned = nxt_at
+            m = next(matches, None)
+        if start >= 0:
+            stop = len(p.rstrip())
+            append((start, stop) if spans else p[start:stop])
+        base += n + 1
+    return out
 
 
 def _is_boundary(text: str, at: int, term: str, closers: str, nxt_at: int, sent_start: int, in_parens: bool) -> bool:

@@ -1,0 +1,80 @@
+"""The reader's documents and the segmenter's sentences of all the shared text, pinned as sha256 digests.
+
+The read and segment stages were rewritten for speed with the promise of the same output, to the byte; the
+pins were taken with the code before that rewrite (commit b6b896c), on every shared pretraining file: the
+Wikipedia extracts and Gutenberg books (English) and the Chinese Wikipedia and CLUECorpusSmall files. A pin
+changes only with a deliberate change of segmentation or reading (say so in the commit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter
+
+import pytest
+
+from pipelines.common.inputs import resolve_inputs
+from pipelines.pretraining.read import read_documents
+from pipelines.pretraining.segment import segment_documents
+from pipelines.pretraining.read import DocumentBatch
+from pipelines.pretraining.segmenter import split_paragraphs, split_sentences
+from tests.conftest import SHARED
+
+PRETRAIN = SHARED / "pretrain"
+# input pattern -> (documents digest, sentences digest, counters digest)
+INPUTS = {
+    "english": [f"wikiextractor:{PRETRAIN}/wikipedia/*", f"text:{PRETRAIN}/gutenberg/*.txt"],
+    "chinese": [
+        f"wikiextractor:{PRETRAIN}/chinese/zhwiki/wiki_00",
+        f"jsonl:{PRETRAIN}/chinese/wiki_zh_2019/wiki_00",
+        f"lines:{PRETRAIN}/chinese/CLUECorpusSmall_sampled.txt",
+        f"sentences:{PRETRAIN}/chinese/CLUECorpusSmall_bert_sampled.txt",
+    ],
+}
+PINS = {
+    "english": ("a0fc7127b2735e3a", "c77546684a00c9ba", "1ce206c0903fbeb8"),
+    "chinese": ("88fac14b4df9ff04", "882e2ffc7bc0dfe2", "f301260a1bc75df0"),
+}
+
+
+def digests(patterns: list[str]) -> tuple[str, str, str]:
+    """sha256 (16 hex digits) of the documents as read, of their sentences, and of the read counters."""
+    docs_h, sents_h = hashlib.sha256(), hashlib.sha256()
+    counters: Counter = Counter()
+    for f in resolve_inputs(patterns, "sentences"):
+        docs = list(read_documents(f.path, f.format, counters))
+        for d in docs:
+            docs_h.update(f"{d.doc_id}\x02{int(d.presegmented)}\x02".encode())
+            docs_h.update("\x01".join(d.paragraphs).encode("utf-8", "surrogatepass") + b"\x00")
+        sentences, _ = segment_documents(DocumentBatch(docs))
+        for doc_id, ss in sentences:
+            sents_h.update(f"{doc_id}\x02".encode())
+            sents_h.update("\x01".join(ss).encode("utf-8", "surrogatepass") + b"\x00")
+    counts = ",".join(f"{k}={v}" for k, v in sorted(counters.items()))
+    return docs_h.hexdigest()[:16], sents_h.hexdigest()[:16], hashlib.sha256(counts.encode()).hexdigest()[:16]
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_reading_and_segmentation_are_pinned(name: str) -> None:
+    if not PRETRAIN.is_dir():
+        pytest.skip(f"shared data not found at {PRETRAIN}")
+    assert digests(INPUTS[name]) == PINS[name]
+
+
+def test_paragraphs_split_like_each_paragraph_alone() -> None:
+    # The document-level splitter scans the paragraphs joined: nothing may leak across their seams (a
+    # citation, closers, a next word looked at past a paragraph's end, brackets still open).
+    pieces = [
+        ".", "!", "?", "…", "。", "！", "？", "；", "」", "』", "”", "’", "»", '"', "'", ")", "(", "(1", ":12",
+        ":xi", " ", "  ", "\t", "\u00a0", "a", "A", "Mr", "St", "U.S", "Inc", "Co", "No", "5", "12", "e.g",
+        "Word", "The", "iPhone", "，", "、", "中", "文", "-", "/", "...", ". . .", "etc", "Conn", "\n",
+    ]  # fmt: skip
+    rng = random.Random(7)
+    for _ in range(3000):
+        paragraphs = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 14))) for _ in range(rng.randint(1, 5))]
+        if rng.random() < 0.7:
+            paragraphs = [p.strip() for p in paragraphs]
+        expected = [s for p in paragraphs for s in split_sentences(p)]
+        assert split_paragraphs(paragraphs) == expected, paragraphs
