@@ -177,9 +177,14 @@ def _segment(paragraphs: list[str], text: str, spans: bool) -> list:
             continue
         mark = len(out)
         first = _NONSPACE.search(p)
-        start = scanned = first.start() if first is not None else 0  # a candidate is not whitespace
-        depth = 0  # "(" still open before the candidate, counted incrementally (linear overall)
+        start = first.start() if first is not None else 0  # a candidate is not whitespace
+        # "(" still open before a candidate: only a rule further down _is_boundary asks, so the ends of the
+        # candidates passed are kept and the brackets between them counted when it does (same counts, same
+        # order, the same floor at 0 at each candidate as counting at every one).
         parens = "(" in p
+        pending: list[int] = []
+        depth = 0
+        scanned = start
         while m is not None:
             at = m.start() - base
             if at >= n:
@@ -200,16 +205,11 @@ def _segment(paragraphs: list[str], text: str, spans: bool) -> list:
                 m = next(matches, None)
                 break
             term, closers, ws = m.groups()
-            cjk = term[0] in _CJK_TERMINATORS
-            if ws is None and not cjk:
+            if term[0] in _CJK_TERMINATORS:
+                cut = p[nxt_at] not in _CJK_CONTINUES  # a CJK end is an end, space or not
+            elif ws is None:
                 m = next(matches, None)
                 continue  # '."X' with no space is never cut
-            if parens:
-                end = m.end(2) - base
-                depth = max(0, depth + p.count("(", scanned, end) - p.count(")", scanned, end))
-                scanned = end
-            if cjk:
-                cut = p[nxt_at] not in _CJK_CONTINUES  # a CJK end is an end, space or not
             elif term == "." and p[nxt_at].isupper():
                 # The common case, _is_boundary's first steps inlined: a capital after a plain word.
                 lo = at - 48 if at > 48 else 0
@@ -218,13 +218,23 @@ def _segment(paragraphs: list[str], text: str, spans: bool) -> list:
                 if (space >= 0 or lo == 0) and len(tok) > 1 and tok.isalpha() and tok not in _KINDS:
                     cut = True
                 else:
-                    cut = _is_boundary(p, at, term, closers, nxt_at, start, depth > 0)
+                    cut = _is_boundary(p, at, term, closers, nxt_at, start, False)  # a capital: brackets moot
             else:
+                if parens:
+                    for end in pending:
+                        depth = max(0, depth + p.count("(", scanned, end) - p.count(")", scanned, end))
+                        scanned = end
+                    pending.clear()
+                    end = m.end(2) - base
+                    depth = max(0, depth + p.count("(", scanned, end) - p.count(")", scanned, end))
+                    scanned = end
                 cut = _is_boundary(p, at, term, closers, nxt_at, start, depth > 0)
+            if parens and scanned < m.end(2) - base:
+                pending.append(m.end(2) - base)
             if cut:
                 stop = nxt_at if ws is None else m.start(3) - base
                 append((start, stop) if spans else p[start:stop])
-                start = scanned = nxt_at
+                start = nxt_at
             m = next(matches, None)
         if start >= 0:
             stop = len(p.rstrip())
