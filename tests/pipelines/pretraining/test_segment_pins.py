@@ -14,10 +14,10 @@ from collections import Counter
 
 import pytest
 
+from pipelines.common import counters as C
 from pipelines.common.inputs import resolve_inputs
-from pipelines.pretraining.read import read_documents
+from pipelines.pretraining.read import DocumentBatch, read_documents
 from pipelines.pretraining.segment import segment_documents
-from pipelines.pretraining.read import DocumentBatch
 from pipelines.pretraining.segmenter import split_paragraphs, split_sentences
 from tests.conftest import SHARED
 
@@ -78,3 +78,41 @@ def test_paragraphs_split_like_each_paragraph_alone() -> None:
             paragraphs = [p.strip() for p in paragraphs]
         expected = [s for p in paragraphs for s in split_sentences(p)]
         assert split_paragraphs(paragraphs) == expected, paragraphs
+
+
+def _reference_block_lines(offset: int, raw: bytes, counters: Counter) -> list:
+    """``block_lines`` as it was before the per-byte work (commit b6b896c): both regexes on every block, the
+    bytes split for the offsets, every line with a CR through ``_split_carriage_returns``."""
+    from itertools import accumulate
+
+    from pipelines.common.files import _split_carriage_returns, clean_line, decode_block
+
+    text = clean_line(decode_block(raw, counters), counters)
+    lines = text.split("\n")
+    raws = raw.split(b"\n")
+    if raw.endswith(b"\n"):
+        lines.pop()
+        raws.pop()
+    starts = list(accumulate((len(r) + 1 for r in raws[:-1]), initial=offset))
+    if "\r" in text:
+        starts, lines = _split_carriage_returns(starts, lines, raws, raw.endswith(b"\n"))
+    counters[C.LINES] += len(lines)
+    return list(zip(starts, lines))
+
+
+def test_block_lines_as_before_on_random_blocks() -> None:
+    from pipelines.common.files import block_lines
+
+    pieces = [
+        b"a", b"word ", b"\n", b"\r", b"\r\n", b"\n\n", b"\x00", b"\x07", b"\x0b", b"\x0c", b"\x1f", b"\x7f", b"\t",
+        "\u2028".encode(), "\u2029".encode(), "\x85".encode(), "\ufeff".encode(), "\ufffe".encode(), "é".encode(),
+        "“中”".encode(), b"\xff", b"\xe2\x80", b"\xc2", b"\xef\xbb", b" ",
+    ]  # fmt: skip
+    rng = random.Random(11)
+    for _ in range(4000):
+        raw = b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 30)))
+        offset = rng.randint(0, 1000)
+        c_old, c_new = Counter(), Counter()
+        expected = _reference_block_lines(offset, raw, c_old)
+        assert list(block_lines(offset, raw, c_new)) == expected, raw
+        assert +c_new == +c_old, raw
