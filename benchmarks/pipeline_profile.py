@@ -7,6 +7,10 @@ mask, write, finalize and Beam, in thread-seconds and as shares of the wall time
 
     python benchmarks/pipeline_profile.py                       # one copy, dupe 1, a vocab trained first
     python benchmarks/pipeline_profile.py --vocab vocab.txt --dupe 5 --json profile.json
+    python benchmarks/pipeline_profile.py --json p.json -- pretraining --input ... --vocab v.txt --output out
+
+After ``--``: a whole ``bertprep`` command line, run in this process under the sampler (what
+``benchmarks/pipeline_scale.py --profile`` runs instead of ``bertprep``, for its in-process rows).
 
 The vocabulary (when not given) is trained before the clock starts; nothing is written in the repository.
 """
@@ -53,7 +57,26 @@ def profile_run(
     return prof, {"counters": manifest["counters"], "totals": manifest["totals"]}
 
 
+def profile_cli(argv: list[str], json_path: str | None) -> None:
+    """``bertprep ARGV`` in this process under the sampler; the table goes to stderr, the shares to ``json_path``."""
+    from pipelines.cli import main as bertprep
+
+    start = time.perf_counter()
+    with profile_stages() as prof:
+        bertprep(args=argv, standalone_mode=False)
+    seconds = time.perf_counter() - start
+    print(prof.table(), file=sys.stderr)
+    if json_path:
+        Path(json_path).write_text(json.dumps({"seconds": seconds, "shares": prof.shares()}, indent=2) + "\n")
+
+
 def main() -> None:
+    if "--" in sys.argv:
+        at = sys.argv.index("--")
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--json")
+        profile_cli(sys.argv[at + 1 :], ap.parse_args(sys.argv[1:at]).json)
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--input", action="append", help="format:glob (repeatable); default: one copy of the shared text")
     ap.add_argument("--vocab", help="vocab.txt; default: train a 30,522-token vocab on the input (not timed)")

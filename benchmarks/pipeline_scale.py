@@ -17,6 +17,12 @@ run; its peak sums the command, the scheduler and the workers (each a nanny and 
     python benchmarks/pipeline_scale.py --only-big-file
     python benchmarks/pipeline_scale.py --copies 1 --copies 8 --dupe 10 --workers 1 --no-big-file  # + Dask
     python benchmarks/pipeline_scale.py --json out.json --plot scale.png
+    python benchmarks/pipeline_scale.py --copies 4 --dupe 1 --workers 1 --dask 0 --no-big-file --profile
+
+``--profile``: in-process rows with one worker run under the stage sampler (``benchmarks/stage_profile.py``,
+through ``benchmarks/pipeline_profile.py``) and print each stage's share of the wall time, so the next ceiling
+is visible; the sampler costs a few per cent, so those rows' seconds are not compared with unprofiled ones.
+Runs without ``--profile`` are unchanged.
 
 Nothing is written inside the repository: the corpus copies are hard links (or copies) under a temporary folder.
 """
@@ -115,11 +121,22 @@ def dask_cluster(workers: int, folder: Path, env: dict[str, str]) -> Iterator[tu
 
 
 def run_one(
-    inputs: list[str], vocab: str, out: Path, dupe: int, workers: int, env: dict[str, str], dask: int = 0
+    inputs: list[str],
+    vocab: str,
+    out: Path,
+    dupe: int,
+    workers: int,
+    env: dict[str, str],
+    dask: int = 0,
+    profile: bool = False,
 ) -> dict:
-    bertprep = str(Path(sys.executable).with_name("bertprep"))
+    bertprep = [str(Path(sys.executable).with_name("bertprep"))]
+    profile = profile and not dask and workers == 1  # the sampler sees this process's threads only
+    shares_path = out.parent / "profile.json"
+    if profile:
+        bertprep = [sys.executable, str(REPO / "benchmarks" / "pipeline_profile.py"), "--json", str(shares_path), "--"]
     cmd = [
-        bertprep,
+        *bertprep,
         "pretraining",
         *[a for i in inputs for a in ("--input", i)],
         "--vocab",
@@ -141,7 +158,9 @@ def run_one(
     manifest = json.loads((out / "manifest.json").read_text())
     shutil.rmtree(out)
     input_mb = manifest["counters"]["bytes_read"] / 1e6
+    extra = {"stage_shares": json.loads(shares_path.read_text())["shares"]} if profile else {}
     return {
+        **extra,
         "dupe": dupe,
         "runner": f"dask {dask}" if dask else "in-process",
         "workers": dask or workers,
@@ -165,6 +184,7 @@ def main() -> None:
     ap.add_argument("--vocab", help="vocab.txt; default: train a 30,522-token vocab on one copy (not timed)")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--plot", help="also draw peak memory and MB/s against input size (PNG)")
+    ap.add_argument("--profile", action="store_true", help="stage shares of the wall time (in-process, 1 worker)")
     args = ap.parse_args()
     if not SHARED.exists():
         raise SystemExit(f"needs the shared data at {SHARED}")
@@ -188,7 +208,7 @@ def main() -> None:
                 inputs = build_copies(root, copies)
                 for dupe in args.dupe or [1, 10]:
                     for w in args.workers or [1, 2]:
-                        r = run_one(inputs, vocab, root / "out", dupe, w, env)
+                        r = run_one(inputs, vocab, root / "out", dupe, w, env, profile=args.profile)
                         rows.append({"input": f"{copies} cop{'y' if copies == 1 else 'ies'}", **r})
                         print(json.dumps(rows[-1]), flush=True)
                     if args.dask:
@@ -198,7 +218,9 @@ def main() -> None:
         if not args.no_big_file:
             big = build_big_file(root)
             for w in (1, 2):
-                rows.append({"input": "one big file", **run_one(big, vocab, root / "out", 1, w, env)})
+                rows.append(
+                    {"input": "one big file", **run_one(big, vocab, root / "out", 1, w, env, profile=args.profile)}
+                )
                 print(json.dumps(rows[-1]), flush=True)
         for r in rows:
             r["ceiling_mb_per_s"] = round(ceiling, 3)
@@ -216,10 +238,19 @@ def main() -> None:
             f"{r['mb_per_s']:>6} {r['instances_per_s']:>7} {r['peak_mb']:>8} {r['ratio_to_ceiling']:>6}"
         )
     summarize(rows)
+    print_shares(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     if args.plot:
         plot(rows, args.plot)
+
+
+def print_shares(rows: list[dict]) -> None:
+    """Each profiled row's stage shares of the wall time on the bundle thread, largest first: the next ceiling."""
+    for r in rows:
+        if "stage_shares" in r:
+            shares = ", ".join(f"{s} {100 * v:.0f}%" for s, v in r["stage_shares"].items() if v >= 0.005)
+            print(f"stage shares, {r['input']}, dupe {r['dupe']}: {shares}")
 
 
 def summarize(rows: list[dict]) -> None:

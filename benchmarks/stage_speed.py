@@ -47,7 +47,9 @@ def old_modules(base: str) -> dict[str, ModuleType]:
     saved = {name: sys.modules.get(name) for name in OLD}
     try:
         for name, path in OLD.items():
-            src = subprocess.run(["git", "show", f"{base}:{path}"], cwd=REPO, capture_output=True, text=True, check=True)
+            src = subprocess.run(
+                ["git", "show", f"{base}:{path}"], cwd=REPO, capture_output=True, text=True, check=True
+            )
             file = folder / path.replace("/", "_")
             file.write_text(src.stdout)
             spec = importlib.util.spec_from_file_location(f"old_{name}", file)
@@ -119,7 +121,9 @@ def main() -> None:
     rows.append(("segment", text_mb, t, same))
 
     print(f"old: {args.base}; new: the checkout; best of {args.repeats} interleaved rounds")
-    print(f"{'stage':>14} {'MB':>6} {'old s':>7} {'new s':>7} {'old MB/s':>9} {'new MB/s':>9} {'new/old':>8} {'same':>5}")
+    print(
+        f"{'stage':>14} {'MB':>6} {'old s':>7} {'new s':>7} {'old MB/s':>9} {'new MB/s':>9} {'new/old':>8} {'same':>5}"
+    )
     for stage, size, t, same in rows:
         print(
             f"{stage:>14} {size:>6.1f} {t['old']:>7.3f} {t['new']:>7.3f} {size / t['old']:>9.1f} "

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["sentence_spans", "split_paragraphs", "split_sentences"]
+__all__ = ["sentence_spans", "split_sentences"]
 
 _TERMINATORS = ".!?…。！？；"
 # Chinese ends: full stop, exclamation, question and the full-width semicolon, which closes a clause as
@@ -129,117 +129,67 @@ def sentence_spans(paragraph: str) -> list[tuple[int, int]]:
     Spans are whitespace-trimmed, never overlap, and together cover every non-whitespace character
     exactly once. A paragraph of only whitespace has no sentences.
     """
-    return _segment([paragraph], paragraph, True)
+    return _segment(paragraph, True)
 
 
 def split_sentences(paragraph: str) -> list[str]:
-    """The sentences of ``paragraph`` as trimmed strings (see ``sentence_spans``)."""
-    return _segment([paragraph], paragraph, False)
+    """The sentences of ``paragraph`` as trimmed strings (see ``sentence_spans``). Whole batches of
+    documents: :func:`pipelines.pretraining.segmenter_batch.split_documents` (compiled, same sentences)."""
+    return _segment(paragraph, False)
 
 
-def split_paragraphs(paragraphs: list[str]) -> list[str]:
-    """The sentences of every paragraph, in order: ``[s for p in paragraphs for s in split_sentences(p)]``.
-
-    A document is scanned as one text (its paragraphs joined by newlines): one regex scan per document,
-    not per paragraph, which is where short paragraphs spent their time. Nothing crosses a seam: a
-    candidate that runs into the newline is the paragraph's last, as the end of a paragraph alone is.
-    """
-    if len(paragraphs) == 1:
-        return _segment(paragraphs, paragraphs[0], False)
-    text = "\n".join(paragraphs)
-    if text.count("\n") != len(paragraphs) - 1:  # a paragraph holds a newline: the seams are not ours
-        return [s for p in paragraphs for s in _segment([p], p, False)]
-    return _segment(paragraphs, text, False)
-
-
-def _segment(paragraphs: list[str], text: str, spans: bool) -> list:
-    """Sentences (``spans``: their spans, for one paragraph) of ``paragraphs``, which ``text`` holds joined
-    by single newlines (no paragraph holds one). Decisions look at the paragraph alone (``p``, offsets
-    relative to it); only the candidate scan runs over ``text``."""
+def _segment(p: str, spans: bool) -> list:
+    """The sentences of paragraph ``p`` (``spans``: their spans): the reference segmentation."""
     out: list = []
     append = out.append
-    matches = _CANDIDATE.finditer(text)
-    m = next(matches, None)
-    base = 0  # where the paragraph starts in text
-    seams = len(paragraphs) > 1
-    for p in paragraphs:
-        n = len(p)
-        if m is None or m.start() - base >= n:  # no candidate: the paragraph, trimmed, is one sentence
-            if spans:
-                first = _NONSPACE.search(p)
-                if first is not None:
-                    append((first.start(), len(p.rstrip())))
+    first = _NONSPACE.search(p)
+    if first is None:
+        return out
+    n = len(p)
+    start = first.start()
+    # "(" still open before a candidate: only a rule further down _is_boundary asks, so the ends of the
+    # candidates passed are kept and the brackets between them counted when it does (same counts, same
+    # order, the same floor at 0 at each candidate as counting at every one).
+    parens = "(" in p
+    pending: list[int] = []
+    depth = 0
+    scanned = start
+    for m in _CANDIDATE.finditer(p, start):
+        term, closers, ws = m.groups()
+        at, nxt_at = m.start(), m.end()
+        if nxt_at >= n:
+            break  # the paragraph's last candidate: it ends the paragraph, cut or not
+        if term[0] in _CJK_TERMINATORS:
+            cut = p[nxt_at] not in _CJK_CONTINUES  # a CJK end is an end, space or not
+        elif ws is None:
+            continue  # '."X' with no space is never cut
+        elif term == "." and p[nxt_at].isupper():
+            # The common case, _is_boundary's first steps inlined: a capital after a plain word.
+            lo = at - 48 if at > 48 else 0
+            space = p.rfind(" ", lo, at)
+            tok = p[space + 1 : at]
+            if (space >= 0 or lo == 0) and len(tok) > 1 and tok.isalpha() and tok not in _KINDS:
+                cut = True
             else:
-                trimmed = p.strip()
-                if trimmed:
-                    append(trimmed)
-            base += n + 1
-            continue
-        mark = len(out)
-        first = _NONSPACE.search(p)
-        start = first.start() if first is not None else 0  # a candidate is not whitespace
-        # "(" still open before a candidate: only a rule further down _is_boundary asks, so the ends of the
-        # candidates passed are kept and the brackets between them counted when it does (same counts, same
-        # order, the same floor at 0 at each candidate as counting at every one).
-        parens = "(" in p
-        pending: list[int] = []
-        depth = 0
-        scanned = start
-        while m is not None:
-            at = m.start() - base
-            if at >= n:
-                break
-            nxt_at = m.end() - base
-            if nxt_at >= n:  # the paragraph's last candidate: it ends the paragraph, cut or not
-                if (
-                    seams
-                    and m.group(1)[0] in _CJK_TERMINATORS
-                    and m.start(3) - base == n
-                    and (m.end(2) < m.start(3) or p[n - 1] not in _CJK_ENDS)
-                ):
-                    # The candidate needed the newline: at the paragraph's own end it would backtrack
-                    # (into its terminators or closers: "。.", "。」»") and may cut there: cut it alone.
-                    del out[mark:]
-                    out.extend(_segment([p], p, spans))
-                    start = -1
-                m = next(matches, None)
-                break
-            term, closers, ws = m.groups()
-            if term[0] in _CJK_TERMINATORS:
-                cut = p[nxt_at] not in _CJK_CONTINUES  # a CJK end is an end, space or not
-            elif ws is None:
-                m = next(matches, None)
-                continue  # '."X' with no space is never cut
-            elif term == "." and p[nxt_at].isupper():
-                # The common case, _is_boundary's first steps inlined: a capital after a plain word.
-                lo = at - 48 if at > 48 else 0
-                space = p.rfind(" ", lo, at)
-                tok = p[space + 1 : at]
-                if (space >= 0 or lo == 0) and len(tok) > 1 and tok.isalpha() and tok not in _KINDS:
-                    cut = True
-                else:
-                    cut = _is_boundary(p, at, term, closers, nxt_at, start, False)  # a capital: brackets moot
-            else:
-                if parens:
-                    for end in pending:
-                        depth = max(0, depth + p.count("(", scanned, end) - p.count(")", scanned, end))
-                        scanned = end
-                    pending.clear()
-                    end = m.end(2) - base
+                cut = _is_boundary(p, at, term, closers, nxt_at, start, False)  # a capital: brackets moot
+        else:
+            if parens:
+                for end in pending:
                     depth = max(0, depth + p.count("(", scanned, end) - p.count(")", scanned, end))
                     scanned = end
-                cut = _is_boundary(p, at, term, closers, nxt_at, start, depth > 0)
-            if parens and scanned < m.end(2) - base:
-                pending.append(m.end(2) - base)
-            if cut:
-                stop = nxt_at if ws is None else m.start(3) - base
-                append((start, stop) if spans else p[start:stop])
-                start = nxt_at
-            m = next(matches, None)
-        if start >= 0:
-            stop = len(p.rstrip())
+                pending.clear()
+                end = m.end(2)
+                depth = max(0, depth + p.count("(", scanned, end) - p.count(")", scanned, end))
+                scanned = end
+            cut = _is_boundary(p, at, term, closers, nxt_at, start, depth > 0)
+        if parens and scanned < m.end(2):
+            pending.append(m.end(2))
+        if cut:
+            stop = nxt_at if ws is None else m.start(3)
             append((start, stop) if spans else p[start:stop])
-        base += n + 1
+            start = nxt_at
+    stop = len(p.rstrip())
+    append((start, stop) if spans else p[start:stop])
     return out
 
 

@@ -18,7 +18,8 @@ from pipelines.common import counters as C
 from pipelines.common.inputs import resolve_inputs
 from pipelines.pretraining.read import DocumentBatch, read_documents
 from pipelines.pretraining.segment import segment_documents
-from pipelines.pretraining.segmenter import split_paragraphs, split_sentences
+from pipelines.pretraining.segmenter import split_sentences
+from pipelines.pretraining.segmenter_batch import split_documents
 from tests.conftest import SHARED
 
 PRETRAIN = SHARED / "pretrain"
@@ -63,21 +64,27 @@ def test_reading_and_segmentation_are_pinned(name: str) -> None:
     assert digests(INPUTS[name]) == PINS[name]
 
 
-def test_paragraphs_split_like_each_paragraph_alone() -> None:
-    # The document-level splitter scans the paragraphs joined: nothing may leak across their seams (a
-    # citation, closers, a next word looked at past a paragraph's end, brackets still open).
+def test_batches_split_like_each_paragraph_alone() -> None:
+    # The compiled scan of a whole batch against the pure-Python reference, paragraph by paragraph: the
+    # regex's backtracking at a paragraph's end, closers, citations, brackets, abbreviations, CJK.
     pieces = [
         ".", "!", "?", "…", "。", "！", "？", "；", "」", "』", "”", "’", "»", '"', "'", ")", "(", "(1", ":12",
-        ":xi", " ", "  ", "\t", "\u00a0", "a", "A", "Mr", "St", "U.S", "Inc", "Co", "No", "5", "12", "e.g",
-        "Word", "The", "iPhone", "，", "、", "中", "文", "-", "/", "...", ". . .", "etc", "Conn", "\n",
+        ":xi", ":4-5", " ", "  ", "\t", "\u00a0", "a", "A", "Mr", "St", "U.S", "Inc", "Co", "No", "5", "12", "e.g",
+        "Word", "The", "iPhone", "，", "、", "中", "文", "-", "/", "...", ". . .", "etc", "Conn", "\n", "É", "ß",
+        "123", "—", "“", "[", "vs", "Jan", "J", "x" * 50, "?!", "²", "١٢", "\U0001d400", "tea-time", "km/h",
+        "then-Gov", "Calif", "CALIF", "mr", "_it_", "\u212a", "Kan", "pp",
     ]  # fmt: skip
     rng = random.Random(7)
+    docs = []
     for _ in range(3000):
-        paragraphs = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 14))) for _ in range(rng.randint(1, 5))]
-        if rng.random() < 0.7:
-            paragraphs = [p.strip() for p in paragraphs]
-        expected = [s for p in paragraphs for s in split_sentences(p)]
-        assert split_paragraphs(paragraphs) == expected, paragraphs
+        paragraphs = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 16))) for _ in range(rng.randint(0, 5))]
+        docs.append([p.strip() for p in paragraphs] if rng.random() < 0.7 else paragraphs)
+    expected = [[s for p in d for s in split_sentences(p)] for d in docs]
+    for i in range(0, len(docs), 100):  # batches of 100 documents, and each document alone
+        assert split_documents(docs[i : i + 100]) == expected[i : i + 100]
+    for d, e in zip(docs[:300], expected):
+        assert split_documents([d]) == [e], d
+    assert split_documents([["An emoji \U0001f600. Then more."]]) == [["An emoji \U0001f600.", "Then more."]]
 
 
 def _reference_block_lines(offset: int, raw: bytes, counters: Counter) -> list:
