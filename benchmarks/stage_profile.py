@@ -67,8 +67,15 @@ _WAIT_FILES = ("threading.py", "queue.py", "selectors.py", "concurrent/futures/"
 
 def stage_of(frame: FrameType | None) -> str | None:
     """The stage of a thread's stack (innermost ``frame``), or None when it is idle."""
+    return _stage_and_beam(frame)[0]
+
+
+def _stage_and_beam(frame: FrameType | None) -> tuple[str | None, str]:
+    """``stage_of``, and for a Beam sample the outermost-first chain's innermost Beam function (where the
+    runner's own time goes: coders, operations, bundle bookkeeping)."""
     innermost = frame
     beam = coder = False
+    where = ""
     while frame is not None:
         code = frame.f_code
         path = code.co_filename.replace("\\", "/")
@@ -77,17 +84,19 @@ def stage_of(frame: FrameType | None) -> str | None:
             stage = next((s for frag, s in _MODULE_STAGES if frag in path), None)
         if stage is not None:
             if _is_waiting(innermost):
-                return f"{stage} (wait)"
-            return stage
+                return f"{stage} (wait)", ""
+            return stage, ""
         if "apache_beam" in path:
+            if not beam:
+                where = f"{path.rsplit('apache_beam/', 1)[-1]}:{code.co_name}"
             beam = True
             coder = coder or "/coders/" in path
         frame = frame.f_back
     if _is_waiting(innermost):
-        return None
+        return None, ""
     if beam:
-        return "beam coders" if coder else "beam"
-    return "other"
+        return ("beam coders" if coder else "beam"), where
+    return "other", ""
 
 
 def _tail(path: str) -> str:
@@ -110,6 +119,7 @@ class StageProfile:
     wall_s: float = 0.0
     samples: Counter = field(default_factory=Counter)  # stage -> samples, all threads
     by_thread: dict[int, Counter] = field(default_factory=dict)  # thread id -> stage -> samples
+    beam_functions: Counter = field(default_factory=Counter)  # innermost Beam function of Beam samples
     ticks: int = 0
 
     def busiest_thread(self) -> Counter:
@@ -132,6 +142,9 @@ class StageProfile:
         idle = self.ticks - sum(main.values())
         rows.append(f"{'(idle)':>16} {'':>13} {'':>9} {idle * sec:>15.2f} {100 * idle / max(self.ticks, 1):>8.1f}%")
         rows.append(f"wall {self.wall_s:.2f} s, {self.ticks} samples every {self.interval * 1e3:.0f} ms")
+        top = ", ".join(f"{f} {n * sec:.2f} s" for f, n in self.beam_functions.most_common(6))
+        if top:
+            rows.append(f"beam, innermost functions (all threads): {top}")
         return "\n".join(rows)
 
     def shares(self) -> dict[str, float]:
@@ -152,10 +165,12 @@ def profile_stages(interval: float = 0.005) -> Iterator[StageProfile]:
             for tid, frame in sys._current_frames().items():
                 if tid == sampler.ident:
                     continue
-                stage = stage_of(frame)
+                stage, where = _stage_and_beam(frame)
                 if stage is not None:
                     prof.samples[stage] += 1
                     prof.by_thread.setdefault(tid, Counter())[stage] += 1
+                    if where:
+                        prof.beam_functions[where] += 1
 
     sampler = threading.Thread(target=sample, name="stage-profile", daemon=True)
     start = time.perf_counter()

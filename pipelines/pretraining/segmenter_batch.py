@@ -5,7 +5,7 @@ cut from the batch's text in one go. The result is exactly ``split_sentences`` o
 reference, kept for single paragraphs and tested against this on random text and all the shared text).
 
 The scan reads character properties from a table made with ``str``'s own methods and the segmenter's sets:
-the Basic Multilingual Plane once per process (~50 ms), code points above it as batches bring them.
+the Basic Multilingual Plane once per process (~20 ms), code points above it as batches bring them.
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ def _bits(c: str) -> int:
 
 
 def _hashes(words) -> np.ndarray:
-    """The sorted hashes (``kernels.segment.token_hash``) of ``words``."""
-    from pipelines.pretraining.kernels import segment as K
-
-    return np.array(
-        sorted({int(K.token_hash(np.frombuffer(w.encode("utf-32-le"), np.uint32), 0, len(w))) for w in words}),
-        np.uint64,
-    )
+    """The sorted hashes of ``words``: ``kernels.segment.token_hash`` (FNV-1a over code points, 64-bit) in Python."""
+    out = set()
+    for w in words:
+        h = 0xCBF29CE484222325
+        for c in w:
+            h = ((h ^ ord(c)) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+        out.add(h)
+    return np.array(sorted(out), np.uint64)
 
 
 def _tables(cp: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -49,18 +50,25 @@ def _tables(cp: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.nd
     from pipelines.pretraining.kernels import segment as K
 
     if not _TABLE:
+        chars = [chr(i) for i in range(0x10000)]
         props = np.zeros(0x110000, np.uint16)
-        props[:0x10000] = [_bits(chr(i)) for i in range(0x10000)]
-        sets = (
+        for method, bit in (
+            (str.isspace, K.SPACE),
+            (str.isupper, K.UPPER),
+            (str.islower, K.LOWER),
+            (str.isalpha, K.ALPHA),
+            (str.isdigit, K.DIGIT),
+        ):  # one C-level pass per property: ~20 ms in all, where a Python loop over the characters took 0.4 s
+            props[:0x10000] |= np.fromiter(map(method, chars), bool, 0x10000).astype(np.uint16) * bit
+        for chars_of, bit in (
             (S._TERMINATORS, K.TERM),
             (S._CLOSERS, K.CLOSER),
             (S._CJK_ENDS, K.CJK_END),
             (S._CJK_TERMINATORS, K.CJK_TERM),
             (S._CJK_CONTINUES, K.CJK_CONT),
             (S._TOKEN_PREFIX, K.PREFIX),
-        )
-        for chars, bit in sets:
-            for c in chars:
+        ):
+            for c in chars_of:
                 props[ord(c)] |= bit
         lists = S._TITLES | S._NEVER_FINAL | S._BEFORE_NUMBER | S._OFTEN_FINAL | S._AMBIGUOUS | S._STATES
         _TABLE.append((props, _hashes(S._KINDS), _hashes(lists)))
