@@ -5,8 +5,9 @@ and files each busy thread's sample under the stage of its innermost frame in a 
 (byte ranges, line splitting, the format parsers), ``clean`` (UTF-8 decoding and control-character
 cleaning), ``segment``, ``tokenize``, ``group``, ``instances``, ``mask``, ``write``, ``finalize``; a busy
 stack with no pipeline frame is ``beam`` (the runner: coders, element hand-offs, bundle bookkeeping), or
-``beam coders`` when a Beam coder is on it. A thread waiting (a lock, a queue, a sleep) counts as idle,
-except the bundle thread waiting for the tokenizer's thread: ``tokenize (wait)``.
+``beam coders`` when a Beam coder is on it; numba's import and its one-time set-up at a process's first
+compiled call (~0.5 s, whichever kernel comes first) are ``numba load``. A thread waiting (a lock, a queue,
+a sleep) counts as idle, except the bundle thread waiting for the tokenizer's thread: ``tokenize (wait)``.
 
 Nothing in the pipeline changes and nothing is measured unless a profile is started, so normal runs pay
 nothing: the benchmarks start one around an in-process run (``benchmarks/pipeline_profile.py``,
@@ -74,7 +75,7 @@ def _stage_and_beam(frame: FrameType | None) -> tuple[str | None, str]:
     """``stage_of``, and for a Beam sample the outermost-first chain's innermost Beam function (where the
     runner's own time goes: coders, operations, bundle bookkeeping)."""
     innermost = frame
-    beam = coder = False
+    beam = coder = numba = False
     where = ""
     while frame is not None:
         code = frame.f_code
@@ -85,7 +86,8 @@ def _stage_and_beam(frame: FrameType | None) -> tuple[str | None, str]:
         if stage is not None:
             if _is_waiting(innermost):
                 return f"{stage} (wait)", ""
-            return stage, ""
+            return ("numba load" if numba else stage), ""
+        numba = numba or "/numba/" in path  # importing numba, loading cached kernels: once per process
         if "apache_beam" in path:
             if not beam:
                 where = f"{path.rsplit('apache_beam/', 1)[-1]}:{code.co_name}"
