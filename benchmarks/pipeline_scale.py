@@ -19,11 +19,17 @@ run; its peak sums the command, the scheduler and the workers (each a nanny and 
     python benchmarks/pipeline_scale.py --copies 1 --copies 8 --dupe 10 --workers 1 --no-big-file  # + Dask
     python benchmarks/pipeline_scale.py --json out.json --plot scale.png
     python benchmarks/pipeline_scale.py --copies 4 --dupe 1 --dupe 10 --dask 0 --baseline b6b896c  # paired
+    python benchmarks/pipeline_scale.py --copies 4 --dupe 1 --workers 1 --dask 0 --no-big-file --profile
 
 ``--baseline REV`` runs every row twice, back to back: first with the code of commit REV (``git archive`` into
 the temporary folder, imported through PYTHONPATH), then with this checkout, and prints this checkout's speed
 and memory as ratios to the baseline's, measured in the same run; it also checks that both wrote the same
 shards (sha256 of every shard in the two manifests).
+
+``--profile``: in-process rows with one worker run under the stage sampler (``benchmarks/stage_profile.py``,
+through ``benchmarks/pipeline_profile.py``) and print each stage's share of the wall time, so the next ceiling
+is visible; the sampler costs a few per cent, so those rows' seconds are not compared with unprofiled ones.
+Runs without ``--profile`` are unchanged.
 
 Nothing is written inside the repository: the corpus copies are hard links (or copies) under a temporary folder.
 """
@@ -139,14 +145,18 @@ def run_one(
     env: dict[str, str],
     dask: int = 0,
     code: Path = REPO,
+    profile: bool = False,
 ) -> dict:
     # `bertprep` of the code in ``code``: its folder first on sys.path (PYTHONPATH, and the working directory).
     env = {**env, "PYTHONPATH": str(code)}
-    bertprep = "import sys; from pipelines.cli import main; sys.argv[0] = 'bertprep'; main()"
+    bertprep = [sys.executable, "-c", "import sys; from pipelines.cli import main; sys.argv[0] = 'bertprep'; main()"]
+    # The sampler sees this process's threads only; it profiles this checkout's code.
+    profile = profile and not dask and workers == 1 and code == REPO
+    shares_path = out.parent / "profile.json"
+    if profile:
+        bertprep = [sys.executable, str(REPO / "benchmarks" / "pipeline_profile.py"), "--json", str(shares_path), "--"]
     cmd = [
-        sys.executable,
-        "-c",
-        bertprep,
+        *bertprep,
         "pretraining",
         *[a for i in inputs for a in ("--input", i)],
         "--vocab",
@@ -168,7 +178,9 @@ def run_one(
     manifest = json.loads((out / "manifest.json").read_text())
     shutil.rmtree(out)
     input_mb = manifest["counters"]["bytes_read"] / 1e6
+    extra = {"stage_shares": json.loads(shares_path.read_text())["shares"]} if profile else {}
     return {
+        **extra,
         "dupe": dupe,
         "runner": f"dask {dask}" if dask else "in-process",
         "workers": dask or workers,
@@ -205,6 +217,7 @@ def main() -> None:
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--plot", help="also draw peak memory and MB/s against input size (PNG)")
     ap.add_argument("--baseline", metavar="REV", help="also run every row with the code of commit REV, paired")
+    ap.add_argument("--profile", action="store_true", help="stage shares of the wall time (in-process, 1 worker)")
     args = ap.parse_args()
     if not SHARED.exists():
         raise SystemExit(f"needs the shared data at {SHARED}")
@@ -235,13 +248,13 @@ def main() -> None:
                 for dupe in args.dupe or [1, 10]:
                     name = f"{copies} cop{'y' if copies == 1 else 'ies'}"
                     for w in args.workers or [1, 2]:
-                        rows += paired(baseline, name, inputs, vocab, root / "out", dupe, w, env)
+                        rows += paired(baseline, name, inputs, vocab, root / "out", dupe, w, env, profile=args.profile)
                     if args.dask:
                         rows += paired(baseline, name, inputs, vocab, root / "out", dupe, 0, env, dask=args.dask)
         if not args.no_big_file:
             big = build_big_file(root)
             for w in (1, 2):
-                rows += paired(baseline, "one big file", big, vocab, root / "out", 1, w, env)
+                rows += paired(baseline, "one big file", big, vocab, root / "out", 1, w, env, profile=args.profile)
         for r in rows:
             r["ceiling_mb_per_s"] = round(ceiling, 3)
             r["ratio_to_ceiling"] = round(r["mb_per_s"] / ceiling, 3)
@@ -265,6 +278,7 @@ def main() -> None:
     if baseline:
         compare(rows, args.baseline)
     summarize([r for r in rows if r["code"] == "this"])
+    print_shares(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     if args.plot:
@@ -286,6 +300,14 @@ def compare(rows: list[dict], rev: str) -> None:
             f"{r['mb_per_s'] / b['mb_per_s']:.2f}x the MB/s ({b['mb_per_s']} -> {r['mb_per_s']}), "
             f"peak {b['peak_mb']} -> {r['peak_mb']} MB, {same}"
         )
+
+
+def print_shares(rows: list[dict]) -> None:
+    """Each profiled row's stage shares of the wall time on the bundle thread, largest first: the next ceiling."""
+    for r in rows:
+        if "stage_shares" in r:
+            shares = ", ".join(f"{s} {100 * v:.0f}%" for s, v in r["stage_shares"].items() if v >= 0.005)
+            print(f"stage shares, {r['input']}, dupe {r['dupe']}: {shares}")
 
 
 def summarize(rows: list[dict]) -> None:

@@ -8,19 +8,17 @@ from collections.abc import Iterator
 import apache_beam as beam
 
 from pipelines.pretraining.read import DocumentBatch
-from pipelines.pretraining.segmenter import split_sentences
+from pipelines.pretraining.segmenter_batch import split_documents
 
 # (documents as (doc_id, sentences), counters): the tokenizer's input.
 SentenceBatch = tuple[list[tuple[str, list[str]]], Counter]
 
 
 def segment_documents(batch: DocumentBatch) -> SentenceBatch:
-    out = []
-    for doc in batch.documents:
-        if doc.presegmented:
-            out.append((doc.doc_id, doc.paragraphs))
-        else:
-            out.append((doc.doc_id, [s for p in doc.paragraphs for s in split_sentences(p)]))
+    # The whole batch is segmented in one call (one compiled scan), not paragraph by paragraph.
+    docs = batch.documents
+    split = iter(split_documents([d.paragraphs for d in docs if not d.presegmented]))
+    out = [(d.doc_id, d.paragraphs if d.presegmented else next(split)) for d in docs]
     return out, batch.counters
 
 

@@ -15,7 +15,9 @@ is not cut when CJK punctuation that cannot open a sentence follows (``“快跑
 
 ``benchmarks/segmenter_eval.py`` measures boundary F1 on gold news and fiction text (MRPC, CoNLL-2003,
 BERT's sample_text) and speed on the shared Wikipedia paragraphs: F1 0.997 overall (>= 0.996 on each
-source) at about 55 MB/s per core, 3-4x blingfire's speed.
+source) at about 55 MB/s per core, 3-4x blingfire's speed. That is this module, the reference; the pipeline
+segments whole batches with :mod:`pipelines.pretraining.segmenter_batch` (a compiled scan, the same
+sentences, about twice the speed: ``benchmarks/stage_speed.py``).
 """
 
 from __future__ import annotations
@@ -33,13 +35,16 @@ _CJK_CONTINUES = frozenset("，、：；,;:)")
 # Closers may trail a terminator: 'said "Stop." Then', '(See above.) Next', '。」'.
 _CLOSERS = "\"'”’»)\\]}›」』）"
 
+# What a CJK candidate may end with when no whitespace follows (the regex's last lookbehind).
+_CJK_ENDS = "。！？；」』）”’"
+
 # group 1: terminator run (the lookbehind makes it start a run, so a long run of dots is scanned once);
 # group 2: closers; then an optional page citation that WikiExtractor leaves after the stop
 # ("... alphabet.:435 The"); group 3: whitespace -- absent only after a CJK terminator/closer.
 _CANDIDATE = re.compile(
     rf"([{_TERMINATORS}](?<![{_TERMINATORS}]{{2}})[{_TERMINATORS}]*)([{_CLOSERS}]*)"
     rf"(?::[0-9xvi]+(?:[,–-][0-9]+)*(?=\s))?"
-    rf"(?:(\s+)|(?<=[。！？；」』）”’]))"
+    rf"(?:(\s+)|(?<=[{_CJK_ENDS}]))"
 )
 _NONSPACE = re.compile(r"\S")
 # The first word after a candidate, past opening quotes/brackets.
@@ -126,40 +131,68 @@ def sentence_spans(paragraph: str) -> list[tuple[int, int]]:
     Spans are whitespace-trimmed, never overlap, and together cover every non-whitespace character
     exactly once. A paragraph of only whitespace has no sentences.
     """
-    first = _NONSPACE.search(paragraph)
-    if first is None:
-        return []
-    text = paragraph
-    n = len(text)
-    spans: list[tuple[int, int]] = []
-    start = scanned = first.start()
-    depth = 0  # "(" still open before the candidate, counted incrementally (linear overall)
-    parens = "(" in text
-    for m in _CANDIDATE.finditer(text, start):
-        term, closers, ws = m.groups()
-        nxt_at = m.end()
-        if nxt_at >= n:
-            break
-        cjk = term[0] in _CJK_TERMINATORS
-        if ws is None and not cjk:
-            continue  # '."X' with no space is never cut
-        if parens:
-            end = m.end(2)
-            depth = max(0, depth + text.count("(", scanned, end) - text.count(")", scanned, end))
-            scanned = end
-        if cjk and text[nxt_at] in _CJK_CONTINUES:
-            continue
-        # A CJK end is an end, space or not.
-        if cjk or _is_boundary(text, m.start(), term, closers, nxt_at, start, depth > 0):
-            spans.append((start, nxt_at if ws is None else m.start(3)))
-            start = scanned = nxt_at
-    spans.append((start, len(text.rstrip())))
-    return spans
+    return _segment(paragraph, True)
 
 
 def split_sentences(paragraph: str) -> list[str]:
-    """The sentences of ``paragraph`` as trimmed strings (see ``sentence_spans``)."""
-    return [paragraph[s:e] for s, e in sentence_spans(paragraph)]
+    """The sentences of ``paragraph`` as trimmed strings (see ``sentence_spans``). Whole batches of
+    documents: :func:`pipelines.pretraining.segmenter_batch.split_documents` (compiled, same sentences)."""
+    return _segment(paragraph, False)
+
+
+def _segment(p: str, spans: bool) -> list:
+    """The sentences of paragraph ``p`` (``spans``: their spans): the reference segmentation."""
+    out: list = []
+    append = out.append
+    first = _NONSPACE.search(p)
+    if first is None:
+        return out
+    n = len(p)
+    start = first.start()
+    # "(" still open before a candidate: only a rule further down _is_boundary asks, so the ends of the
+    # candidates passed are kept and the brackets between them counted when it does (same counts, same
+    # order, the same floor at 0 at each candidate as counting at every one).
+    parens = "(" in p
+    pending: list[int] = []
+    depth = 0
+    scanned = start
+    for m in _CANDIDATE.finditer(p, start):
+        term, closers, ws = m.groups()
+        at, nxt_at = m.start(), m.end()
+        if nxt_at >= n:
+            break  # the paragraph's last candidate: it ends the paragraph, cut or not
+        if term[0] in _CJK_TERMINATORS:
+            cut = p[nxt_at] not in _CJK_CONTINUES  # a CJK end is an end, space or not
+        elif ws is None:
+            continue  # '."X' with no space is never cut
+        elif term == "." and p[nxt_at].isupper():
+            # The common case, _is_boundary's first steps inlined: a capital after a plain word.
+            lo = at - 48 if at > 48 else 0
+            space = p.rfind(" ", lo, at)
+            tok = p[space + 1 : at]
+            if (space >= 0 or lo == 0) and len(tok) > 1 and tok.isalpha() and tok not in _KINDS:
+                cut = True
+            else:
+                cut = _is_boundary(p, at, term, closers, nxt_at, start, False)  # a capital: brackets moot
+        else:
+            if parens:
+                for end in pending:
+                    depth = max(0, depth + p.count("(", scanned, end) - p.count(")", scanned, end))
+                    scanned = end
+                pending.clear()
+                end = m.end(2)
+                depth = max(0, depth + p.count("(", scanned, end) - p.count(")", scanned, end))
+                scanned = end
+            cut = _is_boundary(p, at, term, closers, nxt_at, start, depth > 0)
+        if parens and scanned < m.end(2):
+            pending.append(m.end(2))
+        if cut:
+            stop = nxt_at if ws is None else m.start(3)
+            append((start, stop) if spans else p[start:stop])
+            start = nxt_at
+    stop = len(p.rstrip())
+    append((start, stop) if spans else p[start:stop])
+    return out
 
 
 def _is_boundary(text: str, at: int, term: str, closers: str, nxt_at: int, sent_start: int, in_parens: bool) -> bool:
