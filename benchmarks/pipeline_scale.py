@@ -195,6 +195,14 @@ def run_one(
     }
 
 
+def warm_up(code: Path, vocab: str, root: Path, env: dict[str, str]) -> None:
+    """One small run with ``code`` first: numba compiles and caches its kernels on a checkout's first run (seconds,
+    once per folder), which would otherwise land in that code's first measured row."""
+    book = sorted((SHARED / "gutenberg").glob("*.txt"))[0]
+    # Every kernel, even where the input is too small for the pipeline to choose it (kernels/switch.py).
+    run_one([f"text:{book}"], vocab, root / "warm-up", 1, 1, {**env, "BERTSTREAM_KERNELS": "always"}, code=code)
+
+
 def paired(baseline: Path | None, name: str, *args, **kwargs) -> list[dict]:
     """``run_one(*args, **kwargs)`` with the baseline's code (when given), then with this checkout's: the rows
     of input ``name``, measured back to back."""
@@ -233,6 +241,8 @@ def main() -> None:
 
             train_vocab(one, root / "vocab", VocabConfig())
             vocab = str(root / "vocab" / "vocab.txt")
+        for code in ([baseline] if baseline else []) + [REPO]:
+            warm_up(code, vocab, root, env)
         per_file = paragraphs_of(one, "wikiextractor")
         cores = os.cpu_count() or 1
         both = ceilings(vocab, per_file, cores)
