@@ -18,6 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.common import counters as C
 from pipelines.common.batch import InstanceBatch
 from pipelines.common.dataset_run import DatasetHeader, write_text_atomic
+from pipelines.common.shipped import Shipped, resolve
 from pipelines.common.spill import remove_work_dir
 from pipelines.pretraining import stats as S
 from pipelines.pretraining.write import ShardSpec
@@ -102,7 +103,7 @@ class FinalizeSpec:
 
     shards: ShardSpec
     header: DatasetHeader
-    vocab_text: str
+    vocab_text: str | Shipped[str]
     work_dir: str
     max_seq_length: int
 
@@ -142,7 +143,7 @@ class _FinalizeFn(beam.DoFn):
             extra_statistics=statistics,
         )
         out = spec.shards.output_dir
-        write_text_atomic(FileSystems.join(out, VOCAB_FILENAME), spec.vocab_text)
+        write_text_atomic(FileSystems.join(out, VOCAB_FILENAME), resolve(spec.vocab_text))
         write_text_atomic(FileSystems.join(out, MANIFEST_NAME), manifest.to_json())
         remove_work_dir(spec.work_dir)
         yield manifest.to_json()

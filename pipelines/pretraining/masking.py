@@ -31,6 +31,7 @@ import numpy as np
 
 from pipelines.common.batch import InstanceBatch
 from pipelines.common.hashing import GOLDEN, mix64_array, uniform_from
+from pipelines.common.shipped import resolve
 from pipelines.pretraining.kernels import switch
 from pipelines.pretraining.word_segmenter import unmark
 from schemas import pretraining as P
@@ -220,7 +221,7 @@ class _MaskFn(beam.DoFn):
         self.spec: MaskingSpec | None = None
 
     def setup(self) -> None:
-        self.spec = masking_spec(self.vocab, *self.params)
+        self.spec = masking_spec(resolve(self.vocab), *self.params)
 
     def process(self, batch: InstanceBatch) -> Iterator[InstanceBatch]:
         # The kernel or the NumPy path: identical masks (see pipelines.pretraining.kernels.switch).

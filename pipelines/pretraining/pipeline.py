@@ -38,6 +38,7 @@ from pipelines.common.runner import (
     run_pipeline,
     runner_name,
 )
+from pipelines.common.shipped import ship
 from pipelines.common.source_stats import UnkWords
 from pipelines.common.spill import remove_work_dir, spill_bytes_for
 from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
@@ -142,7 +143,12 @@ def build_pipeline(
         )
         docs, dedup_stats = docs | "Dedup" >> Dedup(dedup)
     sentences = docs | "Segment" >> SegmentDocuments()
-    tokenized = sentences | "Tokenize" >> Tokenize(spec, tokenizer_threads, cfg.word_segmenter, tokenizer_backend)
+    # The tokenizer and vocabulary go to the workers by reference (pipelines.common.shipped): pickled into the
+    # DoFns, Beam would compress and copy them about a dozen times a run.
+    shipped_spec = ship(spec, work_dir, "tokenizer")
+    tokenized = sentences | "Tokenize" >> Tokenize(
+        shipped_spec, tokenizer_threads, cfg.word_segmenter, tokenizer_backend
+    )
     grouping = GroupSpec(
         seed=cfg.seed,
         docs_per_group=cfg.docs_per_group,
@@ -156,7 +162,7 @@ def build_pipeline(
         max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob, cls_id=vocab.id(CLS), sep_id=vocab.id(SEP)
     )
     masked = raw | "Mask" >> MaskInstances(
-        vocab,
+        ship(vocab, work_dir, "vocab"),
         masked_lm_prob=cfg.masked_lm_prob,
         max_predictions=cfg.max_predictions_per_seq,
         whole_word=cfg.whole_word_mask,
@@ -171,7 +177,11 @@ def build_pipeline(
         raw | "CountInstances" >> beam.Map(lambda b: {C.INSTANCES_CREATED: len(b)}),
     ) | "AllCounters" >> beam.Flatten()
     finalize = FinalizeSpec(
-        shards=shards, header=header, vocab_text=vocab.text(), work_dir=work_dir, max_seq_length=cfg.max_seq_length
+        shards=shards,
+        header=header,
+        vocab_text=ship(vocab.text(), work_dir, "vocab-text"),
+        work_dir=work_dir,
+        max_seq_length=cfg.max_seq_length,
     )
     _ = results | "Finalize" >> Finalize(
         finalize,

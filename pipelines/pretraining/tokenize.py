@@ -31,6 +31,7 @@ from tokenizers import Tokenizer
 from pipelines.common import counters as C
 from pipelines.common import source_stats as SS
 from pipelines.common import wordpiece_backend as WB
+from pipelines.common.shipped import Shipped, resolve
 from pipelines.common.tokenizer import TokenizerSpec, set_tokenizer_threads
 from pipelines.pretraining import word_segmenter as ws
 from schemas import id_types
@@ -210,7 +211,13 @@ class _TokenizeFn(beam.DoFn):
     one leaves in ``finish_bundle``.
     """
 
-    def __init__(self, spec: TokenizerSpec, threads: int, word_segmenter: str = "", backend: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: TokenizerSpec | Shipped[TokenizerSpec],
+        threads: int,
+        word_segmenter: str = "",
+        backend: str | None = None,
+    ) -> None:
         self.spec = spec
         self.threads = threads
         self.word_segmenter = word_segmenter
@@ -221,7 +228,7 @@ class _TokenizeFn(beam.DoFn):
 
     def setup(self) -> None:
         set_tokenizer_threads(self.threads)
-        self.tokenize = DocumentTokenizer(self.spec, self.word_segmenter, self.backend, self.threads)
+        self.tokenize = DocumentTokenizer(resolve(self.spec), self.word_segmenter, self.backend, self.threads)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bertstream-tokenize")
 
     def start_bundle(self) -> None:
@@ -263,7 +270,11 @@ class Tokenize(beam.PTransform):
     ``choose_backend``, so that every worker encodes with the backend the manifest names."""
 
     def __init__(
-        self, spec: TokenizerSpec, threads: int = 1, word_segmenter: str = "", backend: str | None = None
+        self,
+        spec: TokenizerSpec | Shipped[TokenizerSpec],
+        threads: int = 1,
+        word_segmenter: str = "",
+        backend: str | None = None,
     ) -> None:
         super().__init__()
         self.spec = spec
