@@ -10,6 +10,11 @@ start for little gain and ran 5-10% slower than before the kernels (paired A/B).
 never pay the start; a large run pays at most ~1.4 s extra once per worker process, and its instances then
 cost ~8x less.
 
+Once numba is running in the process anyway (the segmentation stage's candidate scan,
+:mod:`pipelines.pretraining.kernels.segment`, has no pure-Python twin and starts it in every pretraining run),
+there is no start left to save: the kernels run from the first unit (a kernel's cached code then loads in
+milliseconds).
+
 ``BERTSTREAM_KERNELS=always`` or ``never`` overrides the choice (tests, benchmarks); it is read at each
 call, so Beam worker subprocesses follow the environment they inherit.
 """
@@ -17,6 +22,7 @@ call, so Beam worker subprocesses follow the environment they inherit.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -37,7 +43,7 @@ def use_kernels() -> bool:
         return False
     if mode != "auto":
         raise ValueError(f"{ENV} must be auto, always or never, got {mode!r}")
-    return _python_seconds >= PYTHON_BUDGET_S
+    return _python_seconds >= PYTHON_BUDGET_S or "numba" in sys.modules
 
 
 def run(kernel: Callable[..., T], python: Callable[..., T], *args) -> T:

@@ -449,9 +449,7 @@ def test_two_worker_processes_give_the_in_process_shards(tmp_path, demo_corpus, 
     two = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
     a = run_pretraining(PretrainingJob(inputs=tuple(files), vocab=vocab, output=str(tmp_path / "a"), config=cfg))
     b = run_pretraining(
-        PretrainingJob(
-            inputs=tuple(files), vocab=vocab, output=str(tmp_path / "b"), config=cfg, beam_args=tuple(two or ())
-        )
+        PretrainingJob(inputs=tuple(files), vocab=vocab, output=str(tmp_path / "b"), config=cfg, beam_args=tuple(two))
     )
     assert "tokenizer:" not in capfd.readouterr().err  # no worker fell back
     monkeypatch.setenv(WB.ENV, "hf")
@@ -462,9 +460,7 @@ def test_two_worker_processes_give_the_in_process_shards(tmp_path, demo_corpus, 
     (fake / "__init__.py").write_text("raise ImportError('not on this worker')\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")]))
     d = run_pretraining(
-        PretrainingJob(
-            inputs=tuple(files), vocab=vocab, output=str(tmp_path / "d"), config=cfg, beam_args=tuple(two or ())
-        )
+        PretrainingJob(inputs=tuple(files), vocab=vocab, output=str(tmp_path / "d"), config=cfg, beam_args=tuple(two))
     )
     said = [ln for ln in capfd.readouterr().err.splitlines() if "tokenizer:" in ln]
     assert 1 <= len(said) <= 2 and all("not installed on this worker" in ln for ln in said), said  # one a process

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from pipelines.pretraining.pipeline import run_pretraining
 
 
 def test_python_paths_until_the_budget_is_spent_then_the_kernels(monkeypatch):
+    monkeypatch.delitem(sys.modules, "numba", raising=False)  # a process that has not started numba
     monkeypatch.delenv(switch.ENV, raising=False)
     monkeypatch.setattr(switch, "_python_seconds", 0.0)
     monkeypatch.setattr(switch, "PYTHON_BUDGET_S", 0.05)
@@ -19,6 +21,16 @@ def test_python_paths_until_the_budget_is_spent_then_the_kernels(monkeypatch):
     assert switch.run(kernel, python, 1) == 1 and calls == ["python"]
     monkeypatch.setattr(switch, "_python_seconds", 0.06)  # as if the Python paths had taken that long
     assert switch.run(kernel, python, 2) == 2 and calls == ["python", "kernel"]
+
+
+def test_once_numba_runs_in_the_process_the_kernels_run_from_the_first_call(monkeypatch):
+    import numba  # noqa: F401  (as the segmentation stage's scan starts it)
+
+    monkeypatch.delenv(switch.ENV, raising=False)
+    monkeypatch.setattr(switch, "_python_seconds", 0.0)
+    calls = []
+    kernel, python = (lambda x: calls.append("kernel") or x), (lambda x: calls.append("python") or x)
+    assert switch.run(kernel, python, 1) == 1 and calls == ["kernel"]
 
 
 @pytest.mark.parametrize("mode,expected", [("always", True), ("never", False)])
@@ -56,7 +68,7 @@ def test_kernels_in_beam_worker_processes_write_the_python_paths_shards(
             vocab=str(demo_vocab / "vocab.txt"),
             output=str(tmp_path / "jit"),
             config=cfg,
-            beam_args=tuple(["--direct_num_workers=2", "--direct_running_mode=multi_processing"] or ()),
+            beam_args=("--direct_num_workers=2", "--direct_running_mode=multi_processing"),
         )
     )
     assert digests(tmp_path / "py") == digests(tmp_path / "jit") and len(digests(tmp_path / "py")) == 2
