@@ -96,17 +96,21 @@ def _match_at(cp, props, j, ps, pe):
 
 
 @njit(cache=True)
+def _continues(cp, props, nxt, end, pe):
+    """Whether the character after the end run continues the sentence: one of ",;:)]}." or "(" before a digit."""
+    for c in _NOT_AFTER_END:
+        if nxt == c:
+            return True
+    return nxt == _OPEN and end + 1 < pe and (props[cp[end + 1]] & DIGIT) != 0
+
+
+@njit(cache=True)
 def _lone_dot(cp, props, j, end, ps, pe, bracket_open, kind_hashes, list_hashes):
     """``_is_boundary`` for a lone "." before anything but a lowercase letter: the checks of the character
     after it, then a cut when the token before is a "word" (``_token_kind``)."""
     nxt = cp[end]
     if not props[nxt] & UPPER:
-        if bracket_open:
-            return NO_CUT
-        for c in _NOT_AFTER_END:
-            if nxt == c:
-                return NO_CUT
-        if nxt == _OPEN and end + 1 < pe and props[cp[end + 1]] & DIGIT:
+        if bracket_open or _continues(cp, props, nxt, end, pe):
             return NO_CUT
     return _word_before(cp, props, j, ps, kind_hashes, list_hashes)
 
@@ -188,12 +192,7 @@ def _other_end(cp, props, j, run_end, end, pe, bracket_open):
     nxt = cp[end]
     if bracket_open and not props[nxt] & UPPER:
         return NO_CUT
-    if props[nxt] & LOWER:
-        return NO_CUT
-    for c in _NOT_AFTER_END:
-        if nxt == c:
-            return NO_CUT
-    if nxt == _OPEN and end + 1 < pe and props[cp[end + 1]] & DIGIT:
+    if props[nxt] & LOWER or _continues(cp, props, nxt, end, pe):
         return NO_CUT
     return CUT
 
