@@ -18,6 +18,7 @@ from trainer.data.plan import EpochPlan, batch_at
 from trainer.data.reader import LaneDataset
 from trainer.data.refs import ShardError
 from trainer.data.sources import Catalog, open_catalog
+from trainer.data.workers import quiet_worker_init
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ class PretrainingLoader:
             pin_memory=cfg.pin_memory,
             prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
             generator=gen,
+            worker_init_fn=quiet_worker_init,
         )
         it = iter(loader)
         try:

@@ -32,6 +32,7 @@ from trainer import distributed as D
 from trainer import rundir
 from trainer import runtime as R
 from trainer.data.config import dataset_key
+from trainer.data.workers import quiet_worker_init
 from trainer.errors import RunError
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.data import (
@@ -108,6 +109,7 @@ def task_loader(data: TaskData, task: Task, batches: EpochBatches, num_workers: 
         num_workers=num_workers,
         collate_fn=partial(collate, task=task, pad_id=data.pad_id),
         pin_memory=info.device.type == "cuda",
+        worker_init_fn=quiet_worker_init,
     )
 
 

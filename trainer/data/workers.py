@@ -1,0 +1,30 @@
+"""What every DataLoader worker process of the trainer sets up first."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from types import TracebackType
+
+# Connection errors that mean the main process closed its end of a hand-off while it stopped the workers.
+_PEER_GONE = (ConnectionResetError, BrokenPipeError, EOFError)
+
+
+def _from_resource_sharer(tb: TracebackType | None) -> bool:
+    return any(frame.filename.endswith("resource_sharer.py") for frame in traceback.extract_tb(tb))
+
+
+def quiet_worker_init(_worker_id: int) -> None:
+    """``worker_init_fn``: a worker hands its batches' tensors to the main process through multiprocessing's
+    resource sharer, a thread that reports a failed hand-off with ``sys.excepthook``, traceback and all. When the
+    main process stops (Ctrl-C, SIGTERM, an error) it drops those connections mid-hand-off, and the worker printed
+    a ``ConnectionResetError`` traceback after the run's one ``Error:`` line. That is the main process leaving,
+    not a failure of the worker: it is not printed. Anything else still reaches the previous hook."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if issubclass(kind, _PEER_GONE) and _from_resource_sharer(tb):
+            return
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
