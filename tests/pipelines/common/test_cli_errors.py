@@ -249,13 +249,13 @@ def test_ctrl_c_during_a_run_is_one_line_and_exit_130(tmp_path, demo_vocab):
             PROG,
             "pretraining",
             "--input",
-            f"wikiextractor:{wiki}/wiki_0[0-7]",
+            f"wikiextractor:{wiki}/wiki_*",
             "--vocab",
             str(demo_vocab / "vocab.txt"),
             "--output",
             str(out),
             "--dupe-factor",
-            "2",
+            "10",
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -263,10 +263,9 @@ def test_ctrl_c_during_a_run_is_one_line_and_exit_130(tmp_path, demo_vocab):
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + 60
-    while not (out / "_work").exists() and time.monotonic() < deadline:  # the pipeline has started
-        time.sleep(0.1)
-    time.sleep(2)
+    # Mid-run: the first documents are tokenized and spilled, the instances of 10 passes over 16 MB (several
+    # seconds, even on a fast machine) are not yet made. A fixed sleep went stale once the pipeline got faster.
+    _wait_mid_run(out, p)
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=120)
     r = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
@@ -430,21 +429,30 @@ def _popen(*args: str) -> subprocess.Popen:
 
 
 def _wiki_run(out: Path, demo_vocab: Path, *extra: str) -> subprocess.Popen:
-    """A pretraining run long enough to be caught in the middle (eight Wikipedia files, dupe 2)."""
+    """A pretraining run long enough to be caught in the middle (the 16 Wikipedia files, dupe 10: several
+    seconds after its first spill file, on a fast machine too)."""
     wiki = shared_path("pretrain", "wikipedia")
     vocab = str(demo_vocab / "vocab.txt")
     return _popen(
         "pretraining",
         "--input",
-        f"wikiextractor:{wiki}/wiki_0[0-7]",
+        f"wikiextractor:{wiki}/wiki_*",
         "--vocab",
         vocab,
         "--output",
         str(out),
         "--dupe-factor",
-        "2",
+        "10",
         *extra,
     )
+
+
+def _wait_mid_run(out: Path, p: subprocess.Popen) -> None:
+    """Until the run has spilled its first tokenized documents (its instances are still to be made)."""
+    deadline = time.monotonic() + 90
+    while not list(out.glob("_work/*/docs-*.bin")):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.05)
 
 
 def _wait_for(path: Path, p: subprocess.Popen, seconds: float = 90) -> None:
@@ -457,8 +465,8 @@ def _wait_for(path: Path, p: subprocess.Popen, seconds: float = 90) -> None:
 def test_two_runs_into_one_output_the_second_is_refused_by_the_lock(tmp_path, demo_vocab):
     wiki = shared_path("pretrain", "wikipedia")
     out = tmp_path / "out"
-    args = ("pretraining", "--input", f"wikiextractor:{wiki}/wiki_0[0-3]", "--vocab", str(demo_vocab / "vocab.txt"))
-    first = _popen(*args, "--output", str(out), "--dupe-factor", "2")
+    args = ("pretraining", "--input", f"wikiextractor:{wiki}/wiki_*", "--vocab", str(demo_vocab / "vocab.txt"))
+    first = _popen(*args, "--output", str(out), "--dupe-factor", "10")  # still running when the second starts
     _wait_for(out / ".bertprep.lock", first)
     work = [p.name for p in (out / "_work").iterdir()] if (out / "_work").exists() else []
     second = bertprep(*args, "--output", str(out), "--dupe-factor", "1", "--overwrite")
@@ -466,7 +474,7 @@ def test_two_runs_into_one_output_the_second_is_refused_by_the_lock(tmp_path, de
     stdout, stderr = first.communicate(timeout=600)
     assert first.returncode == 0, stderr
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["parameters"]["dupe_factor"] == 2  # the first run's, whole
+    assert manifest["parameters"]["dupe_factor"] == 10  # the first run's, whole
     # Work files are the run's own: _work/RUN_ID, removed at the end with the lock.
     assert work in ([], [manifest["run"]["run_id"]])
     assert not (out / "_work").exists() and not (out / ".bertprep.lock").exists()
@@ -646,8 +654,7 @@ def test_an_unforeseen_failure_is_one_line_naming_a_log(bad, demo_vocab, tmp_pat
 def test_sigterm_is_ctrl_c_one_line_exit_143_work_removed(tmp_path, demo_vocab):
     out = tmp_path / "out"
     p = _wiki_run(out, demo_vocab)
-    _wait_for(out / "_work", p)
-    time.sleep(2)
+    _wait_mid_run(out, p)
     p.send_signal(signal.SIGTERM)
     stdout, stderr = p.communicate(timeout=120)
     assert_clean_error(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), 143, "terminated")
