@@ -180,9 +180,10 @@ def _fast_tokenizer(tokenizer_json: str) -> Any:
 
 
 class WordPieceEncoder:
-    """Encodes texts with ``backend`` (falling back to ``tokenizers``, once said, where nanotoken is missing)."""
+    """Encodes texts with ``backend`` (falling back to ``tokenizers``, once said, where nanotoken is missing);
+    ``hf``: the caller's `tokenizers` Tokenizer of the same JSON, used instead of building another."""
 
-    def __init__(self, tokenizer_json: str, backend_name: str, threads: int = 1) -> None:
+    def __init__(self, tokenizer_json: str, backend_name: str, threads: int = 1, hf: Any = None) -> None:
         self.backend = backend(backend_name)
         self.fell_back = False  # the run chose nanotoken, but this process has none
         self._fast = None
@@ -191,13 +192,15 @@ class WordPieceEncoder:
             try:
                 self._fast = _fast_tokenizer(tokenizer_json)
             except ImportError:
-                hf = backend(HF)
-                _say_once(f"tokenizer: {FAST} is not installed on this worker: {hf.name} {hf.version} encodes")
-                self.backend, self.fell_back = hf, True
+                fallback = backend(HF)
+                _say_once(
+                    f"tokenizer: {FAST} is not installed on this worker: {fallback.name} {fallback.version} encodes"
+                )
+                self.backend, self.fell_back = fallback, True
         if self._fast is None:
             from tokenizers import Tokenizer
 
-            tok = Tokenizer.from_str(tokenizer_json)
+            tok = hf if hf is not None else Tokenizer.from_str(tokenizer_json)
             self._hf = getattr(tok, "encode_batch_fast", tok.encode_batch)
         self.threads = threads
 

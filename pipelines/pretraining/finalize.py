@@ -24,7 +24,7 @@ from pipelines.pretraining import stats as S
 from pipelines.pretraining.write import ShardSpec
 from schemas import pretraining as P
 from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
-from schemas.vocab import VOCAB_FILENAME
+from schemas.vocab import VOCAB_FILENAME, Vocab
 
 
 def empty_batch(dtype: str) -> InstanceBatch:
@@ -99,11 +99,11 @@ def build_manifest(
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FinalizeSpec:
     """The last stage: the shards to complete (those that got no instances are written empty), the manifest's
-    header, the vocabulary written beside it, and the spill folder removed once the manifest is out."""
+    header, the vocabulary written beside it (``vocab.txt``), and the spill folder removed once the manifest is out."""
 
     shards: ShardSpec
     header: DatasetHeader
-    vocab_text: str | Shipped[str]
+    vocab: Vocab | Shipped[Vocab]
     work_dir: str
     max_seq_length: int
 
@@ -143,7 +143,7 @@ class _FinalizeFn(beam.DoFn):
             extra_statistics=statistics,
         )
         out = spec.shards.output_dir
-        write_text_atomic(FileSystems.join(out, VOCAB_FILENAME), resolve(spec.vocab_text))
+        write_text_atomic(FileSystems.join(out, VOCAB_FILENAME), resolve(spec.vocab).text())
         write_text_atomic(FileSystems.join(out, MANIFEST_NAME), manifest.to_json())
         remove_work_dir(spec.work_dir)
         yield manifest.to_json()

@@ -161,8 +161,9 @@ def build_pipeline(
     raw = units | "CreateInstances" >> CreateInstances(
         max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob, cls_id=vocab.id(CLS), sep_id=vocab.id(SEP)
     )
+    shipped_vocab = ship(vocab, work_dir, "vocab")
     masked = raw | "Mask" >> MaskInstances(
-        ship(vocab, work_dir, "vocab"),
+        shipped_vocab,
         masked_lm_prob=cfg.masked_lm_prob,
         max_predictions=cfg.max_predictions_per_seq,
         whole_word=cfg.whole_word_mask,
@@ -179,7 +180,7 @@ def build_pipeline(
     finalize = FinalizeSpec(
         shards=shards,
         header=header,
-        vocab_text=ship(vocab.text(), work_dir, "vocab-text"),
+        vocab=shipped_vocab,
         work_dir=work_dir,
         max_seq_length=cfg.max_seq_length,
     )

@@ -69,7 +69,7 @@ class DocumentTokenizer:
         self.segment = ws.load_segmenter(word_segmenter) if word_segmenter else None
         if backend is None:
             backend = WB.choose_backend(spec.json, offsets=self.segment is not None, source=spec.source).name
-        self.encoder = WB.WordPieceEncoder(spec.json, backend, threads)
+        self.encoder = WB.WordPieceEncoder(spec.json, backend, threads, hf=self.tokenizer)
         self.sep_id = spec.vocab.id(SEP)
         self.unk_id = spec.vocab.id(UNK)
         self.unk_reader = SS.UnkWordReader(self.tokenizer, spec.vocab.tokens, self.unk_id)
