@@ -55,9 +55,9 @@ _MODULE_STAGES = (
     ("pipelines/common/shards.py", "write"),
     ("pipelines/common/spill.py", "write"),
     ("pipelines/pretraining/finalize.py", "finalize"),
-    ("pipelines/pretraining/stats.py", "finalize"),
-    ("schemas/", "finalize"),
 )
+# Helpers that several stages call (the shard statistics, schemas/: the shuffle keys' hash, the Arrow schema,
+# the WebDataset encoder) are no stage of their own: a sample in them counts for the stage of their caller.
 # Innermost frames of a thread that is waiting, not working ("run": a thread whose target is C code, such
 # as gRPC's polling threads, shows only threading's own frame).
 _WAITS = frozenset(
