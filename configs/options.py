@@ -6,7 +6,10 @@ A config class holds leaf fields and sections (fields declared with :func:`secti
 names are unique across a config, so a flat ``name -> value`` view (:func:`flat`) names every setting the
 way its flag does; that view also reads configs saved by the flat layout of earlier versions
 (:func:`saved_values`). A command that needs another default than the section's gives it once, in
-``section(Cls, name=value)``.
+``section(Cls, name=value)``. A component's config used as a section may hold settings that belong to
+another part of the command (the loader's batch size is the run's ``--batch-size``): ``section(Cls,
+linked=(name, ...))`` fills those fields from the leaf of that name elsewhere in the config; they get no flag
+of their own and are saved once, where their leaf is.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ import click
 
 from configs.errors import ConfigError
 
-# Flat saved configs (before sections) named these leaves differently.
-_RENAMED = {"data": "sources", "model": "preset"}
+# Saved configs of earlier versions named these leaves differently (flat ones: before sections).
+_RENAMED = {"data": "paths", "sources": "paths", "data_format": "format", "model": "preset"}
 
 
 def opt(
@@ -63,11 +66,19 @@ def opt(
     return field(default=default, metadata=meta)
 
 
-def section(cls: type, *, help: dict[str, str] | None = None, **defaults: Any) -> Any:
+def section(cls: type, *, help: dict[str, str] | None = None, linked: tuple[str, ...] = (), **defaults: Any) -> Any:
     """A field holding the section ``cls``; ``defaults`` (and ``help``) override the section's own for this
-    config only. Sections without required fields get a default instance."""
-    meta = {"section": cls, "defaults": defaults, "help": help or {}}
-    required = any(f.default is MISSING and f.default_factory is MISSING for f in fields(cls) if f.name not in defaults)
+    config only; ``linked`` fields take the value of the config's leaf of that name (see the module's
+    docstring). Sections without required fields get a default instance."""
+    names = {f.name for f in fields(cls)}
+    unknown = [n for n in (*defaults, *linked) if n not in names]
+    assert not unknown, f"{cls.__name__} has no field {', '.join(unknown)}"
+    meta = {"section": cls, "defaults": defaults, "help": help or {}, "linked": tuple(linked)}
+    required = any(
+        f.default is MISSING and f.default_factory is MISSING
+        for f in fields(cls)
+        if f.name not in defaults and f.name not in linked
+    )
     if required:
         return field(metadata=meta)
     return field(default_factory=functools.partial(cls, **defaults), metadata=meta)
@@ -104,6 +115,8 @@ def leaves(cls: type) -> Iterator[Leaf]:
             continue
         sec_hints = typing.get_type_hints(sec)
         for g in fields(sec):
+            if g.name in f.metadata["linked"]:
+                continue  # the leaf of that name elsewhere in the config holds it
             default = f.metadata["defaults"].get(g.name, g.default)
             help_ = f.metadata["help"].get(g.name, g.metadata.get("help"))
             yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_)
@@ -209,9 +222,33 @@ def build(cls: type, **values: Any) -> Any:
         raise TypeError(f"{cls.__name__} has no setting {', '.join(sorted(values))}")
     for f in fields(cls):
         sec = f.metadata.get("section")
-        if sec is not None and (f.name in parts or f.default_factory is MISSING):
-            top[f.name] = sec(**{**f.metadata["defaults"], **parts.get(f.name, {})})
+        if sec is not None and (f.name in parts or f.default_factory is MISSING or f.metadata["linked"]):
+            given = {**f.metadata["defaults"], **parts.get(f.name, {})}
+            top[f.name] = sec(**given, **_linked_values(cls, f, top, parts))
     return cls(**top)
+
+
+def _linked_values(cls: type, f: Field, top: dict[str, Any], parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The values of section field ``f``'s linked settings: each leaf's given value, else its default."""
+    out: dict[str, Any] = {}
+    for leaf in leaves(cls):
+        if leaf.name in f.metadata["linked"]:
+            given = top if leaf.section is None else parts.get(leaf.section, {})
+            value = given.get(leaf.name, leaf.default)
+            if value is not MISSING:
+                out[leaf.name] = value
+    return out
+
+
+def check_linked(cfg: Any) -> None:
+    """Each linked field of ``cfg``'s sections holds its leaf's value (a config built by hand must agree with
+    itself as :func:`build` makes it)."""
+    now = flat(cfg)
+    for f in fields(cfg):
+        for name in f.metadata.get("linked", ()):
+            mine = getattr(getattr(cfg, f.name), name)
+            if mine != now[name]:
+                raise ConfigError(name, f"{f.name}.{name} is {mine!r} but the config's {name} is {now[name]!r}")
 
 
 def flag_for(cls: type, param: str) -> str:
@@ -242,9 +279,13 @@ def flat(cfg: Any) -> dict[str, Any]:
 def to_dict(cfg: Any) -> dict[str, Any]:
     """The nested config as JSON-ready values (tuples as lists), as saved with checkpoints."""
 
-    def plain(value: Any) -> Any:
+    def plain(value: Any, linked: tuple[str, ...] = ()) -> Any:
         if dataclasses.is_dataclass(value):
-            return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+            return {
+                f.name: plain(getattr(value, f.name), f.metadata.get("linked", ()))
+                for f in fields(value)
+                if f.name not in linked
+            }
         return list(value) if isinstance(value, tuple) else value
 
     return plain(cfg)
@@ -254,11 +295,14 @@ def saved_values(cls: type, saved: dict[str, Any]) -> dict[str, Any]:
     """``leaf name -> value`` of a saved config of ``cls``: the nested layout, or the flat one of checkpoints
     written before sections (keys renamed since are mapped; unknown keys dropped)."""
     names = {leaf.name for leaf in leaves(cls)}
-    sections = {f.name for f in fields(cls) if "section" in f.metadata}
+    linked = {f.name: f.metadata["linked"] for f in fields(cls) if "section" in f.metadata}
     out: dict[str, Any] = {}
     for key, value in saved.items():
-        if key in sections and isinstance(value, dict):  # (flat layouts hold no dict values)
-            out.update({k: v for k, v in value.items() if k in names})
+        if key in linked and isinstance(value, dict):  # (flat layouts hold no dict values)
+            for k, v in value.items():
+                k = _RENAMED.get(k, k)
+                if k in names and k not in linked[key]:
+                    out[k] = v
         elif _RENAMED.get(key, key) in names:
             out[_RENAMED.get(key, key)] = value
     return out

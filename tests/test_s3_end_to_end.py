@@ -78,7 +78,7 @@ def _pretrain(data: str, out, **kw):
 
     cfg = TrainConfig.build(
         **{
-            "sources": (data,),
+            "paths": (data,),
             "output": str(out),
             "preset": "tiny",
             "batch_size": 8,
@@ -379,7 +379,7 @@ def test_run_folders_on_an_object_store_are_refused_up_front():
     from trainer.finetune.config import FinetuneConfig
 
     with pytest.raises(ConfigError, match="output: s3://b/runs/base: the run folder must be local"):
-        TrainConfig.build(sources=("s3://b/shards",), output="s3://b/runs/base")
+        TrainConfig.build(paths=("s3://b/shards",), output="s3://b/runs/base")
     with pytest.raises(ConfigError, match="output: s3://b/runs/sst2: the run folder must be local"):
         FinetuneConfig.build(
             task="classification",

@@ -13,7 +13,7 @@ from typing import Any
 from configs import options
 from configs.errors import check
 from configs.options import opt, section
-from trainer.data.config import MASKING_MODES, PretrainData, check_masking
+from trainer.data.config import MASKING_MODES, DataConfig, check_masking
 from trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -157,9 +157,15 @@ class ObjectiveConfig:
         check_masking(self)  # the loader's one rule (trainer.data.config): a bad flag is refused before anything runs
 
 
+DATA_LINKED = ("batch_size", "seed", "masking", "mlm_probability", "max_predictions", "whole_word_mask")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainConfig:
-    data: PretrainData = section(PretrainData)
+    # The data section is the loader's own config; what the run decides for the whole run (the batch size,
+    # the seed, the objective's masking) it takes from the leaves of that name.
+    data: DataConfig = section(DataConfig, linked=DATA_LINKED, num_workers=2)
+    eval_data: str | None = opt(None, "Evaluation dataset folder.", after="paths")
     model: ModelChoice = section(ModelChoice)
     run: RunConfig = section(RunConfig)
     batch_size: int = opt(32, "Sequences per device and micro-step.")
@@ -175,6 +181,7 @@ class TrainConfig:
     objective: ObjectiveConfig = section(ObjectiveConfig)
 
     def __post_init__(self) -> None:
+        options.check_linked(self)
         output = self.run.output
         check(
             "://" not in output,
@@ -189,7 +196,7 @@ class TrainConfig:
 
     @classmethod
     def build(cls, **values: Any) -> TrainConfig:
-        """From flat settings named as the flags are (``TrainConfig.build(sources=("ds",), output="run")``)."""
+        """From flat settings named as the flags are (``TrainConfig.build(paths=("ds",), output="run")``)."""
         return options.build(cls, **values)
 
     def to_dict(self) -> dict[str, Any]:

@@ -108,7 +108,7 @@ def plan_run_dir(cfg: TrainConfig) -> ckpt.Loaded | None:
         reset_optimizer=cfg.checkpoint.reset_optimizer,
         data=cfg.data.paths,
     )
-    inputs = [("--eval-data", cfg.data.eval_data), ("--init-from", cfg.model.init_from)]
+    inputs = [("--eval-data", cfg.eval_data), ("--init-from", cfg.model.init_from)]
     inputs.append(("--model-config", cfg.model.model_config))
     rundir.check_overlap(run_dir, inputs, overwrite=cfg.checkpoint.overwrite)
     return restored
@@ -309,7 +309,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     vocab, lowercase = load_vocab(cfg.data.paths)
     config, hf_state, hf_report = resolve_model(cfg, vocab, restored, info.world_size)
     loader = data_loader(cfg, vocab, info)
-    eval_loader = eval_data_loader(cfg, vocab, info) if cfg.data.eval_data else None
+    eval_loader = eval_data_loader(cfg, vocab, info) if cfg.eval_data else None
     prepare_run_dir(cfg, info)
 
     # --- restore ----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from trainer import distributed as D
 from trainer import runtime as R
 from trainer.config import TrainConfig
 from trainer.data import PretrainingLoader, VocabMismatchError, load_manifest
-from trainer.data.config import dataset_key, weight_notes
+from trainer.data.config import DYNAMIC_ONLY, dataset_key, weight_notes
 from trainer.data.loader import TooFewSamples
 from trainer.data.refs import read_text
 from trainer.errors import RunError
@@ -63,8 +63,8 @@ def model_config(cfg: TrainConfig, vocab: Vocab, restored: dict | None) -> tuple
 def input_notes(cfg: TrainConfig) -> list[str]:
     """What the inputs are read as, where it may not be what was meant: a ``DIR:N`` weight beside a folder of
     that name, an eval set that is the training set."""
-    notes = weight_notes(cfg.data.sources)
-    eval_data = cfg.data.eval_data
+    notes = weight_notes(cfg.data.paths, cfg.data.weights)
+    eval_data = cfg.eval_data
     if eval_data and dataset_key(eval_data) in {dataset_key(p) for p in cfg.data.paths}:
         notes.append(
             f"warning: --eval-data {eval_data} is also --data: its figures measure the training set, not held-out data"
@@ -92,12 +92,7 @@ def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretraining
     """The training stream; opening it checks manifests, vocabulary and shard sizes (hashes with --skip-corrupt)."""
     try:
         return PretrainingLoader(
-            cfg.data.loader_config(
-                batch_size=cfg.batch_size,
-                seed=cfg.run.seed,
-                pin_memory=info.device.type == "cuda",
-                masking=cfg.objective,
-            ),
+            replace(cfg.data, pin_memory=info.device.type == "cuda"),
             expected_vocab_sha256=vocab.sha256,
             world_size=info.world_size,
             rank=info.rank,
@@ -109,16 +104,27 @@ def data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretraining
 def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> PretrainingLoader:
     """The evaluation set, opened at start: a missing folder, another vocabulary or too few samples must not
     wait for the first evaluation (all steps since the last checkpoint would be lost)."""
-    assert cfg.data.eval_data is not None  # called only with --eval-data
-    fmt = cfg.data.data_format
+    assert cfg.eval_data is not None  # called only with --eval-data
+    fmt = cfg.data.format
     if fmt != "auto":  # --format names how to read --data; an eval set written in another format is read as it is
-        held = load_manifest(cfg.data.eval_data).formats
+        held = load_manifest(cfg.eval_data).formats
         if fmt not in held:
-            R.log(f"--eval-data {cfg.data.eval_data} has no {fmt} shards: read as {', '.join(held)}", info)
+            R.log(f"--eval-data {cfg.eval_data} has no {fmt} shards: read as {', '.join(held)}", info)
             fmt = "auto"
     try:
         return PretrainingLoader(
-            cfg.data.eval_loader_config(batch_size=cfg.batch_size, format=fmt),
+            # in stream order, with the shards' own masks, and a corrupt shard stops the run
+            replace(
+                cfg.data,
+                paths=(cfg.eval_data,),
+                weights=None,
+                format=fmt,
+                shuffle=False,
+                num_workers=0,
+                skip_corrupt=False,
+                masking="static",
+                **DYNAMIC_ONLY,
+            ),
             expected_vocab_sha256=vocab.sha256,
             world_size=info.world_size,
             rank=info.rank,
@@ -126,14 +132,14 @@ def eval_data_loader(cfg: TrainConfig, vocab: Vocab, info: D.DistInfo) -> Pretra
     except TooFewSamples as e:
         raise RunError(f"--eval-data: {e}") from None
     except VocabMismatchError as e:
-        raise RunError(f"--eval-data {cfg.data.eval_data} uses another vocabulary than --data ({e})") from None
+        raise RunError(f"--eval-data {cfg.eval_data} uses another vocabulary than --data ({e})") from None
 
 
 def check_seq_length(config: BertConfig, cfg: TrainConfig) -> None:
     """Sequences longer than the model's positions crash at the first long batch: refuse them at start."""
     for flag, paths in (
         ("--data", cfg.data.paths),
-        ("--eval-data", (cfg.data.eval_data,) if cfg.data.eval_data else ()),
+        ("--eval-data", (cfg.eval_data,) if cfg.eval_data else ()),
     ):
         for path in paths:
             length = load_manifest(path).shard_parameters.max_seq_length

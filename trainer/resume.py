@@ -37,7 +37,7 @@ FIXED = (
     "weight_decay",
     "max_grad_norm",
     "seed",
-    "data_format",
+    "format",
     "masking",
     "mlm_probability",
     "max_predictions",

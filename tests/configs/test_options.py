@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
 import click
@@ -19,6 +19,7 @@ from configs.options import opt, section
 from trainer import checkpoint as ckpt
 from trainer.cli import main
 from trainer.config import OptimConfig, TrainConfig
+from trainer.data.config import DataConfig
 from trainer.embed import EmbedConfig
 from trainer.errors import RunError
 from trainer.finetune.config import FinetuneConfig
@@ -64,7 +65,7 @@ def test_per_command_defaults_come_from_one_place():
     assert shown_defaults("pretrain")["--log-every"] == "10" and shown_defaults("finetune")["--log-every"] == "50"
     ft = FinetuneConfig.build(task="ner", train_data="t", eval_data="e", init="random:tiny", output="o")
     assert (ft.optim.lr, ft.run.log_every, ft.num_workers) == (5e-5, 50, 0)
-    pt = TrainConfig.build(sources=("d",), output="o")
+    pt = TrainConfig.build(paths=("d",), output="o")
     assert (pt.optim.lr, pt.run.log_every, pt.data.num_workers) == (1e-4, 10, 2)
 
 
@@ -102,8 +103,8 @@ def test_the_cli_builds_the_nested_config(monkeypatch, tmp_path):
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 0, result.output
     cfg = got[0]
-    assert cfg.data.sources == ("a:1", "b:3") and cfg.data.weights == (1.0, 3.0)
-    assert (cfg.optim.lr, cfg.data.data_format, cfg.run.tensorboard, cfg.model.preset) == (
+    assert cfg.data.paths == ("a", "b") and cfg.data.weights == (1.0, 3.0)
+    assert (cfg.optim.lr, cfg.data.format, cfg.run.tensorboard, cfg.model.preset) == (
         0.002,
         "arrow",
         False,
@@ -113,7 +114,7 @@ def test_the_cli_builds_the_nested_config(monkeypatch, tmp_path):
     bad = CliRunner().invoke(main, ["pretrain", "--data", "a", "--output", "o", "--weight-decay", "2"])
     assert bad.exit_code == 2 and "Invalid value for '--weight-decay': must be in [0, 1), got 2.0" in bad.output
     with pytest.raises(TypeError, match="no setting learning_rate"):
-        TrainConfig.build(sources=("a",), output="o", learning_rate=1.0)
+        TrainConfig.build(paths=("a",), output="o", learning_rate=1.0)
 
 
 # TrainConfig.to_dict() as versions before sections saved it in every checkpoint's config.json "train"
@@ -133,14 +134,17 @@ OBJECTIVE = ("masking", "mlm_probability", "max_predictions", "whole_word_mask",
 
 def test_a_flat_saved_config_reads_as_the_nested_one():
     cfg = TrainConfig.build(**options.saved_values(TrainConfig, FLAT_TRAIN))
-    assert (cfg.data.sources, cfg.model.preset, cfg.optim.lr, cfg.checkpoint.checkpoint_every) == (
+    assert (cfg.data.paths, cfg.model.preset, cfg.optim.lr, cfg.checkpoint.checkpoint_every) == (
         ("DATA",),
         "tiny",
         1e-3,
         2,
     )
     assert (cfg.run.output, cfg.data.num_workers, cfg.run.tensorboard, cfg.batch_size) == ("OUT", 0, False, 4)
-    later = {"norm_placement"}  # added after sections: absent from a flat config, its default when read
+    # added after sections (absent from a flat config, their defaults when read): the loader's own settings
+    # came with the data section becoming the loader's config
+    later = {"norm_placement", "shuffle", "prefetch_factor", "pin_memory", "length_bucketing", "bucket_batches"}
+    later |= {"drop_remainder", "verify", "weights"}
     now = options.saved_values(TrainConfig, cfg.to_dict())
     assert {k: v for k, v in now.items() if k not in later} == options.saved_values(TrainConfig, FLAT_TRAIN)
     assert now["norm_placement"] == "post"
@@ -149,6 +153,29 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
     changed = TrainConfig.build(**{**options.flat(cfg), "lr": 0.002, "preset": "mini"})
     with pytest.raises(RunError, match=r"--model mini \(the run has tiny\); --lr 0.002 \(the run has 0.001\)"):
         check_resume(changed, {"train": FLAT_TRAIN}, Path("ck"), 1)
+
+
+def test_a_config_saved_with_the_earlier_data_section_reads_as_today():
+    # config.json "train" as saved while the data section was its own class (sources, eval_data, data_format)
+    saved = TrainConfig.build(paths=("a", "b"), output="OUT", batch_size=8, seed=3, masking="dynamic").to_dict()
+    assert "batch_size" not in saved["data"] and "seed" not in saved["data"]  # saved once, where their flag is
+    earlier = {k: v for k, v in saved.items() if k != "eval_data"}
+    earlier["data"] = {"sources": ["a:1", "b:3"], "eval_data": "ev", "data_format": "arrow", "num_workers": 1}
+    earlier["data"] |= {"shuffle_buffer": 10, "skip_corrupt": True}
+    cfg = TrainConfig.build(**options.saved_values(TrainConfig, earlier))
+    assert (cfg.data.paths, cfg.data.weights, cfg.eval_data, cfg.data.format) == (("a", "b"), (1.0, 3.0), "ev", "arrow")
+    assert (cfg.data.num_workers, cfg.data.shuffle_buffer, cfg.data.skip_corrupt) == (1, 10, True)
+    assert (cfg.data.batch_size, cfg.data.seed, cfg.data.masking) == (8, 3, "dynamic")  # the run's, linked
+
+
+def test_the_data_section_is_the_loaders_config_with_the_runs_settings():
+    cfg = TrainConfig.build(paths=("a",), output="o", batch_size=16, seed=5, masking="dynamic", mlm_probability=0.2)
+    assert isinstance(cfg.data, DataConfig)
+    assert (cfg.data.batch_size, cfg.data.seed, cfg.data.masking, cfg.data.mlm_probability) == (16, 5, "dynamic", 0.2)
+    assert "--batch-size" in {leaf.flag for leaf in options.leaves(TrainConfig)}
+    assert [leaf.section for leaf in options.leaves(TrainConfig) if leaf.name == "batch_size"] == [None]  # one leaf
+    with pytest.raises(ConfigError, match="batch_size: data.batch_size is 4 but the config's batch_size is 16"):
+        replace(cfg, data=replace(cfg.data, batch_size=4))
 
 
 def test_a_checkpoint_with_a_flat_config_json_resumes(tmp_path):
@@ -172,7 +199,7 @@ def test_one_error_type_names_the_field():
     with pytest.raises(ConfigError, match="warmup_ratio: must be in"):
         FinetuneConfig.build(task="ner", train_data="t", eval_data="e", init="i", output="o", warmup_ratio=1.0)
     with pytest.raises(ConfigError, match="keep_checkpoints: must be >= 1, got 0"):
-        TrainConfig.build(sources=("d",), output="o", keep_checkpoints=0)
+        TrainConfig.build(paths=("d",), output="o", keep_checkpoints=0)
 
 
 def test_the_settings_a_resume_fixes_are_config_settings():

@@ -365,7 +365,7 @@ def test_every_float_option_refuses_inf_and_nan():
     from trainer.finetune.config import FinetuneConfig
 
     required = {
-        TrainConfig: {"sources": ("d",), "output": "o"},
+        TrainConfig: {"paths": ("d",), "output": "o"},
         FinetuneConfig: {
             "task": "classification",
             "train_data": "t",
@@ -377,11 +377,12 @@ def test_every_float_option_refuses_inf_and_nan():
     tried = []
     for cls, base in required.items():
         for leaf in options.leaves(cls):
-            if options._base_type(leaf.type)[0] is not float:
+            base_type, multiple = options._base_type(leaf.type)
+            if base_type is not float:
                 continue
             for value in (float("inf"), float("-inf"), float("nan")):
                 with pytest.raises(ConfigError, match=f"^{leaf.name}: "):
-                    cls.build(**base, **{leaf.name: value})
+                    cls.build(**base, **{leaf.name: (value,) if multiple else value})
             tried.append(leaf.name)
     assert {"lr", "weight_decay", "max_grad_norm", "max_minutes", "dropout", "warmup_ratio"} <= set(tried)
 

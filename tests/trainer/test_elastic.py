@@ -56,7 +56,7 @@ def setup(tmp_path_factory) -> dict:
 
 def config(data: tuple[str, ...], out: Path, flags: dict, **kw) -> TrainConfig:
     return TrainConfig.build(
-        sources=data,
+        paths=data,
         output=str(out),
         max_steps=STEPS,
         log_every=1,
@@ -164,10 +164,10 @@ def test_changed_weights_do_not_continue_the_data_position(setup, tmp_path):
 
 
 def test_data_weights_in_the_train_config(tmp_path):
-    cfg = TrainConfig.build(sources=("s3://b/wiki:0.7", "books:0.3"), output="x")
+    cfg = TrainConfig.build(paths=("s3://b/wiki:0.7", "books:0.3"), output="x")
     assert (cfg.data.paths, cfg.data.weights) == (("s3://b/wiki", "books"), (0.7, 0.3))
-    assert TrainConfig.build(sources=("a", "b"), output="x").data.weights is None
+    assert TrainConfig.build(paths=("a", "b"), output="x").data.weights is None
     with pytest.raises(ConfigError, match="give every --data a weight"):
-        TrainConfig.build(sources=("a:1", "b"), output="x")
+        TrainConfig.build(paths=("a:1", "b"), output="x")
     with pytest.raises(ConfigError, match="the same dataset is given more than once"):
-        TrainConfig.build(sources=("a:1", "./a:2"), output="x")
+        TrainConfig.build(paths=("a:1", "./a:2"), output="x")

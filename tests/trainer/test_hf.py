@@ -362,7 +362,7 @@ def test_an_exported_run_loads_with_auto_classes_and_fills_masks(demo_shards: Pa
     run = tmp_path / "run"
     pretrain(
         TrainConfig.build(
-            **{"sources": (str(demo_shards),), "output": str(run), "preset": "tiny", "batch_size": 4},
+            **{"paths": (str(demo_shards),), "output": str(run), "preset": "tiny", "batch_size": 4},
             **{"max_steps": 2, "checkpoint_every": 2, "num_workers": 0, "tensorboard": False},
         )
     )

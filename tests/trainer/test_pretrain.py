@@ -24,7 +24,7 @@ NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
 def train(data, out, **kw) -> list[dict]:
     cfg = TrainConfig.build(
         **{
-            "sources": (str(data),),
+            "paths": (str(data),),
             "output": str(out),
             "batch_size": 8,
             "max_steps": 12,
@@ -247,7 +247,7 @@ def test_dropout_flag_sets_the_model_and_is_saved(demo_shards, tmp_path):
     assert saved["model"]["hidden_dropout"] == saved["model"]["attention_dropout"] == 0.0
     assert saved["train"]["model"]["dropout"] == 0.0
     with pytest.raises(ConfigError, match=r"dropout: must be in \[0, 1\), got 1.5"):
-        TrainConfig.build(sources=("x",), output="y", dropout=1.5)
+        TrainConfig.build(paths=("x",), output="y", dropout=1.5)
 
 
 def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corpus, demo_vocab, tmp_path):
@@ -334,9 +334,9 @@ def test_init_from_encoder_only_hf_folder_reports_fresh_heads(demo_shards, tmp_p
 
 def test_errors_name_what_is_wrong(demo_shards, tmp_path):
     with pytest.raises(ConfigError, match="reset_optimizer: needs --resume PATH"):
-        TrainConfig.build(sources=("x",), output="y", reset_optimizer=True)
+        TrainConfig.build(paths=("x",), output="y", reset_optimizer=True)
     with pytest.raises(ConfigError, match="batch_size: must be an integer >= 1"):
-        TrainConfig.build(sources=("x",), output="y", batch_size=0)
+        TrainConfig.build(paths=("x",), output="y", batch_size=0)
     other = tmp_path / "other"
     shutil.copytree(demo_shards, other)
     # A checkpoint trained on another vocabulary cannot continue on this data.
@@ -391,7 +391,7 @@ def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path)
     name = next(k for k in trained if "seq_relationship.weight" in k)
     assert torch.equal(trained[name], fresh.state_dict()[name])
     with pytest.raises(ConfigError, match="whole_word_mask: needs --masking dynamic"):
-        TrainConfig.build(sources=("x",), output="y", whole_word_mask=True)
+        TrainConfig.build(paths=("x",), output="y", whole_word_mask=True)
 
 
 def test_format_names_how_data_is_read_and_an_eval_set_without_it_is_read_as_it_is(tmp_path):

@@ -41,7 +41,7 @@ def data(tmp_path_factory) -> Path:
 def run(data: Path | str, out: Path, **kw) -> list[dict]:
     cfg = TrainConfig.build(
         **{
-            "sources": (str(data),),
+            "paths": (str(data),),
             "output": str(out),
             "batch_size": 4,
             "max_steps": 4,
@@ -145,7 +145,7 @@ def test_the_same_dataset_spelled_or_placed_differently_keeps_the_data_position(
         state = json.loads((ckpt.step_dir(out, step) / "state.json").read_text())
         assert state["data"]["batches_consumed"] == step, spelling  # continued, not restarted (no repeats)
     with pytest.raises(ConfigError, match="the same dataset is given more than once: ./ds/, ds"):
-        TrainConfig.build(sources=("ds", "./ds/"), output="x")
+        TrainConfig.build(paths=("ds", "./ds/"), output="x")
 
 
 @pytest.mark.parametrize("missing", ["rng.pt", "optimizer.pt"])
@@ -173,7 +173,7 @@ def test_reset_optimizer_into_the_run_folder_it_starts_from_is_refused(data, tmp
 
 def test_device_names_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="device: must be auto, cpu, cuda or cuda:N, got 'tpu'"):
-        TrainConfig.build(sources=("x",), output="y", device="tpu")
+        TrainConfig.build(paths=("x",), output="y", device="tpu")
     if not __import__("torch").cuda.is_available():
         from trainer import distributed as D
 

@@ -1,5 +1,5 @@
-"""``DataConfig``: everything that shapes the pretraining batch stream, validated up front; and the data section
-of ``berttrain pretrain`` (``PretrainData``, its flags), which makes the loader's ``DataConfig``."""
+"""``DataConfig``: everything that shapes the pretraining batch stream, validated up front; it is also the data
+section of ``berttrain pretrain`` (its fields carry their flags)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def check_masking(cfg: Any) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DataConfig:
-    """Streaming pretraining data.
+    """Streaming pretraining data: the loader's config, and the data section of ``berttrain pretrain`` (its
+    flags), whose ``batch_size``, ``seed`` and masking options are the run's (``section(..., linked=...)``).
 
     ``paths`` are dataset directories (local paths or fsspec URLs such as ``s3://b/ds``), each holding a
     ``manifest.json``; their shards are read as one dataset. ``batch_size`` is per rank.
@@ -51,6 +52,8 @@ class DataConfig:
     epoch is then the samples in which the heaviest-weighted folder is read once (its full size); every
     other folder gets ``round(size_heaviest * weight / weight_heaviest)`` samples per epoch, wrapping into
     a fresh pass when that is more than it holds and continuing next epoch where it stopped when less.
+    Without ``weights``, paths spelled ``DIR:WEIGHT`` (as ``--data`` takes them) give them; a trailing ``/``
+    keeps a numeric tail part of the folder's name.
 
     Shuffling is index-addressable so that a position is three integers: each epoch permutes the shard
     order, then permutes samples inside consecutive windows of ``shuffle_buffer`` samples of that stream
@@ -64,128 +67,74 @@ class DataConfig:
     no cap beyond the count rule) and ``whole_word_mask`` (see :mod:`trainer.data.masking`).
     """
 
-    paths: tuple[str, ...]
-    batch_size: int
-    format: str = "auto"
-    shuffle: bool = True
-    shuffle_buffer: int = 10_000
-    seed: int = 0
-    num_workers: int = 0
-    prefetch_factor: int = 2
-    pin_memory: bool = False
-    length_bucketing: bool = False
-    bucket_batches: int = 16
-    drop_remainder: bool = True
-    skip_corrupt: bool = False
-    verify: str = "sha256"
-    weights: tuple[float, ...] | None = None
-    masking: str = "static"
-    mlm_probability: float = 0.15
-    max_predictions: int | None = None
-    whole_word_mask: bool = False
+    paths: tuple[str, ...] = opt(
+        help="Dataset folder with a manifest.json (repeatable; local or URL). DIR:WEIGHT on every --data mixes "
+        "the folders by weight instead of reading them as one dataset.",
+        flag="--data",
+    )
+    batch_size: int = opt()
+    format: str = opt(
+        "auto",
+        "Shard format to read --data in (auto: Arrow where a dataset has it); --eval-data without it is read in the "
+        "format it has.",
+        flag="--format",
+        choices=FORMATS,
+    )
+    shuffle: bool = opt(True, cli=False)
+    shuffle_buffer: int = opt(10_000, cli=False)
+    seed: int = opt(0)
+    num_workers: int = opt(0, "Data-loader worker processes per rank.")
+    prefetch_factor: int = opt(2, cli=False)
+    pin_memory: bool = opt(False, cli=False)  # the trainer sets it for a CUDA device
+    length_bucketing: bool = opt(False, cli=False)
+    bucket_batches: int = opt(16, cli=False)
+    drop_remainder: bool = opt(True, cli=False)
+    skip_corrupt: bool = opt(False, "Skip (and count) shards whose checksum fails instead of stopping.")
+    verify: str = opt("sha256", cli=False, choices=VERIFY_MODES)
+    weights: tuple[float, ...] | None = opt(None, cli=False)
+    masking: str = opt("static")
+    mlm_probability: float = opt(0.15)
+    max_predictions: int | None = opt(None)
+    whole_word_mask: bool = opt(False)
 
     def __post_init__(self) -> None:
         raw = self.paths
-        paths: Sequence[str | PathLike[str]] = (raw,) if isinstance(raw, (str, PathLike)) else raw
-        norm = tuple(_strip_slash(str(p)) for p in paths)
-        object.__setattr__(self, "paths", norm)
-        if not norm:
-            raise ValueError("DataConfig.paths: at least one dataset directory is required")
-        keys = [dataset_key(p) for p in norm]
-        if len(set(keys)) != len(keys):  # also `./out/good` and `out/good`: the same samples twice
-            raise ValueError(f"DataConfig.paths: duplicate dataset directory in {norm}")
+        given: Sequence[str | PathLike[str]] = (raw,) if isinstance(raw, (str, PathLike)) else raw
+        paths = tuple(str(p) for p in given)
+        check(len(paths) > 0, "paths", "at least one --data DIR is required")
+        weights = self.weights
+        if weights is None:
+            try:
+                paths, weights = split_data_args(paths)
+            except ValueError as e:
+                raise ConfigError("paths", str(e)) from None
+        keys = [dataset_key(d) for d in paths]  # also `./out/good` and `out/good`: the same samples twice
+        twice = sorted({d for d, k in zip(paths, keys) if keys.count(k) > 1})
+        check(not twice, "paths", f"the same dataset is given more than once: {', '.join(twice)}")
+        object.__setattr__(self, "paths", tuple(_strip_slash(p) for p in paths))
         _positive("batch_size", self.batch_size)
-        if self.format not in FORMATS:
-            raise ValueError(f"DataConfig.format must be one of {FORMATS}, got {self.format!r}")
-        if not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 0:
-            raise ValueError(f"DataConfig.shuffle_buffer must be an int >= 0, got {self.shuffle_buffer!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"DataConfig.seed must be an int >= 0, got {self.seed!r}")
-        if not isinstance(self.num_workers, int) or self.num_workers < 0:
-            raise ValueError(f"DataConfig.num_workers must be an int >= 0, got {self.num_workers!r}")
+        check(self.format in FORMATS, "format", f"must be one of {FORMATS}, got {self.format!r}")
+        for name in ("shuffle_buffer", "seed", "num_workers"):
+            value = getattr(self, name)
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            check(ok, name, f"must be an int >= 0, got {value!r}")
         _positive("prefetch_factor", self.prefetch_factor)
-        if not isinstance(self.bucket_batches, int) or self.bucket_batches < 2:
-            raise ValueError(f"DataConfig.bucket_batches must be an int >= 2, got {self.bucket_batches!r}")
-        if self.verify not in VERIFY_MODES:
-            raise ValueError(f"DataConfig.verify must be one of {VERIFY_MODES}, got {self.verify!r}")
-        if self.weights is not None:
-            weights = tuple(self.weights)
+        ok = isinstance(self.bucket_batches, int) and self.bucket_batches >= 2
+        check(ok, "bucket_batches", f"must be an int >= 2, got {self.bucket_batches!r}")
+        check(self.verify in VERIFY_MODES, "verify", f"must be one of {VERIFY_MODES}, got {self.verify!r}")
+        if weights is not None:
+            weights = tuple(weights)
             object.__setattr__(self, "weights", weights)
-            if len(weights) != len(norm):
-                raise ValueError(f"DataConfig.weights: {len(weights)} weights for {len(norm)} paths")
-            for p, w in zip(norm, weights):
-                if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w > 0):
-                    raise ValueError(f"DataConfig.weights: {p} has weight {w!r}; weights must be finite and > 0")
+            check(len(weights) == len(paths), "weights", f"{len(weights)} weights for {len(paths)} paths")
+            for p, w in zip(paths, weights):
+                ok = not isinstance(w, bool) and isinstance(w, (int, float)) and math.isfinite(w) and w > 0
+                check(ok, "weights", f"{p} has weight {w!r}; weights must be finite and > 0")
         check_masking(self)  # static masks are the shards' own: the dynamic-only options would do nothing
 
     @property
     def window(self) -> int:
         """Shuffle window in samples; 1 means stream order."""
         return max(1, self.shuffle_buffer) if self.shuffle else 1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PretrainData:
-    """The pretraining shards and how they are read."""
-
-    sources: tuple[str, ...] = opt(
-        help="Dataset folder with a manifest.json (repeatable; local or URL). DIR:WEIGHT on every --data mixes "
-        "the folders by weight instead of reading them as one dataset.",
-        flag="--data",
-    )
-    eval_data: str | None = opt(None, "Evaluation dataset folder.")
-    data_format: str = opt(
-        "auto",
-        "Shard format to read --data in (auto: Arrow where a dataset has it); --eval-data without it is read in the "
-        "format it has.",
-        flag="--format",
-        choices=("auto", "arrow", "webdataset"),
-    )
-    num_workers: int = opt(2, "Data-loader worker processes per rank.")
-    shuffle_buffer: int = opt(10_000, cli=False)
-    skip_corrupt: bool = opt(False, "Skip (and count) shards whose checksum fails instead of stopping.")
-
-    def __post_init__(self) -> None:
-        check(len(self.sources) > 0, "data", "at least one --data DIR is required")
-        try:
-            paths = self.paths
-        except ValueError as e:
-            raise ConfigError("data", str(e)) from None
-        keys = [dataset_key(d) for d in paths]
-        twice = sorted({d for d, k in zip(paths, keys) if keys.count(k) > 1})
-        check(not twice, "data", f"the same dataset is given more than once: {', '.join(twice)}")
-        check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        """The ``--data`` folders, without their weights."""
-        return split_data_args(self.sources)[0]
-
-    @property
-    def weights(self) -> tuple[float, ...] | None:
-        """The ``--data DIR:WEIGHT`` weights, or None (bare folders are read as one dataset)."""
-        return split_data_args(self.sources)[1]
-
-    def loader_config(self, *, batch_size: int, seed: int, pin_memory: bool, masking: Any) -> DataConfig:
-        """The training stream's ``DataConfig``: this section, with the run's batch size, seed and device, and
-        the masking options of ``masking`` (the objective section; :func:`check_masking` has seen them)."""
-        return DataConfig(
-            paths=self.paths,
-            weights=self.weights,
-            batch_size=batch_size,
-            num_workers=self.num_workers,
-            seed=seed,
-            shuffle_buffer=self.shuffle_buffer,
-            skip_corrupt=self.skip_corrupt,
-            format=self.data_format,
-            pin_memory=pin_memory,
-            **{name: getattr(masking, name) for name in ("masking", *DYNAMIC_ONLY)},
-        )
-
-    def eval_loader_config(self, *, batch_size: int, format: str) -> DataConfig:
-        """The evaluation set's ``DataConfig`` (``--eval-data`` in stream order, read in ``format``)."""
-        assert self.eval_data is not None  # called only with --eval-data
-        return DataConfig(paths=(self.eval_data,), batch_size=batch_size, shuffle=False, num_workers=0, format=format)
 
 
 # A trailing ":<number>" is a weight; everything before it is the folder (paths may hold ':' themselves:
@@ -204,19 +153,32 @@ def parse_data_arg(text: str) -> tuple[str, float | None]:
     return m["path"], weight
 
 
-def weight_notes(args: Sequence[str]) -> list[str]:
-    """One line per ``--data DIR:N`` read as a weight while a folder named ``DIR:N`` exists: the reading is
-    said, with the spelling for the folder (a trailing ``/`` ends the path, so no weight is read)."""
+def weight_notes(paths: Sequence[str], weights: Sequence[float] | None) -> list[str]:
+    """One line per ``--data DIR:N`` read as a weight while a folder named ``DIR:N`` exists beside ``DIR``: the
+    reading is said, with the spelling for the folder (a trailing ``/`` ends the path, so no weight is read)."""
+    import os
     from pathlib import Path
 
     notes = []
-    for a in args:
-        path, weight = parse_data_arg(a)
-        if weight is not None and "://" not in a and Path(a).exists():
-            notes.append(
-                f"--data {a} read as folder {path!r} with weight {weight:g}; write {a}/ for a folder of that name"
-            )
+    for path, weight in zip(paths, weights or ()):
+        parent, name = os.path.split(path)
+        if "://" in path or not Path(parent or ".").is_dir():
+            continue
+        for entry in sorted(Path(parent or ".").iterdir()):
+            spelled = os.path.join(parent, entry.name)
+            if entry.name.startswith(f"{name}:") and _parsed(spelled) == (path, weight):
+                notes.append(
+                    f"--data {spelled} read as folder {path!r} with weight {weight:g}; write {spelled}/ for a "
+                    "folder of that name"
+                )
     return notes
+
+
+def _parsed(text: str) -> tuple[str, float | None] | None:
+    try:
+        return parse_data_arg(text)
+    except ValueError:  # a folder named DIR:0 is no --data weight
+        return None
 
 
 def split_data_args(args: Sequence[str]) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
@@ -232,8 +194,8 @@ def split_data_args(args: Sequence[str]) -> tuple[tuple[str, ...], tuple[float, 
 
 
 def _positive(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"DataConfig.{name} must be an int >= 1, got {value!r}")
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    check(ok, name, f"must be an integer >= 1, got {value!r}")  # (the words of the run's own checks)
 
 
 def dataset_key(path: str) -> str:
