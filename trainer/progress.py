@@ -23,7 +23,10 @@ def write(line: str, stream: TextIO | None = None) -> None:
 
         tqdm.write(line, file=stream)
     else:
-        print(line, file=stream, flush=True)
+        # One write, the newline included: print() writes the text and the newline separately, and torch's
+        # SIGCHLD handler (a killed DataLoader worker) can raise between them, gluing the Error line to it.
+        stream.write(line + "\n")
+        stream.flush()
 
 
 def clock(seconds: float) -> str:
