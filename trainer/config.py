@@ -18,6 +18,7 @@ from trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
+LR_SCHEDULES = ("linear", "wsd")  # trainer.optim.WarmupLinearDecay
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -85,11 +86,20 @@ class OptimConfig:
 class PretrainOptim(OptimConfig):
     optimizer: str = opt("adamw", choices=OPTIMIZERS)
     warmup_steps: int = opt(1000)
+    lr_schedule: str = opt(
+        "linear",
+        "After warm-up: linear (decay to 0 at --max-steps) or wsd (warm-up-stable-decay: the peak rate until the "
+        "last 20% of --max-steps, then a linear decay to 0).",
+        choices=LR_SCHEDULES,
+    )
 
     def __post_init__(self) -> None:
         OptimConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
         check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        check(
+            self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -170,7 +170,7 @@ def restore_position(
     """Continue the checkpoint's run: optimizer, schedule, data position and RNG; returns its step."""
     optimizer.load_state_dict(restored.optimizer)
     scheduler.load_state_dict(restored.state["scheduler"])
-    old_end = extend_schedule(scheduler, cfg.optim.warmup_steps, cfg.max_steps)
+    old_end = extend_schedule(scheduler, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
     if old_end is not None:
         R.log(
             f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
@@ -315,7 +315,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     # --- restore ----------------------------------------------------------------------------------
     model, raw = build_model(cfg, config, (hf_state, hf_report), restored, info)
     optimizer = build_optimizer(raw, cfg.optim.optimizer, cfg.optim.lr, cfg.optim.weight_decay, eps=cfg.optim.adam_eps)
-    scheduler = build_scheduler(optimizer, cfg.optim.warmup_steps, cfg.max_steps)
+    scheduler = build_scheduler(optimizer, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
     R.seed_dropout(cfg.run.seed, info)
     step = 0
     if restored is not None and not cfg.checkpoint.reset_optimizer:

@@ -33,6 +33,7 @@ FIXED = (
     "grad_accum",
     "lr",
     "warmup_steps",
+    "lr_schedule",
     "optimizer",
     "weight_decay",
     "max_grad_norm",
@@ -98,13 +99,13 @@ def same_data(cfg_data: tuple[str, ...], state: dict[str, Any], fingerprint: str
     return [dataset_key(p) for p in state.get("data_paths", [])] == [dataset_key(p) for p in cfg_data]
 
 
-def extend_schedule(scheduler: LambdaLR, warmup: int, max_steps: int) -> int | None:
+def extend_schedule(scheduler: LambdaLR, warmup: int, max_steps: int, schedule: str = "linear") -> int | None:
     """Make the restored linear decay end at ``max_steps`` (the old end when unchanged): the schedule becomes
     the one a run planned for ``max_steps`` from the start would follow from this step on. Returns the old
     end when it moved, else None."""
     current = scheduler.lr_lambdas[0]
     old_total = getattr(current, "total", None)
-    fresh = WarmupLinearDecay(warmup, max_steps)
+    fresh = WarmupLinearDecay(warmup, max_steps, schedule)
     if old_total == fresh.total:
         return None
     scheduler.lr_lambdas[0] = fresh

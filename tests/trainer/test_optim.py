@@ -59,3 +59,31 @@ def test_depth_of_names():
     assert depth("bert.encoder.layer.11.output.dense.bias", 12) == 12
     assert depth("bert.pooler.dense.weight", 4) == 5
     assert depth("qa_outputs.weight", 4) == 5
+
+
+def test_warmup_stable_decay_holds_the_peak_until_the_last_fifth():
+    from trainer.optim import WarmupLinearDecay
+
+    wsd, linear = WarmupLinearDecay(10, 100, "wsd"), WarmupLinearDecay(10, 100)
+    assert [wsd(s) for s in (0, 9)] == [linear(s) for s in (0, 9)] == [0.1, 1.0]  # the same warm-up
+    assert all(wsd(s) == 1.0 for s in range(10, 81))  # stable: the peak until step 80 of 100
+    assert wsd(90) == pytest.approx(0.5) and wsd(99) == pytest.approx(0.05) and wsd(100) == 0.0
+    assert linear(50) == pytest.approx(50 / 90)  # the linear schedule decays from the end of warm-up
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        WarmupLinearDecay(10, 100, "cosine")
+
+
+def test_a_resume_keeps_the_wsd_schedule_when_max_steps_moves():
+    import torch
+
+    from trainer.optim import build_scheduler
+    from trainer.resume import extend_schedule
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = build_scheduler(opt, 10, 100, "wsd")
+    for _ in range(50):
+        opt.step()
+        sched.step()
+    assert extend_schedule(sched, 10, 200, "wsd") == 100
+    assert sched.lr_lambdas[0].schedule == "wsd" and sched.lr_lambdas[0].total == 200
+    assert opt.param_groups[0]["lr"] == 1.0  # step 50 of 200 is in the stable part
