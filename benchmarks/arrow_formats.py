@@ -2,7 +2,7 @@
 on-disk format), for the trainer and for `datasets` users: the evidence behind keeping the file format.
 
 Writes one shard of BERT-like length-128 instances in each format (the same instances) unless they exist,
-then times, per format: the trainer opening and indexing the shard (`trainer.data.shards.open_shard`, what
+then times, per format: the trainer opening and indexing the shard (`bertstream.trainer.data.shards.open_shard`, what
 every epoch does per shard) and a shuffled epoch of `PretrainingLoader` (batches of 256); one record batch
 read from the end of the shard (the random access `pyarrow.ipc.open_file` gives and a stream lacks); and the
 ways `datasets` opens each: `Dataset.from_file` (stream only), `Dataset(memory-mapped table)` and
@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa  # noqa: E402
 
-from trainer.data import DataConfig, PretrainingLoader  # noqa: E402
-from trainer.data.shards import open_shard  # noqa: E402
-from trainer.data.sources import open_catalog  # noqa: E402
+from bertstream.trainer.data import DataConfig, PretrainingLoader  # noqa: E402
+from bertstream.trainer.data.shards import open_shard  # noqa: E402
+from bertstream.trainer.data.sources import open_catalog  # noqa: E402
 
 
 def timed(fn, repeat: int = 3) -> float:

@@ -48,10 +48,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipelines.pretraining import dedup as D  # noqa: E402
-from pipelines.pretraining import minhash as M  # noqa: E402
-from pipelines.pretraining.kernels import switch  # noqa: E402
-from pipelines.pretraining.read import Document, batch_documents, read_documents  # noqa: E402
+from bertstream.pipelines.pretraining import dedup as D  # noqa: E402
+from bertstream.pipelines.pretraining import minhash as M  # noqa: E402
+from bertstream.pipelines.pretraining.kernels import switch  # noqa: E402
+from bertstream.pipelines.pretraining.read import Document, batch_documents, read_documents  # noqa: E402
 
 WIKI = REPO.parent / "shared" / "data" / "pretrain" / "wikipedia"
 
@@ -188,7 +188,7 @@ def stage_seconds(docs: list[Document], seed: int) -> float:
 
 
 def pipeline(inputs: Path, vocab: str, out: Path, dedup: str, dupe: int) -> tuple[float, dict]:
-    cmd = [sys.executable, "-c", "from pipelines.cli import main; main()", "pretraining"]
+    cmd = [sys.executable, "-c", "from bertstream.pipelines.cli import main; main()", "pretraining"]
     cmd += ["--input", str(inputs / "wiki_*"), "--format", "wikiextractor", "--vocab", vocab, "--output", str(out)]
     cmd += ["--dedup", dedup, "--dupe-factor", str(dupe)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -232,7 +232,7 @@ def main() -> None:
         d, truth, all_docs = corpora["spans"]
         vocab = args.vocab
         if vocab is None:
-            from pipelines.vocab import VocabConfig, train_vocab
+            from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
             train_vocab([str(WIKI / "wiki_0[0-3]")], Path(tmp) / "vocab", VocabConfig(input_format="wikiextractor"))
             vocab = str(Path(tmp) / "vocab" / "vocab.txt")

@@ -5,8 +5,8 @@ attention kernels accept our padding mask, and that two identical steps from the
     PYTHONPATH=. python3 benchmarks/gpu_pretrain.py [--batch-size 256] [--steps 30] [--json out.json]
 
 Batches are synthetic but shaped like real shards: ~90% full-length sequences, dynamic padding to the batch's
-longest (so T = 128), 20 masked positions. MFU = counted model FLOPs (trainer.model_config.pretraining_flops, forward and
-backward, at the padded shapes) per second / the device's dense bf16 peak (trainer.metrics.device_peak_flops).
+longest (so T = 128), 20 masked positions. MFU = counted model FLOPs (bertstream.trainer.model_config.pretraining_flops, forward and
+backward, at the padded shapes) per second / the device's dense bf16 peak (bertstream.trainer.metrics.device_peak_flops).
 Needs only torch (no apache-beam, no transformers): the machine it runs on has no package index.
 """
 
@@ -22,10 +22,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.metrics import device_peak_flops  # noqa: E402
-from trainer.model import BertForPreTraining, mean_losses  # noqa: E402
-from trainer.model_config import PRESETS, pretraining_flops  # noqa: E402
-from trainer.optim import build_optimizer  # noqa: E402
+from bertstream.trainer.metrics import device_peak_flops  # noqa: E402
+from bertstream.trainer.model import BertForPreTraining, mean_losses  # noqa: E402
+from bertstream.trainer.model_config import PRESETS, pretraining_flops  # noqa: E402
+from bertstream.trainer.optim import build_optimizer  # noqa: E402
 
 
 def make_batch(b: int, t: int, p: int, vocab: int, gen: torch.Generator, device: torch.device) -> dict:
@@ -104,7 +104,7 @@ def attention_kernels(device: torch.device) -> dict:
     """Which SDPA backends run with our additive padding mask (bf16, B=8, heads 12, T 128, head 64)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from trainer.model import attention_bias
+    from bertstream.trainer.model import attention_bias
 
     q = torch.randn(8, 12, 128, 64, device=device, dtype=torch.bfloat16)
     mask = torch.ones(8, 128, device=device, dtype=torch.long)

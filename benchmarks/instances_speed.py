@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data" / "pretrain"
 sys.path.insert(0, str(REPO))
 
-from pipelines.pretraining.instances import (  # noqa: E402
+from bertstream.pipelines.pretraining.instances import (  # noqa: E402
     Pool,
     assemble,
     document_key,
@@ -44,13 +44,13 @@ from pipelines.pretraining.instances import (  # noqa: E402
     reference_unit_instances,
     unit_instances,
 )
-from pipelines.pretraining.masking import mask, masking_spec, reference_mask  # noqa: E402
+from bertstream.pipelines.pretraining.masking import mask, masking_spec, reference_mask  # noqa: E402
 
 # Run in a fresh process: the kernels' fixed cost, as a Beam worker pays it.
 FIXED_COST = """
 import time, numpy as np
-from pipelines.pretraining.instances import Pool, assemble, unit_instances
-from pipelines.pretraining.masking import mask, MaskingSpec
+from bertstream.pipelines.pretraining.instances import Pool, assemble, unit_instances
+from bertstream.pipelines.pretraining.masking import mask, MaskingSpec
 t0 = time.perf_counter()
 import numba
 t1 = time.perf_counter()
@@ -65,11 +65,11 @@ print(f"{t1 - t0:.3f} {t2 - t1:.3f}")
 
 
 def build_pool(vocab_dir: Path, books: bool):
-    from pipelines.common.tokenizer import load_tokenizer
-    from pipelines.pretraining.read import DocumentBatch, read_documents
-    from pipelines.pretraining.segment import segment_documents
-    from pipelines.pretraining.tokenize import DocumentTokenizer
-    from pipelines.vocab import VocabConfig, train_vocab
+    from bertstream.pipelines.common.tokenizer import load_tokenizer
+    from bertstream.pipelines.pretraining.read import DocumentBatch, read_documents
+    from bertstream.pipelines.pretraining.segment import segment_documents
+    from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+    from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
     wiki = SHARED / "wikipedia"
     train_vocab([str(wiki / "wiki_0[0-3]")], vocab_dir, VocabConfig(input_format="wikiextractor", vocab_size=16000))
@@ -89,7 +89,7 @@ def build_pool(vocab_dir: Path, books: bool):
 
 def work_units(pool: Pool, tokens_per_unit: int) -> list[tuple[int, int]]:
     """Document ranges of about ``tokens_per_unit`` tokens, as the Group stage cuts them."""
-    from pipelines.pretraining.group import unit_ranges
+    from bertstream.pipelines.pretraining.group import unit_ranges
 
     return unit_ranges(pool, tokens_per_unit)
 

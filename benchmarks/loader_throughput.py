@@ -5,7 +5,7 @@ Writes a dataset of BERT-like length-128 instances (~90% full length, 20 masked 
 WebDataset shards, batches of 256, and prints samples/s, the ratio to the targets (Arrow 50,000/s,
 WebDataset 20,000/s), the cost of dynamic masking (``--masking dynamic``, plain and whole-word) as a
 ratio to static masks, and the ratio to a reference reader on the same shards in the same run: the stock
-``webdataset.WebDataset`` + ``schemas.wds.decode_sample`` + a per-sample padding loop, the way a
+``webdataset.WebDataset`` + ``bertstream.schemas.wds.decode_sample`` + a per-sample padding loop, the way a
 straightforward loader would be written.
 
     python benchmarks/loader_throughput.py [--samples 200000] [--data DIR] [--profile]
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import webdataset  # noqa: E402
 
-from schemas import wds  # noqa: E402
-from trainer.data import DataConfig, PretrainingLoader, load_manifest  # noqa: E402
+from bertstream.schemas import wds  # noqa: E402
+from bertstream.trainer.data import DataConfig, PretrainingLoader, load_manifest  # noqa: E402
 
 TARGETS = {"arrow": 50_000, "webdataset": 20_000}
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.data import DataConfig, PretrainingLoader  # noqa: E402
+from bertstream.trainer.data import DataConfig, PretrainingLoader  # noqa: E402
 
 
 def main() -> None:

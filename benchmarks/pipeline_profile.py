@@ -38,8 +38,8 @@ def profile_run(
     inputs: list[str], vocab: str, out: Path, dupe: int = 1, beam_args: tuple[str, ...] = ()
 ) -> tuple[StageProfile, dict]:
     """One in-process run under the stage sampler: (the profile, the manifest's counters and totals)."""
-    from pipelines.pretraining import run_pretraining
-    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+    from bertstream.pipelines.pretraining import run_pretraining
+    from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 
     job = PretrainingJob(
         inputs=tuple(inputs),
@@ -58,7 +58,7 @@ def profile_run(
 
 def profile_cli(argv: list[str], json_path: str | None) -> None:
     """``bertprep ARGV`` in this process under the sampler; the table goes to stderr, the shares to ``json_path``."""
-    from pipelines.cli import main as bertprep
+    from bertstream.pipelines.cli import main as bertprep
 
     start = time.perf_counter()
     with profile_stages() as prof:
@@ -87,7 +87,7 @@ def main() -> None:
     try:
         vocab = args.vocab
         if vocab is None:
-            from pipelines.vocab import VocabConfig, train_vocab
+            from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
             train_vocab(inputs, tmp / "vocab", VocabConfig())
             vocab = str(tmp / "vocab" / "vocab.txt")

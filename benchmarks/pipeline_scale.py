@@ -149,7 +149,11 @@ def run_one(
 ) -> dict:
     # `bertprep` of the code in ``code``: its folder first on sys.path (PYTHONPATH, and the working directory).
     env = {**env, "PYTHONPATH": str(code)}
-    bertprep = [sys.executable, "-c", "import sys; from pipelines.cli import main; sys.argv[0] = 'bertprep'; main()"]
+    bertprep = [
+        sys.executable,
+        "-c",
+        "import sys; from bertstream.pipelines.cli import main; sys.argv[0] = 'bertprep'; main()",
+    ]
     # The sampler sees this process's threads only; it profiles this checkout's code.
     profile = profile and not dask and workers == 1 and code == REPO
     shares_path = out.parent / "profile.json"
@@ -237,7 +241,7 @@ def main() -> None:
         one = build_copies(root, 1)
         vocab = args.vocab
         if vocab is None:
-            from pipelines.vocab import VocabConfig, train_vocab
+            from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
             train_vocab(one, root / "vocab", VocabConfig())
             vocab = str(root / "vocab" / "vocab.txt")
@@ -246,8 +250,8 @@ def main() -> None:
         per_file = paragraphs_of(one, "wikiextractor")
         cores = os.cpu_count() or 1
         both = ceilings(vocab, per_file, cores)
-        from pipelines.common.tokenizer import load_tokenizer
-        from pipelines.common.wordpiece_backend import choose_backend
+        from bertstream.pipelines.common.tokenizer import load_tokenizer
+        from bertstream.pipelines.common.wordpiece_backend import choose_backend
 
         used = choose_backend(load_tokenizer(vocab).json, source=vocab).name  # what the runs below encode with
         ceiling = both[used]

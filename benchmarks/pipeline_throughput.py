@@ -86,8 +86,8 @@ def run_measured(
 
 def paragraphs_of(inputs: list[str], fmt: str) -> list[list[str]]:
     """Each file's paragraphs, read with the pipeline's own reader (not timed)."""
-    from pipelines.common.inputs import resolve_inputs
-    from pipelines.pretraining.read import read_documents
+    from bertstream.pipelines.common.inputs import resolve_inputs
+    from bertstream.pipelines.pretraining.read import read_documents
 
     files = resolve_inputs(inputs, fmt)
     return [[p for d in read_documents(f.path, f.format, Counter()) for p in d.paragraphs] for f in files]
@@ -96,7 +96,7 @@ def paragraphs_of(inputs: list[str], fmt: str) -> list[list[str]]:
 def _encode_worker(tokenizer_json: str, texts: list[str], barrier, out_q, threads: int = 1, backend: str = "") -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
     os.environ["RAYON_NUM_THREADS"] = str(threads)
-    from pipelines.common.wordpiece_backend import HF, WordPieceEncoder
+    from bertstream.pipelines.common.wordpiece_backend import HF, WordPieceEncoder
 
     # The pipeline's own encode call (pipelines.pretraining.tokenize), ids and offsets arrays included.
     encoder = WordPieceEncoder(tokenizer_json, backend or HF, threads)
@@ -112,8 +112,8 @@ def tokenizer_ceiling(
 ) -> float:
     """MB/s of the tokenizer alone over the same paragraphs, split over ``workers`` processes of ``threads``
     threads each. ``backend``: ``tokenizers`` or ``nanotoken``; None, the one the pipeline chooses for ``vocab``."""
-    from pipelines.common.tokenizer import load_tokenizer
-    from pipelines.common.wordpiece_backend import choose_backend
+    from bertstream.pipelines.common.tokenizer import load_tokenizer
+    from bertstream.pipelines.common.wordpiece_backend import choose_backend
 
     spec = load_tokenizer(vocab)
     backend = backend or choose_backend(spec.json, source=vocab).name
@@ -137,7 +137,7 @@ def tokenizer_ceiling(
 def ceilings(vocab: str, per_file: list[list[str]], cores: int) -> dict[str, float]:
     """Both backends in one run (same paragraphs, same machine load): one thread, ``cores`` threads, and the
     best of threads and processes; ``ratio``: the fast backend's best over `tokenizers`' best."""
-    from pipelines.common.wordpiece_backend import FAST, HF
+    from bertstream.pipelines.common.wordpiece_backend import FAST, HF
 
     out: dict[str, float] = {}
     for name in (HF, FAST):
@@ -152,7 +152,7 @@ def ceilings(vocab: str, per_file: list[list[str]], cores: int) -> dict[str, flo
 
 
 def print_ceilings(c: dict[str, float], text_mb: float, cores: int) -> None:
-    from pipelines.common.wordpiece_backend import FAST, HF, backend
+    from bertstream.pipelines.common.wordpiece_backend import FAST, HF, backend
 
     print(f"tokenizer alone on {text_mb:.1f} MB of paragraphs, {cores} cores (MB/s):")
     print(f"{'backend':>24} {'1 thread':>9} {f'{cores} threads':>10} {f'{cores} procs':>9}")
@@ -188,7 +188,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     vocab = args.vocab
     if vocab is None:
-        from pipelines.vocab import VocabConfig, train_vocab
+        from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
         train_vocab(inputs, tmp / "vocab", VocabConfig(input_format=args.format))
         vocab = str(tmp / "vocab" / "vocab.txt")
@@ -202,8 +202,8 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(both, indent=2) + "\n")
         return
-    from pipelines.common.tokenizer import load_tokenizer
-    from pipelines.common.wordpiece_backend import choose_backend
+    from bertstream.pipelines.common.tokenizer import load_tokenizer
+    from bertstream.pipelines.common.wordpiece_backend import choose_backend
 
     used = choose_backend(load_tokenizer(vocab).json, source=vocab).name  # what the pipeline runs below encode with
     ceiling = both[used]

@@ -9,7 +9,7 @@ per CPU second of this process -- i.e. per core, and not slowed by other jobs qu
 cores; the best of up to three full passes, or one partial pass cut at ``--budget`` CPU seconds for
 slow tools. The speed of each alternative is also printed as a ratio to ours from the same run.
 
-Compared with ``pipelines.pretraining.segmenter`` when importable (the project does not depend on them): blingfire
+Compared with ``bertstream.pipelines.pretraining.segmenter`` when importable (the project does not depend on them): blingfire
 (``text_to_sentences``), pysbd (English, ``clean=False``) and NLTK Punkt trained unsupervised on the
 same Wikipedia text (training time not counted). For speed, each tool's own call is timed; spans are
 recovered afterwards for scoring by aligning their sentences on non-whitespace characters.
@@ -40,7 +40,7 @@ from benchmarks.segment_gold import (  # noqa: E402
     boundary_counts,
     shared_data_dir,
 )
-from pipelines.pretraining.segmenter import sentence_spans  # noqa: E402
+from bertstream.pipelines.pretraining.segmenter import sentence_spans  # noqa: E402
 
 MIN_F1 = 0.98
 MIN_MB_S = 10.0

@@ -31,11 +31,11 @@ SHARED = REPO.parent / "shared" / "data" / "pretrain"
 BASE = "b6b896c"  # main's head when the per-byte work began
 # Old modules, in import order: each imports the ones before it under their old names.
 OLD = {
-    "pipelines.common.byte_ranges": "pipelines/common/byte_ranges.py",
-    "pipelines.common.files": "pipelines/common/files.py",
-    "pipelines.pretraining.read": "pipelines/pretraining/read.py",
-    "pipelines.pretraining.segmenter": "pipelines/pretraining/segmenter.py",
-    "pipelines.pretraining.segment": "pipelines/pretraining/segment.py",
+    "bertstream.pipelines.common.byte_ranges": "pipelines/common/byte_ranges.py",
+    "bertstream.pipelines.common.files": "pipelines/common/files.py",
+    "bertstream.pipelines.pretraining.read": "pipelines/pretraining/read.py",
+    "bertstream.pipelines.pretraining.segmenter": "pipelines/pretraining/segmenter.py",
+    "bertstream.pipelines.pretraining.segment": "pipelines/pretraining/segment.py",
 }
 
 
@@ -87,9 +87,9 @@ def main() -> None:
     if not SHARED.exists():
         raise SystemExit(f"needs the shared data at {SHARED}")
     old = old_modules(args.base)
-    from pipelines.common.inputs import resolve_inputs
-    from pipelines.pretraining import read as new_read
-    from pipelines.pretraining import segment as new_segment
+    from bertstream.pipelines.common.inputs import resolve_inputs
+    from bertstream.pipelines.pretraining import read as new_read
+    from bertstream.pipelines.pretraining import segment as new_segment
 
     files = resolve_inputs([f"wikiextractor:{SHARED}/wikipedia/*", f"text:{SHARED}/gutenberg/*.txt"], "sentences")
     mb = sum(f.bytes for f in files) / 1e6
@@ -104,7 +104,7 @@ def main() -> None:
         return lambda: [mod.segment_documents(b) for b in batches]
 
     rows = []
-    r_old, r_new = reader(old["pipelines.pretraining.read"]), reader(new_read)
+    r_old, r_new = reader(old["bertstream.pipelines.pretraining.read"]), reader(new_read)
     same = [[(d.doc_id, d.paragraphs, d.presegmented) for d in docs] for _, docs in r_old()] == [
         [(d.doc_id, d.paragraphs, d.presegmented) for d in docs] for _, docs in r_new()
     ]
@@ -114,7 +114,7 @@ def main() -> None:
     docs = [d for _, ds in r_new() for d in ds]
     batches = [new_read.DocumentBatch(docs[i : i + 50]) for i in range(0, len(docs), 50)]
     text_mb = sum(len(p) for d in docs for p in d.paragraphs) / 1e6
-    s_old = segmenter(old["pipelines.pretraining.segment"], batches)
+    s_old = segmenter(old["bertstream.pipelines.pretraining.segment"], batches)
     s_new = segmenter(new_segment, batches)
     same = [b[0] for b in s_old()] == [b[0] for b in s_new()]
     t = best_of(args.repeats, {"old": s_old, "new": s_new})

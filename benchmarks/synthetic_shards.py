@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from schemas import id_types, wds
-from schemas import pretraining as pt
-from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo, shard_name
-from schemas.vocab import CLS, MASK, PAD, SEP, UNK, VOCAB_FILENAME, Vocab
+from bertstream.schemas import id_types, wds
+from bertstream.schemas import pretraining as pt
+from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo, shard_name
+from bertstream.schemas.vocab import CLS, MASK, PAD, SEP, UNK, VOCAB_FILENAME, Vocab
 
 FIRST_WORD_ID = 999  # BERT's uncased vocab: ids below are specials, [unused*] and single characters
 

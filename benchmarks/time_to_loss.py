@@ -34,11 +34,11 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trainer.data import DataConfig, PretrainingLoader  # noqa: E402
-from trainer.hf_config import hf_config_dict  # noqa: E402
-from trainer.metrics import read_metrics  # noqa: E402
-from trainer.model_config import PRESETS  # noqa: E402
-from trainer.optim import param_groups  # noqa: E402
+from bertstream.trainer.data import DataConfig, PretrainingLoader  # noqa: E402
+from bertstream.trainer.hf_config import hf_config_dict  # noqa: E402
+from bertstream.trainer.metrics import read_metrics  # noqa: E402
+from bertstream.trainer.model_config import PRESETS  # noqa: E402
+from bertstream.trainer.optim import param_groups  # noqa: E402
 
 WIKI = REPO.parent / "shared" / "data" / "pretrain" / "wikipedia"
 BIN = Path(sys.executable).parent

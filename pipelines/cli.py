@@ -10,12 +10,12 @@ from typing import Any
 
 import click
 
-from configs import options
-from configs.errors import ConfigError
-from configs.options import click_options
-from pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
-from pipelines.pretraining.config import PretrainingJob
-from pipelines.vocab_config import VocabJob
+from bertstream.cli import options
+from bertstream.cli.errors import ConfigError
+from bertstream.cli.options import click_options
+from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
+from bertstream.pipelines.pretraining.config import PretrainingJob
+from bertstream.pipelines.vocab_config import VocabJob
 
 
 @click.group(context_settings=HELP)
@@ -28,7 +28,7 @@ def main() -> None:
 def vocab(**values: Any) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json)."""
     quiet_beam()
-    from pipelines.common.cli_errors import sigterm_as_interrupt
+    from bertstream.pipelines.common.cli_errors import sigterm_as_interrupt
 
     try:
         job = options.build(VocabJob, **values)
@@ -47,14 +47,14 @@ def _train_vocab(job: VocabJob):
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.common.cli_errors import first_line, interrupted
-    from pipelines.common.files import InputError
-    from pipelines.common.inputs import resolve_inputs
-    from pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
-    from pipelines.common.output_lock import lock_output, new_run_id
-    from pipelines.common.redact import redact_logs, redact_text
-    from pipelines.common.runner import UsageError
-    from pipelines.vocab import prepare_vocab_output, train_vocab
+    from bertstream.pipelines.common.cli_errors import first_line, interrupted
+    from bertstream.pipelines.common.files import InputError
+    from bertstream.pipelines.common.inputs import resolve_inputs
+    from bertstream.pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
+    from bertstream.pipelines.common.output_lock import lock_output, new_run_id
+    from bertstream.pipelines.common.redact import redact_logs, redact_text
+    from bertstream.pipelines.common.runner import UsageError
+    from bertstream.pipelines.vocab import prepare_vocab_output, train_vocab
 
     inputs, output, cfg = list(job.inputs), job.output, job.config
     redact_logs([*inputs, output])
@@ -90,9 +90,9 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
     The default runner is Beam's in-process FnApiRunner.
     """
     quiet_beam()
-    from pipelines.common.cli_errors import pipeline_errors
-    from pipelines.common.redact import redact_logs
-    from pipelines.pretraining.pipeline import run_pretraining
+    from bertstream.pipelines.common.cli_errors import pipeline_errors
+    from bertstream.pipelines.common.redact import redact_logs
+    from bertstream.pipelines.pretraining.pipeline import run_pretraining
 
     redact_logs([*ctx.args, *values["inputs"], values["vocab"], values["output"]])
     try:
@@ -100,7 +100,7 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
     except ConfigError as e:
         raise options.bad_parameter(PretrainingJob, e) from None
     if job.verbose:  # read by the stages wherever they run: this process or the worker processes it starts
-        from pipelines.pretraining.progress import ENV_VERBOSE
+        from bertstream.pipelines.pretraining.progress import ENV_VERBOSE
 
         os.environ[ENV_VERBOSE] = "1"
     with pipeline_errors():
@@ -109,7 +109,7 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
 
 
 def _print_summary(result) -> None:
-    from pipelines.report.inspection import summary_lines
+    from bertstream.pipelines.report.inspection import summary_lines
 
     m = result.manifest
     click.echo(
@@ -127,7 +127,7 @@ def _print_summary(result) -> None:
 @click.option("--holdout-every", type=int, default=0, help="Put every k-th document in DIRECTORY/heldout/.")
 def demo_corpus(directory, holdout_every) -> None:
     """Write Python's bundled reference documentation as a `text`-format corpus (no download needed)."""
-    from pipelines.demo_corpus import write_pydoc_corpus
+    from bertstream.pipelines.demo_corpus import write_pydoc_corpus
 
     paths = write_pydoc_corpus(directory, holdout_every)
     size = sum(p.stat().st_size for p in paths)
@@ -144,8 +144,8 @@ def demo_corpus(directory, holdout_every) -> None:
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
     quiet_beam()
-    from pipelines.common.dataset_run import load_manifest
-    from pipelines.report.inspection import (
+    from bertstream.pipelines.common.dataset_run import load_manifest
+    from bertstream.pipelines.report.inspection import (
         DatasetError,
         decode_instance,
         load_vocab,
@@ -203,8 +203,8 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
 def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
     """Write DIR/report/index.html: plots of a pretraining dataset beside its key numbers."""
     quiet_beam()
-    from pipelines.report.data import ReportConfig
-    from pipelines.report.page import write_report
+    from bertstream.pipelines.report.data import ReportConfig
+    from bertstream.pipelines.report.page import write_report
 
     try:
         cfg = ReportConfig(top_tokens=top_tokens, top_sources=top_sources, top_unk_words=top_unk_words)
@@ -226,6 +226,6 @@ def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
 
 # Imported last and with Beam's import-time warnings muted: the task commands pull in apache_beam.
 logging.getLogger().setLevel(logging.ERROR)
-from pipelines.tasks.cli import task  # noqa: E402
+from bertstream.pipelines.tasks.cli import task  # noqa: E402
 
 main.add_command(task)

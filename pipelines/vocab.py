@@ -22,14 +22,14 @@ from pathlib import Path
 
 from tokenizers import trainers
 
-from pipelines.common.files import InputError
-from pipelines.common.hashing import hash64
-from pipelines.common.inputs import InputFile, resolve_inputs
-from pipelines.common.redact import redact_text
-from pipelines.pretraining.read import read_documents
-from pipelines.vocab_config import VocabConfig
-from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
-from schemas.wordpiece import bert_tokenizer, with_bert_template
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.hashing import hash64
+from bertstream.pipelines.common.inputs import InputFile, resolve_inputs
+from bertstream.pipelines.common.redact import redact_text
+from bertstream.pipelines.pretraining.read import read_documents
+from bertstream.pipelines.vocab_config import VocabConfig
+from bertstream.schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
+from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
 
 # The files ``bertprep vocab`` writes: an output folder holding these holds an earlier vocabulary.
 VOCAB_FILES = (VOCAB_FILENAME, "tokenizer.json", "tokenizer_config.json", "vocab_config.json")
@@ -91,8 +91,8 @@ def continuation_pieces(texts, lowercase: bool) -> list[str]:
 def prepare_vocab_output(output_dir: str, overwrite: bool) -> None:
     """The ``bertprep vocab`` output folder: empty, or an earlier vocabulary (replaced only with ``overwrite``,
     and only once the new one is written), never anything else."""
-    from pipelines.common.output_dir import refuse_foreign
-    from pipelines.common.runner import UsageError
+    from bertstream.pipelines.common.output_dir import refuse_foreign
+    from bertstream.pipelines.common.runner import UsageError
 
     if "://" in output_dir:
         return
@@ -131,7 +131,7 @@ def train_vocab(
     total = sum(f.bytes for f in files)
     if not first["documents_sampled"] and first["documents_read"] and 0 < cfg.sample_bytes < total:
         # The sample is a hash-chosen fraction of the documents: too small a fraction chooses none.
-        from pipelines.common.runner import UsageError
+        from bertstream.pipelines.common.runner import UsageError
 
         raise UsageError(
             "sample-bytes",

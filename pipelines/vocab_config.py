@@ -1,14 +1,14 @@
-"""Configuration of ``bertprep vocab`` (:mod:`pipelines.vocab` trains): light to import, since the command
+"""Configuration of ``bertprep vocab`` (:mod:`bertstream.pipelines.vocab` trains): light to import, since the command
 line builds its flags from these fields before any of the training code loads."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from configs.errors import check
-from configs.options import opt, section
-from pipelines.common.formats import FORMATS
-from schemas.vocab import SPECIAL_TOKENS
+from bertstream.cli.errors import check
+from bertstream.cli.options import opt, section
+from bertstream.pipelines.common.formats import FORMATS
+from bertstream.schemas.vocab import SPECIAL_TOKENS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,8 +1,8 @@
 """The contract between ``pipelines`` (writers) and ``trainer`` (readers): one version for all."""
 
-from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo, shard_name
-from schemas.version import SCHEMA_VERSION, SchemaError
-from schemas.vocab import Vocab, VocabError, vocab_sha256
+from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo, shard_name
+from bertstream.schemas.version import SCHEMA_VERSION, SchemaError
+from bertstream.schemas.vocab import Vocab, VocabError, vocab_sha256
 
 __all__ = [
     "MANIFEST_NAME",

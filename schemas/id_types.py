@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from schemas.version import SchemaError
+from bertstream.schemas.version import SchemaError
 
 
 @dataclass(frozen=True, slots=True)

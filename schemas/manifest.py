@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from schemas.version import SCHEMA_VERSION, SchemaError, check_version
-from schemas.vocab import PAD, VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
+from bertstream.schemas.version import SCHEMA_VERSION, SchemaError, check_version
+from bertstream.schemas.vocab import PAD, VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "bertstream.manifest"

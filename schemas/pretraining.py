@@ -14,7 +14,7 @@ next_sentence_label  int8                  0 IsNext, 1 NotNext (BERT / Hugging F
 instance_id          uint64                stable id: same inputs, parameters and seed -> same id
 ==================== ===================== ==================================================
 
-Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32`` (``schemas.id_types``).
+Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32`` (``bertstream.schemas.id_types``).
 Schema metadata (UTF-8 keys and values): ``bertstream.schema_version``, ``bertstream.kind``,
 ``bertstream.vocab_sha256`` and ``bertstream.parameters`` (JSON object).
 """
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from schemas import id_types
-from schemas.version import SchemaError, check_version, decode_metadata, encode_metadata
+from bertstream.schemas import id_types
+from bertstream.schemas.version import SchemaError, check_version, decode_metadata, encode_metadata
 
 KIND = "pretraining"
 INPUT_IDS = "input_ids"

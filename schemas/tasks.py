@@ -1,10 +1,10 @@
 """Fine-tuning task layouts, version 1: Arrow schemas, metadata and row ids of ``bertprep task`` datasets.
 
-A task dataset is a folder with ``manifest.json`` (``schemas.manifest``), ``vocab.txt`` and Arrow IPC files
+A task dataset is a folder with ``manifest.json`` (``bertstream.schemas.manifest``), ``vocab.txt`` and Arrow IPC files
 ``<kind>-00000-of-0000N.arrow`` listed in the manifest (plus ``examples.jsonl`` for SQuAD). Read the shards
 in manifest order: rows are sorted by ``row_id`` within a shard and shards hold consecutive ranges of the
 input, so the concatenation is the input order. Nothing is padded: list columns hold exactly the tokens.
-Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32`` (``schemas.id_types``).
+Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32`` (``bertstream.schemas.id_types``).
 
 Row ids (every kind)
 --------------------
@@ -89,8 +89,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from schemas import id_types
-from schemas.version import SchemaError, check_version, decode_metadata, encode_metadata
+from bertstream.schemas import id_types
+from bertstream.schemas.version import SchemaError, check_version, decode_metadata, encode_metadata
 
 CLASSIFICATION, REGRESSION, NER, SQUAD = "classification", "regression", "ner", "squad"
 KINDS = (CLASSIFICATION, REGRESSION, NER, SQUAD)

@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from schemas import id_types
-from schemas import pretraining as P
-from schemas.version import SchemaError, check_version
+from bertstream.schemas import id_types
+from bertstream.schemas import pretraining as P
+from bertstream.schemas.version import SchemaError, check_version
 
 EXTENSION = "bert"
 LAYOUT_VERSION = 1

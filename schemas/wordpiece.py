@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from schemas.vocab import CLS, SEP, SPECIAL_TOKENS, Vocab
+from bertstream.schemas.vocab import CLS, SEP, SPECIAL_TOKENS, Vocab
 
 
 def bert_tokenizer(vocab: Vocab | None, lowercase: bool) -> Tokenizer:

@@ -1,5 +1,5 @@
 """Two defects of Beam 2.77's DaskRunner that stop bertstream's pipeline, each shown on a few elements, on
-Beam's runner and on ours (``pipelines.common.dask_runner``, which fixes them; ``--runner DaskRunner`` in bertprep).
+Beam's runner and on ours (``bertstream.pipelines.common.dask_runner``, which fixes them; ``--runner DaskRunner`` in bertprep).
 
     python scripts/dask_runner_repro.py   # exit 0: ours passes both (Beam's result printed); 1: ours fails one
 
@@ -44,7 +44,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
-OUR_DASK_RUNNER = "pipelines.common.dask_runner.DaskRunner"
+OUR_DASK_RUNNER = "bertstream.pipelines.common.dask_runner.DaskRunner"
 
 
 class EmitAtEnd(beam.DoFn):

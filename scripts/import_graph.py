@@ -15,6 +15,8 @@ import ast
 import sys
 from pathlib import Path
 
+NAMESPACE = "bertstream."  # the folders import each other as bertstream.<folder>.<module>: pipelines/<module>
+
 
 def module_name(path: Path, root: Path) -> str:
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
@@ -30,7 +32,7 @@ def imports_of(path: Path, name: str, package: str, modules: set[str]) -> set[st
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
+            found.update(a.name.removeprefix(NAMESPACE) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -38,6 +40,7 @@ def imports_of(path: Path, name: str, package: str, modules: set[str]) -> set[st
                 anchor = anchor if is_pkg else anchor[:-1]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
+            base = base.removeprefix(NAMESPACE)
             subs = {f"{base}.{a.name}" for a in node.names}
             found.update(subs & modules)
             if subs - modules:  # a name defined in the module (or package) itself

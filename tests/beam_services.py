@@ -117,7 +117,7 @@ class Service:
 def worker_python(folder: Path) -> Path:
     """A Python for services that must not see this repository: a venv whose only packages are this
     interpreter's site-packages, added as a plain path (so the editable install's import hook, a ``.pth``
-    file there, is not run and ``import pipelines`` fails). It stands in for a worker image that has Beam
+    file there, is not run and ``import bertstream`` fails). It stands in for a worker image that has Beam
     and the pipeline's dependencies but not bertstream, which must then arrive by staging.
     """
     import site
@@ -137,7 +137,7 @@ def worker_python(folder: Path) -> Path:
         [
             python,
             "-c",
-            "import apache_beam, tokenizers\ntry:\n import pipelines\nexcept ImportError:"
+            "import apache_beam, tokenizers\ntry:\n import bertstream.pipelines\nexcept ImportError:"
             "\n pass\nelse:\n raise SystemExit('pipelines is importable: ' + pipelines.__file__)",
         ],
         capture_output=True,

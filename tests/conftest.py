@@ -35,7 +35,7 @@ def _quiet_beam_logging():
 
 @pytest.fixture(scope="session")
 def demo_corpus(tmp_path_factory) -> Path:
-    from pipelines.demo_corpus import write_pydoc_corpus
+    from bertstream.pipelines.demo_corpus import write_pydoc_corpus
 
     d = tmp_path_factory.mktemp("pydoc")
     write_pydoc_corpus(d)
@@ -45,7 +45,7 @@ def demo_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def demo_vocab(tmp_path_factory, demo_corpus) -> Path:
     """A 4,000-token uncased vocabulary trained on the pydoc corpus (always available)."""
-    from pipelines.vocab import VocabConfig, train_vocab
+    from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
     out = tmp_path_factory.mktemp("demo_vocab")
     train_vocab([str(demo_corpus / "*.txt")], out, VocabConfig(input_format="text", vocab_size=4000))
@@ -55,7 +55,7 @@ def demo_vocab(tmp_path_factory, demo_corpus) -> Path:
 @pytest.fixture(scope="session")
 def wiki_vocab(tmp_path_factory) -> Path:
     """A 16,000-token uncased vocabulary trained on four shared Wikipedia files."""
-    from pipelines.vocab import VocabConfig, train_vocab
+    from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
     wiki = shared_path("pretrain", "wikipedia")
     out = tmp_path_factory.mktemp("wiki_vocab")
@@ -66,8 +66,8 @@ def wiki_vocab(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def demo_shards(tmp_path_factory, demo_corpus, demo_vocab) -> Path:
     """Pretraining shards (length 128, dupe 3, 3 Arrow + 3 WebDataset shards) of the pydoc corpus."""
-    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-    from pipelines.pretraining.pipeline import run_pretraining
+    from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+    from bertstream.pipelines.pretraining.pipeline import run_pretraining
 
     out = tmp_path_factory.mktemp("demo_shards")
     cfg = PretrainingConfig(input_format="text", dupe_factor=3, num_shards=3, output_format="both")

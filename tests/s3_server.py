@@ -103,6 +103,6 @@ def _forget_fsspec_instances() -> None:
         s3fs.S3FileSystem.clear_instance_cache()
     except ImportError:
         pass
-    from trainer.data.refs import filesystem
+    from bertstream.trainer.data.refs import filesystem
 
     filesystem.cache_clear()

@@ -24,10 +24,10 @@ def snippets() -> list[str]:
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory, demo_shards: Path) -> Path:
     pytest.importorskip("transformers")
-    from schemas.vocab import Vocab
-    from trainer.hf import export_hf
-    from trainer.model import BertForPreTraining
-    from trainer.model_config import bert_tiny
+    from bertstream.schemas.vocab import Vocab
+    from bertstream.trainer.hf import export_hf
+    from bertstream.trainer.model import BertForPreTraining
+    from bertstream.trainer.model_config import bert_tiny
 
     root = tmp_path_factory.mktemp("after_demo")
     (root / "demo").mkdir()

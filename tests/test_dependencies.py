@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OWN = {"configs", "pipelines", "schemas", "trainer", "tests", "benchmarks"}
+OWN = {"bertstream", "tests", "benchmarks"}
 # Imported only behind a flag that names its own install (`--word-segmenter rjieba|jieba`: the `chinese` extra).
 # `--runner DaskRunner`: the `dask` extra, named by the error when it is missing.
 OPTIONAL = {"rjieba", "jieba", "dask", "distributed"}
@@ -40,7 +40,7 @@ def test_base_dependencies_cover_every_module_the_pipelines_import():
     base = {canonical(re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0]) for d in meta["dependencies"]}
     providers = md.packages_distributions()
     missing = {}
-    for module in sorted(imported_modules("pipelines") | imported_modules("schemas") | imported_modules("configs")):
+    for module in sorted(imported_modules("pipelines") | imported_modules("schemas") | imported_modules("cli")):
         if module in OPTIONAL:
             continue
         dists = {canonical(d) for d in providers.get(module, [module])}

@@ -18,8 +18,8 @@ WIDTHS = (80, 1000)  # the usual terminal, and one wide enough that nothing wrap
 
 
 def _roots() -> dict[str, click.Command]:
-    from pipelines.cli import main as bertprep
-    from trainer.cli import main as berttrain
+    from bertstream.pipelines.cli import main as bertprep
+    from bertstream.trainer.cli import main as berttrain
 
     return {"bertprep": bertprep, "berttrain": berttrain}
 

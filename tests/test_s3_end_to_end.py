@@ -59,7 +59,7 @@ def requests_log():
 
 
 def _bertprep(*args: str) -> str:
-    from pipelines.cli import main
+    from bertstream.pipelines.cli import main
 
     r = CliRunner().invoke(main, list(args))
     assert r.exit_code == 0, f"bertprep {' '.join(args[:1])} exited {r.exit_code}:\n{r.output}\n{r.exception!r}"
@@ -72,9 +72,9 @@ def _upload(s3, bucket: str, key: str, path) -> str:
 
 
 def _pretrain(data: str, out, **kw):
-    from trainer.config import TrainConfig
-    from trainer.metrics import read_metrics
-    from trainer.pretrain import pretrain
+    from bertstream.trainer.config import TrainConfig
+    from bertstream.trainer.metrics import read_metrics
+    from bertstream.trainer.pretrain import pretrain
 
     cfg = TrainConfig.build(
         **{
@@ -102,7 +102,7 @@ def _pretrain(data: str, out, **kw):
 @pytest.fixture(scope="module")
 def vocab_file(tmp_path_factory):
     """A 4,000-token uncased vocabulary trained on one shared Wikipedia file (a few seconds)."""
-    from pipelines.vocab import VocabConfig, train_vocab
+    from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
     out = tmp_path_factory.mktemp("s3_vocab")
     train_vocab(
@@ -116,8 +116,8 @@ def vocab_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_dataset(tmp_path_factory, vocab_file):
     """The same dataset made on a local disk, for the failure tests (uploaded object by object)."""
-    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-    from pipelines.pretraining.pipeline import run_pretraining
+    from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+    from bertstream.pipelines.pretraining.pipeline import run_pretraining
 
     out = tmp_path_factory.mktemp("s3_local_shards")
     cfg = PretrainingConfig(input_format="wikiextractor", dupe_factor=1, num_shards=2)
@@ -205,8 +205,8 @@ def test_pipeline_trainer_and_finetune_on_s3(s3_server, requests_log, tmp_path, 
     assert (split / "checkpoints" / "step-0000020" / "state.json").is_file()  # checkpoints are local
 
     # --- a task dataset on S3 and fine-tuning from it
-    from trainer.finetune.config import FinetuneConfig
-    from trainer.finetune.loop import finetune
+    from bertstream.trainer.finetune.config import FinetuneConfig
+    from bertstream.trainer.finetune.loop import finetune
 
     src = shared_path("tasks", "sst2")
     for split, n in (("train", 161), ("dev", 81)):
@@ -260,7 +260,7 @@ def _corrupt(s3, bucket: str, key: str) -> None:
 
 
 def test_corrupt_and_missing_shards_on_s3_are_named(uploaded_dataset, tmp_path):
-    from trainer.data.refs import ShardError
+    from bertstream.trainer.data.refs import ShardError
 
     s3, data = uploaded_dataset
     url = f"{data}/pretrain-00001-of-00002.arrow"
@@ -292,7 +292,7 @@ def _within(seconds: float, fn):
 
 
 def test_server_stopped_mid_training_fails_cleanly_and_soon(uploaded_dataset, tmp_path, monkeypatch):
-    from trainer.data import refs
+    from bertstream.trainer.data import refs
 
     s3, data = uploaded_dataset
     real = refs.read_buffer
@@ -305,7 +305,7 @@ def test_server_stopped_mid_training_fails_cleanly_and_soon(uploaded_dataset, tm
         return real(ref)
 
     monkeypatch.setattr(refs, "read_buffer", stop_then_read)
-    monkeypatch.setattr("trainer.data.shards.read_buffer", stop_then_read, raising=False)
+    monkeypatch.setattr("bertstream.trainer.data.shards.read_buffer", stop_then_read, raising=False)
     error, took = _within(120, lambda: _pretrain(data, tmp_path / "run"))
     assert stopped, "the run never read a shard"
     assert error is not None, "training went on without its data"
@@ -316,8 +316,8 @@ def test_server_stopped_mid_training_fails_cleanly_and_soon(uploaded_dataset, tm
 
 
 def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_file, monkeypatch):
-    import pipelines.pretraining.group as group
-    from pipelines.cli import main
+    import bertstream.pipelines.pretraining.group as group
+    from bertstream.pipelines.cli import main
 
     s3 = s3_server
     bucket = s3.bucket("bertstream")
@@ -332,7 +332,7 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
         return real(path, chunks)
 
     monkeypatch.setattr(group, "write_file", stop_then_write)
-    monkeypatch.setattr("pipelines.pretraining.pipeline.CLEANUP_SECONDS", 5.0)  # 30 s by default
+    monkeypatch.setattr("bertstream.pipelines.pretraining.pipeline.CLEANUP_SECONDS", 5.0)  # 30 s by default
     box = {}
     _, took = _within(
         180,
@@ -374,9 +374,9 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
 def test_run_folders_on_an_object_store_are_refused_up_front():
     # Checkpoints are local (README, "Object stores"): a run folder URL used to become a local folder named
     # "s3:" (pathlib drops one slash). Refused before anything runs, naming the flag.
-    from configs.errors import ConfigError
-    from trainer.config import TrainConfig
-    from trainer.finetune.config import FinetuneConfig
+    from bertstream.cli.errors import ConfigError
+    from bertstream.trainer.config import TrainConfig
+    from bertstream.trainer.finetune.config import FinetuneConfig
 
     with pytest.raises(ConfigError, match="output: s3://b/runs/base: the run folder must be local"):
         TrainConfig.build(paths=("s3://b/shards",), output="s3://b/runs/base")
@@ -393,7 +393,7 @@ def test_run_folders_on_an_object_store_are_refused_up_front():
 def test_trainer_s3_waits_are_bounded_unless_configured(monkeypatch):
     import fsspec
 
-    from trainer.data.refs import S3_RETRIES, S3_TIMEOUTS, _storage_options
+    from bertstream.trainer.data.refs import S3_RETRIES, S3_TIMEOUTS, _storage_options
 
     monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
     monkeypatch.delenv("AWS_RETRY_MODE", raising=False)
@@ -406,9 +406,9 @@ def test_trainer_s3_waits_are_bounded_unless_configured(monkeypatch):
 
 
 def test_corrupt_and_missing_task_shards_on_s3_are_named(s3_server, vocab_file, tmp_path):
-    from pipelines.tasks.pipeline import run_classification
-    from schemas import tasks as T
-    from trainer.finetune.data import TaskDataError, load_task_data
+    from bertstream.pipelines.tasks.pipeline import run_classification
+    from bertstream.schemas import tasks as T
+    from bertstream.trainer.finetune.data import TaskDataError, load_task_data
 
     tsv = tmp_path / "dev.tsv"
     with shared_path("tasks", "sst2", "dev.tsv").open(encoding="utf-8") as f:
@@ -437,8 +437,8 @@ def test_an_endpoint_that_never_answers_fails_in_bounded_time(monkeypatch):
     the same knobs a user has (fsspec's s3 config, AWS_MAX_ATTEMPTS)."""
     import fsspec
 
-    from trainer.data.refs import filesystem
-    from trainer.data.sources import load_manifest
+    from bertstream.trainer.data.refs import filesystem
+    from bertstream.trainer.data.sources import load_manifest
 
     sink = socket.socket()
     sink.bind(("127.0.0.1", 0))
@@ -498,9 +498,9 @@ def test_pretraining_streams_from_s3_with_two_loader_workers(uploaded_dataset, l
 
 def test_finetuning_from_s3_with_two_loader_workers(s3_server, vocab_file, tmp_path):
     """The same for fine-tuning: task data on S3, --num-workers 2."""
-    from pipelines.tasks.pipeline import run_classification
-    from trainer.finetune.config import FinetuneConfig
-    from trainer.finetune.loop import finetune
+    from bertstream.pipelines.tasks.pipeline import run_classification
+    from bertstream.trainer.finetune.config import FinetuneConfig
+    from bertstream.trainer.finetune.loop import finetune
 
     s3_server.bucket("bertstream")
     for split, n in (("train", 81), ("dev", 41)):

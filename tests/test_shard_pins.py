@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.demo_corpus import write_pydoc_corpus
-from pipelines.pretraining import run_pretraining
-from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from pipelines.tasks.pipeline import run_classification, run_ner, run_squad
-from schemas.vocab import SPECIAL_TOKENS
+from bertstream.pipelines.demo_corpus import write_pydoc_corpus
+from bertstream.pipelines.pretraining import run_pretraining
+from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+from bertstream.pipelines.tasks.pipeline import run_classification, run_ner, run_squad
+from bertstream.schemas.vocab import SPECIAL_TOKENS
 
 _WORD = re.compile(r"[a-z]+|[^a-z\s]")
 

@@ -1,5 +1,5 @@
-"""``python -m trainer ...`` / ``torchrun ... -m trainer pretrain ...``: the berttrain command line."""
+"""``python -m bertstream.trainer ...`` / ``torchrun ... -m bertstream.trainer pretrain ...``: the berttrain command line."""
 
-from trainer.cli import main
+from bertstream.trainer.cli import main
 
 main()

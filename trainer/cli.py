@@ -6,13 +6,13 @@ from typing import Any
 
 import click
 
-from configs import options
-from configs.options import click_options
-from trainer.cli_errors import reported
-from trainer.config import TrainConfig
-from trainer.distributed import launched_main
-from trainer.embed import EmbedConfig
-from trainer.finetune.config import FinetuneConfig
+from bertstream.cli import options
+from bertstream.cli.options import click_options
+from bertstream.trainer.cli_errors import reported
+from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.distributed import launched_main
+from bertstream.trainer.embed import EmbedConfig
+from bertstream.trainer.finetune.config import FinetuneConfig
 
 _CTX = {"help_option_names": ["-h", "--help"], "show_default": True}
 
@@ -26,7 +26,7 @@ def main() -> None:
 @click_options(TrainConfig)
 def pretrain(**values: Any) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
-    from trainer.pretrain import pretrain as run
+    from bertstream.trainer.pretrain import pretrain as run
 
     with reported():
         result = run(TrainConfig.build(**values))
@@ -39,7 +39,7 @@ def pretrain(**values: Any) -> None:
 @click.argument("out", type=click.Path(file_okay=False))
 def export_hf(checkpoint, out) -> None:
     """Write a checkpoint as a Hugging Face BertForPreTraining folder (config.json, model.safetensors, vocab.txt)."""
-    from trainer.hf import export_checkpoint
+    from bertstream.trainer.hf import export_checkpoint
 
     with reported():
         path = export_checkpoint(checkpoint, out)
@@ -53,7 +53,7 @@ def export_hf(checkpoint, out) -> None:
 def plot(run_dirs, output, baseline_from) -> None:
     """Plot loss and MLM/NSP accuracy (train and eval) from RUN_DIR/metrics.jsonl; several RUN_DIRs are the
     phases of one training, drawn on one step axis."""
-    from trainer.plot import plot_run, unigram_baseline
+    from bertstream.trainer.plot import plot_run, unigram_baseline
 
     with reported():
         baseline = unigram_baseline(baseline_from) if baseline_from else None
@@ -66,7 +66,7 @@ def plot(run_dirs, output, baseline_from) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --output.")
 def finetune(overwrite: bool, **values: Any) -> None:
     """Fine-tune on a task dataset; evaluate every epoch, keep the best checkpoint, write results.json."""
-    from trainer.finetune.loop import finetune as run
+    from bertstream.trainer.finetune.loop import finetune as run
 
     with reported():  # bad flags (exit 2); bad data, init or output folder (exit 1): a message, not a traceback
         cfg = FinetuneConfig.build(**values)
@@ -85,7 +85,7 @@ def finetune(overwrite: bool, **values: Any) -> None:
 @click_options(EmbedConfig)
 def embed(**values: Any) -> None:
     """Extract BERT features: one vector (or one per token) per input row, written as an Arrow file."""
-    from trainer.embed import embed as run
+    from bertstream.trainer.embed import embed as run
 
     with reported():
         cfg = options.build(EmbedConfig, **values)

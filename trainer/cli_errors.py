@@ -6,7 +6,7 @@ failures a user causes without a bug: a data-loader worker killed (out of memory
 not installed. Ctrl-C and SIGTERM are one line too, exit 130 and 143 (128 + the signal, as the shell reports a
 process killed by it); the ``finally`` and cleanup paths run first (partial checkpoints, a run folder that holds
 nothing yet). Anything else is a bug and keeps its traceback. Every message is redacted
-(``schemas.redact``): a URL's password never reaches the console.
+(``bertstream.schemas.redact``): a URL's password never reaches the console.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 import click
 
-from configs.errors import ConfigError
-from schemas.redact import redact
+from bertstream.cli.errors import ConfigError
+from bertstream.schemas.redact import redact
 
 # Optional packages a command may need (plot: matplotlib; s3:// and http:// data: s3fs, aiohttp; ...), and
 # whether the train extra brings them (aiohttp comes with s3fs).
@@ -35,14 +35,14 @@ class Terminated(KeyboardInterrupt):
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     # Imported here: `berttrain --help` stays fast (torch is not loaded).
-    from schemas.version import SchemaError
-    from schemas.vocab import VocabError, VocabMismatchError
-    from trainer.checkpoint import CheckpointError
-    from trainer.data.refs import ShardError
-    from trainer.errors import RunError
-    from trainer.finetune.data import TaskDataError
-    from trainer.finetune.weights import InitError
-    from trainer.hf import HFCheckpointError
+    from bertstream.schemas.version import SchemaError
+    from bertstream.schemas.vocab import VocabError, VocabMismatchError
+    from bertstream.trainer.checkpoint import CheckpointError
+    from bertstream.trainer.data.refs import ShardError
+    from bertstream.trainer.errors import RunError
+    from bertstream.trainer.finetune.data import TaskDataError
+    from bertstream.trainer.finetune.weights import InitError
+    from bertstream.trainer.hf import HFCheckpointError
 
     # OSError: missing folders, read-only outputs, full disks: the message names the path.
     return (

@@ -1,7 +1,7 @@
 """Configuration of a pretraining run: frozen sections (data, model, optimiser, checkpoints, run, objective),
 validated on construction, saved with every checkpoint. Each field carries its flag's help and default
-(``configs.options`` makes the CLI from them); model presets live in ``trainer.model_config``. ``RunConfig`` and
-``OptimConfig`` are shared with fine-tuning (``trainer.finetune.config``), which overrides some defaults."""
+(``bertstream.cli.options`` makes the CLI from them); model presets live in ``bertstream.trainer.model_config``. ``RunConfig`` and
+``OptimConfig`` are shared with fine-tuning (``bertstream.trainer.finetune.config``), which overrides some defaults."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from configs import options
-from configs.errors import check
-from configs.options import opt, section
-from trainer.data.config import MASKING_MODES, DataConfig, check_masking
-from trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
+from bertstream.cli import options
+from bertstream.cli.errors import check
+from bertstream.cli.options import opt, section
+from bertstream.trainer.data.config import MASKING_MODES, DataConfig, check_masking
+from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from trainer.errors import RunError
+from bertstream.trainer.errors import RunError
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,18 +19,18 @@ import pyarrow as pa
 import torch
 from torch import Tensor, nn
 
-from configs.errors import check
-from configs.options import opt
-from schemas import tasks as T
-from schemas.manifest import MANIFEST_NAME, Manifest
-from schemas.redact import redact_values
-from schemas.version import SchemaError
-from schemas.vocab import CLS, SEP
-from schemas.wordpiece import bert_tokenizer, json_lowercase
-from trainer.config import check_device
-from trainer.errors import RunError
-from trainer.finetune.weights import RANDOM_PREFIX, Init, InitError, check_vocab, resolve_init
-from trainer.model import BertModel
+from bertstream.cli.errors import check
+from bertstream.cli.options import opt
+from bertstream.schemas import tasks as T
+from bertstream.schemas.manifest import MANIFEST_NAME, Manifest
+from bertstream.schemas.redact import redact_values
+from bertstream.schemas.version import SchemaError
+from bertstream.schemas.vocab import CLS, SEP
+from bertstream.schemas.wordpiece import bert_tokenizer, json_lowercase
+from bertstream.trainer.config import check_device
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.finetune.weights import RANDOM_PREFIX, Init, InitError, check_vocab, resolve_init
+from bertstream.trainer.model import BertModel
 
 COMBINES = ("sum", "concat", "mean")
 POOLINGS = ("cls", "mean", "none")
@@ -165,8 +165,8 @@ def text_rows(path: str, init: Init, max_seq_length: int) -> Rows:
 def task_rows(root: str, init: Init) -> Rows:
     """The rows of a ``bertprep task`` folder, as the fine-tuning reader checks and returns them (already
     ``[CLS] ... [SEP]``, tokenised with the vocabulary the manifest names, which must be the init's)."""
-    from trainer.data.refs import read_text
-    from trainer.finetune.data import TaskDataError, load_task_data
+    from bertstream.trainer.data.refs import read_text
+    from bertstream.trainer.finetune.data import TaskDataError, load_task_data
 
     try:
         kind = Manifest.from_json(read_text(root, MANIFEST_NAME), source=f"--input {root}").kind
@@ -187,7 +187,7 @@ def task_rows(root: str, init: Init) -> Rows:
 
 def load_encoder(init: Init) -> BertModel:
     """The init's encoder, weights loaded by the fine-tuning loader (every ``bert.*`` tensor must be there)."""
-    from trainer.finetune.heads import load_encoder_state
+    from bertstream.trainer.finetune.heads import load_encoder_state
 
     holder = nn.Module()  # load_encoder_state fills ``model.bert``, as in every task model
     holder.bert = BertModel(init.config)
@@ -272,7 +272,7 @@ def write_atomic(table: pa.Table, path: Path) -> None:
 
 def embed(cfg: EmbedConfig) -> dict[str, Any]:
     """Run the extraction; returns a summary (rows, width, output path, truncated texts)."""
-    from trainer import distributed as D
+    from bertstream.trainer import distributed as D
 
     out = Path(cfg.output)
     for flag, path in (("--input", cfg.input), ("--init", cfg.init)):

@@ -2,7 +2,7 @@
 
 Its message names the CLI flag to change (``--overwrite``, ``--max-steps``, ...), so ``berttrain`` shows it as
 one ``Error:`` line; library errors (ShardError, SchemaError, ...) carry their own paths and are shown the same
-way by :mod:`trainer.cli_errors`.
+way by :mod:`bertstream.trainer.cli_errors`.
 """
 
 from __future__ import annotations

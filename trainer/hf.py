@@ -19,11 +19,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
-from schemas.wordpiece import bert_tokenizer, with_bert_template
-from trainer.hf_config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict
-from trainer.model import BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
-from trainer.model_config import BertConfig
+from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
+from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
+from bertstream.trainer.hf_config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict
+from bertstream.trainer.model import BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
+from bertstream.trainer.model_config import BertConfig
 
 __all__ = [
     "HFCheckpointError",
@@ -348,7 +348,7 @@ def export_checkpoint(ckpt_dir: str | Path, out_dir: str | Path, *, do_lower_cas
     key holds ``BertConfig.to_dict()``, ``vocab.txt``) as an HF folder; a run folder stands for its newest
     checkpoint, as for ``finetune --init`` and ``embed --init``. ``do_lower_case`` defaults to a top-level
     ``"do_lower_case"`` (or a pretraining run's ``"lowercase"``) entry of the checkpoint's ``config.json``."""
-    from trainer.checkpoint import CheckpointError, newest_in
+    from bertstream.trainer.checkpoint import CheckpointError, newest_in
 
     try:
         folder = newest_in(Path(ckpt_dir))

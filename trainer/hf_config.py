@@ -1,4 +1,4 @@
-"""Our ``BertConfig`` and Hugging Face's ``config.json``, both ways (``trainer.hf`` reads and writes the
+"""Our ``BertConfig`` and Hugging Face's ``config.json``, both ways (``bertstream.trainer.hf`` reads and writes the
 folders; the mapping is here, with the error both raise for a model that is no BERT of ours)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from trainer.model_config import BertConfig
+from bertstream.trainer.model_config import BertConfig
 
 __all__ = ["CONFIG_FILENAME", "HFCheckpointError", "config_from_hf", "hf_config_dict"]
 

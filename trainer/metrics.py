@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from schemas.redact import redact_values
+from bertstream.schemas.redact import redact_values
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -120,7 +120,7 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError as e:
                 if n == len(lines):  # a run killed mid-write tears at most its last line
                     break
-                from trainer.errors import RunError
+                from bertstream.trainer.errors import RunError
 
                 raise RunError(
                     f"{path}:{n}: not a JSON record ({e.msg}): the file was edited or is not a metrics log"

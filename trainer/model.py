@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.model_config import BertConfig
-from trainer.weights_init import construct_then_init, derive_seed
+from bertstream.trainer.model_config import BertConfig
+from bertstream.trainer.weights_init import construct_then_init, derive_seed
 
 __all__ = [
     "BATCH_KEYS",

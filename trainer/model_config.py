@@ -1,5 +1,5 @@
 """A BERT model's configuration: the architecture (``BertConfig``), the named presets, dropout as a training
-choice, and what one pretraining sequence costs in FLOPs. The modules are ``trainer.model``'s."""
+choice, and what one pretraining sequence costs in FLOPs. The modules are ``bertstream.trainer.model``'s."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from trainer.config import LR_SCHEDULES
+from bertstream.trainer.config import LR_SCHEDULES
 
 _LAYER = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.")
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import torch
 
-from trainer.metrics import read_metrics
+from bertstream.trainer.metrics import read_metrics
 
 
 def unigram_baseline(data_dir: str) -> float:
     """MLM accuracy of always predicting the most frequent masked token of ``data_dir`` (its own mode, so the
     baseline is, if anything, flattered)."""
-    from trainer.data import DataConfig, PretrainingLoader
+    from bertstream.trainer.data import DataConfig, PretrainingLoader
 
     loader = PretrainingLoader(
         DataConfig(paths=(data_dir,), batch_size=256, shuffle=False, drop_remainder=False), expected_vocab_sha256=None

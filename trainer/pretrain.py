@@ -18,20 +18,20 @@ from typing import Any, cast
 
 import torch
 
-from schemas.redact import redact_values
-from schemas.vocab import Vocab
-from trainer import checkpoint as ckpt
-from trainer import distributed as D
-from trainer import rundir
-from trainer import runtime as R
-from trainer.config import TrainConfig
-from trainer.data import PretrainingLoader
-from trainer.errors import RunError
-from trainer.metrics import MetricsLogger, Throughput
-from trainer.model import BertForPreTraining
-from trainer.model_config import BertConfig, pretraining_flops
-from trainer.optim import build_optimizer, build_scheduler
-from trainer.pretrain_inputs import (
+from bertstream.schemas.redact import redact_values
+from bertstream.schemas.vocab import Vocab
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import distributed as D
+from bertstream.trainer import rundir
+from bertstream.trainer import runtime as R
+from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.data import PretrainingLoader
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.metrics import MetricsLogger, Throughput
+from bertstream.trainer.model import BertForPreTraining
+from bertstream.trainer.model_config import BertConfig, pretraining_flops
+from bertstream.trainer.optim import build_optimizer, build_scheduler
+from bertstream.trainer.pretrain_inputs import (
     check_seq_length,
     data_loader,
     eval_data_loader,
@@ -39,8 +39,8 @@ from trainer.pretrain_inputs import (
     load_vocab,
     model_config,
 )
-from trainer.progress import Progress
-from trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
+from bertstream.trainer.progress import Progress
+from bertstream.trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
 

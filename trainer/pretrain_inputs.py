@@ -9,17 +9,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from schemas.manifest import load_vocab as load_dataset_vocab
-from schemas.vocab import Vocab
-from trainer import distributed as D
-from trainer import runtime as R
-from trainer.config import TrainConfig
-from trainer.data import PretrainingLoader, VocabMismatchError, load_manifest
-from trainer.data.config import DYNAMIC_ONLY, dataset_key, weight_notes
-from trainer.data.loader import TooFewSamples
-from trainer.data.refs import read_text
-from trainer.errors import RunError
-from trainer.model_config import PRESET_NAMES, BertConfig, find_preset, with_dropout
+from bertstream.schemas.manifest import load_vocab as load_dataset_vocab
+from bertstream.schemas.vocab import Vocab
+from bertstream.trainer import distributed as D
+from bertstream.trainer import runtime as R
+from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.data import PretrainingLoader, VocabMismatchError, load_manifest
+from bertstream.trainer.data.config import DYNAMIC_ONLY, dataset_key, weight_notes
+from bertstream.trainer.data.loader import TooFewSamples
+from bertstream.trainer.data.refs import read_text
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.model_config import PRESET_NAMES, BertConfig, find_preset, with_dropout
 
 
 def load_vocab(data_dirs: tuple[str, ...]) -> tuple[Vocab, bool]:
@@ -42,7 +42,7 @@ def model_config(cfg: TrainConfig, vocab: Vocab, restored: dict | None) -> tuple
     if restored is not None:  # the checkpoint's architecture; --dropout may still change for a second phase
         return with_dropout(BertConfig.from_dict(restored["model"]), cfg.model.dropout), None, None
     if cfg.model.init_from:
-        from trainer.hf import load_hf
+        from bertstream.trainer.hf import load_hf
 
         config, state, report = load_hf(cfg.model.init_from, seed=cfg.run.seed)
         check_init_vocab(cfg.model.init_from, report.vocab_sha256, vocab, cfg.data.paths[0])

@@ -15,11 +15,11 @@ from typing import Any
 
 from torch.optim.lr_scheduler import LambdaLR
 
-from configs import options
-from trainer.config import TrainConfig
-from trainer.data.config import dataset_key
-from trainer.errors import RunError
-from trainer.optim import WarmupLinearDecay
+from bertstream.cli import options
+from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.data.config import dataset_key
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.optim import WarmupLinearDecay
 
 # TrainConfig settings (leaf names, see configs.options) a resume must not change (all but --max-steps, run-time
 # flags, data and eval data).

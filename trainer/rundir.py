@@ -17,9 +17,9 @@ import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from trainer import checkpoint as ckpt
-from trainer.data.config import dataset_key
-from trainer.errors import RunError
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.data.config import dataset_key
+from bertstream.trainer.errors import RunError
 
 
 def plan_run(

@@ -14,11 +14,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.optim.lr_scheduler import LambdaLR
 
-from schemas.redact import redact
-from trainer import checkpoint as ckpt
-from trainer import distributed as D
-from trainer import progress
-from trainer.errors import RunError
+from bertstream.schemas.redact import redact
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import distributed as D
+from bertstream.trainer import progress
+from bertstream.trainer.errors import RunError
 
 # Batch entries that stay on the host: row bookkeeping (pretraining instance ids, fine-tuning row index).
 HOST_KEYS = frozenset({"instance_ids", "index"})

@@ -1,5 +1,5 @@
 """Reproducible initialisation, the model-independent part: named seed streams, and modules built on the meta
-device first so that no weight is initialised twice (``trainer.model.seeded_init`` draws the BERT weights)."""
+device first so that no weight is initialised twice (``bertstream.trainer.model.seeded_init`` draws the BERT weights)."""
 
 from __future__ import annotations
 

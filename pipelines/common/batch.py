@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.common.ragged import concat_ranges, take_ranges
-from schemas import id_types
-from schemas import pretraining as P
+from bertstream.pipelines.common.ragged import concat_ranges, take_ranges
+from bertstream.schemas import id_types
+from bertstream.schemas import pretraining as P
 
 _WIRE = struct.Struct("<4sB3xQQQ")
 _MAGIC = b"BSIB"

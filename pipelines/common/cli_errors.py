@@ -21,11 +21,11 @@ from contextlib import contextmanager
 
 import click
 
-from configs.errors import ConfigError
-from pipelines.common.files import InputError
-from pipelines.common.inputs import missing_filesystem_in
-from pipelines.common.redact import redact_text
-from pipelines.common.runner import (
+from bertstream.cli.errors import ConfigError
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.inputs import missing_filesystem_in
+from bertstream.pipelines.common.redact import redact_text
+from bertstream.pipelines.common.runner import (
     UsageError,
     current_worker_log,
     death_signal_pending,
@@ -33,7 +33,7 @@ from pipelines.common.runner import (
     stop_worker_processes,
     worker_death,
 )
-from schemas.vocab import VocabError
+from bertstream.schemas.vocab import VocabError
 
 _STAGE = re.compile(r" \[while running '[^']*'\]")
 
@@ -190,7 +190,7 @@ def _pipeline_errors() -> Iterator[None]:
 
 
 def _worker_died_or_interrupted() -> None:
-    """A SIGINT is Ctrl-C, or the signal :mod:`pipelines.common.runner` sends when a worker process died."""
+    """A SIGINT is Ctrl-C, or the signal :mod:`bertstream.pipelines.common.runner` sends when a worker process died."""
     why = worker_death()
     if why is None:
         interrupted()

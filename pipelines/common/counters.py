@@ -155,7 +155,7 @@ def progress(message: str, *, every_s: float = 0.0) -> None:
     if every_s and now - _last_progress[0] < every_s:
         return
     _last_progress[0] = now
-    from pipelines.common.redact import redact_text
+    from bertstream.pipelines.common.redact import redact_text
 
     print(f"[bertprep] {redact_text(message)}", file=_console(), flush=True)
 

@@ -17,14 +17,14 @@ from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
-from configs.errors import check
-from pipelines.common.output_dir import ensure_writable_dir, foreign_files, refusal, refuse_foreign
-from pipelines.common.redact import redact_options, redact_text
-from pipelines.common.runner import UsageError, runner_name
-from pipelines.common.tokenizer import TokenizerSpec
-from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
-from schemas.manifest import vocab_entry as schema_vocab_entry
-from schemas.vocab import VOCAB_FILENAME
+from bertstream.cli.errors import check
+from bertstream.pipelines.common.output_dir import ensure_writable_dir, foreign_files, refusal, refuse_foreign
+from bertstream.pipelines.common.redact import redact_options, redact_text
+from bertstream.pipelines.common.runner import UsageError, runner_name
+from bertstream.pipelines.common.tokenizer import TokenizerSpec
+from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from bertstream.schemas.manifest import vocab_entry as schema_vocab_entry
+from bertstream.schemas.vocab import VOCAB_FILENAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +153,13 @@ def _restore(output_dir: str, is_output: Callable[[str], bool], moved: list[tupl
         for src, dst in sorted(moved, key=lambda m: m[0].endswith(MANIFEST_NAME)):
             FileSystems.rename([dst], [src])
     except Exception as e:  # noqa: BLE001 - the run's own error is what the user must see
-        from pipelines.common import counters as C
+        from bertstream.pipelines.common import counters as C
 
         C.progress(f"could not put the earlier dataset back ({type(e).__name__}: {e}); its files are in {aside}")
 
 
 def vocab_entry(spec: TokenizerSpec) -> dict[str, Any]:
-    """The manifest's ``vocab`` (``schemas.manifest.vocab_entry``: what the trainer checks its tokenizer
+    """The manifest's ``vocab`` (``bertstream.schemas.manifest.vocab_entry``: what the trainer checks its tokenizer
     against) for a run's tokenizer, its source redacted."""
     return schema_vocab_entry(spec.vocab, lowercase=spec.lowercase, source=redact_text(spec.source))
 

@@ -20,8 +20,8 @@ from typing import IO
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common import counters as C
-from pipelines.common.byte_ranges import BLOCK_BYTES, cut_blocks
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.byte_ranges import BLOCK_BYTES, cut_blocks
 
 COMPRESSED_SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".lzma", ".zst", ".zstd")
 

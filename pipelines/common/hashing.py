@@ -2,16 +2,16 @@
 
 ``hash64`` names things (documents, runs); ``mix64`` is SplitMix64's finaliser, a bijection on 64-bit
 integers with good avalanche, used both on Python ints and, vectorised, on NumPy ``uint64`` arrays
-(``mix64_array``, defined in ``schemas.hashing`` because the trainer's dynamic masks draw with it too).
+(``mix64_array``, defined in ``bertstream.schemas.hashing`` because the trainer's dynamic masks draw with it too).
 """
 
 from __future__ import annotations
 
 import hashlib
 
-from schemas.hashing import GOLDEN, mix64_array, uniform_from  # noqa: F401  (the array forms live in schemas)
-from schemas.hashing import M1 as _M1
-from schemas.hashing import M2 as _M2
+from bertstream.schemas.hashing import GOLDEN, mix64_array, uniform_from  # noqa: F401  (the array forms live in schemas)
+from bertstream.schemas.hashing import M1 as _M1
+from bertstream.schemas.hashing import M2 as _M2
 
 MASK64 = (1 << 64) - 1
 

@@ -7,7 +7,7 @@ An input is its content, read once, as it was listed:
   through links) is one input, read once, and the run says so;
 - a recursive ``**`` walks each folder once, whatever links loop back to it;
 - each file's size and modification time are kept from the listing: readers fail the run, naming the file,
-  when it changed before they were done (``pipelines.pretraining.read.check_unchanged``).
+  when it changed before they were done (``bertstream.pipelines.pretraining.read.check_unchanged``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common.formats import FORMATS
-from pipelines.common.runner import UsageError
+from bertstream.pipelines.common.formats import FORMATS
+from bertstream.pipelines.common.runner import UsageError
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +272,7 @@ def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> li
             raise UsageError("input", f"{path} is given as both {found[path][1]} and {fmt}")
         found[path] = (m.size_in_bytes, fmt, m.last_updated_in_seconds)
     if again or loops:
-        from pipelines.common import counters as C
+        from bertstream.pipelines.common import counters as C
 
         if again:
             shown = ", ".join(again[:3]) + (f" and {len(again) - 3} more" if len(again) > 3 else "")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import uuid
 
-from pipelines.common.runner import UsageError
-from schemas.manifest import MANIFEST_NAME
+from bertstream.pipelines.common.runner import UsageError
+from bertstream.schemas.manifest import MANIFEST_NAME
 
 
 def ensure_writable_dir(output_dir: str) -> None:

@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from pipelines.common.runner import UsageError
+from bertstream.pipelines.common.runner import UsageError
 
 LOCK_NAME = ".bertprep.lock"
 
@@ -87,7 +87,7 @@ def lock_output(output_dir: str, run_id: str, command: str) -> OutputLock:
                 if holder is None:
                     continue  # removed meanwhile: try again
                 if holder.get("host") == me["host"] and not _alive(int(holder.get("pid", 0))):
-                    from pipelines.common import counters as C
+                    from bertstream.pipelines.common import counters as C
 
                     C.progress(
                         f"removing the stale lock of run {holder.get('run_id')} (pid {holder.get('pid')} is gone)"

@@ -4,7 +4,7 @@ Manifests record the run's Beam options, and people publish manifests with their
 name says key, secret, token, password or credential keeps its name and loses its value. Secrets are also
 redacted by value: a URL carrying ``user:password@`` (in any option, input, output or vocabulary, a log
 line, a progress line, an error, a manifest field) keeps its user and loses its password, by the rule both
-sides share (``schemas.redact``).
+sides share (``bertstream.schemas.redact``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 
-from schemas.redact import REDACTED, redact, url_passwords
+from bertstream.schemas.redact import REDACTED, redact, url_passwords
 
 __all__ = [
     "REDACTED",

@@ -40,7 +40,7 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
 
 
 # Runners bertprep replaces by its own (pipelines/common/dask_runner.py says why); keys are lower case.
-DASK_RUNNER = "pipelines.common.dask_runner.DaskRunner"
+DASK_RUNNER = "bertstream.pipelines.common.dask_runner.DaskRunner"
 RUNNER_ALIASES = {
     "dask": DASK_RUNNER,
     "daskrunner": DASK_RUNNER,
@@ -216,7 +216,7 @@ def stop_worker_processes() -> None:
     process from exiting, as Python waits for the thread that waits for it). Workers are direct children:
     Beam's shell ``exec``s them (a shell of an older command line is killed with its children)."""
     for pid, cmd in _children(os.getpid()):
-        if b"pipelines.common.beam_worker" in cmd:
+        if b"bertstream.pipelines.common.beam_worker" in cmd:
             for child, _ in _children(pid):
                 _kill(child)
             _kill(pid)
@@ -266,7 +266,7 @@ def make_pipeline(options: PipelineOptions, run_id: str | None = None) -> beam.P
         env = environments.SubprocessSDKEnvironment.from_command_string(
             # exec: the worker replaces Beam's shell, which would print "Killed" if the worker were killed.
             f"exec env BERTPREP_WORKER_LOG={shlex.quote(log)} MALLOC_ARENA_MAX=2 {shlex.quote(sys.executable)} "
-            "-m pipelines.common.beam_worker"
+            "-m bertstream.pipelines.common.beam_worker"
         )
         direct.direct_running_mode = "in_memory"  # else FnApiRunner replaces our environment with its own
         return beam.Pipeline(runner=FnApiRunner(default_environment=env), options=options)

@@ -20,10 +20,10 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common.batch import InstanceBatch
-from schemas import id_types, wds
-from schemas import pretraining as P
-from schemas.manifest import ShardInfo
+from bertstream.pipelines.common.batch import InstanceBatch
+from bertstream.schemas import id_types, wds
+from bertstream.schemas import pretraining as P
+from bertstream.schemas.manifest import ShardInfo
 
 
 class _HashedOutput(io.RawIOBase):
@@ -105,7 +105,7 @@ class ShardWriter:
 
 
 class ArrowShardWriter(ShardWriter):
-    """Arrow IPC file, one row per instance (schema: ``schemas.pretraining``)."""
+    """Arrow IPC file, one row per instance (schema: ``bertstream.schemas.pretraining``)."""
 
     fmt = "arrow"
 
@@ -158,7 +158,7 @@ def to_arrow(batch: InstanceBatch, schema: pa.Schema, id_type: pa.DataType) -> p
 
 
 class WebDatasetShardWriter(ShardWriter):
-    """POSIX tar of ``<instance id>.bert`` members (layout: ``schemas.wds``)."""
+    """POSIX tar of ``<instance id>.bert`` members (layout: ``bertstream.schemas.wds``)."""
 
     fmt = "webdataset"
 

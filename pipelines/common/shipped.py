@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common.spill import write_file
+from bertstream.pipelines.common.spill import write_file
 
 T = TypeVar("T")
 

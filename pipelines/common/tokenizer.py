@@ -1,6 +1,6 @@
 """The tokenizer every job builds from ``--vocab`` (a vocab.txt or a tokenizer.json, local or URL): loaded once
 by the launcher, then shipped to the workers as JSON (``TokenizerSpec``), so that no worker needs the path.
-Built as ``transformers.BertTokenizerFast`` builds it (:mod:`schemas.wordpiece`): ids are Hugging Face's.
+Built as ``transformers.BertTokenizerFast`` builds it (:mod:`bertstream.schemas.wordpiece`): ids are Hugging Face's.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer
 
-from schemas.vocab import SPECIAL_TOKENS, Vocab, VocabError
-from schemas.wordpiece import bert_tokenizer
-from schemas.wordpiece import json_lowercase as _json_lowercase
+from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, VocabError
+from bertstream.schemas.wordpiece import bert_tokenizer
+from bertstream.schemas.wordpiece import json_lowercase as _json_lowercase
 
 
 @dataclass(frozen=True, slots=True)

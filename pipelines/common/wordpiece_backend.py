@@ -1,6 +1,6 @@
 """Which library turns text into WordPiece ids for the pretraining pipeline, and the one call that does it.
 
-Two backends give the same ids for the tokenizers bertstream builds (``schemas.wordpiece``: BertTokenizerFast's):
+Two backends give the same ids for the tokenizers bertstream builds (``bertstream.schemas.wordpiece``: BertTokenizerFast's):
 Hugging Face ``tokenizers`` (the reference; it also trains vocabularies and gives the offsets the task pipelines
 and the word segmenter need) and ``nanotoken`` (a Rust WordPiece encoder written to match ``tokenizers`` exactly,
 8-30x faster here: benchmarks/pipeline_throughput.py). Parity is tested id for id over all the shared English and
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.common import counters as C
-from schemas.vocab import VocabError
+from bertstream.pipelines.common import counters as C
+from bertstream.schemas.vocab import VocabError
 
 ENV = "BERTSTREAM_TOKENIZER_BACKEND"
 MODES = ("auto", "fast", "hf")

@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
     # ``from pipelines.pretraining import run_pretraining`` (the earlier module's path), loaded on use so that
     # importing one stage does not import the whole pipeline.
     if name == "run_pretraining":
-        from pipelines.pretraining.pipeline import run_pretraining
+        from bertstream.pipelines.pretraining.pipeline import run_pretraining
 
         return run_pretraining
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

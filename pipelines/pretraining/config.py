@@ -1,14 +1,14 @@
 """Configuration of ``bertprep pretraining``: everything that shapes the instances, validated on construction
-(with :func:`configs.errors.check`, like every component config of the project)."""
+(with :func:`bertstream.cli.errors.check`, like every component config of the project)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from configs.errors import check
-from configs.options import opt, section
-from pipelines.common.formats import ARROW_COMPRESSIONS, FORMATS, OUTPUT_FORMATS
+from bertstream.cli.errors import check
+from bertstream.cli.options import opt, section
+from bertstream.pipelines.common.formats import ARROW_COMPRESSIONS, FORMATS, OUTPUT_FORMATS
 
 DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.pretraining.dedup
 MAX_DEDUP_NGRAM = 64
@@ -34,7 +34,7 @@ class PretrainingConfig:
     )
     lowercase: bool = opt(True, cli=False)  # the tokenizer's (PretrainingJob.casing: the flag)
     output_format: str = opt("arrow", choices=OUTPUT_FORMATS, show=True)
-    # 0: chosen from the input size (see pipelines.pretraining.pipeline.SHARD_SIZING)
+    # 0: chosen from the input size (see bertstream.pipelines.pretraining.pipeline.SHARD_SIZING)
     num_shards: int = opt(0, "Shards per format (default: from the input size).")
     docs_per_group: int = opt(2000, "Documents per random-next pool.", show=True)
     max_group_tokens: int = opt(64_000_000, cli=False)

@@ -12,13 +12,13 @@ the run's seed) give the signature, the minimum of each over the shingles. The s
 ``bands`` bands of ``rows`` rows (``lsh_params``, derived from the threshold); two documents are
 candidates when one band is equal. Candidates are verified on an 8-bit sketch of their signatures (b-bit
 minwise hashing, Li & Koenig 2010): the estimated Jaccard must reach the threshold. The hashing runs in a
-numba kernel (``pipelines.pretraining.kernels.minhash``, 13-25 MB/s per core), pinned to the readable
-reference (``pipelines.pretraining.minhash.reference_document_hashes``, with the rest of the maths: the regex, a Python loop per character, NumPy per document, ~1.2 MB/s);
+numba kernel (``bertstream.pipelines.pretraining.kernels.minhash``, 13-25 MB/s per core), pinned to the readable
+reference (``bertstream.pipelines.pretraining.minhash.reference_document_hashes``, with the rest of the maths: the regex, a Python loop per character, NumPy per document, ~1.2 MB/s);
 datasketch's ``MinHash.bulk`` measured ~1.3 MB/s on the same text (``benchmarks/dedup_quality.py``).
 
 The text never goes through a shuffle. ``Sign`` turns each batch into small entries -- (band, key, the
 document's position in a local id table) plus the id table and the sketches -- and spills them, one section
-per partition of the key space, to files in the run's work directory (:mod:`pipelines.common.spill`); only the
+per partition of the key space, to files in the run's work directory (:mod:`bertstream.pipelines.common.spill`); only the
 references are grouped, and the batches themselves wait in spill files too. ``Resolve`` reads one
 partition's sections and finds the duplicates in it; the ``(removed id, kept id, kind)`` records (few: one
 per duplicate) are merged per document and reach ``Filter`` as a side input (held by each worker: ~100
@@ -48,10 +48,10 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common import counters as C
-from pipelines.common.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
-from pipelines.pretraining.dedup_encoding import Part, decode_batch, decode_parts, encode_batch, encode_part
-from pipelines.pretraining.minhash import (
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
+from bertstream.pipelines.pretraining.dedup_encoding import Part, decode_batch, decode_parts, encode_batch, encode_part
+from bertstream.pipelines.pretraining.minhash import (
     NUM_PERM,
     band_keys,
     document_hashes,
@@ -65,7 +65,7 @@ from pipelines.pretraining.minhash import (
     word_hashes,
     words,
 )
-from pipelines.pretraining.read import Document, DocumentBatch
+from bertstream.pipelines.pretraining.read import Document, DocumentBatch
 
 EXACT_BAND = -1  # the "band" of exact-hash entries
 EXACT = "exact"

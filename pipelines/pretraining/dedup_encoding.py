@@ -1,6 +1,6 @@
 """Dedup's bytes on the wire: the binary parts each batch sends to the duplicate-finding shuffle (band keys,
 ids, small shingle sets and sketches, packed without pickling) and the JSON a batch waits as in a spill file.
-Kept apart from the dedup logic (:mod:`pipelines.pretraining.dedup`) so that each format is read in one place.
+Kept apart from the dedup logic (:mod:`bertstream.pipelines.pretraining.dedup`) so that each format is read in one place.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipelines.pretraining.read import Document, DocumentBatch
+from bertstream.pipelines.pretraining.read import Document, DocumentBatch
 
 # --- entries: what one batch sends to the shuffle -------------------------------------------------------
 

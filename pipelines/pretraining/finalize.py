@@ -15,16 +15,16 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common import counters as C
-from pipelines.common.batch import InstanceBatch
-from pipelines.common.dataset_run import DatasetHeader, write_text_atomic
-from pipelines.common.shipped import Shipped, resolve
-from pipelines.common.spill import remove_work_dir
-from pipelines.pretraining import stats as S
-from pipelines.pretraining.write import ShardSpec
-from schemas import pretraining as P
-from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
-from schemas.vocab import VOCAB_FILENAME, Vocab
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.batch import InstanceBatch
+from bertstream.pipelines.common.dataset_run import DatasetHeader, write_text_atomic
+from bertstream.pipelines.common.shipped import Shipped, resolve
+from bertstream.pipelines.common.spill import remove_work_dir
+from bertstream.pipelines.pretraining import stats as S
+from bertstream.pipelines.pretraining.write import ShardSpec
+from bertstream.schemas import pretraining as P
+from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab
 
 
 def empty_batch(dtype: str) -> InstanceBatch:

@@ -6,7 +6,7 @@ groups hold about ``docs_per_group`` documents and at most ``max_group_tokens`` 
 sentences come from thousands of other documents. ``G`` depends only on the data and the parameters, never
 on the runner.
 
-The shuffle carries references, not tokens (see :mod:`pipelines.common.spill`):
+The shuffle carries references, not tokens (see :mod:`bertstream.pipelines.common.spill`):
 
 1. ``SpillDocuments``: each worker buffers tokenized documents and writes them to a spill file, sorted by
    ``mix64(key)``. Any group is then one contiguous run of documents in every spill file, whatever ``G``
@@ -14,7 +14,7 @@ The shuffle carries references, not tokens (see :mod:`pipelines.common.spill`):
 2. ``PlanGroups``: once ``G`` is known, each spill file's small index (8 bytes per document and 16 bytes of
    offsets) gives every group's byte ranges in it; only those references go through the ``GroupByKey``, one
    per block of consecutive groups beyond 256 groups (``spill.keys_per_block``).
-3. ``BuildPool``: a group's parts are read back and sorted by key into a :class:`~pipelines.pretraining.instances.Pool`,
+3. ``BuildPool``: a group's parts are read back and sorted by key into a :class:`~bertstream.pipelines.pretraining.instances.Pool`,
    written to a pool file; the group fans out into work units (pass, document range) of about
    ``tokens_per_unit`` tokens, which any worker processes by reading the pool file.
 """
@@ -30,12 +30,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common.hashing import mix64, mix64_array
-from pipelines.common.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
-from pipelines.pretraining import progress as P
-from pipelines.pretraining.instances import Pool, document_key
-from pipelines.pretraining.tokenize import TokenizedBatch
-from schemas import id_types
+from bertstream.pipelines.common.hashing import mix64, mix64_array
+from bertstream.pipelines.common.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
+from bertstream.pipelines.pretraining import progress as P
+from bertstream.pipelines.pretraining.instances import Pool, document_key
+from bertstream.pipelines.pretraining.tokenize import TokenizedBatch
+from bertstream.schemas import id_types
 
 _HEADER = struct.Struct("<8sB7xQQQ")
 _MAGIC = b"BSDOCS01"

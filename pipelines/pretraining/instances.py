@@ -13,7 +13,7 @@ probability 0.5 each), with two differences that make it parallel and exact:
   ``(a0, a1, b0, b1)``; tokens are gathered for a whole work unit at once (:func:`assemble`).
 
 Speed: :func:`document_instances` is the readable transcription; the pipeline runs a compiled copy of it
-(:mod:`pipelines.pretraining.kernels.instances`, with a CPython-exact Mersenne Twister), ~14x less CPU per instance
+(:mod:`bertstream.pipelines.pretraining.kernels.instances`, with a CPython-exact Mersenne Twister), ~14x less CPU per instance
 with :func:`assemble`, which tests pin to this module's pure-Python path instance for instance.
 """
 
@@ -28,12 +28,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common.batch import InstanceBatch
-from pipelines.common.hashing import combine, hash64
-from pipelines.common.ragged import concat_ranges, take_ranges
-from pipelines.pretraining.kernels import switch
-from schemas import id_types
-from schemas import pretraining as P
+from bertstream.pipelines.common.batch import InstanceBatch
+from bertstream.pipelines.common.hashing import combine, hash64
+from bertstream.pipelines.common.ragged import concat_ranges, take_ranges
+from bertstream.pipelines.pretraining.kernels import switch
+from bertstream.schemas import id_types
+from bertstream.schemas import pretraining as P
 
 _POOL_HEADER = struct.Struct("<8sBxxxQQQ")
 _POOL_MAGIC = b"BSPOOL01"
@@ -243,8 +243,8 @@ def unit_instances(
     :func:`document_instances` and reproduces ``random.Random`` draw for draw.
     """
     # Imported here, not at the top: numba's import (~0.2 s) is paid only by processes that create instances.
-    from pipelines.pretraining.kernels import instances as kernel
-    from pipelines.pretraining.kernels import readonly
+    from bertstream.pipelines.pretraining.kernels import instances as kernel
+    from bertstream.pipelines.pretraining.kernels import readonly
 
     if not 0 <= doc_start <= doc_end <= pool.num_docs:  # the kernel does not check bounds
         raise IndexError(f"documents {doc_start}:{doc_end} of a pool of {pool.num_docs}")
@@ -290,8 +290,8 @@ def assemble(pool: Pool, raw: RawInstances, cls_id: int, sep_id: int) -> tuple[n
 
     Returns ``(ids, offsets, segment_a_length)``: instance ``i`` is ``ids[offsets[i]:offsets[i+1]]``.
     """
-    from pipelines.pretraining.kernels import instances as kernel  # lazily, as in unit_instances
-    from pipelines.pretraining.kernels import readonly
+    from bertstream.pipelines.pretraining.kernels import instances as kernel  # lazily, as in unit_instances
+    from bertstream.pipelines.pretraining.kernels import readonly
 
     spans = readonly(raw.spans, np.int64).reshape(-1, 4)
     # The kernel does not check bounds: spans must be ranges inside the pool (unit_instances' always are).
@@ -337,7 +337,7 @@ class _CreateInstancesFn(beam.DoFn):
             self._pool = Pool.load(unit.pool_path)
             self._pool_path = unit.pool_path
         pool = self._pool
-        # The kernels or the pure-Python paths: identical output (see pipelines.pretraining.kernels.switch).
+        # The kernels or the pure-Python paths: identical output (see bertstream.pipelines.pretraining.kernels.switch).
         raw = switch.run(
             unit_instances,
             reference_unit_instances,

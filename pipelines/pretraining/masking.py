@@ -10,14 +10,14 @@ Randomness: every draw is a hash of (instance id, position, purpose), so an inst
 depend on which batch or worker masked it.
 
 Speed: :func:`reference_mask` is the readable NumPy definition; the pipeline runs a compiled kernel
-(:mod:`pipelines.pretraining.kernels.masking`) that gives the same positions, labels and replacements, ~4x faster
+(:mod:`bertstream.pipelines.pretraining.kernels.masking`) that gives the same positions, labels and replacements, ~4x faster
 (whole-word masking ~35x); tests pin the two together.
 
 Whole-word masking: candidates are words (a token and the ``##`` pieces that follow it in the same
 segment); words are taken in random order while they fit in ``num_to_predict`` (a word that would overflow
 is skipped, as the reference does), so an instance may get fewer than ``num_to_predict`` predictions.
 The selection reads one per-token array, "continues the previous token's word": ``##`` pieces, and, with a
-word segmenter (Chinese), also the tokens that Tokenize marked in their ids (:mod:`pipelines.pretraining.word_segmenter`),
+word segmenter (Chinese), also the tokens that Tokenize marked in their ids (:mod:`bertstream.pipelines.pretraining.word_segmenter`),
 whose marks are removed here, before anything is written.
 """
 
@@ -29,14 +29,14 @@ from dataclasses import dataclass, replace
 import apache_beam as beam
 import numpy as np
 
-from pipelines.common.batch import InstanceBatch
-from pipelines.common.hashing import GOLDEN, mix64_array, uniform_from
-from pipelines.common.shipped import resolve
-from pipelines.pretraining.kernels import switch
-from pipelines.pretraining.word_segmenter import unmark
-from schemas import pretraining as P
-from schemas.pretraining import num_to_predict
-from schemas.vocab import MASK, is_reserved
+from bertstream.pipelines.common.batch import InstanceBatch
+from bertstream.pipelines.common.hashing import GOLDEN, mix64_array, uniform_from
+from bertstream.pipelines.common.shipped import resolve
+from bertstream.pipelines.pretraining.kernels import switch
+from bertstream.pipelines.pretraining.word_segmenter import unmark
+from bertstream.schemas import pretraining as P
+from bertstream.schemas.pretraining import num_to_predict
+from bertstream.schemas.vocab import MASK, is_reserved
 
 _PICK, _MASK80, _KEEP50, _RANDOM = (np.uint64(x) for x in (0x1, 0x2, 0x3, 0x4))
 _NO_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -91,8 +91,8 @@ def mask(
     whole-word masking.
     """
     # Imported here, not at the top: numba's import (~0.2 s) is paid only by processes that mask.
-    from pipelines.pretraining.kernels import masking as kernel
-    from pipelines.pretraining.kernels import readonly
+    from bertstream.pipelines.pretraining.kernels import masking as kernel
+    from bertstream.pipelines.pretraining.kernels import readonly
 
     offsets = np.asarray(offsets, dtype=np.int64)
     lengths = np.diff(offsets)
@@ -224,7 +224,7 @@ class _MaskFn(beam.DoFn):
         self.spec = masking_spec(resolve(self.vocab), *self.params)
 
     def process(self, batch: InstanceBatch) -> Iterator[InstanceBatch]:
-        # The kernel or the NumPy path: identical masks (see pipelines.pretraining.kernels.switch).
+        # The kernel or the NumPy path: identical masks (see bertstream.pipelines.pretraining.kernels.switch).
         m = switch.run(
             mask, reference_mask, batch.ids, batch.offsets, batch.segment_a_length, batch.instance_ids, self.spec
         )

@@ -1,8 +1,8 @@
-"""MinHash maths of the dedup stage (:mod:`pipelines.pretraining.dedup` runs it in Beam): words, word hashes,
+"""MinHash maths of the dedup stage (:mod:`bertstream.pipelines.pretraining.dedup` runs it in Beam): words, word hashes,
 ``ngram``-word shingles, signatures under ``NUM_PERM`` hash functions ``a*x + b mod 2**64``, the LSH band
 parameters for a threshold, band keys, 8-bit sketches and the Jaccard estimates, and the per-document hashes
 (:func:`reference_document_hashes`, the readable definition the numba kernel
-``pipelines.pretraining.kernels.minhash`` is pinned to, and :func:`document_hashes`, which runs the kernel)."""
+``bertstream.pipelines.pretraining.kernels.minhash`` is pinned to, and :func:`document_hashes`, which runs the kernel)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from pipelines.common.hashing import GOLDEN, MASK64, hash64, mix64, mix64_array
-from pipelines.pretraining.config import MAX_DEDUP_NGRAM
+from bertstream.pipelines.common.hashing import GOLDEN, MASK64, hash64, mix64, mix64_array
+from bertstream.pipelines.pretraining.config import MAX_DEDUP_NGRAM
 
 NUM_PERM = 128
 SHINGLE_BLOCK = 1024  # shingles hashed at a time (1 MB of values: in cache; a book's 200k at once: 200 MB)
@@ -151,7 +151,7 @@ def reference_document_hashes(
     texts: Sequence[str], ngram: int, a: np.ndarray, b: np.ndarray, minhash: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(word counts int64 [D], exact hashes uint64 [D], signatures uint64 [D, P] or [D, 0]) of texts: the
-    readable definition that ``pipelines.pretraining.kernels.minhash.document_hashes`` is pinned to."""
+    readable definition that ``bertstream.pipelines.pretraining.kernels.minhash.document_hashes`` is pinned to."""
     counts, exact, sigs = [], [], []
     for t in texts:
         wh = word_hashes(words(t))
@@ -167,14 +167,14 @@ def document_hashes(
     texts: Sequence[str], ngram: int, a: np.ndarray, b: np.ndarray, minhash: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`reference_document_hashes`, compiled (~10x faster), once the process has done some work."""
-    from pipelines.pretraining.kernels import switch
+    from bertstream.pipelines.pretraining.kernels import switch
 
     return switch.run(_compiled_hashes, reference_document_hashes, texts, ngram, a, b, minhash)
 
 
 def _compiled_hashes(texts: Sequence[str], ngram: int, a: np.ndarray, b: np.ndarray, minhash: bool):
-    from pipelines.pretraining.kernels import minhash as kernel  # numba's import only in processes that sign
-    from pipelines.pretraining.kernels import readonly
+    from bertstream.pipelines.pretraining.kernels import minhash as kernel  # numba's import only in processes that sign
+    from bertstream.pipelines.pretraining.kernels import readonly
 
     folded = [t.casefold() for t in texts]
     # Code points, documents separated by a newline (not a word character); offsets in code points.

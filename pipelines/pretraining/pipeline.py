@@ -14,8 +14,8 @@ from dataclasses import replace
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common import counters as C
-from pipelines.common.dataset_run import (
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.dataset_run import (
     DatasetHeader,
     RunResult,
     ShardSizing,
@@ -25,12 +25,12 @@ from pipelines.common.dataset_run import (
     run_entry,
     vocab_entry,
 )
-from pipelines.common.files import InputError
-from pipelines.common.inputs import InputFile, absolute, describe_inputs, input_format_of, resolve_inputs
-from pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
-from pipelines.common.output_lock import lock_output, new_run_id
-from pipelines.common.redact import redact_text
-from pipelines.common.runner import (
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.inputs import InputFile, absolute, describe_inputs, input_format_of, resolve_inputs
+from bertstream.pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
+from bertstream.pipelines.common.output_lock import lock_output, new_run_id
+from bertstream.pipelines.common.redact import redact_text
+from bertstream.pipelines.common.runner import (
     UsageError,
     local_threads_per_worker,
     make_pipeline,
@@ -38,26 +38,26 @@ from pipelines.common.runner import (
     run_pipeline,
     runner_name,
 )
-from pipelines.common.shipped import ship
-from pipelines.common.source_stats import UnkWords
-from pipelines.common.spill import remove_work_dir, spill_bytes_for
-from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
-from pipelines.common.wordpiece_backend import choose_backend
-from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from pipelines.pretraining.dedup import Dedup, DedupSpec, dedup_partitions
-from pipelines.pretraining.finalize import Finalize, FinalizeSpec
-from pipelines.pretraining.group import GroupDocuments, GroupSpec
-from pipelines.pretraining.instances import CreateInstances
-from pipelines.pretraining.masking import MaskInstances
-from pipelines.pretraining.progress import Monitor
-from pipelines.pretraining.read import ReadDocuments, range_bytes_for
-from pipelines.pretraining.segment import SegmentDocuments
-from pipelines.pretraining.stats import StatsSpec
-from pipelines.pretraining.tokenize import Tokenize
-from pipelines.pretraining.word_segmenter import check_word_segmenter
-from pipelines.pretraining.write import SHARD_PREFIX, ShardSpec, WriteShards, WriteSpec
-from schemas.manifest import MANIFEST_NAME, Manifest
-from schemas.vocab import CLS, SEP, VOCAB_FILENAME
+from bertstream.pipelines.common.shipped import ship
+from bertstream.pipelines.common.source_stats import UnkWords
+from bertstream.pipelines.common.spill import remove_work_dir, spill_bytes_for
+from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
+from bertstream.pipelines.common.wordpiece_backend import choose_backend
+from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+from bertstream.pipelines.pretraining.dedup import Dedup, DedupSpec, dedup_partitions
+from bertstream.pipelines.pretraining.finalize import Finalize, FinalizeSpec
+from bertstream.pipelines.pretraining.group import GroupDocuments, GroupSpec
+from bertstream.pipelines.pretraining.instances import CreateInstances
+from bertstream.pipelines.pretraining.masking import MaskInstances
+from bertstream.pipelines.pretraining.progress import Monitor
+from bertstream.pipelines.pretraining.read import ReadDocuments, range_bytes_for
+from bertstream.pipelines.pretraining.segment import SegmentDocuments
+from bertstream.pipelines.pretraining.stats import StatsSpec
+from bertstream.pipelines.pretraining.tokenize import Tokenize
+from bertstream.pipelines.pretraining.word_segmenter import check_word_segmenter
+from bertstream.pipelines.pretraining.write import SHARD_PREFIX, ShardSpec, WriteShards, WriteSpec
+from bertstream.schemas.manifest import MANIFEST_NAME, Manifest
+from bertstream.schemas.vocab import CLS, SEP, VOCAB_FILENAME
 
 WORK_DIR_NAME = "_work"
 # Bytes the instance shuffle spills per input byte and dupe pass (measured: 0.73 at length 128, 30k vocab).

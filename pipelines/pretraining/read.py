@@ -1,7 +1,7 @@
 """Stage 1, Read: files -> documents with stable ids, for five input formats.
 
-Pure functions (``parse_*``, ``read_documents``, over the lines of :mod:`pipelines.common.files`) do the work;
-the ``ReadDocuments`` composite only cuts big files into byte ranges (``pipelines.common.byte_ranges``), distributes
+Pure functions (``parse_*``, ``read_documents``, over the lines of :mod:`bertstream.pipelines.common.files`) do the work;
+the ``ReadDocuments`` composite only cuts big files into byte ranges (``bertstream.pipelines.common.byte_ranges``), distributes
 them over workers and batches the documents.
 
 Formats:
@@ -38,9 +38,16 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common import counters as C
-from pipelines.common.byte_ranges import BLOCK_BYTES, AnchorTest, Block, cut_blocks, segment_blocks, split_ranges
-from pipelines.common.files import (
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.byte_ranges import (
+    BLOCK_BYTES,
+    AnchorTest,
+    Block,
+    cut_blocks,
+    segment_blocks,
+    split_ranges,
+)
+from bertstream.pipelines.common.files import (
     COMPRESSED_SUFFIXES,
     InputError,
     Line,
@@ -51,7 +58,7 @@ from pipelines.common.files import (
     decode_block,
     read_chunks,
 )
-from pipelines.pretraining import progress as P
+from bertstream.pipelines.pretraining import progress as P
 
 DOCS_PER_BATCH_BYTES = 2 << 20
 # Range size: about RANGES_PER_INPUT ranges over all inputs, so a 10 MB file feeds several workers, within
@@ -287,7 +294,7 @@ def file_ranges(
 def read_segment(
     path: str, input_format: str, start: int, end: int | None, block_bytes: int = BLOCK_BYTES
 ) -> Iterator[Block]:
-    """The blocks of the segment of range ``[start, end)`` of a splittable file (see ``pipelines.common.byte_ranges``).
+    """The blocks of the segment of range ``[start, end)`` of a splittable file (see ``bertstream.pipelines.common.byte_ranges``).
 
     Beam's local, GCS (``BlobReader``) and S3 (``DownloaderStream``) readers all seek.
     """

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import apache_beam as beam
 
-from pipelines.pretraining.read import DocumentBatch
-from pipelines.pretraining.segmenter_batch import split_documents
+from bertstream.pipelines.pretraining.read import DocumentBatch
+from bertstream.pipelines.pretraining.segmenter_batch import split_documents
 
 # (documents as (doc_id, sentences), counters): the tokenizer's input.
 SentenceBatch = tuple[list[tuple[str, list[str]]], Counter]

@@ -1,6 +1,6 @@
 """Sentence segmentation of a batch of documents at once: the compiled scan
-(:mod:`pipelines.pretraining.kernels.segment`) finds every candidate and decides the common ones; Python
-decides the rest with the rules of :mod:`pipelines.pretraining.segmenter`, in order, and the sentences are
+(:mod:`bertstream.pipelines.pretraining.kernels.segment`) finds every candidate and decides the common ones; Python
+decides the rest with the rules of :mod:`bertstream.pipelines.pretraining.segmenter`, in order, and the sentences are
 cut from the batch's text in one go. The result is exactly ``split_sentences`` of each paragraph (the
 reference, kept for single paragraphs and tested against this on random text and all the shared text).
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.pretraining import segmenter as S
+from bertstream.pipelines.pretraining import segmenter as S
 
 # (character properties, abbreviation spellings' hashes, the word lists' hashes), made once
 _TABLE: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -22,7 +22,7 @@ _ASTRAL_DONE: set[int] = set()  # code points above U+FFFF whose properties are 
 def _properties(chars: list[str]) -> np.ndarray:
     """The ``str``-method bits of each character (one C-level pass per property: ~20 ms for the whole BMP, where
     a Python loop over the characters took 0.4 s)."""
-    from pipelines.pretraining.kernels import segment as K
+    from bertstream.pipelines.pretraining.kernels import segment as K
 
     out = np.zeros(len(chars), np.uint16)
     for method, bit in (
@@ -52,7 +52,7 @@ def _tables(cp: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.nd
     agree with the reference by construction), filled for the BMP and for the code points above it in
     ``cp``; the hashes of every abbreviation spelling, and of the word lists' words (lowercase; states as
     spelled)."""
-    from pipelines.pretraining.kernels import segment as K
+    from bertstream.pipelines.pretraining.kernels import segment as K
 
     if not _TABLE:
         props = np.zeros(0x110000, np.uint16)
@@ -85,7 +85,7 @@ def split_documents(docs: list[list[str]]) -> list[list[str]]:
         return [[] for _ in docs]
     text = "".join(paragraphs)
     cp = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
-    from pipelines.pretraining.kernels import segment as K
+    from bertstream.pipelines.pretraining.kernels import segment as K
 
     props, kind_hashes, list_hashes = _tables(cp)
     lengths = np.fromiter(map(len, paragraphs), np.int64, len(paragraphs))

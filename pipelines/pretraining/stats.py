@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.common.batch import InstanceBatch
-from schemas.pretraining import num_to_predict
+from bertstream.pipelines.common.batch import InstanceBatch
+from bertstream.schemas.pretraining import num_to_predict
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

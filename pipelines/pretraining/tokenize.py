@@ -1,5 +1,5 @@
 """Stage 3, Tokenize: sentences -> WordPiece ids, with nanotoken where it gives `tokenizers`' ids, else `tokenizers`
-(:mod:`pipelines.common.wordpiece_backend` decides, once per run).
+(:mod:`bertstream.pipelines.common.wordpiece_backend` decides, once per run).
 
 The tokenizer is built exactly as ``transformers.BertTokenizerFast`` builds it (BertNormalizer with
 clean_text, CJK spacing, accent stripping tied to lowercasing; BertPreTokenizer; WordPiece with ``##``
@@ -11,7 +11,7 @@ this gives the same ids as encoding each sentence alone, at paragraph speed. Lit
 in the input (``"[SEP]"`` typed in text) would be ambiguous and are removed first (counted).
 
 With a word segmenter (``--word-segmenter``, whole-word masking of Chinese), each text is also cut into words
-and tokens that continue a word are marked in their ids (:mod:`pipelines.pretraining.word_segmenter`); the encoding then
+and tokens that continue a word are marked in their ids (:mod:`bertstream.pipelines.pretraining.word_segmenter`); the encoding then
 keeps offsets, which maps a token to its first character: only `tokenizers` gives offsets, so it encodes then.
 """
 
@@ -28,14 +28,14 @@ import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 from tokenizers import Tokenizer
 
-from pipelines.common import counters as C
-from pipelines.common import source_stats as SS
-from pipelines.common import wordpiece_backend as WB
-from pipelines.common.shipped import Shipped, resolve
-from pipelines.common.tokenizer import TokenizerSpec, set_tokenizer_threads
-from pipelines.pretraining import word_segmenter as ws
-from schemas import id_types
-from schemas.vocab import SEP, UNK
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import source_stats as SS
+from bertstream.pipelines.common import wordpiece_backend as WB
+from bertstream.pipelines.common.shipped import Shipped, resolve
+from bertstream.pipelines.common.tokenizer import TokenizerSpec, set_tokenizer_threads
+from bertstream.pipelines.pretraining import word_segmenter as ws
+from bertstream.schemas import id_types
+from bertstream.schemas.vocab import SEP, UNK
 
 
 @dataclass(slots=True)

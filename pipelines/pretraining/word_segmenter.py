@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from schemas import id_types
+from bertstream.schemas import id_types
 
 SEGMENTERS = ("rjieba", "jieba")
 INSTALL_HINT = "pip install 'bertstream[chinese]'"
@@ -65,7 +65,7 @@ def load_segmenter(name: str) -> WordSpans:
 def check_word_segmenter(name: str, spec) -> None:
     """Before Beam starts: the segmenter's package is installed and marked ids fit (``spec``: a TokenizerSpec).
     Raises ``UsageError`` naming ``--word-segmenter``: one line, never a worker's traceback."""
-    from pipelines.common.runner import UsageError
+    from bertstream.pipelines.common.runner import UsageError
 
     try:
         load_segmenter(name)
@@ -76,7 +76,9 @@ def check_word_segmenter(name: str, spec) -> None:
 
 def word_start_chars(text: str, segment: WordSpans) -> np.ndarray:
     """``[len(text) + 1]`` bool: True where a segmenter word starts (and at the end of the text)."""
-    from pipelines.common.files import InputError  # one Error line naming the flag, never a worker's IndexError
+    from bertstream.pipelines.common.files import (
+        InputError,  # one Error line naming the flag, never a worker's IndexError
+    )
 
     starts = np.zeros(len(text) + 1, dtype=bool)
     try:

@@ -5,7 +5,7 @@ shard count: sizes are multinomial, within a few per cent of each other for thou
 shard) and orders the instances inside it. Shard contents and bytes therefore depend only on the inputs and
 parameters, not on the runner, the worker count or the order of ``--input`` arguments.
 
-The shuffle carries references (see :mod:`pipelines.common.spill`): each worker buffers masked batches, writes them
+The shuffle carries references (see :mod:`bertstream.pipelines.common.spill`): each worker buffers masked batches, writes them
 to a spill file ordered by (shard, key), and sends on one (shard, byte range) reference per shard it holds;
 the writer of a shard reads its ranges back. Memory is bounded by the spill buffer and by one shard. Beyond
 256 shards a reference covers a block of consecutive shards (``spill.keys_per_block``), so references stay few.
@@ -22,13 +22,13 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common.batch import InstanceBatch
-from pipelines.common.hashing import hash64, mix64_array
-from pipelines.common.shards import ArrowShardWriter, WebDatasetShardWriter
-from pipelines.common.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
-from pipelines.pretraining import progress as P
-from pipelines.pretraining import stats as S
-from schemas.manifest import shard_name
+from bertstream.pipelines.common.batch import InstanceBatch
+from bertstream.pipelines.common.hashing import hash64, mix64_array
+from bertstream.pipelines.common.shards import ArrowShardWriter, WebDatasetShardWriter
+from bertstream.pipelines.common.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
+from bertstream.pipelines.pretraining import progress as P
+from bertstream.pipelines.pretraining import stats as S
+from bertstream.schemas.manifest import shard_name
 
 SHARD_PREFIX = "pretrain"
 
@@ -90,7 +90,7 @@ class ShardSpec:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WriteSpec:
     """The shuffle-and-write stage: the shards, the statistics read back from them, the spill folder and how
-    much a worker buffers before it spills (``None``: the default of :class:`pipelines.common.spill.SpillFn`)."""
+    much a worker buffers before it spills (``None``: the default of :class:`bertstream.pipelines.common.spill.SpillFn`)."""
 
     shards: ShardSpec
     stats: S.StatsSpec

@@ -1,7 +1,7 @@
-"""The numbers of ``bertprep report DIR`` (``DIR/report/index.html`` and its PNG plots; :mod:`pipelines.report.page` writes it).
+"""The numbers of ``bertprep report DIR`` (``DIR/report/index.html`` and its PNG plots; :mod:`bertstream.pipelines.report.page` writes it).
 
 Built from the manifest (counters, statistics, per-source figures and ``[UNK]`` words recorded while tokenizing:
-see :mod:`pipelines.common.source_stats`) and one pass over the shards for the token counts. Memory is bounded: one
+see :mod:`bertstream.pipelines.common.source_stats`) and one pass over the shards for the token counts. Memory is bounded: one
 record batch at a time and one count per vocabulary entry.
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from configs.errors import ConfigError
-from pipelines.common import counters as C
-from pipelines.common import source_stats as SS
-from pipelines.report.inspection import DatasetError, iter_record_batches
-from schemas import pretraining as P
-from schemas.manifest import Manifest
-from schemas.vocab import SPECIAL_TOKENS, UNK, Vocab
+from bertstream.cli.errors import ConfigError
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import source_stats as SS
+from bertstream.pipelines.report.inspection import DatasetError, iter_record_batches
+from bertstream.schemas import pretraining as P
+from bertstream.schemas.manifest import Manifest
+from bertstream.schemas.vocab import SPECIAL_TOKENS, UNK, Vocab
 
 REPORT_DIR = "report"
 # The drop reasons the pipeline knows, shown even at zero (a zero is news too); dedup adds its own.

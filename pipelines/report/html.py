@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from html import escape
 
-from pipelines.report.data import ReportData
-from pipelines.report.plots import Figure
+from bertstream.pipelines.report.data import ReportData
+from bertstream.pipelines.report.plots import Figure
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }

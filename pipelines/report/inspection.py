@@ -12,12 +12,12 @@ from typing import Any
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
-from schemas import pretraining as P
-from schemas import tasks as T
-from schemas import wds
-from schemas.manifest import Manifest, ShardInfo
-from schemas.manifest import load_vocab as load_dataset_vocab
-from schemas.vocab import Vocab, VocabError, VocabMismatchError
+from bertstream.schemas import pretraining as P
+from bertstream.schemas import tasks as T
+from bertstream.schemas import wds
+from bertstream.schemas.manifest import Manifest, ShardInfo
+from bertstream.schemas.manifest import load_vocab as load_dataset_vocab
+from bertstream.schemas.vocab import Vocab, VocabError, VocabMismatchError
 
 
 def _read_all(path: str) -> bytes:

@@ -1,20 +1,20 @@
-"""``bertprep report``: collect a pretraining dataset's numbers (:mod:`pipelines.report.data`), draw its plots
-(:mod:`pipelines.report.plots`) and write ``index.html`` (:mod:`pipelines.report.html`)."""
+"""``bertprep report``: collect a pretraining dataset's numbers (:mod:`bertstream.pipelines.report.data`), draw its plots
+(:mod:`bertstream.pipelines.report.plots`) and write ``index.html`` (:mod:`bertstream.pipelines.report.html`)."""
 
 from __future__ import annotations
 
 import os
 
-from pipelines.common.dataset_run import load_manifest
-from pipelines.report.data import REPORT_DIR, ReportConfig, collect, count_tokens
-from pipelines.report.inspection import DatasetError, load_vocab
-from schemas import pretraining as P
+from bertstream.pipelines.common.dataset_run import load_manifest
+from bertstream.pipelines.report.data import REPORT_DIR, ReportConfig, collect, count_tokens
+from bertstream.pipelines.report.inspection import DatasetError, load_vocab
+from bertstream.schemas import pretraining as P
 
 
 def write_report(dataset_dir: str, output_dir: str | None = None, cfg: ReportConfig | None = None) -> str:
     """Write the report of a pretraining dataset folder; return the path of its ``index.html``."""
-    from pipelines.report import html as report_html
-    from pipelines.report import plots as report_plots
+    from bertstream.pipelines.report import html as report_html
+    from bertstream.pipelines.report import plots as report_plots
 
     cfg = cfg or ReportConfig()
     out = output_dir or os.path.join(dataset_dir, REPORT_DIR)

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from pipelines.common.counters import Tally, drop
-from pipelines.common.files import InputError
-from pipelines.common.tokenizer import TokenizerSpec
-from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
-from pipelines.tasks.read import RecordBatch, TextRow, where
-from schemas import id_types
-from schemas import tasks as T
+from bertstream.pipelines.common.counters import Tally, drop
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.tokenizer import TokenizerSpec
+from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
+from bertstream.pipelines.tasks.read import RecordBatch, TextRow, where
+from bertstream.schemas import id_types
+from bertstream.schemas import tasks as T
 
 UNIT = "rows"
 NO_TOKENS = "no_tokens"

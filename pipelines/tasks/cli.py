@@ -12,19 +12,19 @@ from typing import Any
 
 import click
 
-from configs import options
-from configs.errors import ConfigError
-from configs.options import click_options
-from pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
-from pipelines.tasks.config import ClassificationJob, NerJob, SquadJob
+from bertstream.cli import options
+from bertstream.cli.errors import ConfigError
+from bertstream.cli.options import click_options
+from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
+from bertstream.pipelines.tasks.config import ClassificationJob, NerJob, SquadJob
 
 
 def _run(ctx: click.Context, fn: Callable, cls: type, values: dict[str, Any]) -> None:
     """Build the job ``cls`` from the flags and run it with ``fn``, mapping our errors to click's (exit 2 for
     usage errors, 1 for input errors)."""
     quiet_beam(limit_arenas=False)
-    from pipelines.common.cli_errors import pipeline_errors
-    from pipelines.common.redact import redact_logs
+    from bertstream.pipelines.common.cli_errors import pipeline_errors
+    from bertstream.pipelines.common.redact import redact_logs
 
     redact_logs([*ctx.args, *values["inputs"], values["vocab"] or "", values["output"] or ""])
     try:
@@ -37,7 +37,9 @@ def _run(ctx: click.Context, fn: Callable, cls: type, values: dict[str, Any]) ->
 
 
 def _print_summary(result) -> None:
-    from pipelines.common import counters as C  # imports Beam: not at CLI start-up (the run has loaded it by now)
+    from bertstream.pipelines.common import (
+        counters as C,  # imports Beam: not at CLI start-up (the run has loaded it by now)
+    )
 
     m = result.manifest
     c, t = m.counters, m.task
@@ -73,13 +75,13 @@ def task() -> None:
 
 
 def _task_command(name: str, cls: type, summary: str) -> None:
-    """``bertprep task NAME``: the flags of job ``cls``, run by ``pipelines.tasks.pipeline.run_NAME``."""
+    """``bertprep task NAME``: the flags of job ``cls``, run by ``bertstream.pipelines.tasks.pipeline.run_NAME``."""
 
     @task.command(name, context_settings=PASSTHROUGH, help=f"{summary}\n\n{_BEAM_OPTIONS}")
     @click_options(cls)
     @click.pass_context
     def command(ctx: click.Context, **values: Any) -> None:
-        from pipelines.tasks import pipeline
+        from bertstream.pipelines.tasks import pipeline
 
         _run(ctx, getattr(pipeline, f"run_{name}"), cls, values)
 

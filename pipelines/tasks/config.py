@@ -4,7 +4,7 @@
 their own fields. ``ConfigError.param`` names the field, which the CLI maps to its flag.
 
 The jobs (``ClassificationJob``, ``NerJob``, ``SquadJob``) are what a ``bertprep task`` command line says,
-declared with :mod:`configs.options` (its flags come from their fields); ``run_*`` derives the configs above
+declared with :mod:`bertstream.cli.options` (its flags come from their fields); ``run_*`` derives the configs above
 from a job and its inputs (the split from the file names, the casing from the tokenizer, GLUE's columns).
 """
 
@@ -14,11 +14,11 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from configs.errors import check
-from configs.options import opt, section
-from pipelines.common.formats import ARROW_COMPRESSIONS
-from pipelines.tasks.glue import NAMES as GLUE_NAMES
-from schemas import tasks as T
+from bertstream.cli.errors import check
+from bertstream.cli.options import opt, section
+from bertstream.pipelines.common.formats import ARROW_COMPRESSIONS
+from bertstream.pipelines.tasks.glue import NAMES as GLUE_NAMES
+from bertstream.schemas import tasks as T
 
 INPUT_FORMATS = ("tsv", "csv", "jsonl")
 SCHEMES = ("iob2", "iob1")
@@ -60,7 +60,7 @@ class TaskConfig:
     max_seq_length: int
     lowercase: bool = True
     labels: tuple[str, ...] = ()  # explicit label set (--labels); () = preset, manifest or derived
-    num_shards: int = 0  # 0: from the input size (pipelines.tasks.pipeline.SHARD_SIZING)
+    num_shards: int = 0  # 0: from the input size (bertstream.pipelines.tasks.pipeline.SHARD_SIZING)
     arrow_compression: str = "zstd"
     arrow_batch_rows: int = 2048
 

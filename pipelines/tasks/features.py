@@ -21,13 +21,13 @@ import numpy as np
 import pyarrow as pa
 from tokenizers import Tokenizer
 
-from pipelines.common import counters as C
-from pipelines.common.counters import Tally
-from pipelines.common.tokenizer import TokenizerSpec
-from pipelines.tasks.read import RecordBatch
-from schemas import id_types
-from schemas import tasks as T
-from schemas.vocab import CLS, SEP, UNK
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.tokenizer import TokenizerSpec
+from bertstream.pipelines.tasks.read import RecordBatch
+from bertstream.schemas import id_types
+from bertstream.schemas import tasks as T
+from bertstream.schemas.vocab import CLS, SEP, UNK
 
 GLOBAL = "_global"
 

@@ -14,12 +14,12 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common.counters import Tally, dropped
-from pipelines.common.dataset_run import DatasetHeader, write_text_atomic
-from pipelines.tasks.labels import LabelPlan, task_labels
-from pipelines.tasks.write import ShardSpec
-from schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
-from schemas.vocab import VOCAB_FILENAME
+from bertstream.pipelines.common.counters import Tally, dropped
+from bertstream.pipelines.common.dataset_run import DatasetHeader, write_text_atomic
+from bertstream.pipelines.tasks.labels import LabelPlan, task_labels
+from bertstream.pipelines.tasks.write import ShardSpec
+from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from bertstream.schemas.vocab import VOCAB_FILENAME
 
 UNITS = {"classification": "rows", "regression": "rows", "ner": "sentences", "squad": "examples"}
 

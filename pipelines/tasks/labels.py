@@ -20,10 +20,10 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines.common.runner import UsageError
-from pipelines.tasks.read import RecordBatch, Sentence
-from schemas import tasks as T
-from schemas.manifest import Manifest
+from bertstream.pipelines.common.runner import UsageError
+from bertstream.pipelines.tasks.read import RecordBatch, Sentence
+from bertstream.schemas import tasks as T
+from bertstream.schemas.manifest import Manifest
 
 OUTSIDE = "O"
 

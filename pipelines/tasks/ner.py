@@ -15,13 +15,13 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from pipelines.common.counters import Tally, drop
-from pipelines.common.tokenizer import TokenizerSpec
-from pipelines.tasks.classification import unknown_label_error
-from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
-from pipelines.tasks.read import RecordBatch, Sentence, where
-from schemas import id_types
-from schemas import tasks as T
+from bertstream.pipelines.common.counters import Tally, drop
+from bertstream.pipelines.common.tokenizer import TokenizerSpec
+from bertstream.pipelines.tasks.classification import unknown_label_error
+from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
+from bertstream.pipelines.tasks.read import RecordBatch, Sentence, where
+from bertstream.schemas import id_types
+from bertstream.schemas import tasks as T
 
 UNIT = "sentences"
 TAG_NOT_IN_SET = "tag_not_in_set"

@@ -20,10 +20,10 @@ from typing import Any
 
 import apache_beam as beam
 
-from configs import options
-from pipelines.common import counters as C
-from pipelines.common import wordpiece_backend as WB
-from pipelines.common.dataset_run import (
+from bertstream.cli import options
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import wordpiece_backend as WB
+from bertstream.pipelines.common.dataset_run import (
     DatasetHeader,
     RunResult,
     ShardSizing,
@@ -34,16 +34,16 @@ from pipelines.common.dataset_run import (
     run_entry,
     vocab_entry,
 )
-from pipelines.common.inputs import InputFile, resolve_inputs
-from pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
-from pipelines.common.output_lock import lock_output, new_run_id
-from pipelines.common.redact import redact_text
-from pipelines.common.runner import UsageError, make_pipeline, pipeline_options, run_pipeline
-from pipelines.common.spill import remove_work_dir
-from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
-from pipelines.tasks import read as R
-from pipelines.tasks.classification import RowFeaturizer
-from pipelines.tasks.config import (
+from bertstream.pipelines.common.inputs import InputFile, resolve_inputs
+from bertstream.pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
+from bertstream.pipelines.common.output_lock import lock_output, new_run_id
+from bertstream.pipelines.common.redact import redact_text
+from bertstream.pipelines.common.runner import UsageError, make_pipeline, pipeline_options, run_pipeline
+from bertstream.pipelines.common.spill import remove_work_dir
+from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
+from bertstream.pipelines.tasks import read as R
+from bertstream.pipelines.tasks.classification import RowFeaturizer
+from bertstream.pipelines.tasks.config import (
     ClassificationConfig,
     ClassificationJob,
     NerConfig,
@@ -53,18 +53,18 @@ from pipelines.tasks.config import (
     TaskConfig,
     TaskIO,
 )
-from pipelines.tasks.conll import ConllParser, looks_like_conll
-from pipelines.tasks.features import Featurize, Layout
-from pipelines.tasks.finalize import FinalizeTask, FinalizeTaskSpec
-from pipelines.tasks.labels import LabelPlan, Labels, labels_from_manifest, plan_labels
-from pipelines.tasks.ner import SentenceFeaturizer
-from pipelines.tasks.squad import ExampleFeaturizer
-from pipelines.tasks.squad_json import SquadParser
-from pipelines.tasks.tables import TableLayout, TableParser, check_table_layout, first_line
-from pipelines.tasks.write import ShardSpec, WriteExamples, WriteTaskShards
-from schemas import tasks as T
-from schemas.manifest import MANIFEST_NAME
-from schemas.vocab import VOCAB_FILENAME
+from bertstream.pipelines.tasks.conll import ConllParser, looks_like_conll
+from bertstream.pipelines.tasks.features import Featurize, Layout
+from bertstream.pipelines.tasks.finalize import FinalizeTask, FinalizeTaskSpec
+from bertstream.pipelines.tasks.labels import LabelPlan, Labels, labels_from_manifest, plan_labels
+from bertstream.pipelines.tasks.ner import SentenceFeaturizer
+from bertstream.pipelines.tasks.squad import ExampleFeaturizer
+from bertstream.pipelines.tasks.squad_json import SquadParser
+from bertstream.pipelines.tasks.tables import TableLayout, TableParser, check_table_layout, first_line
+from bertstream.pipelines.tasks.write import ShardSpec, WriteExamples, WriteTaskShards
+from bertstream.schemas import tasks as T
+from bertstream.schemas.manifest import MANIFEST_NAME
+from bertstream.schemas.vocab import VOCAB_FILENAME
 
 WORK_DIR_NAME = "_work"  # as pretraining's: here only the earlier dataset waits there during --overwrite
 # About 32 MB of input per shard, 1 to 4 shards: task datasets are small and read whole.
@@ -262,7 +262,7 @@ def _job(cls: type, job: Any, keywords: dict[str, Any]) -> Any:
 def run_classification(job: ClassificationJob | None = None, /, **keywords: Any) -> RunResult:
     """Text (pair) classification or regression from TSV/CSV/JSONL, or a GLUE preset. (Keywords instead of a
     job: its settings by name, ``output_dir`` for ``output``, as earlier versions took them.)"""
-    from pipelines.tasks import glue as G
+    from bertstream.pipelines.tasks import glue as G
 
     job = _job(ClassificationJob, job, keywords)
     io, got = job.io, _inputs(job.io)
@@ -440,7 +440,7 @@ def _fields(first: list[str] | dict | None) -> list[str]:
 
 
 def _head(path: str) -> list[bytes]:
-    from pipelines.common.files import read_chunks
+    from bertstream.pipelines.common.files import read_chunks
 
     chunks = read_chunks(path, 1024)
     try:

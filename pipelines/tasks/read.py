@@ -1,10 +1,10 @@
 """Stage 1, Read: what the task parsers share, and the stage that runs one of them over the task files.
 
 The records (``TextRow``, ``Sentence``, ``QAExample``), their batches, the drop reasons, and the
-``ReadRecords`` composite: it spreads files over workers, runs a parser (``pipelines.tasks.tables``,
-``pipelines.tasks.conll``, ``pipelines.tasks.squad_json``) on each, batches the records and reports, per file,
+``ReadRecords`` composite: it spreads files over workers, runs a parser (``bertstream.pipelines.tasks.tables``,
+``bertstream.pipelines.tasks.conll``, ``bertstream.pipelines.tasks.squad_json``) on each, batches the records and reports, per file,
 how many records it emitted (for dense global indices and range sharding) and a ``Tally`` of what was read,
-dropped or repaired. Files are decoded and cleaned as the pretraining reader does (``pipelines.pretraining.read``:
+dropped or repaired. Files are decoded and cleaned as the pretraining reader does (``bertstream.pipelines.pretraining.read``:
 compression by extension, invalid UTF-8 replaced and counted, control characters and BOMs removed and
 counted), except SQuAD JSON, whose contexts are kept byte for byte so that answer offsets stay valid.
 
@@ -20,14 +20,14 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines.common import counters as C
-from pipelines.common.counters import Tally
-from pipelines.common.files import check_unchanged, iter_text_lines, read_chunks
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.files import check_unchanged, iter_text_lines, read_chunks
 
 RECORDS_PER_BATCH = 1024
 CHARS_PER_BATCH = 1 << 20
 
-# Drop reasons (counted under ``pipelines.common.counters.drop(reason, unit)``: <unit>_dropped.<reason>).
+# Drop reasons (counted under ``bertstream.pipelines.common.counters.drop(reason, unit)``: <unit>_dropped.<reason>).
 WRONG_COLUMN_COUNT = "wrong_column_count"
 UNBALANCED_QUOTE = "unbalanced_quote"
 WRONG_FIELD_COUNT = "wrong_field_count"  # CoNLL lines that do not have four fields
@@ -115,7 +115,7 @@ Parser = Callable[[str, int, Tally], Iterator[Any]]
 
 
 def file_lines(path: str, tally: Tally) -> Iterator[str]:
-    """The cleaned text lines of ``path`` (as ``pipelines.pretraining.read`` cleans them), counting ``bytes_read``."""
+    """The cleaned text lines of ``path`` (as ``bertstream.pipelines.pretraining.read`` cleans them), counting ``bytes_read``."""
 
     def chunks() -> Iterator[bytes]:
         for chunk in read_chunks(path):

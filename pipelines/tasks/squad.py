@@ -20,12 +20,12 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from pipelines.common.counters import Tally
-from pipelines.common.tokenizer import TokenizerSpec
-from pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
-from pipelines.tasks.read import QAExample, RecordBatch
-from schemas import id_types
-from schemas import tasks as T
+from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.tokenizer import TokenizerSpec
+from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
+from bertstream.pipelines.tasks.read import QAExample, RecordBatch
+from bertstream.schemas import id_types
+from bertstream.schemas import tasks as T
 
 UNIT = "examples"
 _WS = re.compile(r"\s+")

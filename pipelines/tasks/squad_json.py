@@ -2,7 +2,7 @@
 
 The file is read whole and its contexts kept byte for byte (no cleaning), so that answer offsets stay valid.
 ``load_squad`` checks the shape, ``parse_squad`` reads the selected articles, ``align_answer`` repairs answer
-offsets; ``SquadParser`` is the parser ``ReadRecords`` runs. (``pipelines.tasks.squad`` featurizes them.)
+offsets; ``SquadParser`` is the parser ``ReadRecords`` runs. (``bertstream.pipelines.tasks.squad`` featurizes them.)
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from pipelines.common.counters import Tally, drop
-from pipelines.common.files import InputError, read_chunks
-from pipelines.tasks.read import (
+from bertstream.pipelines.common.counters import Tally, drop
+from bertstream.pipelines.common.files import InputError, read_chunks
+from bertstream.pipelines.tasks.read import (
     DUPLICATE_ID,
     EMPTY_CONTEXT,
     EMPTY_QUESTION,

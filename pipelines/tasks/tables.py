@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from pipelines.common.counters import Tally, drop
-from pipelines.common.files import InputError, iter_text_lines, read_chunks
-from pipelines.common.runner import UsageError
-from pipelines.tasks.read import (
+from bertstream.pipelines.common.counters import Tally, drop
+from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
+from bertstream.pipelines.common.runner import UsageError
+from bertstream.pipelines.tasks.read import (
     BAD_REGRESSION_LABEL,
     EMPTY_TEXT,
     MALFORMED_JSON,

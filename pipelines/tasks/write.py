@@ -4,7 +4,7 @@ Shard ``i`` holds the rows of the records whose global index ``g`` (input order:
 position in the file) satisfies ``g * N // total == i``: consecutive ranges, so every window of a record
 lands in the same shard and the shards in order are the input in order. Inside a shard rows are sorted by
 ``row_id``. The bytes therefore depend only on the inputs and parameters, not on the runner or the worker
-count. Files are written atomically and hashed as they stream (``pipelines.common.shards.ShardWriter``).
+count. Files are written atomically and hashed as they stream (``bertstream.pipelines.common.shards.ShardWriter``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common.shards import ShardWriter, _HashedOutput
-from pipelines.tasks.features import GLOBAL, Layout, from_wire, to_wire
-from pipelines.tasks.read import RecordBatch
-from schemas import tasks as T
-from schemas.manifest import shard_name
+from bertstream.pipelines.common.shards import ShardWriter, _HashedOutput
+from bertstream.pipelines.tasks.features import GLOBAL, Layout, from_wire, to_wire
+from bertstream.pipelines.tasks.read import RecordBatch
+from bertstream.schemas import tasks as T
+from bertstream.schemas.manifest import shard_name
 
 
 def split_by_shard(t: pa.Table, layout: Layout, num_shards: int) -> dict[int, pa.Table]:

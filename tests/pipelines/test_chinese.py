@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.common.tokenizer import load_tokenizer
-from pipelines.pretraining.instances import Pool, assemble, unit_instances
-from pipelines.pretraining.masking import mask, masking_spec
-from pipelines.pretraining.read import read_documents
-from pipelines.pretraining.segmenter import sentence_spans, split_sentences
-from pipelines.pretraining.tokenize import DocumentTokenizer
-from pipelines.pretraining.word_segmenter import SegmenterMissing, load_segmenter, unmark
-from schemas.pretraining import num_to_predict
-from schemas.vocab import Vocab
+from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.pretraining.instances import Pool, assemble, unit_instances
+from bertstream.pipelines.pretraining.masking import mask, masking_spec
+from bertstream.pipelines.pretraining.read import read_documents
+from bertstream.pipelines.pretraining.segmenter import sentence_spans, split_sentences
+from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.pretraining.word_segmenter import SegmenterMissing, load_segmenter, unmark
+from bertstream.schemas.pretraining import num_to_predict
+from bertstream.schemas.vocab import Vocab
 from tests.conftest import shared_path
 from tests.pipelines.pretraining.test_segmenter import assert_invariants
 
@@ -262,7 +262,7 @@ def test_word_marks_change_only_which_positions_are_masked():
 def test_missing_segmenter_is_a_one_line_error(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
-    from pipelines.cli import main
+    from bertstream.pipelines.cli import main
 
     monkeypatch.setitem(sys.modules, "rjieba", None)  # import rjieba now raises ImportError
     with pytest.raises(SegmenterMissing, match="rjieba package"):
@@ -285,9 +285,9 @@ def test_pretraining_pipeline_with_a_word_segmenter_writes_schema_v1_shards(tmp_
 
     import pyarrow as pa
 
-    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-    from pipelines.pretraining.pipeline import run_pretraining
-    from schemas.pretraining import INPUT_IDS, MASKED_LM_IDS, MASKED_LM_POSITIONS
+    from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+    from bertstream.pipelines.pretraining.pipeline import run_pretraining
+    from bertstream.schemas.pretraining import INPUT_IDS, MASKED_LM_IDS, MASKED_LM_POSITIONS
 
     src = shared_path("pretrain", "chinese", "CLUECorpusSmall_bert_sampled.txt").read_text(encoding="utf-8")
     text = tmp_path / "clue.txt"

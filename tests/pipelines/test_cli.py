@@ -6,7 +6,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from pipelines.cli import main
+from bertstream.pipelines.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -219,8 +219,8 @@ def test_empty_input_is_an_error_naming_it(tmp_path, demo_vocab, content):
 
 
 def test_manifest_input_format_shows_each_inputs_own_format(tmp_path, demo_corpus, demo_vocab):
-    from pipelines.common.dataset_run import load_manifest
-    from schemas import pretraining as P
+    from bertstream.pipelines.common.dataset_run import load_manifest
+    from bertstream.schemas import pretraining as P
 
     sentences = tmp_path / "s.txt"
     sentences.write_text("One sentence here.\nAnother one.\n\nA second document.\nIts end.\n")

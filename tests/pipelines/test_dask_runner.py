@@ -1,4 +1,4 @@
-"""pipelines.common.dask_runner and pipelines.common.dask_graph on small pipelines, against FnApiRunner.
+"""bertstream.pipelines.common.dask_runner and pipelines.common.dask_graph on small pipelines, against FnApiRunner.
 
 A Dask cluster of threads in this process serves here (fast); the real-cluster runs, separate processes with
 the pipeline's byte-identity and a worker killed mid-run, are in ``test_runners.py``.
@@ -14,12 +14,12 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.common.runner import DASK_RUNNER, UsageError
+from bertstream.pipelines.common.runner import DASK_RUNNER, UsageError
 
 pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
 
-from pipelines.common.dask_graph import split_round_robin  # noqa: E402
-from pipelines.common.dask_runner import check_beam_version  # noqa: E402
+from bertstream.pipelines.common.dask_graph import split_round_robin  # noqa: E402
+from bertstream.pipelines.common.dask_runner import check_beam_version  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import dask_runner_repro as repro  # noqa: E402
@@ -116,14 +116,14 @@ def test_workers_that_cannot_import_bertstream_are_named(monkeypatch):
     """A worker without bertstream: one UsageError naming the module, before any task runs."""
     from distributed import Client, LocalCluster
 
-    from pipelines.common.dask_runner import check_workers
+    from bertstream.pipelines.common.dask_runner import check_workers
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
         with Client(cluster.scheduler_address) as client:
             check_workers(client)
             # The worker is a thread of this process: as if schemas were not installed there.
-            monkeypatch.setitem(sys.modules, "schemas", None)
-            with pytest.raises(UsageError, match="cannot import schemas"):
+            monkeypatch.setitem(sys.modules, "bertstream.schemas", None)
+            with pytest.raises(UsageError, match="cannot import bertstream.schemas"):
                 check_workers(client)
 
 

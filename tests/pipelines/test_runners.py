@@ -4,7 +4,7 @@ PortableRunner: Beam's Python job service and an EXTERNAL worker pool, each a se
 cannot import this checkout: the code reaches the SDK workers only as the ``--setup_file`` sdist staged
 with the job and installed by ``scripts/beam_boot.py``, the way Flink and Spark run Python without Docker.
 
-DaskRunner (``pipelines.common.dask_runner``, Beam's with its defects fixed): a ``dask scheduler`` and two ``dask
+DaskRunner (``bertstream.pipelines.common.dask_runner``, Beam's with its defects fixed): a ``dask scheduler`` and two ``dask
 worker --nthreads 1`` processes on loopback, ``bertprep`` run against them as a user runs it; a worker killed
 mid-run (Dask runs its tasks again elsewhere: the same dataset), or killed where no retry is allowed (one
 ``Error:`` line, nothing published).
@@ -21,15 +21,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from pipelines.cli import main
-from pipelines.common.dataset_run import RunResult, read_result
-from pipelines.common.inputs import absolute, resolve_inputs
-from pipelines.common.runner import DASK_RUNNER, UsageError, pipeline_options, runner_name
-from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from pipelines.pretraining.pipeline import run_pretraining
-from pipelines.tasks.pipeline import run_classification
-from pipelines.vocab import VocabConfig, train_vocab
-from schemas.manifest import MANIFEST_NAME
+from bertstream.pipelines.cli import main
+from bertstream.pipelines.common.dataset_run import RunResult, read_result
+from bertstream.pipelines.common.inputs import absolute, resolve_inputs
+from bertstream.pipelines.common.runner import DASK_RUNNER, UsageError, pipeline_options, runner_name
+from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+from bertstream.pipelines.pretraining.pipeline import run_pretraining
+from bertstream.pipelines.tasks.pipeline import run_classification
+from bertstream.pipelines.vocab import VocabConfig, train_vocab
+from bertstream.schemas.manifest import MANIFEST_NAME
 from tests.beam_services import REPO, dask_cluster, deadline, portable_services
 from tests.conftest import shared_path
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from configs.errors import ConfigError
-from pipelines.vocab import VocabConfig, train_vocab
-from schemas.vocab import SPECIAL_TOKENS, Vocab
+from bertstream.cli.errors import ConfigError
+from bertstream.pipelines.vocab import VocabConfig, train_vocab
+from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
 from tests.conftest import shared_path
 
 transformers = pytest.importorskip("transformers")
@@ -15,8 +15,8 @@ transformers = pytest.importorskip("transformers")
 def test_trained_vocab_loads_in_hugging_face_with_the_pipelines_ids(demo_vocab, demo_corpus):
     from collections import Counter
 
-    from pipelines.common.tokenizer import load_tokenizer
-    from pipelines.pretraining.tokenize import DocumentTokenizer
+    from bertstream.pipelines.common.tokenizer import load_tokenizer
+    from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 
     v = Vocab.load(demo_vocab / "vocab.txt")
     assert v.tokens[:5] == SPECIAL_TOKENS and len(v) == 4000
@@ -60,7 +60,7 @@ def test_config_errors_name_the_field():
 def test_one_input_spelled_two_ways_is_sampled_once(tmp_path, monkeypatch):
     from collections import Counter
 
-    from pipelines.vocab import VocabConfig, sample_texts
+    from bertstream.pipelines.vocab import VocabConfig, sample_texts
 
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "s.txt").write_text("One sentence.\nTwo.\n\nAnother document.\n")

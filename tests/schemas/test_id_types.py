@@ -6,9 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from schemas import id_types
-from schemas.version import SchemaError
-from schemas.vocab import Vocab
+from bertstream.schemas import id_types
+from bertstream.schemas.version import SchemaError
+from bertstream.schemas.vocab import Vocab
 
 
 @pytest.mark.parametrize("t", id_types.ID_TYPES, ids=lambda t: t.name)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.manifest import ShardInfo
-from schemas.version import SchemaError
+from bertstream.schemas.manifest import ShardInfo
+from bertstream.schemas.version import SchemaError
 
 SHA = "0" * 64
 
@@ -33,8 +33,8 @@ def test_relative_shard_paths_are_accepted(path):
 
 
 def test_manifest_vocab_accessors_and_kind_check():
-    from schemas.manifest import Manifest, manifest_source, vocab_entry
-    from schemas.vocab import Vocab
+    from bertstream.schemas.manifest import Manifest, manifest_source, vocab_entry
+    from bertstream.schemas.vocab import Vocab
 
     vocab = Vocab(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"))
     entry = vocab_entry(vocab, lowercase=True)
@@ -57,8 +57,8 @@ def test_manifest_vocab_accessors_and_kind_check():
 def test_load_vocab_checks_the_manifests_hash(tmp_path):
     import pytest
 
-    from schemas.manifest import Manifest, load_vocab, vocab_entry
-    from schemas.vocab import SPECIAL_TOKENS, Vocab, VocabError, VocabMismatchError
+    from bertstream.schemas.manifest import Manifest, load_vocab, vocab_entry
+    from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, VocabError, VocabMismatchError
 
     vocab = Vocab((*SPECIAL_TOKENS, "a", "b"))
     m = Manifest(kind="pretraining", vocab=vocab_entry(vocab, lowercase=True), parameters={}, seed=0, shards=())
@@ -73,7 +73,7 @@ def test_load_vocab_checks_the_manifests_hash(tmp_path):
 
 
 def test_shard_parameters_are_a_typed_view():
-    from schemas.manifest import ShardParameters
+    from bertstream.schemas.manifest import ShardParameters
 
     p = ShardParameters.from_dict({"max_seq_length": 128, "seed": 3, "lowercase": True, "input_format": "text"})
     assert (p.max_seq_length, p.seed, p.masked_lm_prob, p.dedup) == (128, 3, None, "none")

@@ -7,10 +7,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from schemas import pretraining as P
-from schemas import wds
-from schemas.manifest import Manifest, ShardInfo, shard_name
-from schemas.version import SchemaError
+from bertstream.schemas import pretraining as P
+from bertstream.schemas import wds
+from bertstream.schemas.manifest import Manifest, ShardInfo, shard_name
+from bertstream.schemas.version import SchemaError
 
 
 def test_arrow_schema_metadata_round_trip():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.redact import REDACTED, redact, redact_values, url_passwords
+from bertstream.schemas.redact import REDACTED, redact, redact_values, url_passwords
 
 
 @pytest.mark.parametrize(
@@ -23,7 +23,7 @@ def test_url_passwords_are_redacted_with_question_marks_and_hashes(text, shown, 
 
 
 def test_both_sides_use_the_shared_rule():
-    from pipelines.common.redact import redact_options, redact_text
+    from bertstream.pipelines.common.redact import redact_options, redact_text
 
     text = "gs://u:p?w@b/x"
     assert redact_text(text) == redact(text) == f"gs://u:{REDACTED}@b/x"

@@ -1,4 +1,4 @@
-"""The schema version switch lives in one place: every reader asks ``schemas.version.check_version``.
+"""The schema version switch lives in one place: every reader asks ``bertstream.schemas.version.check_version``.
 
 Writers stamp ``SCHEMA_VERSION``; readers accept ``READABLE_VERSIONS``. Changing those two names (and nothing
 else) is what a v2 writer and a reader that still decodes v1 need, which these tests exercise by patching them.
@@ -11,11 +11,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from schemas import pretraining as P
-from schemas import tasks as T
-from schemas import version, wds
-from schemas.manifest import Manifest, ShardInfo
-from schemas.version import SchemaError, check_version
+from bertstream.schemas import pretraining as P
+from bertstream.schemas import tasks as T
+from bertstream.schemas import version, wds
+from bertstream.schemas.manifest import Manifest, ShardInfo
+from bertstream.schemas.version import SchemaError, check_version
 
 
 def test_check_version_names_source_found_and_readable():

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from schemas.vocab import SPECIAL_TOKENS, Vocab, VocabError, id_type_for, is_reserved, vocab_sha256
+from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, VocabError, id_type_for, is_reserved, vocab_sha256
 
 
 def test_hash_is_sha256_of_canonical_vocab_txt(tmp_path):

@@ -16,9 +16,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.cli import main
 from tests.trainer.test_run_safety import small_dataset
-from trainer import checkpoint as ckpt
-from trainer.cli import main
 
 FAST = [
     "--batch-size",
@@ -251,7 +251,7 @@ def one_error(result, code: int, text: str) -> str:
 def berttrain(*args: str, block: str = "", timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     """``berttrain ARGS`` in a fresh process; ``block``: modules made unimportable first (``sys.modules[name] =
     None`` is Python's own way to make an import fail), as on a machine without that optional package."""
-    prog = f"import sys\nfor m in {block.split()!r}: sys.modules[m] = None\nfrom trainer.cli import main\nmain()"
+    prog = f"import sys\nfor m in {block.split()!r}: sys.modules[m] = None\nfrom bertstream.trainer.cli import main\nmain()"
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     return subprocess.run(
         [sys.executable, "-c", prog, *args], capture_output=True, text=True, env=env, timeout=timeout, **kw
@@ -319,7 +319,7 @@ def test_an_input_inside_output_is_never_cleared_by_overwrite(world, flag):
     if flag == "--eval-data":
         shutil.copytree(world["ds"], inside)
     elif flag == "--init-from":
-        from trainer.hf import export_checkpoint
+        from bertstream.trainer.hf import export_checkpoint
 
         export_checkpoint(ckpt.step_dir(world["run"], 2), inside)
     else:
@@ -359,10 +359,10 @@ def test_a_run_that_fails_before_it_keeps_anything_leaves_no_folder(world, tmp_p
 
 def test_every_float_option_refuses_inf_and_nan():
     # --lr inf passed "> 0" and trained to NaN logits: every float setting of every command must be finite.
-    from configs import options
-    from configs.errors import ConfigError
-    from trainer.config import TrainConfig
-    from trainer.finetune.config import FinetuneConfig
+    from bertstream.cli import options
+    from bertstream.cli.errors import ConfigError
+    from bertstream.trainer.config import TrainConfig
+    from bertstream.trainer.finetune.config import FinetuneConfig
 
     required = {
         TrainConfig: {"paths": ("d",), "output": "o"},
@@ -422,7 +422,7 @@ def test_no_checkpoint_is_ever_written_with_nan_weights(tmp_path):
 
 
 def test_init_from_checks_the_vocabulary_by_content(world, tmp_path):
-    from trainer.hf import export_checkpoint
+    from bertstream.trainer.hf import export_checkpoint
 
     hf = export_checkpoint(ckpt.step_dir(world["run"], 2), tmp_path / "hf")
     argv = pretrain(world, "--init-from", str(hf))
@@ -502,7 +502,11 @@ def _started(w: dict[str, Path], out: Path, *args: str) -> subprocess.Popen:
     argv[argv.index("--num-workers") + 1] = "2"
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     p = subprocess.Popen(
-        [sys.executable, "-m", "trainer", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-m", "bertstream.trainer", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     _wait_for(lambda: (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").stat().st_size > 0)
     return p
@@ -634,7 +638,7 @@ def test_a_password_in_a_url_is_redacted_everywhere_berttrain_writes_or_shows(wo
 
 
 def test_redaction_is_by_value():
-    from schemas.redact import redact, redact_values
+    from bertstream.schemas.redact import redact, redact_values
 
     assert (
         redact("read https://u:p@h/x and s3://k:sec@b/y") == "read https://u:<redacted>@h/x and s3://k:<redacted>@b/y"
@@ -656,7 +660,7 @@ def test_a_pre_ln_run_trains_and_export_hf_refuses_it_in_one_line(world, tmp_pat
     )
     assert not (tmp_path / "hf").exists()
     hf = ckpt.step_dir(world["run"], 2)  # a Hugging Face start is post-LN: pre-LN on top of it is refused
-    from trainer.hf import export_checkpoint
+    from bertstream.trainer.hf import export_checkpoint
 
     exported = export_checkpoint(hf, tmp_path / "hf_post")
     argv = run_argv(world, tmp_path / "mixed", "--init-from", str(exported), "--norm-placement", "pre")

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
-from configs.errors import ConfigError
-from trainer import checkpoint as ckpt
-from trainer.config import TrainConfig
-from trainer.errors import RunError
-from trainer.metrics import read_metrics
-from trainer.pretrain import pretrain
+from bertstream.cli.errors import ConfigError
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.metrics import read_metrics
+from bertstream.trainer.pretrain import pretrain
 
 STEPS, CHECKPOINT = 14, 6  # an epoch of the mix is 12 steps: step 6 is mid-epoch, step 14 in the next epoch
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -71,10 +71,10 @@ def config(data: tuple[str, ...], out: Path, flags: dict, **kw) -> TrainConfig:
 
 
 def argv(setup: dict, out: Path, *, ranks: int, batch: int, workers: int, **over: str) -> list[str]:
-    launch = [sys.executable, "-m", "trainer"]
+    launch = [sys.executable, "-m", "bertstream.trainer"]
     if ranks > 1:
         launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
-                  str(29540 + os.getpid() % 200), "-m", "trainer"]  # fmt: skip
+                  str(29540 + os.getpid() % 200), "-m", "bertstream.trainer"]  # fmt: skip
     flags = {**setup["flags"], "--batch-size": str(batch), "--num-workers": str(workers), **over}
     data = [a for d in setup["data"] for a in ("--data", d)]
     return [*launch, "pretrain", *data, "--output", str(out), "--no-tensorboard",

@@ -11,11 +11,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from configs.errors import ConfigError
+from bertstream.cli.errors import ConfigError
+from bertstream.trainer.cli import main
+from bertstream.trainer.embed import EmbedConfig, embed, layer_indices
+from bertstream.trainer.hf_config import hf_config_dict
 from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, randomise
-from trainer.cli import main
-from trainer.embed import EmbedConfig, embed, layer_indices
-from trainer.hf_config import hf_config_dict
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -199,10 +199,10 @@ def test_task_dataset_with_our_checkpoint_matches_unpadded_rows(tmp_path):
         pytest.skip(f"{SST2} is absent")
     from safetensors.torch import save_file
 
-    from pipelines.tasks.pipeline import run_classification
-    from schemas.vocab import SPECIAL_TOKENS, Vocab
-    from trainer.hf import to_hf_state_dict
-    from trainer.model import BertConfig, BertForPreTraining
+    from bertstream.pipelines.tasks.pipeline import run_classification
+    from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
+    from bertstream.trainer.hf import to_hf_state_dict
+    from bertstream.trainer.model import BertConfig, BertForPreTraining
 
     rows = SST2.read_text(encoding="utf-8").splitlines()[:13]
     tsv = tmp_path / "dev.tsv"
@@ -256,7 +256,7 @@ def test_task_dataset_with_our_checkpoint_matches_unpadded_rows(tmp_path):
     assert result.exit_code == 0, result.output
     table = read(out)
     assert table.num_rows == len(rows) - 1
-    from trainer.finetune.data import load_task_data
+    from bertstream.trainer.finetune.data import load_task_data
 
     task = load_task_data(str(data), "classification")
     ids = task.columns["input_ids"]

@@ -7,17 +7,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from schemas.vocab import SPECIAL_TOKENS, Vocab, vocab_sha256
-from tests.trainer.finetune.hf_fixtures import randomise
-from trainer.hf import (
+from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, vocab_sha256
+from bertstream.trainer.hf import (
     HFCheckpointError,
     export_checkpoint,
     export_hf,
     load_hf,
     to_hf_state_dict,
 )
-from trainer.hf_config import hf_config_dict
-from trainer.model import BertConfig, BertForPreTraining, BertModel
+from bertstream.trainer.hf_config import hf_config_dict
+from bertstream.trainer.model import BertConfig, BertForPreTraining, BertModel
+from tests.trainer.finetune.hf_fixtures import randomise
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -356,8 +356,8 @@ def test_an_exported_run_loads_with_auto_classes_and_fills_masks(demo_shards: Pa
     """A real (tiny, 2-step) pretraining run, exported: its tokenizer.json is the fast tokenizer AutoTokenizer
     would build from vocab.txt (and loads with vocab.txt gone: no conversion), AutoModelForMaskedLM gives our
     MLM logits, and pipeline("fill-mask") answers with vocabulary words."""
-    from trainer.config import TrainConfig
-    from trainer.pretrain import pretrain
+    from bertstream.trainer.config import TrainConfig
+    from bertstream.trainer.pretrain import pretrain
 
     run = tmp_path / "run"
     pretrain(

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.model import BertForPreTraining, BertModel, mean_losses, num_parameters
-from trainer.model_config import PRESETS, BertConfig, bert_base, bert_large, bert_tiny, pretraining_flops
+from bertstream.trainer.model import BertForPreTraining, BertModel, mean_losses, num_parameters
+from bertstream.trainer.model_config import PRESETS, BertConfig, bert_base, bert_large, bert_tiny, pretraining_flops
 
 VOCAB = 97
 
@@ -198,7 +198,7 @@ def test_init_is_bert_and_seeded_without_global_rng() -> None:
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_parameter_counts_match_hugging_face(name: str) -> None:
     transformers = pytest.importorskip("transformers")
-    from trainer.hf_config import hf_config_dict
+    from bertstream.trainer.hf_config import hf_config_dict
 
     cfg = PRESETS[name](30522)
     with torch.device("meta"):
@@ -330,7 +330,7 @@ def test_pre_ln_normalises_sublayer_inputs_and_adds_a_final_norm() -> None:
         seq_pre, _ = pre.bert(ids, types, mask)
         # by hand: x + Attn(LN(x)); x + FFN(LN(x)); final LN
         x = pre.bert.embeddings(ids, types)
-        from trainer.model import attention_bias
+        from bertstream.trainer.model import attention_bias
 
         bias = attention_bias(mask, x.dtype)
         for layer in pre.bert.encoder.layer:

@@ -11,12 +11,12 @@ import time
 import pytest
 import torch
 
-from configs.errors import ConfigError
-from trainer import checkpoint as ckpt
-from trainer.config import TrainConfig
-from trainer.errors import RunError
-from trainer.metrics import read_metrics
-from trainer.pretrain import pretrain
+from bertstream.cli.errors import ConfigError
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.metrics import read_metrics
+from bertstream.trainer.pretrain import pretrain
 
 NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
 
@@ -43,7 +43,7 @@ def train(data, out, **kw) -> list[dict]:
 
 def cli(*args: str, env: dict | None = None, **kw) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "trainer", *args],
+        [sys.executable, "-m", "bertstream.trainer", *args],
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -86,7 +86,7 @@ def test_metrics_have_every_field_and_mlm_accuracy_rises(demo_shards, tmp_path):
     assert [r["step"] for r in evals] == [20, 40]
     kept = ckpt.list_checkpoints(tmp_path / "run")
     assert len(kept) == 3 and kept[-1].name == "step-0000040"  # --keep-checkpoints 3
-    from trainer.plot import plot_run
+    from bertstream.trainer.plot import plot_run
 
     png = plot_run(tmp_path / "run")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -251,8 +251,8 @@ def test_dropout_flag_sets_the_model_and_is_saved(demo_shards, tmp_path):
 
 
 def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corpus, demo_vocab, tmp_path):
-    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-    from pipelines.pretraining.pipeline import run_pretraining
+    from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+    from bertstream.pipelines.pretraining.pipeline import run_pretraining
 
     long = tmp_path / "long"
     run_pretraining(
@@ -278,7 +278,7 @@ def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corp
     assert phase1[-1]["step"] == 30 and [r["step"] for r in phase2] == [1, 2]
     assert phase2[0]["mlm_loss"] < fresh[0]["mlm_loss"] - 0.3  # it kept what phase one learned
 
-    from trainer.plot import join_phases, plot_run
+    from bertstream.trainer.plot import join_phases, plot_run
 
     train_rows, _, boundaries = join_phases([tmp_path / "p1", tmp_path / "p2"])
     assert boundaries == [30] and [r["step"] for r in train_rows][-3:] == [30, 31, 32]
@@ -287,8 +287,8 @@ def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corp
 
 def test_export_hf_cli_loads_in_transformers_with_identical_logits(demo_shards, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from trainer.data import DataConfig, PretrainingLoader
-    from trainer.model import BertConfig, BertForPreTraining
+    from bertstream.trainer.data import DataConfig, PretrainingLoader
+    from bertstream.trainer.model import BertConfig, BertForPreTraining
 
     train(demo_shards, tmp_path / "run", max_steps=6, checkpoint_every=6)
     out = tmp_path / "hf"
@@ -384,7 +384,7 @@ def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path)
     # The NSP head never got a gradient: its weights are still the seeded initial ones.
     from safetensors.torch import load_file
 
-    from trainer.model import BertConfig, BertForPreTraining
+    from bertstream.trainer.model import BertConfig, BertForPreTraining
 
     fresh = BertForPreTraining(BertConfig.from_dict(json.loads((run / "config.json").read_text())["model"]), seed=0)
     trained = load_file(str(ckpt.list_checkpoints(run)[-1] / "model.safetensors"))

@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 
+from bertstream.trainer.progress import Progress, clock
 from tests.terminal import on_terminal
-from trainer.progress import Progress, clock
 
 # step N/total (pct), rate, elapsed, ETA, then the logged figures
 LINE = re.compile(r"\[berttrain\] step (\d+)/(\d+) \((\d+)%\), [\d.e+]+ step/s, elapsed \d+:\d\d, ETA (\d+:\d\d|\?): ")
@@ -52,7 +52,7 @@ def _pretrain_args(data, out) -> list[str]:
 
 def test_pretrain_prints_progress_lines_to_a_pipe(demo_shards, tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "trainer", *_pretrain_args(demo_shards, tmp_path / "run")],
+        [sys.executable, "-m", "bertstream.trainer", *_pretrain_args(demo_shards, tmp_path / "run")],
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,
@@ -72,7 +72,7 @@ def test_pretrain_draws_a_tqdm_bar_on_a_terminal(demo_shards, tmp_path):
     def start(fd: int) -> subprocess.Popen:
         out.append(
             subprocess.Popen(
-                [sys.executable, "-m", "trainer", *_pretrain_args(demo_shards, tmp_path / "run")],
+                [sys.executable, "-m", "bertstream.trainer", *_pretrain_args(demo_shards, tmp_path / "run")],
                 env={**os.environ, "OMP_NUM_THREADS": "1"},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
-from configs.errors import ConfigError
-from trainer import checkpoint as ckpt
-from trainer.checkpoint import CheckpointError
-from trainer.config import TrainConfig
-from trainer.errors import RunError
-from trainer.metrics import read_metrics
-from trainer.pretrain import pretrain
+from bertstream.cli.errors import ConfigError
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.checkpoint import CheckpointError
+from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.metrics import read_metrics
+from bertstream.trainer.pretrain import pretrain
 
 
 def small_dataset(root: Path, *, n: int = 96, vocab_size: int = 1200, seed: int = 0, max_seq_length: int = 32) -> Path:
@@ -175,7 +175,7 @@ def test_device_names_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="device: must be auto, cpu, cuda or cuda:N, got 'tpu'"):
         TrainConfig.build(paths=("x",), output="y", device="tpu")
     if not __import__("torch").cuda.is_available():
-        from trainer import distributed as D
+        from bertstream.trainer import distributed as D
 
         with pytest.raises(RunError, match="--device cuda: no CUDA GPU is visible"):
             D.setup("cuda")

@@ -16,14 +16,14 @@ concatenating them. The state is global (samples consumed in the global order), 
 with another world size and per-rank batch of the same product, and any ``num_workers``.
 """
 
-from schemas.vocab import VocabMismatchError
-from trainer.data.collate import PAD_MULTIPLE
-from trainer.data.config import DataConfig
-from trainer.data.loader import PretrainingLoader
-from trainer.data.plan import EpochPlan, steps_per_epoch
-from trainer.data.reader import BatchReader
-from trainer.data.refs import ShardError
-from trainer.data.sources import Catalog, load_manifest, open_catalog
+from bertstream.schemas.vocab import VocabMismatchError
+from bertstream.trainer.data.collate import PAD_MULTIPLE
+from bertstream.trainer.data.config import DataConfig
+from bertstream.trainer.data.loader import PretrainingLoader
+from bertstream.trainer.data.plan import EpochPlan, steps_per_epoch
+from bertstream.trainer.data.reader import BatchReader
+from bertstream.trainer.data.refs import ShardError
+from bertstream.trainer.data.sources import Catalog, load_manifest, open_catalog
 
 __all__ = [
     "PAD_MULTIPLE",

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from trainer.data.masking import Masker, restore
-from trainer.data.refs import ShardRef
-from trainer.data.shards import Block, Ragged
+from bertstream.trainer.data.masking import Masker, restore
+from bertstream.trainer.data.refs import ShardRef
+from bertstream.trainer.data.shards import Block, Ragged
 
 PAD_MULTIPLE = 8
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
-from configs.errors import ConfigError, check
-from configs.options import opt
+from bertstream.cli.errors import ConfigError, check
+from bertstream.cli.options import opt
 
 FORMATS = ("auto", "arrow", "webdataset")
 VERIFY_MODES = ("sha256", "size")
@@ -64,7 +64,7 @@ class DataConfig:
 
     ``masking="static"`` serves the shards' masks as written; ``"dynamic"`` rebuilds each original sequence
     and masks it afresh per (seed, epoch, instance id) with ``mlm_probability``, ``max_predictions`` (None:
-    no cap beyond the count rule) and ``whole_word_mask`` (see :mod:`trainer.data.masking`).
+    no cap beyond the count rule) and ``whole_word_mask`` (see :mod:`bertstream.trainer.data.masking`).
     """
 
     paths: tuple[str, ...] = opt(

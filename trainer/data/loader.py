@@ -11,14 +11,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from trainer.data.collate import unpack
-from trainer.data.config import DataConfig
-from trainer.data.masking import dynamic_masker
-from trainer.data.plan import EpochPlan, batch_at
-from trainer.data.reader import LaneDataset
-from trainer.data.refs import ShardError
-from trainer.data.sources import Catalog, open_catalog
-from trainer.data.workers import quiet_worker_init
+from bertstream.trainer.data.collate import unpack
+from bertstream.trainer.data.config import DataConfig
+from bertstream.trainer.data.masking import dynamic_masker
+from bertstream.trainer.data.plan import EpochPlan, batch_at
+from bertstream.trainer.data.reader import LaneDataset
+from bertstream.trainer.data.refs import ShardError
+from bertstream.trainer.data.sources import Catalog, open_catalog
+from bertstream.trainer.data.workers import quiet_worker_init
 
 log = logging.getLogger(__name__)
 

@@ -3,16 +3,16 @@
 Schema v1 keeps the masked sequence plus the original ids at the masked positions, so a batch's original
 sequences are rebuilt exactly (:func:`restore`) and masked again (:meth:`Masker.mask`).
 
-Rule (the one ``pipelines.pretraining.masking`` writes the static masks with, mirrored here because the trainer never
+Rule (the one ``bertstream.pipelines.pretraining.masking`` writes the static masks with, mirrored here because the trainer never
 imports the pipelines): candidates are all positions but [CLS] and the two [SEP]s;
 ``num_to_predict = min(max_predictions, max(1, round(length * p)))`` over the whole length, specials included
 (Python's round: half to even), and at most ``length - 3``; that many candidates in random order; each
 becomes [MASK] with probability 0.8, stays with probability 0.1, else becomes a token drawn uniformly from
-the vocabulary *excluding* special and ``[unused*]`` entries (``schemas.vocab.is_reserved``). Whole-word
+the vocabulary *excluding* special and ``[unused*]`` entries (``bertstream.schemas.vocab.is_reserved``). Whole-word
 masking takes words (a token and the ``##`` pieces that follow it among the candidates) in random order
 while they fit in ``num_to_predict``, skipping a word that would overflow, so a row may get fewer.
 
-Randomness: a counter-based generator (SplitMix64, ``schemas.hashing``) keyed by (seed, epoch, instance id);
+Randomness: a counter-based generator (SplitMix64, ``bertstream.schemas.hashing``) keyed by (seed, epoch, instance id);
 the draw for a position is computed from (key, position, purpose) alone, so a mask depends neither on the
 batch an instance lands in, its padding, the worker count nor on where a run was resumed, and a whole batch
 is drawn with a few vectorised array operations (no per-instance generator objects).
@@ -24,13 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas.hashing import GOLDEN, mix64_array, uniform_from
-from schemas.manifest import load_vocab
-from schemas.pretraining import num_to_predict
-from schemas.vocab import MASK, Vocab, is_reserved
-from trainer.data.config import DataConfig
-from trainer.data.refs import read_text
-from trainer.data.sources import Catalog
+from bertstream.schemas.hashing import GOLDEN, mix64_array, uniform_from
+from bertstream.schemas.manifest import load_vocab
+from bertstream.schemas.pretraining import num_to_predict
+from bertstream.schemas.vocab import MASK, Vocab, is_reserved
+from bertstream.trainer.data.config import DataConfig
+from bertstream.trainer.data.refs import read_text
+from bertstream.trainer.data.sources import Catalog
 
 MASK_FRACTION, KEEP_FRACTION = 0.8, 0.1  # the rest (0.1) becomes a random ordinary token
 _NOT_CANDIDATE = 2.0  # sorts after every uniform draw in [0, 1)

@@ -10,11 +10,11 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from trainer.data.collate import Piece, Shape, collate_packed
-from trainer.data.masking import Masker
-from trainer.data.plan import TAG_BUCKET, EpochPlan, batch_at, lanes_touched, rng
-from trainer.data.shards import ShardData, open_shard
-from trainer.data.sources import Catalog
+from bertstream.trainer.data.collate import Piece, Shape, collate_packed
+from bertstream.trainer.data.masking import Masker
+from bertstream.trainer.data.plan import TAG_BUCKET, EpochPlan, batch_at, lanes_touched, rng
+from bertstream.trainer.data.shards import ShardData, open_shard
+from bertstream.trainer.data.sources import Catalog
 
 
 class LaneDataset(IterableDataset):

@@ -3,7 +3,7 @@
 Both formats end up as :class:`Block` s: ragged columns as ``(values, starts, lengths)`` over the
 shard's own buffer (zero-copy where alignment allows), plus the scalar columns. Arrow gives one block
 per record batch; a WebDataset tar gives one block, found by walking the tar headers once and decoding
-the fixed ``.bert`` header of every member at once (``schemas.wds.decode_headers``).
+the fixed ``.bert`` header of every member at once (``bertstream.schemas.wds.decode_headers``).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from schemas import id_types, wds
-from schemas import pretraining as pt
-from schemas.version import SchemaError
-from schemas.vocab import VocabMismatchError
-from trainer.data.refs import ShardError, ShardRef, read_buffer
+from bertstream.schemas import id_types, wds
+from bertstream.schemas import pretraining as pt
+from bertstream.schemas.version import SchemaError
+from bertstream.schemas.vocab import VocabMismatchError
+from bertstream.trainer.data.refs import ShardError, ShardRef, read_buffer
 
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)

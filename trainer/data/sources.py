@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from schemas import pretraining as pt
-from schemas.manifest import MANIFEST_NAME, Manifest, manifest_source
-from schemas.version import SchemaError
-from schemas.vocab import VocabMismatchError
-from trainer.data.refs import ShardError, ShardRef, file_size, filesystem, open_input, read_text, sha256_of
-from trainer.data.shards import check_arrow_header
+from bertstream.schemas import pretraining as pt
+from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, manifest_source
+from bertstream.schemas.version import SchemaError
+from bertstream.schemas.vocab import VocabMismatchError
+from bertstream.trainer.data.refs import ShardError, ShardRef, file_size, filesystem, open_input, read_text, sha256_of
+from bertstream.trainer.data.shards import check_arrow_header
 
 log = logging.getLogger(__name__)
 # The flag and the API field, since both the CLI and library users read these messages.

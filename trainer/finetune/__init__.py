@@ -1,5 +1,5 @@
 """Fine-tuning on bertstream task datasets (``bertprep task``): GLUE-style classification and regression,
-CoNLL NER, SQuAD v1.1. ``berttrain finetune`` runs ``trainer.finetune.loop.finetune``.
+CoNLL NER, SQuAD v1.1. ``berttrain finetune`` runs ``bertstream.trainer.finetune.loop.finetune``.
 
 Modules: ``config`` (the run's dataclass), ``weights`` (``--init``: checkpoint, HF folder or random preset),
 ``data`` (shards -> in-memory columns, padding, per-epoch batch plans), ``heads`` (task models, HF names),

@@ -1,16 +1,16 @@
 """Configuration of a fine-tuning run: frozen sections, validated on construction, saved in results.json. The
-optimiser and run sections are pretraining's (``trainer.config``), with fine-tuning's defaults given here."""
+optimiser and run sections are pretraining's (``bertstream.trainer.config``), with fine-tuning's defaults given here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from configs import options
-from configs.errors import check
-from configs.options import opt, section
-from schemas import tasks as T
-from trainer.config import OptimConfig, RunConfig, check_finite, check_ints
+from bertstream.cli import options
+from bertstream.cli.errors import check
+from bertstream.cli.options import opt, section
+from bertstream.schemas import tasks as T
+from bertstream.trainer.config import OptimConfig, RunConfig, check_finite, check_ints
 
 TASKS = T.KINDS  # classification, regression, ner, squad
 POOLINGS = ("cls", "mean")

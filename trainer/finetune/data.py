@@ -21,12 +21,12 @@ import pyarrow as pa
 import torch
 from torch.utils.data import Dataset
 
-from schemas import tasks as T
-from schemas.manifest import MANIFEST_NAME, Manifest, load_vocab, manifest_source
-from schemas.version import SchemaError
-from schemas.vocab import Vocab, VocabMismatchError
-from trainer.data.refs import read_text
-from trainer.weights_init import derive_seed
+from bertstream.schemas import tasks as T
+from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, load_vocab, manifest_source
+from bertstream.schemas.version import SchemaError
+from bertstream.schemas.vocab import Vocab, VocabMismatchError
+from bertstream.trainer.data.refs import read_text
+from bertstream.trainer.weights_init import derive_seed
 
 PAD_MULTIPLE = 8  # tensor-core friendly sequence lengths
 
@@ -233,7 +233,7 @@ def check_pair(train: TaskData, evaluation: TaskData) -> None:
 
 
 class RowTask(Protocol):
-    """What batching needs of a task (``trainer.finetune.tasks``): its row fields and target tensors."""
+    """What batching needs of a task (``bertstream.trainer.finetune.tasks``): its row fields and target tensors."""
 
     def row_fields(self, columns: Mapping[str, Any], i: int) -> dict[str, Any]: ...
 

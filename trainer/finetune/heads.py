@@ -1,4 +1,4 @@
-"""Task heads on the shared encoder (``trainer.model.BertModel`` as ``.bert``), named as Hugging Face's
+"""Task heads on the shared encoder (``bertstream.trainer.model.BertModel`` as ``.bert``), named as Hugging Face's
 ``BertForSequenceClassification`` (``bert.*``, ``classifier.*``), ``BertForTokenClassification``
 (``bert.*``, ``classifier.*``) and ``BertForQuestionAnswering`` (``bert.*``, ``qa_outputs.*``).
 
@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from schemas import tasks as T
-from trainer.model import BertModel, seeded_init
-from trainer.model_config import BertConfig
-from trainer.weights_init import construct_then_init
+from bertstream.schemas import tasks as T
+from bertstream.trainer.model import BertModel, seeded_init
+from bertstream.trainer.model_config import BertConfig
+from bertstream.trainer.weights_init import construct_then_init
 
 __all__ = [
     "BertForQuestionAnswering",

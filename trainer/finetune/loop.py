@@ -1,6 +1,6 @@
 """``berttrain finetune``: the fine-tuning loop. Reads top to bottom: set up, restore, train an epoch, evaluate,
-keep the best, checkpoint. What the task kind decides is asked of its ``Task`` (``trainer.finetune.tasks``); what
-pretraining shares is in ``trainer.runtime``.
+keep the best, checkpoint. What the task kind decides is asked of its ``Task`` (``bertstream.trainer.finetune.tasks``); what
+pretraining shares is in ``bertstream.trainer.runtime``.
 
 One process or DDP under ``torchrun``: every rank trains on its share of each epoch's permutation (same
 number of steps everywhere); evaluation runs each eval row on exactly one rank, the outputs are gathered,
@@ -26,16 +26,16 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from schemas.redact import redact_values
-from trainer import checkpoint as ckpt
-from trainer import distributed as D
-from trainer import rundir
-from trainer import runtime as R
-from trainer.data.config import dataset_key
-from trainer.data.workers import quiet_worker_init
-from trainer.errors import RunError
-from trainer.finetune.config import FinetuneConfig
-from trainer.finetune.data import (
+from bertstream.schemas.redact import redact_values
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import distributed as D
+from bertstream.trainer import rundir
+from bertstream.trainer import runtime as R
+from bertstream.trainer.data.config import dataset_key
+from bertstream.trainer.data.workers import quiet_worker_init
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.finetune.config import FinetuneConfig
+from bertstream.trainer.finetune.data import (
     EpochBatches,
     TaskData,
     TaskDataError,
@@ -44,14 +44,14 @@ from trainer.finetune.data import (
     collate,
     load_task_data,
 )
-from trainer.finetune.heads import load_encoder_state
-from trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
-from trainer.finetune.tasks import Task, get_task
-from trainer.finetune.weights import Init, check_vocab, resolve_init
-from trainer.metrics import MetricsLogger
-from trainer.model_config import BertConfig, with_dropout
-from trainer.optim import build_optimizer, build_scheduler
-from trainer.progress import Progress
+from bertstream.trainer.finetune.heads import load_encoder_state
+from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
+from bertstream.trainer.finetune.tasks import Task, get_task
+from bertstream.trainer.finetune.weights import Init, check_vocab, resolve_init
+from bertstream.trainer.metrics import MetricsLogger
+from bertstream.trainer.model_config import BertConfig, with_dropout
+from bertstream.trainer.optim import build_optimizer, build_scheduler
+from bertstream.trainer.progress import Progress
 
 
 def plan_text(max_steps: int, epochs: int, steps_per_epoch: int) -> str:

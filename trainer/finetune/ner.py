@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas import tasks as T
-from trainer.finetune.data import TaskData, TaskDataError
+from bertstream.schemas import tasks as T
+from bertstream.trainer.finetune.data import TaskData, TaskDataError
 
 
 @dataclass(slots=True)

@@ -1,22 +1,22 @@
 """A fine-tuning run's folder before the first step: what an earlier run left there (resumed with
 ``--resume auto``, refused, or removed with ``--overwrite``) and the flags a resume must keep, as
-``trainer.resume`` does for pretraining."""
+``bertstream.trainer.resume`` does for pretraining."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from configs import options
-from schemas.redact import redact_values
-from trainer import checkpoint as ckpt
-from trainer import distributed as D
-from trainer import rundir
-from trainer import runtime as R
-from trainer.errors import RunError
-from trainer.finetune.config import FinetuneConfig
-from trainer.finetune.tasks import TASKS
-from trainer.metrics import METRICS_FILE
+from bertstream.cli import options
+from bertstream.schemas.redact import redact_values
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import distributed as D
+from bertstream.trainer import rundir
+from bertstream.trainer import runtime as R
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.finetune.config import FinetuneConfig
+from bertstream.trainer.finetune.tasks import TASKS
+from bertstream.trainer.metrics import METRICS_FILE
 
 RESULTS_FILE = "results.json"
 RESUME_DIR = "resume"  # RUN/resume/checkpoints/step-N: the latest epoch's full state (the best is in checkpoints/)

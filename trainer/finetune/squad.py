@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas.tasks import NO_OFFSET
+from bertstream.schemas.tasks import NO_OFFSET
 
 
 @dataclass(frozen=True, slots=True)

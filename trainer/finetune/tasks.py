@@ -14,13 +14,17 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from schemas import tasks as T
-from trainer.finetune import metrics as M
-from trainer.finetune import ner as N
-from trainer.finetune.data import TaskData, TaskDataError
-from trainer.finetune.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
-from trainer.finetune.squad import Window, predict_answers
-from trainer.model_config import BertConfig
+from bertstream.schemas import tasks as T
+from bertstream.trainer.finetune import metrics as M
+from bertstream.trainer.finetune import ner as N
+from bertstream.trainer.finetune.data import TaskData, TaskDataError
+from bertstream.trainer.finetune.heads import (
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+from bertstream.trainer.finetune.squad import Window, predict_answers
+from bertstream.trainer.model_config import BertConfig
 
 __all__ = ["TASKS", "Classification", "Ner", "Regression", "Squad", "Task", "get_task"]
 

@@ -2,7 +2,7 @@
 
 - our checkpoint folder (``RUN/checkpoints/step-N``: ``model.safetensors`` in HF names, ``config.json`` whose
   ``"model"`` is ``BertConfig.to_dict()``, ``vocab.txt``), or a run folder (its newest checkpoint);
-- a Hugging Face BERT folder (``config.json`` with ``model_type: bert``), read by ``trainer.hf.load_hf``;
+- a Hugging Face BERT folder (``config.json`` with ``model_type: bert``), read by ``bertstream.trainer.hf.load_hf``;
 - ``random:PRESET`` (``random:mini``, ``random:bert_tiny``, ...): a freshly initialised encoder of that preset
   over the task data's own vocabulary (the baseline of a pretrained-vs-random comparison);
 - ``random:CHECKPOINT``: a freshly initialised encoder of that checkpoint's architecture (the baseline for a
@@ -20,9 +20,9 @@ from pathlib import Path
 from safetensors.torch import load_file
 from torch import Tensor
 
-from schemas.vocab import VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
-from trainer import checkpoint as ckpt
-from trainer.model_config import PRESET_NAMES, BertConfig, find_preset
+from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.model_config import PRESET_NAMES, BertConfig, find_preset
 
 RANDOM_PREFIX = "random:"
 
@@ -137,7 +137,7 @@ def _our_checkpoint(folder: Path, data: dict, *, weights: bool = True) -> Init:
 
 
 def _hf_folder(folder: Path, seed: int) -> Init:
-    from trainer.hf import load_hf
+    from bertstream.trainer.hf import load_hf
 
     config, state, report = load_hf(folder, seed=seed)
     try:

@@ -1,7 +1,7 @@
 """Google's ``create_instances_from_document`` for a whole work unit, compiled.
 
-A statement-by-statement transcription of :func:`pipelines.pretraining.instances.document_instances` (the readable
-reference), with ``random.Random(combine(key, pass))`` replaced by :mod:`pipelines.pretraining.kernels.mt19937`, which
+A statement-by-statement transcription of :func:`bertstream.pipelines.pretraining.instances.document_instances` (the readable
+reference), with ``random.Random(combine(key, pass))`` replaced by :mod:`bertstream.pipelines.pretraining.kernels.mt19937`, which
 draws the same numbers. ``tests/pipelines/pretraining/kernels/test_instances.py`` pins the two together. The Python
 loop spent ~5 us per instance in the interpreter (``randint``'s three Python frames per draw, the loop
 itself, instance ids hashed with Python ints); compiled, it is ~0.3 us, a sixth of it seeding the
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipelines.pretraining.kernels import mt19937 as mt
-from pipelines.pretraining.kernels.hashing import combine
+from bertstream.pipelines.pretraining.kernels import mt19937 as mt
+from bertstream.pipelines.pretraining.kernels.hashing import combine
 
 _U64 = np.uint64
 

@@ -1,4 +1,4 @@
-"""Static masked-LM predictions for a batch, compiled: :func:`pipelines.pretraining.masking.reference_mask`'s output.
+"""Static masked-LM predictions for a batch, compiled: :func:`bertstream.pipelines.pretraining.masking.reference_mask`'s output.
 
 The NumPy reference hashes every position of an ``[N, Lmax]`` grid and partially sorts each row (~3 us
 per instance; whole-word masking loops in Python per instance, ~45 us). Here each instance is one pass
@@ -21,7 +21,7 @@ import math
 import numpy as np
 from numba import njit
 
-from pipelines.pretraining.kernels.hashing import G, mix64, uniform
+from bertstream.pipelines.pretraining.kernels.hashing import G, mix64, uniform
 
 _U64 = np.uint64
 _POS = _U64(0xD6E8FEB86659FD93)

@@ -1,6 +1,6 @@
 """Word hashes, exact hashes and MinHash signatures of a batch of documents, compiled.
 
-The same arithmetic as :func:`pipelines.pretraining.minhash.reference_document_hashes` (words by the regex, a Python loop
+The same arithmetic as :func:`bertstream.pipelines.pretraining.minhash.reference_document_hashes` (words by the regex, a Python loop
 per character, NumPy per document), which ``tests/pipelines/test_dedup.py`` pins this kernel to. The
 reference spends ~0.4 s per MB in the interpreter (the word list and the per-character hash); here one pass
 over the code points finds the words and hashes them, and each shingle updates the signature in place.
@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from pipelines.pretraining.kernels.hashing import G, mix64
+from bertstream.pipelines.pretraining.kernels.hashing import G, mix64
 
 _U64 = np.uint64
 _MAX = np.iinfo(np.uint64).max

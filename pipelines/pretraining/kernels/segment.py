@@ -1,5 +1,5 @@
 """Sentence candidates of a document's paragraphs, compiled: the scan and the common decisions of
-:func:`pipelines.pretraining.segmenter.sentence_spans`, its pure-Python reference.
+:func:`bertstream.pipelines.pretraining.segmenter.sentence_spans`, its pure-Python reference.
 
 The reference runs ``_CANDIDATE`` (a regex) over each paragraph and decides every candidate in Python, ~1 us
 each: most of segmentation's time. Here one pass over the document's code points finds the same matches

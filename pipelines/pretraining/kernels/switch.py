@@ -11,7 +11,7 @@ never pay the start; a large run pays at most ~1.4 s extra once per worker proce
 cost ~8x less.
 
 Once numba is running in the process anyway (the segmentation stage's candidate scan,
-:mod:`pipelines.pretraining.kernels.segment`, has no pure-Python twin and starts it in every pretraining run),
+:mod:`bertstream.pipelines.pretraining.kernels.segment`, has no pure-Python twin and starts it in every pretraining run),
 there is no start left to save: the kernels run from the first unit (a kernel's cached code then loads in
 milliseconds).
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.common.batch import InstanceBatch
-from pipelines.pretraining.masking import mask, masking_spec
+from bertstream.pipelines.common.batch import InstanceBatch
+from bertstream.pipelines.pretraining.masking import mask, masking_spec
 from tests.pipelines.pretraining.test_masking import random_batch, toy_vocab
 
 

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from pipelines.common.byte_ranges import cut_blocks, segment_blocks, split_ranges
+from bertstream.pipelines.common.byte_ranges import cut_blocks, segment_blocks, split_ranges
 from tests.conftest import shared_path
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, shared_path
+from tests.processes import child_processes
 
-PROG = "from pipelines.cli import main; main(prog_name='bertprep')"
+PROG = "from bertstream.pipelines.cli import main; main(prog_name='bertprep')"
 
 
 def bertprep(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -521,9 +522,9 @@ def test_an_input_is_its_content_read_once_as_listed(tmp_path, demo_vocab, bad):
 
 
 def test_a_file_that_changes_after_listing_fails_the_run_naming_it(tmp_path, demo_vocab, monkeypatch):
-    from pipelines.common.files import InputError
-    from pipelines.pretraining import pipeline as pre
-    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+    from bertstream.pipelines.common.files import InputError
+    from bertstream.pipelines.pretraining import pipeline as pre
+    from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 
     f = tmp_path / "growing.txt"
     f.write_text("A first sentence.\nA second one.\n\n" * 200)
@@ -545,7 +546,7 @@ def test_a_file_that_changes_after_listing_fails_the_run_naming_it(tmp_path, dem
                 config=PretrainingConfig(dupe_factor=1, num_shards=1),
             )
         )
-    from pipelines.common.cli_errors import input_error_in
+    from bertstream.pipelines.common.cli_errors import input_error_in
 
     assert isinstance(e.value, InputError) or input_error_in(e.value)
     assert "growing.txt changed while this run read it" in str(e.value)
@@ -614,12 +615,7 @@ def test_a_killed_worker_is_one_line(tmp_path, demo_vocab):
     deadline = time.monotonic() + 60
     workers: list[int] = []
     while not workers and time.monotonic() < deadline:
-        ps = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
-        workers = [
-            int(f[0])
-            for f in (line.split() for line in ps.splitlines()[1:])
-            if f[1] == str(p.pid) and "pipelines.common.beam_worker" in f
-        ]
+        workers = child_processes(p.pid, "bertstream.pipelines.common.beam_worker")
         time.sleep(0.2)
     assert workers
     time.sleep(1)
@@ -632,7 +628,7 @@ def test_a_killed_worker_is_one_line(tmp_path, demo_vocab):
 
 def test_an_unforeseen_failure_is_one_line_naming_a_log(bad, demo_vocab, tmp_path):
     broken = (
-        "import pipelines.pretraining.read as r\n"
+        "import bertstream.pipelines.pretraining.read as r\n"
         "def boom(*a, **k):\n    raise ZeroDivisionError('an error nobody foresaw')\n"
         "r.block_lines = boom\n" + PROG
     )
@@ -763,8 +759,8 @@ def test_a_full_disk_while_writing_the_vocabulary_is_one_line_and_keeps_the_earl
 
     from click.testing import CliRunner
 
-    from pipelines.cli import main
-    from schemas.vocab import Vocab
+    from bertstream.pipelines.cli import main
+    from bertstream.schemas.vocab import Vocab
 
     out = tmp_path / "voc"
     args = ["vocab", "--input", str(bad / "s.txt"), "--vocab-size", "100", "--min-frequency", "1", "--output", str(out)]
@@ -787,8 +783,8 @@ def test_a_full_disk_while_writing_the_vocabulary_is_one_line_and_keeps_the_earl
 def test_a_word_segmenter_that_fails_or_overruns_the_text_is_one_line(tmp_path, monkeypatch, spans):
     from click.testing import CliRunner
 
-    from pipelines.cli import main
-    from pipelines.pretraining import word_segmenter as ws
+    from bertstream.pipelines.cli import main
+    from bertstream.pipelines.pretraining import word_segmenter as ws
 
     def load(name):
         def segment(text):

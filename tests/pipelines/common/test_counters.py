@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from pipelines.common import counters as C
-from pipelines.common.counters import FIRST_KEPT, Tally
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.counters import FIRST_KEPT, Tally
 
 
 def test_first_places_are_the_earliest_whatever_the_merge_order():

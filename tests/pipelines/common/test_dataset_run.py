@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from configs.errors import ConfigError
-from pipelines.common.dataset_run import ShardSizing, existing_outputs, prepare_output
-from pipelines.common.runner import UsageError
-from pipelines.pretraining import pipeline as pretraining
-from pipelines.tasks import pipeline as tasks
-from schemas.manifest import MANIFEST_NAME
-from schemas.vocab import VOCAB_FILENAME
+from bertstream.cli.errors import ConfigError
+from bertstream.pipelines.common.dataset_run import ShardSizing, existing_outputs, prepare_output
+from bertstream.pipelines.common.runner import UsageError
+from bertstream.pipelines.pretraining import pipeline as pretraining
+from bertstream.pipelines.tasks import pipeline as tasks
+from bertstream.schemas.manifest import MANIFEST_NAME
+from bertstream.schemas.vocab import VOCAB_FILENAME
 
 
 def test_shard_sizing_clamps_the_count_each_side_asks_for():

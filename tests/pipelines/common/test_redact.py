@@ -7,8 +7,8 @@ import logging
 
 from click.testing import CliRunner
 
-from pipelines.cli import main
-from pipelines.common.redact import REDACTED, redact_logs, redact_options
+from bertstream.pipelines.cli import main
+from bertstream.pipelines.common.redact import REDACTED, redact_logs, redact_options
 
 ARGS = [
     "--s3_secret_access_key=SECRET-1",
@@ -121,7 +121,7 @@ def test_task_manifest_holds_no_secret(tmp_path, demo_vocab):
 
 
 def test_url_passwords_are_redacted_by_value_wherever_they_appear():
-    from pipelines.common.redact import redact_text, secret_values
+    from bertstream.pipelines.common.redact import redact_text, secret_values
 
     args = ["--s3_endpoint_url=http://user:pw-7@host:9000", "--runner=X", "--other", "https://a:b-8@h/p"]
     assert redact_options(args) == [

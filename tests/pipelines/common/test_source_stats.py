@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 
-from pipelines.common import counters as C
-from pipelines.common import source_stats as SS
-from pipelines.common.tokenizer import load_tokenizer
-from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from pipelines.pretraining.pipeline import run_pretraining
-from pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import source_stats as SS
+from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+from bertstream.pipelines.pretraining.pipeline import run_pretraining
+from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from tests.conftest import shared_path
 
 

@@ -7,7 +7,7 @@ import os
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common.spill import read_ranges, remove_work_dir, spill_path, write_file
+from bertstream.pipelines.common.spill import read_ranges, remove_work_dir, spill_path, write_file
 
 
 @pytest.fixture()
@@ -42,7 +42,7 @@ def test_spill_files_on_s3(s3_root):
 
 
 def test_spill_buffers_grow_only_where_files_would_be_too_many():
-    from pipelines.common.spill import MAX_SPILL_BYTES, MAX_SPILL_FILES, SPILL_BYTES, spill_bytes_for
+    from bertstream.pipelines.common.spill import MAX_SPILL_BYTES, MAX_SPILL_FILES, SPILL_BYTES, spill_bytes_for
 
     assert spill_bytes_for(0) == SPILL_BYTES
     assert spill_bytes_for(1 << 30) == SPILL_BYTES  # 1 GB: 64 files of 16 MB

@@ -3,7 +3,7 @@ seeded hostile strings; the fallback to ``tokenizers`` (same ids, one line); thr
 
 No bert-base-uncased vocabulary is on disk (only bert-base-chinese's, in the shared data), so the English parity
 runs on 30,522-token vocabularies trained here by the project's own vocab trainer (``bertprep vocab``,
-:func:`pipelines.vocab.train_vocab`) on all the shared English text, one uncased (loaded from its vocab.txt) and one
+:func:`bertstream.pipelines.vocab.train_vocab`) on all the shared English text, one uncased (loaded from its vocab.txt) and one
 cased (loaded from its tokenizer.json): the ids are then those of BertTokenizerFast with that vocabulary.
 """
 
@@ -22,17 +22,17 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from pipelines.common import counters as C
-from pipelines.common import wordpiece_backend as WB
-from pipelines.common.inputs import resolve_inputs
-from pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
-from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from pipelines.pretraining.pipeline import run_pretraining
-from pipelines.pretraining.read import read_documents
-from pipelines.pretraining.segmenter import split_sentences
-from pipelines.pretraining.tokenize import DocumentTokenizer
-from schemas.manifest import MANIFEST_NAME
-from schemas.vocab import VocabError
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import wordpiece_backend as WB
+from bertstream.pipelines.common.inputs import resolve_inputs
+from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
+from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+from bertstream.pipelines.pretraining.pipeline import run_pretraining
+from bertstream.pipelines.pretraining.read import read_documents
+from bertstream.pipelines.pretraining.segmenter import split_sentences
+from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.schemas.manifest import MANIFEST_NAME
+from bertstream.schemas.vocab import VocabError
 from tests.conftest import SHARED, shared_path
 
 nanotoken = pytest.importorskip("nanotoken", reason="the fast backend is not installed")
@@ -92,7 +92,7 @@ def paragraphs(inputs: list[str], fmt: str) -> list[str]:
 @pytest.fixture(scope="module", params=[True, False], ids=["uncased", "cased"])
 def english_vocab(request, tmp_path_factory) -> TokenizerSpec:
     """A 30,522-token vocabulary trained by ``bertprep vocab``'s trainer on all the shared English text (~8 s)."""
-    from pipelines.vocab import VocabConfig, train_vocab
+    from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
     out = tmp_path_factory.mktemp("english_vocab")
     train_vocab(english_inputs(), out, VocabConfig(input_format="text", lowercase=request.param))
@@ -479,7 +479,7 @@ def test_two_worker_processes_give_the_in_process_shards(tmp_path, demo_corpus, 
 def test_bertprep_refuses_a_backend_it_cannot_honour_in_one_error_line(tmp_path, demo_corpus, demo_vocab, value):
     from click.testing import CliRunner
 
-    from pipelines.cli import main
+    from bertstream.pipelines.cli import main
 
     data = json.loads((demo_vocab / "tokenizer.json").read_text(encoding="utf-8"))
     data["pre_tokenizer"] = {"type": "Whitespace"}

@@ -12,13 +12,13 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from configs.errors import ConfigError
-from pipelines.common import counters as C
-from pipelines.pretraining import dedup as D
-from pipelines.pretraining import minhash as M
-from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from pipelines.pretraining.pipeline import run_pretraining
-from pipelines.pretraining.read import Document, DocumentBatch, read_documents
+from bertstream.cli.errors import ConfigError
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.pretraining import dedup as D
+from bertstream.pipelines.pretraining import minhash as M
+from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+from bertstream.pipelines.pretraining.pipeline import run_pretraining
+from bertstream.pipelines.pretraining.read import Document, DocumentBatch, read_documents
 from tests.conftest import shared_path
 
 
@@ -75,7 +75,7 @@ def test_signature_is_deterministic_and_estimates_jaccard():
 
 
 def test_word_table_is_the_regex_on_every_code_point():
-    from pipelines.pretraining.kernels.minhash import word_table
+    from bertstream.pipelines.pretraining.kernels.minhash import word_table
 
     table = word_table()
     every = " ".join(map(chr, range(0x110000)))  # a space between code points: each stands alone
@@ -85,7 +85,7 @@ def test_word_table_is_the_regex_on_every_code_point():
 
 @pytest.mark.parametrize("minhash", [True, False])
 def test_kernel_matches_the_reference(minhash):
-    from pipelines.pretraining.minhash import _compiled_hashes
+    from bertstream.pipelines.pretraining.minhash import _compiled_hashes
 
     texts = [D.document_text(d) for d in wiki_docs(8)]
     texts += ["", "  ...  ", "one", "Straße ÉCOLE «quoted» naïve_under", "a b c d", "数学 是 研究 数量"]
@@ -297,7 +297,7 @@ def test_pipeline_exact_removes_only_exact_copies(tmp_path, dup_corpus, demo_voc
 def test_bad_dedup_options_are_usage_errors_naming_the_flag(tmp_path, demo_corpus, demo_vocab, flag, value):
     from click.testing import CliRunner
 
-    from pipelines.cli import main
+    from bertstream.pipelines.cli import main
 
     args = ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab", str(demo_vocab / "vocab.txt")]
     r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "o"), "--dedup", "minhash", flag, value])

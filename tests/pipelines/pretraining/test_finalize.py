@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.common import counters as C
-from pipelines.common.dataset_run import DatasetHeader
-from pipelines.pretraining import stats as S
-from pipelines.pretraining.finalize import build_manifest
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.dataset_run import DatasetHeader
+from bertstream.pipelines.pretraining import stats as S
+from bertstream.pipelines.pretraining.finalize import build_manifest
 from tests.pipelines.pretraining.test_write import random_batch
 
 HEADER = DatasetHeader(

@@ -7,10 +7,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pipelines.common.hashing import mix64_array
-from pipelines.common.spill import keys_per_block, write_file
-from pipelines.common.tokenizer import load_tokenizer
-from pipelines.pretraining.group import (
+from bertstream.pipelines.common.hashing import mix64_array
+from bertstream.pipelines.common.spill import keys_per_block, write_file
+from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.pretraining.group import (
     encode_documents,
     group_of,
     group_parts,
@@ -19,10 +19,10 @@ from pipelines.pretraining.group import (
     plan_parts,
     read_group,
 )
-from pipelines.pretraining.instances import Pool, document_key
-from pipelines.pretraining.read import DocumentBatch, read_documents
-from pipelines.pretraining.segment import segment_documents
-from pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.pretraining.instances import Pool, document_key
+from bertstream.pipelines.pretraining.read import DocumentBatch, read_documents
+from bertstream.pipelines.pretraining.segment import segment_documents
+from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 
 SEED = 11
 
@@ -102,9 +102,9 @@ def parts_by_group(paths: list[str], groups: int) -> dict[int, list]:
 def test_pools_from_spill_files_equal_pools_built_from_all_documents(
     tmp_path, batches, groups, files, max_blocks, monkeypatch
 ):
-    import pipelines.common.spill
+    import bertstream.pipelines.common.spill as spill_module
 
-    monkeypatch.setattr(pipelines.common.spill, "MAX_BLOCKS", max_blocks)  # blocks of several groups
+    monkeypatch.setattr(spill_module, "MAX_BLOCKS", max_blocks)  # blocks of several groups
     cut = np.array_split(np.arange(len(batches)), files)
     paths = [spill([batches[i] for i in part], tmp_path, f"s{k}") for k, part in enumerate(cut) if len(part)]
     assert all(len(list(plan_parts(p, groups))) <= max_blocks for p in paths)
@@ -117,7 +117,7 @@ def test_pools_from_spill_files_equal_pools_built_from_all_documents(
 
 
 def test_a_retried_spill_rewrites_the_same_bytes_under_the_same_name(tmp_path, batches):
-    from pipelines.pretraining.group import _SpillDocumentsFn
+    from bertstream.pipelines.pretraining.group import _SpillDocumentsFn
 
     outs = []
     for attempt in ("a", "b"):
@@ -132,7 +132,7 @@ def test_a_retried_spill_rewrites_the_same_bytes_under_the_same_name(tmp_path, b
 
 
 def test_the_spill_buffer_writes_a_file_whenever_it_is_full(tmp_path, batches):
-    from pipelines.pretraining.group import _SpillDocumentsFn
+    from bertstream.pipelines.pretraining.group import _SpillDocumentsFn
 
     fn = _SpillDocumentsFn(str(tmp_path), SEED)
     fn.spill_bytes = 1  # every batch fills it

@@ -6,8 +6,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pipelines.common.tokenizer import load_tokenizer
-from pipelines.pretraining.instances import (
+from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.pretraining.instances import (
     Pool,
     RawInstances,
     assemble,
@@ -15,16 +15,16 @@ from pipelines.pretraining.instances import (
     document_key,
     unit_instances,
 )
-from pipelines.pretraining.read import read_documents
-from pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.pretraining.read import read_documents
+from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from tests.pipelines import reference_bert as ref
 
 
 @pytest.fixture(scope="module")
 def pool_and_vocab(demo_corpus, demo_vocab):
     """A real pool: the pydoc corpus, segmented and tokenized, ordered by seeded document key."""
-    from pipelines.pretraining.read import DocumentBatch
-    from pipelines.pretraining.segment import segment_documents
+    from bertstream.pipelines.pretraining.read import DocumentBatch
+    from bertstream.pipelines.pretraining.segment import segment_documents
 
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
     docs = []

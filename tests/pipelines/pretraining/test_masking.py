@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.pretraining.masking import mask, masking_spec
-from schemas.pretraining import num_to_predict
-from schemas.vocab import SPECIAL_TOKENS, Vocab, is_reserved
+from bertstream.pipelines.pretraining.masking import mask, masking_spec
+from bertstream.schemas.pretraining import num_to_predict
+from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, is_reserved
 
 CLS, SEP, MASK_ID = 2, 3, 4
 

@@ -11,14 +11,14 @@ import pyarrow as pa
 import pytest
 import webdataset
 
-from pipelines.common import counters as C
-from pipelines.common.runner import UsageError
-from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from pipelines.pretraining.pipeline import run_pretraining
-from schemas import pretraining as P
-from schemas import wds
-from schemas.manifest import MANIFEST_NAME, vocab_entry
-from schemas.vocab import Vocab, VocabError, is_reserved
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.runner import UsageError
+from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+from bertstream.pipelines.pretraining.pipeline import run_pretraining
+from bertstream.schemas import pretraining as P
+from bertstream.schemas import wds
+from bertstream.schemas.manifest import MANIFEST_NAME, vocab_entry
+from bertstream.schemas.vocab import Vocab, VocabError, is_reserved
 from tests.conftest import shared_path
 
 
@@ -131,12 +131,12 @@ def test_same_shards_with_two_worker_processes_and_any_input_order(tmp_path, dem
 def test_many_small_spill_files_give_the_same_shards(tmp_path, demo_corpus, demo_vocab, monkeypatch):
     """Both shuffles carry references to spill files; how many there are, and how many shards one reference
     covers, must not change a byte."""
-    import pipelines.common.spill
+    import bertstream.pipelines.common.spill as spill_module
 
     files = sorted(demo_corpus.glob("*.txt"))
     run(files, demo_vocab / "vocab.txt", tmp_path / "a", dupe_factor=2, docs_per_group=8)
-    monkeypatch.setattr(pipelines.common.spill, "SPILL_BYTES", 16 << 10)
-    monkeypatch.setattr(pipelines.common.spill, "MAX_BLOCKS", 2)  # 3 shards and 6+ groups: blocks of 2 and more
+    monkeypatch.setattr(spill_module, "SPILL_BYTES", 16 << 10)
+    monkeypatch.setattr(spill_module, "MAX_BLOCKS", 2)  # 3 shards and 6+ groups: blocks of 2 and more
     run(files, demo_vocab / "vocab.txt", tmp_path / "b", dupe_factor=2, docs_per_group=8)
     assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b")
     manifest = json.loads((tmp_path / "b" / MANIFEST_NAME).read_text())
@@ -237,14 +237,14 @@ def mixed_real_inputs() -> list[str]:
 
 
 def run_with_range_bytes(monkeypatch, range_bytes, out, vocab, **kw):
-    import pipelines.pretraining.pipeline as pretraining
+    import bertstream.pipelines.pretraining.pipeline as pretraining
 
     monkeypatch.setattr(pretraining, "range_bytes_for", lambda total: range_bytes)
     return run(mixed_real_inputs(), vocab, out, dupe_factor=1, **kw).manifest
 
 
 def test_same_shards_whatever_the_read_range_size(tmp_path, monkeypatch, demo_vocab):
-    import pipelines.pretraining.read as read
+    import bertstream.pipelines.pretraining.read as read
 
     ranges_read = []  # the in-process runner calls the module's read_range: count the ranges it reads
     real_read_range = read.read_range

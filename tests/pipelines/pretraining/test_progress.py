@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from pipelines.pretraining import progress as P
+from bertstream.pipelines.pretraining import progress as P
 from tests.terminal import on_terminal
 
 LIVE = re.compile(r"\[bertprep\] read (\d+)/(\d+) files, [\d.]+/[\d.]+ MB, ([\d,]+) documents, [\d.]+ MB/s")
@@ -20,7 +20,7 @@ SUMMARY = re.compile(r"\[bertprep\] (read|groups|shards): .*, [\d.]+-[\d.]+ s$",
 
 
 def _add_in_another_process(folder: str, **counts: int) -> None:
-    code = f"from pipelines.pretraining import progress as P; P.add('read', final=True, **{counts!r})"
+    code = f"from bertstream.pipelines.pretraining import progress as P; P.add('read', final=True, **{counts!r})"
     env = {**os.environ, P.ENV_DIR: folder, "PYTHONPATH": os.getcwd()}
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
 
@@ -57,7 +57,7 @@ def _pretraining(corpus, vocab, out, *extra: str, stderr=subprocess.PIPE) -> sub
     args = ["pretraining", "--input", str(corpus / "*.txt"), "--format", "text", "--vocab", str(vocab / "vocab.txt")]
     args += ["--output", str(out), "--dupe-factor", "1", "--num-shards", "2", *extra]
     return subprocess.Popen(
-        [sys.executable, "-c", "from pipelines.cli import main; main()", *args],
+        [sys.executable, "-c", "from bertstream.pipelines.cli import main; main()", *args],
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         stdout=subprocess.PIPE,
         stderr=stderr,

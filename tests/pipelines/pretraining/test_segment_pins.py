@@ -14,12 +14,12 @@ from collections import Counter
 
 import pytest
 
-from pipelines.common import counters as C
-from pipelines.common.inputs import resolve_inputs
-from pipelines.pretraining.read import DocumentBatch, read_documents
-from pipelines.pretraining.segment import segment_documents
-from pipelines.pretraining.segmenter import split_sentences
-from pipelines.pretraining.segmenter_batch import split_documents
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.inputs import resolve_inputs
+from bertstream.pipelines.pretraining.read import DocumentBatch, read_documents
+from bertstream.pipelines.pretraining.segment import segment_documents
+from bertstream.pipelines.pretraining.segmenter import split_sentences
+from bertstream.pipelines.pretraining.segmenter_batch import split_documents
 from tests.conftest import SHARED
 
 PRETRAIN = SHARED / "pretrain"
@@ -101,7 +101,7 @@ def _reference_block_lines(offset: int, raw: bytes, counters: Counter) -> list:
     bytes split for the offsets, every line with a CR through ``_split_carriage_returns``."""
     from itertools import accumulate
 
-    from pipelines.common.files import _split_carriage_returns, clean_line, decode_block
+    from bertstream.pipelines.common.files import _split_carriage_returns, clean_line, decode_block
 
     text = clean_line(decode_block(raw, counters), counters)
     lines = text.split("\n")
@@ -117,7 +117,7 @@ def _reference_block_lines(offset: int, raw: bytes, counters: Counter) -> list:
 
 
 def test_block_lines_as_before_on_random_blocks() -> None:
-    from pipelines.common.files import block_lines
+    from bertstream.pipelines.common.files import block_lines
 
     pieces = [
         b"a", b"word ", b"\n", b"\r", b"\r\n", b"\n\n", b"\x00", b"\x07", b"\x0b", b"\x0c", b"\x1f", b"\x7f", b"\t",

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pipelines.pretraining.segmenter import sentence_spans, split_sentences
+from bertstream.pipelines.pretraining.segmenter import sentence_spans, split_sentences
 from tests.conftest import SHARED
 
 DATA = SHARED  # ../shared/data beside the repository

@@ -5,12 +5,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pipelines.common import counters as C
-from pipelines.common.tokenizer import load_tokenizer
-from pipelines.pretraining.read import read_documents
-from pipelines.pretraining.segmenter import split_sentences
-from pipelines.pretraining.tokenize import DocumentTokenizer
-from schemas.vocab import VocabError
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.pretraining.read import read_documents
+from bertstream.pipelines.pretraining.segmenter import split_sentences
+from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.schemas.vocab import VocabError
 from tests.conftest import shared_path
 
 transformers = pytest.importorskip("transformers")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.common.batch import InstanceBatch
-from pipelines.common.spill import write_file
-from pipelines.pretraining.stats import StatsSpec
-from pipelines.pretraining.write import (
+from bertstream.pipelines.common.batch import InstanceBatch
+from bertstream.pipelines.common.spill import write_file
+from bertstream.pipelines.pretraining.stats import StatsSpec
+from bertstream.pipelines.pretraining.write import (
     ShardSpec,
     WriteSpec,
     _SpillShardsFn,
@@ -69,8 +69,8 @@ def test_shards_read_back_from_spill_files_equal_a_sort_of_everything(tmp_path, 
 
 @pytest.mark.parametrize("num_shards,per_block", [(4, 1), (600, 3)])
 def test_the_spill_fn_emits_one_reference_per_block_and_file(tmp_path, monkeypatch, num_shards, per_block):
-    import pipelines.pretraining.write as W
-    from pipelines.common.spill import keys_per_block
+    import bertstream.pipelines.pretraining.write as W
+    from bertstream.pipelines.common.spill import keys_per_block
 
     assert keys_per_block(num_shards) == per_block
     shards = ShardSpec(

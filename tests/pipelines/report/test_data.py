@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from pipelines.cli import main
-from pipelines.common import counters as C
-from pipelines.common import source_stats as SS
-from pipelines.common.dataset_run import load_manifest
-from pipelines.report.data import ReportConfig, ReportData, collect, count_tokens, duplicates
-from pipelines.report.html import render
-from pipelines.report.inspection import load_vocab
-from pipelines.report.page import write_report
-from pipelines.report.plots import PLOTS, Figure
+from bertstream.pipelines.cli import main
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import source_stats as SS
+from bertstream.pipelines.common.dataset_run import load_manifest
+from bertstream.pipelines.report.data import ReportConfig, ReportData, collect, count_tokens, duplicates
+from bertstream.pipelines.report.html import render
+from bertstream.pipelines.report.inspection import load_vocab
+from bertstream.pipelines.report.page import write_report
+from bertstream.pipelines.report.plots import PLOTS, Figure
 
 SHOT = (1280, 1600)  # the screenshot's window size
 
@@ -104,8 +104,8 @@ def test_key_numbers_and_series(demo_shards):
 
 
 def test_duplicates_shown_when_dedup_ran(demo_shards, demo_corpus, demo_vocab, tmp_path):
-    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-    from pipelines.pretraining.pipeline import run_pretraining
+    from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+    from bertstream.pipelines.pretraining.pipeline import run_pretraining
 
     assert duplicates(load_manifest(str(demo_shards))) is None  # a run without --dedup
     src = tmp_path / "in"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.tasks.pipeline import run_classification, run_ner, run_squad
-from schemas.manifest import Manifest
+from bertstream.pipelines.tasks.pipeline import run_classification, run_ner, run_squad
+from bertstream.schemas.manifest import Manifest
 from tests.conftest import shared_path
 
 

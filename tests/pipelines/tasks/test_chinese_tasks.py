@@ -10,12 +10,12 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from pipelines.common.counters import Tally
-from pipelines.common.runner import UsageError
-from pipelines.tasks import conll as CN
-from pipelines.tasks import tables as TB
-from pipelines.tasks.pipeline import run_classification, run_ner
-from pipelines.tasks.read import file_lines
+from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.runner import UsageError
+from bertstream.pipelines.tasks import conll as CN
+from bertstream.pipelines.tasks import tables as TB
+from bertstream.pipelines.tasks.pipeline import run_classification, run_ner
+from bertstream.pipelines.tasks.read import file_lines
 from tests.conftest import shared_path
 
 

@@ -6,15 +6,15 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pipelines.common.counters import Tally
-from pipelines.common.files import InputError
-from pipelines.common.tokenizer import load_tokenizer
-from pipelines.pretraining.tokenize import DocumentTokenizer
-from pipelines.tasks import read as R
-from pipelines.tasks import tables as TB
-from pipelines.tasks.classification import RowFeaturizer, truncate_pair
-from pipelines.tasks.features import Layout
-from schemas import tasks as T
+from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.tasks import read as R
+from bertstream.pipelines.tasks import tables as TB
+from bertstream.pipelines.tasks.classification import RowFeaturizer, truncate_pair
+from bertstream.pipelines.tasks.features import Layout
+from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
 
 

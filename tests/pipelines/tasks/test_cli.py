@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from pipelines.cli import main
+from bertstream.pipelines.cli import main
 from tests.conftest import shared_path
 
 

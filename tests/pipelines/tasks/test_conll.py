@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.common.counters import Tally
-from pipelines.common.files import InputError
-from pipelines.common.runner import UsageError
-from pipelines.tasks import conll as CN
-from pipelines.tasks import read as R
+from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.runner import UsageError
+from bertstream.pipelines.tasks import conll as CN
+from bertstream.pipelines.tasks import read as R
 from tests.conftest import shared_path
 
 CONLL = """-DOCSTART- -X- -X- O

@@ -4,14 +4,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.common.counters import Tally
-from pipelines.common.files import InputError
-from pipelines.common.tokenizer import load_tokenizer
-from pipelines.tasks import conll as CN
-from pipelines.tasks import read as R
-from pipelines.tasks.features import Layout
-from pipelines.tasks.ner import SentenceFeaturizer, ownership, plan_windows
-from schemas import tasks as T
+from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.tasks import conll as CN
+from bertstream.pipelines.tasks import read as R
+from bertstream.pipelines.tasks.features import Layout
+from bertstream.pipelines.tasks.ner import SentenceFeaturizer, ownership, plan_windows
+from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
 from tests.pipelines.tasks.conftest import read_rows
 

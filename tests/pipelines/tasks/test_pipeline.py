@@ -5,10 +5,10 @@ import hashlib
 import pyarrow as pa
 import pytest
 
-from pipelines.common.runner import UsageError
-from pipelines.tasks.pipeline import infer_split, run_classification, run_ner, run_squad
-from schemas import tasks as T
-from schemas.manifest import MANIFEST_NAME
+from bertstream.pipelines.common.runner import UsageError
+from bertstream.pipelines.tasks.pipeline import infer_split, run_classification, run_ner, run_squad
+from bertstream.schemas import tasks as T
+from bertstream.schemas.manifest import MANIFEST_NAME
 from tests.conftest import shared_path
 from tests.pipelines.tasks.conftest import read_rows, shard_digests
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from schemas import tasks as T
-from schemas.version import SchemaError
+from bertstream.schemas import tasks as T
+from bertstream.schemas.version import SchemaError
 
 
 @pytest.mark.parametrize("kind", T.KINDS)

@@ -9,11 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.common.counters import Tally
-from pipelines.tasks import squad_json as SJ
-from pipelines.tasks.pipeline import run_squad
-from pipelines.tasks.squad import answer_tokens, max_context, plan_spans
-from schemas import tasks as T
+from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.tasks import squad_json as SJ
+from bertstream.pipelines.tasks.pipeline import run_squad
+from bertstream.pipelines.tasks.squad import answer_tokens, max_context, plan_spans
+from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
 from tests.pipelines.tasks.conftest import read_examples, read_rows
 

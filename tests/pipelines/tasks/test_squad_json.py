@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.common.counters import Tally
-from pipelines.common.files import InputError
-from pipelines.tasks import squad_json as SJ
+from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.tasks import squad_json as SJ
 
 CONTEXT = "The Broncos beat the  Panthers in Super Bowl 50.\nDenver won 24 to 10."
 

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from pipelines.common.counters import Tally
-from pipelines.common.runner import UsageError
-from pipelines.tasks import read as R
-from pipelines.tasks import tables as TB
-from pipelines.tasks.glue import PRESETS, resolve
+from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.runner import UsageError
+from bertstream.pipelines.tasks import read as R
+from bertstream.pipelines.tasks import tables as TB
+from bertstream.pipelines.tasks.glue import PRESETS, resolve
 from tests.conftest import shared_path
 
 

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.data.collate import Piece, collate, collate_packed, unpack
-from trainer.data.refs import ShardError, ShardRef
-from trainer.data.shards import Block, Ragged
+from bertstream.trainer.data.collate import Piece, collate, collate_packed, unpack
+from bertstream.trainer.data.refs import ShardError, ShardRef
+from bertstream.trainer.data.shards import Block, Ragged
 
 REF = ShardRef("/d", 0, "x.arrow", "arrow", 3, 1, "f" * 64)
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.data.config import DataConfig, parse_data_arg, split_data_args
+from bertstream.trainer.data.config import DataConfig, parse_data_arg, split_data_args
 
 
 def test_paths_are_normalised_to_a_tuple_of_strings(tmp_path: Path) -> None:

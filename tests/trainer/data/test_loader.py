@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from benchmarks.synthetic_shards import make_instances, write_dataset
+from bertstream.trainer.data import DataConfig, PretrainingLoader, ShardError, VocabMismatchError
 from tests.trainer.data.conftest import Dataset, uint64
 from tests.trainer.shard_fixtures import copy_to_fsspec
-from trainer.data import DataConfig, PretrainingLoader, ShardError, VocabMismatchError
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -295,7 +295,7 @@ def test_pin_memory_and_tensor_types(uneven: Dataset) -> None:
 
 def test_iterating_leaves_the_global_torch_rng_alone(tmp_path) -> None:
     from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
-    from trainer.data import DataConfig, PretrainingLoader
+    from bertstream.trainer.data import DataConfig, PretrainingLoader
 
     vocab = bert_like_vocab(2000)
     write_dataset(tmp_path / "d", make_instances(80, vocab=vocab), [40, 40], vocab=vocab, formats=("arrow",))
@@ -324,7 +324,7 @@ def test_elastic_resume_continues_the_global_order(
     """W x B ranks (x workers) stopped mid-epoch, resumed on W' x B' with W*B == W'*B': the same global
     batches, step for step, as the run that never stopped, into the next epoch."""
     paths = (f"{uneven.path}:0.7", f"{second.path}:0.3") if weighted else (str(uneven.path),)
-    from trainer.data.config import split_data_args
+    from bertstream.trainer.data.config import split_data_args
 
     dirs, weights = split_data_args(paths)
 

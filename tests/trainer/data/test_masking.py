@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schemas.pretraining import num_to_predict
-from schemas.vocab import MASK, Vocab, is_reserved
+from bertstream.schemas.pretraining import num_to_predict
+from bertstream.schemas.vocab import MASK, Vocab, is_reserved
+from bertstream.trainer.data import DataConfig, PretrainingLoader
+from bertstream.trainer.data.masking import Masker, restore
 from tests.trainer.data.conftest import Dataset, uint64
-from trainer.data import DataConfig, PretrainingLoader
-from trainer.data.masking import Masker, restore
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -178,7 +178,7 @@ def test_static_is_the_default_and_refuses_dynamic_only_options(uneven: Dataset)
 
 
 def test_count_rule_and_word_choice_mirror_the_static_pipeline(demo_shards: Path) -> None:
-    from pipelines.pretraining import masking as static
+    from bertstream.pipelines.pretraining import masking as static
 
     lengths = np.arange(3, 513)
     for p, cap in ((0.15, 20), (0.30, 77), (0.15, None)):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from trainer.data.plan import EpochPlan, batch_at, lanes_touched, mix_prefix, mix_split, steps_per_epoch
+from bertstream.trainer.data.plan import EpochPlan, batch_at, lanes_touched, mix_prefix, mix_split, steps_per_epoch
 
 COUNTS = (37, 120, 5, 0, 88, 61)  # 311 samples
 

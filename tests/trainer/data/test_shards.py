@@ -9,13 +9,13 @@ import pytest
 import webdataset
 
 from benchmarks.synthetic_shards import Instances, bert_like_vocab, make_instances, write_arrow, write_dataset
-from schemas import wds
-from schemas.manifest import Manifest
-from schemas.version import SchemaError
-from schemas.vocab import Vocab
+from bertstream.schemas import wds
+from bertstream.schemas.manifest import Manifest
+from bertstream.schemas.version import SchemaError
+from bertstream.schemas.vocab import Vocab
+from bertstream.trainer.data.refs import ShardError, ShardRef
+from bertstream.trainer.data.shards import ShardData, open_shard
 from tests.trainer.data.conftest import Dataset
-from trainer.data.refs import ShardError, ShardRef
-from trainer.data.shards import ShardData, open_shard
 
 
 def refs(ds: Dataset, fmt: str) -> list[ShardRef]:

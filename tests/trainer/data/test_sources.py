@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
-from schemas.version import SchemaError
-from schemas.vocab import VocabMismatchError
+from bertstream.schemas.version import SchemaError
+from bertstream.schemas.vocab import VocabMismatchError
+from bertstream.trainer.data.refs import ShardError
+from bertstream.trainer.data.sources import open_catalog
 from tests.trainer.data.conftest import Dataset
-from trainer.data.refs import ShardError
-from trainer.data.sources import open_catalog
 
 
 def catalog(*paths: Path, fmt: str = "auto", expected: str | None = None, skip: bool = False, verify: str = "sha256"):  # noqa: ANN201

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from trainer.data.workers import quiet_worker_init
+from bertstream.trainer.data.workers import quiet_worker_init
 
 
 def _raised_in(filename: str, error: type[BaseException]):

@@ -50,7 +50,7 @@ def conll_sentences(path: Path) -> list[list[tuple[str, str]]]:
 @pytest.fixture(scope="session")
 def task_vocab(tmp_path_factory) -> Path:
     """A 4,000-token uncased WordPiece vocabulary trained on one shared Wikipedia file (a few seconds)."""
-    from pipelines.vocab import VocabConfig, train_vocab
+    from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
     out = tmp_path_factory.mktemp("task_vocab")
     train_vocab(
@@ -64,7 +64,7 @@ def task_vocab(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def sst2(tmp_path_factory, task_vocab) -> dict[str, Path]:
     """SST-2: 320 training rows, 200 dev rows, 60 unlabeled test rows (real GLUE files, first lines)."""
-    from pipelines.tasks.pipeline import run_classification
+    from bertstream.pipelines.tasks.pipeline import run_classification
 
     root = tmp_path_factory.mktemp("sst2")
     src = shared_path("tasks", "sst2")
@@ -86,7 +86,7 @@ def sst2(tmp_path_factory, task_vocab) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def conll(tmp_path_factory, task_vocab) -> dict[str, Path]:
     """CoNLL-2003: ~200 training and ~300 validation sentences, short windows so long sentences are split."""
-    from pipelines.tasks.pipeline import run_ner
+    from bertstream.pipelines.tasks.pipeline import run_ner
 
     root = tmp_path_factory.mktemp("conll")
     src = shared_path("tasks", "conll2003")
@@ -118,7 +118,7 @@ def conll(tmp_path_factory, task_vocab) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def squad(tmp_path_factory, task_vocab) -> dict[str, Path]:
     """SQuAD v1.1 dev split by article: Warsaw + Normans (359 questions) to train, Sky (108) to evaluate."""
-    from pipelines.tasks.pipeline import run_squad
+    from bertstream.pipelines.tasks.pipeline import run_squad
 
     root = tmp_path_factory.mktemp("squad")
     src = str(shared_path("tasks", "squad_v1.1", "dev-v1.1.json"))
@@ -137,8 +137,8 @@ def squad(tmp_path_factory, task_vocab) -> dict[str, Path]:
 
 def finetune_run(task: str, train: Path, evaluation: Path, out: Path, **kw):
     """One quick CPU run (1 epoch, random tiny encoder unless ``init`` is given); returns results.json's dict."""
-    from trainer.finetune.config import FinetuneConfig
-    from trainer.finetune.loop import finetune
+    from bertstream.trainer.finetune.config import FinetuneConfig
+    from bertstream.trainer.finetune.loop import finetune
 
     cfg = FinetuneConfig.build(
         **{

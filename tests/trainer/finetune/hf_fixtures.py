@@ -6,10 +6,10 @@ from pathlib import Path
 
 import torch
 
-from schemas import tasks as T
-from schemas.vocab import SPECIAL_TOKENS, Vocab
-from trainer.hf_config import hf_config_dict
-from trainer.model import BertConfig
+from bertstream.schemas import tasks as T
+from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
+from bertstream.trainer.hf_config import hf_config_dict
+from bertstream.trainer.model import BertConfig
 
 CONFIG = BertConfig(
     vocab_size=120, hidden_size=48, num_layers=2, num_heads=4, intermediate_size=80, max_position_embeddings=40

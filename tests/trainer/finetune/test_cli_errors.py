@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.cli import main
 from tests.trainer.finetune.conftest import finetune_run
 from tests.trainer.test_cli_errors import one_error
-from trainer import checkpoint as ckpt
-from trainer.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from schemas import tasks as T
-from trainer.finetune.data import (
+from bertstream.schemas import tasks as T
+from bertstream.trainer.finetune.data import (
     EpochBatches,
     TaskDataError,
     TaskDataset,
@@ -18,7 +18,7 @@ from trainer.finetune.data import (
     collate,
     load_task_data,
 )
-from trainer.finetune.tasks import get_task
+from bertstream.trainer.finetune.tasks import get_task
 
 
 def test_training_plan_is_seeded_per_epoch_and_equal_across_ranks():
@@ -104,7 +104,7 @@ def test_corrupt_shard_and_missing_manifest_are_named(sst2, tmp_path):
 
 
 def test_label_lists_must_agree(sst2, task_vocab, tmp_path):
-    from pipelines.tasks.pipeline import run_classification
+    from bertstream.pipelines.tasks.pipeline import run_classification
 
     src = next(sst2["dev"].parent.glob("dev.tsv"))
     swapped = tmp_path / "swapped"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from schemas import tasks as T
+from bertstream.schemas import tasks as T
+from bertstream.trainer.finetune.heads import load_encoder_state
+from bertstream.trainer.finetune.tasks import get_task
+from bertstream.trainer.finetune.weights import resolve_init
+from bertstream.trainer.model import BertForPreTraining
 from tests.trainer.finetune.hf_fixtures import CONFIG, TOL, VOCAB, batch, save_hf
-from trainer.finetune.heads import load_encoder_state
-from trainer.finetune.tasks import get_task
-from trainer.finetune.weights import resolve_init
-from trainer.model import BertForPreTraining
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

@@ -17,17 +17,17 @@ import pytest
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from schemas import tasks as T
-from schemas.vocab import SPECIAL_TOKENS, Vocab, VocabMismatchError
+from bertstream.schemas import tasks as T
+from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, VocabMismatchError
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.cli import main
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.finetune import metrics as M
+from bertstream.trainer.finetune.data import TaskDataError, load_task_data
+from bertstream.trainer.metrics import read_metrics
+from bertstream.trainer.model import BertForPreTraining
+from bertstream.trainer.model_config import bert_tiny
 from tests.trainer.finetune.conftest import conll_sentences, finetune_run
-from trainer import checkpoint as ckpt
-from trainer.cli import main
-from trainer.errors import RunError
-from trainer.finetune import metrics as M
-from trainer.finetune.data import TaskDataError, load_task_data
-from trainer.metrics import read_metrics
-from trainer.model import BertForPreTraining
-from trainer.model_config import bert_tiny
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_same_seed_same_run(sst2, tmp_path):
 
 
 def test_regression_and_sentence_pairs_with_f1(sst2, task_vocab, tmp_path):
-    from pipelines.tasks.pipeline import run_classification
+    from bertstream.pipelines.tasks.pipeline import run_classification
     from tests.conftest import shared_path
     from tests.trainer.finetune.conftest import head_lines
 
@@ -144,7 +144,7 @@ def test_score_uses_the_glue_task_metric(sst2):
 
     import numpy as np
 
-    from trainer.finetune.tasks import get_task
+    from bertstream.trainer.finetune.tasks import get_task
 
     def primary_metric(kind: str, glue: str | None) -> str:
         return get_task(kind).primary_metric(glue)
@@ -247,7 +247,7 @@ def test_bad_inputs_are_refused_with_clear_errors(sst2, conll, tmp_path):
 
 
 def test_cli_runs_and_reports_a_label_list_mismatch(sst2, task_vocab, tmp_path):
-    from pipelines.tasks.pipeline import run_classification
+    from bertstream.pipelines.tasks.pipeline import run_classification
 
     common = [
         "finetune",
@@ -335,7 +335,7 @@ def test_two_gloo_processes_train_equal_steps_and_score_every_row(sst2, tmp_path
 
 
 def test_the_plan_line_counts_in_the_unit_the_user_chose():
-    from trainer.finetune.loop import plan_text
+    from bertstream.trainer.finetune.loop import plan_text
 
     assert plan_text(3, 1, 218) == "3 steps (--max-steps; an epoch is 218 steps)"  # not "1 epochs x 218 steps"
     assert plan_text(0, 1, 218) == "1 epoch x 218 steps"
@@ -368,7 +368,7 @@ def test_kill_9_then_resume_auto_gives_the_same_metrics_and_results(sst2, tmp_pa
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
     def cli(out: Path, **kw) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "trainer", *args, "--output", str(out)]
+        cmd = [sys.executable, "-m", "bertstream.trainer", *args, "--output", str(out)]
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
     whole = cli(tmp_path / "whole")

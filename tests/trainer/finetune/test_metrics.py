@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from trainer.finetune import metrics as M
+from bertstream.trainer.finetune import metrics as M
 
 
 def test_accuracy_and_positive_class_f1():

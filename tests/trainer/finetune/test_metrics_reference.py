@@ -25,9 +25,9 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
+from bertstream.trainer.finetune import metrics as M
 from tests.conftest import shared_path
 from tests.trainer.finetune.conftest import conll_sentences
-from trainer.finetune import metrics as M
 
 sklearn_metrics = pytest.importorskip("sklearn.metrics", reason="needs scikit-learn (pip install -e '.[test]')")
 stats = pytest.importorskip("scipy.stats", reason="needs scipy (pip install -e '.[test]')")

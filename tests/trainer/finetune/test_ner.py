@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from schemas import tasks as T
+from bertstream.schemas import tasks as T
+from bertstream.trainer.finetune import metrics as M
+from bertstream.trainer.finetune.data import TaskDataError, load_task_data
+from bertstream.trainer.finetune.ner import conll_text, sentence_tags, sentence_words
 from tests.trainer.finetune.conftest import conll_sentences
-from trainer.finetune import metrics as M
-from trainer.finetune.data import TaskDataError, load_task_data
-from trainer.finetune.ner import conll_text, sentence_tags, sentence_words
 
 
 def oracle_logits(data, wrong_elsewhere: bool) -> list[np.ndarray]:

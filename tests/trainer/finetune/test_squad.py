@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from trainer.finetune.squad import Window, best_span, predict_answers
+from bertstream.trainer.finetune.squad import Window, best_span, predict_answers
 
 #          0      1     2      3    4        5      6         7
 # tokens: [CLS]  who   [SEP]  The  Broncos  won   tonight   [SEP]

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from schemas import tasks as T
-from schemas.vocab import VocabMismatchError
+from bertstream.schemas import tasks as T
+from bertstream.schemas.vocab import VocabMismatchError
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.finetune.heads import load_encoder_state
+from bertstream.trainer.finetune.tasks import get_task
+from bertstream.trainer.finetune.weights import InitError, check_vocab, resolve_init
+from bertstream.trainer.model import BertForPreTraining
 from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, save_hf
-from trainer import checkpoint as ckpt
-from trainer.finetune.heads import load_encoder_state
-from trainer.finetune.tasks import get_task
-from trainer.finetune.weights import InitError, check_vocab, resolve_init
-from trainer.model import BertForPreTraining
 
 
 def saved_checkpoint(run, config):

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.common.tokenizer import load_tokenizer
-from pipelines.pretraining.instances import Pool, document_key
-from pipelines.pretraining.read import DocumentBatch, read_documents
-from pipelines.pretraining.segment import segment_documents
-from pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.pretraining.instances import Pool, document_key
+from bertstream.pipelines.pretraining.read import DocumentBatch, read_documents
+from bertstream.pipelines.pretraining.segment import segment_documents
+from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from tests.conftest import shared_path
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.pretraining.instances import (
+from bertstream.pipelines.pretraining.instances import (
     Pool,
     RawInstances,
     assemble,

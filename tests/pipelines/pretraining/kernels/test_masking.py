@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.common.batch import InstanceBatch
-from pipelines.pretraining.instances import assemble, unit_instances
-from pipelines.pretraining.masking import Masked, mask, masking_spec, reference_mask
+from bertstream.pipelines.common.batch import InstanceBatch
+from bertstream.pipelines.pretraining.instances import assemble, unit_instances
+from bertstream.pipelines.pretraining.masking import Masked, mask, masking_spec, reference_mask
 from tests.pipelines.pretraining.test_masking import random_batch, toy_vocab
 
 

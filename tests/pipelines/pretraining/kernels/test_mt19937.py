@@ -5,9 +5,9 @@ import random
 import numpy as np
 import pytest
 
-from pipelines.common.hashing import combine
-from pipelines.pretraining.instances import document_rng
-from pipelines.pretraining.kernels import mt19937 as mt
+from bertstream.pipelines.common.hashing import combine
+from bertstream.pipelines.pretraining.instances import document_rng
+from bertstream.pipelines.pretraining.kernels import mt19937 as mt
 
 # Seeds of one and two 32-bit words, their edges, and seeds as the pipeline makes them.
 SEEDS = [

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from pipelines.pretraining.kernels import switch
-from pipelines.pretraining.pipeline import run_pretraining
+from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+from bertstream.pipelines.pretraining.kernels import switch
+from bertstream.pipelines.pretraining.pipeline import run_pretraining
 
 
 def test_python_paths_until_the_budget_is_spent_then_the_kernels(monkeypatch):

@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from configs.errors import ConfigError
+from bertstream.cli.errors import ConfigError
 
 # Saved configs of earlier versions named these leaves differently (flat ones: before sections).
 _RENAMED = {"data": "paths", "sources": "paths", "data_format": "format", "model": "preset"}

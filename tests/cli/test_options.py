@@ -1,4 +1,4 @@
-"""Config dataclasses as the one source of the CLI flags (``configs.options``): every default shown by
+"""Config dataclasses as the one source of the CLI flags (``bertstream.cli.options``): every default shown by
 ``--help`` is the dataclass's, a field added to a section becomes a flag, and a checkpoint saved with the
 flat config layout of earlier versions still resumes."""
 
@@ -13,17 +13,17 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from configs import options
-from configs.errors import ConfigError
-from configs.options import opt, section
-from trainer import checkpoint as ckpt
-from trainer.cli import main
-from trainer.config import OptimConfig, TrainConfig
-from trainer.data.config import DataConfig
-from trainer.embed import EmbedConfig
-from trainer.errors import RunError
-from trainer.finetune.config import FinetuneConfig
-from trainer.resume import check_resume
+from bertstream.cli import options
+from bertstream.cli.errors import ConfigError
+from bertstream.cli.options import opt, section
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.cli import main
+from bertstream.trainer.config import OptimConfig, TrainConfig
+from bertstream.trainer.data.config import DataConfig
+from bertstream.trainer.embed import EmbedConfig
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.finetune.config import FinetuneConfig
+from bertstream.trainer.resume import check_resume
 
 COMMANDS = {"pretrain": TrainConfig, "finetune": FinetuneConfig, "embed": EmbedConfig}
 
@@ -97,7 +97,9 @@ def test_a_field_added_to_a_section_becomes_a_flag():
 
 def test_the_cli_builds_the_nested_config(monkeypatch, tmp_path):
     got = []
-    monkeypatch.setattr("trainer.pretrain.pretrain", lambda cfg: got.append(cfg) or {"step": 0, "run_dir": "r"})
+    monkeypatch.setattr(
+        "bertstream.trainer.pretrain.pretrain", lambda cfg: got.append(cfg) or {"step": 0, "run_dir": "r"}
+    )
     argv = ["pretrain", "--data", "a:1", "--data", "b:3", "--output", str(tmp_path), "--lr", "0.002"]
     argv += ["--format", "arrow", "--no-tensorboard", "--model", "mini", "--keep-checkpoints", "5", "--compile"]
     result = CliRunner().invoke(main, argv)
@@ -144,7 +146,7 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
     # added after sections (absent from a flat config, their defaults when read): the loader's own settings
     # came with the data section becoming the loader's config
     later = {"norm_placement", "shuffle", "prefetch_factor", "pin_memory", "length_bucketing", "bucket_batches"}
-    later |= {"drop_remainder", "verify", "weights"}
+    later |= {"drop_remainder", "verify", "weights", "lr_schedule"}
     now = options.saved_values(TrainConfig, cfg.to_dict())
     assert {k: v for k, v in now.items() if k not in later} == options.saved_values(TrainConfig, FLAT_TRAIN)
     assert now["norm_placement"] == "post"
@@ -203,8 +205,8 @@ def test_one_error_type_names_the_field():
 
 
 def test_the_settings_a_resume_fixes_are_config_settings():
-    from trainer import resume
-    from trainer.finetune import resume as finetune_resume
+    from bertstream.trainer import resume
+    from bertstream.trainer.finetune import resume as finetune_resume
 
     assert set(resume.FIXED) <= {leaf.name for leaf in options.leaves(TrainConfig)}
     assert set(finetune_resume.FIXED) <= {leaf.name for leaf in options.leaves(FinetuneConfig)}
@@ -283,8 +285,8 @@ def test_a_config_error_names_the_flag_typed():
 
 
 def test_bertprep_jobs_build_from_flags_and_keep_the_keyword_forms():
-    from pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-    from pipelines.tasks.config import ClassificationJob
+    from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+    from bertstream.pipelines.tasks.config import ClassificationJob
 
     job = options.build(PretrainingJob, inputs=["a"], vocab="v", output="o", no_strip_gutenberg=True)
     assert job.config == PretrainingConfig(input_format="sentences", strip_gutenberg=False)
