@@ -35,7 +35,7 @@ browser:
 
 # The main job on the embedded default (in-process Beam runner, local files, CPU).
 demo: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/recipes/demo.sh
 
 # Every test, slow end-to-end ones included (what CI runs).
 test: $(STAMP) lint

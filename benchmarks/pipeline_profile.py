@@ -38,8 +38,8 @@ def profile_run(
     inputs: list[str], vocab: str, out: Path, dupe: int = 1, beam_args: tuple[str, ...] = ()
 ) -> tuple[StageProfile, dict]:
     """One in-process run under the stage sampler: (the profile, the manifest's counters and totals)."""
-    from bertstream.pipelines.pretraining import run_pretraining
     from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
+    from bertstream.pipelines.pretraining.pipeline import run_pretraining
 
     job = PretrainingJob(
         inputs=tuple(inputs),

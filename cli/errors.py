@@ -1,11 +1,26 @@
-"""The one configuration error of the project and its validation helper, for every component config of
-``bertprep`` and ``berttrain``: ``param`` names the field, which each command line maps to its flag."""
+"""How both command lines fail: the one usage error, SIGTERM handled as Ctrl-C, and the missing optional package.
+
+``UsageError`` is every bad flag value or environment found before any work, in ``bertprep`` and
+``berttrain`` alike, raised by config validation (``check``) and by the jobs' own checks; ``param`` names the
+config field (or the flag, without dashes), which each command line maps to its flag with
+``bertstream.cli.options.flag_for`` and shows as click's usage error (exit 2). SIGTERM (``kill``, a scheduler's
+stop) raises :class:`Terminated` in the main thread, a ``KeyboardInterrupt``, so the cleanup that Ctrl-C runs
+runs too; the one ``Error:`` line then exits 130 or 143 (128 + the signal, as the shell reports a process
+killed by it).
+"""
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
-class ConfigError(ValueError):
-    """A setting is out of range; ``param`` names the offending field (the CLI maps it to its flag)."""
+
+class UsageError(ValueError):
+    """A setting is out of range or refused; ``param`` names the offending field or flag (the CLI maps it)."""
 
     def __init__(self, param: str, message: str) -> None:
         super().__init__(f"{param}: {message}")
@@ -14,6 +29,71 @@ class ConfigError(ValueError):
 
 
 def check(cond: bool, param: str, message: str) -> None:
-    """Raise ``ConfigError(param, message)`` unless ``cond``: a message names the value it got."""
+    """Raise ``UsageError(param, message)`` unless ``cond``: a message names the value it got."""
     if not cond:
-        raise ConfigError(param, message)
+        raise UsageError(param, message)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so the same cleanup runs. (A
+    DataLoader or Beam worker that inherits the handler ends quietly on it, as on KeyboardInterrupt.)"""
+
+
+@contextmanager
+def sigterm_as_interrupt(intercept: Callable[[], bool] | None = None) -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated`; ``intercept``, when given, is asked first and
+    returns True when the signal was its own (bertprep's runner signals itself when a worker process dies).
+    Outside the main thread (a test's runner) signals are left alone."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if intercept is not None and intercept():
+            return
+        raise Terminated()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupted_line(e: KeyboardInterrupt, outcome: str) -> tuple[str, int]:
+    """The one line and the exit code for Ctrl-C or SIGTERM: ``Error: interrupted (SIGTERM); OUTCOME``."""
+    terminated = isinstance(e, Terminated)
+    return f"Error: interrupted ({'SIGTERM' if terminated else 'Ctrl-C'}); {outcome}", 143 if terminated else 130
+
+
+def exit_interrupted(e: KeyboardInterrupt, outcome: str) -> None:
+    line, code = interrupted_line(e, outcome)
+    print(line, file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+# Optional packages a command may need, and the pip extra that brings each (None: install it by name).
+OPTIONAL_PACKAGES = {
+    "matplotlib": None,  # a base dependency: missing only from a broken environment
+    "s3fs": "train",  # the trainer's s3:// data
+    "aiohttp": "train",
+    "tensorboard": "train",
+    "gcsfs": None,
+    "dask": "dask",  # --runner DaskRunner
+    "distributed": "dask",
+    "rjieba": "chinese",  # --word-segmenter rjieba
+    "jieba": None,
+    "boto3": None,  # Beam's s3:// (apache-beam[aws])
+}
+
+
+def missing_package(e: ImportError) -> str | None:
+    """The one line for an optional package that is not installed: what needed it (the error's own first line)
+    and how to install it (None: not an optional package, a broken installation or a bug)."""
+    name = (e.name or "").split(".")[0]
+    if name not in OPTIONAL_PACKAGES:
+        return None
+    extra = OPTIONAL_PACKAGES[name]
+    how = f"pip install {name} (it comes with pip install 'bertstream[{extra}]')" if extra else f"pip install {name}"
+    what = " ".join(str(e).split()) or f"{name} is not installed"
+    return f"{what}: {how}"

@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from bertstream.cli.errors import ConfigError
+from bertstream.cli.errors import UsageError
 
 # Saved configs of earlier versions named these leaves differently (flat ones: before sections).
 _RENAMED = {"data": "paths", "sources": "paths", "data_format": "format", "model": "preset"}
@@ -49,7 +49,7 @@ def opt(
     by the flag (``--no-tensorboard``, ``--keep-gutenberg``); ``path``: ``"file"`` or ``"dir"``, which must
     exist unless ``exists=False``; ``show``: ``[default: ...]`` in ``--help`` (commands without
     ``show_default``); ``after``: listed in ``--help`` right after that leaf, not in declaration order;
-    ``convert``: the flag takes text, which this turns into the field's value (its :class:`ConfigError` a
+    ``convert``: the flag takes text, which this turns into the field's value (its :class:`UsageError` a
     usage error of the flag); ``cli=False``: a setting without a flag (config and tests only)."""
     meta = {
         "help": help,
@@ -135,7 +135,7 @@ def _converted(convert: Callable[[str | None], Any]) -> Callable:
     def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
         try:
             return convert(value)
-        except ConfigError as e:
+        except UsageError as e:
             raise click.BadParameter(e.message) from None
 
     return callback
@@ -248,11 +248,11 @@ def check_linked(cfg: Any) -> None:
         for name in f.metadata.get("linked", ()):
             mine = getattr(getattr(cfg, f.name), name)
             if mine != now[name]:
-                raise ConfigError(name, f"{f.name}.{name} is {mine!r} but the config's {name} is {now[name]!r}")
+                raise UsageError(name, f"{f.name}.{name} is {mine!r} but the config's {name} is {now[name]!r}")
 
 
 def flag_for(cls: type, param: str) -> str:
-    """The flag a user typed for field ``param`` of ``cls`` (a :class:`ConfigError`'s), as ``--help`` lists
+    """The flag a user typed for field ``param`` of ``cls`` (a :class:`UsageError`'s), as ``--help`` lists
     it; of an on/off pair, the one away from the default (``--no-header``)."""
     for leaf in leaves(cls):
         if leaf.name == param and leaf.meta.get("cli", True):
@@ -261,7 +261,7 @@ def flag_for(cls: type, param: str) -> str:
     return "--" + param.replace("_", "-")
 
 
-def bad_parameter(cls: type | None, err: ConfigError) -> click.BadParameter:
+def bad_parameter(cls: type | None, err: UsageError) -> click.BadParameter:
     """``err`` as click's usage error (exit 2) naming the flag of ``cls`` it came from."""
     flag = flag_for(cls, err.param) if cls is not None else "--" + err.param.replace("_", "-")
     return click.BadParameter(err.message, param_hint=f"'{flag}'")

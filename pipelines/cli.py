@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from bertstream.cli import options
-from bertstream.cli.errors import ConfigError
+from bertstream.cli.errors import UsageError
 from bertstream.cli.options import click_options
 from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
 from bertstream.pipelines.pretraining.config import PretrainingJob
@@ -28,13 +28,10 @@ def main() -> None:
 def vocab(**values: Any) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json)."""
     quiet_beam()
-    from bertstream.pipelines.common.cli_errors import sigterm_as_interrupt
+    from bertstream.pipelines.common.cli_errors import bertprep_errors
 
-    try:
+    with bertprep_errors(VocabJob, "no vocabulary was written"):
         job = options.build(VocabJob, **values)
-    except ConfigError as e:
-        raise options.bad_parameter(VocabJob, e) from None
-    with sigterm_as_interrupt():
         v, counters = _train_vocab(job)
     click.echo(
         f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
@@ -43,41 +40,16 @@ def vocab(**values: Any) -> None:
 
 
 def _train_vocab(job: VocabJob):
-    """Check everything, take the folder's lock, train; every failure is one ``Error:`` line."""
+    """Check everything, take the folder's lock, train (inside the command's funnel)."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from bertstream.pipelines.common.cli_errors import first_line, interrupted
-    from bertstream.pipelines.common.files import InputError
-    from bertstream.pipelines.common.inputs import resolve_inputs
-    from bertstream.pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
-    from bertstream.pipelines.common.output_lock import lock_output, new_run_id
-    from bertstream.pipelines.common.redact import redact_logs, redact_text
-    from bertstream.pipelines.common.runner import UsageError
-    from bertstream.pipelines.vocab import prepare_vocab_output, train_vocab
+    from bertstream.pipelines.common.redact import redact_logs
+    from bertstream.pipelines.vocab import train_vocab_job
 
-    inputs, output, cfg = list(job.inputs), job.output, job.config
-    redact_logs([*inputs, output])
+    redact_logs([*job.inputs, job.output])
     FileSystems.set_options(PipelineOptions([]))  # s3:// inputs: Beam's S3 client reads its options from here
-    try:
-        files = resolve_inputs(inputs, cfg.input_format)
-        check_no_overlap(output, {"input": [f.path for f in files]})
-        ensure_writable_dir(output)  # before the training, not after it
-        with lock_output(output, new_run_id(), "bertprep vocab"):
-            prepare_vocab_output(output, job.overwrite)
-            return train_vocab(inputs, output, cfg, files=files)
-    except UsageError as e:
-        raise click.BadParameter(redact_text(str(e)), param_hint=f"'--{e.param}'") from None
-    except InputError as e:
-        raise click.ClickException(redact_text(f"{e}; no vocabulary was written")) from None
-    except KeyboardInterrupt:
-        interrupted("no vocabulary was written")
-    except OSError as e:  # a full disk, a folder removed under us: the earlier vocabulary, if any, is intact
-        raise click.ClickException(
-            redact_text(
-                f"cannot write the vocabulary to {output}: {e.strerror or first_line(e)}; no vocabulary was written"
-            )
-        ) from None
+    return train_vocab_job(job)
 
 
 @main.command(context_settings=PASSTHROUGH)
@@ -90,20 +62,17 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
     The default runner is Beam's in-process FnApiRunner.
     """
     quiet_beam()
-    from bertstream.pipelines.common.cli_errors import pipeline_errors
+    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.common.redact import redact_logs
     from bertstream.pipelines.pretraining.pipeline import run_pretraining
 
     redact_logs([*ctx.args, *values["inputs"], values["vocab"], values["output"]])
-    try:
+    with bertprep_errors(PretrainingJob):
         job = options.build(PretrainingJob, **values, beam_args=ctx.args)
-    except ConfigError as e:
-        raise options.bad_parameter(PretrainingJob, e) from None
-    if job.verbose:  # read by the stages wherever they run: this process or the worker processes it starts
-        from bertstream.pipelines.pretraining.progress import ENV_VERBOSE
+        if job.verbose:  # read by the stages wherever they run: this process or the worker processes it starts
+            from bertstream.pipelines.pretraining.progress import ENV_VERBOSE
 
-        os.environ[ENV_VERBOSE] = "1"
-    with pipeline_errors():
+            os.environ[ENV_VERBOSE] = "1"
         result = run_pretraining(job)
     _print_summary(result)
 
@@ -127,9 +96,11 @@ def _print_summary(result) -> None:
 @click.option("--holdout-every", type=int, default=0, help="Put every k-th document in DIRECTORY/heldout/.")
 def demo_corpus(directory, holdout_every) -> None:
     """Write Python's bundled reference documentation as a `text`-format corpus (no download needed)."""
+    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.demo_corpus import write_pydoc_corpus
 
-    paths = write_pydoc_corpus(directory, holdout_every)
+    with bertprep_errors(None, "the corpus is incomplete"):
+        paths = write_pydoc_corpus(directory, holdout_every)
     size = sum(p.stat().st_size for p in paths)
     click.echo(f"wrote {len(paths)} documents, {size / 1e6:.2f} MB -> {directory}")
 
@@ -144,6 +115,13 @@ def demo_corpus(directory, holdout_every) -> None:
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
     quiet_beam()
+    from bertstream.pipelines.common.cli_errors import bertprep_errors
+
+    with bertprep_errors(None, "nothing was checked"):
+        _inspect(dataset_dir, verify, decode, as_json)
+
+
+def _inspect(dataset_dir: str, verify: bool, decode: int, as_json: bool) -> None:
     from bertstream.pipelines.common.dataset_run import load_manifest
     from bertstream.pipelines.report.inspection import (
         DatasetError,
@@ -203,24 +181,18 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
 def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
     """Write DIR/report/index.html: plots of a pretraining dataset beside its key numbers."""
     quiet_beam()
+    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.report.data import ReportConfig
     from bertstream.pipelines.report.page import write_report
 
-    try:
+    with bertprep_errors(ReportConfig, "no report was written"):
         cfg = ReportConfig(top_tokens=top_tokens, top_sources=top_sources, top_unk_words=top_unk_words)
-    except ConfigError as e:
-        raise options.bad_parameter(ReportConfig, e) from None
-    try:
-        index = write_report(dataset_dir, output, cfg)
-    except ModuleNotFoundError as e:
-        if e.name != "matplotlib" and not str(e.name or "").startswith("matplotlib."):
+        try:
+            index = write_report(dataset_dir, output, cfg)
+        except UsageError:
             raise
-        raise click.ClickException(
-            "bertprep report draws its plots with matplotlib, a dependency of bertstream that is missing "
-            "from this environment: pip install matplotlib (or reinstall bertstream)"
-        ) from None
-    except (FileNotFoundError, ValueError, OSError) as e:
-        raise click.ClickException(str(e)) from None
+        except (FileNotFoundError, ValueError) as e:
+            raise click.ClickException(str(e)) from None
     click.echo(f"report: {index}")
 
 

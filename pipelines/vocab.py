@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+from apache_beam.io.filesystems import FileSystems
 from tokenizers import trainers
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.hashing import hash64
 from bertstream.pipelines.common.inputs import InputFile, resolve_inputs
+from bertstream.pipelines.common.output_dir import OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.pretraining.read import read_documents
-from bertstream.pipelines.vocab_config import VocabConfig
+from bertstream.pipelines.vocab_config import VocabConfig, VocabJob
+from bertstream.schemas.hashing import hash64
 from bertstream.schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
 
@@ -88,21 +92,15 @@ def continuation_pieces(texts, lowercase: bool) -> list[str]:
     return sorted("##" + c for c in chars if _can_continue_word(c))
 
 
-def prepare_vocab_output(output_dir: str, overwrite: bool) -> None:
-    """The ``bertprep vocab`` output folder: empty, or an earlier vocabulary (replaced only with ``overwrite``,
-    and only once the new one is written), never anything else."""
-    from bertstream.pipelines.common.output_dir import refuse_foreign
-    from bertstream.pipelines.common.runner import UsageError
+VOCAB_POLICY = OutputPolicy("bertprep vocab", is_vocab_file, what="a vocabulary's", dataset=False)
 
-    if "://" in output_dir:
-        return
-    names = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
-    refuse_foreign(output_dir, [n for n in names if not n.startswith(".") and not is_vocab_file(n)], "a vocabulary's")
-    mine = [n for n in names if is_vocab_file(n)]
-    if mine and not overwrite:
-        raise UsageError(
-            "output", f"{output_dir} already holds a vocabulary ({', '.join(mine)}); pass --overwrite to replace it"
-        )
+
+def train_vocab_job(job: VocabJob) -> tuple[Vocab, Counter]:
+    """``bertprep vocab``: resolve the inputs, hold the ``--output`` folder as every bertprep command does
+    (:func:`bertstream.pipelines.common.output_dir.claim_output`), train and write."""
+    files = resolve_inputs(list(job.inputs), job.config.input_format)
+    with claim_output(job.output, job.overwrite, VOCAB_POLICY, {"input": [f.path for f in files]}) as claim:
+        return train_vocab(list(job.inputs), claim.output_dir, job.config, files=files)
 
 
 def write_all(out: Path, writers: dict) -> None:
@@ -123,7 +121,8 @@ def write_all(out: Path, writers: dict) -> None:
 def train_vocab(
     inputs: list[str], output_dir: str | Path, cfg: VocabConfig, files: list[InputFile] | None = None
 ) -> tuple[Vocab, Counter]:
-    """Train on ``inputs`` (the ``--input`` patterns; ``files``: them resolved already) and write the files."""
+    """Train on ``inputs`` (the ``--input`` patterns; ``files``: them resolved already) and write the files
+    into ``output_dir``, a folder or an object-store URL."""
     files = files if files is not None else resolve_inputs(inputs, cfg.input_format)
     counters: Counter = Counter()
     first: Counter = Counter()
@@ -131,8 +130,6 @@ def train_vocab(
     total = sum(f.bytes for f in files)
     if not first["documents_sampled"] and first["documents_read"] and 0 < cfg.sample_bytes < total:
         # The sample is a hash-chosen fraction of the documents: too small a fraction chooses none.
-        from bertstream.pipelines.common.runner import UsageError
-
         raise UsageError(
             "sample-bytes",
             f"{cfg.sample_bytes} bytes is too small a sample of {total:,} bytes of input: it takes none of "
@@ -157,8 +154,6 @@ def train_vocab(
     vocab = Vocab(tuple(t for t, _ in sorted(trained.get_vocab().items(), key=lambda kv: kv[1])))
     # Rebuilt from the vocabulary: the ## pieces were "special" only to steer training.
     tok = with_bert_template(bert_tokenizer(vocab, cfg.lowercase), vocab)
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     config = {
         "tokenizer_class": "BertTokenizer",
         "do_lower_case": cfg.lowercase,
@@ -181,5 +176,14 @@ def train_vocab(
         "tokenizer_config.json": lambda p: p.write_text(json.dumps(config, indent=2) + "\n"),
         "vocab_config.json": lambda p: p.write_text(json.dumps(record, indent=2) + "\n"),
     }
-    write_all(out, writers)
+    if "://" in str(output_dir):  # an object store: written here, then copied up, each file whole
+        with tempfile.TemporaryDirectory(prefix="bertprep-vocab-") as tmp:
+            write_all(Path(tmp), writers)
+            for name in writers:
+                with FileSystems.create(FileSystems.join(str(output_dir), name)) as f:
+                    f.write((Path(tmp) / name).read_bytes())
+    else:
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_all(out, writers)
     return vocab, counters

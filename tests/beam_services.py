@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BOOT = REPO / "scripts" / "beam_boot.py"
+BOOT = REPO / "pipelines" / "runners" / "beam_boot.py"  # run as a file: it imports only Beam and the stdlib
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 
@@ -138,7 +138,7 @@ def worker_python(folder: Path) -> Path:
             python,
             "-c",
             "import apache_beam, tokenizers\ntry:\n import bertstream.pipelines\nexcept ImportError:"
-            "\n pass\nelse:\n raise SystemExit('pipelines is importable: ' + pipelines.__file__)",
+            "\n pass\nelse:\n raise SystemExit('bertstream is importable: ' + bertstream.pipelines.__file__)",
         ],
         capture_output=True,
         text=True,
@@ -198,7 +198,7 @@ def portable_services(tmp: Path, boot: Path = BOOT):
 
     Yields (pipeline options that send a job to them, the services). Both run under ``worker_python``, in
     ``tmp`` (cwd and TMPDIR), so they cannot import this repository: the pool starts each SDK worker through
-    ``scripts/beam_boot.py``, which installs the job's staged package as the SDK container's boot does.
+    ``pipelines/runners/beam_boot.py``, which installs the job's staged package as the SDK container's boot does.
     """
     tmp.mkdir(parents=True, exist_ok=True)
     python = worker_python(tmp / "worker_venv")

@@ -332,7 +332,7 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
         return real(path, chunks)
 
     monkeypatch.setattr(group, "write_file", stop_then_write)
-    monkeypatch.setattr("bertstream.pipelines.pretraining.pipeline.CLEANUP_SECONDS", 5.0)  # 30 s by default
+    monkeypatch.setattr("bertstream.pipelines.common.output_dir.CLEANUP_SECONDS", 5.0)  # 30 s by default
     box = {}
     _, took = _within(
         180,
@@ -374,13 +374,13 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
 def test_run_folders_on_an_object_store_are_refused_up_front():
     # Checkpoints are local (README, "Object stores"): a run folder URL used to become a local folder named
     # "s3:" (pathlib drops one slash). Refused before anything runs, naming the flag.
-    from bertstream.cli.errors import ConfigError
+    from bertstream.cli.errors import UsageError
     from bertstream.trainer.config import TrainConfig
     from bertstream.trainer.finetune.config import FinetuneConfig
 
-    with pytest.raises(ConfigError, match="output: s3://b/runs/base: the run folder must be local"):
+    with pytest.raises(UsageError, match="output: s3://b/runs/base: the run folder must be local"):
         TrainConfig.build(paths=("s3://b/shards",), output="s3://b/runs/base")
-    with pytest.raises(ConfigError, match="output: s3://b/runs/sst2: the run folder must be local"):
+    with pytest.raises(UsageError, match="output: s3://b/runs/sst2: the run folder must be local"):
         FinetuneConfig.build(
             task="classification",
             train_data="s3://b/t",
@@ -406,16 +406,16 @@ def test_trainer_s3_waits_are_bounded_unless_configured(monkeypatch):
 
 
 def test_corrupt_and_missing_task_shards_on_s3_are_named(s3_server, vocab_file, tmp_path):
-    from bertstream.pipelines.tasks.pipeline import run_classification
     from bertstream.schemas import tasks as T
     from bertstream.trainer.finetune.data import TaskDataError, load_task_data
+    from tests.jobs import run_classification
 
     tsv = tmp_path / "dev.tsv"
     with shared_path("tasks", "sst2", "dev.tsv").open(encoding="utf-8") as f:
         tsv.write_text("".join(line for _, line in zip(range(41), f)), encoding="utf-8")
     local = tmp_path / "sst2_dev"
     run_classification(
-        inputs=[str(tsv)], vocab=str(vocab_file), output_dir=str(local), glue="sst2", split="dev", max_seq_length=64
+        inputs=[str(tsv)], vocab=str(vocab_file), output=str(local), glue="sst2", split="dev", max_seq_length=64
     )
     s3_server.bucket("bertstream")
     for f in sorted(local.iterdir()):
@@ -498,9 +498,9 @@ def test_pretraining_streams_from_s3_with_two_loader_workers(uploaded_dataset, l
 
 def test_finetuning_from_s3_with_two_loader_workers(s3_server, vocab_file, tmp_path):
     """The same for fine-tuning: task data on S3, --num-workers 2."""
-    from bertstream.pipelines.tasks.pipeline import run_classification
     from bertstream.trainer.finetune.config import FinetuneConfig
     from bertstream.trainer.finetune.loop import finetune
+    from tests.jobs import run_classification
 
     s3_server.bucket("bertstream")
     for split, n in (("train", 81), ("dev", 41)):
@@ -509,7 +509,7 @@ def test_finetuning_from_s3_with_two_loader_workers(s3_server, vocab_file, tmp_p
             tsv.write_text("".join(line for _, line in zip(range(n), f)), encoding="utf-8")
         local = tmp_path / f"sst2_{split}"
         run_classification(
-            inputs=[str(tsv)], vocab=str(vocab_file), output_dir=str(local), glue="sst2", split=split, max_seq_length=64
+            inputs=[str(tsv)], vocab=str(vocab_file), output=str(local), glue="sst2", split=split, max_seq_length=64
         )
         for f in sorted(local.iterdir()):
             _upload(s3_server, "bertstream", f"tasks/sst2_{split}/{f.name}", f)
@@ -535,3 +535,29 @@ def test_finetuning_from_s3_with_two_loader_workers(s3_server, vocab_file, tmp_p
     two, none = run(2, "ft2"), run(0, "ft0")
     assert two["epochs"][0]["eval"]["rows"] == 40
     assert two["epochs"][0]["train_loss"] == none["epochs"][0]["train_loss"]
+
+
+def test_vocab_writes_to_an_object_store_and_holds_it_like_a_folder(s3_server, tmp_path, monkeypatch):
+    """``bertprep vocab --output s3://...`` writes its four files there (it once wrote a local ``s3:/`` folder),
+    and refuses to mix into a prefix that holds something else, as every bertprep command does."""
+    s3 = s3_server
+    bucket = s3.bucket("bertstream")
+    monkeypatch.chdir(tmp_path)  # a local "s3:" folder would appear here
+    corpus = _upload(s3, "bertstream", "corpus/wiki_00", shared_path("pretrain", "wikipedia", "wiki_00"))
+    args = ["vocab", "--input", f"wikiextractor:{corpus}", "--vocab-size", "600", "--output", f"{bucket}/vocab"]
+    output = _bertprep(*args)
+    assert f"-> {bucket}/vocab/vocab.txt" in output
+    keys = sorted(o["Key"] for o in s3.client().list_objects_v2(Bucket="bertstream", Prefix="vocab/")["Contents"])
+    assert keys == ["vocab/tokenizer.json", "vocab/tokenizer_config.json", "vocab/vocab.txt", "vocab/vocab_config.json"]
+    assert not (tmp_path / "s3:").exists() and not list(tmp_path.iterdir())
+    body = s3.client().get_object(Bucket="bertstream", Key="vocab/vocab.txt")["Body"].read().decode()
+    assert body.split("\n")[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+    from bertstream.pipelines.cli import main
+
+    again = CliRunner().invoke(main, args)  # an earlier vocabulary: --overwrite, as for a local folder
+    assert again.exit_code == 2 and "already holds a vocabulary" in again.output, again.output
+    assert _bertprep(*args, "--overwrite")
+    _upload(s3, "bertstream", "other/notes.txt", shared_path("pretrain", "sample_text.txt"))
+    foreign = CliRunner().invoke(main, [*args[:-1], f"{bucket}/other", "--overwrite"])
+    assert foreign.exit_code == 2 and "not a vocabulary's (notes.txt)" in foreign.output, foreign.output

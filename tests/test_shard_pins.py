@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from bertstream.pipelines.demo_corpus import write_pydoc_corpus
-from bertstream.pipelines.pretraining import run_pretraining
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from bertstream.pipelines.tasks.pipeline import run_classification, run_ner, run_squad
+from bertstream.pipelines.pretraining.pipeline import run_pretraining
 from bertstream.schemas.vocab import SPECIAL_TOKENS
+from tests.jobs import run_classification, run_ner, run_squad
 
 _WORD = re.compile(r"[a-z]+|[^a-z\s]")
 
@@ -107,7 +107,7 @@ def test_classification_shards_are_pinned(tmp_path, corpus, vocab):
     rows = ["sentence\tlabel"] + [f"{p[:300]}\t{i % 2}" for i, p in enumerate(_paragraphs(corpus, 60))]
     src = tmp_path / "train.tsv"
     src.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    run_classification(inputs=[str(src)], vocab=vocab, output_dir=str(tmp_path / "out"), glue="sst2", num_shards=2)
+    run_classification(inputs=[str(src)], vocab=vocab, output=str(tmp_path / "out"), glue="sst2", num_shards=2)
     got = _digests(tmp_path / "out")
     print(json.dumps(got, indent=1))
     assert got == CLASSIFICATION
@@ -127,7 +127,7 @@ def test_ner_shards_are_pinned(tmp_path, corpus, vocab):
         lines.append("")
     src = tmp_path / "train.txt"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    run_ner(inputs=[str(src)], vocab=vocab, output_dir=str(tmp_path / "out"), max_seq_length=32, window_overlap=4)
+    run_ner(inputs=[str(src)], vocab=vocab, output=str(tmp_path / "out"), max_seq_length=32, window_overlap=4)
     got = _digests(tmp_path / "out")
     print(json.dumps(got, indent=1))
     assert got == NER
@@ -156,7 +156,7 @@ def test_squad_shards_are_pinned(tmp_path, corpus, vocab):
     run_squad(
         inputs=[str(src)],
         vocab=vocab,
-        output_dir=str(tmp_path / "out"),
+        output=str(tmp_path / "out"),
         max_seq_length=64,
         doc_stride=24,
         max_query_length=16,

@@ -28,7 +28,7 @@ def pretrain(**values: Any) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
     from bertstream.trainer.pretrain import pretrain as run
 
-    with reported():
+    with reported(TrainConfig):
         result = run(TrainConfig.build(**values))
     if launched_main():
         click.echo(f"trained to step {result['step']}: {result['run_dir']}")
@@ -68,7 +68,7 @@ def finetune(overwrite: bool, **values: Any) -> None:
     """Fine-tune on a task dataset; evaluate every epoch, keep the best checkpoint, write results.json."""
     from bertstream.trainer.finetune.loop import finetune as run
 
-    with reported():  # bad flags (exit 2); bad data, init or output folder (exit 1): a message, not a traceback
+    with reported(FinetuneConfig):  # bad flags (exit 2); bad data or init (exit 1): a message, not a traceback
         cfg = FinetuneConfig.build(**values)
         results = run(cfg, overwrite=overwrite)
     if not launched_main():
@@ -87,7 +87,7 @@ def embed(**values: Any) -> None:
     """Extract BERT features: one vector (or one per token) per input row, written as an Arrow file."""
     from bertstream.trainer.embed import embed as run
 
-    with reported():
+    with reported(EmbedConfig):
         cfg = options.build(EmbedConfig, **values)
         result = run(cfg)
     click.echo(

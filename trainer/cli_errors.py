@@ -1,6 +1,7 @@
 """One owner for turning errors into ``berttrain`` messages: every command runs inside :func:`reported`.
 
-A wrong flag value (``ConfigError``) is a usage error (exit 2, click's usage line); bad data, checkpoints,
+A wrong flag value (``UsageError``) is a usage error on its flag (exit 2, click's usage line; the flag from the
+command's config class, ``bertstream.cli.options.flag_for``); bad data, checkpoints,
 devices or output folders are run-time errors (exit 1): one ``Error:`` line, never a traceback. So are the
 failures a user causes without a bug: a data-loader worker killed (out of memory, ``kill``), an optional package
 not installed. Ctrl-C and SIGTERM are one line too, exit 130 and 143 (128 + the signal, as the shell reports a
@@ -12,25 +13,15 @@ nothing yet). Anything else is a bug and keeps its traceback. Every message is r
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import click
 
-from bertstream.cli.errors import ConfigError
+from bertstream.cli import options
+from bertstream.cli.errors import UsageError, exit_interrupted, missing_package, sigterm_as_interrupt
 from bertstream.schemas.redact import redact
-
-# Optional packages a command may need (plot: matplotlib; s3:// and http:// data: s3fs, aiohttp; ...), and
-# whether the train extra brings them (aiohttp comes with s3fs).
-_PACKAGES = {"matplotlib": True, "s3fs": True, "aiohttp": True, "tensorboard": True, "gcsfs": False}
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so the same cleanup runs. (A
-    DataLoader worker that inherits the handler ends quietly on it, as on KeyboardInterrupt.)"""
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -41,8 +32,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from bertstream.trainer.data.refs import ShardError
     from bertstream.trainer.errors import RunError
     from bertstream.trainer.finetune.data import TaskDataError
-    from bertstream.trainer.finetune.weights import InitError
     from bertstream.trainer.hf import HFCheckpointError
+    from bertstream.trainer.weights import InitError
 
     # OSError: missing folders, read-only outputs, full disks: the message names the path.
     return (
@@ -59,26 +50,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise Terminated()
-
-
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+def reported(cls: type | None = None) -> Iterator[None]:
+    """The funnel of a ``berttrain`` command; ``cls``, its config class, names the flags of usage errors."""
     try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextmanager
-def reported() -> Iterator[None]:
-    try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             yield
     except BaseException as e:
         # torch raises a dead loader worker's RuntimeError from its SIGCHLD handler, at any point of the main
@@ -86,7 +62,7 @@ def reported() -> Iterator[None]:
         # it while the one line is made; SIGCHLD's default action discards the signal, so none is left pending.
         previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL) if _in_main_thread() else None
         try:
-            _report(e)
+            _report(e, cls)
         finally:
             if previous is not None:
                 signal.signal(signal.SIGCHLD, previous)
@@ -96,10 +72,12 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _report(e: BaseException) -> None:
+def _report(e: BaseException, cls: type | None) -> None:
     """Raise what ``e`` becomes: click's usage error, one ``Error:`` line, an exit code; or ``e`` itself (a bug)."""
-    if isinstance(e, ConfigError):
-        raise click.BadParameter(redact(e.message), param_hint=f"'--{e.param.replace('_', '-')}'") from None
+    if isinstance(e, UsageError):
+        bad = options.bad_parameter(cls, e)
+        setattr(bad, "message", redact(bad.message))  # noqa: B010 - click types it as final
+        raise bad from None
     if isinstance(e, (click.ClickException, SystemExit, click.exceptions.Exit, click.Abort)):
         raise e
     handled = isinstance(e, (KeyboardInterrupt, ImportError, *_user_errors())) or _worker_died(e)
@@ -107,15 +85,14 @@ def _report(e: BaseException) -> None:
         raise e  # a bug: its traceback, whole
     _release(e)
     if isinstance(e, KeyboardInterrupt):
-        name, code = ("SIGTERM", 143) if isinstance(e, Terminated) else ("Ctrl-C", 130)
-        click.echo(
-            f"Error: interrupted ({name}); partial checkpoints were removed, the last complete one is kept "
-            "(--resume auto continues from it)",
-            err=True,
+        exit_interrupted(
+            e, "partial checkpoints were removed, the last complete one is kept (--resume auto continues from it)"
         )
-        sys.exit(code)
     if isinstance(e, ImportError):
-        raise click.ClickException(_missing_package(e)) from None
+        message = missing_package(e)
+        if message is None:
+            raise e  # not an optional package: a broken installation or a bug, with its traceback
+        raise click.ClickException(message) from None
     if _worker_died(e):
         raise click.ClickException(
             f"a data-loader worker process died ({_one_line(str(e), type(e).__name__)}): out of memory, or "
@@ -142,14 +119,6 @@ def _release(e: BaseException) -> None:
 
     e.__traceback__ = None
     gc.collect()
-
-
-def _missing_package(e: ImportError) -> str:
-    name = (e.name or "").split(".")[0]
-    if name not in _PACKAGES:
-        raise e  # not an optional package: a broken installation or a bug, with its traceback
-    extra = " (it comes with the train extra: pip install -e '.[train]')" if _PACKAGES[name] else ""
-    return f"{_one_line(redact(str(e)), 'ImportError')}: pip install {name}{extra}"
 
 
 def _one_line(message: str, kind: str) -> str:

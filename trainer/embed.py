@@ -19,7 +19,7 @@ import pyarrow as pa
 import torch
 from torch import Tensor, nn
 
-from bertstream.cli.errors import check
+from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import opt
 from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest
@@ -29,8 +29,8 @@ from bertstream.schemas.vocab import CLS, SEP
 from bertstream.schemas.wordpiece import bert_tokenizer, json_lowercase
 from bertstream.trainer.config import check_device
 from bertstream.trainer.errors import RunError
-from bertstream.trainer.finetune.weights import RANDOM_PREFIX, Init, InitError, check_vocab, resolve_init
 from bertstream.trainer.model import BertModel
+from bertstream.trainer.weights import RANDOM_PREFIX, Init, InitError, check_vocab, resolve_init
 
 COMBINES = ("sum", "concat", "mean")
 POOLINGS = ("cls", "mean", "none")
@@ -277,11 +277,11 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
     out = Path(cfg.output)
     for flag, path in (("--input", cfg.input), ("--init", cfg.init)):
         if not path.startswith(RANDOM_PREFIX) and out.resolve().is_relative_to(Path(path).resolve()):
-            raise RunError(f"output overlaps inputs: --output {out} is (or lies inside) {flag} {path}")
+            raise UsageError("output", f"{out} overlaps inputs: it is (or lies inside) {flag} {path}")
     if out.exists() and not cfg.overwrite:
-        raise RunError(f"--output {out}: exists; pass --overwrite to replace it")
+        raise UsageError("output", f"{out} exists; pass --overwrite to replace it")
     if not out.parent.is_dir():
-        raise RunError(f"--output {out}: folder {out.parent} does not exist")
+        raise UsageError("output", f"{out}: folder {out.parent} does not exist")
     init = resolve_init(cfg.init, None)
     layers = layer_indices(cfg.layers, init.config.num_layers)
     limit = init.config.max_position_embeddings

@@ -32,12 +32,13 @@ from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig, pretraining_flops
 from bertstream.trainer.optim import build_optimizer, build_scheduler
 from bertstream.trainer.pretrain_inputs import (
+    OpenedData,
     check_seq_length,
     data_loader,
     eval_data_loader,
     input_notes,
-    load_vocab,
     model_config,
+    open_data,
 )
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
@@ -129,31 +130,36 @@ def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> None:
 
 
 def resolve_model(
-    cfg: TrainConfig, vocab: Vocab, restored: ckpt.Loaded | None, world_size: int
-) -> tuple[BertConfig, dict | None, Any]:
-    """The architecture (and HF weights), after checking that the flags fit the checkpoint and the data."""
+    cfg: TrainConfig, data: OpenedData, restored: ckpt.Loaded | None, world_size: int
+) -> tuple[BertConfig, dict | None, tuple[str, ...]]:
+    """The architecture (and starting weights), after checking that the flags fit the checkpoint and the data."""
+    vocab = data.vocab
     if restored is not None and not cfg.checkpoint.reset_optimizer:
         check_resume(cfg, restored.config, restored.path, restored.step, world_size=world_size)
     elif restored is not None:
         check_new_phase(cfg, restored.config, restored.path)
-    config, hf_state, hf_report = model_config(cfg, vocab, restored.config if restored else None)
+    config, init_state, init_notes = model_config(cfg, vocab, restored.config if restored else None)
     if config.vocab_size != len(vocab):
         raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")
     if restored is not None and restored.config.get("vocab_sha256", vocab.sha256) != vocab.sha256:
         raise RunError(f"{restored.path} was trained on another vocabulary than --data")
-    check_seq_length(config, cfg)
-    return config, hf_state, hf_report
+    check_seq_length(config, cfg, data)
+    return config, init_state, init_notes
 
 
 def build_model(
-    cfg: TrainConfig, config: BertConfig, hf: tuple[dict | None, Any], restored: ckpt.Loaded | None, info: D.DistInfo
+    cfg: TrainConfig,
+    config: BertConfig,
+    hf: tuple[dict | None, tuple[str, ...]],
+    restored: ckpt.Loaded | None,
+    info: D.DistInfo,
 ) -> tuple[torch.nn.Module, BertForPreTraining]:
     """(the model to call: compiled and/or DDP, the plain module) with the starting weights, on the device."""
     raw = BertForPreTraining(config, seed=cfg.run.seed)
-    hf_state, hf_report = hf
-    if hf_state is not None:
-        raw.load_state_dict(hf_state, strict=True)
-        for line in hf_report.lines():
+    init_state, init_notes = hf
+    if init_state is not None:
+        raw.load_state_dict(init_state, strict=True)
+        for line in init_notes:
             R.log(line, info)
     if restored is not None:
         raw.load_state_dict(restored.model, strict=True)
@@ -306,14 +312,15 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     restored = plan_run_dir(cfg)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
-    vocab, lowercase = load_vocab(cfg.data.paths)
-    config, hf_state, hf_report = resolve_model(cfg, vocab, restored, info.world_size)
-    loader = data_loader(cfg, vocab, info)
-    eval_loader = eval_data_loader(cfg, vocab, info) if cfg.eval_data else None
+    data = open_data(cfg)  # every manifest and the vocabulary, read once for the run
+    vocab, lowercase = data.vocab, data.lowercase
+    config, init_state, init_notes = resolve_model(cfg, data, restored, info.world_size)
+    loader = data_loader(cfg, data, info)
+    eval_loader = eval_data_loader(cfg, data, info) if cfg.eval_data else None
     prepare_run_dir(cfg, info)
 
     # --- restore ----------------------------------------------------------------------------------
-    model, raw = build_model(cfg, config, (hf_state, hf_report), restored, info)
+    model, raw = build_model(cfg, config, (init_state, init_notes), restored, info)
     optimizer = build_optimizer(raw, cfg.optim.optimizer, cfg.optim.lr, cfg.optim.weight_decay, eps=cfg.optim.adam_eps)
     scheduler = build_scheduler(optimizer, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
     R.seed_dropout(cfg.run.seed, info)

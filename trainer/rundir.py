@@ -4,7 +4,8 @@ A non-empty folder whose run is not continued (``--resume none``, a checkpoint f
 checkpoint to resume) is refused unless ``--overwrite``, which clears it whole: a new run's metrics next to
 an old run's checkpoints would make a later ``--resume auto`` continue the wrong run.
 
-A command never destroys what it did not make, nor before it has checked its inputs: the plan is read-only,
+A refused folder is a usage error on ``--output`` (exit 2, as ``bertprep`` refuses its outputs). A command never
+destroys what it did not make, nor before it has checked its inputs: the plan is read-only,
 ``--overwrite`` clears only after every input has been opened, and never when an input lies inside the folder
 (:func:`check_overlap`); a run folder the command made itself is removed again when the run fails before it
 has anything to keep (:func:`removed_on_failure`).
@@ -16,7 +17,9 @@ import contextlib
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
+from bertstream.cli.errors import UsageError
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
@@ -29,11 +32,10 @@ def plan_run(
 
     Read-only, so every rank decides the same; :func:`clear` then runs on rank 0 only.
     """
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunError(f"--output {run_dir} is a file, not a run folder")
+    refuse_file(run_dir)
     for d in data:
         if "://" not in d and _inside(Path(dataset_key(d)), run_dir):
-            raise RunError(f"--data {d} lies inside --output {run_dir}: choose a run folder of its own")
+            raise UsageError("output", f"{run_dir} holds --data {d}: choose a run folder of its own")
     if resume not in ("auto", "none") and not Path(resume).is_dir():
         raise RunError(f"--resume {resume}: no such checkpoint folder")
     if resume not in ("auto", "none") and _inside(Path(resume), run_dir):
@@ -55,10 +57,7 @@ def plan_run(
     contents = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
     if resume not in ("auto", "none"):
         if contents and not overwrite:
-            raise RunError(
-                f"--output {run_dir} already holds a run ({_listing(contents)}) and --resume {resume} "
-                "starts from elsewhere: pass --overwrite to clear the folder whole, or choose another --output"
-            )
+            refuse_existing(run_dir, contents, f"--resume {resume} starts from elsewhere")
         return ckpt.load(resume, with_optimizer=not reset_optimizer)
     if overwrite or not contents:
         return None
@@ -73,10 +72,7 @@ def plan_run(
         if resume == "auto"
         else "--resume none starts a new run"
     )
-    raise RunError(
-        f"--output {run_dir} already holds a run ({_listing(contents)}) and {why}: pass --overwrite to "
-        "clear the folder whole, or choose another --output"
-    )
+    refuse_existing(run_dir, contents, why)
 
 
 def check_overlap(run_dir: Path, inputs: Iterable[tuple[str, str | None]], *, overwrite: bool) -> None:
@@ -86,10 +82,25 @@ def check_overlap(run_dir: Path, inputs: Iterable[tuple[str, str | None]], *, ov
         return
     inside = [f"{flag} {path}" for flag, path in inputs if path and "://" not in path and _inside(Path(path), run_dir)]
     if inside:
-        raise RunError(
-            f"output overlaps inputs: {', '.join(inside)} lies inside --output {run_dir}, which --overwrite "
-            "would clear; move it out or choose another --output"
+        raise UsageError(
+            "output",
+            f"{run_dir} overlaps inputs: {', '.join(inside)} lies inside it, and --overwrite would clear it; move "
+            "it out or choose another --output",
         )
+
+
+def refuse_file(run_dir: Path) -> None:
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError("output", f"{run_dir} is a file, not a run folder")
+
+
+def refuse_existing(run_dir: Path, contents: list[str], why: str) -> NoReturn:
+    """A folder holding another run (``contents``) that this one does not continue (``why``)."""
+    raise UsageError(
+        "output",
+        f"{run_dir} already holds a run ({_listing(contents)}) and {why}: pass --overwrite to clear it, or "
+        "choose another --output",
+    )
 
 
 def _keeps_something(run_dir: Path) -> bool:

@@ -1,18 +1,16 @@
-"""How pipeline failures reach the console: usage errors (exit 2) name the flag, input errors (exit 1) name
-the file and say that no manifest was written.
+"""How every ``bertprep`` command fails: one funnel, :func:`bertprep_errors`, around each command's work.
 
-One line, always: whatever fails (a worker process that dies, a missing optional package, an error nobody
+Usage errors (exit 2) name the flag; input errors (exit 1) name the file and say what was not written. One
+line, always: whatever fails (a worker process that dies, a missing optional package, an error nobody
 foresaw), the user sees one ``Error:`` line; the traceback, when there is one worth keeping, goes to a log
-file that the line names. SIGTERM is handled as Ctrl-C (work files removed, one line) and exits 143.
+file that the line names. SIGTERM is handled as Ctrl-C (work files removed, one line) and exits 143
+(:mod:`bertstream.cli.errors` owns both, for both command lines).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
-import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -21,12 +19,12 @@ from contextlib import contextmanager
 
 import click
 
-from bertstream.cli.errors import ConfigError
+from bertstream.cli import options
+from bertstream.cli.errors import UsageError, exit_interrupted, missing_package, sigterm_as_interrupt
 from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.inputs import missing_filesystem_in
 from bertstream.pipelines.common.redact import redact_text
-from bertstream.pipelines.common.runner import (
-    UsageError,
+from bertstream.pipelines.runners.runner import (
     current_worker_log,
     death_signal_pending,
     discard_worker_log,
@@ -36,6 +34,7 @@ from bertstream.pipelines.common.runner import (
 from bertstream.schemas.vocab import VocabError
 
 _STAGE = re.compile(r" \[while running '[^']*'\]")
+NO_MANIFEST = "no manifest was written"
 
 
 def input_error_in(e: BaseException) -> str | None:
@@ -53,55 +52,31 @@ def input_error_in(e: BaseException) -> str | None:
     return None
 
 
-def interrupted_in(e: BaseException) -> bool:
+def interrupted_in(e: BaseException) -> KeyboardInterrupt | None:
     """Ctrl-C inside a DoFn reaches us as Beam's ``RuntimeError: KeyboardInterrupt [while running ...]``."""
     seen: BaseException | None = e
     while seen is not None:
-        if isinstance(seen, KeyboardInterrupt) or str(seen).startswith("KeyboardInterrupt"):
-            return True
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        if str(seen).startswith("KeyboardInterrupt"):
+            return KeyboardInterrupt()
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
 
 
-# Set by the SIGTERM handler: the KeyboardInterrupt it raises was a SIGTERM, whose exit code is 143.
-_terminated = [False]
-
-
-def interrupted(outcome: str = "no manifest was written") -> None:
-    """One line, not the traceback of every Beam thread; 130 and 143 are the shell's codes for SIGINT, SIGTERM."""
-    discard_worker_log()
-    if _terminated[0]:
-        click.echo(f"Error: terminated (SIGTERM); {outcome}", err=True)
-        sys.exit(128 + signal.SIGTERM)
-    click.echo(f"Error: interrupted; {outcome}", err=True)
-    sys.exit(130)
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (``kill``, a scheduler's stop) does what Ctrl-C does: the run's cleanup runs, one line."""
-
-    def handler(signum, frame) -> None:
-        if worker_death() is not None:
-            if death_signal_pending():  # pipelines.common.runner stopping the run for a dead worker
-                raise KeyboardInterrupt
-            return  # a late repeat of it, once the run's own cleanup has begun
-        _terminated[0] = True
+def _worker_signal() -> bool:
+    """SIGTERM's first question: is it the signal the runner sends itself when a worker process died?"""
+    if worker_death() is None:
+        return False
+    if death_signal_pending():  # bertstream.pipelines.runners.runner stopping the run for a dead worker
         raise KeyboardInterrupt
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (a test's runner): leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    return True  # a late repeat of it, once the run's own cleanup has begun
 
 
 def error_log(e: BaseException) -> str:
-    """Write ``e``'s traceback (and the worker log's tail, if any) to a file; its path."""
+    """Write ``e``'s traceback to a file; its path."""
+    import tempfile
+
     fd, path = tempfile.mkstemp(prefix=f"bertprep-error-{time.strftime('%Y%m%dT%H%M%S')}-", suffix=".log")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(redact_text("".join(traceback.format_exception(type(e), e, e.__traceback__))))
@@ -127,11 +102,12 @@ def worker_died_in(e: BaseException) -> bool:
 
 
 @contextmanager
-def pipeline_errors() -> Iterator[None]:
-    _terminated[0] = False
+def bertprep_errors(cls: type | None = None, outcome: str = NO_MANIFEST) -> Iterator[None]:
+    """The funnel of a ``bertprep`` command: what fails inside becomes click's usage error on the flag of
+    ``cls`` (the command's config class) or one ``Error:`` line ending with ``outcome`` (what was not written)."""
     try:
-        with sigterm_as_interrupt():
-            yield from _pipeline_errors()
+        with sigterm_as_interrupt(_worker_signal):
+            yield from _funnel(cls, outcome)
     except click.ClickException as e:
         # A URL's password never reaches the console (click types `message` as final: set it all the same).
         setattr(e, "message", redact_text(e.message))  # noqa: B010
@@ -149,58 +125,62 @@ def pipeline_errors() -> Iterator[None]:
         threading.excepthook = lambda args: None
 
 
-def _pipeline_errors() -> Iterator[None]:
+def _funnel(cls: type | None, outcome: str) -> Iterator[None]:
     try:
         yield
         discard_worker_log()
     except UsageError as e:
         if e.param == "beam option":
-            raise click.UsageError(f"{e} (neither a bertprep option nor a Beam pipeline option)") from None
-        raise click.BadParameter(str(e), param_hint=f"'--{e.param}'") from None
+            raise click.UsageError(f"{e.message} (neither a bertprep option nor a Beam pipeline option)") from None
+        raise options.bad_parameter(cls, e) from None
     except VocabError as e:
         raise click.BadParameter(str(e), param_hint="'--vocab'") from None
     except InputError as e:
         discard_worker_log()
-        raise click.ClickException(f"{_STAGE.sub('', str(e))}; no manifest was written") from None
-    except (click.ClickException, ConfigError):  # the caller maps a ConfigError to its flag
+        raise click.ClickException(f"{_STAGE.sub('', str(e))}; {outcome}") from None
+    except click.ClickException:
         raise
-    except KeyboardInterrupt:
-        _worker_died_or_interrupted()
+    except KeyboardInterrupt as e:
+        _worker_died_or_interrupted(e, outcome)
     except Exception as e:
-        if interrupted_in(e):
-            _worker_died_or_interrupted()
-        cause = input_error_in(e)
-        if cause is not None:
-            discard_worker_log()
-            raise click.ClickException(f"{cause}; no manifest was written") from None
-        missing = missing_filesystem_in(e)
-        if missing is not None:
-            raise click.ClickException(f"{missing}; no manifest was written") from None
-        if worker_died_in(e):
-            _worker_died(None)
-        storage = storage_error_in(e)
-        if storage is not None:
-            raise click.ClickException(
-                f"object store or filesystem failed: {storage}; no manifest was written"
-            ) from None
-        path = error_log(e)
-        raise click.ClickException(
-            f"{type(e).__name__}: {first_line(e)}; no manifest was written (details: {path})"
-        ) from None
+        _one_line(e, outcome)
 
 
-def _worker_died_or_interrupted() -> None:
-    """A SIGINT is Ctrl-C, or the signal :mod:`bertstream.pipelines.common.runner` sends when a worker process died."""
+def _one_line(e: Exception, outcome: str) -> None:
+    interrupt = interrupted_in(e)
+    if interrupt is not None:
+        _worker_died_or_interrupted(interrupt, outcome)
+    cause = input_error_in(e)
+    if cause is not None:
+        discard_worker_log()
+        raise click.ClickException(f"{cause}; {outcome}") from None
+    if isinstance(e, ImportError) and missing_package(e) is not None:
+        raise click.ClickException(f"{missing_package(e)}; {outcome}") from None
+    missing = missing_filesystem_in(e)
+    if missing is not None:
+        raise click.ClickException(f"{missing}; {outcome}") from None
+    if worker_died_in(e):
+        _worker_died(None, outcome)
+    storage = storage_error_in(e)
+    if storage is not None:
+        raise click.ClickException(f"object store or filesystem failed: {storage}; {outcome}") from None
+    path = error_log(e)
+    raise click.ClickException(f"{type(e).__name__}: {first_line(e)}; {outcome} (details: {path})") from None
+
+
+def _worker_died_or_interrupted(e: KeyboardInterrupt, outcome: str) -> None:
+    """A SIGINT is Ctrl-C, or the signal the runner sends itself when a worker process died."""
     why = worker_death()
     if why is None:
-        interrupted()
-    _worker_died(why)
+        discard_worker_log()
+        exit_interrupted(e, outcome)
+    _worker_died(why, outcome)
 
 
-def _worker_died(why: str | None) -> None:
+def _worker_died(why: str | None, outcome: str) -> None:
     log = current_worker_log()
     raise click.ClickException(
-        f"a worker process died{f' ({why})' if why else ''}: killed, or out of memory?; no manifest was written"
+        f"a worker process died{f' ({why})' if why else ''}: killed, or out of memory?; {outcome}"
         + (f" (worker log: {log})" if log else "")
     ) from None
 
@@ -215,6 +195,8 @@ def storage_error_in(e: BaseException) -> str | None:
     seen: BaseException | None = e
     while seen is not None:
         if isinstance(seen, OSError) or type(seen).__name__ in _STORAGE_ERRORS:
+            if isinstance(seen, OSError) and seen.filename is not None and seen.strerror:
+                return f"{seen.filename}: {seen.strerror}"
             first = seen.args[0] if seen.args and isinstance(seen.args[0], str) else str(seen)
             return f"{type(seen).__name__}: {first.splitlines()[0] if first else first}"
         seen = seen.__cause__ or seen.__context__

@@ -13,12 +13,12 @@ PASSTHROUGH: dict[str, Any] = dict(ignore_unknown_options=True, allow_extra_args
 
 def quiet_beam(*, limit_arenas: bool = True) -> None:
     """Mute Beam's import-time chat; ``limit_arenas``: cap glibc's malloc arenas as well (see
-    :func:`bertstream.pipelines.common.runner.limit_malloc_arenas`)."""
+    :func:`bertstream.pipelines.runners.runner.limit_malloc_arenas`)."""
     # `import apache_beam` configures root logging at WARNING and chats about optional clients.
     logging.getLogger().setLevel(logging.ERROR)
     # A failing DoFn is logged by Beam with its traceback before the error reaches us; we report it once.
     logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     if limit_arenas:
-        from bertstream.pipelines.common.runner import limit_malloc_arenas
+        from bertstream.pipelines.runners.runner import limit_malloc_arenas
 
         limit_malloc_arenas()

@@ -1,27 +1,28 @@
-"""What every pipeline run does around its Beam graph (pretraining and tasks): size the shard count, prepare
-the ``--output`` folder, write the manifest entries both kinds share, read the published manifest back.
-
-Each side keeps its own policy (which files are a dataset's, how much input a shard takes); the steps are here.
+"""The dataset run, written once for every job that writes a dataset (pretraining, tasks): :func:`run_dataset`
+holds the ``--output`` folder for the run (:mod:`bertstream.pipelines.common.output_dir`: overlap, lock, work
+folder, the earlier dataset set aside, bounded clean-up), writes the manifest's run entry, builds and runs the
+job's Beam graph, and reads the published manifest back. A job gives its own parts (:class:`DatasetRun`): which
+files are its, what it reads, its manifest header and its stages; the steps and their order are here.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import check
-from bertstream.pipelines.common.output_dir import ensure_writable_dir, foreign_files, refusal, refuse_foreign
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_options, redact_text
-from bertstream.pipelines.common.runner import UsageError, runner_name
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
+from bertstream.pipelines.runners.runner import make_pipeline, run_pipeline, runner_name
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from bertstream.schemas.manifest import vocab_entry as schema_vocab_entry
 from bertstream.schemas.vocab import VOCAB_FILENAME
@@ -45,117 +46,6 @@ class ShardSizing:
     def num_shards(self, input_bytes: int) -> int:
         n = max(self.at_least, math.ceil(input_bytes / self.bytes_per_shard))
         return n if self.at_most is None else min(self.at_most, n)
-
-
-def existing_outputs(output_dir: str, is_output: Callable[[str], bool]) -> list[str]:
-    """The files directly in ``output_dir`` whose base name ``is_output`` says belongs to a dataset, sorted."""
-    found = []
-    for r in FileSystems.match([FileSystems.join(output_dir, "*")]):
-        for m in r.metadata_list:
-            if is_output(m.path.rstrip("/").rsplit("/", 1)[-1]):
-                found.append(m.path)
-    return sorted(found)
-
-
-def _names_in(output_dir: str) -> list[str]:
-    """Every name directly in ``output_dir`` (files and folders; on object stores, the objects below it)."""
-    if "://" not in output_dir:
-        return sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
-    names = set()
-    prefix = output_dir.rstrip("/") + "/"
-    for r in FileSystems.match([prefix + "*"]):
-        for m in r.metadata_list:
-            names.add(m.path[len(prefix) :].split("/", 1)[0] if m.path.startswith(prefix) else m.path)
-    return sorted(n for n in names if n)
-
-
-def _manifest_kind(output_dir: str) -> str | None:
-    """The ``kind`` of the manifest in ``output_dir`` (None: no manifest, or one that cannot be read)."""
-    try:
-        with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
-            kind = json.loads(f.read()).get("kind")
-    except Exception:  # noqa: BLE001 - an unreadable manifest is a killed run's leftover
-        return None
-    return kind if isinstance(kind, str) else None
-
-
-def check_output(
-    output_dir: str,
-    overwrite: bool,
-    is_output: Callable[[str], bool],
-    kinds: tuple[str, ...] = (),
-    what: str = "a dataset's",
-) -> list[str]:
-    """Refuse to mix runs: a folder holding anything but this command's files (``is_output``; a dataset of
-    another ``kind`` than ``kinds``) is refused, with or without ``overwrite``; one holding this command's
-    dataset files (a vocabulary alone does not count) needs ``overwrite``. Returns the files the run
-    replaces, the manifest first. Changes nothing; call it holding the lock."""
-    ensure_writable_dir(output_dir)
-    kind = _manifest_kind(output_dir)
-    if kinds and kind is not None and kind not in kinds:
-        raise UsageError(
-            "output",
-            f"{output_dir} holds a {kind} dataset, which this command does not write: choose another --output",
-        )
-    own = lambda name: is_output(name) or name == VOCAB_FILENAME  # noqa: E731 - every dataset has a vocab.txt
-    refuse_foreign(output_dir, foreign_files(output_dir, own, _names_in(output_dir)), what)
-    existing = existing_outputs(output_dir, is_output)
-    if any(not p.endswith(VOCAB_FILENAME) for p in existing) and not overwrite:
-        raise UsageError("output", refusal(output_dir, existing))
-    manifest = FileSystems.join(output_dir, MANIFEST_NAME)
-    paths = [manifest] if FileSystems.exists(manifest) else []
-    paths += [p for p in existing if p != manifest]
-    vocab = FileSystems.join(output_dir, VOCAB_FILENAME)
-    if not any(q.endswith(VOCAB_FILENAME) for q in paths) and FileSystems.exists(vocab):
-        paths.append(vocab)
-    return paths
-
-
-def prepare_output(
-    output_dir: str,
-    overwrite: bool,
-    is_output: Callable[[str], bool],
-    kinds: tuple[str, ...] = (),
-    what: str = "a dataset's",
-) -> None:
-    """:func:`check_output`, then delete what it returns, the old manifest first (so a crash leaves none)."""
-    for p in check_output(output_dir, overwrite, is_output, kinds, what):
-        FileSystems.delete([p])
-
-
-@contextmanager
-def replacing(output_dir: str, is_output: Callable[[str], bool], paths: list[str], aside_dir: str) -> Iterator[None]:
-    """Run the block with the earlier run's files (``paths``, from :func:`check_output`) set aside in
-    ``aside_dir``, manifest first; if the block fails, its own files go and the earlier run comes back (its
-    manifest last), so that ``--overwrite`` loses nothing to a run that fails, even one that fails late
-    (a corrupt file found while reading). On success the caller removes ``aside_dir`` with its work folder."""
-    moved: list[tuple[str, str]] = []
-    if paths and "://" not in aside_dir:
-        os.makedirs(aside_dir, exist_ok=True)
-    try:
-        for p in paths:
-            dst = FileSystems.join(aside_dir, p.rstrip("/").rsplit("/", 1)[-1])
-            FileSystems.rename([p], [dst])
-            moved.append((p, dst))
-        yield
-    except BaseException:
-        _restore(output_dir, is_output, moved, aside_dir)
-        raise
-
-
-def _restore(output_dir: str, is_output: Callable[[str], bool], moved: list[tuple[str, str]], aside: str) -> None:
-    if not moved:
-        return
-    try:
-        partial = existing_outputs(output_dir, is_output)
-        if partial:
-            FileSystems.delete(partial)
-        for src, dst in sorted(moved, key=lambda m: m[0].endswith(MANIFEST_NAME)):
-            FileSystems.rename([dst], [src])
-    except Exception as e:  # noqa: BLE001 - the run's own error is what the user must see
-        from bertstream.pipelines.common import counters as C
-
-        C.progress(f"could not put the earlier dataset back ({type(e).__name__}: {e}); its files are in {aside}")
 
 
 def vocab_entry(spec: TokenizerSpec) -> dict[str, Any]:
@@ -219,6 +109,56 @@ class DatasetHeader:
             task={**(self.task or {}), **(task or {})},
             run=self.finished_run(bytes_read),
         )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DatasetRun:
+    """One job's parts of a dataset run. ``header(claim, run)`` makes the manifest's header from the claimed
+    folder and the ``run`` entry (runner, options, start, run id); ``build(p, claim, header)`` adds the job's
+    stages to the pipeline; ``check(result)``, after the manifest is published, raises when the dataset is
+    unusable (the earlier dataset then comes back); ``monitor()`` draws progress while the pipeline runs."""
+
+    policy: OutputPolicy
+    output: str
+    overwrite: bool
+    reads: dict[str, list[str]]  # flag -> paths the run reads: none may lie inside --output
+    options: Any  # the runner's PipelineOptions
+    beam_args: tuple[str, ...]
+    input_bytes: int
+    header: Callable[[Claim, dict[str, Any]], DatasetHeader]
+    build: Callable[[beam.Pipeline, Claim, DatasetHeader], None]
+    announce: Callable[[Claim], str]
+    monitor: Callable[[], AbstractContextManager[Any]] | None = None
+    check: Callable[[RunResult], None] | None = None
+
+
+def run_dataset(run: DatasetRun) -> RunResult:
+    """Hold the output folder, write the dataset with the job's stages, read its manifest back."""
+    with claim_output(run.output, run.overwrite, run.policy, run.reads) as claim:
+        started = time.time()
+        entry = {**run_entry(run.options, list(run.beam_args), started), "run_id": claim.run_id}
+        header = run.header(claim, entry)
+        C.progress(run.announce(claim))
+        p = make_pipeline(run.options, claim.run_id)
+        run.build(p, claim, header)
+        with run.monitor() if run.monitor is not None else nullcontext():
+            run_pipeline(p)
+        result = read_result(claim.output_dir, started, run.input_bytes)
+        if run.check is not None:
+            try:
+                run.check(result)
+            except BaseException:
+                unpublish(claim.output_dir, result.manifest)  # then the earlier dataset, if any, comes back
+                raise
+    return result
+
+
+def unpublish(output_dir: str, manifest: Manifest) -> None:
+    """Remove a finished run's manifest (first: no manifest, no dataset), the files it lists and its vocabulary."""
+    FileSystems.delete([FileSystems.join(output_dir, MANIFEST_NAME)])
+    names = [s.path for s in manifest.shards] + [f["path"] for f in (manifest.task or {}).get("files", [])]
+    paths = [FileSystems.join(output_dir, n) for n in [*names, VOCAB_FILENAME]]
+    FileSystems.delete([p for p in paths if FileSystems.exists(p)])
 
 
 @dataclass(frozen=True, slots=True)

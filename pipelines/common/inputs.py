@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.formats import FORMATS
-from bertstream.pipelines.common.runner import UsageError
 
 
 @dataclass(frozen=True, slots=True)

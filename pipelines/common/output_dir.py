@@ -1,18 +1,105 @@
-"""The ``--output`` folder, checked before any work: a folder we can write, holding no other dataset.
+"""The ``--output`` policy of every ``bertprep`` command that writes a folder (pretraining, task, vocab).
 
 Outputs are owned: a folder a command writes into is empty, or holds that command's own earlier run (replaced
 only with ``--overwrite``), or is refused, whatever ``--overwrite`` says. A folder with a ``manifest.json``
 holds a dataset; shard or temporary files without one are the leftovers of a run that was killed, and are
 called that. Nothing the run reads (inputs, vocabulary, ``--label-set-from``) may lie inside it.
+
+One run per folder at a time: ``OUTPUT/.bertprep.lock`` is written whole to a temporary name and hard-linked
+into place (``link`` fails when the name exists, on every local and network filesystem), holding the run's id,
+pid, host and start. A lock whose process is gone (same host, no such pid) is stale, from a run that was
+killed: it is taken over, and said so. Object stores have no atomic create-if-absent through Beam's
+filesystems: runs into a URL are not locked.
+
+A run's work files (spill, pools, the earlier run set aside) live in ``OUTPUT/_work/RUN_ID``; ``_work`` is
+emptied of a killed run's leftovers when the lock is taken, and removed at the end of the run. After a failure
+that removal is bounded (:data:`CLEANUP_SECONDS`), so that an object store that has gone away cannot hide or
+delay the run's own error. :func:`claim_output` does all of it, in that order, around a command's writing.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import threading
+import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
-from bertstream.pipelines.common.runner import UsageError
+from apache_beam.io.filesystems import FileSystems
+
+from bertstream.cli.errors import UsageError
+from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.inputs import absolute
+from bertstream.pipelines.common.spill import remove_work_dir
 from bertstream.schemas.manifest import MANIFEST_NAME
+from bertstream.schemas.vocab import VOCAB_FILENAME
+
+LOCK_NAME = ".bertprep.lock"
+WORK_DIR_NAME = "_work"
+# Beside a command's own files, a folder may hold these without being someone else's: the run's work folder
+# and `bertprep report`'s default output (dotfiles, the lock among them, are never counted).
+OWN_EXTRAS = (WORK_DIR_NAME, "report")
+# Cleaning up after a failed run must not hide or delay its error: on an object store that has gone away,
+# Beam's S3/GCS clients retry each list and delete with exponential backoff for about ten minutes.
+CLEANUP_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPolicy:
+    """What one command writes into its ``--output``: ``is_output`` says which names are its files (or a
+    killed run's temporary ones); ``kinds``, the manifest kinds it may replace; ``what`` names them in
+    messages ("a pretraining dataset's"); ``command`` names the run in the lock."""
+
+    command: str
+    is_output: Callable[[str], bool]
+    kinds: tuple[str, ...] = ()
+    what: str = "a dataset's"
+    dataset: bool = True  # a dataset folder (a manifest, a vocabulary beside it); False: bertprep vocab's
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """An output folder held by one run: its absolute path, the run's id and work folder."""
+
+    output_dir: str
+    run_id: str
+    work_dir: str
+
+
+@contextmanager
+def claim_output(output: str, overwrite: bool, policy: OutputPolicy, reads: dict[str, list[str]]) -> Iterator[Claim]:
+    """Hold ``output`` for one run: absolute (workers of a distributed runner resolve a relative path against
+    their own folder), not overlapping what the run ``reads`` (flag -> paths), writable, locked, holding
+    nothing that is not the command's (and nothing of it without ``overwrite``), a fresh work folder, the
+    earlier run's files set aside there. When the block fails, the earlier run comes back and the work folder
+    goes within :data:`CLEANUP_SECONDS`; when it succeeds, the work folder goes with the earlier run in it."""
+    output_dir = absolute(output.rstrip("/"))
+    check_no_overlap(output_dir, reads)
+    ensure_writable_dir(output_dir)
+    run_id = new_run_id()
+    with lock_output(output_dir, run_id, policy.command):
+        replaced = check_output(output_dir, overwrite, policy)
+        work_dir = prepare_work_dir(output_dir, run_id)
+        root = FileSystems.join(output_dir, WORK_DIR_NAME)
+        try:
+            with replacing(output_dir, policy.is_output, replaced, FileSystems.join(work_dir, "previous")):
+                yield Claim(output_dir, run_id, work_dir)
+        except BaseException:
+            remove_work_dir_within(root)  # spill and pool files of a failed run; nothing was published
+            raise
+        remove_work_dir(root)
+
+
+def new_run_id() -> str:
+    """``20260101T120000-4242-1a2b3c``: unique per run, sortable by start; names the run's work files."""
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+# --------------------------------------------------------------------------------------- the folder itself
 
 
 def ensure_writable_dir(output_dir: str) -> None:
@@ -30,21 +117,6 @@ def ensure_writable_dir(output_dir: str) -> None:
         os.remove(probe)
     except OSError as e:
         raise UsageError("output", f"cannot write to {output_dir}: {e.strerror or e}") from None
-
-
-def refusal(output_dir: str, existing: list[str]) -> str:
-    """Why ``existing`` files stop a run without ``--overwrite``: a finished dataset, or leftovers."""
-    names = [p.rstrip("/").rsplit("/", 1)[-1] for p in existing]
-    if MANIFEST_NAME in names:
-        return (
-            f"{output_dir} already holds a dataset ({MANIFEST_NAME} and {len(existing) - 1} other files); "
-            "pass --overwrite to replace it"
-        )
-    files = f"{len(existing)} file" + ("s such as " if len(existing) > 1 else ": ")
-    return (
-        f"{output_dir} holds leftovers of an unfinished run (no {MANIFEST_NAME}; {files}{names[0]}); "
-        "pass --overwrite to remove them"
-    )
 
 
 def _resolved(path: str) -> str:
@@ -74,22 +146,246 @@ def check_no_overlap(output_dir: str, needs: dict[str, list[str]]) -> None:
             )
 
 
-# Beside a dataset's own files, a folder may hold these without being someone else's: the run's work
-# folder, the lock, and `bertprep report`'s default output.
-OWN_EXTRAS = ("_work", "report")
+def _names_in(output_dir: str) -> list[str]:
+    """Every name directly in ``output_dir`` (files and folders; on object stores, the objects below it)."""
+    if "://" not in output_dir:
+        return sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    names = set()
+    prefix = output_dir.rstrip("/") + "/"
+    for r in FileSystems.match([prefix + "*"]):
+        for m in r.metadata_list:
+            names.add(m.path[len(prefix) :].split("/", 1)[0] if m.path.startswith(prefix) else m.path)
+    return sorted(n for n in names if n)
 
 
-def foreign_files(output_dir: str, is_output, names: list[str]) -> list[str]:
-    """The names in ``output_dir`` that are not this command's (dotfiles such as the lock are ignored)."""
-    return sorted(n for n in names if not n.startswith(".") and n not in OWN_EXTRAS and not is_output(n))
+def existing_outputs(output_dir: str, is_output: Callable[[str], bool]) -> list[str]:
+    """The paths directly in ``output_dir`` whose name ``is_output`` says is the command's, sorted."""
+    return [FileSystems.join(output_dir, n) for n in _names_in(output_dir) if is_output(n)]
 
 
-def refuse_foreign(output_dir: str, foreign: list[str], what: str) -> None:
-    """An ``--output`` holding files another command (or a person) put there is never cleared or mixed into."""
+def _manifest_kind(output_dir: str) -> str | None:
+    """The ``kind`` of the manifest in ``output_dir`` (None: no manifest, or one that cannot be read)."""
+    try:
+        with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
+            kind = json.loads(f.read()).get("kind")
+    except Exception:  # noqa: BLE001 - an unreadable manifest is a killed run's leftover
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+def check_output(output_dir: str, overwrite: bool, policy: OutputPolicy) -> list[str]:
+    """Refuse to mix runs: a folder holding anything but this command's files (a dataset of another kind than
+    ``policy.kinds``) is refused, with or without ``overwrite``; one holding this command's files (for a
+    dataset, a vocabulary alone does not count) needs ``overwrite``. Returns the files the run replaces, the
+    manifest first. Changes nothing; call it holding the lock."""
+    kind = _manifest_kind(output_dir) if policy.dataset else None
+    if policy.kinds and kind is not None and kind not in policy.kinds:
+        raise UsageError(
+            "output",
+            f"{output_dir} holds a {kind} dataset, which this command does not write: choose another --output",
+        )
+    names = _names_in(output_dir)
+    own = policy.is_output
+    if policy.dataset:
+        own = lambda name: policy.is_output(name) or name == VOCAB_FILENAME  # noqa: E731 - every dataset has one
+    foreign = sorted(n for n in names if not n.startswith(".") and n not in OWN_EXTRAS and not own(n))
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         raise UsageError(
             "output",
-            f"{output_dir} holds files that are not {what} ({', '.join(foreign[:3])}{more}); bertprep writes "
-            "into an empty folder or over its own earlier run only: choose another --output",
+            f"{output_dir} holds files that are not {policy.what} ({', '.join(foreign[:3])}{more}); bertprep "
+            "writes into an empty folder or over its own earlier run only: choose another --output",
         )
+    existing = [FileSystems.join(output_dir, n) for n in names if own(n)]
+    counted = [p for p in existing if not (policy.dataset and p.endswith(VOCAB_FILENAME))]
+    if counted and not overwrite:
+        raise UsageError("output", _refusal(output_dir, existing, policy.dataset))
+    manifest = FileSystems.join(output_dir, MANIFEST_NAME)
+    return sorted(existing, key=lambda p: p != manifest)  # the manifest first: no manifest, no dataset
+
+
+def _refusal(output_dir: str, existing: list[str], dataset: bool) -> str:
+    """Why ``existing`` files stop a run without ``--overwrite``: a finished dataset, a vocabulary, or leftovers."""
+    names = [p.rstrip("/").rsplit("/", 1)[-1] for p in existing]
+    if not dataset:
+        return f"{output_dir} already holds a vocabulary ({', '.join(names)}); pass --overwrite to replace it"
+    if MANIFEST_NAME in names:
+        return (
+            f"{output_dir} already holds a dataset ({MANIFEST_NAME} and {len(existing) - 1} other files); "
+            "pass --overwrite to replace it"
+        )
+    files = f"{len(existing)} file" + ("s such as " if len(existing) > 1 else ": ")
+    return (
+        f"{output_dir} holds leftovers of an unfinished run (no {MANIFEST_NAME}; {files}{names[0]}); "
+        "pass --overwrite to remove them"
+    )
+
+
+@contextmanager
+def replacing(output_dir: str, is_output: Callable[[str], bool], paths: list[str], aside_dir: str) -> Iterator[None]:
+    """Run the block with the earlier run's files (``paths``, from :func:`check_output`) set aside in
+    ``aside_dir``, manifest first; if the block fails, its own files go and the earlier run comes back (its
+    manifest last), so that ``--overwrite`` loses nothing to a run that fails, even one that fails late
+    (a corrupt file found while reading). On success the caller removes ``aside_dir`` with its work folder."""
+    moved: list[tuple[str, str]] = []
+    if paths and "://" not in aside_dir:
+        os.makedirs(aside_dir, exist_ok=True)
+    try:
+        for p in paths:
+            dst = FileSystems.join(aside_dir, p.rstrip("/").rsplit("/", 1)[-1])
+            FileSystems.rename([p], [dst])
+            moved.append((p, dst))
+        yield
+    except BaseException:
+        _restore(output_dir, is_output, moved, aside_dir)
+        raise
+
+
+def _restore(output_dir: str, is_output: Callable[[str], bool], moved: list[tuple[str, str]], aside: str) -> None:
+    if not moved:  # nothing set aside: the run's own partial files go with the run (no listing of a store that
+        return  # may have gone away, which Beam's clients would retry for minutes)
+    try:
+        partial = existing_outputs(output_dir, is_output)
+        if partial:
+            FileSystems.delete(partial)
+        for src, dst in sorted(moved, key=lambda m: m[0].endswith(MANIFEST_NAME)):
+            FileSystems.rename([dst], [src])
+    except Exception as e:  # noqa: BLE001 - the run's own error is what the user must see
+        C.progress(f"could not put the earlier files back ({type(e).__name__}: {e}); they are in {aside}")
+
+
+# ------------------------------------------------------------------------------------------- the work folder
+
+
+def prepare_work_dir(output_dir: str, run_id: str) -> str:
+    """This run's work folder, ``OUTPUT/_work/RUN_ID``; ``_work`` is first emptied of a killed run's leftovers
+    (the caller holds the folder's lock: no other run is using it)."""
+    root = FileSystems.join(output_dir, WORK_DIR_NAME)
+    remove_work_dir(root)
+    work_dir = FileSystems.join(root, run_id)
+    if "://" not in work_dir:  # object stores have no directories
+        FileSystems.mkdirs(work_dir)
+    return work_dir
+
+
+def remove_work_dir_within(work_dir: str, seconds: float | None = None) -> bool:
+    """``remove_work_dir`` in a daemon thread, waited for at most ``seconds``; a failure or a timeout is
+    reported as a leftover, never raised (the caller is already raising the run's own error)."""
+    seconds = CLEANUP_SECONDS if seconds is None else seconds
+    outcome: dict[str, BaseException | None] = {}
+
+    def target() -> None:
+        try:
+            remove_work_dir(work_dir)
+            outcome["error"] = None
+        except BaseException as e:  # noqa: BLE001 - reported below
+            outcome["error"] = e
+
+    t = threading.Thread(target=target, name="bertprep-cleanup", daemon=True)
+    t.start()
+    t.join(seconds)
+    if "error" in outcome and outcome["error"] is None:
+        return True
+    error = outcome.get("error")
+    why = f"not done after {seconds:g} s" if "error" not in outcome else f"{type(error).__name__}: {error}"
+    C.progress(f"could not remove the work directory {work_dir} ({why}): leftovers of this failed run, safe to delete")
+    return False
+
+
+# ------------------------------------------------------------------------------------------------ the lock
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLock:
+    """The lock of one run on one folder (``path`` empty: not locked, a URL)."""
+
+    path: str
+    run_id: str
+
+    def release(self) -> None:
+        if not self.path:
+            return
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                mine = json.load(f).get("run_id") == self.run_id
+        except (OSError, ValueError):
+            return
+        if mine:  # never remove a lock another run took over
+            os.remove(self.path)
+
+    def __enter__(self) -> OutputLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def lock_output(output_dir: str, run_id: str, command: str) -> OutputLock:
+    """Take ``output_dir``'s lock for this run, or raise ``UsageError`` naming the run that holds it."""
+    if "://" in output_dir:
+        return OutputLock("", run_id)
+    path = os.path.join(output_dir, LOCK_NAME)
+    me = {
+        "run_id": run_id,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+    tmp = f"{path}.{run_id}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(me, f)
+    try:
+        for _ in range(3):
+            try:
+                os.link(tmp, path)
+                return OutputLock(path, run_id)
+            except FileExistsError:
+                holder = _read_lock(path)
+                if holder is None:
+                    continue  # removed meanwhile: try again
+                if holder.get("host") == me["host"] and not _alive(int(holder.get("pid", 0))):
+                    C.progress(
+                        f"removing the stale lock of run {holder.get('run_id')} (pid {holder.get('pid')} is gone)"
+                    )
+                    _remove_lock_if(path, holder)
+                    continue
+                raise UsageError(
+                    "output",
+                    f"{output_dir} is being written by another run ({holder.get('command', 'bertprep')}, pid "
+                    f"{holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}); wait for it "
+                    f"to end, or remove {path} if that run is gone",
+                ) from None
+        raise UsageError("output", f"cannot take the lock {path}: it keeps changing (another run is starting?)")
+    finally:
+        os.remove(tmp)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def _read_lock(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+        return value if isinstance(value, dict) else {}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # unreadable: held by someone we cannot name
+
+
+def _remove_lock_if(path: str, holder: dict) -> None:
+    """Remove the stale lock unless another run replaced it since it was read."""
+    if _read_lock(path) == holder:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass

@@ -1,7 +1,7 @@
 """``bertprep pretraining``: the stages in their order, each in its module, and the pipeline that joins them.
 
 1. ``read``: files -> documents with stable ids (``dedup`` then drops duplicates, when asked)
-2. ``segment``: documents -> sentences (rules in ``segmenter``; Chinese words in ``word_segmenter``)
+2. ``segment``: documents -> sentences (rules in ``segmenter``; Chinese word boundaries in ``chinese_words``)
 3. ``tokenize``: sentences -> WordPiece ids
 4. ``group``: documents -> groups (the random-next pools) and work units
 5. ``instances``: a group -> instance pairs, Google's algorithm (``kernels/``: compiled)
@@ -12,15 +12,3 @@
 ``pipeline`` runs them (``run_pretraining``); ``config`` holds ``PretrainingConfig``; ``progress`` draws the
 live line.
 """
-
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    # ``from pipelines.pretraining import run_pretraining`` (the earlier module's path), loaded on use so that
-    # importing one stage does not import the whole pipeline.
-    if name == "run_pretraining":
-        from bertstream.pipelines.pretraining.pipeline import run_pretraining
-
-        return run_pretraining
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

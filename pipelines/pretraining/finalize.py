@@ -18,9 +18,9 @@ from apache_beam.io.filesystems import FileSystems
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.batch import InstanceBatch
 from bertstream.pipelines.common.dataset_run import DatasetHeader, write_text_atomic
-from bertstream.pipelines.common.shipped import Shipped, resolve
 from bertstream.pipelines.common.spill import remove_work_dir
 from bertstream.pipelines.pretraining import stats as S
+from bertstream.pipelines.pretraining.shipped import Shipped, resolve
 from bertstream.pipelines.pretraining.write import ShardSpec
 from bertstream.schemas import pretraining as P
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo

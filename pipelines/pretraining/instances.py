@@ -29,11 +29,11 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common.batch import InstanceBatch
-from bertstream.pipelines.common.hashing import combine, hash64
 from bertstream.pipelines.common.ragged import concat_ranges, take_ranges
 from bertstream.pipelines.pretraining.kernels import switch
 from bertstream.schemas import id_types
 from bertstream.schemas import pretraining as P
+from bertstream.schemas.hashing import combine, hash64
 
 _POOL_HEADER = struct.Struct("<8sBxxxQQQ")
 _POOL_MAGIC = b"BSPOOL01"

@@ -17,7 +17,7 @@ Whole-word masking: candidates are words (a token and the ``##`` pieces that fol
 segment); words are taken in random order while they fit in ``num_to_predict`` (a word that would overflow
 is skipped, as the reference does), so an instance may get fewer than ``num_to_predict`` predictions.
 The selection reads one per-token array, "continues the previous token's word": ``##`` pieces, and, with a
-word segmenter (Chinese), also the tokens that Tokenize marked in their ids (:mod:`bertstream.pipelines.pretraining.word_segmenter`),
+word segmenter (Chinese), also the tokens that Tokenize marked in their ids (:mod:`bertstream.pipelines.pretraining.chinese_words`),
 whose marks are removed here, before anything is written.
 """
 
@@ -30,11 +30,11 @@ import apache_beam as beam
 import numpy as np
 
 from bertstream.pipelines.common.batch import InstanceBatch
-from bertstream.pipelines.common.hashing import GOLDEN, mix64_array, uniform_from
-from bertstream.pipelines.common.shipped import resolve
+from bertstream.pipelines.pretraining.chinese_words import unmark
 from bertstream.pipelines.pretraining.kernels import switch
-from bertstream.pipelines.pretraining.word_segmenter import unmark
+from bertstream.pipelines.pretraining.shipped import resolve
 from bertstream.schemas import pretraining as P
+from bertstream.schemas.hashing import GOLDEN, mix64_array, uniform_from
 from bertstream.schemas.pretraining import num_to_predict
 from bertstream.schemas.vocab import MASK, is_reserved
 

@@ -12,8 +12,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from bertstream.pipelines.common.hashing import GOLDEN, MASK64, hash64, mix64, mix64_array
 from bertstream.pipelines.pretraining.config import MAX_DEDUP_NGRAM
+from bertstream.schemas.hashing import GOLDEN, MASK64, hash64, mix64, mix64_array
 
 NUM_PERM = 128
 SHINGLE_BLOCK = 1024  # shingles hashed at a time (1 MB of values: in cache; a book's 200k at once: 200 MB)

@@ -7,42 +7,29 @@ manifest. Read -> Segment -> Tokenize -> Group -> CreateInstances -> Mask -> Shu
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import replace
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.dataset_run import (
     DatasetHeader,
+    DatasetRun,
     RunResult,
     ShardSizing,
-    check_output,
-    read_result,
-    replacing,
-    run_entry,
+    run_dataset,
     vocab_entry,
 )
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.inputs import InputFile, absolute, describe_inputs, input_format_of, resolve_inputs
-from bertstream.pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
-from bertstream.pipelines.common.output_lock import lock_output, new_run_id
+from bertstream.pipelines.common.inputs import InputFile, describe_inputs, input_format_of, resolve_inputs
+from bertstream.pipelines.common.output_dir import Claim, OutputPolicy
 from bertstream.pipelines.common.redact import redact_text
-from bertstream.pipelines.common.runner import (
-    UsageError,
-    local_threads_per_worker,
-    make_pipeline,
-    pipeline_options,
-    run_pipeline,
-    runner_name,
-)
-from bertstream.pipelines.common.shipped import ship
 from bertstream.pipelines.common.source_stats import UnkWords
-from bertstream.pipelines.common.spill import remove_work_dir, spill_bytes_for
+from bertstream.pipelines.common.spill import spill_bytes_for
 from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
 from bertstream.pipelines.common.wordpiece_backend import choose_backend
+from bertstream.pipelines.pretraining.chinese_words import check_word_segmenter
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.dedup import Dedup, DedupSpec, dedup_partitions
 from bertstream.pipelines.pretraining.finalize import Finalize, FinalizeSpec
@@ -52,14 +39,18 @@ from bertstream.pipelines.pretraining.masking import MaskInstances
 from bertstream.pipelines.pretraining.progress import Monitor
 from bertstream.pipelines.pretraining.read import ReadDocuments, range_bytes_for
 from bertstream.pipelines.pretraining.segment import SegmentDocuments
+from bertstream.pipelines.pretraining.shipped import ship
 from bertstream.pipelines.pretraining.stats import StatsSpec
 from bertstream.pipelines.pretraining.tokenize import Tokenize
-from bertstream.pipelines.pretraining.word_segmenter import check_word_segmenter
 from bertstream.pipelines.pretraining.write import SHARD_PREFIX, ShardSpec, WriteShards, WriteSpec
-from bertstream.schemas.manifest import MANIFEST_NAME, Manifest
+from bertstream.pipelines.runners.runner import (
+    local_threads_per_worker,
+    pipeline_options,
+    runner_name,
+)
+from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.vocab import CLS, SEP, VOCAB_FILENAME
 
-WORK_DIR_NAME = "_work"
 # Bytes the instance shuffle spills per input byte and dupe pass (measured: 0.73 at length 128, 30k vocab).
 INSTANCE_SPILL_PER_BYTE = 0.75
 # Input text per shard and pass: about 150,000 instances at length 128, 35 MB of Arrow. It also bounds the
@@ -67,33 +58,12 @@ INSTANCE_SPILL_PER_BYTE = 0.75
 SHARD_SIZING = ShardSizing(bytes_per_shard=64 << 20, at_least=4)
 
 
-def unpublish(output_dir: str, manifest: Manifest) -> None:
-    """Remove a finished run's manifest (first: no manifest, no dataset), shards and vocabulary."""
-    FileSystems.delete([FileSystems.join(output_dir, MANIFEST_NAME)])
-    paths = [FileSystems.join(output_dir, s.path) for s in manifest.shards]
-    paths.append(FileSystems.join(output_dir, VOCAB_FILENAME))
-    FileSystems.delete([p for p in paths if FileSystems.exists(p)])
-
-
 def _is_output(name: str) -> bool:
     """A file of a pretraining dataset (or of a killed run writing one): its manifest or a shard."""
     return name.startswith((MANIFEST_NAME, VOCAB_FILENAME, f"{SHARD_PREFIX}-"))
 
 
-def prepare_work_dir(output_dir: str, run_id: str) -> str:
-    """This run's spill folder, ``OUTPUT/_work/RUN_ID``; ``_work`` is first emptied of a killed run's leftovers
-    (the caller holds the folder's lock: no other run is using it)."""
-    root = FileSystems.join(output_dir, WORK_DIR_NAME)
-    remove_work_dir(root)
-    work_dir = FileSystems.join(root, run_id)
-    if "://" not in work_dir:  # object stores have no directories
-        FileSystems.mkdirs(work_dir)
-    return work_dir
-
-
-def work_root(work_dir: str) -> str:
-    """``OUTPUT/_work`` of a run's ``OUTPUT/_work/RUN_ID``: removed whole at the end of the run."""
-    return work_dir.rstrip("/").rsplit("/", 1)[0]
+POLICY = OutputPolicy("bertprep pretraining", _is_output, kinds=("pretraining",), what="a pretraining dataset's")
 
 
 def build_pipeline(
@@ -193,35 +163,6 @@ def build_pipeline(
     )
 
 
-# Cleaning up after a failed run must not hide or delay its error: on an object store that has gone away,
-# Beam's S3/GCS clients retry each list and delete with exponential backoff for about ten minutes.
-CLEANUP_SECONDS = 30.0
-
-
-def remove_work_dir_within(work_dir: str, seconds: float | None = None) -> bool:
-    """``remove_work_dir`` in a daemon thread, waited for at most ``seconds``; a failure or a timeout is
-    reported as a leftover, never raised (the caller is already raising the run's own error)."""
-    seconds = CLEANUP_SECONDS if seconds is None else seconds
-    outcome: dict[str, BaseException | None] = {}
-
-    def target() -> None:
-        try:
-            remove_work_dir(work_dir)
-            outcome["error"] = None
-        except BaseException as e:  # noqa: BLE001 - reported below
-            outcome["error"] = e
-
-    t = threading.Thread(target=target, name="bertprep-cleanup", daemon=True)
-    t.start()
-    t.join(seconds)
-    if "error" in outcome and outcome["error"] is None:
-        return True
-    error = outcome.get("error")
-    why = f"not done after {seconds:g} s" if "error" not in outcome else f"{type(error).__name__}: {error}"
-    C.progress(f"could not remove the work directory {work_dir} ({why}): leftovers of this failed run, safe to delete")
-    return False
-
-
 def run_pretraining(job: PretrainingJob) -> RunResult:
     """Validate, build and run the pipeline of ``job``; return its manifest. Raises before Beam starts on bad
     input."""
@@ -243,44 +184,47 @@ def run_pretraining(job: PretrainingJob) -> RunResult:
     if not input_bytes:
         raise UsageError("input", f"{describe_inputs(files)}: empty (0 bytes), nothing to make instances from")
     num_shards = cfg.num_shards or SHARD_SIZING.num_shards(input_bytes * cfg.dupe_factor)
-    output_dir = absolute(job.output.rstrip("/"))
-    check_no_overlap(output_dir, {"input": [f.path for f in files], "vocab": [vocab]})
-    ensure_writable_dir(output_dir)
-    run_id = new_run_id()
-    with lock_output(output_dir, run_id, "bertprep pretraining"):
-        replaced = check_output(
-            output_dir, overwrite, _is_output, kinds=("pretraining",), what="a pretraining dataset's"
-        )
-        work_dir = prepare_work_dir(output_dir, run_id)
-        started = time.time()
-        header = DatasetHeader(
+
+    def header(claim: Claim, run: dict) -> DatasetHeader:
+        return DatasetHeader(
             vocab=vocab_entry(spec),
             parameters={**cfg.to_dict(), "input_format": formats, "num_shards": num_shards},
             seed=cfg.seed,
             inputs=tuple({"path": redact_text(f.path), "bytes": f.bytes, "format": f.format} for f in files),
-            run={**run_entry(options, beam_args, started), "run_id": run_id, "tokenizer": backend.entry()},
+            run={**run, "tokenizer": backend.entry()},
         )
-        C.progress(f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} ({num_shards} shards)")
-        try:
-            # The earlier dataset (--overwrite) waits in _work/RUN_ID/previous until this one is published.
-            with replacing(output_dir, _is_output, replaced, FileSystems.join(work_dir, "previous")):
-                p = make_pipeline(options, run_id)
-                threads = local_threads_per_worker(options)
-                build_pipeline(p, files, cfg, spec, output_dir, work_dir, num_shards, header, threads, backend.name)
-                local = runner_name(options) == "FnApiRunner"  # its workers, threads or processes, share this machine
-                with Monitor(files=len(files), input_bytes=input_bytes, shards=num_shards, local=local):
-                    run_pipeline(p)
-        except BaseException:
-            remove_work_dir_within(work_root(work_dir))  # spill and pool files of a failed run; no shards published
-            raise
-        remove_work_dir(work_root(work_dir))
-        result = read_result(output_dir, started, input_bytes)
-        manifest = result.manifest
-        if not manifest.totals.get("instances"):
-            unpublish(output_dir, manifest)
-            c = manifest.counters
+
+    def build(p: beam.Pipeline, claim: Claim, head: DatasetHeader) -> None:
+        threads = local_threads_per_worker(options)
+        build_pipeline(p, files, cfg, spec, claim.output_dir, claim.work_dir, num_shards, head, threads, backend.name)
+
+    def monitor() -> Monitor:
+        local = runner_name(options) == "FnApiRunner"  # its workers, threads or processes, share this machine
+        return Monitor(files=len(files), input_bytes=input_bytes, shards=num_shards, local=local)
+
+    def check(result: RunResult) -> None:
+        if not result.manifest.totals.get("instances"):
+            c = result.manifest.counters
             raise InputError(
                 f"--input {describe_inputs(files)}: no instances ({c.get(C.DOCUMENTS_READ, 0)} documents read, "
                 f"{c.get(C.DOCUMENTS_USED, 0)} used, {c.get(C.TOKENS, 0)} tokens)"
             )
-    return result
+
+    return run_dataset(
+        DatasetRun(
+            policy=POLICY,
+            output=job.output,
+            overwrite=overwrite,
+            reads={"input": [f.path for f in files], "vocab": [vocab]},
+            options=options,
+            beam_args=tuple(beam_args),
+            input_bytes=input_bytes,
+            header=header,
+            build=build,
+            announce=lambda claim: (
+                f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {claim.output_dir} ({num_shards} shards)"
+            ),
+            monitor=monitor,
+            check=check,
+        )
+    )

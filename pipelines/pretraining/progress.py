@@ -11,7 +11,7 @@ count what they finish: ``read`` (files, bytes, documents), ``groups``, ``shards
 (Dataflow, Flink, Spark: workers on other machines) no folder is named, workers count nothing here, and the
 launcher says where progress is shown instead (the runner's UI, Beam metrics under ``bertstream``).
 
-The per-file and per-group lines that used to be printed as progress are details now: ``--verbose``
+Per-file and per-group lines are details, not progress: ``--verbose``
 (``BERTSTREAM_VERBOSE=1``, inherited by worker processes the same way) prints them.
 """
 

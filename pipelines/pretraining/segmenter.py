@@ -16,7 +16,7 @@ is not cut when CJK punctuation that cannot open a sentence follows (``“快跑
 ``benchmarks/segmenter_eval.py`` measures boundary F1 on gold news and fiction text (MRPC, CoNLL-2003,
 BERT's sample_text) and speed on the shared Wikipedia paragraphs: F1 0.997 overall (>= 0.996 on each
 source) at about 55 MB/s per core, 3-4x blingfire's speed. That is this module, the reference; the pipeline
-segments whole batches with :mod:`bertstream.pipelines.pretraining.segmenter_batch` (a compiled scan, the same
+segments whole batches with :mod:`bertstream.pipelines.pretraining.segment` (a compiled scan, the same
 sentences, about twice the speed: ``benchmarks/stage_speed.py``).
 """
 
@@ -136,7 +136,7 @@ def sentence_spans(paragraph: str) -> list[tuple[int, int]]:
 
 def split_sentences(paragraph: str) -> list[str]:
     """The sentences of ``paragraph`` as trimmed strings (see ``sentence_spans``). Whole batches of
-    documents: :func:`bertstream.pipelines.pretraining.segmenter_batch.split_documents` (compiled, same sentences)."""
+    documents: :func:`bertstream.pipelines.pretraining.segment.split_documents` (compiled, same sentences)."""
     return _segment(paragraph, False)
 
 

@@ -11,7 +11,7 @@ this gives the same ids as encoding each sentence alone, at paragraph speed. Lit
 in the input (``"[SEP]"`` typed in text) would be ambiguous and are removed first (counted).
 
 With a word segmenter (``--word-segmenter``, whole-word masking of Chinese), each text is also cut into words
-and tokens that continue a word are marked in their ids (:mod:`bertstream.pipelines.pretraining.word_segmenter`); the encoding then
+and tokens that continue a word are marked in their ids (:mod:`bertstream.pipelines.pretraining.chinese_words`); the encoding then
 keeps offsets, which maps a token to its first character: only `tokenizers` gives offsets, so it encodes then.
 """
 
@@ -31,9 +31,9 @@ from tokenizers import Tokenizer
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import source_stats as SS
 from bertstream.pipelines.common import wordpiece_backend as WB
-from bertstream.pipelines.common.shipped import Shipped, resolve
 from bertstream.pipelines.common.tokenizer import TokenizerSpec, set_tokenizer_threads
-from bertstream.pipelines.pretraining import word_segmenter as ws
+from bertstream.pipelines.pretraining import chinese_words as ws
+from bertstream.pipelines.pretraining.shipped import Shipped, resolve
 from bertstream.schemas import id_types
 from bertstream.schemas.vocab import SEP, UNK
 

@@ -23,11 +23,11 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common.batch import InstanceBatch
-from bertstream.pipelines.common.hashing import hash64, mix64_array
 from bertstream.pipelines.common.shards import ArrowShardWriter, WebDatasetShardWriter
 from bertstream.pipelines.common.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
 from bertstream.pipelines.pretraining import progress as P
 from bertstream.pipelines.pretraining import stats as S
+from bertstream.schemas.hashing import hash64, mix64_array
 from bertstream.schemas.manifest import shard_name
 
 SHARD_PREFIX = "pretrain"

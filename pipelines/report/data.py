@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bertstream.cli.errors import ConfigError
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import source_stats as SS
 from bertstream.pipelines.report.inspection import DatasetError, iter_record_batches
@@ -37,7 +37,7 @@ class ReportConfig:
         for name in ("top_tokens", "top_sources", "top_unk_words"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                raise ConfigError(name, f"must be a positive whole number, got {value!r}")
+                raise UsageError(name, f"must be a positive whole number, got {value!r}")
 
 
 @dataclass(slots=True)

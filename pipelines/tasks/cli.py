@@ -13,7 +13,6 @@ from typing import Any
 import click
 
 from bertstream.cli import options
-from bertstream.cli.errors import ConfigError
 from bertstream.cli.options import click_options
 from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
 from bertstream.pipelines.tasks.config import ClassificationJob, NerJob, SquadJob
@@ -23,16 +22,12 @@ def _run(ctx: click.Context, fn: Callable, cls: type, values: dict[str, Any]) ->
     """Build the job ``cls`` from the flags and run it with ``fn``, mapping our errors to click's (exit 2 for
     usage errors, 1 for input errors)."""
     quiet_beam(limit_arenas=False)
-    from bertstream.pipelines.common.cli_errors import pipeline_errors
+    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.common.redact import redact_logs
 
     redact_logs([*ctx.args, *values["inputs"], values["vocab"] or "", values["output"] or ""])
-    try:
-        job = options.build(cls, **values, beam_args=ctx.args)
-        with pipeline_errors():
-            result = fn(job)
-    except ConfigError as e:
-        raise options.bad_parameter(cls, e) from None
+    with bertprep_errors(cls):
+        result = fn(options.build(cls, **values, beam_args=ctx.args))
     _print_summary(result)
 
 

@@ -1,7 +1,7 @@
 """Configuration of the task pipelines: one frozen dataclass per task kind, validated on construction.
 
 ``TaskConfig`` holds what every task shares; ``ClassificationConfig``, ``NerConfig`` and ``SquadConfig`` add
-their own fields. ``ConfigError.param`` names the field, which the CLI maps to its flag.
+their own fields. ``UsageError.param`` names the field, which the CLI maps to its flag.
 
 The jobs (``ClassificationJob``, ``NerJob``, ``SquadJob``) are what a ``bertprep task`` command line says,
 declared with :mod:`bertstream.cli.options` (its flags come from their fields); ``run_*`` derives the configs above

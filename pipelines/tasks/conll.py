@@ -11,9 +11,9 @@ import re
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
-from bertstream.pipelines.common.runner import UsageError
 from bertstream.pipelines.tasks.read import MALFORMED_LINE, WRONG_FIELD_COUNT, Sentence, file_lines, where
 
 _BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")

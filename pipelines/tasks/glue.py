@@ -54,7 +54,7 @@ class GlueLayout:
 
 def resolve(preset: GluePreset, first_fields: list[str], path: str) -> GlueLayout:
     """The layout of a file of ``preset`` from its first line's fields (BOM already removed)."""
-    from bertstream.pipelines.common.runner import UsageError  # imports Beam: not at CLI start-up
+    from bertstream.cli.errors import UsageError
 
     if not preset.header:
         # CoLA: train/dev have no header (source, label, original label, sentence); test has "index sentence".

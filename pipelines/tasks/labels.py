@@ -20,7 +20,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from bertstream.pipelines.common.runner import UsageError
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.tasks.read import RecordBatch, Sentence
 from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import Manifest

@@ -13,34 +13,28 @@ from __future__ import annotations
 
 import os
 import re
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 import apache_beam as beam
 
-from bertstream.cli import options
-from bertstream.pipelines.common import counters as C
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import wordpiece_backend as WB
 from bertstream.pipelines.common.dataset_run import (
     DatasetHeader,
+    DatasetRun,
     RunResult,
     ShardSizing,
-    check_output,
     load_manifest,
-    read_result,
-    replacing,
-    run_entry,
+    run_dataset,
     vocab_entry,
 )
 from bertstream.pipelines.common.inputs import InputFile, resolve_inputs
-from bertstream.pipelines.common.output_dir import check_no_overlap, ensure_writable_dir
-from bertstream.pipelines.common.output_lock import lock_output, new_run_id
+from bertstream.pipelines.common.output_dir import Claim, OutputPolicy
 from bertstream.pipelines.common.redact import redact_text
-from bertstream.pipelines.common.runner import UsageError, make_pipeline, pipeline_options, run_pipeline
-from bertstream.pipelines.common.spill import remove_work_dir
 from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
+from bertstream.pipelines.runners.runner import pipeline_options
 from bertstream.pipelines.tasks import read as R
 from bertstream.pipelines.tasks.classification import RowFeaturizer
 from bertstream.pipelines.tasks.config import (
@@ -66,7 +60,6 @@ from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.vocab import VOCAB_FILENAME
 
-WORK_DIR_NAME = "_work"  # as pretraining's: here only the earlier dataset waits there during --overwrite
 # About 32 MB of input per shard, 1 to 4 shards: task datasets are small and read whole.
 SHARD_SIZING = ShardSizing(bytes_per_shard=32 << 20, at_least=1, at_most=4)
 _SPLIT_WORD = re.compile(r"(train|dev|validation|valid|val|test)(_matched|_mismatched)?")
@@ -109,6 +102,9 @@ def _is_temporary(name: str) -> bool:
     return name.endswith(".tmp") and (base in (MANIFEST_NAME, T.EXAMPLES_FILE) or bool(_SHARD_FILE.match(base)))
 
 
+POLICY = OutputPolicy("bertprep task", _is_output, kinds=T.KINDS, what="a task dataset's")
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """The kind-specific pieces ``_run`` assembles."""
@@ -133,88 +129,70 @@ def _label_manifest(label_set_from: str | None, kind: str, spec: TokenizerSpec) 
 
 
 def _run(plan: _Plan, io: TaskIO, got: _Inputs, label_set_from: str | None = None) -> RunResult:
-    cfg, files, spec, output_dir = plan.cfg, got.files, got.spec, io.output.rstrip("/")
+    cfg, files, spec = plan.cfg, got.files, got.spec
     input_bytes = sum(f.bytes for f in files)
     num_shards = cfg.num_shards or SHARD_SIZING.num_shards(input_bytes)
-    check_no_overlap(
-        output_dir,
-        {"input": [f.path for f in files], "vocab": [spec.source], "label-set-from": [label_set_from or ""]},
-    )
-    ensure_writable_dir(output_dir)
-    run_id = new_run_id()
-    with lock_output(output_dir, run_id, f"bertprep task {cfg.kind}"):
-        replaced = check_output(output_dir, io.overwrite, _is_output, kinds=T.KINDS, what="a task dataset's")
-        work = os.path.join(output_dir, WORK_DIR_NAME) if "://" not in output_dir else f"{output_dir}/{WORK_DIR_NAME}"
-        try:
-            # The earlier dataset (--overwrite) waits in _work/RUN_ID/previous until this one is published.
-            with replacing(output_dir, _is_output, replaced, f"{work}/{run_id}/previous"):
-                return _run_locked(
-                    plan, files, spec, output_dir, got.options, list(io.beam_args), run_id, num_shards, input_bytes
-                )
-        finally:
-            remove_work_dir(work)
 
+    def header(claim: Claim, run: dict[str, Any]) -> DatasetHeader:
+        return DatasetHeader(
+            vocab=vocab_entry(spec),
+            parameters={**cfg.to_dict(), "num_shards": num_shards},
+            inputs=tuple({"path": redact_text(f.path), "bytes": f.bytes} for f in files),
+            task={
+                "kind": cfg.kind,
+                "split": cfg.split,
+                "training": cfg.training,
+                "max_seq_length": cfg.max_seq_length,
+                "ignore_index": T.IGNORE_INDEX,
+                **plan.task,
+            },
+            # Task featurizers need offsets, which only `tokenizers` gives.
+            run={**run, "tokenizer": WB.backend(WB.HF).entry()},
+        )
 
-def _run_locked(
-    plan: _Plan,
-    files: list[InputFile],
-    spec: TokenizerSpec,
-    output_dir: str,
-    options,
-    beam_args: list[str],
-    run_id: str,
-    num_shards: int,
-    input_bytes: int,
-) -> RunResult:
-    cfg = plan.cfg
-    started = time.time()
-    parameters = {**cfg.to_dict(), "num_shards": num_shards}
-    header = DatasetHeader(
-        vocab=vocab_entry(spec),
-        parameters=parameters,
-        inputs=tuple({"path": redact_text(f.path), "bytes": f.bytes} for f in files),
-        task={
-            "kind": cfg.kind,
-            "split": cfg.split,
-            "training": cfg.training,
-            "max_seq_length": cfg.max_seq_length,
-            "ignore_index": T.IGNORE_INDEX,
-            **plan.task,
-        },
-        # Task featurizers need offsets, which only `tokenizers` gives.
-        run={**run_entry(options, beam_args, started), "run_id": run_id, "tokenizer": WB.backend(WB.HF).entry()},
+    def build(p: beam.Pipeline, claim: Claim, head: DatasetHeader) -> None:
+        shard_spec = ShardSpec(
+            output_dir=claim.output_dir,
+            kind=cfg.kind,
+            num_shards=num_shards,
+            id_type=spec.vocab.id_type,
+            vocab_sha256=spec.vocab.sha256,
+            parameters=cfg.shard_parameters(),
+            compression=cfg.arrow_compression,
+            batch_rows=cfg.arrow_batch_rows,
+        )
+        inputs = p | "Inputs" >> beam.Create([(i, f.path, f.bytes, f.mtime) for i, f in enumerate(files)])
+        read = inputs | "Read" >> R.ReadRecords(plan.parser)
+        layout = read[R.COUNTS] | "Counts" >> beam.combiners.ToList() | "Layout" >> beam.Map(Layout.from_counts)
+        labels = read["records"] | "Labels" >> Labels(plan.labels, cfg.kind)
+        feats = read["records"] | "Featurize" >> Featurize(plan.featurizer, labels=labels, layout=layout)
+        results = feats["features"] | "Write" >> WriteTaskShards(shard_spec, labels=labels, layout=layout)
+        if cfg.kind == T.SQUAD:
+            extra = read["records"] | "WriteExamples" >> WriteExamples(claim.output_dir, layout=layout)
+            extra = extra | "AsList" >> beam.Map(lambda info: [info])
+        else:
+            extra = p | "NoFiles" >> beam.Create([[]])
+        tallies = (read[R.TALLIES], feats["tallies"]) | "AllTallies" >> beam.Flatten()
+        finalize = FinalizeTaskSpec(shards=shard_spec, plan=plan.labels, header=head, vocab_text=spec.vocab.text())
+        _ = results | "Finalize" >> FinalizeTask(finalize, tallies=tallies, labels=labels, files=extra)
+
+    return run_dataset(
+        DatasetRun(
+            policy=replace(POLICY, command=f"bertprep task {cfg.kind}"),
+            output=io.output,
+            overwrite=io.overwrite,
+            reads={"input": [f.path for f in files], "vocab": [spec.source], "label-set-from": [label_set_from or ""]},
+            options=got.options,
+            beam_args=tuple(io.beam_args),
+            input_bytes=input_bytes,
+            header=header,
+            build=build,
+            announce=lambda claim: (
+                f"{cfg.kind} {cfg.split}: {len(files)} input files, {input_bytes / 1e6:.1f} MB -> {claim.output_dir} "
+                f"({num_shards} shards)"
+            ),
+        )
     )
-    shard_spec = ShardSpec(
-        output_dir=output_dir,
-        kind=cfg.kind,
-        num_shards=num_shards,
-        id_type=spec.vocab.id_type,
-        vocab_sha256=spec.vocab.sha256,
-        parameters=cfg.shard_parameters(),
-        compression=cfg.arrow_compression,
-        batch_rows=cfg.arrow_batch_rows,
-    )
-    C.progress(
-        f"{cfg.kind} {cfg.split}: {len(files)} input files, {input_bytes / 1e6:.1f} MB -> {output_dir} "
-        f"({num_shards} shards)"
-    )
-    p = make_pipeline(options, run_id)
-    inputs = p | "Inputs" >> beam.Create([(i, f.path, f.bytes, f.mtime) for i, f in enumerate(files)])
-    read = inputs | "Read" >> R.ReadRecords(plan.parser)
-    layout = read[R.COUNTS] | "Counts" >> beam.combiners.ToList() | "Layout" >> beam.Map(Layout.from_counts)
-    labels = read["records"] | "Labels" >> Labels(plan.labels, cfg.kind)
-    feats = read["records"] | "Featurize" >> Featurize(plan.featurizer, labels=labels, layout=layout)
-    results = feats["features"] | "Write" >> WriteTaskShards(shard_spec, labels=labels, layout=layout)
-    if cfg.kind == T.SQUAD:
-        extra = read["records"] | "WriteExamples" >> WriteExamples(output_dir, layout=layout)
-        extra = extra | "AsList" >> beam.Map(lambda info: [info])
-    else:
-        extra = p | "NoFiles" >> beam.Create([[]])
-    tallies = (read[R.TALLIES], feats["tallies"]) | "AllTallies" >> beam.Flatten()
-    finalize = FinalizeTaskSpec(shards=shard_spec, plan=plan.labels, header=header, vocab_text=spec.vocab.text())
-    _ = results | "Finalize" >> FinalizeTask(finalize, tallies=tallies, labels=labels, files=extra)
-    run_pipeline(p)
-    return read_result(output_dir, started, input_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,24 +225,13 @@ def _inputs(io: TaskIO) -> _Inputs:
     return _Inputs(options, files, spec, io.split or infer_split([f.path for f in files]))
 
 
-def _job(cls: type, job: Any, keywords: dict[str, Any]) -> Any:
-    """``job``, or the job of the keywords earlier versions took (``output_dir`` for ``--output``)."""
-    if job is not None:
-        return job
-    if "output_dir" in keywords:
-        keywords["output"] = keywords.pop("output_dir")
-    return options.build(cls, **keywords)
-
-
 # --------------------------------------------------------------------------------------------- per kind
 
 
-def run_classification(job: ClassificationJob | None = None, /, **keywords: Any) -> RunResult:
-    """Text (pair) classification or regression from TSV/CSV/JSONL, or a GLUE preset. (Keywords instead of a
-    job: its settings by name, ``output_dir`` for ``output``, as earlier versions took them.)"""
+def run_classification(job: ClassificationJob) -> RunResult:
+    """Text (pair) classification or regression from TSV/CSV/JSONL, or a GLUE preset."""
     from bertstream.pipelines.tasks import glue as G
 
-    job = _job(ClassificationJob, job, keywords)
     io, got = job.io, _inputs(job.io)
     files, spec, glue = got.files, got.spec, job.glue
     input_format, header, regression = job.input_format, job.header, job.regression
@@ -371,10 +338,8 @@ def _format_from_name(path: str) -> str:
     return "tsv"
 
 
-def run_ner(job: NerJob | None = None, /, **keywords: Any) -> RunResult:
-    """Token classification from CoNLL-2003 style files, or ``char TAG`` files (``input_format="char-tag"``).
-    (Keywords instead of a job, as for :func:`run_classification`.)"""
-    job = _job(NerJob, job, keywords)
+def run_ner(job: NerJob) -> RunResult:
+    """Token classification from CoNLL-2003 style files, or ``char TAG`` files (``input_format="char-tag"``)."""
     io, got = job.io, _inputs(job.io)
     cfg = NerConfig(
         kind=T.NER,
@@ -401,10 +366,8 @@ def run_ner(job: NerJob | None = None, /, **keywords: Any) -> RunResult:
     return _run(_Plan(cfg, parser, featurizer, label_plan, task), io, got, label_set_from)
 
 
-def run_squad(job: SquadJob | None = None, /, **keywords: Any) -> RunResult:
-    """Extractive question answering from SQuAD v1.1 / v2.0 JSON. (Keywords instead of a job, as for
-    :func:`run_classification`.)"""
-    job = _job(SquadJob, job, keywords)
+def run_squad(job: SquadJob) -> RunResult:
+    """Extractive question answering from SQuAD v1.1 / v2.0 JSON."""
     io, got = job.io, _inputs(job.io)
     cfg = SquadConfig(
         kind=T.SQUAD,

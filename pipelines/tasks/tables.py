@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
-from bertstream.pipelines.common.runner import UsageError
 from bertstream.pipelines.tasks.read import (
     BAD_REGRESSION_LABEL,
     EMPTY_TEXT,

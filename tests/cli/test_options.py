@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertstream.cli import options
-from bertstream.cli.errors import ConfigError
+from bertstream.cli.errors import UsageError
 from bertstream.cli.options import opt, section
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.cli import main
@@ -176,7 +176,7 @@ def test_the_data_section_is_the_loaders_config_with_the_runs_settings():
     assert (cfg.data.batch_size, cfg.data.seed, cfg.data.masking, cfg.data.mlm_probability) == (16, 5, "dynamic", 0.2)
     assert "--batch-size" in {leaf.flag for leaf in options.leaves(TrainConfig)}
     assert [leaf.section for leaf in options.leaves(TrainConfig) if leaf.name == "batch_size"] == [None]  # one leaf
-    with pytest.raises(ConfigError, match="batch_size: data.batch_size is 4 but the config's batch_size is 16"):
+    with pytest.raises(UsageError, match="batch_size: data.batch_size is 4 but the config's batch_size is 16"):
         replace(cfg, data=replace(cfg.data, batch_size=4))
 
 
@@ -198,9 +198,9 @@ def test_a_checkpoint_with_a_flat_config_json_resumes(tmp_path):
 
 
 def test_one_error_type_names_the_field():
-    with pytest.raises(ConfigError, match="warmup_ratio: must be in"):
+    with pytest.raises(UsageError, match="warmup_ratio: must be in"):
         FinetuneConfig.build(task="ner", train_data="t", eval_data="e", init="i", output="o", warmup_ratio=1.0)
-    with pytest.raises(ConfigError, match="keep_checkpoints: must be >= 1, got 0"):
+    with pytest.raises(UsageError, match="keep_checkpoints: must be >= 1, got 0"):
         TrainConfig.build(paths=("d",), output="o", keep_checkpoints=0)
 
 
@@ -230,7 +230,7 @@ class _Demo:
 def _pair(text: str) -> tuple[int, int]:
     a, _, b = text.partition(":")
     if not (a.isdigit() and b.isdigit()):
-        raise ConfigError("pair", f"must be A:B, got {text!r}")
+        raise UsageError("pair", f"must be A:B, got {text!r}")
     return int(a), int(b)
 
 

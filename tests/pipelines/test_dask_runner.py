@@ -1,4 +1,4 @@
-"""bertstream.pipelines.common.dask_runner and pipelines.common.dask_graph on small pipelines, against FnApiRunner.
+"""bertstream.pipelines.runners.dask_runner and pipelines.runners.dask_graph on small pipelines, against FnApiRunner.
 
 A Dask cluster of threads in this process serves here (fast); the real-cluster runs, separate processes with
 the pipeline's byte-identity and a worker killed mid-run, are in ``test_runners.py``.
@@ -14,14 +14,15 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bertstream.pipelines.common.runner import DASK_RUNNER, UsageError
+from bertstream.cli.errors import UsageError
+from bertstream.pipelines.runners.runner import DASK_RUNNER
 
 pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
 
-from bertstream.pipelines.common.dask_graph import split_round_robin  # noqa: E402
-from bertstream.pipelines.common.dask_runner import check_beam_version  # noqa: E402
+from bertstream.pipelines.runners.dask_graph import split_round_robin  # noqa: E402
+from bertstream.pipelines.runners.dask_runner import check_beam_version  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "tools"))
 import dask_runner_repro as repro  # noqa: E402
 
 
@@ -116,7 +117,7 @@ def test_workers_that_cannot_import_bertstream_are_named(monkeypatch):
     """A worker without bertstream: one UsageError naming the module, before any task runs."""
     from distributed import Client, LocalCluster
 
-    from bertstream.pipelines.common.dask_runner import check_workers
+    from bertstream.pipelines.runners.dask_runner import check_workers
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
         with Client(cluster.scheduler_address) as client:

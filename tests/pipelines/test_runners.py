@@ -2,9 +2,9 @@
 
 PortableRunner: Beam's Python job service and an EXTERNAL worker pool, each a separate process, whose Python
 cannot import this checkout: the code reaches the SDK workers only as the ``--setup_file`` sdist staged
-with the job and installed by ``scripts/beam_boot.py``, the way Flink and Spark run Python without Docker.
+with the job and installed by ``pipelines/runners/beam_boot.py``, the way Flink and Spark run Python without Docker.
 
-DaskRunner (``bertstream.pipelines.common.dask_runner``, Beam's with its defects fixed): a ``dask scheduler`` and two ``dask
+DaskRunner (``bertstream.pipelines.runners.dask_runner``, Beam's with its defects fixed): a ``dask scheduler`` and two ``dask
 worker --nthreads 1`` processes on loopback, ``bertprep`` run against them as a user runs it; a worker killed
 mid-run (Dask runs its tasks again elsewhere: the same dataset), or killed where no retry is allowed (one
 ``Error:`` line, nothing published).
@@ -21,17 +21,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.cli import main
 from bertstream.pipelines.common.dataset_run import RunResult, read_result
 from bertstream.pipelines.common.inputs import absolute, resolve_inputs
-from bertstream.pipelines.common.runner import DASK_RUNNER, UsageError, pipeline_options, runner_name
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.pipeline import run_pretraining
-from bertstream.pipelines.tasks.pipeline import run_classification
+from bertstream.pipelines.runners.runner import DASK_RUNNER, pipeline_options, runner_name
 from bertstream.pipelines.vocab import VocabConfig, train_vocab
 from bertstream.schemas.manifest import MANIFEST_NAME
 from tests.beam_services import REPO, dask_cluster, deadline, portable_services
 from tests.conftest import shared_path
+from tests.jobs import run_classification
 
 BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 RUN_DEADLINE_S = 300
@@ -150,9 +151,7 @@ def test_dask_runner_on_two_worker_processes_gives_the_same_dataset(tmp_path, co
 @pytest.mark.shared_data
 def test_dask_runner_task_classification_gives_the_same_dataset(tmp_path, vocab, dask):
     dev = str(shared_path("tasks", "sst2", "dev.tsv"))
-    ref = run_classification(
-        inputs=[dev], vocab=str(vocab), output_dir=str(tmp_path / "ref"), glue="sst2", num_shards=2
-    )
+    ref = run_classification(inputs=[dev], vocab=str(vocab), output=str(tmp_path / "ref"), glue="sst2", num_shards=2)
     args = ["task", "classification", "--input", dev, "--vocab", str(vocab), "--output", str(tmp_path / "out")]
     r = bertprep(
         [

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bertstream.cli.errors import ConfigError
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.vocab import VocabConfig, train_vocab
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
 from tests.conftest import shared_path
@@ -53,7 +53,7 @@ def test_cased_vocab_keeps_case(tmp_path, demo_corpus):
 
 
 def test_config_errors_name_the_field():
-    with pytest.raises(ConfigError, match="vocab_size: must be in"):
+    with pytest.raises(UsageError, match="vocab_size: must be in"):
         VocabConfig(vocab_size=3)
 
 

@@ -1,5 +1,5 @@
-"""The pretraining-gain recipe's own steps: the tasks' unlabelled text (scripts/task_text.py) and the report
-that turns the fine-tuning runs into results.json (scripts/pretraining_gain_report.py)."""
+"""The pretraining-gain recipe's own steps: the tasks' unlabelled text (scripts/recipes/task_text.py) and the report
+that turns the fine-tuning runs into results.json (scripts/recipes/pretraining_gain_report.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import REPO, shared_path
 
-SCRIPTS = REPO / "scripts"
+SCRIPTS = REPO / "scripts" / "recipes"
 
 
 def test_task_text_holds_the_training_splits_and_nothing_of_the_evaluation_sets(tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
-from bertstream.cli.errors import ConfigError
+from bertstream.cli.errors import UsageError
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.errors import RunError
@@ -167,7 +167,7 @@ def test_data_weights_in_the_train_config(tmp_path):
     cfg = TrainConfig.build(paths=("s3://b/wiki:0.7", "books:0.3"), output="x")
     assert (cfg.data.paths, cfg.data.weights) == (("s3://b/wiki", "books"), (0.7, 0.3))
     assert TrainConfig.build(paths=("a", "b"), output="x").data.weights is None
-    with pytest.raises(ConfigError, match="give every --data a weight"):
+    with pytest.raises(UsageError, match="give every --data a weight"):
         TrainConfig.build(paths=("a:1", "b"), output="x")
-    with pytest.raises(ConfigError, match="the same dataset is given more than once"):
+    with pytest.raises(UsageError, match="the same dataset is given more than once"):
         TrainConfig.build(paths=("a:1", "./a:2"), output="x")

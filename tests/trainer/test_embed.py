@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from bertstream.cli.errors import ConfigError
+from bertstream.cli.errors import UsageError
 from bertstream.trainer.cli import main
 from bertstream.trainer.embed import EmbedConfig, embed, layer_indices
 from bertstream.trainer.hf_config import hf_config_dict
@@ -120,9 +120,9 @@ def test_layer_selection():
     assert layer_indices("-1", 4) == (4,)
     assert layer_indices("-4:", 4) == (1, 2, 3, 4)
     assert layer_indices("0,3,5", 5) == (0, 3, 5)
-    with pytest.raises(ConfigError, match="outside"):
+    with pytest.raises(UsageError, match="outside"):
         layer_indices("7", 4)
-    with pytest.raises(ConfigError, match="selects no layer"):
+    with pytest.raises(UsageError, match="selects no layer"):
         layer_indices("3:1", 4)
 
 
@@ -162,7 +162,7 @@ def test_cli_on_real_lines_float16(hf_dir, tmp_path):
     assert all(n >= 2 for n in table.column("num_tokens").to_pylist())
     assert not list(tmp_path.glob(".*tmp*"))  # the temporary file was renamed, not left behind
     again = CliRunner().invoke(main, args)  # an existing output is refused without --overwrite
-    assert again.exit_code == 1 and "Error:" in again.output and "--overwrite" in again.output
+    assert again.exit_code == 2 and "Error:" in again.output and "--overwrite" in again.output
 
 
 @pytest.mark.parametrize(
@@ -199,10 +199,10 @@ def test_task_dataset_with_our_checkpoint_matches_unpadded_rows(tmp_path):
         pytest.skip(f"{SST2} is absent")
     from safetensors.torch import save_file
 
-    from bertstream.pipelines.tasks.pipeline import run_classification
     from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
     from bertstream.trainer.hf import to_hf_state_dict
     from bertstream.trainer.model import BertConfig, BertForPreTraining
+    from tests.jobs import run_classification
 
     rows = SST2.read_text(encoding="utf-8").splitlines()[:13]
     tsv = tmp_path / "dev.tsv"
@@ -227,7 +227,7 @@ def test_task_dataset_with_our_checkpoint_matches_unpadded_rows(tmp_path):
     run_classification(
         inputs=[str(tsv)],
         vocab=str(ckpt / "vocab.txt"),
-        output_dir=str(data),
+        output=str(data),
         glue="sst2",
         split="dev",
         max_seq_length=32,
@@ -288,6 +288,6 @@ def test_an_output_that_is_an_input_is_refused_even_with_overwrite(hf_dir, text_
         result = CliRunner().invoke(
             main, ["embed", "--init", str(hf_dir), "--input", str(texts), "--output", str(output), "--overwrite"]
         )
-        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
-        assert f"output overlaps inputs: --output {output} is (or lies inside) {flag}" in result.output
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert f"'--output': {output} overlaps inputs: it is (or lies inside) {flag}" in result.output
     assert texts.read_bytes() == before and not (hf_dir / "emb.arrow").exists()

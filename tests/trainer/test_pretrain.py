@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from bertstream.cli.errors import ConfigError
+from bertstream.cli.errors import UsageError
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.errors import RunError
@@ -246,7 +246,7 @@ def test_dropout_flag_sets_the_model_and_is_saved(demo_shards, tmp_path):
     saved = json.loads((ckpt.step_dir(tmp_path / "run", 2) / "config.json").read_text())
     assert saved["model"]["hidden_dropout"] == saved["model"]["attention_dropout"] == 0.0
     assert saved["train"]["model"]["dropout"] == 0.0
-    with pytest.raises(ConfigError, match=r"dropout: must be in \[0, 1\), got 1.5"):
+    with pytest.raises(UsageError, match=r"dropout: must be in \[0, 1\), got 1.5"):
         TrainConfig.build(paths=("x",), output="y", dropout=1.5)
 
 
@@ -333,9 +333,9 @@ def test_init_from_encoder_only_hf_folder_reports_fresh_heads(demo_shards, tmp_p
 
 
 def test_errors_name_what_is_wrong(demo_shards, tmp_path):
-    with pytest.raises(ConfigError, match="reset_optimizer: needs --resume PATH"):
+    with pytest.raises(UsageError, match="reset_optimizer: needs --resume PATH"):
         TrainConfig.build(paths=("x",), output="y", reset_optimizer=True)
-    with pytest.raises(ConfigError, match="batch_size: must be an integer >= 1"):
+    with pytest.raises(UsageError, match="batch_size: must be an integer >= 1"):
         TrainConfig.build(paths=("x",), output="y", batch_size=0)
     other = tmp_path / "other"
     shutil.copytree(demo_shards, other)
@@ -390,7 +390,7 @@ def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path)
     trained = load_file(str(ckpt.list_checkpoints(run)[-1] / "model.safetensors"))
     name = next(k for k in trained if "seq_relationship.weight" in k)
     assert torch.equal(trained[name], fresh.state_dict()[name])
-    with pytest.raises(ConfigError, match="whole_word_mask: needs --masking dynamic"):
+    with pytest.raises(UsageError, match="whole_word_mask: needs --masking dynamic"):
         TrainConfig.build(paths=("x",), output="y", whole_word_mask=True)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
-from bertstream.cli.errors import ConfigError
+from bertstream.cli.errors import UsageError
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.checkpoint import CheckpointError
 from bertstream.trainer.config import TrainConfig
@@ -61,7 +61,7 @@ def run(data: Path | str, out: Path, **kw) -> list[dict]:
 def test_resume_none_into_a_used_folder_is_refused_and_overwrite_clears_it_whole(data, tmp_path):
     out = tmp_path / "run"
     run(data, out, max_steps=4)
-    with pytest.raises(RunError, match="already holds a run .*--resume none starts a new run: pass --overwrite"):
+    with pytest.raises(UsageError, match="already holds a run .*--resume none starts a new run: pass --overwrite"):
         run(data, out, resume="none", max_steps=1)
     assert [c.name for c in ckpt.list_checkpoints(out)] == ["step-0000002", "step-0000004"]  # untouched
     rows = run(data, out, resume="none", overwrite=True, max_steps=1, checkpoint_every=1)
@@ -73,7 +73,7 @@ def test_a_folder_without_a_checkpoint_to_resume_is_refused(data, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     (out / "notes.txt").write_text("someone else's files")
-    with pytest.raises(RunError, match=r"no complete checkpoint to continue \(--resume auto.*\): pass --overwrite"):
+    with pytest.raises(UsageError, match=r"no complete checkpoint to continue \(--resume auto.*\): pass --overwrite"):
         run(data, out)
     assert (out / "notes.txt").exists()
 
@@ -144,7 +144,7 @@ def test_the_same_dataset_spelled_or_placed_differently_keeps_the_data_position(
         assert "new --data" not in capfd.readouterr().err, spelling
         state = json.loads((ckpt.step_dir(out, step) / "state.json").read_text())
         assert state["data"]["batches_consumed"] == step, spelling  # continued, not restarted (no repeats)
-    with pytest.raises(ConfigError, match="the same dataset is given more than once: ./ds/, ds"):
+    with pytest.raises(UsageError, match="the same dataset is given more than once: ./ds/, ds"):
         TrainConfig.build(paths=("ds", "./ds/"), output="x")
 
 
@@ -157,7 +157,7 @@ def test_an_incomplete_checkpoint_is_refused_by_name(data, tmp_path, missing):
     with pytest.raises(CheckpointError, match=f"incomplete checkpoint, lacks {missing}; .*--reset-optimizer"):
         run(data, tmp_path / "next", resume=str(path), max_steps=4)
     # --resume auto skips it; with no other checkpoint the folder is not resumable and is not reused silently.
-    with pytest.raises(RunError, match="no complete checkpoint"):
+    with pytest.raises(UsageError, match="no complete checkpoint"):
         run(data, out, max_steps=4)
     # Its weights still start a new phase.
     rows = run(data, tmp_path / "phase2", resume=str(path), reset_optimizer=True, max_steps=1)
@@ -172,7 +172,7 @@ def test_reset_optimizer_into_the_run_folder_it_starts_from_is_refused(data, tmp
 
 
 def test_device_names_are_checked(tmp_path):
-    with pytest.raises(ConfigError, match="device: must be auto, cpu, cuda or cuda:N, got 'tpu'"):
+    with pytest.raises(UsageError, match="device: must be auto, cpu, cuda or cuda:N, got 'tpu'"):
         TrainConfig.build(paths=("x",), output="y", device="tpu")
     if not __import__("torch").cuda.is_available():
         from bertstream.trainer import distributed as D

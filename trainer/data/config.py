@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
-from bertstream.cli.errors import ConfigError, check
+from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import opt
 
 FORMATS = ("auto", "arrow", "webdataset")
@@ -23,7 +23,7 @@ DYNAMIC_ONLY: dict[str, Any] = {"mlm_probability": 0.15, "max_predictions": None
 def check_masking(cfg: Any) -> None:
     """Validate the masking options of ``cfg`` (``masking``, ``mlm_probability``, ``max_predictions``,
     ``whole_word_mask``): the one rule for the loader's ``DataConfig`` and the command line's objective
-    section. Raises ``ConfigError`` naming the field (the CLI names its flag)."""
+    section. Raises ``UsageError`` naming the field (the CLI names its flag)."""
     check(cfg.masking in MASKING_MODES, "masking", f"must be one of {MASKING_MODES}, got {cfg.masking!r}")
     p = cfg.mlm_probability
     ok = isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 1
@@ -107,7 +107,7 @@ class DataConfig:
             try:
                 paths, weights = split_data_args(paths)
             except ValueError as e:
-                raise ConfigError("paths", str(e)) from None
+                raise UsageError("paths", str(e)) from None
         keys = [dataset_key(d) for d in paths]  # also `./out/good` and `out/good`: the same samples twice
         twice = sorted({d for d, k in zip(paths, keys) if keys.count(k) > 1})
         check(not twice, "paths", f"the same dataset is given more than once: {', '.join(twice)}")

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from bertstream.schemas.manifest import Manifest
+from bertstream.schemas.vocab import Vocab
 from bertstream.trainer.data.collate import unpack
 from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.data.masking import dynamic_masker
@@ -48,8 +50,16 @@ class PretrainingLoader:
     """
 
     def __init__(
-        self, config: DataConfig, *, expected_vocab_sha256: str | None, world_size: int = 1, rank: int = 0
+        self,
+        config: DataConfig,
+        *,
+        expected_vocab_sha256: str | None,
+        world_size: int = 1,
+        rank: int = 0,
+        opened: Mapping[str, Manifest] | None = None,
+        vocab: Vocab | None = None,
     ) -> None:
+        """``opened`` (manifests by folder) and ``vocab``: what the caller has read already, not read again."""
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
         if not isinstance(rank, int) or not 0 <= rank < world_size:
@@ -62,9 +72,10 @@ class PretrainingLoader:
             expected_vocab_sha256=expected_vocab_sha256,
             skip_corrupt=config.skip_corrupt,
             verify=config.verify,
+            opened=opened,
         )
         self._quotas = None if config.weights is None else epoch_quotas(self.catalog, config.paths, config.weights)
-        self.masker = dynamic_masker(config, self.catalog)  # None: the shards' static masks
+        self.masker = dynamic_masker(config, self.catalog, vocab)  # None: the shards' static masks
         self._epoch = 0
         self._consumed = 0  # batches of this epoch handed to the caller (global batches: the same on every rank)
         self._lanes = max(1, config.num_workers)  # the run's lane count; a loaded state replaces it

@@ -184,13 +184,14 @@ def _first_k(key: np.ndarray, k: np.ndarray) -> np.ndarray:
     return (key <= threshold[:, None]) & (k > 0)[:, None]
 
 
-def dynamic_masker(config: DataConfig, catalog: Catalog) -> Masker | None:
-    """The masker ``config`` asks for (None: static masks), over the vocabulary of the first dataset folder
-    (the catalog has checked that every folder shares it)."""
+def dynamic_masker(config: DataConfig, catalog: Catalog, vocab: Vocab | None = None) -> Masker | None:
+    """The masker ``config`` asks for (None: static masks), over ``vocab`` or the vocabulary of the first dataset
+    folder (the catalog has checked that every folder shares it)."""
     if config.masking != "dynamic":
         return None
-    root, manifest = config.paths[0], catalog.manifests[0]
-    vocab = load_vocab(manifest, lambda name: read_text(root, name), root.rstrip("/") + "/" + manifest.vocab_file)
+    if vocab is None:
+        root, manifest = config.paths[0], catalog.manifests[0]
+        vocab = load_vocab(manifest, lambda name: read_text(root, name), root.rstrip("/") + "/" + manifest.vocab_file)
     return Masker.for_vocab(
         vocab,
         probability=config.mlm_probability,

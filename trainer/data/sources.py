@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -47,9 +47,16 @@ class Catalog:
 
 
 def open_catalog(
-    paths: Sequence[str], *, fmt: str, expected_vocab_sha256: str | None, skip_corrupt: bool, verify: str
+    paths: Sequence[str],
+    *,
+    fmt: str,
+    expected_vocab_sha256: str | None,
+    skip_corrupt: bool,
+    verify: str,
+    opened: Mapping[str, Manifest] | None = None,
 ) -> Catalog:
-    manifests = tuple(load_manifest(p) for p in paths)
+    """The usable shards of ``paths``; ``opened``: manifests the caller has read already, by folder."""
+    manifests = tuple((opened or {}).get(p) or load_manifest(p) for p in paths)
     lead = _check_vocab(paths, manifests, expected_vocab_sha256)
     refs: list[ShardRef] = []
     for i, (root, m) in enumerate(zip(paths, manifests)):

@@ -47,11 +47,11 @@ from bertstream.trainer.finetune.data import (
 from bertstream.trainer.finetune.heads import load_encoder_state
 from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
 from bertstream.trainer.finetune.tasks import Task, get_task
-from bertstream.trainer.finetune.weights import Init, check_vocab, resolve_init
 from bertstream.trainer.metrics import MetricsLogger
 from bertstream.trainer.model_config import BertConfig, with_dropout
 from bertstream.trainer.optim import build_optimizer, build_scheduler
 from bertstream.trainer.progress import Progress
+from bertstream.trainer.weights import Init, check_vocab, resolve_init
 
 
 def plan_text(max_steps: int, epochs: int, steps_per_epoch: int) -> str:

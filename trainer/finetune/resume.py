@@ -53,17 +53,13 @@ def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ck
     """(the state to continue: ``--resume auto`` and a resumable run in ``run_dir``, else None; the earlier
     run's outputs that ``overwrite`` will remove). Read-only: an earlier run is refused unless ``overwrite``, and
     nothing is removed before every input has been checked (:func:`prepare_output`)."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunError(f"--output {run_dir} is a file, not a run folder")
+    rundir.refuse_file(run_dir)
     resume_root = run_dir / RESUME_DIR
     restored = ckpt.latest(resume_root) if cfg.resume == "auto" and not overwrite else None
     existing = [name for name in _OUTPUTS if (run_dir / name).exists()] if restored is None else []
     if existing and not overwrite:
-        why = "and holds no epoch to resume from" if cfg.resume == "auto" else f"(--resume {cfg.resume})"
-        raise FileExistsError(
-            f"--output {run_dir} already holds a run ({', '.join(existing)}) {why}; "
-            "choose another folder or pass --overwrite"
-        )
+        why = "no epoch to resume from (--resume auto)" if cfg.resume == "auto" else f"--resume {cfg.resume}"
+        rundir.refuse_existing(run_dir, existing, why)
     inputs = [("--train-data", cfg.train_data), ("--eval-data", cfg.eval_data), ("--init", cfg.init)]
     rundir.check_overlap(run_dir, inputs, overwrite=overwrite)
     return restored, existing
@@ -90,7 +86,8 @@ def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:
     new = redact_values(options.flat(cfg))  # the saved flags are redacted (schemas.redact): compare alike
     changed = [n for n in FIXED if n in old and old[n] != new[n]]
     if changed:
-        listed = "; ".join(f"--{n.replace('_', '-')} {new[n]} (the run has {old[n]})" for n in changed)
+        flag = lambda n: options.flag_for(FinetuneConfig, n)  # noqa: E731
+        listed = "; ".join(f"{flag(n)} {new[n]} (the run has {old[n]})" for n in changed)
         raise RunError(
             f"--resume auto continues the run in {cfg.run.output} ({restored.path}), but {listed}: pass the "
             "run's values, or start afresh with --overwrite or another --output"

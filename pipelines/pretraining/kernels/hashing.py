@@ -1,4 +1,4 @@
-"""``bertstream.pipelines.common.hashing``'s SplitMix64 functions on uint64 scalars inside kernels (the same results).
+"""``bertstream.schemas.hashing``'s SplitMix64 functions on uint64 scalars inside kernels (the same results).
 
 Python ints and NumPy arrays wrap differently; in numba every operand must be uint64 (``uint64 op int64``
 is float64 there), so the constants are typed once here.
@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from bertstream.pipelines.common.hashing import _M1, _M2, GOLDEN
+from bertstream.schemas.hashing import GOLDEN
+from bertstream.schemas.hashing import M1 as _M1
+from bertstream.schemas.hashing import M2 as _M2
 
 _U64 = np.uint64
 M1 = _U64(_M1)
@@ -26,11 +28,11 @@ def mix64(x: np.uint64) -> np.uint64:
 
 @njit(cache=True)
 def combine(a: np.uint64, b: np.uint64) -> np.uint64:
-    """:func:`bertstream.pipelines.common.hashing.combine` (uint64 arithmetic wraps modulo 2**64 as the Python masks do)."""
+    """:func:`bertstream.schemas.hashing.combine` (uint64 arithmetic wraps modulo 2**64 as the Python masks do)."""
     return mix64(a ^ mix64(b + G))
 
 
 @njit(cache=True)
 def uniform(bits: np.uint64) -> float:
-    """:func:`bertstream.pipelines.common.hashing.uniform_from` of one value."""
+    """:func:`bertstream.schemas.hashing.uniform_from` of one value."""
     return float(bits >> _U64(11)) * (1.0 / 9007199254740992.0)

@@ -270,7 +270,7 @@ def test_ctrl_c_during_a_run_is_one_line_and_exit_130(tmp_path, demo_vocab):
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=120)
     r = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
-    assert_clean_error(r, 130, "interrupted")
+    assert_clean_error(r, 130, "interrupted (Ctrl-C)")
     assert not (out / "manifest.json").exists() and not (out / "_work").exists()
 
 
@@ -615,7 +615,7 @@ def test_a_killed_worker_is_one_line(tmp_path, demo_vocab):
     deadline = time.monotonic() + 60
     workers: list[int] = []
     while not workers and time.monotonic() < deadline:
-        workers = child_processes(p.pid, "bertstream.pipelines.common.beam_worker")
+        workers = child_processes(p.pid, "bertstream.pipelines.runners.beam_worker")
         time.sleep(0.2)
     assert workers
     time.sleep(1)
@@ -653,7 +653,7 @@ def test_sigterm_is_ctrl_c_one_line_exit_143_work_removed(tmp_path, demo_vocab):
     _wait_mid_run(out, p)
     p.send_signal(signal.SIGTERM)
     stdout, stderr = p.communicate(timeout=120)
-    assert_clean_error(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), 143, "terminated")
+    assert_clean_error(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), 143, "interrupted (SIGTERM)")
     assert not (out / "manifest.json").exists() and not (out / "_work").exists()
     assert not (out / ".bertprep.lock").exists()
 
@@ -784,7 +784,7 @@ def test_a_word_segmenter_that_fails_or_overruns_the_text_is_one_line(tmp_path, 
     from click.testing import CliRunner
 
     from bertstream.pipelines.cli import main
-    from bertstream.pipelines.pretraining import word_segmenter as ws
+    from bertstream.pipelines.pretraining import chinese_words as ws
 
     def load(name):
         def segment(text):

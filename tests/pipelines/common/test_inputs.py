@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.inputs import relative_names, resolve_inputs
-from bertstream.pipelines.common.runner import UsageError
 
 
 def test_relative_names_keep_files_apart():

@@ -12,7 +12,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from bertstream.cli.errors import ConfigError
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.pretraining import dedup as D
 from bertstream.pipelines.pretraining import minhash as M
@@ -187,9 +187,9 @@ def test_filter_counts_each_drop_and_the_sample_is_the_smallest_ids():
 
 
 def test_config_validates_dedup():
-    with pytest.raises(ConfigError, match="dedup: must be one of"):
+    with pytest.raises(UsageError, match="dedup: must be one of"):
         PretrainingConfig(dedup="fuzzy")
-    with pytest.raises(ConfigError, match="dedup_threshold"):
+    with pytest.raises(UsageError, match="dedup_threshold"):
         PretrainingConfig(dedup_threshold=0.0)
     assert "dedup" not in PretrainingConfig().shard_parameters()  # default shards keep their bytes
     assert PretrainingConfig(dedup="minhash").shard_parameters()["dedup_threshold"] == 0.8

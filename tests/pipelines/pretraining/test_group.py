@@ -7,7 +7,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from bertstream.pipelines.common.hashing import mix64_array
 from bertstream.pipelines.common.spill import keys_per_block, write_file
 from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.pretraining.group import (
@@ -23,6 +22,7 @@ from bertstream.pipelines.pretraining.instances import Pool, document_key
 from bertstream.pipelines.pretraining.read import DocumentBatch, read_documents
 from bertstream.pipelines.pretraining.segment import segment_documents
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.schemas.hashing import mix64_array
 
 SEED = 11
 

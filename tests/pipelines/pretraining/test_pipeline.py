@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 import webdataset
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.runner import UsageError
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.pipeline import run_pretraining
 from bertstream.schemas import pretraining as P

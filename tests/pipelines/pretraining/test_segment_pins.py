@@ -17,9 +17,8 @@ import pytest
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.inputs import resolve_inputs
 from bertstream.pipelines.pretraining.read import DocumentBatch, read_documents
-from bertstream.pipelines.pretraining.segment import segment_documents
+from bertstream.pipelines.pretraining.segment import segment_documents, split_documents
 from bertstream.pipelines.pretraining.segmenter import split_sentences
-from bertstream.pipelines.pretraining.segmenter_batch import split_documents
 from tests.conftest import SHARED
 
 PRETRAIN = SHARED / "pretrain"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from bertstream.pipelines.tasks.pipeline import run_classification, run_ner, run_squad
 from bertstream.schemas.manifest import Manifest
 from tests.conftest import shared_path
+from tests.jobs import run_classification, run_ner, run_squad
 
 
 def read_rows(out: Path, manifest: Manifest) -> pa.Table:
@@ -37,7 +37,7 @@ def sst2_dev(tmp_path_factory, wiki_vocab):
     r = run_classification(
         inputs=[str(shared_path("tasks", "sst2", "dev.tsv"))],
         vocab=str(wiki_vocab / "vocab.txt"),
-        output_dir=str(out),
+        output=str(out),
         glue="sst2",
         num_shards=2,
     )
@@ -51,7 +51,7 @@ def conll_train(tmp_path_factory, wiki_vocab):
     r = run_ner(
         inputs=[str(shared_path("tasks", "conll2003", "train.txt"))],
         vocab=str(wiki_vocab / "vocab.txt"),
-        output_dir=str(out),
+        output=str(out),
         max_seq_length=32,
         window_overlap=4,
     )
@@ -65,7 +65,7 @@ def conll_valid(tmp_path_factory, wiki_vocab, conll_train):
     r = run_ner(
         inputs=[str(shared_path("tasks", "conll2003", "valid.txt"))],
         vocab=str(wiki_vocab / "vocab.txt"),
-        output_dir=str(out),
+        output=str(out),
         max_seq_length=24,
         window_overlap=3,
         label_set_from=str(conll_train[1]),
@@ -81,7 +81,7 @@ def squad_eval(tmp_path_factory, wiki_vocab):
     r = run_squad(
         inputs=[str(shared_path("tasks", "squad_v1.1", "dev-v1.1.json"))],
         vocab=str(wiki_vocab / "vocab.txt"),
-        output_dir=str(out),
+        output=str(out),
         articles=(40, 48),
         split="dev",
         max_seq_length=128,

@@ -10,13 +10,13 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally
-from bertstream.pipelines.common.runner import UsageError
 from bertstream.pipelines.tasks import conll as CN
 from bertstream.pipelines.tasks import tables as TB
-from bertstream.pipelines.tasks.pipeline import run_classification, run_ner
 from bertstream.pipelines.tasks.read import file_lines
 from tests.conftest import shared_path
+from tests.jobs import run_classification, run_ner
 
 
 def vocab() -> str:
@@ -76,7 +76,7 @@ def test_chinese_task_pipelines_end_to_end(tmp_path):
     r = run_classification(
         inputs=[str(cls_in)],
         vocab=vocab(),
-        output_dir=str(tmp_path / "cls"),
+        output=str(tmp_path / "cls"),
         text_column="text_a",
         label_column="label",
         split="train",
@@ -86,7 +86,7 @@ def test_chinese_task_pipelines_end_to_end(tmp_path):
     blocks = shared_path("tasks", "peoples_daily_ner", "example.dev").read_text(encoding="utf-8").split("\n\n")[:200]
     ner_in.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
     r = run_ner(
-        inputs=[str(ner_in)], vocab=vocab(), output_dir=str(tmp_path / "ner"), input_format="char-tag", split="train"
+        inputs=[str(ner_in)], vocab=vocab(), output=str(tmp_path / "ner"), input_format="char-tag", split="train"
     )
     manifest = json.loads((tmp_path / "ner" / "manifest.json").read_text())
     assert manifest["task"]["input_format"] == "char-tag" and r.manifest.totals["rows"] >= 200

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.runner import UsageError
 from bertstream.pipelines.tasks import conll as CN
 from bertstream.pipelines.tasks import read as R
 from tests.conftest import shared_path

@@ -5,11 +5,12 @@ import hashlib
 import pyarrow as pa
 import pytest
 
-from bertstream.pipelines.common.runner import UsageError
-from bertstream.pipelines.tasks.pipeline import infer_split, run_classification, run_ner, run_squad
+from bertstream.cli.errors import UsageError
+from bertstream.pipelines.tasks.pipeline import infer_split
 from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import MANIFEST_NAME
 from tests.conftest import shared_path
+from tests.jobs import run_classification, run_ner, run_squad
 from tests.pipelines.tasks.conftest import read_rows, shard_digests
 
 TWO_WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
@@ -47,7 +48,7 @@ def test_two_worker_processes_write_byte_identical_shards(sst2_dev, squad_eval, 
     a = run_classification(
         inputs=[str(shared_path("tasks", "sst2", "dev.tsv"))],
         vocab=str(wiki_vocab / "vocab.txt"),
-        output_dir=str(tmp_path / "sst2"),
+        output=str(tmp_path / "sst2"),
         glue="sst2",
         num_shards=2,
         beam_args=TWO_WORKERS,
@@ -57,7 +58,7 @@ def test_two_worker_processes_write_byte_identical_shards(sst2_dev, squad_eval, 
     b = run_squad(
         inputs=[str(shared_path("tasks", "squad_v1.1", "dev-v1.1.json"))],
         vocab=str(wiki_vocab / "vocab.txt"),
-        output_dir=str(tmp_path / "squad"),
+        output=str(tmp_path / "squad"),
         articles=(40, 48),
         split="dev",
         max_seq_length=128,
@@ -80,23 +81,21 @@ def test_labels_derived_from_train_then_required_at_evaluation(tmp_path, demo_vo
     vocab = str(demo_vocab / "vocab.txt")
     train = write(tmp_path / "train.tsv", "text\tlabel\na good module\tpos\na bad module\tneg\nthe list\tneutral\n")
     m = run_classification(
-        inputs=[train], vocab=vocab, output_dir=str(tmp_path / "train"), text_column="text", label_column="label"
+        inputs=[train], vocab=vocab, output=str(tmp_path / "train"), text_column="text", label_column="label"
     ).manifest
     assert m.task["labels"] == ["neg", "neutral", "pos"] and m.task["label_source"] == "derived"
     assert read_rows(tmp_path / "train", m).column(T.LABEL).to_pylist() == [2, 0, 1]
     dev = write(tmp_path / "dev.tsv", "text\tlabel\nthe module\tpos\nanother one\tpositive\n")
     common = dict(vocab=vocab, text_column="text", label_column="label")
     with pytest.raises(UsageError) as e:  # an evaluation split cannot make up its own ids
-        run_classification(inputs=[dev], output_dir=str(tmp_path / "d0"), **common)
+        run_classification(inputs=[dev], output=str(tmp_path / "d0"), **common)
     assert e.value.param == "label-set-from"
     with pytest.raises(Exception, match="label 'positive' is not in the label set") as e:
-        run_classification(
-            inputs=[dev], output_dir=str(tmp_path / "d1"), label_set_from=str(tmp_path / "train"), **common
-        )
+        run_classification(inputs=[dev], output=str(tmp_path / "d1"), label_set_from=str(tmp_path / "train"), **common)
     assert not (tmp_path / "d1" / MANIFEST_NAME).exists()
     ok = write(tmp_path / "dev_ok.tsv", "text\tlabel\nthe module\tpos\nanother one\tneg\n")
     m = run_classification(
-        inputs=[ok], output_dir=str(tmp_path / "d2"), split="dev", label_set_from=str(tmp_path / "train"), **common
+        inputs=[ok], output=str(tmp_path / "d2"), split="dev", label_set_from=str(tmp_path / "train"), **common
     ).manifest
     assert m.task["labels"] == ["neg", "neutral", "pos"] and m.task["label_source"] == f"manifest:{tmp_path / 'train'}"
     assert read_rows(tmp_path / "d2", m).column(T.LABEL).to_pylist() == [2, 0]
@@ -108,7 +107,7 @@ def test_label_set_from_checks_the_vocab_casing_and_kind(tmp_path, demo_vocab, w
         run_classification(
             inputs=[dev],
             vocab=str(demo_vocab / "vocab.txt"),
-            output_dir=str(tmp_path / "a"),
+            output=str(tmp_path / "a"),
             text_column="sentence",
             label_column="label",
             label_set_from=str(sst2_dev[1]),
@@ -118,7 +117,7 @@ def test_label_set_from_checks_the_vocab_casing_and_kind(tmp_path, demo_vocab, w
         run_classification(
             inputs=[dev],
             vocab=str(wiki_vocab / "vocab.txt"),
-            output_dir=str(tmp_path / "b"),
+            output=str(tmp_path / "b"),
             text_column="sentence",
             label_column="label",
             label_set_from=str(sst2_dev[1]),
@@ -129,7 +128,7 @@ def test_label_set_from_checks_the_vocab_casing_and_kind(tmp_path, demo_vocab, w
         run_ner(
             inputs=[str(shared_path("tasks", "conll2003", "valid.txt"))],
             vocab=str(wiki_vocab / "vocab.txt"),
-            output_dir=str(tmp_path / "c"),
+            output=str(tmp_path / "c"),
             label_set_from=str(sst2_dev[1]),
         )
 
@@ -142,7 +141,7 @@ def test_explicit_labels_drop_other_training_rows_with_line_numbers(tmp_path, de
     m = run_classification(
         inputs=[train],
         vocab=str(demo_vocab / "vocab.txt"),
-        output_dir=str(tmp_path / "o"),
+        output=str(tmp_path / "o"),
         text_column="text",
         label_column="label",
         labels=("pos", "neg"),
@@ -159,7 +158,7 @@ def test_glue_test_files_are_unlabeled_and_pairs_keep_segments(tmp_path, wiki_vo
     m = run_classification(
         inputs=[str(shared_path("tasks", "mrpc", "test.tsv"))],
         vocab=str(wiki_vocab / "vocab.txt"),
-        output_dir=str(tmp_path / "t"),
+        output=str(tmp_path / "t"),
         glue="mrpc",
     ).manifest
     assert m.task["labeled"] is False and m.task["split"] == "test" and m.task["labels"] == ["0", "1"]
@@ -179,7 +178,7 @@ def test_existing_output_needs_overwrite(tmp_path, demo_vocab):
     args = dict(
         inputs=[train],
         vocab=str(demo_vocab / "vocab.txt"),
-        output_dir=str(tmp_path / "o"),
+        output=str(tmp_path / "o"),
         text_column="text",
         label_column="label",
         num_shards=3,
@@ -210,13 +209,13 @@ def test_split_names_come_from_file_names_or_the_flag():
 
 def test_unknown_tag_at_evaluation_stops_the_run(tmp_path, demo_vocab):
     train = write(tmp_path / "train.txt", "Guido NNP B-NP B-PER\nwrote VBD B-VP O\nPython NNP B-NP B-MISC\n")
-    run_ner(inputs=[train], vocab=str(demo_vocab / "vocab.txt"), output_dir=str(tmp_path / "tr"))
+    run_ner(inputs=[train], vocab=str(demo_vocab / "vocab.txt"), output=str(tmp_path / "tr"))
     dev = write(tmp_path / "dev.txt", "Guido NNP B-NP B-PER\n\nin IN B-PP O\nAmsterdam NNP B-NP B-LOC\n")
     with pytest.raises(Exception, match="dev.txt:4: label 'B-LOC' is not in the label set"):
         run_ner(
             inputs=[dev],
             vocab=str(demo_vocab / "vocab.txt"),
-            output_dir=str(tmp_path / "dv"),
+            output=str(tmp_path / "dv"),
             label_set_from=str(tmp_path / "tr"),
         )
     assert not (tmp_path / "dv" / MANIFEST_NAME).exists()
@@ -228,7 +227,7 @@ def test_glue_cola_headerless_and_stsb_regression(tmp_path, demo_vocab):
         tmp_path / "train.tsv",
         "gj04\t1\t\tOur friends won't buy this analysis.\ngj04\t0\t*\tThey drank the pub.\ngj04\t1\n",
     )  # a short row: counted, not fatal
-    m = run_classification(inputs=[cola], vocab=vocab, output_dir=str(tmp_path / "cola"), glue="cola").manifest
+    m = run_classification(inputs=[cola], vocab=vocab, output=str(tmp_path / "cola"), glue="cola").manifest
     assert m.task["columns"]["header"] is False and m.task["labels"] == ["0", "1"]
     assert read_rows(tmp_path / "cola", m).column(T.LABEL).to_pylist() == [1, 0]
     assert m.counters["first_lines"]["rows_dropped.wrong_column_count"] == [f"{cola}:3"]
@@ -238,7 +237,7 @@ def test_glue_cola_headerless_and_stsb_regression(tmp_path, demo_vocab):
         "0\tmain\tf\t2012\t1\tnone\tnone\tA plane is taking off.\tAn air plane is taking off.\t5.000\n"
         "1\tmain\tf\t2012\t4\tnone\tnone\tA man plays a flute.\tA man plays a bamboo flute.\t3.800\n",
     )
-    m = run_classification(inputs=[stsb], vocab=vocab, output_dir=str(tmp_path / "stsb"), glue="stsb").manifest
+    m = run_classification(inputs=[stsb], vocab=vocab, output=str(tmp_path / "stsb"), glue="stsb").manifest
     assert m.kind == "regression" and m.task["labels"] == [] and m.task["label_source"] == "none"
     rows = read_rows(tmp_path / "stsb", m)
     assert rows.schema.field(T.LABEL).type == pa.float32()

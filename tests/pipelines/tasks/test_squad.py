@@ -11,10 +11,10 @@ import pytest
 
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.tasks import squad_json as SJ
-from bertstream.pipelines.tasks.pipeline import run_squad
 from bertstream.pipelines.tasks.squad import answer_tokens, max_context, plan_spans
 from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
+from tests.jobs import run_squad
 from tests.pipelines.tasks.conftest import read_examples, read_rows
 
 
@@ -178,7 +178,7 @@ def test_squad_v2_impossible_questions_and_training_drops(tmp_path, demo_vocab):
     m = run_squad(
         inputs=[str(src)],
         vocab=str(demo_vocab / "vocab.txt"),
-        output_dir=str(out),
+        output=str(out),
         max_seq_length=32,
         doc_stride=8,
         max_query_length=12,

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally
-from bertstream.pipelines.common.runner import UsageError
 from bertstream.pipelines.tasks import read as R
 from bertstream.pipelines.tasks import tables as TB
 from bertstream.pipelines.tasks.glue import PRESETS, resolve

@@ -64,7 +64,7 @@ def task_vocab(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def sst2(tmp_path_factory, task_vocab) -> dict[str, Path]:
     """SST-2: 320 training rows, 200 dev rows, 60 unlabeled test rows (real GLUE files, first lines)."""
-    from bertstream.pipelines.tasks.pipeline import run_classification
+    from tests.jobs import run_classification
 
     root = tmp_path_factory.mktemp("sst2")
     src = shared_path("tasks", "sst2")
@@ -75,7 +75,7 @@ def sst2(tmp_path_factory, task_vocab) -> dict[str, Path]:
         run_classification(
             inputs=[str(tsv)],
             vocab=str(task_vocab),
-            output_dir=str(out[split]),
+            output=str(out[split]),
             glue="sst2",
             split=split,
             max_seq_length=64,
@@ -86,7 +86,7 @@ def sst2(tmp_path_factory, task_vocab) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def conll(tmp_path_factory, task_vocab) -> dict[str, Path]:
     """CoNLL-2003: ~200 training and ~300 validation sentences, short windows so long sentences are split."""
-    from bertstream.pipelines.tasks.pipeline import run_ner
+    from tests.jobs import run_ner
 
     root = tmp_path_factory.mktemp("conll")
     src = shared_path("tasks", "conll2003")
@@ -96,7 +96,7 @@ def conll(tmp_path_factory, task_vocab) -> dict[str, Path]:
     run_ner(
         inputs=[str(train)],
         vocab=str(task_vocab),
-        output_dir=str(out["train"]),
+        output=str(out["train"]),
         split="train",
         labels=CONLL_LABELS,
         max_seq_length=24,
@@ -105,7 +105,7 @@ def conll(tmp_path_factory, task_vocab) -> dict[str, Path]:
     run_ner(
         inputs=[str(valid)],
         vocab=str(task_vocab),
-        output_dir=str(out["valid"]),
+        output=str(out["valid"]),
         split="valid",
         label_set_from=str(out["train"]),
         max_seq_length=24,
@@ -118,7 +118,7 @@ def conll(tmp_path_factory, task_vocab) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def squad(tmp_path_factory, task_vocab) -> dict[str, Path]:
     """SQuAD v1.1 dev split by article: Warsaw + Normans (359 questions) to train, Sky (108) to evaluate."""
-    from bertstream.pipelines.tasks.pipeline import run_squad
+    from tests.jobs import run_squad
 
     root = tmp_path_factory.mktemp("squad")
     src = str(shared_path("tasks", "squad_v1.1", "dev-v1.1.json"))
@@ -130,8 +130,8 @@ def squad(tmp_path_factory, task_vocab) -> dict[str, Path]:
         "doc_stride": 48,
         "max_query_length": 32,
     }
-    run_squad(**common, output_dir=str(out["train"]), articles=(1, 3), split="train")
-    run_squad(**common, output_dir=str(out["dev"]), articles=(8, 9), split="dev", num_shards=2)
+    run_squad(**common, output=str(out["train"]), articles=(1, 3), split="train")
+    run_squad(**common, output=str(out["dev"]), articles=(8, 9), split="dev", num_shards=2)
     return out
 
 

@@ -81,7 +81,7 @@ def test_init_inside_output_is_refused_with_overwrite(sst2, earlier, tmp_path):
     before = snapshot(run)
     # --init RUN (its newest checkpoint) into the same RUN with --overwrite: the checkpoint would be deleted
     result = CliRunner().invoke(main, argv(sst2, run, "--overwrite", init=str(run)))
-    one_error(result, 1, f"output overlaps inputs: --init {run} lies inside --output {run}")
+    one_error(result, 2, f"{run} overlaps inputs: --init {run} lies inside it")
     assert snapshot(run) == before
 
 

@@ -104,14 +104,14 @@ def test_corrupt_shard_and_missing_manifest_are_named(sst2, tmp_path):
 
 
 def test_label_lists_must_agree(sst2, task_vocab, tmp_path):
-    from bertstream.pipelines.tasks.pipeline import run_classification
+    from tests.jobs import run_classification
 
     src = next(sst2["dev"].parent.glob("dev.tsv"))
     swapped = tmp_path / "swapped"
     run_classification(
         inputs=[str(src)],
         vocab=str(task_vocab),
-        output_dir=str(swapped),
+        output=str(swapped),
         glue="sst2",
         split="dev",
         labels=("1", "0"),

@@ -8,8 +8,8 @@ import torch
 from bertstream.schemas import tasks as T
 from bertstream.trainer.finetune.heads import load_encoder_state
 from bertstream.trainer.finetune.tasks import get_task
-from bertstream.trainer.finetune.weights import resolve_init
 from bertstream.trainer.model import BertForPreTraining
+from bertstream.trainer.weights import resolve_init
 from tests.trainer.finetune.hf_fixtures import CONFIG, TOL, VOCAB, batch, save_hf
 
 transformers = pytest.importorskip("transformers")

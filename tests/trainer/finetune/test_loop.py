@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
+from bertstream.cli.errors import UsageError
 from bertstream.schemas import tasks as T
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, VocabMismatchError
 from bertstream.trainer import checkpoint as ckpt
@@ -91,8 +92,8 @@ def test_same_seed_same_run(sst2, tmp_path):
 
 
 def test_regression_and_sentence_pairs_with_f1(sst2, task_vocab, tmp_path):
-    from bertstream.pipelines.tasks.pipeline import run_classification
     from tests.conftest import shared_path
+    from tests.jobs import run_classification
     from tests.trainer.finetune.conftest import head_lines
 
     # regression: SST-2's 0/1 labels read as floats (no STS-B here); Pearson/Spearman/MSE on every row
@@ -102,7 +103,7 @@ def test_regression_and_sentence_pairs_with_f1(sst2, task_vocab, tmp_path):
         run_classification(
             inputs=[str(sst2[split].parent / f"{split}.tsv")],
             vocab=str(task_vocab),
-            output_dir=str(reg[split]),
+            output=str(reg[split]),
             text_column="sentence",
             label_column="label",
             regression=True,
@@ -125,7 +126,7 @@ def test_regression_and_sentence_pairs_with_f1(sst2, task_vocab, tmp_path):
         run_classification(
             inputs=[str(tsv)],
             vocab=str(task_vocab),
-            output_dir=str(mrpc[split]),
+            output=str(mrpc[split]),
             glue="mrpc",
             split=split,
             max_seq_length=64,
@@ -242,12 +243,12 @@ def test_bad_inputs_are_refused_with_clear_errors(sst2, conll, tmp_path):
     with pytest.raises(TaskDataError, match="holds a 'ner' task but --task is 'classification'"):
         finetune_run(T.CLASSIFICATION, sst2["train"], conll["valid"], tmp_path / "c")
     finetune_run(T.CLASSIFICATION, sst2["train"], sst2["test"], tmp_path / "d", max_steps=1)
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    with pytest.raises(UsageError, match="--overwrite"):
         finetune_run(T.CLASSIFICATION, sst2["train"], sst2["test"], tmp_path / "d", max_steps=1)
 
 
 def test_cli_runs_and_reports_a_label_list_mismatch(sst2, task_vocab, tmp_path):
-    from bertstream.pipelines.tasks.pipeline import run_classification
+    from tests.jobs import run_classification
 
     common = [
         "finetune",
@@ -276,7 +277,7 @@ def test_cli_runs_and_reports_a_label_list_mismatch(sst2, task_vocab, tmp_path):
     run_classification(
         inputs=[str(sst2["dev"].parent / "dev.tsv")],
         vocab=str(task_vocab),
-        output_dir=str(swapped),
+        output=str(swapped),
         glue="sst2",
         split="dev",
         labels=("1", "0"),
@@ -403,5 +404,5 @@ def test_resume_auto_refuses_changed_flags_and_a_folder_with_nothing_to_resume(s
     again = finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto")
     assert [e["step"] for e in again["epochs"]] == [3]
     shutil.rmtree(out / "resume")
-    with pytest.raises(FileExistsError, match="holds no epoch to resume from"):
+    with pytest.raises(UsageError, match=r"no epoch to resume from \(--resume auto\)"):
         finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto")

@@ -5,9 +5,9 @@ import random
 import numpy as np
 import pytest
 
-from bertstream.pipelines.common.hashing import combine
 from bertstream.pipelines.pretraining.instances import document_rng
 from bertstream.pipelines.pretraining.kernels import mt19937 as mt
+from bertstream.schemas.hashing import combine
 
 # Seeds of one and two 32-bit words, their edges, and seeds as the pipeline makes them.
 SEEDS = [

@@ -10,8 +10,8 @@ from bertstream.schemas.vocab import VocabMismatchError
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.finetune.heads import load_encoder_state
 from bertstream.trainer.finetune.tasks import get_task
-from bertstream.trainer.finetune.weights import InitError, check_vocab, resolve_init
 from bertstream.trainer.model import BertForPreTraining
+from bertstream.trainer.weights import InitError, check_vocab, resolve_init
 from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, save_hf
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's fine-tuning table: SST-2, MRPC, CoNLL-2003 and SQuAD from (a) the mini BERT of
-# scripts/pretrain_mini.sh and (b) the same architecture randomly initialised, same hyper-parameters.
+# scripts/recipes/pretrain_mini.sh and (b) the same architecture randomly initialised, same hyper-parameters.
 # Needs ../shared/data and RUNS/mini (default ./runs/mini). Each run takes 10 minutes or less on 2 cores
 # (SQuAD: one epoch of 10,675 windows of 256 tokens, 9 minutes).
 set -euo pipefail

@@ -15,7 +15,7 @@ the Python interpreter it runs under, so a pool on a machine with Beam and the j
 (as in a custom SDK image) gets the job's own package the way a cluster does::
 
     python -m apache_beam.runners.worker.worker_pool_main --service_port=50000 \\
-        --container_executable="$PWD/scripts/beam_boot.py"
+        --container_executable="$(command -v bertprep-beam-boot)"
 
 Differences from the Go boot, on purpose: staged packages are installed with ``pip --no-deps`` into a
 folder on ``PYTHONPATH`` (the interpreter's own packages provide the dependencies, the job's package is
@@ -142,7 +142,9 @@ def install_once(packages: list[str], target: str) -> None:
         open(target + ".done", "w").close()
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The ``bertprep-beam-boot`` command (the pool passes the contract's flags)."""
+    argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[beam_boot %(process)d] %(message)s")
     args = parse_args(argv)
     from apache_beam.portability.api import endpoints_pb2
@@ -180,4 +182,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertstream.pipelines.common import shipped as S
+from bertstream.pipelines.pretraining import shipped as S
 
 
 def test_a_shipped_value_comes_back_equal_from_its_file(tmp_path):

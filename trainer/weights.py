@@ -1,4 +1,5 @@
-"""``--init``: where the encoder's starting weights and vocabulary come from.
+"""Starting weights, the one owner: ``finetune --init``, ``embed --init`` and ``pretrain --init-from`` name them
+the same way, and each run checks its data's vocabulary against theirs with :func:`check_vocab`.
 
 - our checkpoint folder (``RUN/checkpoints/step-N``: ``model.safetensors`` in HF names, ``config.json`` whose
   ``"model"`` is ``BertConfig.to_dict()``, ``vocab.txt``), or a run folder (its newest checkpoint);
@@ -44,24 +45,24 @@ class Init:
         return {"kind": self.kind, "source": self.source, "vocab_sha256": self.vocab.sha256, "notes": list(self.notes)}
 
 
-def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0) -> Init:
+def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0, flag: str = "--init") -> Init:
     """The encoder config, weights and vocabulary that ``spec`` names (see the module docstring).
 
     ``data_vocab`` None: no task data to borrow a vocabulary from, so ``random:PRESET`` is refused."""
     if spec.startswith(RANDOM_PREFIX):
         if data_vocab is None:
             raise InitError(
-                f"--init {spec}: random:PRESET needs task data's vocabulary; give a checkpoint or "
+                f"{flag} {spec}: random:PRESET needs task data's vocabulary; give a checkpoint or "
                 "a Hugging Face BERT folder"
             )
         name = spec[len(RANDOM_PREFIX) :]
         preset = find_preset(name)
         if preset is None and Path(name).is_dir():
-            return _random_like(spec, Path(name), data_vocab)
+            return _random_like(spec, Path(name), data_vocab, flag)
         if preset is None:
             choices = ", ".join(PRESET_NAMES)
             raise InitError(
-                f"--init {spec}: unknown preset {name!r}; use random:PRESET with PRESET one of {choices}, "
+                f"{flag} {spec}: unknown preset {name!r}; use random:PRESET with PRESET one of {choices}, "
                 "or random:CHECKPOINT"
             )
         return Init(
@@ -72,38 +73,38 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0) -> Init:
             None,
             (f"random {name} encoder over the task data's vocabulary ({len(data_vocab)} tokens)",),
         )
-    return _folder_init(spec, seed, weights=True)
+    return _folder_init(spec, seed, weights=True, flag=flag)
 
 
-def _folder_init(spec: str, seed: int, *, weights: bool) -> Init:
+def _folder_init(spec: str, seed: int, *, weights: bool, flag: str) -> Init:
     """Our checkpoint (or run folder) or a Hugging Face folder; ``weights=False``: our checkpoint's tensors
     are not read (``random:CHECKPOINT`` needs only its architecture and vocabulary)."""
     folder = Path(spec)
     if not folder.is_dir():
-        raise InitError(f"--init {spec}: not a folder (nor random:PRESET)")
+        raise InitError(f"{flag} {spec}: not a folder (nor random:PRESET)")
     try:
         folder = ckpt.newest_in(folder)  # a run folder: its newest checkpoint
     except ckpt.CheckpointError as e:
-        raise InitError(f"--init {e}") from None
+        raise InitError(f"{flag} {e}") from None
     config_path = folder / "config.json"
     if not config_path.is_file():
-        raise InitError(f"--init {folder}: has no config.json (neither our checkpoint nor a Hugging Face folder)")
+        raise InitError(f"{flag} {folder}: has no config.json (neither our checkpoint nor a Hugging Face folder)")
     try:
         data = json.loads(config_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InitError(f"{config_path}: malformed JSON ({e})") from None
     if isinstance(data, dict) and isinstance(data.get("model"), dict):
-        return _our_checkpoint(folder, data, weights=weights)
-    return _hf_folder(folder, seed)
+        return _our_checkpoint(folder, data, weights=weights, flag=flag)
+    return _hf_folder(folder, seed, flag)
 
 
-def _random_like(spec: str, path: Path, data_vocab: Vocab) -> Init:
+def _random_like(spec: str, path: Path, data_vocab: Vocab, flag: str) -> Init:
     """``random:CHECKPOINT``: that checkpoint's architecture (pre-LN included), freshly initialised, over the
     task data's vocabulary: the baseline with exactly the pretrained model's shape."""
-    like = _folder_init(str(path), 0, weights=False)
+    like = _folder_init(str(path), 0, weights=False, flag=flag)
     if len(like.vocab) != len(data_vocab):
         raise InitError(
-            f"--init {spec}: the checkpoint's vocabulary has {len(like.vocab)} tokens, the data's {len(data_vocab)}"
+            f"{flag} {spec}: the checkpoint's vocabulary has {len(like.vocab)} tokens, the data's {len(data_vocab)}"
         )
     return Init(
         "random",
@@ -115,7 +116,7 @@ def _random_like(spec: str, path: Path, data_vocab: Vocab) -> Init:
     )
 
 
-def _our_checkpoint(folder: Path, data: dict, *, weights: bool = True) -> Init:
+def _our_checkpoint(folder: Path, data: dict, *, weights: bool, flag: str) -> Init:
     try:
         config = BertConfig.from_dict(data["model"])
     except (TypeError, ValueError) as e:
@@ -123,20 +124,20 @@ def _our_checkpoint(folder: Path, data: dict, *, weights: bool = True) -> Init:
     try:
         vocab = Vocab.load(folder / VOCAB_FILENAME)
     except VocabError as e:
-        raise InitError(f"--init {folder}: {e}") from None
+        raise InitError(f"{flag} {folder}: {e}") from None
     if not weights:
         return Init("checkpoint", str(folder), config, vocab, None, ("architecture only",))
     model_file = folder / ckpt.MODEL_FILE
     if not model_file.is_file():
-        raise InitError(f"--init {folder}: checkpoint lacks {ckpt.MODEL_FILE}")
+        raise InitError(f"{flag} {folder}: checkpoint lacks {ckpt.MODEL_FILE}")
     try:
         state = load_file(str(model_file))
     except Exception as e:  # noqa: BLE001 - safetensors raises several types for a damaged file
-        raise InitError(f"--init {model_file}: cannot be read ({type(e).__name__}: {e})") from None
+        raise InitError(f"{flag} {model_file}: cannot be read ({type(e).__name__}: {e})") from None
     return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {model_file}",))
 
 
-def _hf_folder(folder: Path, seed: int) -> Init:
+def _hf_folder(folder: Path, seed: int, flag: str) -> Init:
     from bertstream.trainer.hf import load_hf
 
     config, state, report = load_hf(folder, seed=seed)
@@ -144,26 +145,27 @@ def _hf_folder(folder: Path, seed: int) -> Init:
         vocab = Vocab.load(folder)
     except VocabError as e:
         raise InitError(
-            f"--init {folder}: the Hugging Face folder has no usable vocabulary ({e}); without it the "
-            "task data's tokenizer cannot be checked"
+            f"{flag} {folder}: the Hugging Face folder has no usable vocab.txt ({e}); without it the "
+            "data's token ids cannot be checked against the model's"
         ) from None
     return Init("hf", str(folder), config, vocab, state, tuple(report.lines()))
 
 
-def check_vocab(init: Init, data_sha256: str, data_root: str) -> None:
-    """Refuse task data tokenised with another vocabulary than the init's."""
+def check_vocab(init: Init, data_sha256: str, data_root: str, flag: str = "--init", job: str = "task") -> None:
+    """Refuse data (``data_root``, made by ``bertprep JOB``) tokenised with another vocabulary than the init's,
+    compared by content: the same size is not the same tokens. ``flag`` names the init in the message."""
     if init.vocab.sha256 != data_sha256:
         hint = (
-            f"re-run `bertprep task ... --vocab {Path(init.source) / VOCAB_FILENAME}`"
+            f"re-run `bertprep {job} ... --vocab {Path(init.source) / VOCAB_FILENAME}`"
             if init.kind != "random"
             else "use the same vocab.txt for every split"
         )
         raise VocabMismatchError(
-            f"vocabulary mismatch: the task data {data_root} was tokenised with vocab sha256 {data_sha256}, "
-            f"but --init {init.source} has vocab sha256 {init.vocab.sha256}; {hint} so that the ids mean the "
-            "checkpoint's tokens"
+            f"vocabulary mismatch: the data {data_root} was tokenised with vocab sha256 {data_sha256}, "
+            f"but {flag} {init.source} has vocab sha256 {init.vocab.sha256}; {hint} so that the ids mean the "
+            "model's tokens"
         )
     if len(init.vocab) > init.config.vocab_size:
         raise VocabMismatchError(
-            f"--init {init.source}: vocabulary of {len(init.vocab)} tokens but only {init.config.vocab_size} embeddings"
+            f"{flag} {init.source}: vocabulary of {len(init.vocab)} tokens but only {init.config.vocab_size} embeddings"
         )

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The first N sentences of a CoNLL file, whole blocks and -DOCSTART- lines kept: the README's CoNLL-2003
-training subset (``python3 scripts/conll_head.py train.txt out.txt 5000``)."""
+training subset (``python3 scripts/recipes/conll_head.py train.txt out.txt 5000``)."""
 
 import sys
 

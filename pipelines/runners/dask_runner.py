@@ -1,10 +1,10 @@
 """``--runner DaskRunner``: Beam's DaskRunner with what stops it running bertstream fixed.
 
-Beam 2.77's DaskRunner translates a pipeline into ``dask.bag`` operations; ``scripts/dask_runner_repro.py``
+Beam 2.77's DaskRunner translates a pipeline into ``dask.bag`` operations; ``scripts/tools/dask_runner_repro.py``
 shows the defects that keep it from running ours, and names Beam's lines at fault. This module keeps Beam's
 runner (its options, its overrides of Create/GroupByKey/Flatten/Reshuffle) and replaces the translation:
 
-- **Bundles** (:mod:`bertstream.pipelines.common.dask_graph`): what a DoFn emits in ``finish_bundle`` is kept, and every
+- **Bundles** (:mod:`bertstream.pipelines.runners.dask_graph`): what a DoFn emits in ``finish_bundle`` is kept, and every
   output keeps its tag, so each consumer of a multi-output ParDo gets its own output only. A bundle streams:
   its outputs leave as they are made, so a chain of ParDos fused into one Dask task holds one element at a
   time, not a partition's worth at each step (Beam's builds a list per step).
@@ -24,7 +24,7 @@ runner (its options, its overrides of Create/GroupByKey/Flatten/Reshuffle) and r
 The translation reads Beam internals (``_OutputHandler``, ``DoFnInvoker``, the Dask overrides), so it is
 pinned to the Beam versions it is tested on (``TESTED_BEAM``): another Beam is refused in one line.
 ``--runner DaskRunner`` and Beam's full name (``apache_beam.runners.dask.dask_runner.DaskRunner``) both
-select this runner in bertprep (``bertstream.pipelines.common.runner.RUNNER_ALIASES``): Beam's own loses data on bertstream's
+select this runner in bertprep (``bertstream.pipelines.runners.runner.RUNNER_ALIASES``): Beam's own loses data on bertstream's
 pipeline (the run fails rather than publish it), so no bertprep user wants it.
 """
 
@@ -39,9 +39,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.dask import dask_runner as beam_dask
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from bertstream.pipelines.common.runner import UsageError
+from bertstream.cli.errors import UsageError
 
-# Beam versions (major.minor) this translation is tested on: tests/pipelines/test_dask_runner.py.
 TESTED_BEAM = ("2.77",)
 # Partitions per worker thread when --dask_npartitions is not given: enough to balance uneven ranges.
 PARTITIONS_PER_THREAD = 4
@@ -151,7 +150,7 @@ class DaskRunner(beam_dask.DaskRunner):
         import dask
         from dask.distributed import Client
 
-        from bertstream.pipelines.common.dask_graph import GraphBuilder
+        from bertstream.pipelines.runners.dask_graph import GraphBuilder
 
         refuse_staging(options)
         dask_options = options.view_as(beam_dask.DaskOptions).get_all_options(drop_default=True, current_only=True)

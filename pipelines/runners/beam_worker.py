@@ -4,7 +4,7 @@ Beam's worker sets the root logger to INFO before it reads any option and warns 
 clients on import, so every worker would print a dozen lines; ``logging.disable`` mutes WARNING and below
 whatever levels are set later. Errors still show, and our progress lines go to stderr directly.
 
-With ``BERTPREP_WORKER_LOG`` set (``bertstream.pipelines.common.runner.make_pipeline`` sets it), the worker's stderr goes to
+With ``BERTPREP_WORKER_LOG`` set (``bertstream.pipelines.runners.runner.make_pipeline`` sets it), the worker's stderr goes to
 that file instead: a failing bundle's traceback, logged by Beam in every worker, would bury the launcher's
 one ``Error:`` line under hundreds. Progress lines still reach the console, through ``BERTPREP_CONSOLE_FD``.
 """

@@ -65,7 +65,7 @@ def load_segmenter(name: str) -> WordSpans:
 def check_word_segmenter(name: str, spec) -> None:
     """Before Beam starts: the segmenter's package is installed and marked ids fit (``spec``: a TokenizerSpec).
     Raises ``UsageError`` naming ``--word-segmenter``: one line, never a worker's traceback."""
-    from bertstream.pipelines.common.runner import UsageError
+    from bertstream.cli.errors import UsageError
 
     try:
         load_segmenter(name)

@@ -1,10 +1,10 @@
 """Two defects of Beam 2.77's DaskRunner that stop bertstream's pipeline, each shown on a few elements, on
-Beam's runner and on ours (``bertstream.pipelines.common.dask_runner``, which fixes them; ``--runner DaskRunner`` in bertprep).
+Beam's runner and on ours (``bertstream.pipelines.runners.dask_runner``, which fixes them; ``--runner DaskRunner`` in bertprep).
 
-    python scripts/dask_runner_repro.py   # exit 0: ours passes both (Beam's result printed); 1: ours fails one
+    python scripts/tools/dask_runner_repro.py   # exit 0: ours passes both (Beam's result printed); 1: ours fails one
 
 On Beam 2.77 it prints both defects for Beam's runner and none for ours. The day Beam's own passes, it says so:
-then ``pipelines/common/dask_runner.py`` may shrink to what Beam still lacks.
+then ``pipelines/runners/dask_runner.py`` may shrink to what Beam still lacks.
 
 1. What a DoFn emits in ``finish_bundle`` is lost. A DoFn that buffers its elements and emits them at the end
    of the bundle (as bertstream's spill stages do) passes 6 elements on FnApiRunner and none on DaskRunner.
@@ -24,7 +24,7 @@ Cause, two places in apache_beam/runners/dask/ (Beam 2.77):
   ``input_value.producer`` alone, so every output PCollection of one ParDo is the same bag.
 bertstream's ``Group`` stage (``BuildPool``: main ``units``, tagged ``groups``) hits it: the group-size dicts
 reach ``CreateInstances``, which fails with ``AttributeError: 'dict' object has no attribute 'pool_path'``.
-With both places fixed (``pipelines/common/dask_graph.py``: outputs keep their tag, those of ``finish_bundle``
+With both places fixed (``pipelines/runners/dask_graph.py``: outputs keep their tag, those of ``finish_bundle``
 included, and each consumer selects its own), the pretraining and task pipelines run on a Dask cluster and
 write the same bytes as FnApiRunner (``tests/pipelines/test_runners.py``).
 
@@ -44,7 +44,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
-OUR_DASK_RUNNER = "bertstream.pipelines.common.dask_runner.DaskRunner"
+OUR_DASK_RUNNER = "bertstream.pipelines.runners.dask_runner.DaskRunner"
 
 
 class EmitAtEnd(beam.DoFn):
@@ -117,7 +117,9 @@ def main() -> int:
                     print(f"  DEFECT: {runner}'s {defect} output differs")
                     ours_failed += runner == OUR_DASK_RUNNER
                 elif runner == BEAM_DASK_RUNNER:
-                    print(f"  Beam's DaskRunner passes {defect} now: pipelines/common/dask_runner.py may drop that fix")
+                    print(
+                        f"  Beam's DaskRunner passes {defect} now: pipelines/runners/dask_runner.py may drop that fix"
+                    )
     return 1 if ours_failed else 0
 
 

@@ -19,13 +19,7 @@ import traceback
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-
-class UsageError(ValueError):
-    """A bad argument or environment detected before the pipeline starts; ``param`` names the flag."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
+from bertstream.cli.errors import UsageError
 
 
 def limit_malloc_arenas(arenas: int = 2) -> None:
@@ -39,8 +33,8 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
         pass
 
 
-# Runners bertprep replaces by its own (pipelines/common/dask_runner.py says why); keys are lower case.
-DASK_RUNNER = "bertstream.pipelines.common.dask_runner.DaskRunner"
+# Runners bertprep replaces by its own (pipelines/runners/dask_runner.py says why); keys are lower case.
+DASK_RUNNER = "bertstream.pipelines.runners.dask_runner.DaskRunner"
 RUNNER_ALIASES = {
     "dask": DASK_RUNNER,
     "daskrunner": DASK_RUNNER,
@@ -216,7 +210,7 @@ def stop_worker_processes() -> None:
     process from exiting, as Python waits for the thread that waits for it). Workers are direct children:
     Beam's shell ``exec``s them (a shell of an older command line is killed with its children)."""
     for pid, cmd in _children(os.getpid()):
-        if b"bertstream.pipelines.common.beam_worker" in cmd:
+        if b"bertstream.pipelines.runners.beam_worker" in cmd:
             for child, _ in _children(pid):
                 _kill(child)
             _kill(pid)
@@ -266,7 +260,7 @@ def make_pipeline(options: PipelineOptions, run_id: str | None = None) -> beam.P
         env = environments.SubprocessSDKEnvironment.from_command_string(
             # exec: the worker replaces Beam's shell, which would print "Killed" if the worker were killed.
             f"exec env BERTPREP_WORKER_LOG={shlex.quote(log)} MALLOC_ARENA_MAX=2 {shlex.quote(sys.executable)} "
-            "-m bertstream.pipelines.common.beam_worker"
+            "-m bertstream.pipelines.runners.beam_worker"
         )
         direct.direct_running_mode = "in_memory"  # else FnApiRunner replaces our environment with its own
         return beam.Pipeline(runner=FnApiRunner(default_environment=env), options=options)

@@ -2,7 +2,7 @@
 """The fine-tuning tasks' own text, labels removed, as pretraining input (task-adaptive pretraining,
 Gururangan et al. 2020): what a user with little labelled data has in plenty.
 
-    python3 scripts/task_text.py TASKS_DIR OUT_DIR [--squad-articles 0:40]
+    python3 scripts/recipes/task_text.py TASKS_DIR OUT_DIR [--squad-articles 0:40]
 
 writes, in ``bertprep``'s ``sentences`` format (one sentence per line, a blank line between documents):
 

@@ -3,11 +3,11 @@
 # the same architecture randomly initialised, with identical settings and several seeds, on SST-2, CoNLL-2003,
 # MRPC and SQuAD; write OUT/results.json and the curve of downstream score against pretraining time.
 #
-#   scripts/pretraining_gain.sh OUT
+#   scripts/recipes/pretraining_gain.sh OUT
 #
 # The recipe (README, "Pretraining that pays off", says what each part gained):
 # - task-adaptive pretraining (Gururangan et al. 2020): the tasks' own training text, labels removed
-#   (scripts/task_text.py), mixed 0.6/0.4 with Wikipedia and the Gutenberg books (--data DIR:WEIGHT);
+#   (scripts/recipes/task_text.py), mixed 0.6/0.4 with Wikipedia and the Gutenberg books (--data DIR:WEIGHT);
 # - a small vocabulary (8,000 WordPieces) trained on that mixture: a cheaper output layer, fewer rare rows;
 # - the budget recipes of Cramming and 24hBERT: pre-LN, no NSP, dynamic masking at 0.2, no dropout, lr 3e-3
 #   (which pre-LN holds) with a short warm-up and a linear decay to zero at the last step, bf16 autocast, length 128, batch 64;
@@ -23,8 +23,8 @@
 # REFERENCE (a Hugging Face BERT folder, e.g. all-MiniLM-L6-v2: fine-tuned once, seed 1, with the same settings
 # on the task data tokenized with its own vocabulary, as the upper reference; unset: skipped).
 set -euo pipefail
-OUT=${1:?usage: scripts/pretraining_gain.sh OUT}
-[ $# -eq 1 ] || { echo "Error: scripts/pretraining_gain.sh takes one argument, the output folder" >&2; exit 2; }
+OUT=${1:?usage: scripts/recipes/pretraining_gain.sh OUT}
+[ $# -eq 1 ] || { echo "Error: scripts/recipes/pretraining_gain.sh takes one argument, the output folder" >&2; exit 2; }
 SHARED=${SHARED:-../shared/data}
 SEEDS=${SEEDS:-1 2 3}
 STEPS=${STEPS:-6000}

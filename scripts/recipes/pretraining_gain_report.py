@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""``scripts/pretraining_gain.sh``'s last step: ``OUT/results.json``, a table on stdout, and ``OUT/curve.png``.
+"""``scripts/recipes/pretraining_gain.sh``'s last step: ``OUT/results.json``, a table on stdout, and ``OUT/curve.png``.
 
 ``results.json``: ``{"TASK": {"metric": NAME, "pretrained": [one score per seed], "random": [...]}, ...,
 "pretrain_minutes": M, ...}``, each score the best epoch's (as ``berttrain finetune`` keeps it), plus

@@ -1,4 +1,4 @@
-"""A Beam pipeline (after Beam's Dask overrides) as one ``dask.bag`` graph: what :mod:`bertstream.pipelines.common.dask_runner` runs.
+"""A Beam pipeline (after Beam's Dask overrides) as one ``dask.bag`` graph: what :mod:`bertstream.pipelines.runners.dask_runner` runs.
 
 Every bag holds ``WindowedValue``s, but a ParDo's, which holds ``(tag, WindowedValue)`` pairs: the tag is
 kept until a consumer selects its own output (Beam 2.77 drops it, so each consumer of a multi-output ParDo
@@ -26,7 +26,7 @@ from dask.bag.core import reify
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from bertstream.pipelines.common.runner import UsageError
+from bertstream.cli.errors import UsageError
 
 Tagged = tuple[str | None, WindowedValue]
 

@@ -1,10 +1,10 @@
 """The import graph of one package, as a newcomer reads it: modules, the imports between them (each pair
 once, lazy imports inside functions included), the longest chain of imports (levels) and any cycle.
 
-    python scripts/import_graph.py pipelines            # modules
-    python scripts/import_graph.py pipelines --folders  # each sub-package counted as one node
+    python scripts/tools/import_graph.py pipelines            # modules
+    python scripts/tools/import_graph.py pipelines --folders  # each sub-package counted as one node
     # the job's stages as modules, the shared folders as one node each (the layout sketch of issue 22)
-    python scripts/import_graph.py pipelines --collapse common --collapse report --collapse tasks \
+    python scripts/tools/import_graph.py pipelines --collapse common --collapse report --collapse tasks \
         --collapse pretraining/kernels
 """
 

@@ -1,0 +1,109 @@
+"""The one ``--output`` policy (``claim_output``): what a folder may hold, the earlier run set aside and brought
+back, the work folder and its clean-up, for every command that writes one."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bertstream.cli.errors import UsageError
+from bertstream.pipelines.common import output_dir as O
+from bertstream.pipelines.common.dataset_run import ShardSizing
+from bertstream.pipelines.pretraining import pipeline as pretraining
+from bertstream.pipelines.tasks import pipeline as tasks
+from bertstream.pipelines.vocab import VOCAB_POLICY
+from bertstream.schemas.manifest import MANIFEST_NAME
+from bertstream.schemas.vocab import VOCAB_FILENAME
+
+POLICY = O.OutputPolicy("test", lambda name: name == MANIFEST_NAME or name.startswith("shard-"))
+
+
+def test_shard_sizing_clamps_the_count_each_side_asks_for():
+    mb = 1 << 20
+    assert [pretraining.SHARD_SIZING.num_shards(n * mb) for n in (0, 1, 256, 257, 6400)] == [4, 4, 4, 5, 100]
+    assert [tasks.SHARD_SIZING.num_shards(n * mb) for n in (0, 1, 32, 33, 10_000)] == [1, 1, 1, 2, 4]
+    with pytest.raises(UsageError, match="at_most: must be >= at_least, got 2"):
+        ShardSizing(bytes_per_shard=1, at_least=3, at_most=2)
+
+
+def _dataset(folder, text: str = "old") -> None:
+    for name in (MANIFEST_NAME, VOCAB_FILENAME, "shard-0"):
+        (folder / name).write_text(text)
+
+
+def test_a_folder_with_foreign_files_is_refused_with_or_without_overwrite(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    for overwrite in (False, True):
+        with pytest.raises(UsageError, match=r"not a dataset's \(notes.txt\)") as e:
+            with O.claim_output(str(tmp_path), overwrite, POLICY, {}):
+                pytest.fail("the block must not run")
+        assert e.value.param == "output"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # nothing made, nothing removed
+
+
+def test_an_earlier_dataset_needs_overwrite_then_waits_aside_until_the_new_one_is_done(tmp_path):
+    _dataset(tmp_path)
+    with pytest.raises(UsageError, match="already holds a dataset"):
+        with O.claim_output(str(tmp_path), False, POLICY, {}):
+            pytest.fail("the block must not run")
+    with O.claim_output(str(tmp_path), True, POLICY, {}) as claim:
+        assert claim.output_dir == str(tmp_path)
+        assert claim.work_dir == os.path.join(str(tmp_path), O.WORK_DIR_NAME, claim.run_id)
+        aside = sorted(os.listdir(os.path.join(claim.work_dir, "previous")))
+        assert aside == sorted([MANIFEST_NAME, VOCAB_FILENAME, "shard-0"])
+        assert sorted(os.listdir(tmp_path)) == [O.LOCK_NAME, O.WORK_DIR_NAME]
+        _dataset(tmp_path, "new")
+    assert sorted(os.listdir(tmp_path)) == sorted([MANIFEST_NAME, VOCAB_FILENAME, "shard-0"])  # lock, _work gone
+    assert (tmp_path / MANIFEST_NAME).read_text() == "new"
+
+
+def test_a_failed_run_brings_the_earlier_dataset_back_and_removes_its_own_files(tmp_path):
+    _dataset(tmp_path)
+    with pytest.raises(ZeroDivisionError):
+        with O.claim_output(str(tmp_path), True, POLICY, {}):
+            (tmp_path / "shard-1").write_text("partial")
+            raise ZeroDivisionError
+    assert sorted(os.listdir(tmp_path)) == sorted([MANIFEST_NAME, VOCAB_FILENAME, "shard-0"])
+    assert (tmp_path / MANIFEST_NAME).read_text() == "old"
+
+
+def test_a_killed_runs_work_folder_is_emptied_and_a_vocabulary_alone_is_not_a_dataset(tmp_path):
+    (tmp_path / VOCAB_FILENAME).write_text("old")
+    leftover = tmp_path / O.WORK_DIR_NAME / "20260101T000000-1-abcdef" / "spill-0"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_text("x")
+    with O.claim_output(str(tmp_path), False, POLICY, {}) as claim:
+        assert os.listdir(os.path.join(str(tmp_path), O.WORK_DIR_NAME)) == [claim.run_id]
+    assert not leftover.exists()
+
+
+def test_a_folder_that_holds_what_the_run_reads_is_refused_before_anything_is_made(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(UsageError, match="overlaps inputs: .*corpus.txt lies inside it"):
+        with O.claim_output(str(out), True, POLICY, {"input": [str(out / "corpus.txt")]}):
+            pytest.fail("the block must not run")
+    assert not out.exists()
+
+
+def test_vocab_owns_its_four_files_only(tmp_path):
+    (tmp_path / VOCAB_FILENAME).write_text("old")
+    with pytest.raises(UsageError, match="already holds a vocabulary"):
+        with O.claim_output(str(tmp_path), False, VOCAB_POLICY, {}):
+            pytest.fail("the block must not run")
+    (tmp_path / MANIFEST_NAME).write_text("{}")
+    with pytest.raises(UsageError, match=r"not a vocabulary's \(manifest.json\)"):
+        with O.claim_output(str(tmp_path), True, VOCAB_POLICY, {}):
+            pytest.fail("the block must not run")
+
+
+def test_one_definition_of_the_work_folder_and_one_usage_error():
+    import subprocess
+
+    from tests.conftest import REPO
+
+    grep = ["git", "grep", "-n", "-E"]
+    work = subprocess.run([*grep, r"= \"_work\"", "--", "*.py"], cwd=REPO, capture_output=True, text=True).stdout
+    assert [line.split(":")[0] for line in work.splitlines()] == ["pipelines/common/output_dir.py"]
+    classes = subprocess.run([*grep, r"^class (Usage|Config)Error\b", "--", "*.py"], cwd=REPO, capture_output=True)
+    assert [line.split(":")[0] for line in classes.stdout.decode().splitlines()] == ["cli/errors.py"]
