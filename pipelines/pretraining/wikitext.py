@@ -52,7 +52,8 @@ from __future__ import annotations
 import html
 import re
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 # Lower-case link prefixes whose links show nothing in the text (images and categories).
 DEFAULT_HIDDEN_NAMESPACES = frozenset({"file", "image", "category"})
@@ -113,10 +114,11 @@ MAX_LINK_DEPTH = 16
 _ALNUM = re.compile(r"[^\W_]")
 
 
-def wikitext_paragraphs(wikitext: str, *, hidden_namespaces: frozenset[str] = DEFAULT_HIDDEN_NAMESPACES) -> list[str]:
+def wikitext_paragraphs(wikitext: str, *, hidden_namespaces: AbstractSet[str] = DEFAULT_HIDDEN_NAMESPACES) -> list[str]:
     """The prose of an article's wikitext as paragraphs, in order (see the module's docstring).
 
-    ``hidden_namespaces``: lower-case link prefixes whose links are dropped with their captions.
+    ``hidden_namespaces``: lower-case link prefixes whose links are dropped with their captions
+    (``hidden_namespaces_of`` makes them for a wiki that is not in English).
     """
     text = _remove_blocks("\n" + wikitext)
     text = _replace_links(text, hidden_namespaces)
@@ -127,6 +129,13 @@ def wikitext_paragraphs(wikitext: str, *, hidden_namespaces: frozenset[str] = DE
     if "__" in text:
         text = _SWITCH.sub("", text)
     return [p for p in map(_clean_paragraph, _raw_paragraphs(text)) if p]
+
+
+def hidden_namespaces_of(namespaces: Mapping[int, str]) -> frozenset[str]:
+    """The link prefixes to drop for a wiki with these namespaces (number -> name, as a dump's ``<siteinfo>``
+    lists them): its names for files (6) and categories (14), and the English ones, which every wiki accepts."""
+    own = {namespaces.get(6, ""), namespaces.get(14, "")}
+    return DEFAULT_HIDDEN_NAMESPACES | {name.lower() for name in own if name}
 
 
 def _remove_blocks(text: str) -> str:
@@ -263,7 +272,7 @@ def _cut(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(out)
 
 
-def _replace_links(text: str, hidden: frozenset[str]) -> str:
+def _replace_links(text: str, hidden: AbstractSet[str]) -> str:
     """``[[...]]`` -> the link's text; hidden links go with their captions (links nested in them included).
 
     One frame of pieces per open ``[[``: a closing ``]]`` turns the innermost frame into its link's text. An
@@ -296,7 +305,7 @@ def _replace_links(text: str, hidden: frozenset[str]) -> str:
     return "".join(frames[0])
 
 
-def _link_text(inner: str, hidden: frozenset[str]) -> str:
+def _link_text(inner: str, hidden: AbstractSet[str]) -> str:
     target, pipe, label = inner.partition("|")
     target = target.strip()
     if target.startswith(":"):  # [[:Category:X]] is a visible link to the category page

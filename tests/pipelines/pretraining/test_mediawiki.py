@@ -277,6 +277,18 @@ def test_ranges_of_a_multistream_file_use_the_first_streams_declaration(tmp_path
     assert pages == list(M.read_pages(path))
 
 
+def test_utf16_is_read_by_its_byte_order_mark(tmp_path):
+    path = tmp_path / "wide.xml"
+    declaration = '<?xml version="1.0" encoding="UTF-16"?>\n'
+    path.write_bytes(export(LATIN_PAGES, declaration).encode("utf-16"))
+    assert [p.title for p in M.read_pages(path)] == ["Zürich", "Ça"]
+
+
+def test_a_missing_file_raises_input_error(tmp_path):
+    with pytest.raises(InputError, match=r"cannot read .*absent\.xml\.bz2: FileNotFoundError"):
+        list(M.read_pages(tmp_path / "absent.xml.bz2"))
+
+
 def test_bytes_invalid_in_the_declared_encoding_raise_input_error(tmp_path):
     path = tmp_path / "ascii.xml"
     declaration = '<?xml version="1.0" encoding="US-ASCII"?>\n'

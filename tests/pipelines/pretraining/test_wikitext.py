@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 from bertstream.pipelines.pretraining.mediawiki import drop_reason, read_pages
-from bertstream.pipelines.pretraining.wikitext import wikitext_paragraphs
+from bertstream.pipelines.pretraining.wikitext import hidden_namespaces_of, wikitext_paragraphs
 from tests.conftest import shared_path
 from tests.pipelines.pretraining import wikitext_reference as R
 
@@ -200,7 +200,8 @@ def test_rules(wikitext, expected):
 def test_hidden_namespaces_can_name_a_wikis_own_prefixes():
     text = "[[Datei:X.jpg|mini|Bild]]Text.\n[[Kategorie:Katzen]]"
     assert wikitext_paragraphs(text) == ["mini|BildText. Kategorie:Katzen"]  # plain links to English eyes
-    german = frozenset({"datei", "bild", "kategorie"})
+    german = hidden_namespaces_of({0: "", 6: "Datei", 14: "Kategorie"})  # as a German dump's siteinfo says
+    assert german == {"datei", "kategorie", "file", "image", "category"}
     assert wikitext_paragraphs(text, hidden_namespaces=german) == ["Text."]
 
 
