@@ -9,8 +9,9 @@
   ``score``, ``syntaxhighlight``, ``source``, ``pre``, ``imagemap``, ``references``, ``includeonly``, ...
   (``DROPPED_TAGS``). Formulas leave a gap in their sentence, as with both libraries below.
 - Lines that are not prose: headings (``== x ==``), list items and indented lines (``*``, ``#``, ``;``,
-  ``:``), table rows left by templates that open tables (``|``, ``!``), rules (``----``). Such a line ends
-  the paragraph it follows, as a blank line does.
+  ``:``), table rows left by templates that open tables (``|``, ``!``), rules (``----``), and preformatted
+  lines (a space first in the source: code, ASCII art). Such a line ends the paragraph it follows, as a blank
+  line does.
 - Kept as text: the inner text of every other HTML tag (``b``, ``i``, ``span``, ``sub``, ``sup``, ``small``,
   ``blockquote``, ``poem``, ...) and of ``code``: inline code is a word of its sentence ("the <code>ls</code>
   command"), while code blocks are in ``syntaxhighlight``, ``source`` or ``pre`` (dropped). ``<br>`` is a
@@ -87,8 +88,12 @@ _BR = re.compile(r"<br\b[^<>]*>", re.I)
 _TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}")
 # Table delimiters count only at a line's start (a table may be indented with ":"); the text is given a
 # leading newline, so that a pattern that starts with a literal finds them all (several times faster than "^").
-_TABLE_TOKEN = re.compile(r"\n[ \t:]*(\{\||\|\})")
-_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+_TABLE_TOKEN = re.compile(r"\n[\0 \t:]*(\{\||\|\})")
+_BLANK_LINE = re.compile(r"\n[\0 \t]*\n")
+# A line that starts with a space is preformatted text (MediaWiki's <pre>: code, ASCII art), no prose. It is
+# marked in the source, before removals could leave other lines starting with one ("{{x}} Text" -> " Text").
+_PRE = "\0"  # no XML 1.0 document holds it
+_PREFORMATTED = re.compile(r"\n(?= )")
 _LINK_TOKEN = re.compile(r"\[\[|\]\]")
 _SIMPLE_LINK = re.compile(r"\[\[([^\[\]]*)\]\]")  # no link inside: most links, replaced in one C-speed pass
 # Lower-case schemes only (as written in practice): case-blind patterns scan several times slower.
@@ -120,7 +125,10 @@ def wikitext_paragraphs(wikitext: str, *, hidden_namespaces: AbstractSet[str] = 
     ``hidden_namespaces``: lower-case link prefixes whose links are dropped with their captions
     (``hidden_namespaces_of`` makes them for a wiki that is not in English).
     """
-    text = _remove_blocks("\n" + wikitext)
+    text = "\n" + (wikitext.replace(_PRE, "") if _PRE in wikitext else wikitext)
+    if "\n " in text:
+        text = _PREFORMATTED.sub("\n" + _PRE, text)
+    text = _remove_blocks(text)
     text = _replace_links(text, hidden_namespaces)
     if "[" in text:
         text = _EXTERNAL_LINK.sub(_external_label, text)
@@ -329,7 +337,7 @@ def _external_label(m: re.Match[str]) -> str:
     return label.strip() if label else ""
 
 
-_NOT_PROSE_START = frozenset("*#:;|!")
+_NOT_PROSE_START = frozenset("*#:;|!" + _PRE)
 
 
 def _raw_paragraphs(text: str) -> list[str]:
@@ -372,6 +380,8 @@ def _raw_paragraphs(text: str) -> list[str]:
 
 def _clean_paragraph(p: str) -> str:
     """Inline markup of one paragraph: HTML tags, quotes, entities, spaces; "" when no letter or digit is left."""
+    if _PRE in p:  # only ever first in a line, and such lines are gone: never in the text
+        p = p.replace(_PRE, "")
     if "<" in p:
         p = _BR.sub(" ", p)
         p = _TAG.sub("", p)

@@ -186,6 +186,12 @@ RULES = [
         "Paris ({{IPA|x}}) is. Name ({{IPA}}; born 1950) was. X (; , Y, ) z. Call f() now.",
         ["Paris is. Name (born 1950) was. X (Y) z. Call f() now."],
     ),
+    # a space first in the source is preformatted text (code), not one left by a template that went
+    (
+        "Prose line\n code line\n  more code\nmore prose.\n\n{{x}} Text after a template.",
+        ["Prose line", "more prose.", "Text after a template."],
+    ),
+    ("A\x00B\n\x00C", ["AB C"]),
     # paragraphs: blank lines separate, lines join; punctuation-only paragraphs go
     ("Line one\nline two.\n\n\nNext.\n\n.\n\n{{x}}.", ["Line one line two.", "Next."]),
     ("", []),

@@ -3,7 +3,8 @@
 Both libraries turn markup into text (templates, links, tags, entities, bold and italics) by their own parsing;
 what counts as prose is a policy, and the oracles apply ours so that the words can be compared: tags dropped with
 their content (``DROPPED_TAGS``), file, category and interlanguage links dropped with their captions, tables
-dropped, and paragraphs made by the simple line rules of ``prose_paragraphs`` (written here again, not imported).
+dropped, preformatted lines (a space first) dropped, and paragraphs made by the simple line rules of
+``prose_paragraphs`` (written here again, not imported).
 
 - ``wikitextparser_paragraphs``: wikitextparser's ``plain_text`` keeps the line structure (``== x ==`` lines,
   ``*`` items), so the line rules apply to its output as they are. The reference of the tests.
@@ -55,7 +56,7 @@ def prose_paragraphs(text: str) -> list[str]:
 def wikitextparser_paragraphs(wikitext: str) -> list[str]:
     import wikitextparser as wtp
 
-    parsed = wtp.parse(wikitext)
+    parsed = wtp.parse(_without_preformatted(wikitext))
     for tag in reversed(parsed.get_tags()):  # innermost last: an outer one's removal keeps inner spans valid
         if tag.name.lower() in _DROPPED:
             tag.string = ""
@@ -65,13 +66,33 @@ def wikitextparser_paragraphs(wikitext: str) -> list[str]:
     return prose_paragraphs(parsed.plain_text(replace_tables=lambda table: ""))
 
 
+_SPACE_FIRST = re.compile(r"^ .*$", re.M)
+
+
+def _without_preformatted(wikitext: str) -> str:
+    """The source with its preformatted lines blank (a space first, outside any template, table, tag or comment
+    as wikitextparser parses them: there a space first is no preformatting)."""
+    lines = list(_SPACE_FIRST.finditer(wikitext))
+    if not lines:
+        return wikitext
+    import wikitextparser as wtp  # the mwparserfromhell oracle too: that tree's nesting is less to be trusted
+
+    parsed = wtp.parse(wikitext)
+    inside = [x.span for x in (*parsed.templates, *parsed.parser_functions, *parsed.tables, *parsed.comments)]
+    inside += [tag.span for tag in parsed.get_tags()]
+    pre = [m.span() for m in lines if not any(a < m.start() < b for a, b in inside)]
+    for start, end in reversed(pre):
+        wikitext = wikitext[:start] + wikitext[end:]
+    return wikitext
+
+
 def mwparserfromhell_paragraphs(wikitext: str) -> list[str]:
     import mwparserfromhell as mwp
     from mwparserfromhell.nodes import Heading, Tag, Text, Wikilink
 
     out: list[str] = []
     in_list_item = False
-    for node in mwp.parse(wikitext).nodes:
+    for node in mwp.parse(_without_preformatted(wikitext)).nodes:
         if in_list_item:  # a list item runs to its line's end
             if isinstance(node, Text) and "\n" in node.value:
                 in_list_item = False
