@@ -27,13 +27,14 @@ Paragraphs are the blocks between blank lines after the removals (a line left em
 blank); the lines of one paragraph are joined with a space. A paragraph with no letter or digit is dropped.
 
 Why a scanner, and which library checks it. Measured by ``benchmarks/wikitext_speed.py`` on the shared
-dump's 106 articles (5.75 MB of wikitext), one thread, best of 3, on 2 cores shared with a training job: this
-module 17.7 MB/s, wikitextparser's ``plain_text`` 1.34 MB/s (13x slower), mwparserfromhell's ``strip_code``
-0.88 MB/s (20x slower; its C tokenizer in use). Neither library's text is training text as it is: both keep
-list items, headings, table cells, captions and category names (28-31% more words than the prose). So the
-libraries serve as the tests' oracle, not at run time, and no page needs one as a fallback: every input is
-handled, in time linear in its length (each scan and bracket matcher looks at a character a bounded number of
-times, and never recurses), which the tests check on hostile inputs.
+dump's 106 articles (5.75 MB of wikitext), one thread, best of 3-5, on 2 cores shared with a training job
+(load 2.5-5: the figures move between runs, the ratios less): this module 9-18 MB/s, wikitextparser's
+``plain_text`` 1.1-1.3 MB/s (8-13x slower), mwparserfromhell's ``strip_code`` 0.5-0.9 MB/s (14-22x slower, its
+C tokenizer in use). Neither library's text is training text as it is: both keep list items, headings, table
+cells, captions and category names (28-31% more words than the prose). So the libraries serve as the tests'
+oracle, not at run time, and no page needs one as a fallback: every input is handled, in time linear in its
+length (each scan and bracket matcher looks at a character a bounded number of times, and never recurses),
+which the tests check on hostile inputs.
 
 The oracle is wikitextparser (the ``test`` extra): it was the faster of the two, its ``plain_text`` keeps the
 line structure (``== x ==``, ``*``), so our paragraph rules apply to its output unchanged, and its parse of
