@@ -1,5 +1,5 @@
 """Pages of a MediaWiki XML dump (``enwiki-latest-pages-articles*.xml[.bz2]``), streamed: memory holds one page
-at a time, whatever the dump's size.
+and a ``READ_BYTES`` buffer, whatever the dump's size (or its compression ratio).
 
 Inputs: a path or a binary file object of plain XML, a bzip2 file (one stream) or a *multistream* bzip2 file
 (Wikimedia's ``...-multistream.xml.bz2``: many concatenated streams, the first holding the ``<mediawiki>`` header
@@ -11,8 +11,11 @@ says nothing): expat reads UTF-8 itself, any other encoding is decoded by Python
 - ``stream_ranges`` + ``read_range``: a multistream file cut into ranges of whole streams of about
   ``range_bytes`` each; reading every range gives exactly the pages of ``read_pages``, in the same order.
   A file that is not page-aligned multistream bzip2 (plain XML, one stream, or streams cut anywhere, as pbzip2
-  writes them) is one range.
-- ``read_siteinfo``: the wiki's name and namespaces (names 6 and 14 are its file and category link prefixes).
+  writes them) is one range. ``stream_offsets``: where a file's bzip2 streams start.
+- ``read_siteinfo``: the wiki's name and namespaces (names 6 and 14 are its file and category link prefixes:
+  ``wikitext.hidden_namespaces_of``).
+
+Every function takes ``name=``, the file's name in messages (default: the path, or a file object's ``name``).
 
 Bad input raises ``InputError`` with a one-line message naming the file: truncated or corrupt bzip2, malformed
 XML, a root element other than ``<mediawiki>``, a page without a numeric ``<id>``. A page without ``<text>`` is no
