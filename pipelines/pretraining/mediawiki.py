@@ -1,0 +1,437 @@
+"""Pages of a MediaWiki XML dump (``enwiki-latest-pages-articles*.xml[.bz2]``), streamed: memory holds one page
+and a ``READ_BYTES`` buffer, whatever the dump's size (or its compression ratio).
+
+Inputs: a path or a binary file object of plain XML, a bzip2 file (one stream) or a *multistream* bzip2 file
+(Wikimedia's ``...-multistream.xml.bz2``: many concatenated streams, the first holding the ``<mediawiki>`` header
+with ``<siteinfo>``, each later one about 100 whole ``<page>`` elements, the last the closing tag). Compression is
+recognised by the content (``BZh``), not the name. Text is decoded as the XML declaration says (UTF-8 when it
+says nothing): expat reads UTF-8 itself, any other encoding is decoded by Python's codec first.
+
+- ``read_pages``: every page of a dump, in order (``Page``); ``drop_reason`` says which ones are articles.
+- ``stream_ranges`` + ``read_range``: a multistream file cut into ranges of whole streams of about
+  ``range_bytes`` each; reading every range gives exactly the pages of ``read_pages``, in the same order.
+  A file that is not page-aligned multistream bzip2 (plain XML, one stream, or streams cut anywhere, as pbzip2
+  writes them) is one range. ``stream_offsets``: where a file's bzip2 streams start.
+- ``read_siteinfo``: the wiki's name and namespaces (names 6 and 14 are its file and category link prefixes:
+  ``wikitext.hidden_namespaces_of``).
+
+Every function takes ``name=``, the file's name in messages (default: the path, or a file object's ``name``).
+
+Bad input raises ``InputError`` with a one-line message naming the file: truncated or corrupt bzip2, malformed
+XML, a root element other than ``<mediawiki>``, a page without a numeric ``<id>``. A page without ``<text>`` is no
+error: its ``text`` is None (``drop_reason``: ``no_text``).
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import BinaryIO, cast
+
+from bertstream.pipelines.common.files import InputError
+
+# Drop reasons of ``drop_reason`` (counted by the caller as documents_dropped.<reason>).
+NOT_ARTICLE_NAMESPACE = "not_article_namespace"
+REDIRECT = "redirect"
+NO_TEXT = "no_text"
+
+DEFAULT_RANGE_BYTES = 64 << 20
+READ_BYTES = 256 << 10  # also the most XML fed to the parser at once: its tree holds this much at most
+OUT_BYTES = READ_BYTES
+# A stream starts with "BZh" + block size digit, then the first block's magic 0x314159265359 ("1AY&SY"): both
+# byte-aligned only at a stream's start. A candidate is verified by decompressing this much from it.
+_BLOCK_MAGIC = b"1AY&SY"
+_VERIFY_BYTES = 4096
+
+_DECLARED_ENCODING = re.compile(rb"""^(?:\xef\xbb\xbf)?\s*<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z][\w.:-]*)["']""")
+_ROOT_NAME = re.compile(rb"<((?:[\w.-]+:)?mediawiki)[\s/>]")
+# Exports older than 0.5 mark a redirect only in its text.
+_REDIRECT_TEXT = re.compile(r"\s*#REDIRECT\s*:?\s*\[\[([^\]|#\n]+)", re.I)
+
+Source = str | os.PathLike[str] | BinaryIO
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One ``<page>``: its own ``<id>`` (not its revision's), title, namespace number, redirect target (None when
+    it is no redirect) and the wikitext of its last revision (None when that has no ``<text>`` or it was deleted)."""
+
+    page_id: int
+    title: str
+    namespace: int
+    redirect: str | None
+    text: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SiteInfo:
+    """The dump's ``<siteinfo>``: namespace number -> name (``""`` for articles, 6: files, 14: categories)."""
+
+    sitename: str = ""
+    dbname: str = ""
+    namespaces: Mapping[int, str] = field(default_factory=dict)
+
+
+def drop_reason(page: Page) -> str | None:
+    """None for an article (namespace 0, not a redirect, some text), else why the page is no article."""
+    if page.namespace != 0:
+        return NOT_ARTICLE_NAMESPACE
+    if page.redirect is not None:
+        return REDIRECT
+    if page.text is None or not page.text.strip():
+        return NO_TEXT
+    return None
+
+
+def read_pages(source: Source, *, name: str | None = None) -> Iterator[Page]:
+    """Every page of a dump, in order. ``name``: the file's name in error messages (default: its path)."""
+    with _opened(source, name) as (f, label):
+        yield from _parse(_decompressed(_chunks(f, 0, None), label), label)
+
+
+def read_siteinfo(source: Source, *, name: str | None = None) -> SiteInfo:
+    """The dump's ``<siteinfo>`` (an empty one when it has none), reading only the file's start."""
+    with _opened(source, name) as (f, label):
+        parser = _Parser(label)
+        for data in _decompressed(_chunks(f, 0, None), label):
+            for _ in parser.feed(data):
+                break
+            if parser.siteinfo is not None or parser.in_page:
+                break
+        return parser.siteinfo or SiteInfo()
+
+
+def stream_offsets(source: Source, *, name: str | None = None) -> list[int]:
+    """Byte offsets where the bzip2 streams of a file start (``[0]`` for a file that is not bzip2)."""
+    with _opened(source, name) as (f, label):
+        f.seek(0)
+        if f.read(3) != b"BZh":
+            return [0]
+        f.seek(0)
+        return _scan_stream_starts(f)
+
+
+def stream_ranges(
+    source: Source, range_bytes: int = DEFAULT_RANGE_BYTES, *, name: str | None = None
+) -> list[tuple[int, int]]:
+    """Ranges ``[start, end)`` of whole bzip2 streams that tile the file, each of ``range_bytes`` or more (the
+    last at least half that); one range ``[(0, size)]`` unless the file is page-aligned multistream bzip2 (its
+    second stream starts at a ``<page>``; ``read_range`` checks each range's start)."""
+    with _opened(source, name) as (f, label):
+        size = f.seek(0, os.SEEK_END)
+        offsets = stream_offsets(f, name=label)
+        if len(offsets) < 2 or not _starts_at_page(f, offsets[1], label):
+            return [(0, size)]
+        ranges = []
+        start = 0
+        for offset in offsets[1:]:
+            if offset - start >= range_bytes:
+                ranges.append((start, offset))
+                start = offset
+        if ranges and size - start < range_bytes // 2:  # a short tail (the closing stream) joins the range before
+            start = ranges.pop()[0]
+        ranges.append((start, size))
+        return ranges
+
+
+def read_range(source: Source, start: int, end: int, *, name: str | None = None) -> Iterator[Page]:
+    """The pages of the streams that start in ``[start, end)`` (a range of ``stream_ranges``), parsed with the
+    header (encoding, namespaces) of the file's first stream."""
+    with _opened(source, name) as (f, label):
+        f.seek(0)
+        if f.read(3) != b"BZh":
+            if start != 0:
+                raise ValueError(f"{label} is not bzip2: its one range is [0, size), not [{start}, {end})")
+            yield from _parse(_decompressed(_chunks(f, 0, None), label), label)
+            return
+        header = _header(f, label)
+        data = _decompressed(_chunks(f, start, end), label)
+        if start > 0:
+            data = _prepend(header.prefix, _checked_page_start(data, label, start))
+        yield from _parse(data, label, closing=header.closing)
+
+
+@dataclass(frozen=True, slots=True)
+class _Header:
+    prefix: bytes  # the first stream's bytes before its first <page>
+    closing: bytes  # "</mediawiki>" (with the root's prefix, if any): ends a range that lacks it
+
+
+@contextmanager
+def _opened(source: Source, name: str | None) -> Iterator[tuple[BinaryIO, str]]:
+    if isinstance(source, str | os.PathLike):
+        label = name or os.fspath(source)
+        try:
+            f = open(source, "rb")  # noqa: SIM115 (closed below)
+        except OSError as e:
+            raise InputError(f"cannot read {label}: {type(e).__name__}: {e}") from e
+        with f:
+            yield f, label
+    else:
+        yield source, name or str(getattr(source, "name", "<stream>"))
+
+
+def _chunks(f: BinaryIO, start: int, end: int | None) -> Iterator[bytes]:
+    if start or f.seekable():
+        f.seek(start)
+    left = None if end is None else end - start
+    while left is None or left > 0:
+        chunk = f.read(READ_BYTES if left is None else min(READ_BYTES, left))
+        if not chunk:
+            return
+        if left is not None:
+            left -= len(chunk)
+        yield chunk
+
+
+def _decompressed(chunks: Iterable[bytes], label: str) -> Iterator[bytes]:
+    """The bytes of plain XML as they are; of bzip2, decompressed stream after stream. A stream cut short or
+    corrupt data raises ``InputError``."""
+    it = iter(chunks)
+    first = next(it, b"")
+    if not first.startswith(b"BZh"):
+        if first:
+            yield first
+        yield from it
+        return
+    dec = bz2.BZ2Decompressor()
+    in_stream = False
+    try:
+        for data in _prepend(first, it):
+            # Output comes in pieces of at most OUT_BYTES, whatever the compression ratio (memory stays flat).
+            while data or (in_stream and not dec.needs_input):
+                in_stream = True
+                out = dec.decompress(data, OUT_BYTES)
+                data = b""
+                if out:
+                    yield out
+                if dec.eof:  # what follows is the next stream
+                    data, dec, in_stream = dec.unused_data, bz2.BZ2Decompressor(), False
+    except OSError as e:
+        raise InputError(f"cannot read {label}: corrupt bzip2 data ({e})") from e
+    if in_stream:
+        raise InputError(f"cannot read {label}: the bzip2 data ends inside a stream (truncated file)")
+
+
+def _prepend(first: bytes, rest: Iterable[bytes]) -> Iterator[bytes]:
+    yield first
+    yield from rest
+
+
+def _scan_stream_starts(f: BinaryIO) -> list[int]:
+    """Offsets of "BZh[1-9]" + block magic, each verified by decompressing ``_VERIFY_BYTES`` from it."""
+    offsets: list[int] = []
+    buf = b""
+    base = 0  # file offset of buf[0]
+    while True:
+        data = f.read(8 * READ_BYTES)
+        buf += data
+        # Candidates past ``limit`` wait for the next read, so each has its verification bytes in ``buf``.
+        limit = len(buf) if not data else len(buf) - _VERIFY_BYTES
+        i = buf.find(_BLOCK_MAGIC, 4)
+        while i >= 0 and i - 4 < limit:
+            s = i - 4
+            if buf[s : s + 3] == b"BZh" and 0x31 <= buf[s + 3] <= 0x39 and _is_stream(buf[s : s + _VERIFY_BYTES]):
+                offsets.append(base + s)
+            i = buf.find(_BLOCK_MAGIC, i + 1)
+        if not data:
+            return offsets
+        if limit > 0:
+            buf, base = buf[limit:], base + limit
+
+
+def _is_stream(data: bytes) -> bool:
+    try:
+        bz2.BZ2Decompressor().decompress(data)
+    except OSError:
+        return False
+    return True
+
+
+def _first_output(f: BinaryIO, offset: int, label: str) -> bytes:
+    """The first decompressed bytes (a whole bzip2 block) of the stream at ``offset``."""
+    for out in _decompressed(_chunks(f, offset, None), label):
+        if out:
+            return out
+    return b""
+
+
+def _starts_at_page(f: BinaryIO, offset: int, label: str) -> bool:
+    return _first_output(f, offset, label).lstrip().startswith((b"<page", b"</"))
+
+
+def _checked_page_start(data: Iterable[bytes], label: str, start: int) -> Iterator[bytes]:
+    it = iter(data)
+    for out in it:
+        if not out.strip():
+            continue
+        if not out.lstrip().startswith((b"<page", b"</")):
+            raise InputError(
+                f"cannot read {label}: the bzip2 stream at byte {start} does not start at a <page> "
+                "(not a page-aligned multistream dump): read the file as one range"
+            )
+        yield out
+        break
+    yield from it
+
+
+def _header(f: BinaryIO, label: str) -> _Header:
+    """The file's decompressed bytes up to its first ``<page>``: the XML declaration, the root and siteinfo."""
+    got = b""
+    for out in _decompressed(_chunks(f, 0, None), label):
+        got += out
+        if b"<page" in got[-len(out) - 5 :]:
+            break
+    prefix = got.split(b"<page", 1)[0]
+    root = _ROOT_NAME.search(prefix)
+    return _Header(prefix, b"</" + (root.group(1) if root else b"mediawiki") + b">")
+
+
+def _parse(data: Iterable[bytes], label: str, closing: bytes = b"") -> Iterator[Page]:
+    """Pages from the XML bytes ``data``; ``closing`` ends a document that lacks its root's end tag."""
+    parser = _Parser(label)
+    for chunk in data:
+        yield from parser.feed(chunk)
+    if closing and parser.started and not parser.done:
+        yield from parser.feed(closing)
+    yield from parser.close()
+
+
+class _Parser:
+    """An incremental parser of a MediaWiki export: fed bytes, it yields each page once its ``</page>`` is read
+    and frees it (and each revision once read), so its tree never holds more than one page."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.xml: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
+        self.decoder: codecs.IncrementalDecoder | None = None
+        self.first = True
+        self.started = self.done = self.in_page = False
+        self.ns = ""
+        self.root: ET.Element | None = None
+        self.page: ET.Element | None = None
+        self.text: str | None = None
+        self.siteinfo: SiteInfo | None = None
+
+    def feed(self, data: bytes) -> Iterator[Page]:
+        if self.first and data:
+            self.first = False
+            self._choose_encoding(data)
+        decoder = self.decoder
+        return self._pages(lambda: self.xml.feed(data if decoder is None else decoder.decode(data)))
+
+    def close(self) -> Iterator[Page]:
+        def finish() -> None:
+            if self.decoder is not None:
+                self.xml.feed(self.decoder.decode(b"", final=True))
+            self.xml.close()
+
+        return self._pages(finish)
+
+    def _pages(self, step: Callable[[], None]) -> Iterator[Page]:
+        """Run ``step`` (feed or close), then turn its events into pages."""
+        try:
+            step()
+            # Only start and end events were asked for: each is (event, element).
+            events = cast(list[tuple[str, ET.Element]], list(self.xml.read_events()))
+        except ET.ParseError as e:
+            raise InputError(f"cannot read {self.label}: malformed XML ({e})") from e
+        except UnicodeDecodeError as e:
+            raise InputError(f"cannot read {self.label}: not valid {e.encoding} text ({e.reason})") from e
+        for event, elem in events:
+            page = self._event(event, elem)
+            if page is not None:
+                yield page
+
+    def _choose_encoding(self, data: bytes) -> None:
+        m = _DECLARED_ENCODING.match(data)
+        if not m:
+            return
+        declared = m.group(1).decode("ascii")
+        try:
+            info = codecs.lookup(declared)
+        except LookupError as e:
+            raise InputError(f"cannot read {self.label}: its XML declares encoding {declared!r}, unknown here") from e
+        if info.name != "utf-8":
+            # expat reads only a few encodings itself; fed text, it ignores the declaration.
+            self.decoder = info.incrementaldecoder("strict")
+
+    def _event(self, event: str, elem: ET.Element) -> Page | None:
+        tag = elem.tag
+        if not self.started:
+            self._start_root(elem)
+            return None
+        if event == "start":
+            if tag == self.ns + "page":
+                self.page, self.text, self.in_page = elem, None, True
+            return None
+        if tag == self.ns + "revision" and self.page is not None:
+            self._revision(elem)
+        elif tag == self.ns + "page":
+            return self._end_page(elem)
+        elif tag == self.ns + "siteinfo":
+            self.siteinfo = _siteinfo(elem, self.ns)
+            if self.root is not None:
+                del self.root[:]
+        elif elem is self.root:
+            self.done = True
+        return None
+
+    def _start_root(self, elem: ET.Element) -> None:
+        ns, _, local = elem.tag.rpartition("}")
+        if local != "mediawiki":
+            raise InputError(f"cannot read {self.label}: not a MediaWiki XML export (root element <{local}>)")
+        self.ns = ns + "}" if ns else ""
+        self.root, self.started = elem, True
+
+    def _revision(self, rev: ET.Element) -> None:
+        """Keep the revision's text (the last revision's wins), then free the revision."""
+        text = rev.find(self.ns + "text")
+        self.text = None if text is None or text.get("deleted") is not None else text.text or ""
+        self.page.remove(rev)  # type: ignore[union-attr]
+
+    def _end_page(self, page: ET.Element) -> Page:
+        ns = self.ns
+        title = page.findtext(ns + "title") or ""
+        raw_id = (page.findtext(ns + "id") or "").strip()
+        if not raw_id.isdigit():
+            raise InputError(f"cannot read {self.label}: page {title!r} has no numeric <id> ({raw_id!r})")
+        raw_ns = page.findtext(ns + "ns")
+        redirect_elem = page.find(ns + "redirect")
+        redirect = None if redirect_elem is None else redirect_elem.get("title", "")
+        text = self.text
+        if redirect_elem is None and text is not None and (m := _REDIRECT_TEXT.match(text)):
+            redirect = m.group(1).strip()
+        if raw_ns is None:  # exports older than 0.6: the namespace is the title's prefix
+            namespace = self._namespace_of(title)
+        elif raw_ns.strip().lstrip("-").isdigit():
+            namespace = int(raw_ns)
+        else:
+            raise InputError(f"cannot read {self.label}: page {title!r} has a non-numeric <ns> ({raw_ns!r})")
+        if self.root is not None:
+            del self.root[:]  # the page and anything before it: the tree stays one page deep
+        self.page, self.text, self.in_page = None, None, False
+        return Page(int(raw_id), title, namespace, redirect, text)
+
+    def _namespace_of(self, title: str) -> int:
+        prefix, colon, _ = title.partition(":")
+        if colon and self.siteinfo is not None:
+            for key, name in self.siteinfo.namespaces.items():
+                if name and name == prefix:
+                    return key
+        return 0
+
+
+def _siteinfo(elem: ET.Element, ns: str) -> SiteInfo:
+    namespaces = {}
+    for n in elem.iter(ns + "namespace"):
+        key = n.get("key", "")
+        if key.lstrip("-").isdigit():
+            namespaces[int(key)] = n.text or ""
+    return SiteInfo(elem.findtext(ns + "sitename") or "", elem.findtext(ns + "dbname") or "", namespaces)
