@@ -110,23 +110,27 @@ class ModelChoice:
         "tiny", "Preset (L2/H128 .. L24/H1024); vocab size from the data.", flag="--model", choices=PRESET_NAMES
     )
     model_config: str | None = opt(None, "JSON of BertConfig fields overriding the preset.", path="file")
-    norm_placement: str = opt(
-        "post",
-        "post: BERT's layer norms, Hugging Face compatible; pre: pre-LN (Cramming), stable at high learning rates, "
-        "not exportable to Hugging Face.",
+    norm_placement: str | None = opt(
+        None,
+        "post: BERT's layer norms (the presets' default; exported as Hugging Face BERT); pre: pre-LN (Cramming), "
+        "stable at high learning rates (exported as RoBERTa-PreLayerNorm). With --init-from: the model's own.",
         flag="--norm-placement",
         choices=NORM_PLACEMENTS,
     )
-    init_from: str | None = opt(None, "Start from a Hugging Face BERT folder.", path="dir")
+    init_from: str | None = opt(
+        None,
+        "Start from these weights: a Hugging Face BERT or RoBERTa-PreLayerNorm folder, or our checkpoint.",
+        path="dir",
+    )
     dropout: float | None = opt(None, "Hidden and attention dropout (default: the model's, 0.1 for the presets).")
 
     def __post_init__(self) -> None:
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(
-            self.norm_placement == "post" or self.init_from is None,
+            self.norm_placement is None or self.norm_placement in NORM_PLACEMENTS,
             "norm_placement",
-            "--init-from reads a Hugging Face BERT, which is post-LN; drop --norm-placement pre",
+            f"must be one of {', '.join(NORM_PLACEMENTS)}, got {self.norm_placement!r}",
         )
 
 

@@ -1,8 +1,9 @@
 """Hugging Face interop: export our BERT as a ``transformers`` checkpoint, and load HF BERT checkpoints.
 
-Key mapping (ours -> HF ``BertForPreTraining``) is the identity. ``cls.predictions.decoder.{weight,bias}``
+Post-LN: key mapping (ours -> HF ``BertForPreTraining``) is the identity. ``cls.predictions.decoder.{weight,bias}``
 (HF's tied aliases of ``bert.embeddings.word_embeddings.weight`` and ``cls.predictions.bias``) are not
-written, exactly as ``save_pretrained`` does not write them.
+written, exactly as ``save_pretrained`` does not write them. Pre-LN: ``RobertaPreLayerNormForMaskedLM``, which
+computes the same function (:mod:`bertstream.trainer.hf_prelayernorm` maps the names and positions).
 
 This module does not import ``transformers``: it writes and reads the files themselves.
 """
@@ -21,6 +22,7 @@ from torch import Tensor, nn
 
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
+from bertstream.trainer import hf_prelayernorm as PRE
 from bertstream.trainer.hf_config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict
 from bertstream.trainer.model import BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
 from bertstream.trainer.model_config import BertConfig
@@ -242,6 +244,9 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
         raise HFCheckpointError(f"{config_path}: not a JSON object")
     config = config_from_hf(data, str(config_path))
     hf_state, source = _read_weights(folder)
+    aliases: list[str] = []
+    if config.norm_placement == "pre":  # RoBERTa-PreLayerNorm's names and positions -> ours
+        hf_state, aliases = PRE.from_roberta(hf_state, config)
     state, fresh, ignored = from_hf_state_dict(
         hf_state,
         config,
@@ -249,6 +254,7 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
         tie_word_embeddings=data.get("tie_word_embeddings", True) is not False,
         source=source,
     )
+    ignored += [(key, "tied alias, buffer or another head: not part of this model") for key in aliases]
     notes: list[str] = []
     if data.get("model_type") is None:
         notes.append(f"{config_path} has no model_type; read as BERT")
@@ -291,10 +297,10 @@ def export_hf(
     ``vocab_tokens`` may be shorter than ``config.vocab_size`` (a vocabulary padded to a multiple of 8/64 for
     speed), never longer. ``do_lower_case`` is written to ``tokenizer_config.json`` only when given.
     """
-    if config.norm_placement != "post":
+    if config.norm_placement not in ("post", "pre"):
         raise HFCheckpointError(
-            f"a {config.norm_placement}-LN model cannot be exported: Hugging Face's BertModel is post-LN only "
-            "(norm_placement='post'); fine-tune it with berttrain finetune --init CHECKPOINT instead"
+            f"norm_placement={config.norm_placement!r}: no transformers class holds it (post: BertForPreTraining, "
+            "pre: RobertaPreLayerNormForMaskedLM); fine-tune it with berttrain finetune --init CHECKPOINT instead"
         )
     state = model_or_state.state_dict() if isinstance(model_or_state, nn.Module) else dict(model_or_state)
     expected = _expected_shapes(config)
@@ -312,7 +318,8 @@ def export_hf(
         raise HFCheckpointError(f"vocabulary has {len(vocab)} tokens but vocab_size is {config.vocab_size}")
 
     # clone: safetensors refuses tensors that share storage
-    hf_state = {k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in to_hf_state_dict(state).items()}
+    named = PRE.to_roberta(state, config) if config.norm_placement == "pre" else to_hf_state_dict(state)
+    hf_state = {k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in named.items()}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_file(hf_state, str(out / SAFETENSORS_FILENAME), metadata={"format": "pt"})

@@ -1,11 +1,13 @@
 """Our ``BertConfig`` and Hugging Face's ``config.json``, both ways (``bertstream.trainer.hf`` reads and writes the
-folders; the mapping is here, with the error both raise for a model that is no BERT of ours)."""
+folders; the mapping is here, with the error both raise for a model that is no BERT of ours). Post-LN models are
+``model_type "bert"``; pre-LN ones ``"roberta-prelayernorm"`` (``bertstream.trainer.hf_prelayernorm``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from bertstream.trainer import hf_prelayernorm as PRE
 from bertstream.trainer.model_config import BertConfig
 
 __all__ = ["CONFIG_FILENAME", "HFCheckpointError", "config_from_hf", "hf_config_dict"]
@@ -49,10 +51,16 @@ _OURS_FROM_HF = {
 
 
 def hf_config_dict(config: BertConfig, *, architecture: str = "BertForPreTraining", dtype: str = "float32") -> dict:
-    """A ``config.json`` that ``transformers.BertConfig`` reads as this architecture."""
+    """A ``config.json`` that ``transformers.BertConfig`` reads as this architecture (a pre-LN model:
+    ``RobertaPreLayerNormConfig``, as ``RobertaPreLayerNormForMaskedLM``)."""
+    pre = config.norm_placement == "pre"
     out: dict[str, Any] = {"architectures": [architecture], "model_type": "bert"}
+    if pre:
+        out = {"architectures": [PRE.ARCHITECTURE], "model_type": PRE.MODEL_TYPE}
     for ours, theirs in _OURS_FROM_HF.items():
         out[theirs] = getattr(config, ours)
+    if pre:  # RoBERTa numbers positions from pad_token_id + 1
+        out["max_position_embeddings"] = config.max_position_embeddings + PRE.offset(config)
     out.update(
         hidden_act="gelu",  # exact erf GELU, as our model computes
         position_embedding_type="absolute",
@@ -71,9 +79,11 @@ def config_from_hf(data: Mapping[str, Any], source: str = CONFIG_FILENAME) -> Be
     """Our ``BertConfig`` from an HF ``config.json`` dict; raises ``HFCheckpointError`` for non-BERT models."""
     model_type = data.get("model_type")
     # Google's original bert_config.json has no model_type; anything that names another type is refused.
-    if model_type is not None and model_type != "bert":
-        raise HFCheckpointError(f"{source}: model_type is {model_type!r}, not 'bert'")
-    merged = {**_HF_DEFAULTS, **{k: v for k, v in data.items() if v is not None}}
+    if model_type is not None and model_type not in ("bert", PRE.MODEL_TYPE):
+        raise HFCheckpointError(f"{source}: model_type is {model_type!r}, not 'bert' (nor {PRE.MODEL_TYPE!r})")
+    pre = model_type == PRE.MODEL_TYPE
+    defaults = {**_HF_DEFAULTS, "pad_token_id": 1} if pre else _HF_DEFAULTS  # RobertaPreLayerNormConfig's pad id
+    merged = {**defaults, **{k: v for k, v in data.items() if v is not None}}
     if merged["hidden_act"] not in ("gelu", "gelu_python"):
         raise HFCheckpointError(
             f"{source}: hidden_act={merged['hidden_act']!r} is not supported (this model uses exact 'gelu')"
@@ -84,7 +94,11 @@ def config_from_hf(data: Mapping[str, Any], source: str = CONFIG_FILENAME) -> Be
     for flag in ("is_decoder", "add_cross_attention"):
         if merged.get(flag):
             raise HFCheckpointError(f"{source}: {flag}=true is not supported (encoder-only BERT)")
+    fields = {ours: merged[theirs] for ours, theirs in _OURS_FROM_HF.items()}
+    if pre:
+        fields["norm_placement"] = "pre"
+        fields["max_position_embeddings"] = merged["max_position_embeddings"] - (merged["pad_token_id"] + 1)
     try:
-        return BertConfig(**{ours: merged[theirs] for ours, theirs in _OURS_FROM_HF.items()})
-    except ValueError as e:
+        return BertConfig(**fields)
+    except (TypeError, ValueError) as e:
         raise HFCheckpointError(f"{source}: {e}") from None

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bertstream.cli.errors import UsageError
 from bertstream.schemas.manifest import Manifest
 from bertstream.schemas.manifest import load_vocab as load_dataset_vocab
 from bertstream.schemas.vocab import Vocab
@@ -59,12 +60,19 @@ def model_config(
         return with_dropout(BertConfig.from_dict(restored["model"]), cfg.model.dropout), None, ()
     if cfg.model.init_from:
         init = resolve_init(cfg.model.init_from, None, seed=cfg.run.seed, flag="--init-from")
+        wanted = cfg.model.norm_placement
+        if wanted is not None and wanted != init.config.norm_placement:
+            raise UsageError(
+                "norm_placement",
+                f"{wanted}, but --init-from {cfg.model.init_from} is a {init.config.norm_placement}-LN model: "
+                "drop --norm-placement (the model's own is used)",
+            )
         check_vocab(init, vocab.sha256, f"--data {cfg.data.paths[0]}", flag="--init-from", job="pretraining")
         return with_dropout(init.config, cfg.model.dropout), init.state, init.notes
     preset = find_preset(cfg.model.preset)
     if preset is None:
         raise ValueError(f"--model must be one of {', '.join(PRESET_NAMES)}; got {cfg.model.preset!r}")
-    config = replace(preset(vocab_size), norm_placement=cfg.model.norm_placement)
+    config = replace(preset(vocab_size), norm_placement=cfg.model.norm_placement or "post")
     if cfg.model.model_config:
         try:
             overrides = json.loads(Path(cfg.model.model_config).read_text())

@@ -117,6 +117,8 @@ def extend_schedule(scheduler: LambdaLR, warmup: int, max_steps: int, schedule: 
 
 
 def _norm(name: str, value: Any) -> Any:
+    if name == "norm_placement":  # not given: the presets' post-LN (saved runs of earlier versions said "post")
+        return value or "post"
     if name in ("model_config", "init_from") and value:
         return str(Path(value).resolve())
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
