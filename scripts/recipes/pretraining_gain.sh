@@ -7,7 +7,7 @@
 #
 # The recipe (README, "Pretraining that pays off", says what each part gained):
 # - task-adaptive pretraining (Gururangan et al. 2020): the tasks' own training text, labels removed
-#   (scripts/recipes/task_text.py), mixed 0.6/0.4 with Wikipedia and the Gutenberg books (--data DIR:WEIGHT);
+#   (scripts/task_text.py), mixed 0.6/0.4 with Wikipedia and the Gutenberg books (--data DIR:WEIGHT);
 # - a small vocabulary (8,000 WordPieces) trained on that mixture: a cheaper output layer, fewer rare rows;
 # - the budget recipes of Cramming and 24hBERT: pre-LN, no NSP, dynamic masking at 0.2, no dropout, lr 3e-3
 #   (which pre-LN holds) with a short warm-up and a linear decay to zero at the last step, bf16 autocast, length 128, batch 64;
@@ -19,7 +19,14 @@
 #
 # Environment: SHARED (default ../shared/data), SEEDS ("1 2 3"), STEPS (6000), MODEL (tiny), NORM (pre: pre-LN;
 # post: BERT's, exportable to Hugging Face), LR (pretraining, 3e-3), PRETRAIN_THREADS (2), FT_LR (3e-4),
-# CURVE_STEPS ("200 400 800 1600 3200" plus the last step), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad"),
+# MLM_PROB (0.2), LR_SCHEDULE (linear or wsd), BATCH (64), WARMUP (300), SHORT_STEPS (0: the first that many
+# steps at length 64, then STEPS - SHORT_STEPS at 128 from their weights, BERT's two phases), LAYER_DECAY
+# (fine-tuning's --layer-decay, 1), INITS ("pretrained random": which inits are fine-tuned),
+# CURVE_STEPS ("200 400 800 1600 3200" plus the last step; empty: no curve), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad"),
+# PRECISION (bf16 where the CPU has native bf16, else fp32), STOP_AFTER (data or pretrain: end after that stage), EVAL_EVERY (100), LOG_EVERY (50),
+# CONTINUE_STEPS (0: none; with REFERENCE, that many steps of continued pretraining of the reference on the task
+# text, then CONTINUE_TASKS ("sst2 conll") fine-tuned from it and from the reference as it is, each seed),
+# CONTINUE_LR (1e-4), CONTINUE_BATCH (32),
 # REFERENCE (a Hugging Face BERT folder, e.g. all-MiniLM-L6-v2: fine-tuned once, seed 1, with the same settings
 # on the task data tokenized with its own vocabulary, as the upper reference; unset: skipped).
 set -euo pipefail
@@ -32,16 +39,36 @@ MODEL=${MODEL:-tiny}
 NORM=${NORM:-pre}
 LR=${LR:-3e-3}
 FT_LR=${FT_LR:-3e-4}
-CURVE_STEPS=${CURVE_STEPS:-200 400 800 1600 3200}
+CURVE_STEPS=${CURVE_STEPS-200 400 800 1600 3200}  # set and empty: no curve
 CURVE_TASK=${CURVE_TASK:-sst2}
 TASKS=${TASKS:-sst2 conll mrpc squad}
 REFERENCE=${REFERENCE:-}
+MLM_PROB=${MLM_PROB:-0.2}
+LR_SCHEDULE=${LR_SCHEDULE:-linear}
+BATCH=${BATCH:-64}
+WARMUP=${WARMUP:-300}
+SHORT_STEPS=${SHORT_STEPS:-0}
+LAYER_DECAY=${LAYER_DECAY:-1}
+INITS=${INITS:-pretrained random}
+STOP_AFTER=${STOP_AFTER:-}
+CONTINUE_STEPS=${CONTINUE_STEPS:-0}
+CONTINUE_TASKS=${CONTINUE_TASKS:-sst2 conll}
+CONTINUE_LR=${CONTINUE_LR:-1e-4}
+CONTINUE_BATCH=${CONTINUE_BATCH:-32}
+# bf16 autocast only where the CPU computes bf16 natively (AVX512-BF16, AMX): 1.75x fp32 there; emulated
+# elsewhere, it is several times slower than fp32 (an AVX2-only EPYC: 0.1 steps/s against ~3).
+if [ -z "${PRECISION:-}" ]; then
+    PRECISION=fp32
+    grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && PRECISION=bf16
+fi
 HERE=$(cd "$(dirname "$0")" && pwd)
 for d in "$SHARED/pretrain/wikipedia" "$SHARED/pretrain/gutenberg" "$SHARED/tasks"; do
     [ -d "$d" ] || { echo "Error: $d not found (set SHARED to the shared data folder)" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-settings="steps=$STEPS model=$MODEL norm=$NORM lr=$LR ft_lr=$FT_LR seeds=$SEEDS tasks=$TASKS"
+settings="steps=$STEPS model=$MODEL norm=$NORM lr=$LR ft_lr=$FT_LR seeds=$SEEDS tasks=$TASKS mlm=$MLM_PROB"
+settings+=" schedule=$LR_SCHEDULE batch=$BATCH warmup=$WARMUP short_steps=$SHORT_STEPS layer_decay=$LAYER_DECAY"
+settings+=" precision=$PRECISION continue=$CONTINUE_STEPS:$CONTINUE_LR:$CONTINUE_BATCH"
 if [ -f "$OUT/recipe.txt" ] && [ "$(cat "$OUT/recipe.txt")" != "$settings" ]; then
     echo "Error: $OUT holds a recipe run with other settings ($(cat "$OUT/recipe.txt")); use another folder" >&2
     exit 2
@@ -62,14 +89,18 @@ TASK_TEXT=(--input "sentences:$X/sst2.txt" --input "sentences:$X/conll.txt" --in
            --input "lines:$X/squad_contexts.txt" --input "sentences:$X/squad_questions.txt")
 [ -f "$OUT/vocab/vocab.txt" ] || bertprep vocab "${GENERAL[@]}" "${TASK_TEXT[@]}" --vocab-size 8000 --output "$OUT/vocab"
 V=$OUT/vocab/vocab.txt
-shards() {  # name dupe inputs...
-    local name=$1 dupe=$2; shift 2
+shards() {  # name length dupe inputs...
+    local name=$1 len=$2 dupe=$3; shift 3
     [ -f "$OUT/$name/manifest.json" ] || bertprep pretraining "$@" --vocab "$V" --output "$OUT/$name" \
-        --dupe-factor "$dupe" --max-seq-length 128 --num-shards 4 --overwrite
+        --dupe-factor "$dupe" --max-seq-length "$len" --num-shards 4 --overwrite
 }
-shards general 3 "${GENERAL[@]}"
-shards tasks 5 "${TASK_TEXT[@]}"
-shards eval 1 --input "wikiextractor:$S/wikipedia/wiki_15"
+shards general 128 3 "${GENERAL[@]}"
+shards tasks 128 5 "${TASK_TEXT[@]}"
+shards eval 128 1 --input "wikiextractor:$S/wikipedia/wiki_15"
+if [ "$SHORT_STEPS" -gt 0 ]; then  # phase one's shards: twice the sequences at half the length
+    shards general64 64 3 "${GENERAL[@]}"
+    shards tasks64 64 5 "${TASK_TEXT[@]}"
+fi
 
 # Task data, tokenized with the recipe's vocabulary: the README's splits (SST-2 first 10,000 training rows and
 # the full dev set; MRPC train/dev; CoNLL first 5,000 training sentences and validation; SQuAD dev articles
@@ -97,26 +128,41 @@ task_data "$OUT/tasks_data" "$V"
 [ -z "$REFERENCE" ] || task_data "$OUT/reference_data" "$REFERENCE/vocab.txt"
 prep_minutes=$(python3 -c "print(round(($(stamp) - $t0) / 60, 2))")
 say "data ready in $prep_minutes minutes"
+[ "$STOP_AFTER" != data ] || exit 0
 
 # --- 2. pretraining ----------------------------------------------------------------------------------------
 # Step-bounded (the same run on any machine); checkpoints every 100 steps, of which the curve's are kept.
 RUN=$OUT/pretrain
+pretrain() {  # output max-steps warmup data... [-- extra flags]: the recipe's pretraining flags, once
+    local out=$1 steps=$2 warmup=$3; shift 3
+    OMP_NUM_THREADS=${PRETRAIN_THREADS:-2} berttrain pretrain "$@" --eval-data "$OUT/eval" \
+        --model "$MODEL" --norm-placement "$NORM" --dropout 0 --output "$out" --batch-size "$BATCH" --lr "$LR" \
+        --warmup-steps "$warmup" --lr-schedule "$LR_SCHEDULE" --max-steps "$steps" --log-every "${LOG_EVERY:-50}" \
+        --eval-every "${EVAL_EVERY:-100}" \
+        --eval-batches 20 --checkpoint-every 100 --keep-checkpoints 1000 --num-workers 1 --precision "$PRECISION" \
+        --masking dynamic --mlm-probability "$MLM_PROB" --no-nsp --no-tensorboard
+}
 if [ ! -f "$OUT/pretrain_minutes" ]; then
     t1=$(stamp)
-    OMP_NUM_THREADS=${PRETRAIN_THREADS:-2} berttrain pretrain --data "$OUT/general:0.4" --data "$OUT/tasks:0.6" --eval-data "$OUT/eval" \
-        --model "$MODEL" --norm-placement "$NORM" --dropout 0 --output "$RUN" --resume auto --batch-size 64 --lr "$LR" \
-        --warmup-steps 300 \
-        --max-steps "$STEPS" --log-every 50 --eval-every 100 --eval-batches 20 --checkpoint-every 100 \
-        --keep-checkpoints 1000 --num-workers 1 --precision bf16 --masking dynamic --mlm-probability 0.2 --no-nsp \
-        --no-tensorboard
+    if [ "$SHORT_STEPS" -gt 0 ]; then
+        # Phase one at length 64, then phase two at 128 from its weights with a fresh optimizer and schedule.
+        [ -d "$OUT/pretrain64/checkpoints/$(printf 'step-%07d' "$SHORT_STEPS")" ] ||
+            pretrain "$OUT/pretrain64" "$SHORT_STEPS" "$WARMUP" --data "$OUT/general64:0.4" --data "$OUT/tasks64:0.6" \
+                --resume auto
+        pretrain "$RUN" $((STEPS - SHORT_STEPS)) 100 --data "$OUT/general:0.4" --data "$OUT/tasks:0.6" \
+            --resume "$(printf '%s/pretrain64/checkpoints/step-%07d' "$OUT" "$SHORT_STEPS")" --reset-optimizer --overwrite
+    else
+        pretrain "$RUN" "$STEPS" "$WARMUP" --data "$OUT/general:0.4" --data "$OUT/tasks:0.6" --resume auto
+    fi
     python3 -c "print(round(($(stamp) - $t1) / 60, 2))" > "$OUT/pretrain_minutes"
     for c in "$RUN"/checkpoints/step-*; do  # keep the curve's checkpoints and the last
         s=$((10#${c##*step-}))
-        case " $CURVE_STEPS $STEPS " in *" $s "*) ;; *) rm -rf "$c" ;; esac
+        case " $CURVE_STEPS $((STEPS - SHORT_STEPS)) " in *" $s "*) ;; *) rm -rf "$c" ;; esac
     done
 fi
 say "pretrained in $(cat "$OUT/pretrain_minutes") minutes"
-LAST=$(printf '%s/checkpoints/step-%07d' "$RUN" "$STEPS")
+[ "$STOP_AFTER" != pretrain ] || exit 0
+LAST=$(printf '%s/checkpoints/step-%07d' "$RUN" $((STEPS - SHORT_STEPS)))
 
 # --- 3. fine-tuning: pretrained and random, the same settings, each seed -----------------------------------
 # The two inits of a seed run side by side, one thread each (small matrices gain little from a second thread).
@@ -125,7 +171,8 @@ ft() {  # out init task kind train eval epochs seed [data folder]
     [ -f "$out/done" ] && return 0
     OMP_NUM_THREADS=1 berttrain finetune --init "$2" --task "$4" --train-data "$D/$5" --eval-data "$D/$6" \
         --output "$out" --overwrite --epochs "$7" --seed "$8" --lr "$FT_LR" --batch-size 32 --dropout 0.1 \
-        --warmup-ratio 0.1 --pooling mean --log-every 100 --precision bf16 --no-tensorboard > "$out.log" 2>&1 \
+        --warmup-ratio 0.1 --pooling mean --layer-decay "$LAYER_DECAY" --log-every 100 --precision "$PRECISION" --no-tensorboard \
+        > "$out.log" 2>&1 \
         && touch "$out/done" || { echo "Error: fine-tuning $out failed, see $out.log" >&2; return 1; }
 }
 spec() {  # task -> kind train eval epochs
@@ -138,14 +185,17 @@ spec() {  # task -> kind train eval epochs
 }
 F=$OUT/finetune
 mkdir -p "$F"
-for task in $TASKS; do
-    read -r kind train dev epochs <<< "$(spec "$task")"
-    for seed in $SEEDS; do
-        ft "$F/$task-pretrained-$seed" "$LAST" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" &
-        ft "$F/$task-random-$seed" "random:$LAST" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" &
-        wait -n && wait -n
-        say "$task seed $seed: done"
+init_of() { [ "$1" = pretrained ] && echo "$LAST" || echo "random:$LAST"; }
+jobs=()  # task init seed, two at a time
+for task in $TASKS; do for seed in $SEEDS; do for init in $INITS; do jobs+=("$task $init $seed"); done; done; done
+for ((i = 0; i < ${#jobs[@]}; i += 2)); do
+    for j in "${jobs[i]}" ${jobs[i + 1]:+"${jobs[i + 1]}"}; do
+        read -r task init seed <<< "$j"
+        read -r kind train dev epochs <<< "$(spec "$task")"
+        ft "$F/$task-$init-$seed" "$(init_of "$init")" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" &
     done
+    wait -n && { [ -z "${jobs[i + 1]:-}" ] || wait -n; }
+    say "fine-tuned: ${jobs[i]}${jobs[i + 1]:+, ${jobs[i + 1]}}"
 done
 # The curve: the chosen task from each kept checkpoint (random init is step 0), the first seed.
 read -r kind train dev epochs <<< "$(spec "$CURVE_TASK")"
@@ -172,6 +222,44 @@ if [ -n "$REFERENCE" ]; then
     done
 fi
 
+# --- 3c. continued pretraining of the reference (domain- and task-adaptive: Gururangan et al. 2020) -----------
+# The published model, its vocabulary, the task text: a few minutes of MLM on it, then the same fine-tuning from
+# the model as it is ("before") and from the continued checkpoint ("after").
+if [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ]; then
+    RV=$REFERENCE/vocab.txt
+    [ -f "$OUT/tasks_ref/manifest.json" ] || bertprep pretraining "${TASK_TEXT[@]}" --vocab "$RV" \
+        --output "$OUT/tasks_ref" --dupe-factor 5 --max-seq-length 128 --num-shards 4 --overwrite
+    [ -f "$OUT/eval_ref/manifest.json" ] || bertprep pretraining --input "wikiextractor:$S/wikipedia/wiki_15" \
+        --vocab "$RV" --output "$OUT/eval_ref" --dupe-factor 1 --max-seq-length 128 --num-shards 1 --overwrite
+    CONT=$OUT/continued
+    if [ ! -f "$OUT/continue_minutes" ]; then
+        t2=$(stamp)
+        OMP_NUM_THREADS=${PRETRAIN_THREADS:-2} berttrain pretrain --init-from "$REFERENCE" --data "$OUT/tasks_ref" \
+            --eval-data "$OUT/eval_ref" --output "$CONT" --resume auto --batch-size "$CONTINUE_BATCH" \
+            --lr "$CONTINUE_LR" --warmup-steps $((CONTINUE_STEPS / 10)) --max-steps "$CONTINUE_STEPS" --log-every 50 \
+            --eval-every 100 --eval-batches 20 --checkpoint-every 100 --keep-checkpoints 1 --num-workers 1 \
+            --precision "$PRECISION" --masking dynamic --mlm-probability 0.15 --no-nsp --no-tensorboard
+        python3 -c "print(round(($(stamp) - $t2) / 60, 2))" > "$OUT/continue_minutes"
+    fi
+    CLAST=$(printf '%s/checkpoints/step-%07d' "$CONT" "$CONTINUE_STEPS")
+    jobs=()
+    for task in $CONTINUE_TASKS; do for seed in $SEEDS; do jobs+=("$task before $seed" "$task after $seed"); done; done
+    for ((i = 0; i < ${#jobs[@]}; i += 2)); do
+        for j in "${jobs[i]}" ${jobs[i + 1]:+"${jobs[i + 1]}"}; do
+            read -r task which seed <<< "$j"
+            read -r kind train dev epochs <<< "$(spec "$task")"
+            init=$REFERENCE
+            [ "$which" = before ] || init=$CLAST
+            ft "$F/$task-continued-$which-$seed" "$init" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" \
+                "$OUT/reference_data" &
+        done
+        wait -n && { [ -z "${jobs[i + 1]:-}" ] || wait -n; }
+        say "fine-tuned: ${jobs[i]}${jobs[i + 1]:+, ${jobs[i + 1]}}"
+    done
+fi
+
 # --- 4. results.json and the curve -------------------------------------------------------------------------
 python3 "$HERE/pretraining_gain_report.py" "$OUT" --prep-minutes "$prep_minutes" --steps "$STEPS" \
-    --curve-task "$CURVE_TASK" --curve-steps $CURVE_STEPS --seeds $SEEDS --tasks $TASKS ${REFERENCE:+--reference "$REFERENCE"}
+    --curve-task "$CURVE_TASK" --curve-steps $CURVE_STEPS --seeds $SEEDS --tasks $TASKS --inits $INITS \
+    ${REFERENCE:+--reference "$REFERENCE"} \
+    $( [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ] && echo --continued $CONTINUE_TASKS --continue-steps "$CONTINUE_STEPS")

@@ -4,7 +4,9 @@
 ``results.json``: ``{"TASK": {"metric": NAME, "pretrained": [one score per seed], "random": [...]}, ...,
 "pretrain_minutes": M, ...}``, each score the best epoch's (as ``berttrain finetune`` keeps it), plus
 ``"curve"``: the curve task's score from each kept pretraining checkpoint, with the held-out MLM loss there,
-and with ``--reference``, ``"reference"``: the Hugging Face model's score on each task (first seed).
+and with ``--reference``, ``"reference"``: the Hugging Face model's score on each task (first seed); with
+``--continued TASK ...``, ``"continued"``: ``{"TASK": {"metric", "before": [...], "after": [...]}, "steps",
+"minutes"}``, the reference fine-tuned as it is and after continued pretraining on the task text, each seed.
 """
 
 from __future__ import annotations
@@ -60,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--curve-steps", type=int, nargs="*", default=[])
     p.add_argument("--seeds", type=int, nargs="+", required=True)
     p.add_argument("--tasks", nargs="+", required=True)
+    p.add_argument("--inits", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"])
     p.add_argument("--reference", help="The Hugging Face folder fine-tuned as the upper reference (first seed).")
+    p.add_argument(
+        "--continued", nargs="*", default=[], help="Tasks fine-tuned before and after continued pretraining."
+    )
+    p.add_argument("--continue-steps", type=int, default=0)
     args = p.parse_args(argv)
     out, F = args.out, args.out / "finetune"
     minutes = float((out / "pretrain_minutes").read_text())
@@ -75,17 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     for task in args.tasks:
         metric = METRICS[task]
         entry: dict = {"metric": metric}
-        for init in ("pretrained", "random"):
+        for init in args.inits:
             evals = [best_eval(F / f"{task}-{init}-{s}") for s in args.seeds]
             entry[init] = [float(e[metric]) for e in evals]
             if task in ALSO:
                 entry[f"{init}_{ALSO[task]}"] = [float(e[ALSO[task]]) for e in evals]
         results[task] = entry
-        pm, rm = statistics.mean(entry["pretrained"]), statistics.mean(entry["random"])
-        row = (
-            f"| {task} | {metric} | {pm:.4g} ± {spread(entry['pretrained']):.2g} | "
-            f"{rm:.4g} ± {spread(entry['random']):.2g} | {pm - rm:+.3g} | {len(args.seeds)} |"
-        )
+        cells = {
+            init: f"{statistics.mean(entry[init]):.4g} ± {spread(entry[init]):.2g}" if init in entry else "not run"
+            for init in ("pretrained", "random")
+        }
+        both = "pretrained" in entry and "random" in entry
+        gain = f"{statistics.mean(entry['pretrained']) - statistics.mean(entry['random']):+.3g}" if both else "—"
+        row = f"| {task} | {metric} | {cells['pretrained']} | {cells['random']} | {gain} | {len(args.seeds)} |"
         if args.reference:
             run = F / f"{task}-reference-{args.seeds[0]}"
             if not (run / "results.json").is_file():  # an optional column: a task not run is shown as such
@@ -99,8 +108,41 @@ def main(argv: list[str] | None = None) -> int:
                 row += f" {float(ref[metric]):.4g} |"
         rows.append(row)
 
+    if args.continued:
+        continued: dict = {"steps": args.continue_steps, "minutes": float((out / "continue_minutes").read_text())}
+        rows += [
+            "",
+            "| task | metric | reference as it is | after continued pretraining | gain |",
+            "|---|---|---|---|---|",
+        ]
+        for task in args.continued:
+            metric = METRICS[task]
+            entry = {"metric": metric}
+            for which in ("before", "after"):
+                entry[which] = [best(F / f"{task}-continued-{which}-{s}", metric) for s in args.seeds]
+            continued[task] = entry
+            b, a = statistics.mean(entry["before"]), statistics.mean(entry["after"])
+            rows.append(
+                f"| {task} | {metric} | {b:.4g} ± {spread(entry['before']):.2g} | {a:.4g} ± {spread(entry['after']):.2g} "
+                f"| {a - b:+.3g} |"
+            )
+        results["continued"] = continued
+
     # The curve: score against pretraining time (step 0 is the random init of the first seed).
     losses = eval_losses(out / "pretrain" / "metrics.jsonl")
+    last = max(losses) if losses else None
+    if last is not None:
+        results["heldout"] = {
+            "step": last,
+            "mlm_loss": losses[last]["mlm_loss"],
+            "mlm_accuracy": losses[last]["mlm_accuracy"],
+        }
+    if not args.curve_steps or "random" not in args.inits or args.curve_task not in args.tasks:
+        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print("\n".join(rows))
+        print(f"pretraining {minutes:.1f} minutes ({args.steps} steps); no curve")
+        print(f"wrote {out / 'results.json'}")
+        return 0
     metric = METRICS[args.curve_task]
     seed = args.seeds[0]
     points = [{"step": 0, "minutes": 0.0, "score": best(F / f"{args.curve_task}-random-{seed}", metric)}]

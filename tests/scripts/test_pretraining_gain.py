@@ -131,3 +131,59 @@ def test_report_names_a_missing_run_in_one_line(tmp_path):
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("Error: ") and "sst2-random-1/results.json not found" in done.stderr
+
+
+def test_report_adds_the_continued_reference_and_ablation_arms(tmp_path):
+    """``--continued``: the reference fine-tuned as it is and after continued pretraining, each seed, in
+    ``results.json["continued"]``; the ablation report reads each arm's results against the base arm's random runs."""
+    out = tmp_path / "arm-base"
+    (out / "pretrain").mkdir(parents=True)
+    (out / "pretrain_minutes").write_text("20.0\n")
+    (out / "continue_minutes").write_text("30.0\n")
+    evals = [{"step": s, "split": "eval", "mlm_loss": 7.0 - s / 1000, "mlm_accuracy": s / 10000} for s in (100, 200)]
+    (out / "pretrain" / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    for seed, (p, r, b, a) in zip((1, 2), ((0.80, 0.76, 0.86, 0.87), (0.82, 0.78, 0.85, 0.88))):
+        _run(out, f"sst2-pretrained-{seed}", {"accuracy": p})
+        _run(out, f"sst2-random-{seed}", {"accuracy": r})
+        _run(out, f"sst2-continued-before-{seed}", {"accuracy": b})
+        _run(out, f"sst2-continued-after-{seed}", {"accuracy": a})
+    args = ["--prep-minutes", "1", "--steps", "200", "--curve-steps", "--seeds", "1", "2", "--tasks", "sst2"]
+    done = subprocess.run(
+        [sys.executable, SCRIPTS / "pretraining_gain_report.py", out, *args, "--continued", "sst2"]
+        + ["--continue-steps", "900"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    results = json.loads((out / "results.json").read_text())
+    assert results["continued"] == {
+        "steps": 900,
+        "minutes": 30.0,
+        "sst2": {"metric": "accuracy", "before": [0.86, 0.85], "after": [0.87, 0.88]},
+    }
+    assert results["heldout"] == {"step": 200, "mlm_loss": 6.8, "mlm_accuracy": 0.02}
+    assert "| sst2 | accuracy | 0.855 ± 0.0071 | 0.875 ± 0.0071 | +0.02 |" in done.stdout
+    assert "curve" not in results  # --curve-steps given empty: no curve runs are read
+    # an arm that fine-tunes the pretrained init only is compared with the base arm's random runs
+    arm = tmp_path / "arm-mlm40"
+    (arm / "pretrain").mkdir(parents=True)
+    (arm / "pretrain_minutes").write_text("20.0\n")
+    (arm / "pretrain" / "metrics.jsonl").write_text(json.dumps(evals[0]) + "\n")
+    for seed, p in zip((1, 2), (0.84, 0.86)):
+        _run(arm, f"sst2-pretrained-{seed}", {"accuracy": p})
+    subprocess.run(
+        [sys.executable, SCRIPTS / "pretraining_gain_report.py", arm, *args, "--inits", "pretrained"],
+        check=True,
+        capture_output=True,
+    )
+    table = subprocess.run(
+        [sys.executable, SCRIPTS / "pretraining_ablation_report.py", tmp_path, "--budget", "20"]
+        + ["--arms", "base", "mlm40"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    ablation = json.loads((tmp_path / "ablation.json").read_text())
+    assert ablation["arms"]["mlm40"]["tasks"]["sst2"]["gain"] == pytest.approx(0.85 - 0.77)
+    assert ablation["arms"]["base"]["tasks"]["sst2"]["gain"] == pytest.approx(0.81 - 0.77)
+    assert "| mlm40 | masking 0.4 | 200 | 6.90 / 0.010 | 0.850 ± 0.014 (+0.080) |" in table.stdout
