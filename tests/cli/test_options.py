@@ -149,7 +149,7 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
     later |= {"drop_remainder", "verify", "weights", "lr_schedule"}
     now = options.saved_values(TrainConfig, cfg.to_dict())
     assert {k: v for k, v in now.items() if k not in later} == options.saved_values(TrainConfig, FLAT_TRAIN)
-    assert now["norm_placement"] == "post"
+    assert now["norm_placement"] is None  # not given: the preset's post-LN, or --init-from's own placement
     check_resume(cfg, {"train": FLAT_TRAIN}, Path("ck"), 1)
     check_resume(cfg, {"train": {k: v for k, v in FLAT_TRAIN.items() if k not in OBJECTIVE}}, Path("ck"), 1)
     changed = TrainConfig.build(**{**options.flat(cfg), "lr": 0.002, "preset": "mini"})

@@ -650,21 +650,18 @@ def test_redaction_is_by_value():
     assert redact_values({"http://u:p@h": ["ftp://a:b@c"]}) == {"http://u:<redacted>@h": ["ftp://a:<redacted>@c"]}
 
 
-def test_a_pre_ln_run_trains_and_export_hf_refuses_it_in_one_line(world, tmp_path):
+def test_a_pre_ln_run_exports_as_roberta_prelayernorm_and_a_mismatched_start_is_refused(world, tmp_path):
     out = tmp_path / "pre"
     result = CliRunner().invoke(main, run_argv(world, out, "--norm-placement", "pre"))
     assert result.exit_code == 0, result.output
     last = ckpt.step_dir(out, 2)
     assert json.loads((last / "config.json").read_text())["model"]["norm_placement"] == "pre"
-    one_error(
-        CliRunner().invoke(main, ["export-hf", str(last), str(tmp_path / "hf")]),
-        1,
-        "a pre-LN model cannot be exported: Hugging Face's BertModel is post-LN only",
-    )
-    assert not (tmp_path / "hf").exists()
-    hf = ckpt.step_dir(world["run"], 2)  # a Hugging Face start is post-LN: pre-LN on top of it is refused
+    result = CliRunner().invoke(main, ["export-hf", str(last), str(tmp_path / "hf")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "roberta-prelayernorm"
+    hf = ckpt.step_dir(world["run"], 2)  # a post-LN run: pre-LN on top of it is refused, not silently rewired
     from bertstream.trainer.hf import export_checkpoint
 
     exported = export_checkpoint(hf, tmp_path / "hf_post")
     argv = run_argv(world, tmp_path / "mixed", "--init-from", str(exported), "--norm-placement", "pre")
-    one_error(CliRunner().invoke(main, argv), 2, "--init-from reads a Hugging Face BERT, which is post-LN")
+    one_error(CliRunner().invoke(main, argv), 2, "is a post-LN model: drop --norm-placement")
