@@ -39,7 +39,7 @@ demo: $(STAMP)
 
 # Every test, slow end-to-end ones included (what CI runs).
 test: $(STAMP) lint
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "slow or not slow" -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "slow or not slow" -q --durations=25
 
 # Style holds by itself: lint and format check (ruff), types of the packages' modules (mypy). Part of `make test`.
 lint: $(STAMP)

@@ -80,7 +80,7 @@ def test_the_wheel_installs_beside_pypis_trainer(tmp_path):
     got = subprocess.run([*fetch, "trainer==0.0.36", "coqpit", "soundfile"], capture_output=True, text=True)
     assert got.returncode == 0, f"pip could not download Coqui's trainer from PyPI: {got.stderr[-2000:]}"
     env_dir = tmp_path / "fresh"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)  # this pip installs into it (--python): no ensurepip
     python = env_dir / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -90,7 +90,8 @@ def test_the_wheel_installs_beside_pypis_trainer(tmp_path):
     ).stdout.strip()
     here = [p for p in sys.path if p.endswith("site-packages")]
     Path(site, "_test_base.pth").write_text("\n".join(here) + "\n")
-    install = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", *map(str, wheels.glob("*.whl"))]
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q"]
+    install += map(str, wheels.glob("*.whl"))
     subprocess.run(install, check=True, capture_output=True, text=True)
     probe = (
         "import trainer, bertstream.trainer.cli, bertstream.pipelines.cli, bertstream.schemas.manifest\n"

@@ -29,7 +29,7 @@ from tests.pipelines import reference_bert as ref
 pytestmark = pytest.mark.slow
 
 PARAGRAPHS_PER_DOCUMENT = 15
-DUPE = 10  # target lengths are drawn per document and pass: the default 10 passes keep the noise low
+DUPE = 5  # target lengths are drawn per document and pass: 5 passes (~65,000 instances) keep the noise low
 QUOTED = {"not_next": 0.557, "mean_length": 115.8, "shorter": 0.228}  # Google's script, issue #2
 
 
@@ -128,7 +128,7 @@ def test_statistics_match_the_reference_on_the_same_text(corpus, wiki_vocab, tmp
     print("\nreference:", {k_: round(v, 4) for k_, v in ref_stats.items()})
     print("ours:     ", {k_: round(v, 4) for k_, v in ours.items()})
 
-    assert ours["instances"] > 120_000
+    assert ours["instances"] > 60_000
     for name, stats in (("ours", ours), ("reference", ref_stats)):  # both land on the quoted figures
         assert abs(stats["not_next"] - QUOTED["not_next"]) <= 0.01, name
         assert abs(stats["mean_length"] - QUOTED["mean_length"]) <= 1.5, name

@@ -357,7 +357,7 @@ def test_kill_9_then_resume_auto_gives_the_same_metrics_and_results(sst2, tmp_pa
         "--batch-size",
         "16",
         "--epochs",
-        "3",
+        "2",
         "--lr",
         "1e-3",
         "--log-every",
@@ -384,7 +384,7 @@ def test_kill_9_then_resume_auto_gives_the_same_metrics_and_results(sst2, tmp_pa
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     logged = len((run / "metrics.jsonl").read_text().splitlines())
-    assert 24 <= logged < 63 and (run / "resume").is_dir()  # 60 train + 3 eval lines when whole
+    assert 24 <= logged < 42 and (run / "resume").is_dir()  # 40 train + 2 eval lines when whole
     resumed = cli(run)
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out
