@@ -33,7 +33,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -58,7 +58,10 @@ from bertstream.pipelines.common.files import (
     decode_block,
     read_chunks,
 )
+from bertstream.pipelines.common.formats import RECORD_FORMATS
 from bertstream.pipelines.pretraining import progress as P
+from bertstream.pipelines.pretraining.documents import Document, DocumentBatch, text_paragraphs
+from bertstream.pipelines.pretraining.records import read_records, record_ranges
 
 DOCS_PER_BATCH_BYTES = 2 << 20
 # Range size: about RANGES_PER_INPUT ranges over all inputs, so a 10 MB file feeds several workers, within
@@ -70,27 +73,10 @@ MAX_RANGE_BYTES = 64 << 20
 _GUTENBERG_START = re.compile(r"^\s*\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
 _GUTENBERG_END = re.compile(r"^\s*\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
 _WIKI_OPEN = re.compile(r"^<doc\b[^>]*>\s*$")
+# WikiExtractor writes `<doc id="%s" url="%s" title="%s">` unescaped: a title may hold quotes, and is last.
+_WIKI_ID = re.compile(r'\bid="([^"]*)"')
+_WIKI_TITLE = re.compile(r'\btitle="(.*)"\s*>\s*$')
 _VISIBLE_ASCII_BEFORE_CR = re.compile(rb"[^\r!-~]*[!-~]")
-
-
-@dataclass(slots=True)
-class Document:
-    """A document before segmentation.
-
-    ``paragraphs`` hold text to segment, or finished sentences when ``presegmented`` (``sentences`` format).
-    """
-
-    doc_id: str
-    paragraphs: list[str]
-    presegmented: bool = False
-
-
-@dataclass(slots=True)
-class DocumentBatch:
-    """Documents of one file (or part of one), with the counters of reading them."""
-
-    documents: list[Document]
-    counters: Counter = field(default_factory=Counter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +90,7 @@ class FileRange:
     end: int | None = None
     size: int = -1  # as listed (-1: unknown, not checked)
     mtime: float = 0.0
+    row: int = 0  # the first row of the range (parquet, arrow): what its documents' ids count from
 
 
 def parse_sentences(lines: Iterable[Line], path: str) -> Iterator[Document]:
@@ -129,6 +116,12 @@ def parse_lines(lines: Iterable[Line], path: str) -> Iterator[Document]:
             yield Document(f"{path}:{offset}", [s])
 
 
+def _wiki_doc(doc_id: str, open_tag: str) -> Document:
+    """A document of a ``<doc id=".." url=".." title="..">`` line, with its title and id."""
+    page_id, title = _WIKI_ID.search(open_tag), _WIKI_TITLE.search(open_tag)
+    return Document(doc_id, [], title=title.group(1) if title else "", source_id=page_id.group(1) if page_id else "")
+
+
 def parse_wikiextractor(lines: Iterable[Line], path: str, counters: Counter) -> Iterator[Document]:
     doc: Document | None = None
     expect_title = False
@@ -136,7 +129,7 @@ def parse_wikiextractor(lines: Iterable[Line], path: str, counters: Counter) -> 
         s = line.strip()
         if doc is None:
             if s.startswith("<doc") and _WIKI_OPEN.match(s):
-                doc = Document(f"{path}:{offset}", [])
+                doc = _wiki_doc(f"{path}:{offset}", s)
                 expect_title = True
             elif s:
                 counters[C.LINES_OUTSIDE_DOC] += 1
@@ -148,7 +141,7 @@ def parse_wikiextractor(lines: Iterable[Line], path: str, counters: Counter) -> 
         if s.startswith("<doc") and _WIKI_OPEN.match(s):  # the regex only where it can match: ~5x cheaper
             counters[C.UNCLOSED_DOC] += 1  # a <doc> without </doc>: keep what we have, start anew
             yield doc
-            doc = Document(f"{path}:{offset}", [])
+            doc = _wiki_doc(f"{path}:{offset}", s)
             expect_title = True
             continue
         if not s:
@@ -204,7 +197,7 @@ def parse_text(lines: Iterable[Line], path: str, counters: Counter, strip_gutenb
         yield Document(doc_id, paragraphs)
 
 
-def parse_jsonl(lines: Iterable[Line], path: str, counters: Counter) -> Iterator[Document]:
+def parse_jsonl(lines: Iterable[Line], path: str, counters: Counter, text_field: str = "text") -> Iterator[Document]:
     for offset, line in lines:
         s = line.strip()
         if not s:
@@ -215,18 +208,28 @@ def parse_jsonl(lines: Iterable[Line], path: str, counters: Counter) -> Iterator
             counters[C.drop(C.MALFORMED_JSON)] += 1
             counters[C.DOCUMENTS_READ] += 1
             continue
-        text = obj.get("text") if isinstance(obj, dict) else None
+        text = obj.get(text_field) if isinstance(obj, dict) else None
         if not isinstance(text, str):
             counters[C.drop(C.MISSING_TEXT)] += 1
             counters[C.DOCUMENTS_READ] += 1
             continue
         # Newlines inside the JSON string are paragraph breaks; clean them as lines.
-        paragraphs = [p for p in (clean_line(x, counters).strip() for x in re.split(r"\r\n|\r|\n", text)) if p]
-        yield Document(f"{path}:{offset}", paragraphs)
+        title, source_id = obj.get("title"), obj.get("id")
+        yield Document(
+            f"{path}:{offset}",
+            text_paragraphs(text, counters),
+            title=title if isinstance(title, str) else "",
+            source_id=str(source_id) if isinstance(source_id, str | int) and not isinstance(source_id, bool) else "",
+        )
 
 
 def parse(
-    lines: Iterable[Line], path: str, input_format: str, counters: Counter, strip_gutenberg: bool = True
+    lines: Iterable[Line],
+    path: str,
+    input_format: str,
+    counters: Counter,
+    strip_gutenberg: bool = True,
+    text_field: str = "text",
 ) -> Iterator[Document]:
     if input_format == "sentences":
         return parse_sentences(lines, path)
@@ -235,7 +238,7 @@ def parse(
     if input_format == "text":
         return parse_text(lines, path, counters, strip_gutenberg)
     if input_format == "jsonl":
-        return parse_jsonl(lines, path, counters)
+        return parse_jsonl(lines, path, counters, text_field)
     if input_format == "lines":
         return parse_lines(lines, path)
     raise ValueError(f"unknown input format {input_format!r}")
@@ -281,11 +284,21 @@ def range_bytes_for(total_bytes: int) -> int:
 
 
 def file_ranges(
-    path: str, input_format: str, name: str, size: int, range_bytes: int, mtime: float | None = None
+    path: str,
+    input_format: str,
+    name: str,
+    size: int,
+    range_bytes: int,
+    mtime: float | None = None,
+    text_field: str = "text",
 ) -> list[FileRange]:
-    """The ranges one file is read in: one for a small, compressed or ``text`` file. With ``mtime`` (as listed)
-    each range checks that the file still has that size and time once it is read."""
+    """The ranges one file is read in: one for a small, compressed or ``text`` file; whole units for dumps
+    and tables (``records.record_ranges``). With ``mtime`` (as listed) each range checks that the file still
+    has that size and time once it is read."""
     listed = (size, mtime) if mtime is not None else (-1, 0.0)
+    if input_format in RECORD_FORMATS:
+        ranges = record_ranges(path, input_format, size, range_bytes, text_field)
+        return [FileRange(path, input_format, name, s, e, *listed, row=row) for s, e, row in ranges]
     if not splittable(path, input_format):
         return [FileRange(path, input_format, name, 0, None, *listed)]
     return [FileRange(path, input_format, name, s, e, *listed) for s, e in split_ranges(size, range_bytes)]
@@ -321,10 +334,20 @@ def read_documents(
     start: int = 0,
     end: int | None = None,
     listed: tuple[int, float] = (-1, 0.0),
+    text_field: str = "text",
+    row: int = 0,
 ) -> Iterator[Document]:
     """Every document of one file, or of the range ``[start, end)`` of it, in file order; counts bytes, lines and
-    documents. Document ids are ``name:offset`` (``name`` defaults to the path). ``listed``: the file's size and
-    modification time when it was listed; the run fails if it changed by the time its documents are read."""
+    documents. Document ids are ``name:offset`` (``name`` defaults to the path; ``name:page_id`` and ``name:row``
+    for dumps and tables, ``row`` being the range's first). ``listed``: the file's size and modification time
+    when it was listed; the run fails if it changed by the time its documents are read. ``text_field``: the
+    field (``jsonl``) or column (``parquet``, ``arrow``) that holds the text."""
+    if input_format in RECORD_FORMATS:
+        for doc in read_records(path, input_format, name or path, counters, text_field, start, end, row):
+            counters[C.DOCUMENTS_READ] += 1
+            yield doc
+        check_unchanged(path, *listed)
+        return
     if start == 0 and end is None:
         blocks: Iterable[Block] = cut_blocks(read_chunks(path))
     else:
@@ -335,7 +358,7 @@ def read_documents(
             counters[C.BYTES_READ] += len(raw)
             yield from block_lines(off, raw, counters)
 
-    for doc in parse(lines(), name or path, input_format, counters, strip_gutenberg):
+    for doc in parse(lines(), name or path, input_format, counters, strip_gutenberg, text_field):
         counters[C.DOCUMENTS_READ] += 1
         yield doc
     check_unchanged(path, *listed)
@@ -359,30 +382,48 @@ def batch_documents(
     yield DocumentBatch(batch, counters)
 
 
-def read_range(r: FileRange, strip_gutenberg: bool = True) -> Iterator[DocumentBatch]:
-    """The document batches of one range; the file is counted once, by its range at offset 0."""
-    counters: Counter = Counter()
+def range_documents(
+    r: FileRange, counters: Counter, strip_gutenberg: bool = True, text_field: str = "text"
+) -> Iterator[Document]:
+    """The documents of one range; the file is counted once, by its range at offset 0."""
     if r.start == 0:
         counters[C.FILES_READ] += 1
-    docs = read_documents(r.path, r.format, counters, strip_gutenberg, r.name, r.start, r.end, (r.size, r.mtime))
-    yield from batch_documents(docs, counters)
-
-
-def _ranges_of(file: tuple, range_bytes: int) -> list[FileRange]:
-    # (path, format, name[, size[, mtime]]): without a size (the older 3-tuple) a file is one range; with its
-    # listed mtime, a file that changes before it is read fails the run.
-    path, input_format, name, *rest = file
-    return file_ranges(
-        path, input_format, name, rest[0] if rest else 0, range_bytes, rest[1] if len(rest) > 1 else None
+    listed = (r.size, r.mtime)
+    return read_documents(
+        r.path, r.format, counters, strip_gutenberg, r.name, r.start, r.end, listed, text_field, r.row
     )
 
 
+def read_range(r: FileRange, strip_gutenberg: bool = True, text_field: str = "text") -> Iterator[DocumentBatch]:
+    """The document batches of one range (:func:`range_documents`), the counters with the last."""
+    counters: Counter = Counter()
+    yield from batch_documents(range_documents(r, counters, strip_gutenberg, text_field), counters)
+
+
+def ranges_of(file: tuple, range_bytes: int, text_field: str = "text") -> list[FileRange]:
+    """The ranges of one input ``(path, format, name[, size[, mtime]])``: without a size (the older 3-tuple) a
+    file is one range; with its listed mtime, a file that changes before it is read fails the run."""
+    path, input_format, name, *rest = file
+    mtime = rest[1] if len(rest) > 1 else None
+    return file_ranges(path, input_format, name, rest[0] if rest else 0, range_bytes, mtime, text_field)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSpec:
+    """The read stage: Gutenberg boilerplate cut or kept, the range size big files are split by, the field or
+    column of record formats that holds the text."""
+
+    strip_gutenberg: bool = True
+    range_bytes: int = MIN_RANGE_BYTES
+    text_field: str = "text"
+
+
 class _ReadRangeFn(beam.DoFn):
-    def __init__(self, strip_gutenberg: bool) -> None:
-        self.strip_gutenberg = strip_gutenberg
+    def __init__(self, spec: ReadSpec) -> None:
+        self.spec = spec
 
     def process(self, element: FileRange) -> Iterator[DocumentBatch]:
-        for batch in read_range(element, self.strip_gutenberg):
+        for batch in read_range(element, self.spec.strip_gutenberg, self.spec.text_field):
             C.report(batch.counters)
             yield batch
         c, whole = batch.counters, element.start == 0 and element.end is None
@@ -400,16 +441,17 @@ class ReadDocuments(beam.PTransform):
     the counters are the same whatever ``range_bytes`` is.
     """
 
-    def __init__(self, strip_gutenberg: bool = True, range_bytes: int = MIN_RANGE_BYTES) -> None:
+    def __init__(
+        self, strip_gutenberg: bool = True, range_bytes: int = MIN_RANGE_BYTES, text_field: str = "text"
+    ) -> None:
         super().__init__()
-        self.strip_gutenberg = strip_gutenberg
-        self.range_bytes = range_bytes
+        self.spec = ReadSpec(strip_gutenberg, range_bytes, text_field)
 
     def expand(self, files):
         return (
             files
-            | "SplitFiles" >> beam.FlatMap(_ranges_of, self.range_bytes)
+            | "SplitFiles" >> beam.FlatMap(ranges_of, self.spec.range_bytes, self.spec.text_field)
             # Spread ranges over workers: without it, the runner reads them all in one bundle.
             | "SpreadRanges" >> beam.Reshuffle()
-            | "ReadRange" >> beam.ParDo(_ReadRangeFn(self.strip_gutenberg))
+            | "ReadRange" >> beam.ParDo(_ReadRangeFn(self.spec))
         )
