@@ -9,22 +9,23 @@ text are counted drops (``empty``), as the pretraining pipeline counts them.
 
 The run is a dataset run like every other (:func:`bertstream.pipelines.common.dataset_run.run_dataset`): the
 ``--output`` policy, a ``manifest.json`` (kind ``documents``) with the counters, inputs and files, published
-last. Read -> ToLines (a document to a file chosen by a stable hash of its id) -> WriteFiles (a file's lines in
-the order of their ids: input name, then offset, page id or row) -> Finalize. Neither the files nor their order
-depend on the runner or the worker count. A file's lines are sorted in memory on one worker: a file holds
-about :data:`SHARD_SIZING`'s bytes of input.
+last. SplitFiles -> SpreadRanges -> WriteParts -> Publish: the read stage's ranges (a multistream dump's bzip2
+streams, row groups, record batches, byte ranges of line formats; :func:`bertstream.pipelines.pretraining.read
+.ranges_of`) are each streamed into one part file in the work folder, in file order, so memory holds one
+document at a time whatever the input's size; the last step names the parts ``documents-NNNNN-of-NNNNN`` in input
+order and writes the manifest. The ranges depend on the inputs' sizes only, so the files are the same bytes on
+any runner and for any worker count.
 """
 
 from __future__ import annotations
 
-import functools
 import gzip
 import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, BinaryIO
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -35,7 +36,6 @@ from bertstream.pipelines.common.dataset_run import (
     DatasetHeader,
     DatasetRun,
     RunResult,
-    ShardSizing,
     run_dataset,
     write_text_atomic,
 )
@@ -44,18 +44,14 @@ from bertstream.pipelines.common.inputs import describe_inputs, input_format_of,
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.extract_config import ExtractConfig, ExtractJob
-from bertstream.pipelines.pretraining.documents import Document, DocumentBatch
-from bertstream.pipelines.pretraining.read import ReadDocuments, range_bytes_for
+from bertstream.pipelines.pretraining.documents import Document
+from bertstream.pipelines.pretraining.read import FileRange, range_bytes_for, range_documents, ranges_of
 from bertstream.pipelines.runners.runner import pipeline_options
 from bertstream.schemas.hashing import hash64
 from bertstream.schemas.manifest import DOCUMENTS_KIND, MANIFEST_NAME, ShardInfo
 
 SHARD_PREFIX = "documents"
-# Input per output file: a compressed dump holds 3-4x its size of XML, about half of it text.
-SHARD_SIZING = ShardSizing(bytes_per_shard=32 << 20)
 LINES_WRITTEN = "lines_written"
-
-OrderKey = tuple[str, int, str]
 
 
 def _is_output(name: str) -> bool:
@@ -70,89 +66,103 @@ def document_record(doc: Document) -> dict[str, str]:
     return {"id": doc.source_id or doc.doc_id, "title": doc.title, "text": "\n".join(doc.paragraphs)}
 
 
-def order_key(doc_id: str) -> OrderKey:
-    """Where a document stands in its file's output: its input's name, then the number its id ends in (offset,
-    page id or row: file order), then the rest; the same on any worker."""
-    name, sep, tail = doc_id.rpartition(":")
-    if not sep:
-        return doc_id, -1, ""
-    return (name, int(tail), "") if tail.isdigit() else (name, -1, tail)
-
-
-def shard_of(doc_id: str, num_shards: int) -> int:
-    return hash64("extract", doc_id) % num_shards
+def document_lines(docs: Iterable[Document], counters: Counter) -> Iterator[bytes]:
+    """The JSON lines of the documents with text; counts them used, and those without dropped (``empty``)."""
+    for doc in docs:
+        if not doc.paragraphs:
+            counters[C.drop(C.EMPTY)] += 1
+            continue
+        counters[C.DOCUMENTS_USED] += 1
+        yield (json.dumps(document_record(doc), ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def shard_name(index: int, num_shards: int, gzipped: bool) -> str:
     return f"{SHARD_PREFIX}-{index:05d}-of-{num_shards:05d}.jsonl" + (".gz" if gzipped else "")
 
 
-def batch_lines(batch: DocumentBatch, num_shards: int) -> Iterator[tuple[int, tuple[OrderKey, str]]]:
-    """``(file, (order, JSON line))`` for each document with text."""
-    for doc in batch.documents:
-        if doc.paragraphs:
-            line = json.dumps(document_record(doc), ensure_ascii=False)
-            yield shard_of(doc.doc_id, num_shards), (order_key(doc.doc_id), line)
+class _Counted:
+    """A binary sink that hashes and counts what passes through it to ``raw``."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw, self.sha256, self.bytes = raw, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        self.bytes += len(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
 
 
-def batch_counters(batch: DocumentBatch) -> dict[str, int]:
-    """The read stage's counters of a batch, with its documents used and those without text dropped."""
-    counters = Counter(batch.counters)
-    empty = sum(1 for d in batch.documents if not d.paragraphs)
-    counters[C.DOCUMENTS_USED] += len(batch.documents) - empty
-    if empty:
-        counters[C.drop(C.EMPTY)] += empty
-    return dict(counters)
-
-
-def file_bytes(lines: Iterable[tuple[OrderKey, str]], gzipped: bool) -> tuple[bytes, int]:
-    """One file's bytes (its lines in order; gzip without a time stamp, so equal runs write equal bytes) and its
-    number of lines."""
-    ordered = [line for _, line in sorted(lines)]
-    data = "".join(line + "\n" for line in ordered).encode("utf-8")
-    return (gzip.compress(data, compresslevel=6, mtime=0) if gzipped else data), len(ordered)
+def write_lines(path: str, lines: Iterable[bytes], gzipped: bool) -> tuple[int, int, str]:
+    """Stream ``lines`` into ``path`` (gzip without a name or time stamp: equal lines, equal bytes): the lines,
+    the bytes and the sha256 written."""
+    count = 0
+    with FileSystems.create(path, compression_type="uncompressed") as raw:
+        sink = _Counted(raw)
+        out: Any = gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0, compresslevel=6) if gzipped else sink
+        for line in lines:
+            out.write(line)
+            count += 1
+        if gzipped:
+            out.close()
+    return count, sink.bytes, sink.sha256.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
 class ExtractSpec:
-    """Where the files go, how many, whether gzipped; the manifest's header."""
+    """Where parts are written (the run's work folder) and files published, whether gzipped, how the read stage
+    reads (``strip_gutenberg``, ``text_field``), and the manifest's header."""
 
     output_dir: str
-    num_shards: int
+    work_dir: str
     gzip: bool
     header: DatasetHeader
+    strip_gutenberg: bool = True
+    text_field: str = "text"
 
 
-def write_file(spec: ExtractSpec, index: int, lines: Iterable[tuple[OrderKey, str]]) -> dict[str, Any]:
-    """Write file ``index`` (under a temporary name, then renamed): its manifest entry."""
-    data, count = file_bytes(lines, spec.gzip)
-    name = shard_name(index, spec.num_shards, spec.gzip)
-    path = FileSystems.join(spec.output_dir, name)
-    with FileSystems.create(path + ".tmp", compression_type="uncompressed") as f:
-        f.write(data)
-    FileSystems.rename([path + ".tmp"], [path])
-    info = ShardInfo(path=name, format="jsonl", count=count, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
-    return {"shard": index, "file": info}
+def write_part(spec: ExtractSpec, r: FileRange) -> dict[str, Any]:
+    """Stream the documents of one range into a part file of the work folder: where it goes in the output (the
+    input's name, the range's start), the part's path and manifest entry, the range's counters."""
+    counters: Counter = Counter()
+    docs = range_documents(r, counters, spec.strip_gutenberg, spec.text_field)
+    suffix = ".jsonl.gz" if spec.gzip else ".jsonl"
+    part = FileSystems.join(spec.work_dir, f"part-{hash64(r.name, r.start):016x}{suffix}")
+    count, size, sha256 = write_lines(part, document_lines(docs, counters), spec.gzip)
+    C.report(counters)
+    return {
+        "order": (r.name, r.start),
+        "part": part,
+        "count": count,
+        "bytes": size,
+        "sha256": sha256,
+        "counters": dict(counters),
+    }
 
 
-def finalize(spec: ExtractSpec, results: list[dict[str, Any]], counters: dict[str, int]) -> str:
-    """Write the files that got no document (empty), check the counters, publish the manifest; its text."""
-    done = {r["shard"] for r in results}
-    results = list(results) + [write_file(spec, i, []) for i in range(spec.num_shards) if i not in done]
-    shards = tuple(r["file"] for r in sorted(results, key=lambda r: r["shard"]))
-    counters = dict(sorted(counters.items()))
+def publish(spec: ExtractSpec, parts: list[dict[str, Any]]) -> str:
+    """Name the parts in input order, check the counters, publish the manifest; its text."""
+    parts = sorted(parts, key=lambda p: p["order"])
+    counters = C.merge(p["counters"] for p in parts)
     read, used, drops = counters.get(C.DOCUMENTS_READ, 0), counters.get(C.DOCUMENTS_USED, 0), C.dropped(counters)
     if read != used + sum(drops.values()):
         raise RuntimeError(f"counters do not reconcile: documents read {read} != used {used} + dropped {drops}")
-    written = sum(s.count for s in shards)
+    written = sum(p["count"] for p in parts)
     if written != used:  # a runner that loses elements must fail the run, not publish less
         raise RuntimeError(f"documents lost before the files: {used} used, {written} written")
+    names = [shard_name(i, len(parts), spec.gzip) for i in range(len(parts))]
+    FileSystems.rename([p["part"] for p in parts], [FileSystems.join(spec.output_dir, n) for n in names])
+    shards = tuple(
+        ShardInfo(path=n, format="jsonl", count=p["count"], bytes=p["bytes"], sha256=p["sha256"])
+        for n, p in zip(names, parts)
+    )
     counters[LINES_WRITTEN] = written
-    totals = {"documents": written, "bytes": {"jsonl": sum(s.bytes for s in shards)}}
     manifest = spec.header.manifest(
         kind=DOCUMENTS_KIND,
         shards=shards,
-        totals=totals,
+        totals={"documents": written, "bytes": {"jsonl": sum(s.bytes for s in shards)}},
         counters=counters,
         statistics={},
         bytes_read=counters.get(C.BYTES_READ, 0),
@@ -162,35 +172,32 @@ def finalize(spec: ExtractSpec, results: list[dict[str, Any]], counters: dict[st
     return text
 
 
-class _WriteFileFn(beam.DoFn):
+class _WritePartFn(beam.DoFn):
     def __init__(self, spec: ExtractSpec) -> None:
         self.spec = spec
 
-    def process(self, element: tuple[int, Iterable[tuple[OrderKey, str]]]) -> Iterator[dict[str, Any]]:
-        index, lines = element
-        yield write_file(self.spec, index, lines)
+    def process(self, element: FileRange) -> Iterator[dict[str, Any]]:
+        yield write_part(self.spec, element)
 
 
 class WriteDocuments(beam.PTransform):
-    """``PCollection[DocumentBatch]`` -> the ``documents-*`` files and ``manifest.json``; yields the manifest's
-    text."""
+    """``PCollection[(path, format, name, size, mtime)]`` -> the ``documents-*`` files and ``manifest.json``;
+    yields the manifest's text."""
 
-    def __init__(self, spec: ExtractSpec) -> None:
+    def __init__(self, spec: ExtractSpec, range_bytes: int) -> None:
         super().__init__()
         self.spec = spec
+        self.range_bytes = range_bytes
 
-    def expand(self, docs):
-        spec = self.spec
-        counters = docs | "Counters" >> beam.Map(batch_counters) | "MergeCounters" >> beam.CombineGlobally(C.merge)
-        results = (
-            docs
-            | "ToLines" >> beam.FlatMap(batch_lines, spec.num_shards)
-            | "ByFile" >> beam.GroupByKey()
-            | "WriteFiles" >> beam.ParDo(_WriteFileFn(spec))
-            | "ListFiles" >> beam.combiners.ToList()
+    def expand(self, files):
+        return (
+            files
+            | "SplitFiles" >> beam.FlatMap(ranges_of, self.range_bytes, self.spec.text_field)
+            | "SpreadRanges" >> beam.Reshuffle()
+            | "WriteParts" >> beam.ParDo(_WritePartFn(self.spec))
+            | "ListParts" >> beam.combiners.ToList()
+            | "Publish" >> beam.Map(lambda parts, spec: publish(spec, parts), self.spec)
         )
-        write = functools.partial(finalize, spec)  # (results, counters) -> the manifest
-        return results | "WriteManifest" >> beam.Map(write, beam.pvalue.AsSingleton(counters))
 
 
 def run_extract(job: ExtractJob) -> RunResult:
@@ -205,21 +212,26 @@ def run_extract(job: ExtractJob) -> RunResult:
     input_bytes = sum(f.bytes for f in files)
     if not input_bytes:
         raise UsageError("input", f"{describe_inputs(files)}: empty (0 bytes), no documents to extract")
-    num_shards = cfg.num_shards or SHARD_SIZING.num_shards(input_bytes)
 
     def header(claim: Claim, run: dict) -> DatasetHeader:
         return DatasetHeader(
             vocab={},
-            parameters={**_parameters(cfg), "input_format": formats, "num_shards": num_shards},
+            parameters={**_parameters(cfg), "input_format": formats},
             inputs=tuple({"path": redact_text(f.path), "bytes": f.bytes, "format": f.format} for f in files),
             run=run,
         )
 
     def build(p: beam.Pipeline, claim: Claim, head: DatasetHeader) -> None:
-        spec = ExtractSpec(output_dir=claim.output_dir, num_shards=num_shards, gzip=cfg.gzip, header=head)
+        spec = ExtractSpec(
+            output_dir=claim.output_dir,
+            work_dir=claim.work_dir,
+            gzip=cfg.gzip,
+            header=head,
+            strip_gutenberg=cfg.strip_gutenberg,
+            text_field=cfg.text_field,
+        )
         inputs = p | "Inputs" >> beam.Create([(f.path, f.format, f.name or f.path, f.bytes, f.mtime) for f in files])
-        docs = inputs | "Read" >> ReadDocuments(cfg.strip_gutenberg, range_bytes_for(input_bytes), cfg.text_field)
-        _ = docs | "Write" >> WriteDocuments(spec)
+        _ = inputs | "Extract" >> WriteDocuments(spec, range_bytes_for(input_bytes))
 
     def check(result: RunResult) -> None:
         if not result.manifest.totals.get("documents"):
@@ -240,9 +252,7 @@ def run_extract(job: ExtractJob) -> RunResult:
             input_bytes=input_bytes,
             header=header,
             build=build,
-            announce=lambda claim: (
-                f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {claim.output_dir} ({num_shards} files)"
-            ),
+            announce=lambda claim: f"{len(files)} input files, {input_bytes / 1e6:.1f} MB -> {claim.output_dir}",
             check=check,
         )
     )

@@ -9,20 +9,17 @@ from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
 from bertstream.pipelines.common.formats import FORMATS, TEXT_FIELD, TEXT_FIELD_HELP, text_field_problem
 
-MAX_SHARDS = 100_000
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ExtractConfig:
-    """What shapes the written documents: how the input is read (the read stage's settings) and how the
-    ``documents-*`` files are cut and compressed."""
+    """What shapes the written documents: how the input is read (the read stage's settings) and whether the
+    ``documents-*`` files (one for each range the read stage reads) are gzipped."""
 
     input_format: str = opt("sentences", flag="--format", choices=FORMATS, show=True)
     text_field: str = opt(TEXT_FIELD, TEXT_FIELD_HELP, show=True)
     strip_gutenberg: bool = opt(
         True, "Keep Project Gutenberg headers and licences.", flag="--keep-gutenberg", negate=True
     )
-    num_shards: int = opt(0, "Output files (default: from the input size).")
     gzip: bool = opt(
         True, "Write documents-*.jsonl.gz (gzip) or documents-*.jsonl.", flag="--gzip/--no-gzip", show=True
     )
@@ -30,7 +27,6 @@ class ExtractConfig:
     def __post_init__(self) -> None:
         check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
         check(text_field_problem(self.text_field) is None, "text_field", text_field_problem(self.text_field) or "")
-        check(0 <= self.num_shards <= MAX_SHARDS, "num_shards", f"must be in [0, {MAX_SHARDS}], got {self.num_shards}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
