@@ -99,11 +99,11 @@ def test_no_article_keeps_markup(whole):
     assert [d.title for d in docs if not d.paragraphs] == ["List of anthropologists"]
 
 
-@pytest.mark.parametrize("range_bytes", [1, 200_000, 700_000, 0])
+@pytest.mark.parametrize("range_bytes", [1, 700_000])  # a range per stream; two or three ranges
 def test_a_multistream_dump_read_in_ranges_gives_the_whole_files_documents_and_counters(multi, whole, range_bytes):
     docs, counters = whole
     ranges = file_ranges(str(multi), "mediawiki", "enwiki.bz2", multi.stat().st_size, range_bytes)
-    assert (len(ranges) > 2) == (range_bytes in (1, 200_000))
+    assert len(ranges) > 20 if range_bytes == 1 else 2 <= len(ranges) <= 3
     got, c = [], Counter()
     for r in ranges:
         for batch in read_range(r):
