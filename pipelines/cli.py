@@ -14,6 +14,7 @@ from bertstream.cli import options
 from bertstream.cli.errors import UsageError
 from bertstream.cli.options import click_options
 from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
+from bertstream.pipelines.extract_config import ExtractJob
 from bertstream.pipelines.pretraining.config import PretrainingJob
 from bertstream.pipelines.vocab_config import VocabJob
 
@@ -75,6 +76,33 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
             os.environ[ENV_VERBOSE] = "1"
         result = run_pretraining(job)
     _print_summary(result)
+
+
+@main.command(context_settings=PASSTHROUGH)
+@click_options(ExtractJob)
+@click.pass_context
+def extract(ctx: click.Context, **values: Any) -> None:
+    """Write the documents any input yields, read and cleaned, as JSON lines {"id", "title", "text"}.
+
+    Any other --option is a Beam pipeline option (--runner, --direct_num_workers, ...).
+    """
+    quiet_beam()
+    from bertstream.pipelines.common.cli_errors import bertprep_errors
+    from bertstream.pipelines.common.counters import dropped
+    from bertstream.pipelines.common.redact import redact_logs
+    from bertstream.pipelines.extract import run_extract
+
+    redact_logs([*ctx.args, *values["inputs"], values["output"]])
+    with bertprep_errors(ExtractJob):
+        result = run_extract(options.build(ExtractJob, **values, beam_args=ctx.args))
+    m, c = result.manifest, result.manifest.counters
+    drops = ", ".join(f"{k}: {v}" for k, v in dropped(c).items())
+    click.echo(
+        f"done in {result.seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input; documents: "
+        f"{c.get('documents_read', 0)} read, {m.totals['documents']} written"
+        + (f", dropped ({drops})" if drops else "")
+    )
+    click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} files of JSON lines")
 
 
 def _print_summary(result) -> None:
@@ -154,8 +182,9 @@ def _inspect(dataset_dir: str, verify: bool, decode: int, as_json: bool) -> None
             click.echo(f"verify {shard.path}: {shard.count} rows, {shard.bytes} bytes: {status}", err=as_json)
         click.echo(f"verify: {len(manifest.shards) - failed}/{len(manifest.shards)} shards ok", err=as_json)
         try:
-            load_vocab(dataset_dir, manifest)
-            click.echo(f"verify {manifest.vocab.get('file', 'vocab.txt')}: ok", err=as_json)
+            if manifest.vocab:  # bertprep extract's documents have none
+                load_vocab(dataset_dir, manifest)
+                click.echo(f"verify {manifest.vocab.get('file', 'vocab.txt')}: ok", err=as_json)
         except DatasetError as e:
             failed += 1
             click.echo(f"verify {manifest.vocab.get('file', 'vocab.txt')}: FAILED: {e}", err=as_json)

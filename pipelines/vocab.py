@@ -52,7 +52,7 @@ def sample_texts(inputs: list[str] | list[InputFile], cfg: VocabConfig, counters
     threshold = int(fraction * 2**64)
     taken = 0
     for f in files:
-        for doc in read_documents(f.path, f.format, counters, listed=(f.bytes, f.mtime)):
+        for doc in read_documents(f.path, f.format, counters, listed=(f.bytes, f.mtime), text_field=cfg.text_field):
             if fraction < 1.0 and hash64(cfg.seed, doc.doc_id) >= threshold:
                 continue
             for p in doc.paragraphs:

@@ -5,13 +5,13 @@ Layout (version 1)::
     {
       "format": "bertstream.manifest",
       "schema_version": 1,
-      "kind": "pretraining" | "classification" | "regression" | "ner" | "squad",
+      "kind": "pretraining" | "classification" | "regression" | "ner" | "squad" | "documents",
       "vocab": {"sha256": ..., "size": ..., "file": "vocab.txt", "lowercase": bool,
                 "id_type": "uint16" | "int32", "special_ids": {"[PAD]": 0, ...}},
       "parameters": {...},            # every parameter that shaped the rows (seed included)
       "seed": int,
       "inputs": [{"path": ..., "bytes": ...}, ...],
-      "shards": [{"path": "pretrain-00000-of-00004.arrow", "format": "arrow" | "webdataset",
+      "shards": [{"path": "pretrain-00000-of-00004.arrow", "format": "arrow" | "webdataset" | "jsonl",
                   "count": int, "bytes": int, "sha256": hex}, ...],   # paths relative to DIR
       "totals": {"instances": int, "bytes": {"arrow": int, ...}},
       "counters": {...},              # documents read/used/dropped by reason, sentences, tokens, ...
@@ -19,6 +19,10 @@ Layout (version 1)::
       "task": {...},                  # task datasets: label names, ids, ...
       "run": {...}                    # runner, options, wall time: informational only
     }
+
+A ``documents`` dataset (``bertprep extract``: the text as read, before segmentation) has ``jsonl`` shards
+(``documents-00000-of-00004.jsonl.gz`` or ``.jsonl``, one ``{"id", "title", "text"}`` object a line, ``count``
+their lines) and no vocabulary: its ``vocab`` is ``{}``.
 
 ``run`` (informational: readers never depend on it) holds ``runner``, ``options``, ``started_at``, ``run_id``,
 ``seconds``, ``input_mb_per_s`` and, since the fast tokenizer backend, ``tokenizer``: ``{"backend": "nanotoken" |
@@ -39,8 +43,9 @@ from bertstream.schemas.vocab import PAD, VOCAB_FILENAME, Vocab, VocabError, Voc
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "bertstream.manifest"
-SHARD_FORMATS = ("arrow", "webdataset")
-SHARD_EXTENSIONS = {"arrow": "arrow", "webdataset": "tar"}
+SHARD_FORMATS = ("arrow", "webdataset", "jsonl")
+SHARD_EXTENSIONS = {"arrow": "arrow", "webdataset": "tar", "jsonl": "jsonl"}
+DOCUMENTS_KIND = "documents"  # bertprep extract: text, no vocabulary
 
 
 def manifest_source(root: str) -> str:
@@ -152,6 +157,8 @@ class Manifest:
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        if self.kind == DOCUMENTS_KIND:  # text before tokenization: no vocabulary to describe
+            return
         for key in ("sha256", "size", "id_type", "special_ids"):
             if key not in self.vocab:
                 raise SchemaError(f"manifest vocab lacks {key!r}")

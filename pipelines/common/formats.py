@@ -3,6 +3,19 @@ the shard output formats and the Arrow compressions."""
 
 from __future__ import annotations
 
-FORMATS = ("sentences", "wikiextractor", "text", "jsonl", "lines")  # pretraining and vocabulary inputs
+# Pretraining, vocabulary and extract inputs: formats of lines, then formats of records (dumps and tables).
+LINE_FORMATS = ("sentences", "wikiextractor", "text", "jsonl", "lines")
+RECORD_FORMATS = ("mediawiki", "parquet", "arrow")
+FORMATS = LINE_FORMATS + RECORD_FORMATS
 OUTPUT_FORMATS = ("arrow", "webdataset", "both")
 ARROW_COMPRESSIONS = ("zstd", "lz4", "none")
+
+TEXT_FIELD = "text"  # the default --text-field
+TEXT_FIELD_HELP = "The field (jsonl) or column (parquet, arrow) that holds the text; id and title are kept too."
+
+
+def text_field_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a text field or column (None: it can)."""
+    if not value or value != value.strip():
+        return f"must be a field or column name, got {value!r}"
+    return None

@@ -56,12 +56,22 @@ def absolute(path: str) -> str:
     return path if "://" in path else os.path.abspath(path)
 
 
-def split_format(pattern: str, default_format: str) -> tuple[str, str]:
+_PREFIX = re.compile(r"([A-Za-z][\w-]+):(?!//)")  # a word before a colon that does not start a URL's //
+
+
+def split_format(pattern: str, default_format: str, formats: tuple[str, ...] = FORMATS) -> tuple[str, str]:
     """``"text:books/*.txt"`` -> ``("text", "books/*.txt")``; no known prefix -> the default format."""
     head, sep, rest = pattern.partition(":")
-    if sep and head in FORMATS:
+    if sep and head in formats:
         return head, rest
     return default_format, pattern
+
+
+def unknown_prefix(pattern: str, formats: tuple[str, ...] = FORMATS) -> str | None:
+    """The format-like prefix of ``pattern`` that is no format (``parquet`` of ``parquet:x`` before it was one),
+    else None; a URL's scheme (``gs://``) is no prefix."""
+    m = _PREFIX.match(pattern)
+    return m.group(1) if m and m.group(1) not in formats else None
 
 
 def _kind(mode: int) -> str:
@@ -237,24 +247,54 @@ def missing_filesystem_in(e: BaseException) -> str | None:
     return None
 
 
-def resolve_inputs(patterns: list[str], default_format: str = "sentences") -> list[InputFile]:
+def _folder_files(fmt: str, pattern: str) -> list[str] | None:
+    """The files of a local folder given as an input, for a format that reads folders: the Arrow files of a
+    ``datasets`` ``save_to_disk`` folder (``arrow:``, or without a format when it holds ``state.json``)."""
+    path = absolute(os.path.expanduser(pattern))
+    if "://" in pattern or not os.path.isdir(path):
+        return None
+    if fmt == "arrow" or (fmt not in FORMATS and os.path.isfile(os.path.join(path, "state.json"))):
+        from bertstream.pipelines.common.columnar import datasets_folder_files
+
+        return datasets_folder_files(path)
+    return None
+
+
+def resolve_inputs(
+    patterns: list[str], default_format: str = "sentences", formats: tuple[str, ...] = FORMATS
+) -> list[InputFile]:
     """Expand paths and globs on any Beam filesystem; a pattern that matches nothing is an error.
 
     A pattern may carry its own format (``wikiextractor:wiki/*``), so books and Wikipedia can share one
-    run and one random-next pool, as in BERT's own pretraining data. Local files reached by two paths
-    (links) are one input, listed under the path that is not a link (else the first, sorted).
+    run and one random-next pool, as in BERT's own pretraining data; a prefix that names no format (and no
+    file) is an error that names ``formats``. Local files reached by two paths (links) are one input, listed
+    under the path that is not a link (else the first, sorted). A ``save_to_disk`` folder stands for its
+    Arrow files (``arrow:`` or no prefix). ``default_format`` may be one that is no format (``auto``): the
+    caller then decides each file's (``InputFile.format``).
     """
     if not patterns:
         raise UsageError("input", "no --input given")
     listed: list[tuple[FileMetadata, str]] = []
     loops = 0
     for raw in patterns:
-        fmt, pattern = split_format(raw, default_format)
+        fmt, pattern = split_format(raw, default_format, formats)
+        folder = _folder_files(fmt, pattern)
+        if folder is not None:
+            fmt = "arrow"
+            for p in folder:
+                files = match_input(p).files
+                if not files:
+                    raise UsageError("input", f"{p} (a file of the folder {pattern}) is missing")
+                listed += [(m, fmt) for m in files]
+            continue
         try:
             matched = match_input(pattern)
         except Exception as e:
             missing = missing_filesystem_in(e)
             raise UsageError("input", f"cannot list {pattern!r}: {missing or e}") from None
+        prefix = unknown_prefix(raw, formats)
+        if not matched.files and prefix is not None:
+            raise UsageError("input", f"{raw!r}: unknown input format {prefix!r} (the formats: {', '.join(formats)})")
         if not matched.files:
             raise UsageError("input", _nothing_matched(raw, fmt, pattern))
         loops += matched.loops_cut

@@ -8,7 +8,14 @@ from typing import Any
 
 from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
-from bertstream.pipelines.common.formats import ARROW_COMPRESSIONS, FORMATS, OUTPUT_FORMATS
+from bertstream.pipelines.common.formats import (
+    ARROW_COMPRESSIONS,
+    FORMATS,
+    OUTPUT_FORMATS,
+    TEXT_FIELD,
+    TEXT_FIELD_HELP,
+    text_field_problem,
+)
 
 DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.pretraining.dedup
 MAX_DEDUP_NGRAM = 64
@@ -19,6 +26,7 @@ class PretrainingConfig:
     """Everything that shapes the instances. Two runs with equal configs and inputs write equal shards."""
 
     input_format: str = opt("wikiextractor", flag="--format", choices=FORMATS, show=True)
+    text_field: str = opt(TEXT_FIELD, TEXT_FIELD_HELP, show=True)
     max_seq_length: int = opt(128, show=True)
     max_predictions_per_seq: int = opt(20, show=True)
     masked_lm_prob: float = opt(0.15, show=True)
@@ -55,6 +63,7 @@ class PretrainingConfig:
 
     def __post_init__(self) -> None:
         check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
+        check(text_field_problem(self.text_field) is None, "text_field", text_field_problem(self.text_field) or "")
         check(8 <= self.max_seq_length <= 65535, "max_seq_length", f"must be in [8, 65535], got {self.max_seq_length}")
         check(
             1 <= self.max_predictions_per_seq <= self.max_seq_length - 3,
@@ -136,6 +145,8 @@ class PretrainingConfig:
         out = {k: getattr(self, k) for k in keep}
         if self.word_segmenter:  # only when set: shards written without one stay byte-identical
             out["word_segmenter"] = self.word_segmenter
+        if self.text_field != TEXT_FIELD:  # likewise
+            out["text_field"] = self.text_field
         return out
 
 

@@ -51,6 +51,7 @@ from apache_beam.io.filesystems import FileSystems
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
 from bertstream.pipelines.pretraining.dedup_encoding import Part, decode_batch, decode_parts, encode_batch, encode_part
+from bertstream.pipelines.pretraining.documents import Document, DocumentBatch
 from bertstream.pipelines.pretraining.minhash import (
     NUM_PERM,
     band_keys,
@@ -65,7 +66,6 @@ from bertstream.pipelines.pretraining.minhash import (
     word_hashes,
     words,
 )
-from bertstream.pipelines.pretraining.read import Document, DocumentBatch
 
 EXACT_BAND = -1  # the "band" of exact-hash entries
 EXACT = "exact"

@@ -100,7 +100,7 @@ def build_pipeline(
     files = p | "Inputs" >> beam.Create([(f.path, f.format, f.name or f.path, f.bytes, f.mtime) for f in inputs])
     input_bytes = sum(f.bytes for f in inputs)
     range_bytes = range_bytes_for(input_bytes)  # big files are read by many workers
-    docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg, range_bytes)
+    docs = files | "Read" >> ReadDocuments(cfg.strip_gutenberg, range_bytes, cfg.text_field)
     dedup_stats = None
     if cfg.dedup != "none":  # not in the graph by default: output stays byte-identical
         dedup = DedupSpec(

@@ -1,6 +1,8 @@
-"""Stage 1, Read: files -> documents with stable ids, for five input formats.
+"""Stage 1, Read: files -> documents with stable ids, for five line formats and three of records (``mediawiki``,
+``parquet``, ``arrow``: :mod:`bertstream.pipelines.pretraining.records`).
 
-Pure functions (``parse_*``, ``read_documents``, over the lines of :mod:`bertstream.pipelines.common.files`) do the work;
+Pure functions (``read_documents`` over the lines of :mod:`bertstream.pipelines.common.files`, the parsers of
+:mod:`bertstream.pipelines.pretraining.line_formats`, the dumps and tables of :mod:`~.records`) do the work;
 the ``ReadDocuments`` composite only cuts big files into byte ranges (``bertstream.pipelines.common.byte_ranges``), distributes
 them over workers and batches the documents.
 
@@ -29,11 +31,10 @@ up to a lone CR, cleaned and stripped.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -58,7 +59,11 @@ from bertstream.pipelines.common.files import (
     decode_block,
     read_chunks,
 )
+from bertstream.pipelines.common.formats import RECORD_FORMATS
 from bertstream.pipelines.pretraining import progress as P
+from bertstream.pipelines.pretraining.documents import Document, DocumentBatch
+from bertstream.pipelines.pretraining.line_formats import WIKI_OPEN, parse
+from bertstream.pipelines.pretraining.records import read_records, record_ranges
 
 DOCS_PER_BATCH_BYTES = 2 << 20
 # Range size: about RANGES_PER_INPUT ranges over all inputs, so a 10 MB file feeds several workers, within
@@ -67,30 +72,7 @@ RANGES_PER_INPUT = 64
 MIN_RANGE_BYTES = 1 << 20
 MAX_RANGE_BYTES = 64 << 20
 
-_GUTENBERG_START = re.compile(r"^\s*\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
-_GUTENBERG_END = re.compile(r"^\s*\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
-_WIKI_OPEN = re.compile(r"^<doc\b[^>]*>\s*$")
 _VISIBLE_ASCII_BEFORE_CR = re.compile(rb"[^\r!-~]*[!-~]")
-
-
-@dataclass(slots=True)
-class Document:
-    """A document before segmentation.
-
-    ``paragraphs`` hold text to segment, or finished sentences when ``presegmented`` (``sentences`` format).
-    """
-
-    doc_id: str
-    paragraphs: list[str]
-    presegmented: bool = False
-
-
-@dataclass(slots=True)
-class DocumentBatch:
-    """Documents of one file (or part of one), with the counters of reading them."""
-
-    documents: list[Document]
-    counters: Counter = field(default_factory=Counter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,141 +86,7 @@ class FileRange:
     end: int | None = None
     size: int = -1  # as listed (-1: unknown, not checked)
     mtime: float = 0.0
-
-
-def parse_sentences(lines: Iterable[Line], path: str) -> Iterator[Document]:
-    doc: Document | None = None
-    for offset, line in lines:
-        s = line.strip()
-        if not s:
-            if doc is not None:
-                yield doc
-                doc = None
-            continue
-        if doc is None:
-            doc = Document(f"{path}:{offset}", [], presegmented=True)
-        doc.paragraphs.append(s)
-    if doc is not None:
-        yield doc
-
-
-def parse_lines(lines: Iterable[Line], path: str) -> Iterator[Document]:
-    for offset, line in lines:
-        s = line.strip()
-        if s:
-            yield Document(f"{path}:{offset}", [s])
-
-
-def parse_wikiextractor(lines: Iterable[Line], path: str, counters: Counter) -> Iterator[Document]:
-    doc: Document | None = None
-    expect_title = False
-    for offset, line in lines:
-        s = line.strip()
-        if doc is None:
-            if s.startswith("<doc") and _WIKI_OPEN.match(s):
-                doc = Document(f"{path}:{offset}", [])
-                expect_title = True
-            elif s:
-                counters[C.LINES_OUTSIDE_DOC] += 1
-            continue
-        if s == "</doc>":
-            yield doc
-            doc = None
-            continue
-        if s.startswith("<doc") and _WIKI_OPEN.match(s):  # the regex only where it can match: ~5x cheaper
-            counters[C.UNCLOSED_DOC] += 1  # a <doc> without </doc>: keep what we have, start anew
-            yield doc
-            doc = Document(f"{path}:{offset}", [])
-            expect_title = True
-            continue
-        if not s:
-            continue
-        if expect_title:
-            expect_title = False  # the title line is not a sentence
-            continue
-        doc.paragraphs.append(s)
-    if doc is not None:
-        counters[C.UNCLOSED_DOC] += 1
-        yield doc
-
-
-def parse_text(lines: Iterable[Line], path: str, counters: Counter, strip_gutenberg: bool = True) -> Iterator[Document]:
-    """One document per book. A file may hold several Gutenberg books: each ``*** START`` after an ``*** END``
-    starts another book (id ``path:offset`` of its START line; the first keeps the id ``path``). Header and
-    licence lines cut at the markers are counted, never dropped silently."""
-    paragraphs: list[str] = []
-    current: list[str] = []
-    doc_id, kept = path, 0  # kept: non-blank lines of the book so far
-    after_end, yielded = False, False
-    for offset, line in lines:
-        s = line.strip()
-        # A marker line starts with "***" (``s`` is stripped): the two regexes only run on such lines.
-        marker = strip_gutenberg and s.startswith("***")
-        if marker and _GUTENBERG_START.match(s):
-            counters[C.GUTENBERG_STRIPPED] += 1
-            # Lines before a START marker are the header: they go, counted.
-            counters[C.GUTENBERG_LINES_STRIPPED] += kept
-            if after_end:
-                doc_id, after_end = f"{path}:{offset}", False
-            paragraphs, current, kept = [], [], 0
-            continue
-        if after_end:
-            counters[C.GUTENBERG_LINES_STRIPPED] += bool(s)  # the licence, or text of no book
-            continue
-        if marker and _GUTENBERG_END.match(s):
-            counters[C.GUTENBERG_LINES_STRIPPED] += 1  # the marker itself
-            if current:
-                paragraphs.append(" ".join(current))
-            yield Document(doc_id, paragraphs)
-            yielded, after_end, paragraphs, current, kept = True, True, [], [], 0
-            continue
-        if s:
-            current.append(s)
-            kept += 1
-        elif current:
-            paragraphs.append(" ".join(current))
-            current = []
-    if not after_end and (kept or not yielded):
-        if current:
-            paragraphs.append(" ".join(current))
-        yield Document(doc_id, paragraphs)
-
-
-def parse_jsonl(lines: Iterable[Line], path: str, counters: Counter) -> Iterator[Document]:
-    for offset, line in lines:
-        s = line.strip()
-        if not s:
-            continue
-        try:
-            obj = json.loads(s)
-        except json.JSONDecodeError:
-            counters[C.drop(C.MALFORMED_JSON)] += 1
-            counters[C.DOCUMENTS_READ] += 1
-            continue
-        text = obj.get("text") if isinstance(obj, dict) else None
-        if not isinstance(text, str):
-            counters[C.drop(C.MISSING_TEXT)] += 1
-            counters[C.DOCUMENTS_READ] += 1
-            continue
-        # Newlines inside the JSON string are paragraph breaks; clean them as lines.
-        paragraphs = [p for p in (clean_line(x, counters).strip() for x in re.split(r"\r\n|\r|\n", text)) if p]
-        yield Document(f"{path}:{offset}", paragraphs)
-
-
-def parse(
-    lines: Iterable[Line], path: str, input_format: str, counters: Counter, strip_gutenberg: bool = True
-) -> Iterator[Document]:
-    if input_format == "sentences":
-        return parse_sentences(lines, path)
-    if input_format == "wikiextractor":
-        return parse_wikiextractor(lines, path, counters)
-    if input_format == "text":
-        return parse_text(lines, path, counters, strip_gutenberg)
-    if input_format == "jsonl":
-        return parse_jsonl(lines, path, counters)
-    if input_format == "lines":
-        return parse_lines(lines, path)
-    raise ValueError(f"unknown input format {input_format!r}")
+    row: int = 0  # the first row of the range (parquet, arrow): what its documents' ids count from
 
 
 def _parser_view(raw: bytes) -> str:
@@ -251,7 +99,7 @@ def _parser_view(raw: bytes) -> str:
 def is_wikiextractor_anchor(raw: bytes) -> bool:
     """A ``<doc ...>`` line: the parser starts a document there whatever came before (an unclosed document
     is counted and yielded, as the end of input does)."""
-    return b"<" in raw and bool(_WIKI_OPEN.match(_parser_view(raw)))
+    return b"<" in raw and bool(WIKI_OPEN.match(_parser_view(raw)))
 
 
 def is_sentences_anchor(raw: bytes) -> bool:
@@ -281,11 +129,21 @@ def range_bytes_for(total_bytes: int) -> int:
 
 
 def file_ranges(
-    path: str, input_format: str, name: str, size: int, range_bytes: int, mtime: float | None = None
+    path: str,
+    input_format: str,
+    name: str,
+    size: int,
+    range_bytes: int,
+    mtime: float | None = None,
+    text_field: str = "text",
 ) -> list[FileRange]:
-    """The ranges one file is read in: one for a small, compressed or ``text`` file. With ``mtime`` (as listed)
-    each range checks that the file still has that size and time once it is read."""
+    """The ranges one file is read in: one for a small, compressed or ``text`` file; whole units for dumps
+    and tables (``records.record_ranges``). With ``mtime`` (as listed) each range checks that the file still
+    has that size and time once it is read."""
     listed = (size, mtime) if mtime is not None else (-1, 0.0)
+    if input_format in RECORD_FORMATS:
+        ranges = record_ranges(path, input_format, size, range_bytes, text_field)
+        return [FileRange(path, input_format, name, s, e, *listed, row=row) for s, e, row in ranges]
     if not splittable(path, input_format):
         return [FileRange(path, input_format, name, 0, None, *listed)]
     return [FileRange(path, input_format, name, s, e, *listed) for s, e in split_ranges(size, range_bytes)]
@@ -321,10 +179,20 @@ def read_documents(
     start: int = 0,
     end: int | None = None,
     listed: tuple[int, float] = (-1, 0.0),
+    text_field: str = "text",
+    row: int = 0,
 ) -> Iterator[Document]:
     """Every document of one file, or of the range ``[start, end)`` of it, in file order; counts bytes, lines and
-    documents. Document ids are ``name:offset`` (``name`` defaults to the path). ``listed``: the file's size and
-    modification time when it was listed; the run fails if it changed by the time its documents are read."""
+    documents. Document ids are ``name:offset`` (``name`` defaults to the path; ``name:page_id`` and ``name:row``
+    for dumps and tables, ``row`` being the range's first). ``listed``: the file's size and modification time
+    when it was listed; the run fails if it changed by the time its documents are read. ``text_field``: the
+    field (``jsonl``) or column (``parquet``, ``arrow``) that holds the text."""
+    if input_format in RECORD_FORMATS:
+        for doc in read_records(path, input_format, name or path, counters, text_field, start, end, row):
+            counters[C.DOCUMENTS_READ] += 1
+            yield doc
+        check_unchanged(path, *listed)
+        return
     if start == 0 and end is None:
         blocks: Iterable[Block] = cut_blocks(read_chunks(path))
     else:
@@ -335,7 +203,7 @@ def read_documents(
             counters[C.BYTES_READ] += len(raw)
             yield from block_lines(off, raw, counters)
 
-    for doc in parse(lines(), name or path, input_format, counters, strip_gutenberg):
+    for doc in parse(lines(), name or path, input_format, counters, strip_gutenberg, text_field):
         counters[C.DOCUMENTS_READ] += 1
         yield doc
     check_unchanged(path, *listed)
@@ -359,30 +227,48 @@ def batch_documents(
     yield DocumentBatch(batch, counters)
 
 
-def read_range(r: FileRange, strip_gutenberg: bool = True) -> Iterator[DocumentBatch]:
-    """The document batches of one range; the file is counted once, by its range at offset 0."""
-    counters: Counter = Counter()
+def range_documents(
+    r: FileRange, counters: Counter, strip_gutenberg: bool = True, text_field: str = "text"
+) -> Iterator[Document]:
+    """The documents of one range; the file is counted once, by its range at offset 0."""
     if r.start == 0:
         counters[C.FILES_READ] += 1
-    docs = read_documents(r.path, r.format, counters, strip_gutenberg, r.name, r.start, r.end, (r.size, r.mtime))
-    yield from batch_documents(docs, counters)
-
-
-def _ranges_of(file: tuple, range_bytes: int) -> list[FileRange]:
-    # (path, format, name[, size[, mtime]]): without a size (the older 3-tuple) a file is one range; with its
-    # listed mtime, a file that changes before it is read fails the run.
-    path, input_format, name, *rest = file
-    return file_ranges(
-        path, input_format, name, rest[0] if rest else 0, range_bytes, rest[1] if len(rest) > 1 else None
+    listed = (r.size, r.mtime)
+    return read_documents(
+        r.path, r.format, counters, strip_gutenberg, r.name, r.start, r.end, listed, text_field, r.row
     )
 
 
+def read_range(r: FileRange, strip_gutenberg: bool = True, text_field: str = "text") -> Iterator[DocumentBatch]:
+    """The document batches of one range (:func:`range_documents`), the counters with the last."""
+    counters: Counter = Counter()
+    yield from batch_documents(range_documents(r, counters, strip_gutenberg, text_field), counters)
+
+
+def ranges_of(file: tuple, range_bytes: int, text_field: str = "text") -> list[FileRange]:
+    """The ranges of one input ``(path, format, name[, size[, mtime]])``: without a size (the older 3-tuple) a
+    file is one range; with its listed mtime, a file that changes before it is read fails the run."""
+    path, input_format, name, *rest = file
+    mtime = rest[1] if len(rest) > 1 else None
+    return file_ranges(path, input_format, name, rest[0] if rest else 0, range_bytes, mtime, text_field)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSpec:
+    """The read stage: Gutenberg boilerplate cut or kept, the range size big files are split by, the field or
+    column of record formats that holds the text."""
+
+    strip_gutenberg: bool = True
+    range_bytes: int = MIN_RANGE_BYTES
+    text_field: str = "text"
+
+
 class _ReadRangeFn(beam.DoFn):
-    def __init__(self, strip_gutenberg: bool) -> None:
-        self.strip_gutenberg = strip_gutenberg
+    def __init__(self, spec: ReadSpec) -> None:
+        self.spec = spec
 
     def process(self, element: FileRange) -> Iterator[DocumentBatch]:
-        for batch in read_range(element, self.strip_gutenberg):
+        for batch in read_range(element, self.spec.strip_gutenberg, self.spec.text_field):
             C.report(batch.counters)
             yield batch
         c, whole = batch.counters, element.start == 0 and element.end is None
@@ -400,16 +286,17 @@ class ReadDocuments(beam.PTransform):
     the counters are the same whatever ``range_bytes`` is.
     """
 
-    def __init__(self, strip_gutenberg: bool = True, range_bytes: int = MIN_RANGE_BYTES) -> None:
+    def __init__(
+        self, strip_gutenberg: bool = True, range_bytes: int = MIN_RANGE_BYTES, text_field: str = "text"
+    ) -> None:
         super().__init__()
-        self.strip_gutenberg = strip_gutenberg
-        self.range_bytes = range_bytes
+        self.spec = ReadSpec(strip_gutenberg, range_bytes, text_field)
 
     def expand(self, files):
         return (
             files
-            | "SplitFiles" >> beam.FlatMap(_ranges_of, self.range_bytes)
+            | "SplitFiles" >> beam.FlatMap(ranges_of, self.spec.range_bytes, self.spec.text_field)
             # Spread ranges over workers: without it, the runner reads them all in one bundle.
             | "SpreadRanges" >> beam.Reshuffle()
-            | "ReadRange" >> beam.ParDo(_ReadRangeFn(self.strip_gutenberg))
+            | "ReadRange" >> beam.ParDo(_ReadRangeFn(self.spec))
         )

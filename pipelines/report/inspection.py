@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
+import json
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,10 +14,11 @@ from typing import Any
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
+from bertstream.pipelines.common import counters as C
 from bertstream.schemas import pretraining as P
 from bertstream.schemas import tasks as T
 from bertstream.schemas import wds
-from bertstream.schemas.manifest import Manifest, ShardInfo
+from bertstream.schemas.manifest import DOCUMENTS_KIND, Manifest, ShardInfo
 from bertstream.schemas.manifest import load_vocab as load_dataset_vocab
 from bertstream.schemas.vocab import Vocab, VocabError, VocabMismatchError
 
@@ -86,6 +89,9 @@ def _count_rows(data: bytes, fmt: str, manifest: Manifest) -> int:
         if meta["vocab_sha256"] != manifest.vocab_sha256:
             raise ValueError("schema vocab hash differs from the manifest's")
         return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+    if fmt == "jsonl":  # bertprep extract: one JSON object a line, gzipped or not
+        text = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+        return sum(1 for line in text.splitlines() if json.loads(line))
     count = 0
     for sample in iter_tar_samples(data):
         wds.decode_payload(sample[1])
@@ -158,6 +164,15 @@ def decode_instance(inst: dict[str, Any], vocab: Vocab) -> str:
 
 def summary_lines(manifest: Manifest) -> list[str]:
     p, st, c = manifest.shard_parameters, manifest.statistics, manifest.counters
+    if manifest.kind == DOCUMENTS_KIND:  # bertprep extract: text, no vocabulary
+        drops = C.dropped(c)
+        return [
+            f"kind {manifest.kind}, schema v{manifest.schema_version}: {len(manifest.shards)} files of JSON lines "
+            f"({manifest.totals['bytes'].get('jsonl', 0) / 1e6:.1f} MB)",
+            f"documents: {c.get(C.DOCUMENTS_READ, 0)} read, {manifest.totals.get('documents', 0)} written, "
+            f"{sum(drops.values())} dropped"
+            + (f" ({', '.join(f'{k}: {v}' for k, v in drops.items())})" if drops else ""),
+        ]
     lines = [
         f"kind {manifest.kind}, schema v{manifest.schema_version}, vocab {manifest.vocab['size']} tokens "
         f"(sha256 {manifest.vocab['sha256'][:12]}…, {'uncased' if manifest.vocab.get('lowercase') else 'cased'})",

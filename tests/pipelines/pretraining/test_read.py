@@ -14,11 +14,11 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.files import InputError, iter_lines
+from bertstream.pipelines.pretraining.line_formats import parse_wikiextractor
 from bertstream.pipelines.pretraining.read import (
     FileRange,
     ReadDocuments,
     file_ranges,
-    parse_wikiextractor,
     range_bytes_for,
     read_documents,
     read_range,

@@ -1,0 +1,166 @@
+"""The whole pipeline from a MediaWiki dump against the same articles as JSON lines, and peak memory in the dump's
+size: one run, every figure a ratio of two measured in it (the machine may be shared: it says its load).
+
+1. The read stage alone on the shared enwiki dump (``read_documents``), and its parts: bzip2 decompression, XML
+   to pages, wikitext to text.
+2. ``bertprep pretraining`` from the dump (``mediawiki:``) and from the JSON lines of its articles (written by
+   ``bertprep extract`` from that dump: the same documents), each on the dump and on a dump four times its size
+   (its pages four times, page ids renumbered, one bzip2 stream as Wikimedia's non-multistream files),
+   alternately, ``--runs`` times each, the best counted. A run's fixed cost (start, Beam) cancels in x4 - x1:
+   extraction's share of the time the text costs is ``1 - jsonl / dump`` there.
+3. Peak resident memory (``ru_maxrss`` of the command's process; Beam's in-process runner) of ``bertprep extract``
+   and ``bertprep pretraining`` on x1 and x4, and the ratios.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/wikipedia_pipeline.py [--runs 2] [--dupe-factor 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DUMP = SHARED / "pretrain" / "wikidump" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+_PAGE_ID = re.compile(rb"(<ns>-?\d+</ns>\s*<id>)(\d+)(</id>)")
+
+
+def bertprep(*args: str) -> tuple[float, int]:
+    """Run ``bertprep ARGS`` in a child process: its wall seconds and peak RSS in bytes."""
+    code = "from bertstream.pipelines.cli import main; main()"
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t
+    output = proc.stdout.read().decode() if proc.stdout else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"bertprep {' '.join(args)} failed:\n{output}")
+    return seconds, usage.ru_maxrss * 1024  # KiB on Linux
+
+
+def repeated_dump(xml: bytes, copies: int) -> bytes:
+    """The dump's pages ``copies`` times in one export, page ids renumbered so that each stays unique."""
+    head, sep, rest = xml.partition(b"  <page>")
+    body, end, tail = rest.rpartition(b"</mediawiki>")
+    pages = sep + body
+    parts = [head]
+    for k in range(copies):
+        parts.append(_PAGE_ID.sub(lambda m, k=k: m[1] + str(int(m[2]) + k * 10_000_000).encode() + m[3], pages))
+    parts.append(end + tail)
+    return b"".join(parts)
+
+
+def timed(fn, runs: int) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def read_breakdown(runs: int) -> tuple[float, float]:
+    """Print where the read stage's time goes on the dump (one thread, best of ``runs``); its MB of XML, text."""
+    from bertstream.pipelines.pretraining.mediawiki import drop_reason, read_pages
+    from bertstream.pipelines.pretraining.read import read_documents
+    from bertstream.pipelines.pretraining.wikitext import wikitext_paragraphs
+
+    raw = DUMP.read_bytes()
+    xml = bz2.decompress(raw)
+    pages = [p for p in read_pages(io.BytesIO(xml), name="dump") if drop_reason(p) is None and p.text]
+    docs = list(read_documents(str(DUMP), "mediawiki", Counter()))
+    xml_mb = len(xml) / 1e6
+    text_mb = sum(len(p.encode()) + 1 for d in docs for p in d.paragraphs) / 1e6
+    parts = {
+        "bzip2 decompression": timed(lambda: bz2.decompress(raw), runs),
+        "XML to pages": timed(lambda: list(read_pages(io.BytesIO(xml), name="dump")), runs),
+        "wikitext to text": timed(lambda: [wikitext_paragraphs(p.text) for p in pages], runs),
+    }
+    whole = timed(lambda: list(read_documents(str(DUMP), "mediawiki", Counter())), runs)
+    print(
+        f"read stage (one thread, best of {runs}): {whole:.2f} s for {len(raw) / 1e6:.1f} MB of bz2, {xml_mb:.1f} MB "
+        f"of XML -> {text_mb:.1f} MB of text ({xml_mb / whole:.1f} MB/s of XML, {len(raw) / 1e6 / whole:.2f} MB/s of bz2)"
+    )
+    for name, seconds in parts.items():
+        print(f"  {name:20s} {seconds:5.2f} s  {seconds / whole:4.0%}  {xml_mb / seconds:5.1f} MB/s of XML")
+    return xml_mb, text_mb
+
+
+def read_seconds(copies: int) -> float:
+    """The read stage on the dump, ``copies`` times, best of 3."""
+    from bertstream.pipelines.pretraining.read import read_documents
+
+    return copies * timed(lambda: list(read_documents(str(DUMP), "mediawiki", Counter())), 3)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=2, help="timed runs of each; the best counts")
+    ap.add_argument("--dupe-factor", type=int, default=10, help="BERT's default is 10")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    with tempfile.TemporaryDirectory(prefix="wikipedia-bench-") as tmp:
+        work = Path(tmp)
+        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} (shared with other jobs)")
+        xml_mb, text_mb = read_breakdown(max(args.runs, 3))
+
+        big = work / "enwiki-4x.xml.bz2"
+        big.write_bytes(bz2.compress(repeated_dump(bz2.decompress(DUMP.read_bytes()), 4), 9))
+        vocab = work / "vocab"
+        bertprep("vocab", "--input", f"mediawiki:{DUMP}", "--output", str(vocab), "--vocab-size", "8000")
+        dumps = {1: DUMP, 4: big}
+        rss: dict[str, int] = {}
+        inputs: dict[str, list[str]] = {}
+        for copies, path in dumps.items():
+            s, rss[f"extract x{copies}"] = bertprep(
+                "extract", "--input", f"mediawiki:{path}", "--output", str(work / f"j{copies}")
+            )
+            if copies == 1:
+                print(f"bertprep extract x1: {s:.1f} s")
+            jsonl = sorted((work / f"j{copies}").glob("documents-*.jsonl.gz"))
+            inputs[f"dump x{copies}"] = [f"mediawiki:{path}"]
+            inputs[f"jsonl x{copies}"] = [f"jsonl:{p}" for p in jsonl]
+
+        common = ["--vocab", str(vocab / "vocab.txt"), "--dupe-factor", str(args.dupe_factor), "--overwrite"]
+        best = {k: float("inf") for k in inputs}
+        for _ in range(args.runs):
+            for kind, given in inputs.items():  # alternated, so that a change in the load hits each alike
+                flags = [x for g in given for x in ("--input", g)]
+                out = work / ("shards-" + kind.replace(" ", ""))
+                s, peak = bertprep("pretraining", *flags, "--output", str(out), *common)
+                best[kind], rss[f"pretraining {kind}"] = (
+                    min(best[kind], s),
+                    max(rss.get(f"pretraining {kind}", 0), peak),
+                )
+        print(f"bertprep pretraining, dupe factor {args.dupe_factor}, in-process runner, best of {args.runs}:")
+        for kind, seconds in best.items():
+            print(f"  {kind:10s} {seconds:6.1f} s")
+        # The fixed cost of a run (start, Beam, vocabulary) cancels in x4 - x1: what 3 dumps' worth of text costs.
+        dump, jsonl = best["dump x4"] - best["dump x1"], best["jsonl x4"] - best["jsonl x1"]
+        print(
+            f"  per 3 dumps' worth (x4 - x1): from the dump {dump:.1f} s, from JSON lines {jsonl:.1f} s: extraction "
+            f"{1 - jsonl / dump:.0%} of the dump run's time; {3 * xml_mb / dump:.2f} MB/s of XML, "
+            f"{3 * text_mb / dump:.2f} MB/s of text end to end (the JSON lines: {3 * text_mb / jsonl:.2f} MB/s of text)"
+        )
+        read = read_seconds(3)
+        print(
+            f"  the read stage alone on 3 dumps: {read:.1f} s, {read / (read + jsonl):.0%} of it plus the JSON lines' "
+            "x4 - x1 (the other estimate of extraction's share: steadier when the load moves)"
+        )
+        print(f"peak RSS, dump x1 -> x4 ({xml_mb:.0f} -> {4 * xml_mb:.0f} MB of XML):")
+        for what in ("extract", "pretraining dump", "pretraining jsonl"):
+            one, four = rss[f"{what} x1"], rss[f"{what} x4"]
+            print(f"  {what:18s} {one / 2**20:5.0f} -> {four / 2**20:5.0f} MiB ({four / one:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Configuration of ``bertprep extract`` (:mod:`bertstream.pipelines.extract` runs it): light to import, since the
+command line builds its flags from these fields before any Beam code loads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bertstream.cli.errors import check
+from bertstream.cli.options import opt, section
+from bertstream.pipelines.common.formats import FORMATS, TEXT_FIELD, TEXT_FIELD_HELP, text_field_problem
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExtractConfig:
+    """What shapes the written documents: how the input is read (the read stage's settings) and whether the
+    ``documents-*`` files (one for each range the read stage reads) are gzipped."""
+
+    input_format: str = opt("sentences", flag="--format", choices=FORMATS, show=True)
+    text_field: str = opt(TEXT_FIELD, TEXT_FIELD_HELP, show=True)
+    strip_gutenberg: bool = opt(
+        True, "Keep Project Gutenberg headers and licences.", flag="--keep-gutenberg", negate=True
+    )
+    gzip: bool = opt(
+        True, "Write documents-*.jsonl.gz (gzip) or documents-*.jsonl.", flag="--gzip/--no-gzip", show=True
+    )
+
+    def __post_init__(self) -> None:
+        check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
+        check(text_field_problem(self.text_field) is None, "text_field", text_field_problem(self.text_field) or "")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExtractJob:
+    """One ``bertprep extract`` run: the ``--input`` patterns, the output folder and the :class:`ExtractConfig`."""
+
+    inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable); gz/bz2/zst by extension.", flag="--input")
+    output: str = opt(help="Output folder (local or URL).", after="input_format")
+    config: ExtractConfig = section(ExtractConfig)
+    overwrite: bool = opt(False, "Replace documents already in --output.")
+    beam_args: tuple[str, ...] = opt((), cli=False)  # any other --option: Beam pipeline options
