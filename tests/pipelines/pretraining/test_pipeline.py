@@ -126,6 +126,11 @@ def test_same_shards_with_two_worker_processes_and_any_input_order(tmp_path, dem
     assert shard_digests(tmp_path / "a") == shard_digests(tmp_path / "b")
     assert len(shard_digests(tmp_path / "a")) == 6
     assert a.manifest.statistics == b.manifest.statistics and a.manifest.counters == b.manifest.counters
+    # each worker process loaded the fast tokenizer itself (a worker that fell back would be counted and named)
+    assert (
+        b.manifest.run["tokenizer"] == a.manifest.run["tokenizer"]
+        and "fallback_documents" not in a.manifest.run["tokenizer"]
+    )
 
 
 def test_many_small_spill_files_give_the_same_shards(tmp_path, demo_corpus, demo_vocab, monkeypatch):
