@@ -7,13 +7,19 @@ from dataclasses import dataclass
 
 from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
-from bertstream.pipelines.common.formats import FORMATS
+from bertstream.pipelines.common.formats import FORMAT_CHOICES
 from bertstream.schemas.vocab import SPECIAL_TOKENS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class VocabConfig:
-    input_format: str = opt("sentences", flag="--format", choices=FORMATS, show=True)
+    input_format: str = opt(
+        "sentences",
+        "Input layout; auto: judged from each input's first lines.",
+        flag="--format",
+        choices=FORMAT_CHOICES,
+        show=True,
+    )
     vocab_size: int = opt(30522, show=True)
     lowercase: bool = opt(True, flag="--lowercase/--cased", show=True)
     # 0: the whole corpus
@@ -23,7 +29,11 @@ class VocabConfig:
     seed: int = opt(12345, show=True)
 
     def __post_init__(self) -> None:
-        check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
+        check(
+            self.input_format in FORMAT_CHOICES,
+            "input_format",
+            f"must be one of {FORMAT_CHOICES}, got {self.input_format!r}",
+        )
         lo = len(SPECIAL_TOKENS) + 10
         check(lo <= self.vocab_size <= 1_000_000, "vocab_size", f"must be in [{lo}, 1000000], got {self.vocab_size}")
         check(self.sample_bytes >= 0, "sample_bytes", f"must be >= 0, got {self.sample_bytes}")
@@ -36,5 +46,5 @@ class VocabJob:
 
     inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable).", flag="--input")
     output: str = opt(help="Folder for vocab.txt and tokenizer.json.", path="dir", exists=False, after="input_format")
-    config: VocabConfig = section(VocabConfig)
+    config: VocabConfig = section(VocabConfig, input_format="auto")
     overwrite: bool = opt(False, "Replace a vocabulary already in --output.")
