@@ -18,20 +18,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install torch==2.13.0
 	@echo "setup 4/4: bertstream itself, editable, with the trainer's and the tests' extras (Beam, pyarrow, tokenizers, transformers, ...; a few minutes)"
 	$(BIN)/pip install -e '.[train,test]'
-	@$(MAKE) --no-print-directory browser
 	touch $(STAMP)
 	@echo "setup done: $(VENV) is ready"
 
 setup: $(STAMP)
 
-# Debian's chromium, for the test that renders `bertprep report` pages headless; needs root and apt-get,
-# otherwise those tests skip and say why. Never fails the set-up.
+# Opt-in, never part of set-up: Debian's chromium (about 330 MB, installed as root with apt-get) for the one
+# test that renders `bertprep report` pages headless. Without it that test skips and names this target.
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; }; } || \
-	echo "setup: chromium not installed (needs root and apt-get); the report's browser tests will skip"
+	echo "browser: chromium not installed (needs root and apt-get); the report's browser test will skip"
 
 # The main job on the embedded default (in-process Beam runner, local files, CPU).
 demo: $(STAMP)

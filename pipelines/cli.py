@@ -106,7 +106,7 @@ def extract(ctx: click.Context, **values: Any) -> None:
 
 
 def _print_summary(result) -> None:
-    from bertstream.pipelines.report.inspection import summary_lines
+    from bertstream.pipelines.report.inspection import manifest_warning, summary_lines
 
     m = result.manifest
     click.echo(
@@ -117,6 +117,9 @@ def _print_summary(result) -> None:
     for line in summary_lines(m):
         click.echo("  " + line)
     click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files")
+    warning = manifest_warning(m)  # last, where it is seen: the run succeeded on data it likely misread
+    if warning:
+        click.echo(warning)
 
 
 @main.command("demo-corpus", context_settings=HELP)

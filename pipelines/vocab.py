@@ -26,7 +26,7 @@ from tokenizers import trainers
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.inputs import InputFile, resolve_inputs
+from bertstream.pipelines.common.inputs import InputFile, input_format_of, resolve_inputs
 from bertstream.pipelines.common.output_dir import OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.pretraining.read import read_documents
@@ -167,6 +167,7 @@ def train_vocab(
     record = {
         "inputs": [redact_text(i) for i in inputs],
         **{k: getattr(cfg, k) for k in cfg.__slots__},
+        "input_format": input_format_of(files),  # as read: --format auto's choice, or each input's own
         "vocab_sha256": vocab.sha256,
         "counters": dict(counters),
     }

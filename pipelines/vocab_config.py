@@ -7,13 +7,19 @@ from dataclasses import dataclass
 
 from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
-from bertstream.pipelines.common.formats import FORMATS, TEXT_FIELD, TEXT_FIELD_HELP, text_field_problem
+from bertstream.pipelines.common.formats import FORMAT_CHOICES, TEXT_FIELD, TEXT_FIELD_HELP, text_field_problem
 from bertstream.schemas.vocab import SPECIAL_TOKENS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class VocabConfig:
-    input_format: str = opt("sentences", flag="--format", choices=FORMATS, show=True)
+    input_format: str = opt(
+        "sentences",
+        "Input layout; auto: judged from each input's first bytes.",
+        flag="--format",
+        choices=FORMAT_CHOICES,
+        show=True,
+    )
     text_field: str = opt(TEXT_FIELD, TEXT_FIELD_HELP, show=True)
     vocab_size: int = opt(30522, show=True)
     lowercase: bool = opt(True, flag="--lowercase/--cased", show=True)
@@ -24,7 +30,11 @@ class VocabConfig:
     seed: int = opt(12345, show=True)
 
     def __post_init__(self) -> None:
-        check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
+        check(
+            self.input_format in FORMAT_CHOICES,
+            "input_format",
+            f"must be one of {FORMAT_CHOICES}, got {self.input_format!r}",
+        )
         check(text_field_problem(self.text_field) is None, "text_field", text_field_problem(self.text_field) or "")
         lo = len(SPECIAL_TOKENS) + 10
         check(lo <= self.vocab_size <= 1_000_000, "vocab_size", f"must be in [{lo}, 1000000], got {self.vocab_size}")
@@ -38,5 +48,5 @@ class VocabJob:
 
     inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable).", flag="--input")
     output: str = opt(help="Folder for vocab.txt and tokenizer.json.", path="dir", exists=False, after="input_format")
-    config: VocabConfig = section(VocabConfig)
+    config: VocabConfig = section(VocabConfig, input_format="auto")
     overwrite: bool = opt(False, "Replace a vocabulary already in --output.")

@@ -245,15 +245,22 @@ def decode_sample(sample: dict[str, Any] | bytes | bytearray | memoryview) -> di
     """Decode one sample into numpy fields: a raw webdataset sample dict (``__key__``, ``bert``), or its
     ``.bert`` bytes themselves (``decode_sample(sample["bert"])`` reads as it should too).
 
-    The arrays are writable (they view one private copy of the payload, a few hundred bytes), so torch's
-    ``default_collate`` and ``torch.from_numpy`` take them without the "NumPy array is not writable" warning
-    that views of immutable ``bytes`` raise."""
+    The arrays are int64 and writable, one copy of a few hundred bytes: ``nn.Embedding`` and indexing take int64
+    (the shard's own uint16 ids fail there: "Expected ... Long, Int; but got CPUUInt16Type"), and torch's
+    ``default_collate`` and ``torch.from_numpy`` take them without the "NumPy array is not writable" warning that
+    views of immutable ``bytes`` raise. :func:`decode_payload` keeps the stored widths, as views."""
     if isinstance(sample, (bytes, bytearray, memoryview)):
-        return decode_payload(bytearray(sample), source="sample")
+        return _for_torch(decode_payload(sample, source="sample"))
     key = sample.get("__key__", "?")
     payload = sample.get(EXTENSION)
     if payload is None:
         raise SchemaError(
             f"sample {key}: no .{EXTENSION} member (members: {sorted(k for k in sample if not k.startswith('__'))})"
         )
-    return decode_payload(bytearray(payload), source=f"sample {key}")
+    return _for_torch(decode_payload(payload, source=f"sample {key}"))
+
+
+def _for_torch(decoded: dict[str, Any]) -> dict[str, Any]:
+    for k in ("input_ids", "masked_lm_positions", "masked_lm_ids"):
+        decoded[k] = decoded[k].astype(np.int64)  # a copy: writable, whatever the payload was
+    return decoded

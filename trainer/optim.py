@@ -151,5 +151,17 @@ class WarmupLinearDecay:
         return max(0.0, (self.total - step) / max(1, self.total - decay_start))
 
 
+def warmup_note(warmup: int, total: int) -> str | None:
+    """One line when the warm-up does not end before the run does: the rate never gets to ``--lr`` (a 30-step
+    trial under the default 1,000 warm-up steps trains at 3% of it and looks as if it learned nothing). A warning,
+    not a rescaled warm-up: the flag keeps its meaning, and a resumed run its schedule."""
+    if total <= 0 or warmup < total:
+        return None
+    return (
+        f"warning: --warmup-steps {warmup} >= --max-steps {total}: the whole run is warm-up, the learning rate "
+        f"reaches {total / warmup:.0%} of --lr and never decays (a tenth of the run: --warmup-steps {max(1, total // 10)})"
+    )
+
+
 def build_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int, schedule: str = "linear") -> LambdaLR:
     return LambdaLR(optimizer, WarmupLinearDecay(warmup, total, schedule))

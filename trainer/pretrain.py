@@ -30,7 +30,7 @@ from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import MetricsLogger, Throughput
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig, pretraining_flops
-from bertstream.trainer.optim import build_optimizer, build_scheduler
+from bertstream.trainer.optim import build_optimizer, build_scheduler, warmup_note
 from bertstream.trainer.pretrain_inputs import (
     OpenedData,
     check_seq_length,
@@ -307,8 +307,9 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
 def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
     run_dir = Path(cfg.run.output)
-    for note in input_notes(cfg):
-        R.log(note, info)
+    for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
+        if note:
+            R.log(note, info)
     restored = plan_run_dir(cfg)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)

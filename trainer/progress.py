@@ -3,11 +3,14 @@
 On a terminal it is tqdm's bar, as ``transformers`` and ``accelerate`` show it: step N/total, elapsed, ETA and
 rate, with the latest logged figures (loss, ...) after it. When stderr is not a terminal (CI, a log file,
 ``nohup``) a bar would be a stream of carriage returns, so every logged step prints one plain line instead,
-with the same facts: ``step 50/600 (8%), 1.52 step/s, elapsed 0:33, ETA 6:02: loss 7.1234 ...``.
+with the same facts: ``step 50/600 (8%), 1.52 step/s, elapsed 0:33, ETA 6:02: loss 7.1234 ...``. So does a
+terminal of no width (a pseudo-terminal left at 0x0 by ``script`` or some ``docker exec -t``): tqdm fits its bar
+to 0 columns there and draws nothing at all.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -29,6 +32,15 @@ def write(line: str, stream: TextIO | None = None) -> None:
         stream.flush()
 
 
+def drawable(stream: TextIO) -> bool:
+    """Whether a bar can be drawn on ``stream``: a terminal that reports a width (``COLUMNS`` does not count:
+    tqdm asks the terminal itself)."""
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns > 0
+    except (OSError, ValueError):  # no file descriptor (a StringIO), or a closed one
+        return False
+
+
 def clock(seconds: float) -> str:
     """``0:33``, ``6:02``, ``1:02:03``: tqdm's own notation, so both modes read alike."""
     s = int(seconds)
@@ -38,7 +50,7 @@ def clock(seconds: float) -> str:
 
 class Progress:
     """Steps ``initial..total`` of one run. ``enabled`` is false on every rank but 0: nothing is printed there.
-    ``interactive`` defaults to whether ``stream`` (stderr) is a terminal."""
+    ``interactive`` defaults to whether ``stream`` (stderr) is a terminal with a width."""
 
     def __init__(
         self,
@@ -53,7 +65,7 @@ class Progress:
         global _active
         self.total, self.step, self.enabled = total, initial, enabled
         self.stream = stream or sys.stderr
-        self.interactive = enabled and (self.stream.isatty() if interactive is None else interactive)
+        self.interactive = enabled and (drawable(self.stream) if interactive is None else interactive)
         self._initial, self._t0 = initial, time.monotonic()
         self._bar = None
         if self.interactive:

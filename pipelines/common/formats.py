@@ -7,6 +7,8 @@ from __future__ import annotations
 LINE_FORMATS = ("sentences", "wikiextractor", "text", "jsonl", "lines")
 RECORD_FORMATS = ("mediawiki", "parquet", "arrow")
 FORMATS = LINE_FORMATS + RECORD_FORMATS
+AUTO = "auto"  # --format auto: one of FORMATS per --input, judged from its content (common/format_detect.py)
+FORMAT_CHOICES = (AUTO, *FORMATS)
 OUTPUT_FORMATS = ("arrow", "webdataset", "both")
 ARROW_COMPRESSIONS = ("zstd", "lz4", "none")
 

@@ -22,7 +22,7 @@ from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.formats import FORMATS
+from bertstream.pipelines.common.formats import AUTO, FORMATS
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +297,8 @@ def resolve_inputs(
             raise UsageError("input", f"{raw!r}: unknown input format {prefix!r} (the formats: {', '.join(formats)})")
         if not matched.files:
             raise UsageError("input", _nothing_matched(raw, fmt, pattern))
+        if fmt == AUTO:
+            fmt = _detected(pattern, sorted(m.path for m in matched.files))
         loops += matched.loops_cut
         listed += [(m, fmt) for m in matched.files]
     # One path per local file: the one without a link in it (a path that is its own real path), else the first.
@@ -324,6 +326,16 @@ def resolve_inputs(
     return [
         InputFile(p, found[p][0], found[p][1], name=n, mtime=found[p][2]) for p, n in zip(paths, relative_names(paths))
     ]
+
+
+def _detected(pattern: str, paths: list[str]) -> str:
+    """``--format auto``: the layout of one input's files, said in one line with its evidence."""
+    from bertstream.pipelines.common import counters as C
+    from bertstream.pipelines.common.format_detect import detect_files
+
+    found = detect_files(pattern, paths)
+    C.progress(f"--format auto: {pattern} read as {found.format} ({found.why}); --format chooses another")
+    return found.format
 
 
 def input_format_of(files: list[InputFile]) -> str | dict[str, str]:

@@ -10,7 +10,7 @@ from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
 from bertstream.pipelines.common.formats import (
     ARROW_COMPRESSIONS,
-    FORMATS,
+    FORMAT_CHOICES,
     OUTPUT_FORMATS,
     TEXT_FIELD,
     TEXT_FIELD_HELP,
@@ -25,7 +25,13 @@ MAX_DEDUP_NGRAM = 64
 class PretrainingConfig:
     """Everything that shapes the instances. Two runs with equal configs and inputs write equal shards."""
 
-    input_format: str = opt("wikiextractor", flag="--format", choices=FORMATS, show=True)
+    input_format: str = opt(
+        "wikiextractor",
+        "Input layout; auto: judged from each input's first bytes.",
+        flag="--format",
+        choices=FORMAT_CHOICES,
+        show=True,
+    )
     text_field: str = opt(TEXT_FIELD, TEXT_FIELD_HELP, show=True)
     max_seq_length: int = opt(128, show=True)
     max_predictions_per_seq: int = opt(20, show=True)
@@ -62,7 +68,11 @@ class PretrainingConfig:
     dedup_threshold: float = opt(0.8, "MinHash Jaccard threshold.", show=True)
 
     def __post_init__(self) -> None:
-        check(self.input_format in FORMATS, "input_format", f"must be one of {FORMATS}, got {self.input_format!r}")
+        check(
+            self.input_format in FORMAT_CHOICES,
+            "input_format",
+            f"must be one of {FORMAT_CHOICES}, got {self.input_format!r}",
+        )
         check(text_field_problem(self.text_field) is None, "text_field", text_field_problem(self.text_field) or "")
         check(8 <= self.max_seq_length <= 65535, "max_seq_length", f"must be in [8, 65535], got {self.max_seq_length}")
         check(
@@ -157,7 +167,7 @@ class PretrainingJob:
     inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable); gz/bz2/zst by extension.", flag="--input")
     vocab: str = opt(help="vocab.txt or tokenizer.json (local or URL).", after="input_format")
     output: str = opt(help="Output folder (local or URL).", after="vocab")
-    config: PretrainingConfig = section(PretrainingConfig, input_format="sentences")
+    config: PretrainingConfig = section(PretrainingConfig, input_format="auto")
     casing: bool | None = opt(
         None,
         "Casing (default: from tokenizer.json; lowercase for vocab.txt).",

@@ -231,3 +231,49 @@ def summary_lines(manifest: Manifest) -> list[str]:
             f"run: {run.get('runner')}, {run['seconds']:.1f} s, {run.get('input_mb_per_s', 0):.2f} MB/s of input"
         )
     return lines
+
+
+def degenerate_warning(
+    counters: dict[str, Any], statistics: dict[str, Any], input_format: Any, max_seq_length: int
+) -> str | None:
+    """One line when a pretraining dataset's figures say its input was likely read in the wrong layout (it ran,
+    exit 0, and would train on garbage): one document, no IsNext pair, or "sentences" longer than a sequence.
+    None for a healthy dataset."""
+    instances = statistics.get("instances", 0)
+    if not instances:
+        return None
+    documents, sentences = counters.get("documents_used", 0), counters.get("sentences", 0)
+    is_next = statistics["next_sentence"]["is_next"]
+    per_sentence = counters.get("tokens", 0) / max(sentences, 1)
+    seen = []
+    if documents <= 1:
+        seen.append(f"{documents} document")
+    if is_next < 0.02:
+        seen.append(f"IsNext {is_next:.3f}")
+    if per_sentence > max_seq_length:
+        seen.append(f"sentences of {per_sentence:.0f} tokens on average, longer than max_seq_length {max_seq_length}")
+    if not seen:
+        return None
+    if input_format == "sentences" and (is_next < 0.02 or per_sentence > max_seq_length):
+        cause = (
+            "--format sentences takes each line as one sentence and a blank line as the end of a document: lines "
+            "that hold paragraphs are text (--format text), a document per line is --format lines"
+        )
+    elif documents <= 1:
+        cause = (
+            f"--format {input_format} found one document; the next-sentence task needs many (text: one a file; "
+            "sentences: a blank line between them; or --format lines, jsonl, wikiextractor)"
+        )
+    else:
+        cause = f"the input's layout may not be --format {input_format}'s (see bertprep pretraining --help)"
+    return f"warning: degenerate data ({'; '.join(seen)}): {cause}"
+
+
+def manifest_warning(manifest: Manifest) -> str | None:
+    """:func:`degenerate_warning` of a pretraining dataset's manifest."""
+    if manifest.kind != P.KIND:
+        return None
+    p = manifest.parameters
+    return degenerate_warning(
+        manifest.counters, manifest.statistics, p.get("input_format"), int(p.get("max_seq_length", 128))
+    )

@@ -289,7 +289,8 @@ def test_bertprep_jobs_build_from_flags_and_keep_the_keyword_forms():
     from bertstream.pipelines.tasks.config import ClassificationJob
 
     job = options.build(PretrainingJob, inputs=["a"], vocab="v", output="o", no_strip_gutenberg=True)
-    assert job.config == PretrainingConfig(input_format="sentences", strip_gutenberg=False)
+    # the command line judges the layout (--format auto); the library default stays a format of its own
+    assert job.config == PretrainingConfig(input_format="auto", strip_gutenberg=False)
     assert job.casing is None and job.inputs == ("a",)
     job = options.build(ClassificationJob, inputs=["a"], vocab="v", output="o", glue="sst2", labels=["x"])
     assert job.io.inputs == ("a",) and job.label_source.labels == ("x",) and job.max_seq_length == 128

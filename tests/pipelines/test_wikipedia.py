@@ -145,3 +145,17 @@ def test_parquet_arrow_and_json_lines_of_the_same_text_give_the_same_documents_s
         )
     assert len(seen["jsonl"][0]) > 10 and len(seen["jsonl"][2]) > 10_000
     assert seen["parquet"] == seen["jsonl"] == seen["arrow"]
+
+
+def test_auto_knows_a_dump_parquet_and_a_saved_dataset_by_their_bytes(same_text, dump, tmp_path):
+    """``--format auto`` (the default) reads each without its prefix: a bzip2 dump by its ``<mediawiki>`` root,
+    Parquet and Arrow by their magic bytes (an Arrow IPC file too); line formats are never tried on them."""
+    plain = {fmt: value.split(":", 1)[1] for fmt, value in same_text.items()}
+    ipc = tmp_path / "corpus.arrow"
+    with pa.ipc.new_file(ipc, pq.read_schema(plain["parquet"])) as writer:
+        writer.write_table(pq.read_table(plain["parquet"]))
+    cases = {"mediawiki": str(dump), "parquet": plain["parquet"], "arrow": plain["arrow"], "arrow file": str(ipc)}
+    for expected, path in cases.items():
+        files = resolve_inputs([path], "auto")
+        assert {f.format for f in files} == {expected.split()[0]}, (expected, path)
+    assert {f.format for f in resolve_inputs([plain["jsonl"]], "auto")} == {"jsonl"}

@@ -70,6 +70,20 @@ def test_decode_sample_takes_the_sample_or_its_bert_bytes_and_gives_writable_arr
     assert payload == wds.encode_instance(np.array([2, 5, 6, 3]), 2, np.array([1, 2]), np.array([9, 8]), 0, 7, 2)
 
 
+def test_decode_sample_gives_ids_an_embedding_takes():
+    # the shard stores uint16 ids; torch's nn.Embedding refuses a uint16 tensor ("... got CPUUInt16Type")
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import default_collate
+
+    payload = wds.encode_instance(np.array([2, 5, 6, 3]), 2, np.array([1, 2]), np.array([9, 8]), 0, 7, 2)
+    assert wds.decode_payload(payload)["input_ids"].dtype == np.uint16  # the stored width, kept by the raw view
+    batch = default_collate([wds.decode_sample(payload)])
+    assert {batch[k].dtype for k in ("input_ids", "masked_lm_positions", "masked_lm_ids")} == {torch.int64}
+    embedded = torch.nn.Embedding(10, 4)(batch["input_ids"])
+    assert embedded.shape == (1, 4, 4)
+    assert batch["masked_lm_ids"].tolist() == [[9, 8]]
+
+
 def test_manifest_round_trip_and_version_check():
     shard = ShardInfo(shard_name("pretrain", 3, 8, "arrow"), "arrow", 10, 100, "0" * 64)
     assert shard.path == "pretrain-00003-of-00008.arrow"

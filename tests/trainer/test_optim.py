@@ -7,7 +7,7 @@ import pytest
 from bertstream.trainer.finetune.heads import BertForSequenceClassification, BertForTokenClassification
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import bert_mini
-from bertstream.trainer.optim import build_optimizer, build_scheduler, depth
+from bertstream.trainer.optim import build_optimizer, build_scheduler, depth, warmup_note
 
 CONFIG = bert_mini(500)  # 4 layers
 
@@ -87,3 +87,14 @@ def test_a_resume_keeps_the_wsd_schedule_when_max_steps_moves():
     assert extend_schedule(sched, 10, 200, "wsd") == 100
     assert sched.lr_lambdas[0].schedule == "wsd" and sched.lr_lambdas[0].total == 200
     assert opt.param_groups[0]["lr"] == 1.0  # step 50 of 200 is in the stable part
+
+
+def test_a_warm_up_as_long_as_the_run_is_named_in_one_line():
+    # --max-steps 30 under the default 1,000 warm-up steps: the rate climbs to 3% of --lr and the loss stays put
+    note = warmup_note(1000, 30)
+    assert note == (
+        "warning: --warmup-steps 1000 >= --max-steps 30: the whole run is warm-up, the learning rate reaches 3% of "
+        "--lr and never decays (a tenth of the run: --warmup-steps 3)"
+    )
+    assert warmup_note(30, 30) is not None and "reaches 100%" in str(warmup_note(30, 30))
+    assert warmup_note(29, 30) is None and warmup_note(0, 30) is None

@@ -376,6 +376,8 @@ def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path)
     )
     out, _ = p.communicate(timeout=600)
     assert p.returncode == 0, out
+    # 3 steps under the default 1,000 warm-up steps: said once, before the run
+    assert out.count("warning: --warmup-steps 1000 >= --max-steps 3: the whole run is warm-up") == 1, out
     rows = read_metrics(run)
     assert len(rows) == 3 and all("nsp_loss" not in r and "nsp_accuracy" not in r for r in rows)
     assert all(r["loss"] == r["mlm_loss"] for r in rows)

@@ -10,8 +10,10 @@ import subprocess
 import sys
 import time
 
-from bertstream.trainer.progress import Progress, clock
-from tests.terminal import on_terminal
+import pytest
+
+from bertstream.trainer.progress import Progress, clock, drawable
+from tests.terminal import on_terminal, sized_pty
 
 # step N/total (pct), rate, elapsed, ETA, then the logged figures
 LINE = re.compile(r"\[berttrain\] step (\d+)/(\d+) \((\d+)%\), [\d.e+]+ step/s, elapsed \d+:\d\d, ETA (\d+:\d\d|\?): ")
@@ -66,25 +68,52 @@ def test_pretrain_prints_progress_lines_to_a_pipe(demo_shards, tmp_path):
     assert run.stdout.count("trained to step 4") == 1
 
 
-def test_pretrain_draws_a_tqdm_bar_on_a_terminal(demo_shards, tmp_path):
-    out: list[subprocess.Popen] = []
+@pytest.mark.parametrize(("columns", "bar"), [(80, True), (0, False)])
+def test_a_bar_only_on_a_terminal_that_has_a_width(columns, bar):
+    with sized_pty(columns) as term:
+        assert drawable(term) is bar
+        shown = Progress(10, enabled=True, stream=term)
+        assert shown.interactive is bar
+        shown.close()
+
+
+def _pretrain_on_terminal(data, out, columns: int) -> tuple[int, str, bytes]:
+    """A short pretraining run with stderr on a terminal of ``columns`` columns: exit code, what the terminal
+    got, stdout."""
+    started: list[subprocess.Popen] = []
 
     def start(fd: int) -> subprocess.Popen:
-        out.append(
+        started.append(
             subprocess.Popen(
-                [sys.executable, "-m", "bertstream.trainer", *_pretrain_args(demo_shards, tmp_path / "run")],
+                [sys.executable, "-m", "bertstream.trainer", *_pretrain_args(data, out)],
                 env={**os.environ, "OMP_NUM_THREADS": "1"},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=fd,
             )
         )
-        return out[0]
+        return started[0]
 
-    code, text = on_terminal(start, 120)  # a terminal of 120 columns
+    code, text = on_terminal(start, columns)
+    stdout = started[0].stdout
+    assert stdout is not None
+    return code, text, stdout.read()
+
+
+def test_pretrain_draws_a_tqdm_bar_on_a_terminal(demo_shards, tmp_path):
+    code, text, stdout = _pretrain_on_terminal(demo_shards, tmp_path / "run", 120)  # a terminal of 120 columns
     assert code == 0, text
-    proc = out[0]
-    assert "\r" in text and re.search(r"pretrain: 100%\|.*\| 4/4 \[", text), text  # tqdm's bar, at its end
+    assert re.search(r"pretrain: 100%\|.*\| 4/4 \[", text), text  # tqdm's bar, at its end
     assert "loss=" in text and "mlm_acc=" in text  # the latest logged figures beside it
     assert not LINE.search(text)  # no plain lines on a terminal
-    assert proc.stdout is not None and b"trained to step 4" in proc.stdout.read()
+    assert b"trained to step 4" in stdout
+
+
+def test_a_terminal_of_no_width_gets_the_plain_lines(demo_shards, tmp_path):
+    # `script` and some `docker exec -t` leave the pseudo-terminal at 0x0: a tqdm bar of 0 columns draws nothing
+    code, text, stdout = _pretrain_on_terminal(demo_shards, tmp_path / "run", 0)
+    assert code == 0, text
+    lines = [m.groups() for m in map(LINE.search, text.splitlines()) if m]
+    assert [g[:3] for g in lines] == [("2", "4", "50"), ("4", "4", "100")], text
+    assert "pretrain:" not in text and "loss=" not in text  # no bar, not even an empty one
+    assert b"trained to step 4" in stdout

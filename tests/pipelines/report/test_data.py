@@ -30,7 +30,7 @@ def chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    pytest.skip("needs Debian's chromium for the browser check (make setup installs it: apt-get install chromium)")
+    pytest.skip("needs chromium for the browser check: `make browser` installs it (about 330 MB, as root, apt-get)")
 
 
 def headless(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
