@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
-from bertstream.pipelines.common.formats import FORMAT_CHOICES, TEXT_FIELD, TEXT_FIELD_HELP, text_field_problem
+from bertstream.pipelines.common.formats import check_input_fields, input_format_opt, text_field_opt
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -15,14 +14,8 @@ class ExtractConfig:
     """What shapes the written documents: how the input is read (the read stage's settings) and whether the
     ``documents-*`` files (one for each range the read stage reads) are gzipped."""
 
-    input_format: str = opt(
-        "auto",
-        "Input layout; auto: judged from each input's first bytes.",
-        flag="--format",
-        choices=FORMAT_CHOICES,
-        show=True,
-    )
-    text_field: str = opt(TEXT_FIELD, TEXT_FIELD_HELP, show=True)
+    input_format: str = input_format_opt("auto")
+    text_field: str = text_field_opt()
     strip_gutenberg: bool = opt(
         True, "Keep Project Gutenberg headers and licences.", flag="--keep-gutenberg", negate=True
     )
@@ -31,12 +24,7 @@ class ExtractConfig:
     )
 
     def __post_init__(self) -> None:
-        check(
-            self.input_format in FORMAT_CHOICES,
-            "input_format",
-            f"must be one of {FORMAT_CHOICES}, got {self.input_format!r}",
-        )
-        check(text_field_problem(self.text_field) is None, "text_field", text_field_problem(self.text_field) or "")
+        check_input_fields(self.input_format, self.text_field)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

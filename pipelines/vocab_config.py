@@ -7,20 +7,14 @@ from dataclasses import dataclass
 
 from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
-from bertstream.pipelines.common.formats import FORMAT_CHOICES, TEXT_FIELD, TEXT_FIELD_HELP, text_field_problem
+from bertstream.pipelines.common.formats import check_input_fields, input_format_opt, text_field_opt
 from bertstream.schemas.vocab import SPECIAL_TOKENS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class VocabConfig:
-    input_format: str = opt(
-        "sentences",
-        "Input layout; auto: judged from each input's first bytes.",
-        flag="--format",
-        choices=FORMAT_CHOICES,
-        show=True,
-    )
-    text_field: str = opt(TEXT_FIELD, TEXT_FIELD_HELP, show=True)
+    input_format: str = input_format_opt("sentences")
+    text_field: str = text_field_opt()
     vocab_size: int = opt(30522, show=True)
     lowercase: bool = opt(True, flag="--lowercase/--cased", show=True)
     # 0: the whole corpus
@@ -30,12 +24,7 @@ class VocabConfig:
     seed: int = opt(12345, show=True)
 
     def __post_init__(self) -> None:
-        check(
-            self.input_format in FORMAT_CHOICES,
-            "input_format",
-            f"must be one of {FORMAT_CHOICES}, got {self.input_format!r}",
-        )
-        check(text_field_problem(self.text_field) is None, "text_field", text_field_problem(self.text_field) or "")
+        check_input_fields(self.input_format, self.text_field)
         lo = len(SPECIAL_TOKENS) + 10
         check(lo <= self.vocab_size <= 1_000_000, "vocab_size", f"must be in [{lo}, 1000000], got {self.vocab_size}")
         check(self.sample_bytes >= 0, "sample_bytes", f"must be >= 0, got {self.sample_bytes}")

@@ -10,11 +10,11 @@ from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
 from bertstream.pipelines.common.formats import (
     ARROW_COMPRESSIONS,
-    FORMAT_CHOICES,
     OUTPUT_FORMATS,
     TEXT_FIELD,
-    TEXT_FIELD_HELP,
-    text_field_problem,
+    check_input_fields,
+    input_format_opt,
+    text_field_opt,
 )
 
 DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.pretraining.dedup
@@ -25,14 +25,8 @@ MAX_DEDUP_NGRAM = 64
 class PretrainingConfig:
     """Everything that shapes the instances. Two runs with equal configs and inputs write equal shards."""
 
-    input_format: str = opt(
-        "wikiextractor",
-        "Input layout; auto: judged from each input's first bytes.",
-        flag="--format",
-        choices=FORMAT_CHOICES,
-        show=True,
-    )
-    text_field: str = opt(TEXT_FIELD, TEXT_FIELD_HELP, show=True)
+    input_format: str = input_format_opt("wikiextractor")
+    text_field: str = text_field_opt()
     max_seq_length: int = opt(128, show=True)
     max_predictions_per_seq: int = opt(20, show=True)
     masked_lm_prob: float = opt(0.15, show=True)
@@ -68,12 +62,7 @@ class PretrainingConfig:
     dedup_threshold: float = opt(0.8, "MinHash Jaccard threshold.", show=True)
 
     def __post_init__(self) -> None:
-        check(
-            self.input_format in FORMAT_CHOICES,
-            "input_format",
-            f"must be one of {FORMAT_CHOICES}, got {self.input_format!r}",
-        )
-        check(text_field_problem(self.text_field) is None, "text_field", text_field_problem(self.text_field) or "")
+        check_input_fields(self.input_format, self.text_field)
         check(8 <= self.max_seq_length <= 65535, "max_seq_length", f"must be in [8, 65535], got {self.max_seq_length}")
         check(
             1 <= self.max_predictions_per_seq <= self.max_seq_length - 3,
