@@ -20,6 +20,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from bertstream.schemas.fields import local_member
+from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
 from bertstream.trainer import hf_prelayernorm as PRE
@@ -208,9 +210,15 @@ def _read_weights(folder: Path) -> tuple[dict[str, Tensor], str]:
                 weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
                 raise HFCheckpointError(f"{index}: malformed shard index ({e})") from None
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                raise HFCheckpointError(f"{index}: malformed shard index (weight_map is no object of file names)")
             state: dict[str, Tensor] = {}
             for shard in sorted(set(weight_map.values())):
-                state.update(reader(folder / shard))
+                try:  # the index is untrusted: a file it names stays inside the folder
+                    path = local_member(str(folder), shard, f"{index} weight_map")
+                except SchemaError as e:
+                    raise HFCheckpointError(str(e)) from None
+                state.update(reader(Path(path)))
             return state, str(index)
     raise HFCheckpointError(
         f"{folder}: holds neither {SAFETENSORS_FILENAME} nor {TORCH_FILENAME} (nor a sharded index of them)"

@@ -90,6 +90,9 @@ def open_shard(ref: ShardRef, *, verify_sha256: bool, vocab_sha256: str, id_type
         ):
             if r.starts.min() < 0 or r.lengths.min() < 0 or (r.starts + r.lengths).max() > len(r.values):
                 raise ref.error(f"{name} list offsets point outside their values")
+        bad = pt.row_problem(b.input_ids.lengths, b.segment_a, b.nsp, b.masked_positions.lengths, ref.max_length)
+        if bad is not None:
+            raise ref.error(f"instance {int(b.instance_id[bad[0]]):016x} {bad[1]}")
     starts = np.zeros(len(blocks) + 1, np.int64)
     np.cumsum([len(b) for b in blocks], out=starts[1:])
     if starts[-1] != ref.count:

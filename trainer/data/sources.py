@@ -18,7 +18,7 @@ from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, manifest_source
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VocabMismatchError
 from bertstream.trainer.data.refs import ShardError, ShardRef, file_size, filesystem, open_input, read_text, sha256_of
-from bertstream.trainer.data.shards import check_arrow_header
+from bertstream.trainer.data.shards import check_arrow_header, open_shard
 
 log = logging.getLogger(__name__)
 # The flag and the API field, since both the CLI and library users read these messages.
@@ -61,7 +61,8 @@ def open_catalog(
     refs: list[ShardRef] = []
     for i, (root, m) in enumerate(zip(paths, manifests)):
         chosen = _choose_format(root, m, fmt)
-        refs += [ShardRef(root, i, s.path, s.format, s.count, s.bytes, s.sha256) for s in m.shards_of(chosen)]
+        longest = m.shard_parameters.max_seq_length
+        refs += [ShardRef(root, i, s.path, s.format, s.count, s.bytes, s.sha256, longest) for s in m.shards_of(chosen)]
 
     bad = dict(_parallel(_size_problem, refs))
     hashed = skip_corrupt and verify == "sha256"
@@ -79,6 +80,9 @@ def open_catalog(
     if not usable:
         raise ShardError(f"no usable shards in {list(paths)} ({len(skipped)} skipped as corrupt)")
     _check_first_arrow_schema(usable, lead.vocab_sha256, lead.id_type)
+    for r in usable:
+        if r.count == 0:  # the plan never reads a shard it counts empty: see that it is (a count edited to 0)
+            open_shard(r, verify_sha256=False, vocab_sha256=lead.vocab_sha256, id_type=lead.id_type)
 
     ident = [[r.dataset, r.relpath, r.format, r.count, r.sha256] for r in usable]
     fingerprint = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
