@@ -58,6 +58,7 @@ def open_catalog(
     """The usable shards of ``paths``; ``opened``: manifests the caller has read already, by folder."""
     manifests = tuple((opened or {}).get(p) or load_manifest(p) for p in paths)
     lead = _check_vocab(paths, manifests, expected_vocab_sha256)
+    _check_distinct(paths, manifests)
     refs: list[ShardRef] = []
     for i, (root, m) in enumerate(zip(paths, manifests)):
         chosen = _choose_format(root, m, fmt)
@@ -131,6 +132,23 @@ def _check_vocab(paths: Sequence[str], manifests: Sequence[Manifest], expected: 
         if (pad_id, m.id_type, m.vocab_size) != (first.pad_id, first.id_type, first.vocab_size):
             raise SchemaError(f"{root}: vocab pad id / id type / size differ from {paths[0]}'s")
     return first
+
+
+def _check_distinct(paths: Sequence[str], manifests: Sequence[Manifest]) -> None:
+    """A dataset is its content: a byte copy of one ``--data`` folder given as another (which ``dataset_key``,
+    going by resolved path, cannot tell) would be read twice per epoch. Any shard that holds rows and is listed
+    by two manifests (same sha256) is refused, naming both folders."""
+    owner: dict[str, str] = {}
+    for root, m in zip(paths, manifests):
+        for s in m.shards:
+            if not s.count:  # empty shards of one writer are byte-identical in every dataset
+                continue
+            other = owner.setdefault(s.sha256, root)
+            if other != root:
+                raise SchemaError(
+                    f"{root}: holds the same shard as {other} ({s.path}, sha256 {s.sha256[:16]}...): the same "
+                    "data given twice as --data (a copy of a dataset is the same dataset)"
+                )
 
 
 def _choose_format(root: str, m: Manifest, fmt: str) -> str:
