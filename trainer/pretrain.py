@@ -300,8 +300,10 @@ def figures(record: dict[str, Any]) -> str:
 
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     info = D.setup(cfg.run.device)
-    with rundir.removed_on_failure(Path(cfg.run.output), enabled=info.is_main):
-        return _pretrain(cfg, info)
+    run_dir = Path(cfg.run.output)
+    with rundir.removed_on_failure(run_dir, enabled=info.is_main):
+        with rundir.locked(run_dir, "berttrain pretrain", enabled=info.is_main):
+            return _pretrain(cfg, info)
 
 
 def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pytest
 from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 from bertstream.cli.errors import UsageError
 from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import rundir
 from bertstream.trainer.checkpoint import CheckpointError
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.errors import RunError
@@ -206,3 +207,18 @@ def test_a_metrics_line_torn_by_a_kill_does_not_stop_the_resume(data, tmp_path):
         f.write('{"step": 3, "lo')  # the process died mid-write
     rows = run(data, out, max_steps=4)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+
+
+def test_a_run_folder_in_use_is_locked_even_against_overwrite(data, tmp_path):
+    """Commands own what they write (issue 33): a second run into a folder that a run is writing (here: this
+    process holds its lock, as a running pretrain does) is refused before it reads or clears anything."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    with rundir.locked(out, "berttrain pretrain"):
+        with pytest.raises(UsageError, match=f"{out} is being written by another run \\(berttrain pretrain, pid"):
+            run(data, out, overwrite=True, max_steps=1)
+        assert (out / "metrics.jsonl").read_text() == '{"step": 1, "loss": 1.0}\n'  # not cleared
+    assert not (out / rundir.LOCK_NAME).exists()  # released
+    assert [r["step"] for r in run(data, out, overwrite=True, max_steps=1)] == [1]  # free again: --overwrite clears
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # the run's lock is gone with it

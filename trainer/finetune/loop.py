@@ -292,8 +292,10 @@ def evaluate(
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     info = D.setup(cfg.run.device)
-    with rundir.removed_on_failure(Path(cfg.run.output), enabled=info.is_main):
-        return _finetune(cfg, info, overwrite)
+    run_dir = Path(cfg.run.output)
+    with rundir.removed_on_failure(run_dir, enabled=info.is_main):
+        with rundir.locked(run_dir, "berttrain finetune", enabled=info.is_main):
+            return _finetune(cfg, info, overwrite)
 
 
 def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[str, Any]:
