@@ -48,6 +48,8 @@ def import_runner(beam_args: list[str]) -> str | None:
     those are unknown until it is imported."""
     runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
     runner = RUNNER_ALIASES.get(runner.lower(), runner) if runner else runner
+    if runner and runner != DASK_RUNNER:
+        check_documented(runner)
     if runner and "." in runner:
         module = runner.rpartition(".")[0]
         try:
@@ -56,6 +58,19 @@ def import_runner(beam_args: list[str]) -> str | None:
             hint = " (pip install 'bertstream[dask]')" if runner == DASK_RUNNER else ""
             raise UsageError("runner", f"--runner={runner}: cannot import {module} ({e}){hint}") from None
     return runner
+
+
+def check_documented(runner: str) -> None:
+    """Refuse a ``--runner`` that is not one of Beam's runners (by short or full name, as Beam's
+    ``create_runner`` looks them up): Beam imports and calls any dotted name it is given (``os.system``)."""
+    from apache_beam.runners.runner import _RUNNER_MAP  # the table create_runner reads; no public one holds full names
+
+    lower = runner.lower()
+    full = {name.lower() for name in _RUNNER_MAP.values()}
+    if lower in _RUNNER_MAP or lower + "runner" in _RUNNER_MAP or lower in full:
+        return
+    names = ", ".join([*StandardOptions.KNOWN_RUNNER_NAMES, "DaskRunner"])
+    raise UsageError("runner", f"--runner={runner}: not one of the runners Beam documents ({names})")
 
 
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:

@@ -244,5 +244,22 @@ def test_options_of_a_runner_named_by_module_are_known():
     assert options.get_all_options()["address"] == "tcp://127.0.0.1:8786"
     with pytest.raises(UsageError, match="unknown option"):
         pipeline_options([f"--runner={BEAM_DASK_RUNNER}", "--dask_client_adress=tcp://127.0.0.1:8786"])
-    with pytest.raises(UsageError, match="cannot import no_such_module"):
+    with pytest.raises(UsageError, match="no_such_module.Runner: not one of the runners Beam documents"):
         pipeline_options(["--runner=no_such_module.Runner"])
+
+
+@pytest.mark.parametrize("name", ["os.system", "subprocess.Popen", "builtins.exec", "NoSuchRunner"])
+def test_only_the_runners_beam_documents_are_accepted(name, monkeypatch):
+    """Every argument is used or refused (issue 33): Beam imports and calls any dotted --runner (os.system)."""
+    import os
+
+    monkeypatch.setattr(os, "system", lambda *a: pytest.fail("os.system was called"))
+    with pytest.raises(UsageError, match=rf"--runner={name}: not one of the runners Beam documents \(DataflowRunner"):
+        pipeline_options([f"--runner={name}"])
+    for known in (
+        "DirectRunner",
+        "direct",
+        "PortableRunner",
+        "apache_beam.runners.portability.flink_runner.FlinkRunner",
+    ):
+        pipeline_options([f"--runner={known}"])
