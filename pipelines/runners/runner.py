@@ -7,6 +7,7 @@ first tries to download the Prism binary). ``--direct_num_workers=N`` (N > 1) ru
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import shlex
@@ -73,6 +74,47 @@ def check_documented(runner: str) -> None:
     raise UsageError("runner", f"--runner={runner}: not one of the runners Beam documents ({names})")
 
 
+def check_every_argument(beam_args: list[str]) -> None:
+    """Every argument left to Beam is one of its options or an option's value: Beam's parser drops the rest
+    silently (the shell's other matches of an unquoted ``--input in/f*.txt``; ``--direct-num-workers=2``,
+    spelled with dashes, left the default 1), and the run would record them as its options."""
+    actions = _beam_option_actions()
+    stray: list[str] = []
+    takes_value = False
+    for arg in beam_args:
+        if arg.startswith("-"):
+            flag = arg.split("=", 1)[0]
+            if flag not in actions:
+                near = "--" + flag.lstrip("-").replace("-", "_")
+                hint = f" (Beam's options are spelled with underscores: {near})" if near in actions else ""
+                raise UsageError("beam option", f"unknown option: {flag}{hint}")
+            takes_value = "=" not in arg and actions[flag].nargs != 0
+        elif takes_value:
+            takes_value = False
+        else:
+            stray.append(arg)
+    if stray:
+        shown = ", ".join(stray[:3]) + (", ..." if len(stray) > 3 else "")
+        raise UsageError(
+            "beam option",
+            f"{len(stray)} argument(s) that are no option: {shown} (an --input pattern the shell expanded? quote it)",
+        )
+
+
+def _beam_option_actions() -> dict[str, argparse.Action]:
+    """Beam's option strings (``--dask_client_address``, whose value is ``address``) and their actions, from the
+    parser ``PipelineOptions.get_all_options`` builds: every options class imported so far."""
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    subset: dict[str, type[PipelineOptions]] = {}
+    for cls in PipelineOptions.__subclasses__():
+        subset.setdefault(str(cls), cls)
+    for cls in subset.values():
+        cls._add_argparse_args(parser)  # noqa: SLF001 - how Beam itself collects them
+    return dict(parser._option_string_actions)  # noqa: SLF001
+
+
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     runner = import_runner(beam_args)
     options = PipelineOptions(beam_args)
@@ -81,6 +123,7 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     unknown = [a for a in options.get_all_options(retain_unknown_options=True) if a not in known]
     if unknown:
         raise UsageError("beam option", f"unknown option(s): {', '.join('--' + u for u in unknown)}")
+    check_every_argument(beam_args)
     if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
         raise UsageError(
             "direct_running_mode",
