@@ -222,3 +222,28 @@ def test_a_run_folder_in_use_is_locked_even_against_overwrite(data, tmp_path):
     assert not (out / rundir.LOCK_NAME).exists()  # released
     assert [r["step"] for r in run(data, out, overwrite=True, max_steps=1)] == [1]  # free again: --overwrite clears
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # the run's lock is gone with it
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"num_layers": 10**6}, "parameters .* need [0-9,]+ GiB in fp32 alone, more than this machine's"),
+        ({"hidden_size": 10**9, "num_heads": 1}, "parameters .* need [0-9,]+ GiB in fp32 alone"),
+        ({"vocab_size": 50}, "vocab_size 50 is not the data's vocabulary \\(1200 tokens\\)"),
+        ([1, 2], "holds list, not an object of BertConfig fields"),
+    ],
+)
+def test_a_model_config_is_sized_and_used_before_anything_is_allocated(data, tmp_path, overrides, message):
+    """Every loop and allocation is bounded; every argument used or refused (issue 33): num_layers 10**6 hung,
+    hidden_size 10**9 asked for terabytes, a vocab_size was silently replaced by the data's."""
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(overrides))
+    with pytest.raises(RunError, match=f"--model-config {path}: .*{message}"):
+        run(data, tmp_path / "run", model_config=str(path))
+    assert not (tmp_path / "run").exists()
+
+
+def test_grad_accum_past_one_epoch_is_refused_as_a_batch_past_the_data_is(data, tmp_path):
+    with pytest.raises(RunError, match="--grad-accum 1000000: one optimizer step would take 1000000 global batches"):
+        run(data, tmp_path / "run", grad_accum=10**6)
+    assert not (tmp_path / "run").exists()
