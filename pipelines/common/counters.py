@@ -51,6 +51,7 @@ EMPTY = "empty"  # no text at all
 NO_TOKENS = "no_tokens"  # text that tokenizes to nothing (only whitespace/control characters)
 MALFORMED_JSON = "malformed_json"
 MISSING_TEXT = "missing_text_field"
+TEXT_NOT_STRING = "text_not_a_string"  # "text": 5, null or a list
 EXACT_DUPLICATE = "exact_duplicate"  # --dedup: normalised text equal to a document with a smaller id
 NEAR_DUPLICATE = "near_duplicate"  # --dedup minhash: estimated Jaccard >= threshold with a smaller id
 
