@@ -57,7 +57,7 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0, flag: st
             )
         name = spec[len(RANDOM_PREFIX) :]
         preset = find_preset(name)
-        if preset is None and Path(name).is_dir():
+        if preset is None and name and Path(name).is_dir():  # "random:" is no folder (not the current one)
             return _random_like(spec, Path(name), data_vocab, flag)
         if preset is None:
             choices = ", ".join(PRESET_NAMES)

@@ -101,3 +101,9 @@ def test_what_is_read_is_what_is_meant_weights_dtypes_shapes_and_step(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match="step -5 is not a step count"):
         ckpt.load(path, with_optimizer=False)
     assert resolve_init(str(path), VOCAB).state.keys() == good.keys()
+
+
+def test_random_without_a_name_is_no_folder():
+    """``--init random:`` read the current folder as a checkpoint ("`.` has no config.json"; issue 33)."""
+    with pytest.raises(InitError, match="unknown preset ''"):
+        resolve_init("random:", VOCAB)

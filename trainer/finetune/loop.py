@@ -89,7 +89,7 @@ def build_model(
     if init.state is not None:
         load_encoder_state(raw, init.state)
     if restored is not None:
-        raw.load_state_dict(restored.model, strict=True)
+        R.load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
     return raw
 
 
@@ -218,8 +218,8 @@ def restore(
 ) -> tuple[int, int]:
     """Continue the run from the end of its latest epoch (the weights are loaded already): returns (its step,
     the next epoch)."""
-    optimizer.load_state_dict(restored.optimizer)
-    scheduler.load_state_dict(restored.state["scheduler"])
+    R.load_state(optimizer, restored.optimizer, "optimizer state (optimizer.pt)", restored.path)
+    R.load_state(scheduler, restored.state["scheduler"], "scheduler state (state.json)", restored.path)
     try:
         batches.load_state_dict(restored.state["data"])
     except ValueError as e:
