@@ -80,17 +80,20 @@ def check_every_argument(beam_args: list[str]) -> None:
     spelled with dashes, left the default 1), and the run would record them as its options."""
     actions = _beam_option_actions()
     stray: list[str] = []
-    takes_value = False
+    waiting: argparse.Action | None = None  # an option whose value is the next argument
     for arg in beam_args:
         if arg.startswith("-"):
-            flag = arg.split("=", 1)[0]
+            flag, eq, value = arg.partition("=")
             if flag not in actions:
                 near = "--" + flag.lstrip("-").replace("-", "_")
                 hint = f" (Beam's options are spelled with underscores: {near})" if near in actions else ""
                 raise UsageError("beam option", f"unknown option: {flag}{hint}")
-            takes_value = "=" not in arg and actions[flag].nargs != 0
-        elif takes_value:
-            takes_value = False
+            waiting = actions[flag] if not eq and actions[flag].nargs != 0 else None
+            if eq:
+                _check_value(flag, actions[flag], value)
+        elif waiting is not None:
+            _check_value(waiting.option_strings[0], waiting, arg)
+            waiting = None
         else:
             stray.append(arg)
     if stray:
@@ -99,6 +102,19 @@ def check_every_argument(beam_args: list[str]) -> None:
             "beam option",
             f"{len(stray)} argument(s) that are no option: {shown} (an --input pattern the shell expanded? quote it)",
         )
+
+
+def _check_value(flag: str, action: argparse.Action, value: str) -> None:
+    """The value converts as Beam's parser will convert it, or one line (Beam's parser exits with its usage)."""
+    convert = action.type if callable(action.type) else None
+    try:
+        converted = convert(value) if convert is not None else value
+    except (ValueError, TypeError, argparse.ArgumentTypeError) as e:
+        kind = getattr(convert, "__name__", "value")
+        raise UsageError("beam option", f"{flag}={value}: not a valid {kind} ({e})") from None
+    if action.choices is not None and converted not in action.choices:
+        choices = ", ".join(str(c) for c in action.choices)
+        raise UsageError("beam option", f"{flag}={value}: must be one of {choices}")
 
 
 def _beam_option_actions() -> dict[str, argparse.Action]:
@@ -119,11 +135,14 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     runner = import_runner(beam_args)
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).runner = runner
+    check_every_argument(beam_args)  # first: Beam's own parser prints its whole usage for a bad value
     known = options.get_all_options()
     unknown = [a for a in options.get_all_options(retain_unknown_options=True) if a not in known]
     if unknown:
         raise UsageError("beam option", f"unknown option(s): {', '.join('--' + u for u in unknown)}")
-    check_every_argument(beam_args)
+    workers = options.view_as(DirectOptions).direct_num_workers
+    if workers < 0:  # Beam indexes its worker list with it (IndexError)
+        raise UsageError("direct_num_workers", f"--direct_num_workers={workers}: must be >= 0 (0: one per core)")
     if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
         raise UsageError(
             "direct_running_mode",

@@ -272,6 +272,11 @@ def test_only_the_runners_beam_documents_are_accepted(name, monkeypatch):
         (["--runner", "DirectRunner", "x.txt"], "1 argument\\(s\\) that are no option: x.txt"),
         (["--direct-num-workers=2"], "--direct-num-workers \\(Beam's options are spelled with underscores"),
         (["--save_main_session", "in/f2.txt"], "no option: in/f2.txt"),
+        # one line, always: a 129-line usage dump and an IndexError before
+        (["--direct_num_workers=abc"], "--direct_num_workers=abc: not a valid int"),
+        (["--direct_num_workers", "abc"], "--direct_num_workers=abc: not a valid int"),
+        (["--direct_num_workers=-2"], "--direct_num_workers=-2: must be >= 0"),
+        (["--direct_running_mode=fast"], "must be one of in_memory, multi_threading, multi_processing"),
     ],
 )
 def test_every_argument_left_to_beam_is_used_or_refused(args, message):
