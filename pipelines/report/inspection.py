@@ -101,6 +101,7 @@ def _count_rows(data: bytes, fmt: str, manifest: Manifest) -> int:
         if meta["vocab_sha256"] != manifest.vocab_sha256:
             raise ValueError("schema vocab hash differs from the manifest's")
         table = reader.read_all()
+        table.validate(full=True)
         if manifest.kind == P.KIND and table.num_rows:
             ids, positions = table.column(P.INPUT_IDS), table.column(P.MASKED_LM_POSITIONS)
             _check_rows(
@@ -163,7 +164,9 @@ def iter_record_batches(dataset_dir: str, manifest: Manifest) -> Iterator[pa.Rec
                 with FileSystems.open(path, compression_type="uncompressed") as f:
                     reader = pa.ipc.open_file(f)
                     for i in range(reader.num_record_batches):
-                        yield reader.get_batch(i)
+                        batch = reader.get_batch(i)
+                        batch.validate(full=True)  # untrusted offsets: never read through them unchecked
+                        yield batch
             except (pa.ArrowException, OSError) as e:  # truncated, overwritten: name the shard, not just "Arrow"
                 raise DatasetError(
                     f"shard {path}: cannot be read ({type(e).__name__}: {e}); bertprep inspect --verify checks "

@@ -139,7 +139,13 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
                 f"{role} {root}: shard {root.rstrip('/')}/{shard.path} does not match the manifest (sha256 "
                 f"{shard.sha256}, {shard.bytes} bytes; read {len(raw)} bytes): re-run bertprep task"
             )
-        table = pa.ipc.open_file(pa.BufferReader(raw)).read_all()
+        try:  # offsets are untrusted as any field: validated before numpy reads through them
+            table = pa.ipc.open_file(pa.BufferReader(raw)).read_all()
+            table.validate(full=True)
+        except (pa.ArrowException, OSError) as e:
+            raise TaskDataError(
+                f"{role} {root}: shard {shard.path} does not decode ({type(e).__name__}: {e})"
+            ) from None
         try:
             T.check_schema(table.schema, kind, source=f"{root}/{shard.path}")
         except SchemaError as e:
