@@ -91,7 +91,7 @@ class DataConfig:
     drop_remainder: bool = opt(True, cli=False)
     skip_corrupt: bool = opt(False, "Skip (and count) shards whose checksum fails instead of stopping.")
     verify: str = opt("sha256", cli=False, choices=VERIFY_MODES)
-    weights: tuple[float, ...] | None = opt(None, cli=False)
+    weights: tuple[float, ...] | None = opt(None, cli=False, flag="--data")  # from --data DIR:WEIGHT
     masking: str = opt("static")
     mlm_probability: float = opt(0.15)
     max_predictions: int | None = opt(None)
@@ -126,10 +126,10 @@ class DataConfig:
         if weights is not None:
             weights = tuple(weights)
             object.__setattr__(self, "weights", weights)
-            check(len(weights) == len(paths), "paths", f"{len(weights)} weights for {len(paths)} paths")
+            check(len(weights) == len(paths), "weights", f"{len(weights)} weights for {len(paths)} paths")
             for p, w in zip(paths, weights):
                 ok = not isinstance(w, bool) and isinstance(w, (int, float)) and math.isfinite(w) and w > 0
-                check(ok, "paths", f"{p} has weight {w!r}; weights must be finite and > 0")
+                check(ok, "weights", f"{p} has weight {w!r}; weights must be finite and > 0")
         check_masking(self)  # static masks are the shards' own: the dynamic-only options would do nothing
 
     @property

@@ -121,7 +121,9 @@ def test_pretraining_errors(bad, demo_vocab, tmp_path):
         pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "corrupt.gz"),)), 1, "corrupt.gz"
     )
     assert_clean_error(pretraining(bad, demo_vocab, "--output", out, "--max-seq-length", "3"), 2, "--max-seq-length")
-    assert_clean_error(pretraining(bad, demo_vocab, "--output", out, "--no-such-option=1"), 2, "--no_such_option")
+    assert_clean_error(
+        pretraining(bad, demo_vocab, "--output", out, "--no-such-option=1"), 2, "unknown option: --no-such-option"
+    )  # as typed (issue 33)
     r = bertprep("pretraining", "--input", str(bad / "s.txt"), "--vocab", str(bad / "missing.txt"), "--output", out)
     assert_clean_error(r, 2, "--vocab")
     assert not (tmp_path / "out" / "manifest.json").exists()
