@@ -258,6 +258,8 @@ def flag_for(cls: type, param: str) -> str:
         if leaf.name == param and leaf.meta.get("cli", True):
             on, _, off = leaf.flag.partition("/")
             return off if off and leaf.default else on
+        if leaf.name == param and leaf.meta.get("flag"):  # a field set through another flag (weights: --data)
+            return str(leaf.meta["flag"])
     return "--" + param.replace("_", "-")
 
 

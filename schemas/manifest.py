@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from bertstream.schemas.manifest_check import check_manifest
 from bertstream.schemas.version import SCHEMA_VERSION, SchemaError, check_version
 from bertstream.schemas.vocab import PAD, VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
 
@@ -84,6 +85,13 @@ def load_vocab(manifest: Manifest, read: Callable[[str], bytes], source: str) ->
     vocab = Vocab.from_text(text, source)
     if vocab.sha256 != manifest.vocab_sha256:
         raise VocabMismatchError(f"{source} hashes to {vocab.sha256}, the manifest says {manifest.vocab_sha256}")
+    # The hash fixes the tokens; the manifest's size and special ids (which the readers' id range checks and
+    # padding use) must then be the vocabulary's own.
+    if len(vocab) != manifest.vocab_size or vocab.special_ids != manifest.vocab["special_ids"]:
+        raise VocabMismatchError(
+            f"{source}: {len(vocab)} tokens with special ids {vocab.special_ids}, the manifest says vocab.size "
+            f"{manifest.vocab_size} and {manifest.vocab['special_ids']}"
+        )
     return vocab
 
 
@@ -224,6 +232,10 @@ class Manifest:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise SchemaError(f"{source}: not a bertstream manifest (format != {FORMAT!r})")
         version = check_version(d.get("schema_version"), source=source)
+        try:
+            check_manifest(d)
+        except SchemaError as e:
+            raise SchemaError(f"{source}: field {e}") from None
         try:
             shards = tuple(ShardInfo(**s) for s in d["shards"])
             return cls(

@@ -97,3 +97,42 @@ def check_schema(schema: pa.Schema, *, source: str = "shard") -> str:
     if found is None:
         raise SchemaError(f"{source}: input_ids has element type {value_type}")
     return found.name
+
+
+def row_problem(
+    lengths: np.ndarray,
+    segment_a: np.ndarray,
+    next_sentence: np.ndarray,
+    masked: np.ndarray,
+    max_seq_length: int | None,
+) -> tuple[int, str] | None:
+    """The first row of a shard (its index and what is wrong) whose fields no writer produces, or None.
+
+    Each row is ``[CLS] A [SEP] B [SEP]``: at least 3 tokens and at most ``max_seq_length`` (the manifest's),
+    ``segment_a_length`` covers ``[CLS] A [SEP]`` and leaves ``B [SEP]``, the NSP label is 0 or 1 and there are
+    no more predictions than tokens. Readers range-check the ids per batch; these per shard, vectorised.
+    """
+    lengths = np.asarray(lengths, np.int64)
+    segment_a = np.asarray(segment_a, np.int64)
+    problems = (
+        (lengths < SPECIALS_PER_ROW, lambda i: f"has {lengths[i]} tokens, fewer than [CLS] A [SEP] B [SEP]"),
+        (
+            lengths > (max_seq_length if max_seq_length is not None else np.iinfo(np.int64).max),
+            lambda i: f"has {lengths[i]} tokens, more than the manifest's max_seq_length {max_seq_length}",
+        ),
+        (
+            (segment_a < 2) | (segment_a > lengths - 1),
+            lambda i: f"has segment_a_length {segment_a[i]} outside 2..{lengths[i] - 1} (its {lengths[i]} tokens)",
+        ),
+        (
+            (next_sentence != IS_NEXT) & (next_sentence != NOT_NEXT),
+            lambda i: f"has next_sentence_label {int(next_sentence[i])}, not {IS_NEXT} or {NOT_NEXT}",
+        ),
+        (np.asarray(masked) > lengths, lambda i: f"has {int(masked[i])} predictions for {lengths[i]} tokens"),
+    )
+    first: tuple[int, str] | None = None
+    for bad, describe in problems:
+        hits = np.flatnonzero(bad)
+        if hits.size and (first is None or hits[0] < first[0]):
+            first = (int(hits[0]), describe(int(hits[0])))
+    return first

@@ -23,8 +23,11 @@ def check_version(
     naming ``source``, the version found and those read. Every reader of a bertstream file calls this."""
     if readable is None:
         readable = READABLE_VERSIONS
+    reads = ", ".join(str(v) for v in readable)
+    if isinstance(found, bool) or not isinstance(found, int):  # JSON's "1" or true is no version number
+        kind = "a string" if isinstance(found, str) else "null" if found is None else f"a {type(found).__name__}"
+        raise SchemaError(f"{source}: {what} {found!r} is {kind}, not an integer; this build reads {reads}")
     if found not in readable:
-        reads = ", ".join(str(v) for v in readable)
         raise SchemaError(f"{source}: {what} {found}, this build reads {reads}")
     return int(found)
 
@@ -56,13 +59,18 @@ def decode_metadata(metadata: Mapping[bytes, bytes] | None, extra: Mapping[str, 
     meta = metadata or {}
     if _META_VERSION not in meta:
         raise SchemaError("not a bertstream shard: schema metadata lacks bertstream.schema_version")
-    out = {
-        "schema_version": int(meta[_META_VERSION]),
-        "kind": meta.get(_META_KIND, b"").decode(),
-        "vocab_sha256": meta.get(_META_VOCAB, b"").decode(),
-        "parameters": json.loads(meta.get(_META_PARAMS, b"{}")),
-    }
-    for name, default in (extra or {}).items():
-        raw = meta.get(f"bertstream.{name}".encode())
-        out[name] = json.loads(raw) if raw is not None else default
+    try:
+        out = {
+            "schema_version": int(meta[_META_VERSION]),
+            "kind": meta.get(_META_KIND, b"").decode(),
+            "vocab_sha256": meta.get(_META_VOCAB, b"").decode(),
+            "parameters": json.loads(meta.get(_META_PARAMS, b"{}")),
+        }
+        for name, default in (extra or {}).items():
+            raw = meta.get(f"bertstream.{name}".encode())
+            out[name] = json.loads(raw) if raw is not None else default
+    except ValueError as e:  # a version that is no number, a value that is no JSON, bytes that are no UTF-8
+        raise SchemaError(f"schema metadata does not decode ({type(e).__name__}: {e})") from None
+    if not isinstance(out["parameters"], dict):
+        raise SchemaError(f"schema metadata bertstream.parameters is {out['parameters']!r}, not an object")
     return out

@@ -180,6 +180,12 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
         rng = torch.load(p / "rng.pt", map_location="cpu", weights_only=True) if (p / "rng.pt").is_file() else {}
     except Exception as e:  # safetensors, JSON, pickle-refusal and I/O errors alike: the folder is unusable
         raise CheckpointError(f"{p}: cannot load ({type(e).__name__}: {e})") from e
+    if not isinstance(state, dict) or not isinstance(config, dict):
+        raise CheckpointError(f"{p}: state.json and config.json must each hold an object")
+    step = state.get("step")
+    if "step" in state and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 1 << 48):
+        # what is read is what is meant: step -5 resumed and wrote step--000004
+        raise CheckpointError(f"{p}/state.json: step {step!r} is not a step count (an integer >= 0)")
     lacking = [k for k in RESUME_STATE if k not in state] if with_optimizer else []
     if "step" not in state or lacking or not isinstance(config.get("model"), dict):
         raise CheckpointError(

@@ -37,12 +37,15 @@ def pretrain(**values: Any) -> None:
 @main.command("export-hf", context_settings=_CTX)
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
 @click.argument("out", type=click.Path(file_okay=False))
-def export_hf(checkpoint, out) -> None:
+@click.option(
+    "--overwrite", is_flag=True, help="Replace an earlier export in OUT (a folder of other files is refused)."
+)
+def export_hf(checkpoint, out, overwrite: bool) -> None:
     """Write a checkpoint as a Hugging Face BertForPreTraining folder (config.json, model.safetensors, vocab.txt)."""
     from bertstream.trainer.hf import export_checkpoint
 
     with reported():
-        path = export_checkpoint(checkpoint, out)
+        path = export_checkpoint(checkpoint, out, overwrite=overwrite)
     click.echo(f"exported {checkpoint} -> {path}")
 
 

@@ -31,11 +31,15 @@ def check_finite(cfg: Any) -> None:
             check(math.isfinite(value), f.name, f"must be a finite number, got {value}")
 
 
+MAX_INT = (1 << 63) - 1  # what torch, numpy and Arrow hold (--seed 2**70 was "Overflow when unpacking long long")
+
+
 def check_ints(cfg: Any, names: tuple[str, ...], low: int) -> None:
-    """Each of ``names`` is an integer >= ``low``."""
+    """Each of ``names`` is an integer in ``[low, MAX_INT]``."""
     for name in names:
         value = getattr(cfg, name)
         check(isinstance(value, int) and value >= low, name, f"must be an integer >= {low}, got {value!r}")
+        check(value <= MAX_INT, name, f"must be at most 2**63 - 1, got {value!r}")
 
 
 def check_device(device: str) -> None:

@@ -278,6 +278,10 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
     for flag, path in (("--input", cfg.input), ("--init", cfg.init)):
         if not path.startswith(RANDOM_PREFIX) and out.resolve().is_relative_to(Path(path).resolve()):
             raise UsageError("output", f"{out} overlaps inputs: it is (or lies inside) {flag} {path}")
+    if out.is_dir():  # --overwrite replaces a file, never a folder (".ev.tmp: Is a directory" before)
+        raise UsageError("output", f"{out} is a folder: --output names the Arrow file to write")
+    if out.exists() and not out.is_file():
+        raise UsageError("output", f"{out} is not a regular file: --output names the Arrow file to write")
     if out.exists() and not cfg.overwrite:
         raise UsageError("output", f"{out} exists; pass --overwrite to replace it")
     if not out.parent.is_dir():

@@ -20,6 +20,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from bertstream.cli.errors import UsageError
+from bertstream.cli.owned import check_owned, publish
+from bertstream.schemas.fields import local_member
+from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
 from bertstream.trainer import hf_prelayernorm as PRE
@@ -41,6 +45,10 @@ SAFETENSORS_FILENAME = "model.safetensors"
 TORCH_FILENAME = "pytorch_model.bin"
 TOKENIZER_CONFIG_FILENAME = "tokenizer_config.json"
 TOKENIZER_FILENAME = "tokenizer.json"
+# What export-hf writes: the only names a folder it replaces may hold.
+EXPORT_FILES = frozenset(
+    (CONFIG_FILENAME, SAFETENSORS_FILENAME, VOCAB_FILENAME, TOKENIZER_CONFIG_FILENAME, TOKENIZER_FILENAME)
+)
 
 # Parameters a checkpoint of an encoder-only model (BertModel, classification, QA, ...) may lack: they are
 # initialised fresh and reported. Anything else missing is an error.
@@ -208,9 +216,15 @@ def _read_weights(folder: Path) -> tuple[dict[str, Tensor], str]:
                 weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
                 raise HFCheckpointError(f"{index}: malformed shard index ({e})") from None
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                raise HFCheckpointError(f"{index}: malformed shard index (weight_map is no object of file names)")
             state: dict[str, Tensor] = {}
             for shard in sorted(set(weight_map.values())):
-                state.update(reader(folder / shard))
+                try:  # the index is untrusted: a file it names stays inside the folder
+                    path = local_member(str(folder), shard, f"{index} weight_map")
+                except SchemaError as e:
+                    raise HFCheckpointError(str(e)) from None
+                state.update(reader(Path(path)))
             return state, str(index)
     raise HFCheckpointError(
         f"{folder}: holds neither {SAFETENSORS_FILENAME} nor {TORCH_FILENAME} (nor a sharded index of them)"
@@ -290,12 +304,15 @@ def export_hf(
     *,
     do_lower_case: bool | None = None,
     dtype: torch.dtype = torch.float32,
+    overwrite: bool = False,
 ) -> Path:
     """Write ``config.json``, ``model.safetensors``, ``vocab.txt``, ``tokenizer_config.json`` and ``tokenizer.json`` so that
     ``transformers.BertForPreTraining.from_pretrained(out_dir)`` loads with no missing or unexpected keys.
 
     ``vocab_tokens`` may be shorter than ``config.vocab_size`` (a vocabulary padded to a multiple of 8/64 for
     speed), never longer. ``do_lower_case`` is written to ``tokenizer_config.json`` only when given.
+    ``out_dir`` is new or empty, or holds an earlier export that ``overwrite`` replaces; the files appear there
+    only once all are written (``bertstream.cli.owned``).
     """
     if config.norm_placement not in ("post", "pre"):
         raise HFCheckpointError(
@@ -321,7 +338,22 @@ def export_hf(
     named = PRE.to_roberta(state, config) if config.norm_placement == "pre" else to_hf_state_dict(state)
     hf_state = {k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in named.items()}
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # a folder of other files (a dataset, a user's model) is never written into; an earlier export only so
+        check_owned(out, EXPORT_FILES.__contains__, overwrite=overwrite, what="a Hugging Face export", param="out")
+    except UsageError as e:
+        raise HFCheckpointError(e.message) from None
+    publish(out, lambda tmp: _write_export(tmp, hf_state, config, vocab, dtype, do_lower_case))
+    return out
+
+
+def _write_export(
+    out: Path,
+    hf_state: dict[str, Tensor],
+    config: BertConfig,
+    vocab: Vocab,
+    dtype: torch.dtype,
+    do_lower_case: bool | None,
+) -> None:
     save_file(hf_state, str(out / SAFETENSORS_FILENAME), metadata={"format": "pt"})
     dtype_name = str(dtype).removeprefix("torch.")
     (out / CONFIG_FILENAME).write_text(
@@ -347,10 +379,11 @@ def export_hf(
     # tokenizers alone.
     lower = True if do_lower_case is None else do_lower_case
     with_bert_template(bert_tokenizer(vocab, lower), vocab).save(str(out / TOKENIZER_FILENAME))
-    return out
 
 
-def export_checkpoint(ckpt_dir: str | Path, out_dir: str | Path, *, do_lower_case: bool | None = None) -> Path:
+def export_checkpoint(
+    ckpt_dir: str | Path, out_dir: str | Path, *, do_lower_case: bool | None = None, overwrite: bool = False
+) -> Path:
     """Export a trainer checkpoint folder (``model.safetensors`` in our names, ``config.json`` whose ``"model"``
     key holds ``BertConfig.to_dict()``, ``vocab.txt``) as an HF folder; a run folder stands for its newest
     checkpoint, as for ``finetune --init`` and ``embed --init``. ``do_lower_case`` defaults to a top-level
@@ -394,4 +427,4 @@ def export_checkpoint(ckpt_dir: str | Path, out_dir: str | Path, *, do_lower_cas
         vocab = Vocab.load(folder / VOCAB_FILENAME)
     except VocabError as e:
         raise HFCheckpointError(str(e)) from None
-    return export_hf(state, config, vocab, out_dir, do_lower_case=do_lower_case)
+    return export_hf(state, config, vocab, out_dir, do_lower_case=do_lower_case, overwrite=overwrite)

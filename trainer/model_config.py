@@ -3,6 +3,7 @@ choice, and what one pretraining sequence costs in FLOPs. The modules are ``bert
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -18,7 +19,9 @@ __all__ = [
     "bert_mini",
     "bert_small",
     "bert_tiny",
+    "check_fits_in_memory",
     "find_preset",
+    "parameter_count",
     "pretraining_flops",
     "with_dropout",
 ]
@@ -83,6 +86,7 @@ class BertConfig:
             raise ValueError(
                 f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary [0, {self.vocab_size})"
             )
+        check_fits_in_memory(self)
 
     @property
     def pre_ln(self) -> bool:
@@ -157,6 +161,39 @@ def find_preset(name: str) -> Callable[[int], BertConfig] | None:
 
 
 # ---------------------------------------------------------------------------------------------- FLOPs
+
+
+def parameter_count(config: BertConfig) -> int:
+    """Parameters of ``BertForPreTraining(config)`` (encoder, pooler, MLM and NSP heads; the decoder is tied),
+    computed without allocating any."""
+    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    assert i is not None
+    embeddings = (v + config.max_position_embeddings + config.type_vocab_size) * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+    heads = (h * h + h) + (h * h + h + 2 * h + v) + (2 * h + 2)  # pooler, MLM transform + bias, NSP
+    return embeddings + config.num_layers * layer + heads + (2 * h if config.pre_ln else 0)
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory (0 where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_fits_in_memory(config: BertConfig) -> None:
+    """Refuse, before anything is allocated, a model whose fp32 weights alone exceed this machine's memory
+    (``num_layers`` 10**6 or ``hidden_size`` 10**9 from a config file hung or asked for terabytes); training
+    needs about four times that (weights, gradients, two Adam moments)."""
+    n = parameter_count(config)
+    total = memory_bytes()
+    if total and 4 * n > total:
+        raise ValueError(
+            f"BertConfig: {n:,} parameters (hidden_size {config.hidden_size}, num_layers {config.num_layers}, "
+            f"vocab_size {config.vocab_size}) need {4 * n / 2**30:,.0f} GiB in fp32 alone, more than this "
+            f"machine's {total / 2**30:,.0f} GiB of memory"
+        )
 
 
 def pretraining_flops(config: BertConfig, seq_len: int, num_masked: int, *, backward: bool = True) -> int:

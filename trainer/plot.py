@@ -7,7 +7,10 @@ from pathlib import Path
 
 import torch
 
-from bertstream.trainer.metrics import read_metrics
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.metrics import METRICS_FILE, read_metrics
+
+FORMATS = (".png", ".svg", ".pdf")
 
 
 def unigram_baseline(data_dir: str) -> float:
@@ -40,13 +43,36 @@ def join_phases(runs: Sequence[Path]) -> tuple[list[dict], list[dict], list[int]
     boundaries: list[int] = []
     offset = 0
     for i, run in enumerate(runs):
-        records = read_metrics(run)
+        records = [r for r in read_metrics(run) if _plottable(r, run)]
+        if not records:  # a garbage or foreign file: an empty figure would say the run learnt nothing
+            raise RunError(f"{run}/{METRICS_FILE}: no record with step, mlm_loss and mlm_accuracy: nothing to plot")
         if i:
             boundaries.append(offset)
         for r in records:
             (evals if r.get("split") == "eval" else train).append({**r, "step": r["step"] + offset})
         offset += max((r["step"] for r in records), default=0)
     return train, evals, boundaries
+
+
+def _plottable(record: object, run: Path) -> bool:
+    """A metrics record with the plotted numbers (others, such as a run's summary line, are skipped)."""
+    if not isinstance(record, dict):
+        raise RunError(f"{run}/{METRICS_FILE}: a line holds {type(record).__name__}, not a metrics record")
+    step = record.get("step")
+    numbers = [record.get(k) for k in ("mlm_loss", "mlm_accuracy")]
+    ok = isinstance(step, int) and not isinstance(step, bool) and step >= 0
+    return ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers)
+
+
+def output_path(runs: Sequence[Path], output: str | Path | None) -> Path:
+    """Where the figure goes: a file path whose suffix names a format matplotlib writes (a folder is refused:
+    ``plot --output ds`` wrote ``ds.png`` and said "wrote ds")."""
+    out = Path(output) if output else runs[-1] / "curves.png"
+    if out.is_dir():
+        raise RunError(f"--output {out} is a folder: give the image's file name (such as {out / 'curves.png'})")
+    if out.suffix.lower() not in FORMATS:
+        raise RunError(f"--output {out}: name an image file ending in {', '.join(FORMATS)}")
+    return out
 
 
 def plot_run(
@@ -62,6 +88,7 @@ def plot_run(
     import matplotlib.pyplot as plt
 
     runs = [Path(run_dir)] if isinstance(run_dir, (str, Path)) else [Path(r) for r in run_dir]
+    out = output_path(runs, output)
     train, evals, boundaries = join_phases(runs)
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     for rows, style, name in ((train, "-", "train"), (evals, "o-", "eval")):
@@ -89,7 +116,6 @@ def plot_run(
     ax_acc.legend(fontsize=8)
     fig.suptitle(" -> ".join(r.name for r in runs))
     fig.tight_layout()
-    out = Path(output) if output else runs[-1] / "curves.png"
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out

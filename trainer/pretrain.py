@@ -158,11 +158,11 @@ def build_model(
     raw = BertForPreTraining(config, seed=cfg.run.seed)
     init_state, init_notes = hf
     if init_state is not None:
-        raw.load_state_dict(init_state, strict=True)
+        R.load_state(raw, init_state, "weights", f"--init-from {cfg.model.init_from}", strict=True)
         for line in init_notes:
             R.log(line, info)
     if restored is not None:
-        raw.load_state_dict(restored.model, strict=True)
+        R.load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
     raw.to(info.device)
     compiled = cast(torch.nn.Module, torch.compile(raw)) if cfg.compile else raw
     return R.wrap(
@@ -174,8 +174,8 @@ def restore_position(
     cfg: TrainConfig, restored: ckpt.Loaded, optimizer: Any, scheduler: Any, loader: PretrainingLoader, info: D.DistInfo
 ) -> int:
     """Continue the checkpoint's run: optimizer, schedule, data position and RNG; returns its step."""
-    optimizer.load_state_dict(restored.optimizer)
-    scheduler.load_state_dict(restored.state["scheduler"])
+    R.load_state(optimizer, restored.optimizer, "optimizer state (optimizer.pt)", restored.path)
+    R.load_state(scheduler, restored.state["scheduler"], "scheduler state (state.json)", restored.path)
     old_end = extend_schedule(scheduler, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
     if old_end is not None:
         R.log(
@@ -300,8 +300,10 @@ def figures(record: dict[str, Any]) -> str:
 
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     info = D.setup(cfg.run.device)
-    with rundir.removed_on_failure(Path(cfg.run.output), enabled=info.is_main):
-        return _pretrain(cfg, info)
+    run_dir = Path(cfg.run.output)
+    with rundir.removed_on_failure(run_dir, enabled=info.is_main):
+        with rundir.locked(run_dir, "berttrain pretrain", enabled=info.is_main):
+            return _pretrain(cfg, info)
 
 
 def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:

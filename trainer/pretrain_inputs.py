@@ -76,6 +76,13 @@ def model_config(
     if cfg.model.model_config:
         try:
             overrides = json.loads(Path(cfg.model.model_config).read_text())
+            if not isinstance(overrides, dict):
+                raise TypeError(f"holds {type(overrides).__name__}, not an object of BertConfig fields")
+            if overrides.get("vocab_size", vocab_size) != vocab_size:  # every argument is used or refused
+                raise ValueError(
+                    f"vocab_size {overrides['vocab_size']!r} is not the data's vocabulary ({vocab_size} tokens), "
+                    "which sets it: drop vocab_size"
+                )
             config = BertConfig.from_dict({**config.to_dict(), **overrides, "vocab_size": vocab_size})
         except (json.JSONDecodeError, TypeError, ValueError) as e:
             raise RunError(f"--model-config {cfg.model.model_config}: {e}") from None
@@ -97,7 +104,7 @@ def input_notes(cfg: TrainConfig) -> list[str]:
 def data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> PretrainingLoader:
     """The training stream; opening it checks manifests, vocabulary and shard sizes (hashes with --skip-corrupt)."""
     try:
-        return PretrainingLoader(
+        loader = PretrainingLoader(
             replace(cfg.data, pin_memory=info.device.type == "cuda"),
             expected_vocab_sha256=data.vocab.sha256,
             world_size=info.world_size,
@@ -107,6 +114,13 @@ def data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pretrai
         )
     except (TooFewSamples, ValueError) as e:  # ValueError: a weight too small for one sample per epoch
         raise RunError(f"--data: {e}") from None
+    if cfg.grad_accum > loader.steps_per_epoch:  # as a --batch-size past the data is refused: one step, no epoch
+        raise RunError(
+            f"--grad-accum {cfg.grad_accum}: one optimizer step would take {cfg.grad_accum} global batches of "
+            f"{loader.global_batch_size}, more than the {loader.steps_per_epoch} of one epoch of --data "
+            f"({loader.num_samples} instances); lower --grad-accum or --batch-size, or add data"
+        )
+    return loader
 
 
 def eval_data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> PretrainingLoader:

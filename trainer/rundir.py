@@ -9,20 +9,30 @@ destroys what it did not make, nor before it has checked its inputs: the plan is
 ``--overwrite`` clears only after every input has been opened, and never when an input lies inside the folder
 (:func:`check_overlap`); a run folder the command made itself is removed again when the run fails before it
 has anything to keep (:func:`removed_on_failure`).
+
+One run per folder at a time (:func:`locked`): ``.berttrain.lock``, taken as ``bertprep`` takes its outputs'
+(``bertstream.cli.lock``) before the folder is read, so that a ``finetune --overwrite`` cannot clear a running
+``pretrain``'s folder, nor two runs interleave one ``metrics.jsonl`` or rotate each other's checkpoints.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 from bertstream.cli.errors import UsageError
+from bertstream.cli.lock import lock_folder
 from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import progress
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
+
+LOCK_NAME = ".berttrain.lock"
 
 
 def plan_run(
@@ -54,7 +64,7 @@ def plan_run(
                 "this checkpoint out and pass another --output"
             )
         return ckpt.load(resume, with_optimizer=not reset_optimizer)
-    contents = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
+    contents = _contents(run_dir)
     if resume not in ("auto", "none"):
         if contents and not overwrite:
             refuse_existing(run_dir, contents, f"--resume {resume} starts from elsewhere")
@@ -134,10 +144,33 @@ def removed_on_failure(run_dir: Path, *, enabled: bool = True) -> Iterator[None]
 
 
 def clear(run_dir: Path) -> None:
-    """Empty ``run_dir`` whole (``--overwrite``) and make sure it exists."""
-    if run_dir.is_dir():
-        shutil.rmtree(run_dir)
+    """Empty ``run_dir`` (``--overwrite``), all but this run's lock, and make sure it exists."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    for name in _contents(run_dir):
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path, command: str, *, enabled: bool = True) -> Iterator[None]:
+    """Hold ``run_dir``'s lock while the block runs (made first if need be: run it inside
+    :func:`removed_on_failure`), or refuse on ``--output`` naming the run that holds it. ``enabled``: rank 0."""
+    if not enabled:
+        yield
+        return
+    refuse_file(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with lock_folder(str(run_dir), LOCK_NAME, run_id, command, say=lambda line: progress.write(f"[berttrain] {line}")):
+        yield
+
+
+def _contents(run_dir: Path) -> list[str]:
+    """What the folder holds, its lock aside."""
+    return sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME) if run_dir.is_dir() else []
 
 
 def _listing(names: list[str]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,6 +29,16 @@ def log(message: str, info: D.DistInfo | None = None) -> None:
     """One ``[berttrain]`` line on stderr, from rank 0 only when ``info`` is given."""
     if info is None or info.is_main:
         progress.write(f"[berttrain] {redact(message)}")
+
+
+def load_state(target: Any, state: Any, what: str, source: object, **kwargs: Any) -> None:
+    """``target.load_state_dict(state)``, or one line naming ``source`` and ``what`` did not fit: a checkpoint's
+    config.json that disagrees with its weights, an optimizer.pt of other parameter groups (tracebacks before)."""
+    try:
+        target.load_state_dict(state, **kwargs)
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise RunError(f"{source}: its {what} does not fit this run's model ({type(e).__name__}: {first})") from None
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

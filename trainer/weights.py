@@ -57,7 +57,7 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0, flag: st
             )
         name = spec[len(RANDOM_PREFIX) :]
         preset = find_preset(name)
-        if preset is None and Path(name).is_dir():
+        if preset is None and name and Path(name).is_dir():  # "random:" is no folder (not the current one)
             return _random_like(spec, Path(name), data_vocab, flag)
         if preset is None:
             choices = ", ".join(PRESET_NAMES)
@@ -73,7 +73,34 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0, flag: st
             None,
             (f"random {name} encoder over the task data's vocabulary ({len(data_vocab)} tokens)",),
         )
-    return _folder_init(spec, seed, weights=True, flag=flag)
+    init = _folder_init(spec, seed, weights=True, flag=flag)
+    if init.state is not None:
+        check_weights(init.state, init.config, f"{flag} {init.source}")
+    return init
+
+
+def check_weights(state: dict[str, Tensor], config: BertConfig, source: str) -> None:
+    """What is read is what is meant: the weights are floating point (int8 or bool tensors were cast, a first
+    loss of thousands) and of the shapes their config.json gives (a config that disagrees with its weights was
+    a traceback from ``load_state_dict``). Shapes come from the model built on the meta device: no memory."""
+    import torch
+
+    from bertstream.trainer.model import BertForPreTraining
+
+    odd = sorted(k for k, v in state.items() if not v.is_floating_point())
+    if odd:
+        raise InitError(
+            f"{source}: {len(odd)} weight(s) are not floating point ({odd[0]} is {state[odd[0]].dtype}): not a "
+            "model's weights, or a quantised one that training cannot start from"
+        )
+    with torch.device("meta"):
+        expected = BertForPreTraining(config).state_dict()
+    for key, value in state.items():
+        if key in expected and tuple(value.shape) != tuple(expected[key].shape):
+            raise InitError(
+                f"{source}: {key} has shape {tuple(value.shape)}, its config.json makes it "
+                f"{tuple(expected[key].shape)}: the config and the weights disagree"
+            )
 
 
 def _folder_init(spec: str, seed: int, *, weights: bool, flag: str) -> Init:

@@ -43,6 +43,9 @@ LINES_OUTSIDE_DOC = "lines_outside_doc_skipped"
 UNCLOSED_DOC = "unclosed_doc_tags"
 SINGLE_SENTENCE_DOCS = "single_sentence_documents"
 EMPTY_SENTENCES = "empty_sentences_skipped"
+# Sentences longer than max_seq_length - 3 tokens, and their tokens past it: instance creation truncates them.
+LONG_SENTENCES = "sentences_longer_than_an_instance"
+TOKENS_PAST_MAX_LENGTH = "tokens_truncated_at_least"
 # Documents a worker encoded with `tokenizers` because the run's nanotoken was missing there (same ids).
 TOKENIZER_FALLBACK = "documents_encoded_by_fallback_tokenizer"
 
@@ -51,6 +54,7 @@ EMPTY = "empty"  # no text at all
 NO_TOKENS = "no_tokens"  # text that tokenizes to nothing (only whitespace/control characters)
 MALFORMED_JSON = "malformed_json"
 MISSING_TEXT = "missing_text_field"
+TEXT_NOT_STRING = "text_not_a_string"  # "text": 5, null or a list
 EXACT_DUPLICATE = "exact_duplicate"  # --dedup: normalised text equal to a document with a smaller id
 NEAR_DUPLICATE = "near_duplicate"  # --dedup minhash: estimated Jaccard >= threshold with a smaller id
 

@@ -16,6 +16,7 @@ import glob
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from apache_beam.io.filesystem import FileMetadata
@@ -134,11 +135,15 @@ def _walk_once(pattern: str) -> tuple[list[str], int]:
                 found.append(root)
         return found, again
     regex = _glob_regex(pattern)
-    seen: set[str] = set()
+    seen: set[tuple[int, int]] = set()
     found, again = [], 0
     for root in ["/".join(parts[:fixed]) or "/"]:
-        for folder, dirs, names in os.walk(root, followlinks=True):
-            real = os.path.realpath(folder)
+        for folder, dirs, names in _walk(root):
+            try:
+                st = os.stat(folder)  # the folder's identity, whatever links lead to it (realpath costs its depth)
+            except OSError:
+                continue
+            real = (st.st_dev, st.st_ino)
             if real in seen:
                 again += 1
                 dirs[:] = []
@@ -150,6 +155,30 @@ def _walk_once(pattern: str) -> tuple[list[str], int]:
                 if regex.match(path):
                     found.append(path)
     return sorted(found), again
+
+
+def _walk(root: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(root, followlinks=True)``, top-down, with a stack instead of recursion: Python 3.11's recursed
+    once per level, and a folder 1,500 levels deep ended the listing with "maximum recursion depth exceeded".
+    As there, ``dirs`` may be pruned in place and unreadable folders are skipped."""
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        dirs: list[str] = []
+        names: list[str] = []
+        for e in entries:
+            try:
+                is_dir = e.is_dir()  # follows links, as followlinks=True
+            except OSError:
+                is_dir = False
+            (dirs if is_dir else names).append(e.name)
+        yield folder, dirs, names
+        stack.extend(os.path.join(folder, d) for d in reversed(dirs))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,9 @@ only with ``--overwrite``), or is refused, whatever ``--overwrite`` says. A fold
 holds a dataset; shard or temporary files without one are the leftovers of a run that was killed, and are
 called that. Nothing the run reads (inputs, vocabulary, ``--label-set-from``) may lie inside it.
 
-One run per folder at a time: ``OUTPUT/.bertprep.lock`` is written whole to a temporary name and hard-linked
-into place (``link`` fails when the name exists, on every local and network filesystem), holding the run's id,
-pid, host and start. A lock whose process is gone (same host, no such pid) is stale, from a run that was
-killed: it is taken over, and said so. Object stores have no atomic create-if-absent through Beam's
-filesystems: runs into a URL are not locked.
+One run per folder at a time: ``OUTPUT/.bertprep.lock``, taken with ``bertstream.cli.lock`` (which berttrain's
+run folder shares): hard-linked into place, a stale lock (its process gone) taken over and said so; runs into a
+URL are not locked.
 
 A run's work files (spill, pools, the earlier run set aside) live in ``OUTPUT/_work/RUN_ID``; ``_work`` is
 emptied of a killed run's leftovers when the lock is taken, and removed at the end of the run. After a failure
@@ -21,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 import uuid
@@ -32,6 +29,7 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
+from bertstream.cli.lock import FolderLock, lock_folder
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.inputs import absolute
 from bertstream.pipelines.common.spill import remove_work_dir
@@ -292,100 +290,6 @@ def remove_work_dir_within(work_dir: str, seconds: float | None = None) -> bool:
     return False
 
 
-# ------------------------------------------------------------------------------------------------ the lock
-
-
-@dataclass(frozen=True, slots=True)
-class OutputLock:
-    """The lock of one run on one folder (``path`` empty: not locked, a URL)."""
-
-    path: str
-    run_id: str
-
-    def release(self) -> None:
-        if not self.path:
-            return
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                mine = json.load(f).get("run_id") == self.run_id
-        except (OSError, ValueError):
-            return
-        if mine:  # never remove a lock another run took over
-            os.remove(self.path)
-
-    def __enter__(self) -> OutputLock:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
-def lock_output(output_dir: str, run_id: str, command: str) -> OutputLock:
+def lock_output(output_dir: str, run_id: str, command: str) -> FolderLock:
     """Take ``output_dir``'s lock for this run, or raise ``UsageError`` naming the run that holds it."""
-    if "://" in output_dir:
-        return OutputLock("", run_id)
-    path = os.path.join(output_dir, LOCK_NAME)
-    me = {
-        "run_id": run_id,
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "command": command,
-        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-    }
-    tmp = f"{path}.{run_id}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(me, f)
-    try:
-        for _ in range(3):
-            try:
-                os.link(tmp, path)
-                return OutputLock(path, run_id)
-            except FileExistsError:
-                holder = _read_lock(path)
-                if holder is None:
-                    continue  # removed meanwhile: try again
-                if holder.get("host") == me["host"] and not _alive(int(holder.get("pid", 0))):
-                    C.progress(
-                        f"removing the stale lock of run {holder.get('run_id')} (pid {holder.get('pid')} is gone)"
-                    )
-                    _remove_lock_if(path, holder)
-                    continue
-                raise UsageError(
-                    "output",
-                    f"{output_dir} is being written by another run ({holder.get('command', 'bertprep')}, pid "
-                    f"{holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}); wait for it "
-                    f"to end, or remove {path} if that run is gone",
-                ) from None
-        raise UsageError("output", f"cannot take the lock {path}: it keeps changing (another run is starting?)")
-    finally:
-        os.remove(tmp)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
-
-
-def _read_lock(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-        return value if isinstance(value, dict) else {}
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {}  # unreadable: held by someone we cannot name
-
-
-def _remove_lock_if(path: str, holder: dict) -> None:
-    """Remove the stale lock unless another run replaced it since it was read."""
-    if _read_lock(path) == holder:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+    return lock_folder(output_dir, LOCK_NAME, run_id, command, say=C.progress)

@@ -52,6 +52,29 @@ def count_document(counters: Counter, doc_id: str, tokens: int, unk: int) -> Non
         counters[SOURCE_UNK_TOKENS + source] += unk
 
 
+# Sources the manifest lists one by one; the rest are summed as OTHER_SOURCES (100,000 one-line files at the top
+# held three counters each: the manifest, and every reader of it, grew with the file count).
+MAX_SOURCES = 64
+OTHER_SOURCES = "(other sources)"
+
+
+def bounded_sources(counters: Mapping[str, int], limit: int = MAX_SOURCES) -> dict[str, int]:
+    """``counters`` with at most ``limit`` sources: the ``limit - 1`` with the most tokens (ties by name) kept,
+    the others summed under :data:`OTHER_SOURCES`. Chosen on the final sums: the same on any runner."""
+    table = per_source(counters)
+    if len(table) <= limit:
+        return dict(counters)
+    ranked = sorted(table, key=lambda name: (-table[name]["tokens"], name))
+    keep = set(ranked[: limit - 1])
+    out = {k: v for k, v in counters.items() if not k.startswith(tuple(_PREFIXES))}
+    for name, row in sorted(table.items()):
+        target = name if name in keep else OTHER_SOURCES
+        for prefix, field in _PREFIXES.items():
+            if row[field] or prefix != SOURCE_UNK_TOKENS:  # as count_document: [UNK] only when there is one
+                out[prefix + target] = out.get(prefix + target, 0) + row[field]
+    return dict(sorted(out.items()))
+
+
 def per_source(counters: Mapping[str, int]) -> dict[str, dict[str, int]]:
     """``{source: {"documents", "tokens", "unk_tokens"}}`` from the manifest's counters (empty for a dataset
     made before they were recorded)."""

@@ -21,6 +21,10 @@ DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.pretraining.dedup
 MAX_DEDUP_NGRAM = 64
 
 
+DEFAULT_DEDUP_NGRAM = 5
+DEFAULT_DEDUP_THRESHOLD = 0.8
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PretrainingConfig:
     """Everything that shapes the instances. Two runs with equal configs and inputs write equal shards."""
@@ -58,8 +62,8 @@ class PretrainingConfig:
         choices=DEDUP_MODES,
         show=True,
     )
-    dedup_ngram: int = opt(5, "Words per MinHash shingle.", show=True)
-    dedup_threshold: float = opt(0.8, "MinHash Jaccard threshold.", show=True)
+    dedup_ngram: int = opt(DEFAULT_DEDUP_NGRAM, "Words per MinHash shingle.", show=True)
+    dedup_threshold: float = opt(DEFAULT_DEDUP_THRESHOLD, "MinHash Jaccard threshold.", show=True)
 
     def __post_init__(self) -> None:
         check_input_fields(self.input_format, self.text_field)
@@ -106,6 +110,10 @@ class PretrainingConfig:
             f"must be in [1, {MAX_DEDUP_NGRAM}], got {self.dedup_ngram}",
         )
         check(0.0 < self.dedup_threshold <= 1.0, "dedup_threshold", f"must be in (0, 1], got {self.dedup_threshold}")
+        for name, default in (("dedup_ngram", DEFAULT_DEDUP_NGRAM), ("dedup_threshold", DEFAULT_DEDUP_THRESHOLD)):
+            # a value the run would ignore, yet record as its setting: every argument is used or refused
+            used = self.dedup == "minhash" or getattr(self, name) == default
+            check(used, name, f"only applies with --dedup minhash (this run has --dedup {self.dedup})")
         check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
 
     @property

@@ -16,6 +16,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import source_stats as SS
 from bertstream.pipelines.common.batch import InstanceBatch
 from bertstream.pipelines.common.dataset_run import DatasetHeader, write_text_atomic
 from bertstream.pipelines.common.spill import remove_work_dir
@@ -56,7 +57,7 @@ def build_manifest(
     shards = tuple(ShardInfo(**f) for r in results for f in r["files"])
     raw = S.merge(r["stats"] for r in results)
     summary = S.summarize(raw, max_seq_length)
-    counters = dict(counters)
+    counters = SS.bounded_sources(counters)
     counters[C.INSTANCES] = raw.get("instances", 0)
     totals = {"instances": raw.get("instances", 0), "tokens": raw.get("tokens", 0), "bytes": {}}
     for s in shards:

@@ -138,8 +138,9 @@ def parse_jsonl(lines: Iterable[Line], path: str, counters: Counter, text_field:
             counters[C.DOCUMENTS_READ] += 1
             continue
         text = obj.get(text_field) if isinstance(obj, dict) else None
-        if not isinstance(text, str):
-            counters[C.drop(C.MISSING_TEXT)] += 1
+        if not isinstance(text, str):  # "text": 5 is no missing field: each its own reason
+            present = isinstance(obj, dict) and text_field in obj
+            counters[C.drop(C.TEXT_NOT_STRING if present else C.MISSING_TEXT)] += 1
             counters[C.DOCUMENTS_READ] += 1
             continue
         # Newlines inside the JSON string are paragraph breaks; clean them as lines.

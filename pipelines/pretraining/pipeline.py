@@ -117,7 +117,7 @@ def build_pipeline(
     # DoFns, Beam would compress and copy them about a dozen times a run.
     shipped_spec = ship(spec, work_dir, "tokenizer")
     tokenized = sentences | "Tokenize" >> Tokenize(
-        shipped_spec, tokenizer_threads, cfg.word_segmenter, tokenizer_backend
+        shipped_spec, tokenizer_threads, cfg.word_segmenter, tokenizer_backend, cfg.max_num_tokens
     )
     grouping = GroupSpec(
         seed=cfg.seed,

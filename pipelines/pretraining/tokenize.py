@@ -217,11 +217,13 @@ class _TokenizeFn(beam.DoFn):
         threads: int,
         word_segmenter: str = "",
         backend: str | None = None,
+        max_num_tokens: int | None = None,
     ) -> None:
         self.spec = spec
         self.threads = threads
         self.word_segmenter = word_segmenter
         self.backend = backend
+        self.max_num_tokens = max_num_tokens
         self.tokenize: DocumentTokenizer | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pending: Future | None = None
@@ -240,6 +242,8 @@ class _TokenizeFn(beam.DoFn):
         assert self.tokenize is not None, "setup() runs before process()"
         before = Counter(counters)
         out = self.tokenize(docs, counters)
+        if self.max_num_tokens is not None:
+            count_long_sentences(out.counters, out.sentence_lengths, self.max_num_tokens)
         return out, out.counters - before
 
     def _collect(self) -> TokenizedBatch:
@@ -265,6 +269,17 @@ class _TokenizeFn(beam.DoFn):
             self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def count_long_sentences(counters: Counter, sentence_lengths: np.ndarray, max_num_tokens: int) -> None:
+    """Count the sentences longer than an instance holds, and their tokens past it: instance creation truncates
+    them (a 200 MB line with no sentence end became one instance, the rest dropped without a word). The tokens
+    are a lower bound of what truncation drops: a pair is cut to fit, however long its other side."""
+    lengths = np.asarray(sentence_lengths, np.int64)
+    long = lengths > max_num_tokens
+    if long.any():
+        counters[C.LONG_SENTENCES] += int(long.sum())
+        counters[C.TOKENS_PAST_MAX_LENGTH] += int((lengths[long] - max_num_tokens).sum())
+
+
 class Tokenize(beam.PTransform):
     """``PCollection[SentenceBatch]`` -> ``PCollection[TokenizedBatch]``; ``backend``: the launcher's
     ``choose_backend``, so that every worker encodes with the backend the manifest names."""
@@ -275,13 +290,15 @@ class Tokenize(beam.PTransform):
         threads: int = 1,
         word_segmenter: str = "",
         backend: str | None = None,
+        max_num_tokens: int | None = None,
     ) -> None:
         super().__init__()
         self.spec = spec
         self.threads = threads
         self.word_segmenter = word_segmenter
         self.backend = backend
+        self.max_num_tokens = max_num_tokens  # given: sentences past it are counted (instances truncate them)
 
     def expand(self, batches):
-        fn = _TokenizeFn(self.spec, self.threads, self.word_segmenter, self.backend)
+        fn = _TokenizeFn(self.spec, self.threads, self.word_segmenter, self.backend, self.max_num_tokens)
         return batches | "Encode" >> beam.ParDo(fn)

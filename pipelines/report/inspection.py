@@ -11,15 +11,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
 from bertstream.schemas import pretraining as P
 from bertstream.schemas import tasks as T
 from bertstream.schemas import wds
+from bertstream.schemas.fields import local_member, relative_path
 from bertstream.schemas.manifest import DOCUMENTS_KIND, Manifest, ShardInfo
 from bertstream.schemas.manifest import load_vocab as load_dataset_vocab
+from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import Vocab, VocabError, VocabMismatchError
 
 
@@ -32,13 +36,24 @@ class DatasetError(ValueError):
     """A dataset folder lacks a file its manifest promises, or holds a different one."""
 
 
+def dataset_file(dataset_dir: str, relpath: str) -> str:
+    """The path of a file the manifest names: inside ``dataset_dir`` (links resolved on a local disk), or refused."""
+    try:
+        if "://" in dataset_dir:
+            relative_path(relpath, FileSystems.join(dataset_dir, relpath))
+            return FileSystems.join(dataset_dir, relpath)
+        return local_member(dataset_dir, relpath, FileSystems.join(dataset_dir, relpath))
+    except SchemaError as e:
+        raise DatasetError(str(e)) from None
+
+
 def load_vocab(dataset_dir: str, manifest: Manifest) -> Vocab:
     """The dataset's vocabulary, checked against the manifest's hash (the trainer refuses any other)."""
-    path = FileSystems.join(dataset_dir, manifest.vocab_file)
+    path = dataset_file(dataset_dir, manifest.vocab_file)
     if not FileSystems.exists(path):
         raise DatasetError(f"{path}: missing (the manifest names it as the dataset's vocabulary)")
     try:
-        return load_dataset_vocab(manifest, lambda name: _read_all(FileSystems.join(dataset_dir, name)), path)
+        return load_dataset_vocab(manifest, lambda name: _read_all(dataset_file(dataset_dir, name)), path)
     except VocabMismatchError as e:
         raise DatasetError(f"{e} (a different or edited vocabulary)") from None
     except VocabError as e:
@@ -57,9 +72,9 @@ class ShardCheck:
 
 def verify_shard(dataset_dir: str, shard: ShardInfo, manifest: Manifest) -> ShardCheck:
     """Re-check size, checksum, schema and row count of one shard against the manifest."""
-    path = FileSystems.join(dataset_dir, shard.path)
     problems = []
     try:
+        path = dataset_file(dataset_dir, shard.path)
         data = _read_all(path)
     except Exception as e:
         return ShardCheck(shard, (f"cannot read: {e}",))
@@ -88,15 +103,46 @@ def _count_rows(data: bytes, fmt: str, manifest: Manifest) -> int:
             meta = T.read_metadata(reader.schema)
         if meta["vocab_sha256"] != manifest.vocab_sha256:
             raise ValueError("schema vocab hash differs from the manifest's")
-        return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+        table = reader.read_all()
+        table.validate(full=True)
+        if manifest.kind == P.KIND and table.num_rows:
+            ids, positions = table.column(P.INPUT_IDS), table.column(P.MASKED_LM_POSITIONS)
+            _check_rows(
+                pc.list_value_length(ids).to_numpy(),
+                table.column(P.SEGMENT_A_LENGTH).to_numpy(),
+                table.column(P.NEXT_SENTENCE_LABEL).to_numpy(),
+                pc.list_value_length(positions).to_numpy(),
+                table.column(P.INSTANCE_ID).to_numpy(),
+                int(pc.max(pc.list_flatten(ids)).as_py() or 0),
+                manifest,
+            )
+        return table.num_rows
     if fmt == "jsonl":  # bertprep extract: one JSON object a line, gzipped or not
         text = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
         return sum(1 for line in text.splitlines() if json.loads(line))
-    count = 0
-    for sample in iter_tar_samples(data):
-        wds.decode_payload(sample[1])
-        count += 1
-    return count
+    rows = [wds.decode_payload(sample[1]) for sample in iter_tar_samples(data)]
+    if rows:
+        _check_rows(
+            np.asarray([len(r[P.INPUT_IDS]) for r in rows], np.int64),
+            np.asarray([r[P.SEGMENT_A_LENGTH] for r in rows], np.int64),
+            np.asarray([r[P.NEXT_SENTENCE_LABEL] for r in rows], np.int64),
+            np.asarray([len(r[P.MASKED_LM_POSITIONS]) for r in rows], np.int64),
+            np.asarray([r[P.INSTANCE_ID] for r in rows], np.uint64),
+            max(int(np.max(r[P.INPUT_IDS], initial=0)) for r in rows),
+            manifest,
+        )
+    return len(rows)
+
+
+def _check_rows(
+    lengths: Any, segment_a: Any, nsp: Any, masked: Any, instance_ids: Any, top_id: int, manifest: Manifest
+) -> None:
+    """The trainer's per-shard row checks (:func:`~bertstream.schemas.pretraining.row_problem`) and its id range."""
+    bad = P.row_problem(lengths, segment_a, nsp, masked, manifest.shard_parameters.max_seq_length)
+    if bad is not None:
+        raise ValueError(f"instance {int(instance_ids[bad[0]]):016x} {bad[1]}")
+    if top_id >= manifest.vocab_size:
+        raise ValueError(f"an id {top_id} outside the vocabulary's 0..{manifest.vocab_size - 1}")
 
 
 def iter_tar_samples(data: bytes) -> Iterator[tuple[str, bytes]]:
@@ -118,13 +164,15 @@ def iter_record_batches(dataset_dir: str, manifest: Manifest) -> Iterator[pa.Rec
     fmt = "arrow" if manifest.shards_of("arrow") else "webdataset"
     schema = P.arrow_schema(manifest.vocab["id_type"])
     for shard in manifest.shards_of(fmt):
-        path = FileSystems.join(dataset_dir, shard.path)
+        path = dataset_file(dataset_dir, shard.path)
         if fmt == "arrow":
             try:
                 with FileSystems.open(path, compression_type="uncompressed") as f:
                     reader = pa.ipc.open_file(f)
                     for i in range(reader.num_record_batches):
-                        yield reader.get_batch(i)
+                        batch = reader.get_batch(i)
+                        batch.validate(full=True)  # untrusted offsets: never read through them unchecked
+                        yield batch
             except (pa.ArrowException, OSError) as e:  # truncated, overwritten: name the shard, not just "Arrow"
                 raise DatasetError(
                     f"shard {path}: cannot be read ({type(e).__name__}: {e}); bertprep inspect --verify checks "

@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+from bertstream.cli.owned import check_owned, publish
 from bertstream.pipelines.common.dataset_run import load_manifest
 from bertstream.pipelines.report.data import REPORT_DIR, ReportConfig, collect, count_tokens
 from bertstream.pipelines.report.inspection import DatasetError, load_vocab
 from bertstream.schemas import pretraining as P
+
+INDEX = "index.html"
+MARKER = ".bertprep-report"  # what tells a report folder from a user's folder of the same names
 
 
 def write_report(dataset_dir: str, output_dir: str | None = None, cfg: ReportConfig | None = None) -> str:
@@ -20,6 +25,7 @@ def write_report(dataset_dir: str, output_dir: str | None = None, cfg: ReportCon
     out = output_dir or os.path.join(dataset_dir, REPORT_DIR)
     if "://" in out:
         raise DatasetError(f"{out}: the report is written to a local folder (give one with --output)")
+    check_report_folder(out, default=output_dir is None)
     manifest = load_manifest(dataset_dir)
     if manifest.kind != P.KIND:
         raise DatasetError(f"{dataset_dir}: a {manifest.kind!r} dataset; the report describes pretraining datasets")
@@ -27,11 +33,24 @@ def write_report(dataset_dir: str, output_dir: str | None = None, cfg: ReportCon
     tokens = count_tokens(dataset_dir, manifest, len(vocab))
     name = os.path.basename(os.path.abspath(dataset_dir).rstrip("/")) if "://" not in dataset_dir else dataset_dir
     data = collect(manifest, vocab, tokens, cfg, name)
-    os.makedirs(out, exist_ok=True)
-    figures = report_plots.draw_all(data.series, out)
-    index = os.path.join(out, "index.html")
-    tmp = index + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(report_html.render(data, figures))
-    os.replace(tmp, index)
-    return index
+
+    def write(folder: Path) -> None:
+        figures = report_plots.draw_all(data.series, str(folder))
+        (folder / INDEX).write_text(report_html.render(data, figures), encoding="utf-8")
+
+    publish(Path(out), write, marker=MARKER)
+    return os.path.join(out, INDEX)
+
+
+def check_report_folder(out: str, *, default: bool) -> None:
+    """A report replaces only a report: a folder holding anything else (a user's site) is refused, and so is an
+    ``index.html`` and figures that no ``bertprep report`` marked as its own (``default``: ``DIR/report``, which
+    the dataset's own earlier reports, from before the mark, hold)."""
+    check_owned(
+        Path(out),
+        lambda name: name == INDEX or name.endswith(".png"),
+        overwrite=None,
+        what="a bertprep report",
+        marker=MARKER,
+        legacy=default,
+    )

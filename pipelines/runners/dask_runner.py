@@ -155,6 +155,8 @@ class DaskRunner(beam_dask.DaskRunner):
         refuse_staging(options)
         dask_options = options.view_as(beam_dask.DaskOptions).get_all_options(drop_default=True, current_only=True)
         bag_kwargs = beam_dask.DaskOptions._extract_bag_kwargs(dask_options)
+        if dask_options.get("address"):
+            probe_scheduler(str(dask_options["address"]))
         client = Client(**dask_options)
         try:
             check_workers(client)
@@ -169,6 +171,49 @@ class DaskRunner(beam_dask.DaskRunner):
             client.close()
             raise
         return DaskRunResult(client, futures, keys)
+
+
+# A Dask scheduler writes its handshake as soon as a client connects; this is how long to wait for it.
+PROBE_SECONDS = 10.0
+# The first 8 bytes of a Dask TCP message are a frame count (little-endian): "HTTP/1.1" read as one is 3.07 EiB.
+_MAX_FRAMES = 1 << 16
+
+
+def probe_scheduler(address: str, seconds: float = PROBE_SECONDS) -> None:
+    """Refuse, in one line, an address that is no Dask scheduler before ``Client`` hangs on it or allocates
+    what an HTTP reply's bytes spell as a frame length: one that refuses connections, sends nothing (an HTTP
+    server waits for a request), or sends what no Dask message starts with. Only ``tcp://`` (the default
+    scheme) is probed; TLS and other comms are left to Dask."""
+    import socket
+    import struct
+
+    scheme, sep, rest = address.partition("://")
+    if sep and scheme != "tcp":
+        return
+    host, _, port = (rest if sep else address).rpartition(":")
+    flag = f"--dask_client_address={address}"
+    if not host or not port.isdigit():
+        raise UsageError("dask_client_address", f"{flag}: expected tcp://HOST:PORT")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=seconds) as conn:
+            conn.settimeout(seconds)
+            head = b""
+            while len(head) < 8:
+                chunk = conn.recv(8 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except ConnectionRefusedError:
+        raise UsageError("dask_client_address", f"{flag}: refuses connections (is the scheduler running?)") from None
+    except TimeoutError:
+        raise UsageError(
+            "dask_client_address", f"{flag}: no Dask scheduler answered within {seconds:g} s (an HTTP port?)"
+        ) from None
+    except OSError as e:
+        raise UsageError("dask_client_address", f"{flag}: cannot connect ({e.strerror or e})") from None
+    if len(head) < 8 or struct.unpack("<Q", head)[0] > _MAX_FRAMES:
+        shown = head[:8].decode("ascii", "replace").strip() or "nothing"
+        raise UsageError("dask_client_address", f"{flag}: answers as no Dask scheduler does ({shown!r}...)")
 
 
 def refuse_staging(options: PipelineOptions) -> None:

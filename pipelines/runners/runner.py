@@ -7,6 +7,7 @@ first tries to download the Prism binary). ``--direct_num_workers=N`` (N > 1) ru
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import shlex
@@ -48,6 +49,8 @@ def import_runner(beam_args: list[str]) -> str | None:
     those are unknown until it is imported."""
     runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
     runner = RUNNER_ALIASES.get(runner.lower(), runner) if runner else runner
+    if runner and runner != DASK_RUNNER:
+        check_documented(runner)
     if runner and "." in runner:
         module = runner.rpartition(".")[0]
         try:
@@ -58,14 +61,88 @@ def import_runner(beam_args: list[str]) -> str | None:
     return runner
 
 
+def check_documented(runner: str) -> None:
+    """Refuse a ``--runner`` that is not one of Beam's runners (by short or full name, as Beam's
+    ``create_runner`` looks them up): Beam imports and calls any dotted name it is given (``os.system``)."""
+    from apache_beam.runners.runner import _RUNNER_MAP  # the table create_runner reads; no public one holds full names
+
+    lower = runner.lower()
+    full = {name.lower() for name in _RUNNER_MAP.values()}
+    if lower in _RUNNER_MAP or lower + "runner" in _RUNNER_MAP or lower in full:
+        return
+    names = ", ".join([*StandardOptions.KNOWN_RUNNER_NAMES, "DaskRunner"])
+    raise UsageError("runner", f"--runner={runner}: not one of the runners Beam documents ({names})")
+
+
+def check_every_argument(beam_args: list[str]) -> None:
+    """Every argument left to Beam is one of its options or an option's value: Beam's parser drops the rest
+    silently (the shell's other matches of an unquoted ``--input in/f*.txt``; ``--direct-num-workers=2``,
+    spelled with dashes, left the default 1), and the run would record them as its options."""
+    actions = _beam_option_actions()
+    stray: list[str] = []
+    waiting: argparse.Action | None = None  # an option whose value is the next argument
+    for arg in beam_args:
+        if arg.startswith("-"):
+            flag, eq, value = arg.partition("=")
+            if flag not in actions:
+                near = "--" + flag.lstrip("-").replace("-", "_")
+                hint = f" (Beam's options are spelled with underscores: {near})" if near in actions else ""
+                raise UsageError("beam option", f"unknown option: {flag}{hint}")
+            waiting = actions[flag] if not eq and actions[flag].nargs != 0 else None
+            if eq:
+                _check_value(flag, actions[flag], value)
+        elif waiting is not None:
+            _check_value(waiting.option_strings[0], waiting, arg)
+            waiting = None
+        else:
+            stray.append(arg)
+    if stray:
+        shown = ", ".join(stray[:3]) + (", ..." if len(stray) > 3 else "")
+        raise UsageError(
+            "beam option",
+            f"{len(stray)} argument(s) that are no option: {shown} (an --input pattern the shell expanded? quote it)",
+        )
+
+
+def _check_value(flag: str, action: argparse.Action, value: str) -> None:
+    """The value converts as Beam's parser will convert it, or one line (Beam's parser exits with its usage)."""
+    convert = action.type if callable(action.type) else None
+    try:
+        converted = convert(value) if convert is not None else value
+    except (ValueError, TypeError, argparse.ArgumentTypeError) as e:
+        kind = getattr(convert, "__name__", "value")
+        raise UsageError("beam option", f"{flag}={value}: not a valid {kind} ({e})") from None
+    if action.choices is not None and converted not in action.choices:
+        choices = ", ".join(str(c) for c in action.choices)
+        raise UsageError("beam option", f"{flag}={value}: must be one of {choices}")
+
+
+def _beam_option_actions() -> dict[str, argparse.Action]:
+    """Beam's option strings (``--dask_client_address``, whose value is ``address``) and their actions, from the
+    parser ``PipelineOptions.get_all_options`` builds: every options class imported so far."""
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    subset: dict[str, type[PipelineOptions]] = {}
+    for cls in PipelineOptions.__subclasses__():
+        subset.setdefault(str(cls), cls)
+    for cls in subset.values():
+        cls._add_argparse_args(parser)  # noqa: SLF001 - how Beam itself collects them
+    return dict(parser._option_string_actions)  # noqa: SLF001
+
+
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     runner = import_runner(beam_args)
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).runner = runner
+    check_every_argument(beam_args)  # first: Beam's own parser prints its whole usage for a bad value
     known = options.get_all_options()
     unknown = [a for a in options.get_all_options(retain_unknown_options=True) if a not in known]
     if unknown:
         raise UsageError("beam option", f"unknown option(s): {', '.join('--' + u for u in unknown)}")
+    workers = options.view_as(DirectOptions).direct_num_workers
+    if workers < 0:  # Beam indexes its worker list with it (IndexError)
+        raise UsageError("direct_num_workers", f"--direct_num_workers={workers}: must be >= 0 (0: one per core)")
     if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
         raise UsageError(
             "direct_running_mode",

@@ -21,6 +21,7 @@ import apache_beam as beam
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import wordpiece_backend as WB
+from bertstream.pipelines.common.counters import dropped
 from bertstream.pipelines.common.dataset_run import (
     DatasetHeader,
     DatasetRun,
@@ -30,7 +31,8 @@ from bertstream.pipelines.common.dataset_run import (
     run_dataset,
     vocab_entry,
 )
-from bertstream.pipelines.common.inputs import InputFile, resolve_inputs
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.inputs import InputFile, describe_inputs, resolve_inputs
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
@@ -49,7 +51,7 @@ from bertstream.pipelines.tasks.config import (
 )
 from bertstream.pipelines.tasks.conll import ConllParser, looks_like_conll
 from bertstream.pipelines.tasks.features import Featurize, Layout
-from bertstream.pipelines.tasks.finalize import FinalizeTask, FinalizeTaskSpec
+from bertstream.pipelines.tasks.finalize import UNITS, FinalizeTask, FinalizeTaskSpec
 from bertstream.pipelines.tasks.labels import LabelPlan, Labels, labels_from_manifest, plan_labels
 from bertstream.pipelines.tasks.ner import SentenceFeaturizer
 from bertstream.pipelines.tasks.squad import ExampleFeaturizer
@@ -191,8 +193,21 @@ def _run(plan: _Plan, io: TaskIO, got: _Inputs, label_set_from: str | None = Non
                 f"{cfg.kind} {cfg.split}: {len(files)} input files, {input_bytes / 1e6:.1f} MB -> {claim.output_dir} "
                 f"({num_shards} shards)"
             ),
+            check=partial(_check_rows, files),
         )
     )
+
+
+def _check_rows(files: list[InputFile], result: RunResult) -> None:
+    """What is read is what is meant: a header-only TSV or ``{"data": []}`` is no dataset (fine-tuning on it
+    failed later, in Arrow); the run is unpublished and the earlier dataset, if any, comes back."""
+    if not result.manifest.totals.get("rows"):
+        m = result.manifest
+        unit = UNITS[m.kind]
+        drops = ", ".join(f"{n} {why}" for why, n in dropped(m.counters, unit).items()) or "none dropped"
+        raise InputError(
+            f"--input {describe_inputs(files)}: no rows ({m.counters.get(f'{unit}_read', 0)} {unit} read; {drops})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ the pipeline's byte-identity and a worker killed mid-run, are in ``test_runners.
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -134,3 +135,44 @@ def test_staging_options_are_refused_not_ignored(address):
         _ = p | beam.Create([1])
         with pytest.raises(UsageError, match="DaskRunner stages no packages"):
             p.run()
+
+
+def test_an_address_that_is_no_scheduler_is_refused_in_one_line():
+    """Every loop is bounded (issue 33): an address that answers HTTP hung or asked for 3.07 EiB; one that
+    refuses connections was reported as an object-store failure."""
+    import http.server
+    import socket
+    import threading
+
+    from bertstream.pipelines.runners.dask_runner import probe_scheduler
+
+    def serve(server) -> str:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return f"tcp://127.0.0.1:{server.server_address[1]}"
+
+    silent = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    talker = socket.create_server(("127.0.0.1", 0))  # writes an HTTP status line as soon as one connects
+
+    def talk() -> None:
+        conn, _ = talker.accept()
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        conn.close()
+
+    threading.Thread(target=talk, daemon=True).start()
+    closed = socket.create_server(("127.0.0.1", 0))
+    refused = f"tcp://127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()
+    try:
+        cases = [
+            (serve(silent), "no Dask scheduler answered within 0.5 s"),
+            (f"tcp://127.0.0.1:{talker.getsockname()[1]}", "answers as no Dask scheduler does ('HTTP/1.1'...)"),
+            (refused, "refuses connections (is the scheduler running?)"),
+            ("tcp://nohostport", "expected tcp://HOST:PORT"),
+        ]
+        for address, message in cases:
+            with pytest.raises(UsageError, match=re.escape(message)) as e:
+                probe_scheduler(address, seconds=0.5)
+            assert e.value.param == "dask_client_address" and "\n" not in str(e.value)
+    finally:
+        silent.shutdown()
+        talker.close()

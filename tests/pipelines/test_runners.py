@@ -244,5 +244,55 @@ def test_options_of_a_runner_named_by_module_are_known():
     assert options.get_all_options()["address"] == "tcp://127.0.0.1:8786"
     with pytest.raises(UsageError, match="unknown option"):
         pipeline_options([f"--runner={BEAM_DASK_RUNNER}", "--dask_client_adress=tcp://127.0.0.1:8786"])
-    with pytest.raises(UsageError, match="cannot import no_such_module"):
+    with pytest.raises(UsageError, match="no_such_module.Runner: not one of the runners Beam documents"):
         pipeline_options(["--runner=no_such_module.Runner"])
+
+
+@pytest.mark.parametrize("name", ["os.system", "subprocess.Popen", "builtins.exec", "NoSuchRunner"])
+def test_only_the_runners_beam_documents_are_accepted(name, monkeypatch):
+    """Every argument is used or refused (issue 33): Beam imports and calls any dotted --runner (os.system)."""
+    import os
+
+    monkeypatch.setattr(os, "system", lambda *a: pytest.fail("os.system was called"))
+    with pytest.raises(UsageError, match=rf"--runner={name}: not one of the runners Beam documents \(DataflowRunner"):
+        pipeline_options([f"--runner={name}"])
+    for known in (
+        "DirectRunner",
+        "direct",
+        "PortableRunner",
+        "apache_beam.runners.portability.flink_runner.FlinkRunner",
+    ):
+        pipeline_options([f"--runner={known}"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["in/f2.txt", "in/f3.txt"], "2 argument\\(s\\) that are no option: in/f2.txt, in/f3.txt"),
+        (["--runner", "DirectRunner", "x.txt"], "1 argument\\(s\\) that are no option: x.txt"),
+        (["--direct-num-workers=2"], "--direct-num-workers \\(Beam's options are spelled with underscores"),
+        (["--save_main_session", "in/f2.txt"], "no option: in/f2.txt"),
+        # one line, always: a 129-line usage dump and an IndexError before
+        (["--direct_num_workers=abc"], "--direct_num_workers=abc: not a valid int"),
+        (["--direct_num_workers", "abc"], "--direct_num_workers=abc: not a valid int"),
+        (["--direct_num_workers=-2"], "--direct_num_workers=-2: must be >= 0"),
+        (["--direct_running_mode=fast"], "must be one of in_memory, multi_threading, multi_processing"),
+    ],
+)
+def test_every_argument_left_to_beam_is_used_or_refused(args, message):
+    """Beam's parser dropped these silently (the shell's other matches of an unquoted --input; an option
+    spelled with dashes left at its default), and the manifest recorded them as the run's options (issue 33)."""
+    with pytest.raises(UsageError, match=message):
+        pipeline_options(args)
+    options = pipeline_options(["--direct_num_workers", "2", "--runner=DirectRunner", "--save_main_session"])
+    assert options.get_all_options()["direct_num_workers"] == 2
+
+
+def test_dedup_settings_without_minhash_are_refused():
+    from bertstream.pipelines.pretraining.config import PretrainingConfig
+
+    with pytest.raises(UsageError, match="dedup_threshold: only applies with --dedup minhash"):
+        PretrainingConfig(dedup_threshold=0.5)
+    with pytest.raises(UsageError, match="dedup_ngram: only applies with --dedup minhash .*--dedup exact"):
+        PretrainingConfig(dedup="exact", dedup_ngram=3)
+    assert PretrainingConfig(dedup="minhash", dedup_threshold=0.5).dedup_threshold == 0.5

@@ -9,8 +9,9 @@ import pytest
 
 from bertstream.schemas import pretraining as P
 from bertstream.schemas import wds
-from bertstream.schemas.manifest import Manifest, ShardInfo, shard_name
+from bertstream.schemas.manifest import Manifest, ShardInfo, shard_name, vocab_entry
 from bertstream.schemas.version import SchemaError
+from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
 
 
 def test_arrow_schema_metadata_round_trip():
@@ -89,7 +90,7 @@ def test_manifest_round_trip_and_version_check():
     assert shard.path == "pretrain-00003-of-00008.arrow"
     m = Manifest(
         kind="pretraining",
-        vocab={"sha256": "x", "size": 5, "id_type": "uint16", "special_ids": {}},
+        vocab=vocab_entry(Vocab(SPECIAL_TOKENS), lowercase=True),
         parameters={"a": 1},
         seed=1,
         shards=(shard,),

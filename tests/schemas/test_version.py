@@ -14,8 +14,9 @@ import pytest
 from bertstream.schemas import pretraining as P
 from bertstream.schemas import tasks as T
 from bertstream.schemas import version, wds
-from bertstream.schemas.manifest import Manifest, ShardInfo
+from bertstream.schemas.manifest import Manifest, ShardInfo, vocab_entry
 from bertstream.schemas.version import SchemaError, check_version
+from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
 
 
 def test_check_version_names_source_found_and_readable():
@@ -29,7 +30,7 @@ def test_check_version_names_source_found_and_readable():
 def _manifest(schema_version: int) -> Manifest:
     return Manifest(
         kind="pretraining",
-        vocab={"sha256": "a" * 64, "size": 5, "id_type": "uint16", "special_ids": {"[PAD]": 0}},
+        vocab=vocab_entry(Vocab(SPECIAL_TOKENS), lowercase=True),
         parameters={},
         seed=1,
         shards=(ShardInfo("pretrain-00000-of-00001.arrow", "arrow", 1, 1, "0" * 64),),

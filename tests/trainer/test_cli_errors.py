@@ -74,6 +74,9 @@ def world(tmp_path_factory) -> dict[str, Path]:
     no_opt = root / "no_opt"
     shutil.copytree(ckpt.step_dir(run, 2), no_opt)
     (no_opt / "optimizer.pt").unlink()
+    badopt = root / "badopt"  # a run whose newest optimizer.pt holds other parameter groups
+    shutil.copytree(run, badopt)
+    torch.save({"state": {}, "param_groups": [{"params": [0], "lr": 0.1}]}, ckpt.step_dir(badopt, 2) / "optimizer.pt")
     empty_ckpt = root / "empty_ckpt"
     empty_ckpt.mkdir()
     (root / "model.json").write_text("{not json")
@@ -92,6 +95,7 @@ def world(tmp_path_factory) -> dict[str, Path]:
         "position": position,
         "no_opt": no_opt,
         "empty_ckpt": empty_ckpt,
+        "badopt": badopt,
         "torn": torn,
     }
 
@@ -172,6 +176,15 @@ CASES = [
         1,
         "checkpoint lacks",
     ),
+    # issue 33, one line always: each of these was a traceback
+    ("pretrain --seed 2**70", lambda w: pretrain(w, "--seed", str(2**70)), 2, "must be at most 2**63 - 1"),
+    (
+        "pretrain optimizer.pt of other parameter groups",
+        lambda w: pretrain(w, "--max-steps", "3", out="badopt"),
+        1,
+        "its optimizer state (optimizer.pt) does not fit this run's model (ValueError",
+    ),
+    ("plot --output plot.txt", lambda w: ["plot", str(w["run"]), "--output", "plot.txt"], 1, "name an image file"),
     ("plot folder without metrics", lambda w: ["plot", str(w["empty_ckpt"])], 1, "no metrics.jsonl"),
     ("plot damaged metrics", lambda w: ["plot", str(w["torn"])], 1, "metrics.jsonl:2: not a JSON record"),
     (

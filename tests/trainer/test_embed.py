@@ -291,3 +291,14 @@ def test_an_output_that_is_an_input_is_refused_even_with_overwrite(hf_dir, text_
         assert result.exit_code == 2 and "Traceback" not in result.output, result.output
         assert f"'--output': {output} overlaps inputs: it is (or lies inside) {flag}" in result.output
     assert texts.read_bytes() == before and not (hf_dir / "emb.arrow").exists()
+
+
+def test_an_output_folder_is_refused_even_with_overwrite(hf_dir, text_file, tmp_path):
+    """One line, always (issue 33): "--output DIR --overwrite" ended in ".ev.tmp: Is a directory"."""
+    folder = tmp_path / "ev"
+    folder.mkdir()
+    result = CliRunner().invoke(
+        main, ["embed", "--init", str(hf_dir), "--input", str(text_file), "--output", str(folder), "--overwrite"]
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"'--output': {folder} is a folder: --output names the Arrow file to write" in result.output

@@ -401,3 +401,37 @@ def test_an_exported_run_loads_with_auto_classes_and_fills_masks(demo_shards: Pa
     answers = fill(f"the python {tokenizer.mask_token} is a list")
     assert len(answers) == 5 and all(a["token_str"] and a["sequence"].startswith("the python") for a in answers)
     assert sorted(a["score"] for a in answers)[::-1] == [a["score"] for a in answers]
+
+
+def test_export_hf_writes_only_a_folder_of_its_own_and_all_of_it_or_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Commands own what they write (issue 33): export-hf replaced a dataset copy's vocab.txt and a user's
+    config.json, and left an empty folder on a full disk."""
+    import errno
+
+    import bertstream.trainer.hf as hf_module
+
+    ours = BertForPreTraining(CONFIG, seed=5)
+    dataset = tmp_path / "ds"
+    dataset.mkdir()
+    (dataset / "manifest.json").write_text("{}")
+    (dataset / "vocab.txt").write_text("mine\n")
+    with pytest.raises(
+        HFCheckpointError, match="ds holds files that are not a Hugging Face export \\(manifest.json\\)"
+    ):
+        export_hf(ours, CONFIG, TOKENS, dataset, overwrite=True)
+    assert (dataset / "vocab.txt").read_text() == "mine\n"
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "config.json").write_text("{}")
+    with pytest.raises(HFCheckpointError, match="already holds config.json, .* export would replace: pass --overwrite"):
+        export_hf(ours, CONFIG, TOKENS, user)
+    assert (user / "config.json").read_text() == "{}"
+    assert load_hf(export_hf(ours, CONFIG, TOKENS, user, overwrite=True))[0] == CONFIG
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(hf_module, "with_bert_template", disk_full)  # the last file, after the weights
+    with pytest.raises(OSError, match="No space left"):
+        export_hf(ours, CONFIG, TOKENS, tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "user"]  # no folder, no temporary one left

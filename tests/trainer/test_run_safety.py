@@ -13,6 +13,7 @@ import pytest
 from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 from bertstream.cli.errors import UsageError
 from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import rundir
 from bertstream.trainer.checkpoint import CheckpointError
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.errors import RunError
@@ -206,3 +207,43 @@ def test_a_metrics_line_torn_by_a_kill_does_not_stop_the_resume(data, tmp_path):
         f.write('{"step": 3, "lo')  # the process died mid-write
     rows = run(data, out, max_steps=4)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+
+
+def test_a_run_folder_in_use_is_locked_even_against_overwrite(data, tmp_path):
+    """Commands own what they write (issue 33): a second run into a folder that a run is writing (here: this
+    process holds its lock, as a running pretrain does) is refused before it reads or clears anything."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    with rundir.locked(out, "berttrain pretrain"):
+        with pytest.raises(UsageError, match=f"{out} is being written by another run \\(berttrain pretrain, pid"):
+            run(data, out, overwrite=True, max_steps=1)
+        assert (out / "metrics.jsonl").read_text() == '{"step": 1, "loss": 1.0}\n'  # not cleared
+    assert not (out / rundir.LOCK_NAME).exists()  # released
+    assert [r["step"] for r in run(data, out, overwrite=True, max_steps=1)] == [1]  # free again: --overwrite clears
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # the run's lock is gone with it
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"num_layers": 10**6}, "parameters .* need [0-9,]+ GiB in fp32 alone, more than this machine's"),
+        ({"hidden_size": 10**9, "num_heads": 1}, "parameters .* need [0-9,]+ GiB in fp32 alone"),
+        ({"vocab_size": 50}, "vocab_size 50 is not the data's vocabulary \\(1200 tokens\\)"),
+        ([1, 2], "holds list, not an object of BertConfig fields"),
+    ],
+)
+def test_a_model_config_is_sized_and_used_before_anything_is_allocated(data, tmp_path, overrides, message):
+    """Every loop and allocation is bounded; every argument used or refused (issue 33): num_layers 10**6 hung,
+    hidden_size 10**9 asked for terabytes, a vocab_size was silently replaced by the data's."""
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(overrides))
+    with pytest.raises(RunError, match=f"--model-config {path}: .*{message}"):
+        run(data, tmp_path / "run", model_config=str(path))
+    assert not (tmp_path / "run").exists()
+
+
+def test_grad_accum_past_one_epoch_is_refused_as_a_batch_past_the_data_is(data, tmp_path):
+    with pytest.raises(RunError, match="--grad-accum 1000000: one optimizer step would take 1000000 global batches"):
+        run(data, tmp_path / "run", grad_accum=10**6)
+    assert not (tmp_path / "run").exists()

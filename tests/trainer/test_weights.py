@@ -77,3 +77,33 @@ def test_random_like_a_checkpoint_takes_its_architecture_not_its_weights(tmp_pat
     assert resolve_init(f"random:{path}", VOCAB).config == config
     with pytest.raises(InitError, match="unknown preset .* or random:CHECKPOINT"):
         resolve_init(f"random:{tmp_path / 'nowhere'}", VOCAB)
+
+
+def test_what_is_read_is_what_is_meant_weights_dtypes_shapes_and_step(tmp_path):
+    """Issue 33: int8 or bool weights were cast (first loss 6,449), a config.json that disagrees with its
+    weights was a traceback, state.json step -5 resumed and wrote step--000004."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    _, path = saved_checkpoint(tmp_path / "run", CONFIG)
+    good = load_file(str(path / "model.safetensors"))
+    key = "bert.encoder.layer.0.attention.self.query.weight"
+    for dtype in (torch.int8, torch.bool):
+        save_file({**good, key: good[key].to(dtype)}, str(path / "model.safetensors"))
+        with pytest.raises(InitError, match=f"not floating point \\({key} is torch.{str(dtype)[6:]}\\)"):
+            resolve_init(str(path), VOCAB, flag="--init-from")
+    save_file({**good, key: good[key][:, :-1].contiguous()}, str(path / "model.safetensors"))
+    with pytest.raises(InitError, match=f"{key} has shape .* the config and the weights disagree"):
+        resolve_init(str(path), VOCAB)
+    save_file(good, str(path / "model.safetensors"))
+    (path / "state.json").write_text(json.dumps({"step": -5}))
+    with pytest.raises(ckpt.CheckpointError, match="step -5 is not a step count"):
+        ckpt.load(path, with_optimizer=False)
+    assert resolve_init(str(path), VOCAB).state.keys() == good.keys()
+
+
+def test_random_without_a_name_is_no_folder():
+    """``--init random:`` read the current folder as a checkpoint ("`.` has no config.json"; issue 33)."""
+    with pytest.raises(InitError, match="unknown preset ''"):
+        resolve_init("random:", VOCAB)

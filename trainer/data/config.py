@@ -91,7 +91,7 @@ class DataConfig:
     drop_remainder: bool = opt(True, cli=False)
     skip_corrupt: bool = opt(False, "Skip (and count) shards whose checksum fails instead of stopping.")
     verify: str = opt("sha256", cli=False, choices=VERIFY_MODES)
-    weights: tuple[float, ...] | None = opt(None, cli=False)
+    weights: tuple[float, ...] | None = opt(None, cli=False, flag="--data")  # from --data DIR:WEIGHT
     masking: str = opt("static")
     mlm_probability: float = opt(0.15)
     max_predictions: int | None = opt(None)
@@ -118,6 +118,7 @@ class DataConfig:
             value = getattr(self, name)
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
             check(ok, name, f"must be an int >= 0, got {value!r}")
+            check(value < 1 << 63, name, f"must be at most 2**63 - 1, got {value!r}")
         _positive("prefetch_factor", self.prefetch_factor)
         ok = isinstance(self.bucket_batches, int) and self.bucket_batches >= 2
         check(ok, "bucket_batches", f"must be an int >= 2, got {self.bucket_batches!r}")

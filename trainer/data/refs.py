@@ -23,6 +23,8 @@ import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
+from bertstream.schemas.fields import local_member, relative_path
+
 _HASH_CHUNK = 8 << 20
 
 
@@ -49,6 +51,7 @@ class ShardRef:
     count: int
     bytes: int
     sha256: str
+    max_length: int | None = None  # the manifest's max_seq_length: no row is longer
 
     @property
     def url(self) -> str:
@@ -132,9 +135,14 @@ def remote_errors(url: str) -> Iterator[None]:
 
 
 def resolve(root: str, relpath: str) -> tuple[Any, str, bool]:
+    """The file ``relpath`` (a manifest's or a checkpoint's name for it) of the folder ``root``: it must stay
+    inside ``root`` (:func:`~bertstream.schemas.fields.local_member`: links resolved on a local disk; remote
+    paths, which have no links, lexically)."""
     fs, base, local = filesystem(root)
-    join = os.path.join if local else posixpath.join
-    return fs, join(base, relpath), local
+    if local:
+        return fs, local_member(base, relpath, f"{root.rstrip('/')}/{relpath}"), local
+    relative_path(relpath, f"{root.rstrip('/')}/{relpath}")
+    return fs, posixpath.join(base, relpath), local
 
 
 def read_text(root: str, relpath: str) -> bytes:

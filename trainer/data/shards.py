@@ -79,7 +79,7 @@ def open_shard(ref: ShardRef, *, verify_sha256: bool, vocab_sha256: str, id_type
             blocks = [_tar_block(buf, ref, id_type, check_headers=not verify_sha256)]
     except (SchemaError, VocabMismatchError, ShardError):
         raise
-    except (pa.ArrowException, ValueError, IndexError, OverflowError) as e:
+    except (pa.ArrowException, ValueError, IndexError, OverflowError, OSError) as e:  # OSError: Arrow's footer
         raise ref.error(f"does not decode ({type(e).__name__}: {e})") from None
     blocks = [b for b in blocks if len(b)]
     for b in blocks:
@@ -90,6 +90,9 @@ def open_shard(ref: ShardRef, *, verify_sha256: bool, vocab_sha256: str, id_type
         ):
             if r.starts.min() < 0 or r.lengths.min() < 0 or (r.starts + r.lengths).max() > len(r.values):
                 raise ref.error(f"{name} list offsets point outside their values")
+        bad = pt.row_problem(b.input_ids.lengths, b.segment_a, b.nsp, b.masked_positions.lengths, ref.max_length)
+        if bad is not None:
+            raise ref.error(f"instance {int(b.instance_id[bad[0]]):016x} {bad[1]}")
     starts = np.zeros(len(blocks) + 1, np.int64)
     np.cumsum([len(b) for b in blocks], out=starts[1:])
     if starts[-1] != ref.count:
@@ -135,6 +138,9 @@ def _arrow_blocks(buf: pa.Buffer, ref: ShardRef, vocab_sha256: str, id_type: str
         batches = list(reader)
     batches = [rb for rb in batches if rb.num_rows]
     for rb in batches:
+        # Offsets and buffer sizes as the IPC file states them are untrusted: an edited footer or offset made
+        # numpy read past the buffer (a segfault). Full validation is a pass over the offsets, in C++.
+        rb.validate(full=True)
         for name, col in zip(rb.schema.names, rb.columns):
             if col.null_count:
                 raise ValueError(f"column {name} holds {col.null_count} nulls")
@@ -220,6 +226,8 @@ def _walk_tar(mv: memoryview) -> tuple[list[int], list[int]]:
         typ = mv[o + 156]
         if pax_size is not None and typ in _REGULAR:
             size, pax_size = pax_size, None
+        if size < 0:  # an octal "-1" or a pax size of -1000 would step back: every header advances or fails
+            raise ValueError(f"member at byte {o} has a negative size ({size})")
         data = o + _BLOCK
         if data + size > end:
             raise ValueError(f"member at byte {o} ({size} bytes) runs past the end of the archive ({end} bytes)")
@@ -247,6 +255,8 @@ def _pax(records: bytes, name: bytes | None, size: int | None) -> tuple[bytes | 
     while pos < len(records):
         space = records.index(b" ", pos)
         length = int(records[pos:space])
+        if length <= space - pos or pos + length > len(records):  # a record of length 0 would never advance
+            raise ValueError(f"pax record at byte {pos} has length {length}, outside its header")
         key, _, value = records[space + 1 : pos + length - 1].partition(b"=")
         if key == b"path":
             name = value

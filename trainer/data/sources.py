@@ -18,7 +18,7 @@ from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, manifest_source
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VocabMismatchError
 from bertstream.trainer.data.refs import ShardError, ShardRef, file_size, filesystem, open_input, read_text, sha256_of
-from bertstream.trainer.data.shards import check_arrow_header
+from bertstream.trainer.data.shards import check_arrow_header, open_shard
 
 log = logging.getLogger(__name__)
 # The flag and the API field, since both the CLI and library users read these messages.
@@ -58,10 +58,12 @@ def open_catalog(
     """The usable shards of ``paths``; ``opened``: manifests the caller has read already, by folder."""
     manifests = tuple((opened or {}).get(p) or load_manifest(p) for p in paths)
     lead = _check_vocab(paths, manifests, expected_vocab_sha256)
+    _check_distinct(paths, manifests)
     refs: list[ShardRef] = []
     for i, (root, m) in enumerate(zip(paths, manifests)):
         chosen = _choose_format(root, m, fmt)
-        refs += [ShardRef(root, i, s.path, s.format, s.count, s.bytes, s.sha256) for s in m.shards_of(chosen)]
+        longest = m.shard_parameters.max_seq_length
+        refs += [ShardRef(root, i, s.path, s.format, s.count, s.bytes, s.sha256, longest) for s in m.shards_of(chosen)]
 
     bad = dict(_parallel(_size_problem, refs))
     hashed = skip_corrupt and verify == "sha256"
@@ -79,6 +81,9 @@ def open_catalog(
     if not usable:
         raise ShardError(f"no usable shards in {list(paths)} ({len(skipped)} skipped as corrupt)")
     _check_first_arrow_schema(usable, lead.vocab_sha256, lead.id_type)
+    for r in usable:
+        if r.count == 0:  # the plan never reads a shard it counts empty: see that it is (a count edited to 0)
+            open_shard(r, verify_sha256=False, vocab_sha256=lead.vocab_sha256, id_type=lead.id_type)
 
     ident = [[r.dataset, r.relpath, r.format, r.count, r.sha256] for r in usable]
     fingerprint = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
@@ -127,6 +132,23 @@ def _check_vocab(paths: Sequence[str], manifests: Sequence[Manifest], expected: 
         if (pad_id, m.id_type, m.vocab_size) != (first.pad_id, first.id_type, first.vocab_size):
             raise SchemaError(f"{root}: vocab pad id / id type / size differ from {paths[0]}'s")
     return first
+
+
+def _check_distinct(paths: Sequence[str], manifests: Sequence[Manifest]) -> None:
+    """A dataset is its content: a byte copy of one ``--data`` folder given as another (which ``dataset_key``,
+    going by resolved path, cannot tell) would be read twice per epoch. Any shard that holds rows and is listed
+    by two manifests (same sha256) is refused, naming both folders."""
+    owner: dict[str, str] = {}
+    for root, m in zip(paths, manifests):
+        for s in m.shards:
+            if not s.count:  # empty shards of one writer are byte-identical in every dataset
+                continue
+            other = owner.setdefault(s.sha256, root)
+            if other != root:
+                raise SchemaError(
+                    f"{root}: holds the same shard as {other} ({s.path}, sha256 {s.sha256[:16]}...): the same "
+                    "data given twice as --data (a copy of a dataset is the same dataset)"
+                )
 
 
 def _choose_format(root: str, m: Manifest, fmt: str) -> str:

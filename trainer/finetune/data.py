@@ -139,7 +139,13 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
                 f"{role} {root}: shard {root.rstrip('/')}/{shard.path} does not match the manifest (sha256 "
                 f"{shard.sha256}, {shard.bytes} bytes; read {len(raw)} bytes): re-run bertprep task"
             )
-        table = pa.ipc.open_file(pa.BufferReader(raw)).read_all()
+        try:  # offsets are untrusted as any field: validated before numpy reads through them
+            table = pa.ipc.open_file(pa.BufferReader(raw)).read_all()
+            table.validate(full=True)
+        except (pa.ArrowException, OSError) as e:
+            raise TaskDataError(
+                f"{role} {root}: shard {shard.path} does not decode ({type(e).__name__}: {e})"
+            ) from None
         try:
             T.check_schema(table.schema, kind, source=f"{root}/{shard.path}")
         except SchemaError as e:
@@ -169,6 +175,7 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
         else:
             columns[name] = col.to_numpy()
     data = TaskData(root=root, manifest=manifest, vocab=vocab, columns=columns)
+    _check_rows(data, f"{role} {root}")
 
     if kind == T.SQUAD:
         data.examples = _load_examples(root, manifest, role)
@@ -197,6 +204,40 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
         if not valid.all():
             raise TaskDataError(f"{role} {root}: label id {int(tags[~valid][0])} outside the {len(labels)} labels")
     return data
+
+
+def _check_rows(data: TaskData, source: str) -> None:
+    """Range checks of the rows, as the pretraining reader's: rows that no ``bertprep task`` writes would index
+    past the embeddings or the padded batch (a traceback mid-epoch) or train on garbage."""
+    c = data.columns
+    if len(data) == 0:
+        raise TaskDataError(f"{source}: holds no rows (the manifest lists no shard rows)")
+    ids: Ragged = c[T.INPUT_IDS]
+    lengths = ids.lengths()
+    longest = data.manifest.task.get("max_seq_length") or data.manifest.shard_parameters.max_seq_length
+    problems = [
+        (lengths < 2, "has fewer than 2 tokens ([CLS] ... [SEP])"),
+        (lengths > (longest or np.iinfo(np.int64).max), f"is longer than the manifest's max_seq_length {longest}"),
+    ]
+    outside = np.flatnonzero((ids.values < 0) | (ids.values >= len(data.vocab)))
+    if outside.size:
+        row = int(np.searchsorted(ids.offsets, outside[0], side="right")) - 1
+        problems.append(
+            (np.arange(len(lengths)) == row, f"holds an id outside the vocabulary's 0..{len(data.vocab) - 1}")
+        )
+    if T.SEGMENT_A_LENGTH in c:
+        seg = c[T.SEGMENT_A_LENGTH].astype(np.int64)
+        problems.append(((seg < 2) | (seg > lengths), "has a segment_a_length outside 2..its length"))
+    for name in (T.LABELS, T.WORD_IDS, T.OWNED, T.OFFSET_START, T.OFFSET_END, T.MAX_CONTEXT):
+        if name in c:
+            problems.append((c[name].lengths() != lengths, f"has a {name} list of another length than input_ids"))
+    for name in (T.START_POSITION, T.END_POSITION):
+        if name in c:
+            problems.append(((c[name] < 0) | (c[name] >= lengths), f"has a {name} outside its tokens"))
+    for bad, what in problems:
+        hits = np.flatnonzero(bad)
+        if hits.size:
+            raise TaskDataError(f"{source}: row {int(hits[0])} {what}")
 
 
 def _load_examples(root: str, manifest: Manifest, role: str) -> list[dict]:

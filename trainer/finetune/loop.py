@@ -89,7 +89,7 @@ def build_model(
     if init.state is not None:
         load_encoder_state(raw, init.state)
     if restored is not None:
-        raw.load_state_dict(restored.model, strict=True)
+        R.load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
     return raw
 
 
@@ -218,8 +218,8 @@ def restore(
 ) -> tuple[int, int]:
     """Continue the run from the end of its latest epoch (the weights are loaded already): returns (its step,
     the next epoch)."""
-    optimizer.load_state_dict(restored.optimizer)
-    scheduler.load_state_dict(restored.state["scheduler"])
+    R.load_state(optimizer, restored.optimizer, "optimizer state (optimizer.pt)", restored.path)
+    R.load_state(scheduler, restored.state["scheduler"], "scheduler state (state.json)", restored.path)
     try:
         batches.load_state_dict(restored.state["data"])
     except ValueError as e:
@@ -292,8 +292,10 @@ def evaluate(
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     info = D.setup(cfg.run.device)
-    with rundir.removed_on_failure(Path(cfg.run.output), enabled=info.is_main):
-        return _finetune(cfg, info, overwrite)
+    run_dir = Path(cfg.run.output)
+    with rundir.removed_on_failure(run_dir, enabled=info.is_main):
+        with rundir.locked(run_dir, "berttrain finetune", enabled=info.is_main):
+            return _finetune(cfg, info, overwrite)
 
 
 def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[str, Any]:

@@ -149,7 +149,7 @@ def test_pretraining_errors(bad, demo_vocab, tmp_path):
     )
     assert_clean_error(pretraining(bad, demo_vocab, "--output", out, "--max-seq-length", "3"), 2, "--max-seq-length")
     r = pretraining(bad, demo_vocab, "--output", out, "--no-such-option=1", process=True)  # Beam's own parser
-    assert_clean_error(r, 2, "--no_such_option")
+    assert_clean_error(r, 2, "unknown option: --no-such-option")  # as typed (issue 33)
     r = bertprep("pretraining", "--input", str(bad / "s.txt"), "--vocab", str(bad / "missing.txt"), "--output", out)
     assert_clean_error(r, 2, "--vocab")
     assert not (tmp_path / "out" / "manifest.json").exists()

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from bertstream.cli.errors import UsageError
@@ -51,3 +54,24 @@ def test_links_loops_and_literal_paths_each_file_once(tmp_path):
     (tmp_path / "p1.txt").write_text("glob")
     (tmp_path / "p[1].txt").write_text("literal")
     assert [f.path for f in resolve_inputs([str(tmp_path / "p[1].txt")])] == [str(tmp_path / "p[1].txt")]
+
+
+def test_a_recursive_pattern_walks_any_depth(tmp_path, monkeypatch):
+    """One line, always (issue 33): a folder 1,500 levels deep under ``**`` ended the listing with "maximum
+    recursion depth exceeded" (Python 3.11's os.walk recursed once per level); the walk keeps a stack. Here
+    the recursion limit is lowered below the depth instead, which keeps the test fast."""
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    for _ in range(400):  # relative mkdir/chdir: each call's path stays short
+        os.mkdir("d")
+        os.chdir("d")
+    Path("deep.txt").write_text("One sentence.", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(len(__import__("inspect").stack()) + 150, 200))
+    try:
+        found = resolve_inputs([str(tmp_path / "**" / "*.txt")])
+    finally:
+        sys.setrecursionlimit(limit)
+    assert [f.path.removeprefix(str(tmp_path)) for f in found] == ["/d" * 400 + "/deep.txt"]

@@ -101,3 +101,21 @@ def test_bounded_sample_is_exact_and_the_same_however_the_batches_merge(demo_cor
     out = fn.extract_output(one_by_one)
     assert not out["exact"] and out["sampled_fraction"] == 2.0**-level and len(out["top"]) == SS.TOP
     assert out["top"][0] == list(counts.most_common(1)[0])
+
+
+def test_the_manifest_lists_a_bounded_number_of_sources():
+    """Every allocation is bounded (issue 33): 20,000 one-line files at the top held 40,000 counters in the
+    manifest; past SS.MAX_SOURCES the sources with fewest tokens are summed as one, the totals unchanged."""
+    counters: Counter = Counter({"documents_read": 20_000})
+    for i in range(20_000):
+        SS.count_document(counters, f"f{i:05d}.txt:0", tokens=1 + i % 7, unk=int(i % 3 == 0))
+    bounded = SS.bounded_sources(counters)
+    table = SS.per_source(bounded)
+    assert len(table) == SS.MAX_SOURCES and SS.OTHER_SOURCES in table and bounded["documents_read"] == 20_000
+    before = SS.per_source(counters)
+    for field in ("documents", "tokens", "unk_tokens"):
+        assert sum(r[field] for r in table.values()) == sum(r[field] for r in before.values())
+    assert len(bounded) < 4 * SS.MAX_SOURCES
+    few = Counter()
+    SS.count_document(few, "wiki/AA/wiki_00:1", tokens=5, unk=0)
+    assert SS.bounded_sources(few) == dict(few)  # under the bound: as it was

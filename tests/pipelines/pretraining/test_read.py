@@ -115,14 +115,16 @@ def test_jsonl_counts_malformed_and_missing_text(tmp_path):
         + json.dumps({"id": "no text"})
         + "\n\n"
         + json.dumps({"text": "Last."})
+        + "\n"
+        + json.dumps({"text": 5})  # issue 33: counted as a missing field, not what it is
         + "\n",
         encoding="utf-8",
     )
     c = Counter()
     docs = docs_of(p, "jsonl", c)
     assert [d.paragraphs for d in docs] == [["One. Two.", "New paragraph."], ["Last."]]
-    assert c[C.drop(C.MALFORMED_JSON)] == 1 and c[C.drop(C.MISSING_TEXT)] == 1
-    assert c[C.DOCUMENTS_READ] == 4  # every document read is either yielded or counted as a drop
+    assert c[C.drop(C.MALFORMED_JSON)] == 1 and c[C.drop(C.MISSING_TEXT)] == 1 and c[C.drop(C.TEXT_NOT_STRING)] == 1
+    assert c[C.DOCUMENTS_READ] == 5  # every document read is either yielded or counted as a drop
 
 
 def test_invalid_utf8_bom_nul_and_control_characters_are_counted(tmp_path):

@@ -164,3 +164,18 @@ def test_truncation_and_padding_in_a_published_tokenizer_json_are_ignored(demo_v
     plain = DocumentTokenizer(load_tokenizer(str(demo_vocab / "tokenizer.json")))([("d", [sentence])], Counter())
     published = DocumentTokenizer(load_tokenizer(str(tmp_path / "tokenizer.json")))([("d", [sentence])], Counter())
     assert len(plain.ids) > 8 and published.ids.tolist() == plain.ids.tolist()
+
+
+def test_sentences_longer_than_an_instance_are_counted(demo_vocab):
+    """What is read is what is meant (issue 33): a 200 MB line without a sentence end became one instance,
+    the rest truncated without a counter. The Tokenize stage's DoFn counts them with the tokens past the limit."""
+    from bertstream.pipelines.pretraining.tokenize import _TokenizeFn
+
+    fn = _TokenizeFn(load_tokenizer(str(demo_vocab / "vocab.txt")), 1, max_num_tokens=61)
+    fn.setup()
+    try:
+        out, delta = fn._encode(([("long", ["word " * 500, "A short one."])], Counter()))
+    finally:
+        fn.teardown()
+    lengths = out.sentence_lengths
+    assert delta[C.LONG_SENTENCES] == 1 and delta[C.TOKENS_PAST_MAX_LENGTH] == int(lengths.max()) - 61 > 400

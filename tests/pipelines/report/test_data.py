@@ -19,7 +19,7 @@ from bertstream.pipelines.common.dataset_run import load_manifest
 from bertstream.pipelines.report.data import ReportConfig, ReportData, collect, count_tokens, duplicates
 from bertstream.pipelines.report.html import render
 from bertstream.pipelines.report.inspection import load_vocab
-from bertstream.pipelines.report.page import write_report
+from bertstream.pipelines.report.page import check_report_folder, write_report
 from bertstream.pipelines.report.plots import PLOTS, Figure
 
 SHOT = (1280, 1600)  # the screenshot's window size
@@ -174,6 +174,14 @@ def test_cli_writes_the_report_and_errors_are_one_line(demo_shards, tmp_path):
     r = CliRunner().invoke(main, ["report", str(demo_shards), "--output", str(out)])
     assert r.exit_code == 0, r.output
     assert r.output.strip() == f"report: {out / 'index.html'}" and (out / "lengths.png").exists()
+    check_report_folder(str(out), default=False)  # its own earlier report (marked) is replaced as it is
+    # Commands own what they write (issue 33): a user's folder is never written into, even of the same names.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("my page")
+    r = CliRunner().invoke(main, ["report", str(demo_shards), "--output", str(site)])
+    assert r.exit_code == 2 and "already holds index.html, which a bertprep report would replace" in r.output
+    assert (site / "index.html").read_text() == "my page" and sorted(p.name for p in site.iterdir()) == ["index.html"]
     r = CliRunner().invoke(main, ["report", str(tmp_path / "nothing")])
     assert r.exit_code == 1 and r.output.startswith("Error: ") and "no manifest.json" in r.output
     assert len(r.output.strip().splitlines()) == 1

@@ -242,3 +242,21 @@ def test_glue_cola_headerless_and_stsb_regression(tmp_path, demo_vocab):
     rows = read_rows(tmp_path / "stsb", m)
     assert rows.schema.field(T.LABEL).type == pa.float32()
     assert rows.column(T.LABEL).to_pylist() == pytest.approx([5.0, 3.8])
+
+
+def test_a_task_input_without_rows_publishes_no_dataset(tmp_path, demo_vocab):
+    """What is read is what is meant (issue 33): a header-only TSV published a 0-row dataset, on which
+    finetune then failed in Arrow."""
+    from bertstream.pipelines.common.files import InputError
+
+    train = write(tmp_path / "train.tsv", "text\tlabel\n")
+    with pytest.raises(InputError, match="train.tsv: no rows \\(0 rows read; none dropped\\)"):
+        run_classification(
+            inputs=[train],
+            vocab=str(demo_vocab / "vocab.txt"),
+            output=str(tmp_path / "o"),
+            text_column="text",
+            label_column="label",
+            num_shards=1,
+        )
+    assert not (tmp_path / "o" / MANIFEST_NAME).exists()

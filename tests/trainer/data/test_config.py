@@ -74,5 +74,10 @@ def test_weights_go_on_every_folder_or_none() -> None:
     for bad in ("a:0", "a:-1", "a:0.0"):
         with pytest.raises(ValueError, match="must be > 0"):
             parse_data_arg(bad)
-    with pytest.raises(ValueError, match="weights must be finite and > 0"):
+    with pytest.raises(ValueError, match="weights must be finite and > 0") as e:
         DataConfig(paths=("a", "b"), batch_size=4, weights=(1.0, float("nan")))
+    # the weights come from --data DIR:W: the error names that flag (issue 33: it named --weights, no flag)
+    from bertstream.cli.options import flag_for
+    from bertstream.trainer.config import TrainConfig
+
+    assert flag_for(TrainConfig, e.value.param) == "--data"

@@ -242,3 +242,55 @@ def test_arrow_shard_with_nothing_masked(tmp_path: Path, vocab: Vocab) -> None:
     rows = read_all(Dataset(tmp_path, inst, vocab), "arrow")
     assert len(rows) == 20
     assert_rows_match(rows, inst)
+
+
+# --- issue 33: every binary reader of ours advances or fails on every malformed header ----------------------
+
+
+def _fuzz(data: bytes, seed: int, region: int) -> bytes:
+    """``data`` with 1-4 bytes of its first ``region`` bytes replaced (seeded: the same cases every run)."""
+    rng = np.random.default_rng(seed)
+    out = bytearray(data)
+    for at in rng.integers(0, min(region, len(out)), rng.integers(1, 5)):
+        out[at] = int(rng.integers(0, 256))
+    return bytes(out)
+
+
+def _pax_tar(records: bytes) -> bytes:
+    """A tar whose pax header holds ``records`` as they are, then one .bert member and the end marker."""
+    header = tarfile.TarInfo("PaxHeader/x")
+    header.type, header.size = tarfile.XHDTYPE, len(records)
+    member = tarfile.TarInfo("0000000000000000.bert")
+    member.size = 4
+    pad = b"\0" * (-len(records) % 512)
+    return header.tobuf(tarfile.USTAR_FORMAT) + records + pad + member.tobuf(tarfile.USTAR_FORMAT) + b"\0" * 1536
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "arrow"])
+def test_malformed_headers_fail_in_one_line(uneven: Dataset, tmp_path: Path, fmt: str) -> None:
+    """Mutated headers (tar member headers, the Arrow footer and schema) end in a ShardError or SchemaError (one
+    ``Error:`` line each), never in another exception, a hang or an allocation the size of a garbage field."""
+    ref = next(r for r in refs(uneven, fmt) if r.count)
+    data = (uneven.path / ref.relpath).read_bytes()
+    region = 4096 if fmt == "webdataset" else len(data)
+    for seed in range(150):
+        bad = tmp_path / ref.relpath
+        bad.write_bytes(data[-4096:] if fmt == "arrow" and seed % 2 else _fuzz(data, seed, region))
+        tampered = ShardRef(str(tmp_path), 0, ref.relpath, fmt, ref.count, bad.stat().st_size, ref.sha256)
+        try:
+            open_shard(tampered, verify_sha256=False, vocab_sha256=uneven.vocab.sha256, id_type="uint16")
+        except (ShardError, SchemaError):
+            pass
+
+
+@pytest.mark.parametrize(
+    "records",
+    [b"0 path=x\n", b"-600 path=x\n", b"99999 path=x\n", b"12 size=-1000\n", b"7 x=1\n", b"abc path=x\n"],
+)
+def test_a_tar_header_that_would_not_advance_fails(records: bytes) -> None:
+    """A pax record of length 0 (or a negative one, or a size of -1000) stepped the tar walk back onto
+    itself: an endless loop."""
+    from bertstream.trainer.data.shards import _walk_tar
+
+    with pytest.raises(ValueError):
+        _walk_tar(memoryview(_pax_tar(records)))

@@ -116,3 +116,11 @@ def test_content_corruption_is_skipped_up_front_only_with_skip_corrupt(uneven: D
 def test_fingerprint_ignores_where_the_data_lives(uneven: Dataset, tmp_path: Path) -> None:
     assert catalog(uneven.path).fingerprint == catalog(copy(uneven, tmp_path)).fingerprint
     assert catalog(uneven.path).fingerprint != catalog(uneven.path, fmt="webdataset").fingerprint
+
+
+def test_a_dataset_is_its_content_a_copy_is_refused(uneven: Dataset, second: Dataset, tmp_path: Path) -> None:
+    """Told apart by resolved path, a byte copy given as a second --data trained on both (issue 33)."""
+    dup = copy(uneven, tmp_path)
+    with pytest.raises(SchemaError, match=f"^{dup}: holds the same shard as {uneven.path} .*given twice"):
+        catalog(uneven.path, dup, verify="size")
+    assert catalog(uneven.path, second.path, verify="size").num_samples == 361  # distinct datasets still mix

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,3 +137,41 @@ def test_ner_windows_select_each_word_once(conll):
     for words in per_sentence.values():
         assert sorted(words) == list(range(len(words)))
     assert torch.is_tensor(collate([TaskDataset(data, get_task(T.NER))[0]], task=get_task(T.NER), pad_id=0)["labels"])
+
+
+def _tampered_rows(src: Path, dst: Path, column: str, row: int, value) -> Path:
+    """``src`` copied with one cell of its shard rewritten, the manifest's size and sha256 updated to match (a
+    tamperer who knows the format)."""
+    import hashlib
+
+    import pyarrow as pa
+
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    entry = m["shards"][0]
+    table = pa.ipc.open_file(pa.memory_map(str(dst / entry["path"]))).read_all()
+    values = table.column(column).to_pylist()
+    values[row] = value
+    field = table.schema.field(column)
+    table = table.set_column(table.schema.get_field_index(column), field, pa.array(values, field.type))
+    with pa.ipc.new_file(str(dst / entry["path"]), table.schema) as w:
+        w.write_table(table)
+    data = (dst / entry["path"]).read_bytes()
+    entry.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (dst / "manifest.json").write_text(json.dumps(m))
+    return dst
+
+
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("segment_a_length", 200, "row 3 has a segment_a_length outside 2..its length"),
+        ("input_ids", [2, 60000, 3], "row 3 holds an id outside the vocabulary's 0..3999"),
+        ("input_ids", [2] + [7] * 100 + [3], "row 3 is longer than the manifest's max_seq_length 64"),
+        ("input_ids", [], "row 3 has fewer than 2 tokens"),
+    ],
+)
+def test_task_rows_are_range_checked(sst2, tmp_path, column, value, message):
+    bad = _tampered_rows(sst2["dev"], tmp_path / "bad", column, 3, value)
+    with pytest.raises(TaskDataError, match=f"^--eval-data {bad}: {message}"):
+        load_task_data(str(bad), T.CLASSIFICATION, role="--eval-data")

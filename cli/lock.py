@@ -1,0 +1,126 @@
+"""One run per folder at a time, for both command lines: ``bertprep``'s ``--output`` (``.bertprep.lock``) and
+``berttrain``'s run folder (``.berttrain.lock``).
+
+The lock file is written whole to a temporary name and hard-linked into place (``link`` fails when the name
+exists, on every local and network filesystem), holding the run's id, pid, host, command and start. A lock
+whose process is gone (same host, no such pid) is stale, from a run that was killed: it is taken over, and
+said so. Object stores have no atomic create-if-absent: folders given as URLs are not locked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bertstream.cli.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class FolderLock:
+    """The lock of one run on one folder (``path`` empty: not locked, a URL)."""
+
+    path: str
+    run_id: str
+
+    def release(self) -> None:
+        if not self.path:
+            return
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                mine = json.load(f).get("run_id") == self.run_id
+        except (OSError, ValueError):
+            return
+        if mine:  # never remove a lock another run took over
+            os.remove(self.path)
+
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_folder(
+    folder: str, name: str, run_id: str, command: str, *, say: Callable[[str], None], param: str = "output"
+) -> FolderLock:
+    """Take ``folder``'s lock ``name`` for this run, or raise ``UsageError`` on ``param`` naming the run that
+    holds it; ``say`` reports a stale lock taken over. The folder must exist."""
+    if "://" in folder:
+        return FolderLock("", run_id)
+    path = os.path.join(folder, name)
+    me = {
+        "run_id": run_id,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+    tmp = f"{path}.{run_id}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(me, f)
+    try:
+        for _ in range(3):
+            try:
+                os.link(tmp, path)
+                return FolderLock(path, run_id)
+            except FileExistsError:
+                holder = read_lock(path)
+                if holder is None:
+                    continue  # removed meanwhile: try again
+                if holder.get("host") == me["host"] and not _alive(_pid(holder)):
+                    say(f"removing the stale lock of run {holder.get('run_id')} (pid {holder.get('pid')} is gone)")
+                    _remove_lock_if(path, holder)
+                    continue
+                raise UsageError(
+                    param,
+                    f"{folder} is being written by another run ({holder.get('command', 'another command')}, pid "
+                    f"{holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}); wait for it "
+                    f"to end, or remove {path} if that run is gone",
+                ) from None
+        raise UsageError(param, f"cannot take the lock {path}: it keeps changing (another run is starting?)")
+    finally:
+        os.remove(tmp)
+
+
+def _pid(holder: dict) -> int:
+    pid = holder.get("pid")
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else -1
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:  # an unreadable or edited lock: held by someone we cannot name (kill(0) would hit our group)
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    except OverflowError:
+        return True
+    return True
+
+
+def read_lock(path: str) -> dict | None:
+    """The lock's holder; None: no lock; ``{}``: a lock that cannot be read (held by someone we cannot name)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+        return value if isinstance(value, dict) else {}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+
+
+def _remove_lock_if(path: str, holder: dict) -> None:
+    """Remove the stale lock unless another run replaced it since it was read."""
+    if read_lock(path) == holder:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,75 @@
+"""Folders of files a command writes whole (``berttrain export-hf``, ``bertprep report``): commands own what
+they write.
+
+:func:`check_owned` refuses a folder that holds anything the command does not write (a dataset, a user's site),
+whatever ``--overwrite`` says, and the command's own files of an earlier run unless that run is marked as the
+command's (``marker``) or ``--overwrite`` is given. :func:`publish` then writes into a temporary sibling folder
+and moves the files in only once all are written: a full disk or a failure half-way leaves the folder as it was
+(no empty folder, no half an export).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from bertstream.cli.errors import UsageError
+
+
+def check_owned(
+    folder: Path,
+    owns: Callable[[str], bool],
+    *,
+    overwrite: bool | None,
+    what: str,
+    param: str = "output",
+    marker: str | None = None,
+    legacy: bool = False,
+) -> None:
+    """Raise ``UsageError(param, ...)`` unless ``folder`` is new, empty, or holds only files ``owns`` names
+    that may be replaced: marked with ``marker`` (or ``legacy``: an earlier run from before the marker), or
+    ``overwrite`` (None: the command has no such flag)."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(param, f"{folder} is a file, not a folder")
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    mine = [n for n in names if n != marker]
+    foreign = [n for n in mine if not owns(n)]
+    if foreign:
+        raise UsageError(
+            param,
+            f"{folder} holds files that are not {what} ({_listing(foreign)}): write it into a new or empty folder",
+        )
+    if not mine or (marker is not None and marker in names) or legacy or overwrite:
+        return
+    hint = "pass --overwrite to replace them, or choose" if overwrite is not None else "remove them, or choose"
+    raise UsageError(
+        param, f"{folder} already holds {_listing(mine)}, which {what} would replace: {hint} another folder"
+    )
+
+
+def publish(folder: Path, write: Callable[[Path], Iterable[str] | None], *, marker: str | None = None) -> None:
+    """Run ``write(tmp)`` on a temporary sibling folder, then move what it wrote into ``folder`` (made if need
+    be; files of the same names replaced, ``marker`` written last). On failure the temporary folder goes and
+    ``folder`` is as it was."""
+    folder = folder.absolute()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    tmp.mkdir()
+    try:
+        write(tmp)
+        if marker is not None:
+            (tmp / marker).write_text("written by bertstream; the folder is replaced whole by the next run\n")
+        if not folder.exists():
+            os.rename(tmp, folder)
+            return
+        for p in sorted(tmp.iterdir(), key=lambda p: p.name == marker):
+            os.replace(p, folder / p.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _listing(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")

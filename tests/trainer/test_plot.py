@@ -1,0 +1,49 @@
+"""``berttrain plot``: what it reads is what is meant, and it writes the file it names (issue 33)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.plot import plot_run
+
+pytest.importorskip("matplotlib")
+
+
+def run_dir(root: Path, lines: list[str]) -> Path:
+    root.mkdir()
+    (root / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    return root
+
+
+RECORDS = [json.dumps({"step": s, "mlm_loss": 9.0 - s, "mlm_accuracy": 0.01 * s}) for s in (1, 2, 3)]
+
+
+def test_plot_writes_the_image_it_names_or_refuses_in_one_line(tmp_path: Path) -> None:
+    run = run_dir(tmp_path / "run", RECORDS)
+    assert plot_run(run).read_bytes()[:4] == b"\x89PNG" and (run / "curves.png").exists()
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    with pytest.raises(RunError, match=f"--output {folder} is a folder: give the image's file name"):
+        plot_run(run, folder)  # wrote ds.png and said "wrote ds"
+    with pytest.raises(RunError, match="plot.txt: name an image file ending in .png, .svg, .pdf"):
+        plot_run(run, tmp_path / "plot.txt")  # matplotlib's traceback
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "run"]
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (["garbage"], "no record with step, mlm_loss and mlm_accuracy"),  # a torn last line: skipped, then nothing
+        (['{"hello": 1}', '{"step": "x"}'], "no record with step, mlm_loss and mlm_accuracy"),
+        (["[1, 2]", *RECORDS], "a line holds list, not a metrics record"),
+    ],
+)
+def test_a_metrics_file_without_records_is_refused_not_plotted_empty(tmp_path: Path, lines, message) -> None:
+    run = run_dir(tmp_path / "run", lines)
+    with pytest.raises(RunError, match=message):
+        plot_run(run)
+    assert not (run / "curves.png").exists()
