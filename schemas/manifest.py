@@ -38,15 +38,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from bertstream.schemas.manifest_check import check_manifest
+from bertstream.schemas.manifest_check import DOCUMENTS_KIND, SHARD_FORMATS, check_manifest
 from bertstream.schemas.version import SCHEMA_VERSION, SchemaError, check_version
 from bertstream.schemas.vocab import PAD, VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "bertstream.manifest"
-SHARD_FORMATS = ("arrow", "webdataset", "jsonl")
 SHARD_EXTENSIONS = {"arrow": "arrow", "webdataset": "tar", "jsonl": "jsonl"}
-DOCUMENTS_KIND = "documents"  # bertprep extract: text, no vocabulary
 
 
 def manifest_source(root: str) -> str:

@@ -19,7 +19,9 @@ from bertstream.schemas.id_types import MAX_UINT16_VOCAB, id_type_for
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import SPECIAL_TOKENS
 
-KINDS: tuple[str, ...] = (P.KIND, *T.KINDS)
+DOCUMENTS_KIND = "documents"  # bertprep extract: text before tokenization, no vocabulary
+KINDS: tuple[str, ...] = (P.KIND, *T.KINDS, DOCUMENTS_KIND)
+SHARD_FORMATS = ("arrow", "webdataset", "jsonl")
 MAX_VOCAB = (1 << 31) - 1  # int32 ids
 MAX_SEQ_LENGTH = 1 << 20
 MAX_SEED = (1 << 63) - 1
@@ -81,10 +83,12 @@ def _check_shards(shards: Any) -> dict[str, int]:
         if extra:
             raise SchemaError(f"{name}: unknown field {extra[0]!r}")
         path = F.relative_path(F.member(s, "path", name + "."), name + ".path")
-        fmt = F.string(F.member(s, "format", name + "."), name + ".format", ("arrow", "webdataset"))
+        fmt = F.string(F.member(s, "format", name + "."), name + ".format", SHARD_FORMATS)
         size = F.integer(F.member(s, "bytes", name + "."), name + ".bytes", 0, F.MAX_BYTES)
-        # Every row takes at least a byte: a count past the file's size is no count of its rows.
-        count = F.integer(F.member(s, "count", name + "."), name + ".count", 0, min(size, F.MAX_COUNT))
+        # Every row takes at least a byte: a count past the file's size is no count of its rows (gzipped JSON
+        # lines of repeated text can take less).
+        most = F.MAX_COUNT if fmt == "jsonl" else min(size, F.MAX_COUNT)
+        count = F.integer(F.member(s, "count", name + "."), name + ".count", 0, most)
         digest = F.sha256_hex(F.member(s, "sha256", name + "."), name + ".sha256")
         # Empty shards of one writer are byte-identical: only shards that hold rows are told apart by digest.
         for key in (("path", path), ("sha256", digest)) if count else (("path", path),):
@@ -123,7 +127,8 @@ def check_manifest(d: Mapping[str, Any]) -> None:
     """SchemaError naming the first field of the parsed manifest ``d`` that is missing, mistyped, out of range
     or inconsistent with the others (the caller prefixes the manifest's name)."""
     kind = F.string(F.member(d, "kind"), "kind", KINDS)
-    _check_vocab(d.get("vocab"))
+    if kind != DOCUMENTS_KIND or d.get("vocab"):
+        _check_vocab(d.get("vocab"))
     check_parameters(F.mapping(F.member(d, "parameters"), "parameters"))
     F.integer(F.member(d, "seed"), "seed", 0, MAX_SEED)
     rows = _check_shards(F.member(d, "shards"))
@@ -135,7 +140,7 @@ def check_manifest(d: Mapping[str, Any]) -> None:
         F.mapping(d.get(name, {}), name)
     _check_task(d.get("task", {}))
     totals = d.get("totals", {})
-    total_key = "instances" if kind == P.KIND else "rows"
+    total_key = {P.KIND: "instances", DOCUMENTS_KIND: "documents"}.get(kind, "rows")
     if total_key in totals:
         total = F.integer(totals[total_key], f"totals.{total_key}", 0, F.MAX_COUNT)
         held = next(iter(rows.values()), 0)
