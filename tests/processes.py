@@ -21,3 +21,14 @@ def child_processes(parent: int, marker: str) -> list[int]:
         if ppid == parent and marker in cmdline:
             found.append(int(entry.name))
     return sorted(found)
+
+
+def ctrl_c_reaches_it() -> None:
+    """A Popen ``preexec_fn``: SIGINT at its default in the child, whatever the test process inherited.
+
+    A process whose parent ignores SIGINT (pytest-xdist workers can, after tests that start runners or
+    clusters) starts with it ignored, and Python then installs no KeyboardInterrupt handler: a test's Ctrl-C
+    would never arrive. A user's shell starts a foreground command with SIGINT at its default."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.cli import main
+from tests.processes import ctrl_c_reaches_it
 from tests.trainer.test_run_safety import small_dataset
 
 FAST = [
@@ -522,6 +523,7 @@ def _started(w: dict[str, Path], out: Path, *args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=ctrl_c_reaches_it,
     )
     _wait_for(lambda: (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").stat().st_size > 0)
     return p

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, shared_path
-from tests.processes import child_processes
+from tests.processes import child_processes, ctrl_c_reaches_it
 
 PROG = "from bertstream.pipelines.cli import main; main(prog_name='bertprep')"
 
@@ -289,7 +289,7 @@ def test_ctrl_c_during_a_run_is_one_line_and_exit_130(tmp_path, demo_vocab):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=ctrl_c_reaches_it,
     )
     # Mid-run: the first documents are tokenized and spilled, the instances of 10 passes over 16 MB (several
     # seconds, even on a fast machine) are not yet made. A fixed sleep went stale once the pipeline got faster.
@@ -336,7 +336,8 @@ def test_overwrite_destroys_nothing_before_every_input_and_option_is_checked(mad
         assert_clean_error(r, code, needle)
         assert snapshot(made) == before, args
     # The output is the input folder: its manifest and shards would be read as text, after being deleted.
-    r = bertprep("pretraining", "--input", str(made / "*"), "--vocab", vocab, "--output", str(made), "--overwrite")
+    # (--format given: --format auto would first refuse the folder's mix of manifest, shards and vocabulary)
+    r = bertprep("pretraining", "--input", f"text:{made}/*", "--vocab", vocab, "--output", str(made), "--overwrite")
     assert_clean_error(r, 2, "--output", "overlaps inputs")
     assert snapshot(made) == before
     # The vocabulary inside the output, through a link to the folder: links are resolved before comparing.
