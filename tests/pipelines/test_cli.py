@@ -52,7 +52,7 @@ def test_summary_reports_documents_drops_speed_and_paths(dataset):
         ("--max-predictions-per-seq", "500", "'--max-predictions-per-seq'"),
         ("--short-seq-prob", "-1", "'--short-seq-prob'"),
         ("--output-format", "parquet", "'--output-format'"),
-        ("--max-seq-lenght", "64", "--max_seq_lenght"),
+        ("--max-seq-lenght", "64", "--max-seq-lenght"),  # as typed
     ],
 )
 def test_nonsense_parameters_are_usage_errors_naming_the_flag(tmp_path, demo_corpus, demo_vocab, flag, value, message):

@@ -61,7 +61,10 @@ def train_tsv(tmp_path):
             ["--text-column", "text", "--label-column", "label", "--label-set-from", "/nonexistent"],
             "'--label-set-from'",
         ),
-        (["--text-column", "text", "--label-column", "label", "--max-seq-lenght", "64"], "--max_seq_lenght"),
+        (
+            ["--text-column", "text", "--label-column", "label", "--max-seq-lenght", "64"],
+            "--max-seq-lenght",
+        ),  # as typed
     ],
 )
 def test_classification_usage_errors_name_the_flag(tmp_path, demo_vocab, train_tsv, args, flag):
