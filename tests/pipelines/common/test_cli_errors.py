@@ -145,10 +145,10 @@ def test_pretraining_errors(bad, demo_vocab, tmp_path):
         "matches no files",
     )
     assert_clean_error(
-        pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "corrupt.gz"),), process=True), 1, "corrupt.gz"
+        pretraining(bad, demo_vocab, "--output", out, inputs=(str(bad / "corrupt.gz"),)), 1, "corrupt.gz"
     )
     assert_clean_error(pretraining(bad, demo_vocab, "--output", out, "--max-seq-length", "3"), 2, "--max-seq-length")
-    r = pretraining(bad, demo_vocab, "--output", out, "--no-such-option=1", process=True)  # Beam's own parser
+    r = pretraining(bad, demo_vocab, "--output", out, "--no-such-option=1")  # Beam's own parser
     assert_clean_error(r, 2, "unknown option: --no-such-option")  # as typed (issue 33)
     r = bertprep("pretraining", "--input", str(bad / "s.txt"), "--vocab", str(bad / "missing.txt"), "--output", out)
     assert_clean_error(r, 2, "--vocab")
@@ -158,8 +158,8 @@ def test_pretraining_errors(bad, demo_vocab, tmp_path):
 def test_vocab_errors(bad, tmp_path):
     out = str(tmp_path / "voc")
     for name in ("corrupt.gz", "not-gzip.txt.gz"):
-        assert_clean_error(bertprep_process("vocab", "--input", str(bad / name), "--output", out), 1, name)
-    assert_clean_error(bertprep_process("vocab", "--input", str(bad / "empty.txt"), "--output", out), 1, "--input")
+        assert_clean_error(bertprep("vocab", "--input", str(bad / name), "--output", out), 1, name)
+    assert_clean_error(bertprep("vocab", "--input", str(bad / "empty.txt"), "--output", out), 1, "--input")
     assert_clean_error(bertprep("vocab", "--input", str(bad / "nothing-*"), "--output", out), 2, "--input")
     assert_clean_error(
         bertprep("vocab", "--input", str(bad / "s.txt"), "--output", out, "--vocab-size", "3"), 2, "--vocab-size"
@@ -219,7 +219,6 @@ def test_task_errors(bad, demo_vocab, tmp_path):
             "train",
             "--output",
             out,
-            process=True,
         ),
         1,
         "corrupt.gz",
@@ -257,7 +256,7 @@ def test_task_errors(bad, demo_vocab, tmp_path):
     )
     # Found while running: Beam used to log the worker's traceback at ERROR before our line.
     line = assert_clean_error(
-        task("squad", bad, demo_vocab, "--input", str(bad / "squad" / "train.json"), "--output", out, process=True),
+        task("squad", bad, demo_vocab, "--input", str(bad / "squad" / "train.json"), "--output", out),
         1,
         "not SQuAD JSON",
         "no manifest was written",
@@ -592,28 +591,22 @@ def test_bytes_are_what_they_claim_a_utf16_or_utf32_file_is_refused_naming_it(tm
         ("pretraining", "--vocab", str(demo_vocab / "vocab.txt"), "--output", str(tmp_path / "out")),
         ("vocab", "--output", str(tmp_path / "voc")),
     ):
-        assert_clean_error(bertprep_process(*args, "--input", str(f)), 1, "wide.txt", "UTF-", "not UTF-8")
+        assert_clean_error(bertprep(*args, "--input", str(f)), 1, "wide.txt", "UTF-", "not UTF-8")
 
 
 @pytest.mark.parametrize("ext", [".gz", ".zst", ".bz2", ".xz"])
 def test_a_zero_byte_compressed_file_fails_the_run_naming_it(tmp_path, demo_vocab, bad, ext):
     empty = tmp_path / f"empty.txt{ext}"
     empty.write_bytes(b"")
-    r = pretraining(
-        bad, demo_vocab, "--output", str(tmp_path / "out"), inputs=(str(bad / "s.txt"), str(empty)), process=True
-    )
+    r = pretraining(bad, demo_vocab, "--output", str(tmp_path / "out"), inputs=(str(bad / "s.txt"), str(empty)))
     assert_clean_error(r, 1, f"empty.txt{ext}", "empty file")
-    assert_clean_error(
-        bertprep_process("vocab", "--input", str(empty), "--output", str(tmp_path / "v")), 1, f"empty.txt{ext}"
-    )
+    assert_clean_error(bertprep("vocab", "--input", str(empty), "--output", str(tmp_path / "v")), 1, f"empty.txt{ext}")
 
 
 def test_a_url_password_reaches_no_manifest_log_or_console(tmp_path, demo_vocab, bad):
     """Principle: secrets are redacted by value: a URL's user:password@ in any option, line or manifest field."""
     out = tmp_path / "out"
-    r = pretraining(
-        bad, demo_vocab, "--output", str(out), "--s3_endpoint_url=http://user:s3cr3tpw@host:9000", process=True
-    )
+    r = pretraining(bad, demo_vocab, "--output", str(out), "--s3_endpoint_url=http://user:s3cr3tpw@host:9000")
     assert r.returncode == 0, r.stderr
     text = (out / "manifest.json").read_text()
     assert "s3cr3tpw" not in text and "http://user:<redacted>@host:9000" in text
@@ -624,7 +617,7 @@ def test_a_url_password_reaches_no_manifest_log_or_console(tmp_path, demo_vocab,
         ("pretraining", "--input", str(bad / "s.txt"), "--vocab", "http://me:hunter2@example.com/vocab.txt"),
         ("vocab", "--input", "http://me:hunter2@example.com/c.txt"),
     ):
-        r = bertprep_process(*args, "--output", str(tmp_path / "o"))
+        r = bertprep(*args, "--output", str(tmp_path / "o"))
         line = assert_clean_error(r, r.returncode)
         assert r.returncode in (1, 2) and "hunter2" not in r.stdout + r.stderr, line
 
@@ -638,7 +631,7 @@ def test_worker_processes_fail_in_one_line(bad, demo_vocab, tmp_path):
         str(tmp_path / "out"),
         "--direct_num_workers=2",
         inputs=(str(bad / "corrupt.gz"), str(bad / "s.txt")),
-        process=True,
+        process=True,  # the workers write to the process' stderr, which only a process shows
     )
     assert_clean_error(r, 1, "corrupt.gz", "no manifest was written")
     assert "ERROR:" not in r.stderr and "apache_beam" not in r.stderr
