@@ -25,6 +25,7 @@ from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import read_metrics
 from bertstream.trainer.pretrain import pretrain
+from tests.beam_services import free_port
 
 STEPS, CHECKPOINT = 14, 6  # an epoch of the mix is 12 steps: step 6 is mid-epoch, step 14 in the next epoch
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -74,7 +75,7 @@ def argv(setup: dict, out: Path, *, ranks: int, batch: int, workers: int, **over
     launch = [sys.executable, "-m", "bertstream.trainer"]
     if ranks > 1:
         launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
-                  str(29540 + os.getpid() % 200), "-m", "bertstream.trainer"]  # fmt: skip
+                  str(free_port()), "-m", "bertstream.trainer"]  # fmt: skip
     flags = {**setup["flags"], "--batch-size": str(batch), "--num-workers": str(workers), **over}
     data = [a for d in setup["data"] for a in ("--data", d)]
     return [*launch, "pretrain", *data, "--output", str(out), "--no-tensorboard",

@@ -28,6 +28,7 @@ from bertstream.trainer.finetune.data import TaskDataError, load_task_data
 from bertstream.trainer.metrics import read_metrics
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import bert_tiny
+from tests.beam_services import free_port
 from tests.trainer.finetune.conftest import conll_sentences, finetune_run
 
 
@@ -300,9 +301,9 @@ def test_two_gloo_processes_train_equal_steps_and_score_every_row(sst2, tmp_path
         "--nproc-per-node",
         "2",
         "--master-port",
-        "29541",
+        str(free_port()),  # a fixed port collides with another test's launch on the next worker
         "-m",
-        "trainer",
+        "bertstream.trainer",
         "finetune",
         "--task",
         "classification",
