@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -53,10 +54,13 @@ def cli(*args: str, env: dict | None = None, **kw) -> subprocess.Popen:
     )
 
 
-def test_metrics_have_every_field_and_mlm_accuracy_rises(demo_shards, tmp_path):
+@pytest.fixture(scope="module")
+def trained(demo_shards, tmp_path_factory) -> tuple[Path, list[dict]]:
+    """40 steps on the demo shards with evaluation: the run folder and its training rows (two tests read it)."""
+    run = tmp_path_factory.mktemp("trained") / "run"
     rows = train(
         demo_shards,
-        tmp_path / "run",
+        run,
         max_steps=40,
         eval_data=str(demo_shards),
         eval_every=20,
@@ -65,6 +69,11 @@ def test_metrics_have_every_field_and_mlm_accuracy_rises(demo_shards, tmp_path):
         batch_size=16,
         lr=2e-3,
     )
+    return run, rows
+
+
+def test_metrics_have_every_field_and_mlm_accuracy_rises(trained, tmp_path):
+    run, rows = trained
     for key in (
         "step",
         "loss",
@@ -83,13 +92,13 @@ def test_metrics_have_every_field_and_mlm_accuracy_rises(demo_shards, tmp_path):
     late = sum(r["mlm_accuracy"] for r in rows[-4:]) / 4
     assert late > rows[0]["mlm_accuracy"] + 0.015
     assert rows[-1]["loss"] < rows[0]["loss"] - 2.0
-    evals = [r for r in read_metrics(tmp_path / "run") if r.get("split") == "eval"]
+    evals = [r for r in read_metrics(run) if r.get("split") == "eval"]
     assert [r["step"] for r in evals] == [20, 40]
-    kept = ckpt.list_checkpoints(tmp_path / "run")
+    kept = ckpt.list_checkpoints(run)
     assert len(kept) == 3 and kept[-1].name == "step-0000040"  # --keep-checkpoints 3
     from bertstream.trainer.plot import plot_run
 
-    png = plot_run(tmp_path / "run")
+    png = plot_run(run, tmp_path / "run.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -254,7 +263,8 @@ def test_dropout_flag_sets_the_model_and_is_saved(demo_shards, tmp_path):
         TrainConfig.build(paths=("x",), output="y", dropout=1.5)
 
 
-def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corpus, demo_vocab, tmp_path):
+def test_two_phase_training_starts_from_phase_one_weights(trained, demo_corpus, demo_vocab, tmp_path):
+    p1, _ = trained  # phase one: 40 steps
     from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
     from bertstream.pipelines.pretraining.pipeline import run_pretraining
 
@@ -269,24 +279,23 @@ def test_two_phase_training_starts_from_phase_one_weights(demo_shards, demo_corp
             ),
         )
     )
-    phase1 = train(demo_shards, tmp_path / "p1", max_steps=30, lr=2e-3, batch_size=16)
     fresh = train(long, tmp_path / "fresh", max_steps=2, batch_size=4)
     phase2 = train(
         long,
         tmp_path / "p2",
         max_steps=2,
         batch_size=4,
-        resume=str(ckpt.step_dir(tmp_path / "p1", 30)),
+        resume=str(ckpt.step_dir(p1, 40)),
         reset_optimizer=True,
     )
-    assert phase1[-1]["step"] == 30 and [r["step"] for r in phase2] == [1, 2]
+    assert [r["step"] for r in phase2] == [1, 2]
     assert phase2[0]["mlm_loss"] < fresh[0]["mlm_loss"] - 0.3  # it kept what phase one learned
 
     from bertstream.trainer.plot import join_phases, plot_run
 
-    train_rows, _, boundaries = join_phases([tmp_path / "p1", tmp_path / "p2"])
-    assert boundaries == [30] and [r["step"] for r in train_rows][-3:] == [30, 31, 32]
-    assert plot_run([tmp_path / "p1", tmp_path / "p2"], tmp_path / "phases.png").read_bytes()[:4] == b"\x89PNG"
+    train_rows, _, boundaries = join_phases([p1, tmp_path / "p2"])
+    assert boundaries == [40] and [r["step"] for r in train_rows][-3:] == [40, 41, 42]
+    assert plot_run([p1, tmp_path / "p2"], tmp_path / "phases.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_export_hf_cli_loads_in_transformers_with_identical_logits(demo_shards, tmp_path):
