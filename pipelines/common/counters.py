@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from apache_beam.metrics import Metrics
 
@@ -161,13 +161,13 @@ def progress(message: str, *, every_s: float = 0.0) -> None:
     _last_progress[0] = now
     from bertstream.pipelines.common.redact import redact_text
 
-    print(f"[bertprep] {redact_text(message)}", file=_console(), flush=True)
+    print(f"[bertprep] {redact_text(message)}", file=console(), flush=True)
 
 
 _console_stream: list = []
 
 
-def _console():
+def console() -> TextIO:
     """stderr, or in a local worker process whose stderr goes to a log file, the console it came from."""
     fd = os.environ.get("BERTPREP_CONSOLE_FD")
     if not fd:

@@ -44,8 +44,11 @@ def verbose() -> bool:
 
 def detail(message: str) -> None:
     """A per-file or per-group line: printed with ``--verbose`` only."""
-    if verbose():
-        print(f"[bertprep] {message}", file=sys.stderr, flush=True)
+    if verbose():  # a worker process's stderr is its log file: the line goes to the console it came from
+        from bertstream.pipelines.common.counters import console
+        from bertstream.pipelines.common.redact import redact_text
+
+        print(f"[bertprep] {redact_text(message)}", file=console(), flush=True)
 
 
 def add(stage: str, *, final: bool = False, **counts: int) -> None:
