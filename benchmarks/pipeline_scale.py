@@ -4,7 +4,11 @@ Builds 1, 4 and 8 copies of the shared pretraining text (Wikipedia extracts and 
 22 MB a copy) as folders of hard links (or copies) in a temporary folder, plus one big single file (the Wikipedia extracts
 concatenated four times, one `wikiextractor` file of 64 MB), and runs the pipeline on each, in-process
 and with 2 worker processes. For every run: wall time of the whole command, input MB/s, instances/s,
-peak RSS summed over the command and its worker processes, and the ratio to the tokenizer-only ceiling
+peak RSS summed over the command and its worker processes, CPU-seconds per MB of input (user + system of
+every process of the run: the command, its worker processes and, for Dask, the scheduler and workers during
+the run; ``benchmarks/process_cpu.py``) and each runner's CPU-s/MB as a ratio to the in-process run's on the
+same input, code and dupe factor in this run (what a cluster multiplies: on 2 cores wall time cannot show what
+a worker wastes, CPU time can), and the ratio to the tokenizer-only ceiling
 (the pipeline's tokenizer backend alone on the same paragraphs, measured in the same run, beside the other
 backend's: their ratio is printed). Ratios, not absolute times, are
 what compare across machines.
@@ -20,6 +24,7 @@ run; its peak sums the command, the scheduler and the workers (each a nanny and 
     python benchmarks/pipeline_scale.py --json out.json --plot scale.png
     python benchmarks/pipeline_scale.py --copies 4 --dupe 1 --dupe 10 --dask 0 --baseline b6b896c  # paired
     python benchmarks/pipeline_scale.py --copies 4 --dupe 1 --workers 1 --dask 0 --no-big-file --profile
+    python benchmarks/pipeline_scale.py --copies 4 --copies 8 --no-big-file   # issue 34: CPU-s/MB, 3 runners
 
 ``--baseline REV`` runs every row twice, back to back: first with the code of commit REV (``git archive`` into
 the temporary folder, imported through PYTHONPATH), then with this checkout, and prints this checkout's speed
