@@ -139,12 +139,17 @@ def runner_label(workers: int, dask: int = 0) -> str:
 
 
 def add_cpu_ratios(rows: list[dict]) -> None:
-    """Each row's CPU-s/MB against the in-process row on the same input, dupe and code, measured in this run."""
+    """Each row's CPU-s/MB against the in-process row on the same input, dupe and code, measured in this run,
+    and whether it wrote the same shards."""
     key = ("input", "dupe", "code")
     base = {tuple(r[k] for k in key): r["cpu_s_per_mb"] for r in rows if r["runner"] == "in-process"}
+    shards = {tuple(r[k] for k in key): r["shards_sha256"] for r in rows if r["runner"] == "in-process"}
     for r in rows:
         b = base.get(tuple(r[k] for k in key))
         r["cpu_ratio"] = round(r["cpu_s_per_mb"] / b, 3) if b else None
+        # every runner writes the in-process runner's shards, byte for byte (sha256 of each)
+        same = shards.get(tuple(r[k] for k in key))
+        r["same_shards_as_in_process"] = None if same is None else r["shards_sha256"] == same
 
 
 def checkout_of(rev: str, root: Path) -> Path:
@@ -314,6 +319,7 @@ def main() -> None:
             f"{r['input']:>13} {r['input_mb']:>6} {r['dupe']:>4} {r['runner']:>10} {r['workers']:>7} {r['code']:>8} "
             f"{r['seconds']:>8} {r['mb_per_s']:>6} {r['instances_per_s']:>7} {r['peak_mb']:>8} {r['ratio_to_ceiling']:>6} "
             f"{r['cpu_s_per_mb']:>8} {r['cpu_ratio'] if r['cpu_ratio'] is not None else '-':>9}"
+            f"{'' if r['same_shards_as_in_process'] is not False else '  SHARDS DIFFER from in-process'}"
         )
     if baseline:
         compare(rows, args.baseline)

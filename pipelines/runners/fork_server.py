@@ -76,9 +76,9 @@ def _alone() -> bool:
     return not any(n.startswith(("grpc", "event_engine", "lifeguard")) for n in names)
 
 
-def start(workers: int, warm: Callable[[], None]) -> tuple[str, int] | None:
-    """Fork a server that runs ``warm()`` and then forks up to ``workers`` workers on request; returns its
-    socket path and pid. None, and workers start cold as before, where this platform cannot fork, where this
+def start(workers: int, warm: Callable[[], None], target: Callable[[], None] | None = None) -> tuple[str, int] | None:
+    """Fork a server that runs ``warm()`` and then forks up to ``workers`` workers on request, each running
+    ``target`` (Beam's worker, ``beam_worker.run``, by default); returns its socket path and pid. None, and workers start cold as before, where this platform cannot fork, where this
     process runs threads a fork could break (``_alone``: a launcher that runs one pipeline, ``bertprep``, has
     none when it starts it), or where a forked worker would not import what a cold one does
     (``_imports_as_started``)."""
@@ -103,7 +103,7 @@ def start(workers: int, warm: Callable[[], None]) -> tuple[str, int] | None:
             os._exit(0)
         _fresh_process()
         warm()
-        _serve(listener, workers)
+        _serve(listener, workers, target)
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -142,14 +142,14 @@ def _fresh_process() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _serve(listener: socket.socket, workers: int) -> None:
+def _serve(listener: socket.socket, workers: int, target: Callable[[], None] | None) -> None:
     """Fork a worker for each of ``workers`` clients; the server's children are reaped by whoever adopts them."""
     for _ in range(workers):
         conn, _ = listener.accept()
         request, fds = _receive(conn)
         if os.fork() == 0:
             listener.close()
-            _run_worker(conn, request, fds)  # never returns
+            _run_worker(conn, request, fds, target)  # never returns
         conn.close()
         for fd in fds:
             os.close(fd)
@@ -167,13 +167,13 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data), list(fds)
 
 
-def _run_worker(conn: socket.socket, request: dict, fds: list[int]) -> None:
+def _run_worker(conn: socket.socket, request: dict, fds: list[int], target: Callable[[], None] | None) -> None:
     """In the forked worker: the client's streams, environment and arguments; Beam's worker; the exit code to
     the client; ``os._exit``."""
     code = 1
     try:
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
+        for stream, fd in enumerate(fds):  # the client's stdin, stdout, stderr
+            os.dup2(fd, stream)
             os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
@@ -186,9 +186,11 @@ def _run_worker(conn: socket.socket, request: dict, fds: list[int]) -> None:
                 os._exit(1)
 
         threading.Thread(target=leave_with_client, name="fork-client", daemon=True).start()
-        from bertstream.pipelines.runners import beam_worker
+        if target is None:
+            from bertstream.pipelines.runners import beam_worker
 
-        beam_worker.run()
+            target = beam_worker.run
+        target()
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
