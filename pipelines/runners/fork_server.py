@@ -37,6 +37,7 @@ ENV = "BERTSTREAM_FORK_SERVER"
 _PR_SET_PDEATHSIG = 1
 _LEN = struct.Struct("<I")
 _STATUS = struct.Struct("<i")
+_FORKED = b"F"
 
 
 def _pdeathsig(sig: int) -> None:
@@ -172,6 +173,7 @@ def _run_worker(conn: socket.socket, request: dict, fds: list[int], target: Call
     the client; ``os._exit``."""
     code = 1
     try:
+        conn.sendall(_FORKED)  # the client waits for this worker from now on (before: it runs the worker itself)
         for stream, fd in enumerate(fds):  # the client's stdin, stdout, stderr
             os.dup2(fd, stream)
             os.close(fd)
@@ -216,8 +218,13 @@ def run_through_server(path: str, argv: list[str]) -> int | None:
     except OSError:
         return None
     data = json.dumps({"env": dict(os.environ), "argv": argv}).encode()
-    socket.send_fds(conn, [_LEN.pack(len(data))], [0, 1, 2])
-    conn.sendall(data)
+    try:
+        socket.send_fds(conn, [_LEN.pack(len(data))], [0, 1, 2])
+        conn.sendall(data)
+        if conn.recv(1) != _FORKED:  # the server failed (its warm-up, say) before it forked a worker for us
+            return None
+    except OSError:
+        return None
     status = b""
     while len(status) < _STATUS.size:
         chunk = conn.recv(_STATUS.size - len(status))
