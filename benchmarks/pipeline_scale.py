@@ -58,6 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.pipeline_throughput import ceilings, paragraphs_of, print_ceilings, run_metered  # noqa: E402
+from benchmarks.process_cpu import reap_orphans  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data" / "pretrain"
 BIG_FILE_REPEATS = 4
@@ -128,6 +129,7 @@ def dask_cluster(workers: int, folder: Path, env: dict[str, str]) -> Iterator[tu
             except ProcessLookupError:
                 pass
             p.wait()
+        reap_orphans(keep=())  # each worker process of a nanny killed with it, re-parented here (a subreaper)
         log.close()
         time.sleep(0.5)
 

@@ -79,6 +79,9 @@ def run_metered(
     """Run ``cmd``; its wall time, the peak RSS summed over its process tree and those of ``also`` (a cluster's
     processes), the CPU-seconds of all of them during the run, and its output."""
     become_subreaper()  # orphans of the command come here, to be waited for and counted
+    # Orphans of an earlier run (a killed Dask cluster's worker processes, re-parented here) are waited for
+    # now, so that their CPU time lands before this run's first reading, not in it.
+    reap_orphans(keep=also)
     peak = 0
     beside = tree_cpu(also)
     before = children_cpu()
