@@ -26,9 +26,14 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.process_cpu import become_subreaper, children_cpu, reap_orphans, tree_cpu  # noqa: E402
+
 SHARED = REPO.parent / "shared" / "data"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -57,12 +62,29 @@ def tree_rss(root: int) -> int:
     return total
 
 
-def run_measured(
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One command's run: wall seconds, peak RSS summed over its processes (bytes), user + system CPU-seconds of
+    every process of the run (``benchmarks.process_cpu``), and its output."""
+
+    seconds: float
+    peak: int
+    cpu: float
+    out: str
+
+
+def run_metered(
     cmd: list[str], env: dict[str, str], also: tuple[int, ...] = (), cwd: str | os.PathLike | None = None
-) -> tuple[float, int, str]:
-    """Wall time, peak RSS summed over the command's process tree and those of ``also`` (a cluster's
-    processes), and the output of ``cmd``."""
+) -> Measured:
+    """Run ``cmd``; its wall time, the peak RSS summed over its process tree and those of ``also`` (a cluster's
+    processes), the CPU-seconds of all of them during the run, and its output."""
+    become_subreaper()  # orphans of the command come here, to be waited for and counted
+    # Orphans of an earlier run (a killed Dask cluster's worker processes, re-parented here) are waited for
+    # now, so that their CPU time lands before this run's first reading, not in it.
+    reap_orphans(keep=also)
     peak = 0
+    beside = tree_cpu(also)
+    before = children_cpu()
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     done = threading.Event()
@@ -79,9 +101,20 @@ def run_measured(
     seconds = time.perf_counter() - start
     done.set()
     t.join()
+    reap_orphans(keep=also)
+    cpu = children_cpu() - before + tree_cpu(also) - beside
     if proc.returncode:
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{out}")
-    return seconds, peak, out
+    return Measured(seconds, peak, cpu, out)
+
+
+def run_measured(
+    cmd: list[str], env: dict[str, str], also: tuple[int, ...] = (), cwd: str | os.PathLike | None = None
+) -> tuple[float, int, str]:
+    """Wall time, peak RSS summed over the command's process tree and those of ``also`` (a cluster's
+    processes), and the output of ``cmd`` (``run_metered`` without the CPU time)."""
+    m = run_metered(cmd, env, also, cwd)
+    return m.seconds, m.peak, m.out
 
 
 def paragraphs_of(inputs: list[str], fmt: str) -> list[list[str]]:

@@ -13,6 +13,8 @@ import logging
 import os
 import sys
 
+from bertstream.pipelines.runners import fork_server
+
 
 def _stderr_to_log() -> None:
     log = os.environ.get("BERTPREP_WORKER_LOG")
@@ -24,12 +26,24 @@ def _stderr_to_log() -> None:
     os.close(fd)
 
 
-def main() -> None:
+def run() -> None:
+    """Beam's worker, in this process."""
     _stderr_to_log()
     logging.disable(logging.WARNING)
     from apache_beam.runners.worker import sdk_worker_main
 
     sdk_worker_main.main(sys.argv)
+
+
+def main() -> None:
+    # Forked from the launcher's warm fork server when it runs one (pipelines/runners/fork_server.py), so that
+    # this process need not import Beam and start numba; else the worker runs here.
+    server = os.environ.get(fork_server.ENV)
+    if server:
+        code = fork_server.run_through_server(server, sys.argv)
+        if code is not None:
+            sys.exit(code)
+    run()
 
 
 if __name__ == "__main__":

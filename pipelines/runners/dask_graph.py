@@ -4,11 +4,15 @@ Every bag holds ``WindowedValue``s, but a ParDo's, which holds ``(tag, WindowedV
 kept until a consumer selects its own output (Beam 2.77 drops it, so each consumer of a multi-output ParDo
 gets all of its outputs). A ParDo runs one bundle per partition, streaming (:func:`run_bundle`); what it
 emits in ``finish_bundle`` leaves with the rest (Beam 2.77 collects the outputs before ``finish_bundle``).
+A worker thread sets each DoFn up once per run and reuses it for every partition it runs, as Beam's own
+runners reuse a DoFn across bundles.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -54,14 +58,49 @@ class _Receivers(dict):
         return receiver
 
 
-def run_bundle(elements: Iterable[WindowedValue], payload: bytes, side_values: list[list]) -> Iterator[Tagged]:
-    """One bundle of a ParDo over a partition: setup, start, each element, finish, teardown, yielding each
-    output as soon as it is made. The DoFn is unpickled here, so no two bundles share an instance."""
-    fn, args, kwargs, window_fn, label, views = pickler.loads(payload)
+class _SetUp:
+    """A DoFn unpickled and set up in this worker thread, with what its bundles need besides side inputs."""
+
+    __slots__ = ("fn", "signature", "args", "kwargs", "window_fn", "label", "views", "invoker")
+
+    def __init__(self, payload: bytes) -> None:
+        self.fn, self.args, self.kwargs, self.window_fn, self.label, self.views = pickler.loads(payload)
+        self.signature = DoFnSignature(self.fn)
+        self.invoker: DoFnInvoker | None = None  # the first bundle's: it set the DoFn up, it tears it down
+
+
+# Each worker thread's DoFns of the run it last worked for: run id -> {payload: set-up DoFn}. A DoFn is set up
+# once per thread and run, not once per partition: a fresh one per bundle paid its setup (the tokenizer's
+# load, its caches started cold) and the unpickling of its payload in every partition of every stage.
+_local = threading.local()
+
+
+def _dofn(payload: bytes, run: str) -> _SetUp:
+    """This thread's set-up DoFn of ``payload`` in run ``run``; the DoFns of an earlier run are torn down."""
+    cache: tuple[str, dict[bytes, _SetUp]] | None = getattr(_local, "cache", None)
+    if cache is None or cache[0] != run:
+        if cache is not None:
+            for done in cache[1].values():
+                if done.invoker is not None:
+                    done.invoker.invoke_teardown()
+        cache = _local.cache = (run, {})
+    found = cache[1].get(payload)
+    if found is None:
+        found = cache[1][payload] = _SetUp(payload)
+    return found
+
+
+def run_bundle(
+    elements: Iterable[WindowedValue], payload: bytes, side_values: list[list], run: str = ""
+) -> Iterator[Tagged]:
+    """One bundle of a ParDo over a partition: start, each element, finish, yielding each output as soon as it
+    is made. The DoFn is this worker thread's for the run (``run``: its id), set up by its first bundle and
+    reused by the next ones, as Beam's own runners reuse a DoFn across bundles; no two threads share one."""
+    fn = _dofn(payload, run)
     out: list[Tagged] = []
     receivers = _Receivers(out)
     handler = _OutputHandler(
-        window_fn=window_fn,
+        window_fn=fn.window_fn,
         main_receivers=receivers[None],
         tagged_receivers=receivers,
         per_element_output_counter=None,
@@ -69,25 +108,26 @@ def run_bundle(elements: Iterable[WindowedValue], payload: bytes, side_values: l
         process_yields_batches=False,
         process_batch_yields_elements=False,
     )
-    sides = [SideInputMap(view, options, values) for (view, options), values in zip(views, side_values, strict=True)]
+    sides = [SideInputMap(view, options, values) for (view, options), values in zip(fn.views, side_values, strict=True)]
     invoker = DoFnInvoker.create_invoker(
-        DoFnSignature(fn),
+        fn.signature,
         handler,
-        context=DoFnContext(label, state=None),
+        context=DoFnContext(fn.label, state=None),
         side_inputs=sides,
-        input_args=args,
-        input_kwargs=kwargs,
+        input_args=fn.args,
+        input_kwargs=fn.kwargs,
         user_state_context=None,
         bundle_finalizer_param=beam.DoFn.BundleFinalizerParam(),
     )
-    invoker.invoke_setup()
+    if fn.invoker is None:
+        invoker.invoke_setup()
+        fn.invoker = invoker
     invoker.invoke_start_bundle()
     for element in elements:
         invoker.invoke_process(element)
         yield from _drain(out)
     invoker.invoke_finish_bundle()
     yield from _drain(out)
-    invoker.invoke_teardown()
 
 
 def _drain(out: list[Tagged]) -> list[Tagged]:
@@ -154,6 +194,7 @@ class GraphBuilder(PipelineVisitor):
 
     def __init__(self, npartitions: int, partition_size: int | None = None) -> None:
         self.npartitions = max(1, npartitions)
+        self.run = uuid.uuid4().hex  # what the workers' DoFns are kept for (run_bundle)
         self.partition_size = partition_size
         self.bags: dict[AppliedPTransform, db.Bag] = {}
         self.tagged: set[AppliedPTransform] = set()  # ParDos: bags of (tag, value)
@@ -216,4 +257,5 @@ class GraphBuilder(PipelineVisitor):
         views = [(type(si), si._view_options()) for si in node.side_inputs]
         payload = pickler.dumps((t.fn, list(args), kwargs, window_fn, t.label, views))
         side_values = [self._side(si.pvalue) for si in node.side_inputs]
-        return bag.map_partitions(run_bundle, payload, side_values, token=f"pardo-{t.label}").map_partitions(reify)
+        bag = bag.map_partitions(run_bundle, payload, side_values, self.run, token=f"pardo-{t.label}")
+        return bag.map_partitions(reify)

@@ -21,6 +21,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from bertstream.cli.errors import UsageError
+from bertstream.pipelines.runners import fork_server
 
 
 def limit_malloc_arenas(arenas: int = 2) -> None:
@@ -213,6 +214,25 @@ def run_pipeline(p: beam.Pipeline) -> None:
     except BaseException:
         _death_handled[0] = True
         raise
+    finally:
+        fork_server.stop(_fork_server[0])
+        _fork_server[0] = None
+
+
+# The fork server of the run's local worker processes (pipelines/runners/fork_server.py): socket path and pid.
+_fork_server: list[tuple[str, int] | None] = [None]
+
+
+def _warm_worker() -> None:
+    """In the fork server, before it forks workers: what every worker would otherwise do first. Beam's worker
+    module; in a pretraining run (its segmentation stage imported here to build the graph), numba and the
+    segmentation kernel, which every pretraining worker starts on its first batch."""
+    limit_malloc_arenas(2)  # as MALLOC_ARENA_MAX=2 does for a worker started cold
+    from apache_beam.runners.worker import sdk_worker_main  # noqa: F401
+
+    segment = sys.modules.get("bertstream.pipelines.pretraining.segment")
+    if segment is not None:
+        segment.split_documents([["Warm the kernel. It loads once."]])
 
 
 def _watch_worker_processes() -> None:
@@ -334,10 +354,13 @@ def make_pipeline(options: PipelineOptions, run_id: str | None = None) -> beam.P
         _worker_died[0], _death_handled[0] = None, False
         _watch_worker_processes()
         threading.excepthook = _thread_errors_to_worker_log
+        fork_server.stop(_fork_server[0])
+        _fork_server[0] = fork_server.start(direct.direct_num_workers or 1, _warm_worker)
+        forked = f"{fork_server.ENV}={shlex.quote(_fork_server[0][0])} " if _fork_server[0] else ""
         env = environments.SubprocessSDKEnvironment.from_command_string(
             # exec: the worker replaces Beam's shell, which would print "Killed" if the worker were killed.
-            f"exec env BERTPREP_WORKER_LOG={shlex.quote(log)} MALLOC_ARENA_MAX=2 {shlex.quote(sys.executable)} "
-            "-m bertstream.pipelines.runners.beam_worker"
+            f"exec env BERTPREP_WORKER_LOG={shlex.quote(log)} MALLOC_ARENA_MAX=2 {forked}"
+            f"{shlex.quote(sys.executable)} -m bertstream.pipelines.runners.beam_worker"
         )
         direct.direct_running_mode = "in_memory"  # else FnApiRunner replaces our environment with its own
         return beam.Pipeline(runner=FnApiRunner(default_environment=env), options=options)

@@ -20,7 +20,7 @@ from bertstream.pipelines.runners.runner import DASK_RUNNER
 
 pytest.importorskip("distributed", reason="needs dask[distributed] (the test extra)")
 
-from bertstream.pipelines.runners.dask_graph import split_round_robin  # noqa: E402
+from bertstream.pipelines.runners.dask_graph import run_bundle, split_round_robin  # noqa: E402
 from bertstream.pipelines.runners.dask_runner import check_beam_version  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "tools"))
@@ -106,6 +106,41 @@ def test_a_failing_dofn_fails_the_run_with_its_error(address):
 def test_reshuffle_deals_by_position_over_every_bucket():
     assert split_round_robin(range(5), 0, 3) == [[0, 3], [1, 4], [2]]
     assert split_round_robin(["a"], 2, 3) == [[], [], ["a"]]  # a partition of one still reaches bucket 2
+
+
+class _Lifecycle(beam.DoFn):
+    """Counts its set-ups, bundles and tear-downs (class-level: the payload is unpickled in run_bundle)."""
+
+    events: list[str] = []
+
+    def setup(self) -> None:
+        self.events.append("setup")
+
+    def start_bundle(self) -> None:
+        self.events.append("bundle")
+
+    def process(self, x):
+        yield x * 10
+
+    def teardown(self) -> None:
+        self.events.append("teardown")
+
+
+def test_a_worker_thread_sets_a_dofn_up_once_per_run_not_once_per_partition():
+    from apache_beam.internal import pickler
+    from apache_beam.transforms.window import GlobalWindows
+
+    payload = pickler.dumps((_Lifecycle(), [], {}, None, "Lifecycle", []))
+    _Lifecycle.events.clear()
+
+    def bundle(values, run):
+        out = run_bundle([GlobalWindows.windowed_value(v) for v in values], payload, [], run)
+        return [wv.value for tag, wv in out]
+
+    assert bundle([1, 2], "run-a") == [10, 20] and bundle([3], "run-a") == [30]  # two partitions, one set-up
+    assert _Lifecycle.events == ["setup", "bundle", "bundle"]
+    assert bundle([4], "run-b") == [40]  # the next run: the last run's DoFn torn down, a fresh one set up
+    assert _Lifecycle.events == ["setup", "bundle", "bundle", "teardown", "setup", "bundle"]
 
 
 def test_untested_beam_versions_are_refused_in_one_line():
