@@ -12,6 +12,7 @@ from bertstream.pipelines.pretraining.write import (
     ShardSpec,
     WriteSpec,
     _SpillShardsFn,
+    _take_compiled,
     encode_shards,
     order_shard,
     read_shard,
@@ -111,3 +112,23 @@ def test_a_batch_processed_twice_is_an_error_not_a_duplicate(tmp_path):
     b = random_batch(50, 2)
     with pytest.raises(ValueError, match="duplicate instance ids"):
         order_shard([b, b], 1)
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32])
+def test_the_compiled_take_gives_batch_take_s_arrays(dtype):
+    b = random_batch(500, 3)
+    b.ids, b.labels = b.ids.astype(dtype), b.labels.astype(dtype)
+    rng = np.random.default_rng(0)
+    for index in (rng.permutation(500), rng.integers(0, 500, 80), np.arange(0), np.array([499, 0, 499])):
+        want, got = b.take(index), _take_compiled(b, index)
+        assert same(got, want) and got.ids.dtype == want.ids.dtype == dtype
+
+
+def test_the_compiled_take_refuses_rows_and_offsets_outside_the_batch():
+    b = random_batch(20, 4)
+    with pytest.raises(IndexError):
+        _take_compiled(b, np.array([20]))
+    b.offsets = b.offsets.copy()
+    b.offsets[-1] += 1  # a corrupt spill part: the last row would end past the ids
+    with pytest.raises(ValueError, match="outside the batch"):
+        _take_compiled(b, np.array([19]))
