@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # the shard writer's thread runs beside it
 def take_ranges(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """``values[s:e]`` for each ``(s, e)``, back to back. The caller checks that the ranges lie in ``values``."""
     total = 0
