@@ -88,7 +88,9 @@ print(json.dumps({
     "run it (the runner's stages and bundles, 300 lines)": spent["run"],
     "the rest (vocabulary, inputs, output folder, manifest)": t5 - t4 - spent["build"] - spent["run"],
     "in the process": t5 - t0,
-}))
+}), flush=True)
+from bertstream.cli.process import exit_now  # as the bertprep command ends
+exit_now(0)
 """
 
 
