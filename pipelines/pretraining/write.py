@@ -6,7 +6,7 @@ shard) and orders the instances inside it. Shard contents and bytes therefore de
 parameters, not on the runner, the worker count or the order of ``--input`` arguments.
 
 The shuffle carries references (see :mod:`bertstream.pipelines.common.spill`): each worker buffers masked batches, writes them
-to a spill file grouped by shard, and sends on one (shard, byte range) reference per shard it holds;
+to a spill file ordered by (shard, key), and sends on one (shard, byte range) reference per shard it holds;
 the writer of a shard reads its ranges back. Memory is bounded by the spill buffer and by one shard. Beyond
 256 shards a reference covers a block of consecutive shards (``spill.keys_per_block``), so references stay few.
 """
@@ -156,16 +156,19 @@ def shard_parts(parts: Iterable[BlockPart], index: int) -> list[ShardPart]:
 
 
 def order_by_shard(batch: InstanceBatch, num_shards: int, seed: int) -> tuple[InstanceBatch, list[int]]:
-    """The batch grouped by shard (in batch order inside a shard: the shard's writer sorts by key, so sorting
-    here as well bought nothing), and where each shard starts (``num_shards + 1`` bounds)."""
+    """The batch ordered by (shard, shuffle key), and where each shard starts (``num_shards + 1`` bounds)."""
     keys = shuffle_keys(batch.instance_ids, seed)
     shard = (keys % np.uint64(num_shards)).astype(np.uint16 if num_shards <= 1 << 16 else np.int64)
-    order = np.argsort(shard, kind="stable")  # a radix sort of small ints (8x lexsort by shard and key); one gather
+    # lexsort((keys, shard)) in two sorts at half its time: by key, then a stable radix sort of the shard numbers.
+    # A shard's part of a spill file is then one run in key order, which makes the writer's sort and gather of
+    # its runs ~3x faster than over rows in batch order.
+    by_key = np.argsort(keys)
+    order = by_key[np.argsort(shard[by_key], kind="stable")]
     return take(batch, order), np.searchsorted(shard[order], np.arange(num_shards + 1)).tolist()
 
 
 def encode_shards(batch: InstanceBatch, num_shards: int, seed: int) -> Iterator[tuple[int, bytes]]:
-    """``(shard, wire bytes)`` for each shard the batch touches (its instances in batch order)."""
+    """``(shard, wire bytes)`` for each shard the batch touches, instances ordered by shuffle key."""
     ordered, bounds = order_by_shard(batch, num_shards, seed)
     del batch
     for s in range(num_shards):

@@ -1,4 +1,4 @@
-"""The instance shuffle by reference: spill files grouped by shard, read back per shard in key order."""
+"""The instance shuffle by reference: spill files ordered by (shard, key), read back per shard."""
 
 from __future__ import annotations
 
