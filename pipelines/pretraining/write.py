@@ -159,9 +159,9 @@ def order_by_shard(batch: InstanceBatch, num_shards: int, seed: int) -> tuple[In
     """The batch ordered by (shard, shuffle key), and where each shard starts (``num_shards + 1`` bounds)."""
     keys = shuffle_keys(batch.instance_ids, seed)
     shard = (keys % np.uint64(num_shards)).astype(np.uint16 if num_shards <= 1 << 16 else np.int64)
-    # lexsort((keys, shard)) in two sorts at half its time: by key, then a stable radix sort of the shard numbers.
-    # A shard's part of a spill file is then one run in key order, which makes the writer's sort and gather of
-    # its runs ~3x faster than over rows in batch order.
+    # lexsort((keys, shard)) in two sorts at half its time: by key, then a stable radix sort of the shard numbers
+    # (the same order for distinct keys; a duplicate fails the shard's writer). A shard's part of a spill file is
+    # then one run in key order, which makes the writer's sort and gather of its runs ~3x faster.
     by_key = np.argsort(keys)
     order = by_key[np.argsort(shard[by_key], kind="stable")]
     return take(batch, order), np.searchsorted(shard[order], np.arange(num_shards + 1)).tolist()
