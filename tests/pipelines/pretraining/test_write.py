@@ -12,6 +12,8 @@ from bertstream.pipelines.pretraining.write import (
     ShardSpec,
     WriteSpec,
     _SpillShardsFn,
+    _take_compiled,
+    _WriteShardFn,
     encode_shards,
     order_shard,
     read_shard,
@@ -111,3 +113,71 @@ def test_a_batch_processed_twice_is_an_error_not_a_duplicate(tmp_path):
     b = random_batch(50, 2)
     with pytest.raises(ValueError, match="duplicate instance ids"):
         order_shard([b, b], 1)
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32])
+def test_the_compiled_take_gives_batch_take_s_arrays(dtype):
+    b = random_batch(500, 3)
+    b.ids, b.labels = b.ids.astype(dtype), b.labels.astype(dtype)
+    rng = np.random.default_rng(0)
+    for index in (rng.permutation(500), rng.integers(0, 500, 80), np.arange(0), np.array([499, 0, 499])):
+        want, got = b.take(index), _take_compiled(b, index)
+        assert same(got, want) and got.ids.dtype == want.ids.dtype == dtype
+
+
+def test_the_compiled_take_refuses_rows_and_offsets_outside_the_batch():
+    b = random_batch(20, 4)
+    with pytest.raises(IndexError):
+        _take_compiled(b, np.array([20]))
+    b.offsets = b.offsets.copy()
+    b.offsets[-1] += 1  # a corrupt spill part: the last row would end past the ids
+    with pytest.raises(ValueError, match="outside the batch"):
+        _take_compiled(b, np.array([19]))
+
+
+def shard_spec(tmp_path, batch_rows: int) -> WriteSpec:
+    shards = ShardSpec(
+        output_dir=str(tmp_path),
+        num_shards=1,
+        seed=5,
+        formats=("arrow",),
+        id_type="uint16",
+        vocab_sha256="0" * 64,
+        parameters={},
+        compression="zstd",
+        batch_rows=batch_rows,
+    )
+    stats = StatsSpec(mask_id=4, max_seq_length=128, max_predictions=20, masked_lm_prob=0.15, whole_word=False)
+    return WriteSpec(shards=shards, stats=stats, work_dir=str(tmp_path / "work"))
+
+
+def test_the_shard_written_a_chunk_behind_is_the_shard_written_in_line(tmp_path):
+    batch = random_batch(700, 6)
+    (tmp_path / "chunks").mkdir()
+    (tmp_path / "one").mkdir()
+    by_chunks = _WriteShardFn(shard_spec(tmp_path / "chunks", 64)).write(0, batch)  # 11 chunks, on the writer's thread
+    [writer] = shard_spec(tmp_path / "one", 64).shards.writers(0)
+    ordered = order_shard([batch], 5)
+    with writer:  # the same chunks, written on this thread as they come
+        for start in range(0, 700, 64):
+            writer.write(ordered.take(np.arange(start, min(start + 64, 700))))
+    assert by_chunks["files"] == [writer.written()]
+    assert by_chunks["stats"]["instances"] == 700
+
+
+def test_a_writer_error_on_its_thread_fails_the_shard_and_leaves_no_file(tmp_path, monkeypatch):
+    from bertstream.pipelines.common.shards import ArrowShardWriter
+
+    real, calls = ArrowShardWriter.write, []
+
+    def failing(self, chunk):
+        calls.append(len(chunk))
+        if len(calls) == 3:
+            raise OSError("disk full")
+        real(self, chunk)
+
+    monkeypatch.setattr(ArrowShardWriter, "write", failing)
+    with pytest.raises(OSError, match="disk full"):
+        _WriteShardFn(shard_spec(tmp_path, 64)).write(0, random_batch(700, 7))
+    assert len(calls) <= 4  # stopped a chunk or so after the error, not at the end of the shard
+    assert not list(tmp_path.glob("pretrain-*"))  # no shard, no temporary file

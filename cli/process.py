@@ -1,0 +1,64 @@
+"""How a command-line process ends: its exit handlers run, the interpreter's teardown does not.
+
+Once a ``bertprep`` command has returned, its files are written and closed; what is left is the interpreter
+freeing every module and object (Beam, pyarrow, numba, gRPC's core), which took 0.9-1.4 s after a 300-line
+run on a loaded 2-core machine: a fifth of a small command's wall time, paid for nothing. A command run as a
+program (``bertprep ...``: click's standalone mode with the arguments from ``sys.argv``) therefore ends the
+way the interpreter would up to that teardown: non-daemon threads joined, ``atexit`` handlers run (logging
+flushed, temporary folders removed, multiprocessing children ended), standard streams flushed, then the
+exit status. Called with explicit arguments (click's test runner, a command run inside another program) or
+``standalone_mode=False``, the group returns or raises as any click group does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from typing import Any, NoReturn
+
+import click
+
+
+def exit_now(code: object) -> NoReturn:
+    """End the process with ``code`` as ``sys.exit(code)`` would, less the interpreter's teardown."""
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("message"): printed, status 1
+        print(code, file=sys.stderr)
+        status = 1
+    for t in threading.enumerate():  # what the interpreter waits for before its exit handlers
+        if t is not threading.main_thread() and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(status)
+
+
+class QuickExitGroup(click.Group):
+    """A click group whose program run (no explicit arguments, standalone) ends with :func:`exit_now`."""
+
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        if args is not None:  # click's test runner, a command run inside another program: sys.exit as ever
+            return super().main(args, prog_name, complete_var, True, **extra)
+        try:
+            super().main(None, prog_name, complete_var, True, **extra)
+        except SystemExit as e:  # standalone mode always ends so, success included
+            exit_now(e.code)
+        exit_now(0)

@@ -1,0 +1,70 @@
+"""A command run as a program ends without the interpreter's teardown, and loses nothing on the way out."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import click
+from click.testing import CliRunner
+
+from bertstream.cli.process import QuickExitGroup
+
+PROGRAM = textwrap.dedent(
+    """
+    import atexit, sys, threading, time
+    import click
+    from bertstream.cli.process import QuickExitGroup
+
+    @click.group(cls=QuickExitGroup)
+    def main():
+        pass
+
+    @main.command()
+    @click.argument("how")
+    def end(how):
+        atexit.register(lambda: print("atexit ran", flush=False))
+        threading.Thread(target=lambda: (time.sleep(0.2), print("thread finished", flush=False))).start()
+        print("x" * 100_000, end="|")  # more than a pipe's buffer, and not flushed by the command
+        if how == "status":
+            sys.exit(3)
+        if how == "message":
+            sys.exit("a message")
+        if how == "usage":
+            raise click.UsageError("bad value")
+
+    main()
+    """
+)
+
+
+def run(how: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", PROGRAM, "end", how], capture_output=True, text=True, timeout=60)
+
+
+def test_a_program_run_keeps_its_status_output_threads_and_exit_handlers():
+    for how, status in (("ok", 0), ("status", 3), ("message", 1), ("usage", 2)):
+        p = run(how)
+        assert p.returncode == status, (how, p.stderr)
+        assert p.stdout.startswith("x" * 100_000 + "|"), how  # the unflushed output arrived whole
+        assert "thread finished" in p.stdout and "atexit ran" in p.stdout, how
+        assert p.stdout.index("thread finished") < p.stdout.index(
+            "atexit ran"
+        )  # threads first, as the interpreter does
+    assert "a message" in run("message").stderr
+    assert "Error: bad value" in run("usage").stderr
+
+
+def test_with_explicit_arguments_it_is_a_plain_click_group():
+    @click.group(cls=QuickExitGroup)
+    def main() -> None:
+        pass
+
+    @main.command()
+    def hello() -> None:
+        click.echo("hello")
+
+    result = CliRunner().invoke(main, ["hello"])  # the test process goes on: no exit here
+    assert result.exit_code == 0 and result.output == "hello\n"
+    assert main.main(["hello"], standalone_mode=False) is None  # the command's return value
