@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -75,19 +77,8 @@ def test_the_spill_fn_emits_one_reference_per_block_and_file(tmp_path, monkeypat
     from bertstream.pipelines.common.spill import keys_per_block
 
     assert keys_per_block(num_shards) == per_block
-    shards = ShardSpec(
-        output_dir=str(tmp_path),
-        num_shards=num_shards,
-        seed=3,
-        formats=("arrow",),
-        id_type="uint16",
-        vocab_sha256="0" * 64,
-        parameters={},
-        compression="none",
-        batch_rows=1000,
-    )
-    stats = StatsSpec(mask_id=4, max_seq_length=128, max_predictions=20, masked_lm_prob=0.15, whole_word=False)
-    fn = _SpillShardsFn(WriteSpec(shards=shards, stats=stats, work_dir=str(tmp_path), spill_bytes=100_000))
+    spec = shard_spec(tmp_path, 1000, num_shards=num_shards, seed=3, compression="none")
+    fn = _SpillShardsFn(dataclasses.replace(spec, work_dir=str(tmp_path), spill_bytes=100_000))
     fn.start_bundle()
     refs = [r for i in range(8) for r in fn.process(random_batch(400, i, 10**6 * i))]
     refs += [w.value for w in fn.finish_bundle()]
@@ -135,16 +126,16 @@ def test_the_compiled_take_refuses_rows_and_offsets_outside_the_batch():
         _take_compiled(b, np.array([19]))
 
 
-def shard_spec(tmp_path, batch_rows: int) -> WriteSpec:
+def shard_spec(tmp_path, batch_rows: int, num_shards: int = 1, seed: int = 5, compression: str = "zstd") -> WriteSpec:
     shards = ShardSpec(
         output_dir=str(tmp_path),
-        num_shards=1,
-        seed=5,
+        num_shards=num_shards,
+        seed=seed,
         formats=("arrow",),
         id_type="uint16",
         vocab_sha256="0" * 64,
         parameters={},
-        compression="zstd",
+        compression=compression,
         batch_rows=batch_rows,
     )
     stats = StatsSpec(mask_id=4, max_seq_length=128, max_predictions=20, masked_lm_prob=0.15, whole_word=False)
