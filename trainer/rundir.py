@@ -169,8 +169,16 @@ def locked(run_dir: Path, command: str, *, enabled: bool = True) -> Iterator[Non
 
 
 def _contents(run_dir: Path) -> list[str]:
-    """What the folder holds, its lock aside."""
-    return sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME) if run_dir.is_dir() else []
+    """What the folder holds, its lock aside, and a lock being taken: another rank of the same launch writes
+    ``.berttrain.lock.RUN.tmp`` before it links it, and that file is not a run's content (seen as a refusal of
+    one rank of two, the folder "holding other files")."""
+    if not run_dir.is_dir():
+        return []
+    return sorted(
+        p.name
+        for p in run_dir.iterdir()
+        if p.name != LOCK_NAME and not (p.name.startswith(LOCK_NAME + ".") and p.name.endswith(".tmp"))
+    )
 
 
 def _listing(names: list[str]) -> str:

@@ -77,9 +77,9 @@ def _alone() -> bool:
     return not any(n.startswith(("grpc", "event_engine", "lifeguard")) for n in names)
 
 
-def start(workers: int, warm: Callable[[], None], target: Callable[[], None] | None = None) -> tuple[str, int] | None:
+def start(workers: int, warm: Callable[[], None], target: Callable[[], None]) -> tuple[str, int] | None:
     """Fork a server that runs ``warm()`` and then forks up to ``workers`` workers on request, each running
-    ``target`` (Beam's worker, ``beam_worker.run``, by default); returns its socket path and pid. None, and workers start cold as before, where this platform cannot fork, where this
+    ``target`` (Beam's worker: the runner passes ``beam_worker.run``, which imports this module); returns its socket path and pid. None, and workers start cold as before, where this platform cannot fork, where this
     process runs threads a fork could break (``_alone``: a launcher that runs one pipeline, ``bertprep``, has
     none when it starts it), or where a forked worker would not import what a cold one does
     (``_imports_as_started``)."""
@@ -143,7 +143,7 @@ def _fresh_process() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _serve(listener: socket.socket, workers: int, target: Callable[[], None] | None) -> None:
+def _serve(listener: socket.socket, workers: int, target: Callable[[], None]) -> None:
     """Fork a worker for each of ``workers`` clients; the server's children are reaped by whoever adopts them."""
     for _ in range(workers):
         conn, _ = listener.accept()
@@ -168,7 +168,7 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data), list(fds)
 
 
-def _run_worker(conn: socket.socket, request: dict, fds: list[int], target: Callable[[], None] | None) -> None:
+def _run_worker(conn: socket.socket, request: dict, fds: list[int], target: Callable[[], None]) -> None:
     """In the forked worker: the client's streams, environment and arguments; Beam's worker; the exit code to
     the client; ``os._exit``."""
     code = 1
@@ -188,10 +188,6 @@ def _run_worker(conn: socket.socket, request: dict, fds: list[int], target: Call
                 os._exit(1)
 
         threading.Thread(target=leave_with_client, name="fork-client", daemon=True).start()
-        if target is None:
-            from bertstream.pipelines.runners import beam_worker
-
-            target = beam_worker.run
         target()
         code = 0
     except SystemExit as e:

@@ -21,7 +21,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.runners import fork_server
+from bertstream.pipelines.runners import beam_worker, fork_server
 
 
 def limit_malloc_arenas(arenas: int = 2) -> None:
@@ -355,7 +355,7 @@ def make_pipeline(options: PipelineOptions, run_id: str | None = None) -> beam.P
         _watch_worker_processes()
         threading.excepthook = _thread_errors_to_worker_log
         fork_server.stop(_fork_server[0])
-        _fork_server[0] = fork_server.start(direct.direct_num_workers or 1, _warm_worker)
+        _fork_server[0] = fork_server.start(direct.direct_num_workers or 1, _warm_worker, beam_worker.run)
         forked = f"{fork_server.ENV}={shlex.quote(_fork_server[0][0])} " if _fork_server[0] else ""
         env = environments.SubprocessSDKEnvironment.from_command_string(
             # exec: the worker replaces Beam's shell, which would print "Killed" if the worker were killed.

@@ -247,3 +247,16 @@ def test_grad_accum_past_one_epoch_is_refused_as_a_batch_past_the_data_is(data, 
     with pytest.raises(RunError, match="--grad-accum 1000000: one optimizer step would take 1000000 global batches"):
         run(data, tmp_path / "run", grad_accum=10**6)
     assert not (tmp_path / "run").exists()
+
+
+def test_another_rank_taking_the_lock_is_not_a_run_in_the_folder(tmp_path):
+    """Rank 1 of a launch plans while rank 0 takes the lock (``.berttrain.lock.RUN.tmp``, then the link): a
+    folder holding only that is a fresh one, not "other files" (one rank of two was refused so, now and then)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / f"{rundir.LOCK_NAME}.1234-abcd.tmp").write_text("{}")
+    (run / rundir.LOCK_NAME).write_text("{}")
+    assert rundir.plan_run(run, resume="auto", overwrite=False, reset_optimizer=False, data=()) is None
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(Exception, match="notes.txt"):
+        rundir.plan_run(run, resume="auto", overwrite=False, reset_optimizer=False, data=())
