@@ -44,6 +44,12 @@ class FolderLock:
         self.release()
 
 
+def lock_file_name(file_name: str, name: str) -> bool:
+    """Whether ``file_name`` in a folder is its lock ``name``, or that lock being taken by a run
+    (``name.RUN.tmp``, written before it is linked to ``name``): neither is a run's content."""
+    return file_name == name or (file_name.startswith(name + ".") and file_name.endswith(".tmp"))
+
+
 def lock_folder(
     folder: str, name: str, run_id: str, command: str, *, say: Callable[[str], None], param: str = "output"
 ) -> FolderLock:
@@ -59,7 +65,7 @@ def lock_folder(
         "command": command,
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }
-    tmp = f"{path}.{run_id}.tmp"
+    tmp = f"{path}.{run_id}.tmp"  # see lock_file_name
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(me, f)
     try:

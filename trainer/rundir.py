@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from bertstream.cli.errors import UsageError
-from bertstream.cli.lock import lock_folder
+from bertstream.cli.lock import lock_file_name, lock_folder
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import progress
 from bertstream.trainer.data.config import dataset_key
@@ -169,15 +169,10 @@ def locked(run_dir: Path, command: str, *, enabled: bool = True) -> Iterator[Non
 
 
 def _contents(run_dir: Path) -> list[str]:
-    """What the folder holds, its lock aside, and a lock being taken: another rank of the same launch writes
-    ``.berttrain.lock.RUN.tmp`` before it links it, and that file is not a run's content (seen as a refusal of
-    one rank of two, the folder "holding other files")."""
-    if not run_dir.is_dir():
-        return []
-    return sorted(
-        p.name
-        for p in run_dir.iterdir()
-        if p.name != LOCK_NAME and not (p.name.startswith(LOCK_NAME + ".") and p.name.endswith(".tmp"))
+    """What the folder holds, its lock aside, and a lock being taken: another rank of the same launch may be
+    taking it while this one plans (one rank of two was refused so, the folder "holding other files")."""
+    return (
+        sorted(p.name for p in run_dir.iterdir() if not lock_file_name(p.name, LOCK_NAME)) if run_dir.is_dir() else []
     )
 
 

@@ -79,7 +79,8 @@ def _alone() -> bool:
 
 def start(workers: int, warm: Callable[[], None], target: Callable[[], None]) -> tuple[str, int] | None:
     """Fork a server that runs ``warm()`` and then forks up to ``workers`` workers on request, each running
-    ``target`` (Beam's worker: the runner passes ``beam_worker.run``, which imports this module); returns its socket path and pid. None, and workers start cold as before, where this platform cannot fork, where this
+    ``target`` (Beam's worker: the runner passes ``beam_worker.run``, which imports this module); returns its
+    socket path and pid. None, and workers start cold as before, where this platform cannot fork, where this
     process runs threads a fork could break (``_alone``: a launcher that runs one pipeline, ``bertprep``, has
     none when it starts it), or where a forked worker would not import what a cold one does
     (``_imports_as_started``)."""
