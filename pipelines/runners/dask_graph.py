@@ -28,6 +28,7 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 from dask.bag.core import reify
 from dask.base import tokenize
+from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from bertstream.cli.errors import UsageError
@@ -200,7 +201,7 @@ class GraphBuilder(PipelineVisitor):
         self.tagged: set[AppliedPTransform] = set()  # ParDos: bags of (tag, value)
         self.consumed: set[AppliedPTransform] = set()
         self._outputs: dict[tuple[AppliedPTransform, str | None], db.Bag] = {}
-        self._sides: dict[tuple[AppliedPTransform, str | None], db.Item] = {}
+        self._sides: dict[tuple[AppliedPTransform, str | None], Delayed] = {}
 
     def visit_transform(self, node: AppliedPTransform) -> None:
         t = node.transform
@@ -222,9 +223,9 @@ class GraphBuilder(PipelineVisitor):
             )
         self.bags[node] = bag
 
-    def sinks(self) -> list[db.Bag]:
-        """The bags of every transform nobody consumes, each reduced to nothing."""
-        return [bag.map_partitions(discard) for node, bag in self.bags.items() if node not in self.consumed]
+    def sink(self) -> db.Bag:
+        """One bag of the bags of every transform nobody consumes, each reduced to nothing."""
+        return db.concat([bag.map_partitions(discard) for node, bag in self.bags.items() if node not in self.consumed])
 
     def _create(self, values: Iterable[Any]) -> db.Bag:
         items = [GlobalWindows.windowed_value(v) for v in values]
@@ -242,11 +243,15 @@ class GraphBuilder(PipelineVisitor):
             self._outputs[key] = self.bags[producer].map_partitions(select, pc.tag).map_partitions(reify)
         return self._outputs[key]
 
-    def _side(self, pc: Any) -> db.Item:
-        """A side input's elements as one value, computed once for every partition that reads it."""
+    def _side(self, pc: Any) -> Delayed:
+        """A side input's elements as one value, computed once for every partition that reads it.
+
+        A ``Delayed`` with the reduction's own key and graph: an argument that is any other Dask collection
+        (a bag's ``Item``) is rebuilt under fresh keys by ``map_partitions`` (dask's ``ProhibitReuse``), so
+        every stage upstream of the side input ran again, once for each side input that reads it."""
         key = (pc.producer, pc.tag)
         if key not in self._sides:
-            self._sides[key] = self._bag(pc).reduction(list, concat_lists)
+            self._sides[key] = self._bag(pc).reduction(list, concat_lists).to_delayed(optimize_graph=False)
         return self._sides[key]
 
     def _pardo(self, node: AppliedPTransform, bag: db.Bag) -> db.Bag:

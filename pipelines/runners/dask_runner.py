@@ -164,7 +164,9 @@ class DaskRunner(beam_dask.DaskRunner):
             pipeline.replace_all(beam_dask.dask_overrides())
             builder = GraphBuilder(npartitions, bag_kwargs.get("partition_size"))
             pipeline.visit(builder)
-            sinks = dask.optimize(*builder.sinks())
+            # One collection: dask optimizes each collection on its own, and fusing a chain into one sink's
+            # tasks under new keys ran every stage shared by several sinks once per sink.
+            sinks = dask.optimize(builder.sink())
             keys = {str(k) for s in sinks for k in s.__dask_graph__()}
             futures = client.compute(list(sinks), optimize_graph=False)
         except BaseException:

@@ -81,6 +81,28 @@ def test_a_side_input_is_computed_once_for_every_partition(tmp_path, address):
     assert recorded(calls) == ["1", "2", "3"]  # Beam's runner: once per consuming partition
 
 
+@pytest.mark.parametrize("consumers", ["a side input and a ParDo", "two sinks"])
+def test_a_stage_read_by_several_consumers_runs_once(tmp_path, address, consumers):
+    # The pretraining pipeline's tokenized batches feed counters, side inputs and the spill: Dask rebuilt a side
+    # input's upstream under fresh keys, and fused a chain shared by two sinks into each, so every range was
+    # read and tokenized once per consumer.
+    calls, out = tmp_path / "calls", tmp_path / "out"
+    calls.mkdir(), out.mkdir()
+    p = beam.Pipeline(options=PipelineOptions(dask_args(address, "--dask_npartitions=3")))
+    tokens = p | beam.Create(range(9)) | beam.Reshuffle() | "Tokenize" >> beam.Map(lambda x: record(calls)(x) or x)
+    if consumers == "two sinks":
+        _ = tokens | "Square" >> beam.Map(lambda x: x * x) | "Keep" >> beam.Map(record(out))
+        _ = tokens | "Pair" >> beam.Map(lambda x: (x % 2, x)) | beam.GroupByKey() | "Drop" >> beam.Map(lambda kv: None)
+        expected = sorted(str(x * x) for x in range(9))
+    else:
+        total = tokens | beam.CombineGlobally(sum)
+        _ = tokens | beam.Map(lambda x, t: x + t, t=beam.pvalue.AsSingleton(total)) | beam.Map(record(out))
+        expected = sorted(str(x + 36) for x in range(9))
+    p.run().wait_until_finish()
+    assert recorded(out) == expected
+    assert recorded(calls) == [str(x) for x in range(9)]  # each element once, not once per consumer
+
+
 def test_group_by_key_gathers_each_key_across_partitions(tmp_path, address):
     out = tmp_path / "out"
     out.mkdir()
