@@ -26,9 +26,10 @@ from apache_beam.runners.dask.overrides import _Create, _Flatten, _GroupByKeyOnl
 from apache_beam.transforms.sideinputs import SideInputMap
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
+from dask._task_spec import List, Task, TaskRef
+from dask.bag.core import optimize as bag_optimize
 from dask.bag.core import reify
 from dask.base import tokenize
-from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from bertstream.cli.errors import UsageError
@@ -201,7 +202,7 @@ class GraphBuilder(PipelineVisitor):
         self.tagged: set[AppliedPTransform] = set()  # ParDos: bags of (tag, value)
         self.consumed: set[AppliedPTransform] = set()
         self._outputs: dict[tuple[AppliedPTransform, str | None], db.Bag] = {}
-        self._sides: dict[tuple[AppliedPTransform, str | None], Delayed] = {}
+        self._sides: dict[tuple[AppliedPTransform, str | None], db.Item] = {}
 
     def visit_transform(self, node: AppliedPTransform) -> None:
         t = node.transform
@@ -223,9 +224,16 @@ class GraphBuilder(PipelineVisitor):
             )
         self.bags[node] = bag
 
-    def sink(self) -> db.Bag:
-        """One bag of the bags of every transform nobody consumes, each reduced to nothing."""
-        return db.concat([bag.map_partitions(discard) for node, bag in self.bags.items() if node not in self.consumed])
+    def job(self) -> db.Bag:
+        """What to compute: the bags of every transform nobody consumes, each reduced to nothing, as one bag
+        whose graph is optimized as one (dask optimizes each collection on its own, and fusing a chain into one
+        sink's tasks under new keys ran a stage shared by several sinks once per sink). The side inputs' keys
+        are kept through the fusion: the ParDos that read them refer to them by key."""
+        sink = db.concat([bag.map_partitions(discard) for node, bag in self.bags.items() if node not in self.consumed])
+        sides = [side.key for side in self._sides.values()]
+        return db.Bag(
+            bag_optimize(sink.__dask_graph__(), sink.__dask_keys__(), fuse_keys=sides), sink.name, sink.npartitions
+        )
 
     def _create(self, values: Iterable[Any]) -> db.Bag:
         items = [GlobalWindows.windowed_value(v) for v in values]
@@ -243,15 +251,11 @@ class GraphBuilder(PipelineVisitor):
             self._outputs[key] = self.bags[producer].map_partitions(select, pc.tag).map_partitions(reify)
         return self._outputs[key]
 
-    def _side(self, pc: Any) -> Delayed:
-        """A side input's elements as one value, computed once for every partition that reads it.
-
-        A ``Delayed`` with the reduction's own key and graph: an argument that is any other Dask collection
-        (a bag's ``Item``) is rebuilt under fresh keys by ``map_partitions`` (dask's ``ProhibitReuse``), so
-        every stage upstream of the side input ran again, once for each side input that reads it."""
+    def _side(self, pc: Any) -> db.Item:
+        """A side input's elements as one value, computed once for every partition that reads it."""
         key = (pc.producer, pc.tag)
         if key not in self._sides:
-            self._sides[key] = self._bag(pc).reduction(list, concat_lists).to_delayed(optimize_graph=False)
+            self._sides[key] = self._bag(pc).reduction(list, concat_lists)
         return self._sides[key]
 
     def _pardo(self, node: AppliedPTransform, bag: db.Bag) -> db.Bag:
@@ -261,6 +265,15 @@ class GraphBuilder(PipelineVisitor):
         window_fn = main.windowing.windowfn if hasattr(main, "windowing") else None
         views = [(type(si), si._view_options()) for si in node.side_inputs]
         payload = pickler.dumps((t.fn, list(args), kwargs, window_fn, t.label, views))
-        side_values = [self._side(si.pvalue) for si in node.side_inputs]
-        bag = bag.map_partitions(run_bundle, payload, side_values, self.run, token=f"pardo-{t.label}")
-        return bag.map_partitions(reify)
+        sides = [self._side(si.pvalue) for si in node.side_inputs]
+        # Tasks written out rather than map_partitions(..., sides): map_partitions rebuilds an argument that is
+        # a Dask collection under fresh keys (dask's ProhibitReuse), so every stage upstream of a side input ran
+        # again for each side input that reads it. Here each partition refers to the side input by its key.
+        name = f"pardo-{t.label}-{tokenize(bag.name, payload, [s.key for s in sides], self.run)}"
+        values = List(*(TaskRef(s.key) for s in sides))
+        tasks = {
+            (name, i): Task((name, i), run_bundle, TaskRef((bag.name, i)), payload, values, self.run)
+            for i in range(bag.npartitions)
+        }
+        graph = HighLevelGraph.from_collections(name, tasks, dependencies=[bag, *sides])
+        return db.Bag(graph, name, bag.npartitions).map_partitions(reify)

@@ -97,6 +97,10 @@ class DaskRunResult(PipelineResult):
                 self.futures, timeout=None if duration is None else duration / 1000, with_results=True
             ):
                 pass
+            # A future the scheduler cancelled (a dependency it lost, a job it dropped) is yielded, not raised.
+            lost = [f.key for f in self.futures if f.status != "finished"]
+            if lost:
+                raise RuntimeError(f"the Dask scheduler did not finish {lost[0]!r}: see the scheduler's log")
             self._state = PipelineState.DONE
         except KilledWorker as e:
             self._state = PipelineState.FAILED
@@ -147,7 +151,6 @@ class DaskRunner(beam_dask.DaskRunner):
         super().__init__()
 
     def run_pipeline(self, pipeline: beam.Pipeline, options: PipelineOptions) -> DaskRunResult:
-        import dask
         from dask.distributed import Client
 
         from bertstream.pipelines.runners.dask_graph import GraphBuilder
@@ -164,11 +167,9 @@ class DaskRunner(beam_dask.DaskRunner):
             pipeline.replace_all(beam_dask.dask_overrides())
             builder = GraphBuilder(npartitions, bag_kwargs.get("partition_size"))
             pipeline.visit(builder)
-            # One collection: dask optimizes each collection on its own, and fusing a chain into one sink's
-            # tasks under new keys ran every stage shared by several sinks once per sink.
-            sinks = dask.optimize(builder.sink())
-            keys = {str(k) for s in sinks for k in s.__dask_graph__()}
-            futures = client.compute(list(sinks), optimize_graph=False)
+            job = builder.job()
+            keys = {str(k) for k in job.__dask_graph__()}
+            futures = [client.compute(job, optimize_graph=False)]
         except BaseException:
             client.close()
             raise

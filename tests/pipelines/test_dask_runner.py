@@ -103,6 +103,22 @@ def test_a_stage_read_by_several_consumers_runs_once(tmp_path, address, consumer
     assert recorded(calls) == [str(x) for x in range(9)]  # each element once, not once per consumer
 
 
+def test_a_job_the_scheduler_cancels_fails_the_run(address):
+    # A task that needs a key nobody computes: the scheduler cancels it ("computation on lost data"), and a
+    # cancelled future is yielded by as_completed, not raised: the run said DONE and published nothing.
+    import dask.bag as db
+    from dask._task_spec import Task, TaskRef
+    from distributed import Client
+
+    from bertstream.pipelines.runners.dask_runner import DaskRunResult
+
+    graph = {("orphan", 0): Task(("orphan", 0), len, TaskRef("never-computed"))}
+    client = Client(address)
+    result = DaskRunResult(client, [client.compute(db.Bag(graph, "orphan", 1), optimize_graph=False)], set())
+    with pytest.raises(RuntimeError, match="did not finish"):
+        result.wait_until_finish()
+
+
 def test_group_by_key_gathers_each_key_across_partitions(tmp_path, address):
     out = tmp_path / "out"
     out.mkdir()
