@@ -2,8 +2,10 @@
 
 Every bag holds ``WindowedValue``s, but a ParDo's, which holds ``(tag, WindowedValue)`` pairs: the tag is
 kept until a consumer selects its own output (Beam 2.77 drops it, so each consumer of a multi-output ParDo
-gets all of its outputs). A ParDo runs one bundle per partition, streaming (:func:`run_bundle`); what it
-emits in ``finish_bundle`` leaves with the rest (Beam 2.77 collects the outputs before ``finish_bundle``).
+gets all of its outputs). A ParDo runs one bundle per partition (:func:`run_bundle`); what it emits in
+``finish_bundle`` leaves with the rest (Beam 2.77 collects the outputs before ``finish_bundle``). Every task
+returns a list: a partition may travel to another worker. Each stage runs once however many consumers read it
+(side inputs are referred to by key, and the sinks are computed and optimized as one job).
 A worker thread sets each DoFn up once per run and reuses it for every partition it runs, as Beam's own
 runners reuse a DoFn across bundles.
 """
@@ -28,7 +30,6 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 from dask._task_spec import List, Task, TaskRef
 from dask.bag.core import optimize as bag_optimize
-from dask.bag.core import reify
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
@@ -138,9 +139,18 @@ def _drain(out: list[Tagged]) -> list[Tagged]:
     return items
 
 
-def select(tagged: Iterable[Tagged], tag: str | None) -> Iterator[WindowedValue]:
+def run_partition(
+    elements: Iterable[WindowedValue], payload: bytes, side_values: list[list], run: str = ""
+) -> list[Tagged]:
+    """A ParDo's partition task: :func:`run_bundle`'s outputs as a list. Every task of the graph returns a
+    list, never an iterator: a partition read by tasks on another worker is sent there, and a generator cannot
+    be (the worker failed to serialize it and the job hung)."""
+    return list(run_bundle(elements, payload, side_values, run))
+
+
+def select(tagged: Iterable[Tagged], tag: str | None) -> list[WindowedValue]:
     """The elements of one output of a ParDo."""
-    return (wv for t, wv in tagged if t == tag)
+    return [wv for t, wv in tagged if t == tag]
 
 
 def concat_lists(lists: Iterable[list]) -> list:
@@ -151,11 +161,10 @@ def key_of(wv: WindowedValue) -> Any:
     return wv.value[0]
 
 
-def grouped(groups: Iterable[tuple[Any, list[WindowedValue]]]) -> Iterator[WindowedValue]:
+def grouped(groups: Iterable[tuple[Any, list[WindowedValue]]]) -> list[WindowedValue]:
     """``(key, [(key, reified value)...])`` -> one ``(key, [reified values])`` element, as Beam's GroupAlsoByWindow
     expects it."""
-    for key, elements in groups:
-        yield GlobalWindows.windowed_value((key, [wv.value[1] for wv in elements]))
+    return [GlobalWindows.windowed_value((key, [wv.value[1] for wv in elements])) for key, elements in groups]
 
 
 def split_round_robin(elements: Iterable[Any], index: int, n: int) -> list[list]:
@@ -213,7 +222,7 @@ class GraphBuilder(PipelineVisitor):
             bag = self._pardo(node, inputs[0])
             self.tagged.add(node)
         elif isinstance(t, _GroupByKeyOnly):
-            bag = inputs[0].groupby(key_of).map_partitions(grouped).map_partitions(reify)
+            bag = inputs[0].groupby(key_of).map_partitions(grouped)
         elif isinstance(t, _Flatten):
             bag = db.concat(inputs) if inputs else db.from_sequence([], npartitions=1)
         elif isinstance(t, _Reshuffle):
@@ -248,7 +257,7 @@ class GraphBuilder(PipelineVisitor):
             return self.bags[producer]
         key = (producer, pc.tag)
         if key not in self._outputs:
-            self._outputs[key] = self.bags[producer].map_partitions(select, pc.tag).map_partitions(reify)
+            self._outputs[key] = self.bags[producer].map_partitions(select, pc.tag)
         return self._outputs[key]
 
     def _side(self, pc: Any) -> db.Item:
@@ -272,8 +281,8 @@ class GraphBuilder(PipelineVisitor):
         name = f"pardo-{t.label}-{tokenize(bag.name, payload, [s.key for s in sides], self.run)}"
         values = List(*(TaskRef(s.key) for s in sides))
         tasks = {
-            (name, i): Task((name, i), run_bundle, TaskRef((bag.name, i)), payload, values, self.run)
+            (name, i): Task((name, i), run_partition, TaskRef((bag.name, i)), payload, values, self.run)
             for i in range(bag.npartitions)
         }
         graph = HighLevelGraph.from_collections(name, tasks, dependencies=[bag, *sides])
-        return db.Bag(graph, name, bag.npartitions).map_partitions(reify)
+        return db.Bag(graph, name, bag.npartitions)

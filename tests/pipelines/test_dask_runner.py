@@ -119,6 +119,33 @@ def test_a_job_the_scheduler_cancels_fails_the_run(address):
         result.wait_until_finish()
 
 
+def test_every_task_returns_a_list_that_can_travel_to_another_worker():
+    # A partition read on another worker is pickled and sent there: a generator cannot be. The worker failed to
+    # serialize a ParDo's partition and the job hung (88 MB at dupe 10 on two worker processes).
+    from collections.abc import Iterator
+
+    import dask
+    from apache_beam.runners.dask.overrides import dask_overrides
+    from dask.callbacks import Callback
+
+    from bertstream.pipelines.runners.dask_graph import GraphBuilder
+
+    p = beam.Pipeline()
+    numbers = p | beam.Create(range(12)) | beam.Reshuffle()
+    split = numbers | beam.Map(lambda x: beam.pvalue.TaggedOutput("odd", x) if x % 2 else x).with_outputs(
+        "odd", main="even"
+    )
+    _ = split.odd | beam.Map(lambda x: (x % 3, x)) | beam.CombinePerKey(sum)
+    _ = split.even | beam.Map(lambda x: (x % 3, x)) | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, sorted(vs)))
+    p.replace_all(dask_overrides())
+    builder = GraphBuilder(3)
+    p.visit(builder)
+    results: list = []
+    with Callback(posttask=lambda key, result, dsk, state, worker_id: results.append(result)):
+        dask.compute(builder.job(), scheduler="sync", optimize_graph=False)
+    assert len(results) > 20 and not [r for r in results if isinstance(r, Iterator)]
+
+
 def test_group_by_key_gathers_each_key_across_partitions(tmp_path, address):
     out = tmp_path / "out"
     out.mkdir()
