@@ -52,6 +52,12 @@ def count_document(counters: Counter, doc_id: str, tokens: int, unk: int) -> Non
         counters[SOURCE_UNK_TOKENS + source] += unk
 
 
+def without_sources(counters: Mapping[str, int]) -> dict[str, int]:
+    """``counters`` less the per-source ones: what Beam's metrics mirror. One metric per source grew the
+    runner's metrics (and every bundle's report) with the file count; the manifest holds them, bounded."""
+    return {k: v for k, v in counters.items() if not k.startswith(tuple(_PREFIXES))}
+
+
 # Sources the manifest lists one by one; the rest are summed as OTHER_SOURCES (100,000 one-line files at the top
 # held three counters each: the manifest, and every reader of it, grew with the file count).
 MAX_SOURCES = 64

@@ -250,7 +250,7 @@ class _TokenizeFn(beam.DoFn):
         assert self._pending is not None
         out, delta = self._pending.result()
         self._pending = None
-        C.report(delta)  # Beam metrics belong to the bundle thread
+        C.report(SS.without_sources(delta))  # Beam metrics belong to the bundle thread
         return out
 
     def process(self, batch) -> Iterator[TokenizedBatch]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from bertstream.trainer.finetune.heads import load_encoder_state
 from bertstream.trainer.finetune.tasks import get_task
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.weights import InitError, check_vocab, resolve_init
+from tests.fuzz import mutate
 from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, save_hf
 
 
@@ -107,3 +110,44 @@ def test_random_without_a_name_is_no_folder():
     """``--init random:`` read the current folder as a checkpoint ("`.` has no config.json"; issue 33)."""
     with pytest.raises(InitError, match="unknown preset ''"):
         resolve_init("random:", VOCAB)
+
+
+def _header_cases(data: bytes) -> list[bytes]:
+    """A safetensors file with its header damaged: the length field, bytes of the JSON header, a shape, dtype or
+    offset out of reach, truncations (issue 33: every binary reader advances or fails on every malformed header)."""
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    cases = [mutate(data, seed, 8 + n) for seed in range(120)]
+    cases += [size.to_bytes(8, "little") + data[8:] for size in (0, 1, n - 1, n + 1, len(data), 2**40, 2**64 - 1)]
+    cases += [data[:cut] for cut in (0, 7, 8, 8 + n // 2, 8 + n, len(data) - 1)]
+    for field, value in (("shape", [10**12, 10**12]), ("shape", [-1]), ("dtype", "Q8"), ("data_offsets", [0, 2**62])):
+        edited = {**header, name: {**header[name], field: value}}
+        text = json.dumps(edited).encode()
+        cases.append(len(text).to_bytes(8, "little") + text + data[8 + n :])
+    return cases
+
+
+def test_a_damaged_safetensors_header_fails_in_one_line_for_every_reader(tmp_path):
+    """Our three readers of model.safetensors (resume, --init, a Hugging Face folder) each either read the file
+    or raise their own one-line error on a damaged header: never another exception, a hang or an allocation the
+    size of a garbage field."""
+    from bertstream.trainer.hf import HFCheckpointError, _load_safetensors
+
+    _, path = saved_checkpoint(tmp_path / "run", CONFIG)
+    model = path / ckpt.MODEL_FILE
+    good = model.read_bytes()
+    failed = 0
+    for case in _header_cases(good):
+        model.write_bytes(case)
+        for read, error in (
+            (lambda: ckpt.load(path, with_optimizer=False), ckpt.CheckpointError),
+            (lambda: resolve_init(str(path), VOCAB), InitError),
+            (lambda: _load_safetensors(model), HFCheckpointError),
+        ):
+            try:
+                read()
+            except error as e:
+                assert "\n" not in str(e)
+                failed += 1
+    assert failed > 3 * 100  # nearly every case is refused, by all three

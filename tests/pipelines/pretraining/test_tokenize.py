@@ -179,3 +179,26 @@ def test_sentences_longer_than_an_instance_are_counted(demo_vocab):
         fn.teardown()
     lengths = out.sentence_lengths
     assert delta[C.LONG_SENTENCES] == 1 and delta[C.TOKENS_PAST_MAX_LENGTH] == int(lengths.max()) - 61 > 400
+
+
+def test_beam_metrics_do_not_grow_with_the_number_of_sources(demo_vocab):
+    """Every allocation is bounded (issue 33): 100,000 one-line files at the top held a Beam metric per source
+    (three each) while the run lasted; the per-source figures travel in the batches' counters to the manifest."""
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from bertstream.pipelines.common import source_stats as SS
+    from bertstream.pipelines.pretraining.tokenize import Tokenize
+
+    spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
+    docs = [(f"f{i:04d}.txt", ["The first sentence of a file.", "Its second one."]) for i in range(300)]
+    batches = [(docs[i : i + 50], Counter()) for i in range(0, 300, 50)]
+    p = beam.Pipeline(runner=FnApiRunner())
+    tokenized = p | beam.Create(batches) | Tokenize(spec)
+    sources = tokenized | beam.Map(lambda b: len(SS.per_source(b.counters))) | beam.CombineGlobally(sum)
+    assert_that(sources, equal_to([300]))  # every source's figures still reach the manifest's counters
+    result = p.run()
+    result.wait_until_finish()
+    names = [m.key.metric.name for m in result.metrics().query()["counters"]]
+    assert "documents_used" in names and not [n for n in names if n.startswith("source_")]

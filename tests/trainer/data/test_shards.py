@@ -15,6 +15,7 @@ from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import Vocab
 from bertstream.trainer.data.refs import ShardError, ShardRef
 from bertstream.trainer.data.shards import ShardData, open_shard
+from tests.fuzz import mutate
 from tests.trainer.data.conftest import Dataset
 
 
@@ -247,15 +248,6 @@ def test_arrow_shard_with_nothing_masked(tmp_path: Path, vocab: Vocab) -> None:
 # --- issue 33: every binary reader of ours advances or fails on every malformed header ----------------------
 
 
-def _fuzz(data: bytes, seed: int, region: int) -> bytes:
-    """``data`` with 1-4 bytes of its first ``region`` bytes replaced (seeded: the same cases every run)."""
-    rng = np.random.default_rng(seed)
-    out = bytearray(data)
-    for at in rng.integers(0, min(region, len(out)), rng.integers(1, 5)):
-        out[at] = int(rng.integers(0, 256))
-    return bytes(out)
-
-
 def _pax_tar(records: bytes) -> bytes:
     """A tar whose pax header holds ``records`` as they are, then one .bert member and the end marker."""
     header = tarfile.TarInfo("PaxHeader/x")
@@ -275,7 +267,7 @@ def test_malformed_headers_fail_in_one_line(uneven: Dataset, tmp_path: Path, fmt
     region = 4096 if fmt == "webdataset" else len(data)
     for seed in range(150):
         bad = tmp_path / ref.relpath
-        bad.write_bytes(data[-4096:] if fmt == "arrow" and seed % 2 else _fuzz(data, seed, region))
+        bad.write_bytes(data[-4096:] if fmt == "arrow" and seed % 2 else mutate(data, seed, region))
         tampered = ShardRef(str(tmp_path), 0, ref.relpath, fmt, ref.count, bad.stat().st_size, ref.sha256)
         try:
             open_shard(tampered, verify_sha256=False, vocab_sha256=uneven.vocab.sha256, id_type="uint16")
