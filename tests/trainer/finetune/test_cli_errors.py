@@ -85,6 +85,22 @@ def test_init_inside_output_is_refused_with_overwrite(sst2, earlier, tmp_path):
     assert snapshot(run) == before
 
 
+def test_finetune_overwrite_into_a_running_pretraining_is_refused(sst2, earlier, tmp_path):
+    """Commands own what they write (issue 33): finetune --overwrite into the folder of a pretraining run that
+    is writing it wiped its metrics, and the pretraining's checkpoint rotation then deleted the fine-tuning's
+    best checkpoint. The running pretraining holds the folder's lock (as this process does here, under the
+    name berttrain pretrain gives it): the fine-tuning is refused before it reads or clears anything."""
+    from bertstream.trainer import rundir
+
+    run = tmp_path / "run"
+    shutil.copytree(earlier, run)
+    before = snapshot(run)
+    with rundir.locked(run, "berttrain pretrain"):
+        result = CliRunner().invoke(main, argv(sst2, run, "--overwrite"))
+        one_error(result, 2, f"{run} is being written by another run (berttrain pretrain, pid")
+        assert {k: v for k, v in snapshot(run).items() if k != rundir.LOCK_NAME} == before
+
+
 def test_a_run_that_fails_to_start_leaves_no_folder(sst2, tmp_path):
     out = tmp_path / "runs" / "x"
     result = CliRunner().invoke(main, argv(sst2, out, train=str(tmp_path / "nope")))
