@@ -280,9 +280,10 @@ class GraphBuilder(PipelineVisitor):
         # again for each side input that reads it. Here each partition refers to the side input by its key.
         name = f"pardo-{t.label}-{tokenize(bag.name, payload, [s.key for s in sides], self.run)}"
         values = List(*(TaskRef(s.key) for s in sides))
-        tasks = {
+        tasks: dict[Any, Any] = {
             (name, i): Task((name, i), run_partition, TaskRef((bag.name, i)), payload, values, self.run)
             for i in range(bag.npartitions)
         }
-        graph = HighLevelGraph.from_collections(name, tasks, dependencies=[bag, *sides])
+        dependencies: list[Any] = [bag, *sides]
+        graph = HighLevelGraph.from_collections(name, tasks, dependencies=dependencies)
         return db.Bag(graph, name, bag.npartitions)
