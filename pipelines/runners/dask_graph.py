@@ -28,7 +28,6 @@ from apache_beam.runners.dask.overrides import _Create, _Flatten, _GroupByKeyOnl
 from apache_beam.transforms.sideinputs import SideInputMap
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
-from dask._task_spec import List, Task, TaskRef
 from dask.bag.core import optimize as bag_optimize
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
@@ -279,10 +278,11 @@ class GraphBuilder(PipelineVisitor):
         # a Dask collection under fresh keys (dask's ProhibitReuse), so every stage upstream of a side input ran
         # again for each side input that reads it. Here each partition refers to the side input by its key.
         name = f"pardo-{t.label}-{tokenize(bag.name, payload, [s.key for s in sides], self.run)}"
-        values = List(*(TaskRef(s.key) for s in sides))
+        # Dask's tuple form (as reshuffle's): keys in the task, the list of side-input keys included, stand for
+        # their values; it reads the same on every dask this package accepts.
+        values = [s.key for s in sides]
         tasks: dict[Any, Any] = {
-            (name, i): Task((name, i), run_partition, TaskRef((bag.name, i)), payload, values, self.run)
-            for i in range(bag.npartitions)
+            (name, i): (run_partition, (bag.name, i), payload, values, self.run) for i in range(bag.npartitions)
         }
         dependencies: list[Any] = [bag, *sides]
         graph = HighLevelGraph.from_collections(name, tasks, dependencies=dependencies)
