@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.core import CombineFn
 
 NAMESPACE = "bertstream"
 
@@ -75,6 +76,30 @@ def merge(dicts: Iterable[Mapping[str, int]]) -> dict[str, int]:
     for d in dicts:
         total.update(d)
     return dict(sorted(total.items()))
+
+
+class MergeCounters(CombineFn):
+    """``beam.CombineGlobally`` of counter dicts -> one, sorted by name. Each input is added in place: a plain
+    function (``CombineGlobally(merge)``) re-merged and re-sorted everything accumulated every ten inputs, which
+    with one source per file (100,000 one-line files: 300,000 counters) made the run quadratic in the file
+    count."""
+
+    def create_accumulator(self) -> Counter:
+        return Counter()
+
+    def add_input(self, accumulator: Counter, element: Mapping[str, int]) -> Counter:
+        accumulator.update(element)
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[Counter]) -> Counter:
+        it = iter(accumulators)
+        total = next(it, Counter())
+        for acc in it:
+            total.update(acc)
+        return total
+
+    def extract_output(self, accumulator: Counter) -> dict[str, int]:
+        return dict(sorted(accumulator.items()))
 
 
 def report(counters: Mapping[str, int]) -> None:

@@ -162,7 +162,7 @@ class Finalize(beam.PTransform):
         self.statistics = statistics  # optional: one dict merged into the statistics (the dedup stage's)
 
     def expand(self, results):
-        counters = self.counters | "MergeCounters" >> beam.CombineGlobally(C.merge)
+        counters = self.counters | "MergeCounters" >> beam.CombineGlobally(C.MergeCounters())
         groups = self.groups | "ListGroups" >> beam.combiners.ToList()
         side = {"counters": beam.pvalue.AsSingleton(counters), "groups": beam.pvalue.AsSingleton(groups)}
         if self.unk_words is not None:

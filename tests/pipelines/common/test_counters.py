@@ -24,3 +24,28 @@ def test_drops_of_every_unit_share_one_naming():
     t.add("rows_read", 2)
     assert C.dropped(t.counts, "rows") == {"empty_text": 1} and C.dropped(t.counts) == {C.EMPTY: 1}
     assert C.merge([t.counts, {C.drop(C.EMPTY): 2}])["documents_dropped.empty"] == 3
+
+
+def test_merging_counters_adds_each_input_once_in_place():
+    """Every loop is bounded (issue 33): CombineGlobally(merge) re-merged and re-sorted all it had gathered every
+    ten inputs; with one source per file (100,000 one-line files, 300,000 counters) the run grew quadratically
+    with the file count (over 15 minutes; 166 s after this change). Each input is now added to the accumulator
+    once, and the result is the same sorted dict on any runner and in any order."""
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.util import assert_that, equal_to
+
+    inputs = [{f"source_documents.f{i:05d}.txt": 1, "documents_read": 1} for i in range(3000)]
+    fn = C.MergeCounters()
+    acc = fn.create_accumulator()
+    for element in inputs[:2000]:
+        assert fn.add_input(acc, element) is acc  # in place, not a copy of everything so far
+    rest = fn.create_accumulator()
+    for element in inputs[2000:]:
+        rest = fn.add_input(rest, element)
+    expected = C.merge(inputs)
+    assert fn.extract_output(fn.merge_accumulators([rest, acc])) == expected
+    assert list(fn.extract_output(acc)) == sorted(fn.extract_output(acc))
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        merged = p | beam.Create(inputs, reshuffle=False) | beam.CombineGlobally(C.MergeCounters())
+        assert_that(merged, equal_to([expected]))
