@@ -275,8 +275,11 @@ class _ReadRangeFn(beam.DoFn):
         where = element.path if whole else f"{element.path} from byte {element.start}"
         # The run's live line counts the range; the line of its own is a detail (--verbose): a corpus has
         # thousands of files.
-        P.add("read", final=True, files=c[C.FILES_READ], bytes=c[C.BYTES_READ], documents=c[C.DOCUMENTS_READ])
+        P.add("read", files=c[C.FILES_READ], bytes=c[C.BYTES_READ], documents=c[C.DOCUMENTS_READ])
         P.detail(f"read {where}: {c[C.DOCUMENTS_READ]} documents, {c[C.BYTES_READ] / 1e6:.1f} MB")
+
+    def finish_bundle(self) -> None:
+        P.flush()  # the ranges counted since the last write (at most every FLUSH_S): the summary reads them
 
 
 class ReadDocuments(beam.PTransform):
