@@ -52,7 +52,12 @@ def sample_texts(inputs: list[str] | list[InputFile], cfg: VocabConfig, counters
     threshold = int(fraction * 2**64)
     taken = 0
     for f in files:
-        for doc in read_documents(f.path, f.format, counters, listed=(f.bytes, f.mtime), text_field=cfg.text_field):
+        # Ids below the inputs' common folder (as the pipeline's): the sample, and so the vocabulary, is the same
+        # wherever the corpus lives (an absolute path in the id made it depend on the folder it was copied to).
+        docs = read_documents(
+            f.path, f.format, counters, name=f.name or None, listed=(f.bytes, f.mtime), text_field=cfg.text_field
+        )
+        for doc in docs:
             if fraction < 1.0 and hash64(cfg.seed, doc.doc_id) >= threshold:
                 continue
             for p in doc.paragraphs:

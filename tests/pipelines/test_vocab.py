@@ -44,6 +44,21 @@ def test_training_is_deterministic_and_sampling_is_stable(tmp_path):
     assert cf["documents_sampled"] == cf["documents_read"] and full.sha256 != a.sha256
 
 
+def test_a_sampled_vocabulary_is_the_same_wherever_the_corpus_lives(tmp_path, demo_corpus):
+    """The sample is chosen by a hash of each document's id: the id must not hold the folder the corpus was
+    copied to (an absolute path did), or the same corpus gave another vocabulary in another folder."""
+    import shutil
+
+    cfg = VocabConfig(input_format="text", vocab_size=2000, sample_bytes=150_000)
+    out = []
+    for where in ("here", "elsewhere/deeper"):
+        corpus = tmp_path / where / "corpus"
+        shutil.copytree(demo_corpus, corpus)
+        vocab, counters = train_vocab([str(corpus / "*.txt")], tmp_path / where / "vocab", cfg)
+        out.append((vocab.sha256, counters["documents_sampled"], counters["documents_read"]))
+    assert out[0] == out[1] and 0 < out[0][1] < out[0][2]
+
+
 def test_cased_vocab_keeps_case(tmp_path, demo_corpus):
     v, _ = train_vocab(
         [str(demo_corpus / "*.txt")], tmp_path, VocabConfig(input_format="text", vocab_size=2000, lowercase=False)

@@ -760,12 +760,19 @@ def test_unclear_input_messages_say_what_the_path_is(tmp_path, demo_vocab):
     assert_clean_error(r, 2, "format prefix", "./jsonl:dump.txt")
     assert_clean_error(run(str(d / "fifo")), 2, "FIFO", "not a regular file")
     assert_clean_error(run(str(d / "folder")), 2, "is a folder", "folder/*")
+    # Both inputs in one folder of their own: the sample is chosen by a hash of the ids below the inputs' common
+    # folder, so the case is the same wherever the test runs (with the shared file beside a temporary one, the
+    # ids held the temporary path, and one clean clone in a few sampled a document).
+    sample = tmp_path / "sample"
+    sample.mkdir()
+    shutil.copy(d / "folder" / "a.txt", sample / "a.txt")
+    shutil.copy(shared_path("pretrain", "sample_text.txt"), sample / "sample_text.txt")
     r = bertprep(
         "vocab",
         "--input",
-        str(d / "folder" / "a.txt"),
+        str(sample / "a.txt"),
         "--input",
-        str(shared_path("pretrain", "sample_text.txt")),
+        str(sample / "sample_text.txt"),
         "--sample-bytes",
         "10",
         "--output",
