@@ -29,7 +29,7 @@ from typing import TextIO
 
 ENV_DIR = "BERTSTREAM_PROGRESS_DIR"
 ENV_VERBOSE = "BERTSTREAM_VERBOSE"
-FLUSH_S = 0.5  # a worker writes its file at most this often (and when a stage's unit of work ends)
+FLUSH_S = 0.5  # a worker writes its file at most this often, and when a group or shard ends or a read bundle ends
 
 _lock = threading.Lock()
 _counts: Counter = Counter()
