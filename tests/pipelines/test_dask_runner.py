@@ -121,7 +121,7 @@ def test_a_job_the_scheduler_cancels_fails_the_run(address):
 
 def test_every_task_returns_a_list_that_can_travel_to_another_worker():
     # A partition read on another worker is pickled and sent there: a generator cannot be. The worker failed to
-    # serialize a ParDo's partition and the job hung (88 MB at dupe 10 on two worker processes).
+    # serialize a ParDo's partition and the job hung (177 MB at dupe 10 on two worker processes).
     from collections.abc import Iterator
 
     import dask
