@@ -163,6 +163,18 @@ RESUME_STATE = ("scheduler", "data")  # state.json keys, likewise
 _RESUME_ONLY = {"optimizer.pt", "rng.pt", *(f"state.json {k!r}" for k in RESUME_STATE)}
 
 
+def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors, on CPU: the one reader of weights files (our checkpoints, ``--init``, Hugging
+    Face folders). A damaged or truncated file raises ``CheckpointError`` naming it: safetensors raises several
+    types of its own, a traceback before."""
+    try:
+        return load_file(str(path), device="cpu")
+    except Exception as e:  # noqa: BLE001 - safetensors' own error types, and OSError
+        raise CheckpointError(
+            f"{path}: cannot be read ({type(e).__name__}: {e}); the file is damaged or truncated"
+        ) from None
+
+
 def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
     """A checkpoint to resume (``with_optimizer``: all of it) or to take the weights of; an incomplete one is
     refused rather than resumed with fresh optimizer moments or another dropout stream without a word."""
@@ -172,13 +184,13 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
     missing = [name for name in (RESUME_FILES if with_optimizer else WEIGHT_FILES) if not (p / name).is_file()]
     if missing:
         raise CheckpointError(_incomplete(p, missing, with_optimizer))
+    model = read_tensors(p / MODEL_FILE)
     try:
         state = json.loads((p / "state.json").read_text())
         config = json.loads((p / "config.json").read_text())
-        model = load_file(str(p / MODEL_FILE))
         opt = torch.load(p / "optimizer.pt", map_location="cpu", weights_only=True) if with_optimizer else None
         rng = torch.load(p / "rng.pt", map_location="cpu", weights_only=True) if (p / "rng.pt").is_file() else {}
-    except Exception as e:  # safetensors, JSON, pickle-refusal and I/O errors alike: the folder is unusable
+    except Exception as e:  # JSON, pickle-refusal and I/O errors alike: the folder is unusable
         raise CheckpointError(f"{p}: cannot load ({type(e).__name__}: {e})") from e
     if not isinstance(state, dict) or not isinstance(config, dict):
         raise CheckpointError(f"{p}: state.json and config.json must each hold an object")

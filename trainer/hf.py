@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from bertstream.cli.errors import UsageError
@@ -27,7 +27,8 @@ from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
 from bertstream.trainer import hf_prelayernorm as PRE
-from bertstream.trainer.hf_config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict
+from bertstream.trainer.checkpoint import CheckpointError, read_tensors
+from bertstream.trainer.hf_config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict, read_config
 from bertstream.trainer.model import BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
 from bertstream.trainer.model_config import BertConfig
 
@@ -194,11 +195,9 @@ def from_hf_state_dict(
 
 def _load_safetensors(path: Path) -> dict[str, Tensor]:
     try:
-        return load_file(path, device="cpu")
-    except Exception as e:  # noqa: BLE001 - a truncated or damaged file: safetensors raises its own types
-        raise HFCheckpointError(
-            f"{path}: cannot be read ({type(e).__name__}: {e}); the file is damaged or truncated"
-        ) from None
+        return read_tensors(path)
+    except CheckpointError as e:
+        raise HFCheckpointError(str(e)) from None
 
 
 def _read_weights(folder: Path) -> tuple[dict[str, Tensor], str]:
@@ -250,12 +249,7 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
     config_path = folder / CONFIG_FILENAME
     if not config_path.is_file():
         raise HFCheckpointError(f"{folder}: has no {CONFIG_FILENAME}")
-    try:
-        data = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise HFCheckpointError(f"{config_path}: malformed JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise HFCheckpointError(f"{config_path}: not a JSON object")
+    data = read_config(config_path)
     config = config_from_hf(data, str(config_path))
     hf_state, source = _read_weights(folder)
     aliases: list[str] = []
@@ -402,11 +396,8 @@ def export_checkpoint(
     for name in (CONFIG_FILENAME, SAFETENSORS_FILENAME, VOCAB_FILENAME):
         if not (folder / name).is_file():
             raise HFCheckpointError(f"{folder}: checkpoint lacks {name}")
-    try:
-        data = json.loads((folder / CONFIG_FILENAME).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: malformed JSON ({e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+    data = read_config(folder / CONFIG_FILENAME)
+    if not isinstance(data.get("model"), dict):
         raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: has no 'model' object holding the BertConfig")
     try:
         config = BertConfig.from_dict(data["model"])

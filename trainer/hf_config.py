@@ -4,19 +4,33 @@ folders; the mapping is here, with the error both raise for a model that is no B
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from bertstream.trainer import hf_prelayernorm as PRE
 from bertstream.trainer.model_config import BertConfig
 
-__all__ = ["CONFIG_FILENAME", "HFCheckpointError", "config_from_hf", "hf_config_dict"]
+__all__ = ["CONFIG_FILENAME", "HFCheckpointError", "config_from_hf", "hf_config_dict", "read_config"]
 
 CONFIG_FILENAME = "config.json"
 
 
 class HFCheckpointError(ValueError):
     """A Hugging Face checkpoint folder is missing, not BERT, or does not fit our model."""
+
+
+def read_config(path: Path, error: type[Exception] = HFCheckpointError) -> dict[str, Any]:
+    """A ``config.json`` (ours or Hugging Face's) as a dict; malformed or not an object: ``error`` naming the
+    file, in one line. Every reader of a checkpoint's config.json goes through here."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{path}: malformed JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise error(f"{path}: not a JSON object")
+    return data
 
 
 _HF_DEFAULTS: dict[str, Any] = {  # transformers.BertConfig defaults, for configs that omit a field

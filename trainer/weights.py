@@ -14,15 +14,14 @@ The tokenizer must be the checkpoint's: ``check_vocab`` compares the data's voca
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from safetensors.torch import load_file
 from torch import Tensor
 
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
 from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.hf_config import read_config
 from bertstream.trainer.model_config import PRESET_NAMES, BertConfig, find_preset
 
 RANDOM_PREFIX = "random:"
@@ -116,11 +115,8 @@ def _folder_init(spec: str, seed: int, *, weights: bool, flag: str) -> Init:
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise InitError(f"{flag} {folder}: has no config.json (neither our checkpoint nor a Hugging Face folder)")
-    try:
-        data = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InitError(f"{config_path}: malformed JSON ({e})") from None
-    if isinstance(data, dict) and isinstance(data.get("model"), dict):
+    data = read_config(config_path, InitError)
+    if isinstance(data.get("model"), dict):
         return _our_checkpoint(folder, data, weights=weights, flag=flag)
     return _hf_folder(folder, seed, flag)
 
@@ -158,9 +154,9 @@ def _our_checkpoint(folder: Path, data: dict, *, weights: bool, flag: str) -> In
     if not model_file.is_file():
         raise InitError(f"{flag} {folder}: checkpoint lacks {ckpt.MODEL_FILE}")
     try:
-        state = load_file(str(model_file))
-    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a damaged file
-        raise InitError(f"{flag} {model_file}: cannot be read ({type(e).__name__}: {e})") from None
+        state = ckpt.read_tensors(model_file)
+    except ckpt.CheckpointError as e:
+        raise InitError(f"{flag} {e}") from None
     return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {model_file}",))
 
 
