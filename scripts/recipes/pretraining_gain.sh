@@ -250,6 +250,12 @@ if [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ]; then
             read -r kind train dev epochs <<< "$(spec "$task")"
             init=$REFERENCE
             [ "$which" = before ] || init=$CLAST
+            # "before", first seed: the very run of the upper reference above (same init, data, settings, seed)
+            ref=$F/$task-reference-$seed
+            if [ "$which" = before ] && [ -f "$ref/done" ] && [ ! -e "$F/$task-continued-before-$seed" ]; then
+                ln -s "$(basename "$ref")" "$F/$task-continued-before-$seed"
+                ln -sf "$(basename "$ref").log" "$F/$task-continued-before-$seed.log"
+            fi
             ft "$F/$task-continued-$which-$seed" "$init" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" \
                 "$OUT/reference_data" &
         done
