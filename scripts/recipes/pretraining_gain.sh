@@ -24,6 +24,8 @@
 # (fine-tuning's --layer-decay, 1), INITS ("pretrained random": which inits are fine-tuned),
 # CURVE_STEPS ("200 400 800 1600 3200" plus the last step; empty: no curve), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad"),
 # PRECISION (bf16 where the CPU has native bf16, else fp32), STOP_AFTER (data or pretrain: end after that stage), EVAL_EVERY (100), LOG_EVERY (50),
+# ONLY (reference: the data, then only REFERENCE's stages, its fine-tuning and continued pretraining, which do not
+# depend on the tiny model's settings: a pass that can run apart, its folders then copied into the full run's OUT),
 # CONTINUE_STEPS (0: none; with REFERENCE, that many steps of continued pretraining of the reference on the task
 # text, then CONTINUE_TASKS ("sst2 conll") fine-tuned from it and from the reference as it is, each seed),
 # CONTINUE_LR (1e-4), CONTINUE_BATCH (32),
@@ -51,6 +53,9 @@ SHORT_STEPS=${SHORT_STEPS:-0}
 LAYER_DECAY=${LAYER_DECAY:-1}
 INITS=${INITS:-pretrained random}
 STOP_AFTER=${STOP_AFTER:-}
+ONLY=${ONLY:-}
+case $ONLY in "" | reference) ;; *) echo "Error: ONLY must be empty or reference, got $ONLY" >&2; exit 2 ;; esac
+[ -z "$ONLY" ] || [ -n "$REFERENCE" ] || { echo "Error: ONLY=reference needs REFERENCE" >&2; exit 2; }
 CONTINUE_STEPS=${CONTINUE_STEPS:-0}
 CONTINUE_TASKS=${CONTINUE_TASKS:-sst2 conll}
 CONTINUE_LR=${CONTINUE_LR:-1e-4}
@@ -130,6 +135,30 @@ prep_minutes=$(python3 -c "print(round(($(stamp) - $t0) / 60, 2))")
 say "data ready in $prep_minutes minutes"
 [ "$STOP_AFTER" != data ] || exit 0
 
+# Fine-tuning, as every stage below runs it: the two runs of a pair side by side, one thread each (small
+# matrices gain little from a second thread).
+ft() {  # out init task kind train eval epochs seed [data folder]
+    local out=$1 D=${9:-$OUT/tasks_data}
+    [ -f "$out/done" ] && return 0
+    OMP_NUM_THREADS=1 berttrain finetune --init "$2" --task "$4" --train-data "$D/$5" --eval-data "$D/$6" \
+        --output "$out" --overwrite --epochs "$7" --seed "$8" --lr "$FT_LR" --batch-size 32 --dropout 0.1 \
+        --warmup-ratio 0.1 --pooling mean --layer-decay "$LAYER_DECAY" --log-every 100 --precision "$PRECISION" --no-tensorboard \
+        > "$out.log" 2>&1 \
+        && touch "$out/done" || { echo "Error: fine-tuning $out failed, see $out.log" >&2; return 1; }
+}
+spec() {  # task -> kind train eval epochs
+    case $1 in
+        sst2) echo "classification sst2_train sst2_dev 3" ;;
+        mrpc) echo "classification mrpc_train mrpc_dev 5" ;;
+        conll) echo "ner conll_train conll_dev 3" ;;
+        squad) echo "squad squad_train squad_dev 2" ;;
+    esac
+}
+F=$OUT/finetune
+mkdir -p "$F"
+first_seed=${SEEDS%% *}
+
+if [ "$ONLY" != reference ]; then
 # --- 2. pretraining ----------------------------------------------------------------------------------------
 # Step-bounded (the same run on any machine); checkpoints every 100 steps, of which the curve's are kept.
 RUN=$OUT/pretrain
@@ -165,26 +194,6 @@ say "pretrained in $(cat "$OUT/pretrain_minutes") minutes"
 LAST=$(printf '%s/checkpoints/step-%07d' "$RUN" $((STEPS - SHORT_STEPS)))
 
 # --- 3. fine-tuning: pretrained and random, the same settings, each seed -----------------------------------
-# The two inits of a seed run side by side, one thread each (small matrices gain little from a second thread).
-ft() {  # out init task kind train eval epochs seed [data folder]
-    local out=$1 D=${9:-$OUT/tasks_data}
-    [ -f "$out/done" ] && return 0
-    OMP_NUM_THREADS=1 berttrain finetune --init "$2" --task "$4" --train-data "$D/$5" --eval-data "$D/$6" \
-        --output "$out" --overwrite --epochs "$7" --seed "$8" --lr "$FT_LR" --batch-size 32 --dropout 0.1 \
-        --warmup-ratio 0.1 --pooling mean --layer-decay "$LAYER_DECAY" --log-every 100 --precision "$PRECISION" --no-tensorboard \
-        > "$out.log" 2>&1 \
-        && touch "$out/done" || { echo "Error: fine-tuning $out failed, see $out.log" >&2; return 1; }
-}
-spec() {  # task -> kind train eval epochs
-    case $1 in
-        sst2) echo "classification sst2_train sst2_dev 3" ;;
-        mrpc) echo "classification mrpc_train mrpc_dev 5" ;;
-        conll) echo "ner conll_train conll_dev 3" ;;
-        squad) echo "squad squad_train squad_dev 2" ;;
-    esac
-}
-F=$OUT/finetune
-mkdir -p "$F"
 init_of() { [ "$1" = pretrained ] && echo "$LAST" || echo "random:$LAST"; }
 jobs=()  # task init seed, two at a time
 for task in $TASKS; do for seed in $SEEDS; do for init in $INITS; do jobs+=("$task $init $seed"); done; done; done
@@ -199,7 +208,6 @@ for ((i = 0; i < ${#jobs[@]}; i += 2)); do
 done
 # The curve: the chosen task from each kept checkpoint (random init is step 0), the first seed.
 read -r kind train dev epochs <<< "$(spec "$CURVE_TASK")"
-first_seed=${SEEDS%% *}
 steps=($CURVE_STEPS)
 for ((i = 0; i < ${#steps[@]}; i += 2)); do
     for s in "${steps[i]}" ${steps[i + 1]:+"${steps[i + 1]}"}; do
@@ -208,6 +216,7 @@ for ((i = 0; i < ${#steps[@]}; i += 2)); do
     done
     wait -n && { [ -z "${steps[i + 1]:-}" ] || wait -n; }
 done
+fi  # ONLY != reference
 # The upper reference: one seed per task, two tasks side by side.
 if [ -n "$REFERENCE" ]; then
     set -- $TASKS
@@ -264,6 +273,7 @@ if [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ]; then
     done
 fi
 
+[ "$ONLY" != reference ] || { say "reference stages done (ONLY=reference: no report)"; exit 0; }
 # --- 4. results.json and the curve -------------------------------------------------------------------------
 python3 "$HERE/pretraining_gain_report.py" "$OUT" --prep-minutes "$prep_minutes" --steps "$STEPS" \
     --curve-task "$CURVE_TASK" --curve-steps $CURVE_STEPS --seeds $SEEDS --tasks $TASKS --inits $INITS \
