@@ -11,32 +11,35 @@
 # once (arm "base"). OUT/ablation.json and a table on stdout; resumable like scripts/recipes/pretraining_gain.sh.
 #
 # Environment: BUDGET (20), SEEDS ("1 2 3"), TASKS ("sst2 mrpc"), CALIB_STEPS (200), ARMS (all, in this order:
-# base mlm15 mlm30 mlm40 wsd batch32 batch128 len64 layerdecay), SHARED.
+# base mlm15 mlm30 mlm40 wsd batch32 batch128 len64 layerdecay recipe), SHARED.
 set -euo pipefail
 OUT=${1:?usage: scripts/recipes/pretraining_ablation.sh OUT}
 BUDGET=${BUDGET:-20}
 CALIB_STEPS=${CALIB_STEPS:-200}
 export SEEDS=${SEEDS:-1 2 3}
 export TASKS=${TASKS:-sst2 mrpc}
-ARMS=${ARMS:-base mlm15 mlm30 mlm40 wsd batch32 batch128 len64 layerdecay}
+ARMS=${ARMS:-base mlm15 mlm30 mlm40 wsd batch32 batch128 len64 layerdecay recipe}
 HERE=$(cd "$(dirname "$0")" && pwd)
 GAIN=$HERE/pretraining_gain.sh
 say() { echo "[pretraining_ablation] $*" >&2; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
-# What each arm changes from the recipe (scripts/recipes/pretraining_gain.sh's defaults: masking 0.2, linear decay,
-# batch 64, length 128).
+# What each arm changes from the base (BERT's settings as the last round's recipe had them: masking 0.2, linear
+# decay, batch 64, length 128), pinned here since scripts/recipes/pretraining_gain.sh's defaults are now the
+# levers this ablation kept; "recipe" is those levers together, as that script runs them.
+BASE="MLM_PROB=0.2 LR_SCHEDULE=linear BATCH=64 SHORT_STEPS=0"
 settings() {
     case $1 in
-        base | layerdecay) echo "" ;;
-        mlm15) echo "MLM_PROB=0.15" ;;
-        mlm30) echo "MLM_PROB=0.3" ;;
-        mlm40) echo "MLM_PROB=0.4" ;;
-        wsd) echo "LR_SCHEDULE=wsd" ;;
-        batch32) echo "BATCH=32" ;;
-        batch128) echo "BATCH=128" ;;
-        len64) echo "" ;;  # its steps split in the run below
+        base | layerdecay) echo "$BASE" ;;
+        mlm15) echo "$BASE MLM_PROB=0.15" ;;
+        mlm30) echo "$BASE MLM_PROB=0.3" ;;
+        mlm40) echo "$BASE MLM_PROB=0.4" ;;
+        wsd) echo "$BASE LR_SCHEDULE=wsd" ;;
+        batch32) echo "$BASE BATCH=32" ;;
+        batch128) echo "$BASE BATCH=128" ;;
+        len64) echo "$BASE" ;;  # its steps split in the run below
+        recipe) echo "$BASE MLM_PROB=0.4 LR_SCHEDULE=wsd" ;;  # and split like len64's
         *) echo "Error: unknown arm $1" >&2; exit 2 ;;
     esac
 }
@@ -64,7 +67,7 @@ calibrate() {  # arm -> OUT/calib/ARM/rate (sequences/s), and rate64 for len64
     local arm=$1 dir=$OUT/calib/$1
     [ -f "$dir/rate" ] && return 0
     link "$dir"
-    if [ "$arm" = len64 ]; then
+    if [ "$arm" = len64 ] || [ "$arm" = recipe ]; then
         env $(settings "$arm") SHORT_STEPS="$CALIB_STEPS" STEPS=$((CALIB_STEPS + 1)) STOP_AFTER=pretrain \
             EVAL_EVERY=1000000 LOG_EVERY=20 CURVE_STEPS= "$GAIN" "$dir" >/dev/null
         rate "$dir/pretrain64" > "$dir/rate"
@@ -90,16 +93,18 @@ for arm in $ARMS; do
     case $arm in
         layerdecay)  # the base arm's checkpoint, fine-tuned with ELECTRA's layer-wise rates
             steps=$(steps_for base)
-            extra="LAYER_DECAY=0.8"
+            extra="$BASE LAYER_DECAY=0.8"
             mkdir -p "$dir"
             ln -sfn "$OUT/arm-base/pretrain" "$dir/pretrain"
             cp "$OUT/arm-base/pretrain_minutes" "$dir/pretrain_minutes"
             inits="pretrained random" ;;
-        len64)  # 70% of the budget at length 64, then 30% at 128 (BERT's two phases)
-            short=$(python3 -c "print(round(0.7 * $BUDGET * 60 * $(cat "$OUT/calib/len64/rate") / 64))")
-            long=$(python3 -c "print(round(0.3 * $BUDGET * 60 * $(cat "$OUT/calib/base/rate") / 64))")
+        len64 | recipe)  # 70% of the budget at length 64, then 30% at 128 (BERT's two phases)
+            long_rate=$OUT/calib/base/rate  # phase two steps at the rate of the same settings at 128
+            [ "$arm" = len64 ] || { calibrate mlm40; long_rate=$OUT/calib/mlm40/rate; }
+            short=$(python3 -c "print(round(0.7 * $BUDGET * 60 * $(cat "$OUT/calib/$arm/rate") / 64))")
+            long=$(python3 -c "print(round(0.3 * $BUDGET * 60 * $(cat "$long_rate") / 64))")
             steps=$((short + long))
-            extra="SHORT_STEPS=$short" ;;
+            extra="$(settings "$arm") SHORT_STEPS=$short" ;;
         *)
             steps=$(steps_for "$arm")
             extra=$(settings "$arm") ;;

@@ -25,6 +25,7 @@ CHANGES = {
     "batch128": "batch 128",
     "len64": "length 64 for 70% of the time, then 128",
     "layerdecay": "base's checkpoint; fine-tuning --layer-decay 0.8",
+    "recipe": "the kept levers together: length 64 then 128, masking 0.4, warm-up-stable-decay",
 }
 ALSO = {"mrpc": "accuracy", "squad": "exact_match"}
 

@@ -3,7 +3,10 @@
 
 ``results.json``: ``{"TASK": {"metric": NAME, "pretrained": [one score per seed], "random": [...]}, ...,
 "pretrain_minutes": M, ...}``, each score the best epoch's (as ``berttrain finetune`` keeps it), plus
-``"curve"``: the curve task's score from each kept pretraining checkpoint, with the held-out MLM loss there,
+``"curve"``: the curve task's score from each kept pretraining checkpoint, with the held-out MLM loss there
+(steps counted over both phases with ``--short-steps``: phase one in ``OUT/pretrain64``, phase two in
+``OUT/pretrain`` from its own step 0; a point's minutes from each phase's own time where
+``OUT/pretrain64_minutes`` has phase one's),
 and with ``--reference``, ``"reference"``: the Hugging Face model's score on each task (first seed); with
 ``--continued TASK ...``, ``"continued"``: ``{"TASK": {"metric", "before": [...], "after": [...]}, "steps",
 "minutes"}``, the reference fine-tuned as it is and after continued pretraining on the task text, each seed.
@@ -53,11 +56,31 @@ def eval_losses(metrics_file: Path) -> dict[int, dict]:
     return out
 
 
+def phase_losses(out: Path, short_steps: int) -> dict[int, dict]:
+    """Held-out evaluations by step over both phases (phase two's steps shifted past phase one's)."""
+    losses = eval_losses(out / "pretrain" / "metrics.jsonl")
+    if short_steps <= 0:
+        return losses
+    merged = {s: r for s, r in eval_losses(out / "pretrain64" / "metrics.jsonl").items() if s <= short_steps}
+    merged.update({s + short_steps: r for s, r in losses.items()})
+    return merged
+
+
+def minutes_at(step: int, steps: int, minutes: float, short_steps: int, short_minutes: float | None) -> float:
+    """Pretraining minutes spent by ``step``: each phase at its own pace where phase one's time is known."""
+    if short_steps <= 0 or short_minutes is None:
+        return round(minutes * step / steps, 2)
+    if step <= short_steps:
+        return round(short_minutes * step / short_steps, 2)
+    return round(short_minutes + (minutes - short_minutes) * (step - short_steps) / (steps - short_steps), 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out", type=Path)
     p.add_argument("--prep-minutes", type=float, required=True)
     p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--short-steps", type=int, default=0, help="Phase one's steps (length 64); 0: one phase.")
     p.add_argument("--curve-task", default="sst2")
     p.add_argument("--curve-steps", type=int, nargs="*", default=[])
     p.add_argument("--seeds", type=int, nargs="+", required=True)
@@ -129,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         results["continued"] = continued
 
     # The curve: score against pretraining time (step 0 is the random init of the first seed).
-    losses = eval_losses(out / "pretrain" / "metrics.jsonl")
+    losses = phase_losses(out, args.short_steps)
     last = max(losses) if losses else None
     if last is not None:
         results["heldout"] = {
@@ -145,10 +168,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     metric = METRICS[args.curve_task]
     seed = args.seeds[0]
+    short_file = out / "pretrain64_minutes"
+    short_minutes = float(short_file.read_text()) if args.short_steps > 0 and short_file.is_file() else None
     points = [{"step": 0, "minutes": 0.0, "score": best(F / f"{args.curve_task}-random-{seed}", metric)}]
     for s in [*args.curve_steps, args.steps]:
         run = F / (f"curve-{args.curve_task}-step{s}" if s != args.steps else f"{args.curve_task}-pretrained-{seed}")
-        point = {"step": s, "minutes": round(minutes * s / args.steps, 2), "score": best(run, metric)}
+        point = {
+            "step": s,
+            "minutes": minutes_at(s, args.steps, minutes, args.short_steps, short_minutes),
+            "score": best(run, metric),
+        }
         if s in losses:
             point["mlm_loss"], point["mlm_accuracy"] = losses[s]["mlm_loss"], losses[s]["mlm_accuracy"]
         points.append(point)

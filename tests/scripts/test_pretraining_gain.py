@@ -120,6 +120,45 @@ def test_report_writes_results_json_in_the_issues_layout(tmp_path):
     assert reference["mrpc"] == {"metric": "f1", "score": 0.88, "accuracy": 0.83}
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_report_counts_the_curve_over_both_phases(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path
+    (out / "pretrain64").mkdir()
+    (out / "pretrain").mkdir()
+    (out / "pretrain_minutes").write_text("30.0\n")
+    (out / "pretrain64_minutes").write_text("20.0\n")  # phase one: 200 steps in 20 minutes, phase two 100 in 10
+
+    def evals(folder, losses):
+        rows = [{"step": s, "split": "eval", "mlm_loss": v, "mlm_accuracy": 0.1} for s, v in losses.items()]
+        rows.append({"step": 10, "loss": 9.0})  # a training row: not an evaluation
+        (out / folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    evals("pretrain64", {100: 6.0, 200: 5.5})
+    evals("pretrain", {50: 5.2, 100: 5.0})  # phase two counts from its own step 0
+    _run(out, "sst2-pretrained-1", {"accuracy": 0.83})
+    _run(out, "sst2-random-1", {"accuracy": 0.78})
+    _run(out, "curve-sst2-step100", {"accuracy": 0.79})
+    _run(out, "curve-sst2-step250", {"accuracy": 0.81})
+    args = ["--prep-minutes", "1", "--steps", "300", "--short-steps", "200", "--curve-steps", "100", "250"]
+    subprocess.run(
+        [sys.executable, SCRIPTS / "pretraining_gain_report.py", out, *args, "--seeds", "1", "--tasks", "sst2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    results = json.loads((out / "results.json").read_text())
+    points = results["curve"]["points"]
+    assert [(p["step"], p["minutes"], p["score"]) for p in points] == [
+        (0, 0.0, 0.78),
+        (100, 10.0, 0.79),  # phase one's pace: 10 steps a minute
+        (250, 25.0, 0.81),  # phase two's: 5 steps a minute, from minute 20
+        (300, 30.0, 0.83),
+    ]
+    assert [p.get("mlm_loss") for p in points[1:]] == [6.0, 5.2, 5.0]
+    assert results["heldout"] == {"step": 300, "mlm_loss": 5.0, "mlm_accuracy": 0.1}
+
+
 def test_report_names_a_missing_run_in_one_line(tmp_path):
     (tmp_path / "pretrain_minutes").write_text("1.0\n")
     _run(tmp_path, "sst2-pretrained-1", {"accuracy": 0.8})  # its random twin never finished
