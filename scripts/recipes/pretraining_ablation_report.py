@@ -4,7 +4,8 @@
 Each arm's row: what it changes, its steps in the budget, the held-out MLM loss and accuracy at its last
 evaluation, and per task the mean ± sd over the seeds of the pretrained model's best-epoch score, with its gain
 over the random-init baseline (arm ``base``'s random runs, or the arm's own where it has them: ``layerdecay``
-fine-tunes both inits with other settings).
+fine-tunes both inits with other settings). An arm whose pretraining has finished but whose fine-tuning has
+not (``STOP_AFTER=pretrain``) gets its steps and held-out loss, and "not fine-tuned" in the task cells.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 CHANGES = {
-    "base": "recipe: masking 0.2, linear decay, batch 64, length 128",
+    "base": "BERT's settings: masking 0.2, linear decay, batch 64, length 128",
     "mlm15": "masking 0.15",
     "mlm30": "masking 0.3",
     "mlm40": "masking 0.4",
@@ -35,6 +36,18 @@ def fmt(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.3f} ± {sd:.3f}"
 
 
+def pretrained_only(arm_dir: Path) -> dict | None:
+    """An arm pretrained but not fine-tuned: its steps (``recipe.txt``) and last held-out evaluation, else None."""
+    recipe, metrics = arm_dir / "recipe.txt", arm_dir / "pretrain" / "metrics.jsonl"
+    if not (arm_dir / "pretrain_minutes").is_file() or not recipe.is_file() or not metrics.is_file():
+        return None
+    fields = dict(f.split("=", 1) for f in recipe.read_text(encoding="utf-8").split() if "=" in f)
+    evals = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if '"eval"' in line]
+    evals = [e for e in evals if e.get("split") == "eval"]
+    held = {"mlm_loss": evals[-1]["mlm_loss"], "mlm_accuracy": evals[-1]["mlm_accuracy"]} if evals else {}
+    return {"pretrain_steps": int(fields["steps"]), "heldout": held, "fine_tuned": False}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out", type=Path)
@@ -44,20 +57,29 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for arm in args.arms:
         path = args.out / f"arm-{arm}" / "results.json"
-        if not path.is_file():
-            print(f"Error: {path} not found: arm {arm} has not finished", file=sys.stderr)
+        if path.is_file():
+            results[arm] = json.loads(path.read_text(encoding="utf-8"))
+        elif (partial := pretrained_only(args.out / f"arm-{arm}")) is not None:
+            results[arm] = partial
+        else:
+            print(f"Error: {path} not found: arm {arm} has not finished pretraining", file=sys.stderr)
             return 1
-        results[arm] = json.loads(path.read_text(encoding="utf-8"))
-    tasks = [
-        t
-        for t in results[args.arms[0]]
-        if isinstance(results[args.arms[0]][t], dict) and "metric" in results[args.arms[0]][t]
-    ]
-    base_random = {t: results["base"][t]["random"] for t in tasks} if "base" in results else {}
+    finished = [a for a in args.arms if results[a].get("fine_tuned", True)]
+    if not finished:
+        print("Error: no arm has been fine-tuned yet: nothing to compare", file=sys.stderr)
+        return 1
+    first = results[finished[0]]
+    tasks = [t for t in first if isinstance(first[t], dict) and "metric" in first[t]]
+    base = results.get("base", {})
+    if not base.get("fine_tuned", True) or (base and "random" not in base[tasks[0]]):
+        base = {}  # no random-init baseline yet: arms without their own random runs have no gain column
+    if not base and any("random" not in results[a][tasks[0]] for a in finished):
+        print("Error: arm base has not been fine-tuned: the random-init baseline is missing", file=sys.stderr)
+        return 1
     head = "| arm | change | steps | held-out MLM loss / acc |"
     rule = "|---|---|---|---|"
     for t in tasks:
-        metric = results[args.arms[0]][t]["metric"]
+        metric = first[t]["metric"]
         head += f" {t} {metric} (gain) |"
         rule += "---|"
         if t in ALSO:
@@ -71,17 +93,23 @@ def main(argv: list[str] | None = None) -> int:
         row = f"| {arm} | {CHANGES.get(arm, arm)} | {r['pretrain_steps']:,} | "
         row += f"{held.get('mlm_loss', float('nan')):.2f} / {held.get('mlm_accuracy', float('nan')):.3f} |"
         entry = {"steps": r["pretrain_steps"], "heldout": held, "tasks": {}}
+        if not r.get("fine_tuned", True):
+            entry["fine_tuned"] = False
+            row += " not fine-tuned |" * sum(2 if t in ALSO else 1 for t in tasks)
+            rows.append(row)
+            table["arms"][arm] = entry
+            continue
         for t in tasks:
             for key in [t, *([t + "_" + ALSO[t]] if t in ALSO else [])]:
                 suffix = "" if key == t else "_" + ALSO[t]
                 pre = r[t][f"pretrained{suffix}"]
-                rnd = r[t].get(f"random{suffix}") or results["base"][t][f"random{suffix}"]
+                rnd = r[t].get(f"random{suffix}") or base[t][f"random{suffix}"]
                 gain = statistics.mean(pre) - statistics.mean(rnd)
                 row += f" {fmt(pre)} ({gain:+.3f}) |"
                 entry["tasks"][key] = {"pretrained": pre, "random": rnd, "gain": gain}
         rows.append(row)
         table["arms"][arm] = entry
-    if base_random:
+    if base:
         row = "| random init | (baseline) | 0 | — |"
         for t in tasks:
             row += f" {fmt(results['base'][t]['random'])} |"

@@ -226,3 +226,21 @@ def test_report_adds_the_continued_reference_and_ablation_arms(tmp_path):
     assert ablation["arms"]["mlm40"]["tasks"]["sst2"]["gain"] == pytest.approx(0.85 - 0.77)
     assert ablation["arms"]["base"]["tasks"]["sst2"]["gain"] == pytest.approx(0.81 - 0.77)
     assert "| mlm40 | masking 0.4 | 200 | 6.90 / 0.010 | 0.850 ± 0.014 (+0.080) |" in table.stdout
+    # an arm pretrained but not yet fine-tuned (STOP_AFTER=pretrain): its steps and held-out loss, no scores
+    arm = tmp_path / "arm-len64"
+    (arm / "pretrain").mkdir(parents=True)
+    (arm / "pretrain_minutes").write_text("21.0\n")
+    (arm / "recipe.txt").write_text("steps=4311 model=tiny seeds=1 2 3 short_steps=3655\n")
+    rows = [{"step": 650, "loss": 5.1}, {"step": 656, "split": "eval", "mlm_loss": 5.08, "mlm_accuracy": 0.221}]
+    (arm / "pretrain" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ablation_args = [sys.executable, SCRIPTS / "pretraining_ablation_report.py", tmp_path, "--budget", "20"]
+    table = subprocess.run(
+        [*ablation_args, "--arms", "base", "mlm40", "len64"], capture_output=True, text=True, check=True
+    )
+    assert "| len64 | length 64 for 70% of the time, then 128 | 4,311 | 5.08 / 0.221 | not fine-tuned |" in table.stdout
+    assert json.loads((tmp_path / "ablation.json").read_text())["arms"]["len64"]["fine_tuned"] is False
+    # an arm whose pretraining has not finished is named in one line, not tabled
+    (tmp_path / "arm-mlm15").mkdir()
+    refused = subprocess.run([*ablation_args, "--arms", "base", "mlm15"], capture_output=True, text=True)
+    assert refused.returncode == 1 and refused.stderr.startswith("Error: ") and "arm mlm15" in refused.stderr
+    assert "Traceback" not in refused.stderr
