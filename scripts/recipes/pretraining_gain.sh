@@ -21,12 +21,12 @@
 # Every stage is skipped when its output is complete, so a killed run continues where it stopped; OUT keeps
 # one recipe: a second call with other settings is refused.
 #
-# Environment: SHARED (default ../shared/data), SEEDS ("1 2 3"), STEPS (8100), MODEL (tiny), NORM (pre: pre-LN;
+# Environment: SHARED (default ../shared/data), SEEDS ("1 2 3"), STEPS (9850), MODEL (tiny), NORM (pre: pre-LN;
 # post: BERT's, exportable to Hugging Face), LR (pretraining, 3e-3), PRETRAIN_THREADS (2), FT_LR (3e-4),
 # MLM_PROB (0.4), LR_SCHEDULE (wsd or linear), BATCH (64), WARMUP (300), SHORT_STEPS (6800: the first that many
 # steps at length 64, then STEPS - SHORT_STEPS at 128 from their weights, BERT's two phases; 0: all at 128). The
-# default steps are 60 minutes of this recipe on two quiet cores of the machine the README names (fp32, with
-# the evaluation every 100 steps: 2.7 steps/s at length 64 for 42 minutes, ~1.2 at 128 for 18); on another
+# default steps are 60 minutes on two quiet cores of the machine the README names (fp32, evaluation included:
+# 3.5 steps/s at length 64 for 32 minutes, then the rest of the hour at 128, ~1.8 steps/s); on another
 # machine, scale both by its rates. LAYER_DECAY
 # (fine-tuning's --layer-decay, 1), INITS ("pretrained random": which inits are fine-tuned),
 # CURVE_STEPS ("200 400 800 1600 3200 6400" plus the last step, counted over both phases; empty: no curve), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad"),
@@ -43,7 +43,7 @@ OUT=${1:?usage: scripts/recipes/pretraining_gain.sh OUT}
 [ $# -eq 1 ] || { echo "Error: scripts/recipes/pretraining_gain.sh takes one argument, the output folder" >&2; exit 2; }
 SHARED=${SHARED:-../shared/data}
 SEEDS=${SEEDS:-1 2 3}
-STEPS=${STEPS:-8100}
+STEPS=${STEPS:-9850}
 MODEL=${MODEL:-tiny}
 NORM=${NORM:-pre}
 LR=${LR:-3e-3}
@@ -187,6 +187,8 @@ if [ ! -f "$OUT/pretrain_minutes" ]; then
                 --resume auto
             python3 -c "print(round(($(stamp) - $t1) / 60, 2))" > "$OUT/pretrain64_minutes"
         fi
+        # phase one's minutes count in the total, also when an earlier call ran it
+        t1=$(python3 -c "print($(stamp) - 60 * $(cat "$OUT/pretrain64_minutes"))")
         pretrain "$RUN" $((STEPS - SHORT_STEPS)) 100 --data "$OUT/general:0.4" --data "$OUT/tasks:0.6" \
             --resume "$(printf '%s/pretrain64/checkpoints/step-%07d' "$OUT" "$SHORT_STEPS")" --reset-optimizer --overwrite
     else
