@@ -35,9 +35,14 @@
 # depend on the tiny model's settings: a pass that can run apart, its folders then copied into the full run's OUT),
 # CONTINUE_STEPS (450 with REFERENCE, about 30 minutes here, else 0; with REFERENCE, that many steps of continued pretraining of the reference on the task
 # text, then CONTINUE_TASKS ("sst2 conll") fine-tuned from it and from the reference as it is, each seed),
-# CONTINUE_LR (1e-4), CONTINUE_BATCH (32),
+# CONTINUE_LR (1e-4), CONTINUE_BATCH (32), CONTINUE_EPOCHS (1: the before and after runs' epochs, both the same;
+# a 22.7M-parameter MiniLM takes ~15 minutes an epoch of SST-2's 10,000 rows on one thread, so the tiny model's
+# 3 epochs would make the ten runs ~7 hours of CPU; with the task's own epochs, the first seed's before run is
+# the upper reference's run),
 # REFERENCE (a Hugging Face BERT folder, e.g. all-MiniLM-L6-v2: fine-tuned once, seed 1, with the same settings
-# on the task data tokenized with its own vocabulary, as the upper reference; unset: skipped).
+# on the task data tokenized with its own vocabulary, as the upper reference; unset: skipped), REFERENCE_TASKS
+# (the tasks of that upper reference, default TASKS; set and empty: none, e.g. for a pass of ONLY=reference that
+# measures the continued pretraining alone; that pass writes its own results.json, with "continued").
 set -euo pipefail
 OUT=${1:?usage: scripts/recipes/pretraining_gain.sh OUT}
 [ $# -eq 1 ] || { echo "Error: scripts/recipes/pretraining_gain.sh takes one argument, the output folder" >&2; exit 2; }
@@ -67,6 +72,8 @@ CONTINUE_STEPS=${CONTINUE_STEPS:-$([ -n "$REFERENCE" ] && echo 450 || echo 0)}
 CONTINUE_TASKS=${CONTINUE_TASKS:-sst2 conll}
 CONTINUE_LR=${CONTINUE_LR:-1e-4}
 CONTINUE_BATCH=${CONTINUE_BATCH:-32}
+CONTINUE_EPOCHS=${CONTINUE_EPOCHS:-1}
+REFERENCE_TASKS=${REFERENCE_TASKS-$TASKS}  # set and empty: no upper-reference runs
 # bf16 autocast only where the CPU computes bf16 natively (AVX512-BF16, AMX): 1.75x fp32 there; emulated
 # elsewhere, it is several times slower than fp32 (an AVX2-only EPYC: 0.1 steps/s against ~3).
 if [ -z "${PRECISION:-}" ]; then
@@ -81,6 +88,7 @@ mkdir -p "$OUT"
 settings="steps=$STEPS model=$MODEL norm=$NORM lr=$LR ft_lr=$FT_LR seeds=$SEEDS tasks=$TASKS mlm=$MLM_PROB"
 settings+=" schedule=$LR_SCHEDULE batch=$BATCH warmup=$WARMUP short_steps=$SHORT_STEPS layer_decay=$LAYER_DECAY"
 settings+=" precision=$PRECISION continue=$CONTINUE_STEPS:$CONTINUE_LR:$CONTINUE_BATCH"
+[ "$CONTINUE_STEPS" -eq 0 ] || settings+=":$CONTINUE_EPOCHS reference_tasks=$REFERENCE_TASKS"
 if [ -f "$OUT/recipe.txt" ] && [ "$(cat "$OUT/recipe.txt")" != "$settings" ]; then
     echo "Error: $OUT holds a recipe run with other settings ($(cat "$OUT/recipe.txt")); use another folder" >&2
     exit 2
@@ -237,7 +245,7 @@ done
 fi  # ONLY != reference
 # The upper reference: one seed per task, two tasks side by side.
 if [ -n "$REFERENCE" ]; then
-    set -- $TASKS
+    set -- $REFERENCE_TASKS
     while [ $# -gt 0 ]; do
         for task in "$1" ${2:+"$2"}; do
             read -r kind train dev epochs <<< "$(spec "$task")"
@@ -277,13 +285,15 @@ if [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ]; then
             read -r kind train dev epochs <<< "$(spec "$task")"
             init=$REFERENCE
             [ "$which" = before ] || init=$CLAST
-            # "before", first seed: the very run of the upper reference above (same init, data, settings, seed)
+            # "before", first seed, the task's own epochs: the very run of the upper reference above (same init,
+            # data, settings, seed)
             ref=$F/$task-reference-$seed
-            if [ "$which" = before ] && [ -f "$ref/done" ] && [ ! -e "$F/$task-continued-before-$seed" ]; then
+            if [ "$which" = before ] && [ "$CONTINUE_EPOCHS" -eq "$epochs" ] && [ -f "$ref/done" ] \
+                && [ ! -e "$F/$task-continued-before-$seed" ]; then
                 ln -s "$(basename "$ref")" "$F/$task-continued-before-$seed"
                 ln -sf "$(basename "$ref").log" "$F/$task-continued-before-$seed.log"
             fi
-            ft "$F/$task-continued-$which-$seed" "$init" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" \
+            ft "$F/$task-continued-$which-$seed" "$init" "$task" "$kind" "$train" "$dev" "$CONTINUE_EPOCHS" "$seed" \
                 "$OUT/reference_data" &
         done
         wait -n && { [ -z "${jobs[i + 1]:-}" ] || wait -n; }
@@ -291,10 +301,11 @@ if [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ]; then
     done
 fi
 
-[ "$ONLY" != reference ] || { say "reference stages done (ONLY=reference: no report)"; exit 0; }
-# --- 4. results.json and the curve -------------------------------------------------------------------------
+# --- 4. results.json and the curve (ONLY=reference: the reference's and continued pretraining's alone) -----
+[ "$ONLY" != reference ] || TASKS=
 python3 "$HERE/pretraining_gain_report.py" "$OUT" --prep-minutes "$prep_minutes" --steps "$STEPS" \
     --short-steps "$SHORT_STEPS" \
     --curve-task "$CURVE_TASK" --curve-steps $CURVE_STEPS --seeds $SEEDS --tasks $TASKS --inits $INITS \
-    ${REFERENCE:+--reference "$REFERENCE"} \
-    $( [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ] && echo --continued $CONTINUE_TASKS --continue-steps "$CONTINUE_STEPS")
+    ${REFERENCE:+--reference "$REFERENCE" --reference-tasks $REFERENCE_TASKS} \
+    $( [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ] && echo --continued $CONTINUE_TASKS \
+        --continue-steps "$CONTINUE_STEPS" --continue-epochs "$CONTINUE_EPOCHS")

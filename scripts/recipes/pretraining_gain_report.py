@@ -9,7 +9,8 @@
 ``OUT/pretrain64_minutes`` has phase one's),
 and with ``--reference``, ``"reference"``: the Hugging Face model's score on each task (first seed); with
 ``--continued TASK ...``, ``"continued"``: ``{"TASK": {"metric", "before": [...], "after": [...]}, "steps",
-"minutes"}``, the reference fine-tuned as it is and after continued pretraining on the task text, each seed.
+"minutes", "epochs"}``, the reference fine-tuned as it is and after continued pretraining on the task text, each
+seed. With no ``--tasks`` (a pass of ``ONLY=reference``), only the reference's and the continued figures.
 """
 
 from __future__ import annotations
@@ -84,24 +85,55 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--curve-task", default="sst2")
     p.add_argument("--curve-steps", type=int, nargs="*", default=[])
     p.add_argument("--seeds", type=int, nargs="+", required=True)
-    p.add_argument("--tasks", nargs="+", required=True)
+    p.add_argument("--tasks", nargs="*", default=[], help="The tiny model's tasks; none: the reference's alone.")
     p.add_argument("--inits", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"])
     p.add_argument("--reference", help="The Hugging Face folder fine-tuned as the upper reference (first seed).")
+    p.add_argument("--reference-tasks", nargs="*", help="The reference's tasks (default: --tasks).")
     p.add_argument(
         "--continued", nargs="*", default=[], help="Tasks fine-tuned before and after continued pretraining."
     )
     p.add_argument("--continue-steps", type=int, default=0)
+    p.add_argument("--continue-epochs", type=int, default=1)
     args = p.parse_args(argv)
     out, F = args.out, args.out / "finetune"
-    minutes = float((out / "pretrain_minutes").read_text())
-    results: dict = {"pretrain_minutes": minutes, "prep_minutes": args.prep_minutes, "pretrain_steps": args.steps}
+    results: dict = {"prep_minutes": args.prep_minutes}
+    reference_tasks = args.tasks if args.reference_tasks is None else args.reference_tasks
+    if args.reference:
+        results["reference"] = {"source": args.reference, "seed": args.seeds[0]}
+        for task in reference_tasks:
+            run = F / f"{task}-reference-{args.seeds[0]}"
+            if not (run / "results.json").is_file():  # an optional column: a task not run is shown as such
+                results["reference"][task] = None
+                continue
+            ref = best_eval(run)
+            results["reference"][task] = {"metric": METRICS[task], "score": float(ref[METRICS[task]])}
+            if task in ALSO:
+                results["reference"][task][ALSO[task]] = float(ref[ALSO[task]])
+    if not args.tasks:  # the reference's pass: no tiny model was pretrained here
+        rows: list[str] = []
+        minutes = 0.0
+    else:
+        minutes = float((out / "pretrain_minutes").read_text())
+        results.update(pretrain_minutes=minutes, pretrain_steps=args.steps)
+        rows = tiny_table(args, results, reference_tasks)
+    if args.continued:
+        rows += continued_table(args, results, F, out)
+    if not args.tasks:
+        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print("\n".join(rows))
+        print(f"wrote {out / 'results.json'}")
+        return 0
+    return curve(args, results, rows, minutes)
+
+
+def tiny_table(args: argparse.Namespace, results: dict, reference_tasks: list[str]) -> list[str]:
+    """Each task's pretrained and random scores into ``results``; the table's rows."""
+    F = args.out / "finetune"
     rows = [
         "| task | metric | pretrained (mean ± sd) | random (mean ± sd) | gain | seeds |"
         + (" reference (1 seed) |" if args.reference else ""),
         "|---|---|---|---|---|---|" + ("---|" if args.reference else ""),
     ]
-    if args.reference:
-        results["reference"] = {"source": args.reference, "seed": args.seeds[0]}
     for task in args.tasks:
         metric = METRICS[task]
         entry: dict = {"metric": metric}
@@ -119,38 +151,42 @@ def main(argv: list[str] | None = None) -> int:
         gain = f"{statistics.mean(entry['pretrained']) - statistics.mean(entry['random']):+.3g}" if both else "—"
         row = f"| {task} | {metric} | {cells['pretrained']} | {cells['random']} | {gain} | {len(args.seeds)} |"
         if args.reference:
-            run = F / f"{task}-reference-{args.seeds[0]}"
-            if not (run / "results.json").is_file():  # an optional column: a task not run is shown as such
-                results["reference"][task] = None
-                row += " not run |"
-            else:
-                ref = best_eval(run)
-                results["reference"][task] = {"metric": metric, "score": float(ref[metric])}
-                if task in ALSO:
-                    results["reference"][task][ALSO[task]] = float(ref[ALSO[task]])
-                row += f" {float(ref[metric]):.4g} |"
+            ref = results["reference"].get(task) if task in reference_tasks else None
+            row += " not run |" if ref is None else f" {ref['score']:.4g} |"
         rows.append(row)
+    return rows
 
-    if args.continued:
-        continued: dict = {"steps": args.continue_steps, "minutes": float((out / "continue_minutes").read_text())}
-        rows += [
-            "",
-            "| task | metric | reference as it is | after continued pretraining | gain |",
-            "|---|---|---|---|---|",
-        ]
-        for task in args.continued:
-            metric = METRICS[task]
-            entry = {"metric": metric}
-            for which in ("before", "after"):
-                entry[which] = [best(F / f"{task}-continued-{which}-{s}", metric) for s in args.seeds]
-            continued[task] = entry
-            b, a = statistics.mean(entry["before"]), statistics.mean(entry["after"])
-            rows.append(
-                f"| {task} | {metric} | {b:.4g} ± {spread(entry['before']):.2g} | {a:.4g} ± {spread(entry['after']):.2g} "
-                f"| {a - b:+.3g} |"
-            )
-        results["continued"] = continued
 
+def continued_table(args: argparse.Namespace, results: dict, F: Path, out: Path) -> list[str]:
+    """The reference before and after continued pretraining, each seed, into ``results``; the table's rows."""
+    continued: dict = {
+        "steps": args.continue_steps,
+        "minutes": float((out / "continue_minutes").read_text()),
+        "epochs": args.continue_epochs,
+    }
+    rows = [
+        "",
+        "| task | metric | reference as it is | after continued pretraining | gain |",
+        "|---|---|---|---|---|",
+    ]
+    for task in args.continued:
+        metric = METRICS[task]
+        entry = {"metric": metric}
+        for which in ("before", "after"):
+            entry[which] = [best(F / f"{task}-continued-{which}-{s}", metric) for s in args.seeds]
+        continued[task] = entry
+        b, a = statistics.mean(entry["before"]), statistics.mean(entry["after"])
+        rows.append(
+            f"| {task} | {metric} | {b:.4g} ± {spread(entry['before']):.2g} | {a:.4g} ± {spread(entry['after']):.2g} "
+            f"| {a - b:+.3g} |"
+        )
+    results["continued"] = continued
+    return rows
+
+
+def curve(args: argparse.Namespace, results: dict, rows: list[str], minutes: float) -> int:
+    """The held-out loss and, with a curve, the curve task's score at each kept checkpoint; writes the files."""
+    out, F = args.out, args.out / "finetune"
     # The curve: score against pretraining time (step 0 is the random init of the first seed).
     losses = phase_losses(out, args.short_steps)
     last = max(losses) if losses else None

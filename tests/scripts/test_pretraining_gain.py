@@ -198,6 +198,7 @@ def test_report_adds_the_continued_reference_and_ablation_arms(tmp_path):
     assert results["continued"] == {
         "steps": 900,
         "minutes": 30.0,
+        "epochs": 1,
         "sst2": {"metric": "accuracy", "before": [0.86, 0.85], "after": [0.87, 0.88]},
     }
     assert results["heldout"] == {"step": 200, "mlm_loss": 6.8, "mlm_accuracy": 0.02}
@@ -244,3 +245,34 @@ def test_report_adds_the_continued_reference_and_ablation_arms(tmp_path):
     refused = subprocess.run([*ablation_args, "--arms", "base", "mlm15"], capture_output=True, text=True)
     assert refused.returncode == 1 and refused.stderr.startswith("Error: ") and "arm mlm15" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_report_of_a_reference_only_pass_holds_the_continued_figures_alone(tmp_path):
+    """``ONLY=reference`` pretrains no tiny model: the report takes no ``--tasks`` and writes the reference's and
+    the continued pretraining's figures, reading no pretraining folder."""
+    (tmp_path / "continue_minutes").write_text("29.5\n")
+    for seed, (b, a) in zip((1, 2), ((0.70, 0.74), (0.72, 0.73))):
+        _run(tmp_path, f"conll-continued-before-{seed}", {"f1": b})
+        _run(tmp_path, f"conll-continued-after-{seed}", {"f1": a})
+    _run(tmp_path, "sst2-reference-1", {"accuracy": 0.85})
+    report = [sys.executable, SCRIPTS / "pretraining_gain_report.py", tmp_path, "--prep-minutes", "2", "--steps", "0"]
+    done = subprocess.run(
+        [*report, "--seeds", "1", "2", "--tasks", "--reference", "hf/minilm", "--reference-tasks", "sst2", "mrpc"]
+        + ["--continued", "conll", "--continue-steps", "450", "--continue-epochs", "2", "--curve-steps", "100"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results == {
+        "prep_minutes": 2.0,
+        "reference": {"source": "hf/minilm", "seed": 1, "sst2": {"metric": "accuracy", "score": 0.85}, "mrpc": None},
+        "continued": {
+            "steps": 450,
+            "minutes": 29.5,
+            "epochs": 2,
+            "conll": {"metric": "f1", "before": [0.70, 0.72], "after": [0.74, 0.73]},
+        },
+    }
+    assert "| conll | f1 | 0.71 ± 0.014 | 0.735 ± 0.0071 | +0.025 |" in done.stdout
+    assert not (tmp_path / "curve.png").exists()
