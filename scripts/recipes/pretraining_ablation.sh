@@ -53,16 +53,7 @@ link() {  # folder: the arm's folder with the shared data in it
 }
 
 # --- 2. each arm's throughput on quiet cores ---------------------------------------------------------------
-rate() {  # run folder -> training steps/s: the median of its logged rates after the first quarter
-    python3 - "$1/metrics.jsonl" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
-train = [r for r in rows if "seq_per_s" in r and r.get("split", "train") == "train"]
-last = max(r["step"] for r in train)
-rates = [r["seq_per_s"] for r in train if r["step"] > last / 4]
-print(statistics.median(rates))
-EOF
-}
+rate() { python3 "$HERE/train_rate.py" "$1/metrics.jsonl"; }  # run folder -> training sequences/s
 calibrate() {  # arm -> OUT/calib/ARM/rate (sequences/s), and rate64 for len64
     local arm=$1 dir=$OUT/calib/$1
     [ -f "$dir/rate" ] && return 0

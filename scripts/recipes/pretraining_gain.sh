@@ -43,6 +43,14 @@
 # on the task data tokenized with its own vocabulary, as the upper reference; unset: skipped), REFERENCE_TASKS
 # (the tasks of that upper reference, default TASKS; set and empty: none, e.g. for a pass of ONLY=reference that
 # measures the continued pretraining alone; that pass writes its own results.json, with "continued").
+# MINUTES (unset: STEPS and SHORT_STEPS as given; N: the pretraining sized to N minutes of this machine: each
+# length's throughput is measured first, CALIB_STEPS (100) steps with these settings, evaluation excluded, and
+# STEPS and SHORT_STEPS then fill 70% of N at length 64 and 30% at 128, as the ablation did; the steps chosen are
+# kept in OUT/steps, so a resumed run keeps them), GENERAL_DUPE (3) and TASK_DUPE (5) (the shards' dupe factors),
+# FT_PARALLEL (2: fine-tuning runs at a time, one thread each; more on a GPU), PRETRAIN_WORKERS (1: the
+# pretraining loader's processes), CHECKPOINT_EVERY (100: the curve's checkpoints are among them).
+# Data prepared once (OUT/prep_minutes written) is not prepared again and SHARED is then not read, so a folder
+# of data made here can be carried to a machine without the shared corpus (a GPU box) and run there.
 set -euo pipefail
 OUT=${1:?usage: scripts/recipes/pretraining_gain.sh OUT}
 [ $# -eq 1 ] || { echo "Error: scripts/recipes/pretraining_gain.sh takes one argument, the output folder" >&2; exit 2; }
@@ -74,6 +82,17 @@ CONTINUE_LR=${CONTINUE_LR:-1e-4}
 CONTINUE_BATCH=${CONTINUE_BATCH:-32}
 CONTINUE_EPOCHS=${CONTINUE_EPOCHS:-1}
 REFERENCE_TASKS=${REFERENCE_TASKS-$TASKS}  # set and empty: no upper-reference runs
+MINUTES=${MINUTES:-}
+CALIB_STEPS=${CALIB_STEPS:-100}
+GENERAL_DUPE=${GENERAL_DUPE:-3}
+TASK_DUPE=${TASK_DUPE:-5}
+FT_PARALLEL=${FT_PARALLEL:-2}
+PRETRAIN_WORKERS=${PRETRAIN_WORKERS:-1}
+CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-100}
+for v in CALIB_STEPS GENERAL_DUPE TASK_DUPE FT_PARALLEL PRETRAIN_WORKERS CHECKPOINT_EVERY ${MINUTES:+MINUTES}; do
+    [[ ${!v} =~ ^[0-9]+([.][0-9]+)?$ ]] && [ "${!v}" != 0 ] ||
+        { echo "Error: $v must be a positive number, got '${!v}'" >&2; exit 2; }
+done
 # bf16 autocast only where the CPU computes bf16 natively (AVX512-BF16, AMX): 1.75x fp32 there; emulated
 # elsewhere, it is several times slower than fp32 (an AVX2-only EPYC: 0.1 steps/s against ~3).
 if [ -z "${PRECISION:-}" ]; then
@@ -81,14 +100,22 @@ if [ -z "${PRECISION:-}" ]; then
     grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && PRECISION=bf16
 fi
 HERE=$(cd "$(dirname "$0")" && pwd)
-for d in "$SHARED/pretrain/wikipedia" "$SHARED/pretrain/gutenberg" "$SHARED/tasks"; do
-    [ -d "$d" ] || { echo "Error: $d not found (set SHARED to the shared data folder)" >&2; exit 2; }
-done
+# Prepared data (and the reference's, when there is one) is complete: stage 1 and SHARED are not needed.
+data_ready() { [ -f "$OUT/prep_minutes" ] && { [ -z "$REFERENCE" ] || [ -f "$OUT/reference_data/done" ]; }; }
+if ! data_ready; then
+    for d in "$SHARED/pretrain/wikipedia" "$SHARED/pretrain/gutenberg" "$SHARED/tasks"; do
+        [ -d "$d" ] || { echo "Error: $d not found (set SHARED to the shared data folder)" >&2; exit 2; }
+    done
+fi
 mkdir -p "$OUT"
-settings="steps=$STEPS model=$MODEL norm=$NORM lr=$LR ft_lr=$FT_LR seeds=$SEEDS tasks=$TASKS mlm=$MLM_PROB"
-settings+=" schedule=$LR_SCHEDULE batch=$BATCH warmup=$WARMUP short_steps=$SHORT_STEPS layer_decay=$LAYER_DECAY"
+steps_setting=$STEPS short_setting=$SHORT_STEPS  # MINUTES: the steps follow from the budget, measured here
+[ -z "$MINUTES" ] || { steps_setting=minutes:$MINUTES:$CALIB_STEPS; [ "$SHORT_STEPS" -eq 0 ] || short_setting=0.7; }
+settings="steps=$steps_setting model=$MODEL norm=$NORM lr=$LR ft_lr=$FT_LR seeds=$SEEDS tasks=$TASKS mlm=$MLM_PROB"
+settings+=" schedule=$LR_SCHEDULE batch=$BATCH warmup=$WARMUP short_steps=$short_setting"
+settings+=" layer_decay=$LAYER_DECAY"
 settings+=" precision=$PRECISION continue=$CONTINUE_STEPS:$CONTINUE_LR:$CONTINUE_BATCH"
 [ "$CONTINUE_STEPS" -eq 0 ] || settings+=":$CONTINUE_EPOCHS reference_tasks=$REFERENCE_TASKS"
+[ "$GENERAL_DUPE:$TASK_DUPE" = 3:5 ] || settings+=" dupe=$GENERAL_DUPE:$TASK_DUPE"
 if [ -f "$OUT/recipe.txt" ] && [ "$(cat "$OUT/recipe.txt")" != "$settings" ]; then
     echo "Error: $OUT holds a recipe run with other settings ($(cat "$OUT/recipe.txt")); use another folder" >&2
     exit 2
@@ -100,6 +127,7 @@ stamp() { date +%s; }
 say() { echo "[pretraining_gain] $*" >&2; }
 
 # --- 1. text, vocabulary, shards ---------------------------------------------------------------------------
+if ! data_ready; then
 t0=$(stamp)
 python3 "$HERE/task_text.py" "$T" "$OUT/text" --squad-articles 0:40
 X=$OUT/text
@@ -114,12 +142,12 @@ shards() {  # name length dupe inputs...
     [ -f "$OUT/$name/manifest.json" ] || bertprep pretraining "$@" --vocab "$V" --output "$OUT/$name" \
         --dupe-factor "$dupe" --max-seq-length "$len" --num-shards 4 --overwrite
 }
-shards general 128 3 "${GENERAL[@]}"
-shards tasks 128 5 "${TASK_TEXT[@]}"
+shards general 128 "$GENERAL_DUPE" "${GENERAL[@]}"
+shards tasks 128 "$TASK_DUPE" "${TASK_TEXT[@]}"
 shards eval 128 1 --input "wikiextractor:$S/wikipedia/wiki_15"
 if [ "$SHORT_STEPS" -gt 0 ]; then  # phase one's shards: twice the sequences at half the length
-    shards general64 64 3 "${GENERAL[@]}"
-    shards tasks64 64 5 "${TASK_TEXT[@]}"
+    shards general64 64 "$GENERAL_DUPE" "${GENERAL[@]}"
+    shards tasks64 64 "$TASK_DUPE" "${TASK_TEXT[@]}"
 fi
 
 # Task data, tokenized with the recipe's vocabulary: the README's splits (SST-2 first 10,000 training rows and
@@ -145,8 +173,20 @@ task_data() {  # folder vocab: every task's train and eval datasets, tokenized w
     task squad_dev squad --input "$T/squad_v1.1/dev-v1.1.json" --articles 40:48 --split dev --max-seq-length 256
 }
 task_data "$OUT/tasks_data" "$V"
-[ -z "$REFERENCE" ] || task_data "$OUT/reference_data" "$REFERENCE/vocab.txt"
-prep_minutes=$(python3 -c "print(round(($(stamp) - $t0) / 60, 2))")
+if [ -n "$REFERENCE" ]; then  # the reference's task data, and its continued pretraining's shards
+    task_data "$OUT/reference_data" "$REFERENCE/vocab.txt"
+    if [ "$CONTINUE_STEPS" -gt 0 ]; then
+        RV=$REFERENCE/vocab.txt
+        [ -f "$OUT/tasks_ref/manifest.json" ] || bertprep pretraining "${TASK_TEXT[@]}" --vocab "$RV" \
+            --output "$OUT/tasks_ref" --dupe-factor 5 --max-seq-length 128 --num-shards 4 --overwrite
+        [ -f "$OUT/eval_ref/manifest.json" ] || bertprep pretraining --input "wikiextractor:$S/wikipedia/wiki_15" \
+            --vocab "$RV" --output "$OUT/eval_ref" --dupe-factor 1 --max-seq-length 128 --num-shards 1 --overwrite
+    fi
+    touch "$OUT/reference_data/done"
+fi
+python3 -c "print(round(($(stamp) - $t0) / 60, 2))" > "$OUT/prep_minutes"
+fi
+prep_minutes=$(cat "$OUT/prep_minutes")
 say "data ready in $prep_minutes minutes"
 [ "$STOP_AFTER" != data ] || exit 0
 
@@ -171,19 +211,57 @@ spec() {  # task -> kind train eval epochs
 }
 F=$OUT/finetune
 mkdir -p "$F"
+slot() {  # wait for a free fine-tuning slot (FT_PARALLEL at a time); each run says its own failure
+    while [ "$(jobs -rp | wc -l)" -ge "$FT_PARALLEL" ]; do wait -n || true; done
+}
 first_seed=${SEEDS%% *}
 
 if [ "$ONLY" != reference ]; then
 # --- 2. pretraining ----------------------------------------------------------------------------------------
 # Step-bounded (the same run on any machine); checkpoints every 100 steps, of which the curve's are kept.
 RUN=$OUT/pretrain
+if [ -n "$MINUTES" ]; then
+    # MINUTES: this machine's throughput at each length, these settings, then the steps that fill the budget.
+    if [ ! -f "$OUT/steps" ]; then
+        calibrate() {  # name short_steps steps -> OUT/calib/NAME/rate (sequences/s)
+            local dir=$OUT/calib/$1
+            if [ ! -f "$dir/rate" ]; then
+                mkdir -p "$dir"
+                for d in vocab general tasks eval general64 tasks64 tasks_data prep_minutes; do
+                    ln -sfn "$OUT/$d" "$dir/$d"
+                done
+                MINUTES= SHORT_STEPS=$2 STEPS=$3 STOP_AFTER=pretrain EVAL_EVERY=1000000 LOG_EVERY=10 CURVE_STEPS= \
+                    CHECKPOINT_EVERY=1000000 REFERENCE= CONTINUE_STEPS=0 "$0" "$dir" > "$dir.log" 2>&1 ||
+                    { echo "Error: the $1 calibration failed, see $dir.log" >&2; exit 1; }
+                python3 "$HERE/train_rate.py" "$dir/$([ "$2" -gt 0 ] && echo pretrain64 || echo pretrain)/metrics.jsonl" \
+                    > "$dir/rate"
+            fi
+            say "calibration: $(cat "$dir/rate") sequences/s at length $([ "$2" -gt 0 ] && echo 64 || echo 128)"
+        }
+        calibrate len128 0 "$CALIB_STEPS"
+        short=0
+        if [ "$SHORT_STEPS" -gt 0 ]; then
+            calibrate len64 "$CALIB_STEPS" $((CALIB_STEPS + 1))
+            short=$(python3 -c "print(round(0.7 * $MINUTES * 60 * $(cat "$OUT/calib/len64/rate") / $BATCH))")
+        fi
+        long=$(python3 -c "print(round(($([ "$short" -gt 0 ] && echo 0.3 || echo 1)) * $MINUTES * 60 \
+            * $(cat "$OUT/calib/len128/rate") / $BATCH))")
+        echo "$((short + long)) $short" > "$OUT/steps"
+    fi
+    read -r STEPS SHORT_STEPS < "$OUT/steps"
+    say "$MINUTES minutes: $STEPS steps, $SHORT_STEPS of them at length 64"
+fi
+curve=()  # the curve's steps: those this run has checkpoints for
+for s in $CURVE_STEPS; do [ "$s" -ge "$STEPS" ] || [ $((s % CHECKPOINT_EVERY)) -ne 0 ] || curve+=("$s"); done
+CURVE_STEPS=${curve[*]:-}
 pretrain() {  # output max-steps warmup data... [-- extra flags]: the recipe's pretraining flags, once
     local out=$1 steps=$2 warmup=$3; shift 3
     OMP_NUM_THREADS=${PRETRAIN_THREADS:-2} berttrain pretrain "$@" --eval-data "$OUT/eval" \
         --model "$MODEL" --norm-placement "$NORM" --dropout 0 --output "$out" --batch-size "$BATCH" --lr "$LR" \
         --warmup-steps "$warmup" --lr-schedule "$LR_SCHEDULE" --max-steps "$steps" --log-every "${LOG_EVERY:-50}" \
         --eval-every "${EVAL_EVERY:-100}" \
-        --eval-batches 20 --checkpoint-every 100 --keep-checkpoints 1000 --num-workers 1 --precision "$PRECISION" \
+        --eval-batches 20 --checkpoint-every "$CHECKPOINT_EVERY" --keep-checkpoints 1000 --num-workers "$PRETRAIN_WORKERS" \
+        --precision "$PRECISION" \
         --masking dynamic --mlm-probability "$MLM_PROB" --no-nsp --no-tensorboard
 }
 if [ ! -f "$OUT/pretrain_minutes" ]; then
@@ -221,51 +299,36 @@ LAST=$(ckpt_at "$STEPS")
 
 # --- 3. fine-tuning: pretrained and random, the same settings, each seed -----------------------------------
 init_of() { [ "$1" = pretrained ] && echo "$LAST" || echo "random:$LAST"; }
-jobs=()  # task init seed, two at a time
-for task in $TASKS; do for seed in $SEEDS; do for init in $INITS; do jobs+=("$task $init $seed"); done; done; done
-for ((i = 0; i < ${#jobs[@]}; i += 2)); do
-    for j in "${jobs[i]}" ${jobs[i + 1]:+"${jobs[i + 1]}"}; do
-        read -r task init seed <<< "$j"
-        read -r kind train dev epochs <<< "$(spec "$task")"
-        ft "$F/$task-$init-$seed" "$(init_of "$init")" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" &
-    done
-    wait -n && { [ -z "${jobs[i + 1]:-}" ] || wait -n; }
-    say "fine-tuned: ${jobs[i]}${jobs[i + 1]:+, ${jobs[i + 1]}}"
-done
+for task in $TASKS; do for seed in $SEEDS; do for init in $INITS; do
+    read -r kind train dev epochs <<< "$(spec "$task")"
+    slot
+    { ft "$F/$task-$init-$seed" "$(init_of "$init")" "$task" "$kind" "$train" "$dev" "$epochs" "$seed" &&
+        say "fine-tuned: $task $init $seed"; } &
+done; done; done
+wait
 # The curve: the chosen task from each kept checkpoint (random init is step 0), the first seed.
 read -r kind train dev epochs <<< "$(spec "$CURVE_TASK")"
-steps=($CURVE_STEPS)
-for ((i = 0; i < ${#steps[@]}; i += 2)); do
-    for s in "${steps[i]}" ${steps[i + 1]:+"${steps[i + 1]}"}; do
-        ck=$(ckpt_at "$s")
-        ft "$F/curve-$CURVE_TASK-step$s" "$ck" "$CURVE_TASK" "$kind" "$train" "$dev" "$epochs" "$first_seed" &
-    done
-    wait -n && { [ -z "${steps[i + 1]:-}" ] || wait -n; }
+for s in $CURVE_STEPS; do
+    slot
+    ft "$F/curve-$CURVE_TASK-step$s" "$(ckpt_at "$s")" "$CURVE_TASK" "$kind" "$train" "$dev" "$epochs" "$first_seed" &
 done
+wait
 fi  # ONLY != reference
-# The upper reference: one seed per task, two tasks side by side.
+# The upper reference: one seed per task.
 if [ -n "$REFERENCE" ]; then
-    set -- $REFERENCE_TASKS
-    while [ $# -gt 0 ]; do
-        for task in "$1" ${2:+"$2"}; do
-            read -r kind train dev epochs <<< "$(spec "$task")"
-            ft "$F/$task-reference-$first_seed" "$REFERENCE" "$task" "$kind" "$train" "$dev" "$epochs" "$first_seed" \
-                "$OUT/reference_data" &
-        done
-        wait -n && { [ -z "${2:-}" ] || wait -n; }
-        shift; [ $# -gt 0 ] && shift
+    for task in $REFERENCE_TASKS; do
+        read -r kind train dev epochs <<< "$(spec "$task")"
+        slot
+        ft "$F/$task-reference-$first_seed" "$REFERENCE" "$task" "$kind" "$train" "$dev" "$epochs" "$first_seed" \
+            "$OUT/reference_data" &
     done
+    wait
 fi
 
 # --- 3c. continued pretraining of the reference (domain- and task-adaptive: Gururangan et al. 2020) -----------
 # The published model, its vocabulary, the task text: a few minutes of MLM on it, then the same fine-tuning from
 # the model as it is ("before") and from the continued checkpoint ("after").
 if [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ]; then
-    RV=$REFERENCE/vocab.txt
-    [ -f "$OUT/tasks_ref/manifest.json" ] || bertprep pretraining "${TASK_TEXT[@]}" --vocab "$RV" \
-        --output "$OUT/tasks_ref" --dupe-factor 5 --max-seq-length 128 --num-shards 4 --overwrite
-    [ -f "$OUT/eval_ref/manifest.json" ] || bertprep pretraining --input "wikiextractor:$S/wikipedia/wiki_15" \
-        --vocab "$RV" --output "$OUT/eval_ref" --dupe-factor 1 --max-seq-length 128 --num-shards 1 --overwrite
     CONT=$OUT/continued
     if [ ! -f "$OUT/continue_minutes" ]; then
         t2=$(stamp)
@@ -277,28 +340,23 @@ if [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ]; then
         python3 -c "print(round(($(stamp) - $t2) / 60, 2))" > "$OUT/continue_minutes"
     fi
     CLAST=$(printf '%s/checkpoints/step-%07d' "$CONT" "$CONTINUE_STEPS")
-    jobs=()
-    for task in $CONTINUE_TASKS; do for seed in $SEEDS; do jobs+=("$task before $seed" "$task after $seed"); done; done
-    for ((i = 0; i < ${#jobs[@]}; i += 2)); do
-        for j in "${jobs[i]}" ${jobs[i + 1]:+"${jobs[i + 1]}"}; do
-            read -r task which seed <<< "$j"
-            read -r kind train dev epochs <<< "$(spec "$task")"
-            init=$REFERENCE
-            [ "$which" = before ] || init=$CLAST
-            # "before", first seed, the task's own epochs: the very run of the upper reference above (same init,
-            # data, settings, seed)
-            ref=$F/$task-reference-$seed
-            if [ "$which" = before ] && [ "$CONTINUE_EPOCHS" -eq "$epochs" ] && [ -f "$ref/done" ] \
-                && [ ! -e "$F/$task-continued-before-$seed" ]; then
-                ln -s "$(basename "$ref")" "$F/$task-continued-before-$seed"
-                ln -sf "$(basename "$ref").log" "$F/$task-continued-before-$seed.log"
-            fi
-            ft "$F/$task-continued-$which-$seed" "$init" "$task" "$kind" "$train" "$dev" "$CONTINUE_EPOCHS" "$seed" \
-                "$OUT/reference_data" &
-        done
-        wait -n && { [ -z "${jobs[i + 1]:-}" ] || wait -n; }
-        say "fine-tuned: ${jobs[i]}${jobs[i + 1]:+, ${jobs[i + 1]}}"
-    done
+    for task in $CONTINUE_TASKS; do for seed in $SEEDS; do for which in before after; do
+        read -r kind train dev epochs <<< "$(spec "$task")"
+        init=$REFERENCE
+        [ "$which" = before ] || init=$CLAST
+        # "before", first seed, the task's own epochs: the very run of the upper reference above (same init,
+        # data, settings, seed)
+        ref=$F/$task-reference-$seed
+        if [ "$which" = before ] && [ "$CONTINUE_EPOCHS" -eq "$epochs" ] && [ -f "$ref/done" ] \
+            && [ ! -e "$F/$task-continued-before-$seed" ]; then
+            ln -s "$(basename "$ref")" "$F/$task-continued-before-$seed"
+            ln -sf "$(basename "$ref").log" "$F/$task-continued-before-$seed.log"
+        fi
+        slot
+        { ft "$F/$task-continued-$which-$seed" "$init" "$task" "$kind" "$train" "$dev" "$CONTINUE_EPOCHS" \
+            "$seed" "$OUT/reference_data" && say "fine-tuned: $task continued $which $seed"; } &
+    done; done; done
+    wait
 fi
 
 # --- 4. results.json and the curve (ONLY=reference: the reference's and continued pretraining's alone) -----

@@ -276,3 +276,55 @@ def test_report_of_a_reference_only_pass_holds_the_continued_figures_alone(tmp_p
     }
     assert "| conll | f1 | 0.71 ± 0.014 | 0.735 ± 0.0071 | +0.025 |" in done.stdout
     assert not (tmp_path / "curve.png").exists()
+
+
+def test_train_rate_is_the_median_after_the_first_quarter_of_the_steps(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"step": s, "seq_per_s": r} for s, r in [(10, 5.0), (20, 90.0), (30, 100.0), (40, 110.0), (50, 300.0)]]
+    rows.append({"step": 50, "split": "eval", "seq_per_s": 1.0, "mlm_loss": 7.0})  # evaluation: not a training rate
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, SCRIPTS / "train_rate.py", metrics], capture_output=True, text=True, check=True
+    )
+    assert float(done.stdout) == 105.0  # steps 20-50 (after 50/4): 90, 100, 110, 300
+
+    metrics.write_text(json.dumps({"step": 10, "split": "eval", "mlm_loss": 7.0}) + "\n", encoding="utf-8")
+    refused = subprocess.run([sys.executable, SCRIPTS / "train_rate.py", metrics], capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("Error: ") and "no training rate" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def _gain(tmp_path, out, **env):
+    import os
+
+    full = {**os.environ, "SHARED": str(tmp_path / "no-shared-data-here"), **env}
+    return subprocess.run(
+        ["bash", SCRIPTS / "pretraining_gain.sh", out], capture_output=True, text=True, env=full, timeout=60
+    )
+
+
+def test_gain_refuses_a_budget_that_is_not_a_number_in_one_line(tmp_path):
+    done = _gain(tmp_path, tmp_path / "run", MINUTES="an hour")
+    assert done.returncode == 2
+    assert done.stderr == "Error: MINUTES must be a positive number, got 'an hour'\n"
+    assert not (tmp_path / "run").exists()
+    done = _gain(tmp_path, tmp_path / "run", FT_PARALLEL="0")
+    assert done.returncode == 2 and done.stderr == "Error: FT_PARALLEL must be a positive number, got '0'\n"
+
+
+def test_prepared_data_travels_without_the_shared_corpus(tmp_path):
+    out = tmp_path / "run"
+    missing = _gain(tmp_path, out, STOP_AFTER="data")
+    assert missing.returncode == 2 and "no-shared-data-here/pretrain/wikipedia not found" in missing.stderr
+
+    # A folder whose data was prepared elsewhere (prep_minutes written by that stage) needs no SHARED.
+    out.mkdir()
+    (out / "prep_minutes").write_text("1.53\n", encoding="utf-8")
+    done = _gain(tmp_path, out, STOP_AFTER="data", GENERAL_DUPE="1", TASK_DUPE="1")
+    assert done.returncode == 0, done.stderr
+    assert "[pretraining_gain] data ready in 1.53 minutes" in done.stderr
+    assert (out / "recipe.txt").read_text(encoding="utf-8").rstrip().endswith(" dupe=1:1")
+    # ... and keeps its recipe: the same folder with the default dupes is another recipe
+    other = _gain(tmp_path, out, STOP_AFTER="data")
+    assert other.returncode == 2 and "holds a recipe run with other settings" in other.stderr
