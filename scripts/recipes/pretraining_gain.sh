@@ -25,9 +25,9 @@
 # post: BERT's, exportable to Hugging Face), LR (pretraining, 3e-3), PRETRAIN_THREADS (2), FT_LR (3e-4),
 # MLM_PROB (0.4), LR_SCHEDULE (wsd or linear), BATCH (64), WARMUP (300), SHORT_STEPS (6800: the first that many
 # steps at length 64, then STEPS - SHORT_STEPS at 128 from their weights, BERT's two phases; 0: all at 128). The
-# default steps are 60 minutes on two quiet cores of the machine the README names (fp32, evaluation included:
-# 3.5 steps/s at length 64 for 32 minutes, then the rest of the hour at 128, ~1.8 steps/s); on another
-# machine, scale both by its rates. LAYER_DECAY
+# default steps are 60 minutes on two quiet cores of the machine they were sized on (fp32, evaluation included:
+# 3.5 steps/s at length 64 for 32 minutes, then the rest of the hour at 128, ~1.8 steps/s; the README's run
+# took 69.6 minutes on one ~15% slower); MINUTES=60 sizes them to the machine it runs on. LAYER_DECAY
 # (fine-tuning's --layer-decay, 1), INITS ("pretrained random": which inits are fine-tuned),
 # CURVE_STEPS ("200 400 800 1600 3200 6400" plus the last step, counted over both phases; empty: no curve), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad"),
 # PRECISION (bf16 where the CPU has native bf16, else fp32), STOP_AFTER (data or pretrain: end after that stage), EVAL_EVERY (100), LOG_EVERY (50),
