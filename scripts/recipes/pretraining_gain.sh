@@ -30,7 +30,7 @@
 # took 69.6 minutes on one ~15% slower); MINUTES=60 sizes them to the machine it runs on. LAYER_DECAY
 # (fine-tuning's --layer-decay, 1), INITS ("pretrained random": which inits are fine-tuned),
 # CURVE_STEPS ("200 400 800 1600 3200 6400" plus the last step, counted over both phases; empty: no curve), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad"),
-# PRECISION (bf16 where the CPU has native bf16, else fp32), STOP_AFTER (data or pretrain: end after that stage), EVAL_EVERY (100), LOG_EVERY (50),
+# PRECISION (bf16 where the CPU has native bf16, else fp32), STOP_AFTER (data, steps or pretrain: end after that stage; steps: once MINUTES has chosen them), EVAL_EVERY (100), LOG_EVERY (50),
 # ONLY (reference: the data, then only REFERENCE's stages, its fine-tuning and continued pretraining, which do not
 # depend on the tiny model's settings: a pass that can run apart, its folders then copied into the full run's OUT),
 # CONTINUE_STEPS (450 with REFERENCE, about 30 minutes here, else 0; with REFERENCE, that many steps of continued pretraining of the reference on the task
@@ -239,18 +239,19 @@ if [ -n "$MINUTES" ]; then
             say "calibration: $(cat "$dir/rate") sequences/s at length $([ "$2" -gt 0 ] && echo 64 || echo 128)"
         }
         calibrate len128 0 "$CALIB_STEPS"
-        short=0
+        share() { python3 -c "print(round($1 * $MINUTES * 60 * $(cat "$OUT/calib/$2/rate") / $BATCH))"; }
         if [ "$SHORT_STEPS" -gt 0 ]; then
             calibrate len64 "$CALIB_STEPS" $((CALIB_STEPS + 1))
-            short=$(python3 -c "print(round(0.7 * $MINUTES * 60 * $(cat "$OUT/calib/len64/rate") / $BATCH))")
+            short=$(share 0.7 len64) long=$(share 0.3 len128)
+        else
+            short=0 long=$(share 1 len128)
         fi
-        long=$(python3 -c "print(round(($([ "$short" -gt 0 ] && echo 0.3 || echo 1)) * $MINUTES * 60 \
-            * $(cat "$OUT/calib/len128/rate") / $BATCH))")
         echo "$((short + long)) $short" > "$OUT/steps"
     fi
     read -r STEPS SHORT_STEPS < "$OUT/steps"
     say "$MINUTES minutes: $STEPS steps, $SHORT_STEPS of them at length 64"
 fi
+[ "$STOP_AFTER" != steps ] || exit 0
 curve=()  # the curve's steps: those this run has checkpoints for
 for s in $CURVE_STEPS; do [ "$s" -ge "$STEPS" ] || [ $((s % CHECKPOINT_EVERY)) -ne 0 ] || curve+=("$s"); done
 CURVE_STEPS=${curve[*]:-}
