@@ -328,3 +328,63 @@ def test_prepared_data_travels_without_the_shared_corpus(tmp_path):
     # ... and keeps its recipe: the same folder with the default dupes is another recipe
     other = _gain(tmp_path, out, STOP_AFTER="data")
     assert other.returncode == 2 and "holds a recipe run with other settings" in other.stderr
+
+
+def test_gain_refuses_fine_tuning_epochs_that_miss_a_task_in_one_line(tmp_path):
+    done = _gain(tmp_path, tmp_path / "run", FT_EPOCHS="sst2:6,mrpc:5", TASKS="sst2 conll")
+    assert done.returncode == 2
+    assert done.stderr == "Error: FT_EPOCHS has no epochs for task conll (FT_EPOCHS=sst2:6 mrpc:5)\n"
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "prep_minutes").write_text("1\n", encoding="utf-8")
+    ok = _gain(tmp_path, out, STOP_AFTER="data", FT_EPOCHS="sst2:6,mrpc:5,conll:3,squad:2")
+    assert ok.returncode == 0, ok.stderr
+    assert " ft_epochs=sst2:6,mrpc:5,conll:3,squad:2 " in (out / "recipe.txt").read_text(encoding="utf-8")
+
+
+def _sweep_run(root, name, best_eval):
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"best": {"eval": best_eval}}), encoding="utf-8")
+
+
+def test_sweep_report_compares_each_cell_and_each_init_at_its_best(tmp_path):
+    """Every cell holds both inits; the conservative gain pits each init's best cell against the other's."""
+    scores = {  # (epochs, lr, init) -> SST-2 accuracy per seed
+        (3, "3e-4", "pretrained"): [0.77, 0.78],
+        (3, "3e-4", "random"): [0.76, 0.76],
+        (6, "6e-4", "pretrained"): [0.80, 0.80],
+        (6, "6e-4", "random"): [0.75, 0.75],
+    }
+    for (epochs, lr, init), accs in scores.items():
+        for seed, acc in enumerate(accs, 1):
+            _sweep_run(tmp_path, f"sst2-lr{lr}-ep{epochs}-{init}-{seed}", {"accuracy": acc})
+    (tmp_path / "sst2-lr3e-4-ep3-random-1.log").write_text("a log, not a run\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, SCRIPTS / "finetune_sweep_report.py", tmp_path], capture_output=True, text=True, check=True
+    )
+    assert "| 6 | 6e-4 | 0.800 ± 0.000 | 0.750 ± 0.000 | +0.050 |" in done.stdout
+    sweep = json.loads((tmp_path / "sweep.json").read_text())["sst2"]
+    assert [c["gain"] for c in sweep["cells"]] == pytest.approx([0.775 - 0.76, 0.05])
+    assert sweep["best"]["random"] == {"mean": pytest.approx(0.76), "epochs": 3, "lr": 3e-4}
+    assert sweep["conservative_gain"] == pytest.approx(0.80 - 0.76)
+
+    # a cell fine-tuned from one init only cannot be compared: said in one line
+    _sweep_run(tmp_path, "sst2-lr1e-3-ep6-pretrained-1", {"accuracy": 0.7})
+    lone = subprocess.run(
+        [sys.executable, SCRIPTS / "finetune_sweep_report.py", tmp_path], capture_output=True, text=True
+    )
+    assert lone.returncode == 1 and lone.stderr == "Error: sst2 epochs 6 lr 1e-3 lacks the random runs\n"
+
+
+def test_sweep_refuses_a_folder_without_task_data_in_one_line(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    done = subprocess.run(
+        ["bash", SCRIPTS / "finetune_sweep.sh", ckpt, tmp_path / "no-data", tmp_path / "out"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == f"Error: {tmp_path / 'no-data'}/sst2_train is not a task dataset\n"

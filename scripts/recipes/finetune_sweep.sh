@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Which fine-tuning settings does a checkpoint want? A grid of learning rates and epochs, each cell fine-tuned
+# from the checkpoint and from its architecture randomly initialised (--init random:CKPT), each seed, the
+# settings of scripts/recipes/pretraining_gain.sh otherwise (batch 32, 10% warm-up, dropout 0.1, mean pooling);
+# OUT/sweep.json and a table on stdout. A fair choice holds both inits: the random init gets every cell too.
+#
+#   scripts/recipes/finetune_sweep.sh CHECKPOINT TASK_DATA OUT
+#
+# TASK_DATA holds TASK_train and TASK_dev datasets (bertprep task, the checkpoint's vocabulary), e.g. the
+# tasks_data folder of a pretraining_gain.sh run. Environment: TASKS ("sst2 mrpc": classification tasks), LRS
+# ("1e-4 2e-4 3e-4 6e-4 1e-3"), EPOCHS ("sst2:3,6 mrpc:5,10"), SEEDS ("1 2 3"), PARALLEL (2: runs at a time, one
+# thread each; ~20 on a 16-core GPU machine), PRECISION (fp32). Finished cells are kept: a killed sweep
+# continues where it stopped.
+set -euo pipefail
+[ $# -eq 3 ] || { echo "Error: usage: scripts/recipes/finetune_sweep.sh CHECKPOINT TASK_DATA OUT" >&2; exit 2; }
+CKPT=$(cd "$1" 2>/dev/null && pwd) || { echo "Error: checkpoint folder $1 not found" >&2; exit 2; }
+DATA=$2 OUT=$3
+TASKS=${TASKS:-sst2 mrpc}
+LRS=${LRS:-1e-4 2e-4 3e-4 6e-4 1e-3}
+EPOCHS=${EPOCHS:-sst2:3,6 mrpc:5,10}
+SEEDS=${SEEDS:-1 2 3}
+PARALLEL=${PARALLEL:-2}
+PRECISION=${PRECISION:-fp32}
+HERE=$(cd "$(dirname "$0")" && pwd)
+for t in $TASKS; do
+    for split in train dev; do
+        [ -f "$DATA/${t}_$split/manifest.json" ] || { echo "Error: $DATA/${t}_$split is not a task dataset" >&2; exit 2; }
+    done
+    [[ " $EPOCHS " =~ \ $t:[0-9,]+\  ]] || { echo "Error: EPOCHS has no epochs for task $t (EPOCHS=$EPOCHS)" >&2; exit 2; }
+done
+[[ $PARALLEL =~ ^[1-9][0-9]*$ ]] || { echo "Error: PARALLEL must be a positive whole number, got '$PARALLEL'" >&2; exit 2; }
+mkdir -p "$OUT"
+one() {  # task lr epochs init seed: one cell's run, skipped when done
+    local out=$OUT/$1-lr$2-ep$3-$4-$5 init=$CKPT
+    [ "$4" = pretrained ] || init=random:$CKPT
+    [ -f "$out/done" ] && return 0
+    OMP_NUM_THREADS=1 berttrain finetune --init "$init" --task classification --train-data "$DATA/$1_train" \
+        --eval-data "$DATA/$1_dev" --output "$out" --overwrite --epochs "$3" --seed "$5" --lr "$2" --batch-size 32 \
+        --dropout 0.1 --warmup-ratio 0.1 --pooling mean --layer-decay 1 --log-every 100 --precision "$PRECISION" \
+        --no-tensorboard > "$out.log" 2>&1 && touch "$out/done" || { echo "Error: $out failed, see $out.log" >&2; return 1; }
+}
+failed=0
+for t in $TASKS; do
+    spec=${EPOCHS#*"$t":}; spec=${spec%% *}
+    for e in ${spec//,/ }; do for lr in $LRS; do for s in $SEEDS; do for i in pretrained random; do
+        while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || failed=1; done
+        one "$t" "$lr" "$e" "$i" "$s" &
+    done; done; done; done
+done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+[ "$failed" -eq 0 ] || { echo "Error: some runs failed (their logs are in $OUT)" >&2; exit 1; }
+python3 "$HERE/finetune_sweep_report.py" "$OUT"

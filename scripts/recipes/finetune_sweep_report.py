@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""``scripts/recipes/finetune_sweep.sh``'s last step: ``OUT/sweep.json`` and a Markdown table on stdout.
+
+Each cell (task, epochs, learning rate) holds both inits' best-epoch scores over the seeds (runs named
+``TASK-lrLR-epE-INIT-SEED``), the gain of the means at that cell, and per task the conservative gain: the
+pretrained init's best cell against the random init's best cell, each init at its own best settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from pretraining_gain_report import ALSO, METRICS, ReportError, best_eval
+
+RUN = re.compile(
+    r"^(?P<task>[a-z0-9]+)-lr(?P<lr>[0-9.e+-]+)-ep(?P<epochs>\d+)-(?P<init>pretrained|random)-(?P<seed>\d+)$"
+)
+
+
+def mean_sd(xs: list[float]) -> str:
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs):.3f} ± {sd:.3f}"
+
+
+def collect(out: Path) -> dict:
+    """{task: {(epochs, lr): {init: {"seeds": [...], metric: [...], also: [...]}}}} from the runs in OUT."""
+    cells: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+    for run in sorted(p for p in out.iterdir() if p.is_dir()):
+        m = RUN.match(run.name)
+        if m is None:
+            continue
+        task = m["task"]
+        if task not in METRICS:
+            raise ReportError(f"{run}: task {task} has no metric here (known: {', '.join(METRICS)})")
+        ev = best_eval(run)
+        cell = cells[task][(int(m["epochs"]), m["lr"])][m["init"]]
+        cell["seeds"].append(int(m["seed"]))
+        for key in (METRICS[task], ALSO.get(task)):
+            if key is not None:
+                cell[key].append(float(ev[key]))
+    return cells
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("out", type=Path)
+    args = p.parse_args(argv)
+    try:
+        cells = collect(args.out)
+    except ReportError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    if not cells:
+        print(f"Error: {args.out} holds no sweep runs (TASK-lrLR-epE-INIT-SEED)", file=sys.stderr)
+        return 1
+    result: dict = {}
+    lines = []
+    for task, grid in cells.items():
+        metric, also = METRICS[task], ALSO.get(task)
+        lines += [f"{task} ({metric}{', ' + also if also else ''}: best epoch, mean ± sd over the seeds)", ""]
+        head = "| epochs | lr | pretrained | random | gain |" + (
+            f" {also}: pretrained / random / gain |" if also else ""
+        )
+        lines += [head, "|---|---|---|---|---|" + ("---|" if also else "")]
+        rows, best = [], {}
+        for (epochs, lr), by_init in sorted(grid.items(), key=lambda kv: (kv[0][0], float(kv[0][1]))):
+            if set(by_init) != {"pretrained", "random"}:
+                print(
+                    f"Error: {task} epochs {epochs} lr {lr} lacks the {({'pretrained', 'random'} - set(by_init)).pop()} runs",
+                    file=sys.stderr,
+                )
+                return 1
+            pre, rnd = by_init["pretrained"][metric], by_init["random"][metric]
+            gain = statistics.mean(pre) - statistics.mean(rnd)
+            line = f"| {epochs} | {lr} | {mean_sd(pre)} | {mean_sd(rnd)} | {gain:+.3f} |"
+            row = {"epochs": epochs, "lr": float(lr), "pretrained": pre, "random": rnd, "gain": gain}
+            if also:
+                pa, ra = by_init["pretrained"][also], by_init["random"][also]
+                line += f" {statistics.mean(pa):.3f} / {statistics.mean(ra):.3f} / {statistics.mean(pa) - statistics.mean(ra):+.3f} |"
+                row[f"pretrained_{also}"], row[f"random_{also}"] = pa, ra
+            lines.append(line)
+            rows.append(row)
+            for init, xs in (("pretrained", pre), ("random", rnd)):
+                if init not in best or statistics.mean(xs) > best[init][0]:
+                    best[init] = (statistics.mean(xs), epochs, float(lr))
+        conservative = best["pretrained"][0] - best["random"][0]
+        lines += [
+            "",
+            f"each init at its own best cell: pretrained {best['pretrained'][0]:.3f} (epochs {best['pretrained'][1]}, "
+            f"lr {best['pretrained'][2]:g}), random {best['random'][0]:.3f} (epochs {best['random'][1]}, "
+            f"lr {best['random'][2]:g}): {conservative:+.3f}",
+            "",
+        ]
+        result[task] = {
+            "metric": metric,
+            "cells": rows,
+            "best": {k: {"mean": v[0], "epochs": v[1], "lr": v[2]} for k, v in best.items()},
+            "conservative_gain": conservative,
+        }
+    (args.out / "sweep.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    print(f"wrote {args.out / 'sweep.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
