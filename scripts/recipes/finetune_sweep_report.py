@@ -9,23 +9,17 @@ pretrained init's best cell against the random init's best cell, each init at it
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-from pretraining_gain_report import ALSO, METRICS, ReportError, best_eval
+from pretraining_gain_report import ALSO, METRICS, ReportError, best_eval, mean_sd, publish
 
 RUN = re.compile(
     r"^(?P<task>[a-z0-9]+)-lr(?P<lr>[0-9.e+-]+)-ep(?P<epochs>\d+)-(?P<init>pretrained|random)-(?P<seed>\d+)$"
 )
-
-
-def mean_sd(xs: list[float]) -> str:
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{statistics.mean(xs):.3f} ± {sd:.3f}"
 
 
 def collect(out: Path) -> dict:
@@ -103,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             "best": {k: {"mean": v[0], "epochs": v[1], "lr": v[2]} for k, v in best.items()},
             "conservative_gain": conservative,
         }
-    (args.out / "sweep.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print("\n".join(lines))
-    print(f"wrote {args.out / 'sweep.json'}")
+    publish(args.out / "sweep.json", result, lines)
     return 0
 
 

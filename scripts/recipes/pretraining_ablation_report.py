@@ -16,6 +16,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from pretraining_gain_report import ALSO, publish
+from pretraining_gain_report import mean_sd as fmt
+
 CHANGES = {
     "base": "BERT's settings: masking 0.2, linear decay, batch 64, length 128",
     "mlm15": "masking 0.15",
@@ -28,12 +31,6 @@ CHANGES = {
     "layerdecay": "base's checkpoint; fine-tuning --layer-decay 0.8",
     "recipe": "the kept levers together: length 64 then 128, masking 0.4, warm-up-stable-decay",
 }
-ALSO = {"mrpc": "accuracy", "squad": "exact_match"}
-
-
-def fmt(xs: list[float]) -> str:
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{statistics.mean(xs):.3f} ± {sd:.3f}"
 
 
 def pretrained_only(arm_dir: Path) -> dict | None:
@@ -116,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             if t in ALSO:
                 row += f" {fmt(results['base'][t]['random_' + ALSO[t]])} |"
         rows.append(row)
-    (args.out / "ablation.json").write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
-    print("\n".join(rows))
-    print(f"wrote {args.out / 'ablation.json'}")
+    publish(args.out / "ablation.json", table, rows)
     return 0
 
 

@@ -48,6 +48,17 @@ def spread(xs: list[float]) -> float:
     return statistics.stdev(xs) if len(xs) > 1 else 0.0
 
 
+def mean_sd(xs: list[float]) -> str:
+    return f"{statistics.mean(xs):.3f} ± {spread(xs):.3f}"
+
+
+def publish(path: Path, data: dict, lines: list[str]) -> None:
+    """A report's JSON at PATH and its Markdown table on stdout (the ablation's and the sweep's reports too)."""
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    print(f"wrote {path}")
+
+
 def eval_losses(metrics_file: Path) -> dict[int, dict]:
     out = {}
     for line in metrics_file.read_text(encoding="utf-8").splitlines():
