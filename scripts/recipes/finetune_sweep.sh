@@ -30,14 +30,12 @@ for t in $TASKS; do
 done
 [[ $PARALLEL =~ ^[1-9][0-9]*$ ]] || { echo "Error: PARALLEL must be a positive whole number, got '$PARALLEL'" >&2; exit 2; }
 mkdir -p "$OUT"
-one() {  # task lr epochs init seed: one cell's run, skipped when done
-    local out=$OUT/$1-lr$2-ep$3-$4-$5 init=$CKPT
+. "$HERE/finetune_run.sh"
+one() {  # task lr epochs init seed: one cell's run
+    local init=$CKPT
     [ "$4" = pretrained ] || init=random:$CKPT
-    [ -f "$out/done" ] && return 0
-    OMP_NUM_THREADS=1 berttrain finetune --init "$init" --task classification --train-data "$DATA/$1_train" \
-        --eval-data "$DATA/$1_dev" --output "$out" --overwrite --epochs "$3" --seed "$5" --lr "$2" --batch-size 32 \
-        --dropout 0.1 --warmup-ratio 0.1 --pooling mean --layer-decay 1 --log-every 100 --precision "$PRECISION" \
-        --no-tensorboard > "$out.log" 2>&1 && touch "$out/done" || { echo "Error: $out failed, see $out.log" >&2; return 1; }
+    finetune_run "$OUT/$1-lr$2-ep$3-$4-$5" "$init" classification "$DATA/$1_train" "$DATA/$1_dev" "$3" "$5" "$2" 1 \
+        "$PRECISION"
 }
 failed=0
 for t in $TASKS; do

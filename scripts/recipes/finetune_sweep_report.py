@@ -23,7 +23,7 @@ RUN = re.compile(
 
 
 def collect(out: Path) -> dict:
-    """{task: {(epochs, lr): {init: {"seeds": [...], metric: [...], also: [...]}}}} from the runs in OUT."""
+    """{task: {(epochs, lr): {init: {metric: [...], also: [...]}}}} (a score per seed) from the runs in OUT."""
     cells: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
     for run in sorted(p for p in out.iterdir() if p.is_dir()):
         m = RUN.match(run.name)
@@ -34,7 +34,6 @@ def collect(out: Path) -> dict:
             raise ReportError(f"{run}: task {task} has no metric here (known: {', '.join(METRICS)})")
         ev = best_eval(run)
         cell = cells[task][(int(m["epochs"]), m["lr"])][m["init"]]
-        cell["seeds"].append(int(m["seed"]))
         for key in (METRICS[task], ALSO.get(task)):
             if key is not None:
                 cell[key].append(float(ev[key]))

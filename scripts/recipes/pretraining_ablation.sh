@@ -7,8 +7,8 @@
 # The budget is turned into steps per arm from its own throughput (pretraining_gain.sh's MINUTES: CALIB_STEPS
 # steps of the arm at each of its lengths, evaluation excluded), measured for every arm first, on quiet cores:
 # an arm that steps faster (shorter sequences, a smaller batch, fewer masked positions) gets more steps, and the
-# arms can then run while the machine does other work without the comparison changing. The random-init baseline is the same architecture for every arm, so it is fine-tuned
-# once (arm "base"). OUT/ablation.json and a table on stdout; resumable like scripts/recipes/pretraining_gain.sh.
+# arms can then run while the machine does other work without the comparison changing. The random-init
+# baseline is the same architecture for every arm, so it is fine-tuned once (arm "base"). OUT/ablation.json and a table on stdout; resumable like scripts/recipes/pretraining_gain.sh.
 #
 # Environment: BUDGET (20), SEEDS ("1 2 3"), TASKS ("sst2 mrpc"), CALIB_STEPS (200), ARMS (all, in this order:
 # base mlm15 mlm30 mlm40 wsd batch32 batch128 len64 layerdecay recipe), SHARED, STOP_AFTER (steps: end once

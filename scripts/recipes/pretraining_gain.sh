@@ -201,14 +201,10 @@ say "data ready in $prep_minutes minutes"
 
 # Fine-tuning, as every stage below runs it: the two runs of a pair side by side, one thread each (small
 # matrices gain little from a second thread).
+. "$HERE/finetune_run.sh"
 ft() {  # out init task kind train eval epochs seed [data folder]
-    local out=$1 D=${9:-$OUT/tasks_data}
-    [ -f "$out/done" ] && return 0
-    OMP_NUM_THREADS=1 berttrain finetune --init "$2" --task "$4" --train-data "$D/$5" --eval-data "$D/$6" \
-        --output "$out" --overwrite --epochs "$7" --seed "$8" --lr "$FT_LR" --batch-size 32 --dropout 0.1 \
-        --warmup-ratio 0.1 --pooling mean --layer-decay "$LAYER_DECAY" --log-every 100 --precision "$PRECISION" --no-tensorboard \
-        > "$out.log" 2>&1 \
-        && touch "$out/done" || { echo "Error: fine-tuning $out failed, see $out.log" >&2; return 1; }
+    local D=${9:-$OUT/tasks_data}
+    finetune_run "$1" "$2" "$4" "$D/$5" "$D/$6" "$7" "$8" "$FT_LR" "$LAYER_DECAY" "$PRECISION"
 }
 spec() {  # task -> kind train eval epochs (FT_EPOCHS)
     local e
