@@ -87,7 +87,7 @@ def test_a_cited_section_that_is_gone_is_found(tmp_path):
 def test_every_section_cited_by_name_exists():
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     files = [REPO / f for f in tracked.split() if f.endswith((".py", ".md", ".sh")) or f == "Makefile"]
-    broken = [b for f in files if f.exists() for b in broken_citations(f)]
+    broken = [b for f in files if f.exists() and f.name != Path(__file__).name for b in broken_citations(f)]
     assert not broken, "sections cited that do not exist:\n" + "\n".join(broken)
 
 

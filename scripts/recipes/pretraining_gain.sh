@@ -5,7 +5,7 @@
 #
 #   scripts/recipes/pretraining_gain.sh OUT
 #
-# The recipe (README, "Pretraining that pays off", says what each part gained):
+# The recipe (docs/results.md, "Pretraining that pays off", says what each part gained):
 # - task-adaptive pretraining (Gururangan et al. 2020): the tasks' own training text, labels removed
 #   (scripts/task_text.py), mixed 0.6/0.4 with Wikipedia and the Gutenberg books (--data DIR:WEIGHT);
 # - a small vocabulary (8,000 WordPieces) trained on that mixture: a cheaper output layer, fewer rare rows;
