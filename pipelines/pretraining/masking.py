@@ -2,8 +2,9 @@
 
 The rule (80/10/10, the count, whole words) is the contract's, keyed here by instance id: an instance's masks
 do not depend on which batch or worker masked it. The stage runs the rule's compiled kernel
-(:mod:`bertstream.pipelines.pretraining.kernels.masking`, ~4x faster than the rule's NumPy form, ~35x with
-whole-word masking), which a test holds to :func:`reference_mask`, the rule on this stage's ragged layout.
+(:mod:`bertstream.pipelines.pretraining.kernels.masking`, ~6x faster than the rule's NumPy form on one core,
+~12x with whole-word masking), which a test holds to :func:`reference_mask`, the rule on this stage's ragged
+layout.
 
 With a word segmenter (Chinese), whole words are also the tokens that Tokenize marked in their ids
 (:mod:`bertstream.pipelines.pretraining.chinese_words`), whose marks are removed here, before anything is written.
