@@ -3,8 +3,10 @@ the field (``opt``), and :func:`click_options` turns a config class into click o
 the parsed (flat) values back into the nested config.
 
 A config class holds leaf fields and sections (fields declared with :func:`section`, one level deep). Leaf
-names are unique across a config, so a flat ``name -> value`` view (:func:`flat`) names every setting the
-way its flag does; that view also reads configs saved by the flat layout of earlier versions
+names are unique across a config, so a flat ``name -> value`` view (:func:`flat`) names every setting by its
+leaf (the flag's name, but where a field sets its flag: the trainer's ``mlm_probability`` is
+``--masked-lm-prob``, as the pipeline and the manifest call it); that view also reads configs saved by the
+flat layout of earlier versions
 (:func:`saved_values`). A command that needs another default than the section's gives it once, in
 ``section(Cls, name=value)``. A component's config used as a section may hold settings that belong to
 another part of the command (the loader's batch size is the run's ``--batch-size``): ``section(Cls,
