@@ -19,6 +19,7 @@ from bertstream.pipelines.common.dataset_run import DatasetHeader, write_text_at
 from bertstream.pipelines.tasks.kind import LabelPlan
 from bertstream.pipelines.tasks.labels import task_labels
 from bertstream.pipelines.tasks.write import ShardSpec
+from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from bertstream.schemas.vocab import VOCAB_FILENAME
 
@@ -44,7 +45,6 @@ def merge_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
 def build_manifest(
     *,
     kind: str,
-    unit: str,
     results: list[dict[str, Any]],
     tally: Tally,
     labels: list[str],
@@ -55,6 +55,7 @@ def build_manifest(
     results = sorted(results, key=lambda r: r["shard"])
     shards = tuple(ShardInfo(**f) for r in results for f in r["files"])
     counters = tally.counters()
+    unit = T.UNITS[kind]
     read, used = counters.get(f"{unit}_read", 0), counters.get(f"{unit}_used", 0)
     drops = dropped(counters, unit)
     if read != used + sum(drops.values()):
@@ -78,12 +79,10 @@ def build_manifest(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FinalizeTaskSpec:
-    """The last stage of a task run: its shards (those that got no rows are written empty), what a record is
-    (``unit``: the counters that must reconcile), how labels map to ids, the manifest's header, and the
-    vocabulary written beside it."""
+    """The last stage of a task run: its shards (those that got no rows are written empty), how labels map to
+    ids, the manifest's header, and the vocabulary written beside it."""
 
     shards: ShardSpec
-    unit: str
     plan: LabelPlan
     header: DatasetHeader
     vocab_text: str
@@ -92,7 +91,6 @@ class FinalizeTaskSpec:
 class _FinalizeFn(beam.DoFn):
     def __init__(self, spec: FinalizeTaskSpec) -> None:
         self.spec = spec.shards
-        self.unit = spec.unit
         self.plan = spec.plan
         self.header = spec.header
         self.vocab_text = spec.vocab_text
@@ -105,7 +103,6 @@ class _FinalizeFn(beam.DoFn):
                 results.append(self.spec.write(shard, None, labels))
         manifest = build_manifest(
             kind=self.spec.kind,
-            unit=self.unit,
             results=results,
             tally=tally,
             labels=labels,

@@ -199,7 +199,6 @@ class TaskKind:
     name: ClassVar[str]  # the command: bertprep task NAME
     summary: ClassVar[str]  # the first paragraph of its --help
     job: ClassVar[type]  # its settings, one frozen dataclass: the fields are the command's flags
-    unit: ClassVar[str]  # what one record is (rows, sentences, examples): <unit>_read, <unit>_used, <unit>_dropped
     files: ClassVar[tuple[str, ...]] = ()  # files it writes beside the shards (and their .tmp while written)
 
     def plan(self, job: Any, got: Inputs) -> Plan:

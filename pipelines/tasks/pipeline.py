@@ -142,9 +142,7 @@ def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
         if extra is None:
             extra = p | "NoFiles" >> beam.Create([[]])
         tallies = (read[R.TALLIES], feats["tallies"]) | "AllTallies" >> beam.Flatten()
-        finalize = FinalizeTaskSpec(
-            shards=shard_spec, unit=kind.unit, plan=plan.labels, header=head, vocab_text=spec.vocab.text()
-        )
+        finalize = FinalizeTaskSpec(shards=shard_spec, plan=plan.labels, header=head, vocab_text=spec.vocab.text())
         _ = results | "Finalize" >> FinalizeTask(finalize, tallies=tallies, labels=labels, files=extra)
 
     return run_dataset(
@@ -162,16 +160,17 @@ def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
                 f"{cfg.kind} {cfg.split}: {len(files)} input files, {input_bytes / 1e6:.1f} MB -> {claim.output_dir} "
                 f"({num_shards} shards)"
             ),
-            check=partial(_check_rows, files, kind.unit),
+            check=partial(_check_rows, files),
         )
     )
 
 
-def _check_rows(files: list[InputFile], unit: str, result: RunResult) -> None:
+def _check_rows(files: list[InputFile], result: RunResult) -> None:
     """What is read is what is meant: a header-only TSV or ``{"data": []}`` is no dataset (fine-tuning on it
     failed later, in Arrow); the run is unpublished and the earlier dataset, if any, comes back."""
     if not result.manifest.totals.get("rows"):
         m = result.manifest
+        unit = T.UNITS[m.kind]
         drops = ", ".join(f"{n} {why}" for why, n in dropped(m.counters, unit).items()) or "none dropped"
         raise InputError(
             f"--input {describe_inputs(files)}: no rows ({m.counters.get(f'{unit}_read', 0)} {unit} read; {drops})"

@@ -71,8 +71,9 @@ class TaskShardWriter(ShardWriter):
         self.count += t.num_rows
 
 
-def shard_stats(t: pa.Table | None, kind: str) -> dict[str, Any]:
-    """Mergeable figures of one shard: rows, tokens, longest row, label histogram (classification)."""
+def shard_stats(t: pa.Table | None) -> dict[str, Any]:
+    """Mergeable figures of one shard: rows, tokens, longest row, histogram of label ids (rows with one label id:
+    classification; not regression's float labels)."""
     if t is None or not t.num_rows:
         return {"rows": 0, "tokens": 0, "max_length": 0, "label_counts": {}}
     lengths = pc.list_value_length(t.column(T.INPUT_IDS)).to_numpy()
@@ -82,7 +83,7 @@ def shard_stats(t: pa.Table | None, kind: str) -> dict[str, Any]:
         "max_length": int(lengths.max()),
         "label_counts": {},
     }
-    if kind == T.CLASSIFICATION:
+    if T.LABEL in t.column_names and pa.types.is_integer(t.column(T.LABEL).type):
         labels = t.column(T.LABEL).drop_null().to_numpy()
         ids, counts = np.unique(labels, return_counts=True)
         stats["label_counts"] = {str(int(i)): int(c) for i, c in zip(ids, counts)}
@@ -115,7 +116,7 @@ class ShardSpec:
         with writer:
             if t is not None and t.num_rows:
                 writer.write(t)
-        return {"shard": shard, "files": [writer.written()], "stats": shard_stats(t, self.kind)}
+        return {"shard": shard, "files": [writer.written()], "stats": shard_stats(t)}
 
 
 class _AssignShardFn(beam.DoFn):

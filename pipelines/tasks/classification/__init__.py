@@ -43,7 +43,6 @@ class Classification(TaskKind):
     name = "classification"
     summary = "Sentence (pair) classification or regression: [CLS] A [SEP] (B [SEP]) + label."
     job = ClassificationJob
-    unit = "rows"
 
     def plan(self, job: ClassificationJob, got: Inputs) -> Plan:
         from bertstream.pipelines.tasks.classification import glue as G

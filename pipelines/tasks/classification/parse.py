@@ -18,8 +18,9 @@ from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
 from bertstream.pipelines.tasks.read import MALFORMED_JSON, file_lines, where
+from bertstream.schemas import tasks as T
 
-UNIT = "rows"
+UNIT = T.UNITS[T.CLASSIFICATION]
 # Drop reasons (``<unit>_dropped.<reason>``).
 WRONG_COLUMN_COUNT = "wrong_column_count"
 UNBALANCED_QUOTE = "unbalanced_quote"

@@ -49,7 +49,6 @@ class Ner(TaskKind):
     name = "ner"
     summary = "Named-entity recognition from CoNLL files (token POS chunk TAG) or char-tag files (char TAG)."
     job = NerJob
-    unit = "sentences"
 
     def plan(self, job: NerJob, got: Inputs) -> Plan:
         from bertstream.pipelines.tasks.labels import plan_for

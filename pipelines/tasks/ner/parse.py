@@ -16,8 +16,9 @@ from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
 from bertstream.pipelines.tasks.read import file_lines, where
+from bertstream.schemas import tasks as T
 
-UNIT = "sentences"
+UNIT = T.UNITS[T.NER]
 # Drop reasons: a sentence with a malformed line (``<unit>_dropped.malformed_line``); per line, under
 # ``lines_malformed.<reason>``, a line without the format's field count.
 MALFORMED_LINE = "malformed_line"

@@ -61,7 +61,6 @@ class Squad(TaskKind):
     name = "squad"
     summary = "Extractive QA from SQuAD v1.1/v2.0 JSON: features + examples.jsonl for the official metric."
     job = SquadJob
-    unit = "examples"
     files = (T.EXAMPLES_FILE,)
 
     def plan(self, job: SquadJob, got: Inputs) -> Plan:

@@ -18,8 +18,9 @@ from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, read_chunks
 from bertstream.pipelines.tasks.read import MALFORMED_JSON
+from bertstream.schemas import tasks as T
 
-UNIT = "examples"
+UNIT = T.UNITS[T.SQUAD]
 # Drop reasons (``<unit>_dropped.<reason>``).
 EMPTY_QUESTION = "empty_question"
 EMPTY_CONTEXT = "empty_context"
