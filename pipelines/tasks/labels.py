@@ -14,14 +14,13 @@ stops the run. An evaluation split cannot derive its own labels (ids would not m
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import apache_beam as beam
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.dataset_run import load_manifest
-from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
 from bertstream.pipelines.tasks.kind import NO_LABELS, LabelPlan, TaskConfig
 from bertstream.pipelines.tasks.read import RecordBatch
@@ -119,13 +118,6 @@ def plan_for(
         manifest_dir=label_set_from,
         split=cfg.split,
         always=always,
-    )
-
-
-def unknown_label_error(label: str, labels: Sequence[str], place: str, source: str) -> InputError:
-    return InputError(
-        f"{place}: label {label!r} is not in the label set {list(labels)} ({source}); an evaluation "
-        "split must use the training split's labels"
     )
 
 

@@ -17,8 +17,7 @@ import pyarrow as pa
 
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
-from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
-from bertstream.pipelines.tasks.labels import unknown_label_error
+from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table, unknown_label_error
 from bertstream.pipelines.tasks.ner.parse import UNIT, Sentence
 from bertstream.pipelines.tasks.read import RecordBatch, where
 from bertstream.schemas import id_types
