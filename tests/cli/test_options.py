@@ -286,7 +286,7 @@ def test_a_config_error_names_the_flag_typed():
 
 def test_bertprep_jobs_build_from_flags_and_keep_the_keyword_forms():
     from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-    from bertstream.pipelines.tasks.config import ClassificationJob
+    from bertstream.pipelines.tasks.classification import ClassificationJob
 
     job = options.build(PretrainingJob, inputs=["a"], vocab="v", output="o", no_strip_gutenberg=True)
     # the command line judges the layout (--format auto); the library default stays a format of its own
