@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,11 +14,12 @@ from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.dataset_run import load_manifest
 from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.output_dir import check_output
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.documents import Document, DocumentBatch
 from bertstream.pipelines.pretraining.holdout import EVAL_DIR, held_out, split_batch
 from bertstream.pipelines.pretraining.instances import document_key, instance_id
-from bertstream.pipelines.pretraining.pipeline import run_pretraining
+from bertstream.pipelines.pretraining.pipeline import POLICY, run_pretraining
 from bertstream.pipelines.report.inspection import verify_shard
 from bertstream.schemas import pretraining as P
 from bertstream.schemas.manifest import MANIFEST_NAME
@@ -100,6 +102,7 @@ def test_one_run_writes_two_complete_datasets(held_run):
     assert (train.parameters["split"], held.parameters["split"]) == ("train", "eval")
     assert train.parameters["eval_fraction"] == held.parameters["eval_fraction"] == FRACTION
     assert train.run["run_id"] == held.run["run_id"]  # one run, the input read once
+    assert train.run["worker_processes"] == 2
     assert not (out / "_work").exists()
 
 
@@ -123,11 +126,28 @@ def test_every_document_is_in_exactly_one_dataset(held_run, demo_shards, demo_co
     assert train_docs | held_docs == _documents_of(_instance_ids(demo_shards), doc_ids)
 
 
-def test_a_hold_out_that_leaves_one_side_empty_is_refused(tmp_path, demo_corpus, demo_vocab):
-    doc_ids = [p.name for p in sorted(demo_corpus.glob("*.txt"))]
-    # A few topics, none of which a tiny fraction holds out: the evaluation dataset would be empty.
-    kept = [d for d in doc_ids if not held_out(SEED, d, 0.01)][:4]
-    job = _job([demo_corpus / d for d in kept], demo_vocab / "vocab.txt", tmp_path / "out", eval_fraction=0.01)
+def test_a_hold_out_that_leaves_one_side_empty_is_refused_and_the_earlier_run_comes_back(
+    tmp_path, demo_corpus, demo_vocab
+):
+    vocab, out, fraction = demo_vocab / "vocab.txt", tmp_path / "out", 0.01
+    doc_ids = [p.name for p in sorted(demo_corpus.glob("*.txt"), key=lambda p: -p.stat().st_size)]
+    kept = [d for d in doc_ids if not held_out(SEED, d, fraction)][:3]
+    # An earlier run into the folder: the largest topic a larger fraction holds out goes to OUTPUT/eval.
+    moved = next(d for d in doc_ids if held_out(SEED, d, FRACTION) and d not in kept)
+    run_pretraining(_job([demo_corpus / d for d in [*kept, moved]], vocab, out, eval_fraction=FRACTION, dupe_factor=1))
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert Path(EVAL_DIR, MANIFEST_NAME) in before
+    # Three topics, none of which the fraction holds out: the evaluation dataset would be empty.
+    job = _job([demo_corpus / d for d in kept], vocab, out, eval_fraction=fraction, dupe_factor=1)
     with pytest.raises(InputError, match=r"^--eval-fraction 0.01 leaves the evaluation dataset without instances"):
-        run_pretraining(job)
-    assert not (tmp_path / "out" / MANIFEST_NAME).exists() and not (tmp_path / "out" / EVAL_DIR).exists()
+        run_pretraining(replace(job, overwrite=True))
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_the_eval_folder_is_the_runs_own(tmp_path):
+    """A run without the option replaces an earlier run's ``OUTPUT/eval`` too: two runs never mix."""
+    (tmp_path / EVAL_DIR).mkdir()
+    (tmp_path / EVAL_DIR / MANIFEST_NAME).write_text("{}")
+    with pytest.raises(UsageError, match="leftovers of an unfinished run"):
+        check_output(str(tmp_path), False, POLICY)
+    assert check_output(str(tmp_path), True, POLICY) == [str(tmp_path / EVAL_DIR)]
