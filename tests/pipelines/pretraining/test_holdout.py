@@ -110,6 +110,7 @@ def test_one_run_writes_two_complete_datasets(held_run, capsys):
     assert train.parameters["eval_fraction"] == held.parameters["eval_fraction"] == FRACTION
     assert train.run["run_id"] == held.run["run_id"]  # one run, the input read once
     assert train.run["worker_processes"] == 2
+    assert "input_mb_per_s" in train.run and "input_mb_per_s" not in held.run  # the reading is the run's, once
     _print_summary(result)  # what bertprep pretraining prints at the end
     moved, instances = held.counters[C.DOCUMENTS_READ], held.totals["instances"]
     assert (
