@@ -233,6 +233,22 @@ CASES = [
         "/nonexistent/t",
     ),
 ]
+# issue 44, bounded requests: a count that becomes processes has the machine's ceiling (it forked 968 and took 15 GB)
+FINETUNE = ["finetune", "--task", "classification", "--train-data", "a", "--eval-data", "b", "--init", "random:tiny"]
+CASES += [
+    (
+        "pretrain --num-workers 100000",
+        lambda w: pretrain(w, "--num-workers", "100000"),
+        2,
+        "'--num-workers': 100000 is more than this machine runs: at most",
+    ),
+    (
+        "finetune --num-workers 100000",
+        lambda w: [*FINETUNE, "--output", "o", "--num-workers", "100000"],
+        2,
+        "'--num-workers': 100000 is more than this machine runs: at most",
+    ),
+]
 if not torch.cuda.is_available():
     CASES.append(
         ("pretrain --device cuda without a GPU", lambda w: pretrain(w, "--device", "cuda"), 1, "no CUDA GPU is visible")
