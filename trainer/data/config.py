@@ -151,8 +151,8 @@ def parse_data_arg(text: str) -> tuple[str, float | None]:
     if m is None:
         return text, None
     weight = float(m["weight"])
-    if not (math.isfinite(weight) and weight > 0):
-        raise ValueError(f"{text}: the weight after the last ':' must be > 0, got {m['weight']}")
+    if not (math.isfinite(weight) and weight > 0):  # (1e400 reads as inf)
+        raise ValueError(f"{text}: the weight after the last ':' must be a finite number > 0, got {m['weight']}")
     return m["path"], weight
 
 

@@ -190,6 +190,30 @@ def test_worker_counts_past_the_machine_are_refused_in_one_line(bad, demo_vocab,
     assert not (tmp_path / "out").exists()
 
 
+def test_output_root_is_the_root_not_the_current_folder(bad, demo_vocab, tmp_path, monkeypatch):
+    """`--output /` lost its slash and wrote into the current folder (issue 44)."""
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    r = pretraining(bad, demo_vocab, "--output", "/")
+    assert_clean_error(r, 2, "'--output': / overlaps inputs")
+    assert_clean_error(pretraining(bad, demo_vocab, "--output", ""), 2, "'--output': is empty")
+    assert not any(here.iterdir())
+
+
+def test_a_text_field_with_no_input_of_fields_is_refused(bad, demo_vocab, tmp_path):
+    """--text-field with line formats only was ignored silently (issue 44): every argument is used or refused."""
+    out = str(tmp_path / "out")
+    applies = "'--text-field': 'body' applies to jsonl, parquet, arrow inputs; these are "
+    r = pretraining(bad, demo_vocab, "--output", out, "--text-field", "body")
+    assert_clean_error(r, 2, applies + "sentences")  # (--format auto's choice)
+    r = bertprep("extract", "--input", f"text:{bad / 's.txt'}", "--output", out, "--text-field", "body")
+    assert_clean_error(r, 2, applies + "text")
+    r = bertprep("vocab", "--input", f"sentences:{bad / 's.txt'}", "--output", out, "--text-field", "body")
+    assert_clean_error(r, 2, applies + "sentences")
+    assert not (tmp_path / "out").exists()
+
+
 def test_vocab_errors(bad, tmp_path):
     out = str(tmp_path / "voc")
     for name in ("corrupt.gz", "not-gzip.txt.gz"):
