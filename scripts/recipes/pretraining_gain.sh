@@ -131,7 +131,7 @@ choose STOP_AFTER data steps pretrain
 choose TASKS sst2 conll mrpc squad
 choose CURVE_TASK sst2 conll mrpc squad
 choose CONTINUE_TASKS sst2 conll mrpc squad
-[ -z "${PRECISION:-}" ] || choose PRECISION fp32 bf16
+[ -z "${PRECISION:-}" ] || choose PRECISION fp32 bf16 auto
 choose MODEL tiny mini small medium base large
 # bf16 autocast only where the CPU computes bf16 natively (AVX512-BF16, AMX): 1.75x fp32 there; emulated
 # elsewhere, it is several times slower than fp32 (an AVX2-only EPYC: 0.1 steps/s against ~3).
