@@ -18,6 +18,7 @@ OUTPUT_FORMATS = ("arrow", "webdataset", "both")
 ARROW_COMPRESSIONS = ("zstd", "lz4", "none")
 
 TEXT_FIELD = "text"  # the default --text-field
+FIELD_FORMATS = ("jsonl", "parquet", "arrow")  # the formats whose records have fields: --text-field names one
 TEXT_FIELD_HELP = "The field (jsonl) or column (parquet, arrow) that holds the text; id and title are kept too."
 
 

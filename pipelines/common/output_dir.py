@@ -75,7 +75,9 @@ def claim_output(output: str, overwrite: bool, policy: OutputPolicy, reads: dict
     nothing that is not the command's (and nothing of it without ``overwrite``), a fresh work folder, the
     earlier run's files set aside there. When the block fails, the earlier run comes back and the work folder
     goes within :data:`CLEANUP_SECONDS`; when it succeeds, the work folder goes with the earlier run in it."""
-    output_dir = absolute(output.rstrip("/"))
+    if not output.strip():
+        raise UsageError("output", "is empty: name a folder")
+    output_dir = absolute(output.rstrip("/") or "/")  # ("/" is the root, not "": the current folder)
     check_no_overlap(output_dir, reads)
     made = ensure_writable_dir(output_dir)
     try:

@@ -27,7 +27,13 @@ from bertstream.pipelines.common.dataset_run import (
     vocab_entry,
 )
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.inputs import InputFile, describe_inputs, input_format_of, resolve_inputs
+from bertstream.pipelines.common.inputs import (
+    InputFile,
+    check_text_field,
+    describe_inputs,
+    input_format_of,
+    resolve_inputs,
+)
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, remove_empty_made
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.common.source_stats import UnkWords
@@ -237,6 +243,7 @@ def run_pretraining(job: PretrainingJob) -> RunResult:
     beam_args = list(job.beam_args)
     options = pipeline_options(beam_args)
     files = resolve_inputs(inputs, cfg.input_format)
+    check_text_field(files, cfg.text_field)
     formats = input_format_of(files)
     if isinstance(formats, str) and formats != cfg.input_format:  # all given as `text:...`, say
         cfg = replace(cfg, input_format=formats)
