@@ -203,6 +203,8 @@ def prepare(carry: Path, python: str) -> None:
 
 def install(carry: Path, site: Path) -> None:
     """The carried wheels into ``site``, first on this process's and its children's path."""
+    if not (carry / "carry.json").exists():
+        raise SystemExit(f"Error: {carry}/carry.json not found: run --prepare {carry} first and carry that folder")
     want = json.loads((carry / "carry.json").read_text())["python"]
     have = f"{sys.version_info.major}.{sys.version_info.minor}"
     if want != have:
@@ -400,7 +402,8 @@ def measure(args: argparse.Namespace) -> None:
             rate = max(seen) if seen else PLAN_CPU_S_PER_MB[dupe]
             if plan.fits(label, planned_s(rate, mb, on_dask or w, cores, bool(on_dask))):
                 r = run_one(inputs, str(vocab), root / "out", dupe, w, env, dask=on_dask)
-                result["rows"].append({"input": f"{copies} copies", **r, "shards_digest": shards_digest(r)})
+                name = f"{copies} cop{'y' if copies == 1 else 'ies'}"
+                result["rows"].append({"input": name, **r, "shards_digest": shards_digest(r)})
                 print(json.dumps({k: v for k, v in result["rows"][-1].items() if k != "shards_sha256"}), flush=True)
                 save()
 
