@@ -61,6 +61,7 @@ import argparse
 import bz2
 import gzip
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -71,6 +72,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -210,8 +212,13 @@ def install(carry: Path, site: Path) -> None:
     if want != have:
         raise SystemExit(f"Error: the carried wheels are for Python {want}, this is {have}: --prepare --python {have}")
     wheels = sorted(str(p) for p in (carry / "wheels").glob("*.whl"))
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target"]
-    subprocess.run([*cmd, str(site), *wheels], check=True)
+    if importlib.util.find_spec("pip") is not None:
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target"]
+        subprocess.run([*cmd, str(site), *wheels], check=True)
+    else:  # an interpreter without pip: none of these wheels has a .data folder, so unpacking one installs it
+        for wheel in wheels:
+            with zipfile.ZipFile(wheel) as z:
+                z.extractall(site)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     sys.path.insert(0, str(site))
 
