@@ -43,6 +43,11 @@ def test_smoke_writes_real_figures_and_identical_shards(tmp_path: Path) -> None:
     summary = result["summary"]["dupe 1"]
     assert summary["identical_shards"] is True and summary["rows"] == 2
     assert _real(summary["multi-proc 2"]["speedup"]) and _real(summary["multi-proc 2"]["cpu_ratio"])
+    # the goals judged at the most workers of the run (no Dask row here): speed-up and CPU ratio
+    assert [g.split(" (")[0].rsplit(" ", 1)[0] for g in summary["goals"]] == [
+        "multi-proc 2 speedup",
+        "multi-proc 2 cpu_ratio",
+    ]
     dump = result["dump"]
     assert dump["files"] == 2 and dump["workers"] == 2 and dump["extract"]["documents"] > 0
     assert dump["xml_mb"] > 3 * dump["bz2_mb"]  # the dump's XML, not its bzip2 bytes
