@@ -15,8 +15,8 @@ The device command (prepared, NOT yet run: no device was lent to the session tha
 ``carry=[".device"]`` and ``timeout_s=480`` after ``--prepare .device --python X.Y`` for the device's Python
 (it prints its version first; carried wheels for another one stop the run with a one-line error in seconds)::
 
-    PY=$(command -v python3 || command -v python); $PY -V; nproc; timeout 470 $PY benchmarks/scale_out.py
-    --carry .device --json "$OUT/scale_out.json" 2>&1 | tee "$OUT/scale_out.log" | grep -v '^WARNING'
+    PY=$(command -v python3 || command -v python); $PY -V; nproc; timeout 470 $PY benchmarks/scale_out.py \\
+      --carry .device --json "$OUT/scale_out.json" 2>&1 | tee "$OUT/scale_out.log" | grep -v '^WARNING'
 
 What it measures (device):
 
