@@ -41,6 +41,8 @@ import math
 import sys
 import tempfile
 import time
+import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -108,24 +110,12 @@ FULL = Sizes(
     ft_max_steps=250,
     budget_s={"a": 140, "b": 70, "c": 110, "d": 80},
 )
-SMOKE = Sizes(
-    preset="tiny",
-    vocab=2000,
-    shapes=((64, 8, 10), (128, 4, 20)),
-    full_fraction=0.5,
-    timed_s=0.2,
-    warmup=1,
-    compile=False,
-    equal_steps=3,
-    matmul_n=256,
-    pretrain_steps=4,
-    pretrain_minutes=1.0,
-    log_every=2,
-    workers=1,
-    seeds=(1,),
-    ft_epochs=1,
-    ft_max_steps=0,
-    budget_s={"a": 60, "b": 60, "c": 120, "d": 120},
+# The CPU rehearsal: a tiny model, the fewest steps that still give each part's figures, one seed a precision.
+SMOKE = replace(
+    FULL,
+    **dict(preset="tiny", vocab=2000, shapes=((64, 8, 10), (128, 4, 20)), full_fraction=0.5, timed_s=0.2),
+    **dict(warmup=1, compile=False, equal_steps=3, matmul_n=256, pretrain_steps=4, log_every=2, workers=1),
+    **dict(seeds=(1,), ft_max_steps=0, budget_s={"a": 60, "b": 60, "c": 120, "d": 120}),
 )
 
 
@@ -275,34 +265,53 @@ def attention_kernels(model: torch.nn.Module, batch: dict, device: torch.device)
     bias = attention_bias(mask, torch.bfloat16)
     accepted = {}
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION):
-        try:
-            with sdpa_kernel([backend]):
-                torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=bias)
-            accepted[backend.name] = "accepts the mask"
-        except RuntimeError as e:
-            accepted[backend.name] = f"refused: {str(e).splitlines()[0][:70]}"
+        with warnings.catch_warnings(record=True) as caught:  # SDPA says why in a warning, then raises
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel([backend]):
+                    torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=bias)
+                accepted[backend.name] = "accepts the mask"
+            except RuntimeError as e:
+                why = [str(w.message).splitlines()[0] for w in caught] or [str(e).splitlines()[0]]
+                accepted[backend.name] = "refused: " + " | ".join(why)[:300]
     return {"dispatched_with_mask": ran, "forced": accepted}
 
 
-def part_a(sizes: Sizes, device: torch.device, peaks: dict, budget: Budget) -> dict:
+def timed_runs(
+    sizes: Sizes,
+    device: torch.device,
+    peaks: dict,
+    budget: Budget,
+    part: str,
+    build: Callable[[], torch.nn.Module],
+    loss_of: Callable[[torch.nn.Module], Callable[[dict], torch.Tensor]],
+) -> list[dict]:
+    """Every shape, eager and (when ``sizes.compile``) compiled, each on a fresh model from ``build``."""
     config = PRESETS[sizes.preset](sizes.vocab)
     runs: list[dict] = []
-    modes = [False, True] if sizes.compile else [False]
     for seq, batch, masked in sizes.shapes:
         data = batches(sizes, seq, batch, masked, device, sizes.full_fraction)
-        for compiled in modes:
+        for compiled in [False, True] if sizes.compile else [False]:
             row: dict[str, Any] = {"seq_len": seq, "batch": batch, "masked": masked, "compiled": compiled}
             if budget.left() <= 0:
-                runs.append(row | {"skipped": "part a's time share spent"})
+                runs.append(row | {"skipped": f"part {part}'s time share spent"})
                 continue
             torch._dynamo.reset()
-            model = BertForPreTraining(config, seed=0).to(device)
+            model = build()
             call = torch.compile(model) if compiled else model
-            res = time_steps(train_step(model, ours_loss(call), data, device), device, sizes.warmup, sizes.timed_s)
+            res = time_steps(train_step(model, loss_of(call), data, device), device, sizes.warmup, sizes.timed_s)
             row |= _summary(res) | rates(res, config, seq, batch, masked, peaks)
             row["real_token_share"] = real_share(data)
             runs.append(row)
             del model, call
+    return runs
+
+
+def part_a(sizes: Sizes, device: torch.device, peaks: dict, budget: Budget) -> dict:
+    config = PRESETS[sizes.preset](sizes.vocab)
+    runs = timed_runs(
+        sizes, device, peaks, budget, "a", lambda: BertForPreTraining(config, seed=0).to(device), ours_loss
+    )
     seq, batch, masked = sizes.shapes[0]
     model = BertForPreTraining(config, seed=0).to(device)
     data = batches(sizes, seq, batch, masked, device, sizes.full_fraction)
@@ -334,24 +343,11 @@ def _summary(res: dict) -> dict:
 def part_b(sizes: Sizes, device: torch.device, peaks: dict, budget: Budget, ours: list[dict]) -> dict:
     config = PRESETS[sizes.preset](sizes.vocab)
     equal = equal_loss(sizes, device)
-    runs: list[dict] = []
-    modes = [False, True] if sizes.compile else [False]
-    for seq, batch, masked in sizes.shapes:
-        data = batches(sizes, seq, batch, masked, device, sizes.full_fraction)
-        for compiled in modes:
-            row: dict[str, Any] = {"seq_len": seq, "batch": batch, "masked": masked, "compiled": compiled}
-            if budget.left() <= 0:
-                runs.append(row | {"skipped": "part b's time share spent"})
-                continue
-            torch._dynamo.reset()
-            model = hf_model(config, device)
-            call = torch.compile(model) if compiled else model
-            res = time_steps(train_step(model, theirs_loss(call), data, device), device, sizes.warmup, sizes.timed_s)
-            row |= _summary(res) | rates(res, config, seq, batch, masked, peaks)
-            mine = next((r for r in ours if _same(r, row) and "ms_per_step" in r), None)
+    runs = timed_runs(sizes, device, peaks, budget, "b", lambda: hf_model(config, device), theirs_loss)
+    for row in runs:
+        mine = next((r for r in ours if _same(r, row) and "ms_per_step" in r), None)
+        if "ms_per_step" in row:
             row["ours_over_theirs_time"] = round(mine["ms_per_step"] / row["ms_per_step"], 3) if mine else None
-            runs.append(row)
-            del model, call
     return {"equal_loss": equal, "runs": runs}
 
 
@@ -398,8 +394,9 @@ def equal_loss(sizes: Sizes, device: torch.device) -> dict:
 def part_c(
     sizes: Sizes, site: Path | None, carry: Path, work: Path, logs: Path, ours: list[dict], stderrs: list[str]
 ) -> dict:
-    seq, batch, _ = sizes.shapes[0]
     info = json.loads((carry / "carry.json").read_text())
+    # The step's batch at the shards' length (a smoke run over the real carry: its first shape's batch).
+    _, batch, _ = next((s for s in sizes.shapes if s[0] == info["length"]), sizes.shapes[0])
     rows, errs = C.pretrain_rates(
         carry,
         work,
@@ -414,7 +411,10 @@ def part_c(
         max_minutes=sizes.pretrain_minutes,
         site=site,
     )
-    step = next((r for r in ours if r["seq_len"] == info["length"] and r["compiled"] == sizes.compile), None)
+    step = next(
+        (r for r in ours if (r["seq_len"], r["batch"]) == (info["length"], batch) and r["compiled"] == sizes.compile),
+        None,
+    )
     for row in rows:
         if step and "seq_per_s" in row and "seq_per_s" in step:
             row["over_step"] = round(row["seq_per_s"] / step["seq_per_s"], 3)
@@ -464,46 +464,76 @@ def table(result: dict) -> Iterator[str]:
     yield f"bf16 peak: spec {p['spec']} TFLOP/s, measured {p['matmul']} TFLOP/s ({p['matmul_n']}^3 matmul)"
     yield "part  who     len  batch  mode     seq/s     ms/step  MFU(spec)  MFU(matmul)  ours/theirs"
     for part, who in (("a", "ours"), ("b", "theirs")):
-        for r in result[part]["runs"]:
-            mode = "compile" if r["compiled"] else "eager"
-            if "skipped" in r:
-                yield f"{part}     {who:<6} {r['seq_len']:>4} {r['batch']:>6}  {mode:<7}  skipped"
-                continue
-            yield (
-                f"{part}     {who:<6} {r['seq_len']:>4} {r['batch']:>6}  {mode:<7} {r['seq_per_s']:>8.1f} "
-                f"{r['ms_per_step']:>10.2f}  {_f(r['mfu_spec'])}  {_f(r['mfu_matmul']):>11}  "
-                f"{_f(r.get('ours_over_theirs_time'))}"
-            )
-    a = result["a"]
+        for r in result.get(part, {}).get("runs", []):
+            yield _row(part, who, r)
+    for part, lines in (("a", _table_a), ("b", _table_b), ("c", _table_c), ("d", _table_d)):
+        if part not in result:
+            yield f"{part}: did not run"
+        elif "error" in result[part]:
+            yield f"{part}: failed: {result[part]['error']}"
+        else:
+            yield from lines(result[part])
+    if "imports" in result:
+        imp = result["imports"]
+        yield (
+            f"imports beyond the device image: {imp['needed_beyond_image']} (carried: {imp['carried']}); "
+            f"tried, absent, not needed: {imp['tried_and_absent']}"
+        )
+
+
+def _row(part: str, who: str, r: dict) -> str:
+    mode = "compile" if r["compiled"] else "eager"
+    if "skipped" in r:
+        return f"{part}     {who:<6} {r['seq_len']:>4} {r['batch']:>6}  {mode:<7}  skipped"
+    return (
+        f"{part}     {who:<6} {r['seq_len']:>4} {r['batch']:>6}  {mode:<7} {r['seq_per_s']:>8.1f} "
+        f"{r['ms_per_step']:>10.2f}  {_f(r['mfu_spec'])}  {_f(r['mfu_matmul']):>11}  "
+        f"{_f(r.get('ours_over_theirs_time'))}"
+    )
+
+
+def _table_a(a: dict) -> Iterator[str]:
     yield f"a: attention with the padding mask: {', '.join(a['attention']['dispatched_with_mask']) or 'n/a'}"
+    yield f"a: backends forced with the mask: {a['attention']['forced']}"
     if a["padding_ms_per_step"]:
         pad = a["padding_ms_per_step"]
         yield (
             f"a: padding (eager, ms/step): padded+mask {pad['padded_with_mask']}, full+mask {pad['full_with_mask']}, "
             f"full, no mask {pad['full_no_mask']} (real tokens {pad['real_token_share']})"
         )
-    eq = result["b"]["equal_loss"]
+
+
+def _table_b(b: dict) -> Iterator[str]:
+    eq = b["equal_loss"]
     yield (
         f"b: equal loss after {eq['steps']} steps: ours {eq['ours_after']} theirs {eq['theirs_after']} "
         f"gap {eq['gap_after']} (<= {LOSS_TOLERANCE}: {eq['within_tolerance']})"
     )
-    for r in result["c"]["runs"]:
+
+
+def _table_c(c: dict) -> Iterator[str]:
+    for r in c["runs"]:
         yield (
             f"c: berttrain pretrain --masking {r['masking']}: exit {r['exit']}, {r.get('seq_per_s')} seq/s steady "
             f"({r.get('over_step')} of the step; goal 0.95), {r.get('command_seq_per_s')} over the whole command"
         )
-    d = result["d"]
-    for p, s in d.get("summary", {}).items():
+
+
+def _table_d(d: dict) -> Iterator[str]:
+    summary = d.get("summary", {})
+    for p, s in summary.items():
         if isinstance(s, dict):
-            yield f"d: finetune {p}: dev accuracy {s['mean_accuracy']} (spread {s['spread']}, {s['seeds']} seeds), {s['command_seq_per_s']} seq/s"
-    if "within_spread" in d.get("summary", {}):
-        s = d["summary"]
-        yield f"d: bf16/fp32 speed {s['speedup']}x, accuracy gap {s['accuracy_gap']} within the spread: {s['within_spread']}"
-    imp = result["imports"]
-    yield (
-        f"imports beyond the device image: {imp['needed_beyond_image']} (carried: {imp['carried']}); "
-        f"tried, absent, not needed: {imp['tried_and_absent']}"
-    )
+            yield (
+                f"d: finetune {p}: dev accuracy {s['mean_accuracy']} (spread {s['spread']}, {s['seeds']} seeds), "
+                f"{s['command_seq_per_s']} seq/s"
+            )
+    if "within_spread" in summary:
+        yield (
+            f"d: bf16/fp32 speed {summary['speedup']}x, accuracy gap {summary['accuracy_gap']} within the spread: "
+            f"{summary['within_spread']}"
+        )
+    if "skipped" in d:
+        yield f"d: skipped: {d['skipped']}"
 
 
 def _f(x: float | None) -> str:
@@ -543,19 +573,23 @@ def run_suite(sizes: Sizes, carry: Path, logs: Path, device: torch.device, save:
     def run(part: str, fn: Callable[[], dict]) -> None:
         budget.start(part)
         t = time.monotonic()
-        result[part] = fn()
+        try:
+            result[part] = fn()
+        except Exception as e:  # one part's failure must not cost the call's other parts
+            result[part] = {"error": f"{type(e).__name__}: {e}"[:500], "traceback": traceback.format_exc()[-3000:]}
+            print(result[part]["traceback"], file=sys.stderr)
         timings[part] = round(time.monotonic() - t, 1)
         result["seconds"] = {"by_part": timings, "total": round(time.monotonic() - t0, 1)}
         save(result)
 
     run("a", lambda: part_a(sizes, device, peaks, budget))
-    run("b", lambda: part_b(sizes, device, peaks, budget, result["a"]["runs"]))
+    run("b", lambda: part_b(sizes, device, peaks, budget, result["a"].get("runs", [])))
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as tmp:  # (c)'s checkpoints: not for $OUT
         work = Path(tmp)
         # The CPU rehearsal runs the commands with only what the GPU machine has (benchmarks/device_python.py).
         site = build_site(work / "device_site") if device.type == "cpu" else None
-        run("c", lambda: part_c(sizes, site, carry, work, logs, result["a"]["runs"], stderrs))
-        ckpt = next((r["checkpoint"] for r in result["c"]["runs"] if "checkpoint" in r), None)
+        run("c", lambda: part_c(sizes, site, carry, work, logs, result["a"].get("runs", []), stderrs))
+        ckpt = next((r["checkpoint"] for r in result["c"].get("runs", []) if "checkpoint" in r), None)
         run("d", lambda: part_d(sizes, site, carry, ckpt, work, logs, budget, stderrs))
     result["imports"] = C.import_report(stderrs, device_distributions() if device.type == "cpu" else None)
     save(result)
@@ -623,7 +657,7 @@ def loader_rehearsal(carry: Path, info: dict, smoke: bool) -> dict:
     for masking in ("static", "dynamic"):
         for workers in (0, 2):
             rate = C.loader_rate(carry / info["shards"], 256, workers, masking, seconds)
-            out[f"{masking}_workers{workers}"] = round(rate)
+            out[f"{masking}_workers{workers}"] = {"seq_per_s": round(rate), "over_demand": round(rate / demand, 2)}
     return out
 
 

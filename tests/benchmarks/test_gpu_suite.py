@@ -1,5 +1,6 @@
 """The GPU suite's CPU rehearsal (``benchmarks/gpu_suite.py --smoke``): every part runs on a tiny model over
-real shards and SST-2 rows made from the shared data, and the JSON holds real figures."""
+real shards and SST-2 rows made from the shared data, and the JSON holds real figures. Slow: it prepares the
+data with bertprep and starts four berttrain commands (~25 CPU-seconds, one run for the whole module)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.slow
 def test_every_part_has_real_figures(smoke: dict) -> None:
     assert smoke["device"].startswith("cpu") and smoke["torch"] and smoke["transformers"]
     assert _finite(smoke["peaks_tflops"]["matmul"])
@@ -40,6 +42,7 @@ def test_every_part_has_real_figures(smoke: dict) -> None:
     assert any("scaled_dot_product" in op for op in smoke["a"]["attention"]["dispatched_with_mask"])
 
 
+@pytest.mark.slow
 def test_hugging_face_from_the_same_weights_gives_the_same_loss(smoke: dict) -> None:
     eq = smoke["b"]["equal_loss"]
     assert eq["initial_gap"] < 1e-2 and eq["within_tolerance"], eq
@@ -47,6 +50,7 @@ def test_hugging_face_from_the_same_weights_gives_the_same_loss(smoke: dict) -> 
     assert eq["ours_after"] < eq["ours_initial"]  # the steps trained: the comparison is not of two idle models
 
 
+@pytest.mark.slow
 def test_the_real_commands_ran(smoke: dict) -> None:
     runs = smoke["c"]["runs"]
     assert [r["masking"] for r in runs] == ["static", "dynamic"]
@@ -59,6 +63,7 @@ def test_the_real_commands_ran(smoke: dict) -> None:
     assert isinstance(d["within_spread"], bool)
 
 
+@pytest.mark.slow
 def test_the_commands_need_nothing_the_device_lacks(smoke: dict) -> None:
     # The commands above ran (exit 0) with only the device image's distributions and the carried wheels
     # importable (benchmarks/device_python.py): what they imported is within that set.
@@ -70,3 +75,41 @@ def test_the_commands_need_nothing_the_device_lacks(smoke: dict) -> None:
 def test_importtime_lines_give_top_level_modules() -> None:
     err = "import time: self [us] | cumulative | imported package\nimport time:  12 |  40 |   webdataset.cache\n"
     assert C.imported_modules(err + "other line\n") == {"webdataset"}
+
+
+def test_precision_summary_compares_the_means_with_the_seeds_spread() -> None:
+    runs = [
+        {"precision": "bf16", "seed": 1, "dev_accuracy": 0.80, "command_seq_per_s": 300.0},
+        {"precision": "bf16", "seed": 2, "dev_accuracy": 0.82, "command_seq_per_s": 100.0},
+        {"precision": "fp32", "seed": 1, "dev_accuracy": 0.83, "command_seq_per_s": 100.0},
+        {"precision": "fp32", "seed": 2, "skipped": "part d's time share spent"},
+    ]
+    s = C.precision_summary(runs, ("bf16", "fp32"))
+    assert s["bf16"] == {"mean_accuracy": 0.81, "spread": 0.02, "seeds": 2, "command_seq_per_s": 200.0}
+    assert s["fp32"]["seeds"] == 1 and s["accuracy_gap"] == 0.02 and s["within_spread"] and s["speedup"] == 2.0
+    runs[0]["dev_accuracy"] = 0.78  # bf16 mean 0.80, spread 0.04: a gap of 0.03 is still within it
+    assert C.precision_summary(runs, ("bf16", "fp32"))["within_spread"]
+    runs[1]["dev_accuracy"] = 0.78  # bf16 0.78 +- 0: a gap of 0.05 is not
+    assert not C.precision_summary(runs, ("bf16", "fp32"))["within_spread"]
+
+
+def test_a_failed_part_is_reported_and_the_rest_still_printed() -> None:
+    result = {
+        "device": "X",
+        "torch": "t",
+        "peaks_tflops": {"spec": None, "matmul": 1.0, "matmul_n": 8},
+        "a": {"error": "RuntimeError: boom"},
+        "b": {
+            "equal_loss": {
+                "steps": 1,
+                "ours_after": 1.0,
+                "theirs_after": 1.0,
+                "gap_after": 0.0,
+                "within_tolerance": True,
+            },
+            "runs": [],
+        },
+    }
+    lines = list(S.table(result))
+    assert "a: failed: RuntimeError: boom" in lines and "c: did not run" in lines
+    assert any(line.startswith("b: equal loss") for line in lines)
