@@ -271,12 +271,17 @@ def pretrain_rates(
     compile_: bool,
     precision: str,
     max_minutes: float,
+    deadline: float,
     site: Path | None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Static, then dynamic masking; a run that would start after ``deadline`` (time.monotonic) is skipped."""
     info = json.loads((carry / "carry.json").read_text())
     rows, stderrs = [], []
     for masking in ("static", "dynamic"):
         out = work / f"pretrain_{masking}"
+        if time.monotonic() > deadline:
+            rows.append({"masking": masking, "skipped": "part c's time share spent"})
+            continue
         args = ["bertstream.trainer", "pretrain", "--data", str(carry / info["shards"]), "--model", preset]
         args += ["--output", str(out), "--overwrite", "--batch-size", str(batch_size), "--max-steps", str(steps)]
         args += ["--log-every", str(log_every), "--num-workers", str(workers), "--masking", masking]
