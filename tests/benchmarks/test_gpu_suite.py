@@ -47,7 +47,8 @@ def test_hugging_face_from_the_same_weights_gives_the_same_loss(smoke: dict) -> 
     eq = smoke["b"]["equal_loss"]
     assert eq["initial_gap"] < 1e-2 and eq["within_tolerance"], eq
     assert len(eq["ours_steps"]) == len(eq["theirs_steps"]) == S.SMOKE.equal_steps
-    assert eq["ours_after"] < eq["ours_initial"]  # the steps trained: the comparison is not of two idle models
+    # The steps moved both models (by far more than their gap): the comparison is not of two idle models.
+    assert abs(eq["ours_after"] - eq["ours_initial"]) > 10 * max(eq["gap_after"], 1e-4), eq
 
 
 @pytest.mark.slow
