@@ -1,4 +1,4 @@
-"""A site folder holding only what the GPU machine has: the device image (``gpu_commands.DEVICE_IMAGE`` and what
+"""A site folder holding only what the GPU machine has: the device image (``device_carry.DEVICE_IMAGE`` and what
 it requires) and the carried wheels (``gpu_commands.CARRIED``), as links into this environment's site-packages.
 
 The CPU rehearsal runs the real commands as ``python -S`` (no site-packages) with this folder on
@@ -11,11 +11,12 @@ from __future__ import annotations
 import importlib.metadata as md
 from pathlib import Path
 
-from benchmarks.gpu_commands import CARRIED, DEVICE_IMAGE, closure, normalise
+from benchmarks.device_carry import normalise, on_the_image
+from benchmarks.gpu_commands import CARRIED
 
 
 def device_distributions() -> set[str]:
-    return closure(DEVICE_IMAGE) | {normalise(c) for c in CARRIED}
+    return on_the_image() | {normalise(c) for c in CARRIED}
 
 
 def build_site(dest: Path) -> Path:

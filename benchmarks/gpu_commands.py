@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -26,9 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.device_carry import download, folder_bytes, normalise, on_the_image
+
 REPO = Path(__file__).resolve().parents[1]
-# What the device image has (the issue's list); everything these require comes with them.
-DEVICE_IMAGE = ("torch", "pyarrow", "numba", "tokenizers", "transformers")
 # Pure-Python wheels the trainer imports that the image may lack (webdataset: the shard reader's module imports
 # it; braceexpand: webdataset's; click: the command line; fsspec: the data paths). Carried at the versions
 # tested here; `pip install --no-index --find-links` leaves any the image already has alone.
@@ -77,37 +76,6 @@ def imported_modules(importtime_stderr: str) -> set[str]:
     return names
 
 
-def _requirement_names(dist: str) -> list[str]:
-    from packaging.requirements import Requirement
-
-    out = []
-    for spec in md.requires(dist) or []:
-        req = Requirement(spec)
-        if req.marker is None or req.marker.evaluate({"extra": ""}):
-            out.append(req.name)
-    return out
-
-
-def closure(dists: Sequence[str]) -> set[str]:
-    """Normalised names of ``dists`` and everything they require (no extras), as installed here."""
-    seen: set[str] = set()
-    todo = list(dists)
-    while todo:
-        name = normalise(todo.pop())
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            todo.extend(_requirement_names(name))
-        except md.PackageNotFoundError:
-            pass
-    return seen
-
-
-def normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def import_report(stderrs: Sequence[str], available: set[str] | None) -> dict[str, Any]:
     """Third-party distributions the commands imported, and beyond the device image.
 
@@ -129,7 +97,7 @@ def import_report(stderrs: Sequence[str], available: set[str] | None) -> dict[st
     imported = dists & available if available is not None else dists
     return {
         "imported_distributions": sorted(imported),
-        "needed_beyond_image": sorted(imported - closure(DEVICE_IMAGE)),
+        "needed_beyond_image": sorted(imported - on_the_image()),
         "carried": sorted(normalise(c) for c in CARRIED),
         "tried_and_absent": sorted(dists - imported),
     }
@@ -203,16 +171,9 @@ def prepare(root: Path, shared: Path, *, smoke: bool, wheels: bool) -> dict[str,
 
 def download_wheels(dest: Path) -> list[str]:
     """``pip download`` the ``CARRIED`` wheels at the versions installed here (pure Python: any device's Python)."""
-    pins = [f"{name}=={md.version(name)}" for name in CARRIED]
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest), *pins],
-        check=True,
-    )
-    return pins
-
-
-def folder_bytes(root: Path) -> int:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    pins = {name: md.version(name) for name in CARRIED}
+    download(pins, dest)
+    return [f"{n}=={v}" for n, v in pins.items()]
 
 
 # --- the loader against BERT-base's demand (CPU rehearsal) ---------------------------------------------------
