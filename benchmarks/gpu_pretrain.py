@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bertstream.trainer.metrics import device_peak_flops  # noqa: E402
 from bertstream.trainer.model import BertForPreTraining, mean_losses  # noqa: E402
 from bertstream.trainer.model_config import PRESETS, pretraining_flops  # noqa: E402
-from bertstream.trainer.optim import build_optimizer  # noqa: E402
+from bertstream.trainer.optim.table import build_optimizer  # noqa: E402
 
 
 def make_batch(b: int, t: int, p: int, vocab: int, gen: torch.Generator, device: torch.device) -> dict:

@@ -32,7 +32,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from bertstream.trainer.data.refs import ShardError
     from bertstream.trainer.errors import RunError
     from bertstream.trainer.finetune.data import TaskDataError
-    from bertstream.trainer.hf import HFCheckpointError
+    from bertstream.trainer.hf.convert import HFCheckpointError
     from bertstream.trainer.weights import InitError
 
     # OSError: missing folders, read-only outputs, full disks: the message names the path.

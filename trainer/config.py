@@ -18,7 +18,7 @@ from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 
 PRECISIONS = ("auto", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "lamb")
-LR_SCHEDULES = ("linear", "wsd")  # trainer.optim.WarmupLinearDecay
+LR_SCHEDULES = ("linear", "wsd")  # trainer.optim.table.WarmupLinearDecay
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 

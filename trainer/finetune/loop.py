@@ -49,7 +49,7 @@ from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_r
 from bertstream.trainer.finetune.tasks import Task, get_task
 from bertstream.trainer.metrics import MetricsLogger
 from bertstream.trainer.model_config import BertConfig, with_dropout
-from bertstream.trainer.optim import build_optimizer, build_scheduler
+from bertstream.trainer.optim.table import build_optimizer, build_scheduler
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.weights import Init, check_vocab, resolve_init
 

@@ -30,8 +30,8 @@ from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import MetricsLogger, Throughput
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig, pretraining_flops
-from bertstream.trainer.optim import build_optimizer, build_scheduler, warmup_note
-from bertstream.trainer.pretrain_inputs import (
+from bertstream.trainer.optim.table import build_optimizer, build_scheduler, warmup_note
+from bertstream.trainer.pretrain.inputs import (
     OpenedData,
     check_seq_length,
     data_loader,
@@ -40,8 +40,8 @@ from bertstream.trainer.pretrain_inputs import (
     model_config,
     open_data,
 )
+from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, same_data
 from bertstream.trainer.progress import Progress
-from bertstream.trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
 
