@@ -38,7 +38,7 @@ from bertstream.trainer.data import DataConfig, PretrainingLoader  # noqa: E402
 from bertstream.trainer.hf.config import hf_config_dict  # noqa: E402
 from bertstream.trainer.metrics import read_metrics  # noqa: E402
 from bertstream.trainer.model_config import PRESETS  # noqa: E402
-from bertstream.trainer.optim.table import param_groups  # noqa: E402
+from bertstream.trainer.optim.groups import param_groups  # noqa: E402
 
 WIKI = REPO.parent / "shared" / "data" / "pretrain" / "wikipedia"
 BIN = Path(sys.executable).parent

@@ -21,13 +21,14 @@ from torch import Tensor
 
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
 from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer.errors import UserError
 from bertstream.trainer.hf.config import read_config
 from bertstream.trainer.model_config import PRESET_NAMES, BertConfig, find_preset
 
 RANDOM_PREFIX = "random:"
 
 
-class InitError(ValueError):
+class InitError(UserError, ValueError):
     """``--init`` names nothing usable."""
 
 

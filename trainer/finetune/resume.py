@@ -36,6 +36,7 @@ FIXED = (
     "init",
     "dropout",
     "pooling",
+    "optimizer",
     "lr",
     "layer_decay",
     "batch_size",

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bertstream.trainer.errors import UserError
 from bertstream.trainer.hf import prelayernorm as PRE
 from bertstream.trainer.model_config import BertConfig
 
@@ -17,7 +18,7 @@ __all__ = ["CONFIG_FILENAME", "HFCheckpointError", "config_from_hf", "hf_config_
 CONFIG_FILENAME = "config.json"
 
 
-class HFCheckpointError(ValueError):
+class HFCheckpointError(UserError, ValueError):
     """A Hugging Face checkpoint folder is missing, not BERT, or does not fit our model."""
 
 
