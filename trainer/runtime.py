@@ -80,28 +80,6 @@ class Diverged(RunError):
     """The loss (so the gradient) became NaN or inf: the run stops before the step that would spoil its weights."""
 
 
-def optimizer_step(
-    raw: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LambdaLR, max_grad_norm: float, *, step: int
-) -> torch.Tensor:
-    """Clip the gradient norm, step optimizer and schedule, clear gradients; returns the norm before clipping.
-
-    A NaN or inf norm (a NaN or inf loss, or an overflowing gradient) stops the run at ``step`` (the step being
-    taken) before the optimizer applies it: the weights, and so every checkpoint, stay those of the last good
-    step. The norm is already reduced over ranks by DDP, so every rank stops at the same step."""
-    grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), max_grad_norm)
-    if not torch.isfinite(grad_norm):  # one scalar to the host per step: the price of never training on NaN
-        optimizer.zero_grad(set_to_none=True)
-        raise Diverged(
-            f"training diverged at step {step}: the loss or its gradient is {float(grad_norm)}; stopped before "
-            "applying it, the last checkpoint before it is kept (none is written with NaN weights); lower --lr, "
-            "or check the data"
-        )
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    return grad_norm
-
-
 @dataclass(slots=True)
 class Training:
     """What the optimizer steps, carried whole by both loops: the model (as called, and as saved), its optimizer
@@ -119,8 +97,22 @@ class Training:
         return float(self.scheduler.get_last_lr()[0])
 
     def optimizer_step(self) -> torch.Tensor:
-        """One step (see :func:`optimizer_step`); returns the gradient norm before clipping."""
-        grad_norm = optimizer_step(self.raw, self.optimizer, self.scheduler, self.max_grad_norm, step=self.step + 1)
+        """Clip the gradient norm, step optimizer and schedule, clear gradients; returns the norm before clipping.
+
+        A NaN or inf norm (a NaN or inf loss, or an overflowing gradient) stops the run at the step being taken,
+        before the optimizer applies it: the weights, and so every checkpoint, stay those of the last good step.
+        The norm is already reduced over ranks by DDP, so every rank stops at the same step."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), self.max_grad_norm)
+        if not torch.isfinite(grad_norm):  # one scalar to the host per step: the price of never training on NaN
+            self.optimizer.zero_grad(set_to_none=True)
+            raise Diverged(
+                f"training diverged at step {self.step + 1}: the loss or its gradient is {float(grad_norm)}; stopped "
+                "before applying it, the last checkpoint before it is kept (none is written with NaN weights); lower "
+                "--lr, or check the data"
+            )
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return grad_norm
 
