@@ -136,9 +136,12 @@ class CheckpointWriter:
         self, root: Path, training: Training, state: dict[str, Any], *, keep: int = 1, resumable: bool = True
     ) -> Path | None:
         """``training``'s weights and ``state`` (state.json) as checkpoint ``training.step`` under ``root``, the
-        newest ``keep`` kept; ``resumable``: with the optimizer and every rank's RNG, as a resume needs them (a
-        collective then: every rank calls it). Returns the folder on rank 0."""
+        newest ``keep`` kept; ``resumable``: with the optimizer, the schedule and every rank's RNG, what
+        :meth:`Training.restore` and a resume read (a collective then: every rank calls it). Returns the folder on
+        rank 0."""
         rng = gather_rng(self.info) if resumable else {}
+        if resumable:
+            state = {"scheduler": training.scheduler.state_dict(), **state}
         path = None
         if self.info.is_main:
             path = ckpt.save(

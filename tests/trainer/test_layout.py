@@ -16,15 +16,17 @@ sys.path.insert(0, str(REPO / "scripts" / "tools"))
 
 import import_graph as G  # noqa: E402
 
-COMMANDS = {"trainer.pretrain", "trainer.finetune", "trainer.embed"}
-COMMAND_LINE = {"trainer.cli", "trainer.cli_errors", "trainer.__main__"}
+# Nodes as the script names them, PACKAGE.<module or folder>.
+PACKAGE = "trainer"
+COMMANDS = {f"{PACKAGE}.{name}" for name in ("pretrain", "finetune", "embed")}
+COMMAND_LINE = {f"{PACKAGE}.{name}" for name in ("cli", "cli_errors", "__main__")}
 
 
 def _graph(folders: bool) -> dict[str, set[str]]:
     here = os.getcwd()
     os.chdir(REPO)  # the script takes the package as a path below the working directory
     try:
-        return G.graph("trainer", folders=folders)
+        return G.graph(PACKAGE, folders=folders)
     finally:
         os.chdir(here)
 
@@ -53,4 +55,4 @@ def test_the_commands_share_only_the_shared_level(folders):
     # embed reads fine-tuning's task datasets and heads; pretraining and fine-tuning import neither each other
     # nor embed (what both need lives below them: runtime, optim/, checkpoints)
     across = {(a, b) for a, targets in folders.items() for b in targets if a in COMMANDS and b in COMMANDS}
-    assert across <= {("trainer.embed", "trainer.finetune")}
+    assert across <= {(f"{PACKAGE}.embed", f"{PACKAGE}.finetune")}

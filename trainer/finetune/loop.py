@@ -254,7 +254,6 @@ class Saver:
         """Everything an identical continuation needs, at the end of an epoch (a collective: every rank)."""
         state = {
             "epoch": epoch,
-            "scheduler": training.scheduler.state_dict(),
             "data": batches.state_dict(),
             "epochs": results["epochs"],
             "best": results["best"],

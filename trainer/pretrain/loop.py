@@ -390,8 +390,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
 
         # --- checkpoint -----------------------------------------------------------------------------
         if step % cfg.checkpoint.checkpoint_every == 0 or step == last_step:
-            state = {"scheduler": scheduler.state_dict(), **data_position(cfg, loader)}
-            path = writer.save(run_dir, training, state, keep=cfg.checkpoint.keep_checkpoints)
+            path = writer.save(run_dir, training, data_position(cfg, loader), keep=cfg.checkpoint.keep_checkpoints)
             if path is not None:
                 R.log(f"checkpoint {path}", info)
     bar.close()
