@@ -39,6 +39,14 @@ def vocab(**values: Any) -> None:
         f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
         f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {job.output}/vocab.txt, tokenizer.json"
     )
+    if len(v) < job.config.vocab_size:
+        # WordPiece stops when no pair is left to merge: a small corpus cannot fill a large vocabulary, and a
+        # model built for --vocab-size tokens would carry rows no id reaches.
+        click.echo(
+            f"note: {len(v):,} of the {job.config.vocab_size:,} tokens --vocab-size asked: all that this text yields "
+            f"with --min-frequency {job.config.min_frequency} (more text, or a lower --min-frequency, gives more); "
+            "berttrain sizes its model from vocab.txt, not from --vocab-size"
+        )
 
 
 def _train_vocab(job: VocabJob):
@@ -118,6 +126,15 @@ def _print_summary(result) -> None:
     for line in summary_lines(m):
         click.echo("  " + line)
     click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files")
+    if m.parameters.get("split") == "train":  # --eval-fraction: the held-out documents' dataset beside it
+        from bertstream.pipelines.common.dataset_run import load_manifest
+        from bertstream.pipelines.pretraining.pipeline import eval_dir
+
+        held = load_manifest(eval_dir(result.output_dir))
+        click.echo(
+            f"  held out: {held.counters.get('documents_read', 0)} documents, {held.totals.get('instances', 0)} "
+            f"instances: {eval_dir(result.output_dir)}/manifest.json and {len(held.shards)} shard files"
+        )
     warning = manifest_warning(m)  # last, where it is seen: the run succeeded on data it likely misread
     if warning:
         click.echo(warning)

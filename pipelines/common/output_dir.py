@@ -77,7 +77,18 @@ def claim_output(output: str, overwrite: bool, policy: OutputPolicy, reads: dict
     goes within :data:`CLEANUP_SECONDS`; when it succeeds, the work folder goes with the earlier run in it."""
     output_dir = absolute(output.rstrip("/"))
     check_no_overlap(output_dir, reads)
-    ensure_writable_dir(output_dir)
+    made = ensure_writable_dir(output_dir)
+    try:
+        with _claimed(output_dir, overwrite, policy) as claim:
+            yield claim
+    except BaseException:
+        if made is not None:
+            remove_empty_made(output_dir, made)  # a refused or failed run leaves no empty --output behind
+        raise
+
+
+@contextmanager
+def _claimed(output_dir: str, overwrite: bool, policy: OutputPolicy) -> Iterator[Claim]:
     run_id = new_run_id()
     with lock_output(output_dir, run_id, policy.command):
         replaced = check_output(output_dir, overwrite, policy)
@@ -100,13 +111,18 @@ def new_run_id() -> str:
 # --------------------------------------------------------------------------------------- the folder itself
 
 
-def ensure_writable_dir(output_dir: str) -> None:
-    """Create a local ``--output`` folder if needed and prove it writable; URLs are checked by the run itself
-    (object stores have no folders and no permissions to read up front)."""
+def ensure_writable_dir(output_dir: str) -> str | None:
+    """Create a local ``--output`` folder if needed and prove it writable; the topmost folder this made (None:
+    it was there). URLs are checked by the run itself (object stores have no folders and no permissions to
+    read up front)."""
     if "://" in output_dir:
-        return
+        return None
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise UsageError("output", f"{output_dir} is a file; --output must be a folder")
+    made = output_dir
+    while not os.path.exists(os.path.dirname(made)) and os.path.dirname(made) != made:
+        made = os.path.dirname(made)
+    made_any = not os.path.exists(output_dir)
     probe = os.path.join(output_dir, f".bertprep-write-test-{uuid.uuid4().hex}")
     try:
         os.makedirs(output_dir, exist_ok=True)
@@ -115,6 +131,21 @@ def ensure_writable_dir(output_dir: str) -> None:
         os.remove(probe)
     except OSError as e:
         raise UsageError("output", f"cannot write to {output_dir}: {e.strerror or e}") from None
+    return made if made_any else None
+
+
+def remove_empty_made(output_dir: str, made: str) -> None:
+    """Remove ``output_dir`` and the folders above it up to ``made`` (what :func:`ensure_writable_dir` created),
+    each only while empty: whatever another process put there meanwhile stays."""
+    path = output_dir
+    while True:
+        try:
+            os.rmdir(path)
+        except OSError:  # not empty (or gone): leave it, and every folder above it
+            return
+        if path == made or os.path.dirname(path) == path:
+            return
+        path = os.path.dirname(path)
 
 
 def _resolved(path: str) -> str:
@@ -150,7 +181,7 @@ def _names_in(output_dir: str) -> list[str]:
         return sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
     names = set()
     prefix = output_dir.rstrip("/") + "/"
-    for r in FileSystems.match([prefix + "*"]):
+    for r in FileSystems.match([prefix + "**"]):  # "*" stops at a "/": a folder in it would go unseen
         for m in r.metadata_list:
             names.add(m.path[len(prefix) :].split("/", 1)[0] if m.path.startswith(prefix) else m.path)
     return sorted(n for n in names if n)
@@ -231,7 +262,7 @@ def replacing(output_dir: str, is_output: Callable[[str], bool], paths: list[str
     try:
         for p in paths:
             dst = FileSystems.join(aside_dir, p.rstrip("/").rsplit("/", 1)[-1])
-            FileSystems.rename([p], [dst])
+            move(p, dst)
             moved.append((p, dst))
         yield
     except BaseException:
@@ -243,13 +274,29 @@ def _restore(output_dir: str, is_output: Callable[[str], bool], moved: list[tupl
     if not moved:  # nothing set aside: the run's own partial files go with the run (no listing of a store that
         return  # may have gone away, which Beam's clients would retry for minutes)
     try:
-        partial = existing_outputs(output_dir, is_output)
+        partial = [o for p in existing_outputs(output_dir, is_output) for o in objects(p)]
         if partial:
             FileSystems.delete(partial)
         for src, dst in sorted(moved, key=lambda m: m[0].endswith(MANIFEST_NAME)):
-            FileSystems.rename([dst], [src])
+            move(dst, src)
     except Exception as e:  # noqa: BLE001 - the run's own error is what the user must see
         C.progress(f"could not put the earlier files back ({type(e).__name__}: {e}); they are in {aside}")
+
+
+def objects(path: str) -> list[str]:
+    """``path``, or where it names a folder on an object store (a prefix, no object: a dataset's ``eval``
+    folder, say), every object below it: what a rename or a delete there must name one by one."""
+    if "://" not in path or FileSystems.exists(path):
+        return [path]
+    prefix = path.rstrip("/") + "/"
+    return sorted(m.path for r in FileSystems.match([prefix + "**"]) for m in r.metadata_list)
+
+
+def move(src: str, dst: str) -> None:
+    """Rename a file or a folder, also on an object store (whose renames take objects, not folders)."""
+    sources = objects(src)
+    if sources:
+        FileSystems.rename(sources, [dst + s[len(src) :] for s in sources])
 
 
 # ------------------------------------------------------------------------------------------- the work folder
