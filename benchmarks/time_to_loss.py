@@ -35,10 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bertstream.trainer.data import DataConfig, PretrainingLoader  # noqa: E402
-from bertstream.trainer.hf_config import hf_config_dict  # noqa: E402
+from bertstream.trainer.hf.config import hf_config_dict  # noqa: E402
 from bertstream.trainer.metrics import read_metrics  # noqa: E402
 from bertstream.trainer.model_config import PRESETS  # noqa: E402
-from bertstream.trainer.optim import param_groups  # noqa: E402
+from bertstream.trainer.optim.groups import param_groups  # noqa: E402
 
 WIKI = REPO.parent / "shared" / "data" / "pretrain" / "wikipedia"
 BIN = Path(sys.executable).parent
@@ -142,7 +142,7 @@ def run_reference(args: argparse.Namespace, train: Path, held: Path, init: Path)
     optimizer = torch.optim.AdamW(param_groups(model, 0.01), lr=args.lr, eps=1e-6)
     schedule = get_linear_schedule_with_warmup(optimizer, args.warmup, args.max_steps)
     sha = json.loads((train / "manifest.json").read_text())["vocab"]["sha256"]
-    # The batches `berttrain pretrain` draws: same DataConfig as trainer.pretrain_inputs.data_loader for one CPU rank.
+    # The batches `berttrain pretrain` draws: same DataConfig as trainer.pretrain.inputs.data_loader for one CPU rank.
     loader = PretrainingLoader(
         DataConfig(paths=(str(train),), batch_size=args.batch, num_workers=1, seed=args.seed),
         expected_vocab_sha256=sha,

@@ -23,8 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bertstream.trainer.hf import from_hf_state_dict  # noqa: E402
-from bertstream.trainer.hf_config import hf_config_dict  # noqa: E402
+from bertstream.trainer.hf.config import hf_config_dict  # noqa: E402
+from bertstream.trainer.hf.convert import from_hf_state_dict  # noqa: E402
 from bertstream.trainer.model import BertForPreTraining, mean_losses  # noqa: E402
 from bertstream.trainer.model_config import PRESETS, pretraining_flops  # noqa: E402
 

@@ -74,7 +74,7 @@ def _upload(s3, bucket: str, key: str, path) -> str:
 def _pretrain(data: str, out, **kw):
     from bertstream.trainer.config import TrainConfig
     from bertstream.trainer.metrics import read_metrics
-    from bertstream.trainer.pretrain import pretrain
+    from bertstream.trainer.pretrain.loop import pretrain
 
     cfg = TrainConfig.build(
         **{

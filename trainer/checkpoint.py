@@ -21,12 +21,14 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from bertstream.trainer.errors import UserError
+
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.safetensors"
 _STEP_DIR = re.compile(r"^step-(\d{7,})$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint folder is missing, incomplete or does not match the run."""
 
 

@@ -26,7 +26,7 @@ def main() -> None:
 @click_options(TrainConfig)
 def pretrain(**values: Any) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
-    from bertstream.trainer.pretrain import pretrain as run
+    from bertstream.trainer.pretrain.loop import pretrain as run
 
     with reported(TrainConfig):
         result = run(TrainConfig.build(**values))
@@ -42,7 +42,7 @@ def pretrain(**values: Any) -> None:
 )
 def export_hf(checkpoint, out, overwrite: bool) -> None:
     """Write a checkpoint as a Hugging Face BertForPreTraining folder (config.json, model.safetensors, vocab.txt)."""
-    from bertstream.trainer.hf import export_checkpoint
+    from bertstream.trainer.hf.convert import export_checkpoint
 
     with reported():
         path = export_checkpoint(checkpoint, out, overwrite=overwrite)
@@ -56,7 +56,7 @@ def export_hf(checkpoint, out, overwrite: bool) -> None:
 def plot(run_dirs, output, baseline_from) -> None:
     """Plot loss and MLM/NSP accuracy (train and eval) from RUN_DIR/metrics.jsonl; several RUN_DIRs are the
     phases of one training, drawn on one step axis."""
-    from bertstream.trainer.plot import plot_run, unigram_baseline
+    from bertstream.trainer.pretrain.plot import plot_run, unigram_baseline
 
     with reported():
         baseline = unigram_baseline(baseline_from) if baseline_from else None

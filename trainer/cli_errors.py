@@ -28,26 +28,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     # Imported here: `berttrain --help` stays fast (torch is not loaded).
     from bertstream.schemas.version import SchemaError
     from bertstream.schemas.vocab import VocabError, VocabMismatchError
-    from bertstream.trainer.checkpoint import CheckpointError
-    from bertstream.trainer.data.refs import ShardError
-    from bertstream.trainer.errors import RunError
-    from bertstream.trainer.finetune.data import TaskDataError
-    from bertstream.trainer.hf import HFCheckpointError
-    from bertstream.trainer.weights import InitError
+    from bertstream.trainer.errors import UserError
 
     # OSError: missing folders, read-only outputs, full disks: the message names the path.
-    return (
-        RunError,
-        ShardError,
-        SchemaError,
-        VocabError,
-        VocabMismatchError,
-        CheckpointError,
-        HFCheckpointError,
-        TaskDataError,
-        InitError,
-        OSError,
-    )
+    return (UserError, SchemaError, VocabError, VocabMismatchError, OSError)
 
 
 @contextmanager

@@ -15,10 +15,11 @@ from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
 from bertstream.trainer.data.config import MASKING_MODES, DataConfig, check_masking
 from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
+from bertstream.trainer.optim.table import LR_SCHEDULES
+from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
 
 PRECISIONS = ("auto", "fp32", "bf16")
-OPTIMIZERS = ("adamw", "lamb")
-LR_SCHEDULES = ("linear", "wsd")  # trainer.optim.WarmupLinearDecay
+OPTIMIZERS = tuple(OPTIMIZER_TABLE)  # one table for both commands (trainer.optim.table)
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -72,15 +73,17 @@ class RunConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OptimConfig:
-    """AdamW-style settings both commands share."""
+    """The optimizer both commands build (``bertstream.trainer.optim.table``) and its settings."""
 
     lr: float = opt(1e-4)
     weight_decay: float = opt(0.01)
     adam_eps: float = opt(1e-6, cli=False)  # BERT's
     max_grad_norm: float = opt(1.0)
+    optimizer: str = opt(OPTIMIZERS[0], choices=OPTIMIZERS)
 
     def __post_init__(self) -> None:
         check_finite(self)
+        check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         # the optimizer computes in float32: a larger rate overflowed inside its first step (a traceback)
         check(self.lr <= FLOAT32_MAX, "lr", f"must be at most {FLOAT32_MAX:.4g} (a float32), got {self.lr}")
@@ -91,7 +94,6 @@ class OptimConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PretrainOptim(OptimConfig):
-    optimizer: str = opt("adamw", choices=OPTIMIZERS)
     warmup_steps: int = opt(1000)
     lr_schedule: str = opt(
         "linear",
@@ -102,7 +104,6 @@ class PretrainOptim(OptimConfig):
 
     def __post_init__(self) -> None:
         OptimConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
-        check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
         check(
             self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"

@@ -288,7 +288,7 @@ class BertModel(nn.Module):
         construct_then_init(self, build, lambda: self.reset_parameters(seed))
 
     def reset_parameters(self, seed: int = 0) -> None:
-        # One stream per part, so a fresh pooler or head can be redrawn alone (see trainer.hf).
+        # One stream per part, so a fresh pooler or head can be redrawn alone (see trainer.hf.convert).
         for name, child in self.named_children():
             seeded_init(child, self.config.initializer_range, seed, f"bert.{name}")
 

@@ -1,12 +1,14 @@
 """What the pretraining and fine-tuning loops share: logging, DDP wrapping, dropout seeding, precision,
-moving batches, the optimizer step with clipping, the eval/train switch and the per-rank RNG state of a
-checkpoint. One owner for each, so the two loops cannot drift apart.
+moving batches, the training state (:class:`Training`: model, optimizer, schedule, step) with its clipped
+optimizer step, the eval/train switch, and the checkpoints (:class:`CheckpointWriter`, with every rank's RNG
+state). One owner for each, so the two loops cannot drift apart.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,26 +80,83 @@ class Diverged(RunError):
     """The loss (so the gradient) became NaN or inf: the run stops before the step that would spoil its weights."""
 
 
-def optimizer_step(
-    raw: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LambdaLR, max_grad_norm: float, *, step: int
-) -> torch.Tensor:
-    """Clip the gradient norm, step optimizer and schedule, clear gradients; returns the norm before clipping.
+@dataclass(slots=True)
+class Training:
+    """What the optimizer steps, carried whole by both loops: the model (as called, and as saved), its optimizer
+    and schedule, and the steps taken. Restored from a checkpoint and saved into one as a unit."""
 
-    A NaN or inf norm (a NaN or inf loss, or an overflowing gradient) stops the run at ``step`` (the step being
-    taken) before the optimizer applies it: the weights, and so every checkpoint, stay those of the last good
-    step. The norm is already reduced over ranks by DDP, so every rank stops at the same step."""
-    grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), max_grad_norm)
-    if not torch.isfinite(grad_norm):  # one scalar to the host per step: the price of never training on NaN
-        optimizer.zero_grad(set_to_none=True)
-        raise Diverged(
-            f"training diverged at step {step}: the loss or its gradient is {float(grad_norm)}; stopped before "
-            "applying it, the last checkpoint before it is kept (none is written with NaN weights); lower --lr, "
-            "or check the data"
-        )
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    return grad_norm
+    model: nn.Module  # what is called: compiled and/or under DDP
+    raw: nn.Module  # the plain module: its parameters are clipped and stepped, its state_dict saved
+    optimizer: torch.optim.Optimizer
+    scheduler: LambdaLR
+    max_grad_norm: float
+    step: int = 0
+
+    @property
+    def lr(self) -> float:
+        return float(self.scheduler.get_last_lr()[0])
+
+    def optimizer_step(self) -> torch.Tensor:
+        """Clip the gradient norm, step optimizer and schedule, clear gradients; returns the norm before clipping.
+
+        A NaN or inf norm (a NaN or inf loss, or an overflowing gradient) stops the run at the step being taken,
+        before the optimizer applies it: the weights, and so every checkpoint, stay those of the last good step.
+        The norm is already reduced over ranks by DDP, so every rank stops at the same step."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), self.max_grad_norm)
+        if not torch.isfinite(grad_norm):  # one scalar to the host per step: the price of never training on NaN
+            self.optimizer.zero_grad(set_to_none=True)
+            raise Diverged(
+                f"training diverged at step {self.step + 1}: the loss or its gradient is {float(grad_norm)}; stopped "
+                "before applying it, the last checkpoint before it is kept (none is written with NaN weights); lower "
+                "--lr, or check the data"
+            )
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return grad_norm
+
+    def restore(self, restored: ckpt.Loaded) -> None:
+        """A checkpoint's optimizer, schedule and step (its weights are loaded with the model)."""
+        load_state(self.optimizer, restored.optimizer, "optimizer state (optimizer.pt)", restored.path)
+        load_state(self.scheduler, restored.state["scheduler"], "scheduler state (state.json)", restored.path)
+        self.step = restored.step
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointWriter:
+    """How a run writes its checkpoints: its configuration and vocabulary go into every one; rank 0 writes, every
+    rank waits for it."""
+
+    config: dict[str, Any]  # config.json: the model, the command's flags, the vocabulary's hash, the world size
+    vocab_text: str
+    info: D.DistInfo
+
+    def save(
+        self, root: Path, training: Training, state: dict[str, Any], *, keep: int = 1, resumable: bool = True
+    ) -> Path | None:
+        """``training``'s weights and ``state`` (state.json) as checkpoint ``training.step`` under ``root``, the
+        newest ``keep`` kept; ``resumable``: with the optimizer, the schedule and every rank's RNG, what
+        :meth:`Training.restore` and a resume read (a collective then: every rank calls it). Returns the folder on
+        rank 0."""
+        rng = gather_rng(self.info) if resumable else {}
+        if resumable:
+            state = {"scheduler": training.scheduler.state_dict(), **state}
+        path = None
+        if self.info.is_main:
+            path = ckpt.save(
+                root,
+                training.step,
+                model_state=training.raw.state_dict(),
+                optimizer=training.optimizer.state_dict() if resumable else None,
+                rng=rng,
+                state=state,
+                config=self.config,
+                vocab_text=self.vocab_text,
+                keep=keep,
+            )
+        D.barrier(self.info)
+        return path
 
 
 @contextlib.contextmanager

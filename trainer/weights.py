@@ -3,7 +3,7 @@ the same way, and each run checks its data's vocabulary against theirs with :fun
 
 - our checkpoint folder (``RUN/checkpoints/step-N``: ``model.safetensors`` in HF names, ``config.json`` whose
   ``"model"`` is ``BertConfig.to_dict()``, ``vocab.txt``), or a run folder (its newest checkpoint);
-- a Hugging Face BERT folder (``config.json`` with ``model_type: bert``), read by ``bertstream.trainer.hf.load_hf``;
+- a Hugging Face BERT folder (``config.json`` with ``model_type: bert``), read by ``bertstream.trainer.hf.convert.load_hf``;
 - ``random:PRESET`` (``random:mini``, ``random:bert_tiny``, ...): a freshly initialised encoder of that preset
   over the task data's own vocabulary (the baseline of a pretrained-vs-random comparison);
 - ``random:CHECKPOINT``: a freshly initialised encoder of that checkpoint's architecture (the baseline for a
@@ -21,13 +21,14 @@ from torch import Tensor
 
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
 from bertstream.trainer import checkpoint as ckpt
-from bertstream.trainer.hf_config import read_config
+from bertstream.trainer.errors import UserError
+from bertstream.trainer.hf.config import read_config
 from bertstream.trainer.model_config import PRESET_NAMES, BertConfig, find_preset
 
 RANDOM_PREFIX = "random:"
 
 
-class InitError(ValueError):
+class InitError(UserError, ValueError):
     """``--init`` names nothing usable."""
 
 
@@ -161,7 +162,7 @@ def _our_checkpoint(folder: Path, data: dict, *, weights: bool, flag: str) -> In
 
 
 def _hf_folder(folder: Path, seed: int, flag: str) -> Init:
-    from bertstream.trainer.hf import load_hf
+    from bertstream.trainer.hf.convert import load_hf
 
     config, state, report = load_hf(folder, seed=seed)
     try:

@@ -23,7 +23,7 @@ from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.embed import EmbedConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
-from bertstream.trainer.resume import check_resume
+from bertstream.trainer.pretrain.resume import check_resume
 
 COMMANDS = {"pretrain": TrainConfig, "finetune": FinetuneConfig, "embed": EmbedConfig}
 
@@ -98,7 +98,7 @@ def test_a_field_added_to_a_section_becomes_a_flag():
 def test_the_cli_builds_the_nested_config(monkeypatch, tmp_path):
     got = []
     monkeypatch.setattr(
-        "bertstream.trainer.pretrain.pretrain", lambda cfg: got.append(cfg) or {"step": 0, "run_dir": "r"}
+        "bertstream.trainer.pretrain.loop.pretrain", lambda cfg: got.append(cfg) or {"step": 0, "run_dir": "r"}
     )
     argv = ["pretrain", "--data", "a:1", "--data", "b:3", "--output", str(tmp_path), "--lr", "0.002"]
     argv += ["--format", "arrow", "--no-tensorboard", "--model", "mini", "--keep-checkpoints", "5", "--compile"]
@@ -205,8 +205,8 @@ def test_one_error_type_names_the_field():
 
 
 def test_the_settings_a_resume_fixes_are_config_settings():
-    from bertstream.trainer import resume
     from bertstream.trainer.finetune import resume as finetune_resume
+    from bertstream.trainer.pretrain import resume
 
     assert set(resume.FIXED) <= {leaf.name for leaf in options.leaves(TrainConfig)}
     assert set(finetune_resume.FIXED) <= {leaf.name for leaf in options.leaves(FinetuneConfig)}

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from bertstream.cli.errors import UsageError
 from bertstream.trainer.cli import main
 from bertstream.trainer.embed import EmbedConfig, embed, layer_indices
-from bertstream.trainer.hf_config import hf_config_dict
+from bertstream.trainer.hf.config import hf_config_dict
 from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, randomise
 
 transformers = pytest.importorskip("transformers")
@@ -200,7 +200,7 @@ def test_task_dataset_with_our_checkpoint_matches_unpadded_rows(tmp_path):
     from safetensors.torch import save_file
 
     from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
-    from bertstream.trainer.hf import to_hf_state_dict
+    from bertstream.trainer.hf.convert import to_hf_state_dict
     from bertstream.trainer.model import BertConfig, BertForPreTraining
     from tests.jobs import run_classification
 

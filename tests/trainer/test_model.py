@@ -198,7 +198,7 @@ def test_init_is_bert_and_seeded_without_global_rng() -> None:
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_parameter_counts_match_hugging_face(name: str) -> None:
     transformers = pytest.importorskip("transformers")
-    from bertstream.trainer.hf_config import hf_config_dict
+    from bertstream.trainer.hf.config import hf_config_dict
 
     cfg = PRESETS[name](30522)
     with torch.device("meta"):

@@ -1,5 +1,5 @@
 """The training console: tqdm on a terminal, plain periodic lines otherwise, rank 0 only (the two-process
-checks are in the gloo tests of test_pretrain.py and finetune/test_loop.py)."""
+checks are in the gloo tests of pretrain/test_loop.py and finetune/test_loop.py)."""
 
 from __future__ import annotations
 

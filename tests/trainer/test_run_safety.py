@@ -18,7 +18,7 @@ from bertstream.trainer.checkpoint import CheckpointError
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import read_metrics
-from bertstream.trainer.pretrain import pretrain
+from bertstream.trainer.pretrain.loop import pretrain
 
 
 def small_dataset(root: Path, *, n: int = 96, vocab_size: int = 1200, seed: int = 0, max_seq_length: int = 32) -> Path:

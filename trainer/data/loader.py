@@ -16,7 +16,7 @@ from bertstream.schemas.vocab import Vocab
 from bertstream.trainer.data.collate import unpack
 from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.data.masking import dynamic_masker
-from bertstream.trainer.data.plan import EpochPlan, batch_at
+from bertstream.trainer.data.plan import EpochPlan, Layout, batch_at
 from bertstream.trainer.data.reader import LaneDataset
 from bertstream.trainer.data.refs import ShardError
 from bertstream.trainer.data.sources import Catalog, open_catalog
@@ -323,9 +323,8 @@ class PretrainingLoader:
     def _plan(self, epoch: int) -> EpochPlan:
         cfg = self.config
         weighted = self._quotas is not None
-        return EpochPlan(
+        layout = Layout(
             [s.count for s in self.catalog.shards],
-            epoch=epoch,
             seed=cfg.seed,
             shuffle=cfg.shuffle,
             window=cfg.window,
@@ -336,6 +335,7 @@ class PretrainingLoader:
             sources=[s.dataset for s in self.catalog.shards] if weighted else None,
             quotas=self._quotas,
         )
+        return EpochPlan(layout, epoch)
 
 
 def epoch_quotas(catalog: Catalog, paths: tuple[str, ...], weights: tuple[float, ...]) -> list[int]:

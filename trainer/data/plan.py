@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -141,37 +142,42 @@ class PassPlan:
         return p
 
 
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What every epoch of a loader's plan shares: the shards' sample counts (the catalog's), the order's seed and
+    window, and how each global batch is split over the ranks. ``sources`` (one source index per shard) and
+    ``quotas`` (samples per source per epoch) describe a weighted mix; without them all shards form one source
+    whose quota is its size."""
+
+    counts: Sequence[int]
+    seed: int
+    shuffle: bool
+    window: int
+    batch_size: int
+    world_size: int
+    rank: int
+    drop_remainder: bool
+    sources: Sequence[int] | None = None
+    quotas: Sequence[int] | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is outside world_size {self.world_size}")
+        if (self.sources is None) != (self.quotas is None):
+            raise ValueError("sources and quotas go together")
+
+
 class EpochPlan:
-    """Where every sample of one epoch goes. Cheap to build; picklable into DataLoader workers.
+    """Where every sample of epoch ``epoch`` of ``layout`` goes. Cheap to build; picklable into DataLoader
+    workers."""
 
-    ``counts`` are the catalog's shard sizes; ``sources`` (one source index per shard) and ``quotas`` (samples
-    per source per epoch) describe a weighted mix; without them all shards form one source whose quota is
-    its size."""
-
-    def __init__(
-        self,
-        counts: Sequence[int],
-        *,
-        epoch: int,
-        seed: int,
-        shuffle: bool,
-        window: int,
-        batch_size: int,
-        world_size: int,
-        rank: int,
-        drop_remainder: bool,
-        sources: Sequence[int] | None = None,
-        quotas: Sequence[int] | None = None,
-    ) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is outside world_size {world_size}")
+    def __init__(self, layout: Layout, epoch: int) -> None:
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
-        if (sources is None) != (quotas is None):
-            raise ValueError("sources and quotas go together")
-        self.counts = np.asarray(counts, np.int64)
-        self.epoch, self.seed, self.window, self.shuffle = epoch, seed, window, shuffle
-        self.batch_size, self.world_size, self.rank = batch_size, world_size, rank
+        self.counts = np.asarray(layout.counts, np.int64)
+        self.epoch, self.seed, self.window, self.shuffle = epoch, layout.seed, layout.window, layout.shuffle
+        self.batch_size, self.world_size, self.rank = layout.batch_size, layout.world_size, layout.rank
+        sources, quotas = layout.sources, layout.quotas
         self.mixed = quotas is not None
         src = np.zeros(len(self.counts), np.int64) if sources is None else np.asarray(sources, np.int64)
         self.source_shards = [np.flatnonzero(src == d) for d in range(int(src.max(initial=0)) + 1)]
@@ -180,8 +186,8 @@ class EpochPlan:
         if len(self.quotas) != len(self.source_shards):
             raise ValueError(f"{len(self.quotas)} quotas for {len(self.source_shards)} sources")
         self.num_samples = int(sum(self.quotas))
-        self.steps = steps_per_epoch(self.num_samples, batch_size, world_size, drop_remainder)
-        used = self.steps * batch_size * world_size
+        self.steps = steps_per_epoch(self.num_samples, self.batch_size, self.world_size, layout.drop_remainder)
+        used = self.steps * self.batch_size * self.world_size
         self.dropped = max(0, self.num_samples - used)  # left out this epoch (drop_remainder)
         self.repeated = max(0, used - self.num_samples)  # served twice (wrap-around without it)
         self._passes: OrderedDict[tuple[int, int], PassPlan] = OrderedDict()

@@ -24,11 +24,12 @@ from fsspec.implementations.local import LocalFileSystem
 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
 from bertstream.schemas.fields import local_member, relative_path
+from bertstream.trainer.errors import UserError
 
 _HASH_CHUNK = 8 << 20
 
 
-class ShardError(RuntimeError):
+class ShardError(UserError, RuntimeError):
     """A shard is missing, truncated, fails its manifest sha256, or does not decode.
 
     Takes one message argument so that torch's DataLoader can re-raise it from a worker unchanged.

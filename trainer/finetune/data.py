@@ -26,12 +26,13 @@ from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, load_vocab, man
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import Vocab, VocabMismatchError
 from bertstream.trainer.data.refs import read_text
+from bertstream.trainer.errors import UserError
 from bertstream.trainer.weights_init import derive_seed
 
 PAD_MULTIPLE = 8  # tensor-core friendly sequence lengths
 
 
-class TaskDataError(ValueError):
+class TaskDataError(UserError, ValueError):
     """A task dataset is missing, corrupt, of the wrong kind, or does not fit the other split or the model."""
 
 

@@ -49,7 +49,8 @@ from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_r
 from bertstream.trainer.finetune.tasks import Task, get_task
 from bertstream.trainer.metrics import MetricsLogger
 from bertstream.trainer.model_config import BertConfig, with_dropout
-from bertstream.trainer.optim import build_optimizer, build_scheduler
+from bertstream.trainer.optim.schedule import build_scheduler
+from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.weights import Init, check_vocab, resolve_init
 
@@ -140,44 +141,49 @@ def predict(
     return outputs, (float(totals[0] / totals[1]) if totals[1] > 0 else None)
 
 
-def train_epoch(
-    model: torch.nn.Module,
-    raw: torch.nn.Module,
-    loader: DataLoader,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    metrics: MetricsLogger,
-    bar: Progress,
-    cfg: FinetuneConfig,
-    info: D.DistInfo,
-    *,
-    epoch: int,
-    step: int,
-    total_steps: int,
-) -> tuple[int, float]:
-    """One epoch, or what is left of the run; returns (step, mean step loss over the epoch and all ranks)."""
-    epoch_loss = torch.zeros(2, dtype=torch.float64, device=info.device)  # [sum of step losses, steps]
-    window = torch.zeros(2, dtype=torch.float64, device=info.device)  # the same since the last log line
-    for batch in loader:
-        with R.autocast(info.device, cfg.run.precision):
-            out = model(R.to_device(batch, info.device))
-        out["loss"].backward()
-        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.optim.max_grad_norm, step=step + 1)
-        step += 1
-        bar.update(1)
-        loss = torch.stack([out["loss"].detach().double(), torch.ones((), dtype=torch.float64, device=info.device)])
-        epoch_loss += loss
-        window += loss
-        if step % cfg.run.log_every == 0:
-            s = D.all_reduce_sum(window.clone(), info).tolist()
-            lr = scheduler.get_last_lr()[0]
-            metrics.log({"step": step, "epoch": epoch, "loss": s[0] / s[1], "lr": lr, "grad_norm": float(grad_norm)})
-            bar.show(f"epoch {epoch} loss {s[0] / s[1]:.4f} lr {lr:.3g}", loss=f"{s[0] / s[1]:.4f}", epoch=str(epoch))
-            window.zero_()
-        if step >= total_steps:
-            break
-    s = D.all_reduce_sum(epoch_loss.clone(), info).tolist()
-    return step, s[0] / max(s[1], 1)
+@dataclass(slots=True)
+class Epochs:
+    """What every epoch of the run trains with; :meth:`train` runs one."""
+
+    training: R.Training
+    loader: DataLoader
+    metrics: MetricsLogger
+    bar: Progress
+    total_steps: int
+    cfg: FinetuneConfig
+    info: D.DistInfo
+
+    def train(self, epoch: int) -> float:
+        """One epoch, or what is left of the run; returns the mean step loss over the epoch and all ranks."""
+        t, cfg, info = self.training, self.cfg, self.info
+        epoch_loss = torch.zeros(2, dtype=torch.float64, device=info.device)  # [sum of step losses, steps]
+        window = torch.zeros(2, dtype=torch.float64, device=info.device)  # the same since the last log line
+        for batch in self.loader:
+            with R.autocast(info.device, cfg.run.precision):
+                out = t.model(R.to_device(batch, info.device))
+            out["loss"].backward()
+            grad_norm = t.optimizer_step()
+            self.bar.update(1)
+            loss = torch.stack([out["loss"].detach().double(), torch.ones((), dtype=torch.float64, device=info.device)])
+            epoch_loss += loss
+            window += loss
+            if t.step % cfg.run.log_every == 0:
+                s = D.all_reduce_sum(window.clone(), info).tolist()
+                record = {
+                    "step": t.step,
+                    "epoch": epoch,
+                    "loss": s[0] / s[1],
+                    "lr": t.lr,
+                    "grad_norm": float(grad_norm),
+                }
+                self.metrics.log(record)
+                shown = f"epoch {epoch} loss {s[0] / s[1]:.4f} lr {t.lr:.3g}"
+                self.bar.show(shown, loss=f"{s[0] / s[1]:.4f}", epoch=str(epoch))
+                window.zero_()
+            if t.step >= self.total_steps:
+                break
+        s = D.all_reduce_sum(epoch_loss.clone(), info).tolist()
+        return s[0] / max(s[1], 1)
 
 
 def new_results(
@@ -213,13 +219,10 @@ def new_results(
     }
 
 
-def restore(
-    restored: ckpt.Loaded, optimizer: Any, scheduler: Any, batches: EpochBatches, results: dict, info: D.DistInfo
-) -> tuple[int, int]:
-    """Continue the run from the end of its latest epoch (the weights are loaded already): returns (its step,
-    the next epoch)."""
-    R.load_state(optimizer, restored.optimizer, "optimizer state (optimizer.pt)", restored.path)
-    R.load_state(scheduler, restored.state["scheduler"], "scheduler state (state.json)", restored.path)
+def restore(restored: ckpt.Loaded, training: R.Training, batches: EpochBatches, results: dict, info: D.DistInfo) -> int:
+    """Continue the run from the end of its latest epoch (the weights are loaded already): returns the next
+    epoch."""
+    training.restore(restored)
     try:
         batches.load_state_dict(restored.state["data"])
     except ValueError as e:
@@ -230,53 +233,32 @@ def restore(
     R.restore_rng(restored.rng, info, restored.path, restored.config.get("world_size", "?"))
     results["epochs"], results["best"] = restored.state["epochs"], restored.state["best"]
     R.log(f"resumed from {restored.path} after epoch {restored.state['epoch']} (step {restored.step})", info)
-    return restored.step, int(restored.state["epoch"]) + 1
+    return int(restored.state["epoch"]) + 1
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Saver:
     """Writes the run's two kinds of checkpoint: the best epoch's weights (``checkpoints/``, what ``--init`` and
     export read) and the latest epoch's full state (``resume/``, what ``--resume auto`` reads)."""
 
     run_dir: Path
-    raw: torch.nn.Module
-    config: dict[str, Any]  # config.json of both: model, finetune flags, task, vocabulary, world size
-    vocab_text: str
-    info: D.DistInfo
+    writer: R.CheckpointWriter
 
-    def best(self, step: int, predictions: tuple[str, str], **state: Any) -> None:
+    def best(self, training: R.Training, predictions: tuple[str, str], **state: Any) -> None:
         """The best epoch's weights and its predictions file (name, text)."""
-        self._save(self.run_dir, step, None, {}, state)
-        if self.info.is_main:
+        self.writer.save(self.run_dir, training, state, resumable=False)
+        if self.writer.info.is_main:
             ckpt.write_text_atomic(self.run_dir / predictions[0], predictions[1])
 
-    def latest(
-        self, step: int, optimizer: Any, scheduler: Any, batches: EpochBatches, results: dict, epoch: int
-    ) -> None:
+    def latest(self, training: R.Training, batches: EpochBatches, results: dict, epoch: int) -> None:
         """Everything an identical continuation needs, at the end of an epoch (a collective: every rank)."""
         state = {
             "epoch": epoch,
-            "scheduler": scheduler.state_dict(),
             "data": batches.state_dict(),
             "epochs": results["epochs"],
             "best": results["best"],
         }
-        self._save(self.run_dir / RESUME_DIR, step, optimizer.state_dict(), R.gather_rng(self.info), state)
-
-    def _save(self, root: Path, step: int, optimizer: dict | None, rng: dict, state: dict[str, Any]) -> None:
-        if self.info.is_main:
-            ckpt.save(
-                root,
-                step,
-                model_state=self.raw.state_dict(),
-                optimizer=optimizer,
-                rng=rng,
-                state=state,
-                config=self.config,
-                vocab_text=self.vocab_text,
-                keep=1,
-            )
-        D.barrier(self.info)
+        self.writer.save(self.run_dir / RESUME_DIR, training, state)
 
 
 def evaluate(
@@ -322,44 +304,33 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
     steps_per_epoch = len(train_batches)
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     epochs = math.ceil(total_steps / steps_per_epoch)
-    optimizer = build_optimizer(
-        raw, "adamw", cfg.optim.lr, cfg.optim.weight_decay, eps=cfg.optim.adam_eps, layer_decay=cfg.optim.layer_decay
-    )
-    scheduler = build_scheduler(optimizer, int(cfg.optim.warmup_ratio * total_steps), total_steps)
+    o = cfg.optim
+    optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, layer_decay=o.layer_decay)
+    scheduler = build_scheduler(optimizer, int(o.warmup_ratio * total_steps), total_steps)
+    training = R.Training(model, raw, optimizer, scheduler, o.max_grad_norm)
     R.seed_dropout(cfg.run.seed, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
     results = new_results(cfg, task, train, evaluation, init, config, **plan)
     run_config = {"model": config.to_dict(), "finetune": redact_values(cfg.to_dict()), "task": results["task"]}
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
-    saver = Saver(run_dir, raw, run_config, init.vocab.text(), info)
+    saver = Saver(run_dir, R.CheckpointWriter(run_config, init.vocab.text(), info))
 
     # --- restore --------------------------------------------------------------------------------------
-    step, first_epoch = 0, 1
+    first_epoch = 1
     if restored is not None:
-        step, first_epoch = restore(restored, optimizer, scheduler, train_batches, results, info)
+        first_epoch = restore(restored, training, train_batches, results, info)
     metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.run.tensorboard)
-    metrics.truncate_after(step)
+    metrics.truncate_after(training.step)
     R.log(f"{describe(train, evaluation, raw, info)}, {plan_text(cfg.max_steps, epochs, steps_per_epoch)}", info)
 
     # --- train ----------------------------------------------------------------------------------------
     model.train()
-    bar = Progress(total_steps, step, enabled=info.is_main, desc="finetune")
+    bar = Progress(total_steps, training.step, enabled=info.is_main, desc="finetune")
+    run = Epochs(training, loader, metrics, bar, total_steps, cfg, info)
     for epoch in range(first_epoch, epochs + 1):
         train_batches.set_epoch(epoch - 1)
-        step, train_loss = train_epoch(
-            model,
-            raw,
-            loader,
-            optimizer,
-            scheduler,
-            metrics,
-            bar,
-            cfg,
-            info,
-            epoch=epoch,
-            step=step,
-            total_steps=total_steps,
-        )
+        train_loss = run.train(epoch)
+        step = training.step
 
         # --- evaluate -----------------------------------------------------------------------------------
         scores, predictions = evaluate(raw, task, evaluation, eval_batches, cfg, info)
@@ -375,12 +346,12 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
         if best is None or value is None or value > best["value"]:  # unlabeled eval data: the latest
             results["best"] = {"epoch": epoch, "step": step, "metric": metric, "value": value, "eval": scores}
             results["best"] |= {"checkpoint": str(ckpt.step_dir(run_dir, step)), "predictions": task.predictions_file}
-            saver.best(step, (task.predictions_file, predictions), epoch=epoch, metric=metric, value=value)
+            saver.best(training, (task.predictions_file, predictions), epoch=epoch, metric=metric, value=value)
         if info.is_main:
             ckpt.write_text_atomic(run_dir / RESULTS_FILE, json.dumps(redact_values(results), indent=2) + "\n")
 
         # --- checkpoint: the state --resume auto continues from -----------------------------------------
-        saver.latest(step, optimizer, scheduler, train_batches, results, epoch)
+        saver.latest(training, train_batches, results, epoch)
         if step >= total_steps:
             break
     bar.close()

@@ -1,6 +1,6 @@
 """A fine-tuning run's folder before the first step: what an earlier run left there (resumed with
 ``--resume auto``, refused, or removed with ``--overwrite``) and the flags a resume must keep, as
-``bertstream.trainer.resume`` does for pretraining."""
+``bertstream.trainer.pretrain.resume`` does for pretraining."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ FIXED = (
     "init",
     "dropout",
     "pooling",
+    "optimizer",
     "lr",
     "layer_decay",
     "batch_size",

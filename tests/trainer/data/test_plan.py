@@ -6,7 +6,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from bertstream.trainer.data.plan import EpochPlan, batch_at, lanes_touched, mix_prefix, mix_split, steps_per_epoch
+from bertstream.trainer.data.plan import (
+    EpochPlan,
+    Layout,
+    batch_at,
+    lanes_touched,
+    mix_prefix,
+    mix_split,
+    steps_per_epoch,
+)
 
 COUNTS = (37, 120, 5, 0, 88, 61)  # 311 samples
 
@@ -22,9 +30,8 @@ def plan(
     drop_remainder: bool = True,
     shuffle: bool = True,
 ) -> EpochPlan:
-    return EpochPlan(
+    layout = Layout(
         COUNTS,
-        epoch=epoch,
         seed=seed,
         shuffle=shuffle,
         window=window,
@@ -33,6 +40,7 @@ def plan(
         rank=rank,
         drop_remainder=drop_remainder,
     )
+    return EpochPlan(layout, epoch)
 
 
 def rank_stream(p: EpochPlan) -> np.ndarray:
@@ -156,9 +164,9 @@ def test_torch_dataloader_yields_strided_workers_in_step_order(n: int, start: in
 
 def test_ranks_split_each_global_batch_of_the_single_process_run() -> None:
     counts = [37, 120, 5, 64]
-    kw = dict(epoch=2, seed=9, shuffle=True, window=16, drop_remainder=True)
-    single = EpochPlan(counts, batch_size=8, world_size=1, rank=0, **kw)
-    ranks = [EpochPlan(counts, batch_size=4, world_size=2, rank=r, **kw) for r in range(2)]
+    kw = dict(seed=9, shuffle=True, window=16, drop_remainder=True)
+    single = EpochPlan(Layout(counts, batch_size=8, world_size=1, rank=0, **kw), 2)
+    ranks = [EpochPlan(Layout(counts, batch_size=4, world_size=2, rank=r, **kw), 2) for r in range(2)]
     assert single.steps == ranks[0].steps == ranks[1].steps
     for k in range(single.steps):
         union = np.concatenate([p.batch_positions(k) for p in ranks])
@@ -180,9 +188,8 @@ def test_mix_deals_exact_quotas_evenly_and_its_prefix_counts_agree(quotas: list[
 
 def mixed(epoch: int, *, rank: int = 0, world_size: int = 1, batch_size: int = 8) -> EpochPlan:
     # Source 0: shards 0, 2 (sizes 20 + 5); source 1: shards 1, 3 (sizes 30 + 0); quotas 50 and 15 per epoch.
-    return EpochPlan(
+    layout = Layout(
         [20, 30, 5, 0],
-        epoch=epoch,
         seed=3,
         shuffle=True,
         window=8,
@@ -193,6 +200,7 @@ def mixed(epoch: int, *, rank: int = 0, world_size: int = 1, batch_size: int = 8
         sources=[0, 1, 0, 1],
         quotas=[50, 15],
     )
+    return EpochPlan(layout, epoch)
 
 
 def test_mixed_sources_wrap_into_fresh_passes_and_continue_across_epochs() -> None:

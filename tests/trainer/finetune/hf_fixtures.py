@@ -8,7 +8,7 @@ import torch
 
 from bertstream.schemas import tasks as T
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
-from bertstream.trainer.hf_config import hf_config_dict
+from bertstream.trainer.hf.config import hf_config_dict
 from bertstream.trainer.model import BertConfig
 
 CONFIG = BertConfig(

@@ -92,6 +92,17 @@ def test_same_seed_same_run(sst2, tmp_path):
     assert a["epochs"] == b["epochs"]
 
 
+def test_the_optimizer_comes_from_the_table_and_a_resume_keeps_it(sst2, tmp_path):
+    kw = {"max_steps": 3, "log_every": 1, "resume": "auto"}
+    adamw = finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], tmp_path / "adamw", **kw)
+    lamb = finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], tmp_path / "lamb", optimizer="lamb", **kw)
+    assert adamw["config"]["optim"]["optimizer"] == "adamw" and lamb["config"]["optim"]["optimizer"] == "lamb"
+    first, second = ([r["loss"] for r in read_metrics(tmp_path / d)] for d in ("adamw", "lamb"))
+    assert first[0] == second[0] and first[1:] != second[1:]  # the same first batch, then other updates
+    with pytest.raises(RunError, match=r"--optimizer adamw \(the run has lamb\)"):
+        finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], tmp_path / "lamb", **kw)
+
+
 def test_regression_and_sentence_pairs_with_f1(sst2, task_vocab, tmp_path):
     from tests.conftest import shared_path
     from tests.jobs import run_classification

@@ -24,7 +24,7 @@ from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import read_metrics
-from bertstream.trainer.pretrain import pretrain
+from bertstream.trainer.pretrain.loop import pretrain
 from tests.beam_services import free_port
 
 STEPS, CHECKPOINT = 14, 6  # an epoch of the mix is 12 steps: step 6 is mid-epoch, step 14 in the next epoch

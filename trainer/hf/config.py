@@ -1,6 +1,6 @@
-"""Our ``BertConfig`` and Hugging Face's ``config.json``, both ways (``bertstream.trainer.hf`` reads and writes the
+"""Our ``BertConfig`` and Hugging Face's ``config.json``, both ways (``bertstream.trainer.hf.convert`` reads and writes the
 folders; the mapping is here, with the error both raise for a model that is no BERT of ours). Post-LN models are
-``model_type "bert"``; pre-LN ones ``"roberta-prelayernorm"`` (``bertstream.trainer.hf_prelayernorm``)."""
+``model_type "bert"``; pre-LN ones ``"roberta-prelayernorm"`` (``bertstream.trainer.hf.prelayernorm``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bertstream.trainer import hf_prelayernorm as PRE
+from bertstream.trainer.errors import UserError
+from bertstream.trainer.hf import prelayernorm as PRE
 from bertstream.trainer.model_config import BertConfig
 
 __all__ = ["CONFIG_FILENAME", "HFCheckpointError", "config_from_hf", "hf_config_dict", "read_config"]
@@ -17,7 +18,7 @@ __all__ = ["CONFIG_FILENAME", "HFCheckpointError", "config_from_hf", "hf_config_
 CONFIG_FILENAME = "config.json"
 
 
-class HFCheckpointError(ValueError):
+class HFCheckpointError(UserError, ValueError):
     """A Hugging Face checkpoint folder is missing, not BERT, or does not fit our model."""
 
 

@@ -7,7 +7,9 @@ import pytest
 from bertstream.trainer.finetune.heads import BertForSequenceClassification, BertForTokenClassification
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import bert_mini
-from bertstream.trainer.optim import build_optimizer, build_scheduler, depth, warmup_note
+from bertstream.trainer.optim.groups import depth
+from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
+from bertstream.trainer.optim.table import build_optimizer
 
 CONFIG = bert_mini(500)  # 4 layers
 
@@ -62,7 +64,7 @@ def test_depth_of_names():
 
 
 def test_warmup_stable_decay_holds_the_peak_until_the_last_fifth():
-    from bertstream.trainer.optim import WarmupLinearDecay
+    from bertstream.trainer.optim.schedule import WarmupLinearDecay
 
     wsd, linear = WarmupLinearDecay(10, 100, "wsd"), WarmupLinearDecay(10, 100)
     assert [wsd(s) for s in (0, 9)] == [linear(s) for s in (0, 9)] == [0.1, 1.0]  # the same warm-up
@@ -76,8 +78,8 @@ def test_warmup_stable_decay_holds_the_peak_until_the_last_fifth():
 def test_a_resume_keeps_the_wsd_schedule_when_max_steps_moves():
     import torch
 
-    from bertstream.trainer.optim import build_scheduler
-    from bertstream.trainer.resume import extend_schedule
+    from bertstream.trainer.optim.schedule import build_scheduler
+    from bertstream.trainer.pretrain.resume import extend_schedule
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = build_scheduler(opt, 10, 100, "wsd")

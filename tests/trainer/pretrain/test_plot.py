@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bertstream.trainer.errors import RunError
-from bertstream.trainer.plot import plot_run
+from bertstream.trainer.pretrain.plot import plot_run
 
 pytest.importorskip("matplotlib")
 

@@ -15,10 +15,10 @@ from safetensors.torch import load_file, save_file
 
 from bertstream.trainer.cli import main
 from bertstream.trainer.config import TrainConfig
-from bertstream.trainer.hf import export_checkpoint, load_hf
+from bertstream.trainer.hf.convert import export_checkpoint, load_hf
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig
-from bertstream.trainer.pretrain import pretrain
+from bertstream.trainer.pretrain.loop import pretrain
 from bertstream.trainer.weights import resolve_init
 from tests.trainer.finetune.hf_fixtures import randomise
 
@@ -128,7 +128,7 @@ def test_init_and_init_from_read_the_folder_back_with_the_same_weights(pre_ln, d
         after["bert.encoder.final_layer_norm.weight"], ours["bert.encoder.final_layer_norm.weight"]
     )
     from bertstream.cli.errors import UsageError
-    from bertstream.trainer.pretrain_inputs import model_config
+    from bertstream.trainer.pretrain.inputs import model_config
 
     post = TrainConfig.build(
         paths=(str(demo_shards),), output=str(tmp_path / "x"), init_from=str(pre_ln["hf"]), norm_placement="post"

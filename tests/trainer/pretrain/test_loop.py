@@ -17,7 +17,7 @@ from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import read_metrics
-from bertstream.trainer.pretrain import pretrain
+from bertstream.trainer.pretrain.loop import pretrain
 from tests.beam_services import free_port
 
 NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
@@ -96,7 +96,7 @@ def test_metrics_have_every_field_and_mlm_accuracy_rises(trained, tmp_path):
     assert [r["step"] for r in evals] == [20, 40]
     kept = ckpt.list_checkpoints(run)
     assert len(kept) == 3 and kept[-1].name == "step-0000040"  # --keep-checkpoints 3
-    from bertstream.trainer.plot import plot_run
+    from bertstream.trainer.pretrain.plot import plot_run
 
     png = plot_run(run, tmp_path / "run.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -291,7 +291,7 @@ def test_two_phase_training_starts_from_phase_one_weights(trained, demo_corpus, 
     assert [r["step"] for r in phase2] == [1, 2]
     assert phase2[0]["mlm_loss"] < fresh[0]["mlm_loss"] - 0.3  # it kept what phase one learned
 
-    from bertstream.trainer.plot import join_phases, plot_run
+    from bertstream.trainer.pretrain.plot import join_phases, plot_run
 
     train_rows, _, boundaries = join_phases([p1, tmp_path / "p2"])
     assert boundaries == [40] and [r["step"] for r in train_rows][-3:] == [40, 41, 42]

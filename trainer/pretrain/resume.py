@@ -19,7 +19,7 @@ from bertstream.cli import options
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
-from bertstream.trainer.optim import WarmupLinearDecay
+from bertstream.trainer.optim.schedule import WarmupLinearDecay
 
 # TrainConfig settings (leaf names, see configs.options) a resume must not change (all but --max-steps, run-time
 # flags, data and eval data).

@@ -30,8 +30,9 @@ from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import MetricsLogger, Throughput
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig, pretraining_flops
-from bertstream.trainer.optim import build_optimizer, build_scheduler, warmup_note
-from bertstream.trainer.pretrain_inputs import (
+from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
+from bertstream.trainer.optim.table import build_optimizer
+from bertstream.trainer.pretrain.inputs import (
     OpenedData,
     check_seq_length,
     data_loader,
@@ -40,8 +41,8 @@ from bertstream.trainer.pretrain_inputs import (
     model_config,
     open_data,
 )
+from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, same_data
 from bertstream.trainer.progress import Progress
-from bertstream.trainer.resume import check_new_phase, check_resume, extend_schedule, same_data
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
 
@@ -171,16 +172,15 @@ def build_model(
 
 
 def restore_position(
-    cfg: TrainConfig, restored: ckpt.Loaded, optimizer: Any, scheduler: Any, loader: PretrainingLoader, info: D.DistInfo
-) -> int:
-    """Continue the checkpoint's run: optimizer, schedule, data position and RNG; returns its step."""
-    R.load_state(optimizer, restored.optimizer, "optimizer state (optimizer.pt)", restored.path)
-    R.load_state(scheduler, restored.state["scheduler"], "scheduler state (state.json)", restored.path)
-    old_end = extend_schedule(scheduler, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
+    cfg: TrainConfig, restored: ckpt.Loaded, training: R.Training, loader: PretrainingLoader, info: D.DistInfo
+) -> None:
+    """Continue the checkpoint's run: optimizer, schedule, step, data position and RNG."""
+    training.restore(restored)
+    old_end = extend_schedule(training.scheduler, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
     if old_end is not None:
         R.log(
             f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
-            f"learning rate {scheduler.get_last_lr()[0]:.3g} at step {restored.step}",
+            f"learning rate {training.lr:.3g} at step {restored.step}",
             info,
         )
     if same_data(cfg.data.paths, restored.state, loader.catalog.fingerprint):
@@ -204,7 +204,6 @@ def restore_position(
     else:
         R.restore_rng(restored.rng, info, restored.path, saved_world)
     R.log(f"resumed from {restored.path} at step {restored.step}", info)
-    return restored.step
 
 
 def step_counts(micro: list[dict[str, torch.Tensor]], info: D.DistInfo) -> torch.Tensor:
@@ -324,17 +323,18 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
 
     # --- restore ----------------------------------------------------------------------------------
     model, raw = build_model(cfg, config, (init_state, init_notes), restored, info)
-    optimizer = build_optimizer(raw, cfg.optim.optimizer, cfg.optim.lr, cfg.optim.weight_decay, eps=cfg.optim.adam_eps)
-    scheduler = build_scheduler(optimizer, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
+    o = cfg.optim
+    optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps)
+    scheduler = build_scheduler(optimizer, o.warmup_steps, cfg.max_steps, o.lr_schedule)
+    training = R.Training(model, raw, optimizer, scheduler, o.max_grad_norm)
     R.seed_dropout(cfg.run.seed, info)
-    step = 0
     if restored is not None and not cfg.checkpoint.reset_optimizer:
-        step = restore_position(cfg, restored, optimizer, scheduler, loader, info)
+        restore_position(cfg, restored, training, loader, info)
     elif restored is not None:
         R.log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
     metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.run.tensorboard)
-    metrics.truncate_after(step)
-    run_config = write_run_config(cfg, config, vocab, lowercase, info)
+    metrics.truncate_after(training.step)
+    writer = R.CheckpointWriter(write_run_config(cfg, config, vocab, lowercase, info), vocab.text(), info)
     R.log(describe(raw, loader, cfg, info), info)
     if loader.weighted:
         R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
@@ -344,15 +344,15 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     batches = forever(loader)
     run = Running.zero(info.device)
     meter = Throughput(info.device)
-    bar = Progress(cfg.max_steps, step, enabled=info.is_main, desc="pretrain")
+    bar = Progress(cfg.max_steps, training.step, enabled=info.is_main, desc="pretrain")
     deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
     last_step = cfg.max_steps
-    while step < last_step:
+    while training.step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         totals = step_counts(micro, info)
         flops = train_step(model, micro, totals, run, config, cfg, info)
-        grad_norm = R.optimizer_step(raw, optimizer, scheduler, cfg.optim.max_grad_norm, step=step + 1)
-        step += 1
+        grad_norm = training.optimizer_step()
+        step = training.step
         run.steps += 1
         meter.add(int(totals[1]), int(totals[2]), flops)
         bar.update(1)
@@ -365,7 +365,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
             record: dict[str, Any] = {
                 "step": step,
                 **run.summary(info),
-                "lr": scheduler.get_last_lr()[0],
+                "lr": training.lr,
                 "grad_norm": float(grad_norm),
                 "epoch": loader.epoch,
                 **meter.read(),
@@ -390,40 +390,10 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
 
         # --- checkpoint -----------------------------------------------------------------------------
         if step % cfg.checkpoint.checkpoint_every == 0 or step == last_step:
-            state = {"scheduler": scheduler.state_dict(), **data_position(cfg, loader)}
-            save_checkpoint(
-                run_dir, step, raw, optimizer, state, run_config, vocab, cfg.checkpoint.keep_checkpoints, info
-            )
+            path = writer.save(run_dir, training, data_position(cfg, loader), keep=cfg.checkpoint.keep_checkpoints)
+            if path is not None:
+                R.log(f"checkpoint {path}", info)
     bar.close()
     metrics.close()
     D.teardown()
-    return {"step": step, "run_dir": str(run_dir)}
-
-
-def save_checkpoint(
-    run_dir: Path,
-    step: int,
-    raw: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    state: dict[str, Any],
-    run_config: dict[str, Any],
-    vocab: Vocab,
-    keep: int,
-    info: D.DistInfo,
-) -> None:
-    """Every rank's RNG is gathered; rank 0 writes the checkpoint; all wait for it."""
-    rng = R.gather_rng(info)
-    if info.is_main:
-        path = ckpt.save(
-            run_dir,
-            step,
-            model_state=raw.state_dict(),
-            optimizer=optimizer.state_dict(),
-            rng=rng,
-            state=state,
-            config=run_config,
-            vocab_text=vocab.text(),
-            keep=keep,
-        )
-        R.log(f"checkpoint {path}", info)
-    D.barrier(info)
+    return {"step": training.step, "run_dir": str(run_dir)}

@@ -3,7 +3,7 @@
 Post-LN: key mapping (ours -> HF ``BertForPreTraining``) is the identity. ``cls.predictions.decoder.{weight,bias}``
 (HF's tied aliases of ``bert.embeddings.word_embeddings.weight`` and ``cls.predictions.bias``) are not
 written, exactly as ``save_pretrained`` does not write them. Pre-LN: ``RobertaPreLayerNormForMaskedLM``, which
-computes the same function (:mod:`bertstream.trainer.hf_prelayernorm` maps the names and positions).
+computes the same function (:mod:`bertstream.trainer.hf.prelayernorm` maps the names and positions).
 
 This module does not import ``transformers``: it writes and reads the files themselves.
 """
@@ -25,9 +25,9 @@ from bertstream.schemas.fields import local_member
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
-from bertstream.trainer import hf_prelayernorm as PRE
 from bertstream.trainer.checkpoint import CheckpointError, read_tensors, read_torch, write_tensors
-from bertstream.trainer.hf_config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict, read_config
+from bertstream.trainer.hf import prelayernorm as PRE
+from bertstream.trainer.hf.config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict, read_config
 from bertstream.trainer.model import BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
 from bertstream.trainer.model_config import BertConfig
 

@@ -8,21 +8,21 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, vocab_sha256
-from bertstream.trainer.hf import (
+from bertstream.trainer.hf.config import hf_config_dict
+from bertstream.trainer.hf.convert import (
     HFCheckpointError,
     export_checkpoint,
     export_hf,
     load_hf,
     to_hf_state_dict,
 )
-from bertstream.trainer.hf_config import hf_config_dict
 from bertstream.trainer.model import BertConfig, BertForPreTraining, BertModel
 from tests.trainer.finetune.hf_fixtures import randomise
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 TOL = dict(rtol=0.0, atol=1e-4)
 
 CONFIG = BertConfig(
@@ -357,7 +357,7 @@ def test_an_exported_run_loads_with_auto_classes_and_fills_masks(demo_shards: Pa
     would build from vocab.txt (and loads with vocab.txt gone: no conversion), AutoModelForMaskedLM gives our
     MLM logits, and pipeline("fill-mask") answers with vocabulary words."""
     from bertstream.trainer.config import TrainConfig
-    from bertstream.trainer.pretrain import pretrain
+    from bertstream.trainer.pretrain.loop import pretrain
 
     run = tmp_path / "run"
     pretrain(
@@ -408,7 +408,7 @@ def test_export_hf_writes_only_a_folder_of_its_own_and_all_of_it_or_nothing(tmp_
     config.json, and left an empty folder on a full disk."""
     import errno
 
-    import bertstream.trainer.hf as hf_module
+    import bertstream.trainer.hf.convert as hf_module
 
     ours = BertForPreTraining(CONFIG, seed=5)
     dataset = tmp_path / "ds"

@@ -1,0 +1,3 @@
+"""Hugging Face interop: our checkpoints as ``transformers`` folders and back (``convert``), our ``BertConfig`` and
+their ``config.json`` (``config``), and the pre-LN model's names and positions as RoBERTa-PreLayerNorm
+(``prelayernorm``). Nothing here imports ``transformers``: the files are written and read directly."""

@@ -1,0 +1,1 @@
+"""Optimizers and the learning-rate schedule, for both ``berttrain pretrain`` and ``berttrain finetune``."""
