@@ -58,7 +58,7 @@ from benchmarks.train_step import hf_labels, make_batch  # noqa: E402
 from bertstream.trainer.metrics import device_peak_flops  # noqa: E402
 from bertstream.trainer.model import BertForPreTraining, mean_losses  # noqa: E402
 from bertstream.trainer.model_config import PRESETS, BertConfig, pretraining_flops, with_dropout  # noqa: E402
-from bertstream.trainer.optim import build_optimizer  # noqa: E402
+from bertstream.trainer.optim.table import build_optimizer  # noqa: E402
 
 LOSS_TOLERANCE = 0.02
 DEMAND_MFU = 0.45  # the issue's floor at length 128, compiled: the loader must keep up with a step this fast
@@ -214,7 +214,7 @@ def theirs_loss(model: torch.nn.Module) -> Callable[[dict], torch.Tensor]:
 def hf_model(config: BertConfig, device: torch.device) -> torch.nn.Module:
     import transformers
 
-    from bertstream.trainer.hf_config import hf_config_dict
+    from bertstream.trainer.hf.config import hf_config_dict
 
     transformers.logging.set_verbosity_error()
     hf_cfg = transformers.BertConfig(**hf_config_dict(config))
@@ -362,7 +362,7 @@ def _same(a: dict, b: dict) -> bool:
 def equal_loss(sizes: Sizes, device: torch.device) -> dict:
     """Same weights (HF's init read by ours), dropout 0, ``equal_steps`` steps each on the same batches, then
     each model's loss on a held batch in eval mode."""
-    from bertstream.trainer.hf import from_hf_state_dict
+    from bertstream.trainer.hf.convert import from_hf_state_dict
 
     seq, batch, masked = sizes.shapes[0]
     config = with_dropout(PRESETS[sizes.preset](sizes.vocab), 0.0)
