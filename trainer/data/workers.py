@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import traceback
 from types import TracebackType
@@ -20,6 +21,11 @@ def quiet_worker_init(_worker_id: int) -> None:
     main process stops (Ctrl-C, SIGTERM, an error) it drops those connections mid-hand-off, and the worker printed
     a ``ConnectionResetError`` traceback after the run's one ``Error:`` line. That is the main process leaving,
     not a failure of the worker: it is not printed. Anything else still reaches the previous hook."""
+    # torchrun, Slurm's scancel and ``kill -TERM -PGID`` signal the whole process group: a worker that ended on
+    # it made the main process report "a data-loader worker died ... out of memory" (exit 1) instead of its own
+    # SIGTERM (exit 143). The main process alone decides: it stops its workers as it ends (torch's worker loop
+    # ignores SIGINT for the same reason), and a worker whose parent is gone ends by itself.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
