@@ -322,7 +322,9 @@ SHARED = (
 PER_NODE = ("device", "num_workers")
 
 
-def check_same_run(cfg: TrainConfig, restored: ckpt.Loaded | None, fingerprint: str, info: D.DistInfo) -> None:
+def check_same_run(
+    cfg: TrainConfig, restored: ckpt.Loaded | None, model: BertConfig, fingerprint: str, info: D.DistInfo
+) -> None:
     """Every rank continues the same checkpoint and runs the same settings, data and code, or all refuse: a
     rank that resumed elsewhere, read another --data or took another --batch-size trained to exit 0 on a
     diverged model or data seen twice, and another --max-steps deadlocked."""
@@ -331,7 +333,7 @@ def check_same_run(cfg: TrainConfig, restored: ckpt.Loaded | None, fingerprint: 
     flags = {
         leaf.flag or leaf.name: now[leaf.name] for leaf in options.leaves(TrainConfig) if leaf.name not in PER_NODE
     }
-    facts = {**flags, "data fingerprint": fingerprint, "bertstream code": D.code_digest()}
+    facts = {**flags, "model": model.to_dict(), "data fingerprint": fingerprint, "bertstream code": D.code_digest()}
     D.agree(facts, info, "every rank must run the same flags, data and bertstream version")
 
 
@@ -348,7 +350,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     vocab, lowercase = data.vocab, data.lowercase
     config, init_state, init_notes = resolve_model(cfg, data, restored, info.world_size)
     loader = data_loader(cfg, data, info)
-    check_same_run(cfg, restored, loader.catalog.fingerprint, info)
+    check_same_run(cfg, restored, config, loader.catalog.fingerprint, info)
     eval_loader = eval_data_loader(cfg, data, info) if cfg.eval_data else None
     prepare_run_dir(cfg, info)
 

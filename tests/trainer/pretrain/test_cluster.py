@@ -180,3 +180,30 @@ def test_sigterm_to_the_whole_process_group_is_reported_as_sigterm(shards, tmp_p
         == [line for line in err.splitlines() if line.startswith("Error: interrupted (SIGTERM)")]
         != []
     ), err
+
+
+def test_a_launch_without_its_rendezvous_variables_is_one_line(monkeypatch):
+    """Item 6: WORLD_SIZE without MASTER_ADDR or RANK (a hand-made launch line) was torch's ValueError traceback."""
+    from bertstream.trainer import distributed as D
+    from bertstream.trainer.errors import RunError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASTER_PORT", "1")
+    with pytest.raises(RunError, match="^WORLD_SIZE is 2 but MASTER_ADDR, RANK, LOCAL_RANK is not set: launch"):
+        D.setup("cpu")
+
+
+def test_an_elastic_resume_with_grad_accum_states_both_batches(tmp_path):
+    """Item 6: 2 ranks x 4 resumed as 1 x 4 with --grad-accum 2 was told "1 x 4 = 4" against "2 x 4 = 8": the
+    step's sequences are the same, the micro-step batch (which the data order follows) is not; say both."""
+    from bertstream.trainer.config import TrainConfig
+    from bertstream.trainer.errors import RunError
+    from bertstream.trainer.pretrain.resume import check_resume
+
+    saved = {"train": TrainConfig.build(paths=("d",), output="o", batch_size=4).to_dict(), "world_size": 2}
+    cfg = TrainConfig.build(paths=("d",), output="o", batch_size=4, grad_accum=2)
+    with pytest.raises(RunError, match=r"micro-step batch .*: the run has 2 x 4 = 8 \(x --grad-accum 1 = 8 a step\), "
+                       r"this resume 1 x 4 = 4 \(x --grad-accum 2 = 8 a step\)$"):  # fmt: skip
+        check_resume(cfg, saved, tmp_path, 3, world_size=1)
