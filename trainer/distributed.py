@@ -244,20 +244,32 @@ class _Peers:
         beat, still_since, said = 0, time.monotonic(), False
         last_step = self.step
         notice_after = min(60.0, self.timeout_s / 4)
+        heard: dict[int, tuple[int, float]] = {}  # rank -> (its last beat, when it changed)
         while self.running.is_set():
             beat += 1
+            now = time.monotonic()
+            if self.step != last_step:
+                last_step, still_since, heard = self.step, now, {}
+            # Peers are read only once this rank has stood still a while (W ranks reading W beats every second
+            # would load the rendezvous store of a large cluster with W*W reads a second).
+            watching = not said and self.step >= 0 and now - still_since > notice_after / 2
             try:
                 self.store.set(f"{self.prefix}/{self.info.rank}", f"{beat} {self.step}")
+                seen = self._read() if watching else {}
             except Exception:  # noqa: BLE001 - the store's host is gone: the collective's own failure reports it
                 return
-            if self.step != last_step:
-                last_step, still_since = self.step, time.monotonic()
-            elif not said and self.step >= 0 and time.monotonic() - still_since > notice_after:
-                behind = self._behind(self._read())
-                if behind:
+            for r, (b, _) in seen.items():
+                if heard.get(r, (None, 0.0))[0] != b:
+                    heard[r] = (b, now)
+            watched = bool(heard) and now - min(since for _, since in heard.values()) > 3 * HEARTBEAT_S
+            if watching and watched and now - still_since > notice_after:  # silence first: a step can be stale
+                quiet = [r for r, (_, since) in heard.items() if r != self.info.rank and now - since > 3 * HEARTBEAT_S]
+                waiting = ", ".join(f"rank {r} (silent for {now - heard[r][1]:.0f} s)" for r in quiet)
+                waiting = waiting or self._behind(seen)
+                if waiting:
                     said = True
                     print(
-                        f"[berttrain] rank {self.info.rank} is waiting for {behind} (step {self.step}); the run "
+                        f"[berttrain] rank {self.info.rank} is waiting for {waiting} at step {self.step}; the run "
                         f"ends after --dist-timeout {self.timeout_s:g} s without an answer",
                         file=sys.stderr,
                         flush=True,
