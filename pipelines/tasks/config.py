@@ -17,6 +17,7 @@ from typing import Any
 from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
 from bertstream.pipelines.common.formats import ARROW_COMPRESSIONS
+from bertstream.pipelines.inputs.options import inputs_opt
 from bertstream.pipelines.tasks.glue import NAMES as GLUE_NAMES
 from bertstream.schemas import tasks as T
 
@@ -201,7 +202,7 @@ class SquadConfig(TaskConfig):
 class TaskIO:
     """What every task command reads and writes."""
 
-    inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable); gz/bz2/zst by extension.", flag="--input")
+    inputs: tuple[str, ...] = inputs_opt()
     vocab: str = opt(help="The checkpoint's vocab.txt or tokenizer.json (local or URL).")
     output: str = opt(help="Output folder (local or URL).")
     split: str | None = opt(

@@ -4,7 +4,7 @@ The records (``TextRow``, ``Sentence``, ``QAExample``), their batches, the drop 
 ``ReadRecords`` composite: it spreads files over workers, runs a parser (``bertstream.pipelines.tasks.tables``,
 ``bertstream.pipelines.tasks.conll``, ``bertstream.pipelines.tasks.squad_json``) on each, batches the records and reports, per file,
 how many records it emitted (for dense global indices and range sharding) and a ``Tally`` of what was read,
-dropped or repaired. Files are decoded and cleaned as the pretraining reader does (``bertstream.pipelines.pretraining.read``:
+dropped or repaired. Files are decoded and cleaned as the pretraining reader does (``bertstream.pipelines.inputs.read``:
 compression by extension, invalid UTF-8 replaced and counted, control characters and BOMs removed and
 counted), except SQuAD JSON, whose contexts are kept byte for byte so that answer offsets stay valid.
 
@@ -115,7 +115,7 @@ Parser = Callable[[str, int, Tally], Iterator[Any]]
 
 
 def file_lines(path: str, tally: Tally) -> Iterator[str]:
-    """The cleaned text lines of ``path`` (as ``bertstream.pipelines.pretraining.read`` cleans them), counting ``bytes_read``."""
+    """The cleaned text lines of ``path`` (as ``bertstream.pipelines.inputs.read`` cleans them), counting ``bytes_read``."""
 
     def chunks() -> Iterator[bytes]:
         for chunk in read_chunks(path):

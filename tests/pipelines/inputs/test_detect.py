@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.format_detect import detect_lines, sample_lines
-from bertstream.pipelines.common.inputs import resolve_inputs
+from bertstream.pipelines.inputs.detect import detect_lines, sample_lines
+from bertstream.pipelines.inputs.resolve import resolve_inputs
 from tests.conftest import shared_path
 
 PARAGRAPHS = [

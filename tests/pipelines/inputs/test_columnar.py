@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.columnar import datasets_folder_files, read_table, table_ranges
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.inputs import resolve_inputs, unknown_prefix
+from bertstream.pipelines.inputs.columnar import datasets_folder_files, read_table, table_ranges
+from bertstream.pipelines.inputs.resolve import resolve_inputs, unknown_prefix
 
 
 def table(n: int = 100) -> pa.Table:

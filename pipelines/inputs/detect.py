@@ -6,26 +6,27 @@ plain text, lines that end mid-sentence are hard-wrapped prose (``text``), lines
 document each (``lines``) when none does. A file judged wrongly trains on garbage with exit 0 (a paragraph read
 as one "sentence", ``</doc>`` lines as text), so the choice is said in one line with its evidence, and inputs
 whose first files disagree are refused, not guessed.
+
+Each format's module says what its evidence is (``detect``); this module samples a file once (:class:`Sample`)
+and asks the formats in the table's ``DETECTION_ORDER``: formats of records by their magic bytes first.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.files import read_chunks
+from bertstream.pipelines.inputs.formats import DETECTION_ORDER, LINE_FORMATS, format_module
 
 SAMPLE_BYTES = 64 << 10
 SAMPLED_FILES = 3  # per --input pattern
 
-_WIKI_LINE = re.compile(r"^<doc\b[^>]*>$|^</doc>$")
-_GUTENBERG = re.compile(r"^\*\*\*\s*(START|END) OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
 # A sentence ends inside the line: "... end. Next", "... 结束。下" (a following closing quote stays with its sentence)
 _INNER_END = re.compile(r"[.!?][\"'”’)\]]*\s+[\"'“‘(\[]?[A-Z0-9]|[。！？][”’」』）]*[^\s”’」』）]")
-_MEDIAWIKI = re.compile(rb"<mediawiki[\s>]")  # the export's root element, after any <?xml ...?> declaration
 _ENDS = re.compile(r"[.!?:;。！？][\"'”’)\]」』）]*$")
 
 
@@ -35,50 +36,59 @@ class Detected:
     why: str  # the evidence, in words
 
 
+class Sample:
+    """What the formats judge a file by: its first bytes (decompressed), and its first lines with what they tell
+    of plain text, each worked out once, when a format first asks."""
+
+    def __init__(self, head: bytes = b"", lines: Sequence[str] | None = None) -> None:
+        self.head = head
+        self._lines = lines
+
+    @cached_property
+    def lines(self) -> list[str]:
+        """The lines, stripped (a last, possibly cut, line already left out)."""
+        return [s.strip() for s in (self._lines if self._lines is not None else _lines_of(self.head, SAMPLE_BYTES))]
+
+    @cached_property
+    def full(self) -> list[str]:
+        """The lines that hold text."""
+        return [s for s in self.lines if s]
+
+    @property
+    def blank(self) -> int:
+        return len(self.lines) - len(self.full)
+
+    @cached_property
+    def ends(self) -> int:
+        """Lines that end as a sentence does."""
+        return sum(bool(_ENDS.search(s)) for s in self.full)
+
+    @cached_property
+    def several(self) -> int:
+        """Lines in which a sentence ends and another starts."""
+        return sum(bool(_INNER_END.search(s)) for s in self.full)
+
+
+def _judged(sample: Sample, names: Sequence[str]) -> Detected | None:
+    """The first of ``names`` (in :data:`DETECTION_ORDER`) whose module finds its evidence in the sample."""
+    for name in DETECTION_ORDER:
+        if name in names:
+            why = format_module(name).detect(sample)
+            if why is not None:
+                return Detected(name, why)
+    return None
+
+
 def detect_lines(lines: Sequence[str]) -> Detected:
     """The layout of a file from its first lines (a last, possibly cut, line already left out)."""
-    text = [s.strip() for s in lines]
-    full = [s for s in text if s]
-    if not full:
-        return Detected("sentences", "no text in the sample")
-    wiki = sum(bool(_WIKI_LINE.match(s)) for s in full)
-    if wiki:
-        return Detected("wikiextractor", f"{wiki} <doc>/</doc> lines")
-    objects = sum(s[0] == "{" and _is_object(s) for s in full)
-    if objects >= 0.9 * len(full):
-        return Detected("jsonl", f"{objects} of {len(full)} lines are JSON objects")
-    if any(_GUTENBERG.match(s) for s in full):
-        return Detected("text", "a Project Gutenberg marker")
-    n, blank = len(full), len(text) - len(full)
-    ends = sum(bool(_ENDS.search(s)) for s in full)
-    several = sum(bool(_INNER_END.search(s)) for s in full)
-    if ends < 0.5 * n:
-        return Detected("text", f"{n - ends} of {n} lines end mid-sentence: hard-wrapped paragraphs")
-    if several >= 0.3 * n:
-        if blank >= 0.5 * (n - 1):
-            return Detected("text", f"{several} of {n} lines hold several sentences, blank lines between them")
-        return Detected("lines", f"{several} of {n} lines hold several sentences, no blank lines: a document a line")
-    return Detected("sentences", f"{n - several} of {n} lines are one sentence, {blank} blank lines between documents")
-
-
-def _is_object(s: str) -> bool:
-    try:
-        return isinstance(json.loads(s), dict)
-    except json.JSONDecodeError:
-        return False
+    found = _judged(Sample(lines=lines), LINE_FORMATS)
+    assert found is not None  # sentences takes whatever is left
+    return found
 
 
 def detect_records(head: bytes) -> Detected | None:
     """Formats of records, known by their first bytes (a dump decompressed): Parquet, Arrow, a MediaWiki export."""
-    if head.startswith(b"PAR1"):
-        return Detected("parquet", "Parquet's magic bytes")
-    if head.startswith(b"ARROW1"):
-        return Detected("arrow", "an Arrow IPC file's magic bytes")
-    if head.startswith(b"\xff\xff\xff\xff"):
-        return Detected("arrow", "an Arrow IPC stream's first message")
-    if _MEDIAWIKI.search(head[:8192]):
-        return Detected("mediawiki", "a <mediawiki> export's root element")
-    return None
+    return _judged(Sample(head, lines=()), [n for n in DETECTION_ORDER if n not in LINE_FORMATS])
 
 
 def sample_head(path: str, limit: int = SAMPLE_BYTES) -> bytes:
@@ -90,18 +100,22 @@ def sample_head(path: str, limit: int = SAMPLE_BYTES) -> bytes:
         chunks.close()
 
 
-def sample_lines(path: str, limit: int = SAMPLE_BYTES, head: bytes | None = None) -> list[str]:
-    """The first lines of a file (decompressed), the last one left out when the sample cuts it."""
-    head = sample_head(path, limit) if head is None else head
+def _lines_of(head: bytes, limit: int) -> list[str]:
     whole = len(head) < limit
     lines = head.decode("utf-8", errors="replace").splitlines()
     return lines if whole or len(lines) < 2 else lines[:-1]
 
 
+def sample_lines(path: str, limit: int = SAMPLE_BYTES, head: bytes | None = None) -> list[str]:
+    """The first lines of a file (decompressed), the last one left out when the sample cuts it."""
+    return _lines_of(sample_head(path, limit) if head is None else head, limit)
+
+
 def detect_file(path: str) -> Detected:
     """One file's format: a format of records by its first bytes, else a text layout by its first lines."""
-    head = sample_head(path)
-    return detect_records(head) or detect_lines(sample_lines(path, head=head))
+    found = _judged(Sample(sample_head(path)), DETECTION_ORDER)
+    assert found is not None  # sentences takes whatever is left
+    return found
 
 
 def detect_files(pattern: str, paths: Sequence[str]) -> Detected:
