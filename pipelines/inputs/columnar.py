@@ -34,6 +34,8 @@ from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.inputs.documents import Document, text_paragraphs
+from bertstream.schemas.fields import local_member
+from bertstream.schemas.version import SchemaError
 
 ID_COLUMN = "id"
 TITLE_COLUMN = "title"
@@ -103,8 +105,9 @@ def _stored_size(path: str) -> int:
 
 
 def datasets_folder_files(folder: str) -> list[str]:
-    """The Arrow files of a ``datasets.Dataset.save_to_disk`` folder, in its order (``state.json``), else the
-    folder's ``*.arrow`` files, sorted. A ``DatasetDict`` folder is refused, naming its splits."""
+    """The Arrow files of a ``datasets.Dataset.save_to_disk`` folder, in its order (``state.json``: each name a
+    regular file inside the folder, else refused), else the folder's ``*.arrow`` files, sorted. A ``DatasetDict``
+    folder is refused, naming its splits."""
     state = os.path.join(folder, "state.json")
     splits = os.path.join(folder, "dataset_dict.json")
     if os.path.isfile(state):
@@ -113,7 +116,7 @@ def datasets_folder_files(folder: str) -> list[str]:
                 files = [d["filename"] for d in json.load(f)["_data_files"]]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError("input", f"{state}: not a datasets state.json ({type(e).__name__}: {e})") from None
-        return [os.path.join(folder, n) for n in files]
+        return [_member(folder, n, state) for n in files]
     if os.path.isfile(splits):
         try:
             with open(splits, encoding="utf-8") as f:
@@ -132,6 +135,19 @@ def datasets_folder_files(folder: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------- internals
+
+
+def _member(folder: str, name: Any, state: str) -> str:
+    """A file that ``state.json`` names, as the manifests' shards are taken: a relative name inside the folder, no
+    link out of it, a regular file that is there; anything else is refused before a byte of it is read."""
+    try:
+        path = local_member(folder, name, state)
+    except SchemaError as e:
+        why = str(e).removeprefix(f"{state}: ").replace("dataset folder", "folder")
+        raise UsageError("input", f"{state}: {why if str(name) in why else f'{name!r}: {why}'}") from None
+    if not os.path.isfile(path):
+        raise UsageError("input", f"{state}: {name!r} is missing from {folder}")
+    return path
 
 
 def _what(fmt: str) -> str:
