@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.files import Line
-from bertstream.pipelines.inputs.detect import Sample
+from bertstream.pipelines.inputs.detect import Sample, Undecided
 from bertstream.pipelines.inputs.documents import Document, text_paragraphs
 
 SPLITS = True
@@ -18,11 +18,18 @@ anchor = None  # every line stands alone
 
 
 def detect(sample: Sample) -> str | None:
-    """Nine lines in ten or more are JSON objects."""
+    """Nine lines in ten or more are JSON objects. Half or more that start as one, but fewer that parse, is
+    evidence that disagrees (lines cut short?): :class:`Undecided`, not text."""
     full = sample.full
     objects = sum(s[0] == "{" and _is_object(s) for s in full)
     if full and objects >= 0.9 * len(full):
         return f"{objects} of {len(full)} lines are JSON objects"
+    braces = sum(s[0] == "{" for s in full)
+    if full and braces >= 0.5 * len(full):
+        raise Undecided(
+            f"{objects} of {len(full)} lines are JSON objects and {braces - objects} more start with {{ but do not "
+            "parse (cut short?): jsonl reads the objects and drops the rest, counted"
+        )
     return None
 
 
