@@ -7,7 +7,7 @@ stages do per work unit (~250,000 tokens, the default ``tokens_per_unit``) for `
 
 - create + assemble: ``reference_unit_instances`` + ``reference_assemble`` (old) vs ``unit_instances`` +
   ``assemble`` (new);
-- masking: ``reference_mask`` (old) vs ``mask`` (new), plain and whole-word;
+- masking: the rule's NumPy form, ``reference_mask`` (old), vs its kernel, ``mask`` (new), plain and whole-word;
 
 and prints us/instance, old/new ratios, and the fixed cost of the kernels in a fresh process: importing
 numba and the first calls, which load the cached compiled code (``--cold`` also times compiling from an
@@ -51,6 +51,7 @@ FIXED_COST = """
 import time, numpy as np
 from bertstream.pipelines.pretraining.instances import Pool, assemble, unit_instances
 from bertstream.pipelines.pretraining.masking import mask, MaskingSpec
+from bertstream.schemas.masking import MaskingRule
 t0 = time.perf_counter()
 import numba
 t1 = time.perf_counter()
@@ -58,7 +59,7 @@ pool = Pool.build(np.arange(1, 4, dtype=np.uint64), np.array([2, 1, 1]), np.arra
 raw = unit_instances(pool, 0, 0, 3, 13, 0.1)
 ids, offsets, seg_a = assemble(pool, raw, 2, 3)
 for ww in (False, True):
-    mask(ids, offsets, seg_a, raw.instance_ids, MaskingSpec(4, np.arange(5, 14), np.zeros(14, bool), 0.15, 20, ww))
+    mask(ids, offsets, seg_a, raw.instance_ids, MaskingSpec(MaskingRule(4, np.arange(5, 14), np.zeros(14, bool), 0.15, 20, ww)))
 t2 = time.perf_counter()
 print(f"{t1 - t0:.3f} {t2 - t1:.3f}")
 """

@@ -11,12 +11,19 @@ killed by it).
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+
+def one_line(message: str) -> str:
+    """``message`` as the one line an ``Error:`` is: a library's own line breaks (pyarrow's end its message with
+    one) and runs of spaces become single spaces."""
+    return re.sub(r" ([)\]])", r"\1", " ".join(message.split()))
 
 
 class UsageError(ValueError):

@@ -3,8 +3,10 @@ the field (``opt``), and :func:`click_options` turns a config class into click o
 the parsed (flat) values back into the nested config.
 
 A config class holds leaf fields and sections (fields declared with :func:`section`, one level deep). Leaf
-names are unique across a config, so a flat ``name -> value`` view (:func:`flat`) names every setting the
-way its flag does; that view also reads configs saved by the flat layout of earlier versions
+names are unique across a config, so a flat ``name -> value`` view (:func:`flat`) names every setting by its
+leaf (the flag's name, but where a field sets its flag: the trainer's ``mlm_probability`` is
+``--masked-lm-prob``, as the pipeline and the manifest call it); that view also reads configs saved by the
+flat layout of earlier versions
 (:func:`saved_values`). A command that needs another default than the section's gives it once, in
 ``section(Cls, name=value)``. A component's config used as a section may hold settings that belong to
 another part of the command (the loader's batch size is the run's ``--batch-size``): ``section(Cls,
@@ -28,6 +30,12 @@ from bertstream.cli.errors import UsageError
 
 # Saved configs of earlier versions named these leaves differently (flat ones: before sections).
 _RENAMED = {"data": "paths", "sources": "paths", "data_format": "format", "model": "preset"}
+# One flag per setting in every command line; each of these also answers to the other names it had. The
+# masking settings take the names the manifest records (Google's); the trainer called them otherwise.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "--masked-lm-prob": ("--mlm-probability",),
+    "--max-predictions-per-seq": ("--max-predictions",),
+}
 
 
 def opt(
@@ -104,6 +112,11 @@ class Leaf:
     def flag(self) -> str:
         return self.meta.get("flag") or "--" + self.name.replace("_", "-")
 
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The flag and its aliases (:data:`ALIASES`), as click takes and ``--help`` lists them."""
+        return (self.flag, *ALIASES.get(self.flag, ()))
+
 
 def leaves(cls: type) -> Iterator[Leaf]:
     """Every leaf setting of config class ``cls``, in declaration order (sections expanded in place)."""
@@ -153,14 +166,14 @@ def _option(leaf: Leaf) -> Callable:
     if meta.get("show"):
         kw["show_default"] = True
     if meta.get("convert"):
-        return click.option(leaf.flag, leaf.name, callback=_converted(meta["convert"]), **kw)
+        return click.option(*leaf.flags, leaf.name, callback=_converted(meta["convert"]), **kw)
     base, multiple = _base_type(leaf.type)
     if base is bool:
         kw["is_flag"] = True
         if "/" in leaf.flag:  # an on/off pair: its default (None: neither given) is the field's
             kw["default"] = leaf.default
         name = f"no_{leaf.name}" if meta.get("negate") else leaf.name
-        return click.option(leaf.flag, name, **kw)
+        return click.option(*leaf.flags, name, **kw)
     if meta.get("choices"):
         kw["type"] = click.Choice(list(meta["choices"]))
     elif meta.get("path"):
@@ -175,7 +188,7 @@ def _option(leaf: Leaf) -> Callable:
         kw["required"] = True
     elif leaf.default is not None and not _dropped_default(leaf):
         kw["default"] = leaf.default
-    return click.option(leaf.flag, leaf.name, **kw)
+    return click.option(*leaf.flags, leaf.name, **kw)
 
 
 def _help_order(cls: type) -> list[Leaf]:
@@ -264,9 +277,10 @@ def flag_for(cls: type, param: str) -> str:
 
 
 def bad_parameter(cls: type | None, err: UsageError) -> click.BadParameter:
-    """``err`` as click's usage error (exit 2) naming the flag of ``cls`` it came from."""
+    """``err`` as click's usage error (exit 2) naming the flag of ``cls`` it came from (and its aliases, as
+    click's own errors do)."""
     flag = flag_for(cls, err.param) if cls is not None else "--" + err.param.replace("_", "-")
-    return click.BadParameter(err.message, param_hint=f"'{flag}'")
+    return click.BadParameter(err.message, param_hint=" / ".join(f"'{f}'" for f in (flag, *ALIASES.get(flag, ()))))
 
 
 def flat(cfg: Any) -> dict[str, Any]:

@@ -39,6 +39,14 @@ def vocab(**values: Any) -> None:
         f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
         f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {job.output}/vocab.txt, tokenizer.json"
     )
+    if len(v) < job.config.vocab_size:
+        # WordPiece stops when no pair is left to merge: a small corpus cannot fill a large vocabulary, and a
+        # model built for --vocab-size tokens would carry rows no id reaches.
+        click.echo(
+            f"note: {len(v):,} of the {job.config.vocab_size:,} tokens --vocab-size asked: all that this text yields "
+            f"with --min-frequency {job.config.min_frequency} (more text, or a lower --min-frequency, gives more); "
+            "berttrain sizes its model from vocab.txt, not from --vocab-size"
+        )
 
 
 def _train_vocab(job: VocabJob):

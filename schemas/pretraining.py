@@ -47,22 +47,6 @@ POSITION_DTYPE = np.dtype("<u2")
 SPECIALS_PER_ROW = 3
 
 
-def num_to_predict(
-    lengths: np.ndarray, probability: float, max_predictions: int | None = None, *, within_candidates: bool = False
-) -> np.ndarray:
-    """MLM predictions per instance of ``lengths`` tokens (specials included): the reference's count rule
-    ``min(max_predictions, max(1, round(length * probability)))``, ``np.round`` rounding half to even exactly
-    like Python's ``round``; ``max_predictions=None``: no cap. ``within_candidates`` also caps it at the
-    candidates (every position but [CLS] and the two [SEP]s), as the masks hold it. The one rule the static
-    masks (pipelines) and dynamic re-masking (trainer) count with."""
-    k = np.maximum(1, np.round(lengths.astype(np.float64) * probability).astype(np.int64))
-    if max_predictions is not None:
-        k = np.minimum(k, max_predictions)
-    if within_candidates:
-        k = np.minimum(k, np.maximum(lengths - SPECIALS_PER_ROW, 0))
-    return k
-
-
 def arrow_schema(id_type: str, vocab_sha256: str = "", parameters: Mapping[str, Any] | None = None) -> pa.Schema:
     t = id_types.arrow_type(id_type)
     schema = pa.schema(

@@ -94,6 +94,9 @@ from bertstream.schemas.version import SchemaError, check_version, decode_metada
 
 CLASSIFICATION, REGRESSION, NER, SQUAD = "classification", "regression", "ner", "squad"
 KINDS = (CLASSIFICATION, REGRESSION, NER, SQUAD)
+# What one input record of each kind is: the manifest counts them as <unit>_read, <unit>_used and
+# <unit>_dropped.<reason> (read == used + dropped), and totals[<unit>] is the number used.
+UNITS = {CLASSIFICATION: "rows", REGRESSION: "rows", NER: "sentences", SQUAD: "examples"}
 
 ROW_ID = "row_id"
 INPUT_IDS = "input_ids"

@@ -8,17 +8,19 @@ from typing import Any
 
 from bertstream.cli import options
 from bertstream.pipelines.common.dataset_run import RunResult
-from bertstream.pipelines.tasks import pipeline as P
-from bertstream.pipelines.tasks.config import ClassificationJob, NerJob, SquadJob
+from bertstream.pipelines.tasks.classification import ClassificationJob
+from bertstream.pipelines.tasks.ner import NerJob
+from bertstream.pipelines.tasks.pipeline import run_task
+from bertstream.pipelines.tasks.squad import SquadJob
 
 
 def run_classification(**values: Any) -> RunResult:
-    return P.run_classification(options.build(ClassificationJob, **values))
+    return run_task(options.build(ClassificationJob, **values))
 
 
 def run_ner(**values: Any) -> RunResult:
-    return P.run_ner(options.build(NerJob, **values))
+    return run_task(options.build(NerJob, **values))
 
 
 def run_squad(**values: Any) -> RunResult:
-    return P.run_squad(options.build(SquadJob, **values))
+    return run_task(options.build(SquadJob, **values))

@@ -57,6 +57,20 @@ def test_the_readme_has_the_three_snippets():
     assert len(snippets()) == 3
 
 
+def test_the_webdataset_snippet_says_which_flag_writes_tar_shards():
+    """The snippet reads ``*.tar``, which the default --output-format does not write: the README says so."""
+    from dataclasses import fields
+
+    from bertstream.pipelines.pretraining.config import PretrainingConfig
+
+    default = next(f.default for f in fields(PretrainingConfig) if f.name == "output_format")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    before = " ".join(
+        text.split("```python\nimport glob\n\nimport torch\nimport webdataset", 1)[0].split("```")[-1].split()
+    )
+    assert default != "webdataset" and "--output-format webdataset" in before and f"the default, `{default}`" in before
+
+
 def test_shards_in_hugging_face_datasets(demo_dir):
     manifest = json.loads((demo_dir / "demo" / "shards" / "manifest.json").read_text())
     rows = sum(s["count"] for s in manifest["shards"] if s["format"] == "arrow")

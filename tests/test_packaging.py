@@ -106,3 +106,20 @@ def test_the_wheel_installs_beside_pypis_trainer(tmp_path):
     for script in ("bertprep", "berttrain"):
         r = subprocess.run([str(env_dir / "bin" / script), "--help"], cwd=tmp_path, capture_output=True, text=True)
         assert r.returncode == 0 and "Usage:" in r.stdout, r.stderr[-2000:]
+
+
+def test_the_declared_beam_range_is_the_tested_one():
+    """pyproject's apache-beam range admits exactly the Beam minor versions the Dask runner was tested on, and the
+    one installed here (what the suite runs) is among them: declared and tested never drift apart."""
+    from packaging.requirements import Requirement
+
+    from bertstream.pipelines.runners.dask_runner import TESTED_BEAM
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    (beam,) = [Requirement(d) for d in deps if Requirement(d).name == "apache-beam"]
+    minors = {f"2.{m}" for m in range(40, 120)}
+    admitted = {m for m in minors if beam.specifier.contains(f"{m}.0") or beam.specifier.contains(f"{m}.9")}
+    assert admitted == set(TESTED_BEAM), f"pyproject admits {sorted(admitted)}, the runner was tested on {TESTED_BEAM}"
+    import apache_beam
+
+    assert ".".join(apache_beam.__version__.split(".")[:2]) in TESTED_BEAM

@@ -2,7 +2,7 @@
 
 ``bertprep pretraining`` reads its inputs and vocabulary from ``s3://``, keeps its work directory and writes
 shards and manifest there; ``berttrain pretrain`` streams the shards with s3fs (sha256 of each checked),
-trains a tiny model and resumes it (checkpoints are local: README, "Object stores"); ``bertprep task`` and
+trains a tiny model and resumes it (checkpoints are local: docs/pretraining.md, "Object stores (S3 and S3-compatible servers) end to end"); ``bertprep task`` and
 ``berttrain finetune`` do the same for a task. Then the failures: a corrupt object, a missing shard, and the
 server stopped mid-run, each a clean error naming the URL within a bounded time.
 """
@@ -383,7 +383,7 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
 
 
 def test_run_folders_on_an_object_store_are_refused_up_front():
-    # Checkpoints are local (README, "Object stores"): a run folder URL used to become a local folder named
+    # Checkpoints are local (docs/pretraining.md, "Object stores (S3 and S3-compatible servers) end to end"): a run folder URL used to become a local folder named
     # "s3:" (pathlib drops one slash). Refused before anything runs, naming the flag.
     from bertstream.cli.errors import UsageError
     from bertstream.trainer.config import TrainConfig

@@ -88,11 +88,7 @@ def save(
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        save_file(
-            weights,
-            str(tmp / MODEL_FILE),
-            metadata={"format": "pt", "step": str(step)},
-        )
+        write_tensors(tmp / MODEL_FILE, weights, {"format": "pt", "step": str(step)})
         if optimizer is not None:
             torch.save(optimizer, tmp / "optimizer.pt")
         torch.save(rng, tmp / "rng.pt")
@@ -161,6 +157,28 @@ WEIGHT_FILES = (MODEL_FILE, "state.json", "config.json")
 RESUME_FILES = (*WEIGHT_FILES, "optimizer.pt", "rng.pt")  # what continuing the exact run needs
 RESUME_STATE = ("scheduler", "data")  # state.json keys, likewise
 _RESUME_ONLY = {"optimizer.pt", "rng.pt", *(f"state.json {k!r}" for k in RESUME_STATE)}
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` sets it, and another thread could create a
+    file in between): Linux shows it in /proc; elsewhere the set-and-restore is the only way."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_tensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """The one writer of safetensors files (checkpoints and exports). safetensors creates its file 0600 whatever
+    the umask; the file gets the mode every other file of the folder has (0644 under the usual umask), so a
+    model exported for serving or shared with a group is readable like its config.json beside it."""
+    save_file(tensors, str(path), metadata=metadata)
+    os.chmod(path, 0o666 & ~_umask())
 
 
 def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:

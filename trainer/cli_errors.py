@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import click
 
 from bertstream.cli import options
-from bertstream.cli.errors import UsageError, exit_interrupted, missing_package, sigterm_as_interrupt
+from bertstream.cli.errors import UsageError, exit_interrupted, missing_package, one_line, sigterm_as_interrupt
 from bertstream.schemas.redact import redact
 
 
@@ -76,9 +76,12 @@ def _report(e: BaseException, cls: type | None) -> None:
     """Raise what ``e`` becomes: click's usage error, one ``Error:`` line, an exit code; or ``e`` itself (a bug)."""
     if isinstance(e, UsageError):
         bad = options.bad_parameter(cls, e)
-        setattr(bad, "message", redact(bad.message))  # noqa: B010 - click types it as final
+        setattr(bad, "message", one_line(redact(bad.message)))  # noqa: B010 - click types it as final
         raise bad from None
-    if isinstance(e, (click.ClickException, SystemExit, click.exceptions.Exit, click.Abort)):
+    if isinstance(e, click.ClickException):
+        setattr(e, "message", one_line(e.message))  # noqa: B010
+        raise e
+    if isinstance(e, (SystemExit, click.exceptions.Exit, click.Abort)):
         raise e
     handled = isinstance(e, (KeyboardInterrupt, ImportError, *_user_errors())) or _worker_died(e)
     if not handled:
@@ -127,4 +130,4 @@ def _one_line(message: str, kind: str) -> str:
     if "Original Traceback" in message:
         last = [line for line in message.splitlines() if line.strip()][-1]
         message = last.split(f"{kind}: ", 1)[-1]
-    return " ".join(message.split())
+    return one_line(message)

@@ -165,8 +165,11 @@ class ObjectiveConfig:
         "static: the shards' masks; dynamic: fresh masks per epoch from the same shards.",
         choices=MASKING_MODES,
     )  # dynamic: masks drawn per (seed, epoch, instance)
-    mlm_probability: float = opt(0.15, "Dynamic masking: share of tokens predicted.")
-    max_predictions: int | None = opt(None, "Dynamic masking: most predictions per sequence (default: no cap).")
+    # The flags bertprep names these with (cli.options.ALIASES keeps --mlm-probability and --max-predictions).
+    mlm_probability: float = opt(0.15, "Dynamic masking: share of tokens predicted.", flag="--masked-lm-prob")
+    max_predictions: int | None = opt(
+        None, "Dynamic masking: most predictions per sequence (default: no cap).", flag="--max-predictions-per-seq"
+    )
     whole_word_mask: bool = opt(False, "Dynamic masking: mask whole words (a token and its ## pieces).")
     no_nsp: bool = opt(False, "Train MLM only: NSP labels are ignored, its loss is not computed.")
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from bertstream.cli.errors import UsageError
@@ -27,7 +26,7 @@ from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
 from bertstream.trainer import hf_prelayernorm as PRE
-from bertstream.trainer.checkpoint import CheckpointError, read_tensors
+from bertstream.trainer.checkpoint import CheckpointError, read_tensors, write_tensors
 from bertstream.trainer.hf_config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict, read_config
 from bertstream.trainer.model import BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
 from bertstream.trainer.model_config import BertConfig
@@ -348,7 +347,7 @@ def _write_export(
     dtype: torch.dtype,
     do_lower_case: bool | None,
 ) -> None:
-    save_file(hf_state, str(out / SAFETENSORS_FILENAME), metadata={"format": "pt"})
+    write_tensors(out / SAFETENSORS_FILENAME, hf_state, {"format": "pt"})
     dtype_name = str(dtype).removeprefix("torch.")
     (out / CONFIG_FILENAME).write_text(
         json.dumps(hf_config_dict(config, dtype=dtype_name), indent=2, sort_keys=True) + "\n", encoding="utf-8"

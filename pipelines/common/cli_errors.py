@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import click
 
 from bertstream.cli import options
-from bertstream.cli.errors import UsageError, exit_interrupted, missing_package, sigterm_as_interrupt
+from bertstream.cli.errors import UsageError, exit_interrupted, missing_package, one_line, sigterm_as_interrupt
 from bertstream.pipelines.common.files import InputError, missing_filesystem_in
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.runners.runner import (
@@ -109,7 +109,7 @@ def bertprep_errors(cls: type | None = None, outcome: str = NO_MANIFEST) -> Iter
             yield from _funnel(cls, outcome)
     except click.ClickException as e:
         # A URL's password never reaches the console (click types `message` as final: set it all the same).
-        setattr(e, "message", redact_text(e.message))  # noqa: B010
+        setattr(e, "message", one_line(redact_text(e.message)))  # noqa: B010
         log = current_worker_log()
         if log is None or log not in e.message:
             discard_worker_log()  # kept only when the line names it

@@ -22,7 +22,7 @@ from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_options, redact_text
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
-from bertstream.pipelines.runners.runner import make_pipeline, run_pipeline, runner_name
+from bertstream.pipelines.runners.runner import local_worker_processes, make_pipeline, run_pipeline, runner_name
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from bertstream.schemas.manifest import vocab_entry as schema_vocab_entry
 from bertstream.schemas.vocab import VOCAB_FILENAME
@@ -56,7 +56,9 @@ def vocab_entry(spec: TokenizerSpec) -> dict[str, Any]:
 
 def run_entry(options: Any, beam_args: list[str], started: float) -> dict[str, Any]:
     """The manifest's ``run``: the runner, its options with secrets redacted, the start time."""
-    return {"runner": runner_name(options), "options": redact_options(list(beam_args)), "started_at": started}
+    entry = {"runner": runner_name(options), "options": redact_options(list(beam_args)), "started_at": started}
+    workers = local_worker_processes(options)
+    return {**entry, "worker_processes": workers} if workers else entry
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

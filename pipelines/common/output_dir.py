@@ -77,7 +77,18 @@ def claim_output(output: str, overwrite: bool, policy: OutputPolicy, reads: dict
     goes within :data:`CLEANUP_SECONDS`; when it succeeds, the work folder goes with the earlier run in it."""
     output_dir = absolute(output.rstrip("/"))
     check_no_overlap(output_dir, reads)
-    ensure_writable_dir(output_dir)
+    made = ensure_writable_dir(output_dir)
+    try:
+        with _claimed(output_dir, overwrite, policy) as claim:
+            yield claim
+    except BaseException:
+        if made is not None:
+            remove_empty_made(output_dir, made)  # a refused or failed run leaves no empty --output behind
+        raise
+
+
+@contextmanager
+def _claimed(output_dir: str, overwrite: bool, policy: OutputPolicy) -> Iterator[Claim]:
     run_id = new_run_id()
     with lock_output(output_dir, run_id, policy.command):
         replaced = check_output(output_dir, overwrite, policy)
@@ -100,13 +111,18 @@ def new_run_id() -> str:
 # --------------------------------------------------------------------------------------- the folder itself
 
 
-def ensure_writable_dir(output_dir: str) -> None:
-    """Create a local ``--output`` folder if needed and prove it writable; URLs are checked by the run itself
-    (object stores have no folders and no permissions to read up front)."""
+def ensure_writable_dir(output_dir: str) -> str | None:
+    """Create a local ``--output`` folder if needed and prove it writable; the topmost folder this made (None:
+    it was there). URLs are checked by the run itself (object stores have no folders and no permissions to
+    read up front)."""
     if "://" in output_dir:
-        return
+        return None
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise UsageError("output", f"{output_dir} is a file; --output must be a folder")
+    made = output_dir
+    while not os.path.exists(os.path.dirname(made)) and os.path.dirname(made) != made:
+        made = os.path.dirname(made)
+    made_any = not os.path.exists(output_dir)
     probe = os.path.join(output_dir, f".bertprep-write-test-{uuid.uuid4().hex}")
     try:
         os.makedirs(output_dir, exist_ok=True)
@@ -115,6 +131,21 @@ def ensure_writable_dir(output_dir: str) -> None:
         os.remove(probe)
     except OSError as e:
         raise UsageError("output", f"cannot write to {output_dir}: {e.strerror or e}") from None
+    return made if made_any else None
+
+
+def remove_empty_made(output_dir: str, made: str) -> None:
+    """Remove ``output_dir`` and the folders above it up to ``made`` (what :func:`ensure_writable_dir` created),
+    each only while empty: whatever another process put there meanwhile stays."""
+    path = output_dir
+    while True:
+        try:
+            os.rmdir(path)
+        except OSError:  # not empty (or gone): leave it, and every folder above it
+            return
+        if path == made or os.path.dirname(path) == path:
+            return
+        path = os.path.dirname(path)
 
 
 def _resolved(path: str) -> str:

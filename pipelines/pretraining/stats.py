@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from bertstream.pipelines.common.batch import InstanceBatch
-from bertstream.schemas.pretraining import num_to_predict
+from bertstream.schemas.masking import num_to_predict
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

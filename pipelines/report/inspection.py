@@ -276,7 +276,9 @@ def summary_lines(manifest: Manifest) -> list[str]:
     run = manifest.run
     if run.get("seconds"):
         lines.append(
-            f"run: {run.get('runner')}, {run['seconds']:.1f} s, {run.get('input_mb_per_s', 0):.2f} MB/s of input"
+            f"run: {run.get('runner')}"
+            + (f" with {run['worker_processes']} worker processes" if run.get("worker_processes") else "")
+            + f", {run['seconds']:.1f} s, {run.get('input_mb_per_s', 0):.2f} MB/s of input"
         )
     return lines
 

@@ -22,7 +22,8 @@ runner (its options, its overrides of Create/GroupByKey/Flatten/Reshuffle) and r
   (``metrics()`` answers empty instead of raising); bertstream's counters travel as data anyway.
 
 The translation reads Beam internals (``_OutputHandler``, ``DoFnInvoker``, the Dask overrides), so it is
-pinned to the Beam versions it is tested on (``TESTED_BEAM``): another Beam is refused in one line.
+pinned to the Beam versions it is tested on (``TESTED_BEAM``, the same range pyproject declares: a test holds the two
+together): another Beam is refused in one line.
 ``--runner DaskRunner`` and Beam's full name (``apache_beam.runners.dask.dask_runner.DaskRunner``) both
 select this runner in bertprep (``bertstream.pipelines.runners.runner.RUNNER_ALIASES``): Beam's own loses data on bertstream's
 pipeline (the run fails rather than publish it), so no bertprep user wants it.

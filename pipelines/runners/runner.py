@@ -170,6 +170,17 @@ def runner_name(options: PipelineOptions) -> str:
     return options.view_as(StandardOptions).runner or "FnApiRunner"
 
 
+def local_worker_processes(options: PipelineOptions) -> int:
+    """How many worker processes the embedded runner starts for ``options`` (0: it runs in this process, or the
+    run is another runner's): what a run's summary says beside the runner's name, which is FnApiRunner either way."""
+    if options.view_as(StandardOptions).runner is not None:
+        return 0
+    direct = options.view_as(DirectOptions)
+    if (direct.direct_num_workers or 1) > 1 or direct.direct_running_mode == "multi_processing":
+        return direct.direct_num_workers or os.cpu_count() or 1
+    return 0
+
+
 # The log file of the current run's local worker processes (None: no worker processes, or no run yet).
 _worker_log: list[str | None] = [None]
 

@@ -1,4 +1,5 @@
-"""``bertprep task classification|ner|squad``: fine-tuning datasets from labelled task files.
+"""``bertprep task classification|ner|squad``: fine-tuning datasets from labelled task files, one command per
+kind of ``bertstream.pipelines.tasks.kinds.KINDS`` (its flags: the fields of the kind's job).
 
 Same conventions as ``bertprep pretraining``: any other ``--option`` is a Beam pipeline option (default
 runner: Beam's in-process FnApiRunner; ``--direct_num_workers=N`` for worker processes); bad values are
@@ -7,7 +8,6 @@ usage errors naming the flag; input problems found while running stop the run wi
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -15,19 +15,22 @@ import click
 from bertstream.cli import options
 from bertstream.cli.options import click_options
 from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
-from bertstream.pipelines.tasks.config import ClassificationJob, NerJob, SquadJob
+from bertstream.pipelines.tasks.kind import TaskKind
+from bertstream.pipelines.tasks.kinds import KINDS
+from bertstream.schemas import tasks as T
 
 
-def _run(ctx: click.Context, fn: Callable, cls: type, values: dict[str, Any]) -> None:
-    """Build the job ``cls`` from the flags and run it with ``fn``, mapping our errors to click's (exit 2 for
-    usage errors, 1 for input errors)."""
+def _run(ctx: click.Context, kind: TaskKind, values: dict[str, Any]) -> None:
+    """Build the kind's job from the flags and run it, mapping our errors to click's (exit 2 for usage errors, 1
+    for input errors)."""
     quiet_beam(limit_arenas=False)
     from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.common.redact import redact_logs
+    from bertstream.pipelines.tasks.pipeline import run_task
 
     redact_logs([*ctx.args, *values["inputs"], values["vocab"] or "", values["output"] or ""])
-    with bertprep_errors(cls):
-        result = fn(options.build(cls, **values, beam_args=ctx.args))
+    with bertprep_errors(kind.job):
+        result = run_task(options.build(kind.job, **values, beam_args=ctx.args))
     _print_summary(result)
 
 
@@ -37,8 +40,7 @@ def _print_summary(result) -> None:
     )
 
     m = result.manifest
-    c, t = m.counters, m.task
-    unit = {"classification": "rows", "regression": "rows", "ner": "sentences", "squad": "examples"}[m.kind]
+    c, t, unit = m.counters, m.task, T.UNITS[m.kind]
     drops = C.dropped(c, unit)
     click.echo(f"done in {result.seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input")
     click.echo(
@@ -69,31 +71,16 @@ def task() -> None:
     """Write fine-tuning datasets (classification, NER, SQuAD) for a pretrained checkpoint."""
 
 
-def _task_command(name: str, cls: type, summary: str) -> None:
-    """``bertprep task NAME``: the flags of job ``cls``, run by ``bertstream.pipelines.tasks.pipeline.run_NAME``."""
+def _task_command(kind: TaskKind) -> None:
+    """``bertprep task NAME``: the flags of the kind's job, run by ``bertstream.pipelines.tasks.pipeline.run_task``."""
 
-    @task.command(name, context_settings=PASSTHROUGH, help=f"{summary}\n\n{_BEAM_OPTIONS}")
-    @click_options(cls)
+    @task.command(kind.name, context_settings=PASSTHROUGH, help=f"{kind.summary}\n\n{_BEAM_OPTIONS}")
+    @click_options(kind.job)
     @click.pass_context
     def command(ctx: click.Context, **values: Any) -> None:
-        from bertstream.pipelines.tasks import pipeline
-
-        _run(ctx, getattr(pipeline, f"run_{name}"), cls, values)
+        _run(ctx, kind, values)
 
 
 _BEAM_OPTIONS = "Any other --option is a Beam pipeline option (--runner, --direct_num_workers, ...)."
-_task_command(
-    "classification",
-    ClassificationJob,
-    "Sentence (pair) classification or regression: [CLS] A [SEP] (B [SEP]) + label.",
-)
-_task_command(
-    "ner",
-    NerJob,
-    "Named-entity recognition from CoNLL files (token POS chunk TAG) or char-tag files (char TAG).",
-)
-_task_command(
-    "squad",
-    SquadJob,
-    "Extractive QA from SQuAD v1.1/v2.0 JSON: features + examples.jsonl for the official metric.",
-)
+for _kind in KINDS:
+    _task_command(_kind)

@@ -23,6 +23,7 @@ from tokenizers import Tokenizer
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
 from bertstream.pipelines.tasks.read import RecordBatch
 from bertstream.schemas import id_types
@@ -150,6 +151,14 @@ class Layout:
 
 
 Featurizer = Callable[[RecordBatch, list, Layout, Tally], pa.Table]
+
+
+def unknown_label_error(label: str, labels: Sequence[str], place: str, source: str) -> InputError:
+    """An evaluation split's label outside the run's set (a labelled kind's featurizer raises it: the ids would lie)."""
+    return InputError(
+        f"{place}: label {label!r} is not in the label set {list(labels)} ({source}); an evaluation "
+        "split must use the training split's labels"
+    )
 
 
 class _FeaturizeFn(beam.DoFn):

@@ -16,12 +16,12 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common.counters import Tally, dropped
 from bertstream.pipelines.common.dataset_run import DatasetHeader, write_text_atomic
-from bertstream.pipelines.tasks.labels import LabelPlan, task_labels
+from bertstream.pipelines.tasks.kind import LabelPlan
+from bertstream.pipelines.tasks.labels import task_labels
 from bertstream.pipelines.tasks.write import ShardSpec
+from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from bertstream.schemas.vocab import VOCAB_FILENAME
-
-UNITS = {"classification": "rows", "regression": "rows", "ner": "sentences", "squad": "examples"}
 
 
 def merge_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def build_manifest(
     results = sorted(results, key=lambda r: r["shard"])
     shards = tuple(ShardInfo(**f) for r in results for f in r["files"])
     counters = tally.counters()
-    unit = UNITS[kind]
+    unit = T.UNITS[kind]
     read, used = counters.get(f"{unit}_read", 0), counters.get(f"{unit}_used", 0)
     drops = dropped(counters, unit)
     if read != used + sum(drops.values()):

@@ -5,7 +5,7 @@ Sources, in order of precedence (``LabelPlan.source``):
 - ``manifest:DIR``: ``--label-set-from DIR``, the training dataset's manifest (same kind, same vocab);
 - ``explicit``: ``--labels a,b,...`` (order = ids);
 - ``glue:NAME``: a GLUE preset's standard list;
-- ``derived``: sorted distinct labels of the training split itself (NER adds ``O``);
+- ``derived``: sorted distinct labels of the training split itself (plus the kind's ``always``: NER's ``O``);
 - ``none``: regression, SQuAD, and unlabeled splits without any of the above.
 
 A fixed set in a training split drops rows with other labels (counted); in an evaluation split such a row
@@ -15,27 +15,16 @@ stops the run. An evaluation split cannot derive its own labels (ids would not m
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.tasks.read import RecordBatch, Sentence
-from bertstream.schemas import tasks as T
+from bertstream.pipelines.common.dataset_run import load_manifest
+from bertstream.pipelines.common.tokenizer import TokenizerSpec
+from bertstream.pipelines.tasks.kind import NO_LABELS, LabelPlan, TaskConfig
+from bertstream.pipelines.tasks.read import RecordBatch
 from bertstream.schemas.manifest import Manifest
-
-OUTSIDE = "O"
-
-
-@dataclass(frozen=True, slots=True)
-class LabelPlan:
-    labels: tuple[str, ...] | None  # None: derive from the data
-    source: str
-
-    @property
-    def derived(self) -> bool:
-        return self.labels is None
 
 
 def labels_from_manifest(
@@ -64,7 +53,6 @@ def labels_from_manifest(
 
 def plan_labels(
     *,
-    kind: str,
     training: bool,
     labeled: bool,
     explicit: tuple[str, ...],
@@ -73,68 +61,94 @@ def plan_labels(
     from_manifest: tuple[str, ...] | None,
     manifest_dir: str | None,
     split: str,
+    always: tuple[str, ...] = (),
 ) -> LabelPlan:
-    if kind in (T.REGRESSION, T.SQUAD):
-        return LabelPlan((), "none")
     if from_manifest is not None and explicit:
         raise UsageError("labels", "give --labels or --label-set-from, not both")
     if from_manifest is not None:
-        plan = LabelPlan(from_manifest, f"manifest:{manifest_dir}")
+        plan = LabelPlan(from_manifest, f"manifest:{manifest_dir}", always)
     elif explicit:
-        plan = LabelPlan(explicit, "explicit")
+        plan = LabelPlan(explicit, "explicit", always)
     elif preset:
-        plan = LabelPlan(preset, f"glue:{preset_name}")
+        plan = LabelPlan(preset, f"glue:{preset_name}", always)
     elif not labeled:
-        return LabelPlan((), "none")
+        return NO_LABELS
     elif training:
-        return LabelPlan(None, "derived")
+        return LabelPlan(None, "derived", always)
     else:
         raise UsageError(
             "label-set-from",
             f"split {split!r} is not a training split: its label ids must be the training "
             "split's; pass --label-set-from TRAIN_DIR (or --labels)",
         )
-    if kind == T.NER and plan.labels is not None and OUTSIDE not in plan.labels:
-        raise UsageError("labels", f"an NER label set must include {OUTSIDE!r}, got {list(plan.labels)}")
     return plan
+
+
+def label_manifest(label_set_from: str | None, kind: str, spec: TokenizerSpec) -> tuple[str, ...] | None:
+    """The label names of ``--label-set-from``'s dataset (same kind, vocab and casing), None without it."""
+    if not label_set_from:
+        return None
+    try:
+        manifest = load_manifest(label_set_from)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError("label-set-from", str(e)) from None
+    return labels_from_manifest(
+        manifest, label_set_from, kind=kind, vocab_sha256=spec.vocab.sha256, lowercase=spec.lowercase
+    )
+
+
+def plan_for(
+    cfg: TaskConfig,
+    spec: TokenizerSpec,
+    label_set_from: str | None,
+    *,
+    labeled: bool,
+    preset: tuple[str, ...] | None = None,
+    preset_name: str | None = None,
+    always: tuple[str, ...] = (),
+) -> LabelPlan:
+    """The label plan of a labelled run (classification, NER) from its settings and ``--label-set-from``."""
+    return plan_labels(
+        training=cfg.training,
+        labeled=labeled,
+        explicit=cfg.labels,
+        preset=preset,
+        preset_name=preset_name,
+        from_manifest=label_manifest(label_set_from, cfg.kind, spec),
+        manifest_dir=label_set_from,
+        split=cfg.split,
+        always=always,
+    )
 
 
 def labels_of(batch: RecordBatch) -> Iterable[str]:
     """Distinct labels of a batch (tags for NER); no label for unlabeled rows."""
     seen: set[str] = set()
     for r in batch.records:
-        if isinstance(r, Sentence):
-            seen.update(r.tags)
-        elif r.label is not None:
-            seen.add(r.label)
+        seen.update(r.label_names())
     return seen
 
 
-def finish_derived(found: Iterable[str], kind: str) -> list[str]:
-    labels = set(found)
-    if kind == T.NER:
-        labels.add(OUTSIDE)
-    return sorted(labels)
+def finish_derived(found: Iterable[str], always: tuple[str, ...] = ()) -> list[str]:
+    return sorted({*found, *always})
 
 
 class Labels(beam.PTransform):
     """``PCollection[RecordBatch]`` -> singleton ``list[str]``: the fixed set, or derived from the records."""
 
-    def __init__(self, plan: LabelPlan, kind: str) -> None:
+    def __init__(self, plan: LabelPlan) -> None:
         super().__init__()
         self.plan = plan
-        self.kind = kind
 
     def expand(self, batches):
         if not self.plan.derived:
             return batches.pipeline | "Fixed" >> beam.Create([list(self.plan.labels)])
-        kind = self.kind
         return (
             batches
             | "LabelsOfBatch" >> beam.FlatMap(labels_of)
             | "Distinct" >> beam.Distinct()
             | "All" >> beam.combiners.ToList()
-            | "Sort" >> beam.Map(finish_derived, kind)
+            | "Sort" >> beam.Map(finish_derived, self.plan.always)
         )
 
 

@@ -1,8 +1,8 @@
 """Stage 1, Read: what the task parsers share, and the stage that runs one of them over the task files.
 
-The records (``TextRow``, ``Sentence``, ``QAExample``), their batches, the drop reasons, and the
-``ReadRecords`` composite: it spreads files over workers, runs a parser (``bertstream.pipelines.tasks.tables``,
-``bertstream.pipelines.tasks.conll``, ``bertstream.pipelines.tasks.squad_json``) on each, batches the records and reports, per file,
+What a record is to the stages (``Record``), their batches, and the ``ReadRecords`` composite: it spreads files
+over workers, runs the kind's parser (``parse.py`` of ``classification/``, ``ner/``, ``squad/``: each defines
+its records and drop reasons) on each, batches the records and reports, per file,
 how many records it emitted (for dense global indices and range sharding) and a ``Tally`` of what was read,
 dropped or repaired. Files are decoded and cleaned as the pretraining reader does (``bertstream.pipelines.inputs.read``:
 compression by extension, invalid UTF-8 replaced and counted, control characters and BOMs removed and
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 import apache_beam as beam
 
@@ -27,70 +27,21 @@ from bertstream.pipelines.common.files import check_unchanged, iter_text_lines, 
 RECORDS_PER_BATCH = 1024
 CHARS_PER_BATCH = 1 << 20
 
-# Drop reasons (counted under ``bertstream.pipelines.common.counters.drop(reason, unit)``: <unit>_dropped.<reason>).
-WRONG_COLUMN_COUNT = "wrong_column_count"
-UNBALANCED_QUOTE = "unbalanced_quote"
-WRONG_FIELD_COUNT = "wrong_field_count"  # CoNLL lines that do not have four fields
-EMPTY_TEXT = "empty_text"
-MISSING_LABEL = "missing_label"
-BAD_REGRESSION_LABEL = "bad_regression_label"
+# A drop reason both JSON readers count (``bertstream.pipelines.common.counters.drop(reason, unit)``:
+# <unit>_dropped.<reason>); each parser declares its others.
 MALFORMED_JSON = "malformed_json"
-MISSING_FIELD = "missing_field"
-MALFORMED_LINE = "malformed_line"
-EMPTY_QUESTION = "empty_question"
-EMPTY_CONTEXT = "empty_context"
-DUPLICATE_ID = "duplicate_id"
-NO_MATCHING_ANSWER = "no_matching_answer"
 
 
-# --------------------------------------------------------------------------------------------- records
+class Record(Protocol):
+    """What the stages ask of a record (``TextRow``, ``Sentence``, ``QAExample``: each parser's own)."""
 
+    def size(self) -> int:
+        """Characters of text: how full a batch is."""
+        ...
 
-@dataclass(slots=True)
-class TextRow:
-    """One classification/regression row: ``label`` is the raw label text (None when unlabeled)."""
-
-    line: int
-    text_a: str
-    text_b: str | None
-    label: str | None
-
-
-@dataclass(slots=True)
-class Sentence:
-    """One CoNLL sentence (IOB2 tags) starting at ``line``."""
-
-    line: int
-    words: list[str]
-    tags: list[str]
-
-
-@dataclass(slots=True)
-class QAExample:
-    """One SQuAD question. ``answers``/``answer_starts`` are as given; ``span`` is the character span of the
-    first answer that matched the context (after repair), None when none did or the question is impossible."""
-
-    ordinal: int  # 0-based position of the question in its file, counting every article
-    qid: str
-    title: str
-    context: str
-    question: str
-    answers: list[str]
-    answer_starts: list[int]
-    span: tuple[int, int] | None
-    is_impossible: bool
-
-    def example_json(self, example_index: int) -> dict[str, Any]:
-        return {
-            "example_index": example_index,
-            "id": self.qid,
-            "title": self.title,
-            "context": self.context,
-            "question": self.question,
-            "answers": {"text": self.answers, "answer_start": self.answer_starts},
-            "is_impossible": self.is_impossible,
-            "answer_span": None if self.span is None else list(self.span),
-        }
+    def label_names(self) -> Iterable[str]:
+        """The label names it carries (none when unlabeled): what a derived label set is made of."""
+        ...
 
 
 @dataclass(slots=True)
@@ -111,7 +62,7 @@ def where(path: str, line: int) -> str:
 # --------------------------------------------------------------------------------------------- stage
 
 # A parser: (path, file_index, tally) -> the file's records, counting what it reads and drops in the tally.
-Parser = Callable[[str, int, Tally], Iterator[Any]]
+Parser = Callable[[str, int, Tally], Iterator[Record]]
 
 
 def file_lines(path: str, tally: Tally) -> Iterator[str]:
@@ -125,21 +76,13 @@ def file_lines(path: str, tally: Tally) -> Iterator[str]:
     return iter_text_lines(chunks(), tally.counts)
 
 
-def _size(record: Any) -> int:
-    if isinstance(record, TextRow):
-        return len(record.text_a) + len(record.text_b or "")
-    if isinstance(record, Sentence):
-        return sum(len(w) for w in record.words)
-    return len(record.context) + len(record.question)
-
-
-def batch_records(records: Iterable[Any], path: str, file_index: int) -> Iterator[RecordBatch]:
+def batch_records(records: Iterable[Record], path: str, file_index: int) -> Iterator[RecordBatch]:
     """Consecutive records in batches of at most ``RECORDS_PER_BATCH`` records or about ``CHARS_PER_BATCH``."""
     batch = RecordBatch(file_index, path, 0)
     size = 0
     for record in records:
         batch.records.append(record)
-        size += _size(record)
+        size += record.size()
         if len(batch.records) >= RECORDS_PER_BATCH or size >= CHARS_PER_BATCH:
             yield batch
             batch, size = RecordBatch(file_index, path, batch.start + len(batch.records)), 0

@@ -1,4 +1,4 @@
-"""Stage 3, Write: featurized rows -> ``<kind>-0000i-of-0000N.arrow`` shards (and SQuAD's ``examples.jsonl``).
+"""Stage 3, Write: featurized rows -> ``<kind>-0000i-of-0000N.arrow`` shards (a kind's own files: its room).
 
 Shard ``i`` holds the rows of the records whose global index ``g`` (input order: files sorted by path, then
 position in the file) satisfies ``g * N // total == i``: consecutive ranges, so every window of a record
@@ -9,7 +9,6 @@ count. Files are written atomically and hashed as they stream (``bertstream.pipe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,6 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common.shards import ShardWriter, _HashedOutput
 from bertstream.pipelines.tasks.features import GLOBAL, Layout, from_wire, to_wire
-from bertstream.pipelines.tasks.read import RecordBatch
 from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import shard_name
 
@@ -73,8 +71,9 @@ class TaskShardWriter(ShardWriter):
         self.count += t.num_rows
 
 
-def shard_stats(t: pa.Table | None, kind: str) -> dict[str, Any]:
-    """Mergeable figures of one shard: rows, tokens, longest row, label histogram (classification)."""
+def shard_stats(t: pa.Table | None) -> dict[str, Any]:
+    """Mergeable figures of one shard: rows, tokens, longest row, histogram of label ids (rows with one label id:
+    classification; not regression's float labels)."""
     if t is None or not t.num_rows:
         return {"rows": 0, "tokens": 0, "max_length": 0, "label_counts": {}}
     lengths = pc.list_value_length(t.column(T.INPUT_IDS)).to_numpy()
@@ -84,7 +83,7 @@ def shard_stats(t: pa.Table | None, kind: str) -> dict[str, Any]:
         "max_length": int(lengths.max()),
         "label_counts": {},
     }
-    if kind == T.CLASSIFICATION:
+    if T.LABEL in t.column_names and pa.types.is_integer(t.column(T.LABEL).type):
         labels = t.column(T.LABEL).drop_null().to_numpy()
         ids, counts = np.unique(labels, return_counts=True)
         stats["label_counts"] = {str(int(i)): int(c) for i, c in zip(ids, counts)}
@@ -117,7 +116,7 @@ class ShardSpec:
         with writer:
             if t is not None and t.num_rows:
                 writer.write(t)
-        return {"shard": shard, "files": [writer.written()], "stats": shard_stats(t, self.kind)}
+        return {"shard": shard, "files": [writer.written()], "stats": shard_stats(t)}
 
 
 class _AssignShardFn(beam.DoFn):
@@ -154,55 +153,4 @@ class WriteTaskShards(beam.PTransform):
             >> beam.ParDo(_AssignShardFn(self.spec.num_shards), layout=beam.pvalue.AsSingleton(self.layout))
             | "CollectShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(_WriteShardFn(self.spec), labels=beam.pvalue.AsSingleton(self.labels))
-        )
-
-
-# --------------------------------------------------------------------------------------------- SQuAD examples
-
-
-def example_lines(batch: RecordBatch, layout: Layout) -> Iterator[tuple[int, str]]:
-    """``(example_index, JSON line)`` for every example of a batch (the index is the global record index)."""
-    for i, ex in enumerate(batch.records):
-        g = layout.global_index(batch, i)
-        yield g, json.dumps(ex.example_json(g), ensure_ascii=False, sort_keys=True)
-
-
-def write_examples(output_dir: str, lines: Iterable[tuple[int, str]]) -> dict[str, Any]:
-    """``examples.jsonl`` in ``example_index`` order, atomically; its path, count, bytes and sha256."""
-    ordered = sorted(lines)
-    if [g for g, _ in ordered] != list(range(len(ordered))):
-        raise ValueError("examples do not have dense indices 0..n-1: a record was lost or duplicated")
-    out = _HashedOutput(FileSystems.join(output_dir, T.EXAMPLES_FILE))
-    try:
-        for _, line in ordered:
-            out.write((line + "\n").encode("utf-8"))
-    except BaseException:
-        out.abort()
-        raise
-    out.commit()
-    return {
-        "role": "examples",
-        "path": T.EXAMPLES_FILE,
-        "format": "jsonl",
-        "count": len(ordered),
-        "bytes": out.size,
-        "sha256": out.sha.hexdigest(),
-    }
-
-
-class WriteExamples(beam.PTransform):
-    """``PCollection[RecordBatch of QAExample]`` -> singleton file info of ``examples.jsonl``."""
-
-    def __init__(self, output_dir: str, *, layout) -> None:
-        super().__init__()
-        self.output_dir = output_dir
-        self.layout = layout
-
-    def expand(self, batches):
-        output_dir = self.output_dir
-        return (
-            batches
-            | "ExampleLines" >> beam.FlatMap(example_lines, layout=beam.pvalue.AsSingleton(self.layout))
-            | "AllExamples" >> beam.combiners.ToList()
-            | "WriteFile" >> beam.Map(lambda lines: write_examples(output_dir, lines))
         )

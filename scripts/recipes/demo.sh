@@ -19,8 +19,26 @@ SPLIT=""
 stage_done() { SPLIT="$SPLIT $1 ${SECONDS}s,"; SECONDS=0; }
 SECONDS=0
 
+# Re-running replaces DEMO_DIR whole, so it must be a demo's: absent, empty, marked by an earlier demo, or
+# holding only what a demo writes. DEMO_DIR=~/experiments would otherwise be deleted with everything in it.
+DEMO_MARK=.bertstream-demo
+DEMO_NAMES=" $DEMO_MARK corpus vocab shards eval_shards run hf sst2_train.tsv task_train task_dev finetune "
+if [ -e "$OUT" ] && [ ! -e "$OUT/$DEMO_MARK" ]; then
+    if [ ! -d "$OUT" ]; then
+        echo "Error: DEMO_DIR=$OUT is a file, not a demo's folder: name a new folder" >&2; exit 2
+    fi
+    for entry in "$OUT"/* "$OUT"/.[!.]*; do
+        [ -e "$entry" ] || continue
+        case "$DEMO_NAMES" in
+            *" $(basename "$entry") "*) ;;
+            *) echo "Error: DEMO_DIR=$OUT holds $(basename "$entry"), which no demo wrote: the demo replaces its folder whole; name a new or empty folder" >&2; exit 2 ;;
+        esac
+    done
+fi
+
 echo "== 1. corpus: Python's reference documentation (ships with Python), 1 in 8 topics held out"
 rm -rf "$OUT"
+mkdir -p "$OUT" && : > "$OUT/$DEMO_MARK"
 bertprep demo-corpus "$OUT/corpus" --holdout-every 8
 stage_done corpus
 

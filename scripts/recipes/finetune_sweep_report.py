@@ -53,14 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Error: {args.out} holds no sweep runs (TASK-lrLR-epE-INIT-SEED)", file=sys.stderr)
         return 1
     result: dict = {}
-    lines = []
     for task, grid in cells.items():
         metric, also = METRICS[task], ALSO.get(task)
-        lines += [f"{task} ({metric}{', ' + also if also else ''}: best epoch, mean ± sd over the seeds)", ""]
-        head = "| epochs | lr | pretrained | random | gain |" + (
-            f" {also}: pretrained / random / gain |" if also else ""
-        )
-        lines += [head, "|---|---|---|---|---|" + ("---|" if also else "")]
         rows, best = [], {}
         for (epochs, lr), by_init in sorted(grid.items(), key=lambda kv: (kv[0][0], float(kv[0][1]))):
             if set(by_init) != {"pretrained", "random"}:
@@ -70,34 +64,58 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 return 1
             pre, rnd = by_init["pretrained"][metric], by_init["random"][metric]
-            gain = statistics.mean(pre) - statistics.mean(rnd)
-            line = f"| {epochs} | {lr} | {mean_sd(pre)} | {mean_sd(rnd)} | {gain:+.3f} |"
-            row = {"epochs": epochs, "lr": float(lr), "pretrained": pre, "random": rnd, "gain": gain}
+            row = {"epochs": epochs, "lr": float(lr), "pretrained": pre, "random": rnd}
+            row["gain"] = statistics.mean(pre) - statistics.mean(rnd)
             if also:
-                pa, ra = by_init["pretrained"][also], by_init["random"][also]
-                line += f" {statistics.mean(pa):.3f} / {statistics.mean(ra):.3f} / {statistics.mean(pa) - statistics.mean(ra):+.3f} |"
-                row[f"pretrained_{also}"], row[f"random_{also}"] = pa, ra
-            lines.append(line)
+                row[f"pretrained_{also}"], row[f"random_{also}"] = by_init["pretrained"][also], by_init["random"][also]
             rows.append(row)
             for init, xs in (("pretrained", pre), ("random", rnd)):
                 if init not in best or statistics.mean(xs) > best[init][0]:
                     best[init] = (statistics.mean(xs), epochs, float(lr))
-        conservative = best["pretrained"][0] - best["random"][0]
-        lines += [
-            "",
-            f"each init at its own best cell: pretrained {best['pretrained'][0]:.3f} (epochs {best['pretrained'][1]}, "
-            f"lr {best['pretrained'][2]:g}), random {best['random'][0]:.3f} (epochs {best['random'][1]}, "
-            f"lr {best['random'][2]:g}): {conservative:+.3f}",
-            "",
-        ]
         result[task] = {
             "metric": metric,
             "cells": rows,
             "best": {k: {"mean": v[0], "epochs": v[1], "lr": v[2]} for k, v in best.items()},
-            "conservative_gain": conservative,
+            "conservative_gain": best["pretrained"][0] - best["random"][0],
         }
+    lines = sweep_table(result)
     publish(args.out / "sweep.json", result, lines)
     return 0
+
+
+def lr_text(lr: float) -> str:
+    """A rate as the run names spell it (6e-4, 1.5e-4): the cells' rates are floats in the JSON."""
+    mantissa, exponent = f"{lr:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def sweep_table(result: dict) -> list[str]:
+    """The lines of a ``sweep.json``: per task, each cell's pretrained and random mean ± sd and gain (and the also-
+    reported metric's means), then each init at its own best cell. Its ``docs/`` copy renders the same lines
+    (scripts/tools/results_tables.py)."""
+    lines: list[str] = []
+    for task, entry in result.items():
+        metric, also = entry["metric"], ALSO.get(task)
+        lines += [f"{task} ({metric}{', ' + also if also else ''}: best epoch, mean ± sd over the seeds)", ""]
+        head = "| epochs | lr | pretrained | random | gain |" + (
+            f" {also}: pretrained / random / gain |" if also else ""
+        )
+        lines += [head, "|---|---|---|---|---|" + ("---|" if also else "")]
+        for c in entry["cells"]:
+            line = f"| {c['epochs']} | {lr_text(c['lr'])} | {mean_sd(c['pretrained'])} | {mean_sd(c['random'])} | {c['gain']:+.3f} |"
+            if also:
+                pa, ra = statistics.mean(c[f"pretrained_{also}"]), statistics.mean(c[f"random_{also}"])
+                line += f" {pa:.3f} / {ra:.3f} / {pa - ra:+.3f} |"
+            lines.append(line)
+        b = entry["best"]
+        lines += [
+            "",
+            f"each init at its own best cell: pretrained {b['pretrained']['mean']:.3f} (epochs "
+            f"{b['pretrained']['epochs']}, lr {b['pretrained']['lr']:g}), random {b['random']['mean']:.3f} (epochs "
+            f"{b['random']['epochs']}, lr {b['random']['lr']:g}): {entry['conservative_gain']:+.3f}",
+            "",
+        ]
+    return lines
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from pretraining_gain_report import ALSO, publish
+from pretraining_gain_report import ALSO, METRICS, publish
 from pretraining_gain_report import mean_sd as fmt
 
 CHANGES = {
@@ -73,48 +73,60 @@ def main(argv: list[str] | None = None) -> int:
     if not base and any("random" not in results[a][tasks[0]] for a in finished):
         print("Error: arm base has not been fine-tuned: the random-init baseline is missing", file=sys.stderr)
         return 1
-    head = "| arm | change | steps | held-out MLM loss / acc |"
-    rule = "|---|---|---|---|"
-    for t in tasks:
-        metric = first[t]["metric"]
-        head += f" {t} {metric} (gain) |"
-        rule += "---|"
-        if t in ALSO:
-            head += f" {t} {ALSO[t]} (gain) |"
-            rule += "---|"
-    rows = [head, rule]
-    table = {"budget_minutes": args.budget, "arms": {}}
+    table: dict = {"budget_minutes": args.budget, "arms": {}}
     for arm in args.arms:
         r = results[arm]
-        held = r.get("heldout", {})
-        row = f"| {arm} | {CHANGES.get(arm, arm)} | {r['pretrain_steps']:,} | "
-        row += f"{held.get('mlm_loss', float('nan')):.2f} / {held.get('mlm_accuracy', float('nan')):.3f} |"
-        entry = {"steps": r["pretrain_steps"], "heldout": held, "tasks": {}}
+        entry = {"steps": r["pretrain_steps"], "heldout": r.get("heldout", {}), "tasks": {}}
         if not r.get("fine_tuned", True):
             entry["fine_tuned"] = False
-            row += " not fine-tuned |" * sum(2 if t in ALSO else 1 for t in tasks)
-            rows.append(row)
-            table["arms"][arm] = entry
-            continue
-        for t in tasks:
-            for key in [t, *([t + "_" + ALSO[t]] if t in ALSO else [])]:
-                suffix = "" if key == t else "_" + ALSO[t]
-                pre = r[t][f"pretrained{suffix}"]
-                rnd = r[t].get(f"random{suffix}") or base[t][f"random{suffix}"]
-                gain = statistics.mean(pre) - statistics.mean(rnd)
-                row += f" {fmt(pre)} ({gain:+.3f}) |"
-                entry["tasks"][key] = {"pretrained": pre, "random": rnd, "gain": gain}
-        rows.append(row)
+        else:
+            for t in tasks:
+                for key in [t, *([t + "_" + ALSO[t]] if t in ALSO else [])]:
+                    suffix = "" if key == t else "_" + ALSO[t]
+                    pre = r[t][f"pretrained{suffix}"]
+                    rnd = r[t].get(f"random{suffix}") or base[t][f"random{suffix}"]
+                    entry["tasks"][key] = {
+                        "pretrained": pre,
+                        "random": rnd,
+                        "gain": statistics.mean(pre) - statistics.mean(rnd),
+                    }
         table["arms"][arm] = entry
-    if base:
-        row = "| random init | (baseline) | 0 | — |"
-        for t in tasks:
-            row += f" {fmt(results['base'][t]['random'])} |"
-            if t in ALSO:
-                row += f" {fmt(results['base'][t]['random_' + ALSO[t]])} |"
-        rows.append(row)
+    rows = ablation_table(table, with_baseline=bool(base))
     publish(args.out / "ablation.json", table, rows)
     return 0
+
+
+def ablation_table(table: dict, *, with_baseline: bool = True) -> list[str]:
+    """The rows of an ``ablation.json``: each arm's change, steps, held-out loss and per task its pretrained mean ±
+    sd with the gain over random init; then the random-init baseline (arm base's random runs) where it has them.
+    Its ``docs/`` copy renders the same rows (scripts/tools/results_tables.py)."""
+    arms = table["arms"]
+    tuned = [a for a in arms.values() if a.get("fine_tuned", True)]
+    keys = list(tuned[0]["tasks"]) if tuned else []
+
+    def title(key: str) -> str:
+        task, _, also = key.partition("_")
+        return f"{task} {also or METRICS[task]} (gain)"
+
+    rows = [
+        "| arm | change | steps | held-out MLM loss / acc |" + "".join(f" {title(k)} |" for k in keys),
+        "|---|---|---|---|" + "---|" * len(keys),
+    ]
+    for arm, entry in arms.items():
+        held = entry.get("heldout", {})
+        row = f"| {arm} | {CHANGES.get(arm, arm)} | {entry['steps']:,} | "
+        row += f"{held.get('mlm_loss', float('nan')):.2f} / {held.get('mlm_accuracy', float('nan')):.3f} |"
+        if not entry.get("fine_tuned", True):
+            row += " not fine-tuned |" * len(keys)
+        else:
+            row += "".join(f" {fmt(c['pretrained'])} ({c['gain']:+.3f}) |" for c in (entry["tasks"][k] for k in keys))
+        rows.append(row)
+    base = arms.get("base", {})
+    if with_baseline and base.get("fine_tuned", True) and base.get("tasks"):
+        rows.append(
+            "| random init | (baseline) | 0 | — |" + "".join(f" {fmt(base['tasks'][k]['random'])} |" for k in keys)
+        )
+    return rows
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 #
 #   scripts/recipes/pretraining_gain.sh OUT
 #
-# The recipe (README, "Pretraining that pays off", says what each part gained):
+# The recipe (docs/results.md, "Pretraining that pays off", says what each part gained):
 # - task-adaptive pretraining (Gururangan et al. 2020): the tasks' own training text, labels removed
 #   (scripts/task_text.py), mixed 0.6/0.4 with Wikipedia and the Gutenberg books (--data DIR:WEIGHT);
 # - a small vocabulary (8,000 WordPieces) trained on that mixture: a cheaper output layer, fewer rare rows;
@@ -63,7 +63,7 @@ NORM=${NORM:-pre}
 LR=${LR:-3e-3}
 FT_LR=${FT_LR:-3e-4}
 # Fine-tuning epochs per task. SST-2 takes 6: with 3, the pretrained model is still under-fitted (a sweep of
-# epochs 3/6 x lr 1e-4..1e-3, 3 seeds each init, docs/finetuning.md: 0.774 at 3 epochs, 0.797 at 6), while the
+# epochs 3/6 x lr 1e-4..1e-3, 3 seeds each init, docs/results.md: 0.774 at 3 epochs, 0.797 at 6), while the
 # random init is the same at every setting of the sweep (0.752-0.764).
 FT_EPOCHS=${FT_EPOCHS:-sst2:6 mrpc:5 conll:3 squad:2}
 FT_EPOCHS=${FT_EPOCHS//,/ }  # commas or spaces

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         minutes = float((out / "pretrain_minutes").read_text())
         results.update(pretrain_minutes=minutes, pretrain_steps=args.steps)
-        rows = tiny_table(args, results, reference_tasks)
+        rows = tiny_table(args, results)
     if args.continued:
         rows += continued_table(args, results, F, out)
     if not args.tasks:
@@ -137,14 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     return curve(args, results, rows, minutes)
 
 
-def tiny_table(args: argparse.Namespace, results: dict, reference_tasks: list[str]) -> list[str]:
+def tiny_table(args: argparse.Namespace, results: dict) -> list[str]:
     """Each task's pretrained and random scores into ``results``; the table's rows."""
     F = args.out / "finetune"
-    rows = [
-        "| task | metric | pretrained (mean ± sd) | random (mean ± sd) | gain | seeds |"
-        + (" reference (1 seed) |" if args.reference else ""),
-        "|---|---|---|---|---|---|" + ("---|" if args.reference else ""),
-    ]
     for task in args.tasks:
         metric = METRICS[task]
         entry: dict = {"metric": metric}
@@ -154,15 +149,33 @@ def tiny_table(args: argparse.Namespace, results: dict, reference_tasks: list[st
             if task in ALSO:
                 entry[f"{init}_{ALSO[task]}"] = [float(e[ALSO[task]]) for e in evals]
         results[task] = entry
+    return gain_table(results)
+
+
+def gain_table(results: dict) -> list[str]:
+    """The table of a ``results.json``: each task's pretrained and random mean ± sd, the gain, the seeds, and the
+    reference's score where the run had one (its ``docs/`` copy renders the same rows: scripts/tools/results_tables.py)."""
+    tasks = [
+        t for t, v in results.items() if isinstance(v, dict) and "metric" in v and {"pretrained", "random"} & set(v)
+    ]
+    reference = results.get("reference")
+    rows = [
+        "| task | metric | pretrained (mean ± sd) | random (mean ± sd) | gain | seeds |"
+        + (" reference (1 seed) |" if reference else ""),
+        "|---|---|---|---|---|---|" + ("---|" if reference else ""),
+    ]
+    for task in tasks:
+        entry = results[task]
         cells = {
             init: f"{statistics.mean(entry[init]):.4g} ± {spread(entry[init]):.2g}" if init in entry else "not run"
             for init in ("pretrained", "random")
         }
         both = "pretrained" in entry and "random" in entry
         gain = f"{statistics.mean(entry['pretrained']) - statistics.mean(entry['random']):+.3g}" if both else "—"
-        row = f"| {task} | {metric} | {cells['pretrained']} | {cells['random']} | {gain} | {len(args.seeds)} |"
-        if args.reference:
-            ref = results["reference"].get(task) if task in reference_tasks else None
+        seeds = len(entry.get("pretrained", entry.get("random", [])))
+        row = f"| {task} | {entry['metric']} | {cells['pretrained']} | {cells['random']} | {gain} | {seeds} |"
+        if reference:
+            ref = reference.get(task)
             row += " not run |" if ref is None else f" {ref['score']:.4g} |"
         rows.append(row)
     return rows

@@ -286,7 +286,7 @@ def test_a_config_error_names_the_flag_typed():
 
 def test_bertprep_jobs_build_from_flags_and_keep_the_keyword_forms():
     from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-    from bertstream.pipelines.tasks.config import ClassificationJob
+    from bertstream.pipelines.tasks.classification import ClassificationJob
 
     job = options.build(PretrainingJob, inputs=["a"], vocab="v", output="o", no_strip_gutenberg=True)
     # the command line judges the layout (--format auto); the library default stays a format of its own
@@ -294,3 +294,22 @@ def test_bertprep_jobs_build_from_flags_and_keep_the_keyword_forms():
     assert job.casing is None and job.inputs == ("a",)
     job = options.build(ClassificationJob, inputs=["a"], vocab="v", output="o", glue="sst2", labels=["x"])
     assert job.io.inputs == ("a",) and job.label_source.labels == ("x",) and job.max_seq_length == 128
+
+
+@pytest.mark.parametrize("alias", [False, True], ids=["flag", "alias"])
+def test_both_command_lines_name_the_masking_settings_alike(alias):
+    """One flag per masking setting in bertprep and berttrain (the manifest's names); the trainer's earlier
+    names are aliases in both, and an error names the flag and its alias as click's own errors do."""
+    from bertstream.pipelines.cli import main as bertprep
+
+    argv = []
+    for flag, value in (("--masked-lm-prob", "0.3"), ("--max-predictions-per-seq", "7")):
+        argv += [options.ALIASES[flag][0] if alias else flag, value]
+    prep = bertprep.commands["pretraining"].make_context(
+        "pretraining", ["--input", "a", "--vocab", "v", "--output", "o"] + argv
+    )
+    assert (prep.params["masked_lm_prob"], prep.params["max_predictions_per_seq"]) == (0.3, 7)
+    train = main.commands["pretrain"].make_context("pretrain", ["--data", "a", "--output", "o"] + argv)
+    assert (train.params["mlm_probability"], train.params["max_predictions"]) == (0.3, 7)
+    bad = CliRunner().invoke(main, ["pretrain", "--data", "a", "--output", "o", "--masking", "dynamic", argv[0], "1.5"])
+    assert bad.exit_code == 2 and "'--masked-lm-prob' / '--mlm-probability': must be in (0, 1)" in bad.output

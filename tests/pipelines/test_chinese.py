@@ -18,7 +18,7 @@ from bertstream.pipelines.pretraining.instances import Pool, assemble, unit_inst
 from bertstream.pipelines.pretraining.masking import mask, masking_spec
 from bertstream.pipelines.pretraining.segmenter import sentence_spans, split_sentences
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
-from bertstream.schemas.pretraining import num_to_predict
+from bertstream.schemas.masking import num_to_predict
 from bertstream.schemas.vocab import Vocab
 from tests.conftest import shared_path
 from tests.pipelines.pretraining.test_segmenter import assert_invariants

@@ -165,6 +165,15 @@ def test_vocab_command(tmp_path, demo_corpus):
     )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "vocab.txt").read_text().count("\n") == 1500
+    assert "note:" not in r.output  # 1,500 asked, 1,500 given: nothing to say
+
+
+def test_a_vocabulary_smaller_than_asked_is_said(tmp_path, demo_corpus):
+    args = ["vocab", "--input", str(demo_corpus / "*.txt"), "--format", "text", "--vocab-size", "900000"]
+    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "v")])
+    assert r.exit_code == 0, r.output
+    given = (tmp_path / "v" / "vocab.txt").read_text().count("\n")
+    assert given < 900_000 and f"note: {given:,} of the 900,000 tokens --vocab-size asked" in r.output
     r = CliRunner().invoke(main, ["vocab", "--input", str(tmp_path / "nothing-*"), "--output", str(tmp_path / "x")])
     assert r.exit_code == 2 and "matches no files" in r.output
 

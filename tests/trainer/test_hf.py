@@ -435,3 +435,18 @@ def test_export_hf_writes_only_a_folder_of_its_own_and_all_of_it_or_nothing(tmp_
     with pytest.raises(OSError, match="No space left"):
         export_hf(ours, CONFIG, TOKENS, tmp_path / "new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "user"]  # no folder, no temporary one left
+
+
+def test_every_exported_file_has_the_folders_mode(tmp_path: Path) -> None:
+    """safetensors writes its file 0600 whatever the umask; an export is made to be served or shared, so its weights
+    are as readable as the config.json beside them (0644 under umask 022, 0640 under 027)."""
+    import os
+    import stat
+
+    previous = os.umask(0o027)
+    try:
+        out = export_hf(BertForPreTraining(CONFIG, seed=1), CONFIG, TOKENS, tmp_path / "hf")
+    finally:
+        os.umask(previous)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir() if p.is_file()}
+    assert modes["model.safetensors"] == modes["config.json"] == 0o640, modes

@@ -74,7 +74,7 @@ S3_RETRIES = {"max_attempts": 3, "mode": "standard"}
 S3FS_TRIES = 2  # s3fs.S3FileSystem.retries (a class attribute, not a constructor argument)
 
 
-# The package fsspec needs for each protocol the trainer documents (README, "Object stores").
+# The package fsspec needs for each protocol the trainer documents (docs/pretraining.md, "Object stores (S3 and S3-compatible servers) end to end").
 _PROTOCOL_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "http": "aiohttp", "https": "aiohttp", "gs": "gcsfs"}
 
 

@@ -1,7 +1,7 @@
 """Compiled (numba) kernels of the hot per-instance loops: instance creation, assembly and masking.
 
-Each kernel has a readable pure-Python or NumPy reference beside its caller (``bertstream.pipelines.pretraining.instances``,
-``bertstream.pipelines.pretraining.masking``) and a test that pins the kernel to it. This package is imported lazily, on a
+Each kernel has a readable pure-Python or NumPy reference (beside its caller, ``bertstream.pipelines.pretraining.instances``;
+for masking, the contract's rule, ``bertstream.schemas.masking``) and a test that pins the kernel to it. This package is imported lazily, on a
 pipeline's first work unit or batch: importing numba costs ~0.2 s, which processes that only read,
 tokenize or write should not pay. Kernels are compiled with ``cache=True``, so a process compiles a kernel
 only when no process on the machine has compiled it before (Beam worker subprocesses load the cache).

@@ -1,17 +1,19 @@
-"""Static masked-LM predictions for a batch, compiled: :func:`bertstream.pipelines.pretraining.masking.reference_mask`'s output.
+"""Static masked-LM predictions for a batch, compiled: :func:`bertstream.schemas.masking.mask`'s output.
 
-The NumPy reference hashes every position of an ``[N, Lmax]`` grid and partially sorts each row (~3 us
-per instance; whole-word masking loops in Python per instance, ~45 us). Here each instance is one pass
-over its positions with the same hashes, then the same choice:
+The rule's NumPy form hashes every position of an ``[N, Lmax]`` grid and partially sorts each row; here
+each instance is one pass over its positions with the same hashes, then the same choice:
 
 - the ``k`` candidates with the smallest keys (or, whole-word, words in key order while they fit);
 - found by sorting only the keys below a bound that about ``k + 2 sqrt(k) + 2`` uniform keys fall under
   (the bound widened in the ~2% of instances where that keeps too few). The kept keys are a prefix of
   the full key order, so the bound only saves work: the choice is a full sort's.
 
-Candidate keys are distinct within an instance (``x = id*G + pos*C + purpose`` with odd ``C`` is
+Candidate keys are distinct within an instance (``x = key*G + pos*C + purpose`` with odd ``C`` is
 injective in ``pos`` below 2**64, and SplitMix's finaliser is a bijection), so "the ``k`` smallest" is
 one set whatever the selection method.
+
+The rule's constants (the 80/10/10 thresholds, the draws' purposes) come in as arguments, not as globals:
+numba freezes globals into its cached code and would not see a change made in ``bertstream.schemas``.
 """
 
 from __future__ import annotations
@@ -24,14 +26,7 @@ from numba import njit
 from bertstream.pipelines.pretraining.kernels.hashing import G, mix64, uniform
 
 _U64 = np.uint64
-_POS = _U64(0xD6E8FEB86659FD93)
-_PICK, _MASK80, _KEEP50, _RANDOM = _U64(0x1), _U64(0x2), _U64(0x3), _U64(0x4)
 _ALL = _U64(0xFFFFFFFFFFFFFFFF)
-
-
-@njit(cache=True)
-def _hash(iid, pos, purpose):
-    return mix64(iid * G + _U64(pos) * _POS + purpose)
 
 
 @njit(cache=True)
@@ -129,9 +124,13 @@ def _whole_words(keys, cand, count, continues, k, chosen, word_start, word_len, 
 
 
 @njit(cache=True)
-def mask(ids, offsets, seg_a, instance_ids, k_rule, mask_id, random_ids, continues, whole_word):
-    """``(masked ids, positions, labels, pred_offsets)``; ``k_rule`` is ``num_to_predict`` per instance;
-    ``continues`` is ``[len(ids)]`` bool, the token continues the previous token's word (whole-word only)."""
+def mask(ids, offsets, seg_a, keys, k_rule, mask_id, random_ids, continues, whole_word, thresholds, draws):
+    """``(masked ids, positions, labels, pred_offsets)``; ``keys`` is the rule's key per instance, ``k_rule``
+    ``num_to_predict``; ``continues`` is ``[len(ids)]`` bool, the token continues the previous token's word
+    (whole-word only); from ``bertstream.schemas.masking``, ``thresholds`` is ``[MASK_FRACTION, KEEP_OF_REST]``
+    float64 and ``draws`` ``[POSITION_STEP, PICK, MASK80, KEEP50, RANDOM]`` uint64."""
+    step, pick, mask80, keep50, replace = draws[0], draws[1], draws[2], draws[3], draws[4]
+    mask_fraction, keep_of_rest = thresholds[0], thresholds[1]
     n = len(offsets) - 1
     out = ids.copy()
     bound = 0
@@ -144,7 +143,7 @@ def mask(ids, offsets, seg_a, instance_ids, k_rule, mask_id, random_ids, continu
     labels = np.empty(bound, dtype=ids.dtype)
     pred_offsets = np.zeros(n + 1, dtype=np.int64)
     # Per-instance scratch, allocated once.
-    keys = np.empty(lmax, dtype=np.uint64)
+    order_keys = np.empty(lmax, dtype=np.uint64)
     cand = np.empty(lmax, dtype=np.int64)
     chosen = np.zeros(lmax, dtype=np.bool_)
     sk = np.empty(lmax, dtype=np.uint64)
@@ -159,18 +158,18 @@ def mask(ids, offsets, seg_a, instance_ids, k_rule, mask_id, random_ids, continu
         o = offsets[i]
         length = offsets[i + 1] - o
         k = min(k_rule[i], length - 3)
-        iid = instance_ids[i]
+        key = keys[i]
         sep_a = seg_a[i] - 1
         count = 0
         for p in range(1, length - 1):  # candidates: all but [CLS] (0), A's [SEP] and the last [SEP]
             if p != sep_a:
-                keys[count] = _hash(iid, p, _PICK)
+                order_keys[count] = mix64(key * G + _U64(p) * step + pick)
                 cand[count] = p
                 count += 1
         if k > 0:
             if whole_word:
                 _whole_words(
-                    keys,
+                    order_keys,
                     cand,
                     count,
                     continues[o : o + length],
@@ -184,7 +183,7 @@ def mask(ids, offsets, seg_a, instance_ids, k_rule, mask_id, random_ids, continu
                     order,
                 )
             else:
-                _smallest(keys, cand, count, k, chosen, sk, si, order)
+                _smallest(order_keys, cand, count, k, chosen, sk, si, order)
         q0 = q
         for p in range(length):  # chosen positions, ascending as the format wants (branch-free compaction)
             positions[q] = p
@@ -193,13 +192,13 @@ def mask(ids, offsets, seg_a, instance_ids, k_rule, mask_id, random_ids, continu
         for j in range(q0, q):
             p = positions[j]
             label = ids[o + p]
-            pkey = _hash(iid, p, _MASK80)
-            if uniform(pkey) < 0.8:
+            pkey = mix64(key * G + _U64(p) * step + mask80)
+            if uniform(pkey) < mask_fraction:
                 new = mask_id
-            elif uniform(mix64(pkey ^ _KEEP50)) < 0.5:
+            elif uniform(mix64(pkey ^ keep50)) < keep_of_rest:
                 new = label
             else:
-                new = random_ids[mix64(pkey ^ _RANDOM) % n_random]
+                new = random_ids[mix64(pkey ^ replace) % n_random]
             out[o + p] = new
             labels[j] = label
         pred_offsets[i + 1] = q

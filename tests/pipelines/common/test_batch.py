@@ -5,7 +5,7 @@ import pytest
 
 from bertstream.pipelines.common.batch import InstanceBatch
 from bertstream.pipelines.pretraining.masking import mask, masking_spec
-from tests.pipelines.pretraining.test_masking import random_batch, toy_vocab
+from tests.schemas.test_masking import random_batch, toy_vocab
 
 
 def masked_batch(seed: int, n: int) -> InstanceBatch:

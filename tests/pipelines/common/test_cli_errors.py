@@ -155,6 +155,27 @@ def test_pretraining_errors(bad, demo_vocab, tmp_path):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_a_library_message_with_line_breaks_is_one_line_and_no_empty_output_is_left(bad, demo_vocab, tmp_path):
+    """pyarrow ends a bad footer's message with a line break, which split the Error line in two; and the run,
+    refused after its first line, left the --output folder it had made (and its parents) behind, empty."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "zeroed-footer.parquet"
+    pq.write_table(pa.table({"text": ["One sentence. Another one."] * 4}), path)
+    data = bytearray(path.read_bytes())
+    data[-8:-4] = bytes(4)  # the footer's length
+    path.write_bytes(bytes(data))
+    out = tmp_path / "new" / "out"
+    r = pretraining(bad, demo_vocab, "--output", str(out), inputs=(f"parquet:{path}",))
+    line = assert_clean_error(r, 1, "zeroed-footer.parquet", "not a readable Parquet file")
+    assert "  " not in line and " )" not in line
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()  # a folder the user made stays, empty or not
+    r = pretraining(bad, demo_vocab, "--output", str(tmp_path / "mine"), inputs=(f"parquet:{path}",))
+    assert r.returncode == 1 and (tmp_path / "mine").is_dir()
+
+
 def test_vocab_errors(bad, tmp_path):
     out = str(tmp_path / "voc")
     for name in ("corrupt.gz", "not-gzip.txt.gz"):

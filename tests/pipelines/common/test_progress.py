@@ -99,8 +99,11 @@ def test_pretraining_shows_one_live_line_and_a_summary_per_stage(demo_corpus, de
     (whose stderr is their log file)."""
     files = len(list(demo_corpus.glob("*.txt")))
     p = _pretraining(demo_corpus, demo_vocab, tmp_path / "out", *extra)
-    _, err = p.communicate(timeout=600)
+    out, err = p.communicate(timeout=600)
     assert p.returncode == 0, err
+    # The summary names the runner as it ran: worker processes or this one (it said FnApiRunner for both).
+    workers = " with 2 worker processes" if extra else ""
+    assert re.search(rf"^  run: FnApiRunner{workers}, [0-9.]+ s,", out, re.M), out
     last = [m.groups() for m in LIVE.finditer(err)][-1]
     assert last == (str(files), str(files), f"{_documents_read(tmp_path / 'out'):,}"), err
     assert [m.group(1) for m in SUMMARY.finditer(err)] == ["read", "groups", "shards"], err

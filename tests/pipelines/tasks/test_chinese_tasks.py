@@ -12,8 +12,8 @@ import pytest
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally
-from bertstream.pipelines.tasks import conll as CN
-from bertstream.pipelines.tasks import tables as TB
+from bertstream.pipelines.tasks.classification import parse as TB
+from bertstream.pipelines.tasks.ner import parse as CN
 from bertstream.pipelines.tasks.read import file_lines
 from tests.conftest import shared_path
 from tests.jobs import run_classification, run_ner

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertstream.schemas.pretraining import num_to_predict
+from bertstream.schemas import masking as rule
+from bertstream.schemas.masking import num_to_predict
 from bertstream.schemas.vocab import MASK, Vocab, is_reserved
 from bertstream.trainer.data import DataConfig, PretrainingLoader
-from bertstream.trainer.data.masking import Masker, restore
+from bertstream.trainer.data.masking import Masker, instance_keys, restore
 from tests.trainer.data.conftest import Dataset, uint64
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -164,7 +165,7 @@ def test_masker_draws_random_replacements_from_ordinary_tokens_only(demo_shards:
     vocab = demo_vocab_of(demo_shards)
     m = Masker.for_vocab(vocab, probability=0.15, max_predictions=None, whole_word=False, seed=0)
     ordinary = {i for i, t in enumerate(vocab.tokens) if not is_reserved(t)}
-    assert set(m.random_ids.tolist()) == ordinary and len(ordinary) < len(vocab)
+    assert set(m.rule.random_ids.tolist()) == ordinary and len(ordinary) < len(vocab)
 
 
 def test_static_is_the_default_and_refuses_dynamic_only_options(uneven: Dataset) -> None:
@@ -177,30 +178,18 @@ def test_static_is_the_default_and_refuses_dynamic_only_options(uneven: Dataset)
         DataConfig(paths=(str(uneven.path),), batch_size=8, masking="dynamic", mlm_probability=1.5)
 
 
-def test_count_rule_and_word_choice_mirror_the_static_pipeline(demo_shards: Path) -> None:
-    from bertstream.pipelines.pretraining import masking as static
-
-    lengths = np.arange(3, 513)
-    for p, cap in ((0.15, 20), (0.30, 77), (0.15, None)):
-        want = np.minimum(num_to_predict(lengths, p, cap or 10**9), lengths - 3)
-        np.testing.assert_array_equal(num_to_predict(lengths, p, cap, within_candidates=True), want)
-    # Whole words under one key order: the pipeline's reference selection and ours choose the same positions.
+def test_masks_are_the_rule_keyed_by_seed_epoch_and_instance(demo_shards: Path) -> None:
+    """The contract's rule (the static masks' own), with the trainer's keys: (seed, epoch, instance id)."""
     vocab = demo_vocab_of(demo_shards)
-    m = Masker.for_vocab(vocab, probability=0.15, max_predictions=None, whole_word=True, seed=0)
-    got = list(rows(make(demo_shards)).values())[:200]
-    for r in got:
-        n, orig = len(r["original"]), r["original"][None, :]
-        candidate = np.ones((1, n), bool)
-        candidate[0, [0, r["seg_a"] - 1, n - 1]] = False
-        key = np.random.default_rng(n).random((1, n))
-        key[~candidate] = 2.0
-        k = num_to_predict(np.array([n]), 0.15, None, within_candidates=True)
-        ours = m._whole_words(orig, candidate, key, k)[0]
-        ukey = np.argsort(np.argsort(key[0])).astype(np.uint64)  # the same order as uint64 keys
-        ukey[~candidate[0]] = np.uint64(0xFFFFFFFFFFFFFFFF)
-        theirs = np.zeros(n, bool)
-        static._pick_whole_words(ukey, m.is_continuation[orig[0]] & candidate[0], int(k[0]), theirs)
-        np.testing.assert_array_equal(ours, theirs)
+    masking = rule.MaskingRule.for_vocab(vocab, 0.15, None, whole_word=True)
+    got = list(rows(make(demo_shards, whole_word_mask=True)).items())[:300]
+    assert len(got) == 300
+    for iid, r in got:
+        n = len(r["original"])
+        keys = instance_keys(5, 0, np.array([iid], np.uint64))
+        want = rule.mask(r["original"][None, :], np.array([n]), np.array([r["seg_a"]]), keys, masking)
+        np.testing.assert_array_equal(r["positions"], want.positions)
+        np.testing.assert_array_equal(r["ids"], want.input_ids[0])
 
 
 def test_a_weighted_folder_that_wraps_gets_a_fresh_mask_on_each_repeat(uneven: Dataset, second: Dataset) -> None:

@@ -1,4 +1,5 @@
-"""The compiled masking kernel against the NumPy reference: the same positions, labels and replacements."""
+"""The compiled masking kernel held to the rule (``bertstream.schemas.masking``): the same positions, labels and
+replacements."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 from bertstream.pipelines.common.batch import InstanceBatch
 from bertstream.pipelines.pretraining.instances import assemble, unit_instances
 from bertstream.pipelines.pretraining.masking import Masked, mask, masking_spec, reference_mask
-from tests.pipelines.pretraining.test_masking import random_batch, toy_vocab
+from bertstream.schemas import masking as rule
+from tests.schemas.test_masking import random_batch, toy_vocab
 
 
 def assert_same(ours: Masked, theirs: Masked) -> None:
@@ -78,14 +80,17 @@ def test_kernel_equals_numpy_on_random_batches(whole_word, dtype):
     assert_same(empty, reference_mask(ids[:0], np.zeros(1, np.int64), seg_a[:0], iids[:0], spec))
 
 
-def test_inconsistent_layouts_are_refused_before_the_kernel():
+def test_kernel_follows_the_rules_constants(monkeypatch):
+    # The kernel takes the 80/10/10 thresholds and the draws' constants from the rule at each call: a change
+    # there changes both (numba would keep module globals frozen in its cache).
+    for name, value in (("MASK_FRACTION", 0.5), ("KEEP_OF_REST", 0.3), ("PICK", 11), ("MASK80", 12)):
+        monkeypatch.setattr(rule, name, value)
     vocab = toy_vocab()
-    spec = masking_spec(vocab, 0.15, 20, whole_word=True)
-    ids = np.array([2, 30, 3, 40, 3], np.uint16)
-    iid = np.zeros(1, np.uint64)
-    with pytest.raises(ValueError, match="ragged layout"):
-        mask(ids, np.array([0, 6]), np.array([3], np.int16), iid, spec)
-    with pytest.raises(ValueError, match="one segment_a_length"):
-        mask(ids, np.array([0, 5]), np.array([3, 3], np.int16), iid, spec)
-    with pytest.raises(IndexError, match="beyond the vocabulary"):
-        mask(np.array([2, 30, 3, 60000, 3], np.uint16), np.array([0, 5]), np.array([3], np.int16), iid, spec)
+    ids, offsets, seg_a, iids = random_batch(np.random.default_rng(4), 2000, vocab)
+    for whole_word in (False, True):
+        spec = masking_spec(vocab, 0.15, 20, whole_word)
+        ours = mask(ids, offsets, seg_a, iids, spec)
+        assert_same(ours, reference_mask(ids, offsets, seg_a, iids, spec))
+    row = np.repeat(np.arange(len(seg_a)), np.diff(ours.pred_offsets))
+    share = float(np.mean(ours.ids[offsets[row] + ours.positions] == spec.rule.mask_id))
+    assert abs(share - 0.5) < 0.02, share  # the patched threshold took effect (~5,000 predictions)

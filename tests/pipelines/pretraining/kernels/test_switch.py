@@ -49,8 +49,8 @@ def digests(out: Path) -> dict[str, str]:
 
 def test_kernels_in_beam_worker_processes_write_the_python_paths_shards(tmp_path, monkeypatch, demo_corpus, demo_vocab):
     """End to end: the pure-Python paths in process vs the kernels in two Beam worker subprocesses (which
-    import numba and load its cache themselves): byte-identical shards. Whole-word masking, whose kernel calls
-    the plain one's; each kernel against its Python path in process is this folder's other tests."""
+    import numba and load its cache themselves): byte-identical shards. Whole-word masking (its kernel runs in
+    both: masking has no switch); each kernel against its Python path in process is this folder's other tests."""
     whole_word = True
     files = [str(f) for f in sorted(demo_corpus.glob("*.txt"))]
     cfg = PretrainingConfig(input_format="text", dupe_factor=2, num_shards=2, whole_word_mask=whole_word)

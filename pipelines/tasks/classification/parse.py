@@ -17,18 +17,33 @@ from typing import Any
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
-from bertstream.pipelines.tasks.read import (
-    BAD_REGRESSION_LABEL,
-    EMPTY_TEXT,
-    MALFORMED_JSON,
-    MISSING_FIELD,
-    MISSING_LABEL,
-    UNBALANCED_QUOTE,
-    WRONG_COLUMN_COUNT,
-    TextRow,
-    file_lines,
-    where,
-)
+from bertstream.pipelines.tasks.read import MALFORMED_JSON, file_lines, where
+from bertstream.schemas import tasks as T
+
+UNIT = T.UNITS[T.CLASSIFICATION]
+# Drop reasons (``<unit>_dropped.<reason>``).
+WRONG_COLUMN_COUNT = "wrong_column_count"
+UNBALANCED_QUOTE = "unbalanced_quote"
+EMPTY_TEXT = "empty_text"
+MISSING_LABEL = "missing_label"
+BAD_REGRESSION_LABEL = "bad_regression_label"
+MISSING_FIELD = "missing_field"
+
+
+@dataclass(slots=True)
+class TextRow:
+    """One classification/regression row: ``label`` is the raw label text (None when unlabeled)."""
+
+    line: int
+    text_a: str
+    text_b: str | None
+    label: str | None
+
+    def size(self) -> int:
+        return len(self.text_a) + len(self.text_b or "")
+
+    def label_names(self) -> Iterable[str]:
+        return () if self.label is None else (self.label,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +150,7 @@ def parse_table(
     lines: Iterable[str], path: str, file_index: int, layout: TableLayout, tally: Tally
 ) -> Iterator[TextRow]:
     """Rows of a TSV/CSV/JSONL file. Counts ``rows_read`` and drops by reason with their line numbers."""
-    unit = "rows"
+    unit = UNIT
     positions: dict[str, int] | None = None
     expected = 0
     numbered: Iterable[tuple[int, Any]] = enumerate(lines, 1)
@@ -201,8 +216,8 @@ def _csv_rows(lines: Iterable[str], path: str, file_index: int, tally: Tally) ->
     """The records of ``_csv_records``; those with an unbalanced quote are counted as read and dropped."""
     for n, fields, span in _csv_records(lines):
         if fields is None:
-            tally.add("rows_read")
-            tally.note(drop(UNBALANCED_QUOTE, "rows"), file_index, n, where(path, n))
+            tally.add(f"{UNIT}_read")
+            tally.note(drop(UNBALANCED_QUOTE, UNIT), file_index, n, where(path, n))
             tally.add(LINES_AFTER_BAD_QUOTE, span - 1)
             continue
         yield n, fields

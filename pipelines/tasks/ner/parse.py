@@ -9,18 +9,41 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
-from bertstream.pipelines.tasks.read import MALFORMED_LINE, WRONG_FIELD_COUNT, Sentence, file_lines, where
+from bertstream.pipelines.tasks.read import file_lines, where
+from bertstream.schemas import tasks as T
+
+UNIT = T.UNITS[T.NER]
+# Drop reasons: a sentence with a malformed line (``<unit>_dropped.malformed_line``); per line, under
+# ``lines_malformed.<reason>``, a line without the format's field count.
+MALFORMED_LINE = "malformed_line"
+WRONG_FIELD_COUNT = "wrong_field_count"
 
 _BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")
 # Fields per token line of each input format; the token is the first field, the tag the last.
 NER_FORMATS = {"conll": 4, "char-tag": 2}
 _SHAPES = {"conll": "four fields 'token POS chunk TAG'", "char-tag": "two fields 'char TAG'"}
 _NAMES = {"conll": "CoNLL", "char-tag": "char-tag"}
+
+
+@dataclass(slots=True)
+class Sentence:
+    """One CoNLL sentence (IOB2 tags) starting at ``line``."""
+
+    line: int
+    words: list[str]
+    tags: list[str]
+
+    def size(self) -> int:
+        return sum(len(w) for w in self.words)
+
+    def label_names(self) -> Iterable[str]:
+        return self.tags
 
 
 def _shaped(lines: list[str], n_fields: int) -> int:
@@ -81,7 +104,7 @@ def parse_conll(
     A line without the format's field count or with a tag that is not ``O``/``B-X``/``I-X`` drops its whole sentence
     (a sentence missing a word would misalign every later prediction); both are counted with line numbers.
     """
-    unit = "sentences"
+    unit = UNIT
     n_fields = NER_FORMATS[input_format]
     words: list[str] = []
     tags: list[str] = []

@@ -17,13 +17,12 @@ import pyarrow as pa
 
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
-from bertstream.pipelines.tasks.classification import unknown_label_error
-from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
-from bertstream.pipelines.tasks.read import RecordBatch, Sentence, where
+from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table, unknown_label_error
+from bertstream.pipelines.tasks.ner.parse import UNIT, Sentence
+from bertstream.pipelines.tasks.read import RecordBatch, where
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
 
-UNIT = "sentences"
 TAG_NOT_IN_SET = "tag_not_in_set"
 
 

@@ -6,13 +6,12 @@ import pytest
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally
-from bertstream.pipelines.tasks import read as R
-from bertstream.pipelines.tasks import tables as TB
-from bertstream.pipelines.tasks.glue import PRESETS, resolve
+from bertstream.pipelines.tasks.classification import parse as TB
+from bertstream.pipelines.tasks.classification.glue import PRESETS, resolve
 from tests.conftest import shared_path
 
 
-def table_rows(text: str, layout: TB.TableLayout, path: str = "f.tsv") -> tuple[list[R.TextRow], Tally]:
+def table_rows(text: str, layout: TB.TableLayout, path: str = "f.tsv") -> tuple[list[TB.TextRow], Tally]:
     tally = Tally()
     return list(TB.parse_table(text.split("\n"), path, 0, layout, tally)), tally
 

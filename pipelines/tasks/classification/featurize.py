@@ -14,14 +14,13 @@ import numpy as np
 import pyarrow as pa
 
 from bertstream.pipelines.common.counters import Tally, drop
-from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
-from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
-from bertstream.pipelines.tasks.read import RecordBatch, TextRow, where
+from bertstream.pipelines.tasks.classification.parse import UNIT, TextRow
+from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table, unknown_label_error
+from bertstream.pipelines.tasks.read import RecordBatch, where
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
 
-UNIT = "rows"
 NO_TOKENS = "no_tokens"
 LABEL_NOT_IN_SET = "label_not_in_set"
 
@@ -38,13 +37,6 @@ def truncate_pair(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
         len_b -= first
     rest = excess - first  # now equal: B, A, B, A, ...
     return len_a - rest // 2, len_b - (rest + 1) // 2
-
-
-def unknown_label_error(label: str, labels: Sequence[str], place: str, source: str) -> InputError:
-    return InputError(
-        f"{place}: label {label!r} is not in the label set {list(labels)} ({source}); an evaluation "
-        "split must use the training split's labels"
-    )
 
 
 class RowFeaturizer:

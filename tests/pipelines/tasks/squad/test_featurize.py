@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from bertstream.pipelines.common.counters import Tally
-from bertstream.pipelines.tasks import squad_json as SJ
-from bertstream.pipelines.tasks.squad import answer_tokens, max_context, plan_spans
+from bertstream.pipelines.tasks.squad import parse as SJ
+from bertstream.pipelines.tasks.squad.featurize import answer_tokens, max_context, plan_spans
 from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
 from tests.jobs import run_squad

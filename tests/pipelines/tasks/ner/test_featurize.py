@@ -7,10 +7,10 @@ import pytest
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.tokenizer import load_tokenizer
-from bertstream.pipelines.tasks import conll as CN
 from bertstream.pipelines.tasks import read as R
 from bertstream.pipelines.tasks.features import Layout
-from bertstream.pipelines.tasks.ner import SentenceFeaturizer, ownership, plan_windows
+from bertstream.pipelines.tasks.ner import parse as CN
+from bertstream.pipelines.tasks.ner.featurize import SentenceFeaturizer, ownership, plan_windows
 from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
 from tests.pipelines.tasks.conftest import read_rows
@@ -54,7 +54,7 @@ def featurize(spec, sentences, labels, *, training=True, max_seq_length=16, over
 def test_tags_on_first_sub_tokens_unk_for_empty_words_and_unknown_tags(demo_vocab):
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
     labels = ["B-ORG", "B-PER", "I-PER", "O"]
-    s = R.Sentence(
+    s = CN.Sentence(
         3, ["Guido", "van", "Rossum", "\u200b", "wrote", "Python"], ["B-PER", "I-PER", "I-PER", "O", "O", "B-ORG"]
     )
     t, tally = featurize(spec, [s], labels, max_seq_length=64)
@@ -67,7 +67,7 @@ def test_tags_on_first_sub_tokens_unk_for_empty_words_and_unknown_tags(demo_voca
         len(row["owned"]) - 2
     ) + [0]
     assert tally.counters()["first_lines"]["words_without_tokens_as_unk"] == ["t.txt:6"]
-    bad = R.Sentence(9, ["Oslo"], ["B-LOC"])
+    bad = CN.Sentence(9, ["Oslo"], ["B-LOC"])
     t, tally = featurize(spec, [s, bad], labels)
     assert tally.counters()["first_lines"]["sentences_dropped.tag_not_in_set"] == ["t.txt:9"]
     with pytest.raises(InputError, match="t.txt:9: label 'B-LOC' is not in the label set"):

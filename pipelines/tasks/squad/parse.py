@@ -1,27 +1,66 @@
 """SQuAD JSON files -> ``QAExample`` records, answers aligned to their contexts (question answering).
 
 The file is read whole and its contexts kept byte for byte (no cleaning), so that answer offsets stay valid.
-``load_squad`` checks the shape, ``parse_squad`` reads the selected articles, ``align_answer`` repairs answer
-offsets; ``SquadParser`` is the parser ``ReadRecords`` runs. (``bertstream.pipelines.tasks.squad`` featurizes them.)
+``looks_like_squad`` checks a file before the pipeline starts, ``load_squad`` checks the shape, ``parse_squad``
+reads the selected articles, ``align_answer`` repairs answer offsets; ``SquadParser`` is the parser
+``ReadRecords`` runs. (``featurize.py`` featurizes them.)
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, read_chunks
-from bertstream.pipelines.tasks.read import (
-    DUPLICATE_ID,
-    EMPTY_CONTEXT,
-    EMPTY_QUESTION,
-    MALFORMED_JSON,
-    NO_MATCHING_ANSWER,
-    QAExample,
-)
+from bertstream.pipelines.tasks.read import MALFORMED_JSON
+from bertstream.schemas import tasks as T
+
+UNIT = T.UNITS[T.SQUAD]
+# Drop reasons (``<unit>_dropped.<reason>``).
+EMPTY_QUESTION = "empty_question"
+EMPTY_CONTEXT = "empty_context"
+DUPLICATE_ID = "duplicate_id"
+NO_MATCHING_ANSWER = "no_matching_answer"
+
+
+@dataclass(slots=True)
+class QAExample:
+    """One SQuAD question. ``answers``/``answer_starts`` are as given; ``span`` is the character span of the
+    first answer that matched the context (after repair), None when none did or the question is impossible."""
+
+    ordinal: int  # 0-based position of the question in its file, counting every article
+    qid: str
+    title: str
+    context: str
+    question: str
+    answers: list[str]
+    answer_starts: list[int]
+    span: tuple[int, int] | None
+    is_impossible: bool
+
+    def size(self) -> int:
+        return len(self.context) + len(self.question)
+
+    def label_names(self) -> Iterable[str]:
+        return ()
+
+    def example_json(self, example_index: int) -> dict[str, Any]:
+        return {
+            "example_index": example_index,
+            "id": self.qid,
+            "title": self.title,
+            "context": self.context,
+            "question": self.question,
+            "answers": {"text": self.answers, "answer_start": self.answer_starts},
+            "is_impossible": self.is_impossible,
+            "answer_span": None if self.span is None else list(self.span),
+        }
+
 
 NEARBY_CHARS = 200  # how far from a wrong answer_start the SQuAD fallback looks for the answer text
 
@@ -52,6 +91,17 @@ def align_answer(context: str, text: str, start: Any) -> tuple[tuple[int, int] |
     if best is None:
         return None, "unmatched"
     return best.span(), "offset_shifted" if best.group() == text.strip() else "offset_shifted_whitespace_normalized"
+
+
+def looks_like_squad(path: str) -> None:
+    """Before the pipeline starts: a usage error unless ``path`` starts with a JSON object."""
+    chunks = read_chunks(path, 1024)
+    try:
+        head = next(chunks, b"")
+    finally:
+        chunks.close()
+    if not head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
+        raise UsageError("input", f"{path}: not SQuAD JSON (does not start with '{{')")
 
 
 def load_squad(raw: bytes, path: str) -> list[dict]:
@@ -91,7 +141,7 @@ def parse_squad(
     training split an answerable question none of whose answers matches its context. Evaluation keeps such
     questions (their answer texts still count for the metric).
     """
-    unit = "examples"
+    unit = UNIT
     chosen = select_articles(len(articles), selection, path)
     tally.add("articles_read", len(chosen))
     seen: set[str] = set()

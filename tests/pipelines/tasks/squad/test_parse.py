@@ -4,7 +4,7 @@ import pytest
 
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.tasks import squad_json as SJ
+from bertstream.pipelines.tasks.squad import parse as SJ
 
 CONTEXT = "The Broncos beat the  Panthers in Super Bowl 50.\nDenver won 24 to 10."
 

@@ -11,8 +11,8 @@ from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from bertstream.pipelines.tasks import read as R
-from bertstream.pipelines.tasks import tables as TB
-from bertstream.pipelines.tasks.classification import RowFeaturizer, truncate_pair
+from bertstream.pipelines.tasks.classification import parse as TB
+from bertstream.pipelines.tasks.classification.featurize import RowFeaturizer, truncate_pair
 from bertstream.pipelines.tasks.features import Layout
 from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
@@ -68,10 +68,10 @@ def test_pairs_are_truncated_longest_first_and_segments_follow(demo_vocab):
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
     long_text, short_text = " ".join(["the value"] * 20), "a function"
     rows = [
-        R.TextRow(2, long_text, short_text, "1"),
-        R.TextRow(3, short_text, long_text, "0"),
-        R.TextRow(4, long_text, long_text, "1"),
-        R.TextRow(5, short_text, short_text, "0"),
+        TB.TextRow(2, long_text, short_text, "1"),
+        TB.TextRow(3, short_text, long_text, "0"),
+        TB.TextRow(4, long_text, long_text, "1"),
+        TB.TextRow(5, short_text, short_text, "0"),
     ]
     t, tally = featurize(spec, rows, max_seq_length=16)
     full_long, full_short = DocumentTokenizer(spec)(
@@ -91,7 +91,7 @@ def test_pairs_are_truncated_longest_first_and_segments_follow(demo_vocab):
 
 def test_labels_outside_a_fixed_set_drop_in_training_and_stop_evaluation(demo_vocab):
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
-    rows = [R.TextRow(2, "good", None, "1"), R.TextRow(5, "odd", None, "2"), R.TextRow(6, "\u200b", None, "0")]
+    rows = [TB.TextRow(2, "good", None, "1"), TB.TextRow(5, "odd", None, "2"), TB.TextRow(6, "\u200b", None, "0")]
     t, tally = featurize(spec, rows, training=True)
     assert t.column(T.LABEL).to_pylist() == [1]
     c = tally.counters()
@@ -104,15 +104,15 @@ def test_labels_outside_a_fixed_set_drop_in_training_and_stop_evaluation(demo_vo
 
 def test_unlabeled_rows_and_regression_labels(demo_vocab):
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
-    t, _ = featurize(spec, [R.TextRow(2, "a text", None, None)], labeled=False)
+    t, _ = featurize(spec, [TB.TextRow(2, "a text", None, None)], labeled=False)
     assert t.column(T.LABEL).to_pylist() == [None]
-    t, _ = featurize(spec, [R.TextRow(2, "a text", "b text", "3.25")], kind=T.REGRESSION, labels=())
+    t, _ = featurize(spec, [TB.TextRow(2, "a text", "b text", "3.25")], kind=T.REGRESSION, labels=())
     assert t.column(T.LABEL).to_pylist() == [3.25] and str(t.schema.field(T.LABEL).type) == "float"
 
 
 def test_literal_special_tokens_in_text_are_removed_as_in_pretraining(demo_vocab):
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
-    t, tally = featurize(spec, [R.TextRow(2, "left [SEP] right", None, "0"), R.TextRow(3, "left right", None, "0")])
+    t, tally = featurize(spec, [TB.TextRow(2, "left [SEP] right", None, "0"), TB.TextRow(3, "left right", None, "0")])
     a, b = t.column(T.INPUT_IDS).to_pylist()
     assert a == b and a.count(spec.vocab.id("[SEP]")) == 1
     assert tally.counts["special_token_literals_removed"] == 1

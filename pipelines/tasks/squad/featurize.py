@@ -7,7 +7,7 @@ window's answer positions are the answer's first and last tokens when both lie i
 (-1 for question and special tokens) so a predicted span maps back to context text, and ``max_context``
 marks, per token, the window where it has the most context on both sides (BERT's ``_check_is_max_context``).
 
-The answer's token span comes from the character span the reader aligned (``squad_json.align_answer``) and the
+The answer's token span comes from the character span the reader aligned (``parse.align_answer``) and the
 tokens' offsets. An answer that starts or ends inside a token (``"Bronco"`` in ``"Broncos"``) cannot be
 represented exactly; it is counted under ``answers_not_on_token_boundary`` with the question ids.
 """
@@ -23,11 +23,11 @@ import pyarrow as pa
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
 from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
-from bertstream.pipelines.tasks.read import QAExample, RecordBatch
+from bertstream.pipelines.tasks.read import RecordBatch
+from bertstream.pipelines.tasks.squad.parse import UNIT, QAExample
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
 
-UNIT = "examples"
 _WS = re.compile(r"\s+")
 
 

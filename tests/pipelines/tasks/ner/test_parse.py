@@ -5,8 +5,7 @@ import pytest
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.tasks import conll as CN
-from bertstream.pipelines.tasks import read as R
+from bertstream.pipelines.tasks.ner import parse as CN
 from tests.conftest import shared_path
 
 CONLL = """-DOCSTART- -X- -X- O
@@ -26,7 +25,7 @@ Only NNP B-NP I-PER
 """
 
 
-def conll(text: str, scheme: str = "iob2") -> tuple[list[R.Sentence], Tally]:
+def conll(text: str, scheme: str = "iob2") -> tuple[list[CN.Sentence], Tally]:
     tally = Tally()
     return list(CN.parse_conll(text.split("\n"), "v.txt", 0, scheme, tally)), tally
 
