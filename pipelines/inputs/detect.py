@@ -84,7 +84,7 @@ class Sample:
         return sum(bool(_INNER_END.search(s)) for s in self.full)
 
 
-def not_plain_text(sample: Sample) -> str | None:
+def _not_plain_text(sample: Sample) -> str | None:
     """Why a sample no format claimed by its magic bytes or markup is no plain text (binary, HTML or XML markup,
     a JSON document), else None: the layouts of plain text would take any of these as training text."""
     raw, full = sample.head, sample.full
@@ -112,7 +112,7 @@ def _judged(sample: Sample, names: Sequence[str]) -> Detected | None:
     for name in DETECTION_ORDER:
         if name in names:
             if name in PLAIN_TEXT_FORMATS and not plain_checked:
-                plain_checked, problem = True, not_plain_text(sample)
+                plain_checked, problem = True, _not_plain_text(sample)
                 if problem is not None:
                     raise Undecided(problem)
             why = format_module(name).detect(sample)
@@ -126,11 +126,6 @@ def detect_lines(lines: Sequence[str]) -> Detected:
     found = _judged(Sample(lines=lines), LINE_FORMATS)
     assert found is not None  # sentences takes whatever is left
     return found
-
-
-def detect_records(head: bytes) -> Detected | None:
-    """Formats of records, known by their first bytes (a dump decompressed): Parquet, Arrow, a MediaWiki export."""
-    return _judged(Sample(head, lines=()), [n for n in DETECTION_ORDER if n not in LINE_FORMATS])
 
 
 def read_sample(path: str) -> tuple[bytes, bool]:
