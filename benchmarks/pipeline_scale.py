@@ -73,17 +73,22 @@ def link(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def build_copies(root: Path, copies: int) -> list[str]:
-    """``copies`` folders, each holding every shared Wikipedia and book file; returns the --input patterns."""
-    base = root / f"copies{copies}"
+def build_copies(root: Path, copies: int, source: Path = SHARED, dump: bool = False) -> list[str]:
+    """``copies`` folders, each holding every Wikipedia and book file of ``source`` (a folder laid out as the
+    shared ``pretrain/``: ``wikipedia/``, ``gutenberg/``) and, with ``dump``, its MediaWiki dump sample
+    (``wikidump/*.bz2``); returns the --input patterns."""
+    base = root / f"copies{copies}{'-dump' if dump else ''}"
+    subs = [("wiki", source / "wikipedia", "*"), ("books", source / "gutenberg", "*.txt")]
+    subs += [("dump", source / "wikidump", "*.bz2")] if dump else []
     for i in range(copies):
-        for sub, src in (("wiki", SHARED / "wikipedia"), ("books", SHARED / "gutenberg")):
+        for sub, src, pattern in subs:
             d = base / f"copy{i}" / sub
             d.mkdir(parents=True, exist_ok=True)
-            for f in sorted(src.iterdir()):
+            for f in sorted(src.glob(pattern)):
                 if not (d / f.name).exists():
                     link(f, d / f.name)
-    return [f"wikiextractor:{base}/copy*/wiki/*", f"text:{base}/copy*/books/*.txt"]
+    patterns = [f"wikiextractor:{base}/copy*/wiki/*", f"text:{base}/copy*/books/*.txt"]
+    return patterns + ([f"mediawiki:{base}/copy*/dump/*.bz2"] if dump else [])
 
 
 def build_big_file(root: Path) -> list[str]:
@@ -134,6 +139,21 @@ def dask_cluster(workers: int, folder: Path, env: dict[str, str]) -> Iterator[tu
         time.sleep(0.5)
 
 
+def python_path(code: Path) -> str:
+    """PYTHONPATH for a command of ``code``: its folder first, then the PYTHONPATH this benchmark was given
+    (packages installed beside the interpreter's, as on a machine without a package index)."""
+    return os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def bertprep_command() -> list[str]:
+    """`bertprep` of whatever ``bertstream`` the command's PYTHONPATH (or working directory) leads to."""
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from bertstream.pipelines.cli import main; sys.argv[0] = 'bertprep'; main()",
+    ]
+
+
 def runner_label(workers: int, dask: int = 0) -> str:
     """A row's runner: ``in-process`` (one worker in this process), ``multi-proc`` (Beam's worker processes),
     ``dask N``."""
@@ -175,12 +195,8 @@ def run_one(
     profile: bool = False,
 ) -> dict:
     # `bertprep` of the code in ``code``: its folder first on sys.path (PYTHONPATH, and the working directory).
-    env = {**env, "PYTHONPATH": str(code)}
-    bertprep = [
-        sys.executable,
-        "-c",
-        "import sys; from bertstream.pipelines.cli import main; sys.argv[0] = 'bertprep'; main()",
-    ]
+    env = {**env, "PYTHONPATH": python_path(code)}
+    bertprep = bertprep_command()
     # The sampler sees this process's threads only; it profiles this checkout's code.
     profile = profile and not dask and workers == 1 and code == REPO
     shares_path = out.parent / "profile.json"
@@ -230,10 +246,10 @@ def run_one(
     }
 
 
-def warm_up(code: Path, vocab: str, root: Path, env: dict[str, str]) -> None:
+def warm_up(code: Path, vocab: str, root: Path, env: dict[str, str], source: Path = SHARED) -> None:
     """One small run with ``code`` first: numba compiles and caches its kernels on a checkout's first run (seconds,
     once per folder), which would otherwise land in that code's first measured row."""
-    book = sorted((SHARED / "gutenberg").glob("*.txt"))[0]
+    book = sorted((source / "gutenberg").glob("*.txt"))[0]
     # Every kernel, even where the input is too small for the pipeline to choose it (kernels/switch.py).
     run_one([f"text:{book}"], vocab, root / "warm-up", 1, 1, {**env, "BERTSTREAM_KERNELS": "always"}, code=code)
 
@@ -266,7 +282,7 @@ def main() -> None:
         raise SystemExit(f"needs the shared data at {SHARED}")
     root = Path(tempfile.mkdtemp(prefix="bench_scale_"))
     # The Dask workers import this checkout, as bertstream installed on every node.
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": python_path(REPO)}
     try:
         baseline = checkout_of(args.baseline, root) if args.baseline else None
         one = build_copies(root, 1)
@@ -312,17 +328,7 @@ def main() -> None:
     print(
         f"\ntokenizer ceiling: {ceiling:.2f} MB/s on {cores} cores ({used}, the runs' backend; same paragraphs, same run)"
     )
-    print(
-        f"{'input':>13} {'MB':>6} {'dupe':>4} {'runner':>10} {'workers':>7} {'code':>8} {'seconds':>8} {'MB/s':>6} "
-        f"{'inst/s':>7} {'peak MB':>8} {'ratio':>6} {'CPU-s/MB':>8} {'CPU ratio':>9}"
-    )
-    for r in rows:
-        print(
-            f"{r['input']:>13} {r['input_mb']:>6} {r['dupe']:>4} {r['runner']:>10} {r['workers']:>7} {r['code']:>8} "
-            f"{r['seconds']:>8} {r['mb_per_s']:>6} {r['instances_per_s']:>7} {r['peak_mb']:>8} {r['ratio_to_ceiling']:>6} "
-            f"{r['cpu_s_per_mb']:>8} {r['cpu_ratio'] if r['cpu_ratio'] is not None else '-':>9}"
-            f"{'' if r['same_shards_as_in_process'] is not False else '  SHARDS DIFFER from in-process'}"
-        )
+    print_rows(rows)
     if baseline:
         compare(rows, args.baseline)
     summarize([r for r in rows if r["code"] == "this"])
@@ -331,6 +337,22 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     if args.plot:
         plot(rows, args.plot)
+
+
+def print_rows(rows: list[dict]) -> None:
+    """The rows as a table (ratio: to the tokenizer ceiling, where one was measured)."""
+    print(
+        f"{'input':>13} {'MB':>6} {'dupe':>4} {'runner':>10} {'workers':>7} {'code':>8} {'seconds':>8} {'MB/s':>6} "
+        f"{'inst/s':>7} {'peak MB':>8} {'ratio':>6} {'CPU-s/MB':>8} {'CPU ratio':>9}"
+    )
+    for r in rows:
+        print(
+            f"{r['input']:>13} {r['input_mb']:>6} {r['dupe']:>4} {r['runner']:>10} {r['workers']:>7} {r['code']:>8} "
+            f"{r['seconds']:>8} {r['mb_per_s']:>6} {r['instances_per_s']:>7} {r['peak_mb']:>8} "
+            f"{r.get('ratio_to_ceiling', '-'):>6} "
+            f"{r['cpu_s_per_mb']:>8} {r['cpu_ratio'] if r['cpu_ratio'] is not None else '-':>9}"
+            f"{'' if r['same_shards_as_in_process'] is not False else '  SHARDS DIFFER from in-process'}"
+        )
 
 
 def compare(rows: list[dict], rev: str) -> None:

@@ -46,13 +46,14 @@ def bertprep(*args: str) -> tuple[float, int]:
     return seconds, usage.ru_maxrss * 1024  # KiB on Linux
 
 
-def repeated_dump(xml: bytes, copies: int) -> bytes:
-    """The dump's pages ``copies`` times in one export, page ids renumbered so that each stays unique."""
+def repeated_dump(xml: bytes, copies: int, first: int = 0) -> bytes:
+    """The dump's pages ``copies`` times in one export, page ids renumbered so that each stays unique (copy k
+    adds k x 10,000,000; copies ``first`` to ``first + copies - 1``, so that separate files stay distinct too)."""
     head, sep, rest = xml.partition(b"  <page>")
     body, end, tail = rest.rpartition(b"</mediawiki>")
     pages = sep + body
     parts = [head]
-    for k in range(copies):
+    for k in range(first, first + copies):
         parts.append(_PAGE_ID.sub(lambda m, k=k: m[1] + str(int(m[2]) + k * 10_000_000).encode() + m[3], pages))
     parts.append(end + tail)
     return b"".join(parts)

@@ -126,6 +126,15 @@ def _print_summary(result) -> None:
     for line in summary_lines(m):
         click.echo("  " + line)
     click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files")
+    if m.parameters.get("split") == "train":  # --eval-fraction: the held-out documents' dataset beside it
+        from bertstream.pipelines.common.dataset_run import load_manifest
+        from bertstream.pipelines.pretraining.pipeline import eval_dir
+
+        held = load_manifest(eval_dir(result.output_dir))
+        click.echo(
+            f"  held out: {held.counters.get('documents_read', 0)} documents, {held.totals.get('instances', 0)} "
+            f"instances: {eval_dir(result.output_dir)}/manifest.json and {len(held.shards)} shard files"
+        )
     warning = manifest_warning(m)  # last, where it is seen: the run succeeded on data it likely misread
     if warning:
         click.echo(warning)

@@ -45,7 +45,7 @@ from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.extract_config import ExtractConfig, ExtractJob
 from bertstream.pipelines.inputs.documents import Document
 from bertstream.pipelines.inputs.read import FileRange, range_bytes_for, range_documents, ranges_of
-from bertstream.pipelines.inputs.resolve import describe_inputs, input_format_of, resolve_inputs
+from bertstream.pipelines.inputs.resolve import check_text_field, describe_inputs, input_format_of, resolve_inputs
 from bertstream.pipelines.runners.runner import pipeline_options
 from bertstream.schemas.hashing import hash64
 from bertstream.schemas.manifest import DOCUMENTS_KIND, MANIFEST_NAME, ShardInfo
@@ -152,6 +152,15 @@ def publish(spec: ExtractSpec, parts: list[dict[str, Any]]) -> str:
     written = sum(p["count"] for p in parts)
     if written != used:  # a runner that loses elements must fail the run, not publish less
         raise RuntimeError(f"documents lost before the files: {used} used, {written} written")
+    first: dict[str, tuple[str, int]] = {}
+    for p in parts:  # a manifest lists no file twice (a dataset is its content): refused before anything is named
+        seen = first.setdefault(p["sha256"], p["order"])
+        if seen != p["order"] and p["count"]:
+            (a, a_start), (b, b_start) = seen, p["order"]
+            raise InputError(
+                f"{b} (from byte {b_start}) yields the very documents of {a} (from byte {a_start}): the same input "
+                "twice? give it once"
+            )
     names = [shard_name(i, len(parts), spec.gzip) for i in range(len(parts))]
     FileSystems.rename([p["part"] for p in parts], [FileSystems.join(spec.output_dir, n) for n in names])
     shards = tuple(
@@ -206,6 +215,7 @@ def run_extract(job: ExtractJob) -> RunResult:
     cfg, beam_args = job.config, list(job.beam_args)
     options = pipeline_options(beam_args)
     files = resolve_inputs(list(job.inputs), cfg.input_format)
+    check_text_field(files, cfg.text_field)
     formats = input_format_of(files)
     if isinstance(formats, str) and formats != cfg.input_format:
         cfg = replace(cfg, input_format=formats)

@@ -29,7 +29,7 @@ from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.output_dir import OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.inputs.read import read_documents
-from bertstream.pipelines.inputs.resolve import InputFile, input_format_of, resolve_inputs
+from bertstream.pipelines.inputs.resolve import InputFile, check_text_field, input_format_of, resolve_inputs
 from bertstream.pipelines.vocab_config import VocabConfig, VocabJob
 from bertstream.schemas.hashing import hash64
 from bertstream.schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
@@ -104,6 +104,7 @@ def train_vocab_job(job: VocabJob) -> tuple[Vocab, Counter]:
     """``bertprep vocab``: resolve the inputs, hold the ``--output`` folder as every bertprep command does
     (:func:`bertstream.pipelines.common.output_dir.claim_output`), train and write."""
     files = resolve_inputs(list(job.inputs), job.config.input_format)
+    check_text_field(files, job.config.text_field)
     with claim_output(job.output, job.overwrite, VOCAB_POLICY, {"input": [f.path for f in files]}) as claim:
         return train_vocab(list(job.inputs), claim.output_dir, job.config, files=files)
 

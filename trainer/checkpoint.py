@@ -193,6 +193,22 @@ def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
         ) from None
 
 
+def read_torch(path: Path, error: type[Exception] = CheckpointError) -> Any:
+    """A checkpoint's ``.pt`` (or ``.bin``) file, as tensors and plain containers only (``weights_only``): a
+    damaged file, or one of pickled objects (code would run on loading it), is ``error`` in one line naming it,
+    without torch's advice to load it with ``weights_only=False`` (a checkpoint is untrusted input)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch's unpicklers raise KeyError, UnpicklingError, RuntimeError...
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        why = (
+            f"it holds a pickled {found.group(1)}, refused"
+            if found
+            else f"{type(e).__name__}; damaged or no torch file"
+        )
+        raise error(f"{path}: cannot be read as a plain tensor dict ({why})") from None
+
+
 def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
     """A checkpoint to resume (``with_optimizer``: all of it) or to take the weights of; an incomplete one is
     refused rather than resumed with fresh optimizer moments or another dropout stream without a word."""
@@ -206,10 +222,13 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
     try:
         state = json.loads((p / "state.json").read_text())
         config = json.loads((p / "config.json").read_text())
-        opt = torch.load(p / "optimizer.pt", map_location="cpu", weights_only=True) if with_optimizer else None
-        rng = torch.load(p / "rng.pt", map_location="cpu", weights_only=True) if (p / "rng.pt").is_file() else {}
-    except Exception as e:  # JSON, pickle-refusal and I/O errors alike: the folder is unusable
+    except Exception as e:  # JSON and I/O errors alike: the folder is unusable
         raise CheckpointError(f"{p}: cannot load ({type(e).__name__}: {e})") from e
+    opt = read_torch(p / "optimizer.pt") if with_optimizer else None
+    rng = read_torch(p / "rng.pt") if (p / "rng.pt").is_file() else {}
+    for name, value in (("optimizer.pt", opt), ("rng.pt", rng)):
+        if value is not None and not isinstance(value, dict):
+            raise CheckpointError(f"{p / name}: holds a {type(value).__name__}, not a state dict")
     if not isinstance(state, dict) or not isinstance(config, dict):
         raise CheckpointError(f"{p}: state.json and config.json must each hold an object")
     step = state.get("step")

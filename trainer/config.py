@@ -31,6 +31,7 @@ def check_finite(cfg: Any) -> None:
             check(math.isfinite(value), f.name, f"must be a finite number, got {value}")
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
 MAX_INT = (1 << 63) - 1  # what torch, numpy and Arrow hold (--seed 2**70 was "Overflow when unpacking long long")
 
 
@@ -81,6 +82,8 @@ class OptimConfig:
     def __post_init__(self) -> None:
         check_finite(self)
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        # the optimizer computes in float32: a larger rate overflowed inside its first step (a traceback)
+        check(self.lr <= FLOAT32_MAX, "lr", f"must be at most {FLOAT32_MAX:.4g} (a float32), got {self.lr}")
         check(0 <= self.weight_decay < 1, "weight_decay", f"must be in [0, 1), got {self.weight_decay}")
         check(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
         check(self.max_grad_norm > 0, "max_grad_norm", f"must be > 0, got {self.max_grad_norm}")

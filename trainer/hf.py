@@ -26,7 +26,7 @@ from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
 from bertstream.trainer import hf_prelayernorm as PRE
-from bertstream.trainer.checkpoint import CheckpointError, read_tensors, write_tensors
+from bertstream.trainer.checkpoint import CheckpointError, read_tensors, read_torch, write_tensors
 from bertstream.trainer.hf_config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict, read_config
 from bertstream.trainer.model import BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
 from bertstream.trainer.model_config import BertConfig
@@ -230,10 +230,7 @@ def _read_weights(folder: Path) -> tuple[dict[str, Tensor], str]:
 
 
 def _torch_load(path: Path) -> dict[str, Tensor]:
-    try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as e:  # weights_only refuses pickled code: report it as what it is
-        raise HFCheckpointError(f"{path}: cannot be read as a plain tensor dict ({e})") from None
+    state = read_torch(path, HFCheckpointError)
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise HFCheckpointError(f"{path}: not a state dict of tensors")
     return state

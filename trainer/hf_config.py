@@ -111,6 +111,10 @@ def config_from_hf(data: Mapping[str, Any], source: str = CONFIG_FILENAME) -> Be
     fields = {ours: merged[theirs] for ours, theirs in _OURS_FROM_HF.items()}
     if pre:
         fields["norm_placement"] = "pre"
+        for name in ("max_position_embeddings", "pad_token_id"):  # (they are subtracted before BertConfig checks)
+            value = merged[name]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise HFCheckpointError(f"{source}: {name} must be an integer, got {value!r}")
         fields["max_position_embeddings"] = merged["max_position_embeddings"] - (merged["pad_token_id"] + 1)
     try:
         return BertConfig(**fields)

@@ -58,6 +58,7 @@ MISSING_TEXT = "missing_text_field"
 TEXT_NOT_STRING = "text_not_a_string"  # "text": 5, null or a list
 EXACT_DUPLICATE = "exact_duplicate"  # --dedup: normalised text equal to a document with a smaller id
 NEAR_DUPLICATE = "near_duplicate"  # --dedup minhash: estimated Jaccard >= threshold with a smaller id
+HELD_OUT = "held_out"  # --eval-fraction: the document went to the evaluation dataset (OUTPUT/eval)
 
 
 def drop(reason: str, unit: str = "documents") -> str:

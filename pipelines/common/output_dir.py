@@ -75,7 +75,9 @@ def claim_output(output: str, overwrite: bool, policy: OutputPolicy, reads: dict
     nothing that is not the command's (and nothing of it without ``overwrite``), a fresh work folder, the
     earlier run's files set aside there. When the block fails, the earlier run comes back and the work folder
     goes within :data:`CLEANUP_SECONDS`; when it succeeds, the work folder goes with the earlier run in it."""
-    output_dir = absolute(output.rstrip("/"))
+    if not output.strip():
+        raise UsageError("output", "is empty: name a folder")
+    output_dir = absolute(output.rstrip("/") or "/")  # ("/" is the root, not "": the current folder)
     check_no_overlap(output_dir, reads)
     made = ensure_writable_dir(output_dir)
     try:
@@ -181,7 +183,7 @@ def _names_in(output_dir: str) -> list[str]:
         return sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
     names = set()
     prefix = output_dir.rstrip("/") + "/"
-    for r in FileSystems.match([prefix + "*"]):
+    for r in FileSystems.match([prefix + "**"]):  # "*" stops at a "/": a folder in it would go unseen
         for m in r.metadata_list:
             names.add(m.path[len(prefix) :].split("/", 1)[0] if m.path.startswith(prefix) else m.path)
     return sorted(n for n in names if n)
@@ -262,7 +264,7 @@ def replacing(output_dir: str, is_output: Callable[[str], bool], paths: list[str
     try:
         for p in paths:
             dst = FileSystems.join(aside_dir, p.rstrip("/").rsplit("/", 1)[-1])
-            FileSystems.rename([p], [dst])
+            move(p, dst)
             moved.append((p, dst))
         yield
     except BaseException:
@@ -274,13 +276,29 @@ def _restore(output_dir: str, is_output: Callable[[str], bool], moved: list[tupl
     if not moved:  # nothing set aside: the run's own partial files go with the run (no listing of a store that
         return  # may have gone away, which Beam's clients would retry for minutes)
     try:
-        partial = existing_outputs(output_dir, is_output)
+        partial = [o for p in existing_outputs(output_dir, is_output) for o in objects(p)]
         if partial:
             FileSystems.delete(partial)
         for src, dst in sorted(moved, key=lambda m: m[0].endswith(MANIFEST_NAME)):
-            FileSystems.rename([dst], [src])
+            move(dst, src)
     except Exception as e:  # noqa: BLE001 - the run's own error is what the user must see
         C.progress(f"could not put the earlier files back ({type(e).__name__}: {e}); they are in {aside}")
+
+
+def objects(path: str) -> list[str]:
+    """``path``, or where it names a folder on an object store (a prefix, no object: a dataset's ``eval``
+    folder, say), every object below it: what a rename or a delete there must name one by one."""
+    if "://" not in path or FileSystems.exists(path):
+        return [path]
+    prefix = path.rstrip("/") + "/"
+    return sorted(m.path for r in FileSystems.match([prefix + "**"]) for m in r.metadata_list)
+
+
+def move(src: str, dst: str) -> None:
+    """Rename a file or a folder, also on an object store (whose renames take objects, not folders)."""
+    sources = objects(src)
+    if sources:
+        FileSystems.rename(sources, [dst + s[len(src) :] for s in sources])
 
 
 # ------------------------------------------------------------------------------------------- the work folder

@@ -49,6 +49,7 @@ OUT_BYTES = READ_BYTES
 _BLOCK_MAGIC = b"1AY&SY"
 _VERIFY_BYTES = 4096
 
+_NUMBER = re.compile(r"-?[0-9]+")  # an id or namespace number, in ASCII digits
 _DECLARED_ENCODING = re.compile(rb"""^(?:\xef\xbb\xbf)?\s*<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z][\w.:-]*)["']""")
 _ROOT_NAME = re.compile(rb"<((?:[\w.-]+:)?mediawiki)[\s/>]")
 # Exports older than 0.5 mark a redirect only in its text.
@@ -342,8 +343,8 @@ class _Parser:
             events = cast(list[tuple[str, ET.Element]], list(self.xml.read_events()))
         except ET.ParseError as e:
             raise InputError(f"cannot read {self.label}: malformed XML ({e})") from e
-        except UnicodeDecodeError as e:
-            raise InputError(f"cannot read {self.label}: not valid {e.encoding} text ({e.reason})") from e
+        except UnicodeError as e:  # (a decode error, or the base class some codecs raise: idna's)
+            raise InputError(f"cannot read {self.label}: not valid {getattr(e, 'encoding', 'text')} text ({e})") from e
         for event, elem in events:
             page = self._event(event, elem)
             if page is not None:
@@ -356,6 +357,7 @@ class _Parser:
         declared = m.group(1).decode("ascii")
         try:
             info = codecs.lookup(declared)
+            "".encode(declared)  # refuses a codec of bytes to bytes (hex, zlib) or text to text (rot13)
         except LookupError as e:
             raise InputError(f"cannot read {self.label}: its XML declares encoding {declared!r}, unknown here") from e
         if info.name != "utf-8":
@@ -400,7 +402,7 @@ class _Parser:
         ns = self.ns
         title = page.findtext(ns + "title") or ""
         raw_id = (page.findtext(ns + "id") or "").strip()
-        if not raw_id.isdigit():
+        if not _NUMBER.fullmatch(raw_id):  # (str.isdigit passes '²', which int() refuses)
             raise InputError(f"cannot read {self.label}: page {title!r} has no numeric <id> ({raw_id!r})")
         raw_ns = page.findtext(ns + "ns")
         redirect_elem = page.find(ns + "redirect")
@@ -410,7 +412,7 @@ class _Parser:
             redirect = m.group(1).strip()
         if raw_ns is None:  # exports older than 0.6: the namespace is the title's prefix
             namespace = self._namespace_of(title)
-        elif raw_ns.strip().lstrip("-").isdigit():
+        elif _NUMBER.fullmatch(raw_ns.strip()):
             namespace = int(raw_ns)
         else:
             raise InputError(f"cannot read {self.label}: page {title!r} has a non-numeric <ns> ({raw_ns!r})")
@@ -432,6 +434,6 @@ def _siteinfo(elem: ET.Element, ns: str) -> SiteInfo:
     namespaces = {}
     for n in elem.iter(ns + "namespace"):
         key = n.get("key", "")
-        if key.lstrip("-").isdigit():
+        if _NUMBER.fullmatch(key):
             namespaces[int(key)] = n.text or ""
     return SiteInfo(elem.findtext(ns + "sitename") or "", elem.findtext(ns + "dbname") or "", namespaces)

@@ -24,8 +24,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.files import absolute, missing_filesystem_in
-from bertstream.pipelines.inputs.formats import FORMATS
-from bertstream.pipelines.inputs.options import AUTO
+from bertstream.pipelines.inputs.formats import FIELD_FORMATS, FORMATS
+from bertstream.pipelines.inputs.options import AUTO, TEXT_FIELD
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +339,16 @@ def input_format_of(files: list[InputFile]) -> str | dict[str, str]:
     if len(formats) == 1:
         return formats.pop()
     return {f.name or f.path: f.format for f in files}
+
+
+def check_text_field(files: list[InputFile], text_field: str) -> None:
+    """``--text-field`` names a field of JSON lines, Parquet or Arrow inputs: given with none of them, it would
+    do nothing (every argument is used or refused)."""
+    if text_field != TEXT_FIELD and not any(f.format in FIELD_FORMATS for f in files):
+        formats = ", ".join(sorted({f.format for f in files}))
+        raise UsageError(
+            "text_field", f"{text_field!r} applies to {', '.join(FIELD_FORMATS)} inputs; these are {formats}"
+        )
 
 
 def describe_inputs(files: list[InputFile], shown: int = 3) -> str:

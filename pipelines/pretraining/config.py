@@ -64,6 +64,11 @@ class PretrainingConfig:
     )
     dedup_ngram: int = opt(DEFAULT_DEDUP_NGRAM, "Words per MinHash shingle.", show=True)
     dedup_threshold: float = opt(DEFAULT_DEDUP_THRESHOLD, "MinHash Jaccard threshold.", show=True)
+    # 0: no evaluation dataset; see bertstream.pipelines.pretraining.holdout
+    eval_fraction: float = opt(
+        0.0,
+        "Hold out this share of the documents (chosen by id and --seed) as an evaluation dataset in OUTPUT/eval.",
+    )
 
     def __post_init__(self) -> None:
         check_input_fields(self.input_format, self.text_field)
@@ -114,6 +119,11 @@ class PretrainingConfig:
             # a value the run would ignore, yet record as its setting: every argument is used or refused
             used = self.dedup == "minhash" or getattr(self, name) == default
             check(used, name, f"only applies with --dedup minhash (this run has --dedup {self.dedup})")
+        check(
+            self.eval_fraction == 0.0 or 0.0 < self.eval_fraction < 1.0,
+            "eval_fraction",
+            f"must be in (0, 1) (a share of the documents), got {self.eval_fraction}",
+        )
         check(self.arrow_batch_rows >= 1, "arrow_batch_rows", f"must be >= 1, got {self.arrow_batch_rows}")
 
     @property
@@ -128,8 +138,9 @@ class PretrainingConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def shard_parameters(self) -> dict[str, Any]:
-        """Parameters that shape the rows, stored in every shard's schema metadata.
+    def shard_parameters(self, split: str = "train") -> dict[str, Any]:
+        """Parameters that shape the rows, stored in every shard's schema metadata; with ``--eval-fraction``,
+        also the fraction and which dataset (``split``: train or eval) the shard is of.
 
         Excludes knobs that only change how work is split or stored, so that shards stay comparable.
         """
@@ -154,6 +165,8 @@ class PretrainingConfig:
             out["word_segmenter"] = self.word_segmenter
         if self.text_field != TEXT_FIELD:  # likewise
             out["text_field"] = self.text_field
+        if self.eval_fraction:  # likewise
+            out.update(eval_fraction=self.eval_fraction, split=split)
         return out
 
 

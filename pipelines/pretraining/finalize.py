@@ -93,7 +93,7 @@ def build_manifest(
         totals=totals,
         counters=counters,
         statistics=summary,
-        bytes_read=counters.get(C.BYTES_READ, 0),
+        bytes_read=counters.get(C.BYTES_READ),  # none: an --eval-fraction dataset's (its run's reading is the other's)
     )
 
 

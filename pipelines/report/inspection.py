@@ -278,7 +278,8 @@ def summary_lines(manifest: Manifest) -> list[str]:
         lines.append(
             f"run: {run.get('runner')}"
             + (f" with {run['worker_processes']} worker processes" if run.get("worker_processes") else "")
-            + f", {run['seconds']:.1f} s, {run.get('input_mb_per_s', 0):.2f} MB/s of input"
+            + f", {run['seconds']:.1f} s"
+            + (f", {run['input_mb_per_s']:.2f} MB/s of input" if "input_mb_per_s" in run else "")
         )
     return lines
 

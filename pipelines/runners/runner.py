@@ -21,6 +21,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from bertstream.cli.errors import UsageError
+from bertstream.cli.machine import check_processes
 from bertstream.pipelines.runners import beam_worker, fork_server
 
 
@@ -144,6 +145,7 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     workers = options.view_as(DirectOptions).direct_num_workers
     if workers < 0:  # Beam indexes its worker list with it (IndexError)
         raise UsageError("direct_num_workers", f"--direct_num_workers={workers}: must be >= 0 (0: one per core)")
+    check_processes("direct_num_workers", workers, f"--direct_num_workers={workers}")
     if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
         raise UsageError(
             "direct_running_mode",

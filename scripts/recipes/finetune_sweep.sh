@@ -9,8 +9,9 @@
 # TASK_DATA holds TASK_train and TASK_dev datasets (bertprep task, the checkpoint's vocabulary), e.g. the
 # tasks_data folder of a pretraining_gain.sh run. Environment: TASKS ("sst2 mrpc": classification tasks), LRS
 # ("1e-4 2e-4 3e-4 6e-4 1e-3"), EPOCHS ("sst2:3,6 mrpc:5,10"), SEEDS ("1 2 3"), PARALLEL (2: runs at a time, one
-# thread each; ~20 on a 16-core GPU machine), PRECISION (fp32). Finished cells are kept: a killed sweep
-# continues where it stopped.
+# thread each; ~20 on a 16-core GPU machine), PRECISION (fp32). Finished cells are kept, each with the key of what
+# made it (scripts/recipes/finetune_run.sh: the checkpoint's and data's content, the settings): a killed sweep
+# continues where it stopped, and a sweep of another checkpoint into the same OUT runs its own cells.
 set -euo pipefail
 [ $# -eq 3 ] || { echo "Error: usage: scripts/recipes/finetune_sweep.sh CHECKPOINT TASK_DATA OUT" >&2; exit 2; }
 CKPT=$(cd "$1" 2>/dev/null && pwd) || { echo "Error: checkpoint folder $1 not found" >&2; exit 2; }
@@ -29,6 +30,14 @@ for t in $TASKS; do
     [[ " $EPOCHS " =~ \ $t:[0-9,]+\  ]] || { echo "Error: EPOCHS has no epochs for task $t (EPOCHS=$EPOCHS)" >&2; exit 2; }
 done
 [[ $PARALLEL =~ ^[1-9][0-9]*$ ]] || { echo "Error: PARALLEL must be a positive whole number, got '$PARALLEL'" >&2; exit 2; }
+for lr in $LRS; do
+    [[ $lr =~ ^[0-9]*[.]?[0-9]+([eE][-+]?[0-9]+)?$ ]] || { echo "Error: LRS must be numbers, got '$LRS'" >&2; exit 2; }
+done
+for s in $SEEDS; do [[ $s =~ ^[0-9]+$ ]] || { echo "Error: SEEDS must be whole numbers, got '$SEEDS'" >&2; exit 2; }; done
+for e in $EPOCHS; do
+    [[ $e =~ ^[a-z0-9]+:[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "Error: EPOCHS must be TASK:N[,N...] words, got '$EPOCHS'" >&2; exit 2; }
+done
+case $PRECISION in fp32 | bf16 | auto) ;; *) echo "Error: PRECISION must be fp32, bf16 or auto, got '$PRECISION'" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 . "$HERE/finetune_run.sh"
 one() {  # task lr epochs init seed: one cell's run
@@ -37,14 +46,15 @@ one() {  # task lr epochs init seed: one cell's run
     finetune_run "$OUT/$1-lr$2-ep$3-$4-$5" "$init" classification "$DATA/$1_train" "$DATA/$1_dev" "$3" "$5" "$2" 1 \
         "$PRECISION"
 }
-failed=0
+failed=0 cells=()  # this call's cells: the report reads these, not another call's left in OUT
 for t in $TASKS; do
     spec=${EPOCHS#*"$t":}; spec=${spec%% *}
     for e in ${spec//,/ }; do for lr in $LRS; do for s in $SEEDS; do for i in pretrained random; do
         while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || failed=1; done
         one "$t" "$lr" "$e" "$i" "$s" &
+        cells+=("$t-lr$lr-ep$e-$i-$s")
     done; done; done; done
 done
 while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
 [ "$failed" -eq 0 ] || { echo "Error: some runs failed (their logs are in $OUT)" >&2; exit 1; }
-python3 "$HERE/finetune_sweep_report.py" "$OUT"
+python3 "$HERE/finetune_sweep_report.py" "$OUT" --cells "${cells[@]}"

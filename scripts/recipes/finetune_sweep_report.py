@@ -22,12 +22,13 @@ RUN = re.compile(
 )
 
 
-def collect(out: Path) -> dict:
-    """{task: {(epochs, lr): {init: {metric: [...], also: [...]}}}} (a score per seed) from the runs in OUT."""
+def collect(out: Path, names: list[str] | None = None) -> dict:
+    """{task: {(epochs, lr): {init: {metric: [...], also: [...]}}}} (a score per seed) from the runs in OUT (those
+    named in ``names`` when given: one sweep's cells, not another's left in the folder)."""
     cells: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
     for run in sorted(p for p in out.iterdir() if p.is_dir()):
         m = RUN.match(run.name)
-        if m is None:
+        if m is None or (names is not None and run.name not in names):
             continue
         task = m["task"]
         if task not in METRICS:
@@ -43,9 +44,10 @@ def collect(out: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out", type=Path)
+    p.add_argument("--cells", nargs="+", help="the runs to report (default: every run in OUT)")
     args = p.parse_args(argv)
     try:
-        cells = collect(args.out)
+        cells = collect(args.out, args.cells)
     except ReportError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1

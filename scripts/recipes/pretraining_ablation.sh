@@ -24,8 +24,6 @@ ARMS=${ARMS:-base mlm15 mlm30 mlm40 wsd batch32 batch128 len64 layerdecay recipe
 HERE=$(cd "$(dirname "$0")" && pwd)
 GAIN=$HERE/pretraining_gain.sh
 say() { echo "[pretraining_ablation] $*" >&2; }
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
 
 # What each arm changes from the base (BERT's settings as the last round's recipe had them: masking 0.2, linear
 # decay, batch 64, length 128), pinned here since scripts/recipes/pretraining_gain.sh's defaults are now the
@@ -47,6 +45,15 @@ settings() {
         *) echo "Error: unknown arm $1" >&2; exit 2 ;;
     esac
 }
+
+# Every input before any work: a mistyped arm would otherwise run as the default recipe under its name.
+for arm in $ARMS; do settings "$arm" > /dev/null; done
+[[ $BUDGET =~ ^[0-9]+([.][0-9]+)?$ ]] && [[ $BUDGET =~ [1-9] ]] ||
+    { echo "Error: BUDGET must be a positive number of minutes, got '$BUDGET'" >&2; exit 2; }
+[[ $CALIB_STEPS =~ ^[1-9][0-9]*$ ]] || { echo "Error: CALIB_STEPS must be a positive whole number, got '$CALIB_STEPS'" >&2; exit 2; }
+case ${STOP_AFTER:-} in "" | steps) ;; *) echo "Error: STOP_AFTER must be empty or steps, got '$STOP_AFTER'" >&2; exit 2 ;; esac
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 
 # --- 1. the data, once; every arm links it ----------------------------------------------------------------
 [ -f "$OUT/data/tasks64/manifest.json" ] && [ -d "$OUT/data/tasks_data/squad_dev" ] ||

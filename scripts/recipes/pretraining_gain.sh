@@ -102,6 +102,37 @@ for v in CALIB_STEPS GENERAL_DUPE TASK_DUPE FT_PARALLEL PRETRAIN_WORKERS CHECKPO
     [[ ${!v} =~ ^[0-9]+([.][0-9]+)?$ ]] && [ "${!v}" != 0 ] ||
         { echo "Error: $v must be a positive number, got '${!v}'" >&2; exit 2; }
 done
+# Every other setting before any work (a bad one would otherwise fail after a phase of training).
+whole() {  # NAME...: each word of each variable a whole number (>= MIN, default 1)
+    local v w
+    for v; do for w in ${!v}; do
+        [[ $w =~ ^[0-9]+$ ]] && [ "$((10#$w))" -ge "${MIN:-1}" ] ||
+            { echo "Error: $v must be whole numbers >= ${MIN:-1}, got '${!v}'" >&2; exit 2; }
+    done; done
+}
+whole STEPS BATCH SEEDS CURVE_STEPS CONTINUE_BATCH CONTINUE_EPOCHS ${EVAL_EVERY:+EVAL_EVERY} ${LOG_EVERY:+LOG_EVERY} \
+    ${PRETRAIN_THREADS:+PRETRAIN_THREADS}
+MIN=0 whole SHORT_STEPS WARMUP CONTINUE_STEPS
+[ -n "$MINUTES" ] || [ "$SHORT_STEPS" -lt "$STEPS" ] ||
+    { echo "Error: SHORT_STEPS ($SHORT_STEPS) must be less than STEPS ($STEPS): the second phase needs steps" >&2; exit 2; }
+for v in LR FT_LR MLM_PROB LAYER_DECAY CONTINUE_LR; do
+    [[ ${!v} =~ ^[0-9]*[.]?[0-9]+([eE][-+]?[0-9]+)?$ ]] || { echo "Error: $v must be a number, got '${!v}'" >&2; exit 2; }
+done
+choose() {  # NAME CHOICE...: each word of NAME one of the choices
+    local v=$1 w; shift
+    for w in ${!v}; do
+        [[ " $* " == *" $w "* ]] || { echo "Error: $v must be among: $*; got '${!v}'" >&2; exit 2; }
+    done
+}
+choose NORM pre post
+choose LR_SCHEDULE wsd linear
+choose INITS pretrained random
+choose STOP_AFTER data steps pretrain
+choose TASKS sst2 conll mrpc squad
+choose CURVE_TASK sst2 conll mrpc squad
+choose CONTINUE_TASKS sst2 conll mrpc squad
+[ -z "${PRECISION:-}" ] || choose PRECISION fp32 bf16 auto
+choose MODEL tiny mini small medium base large
 # bf16 autocast only where the CPU computes bf16 natively (AVX512-BF16, AMX): 1.75x fp32 there; emulated
 # elsewhere, it is several times slower than fp32 (an AVX2-only EPYC: 0.1 steps/s against ~3).
 if [ -z "${PRECISION:-}" ]; then
@@ -117,6 +148,7 @@ if ! data_ready; then
     done
 fi
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # absolute: the calibration runs link its folders from their own
 steps_setting=$STEPS short_setting=$SHORT_STEPS  # MINUTES: the steps follow from the budget, measured here
 [ -z "$MINUTES" ] || { steps_setting=minutes:$MINUTES:$CALIB_STEPS; [ "$SHORT_STEPS" -eq 0 ] || short_setting=0.7; }
 settings="steps=$steps_setting model=$MODEL norm=$NORM lr=$LR ft_lr=$FT_LR seeds=$SEEDS tasks=$TASKS mlm=$MLM_PROB"

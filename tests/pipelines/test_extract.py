@@ -115,3 +115,21 @@ def test_a_record_and_the_documents_without_text():
     lines = list(document_lines([doc, Document("a:1", []), page], counters))
     assert [json.loads(x)["id"] for x in lines] == ["saved/x.arrow:4", "12"]
     assert counters == {C.DOCUMENTS_USED: 2, C.drop(C.EMPTY): 1}
+
+
+def test_the_same_input_twice_is_refused_in_one_line_before_anything_is_published(tmp_path):
+    """Two identical Parquet files gave identical parts: the manifest was written, then refused as listing a
+    file twice ("SchemaError ... no manifest was written", with a manifest and the documents left behind)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": ["1", "2"], "text": ["Hello world. This is a document.", "Another one here."]})
+    for name in ("a.parquet", "b.parquet"):
+        pq.write_table(table, tmp_path / name)
+    out = tmp_path / "out"
+    args = ["extract", "--input", str(tmp_path / "a.parquet"), "--input", str(tmp_path / "b.parquet")]
+    r = CliRunner().invoke(main, [*args, "--output", str(out)])
+    errors = [line for line in r.stderr.splitlines() if line.startswith("Error:")]
+    assert r.exit_code == 1 and len(errors) == 1, r.output
+    assert "b.parquet (from byte 0) yields the very documents of " in errors[0] and "SchemaError" not in errors[0]
+    assert not out.exists() or not any(out.iterdir())

@@ -388,3 +388,117 @@ def test_sweep_refuses_a_folder_without_task_data_in_one_line(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr == f"Error: {tmp_path / 'no-data'}/sst2_train is not a task dataset\n"
+
+
+# A stand-in for berttrain in the recipes' own logic (which runs are made, from which inputs): `finetune` scores
+# a run by its init's `score` file (0.5 for a random init) and logs its call; `pretrain` fails, as the real one
+# does, when a --data or --eval-data folder is not there, and logs a training rate.
+FAKE_BERTTRAIN = r"""#!/usr/bin/env bash
+cmd=$1; shift
+declare -A a; data=()
+while [ $# -gt 0 ]; do
+    case $1 in --data | --eval-data) data+=("${2%:*}") ;; esac
+    case $1 in --*) a[$1]=${2:-}; shift ;; esac; shift
+done
+for d in "${data[@]}"; do [ -d "$d" ] || { echo "Error: $d not found" >&2; exit 2; }; done
+out=${a[--output]}; mkdir -p "$out"
+echo "$cmd ${a[--init]:-}" >> "$FAKE_LOG"
+if [ "$cmd" = finetune ]; then
+    init=${a[--init]}; score=0.5
+    [[ $init == random:* ]] || score=$(cat "$init/score")
+    echo "{\"best\": {\"eval\": {\"accuracy\": $score}}}" > "$out/results.json"
+else
+    for s in 10 20 30 40; do echo "{\"step\": $s, \"split\": \"train\", \"seq_per_s\": 64.0}"; done > "$out/metrics.jsonl"
+fi
+"""
+
+
+@pytest.fixture
+def fake_berttrain(tmp_path):
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "berttrain"
+    fake.write_text(FAKE_BERTTRAIN, encoding="utf-8")
+    fake.chmod(0o755)
+    log = tmp_path / "berttrain.log"
+    log.touch()
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log)}, log
+
+
+def test_sweep_cells_are_keyed_by_the_checkpoint_and_settings_that_made_them(tmp_path, fake_berttrain):
+    env, log = fake_berttrain
+    data = tmp_path / "data"
+    for split in ("sst2_train", "sst2_dev"):
+        (data / split).mkdir(parents=True)
+        (data / split / "manifest.json").write_text("{}", encoding="utf-8")
+    ckpts = {}
+    for name, score in (("a", 0.8), ("b", 0.6)):
+        ckpts[name] = tmp_path / name
+        ckpts[name].mkdir()
+        (ckpts[name] / "score").write_text(f"{score}\n", encoding="utf-8")
+    grid = {"TASKS": "sst2", "LRS": "1e-4", "EPOCHS": "sst2:3", "SEEDS": "1"}
+
+    def sweep(ckpt, **over):
+        return subprocess.run(
+            ["bash", SCRIPTS / "finetune_sweep.sh", ckpts[ckpt], data, tmp_path / "out"],
+            capture_output=True,
+            text=True,
+            env={**env, **grid, **over},
+            timeout=60,
+        )
+
+    def pretrained():
+        return json.loads((tmp_path / "out" / "sweep.json").read_text())["sst2"]["best"]["pretrained"]
+
+    assert sweep("a").returncode == 0 and pretrained()["mean"] == pytest.approx(0.8)
+    assert len(log.read_text().splitlines()) == 2  # both inits
+    assert sweep("a").returncode == 0 and len(log.read_text().splitlines()) == 2  # kept: the same inputs
+    done = sweep("b")  # another checkpoint into the same folder: its own runs and its own numbers
+    assert done.returncode == 0, done.stderr
+    assert len(log.read_text().splitlines()) == 4 and pretrained()["mean"] == pytest.approx(0.6)
+    (ckpts["b"] / "score").write_text("0.7\n", encoding="utf-8")  # the same folder, other weights
+    assert sweep("b").returncode == 0 and pretrained()["mean"] == pytest.approx(0.7)
+    # another grid into the folder reports its own cells only, not the earlier call's left there
+    assert sweep("b", LRS="2e-4").returncode == 0
+    assert [c["lr"] for c in json.loads((tmp_path / "out" / "sweep.json").read_text())["sst2"]["cells"]] == [2e-4]
+    bad = sweep("b", LRS="1e-4 fast")
+    assert bad.returncode == 2 and bad.stderr == "Error: LRS must be numbers, got '1e-4 fast'\n"
+
+
+def test_ablation_refuses_an_unknown_arm_before_any_work(tmp_path):
+    import os
+
+    env = {**os.environ, "SHARED": str(tmp_path / "no-shared-data-here"), "ARMS": "base mlm16"}
+    done = subprocess.run(
+        ["bash", SCRIPTS / "pretraining_ablation.sh", tmp_path / "out"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 2 and done.stderr == "Error: unknown arm mlm16\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_gain_refuses_bad_steps_before_any_work(tmp_path):
+    done = _gain(tmp_path, tmp_path / "run", STEPS="6800")  # SHORT_STEPS 6800: no second phase
+    assert done.returncode == 2
+    assert done.stderr == "Error: SHORT_STEPS (6800) must be less than STEPS (6800): the second phase needs steps\n"
+    done = _gain(tmp_path, tmp_path / "run", STEPS="9k")
+    assert done.returncode == 2 and done.stderr == "Error: STEPS must be whole numbers >= 1, got '9k'\n"
+    done = _gain(tmp_path, tmp_path / "run", LR_SCHEDULE="cosine")
+    assert done.returncode == 2 and done.stderr == "Error: LR_SCHEDULE must be among: wsd linear; got 'cosine'\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_gain_sizes_minutes_in_a_relative_folder(tmp_path, fake_berttrain):
+    """The README's own use: `MINUTES=60 scripts/recipes/pretraining_gain.sh OUT`, OUT relative."""
+    env, log = fake_berttrain
+    out = tmp_path / "run"
+    for d in ("vocab", "general", "tasks", "eval", "general64", "tasks64", "tasks_data"):
+        (out / d).mkdir(parents=True)
+    (out / "prep_minutes").write_text("1\n", encoding="utf-8")
+    env = {**env, "SHARED": str(tmp_path / "none"), "MINUTES": "1", "SHORT_STEPS": "0", "STOP_AFTER": "steps"}
+    done = subprocess.run(
+        ["bash", SCRIPTS / "pretraining_gain.sh", "run"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert (out / "steps").read_text() == "60 0\n"  # 64 sequences/s for 60 s at batch 64

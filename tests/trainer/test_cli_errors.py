@@ -3,6 +3,7 @@ time), never a traceback (issue 13, section 2)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -78,6 +79,14 @@ def world(tmp_path_factory) -> dict[str, Path]:
     badopt = root / "badopt"  # a run whose newest optimizer.pt holds other parameter groups
     shutil.copytree(run, badopt)
     torch.save({"state": {}, "param_groups": [{"params": [0], "lr": 0.1}]}, ckpt.step_dir(badopt, 2) / "optimizer.pt")
+    junkrng = root / "junkrng"  # a run whose newest rng.pt is junk bytes (it was "KeyError: 1785425525")
+    shutil.copytree(run, junkrng)
+    (ckpt.step_dir(junkrng, 2) / "rng.pt").write_bytes(b"junk, not a torch file " * 8)
+    pickledopt = root / "pickledopt"  # a run whose newest optimizer.pt holds a pickled object, not tensors
+    shutil.copytree(run, pickledopt)
+    torch.save(
+        {"state": {}, "param_groups": [], "x": argparse.Namespace()}, ckpt.step_dir(pickledopt, 2) / "optimizer.pt"
+    )
     empty_ckpt = root / "empty_ckpt"
     empty_ckpt.mkdir()
     (root / "model.json").write_text("{not json")
@@ -97,6 +106,8 @@ def world(tmp_path_factory) -> dict[str, Path]:
         "no_opt": no_opt,
         "empty_ckpt": empty_ckpt,
         "badopt": badopt,
+        "junkrng": junkrng,
+        "pickledopt": pickledopt,
         "torn": torn,
     }
 
@@ -231,6 +242,39 @@ CASES = [
         ],
         1,
         "/nonexistent/t",
+    ),
+]
+# issue 44, bounded requests: a count that becomes processes has the machine's ceiling (it forked 968 and took 15 GB)
+FINETUNE = ["finetune", "--task", "classification", "--train-data", "a", "--eval-data", "b", "--init", "random:tiny"]
+CASES += [
+    (
+        "pretrain --num-workers 100000",
+        lambda w: pretrain(w, "--num-workers", "100000"),
+        2,
+        "'--num-workers': 100000 is more than this machine runs: at most",
+    ),
+    (
+        "finetune --num-workers 100000",
+        lambda w: [*FINETUNE, "--output", "o", "--num-workers", "100000"],
+        2,
+        "'--num-workers': 100000 is more than this machine runs: at most",
+    ),
+]
+# issue 44, one line always: each of these was a traceback or an unclear line
+CASES += [
+    ("pretrain --lr 1e300", lambda w: pretrain(w, "--lr", "1e300"), 2, "'--lr': must be at most 3.403e+38 (a float32)"),
+    ("finetune --lr 1e300", lambda w: [*FINETUNE, "--output", "o", "--lr", "1e300"], 2, "must be at most 3.403e+38"),
+    (
+        "pretrain junk rng.pt",
+        lambda w: pretrain(w, "--resume", str(ckpt.step_dir(w["junkrng"], 2))),
+        1,
+        "step-0000002/rng.pt: cannot be read as a plain tensor dict (KeyError; damaged or no torch file)",
+    ),
+    (
+        "pretrain pickled optimizer.pt",  # refused without torch's advice to load it with weights_only=False
+        lambda w: pretrain(w, "--resume", str(ckpt.step_dir(w["pickledopt"], 2))),
+        1,
+        "optimizer.pt: cannot be read as a plain tensor dict (it holds a pickled argparse.Namespace, refused)",
     ),
 ]
 if not torch.cuda.is_available():

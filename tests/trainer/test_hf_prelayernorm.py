@@ -135,3 +135,15 @@ def test_init_and_init_from_read_the_folder_back_with_the_same_weights(pre_ln, d
     )
     with pytest.raises(UsageError, match="is a pre-LN model: drop --norm-placement"):
         model_config(post, init.vocab, None)
+
+
+@pytest.mark.parametrize("field", ["pad_token_id", "max_position_embeddings"])
+def test_an_export_whose_config_holds_a_string_count_is_refused_naming_it(field):
+    """Both are subtracted before BertConfig checks them: a string was a 47-line traceback (issue 44)."""
+    from bertstream.trainer import hf_prelayernorm as PRE
+    from bertstream.trainer.hf_config import HFCheckpointError, config_from_hf
+
+    data = {"model_type": PRE.MODEL_TYPE, "vocab_size": 100, "max_position_embeddings": 130, "pad_token_id": 1}
+    assert config_from_hf(data).max_position_embeddings == 128
+    with pytest.raises(HFCheckpointError, match=f"^x/config.json: {field} must be an integer, got '7'$"):
+        config_from_hf({**data, field: "7"}, "x/config.json")

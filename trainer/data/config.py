@@ -11,6 +11,7 @@ from os import PathLike
 from typing import Any
 
 from bertstream.cli.errors import UsageError, check
+from bertstream.cli.machine import check_processes
 from bertstream.cli.options import opt
 
 FORMATS = ("auto", "arrow", "webdataset")
@@ -119,6 +120,7 @@ class DataConfig:
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
             check(ok, name, f"must be an int >= 0, got {value!r}")
             check(value < 1 << 63, name, f"must be at most 2**63 - 1, got {value!r}")
+        check_processes("num_workers", self.num_workers)
         _positive("prefetch_factor", self.prefetch_factor)
         ok = isinstance(self.bucket_batches, int) and self.bucket_batches >= 2
         check(ok, "bucket_batches", f"must be an int >= 2, got {self.bucket_batches!r}")
@@ -149,8 +151,8 @@ def parse_data_arg(text: str) -> tuple[str, float | None]:
     if m is None:
         return text, None
     weight = float(m["weight"])
-    if not (math.isfinite(weight) and weight > 0):
-        raise ValueError(f"{text}: the weight after the last ':' must be > 0, got {m['weight']}")
+    if not (math.isfinite(weight) and weight > 0):  # (1e400 reads as inf)
+        raise ValueError(f"{text}: the weight after the last ':' must be a finite number > 0, got {m['weight']}")
     return m["path"], weight
 
 

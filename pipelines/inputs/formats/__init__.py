@@ -25,6 +25,7 @@ FORMATS = LINE_FORMATS + RECORD_FORMATS
 # --format auto asks each format in this order and takes the first that finds its evidence: magic bytes first,
 # then markup, then the layouts of plain text (``sentences`` last: it takes whatever is left).
 DETECTION_ORDER = ("parquet", "arrow", "mediawiki", "wikiextractor", "jsonl", "text", "lines", "sentences")
+FIELD_FORMATS = ("jsonl", "parquet", "arrow")  # the formats whose records have fields: --text-field names one
 # The layouts of plain text: before asking them, auto refuses a sample that is none (binary, markup, JSON).
 PLAIN_TEXT_FORMATS = ("text", "lines", "sentences")
 

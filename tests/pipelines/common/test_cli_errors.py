@@ -176,6 +176,44 @@ def test_a_library_message_with_line_breaks_is_one_line_and_no_empty_output_is_l
     assert r.returncode == 1 and (tmp_path / "mine").is_dir()
 
 
+def test_worker_counts_past_the_machine_are_refused_in_one_line(bad, demo_vocab, tmp_path):
+    """--direct_num_workers=200 on a 4 KB input took 79 s and 9.3 GB (issue 44): twice the cores at most."""
+    from bertstream.cli.machine import process_ceiling
+
+    many = process_ceiling() + 1
+    out = str(tmp_path / "out")
+    r = pretraining(bad, demo_vocab, "--output", out, f"--direct_num_workers={many}")
+    error = assert_clean_error(r, 2, f"--direct_num_workers={many} is more than this machine runs")
+    assert f"at most {process_ceiling()} (2 per core" in error
+    r = bertprep("extract", "--input", str(bad / "s.txt"), "--output", out, f"--direct_num_workers={many}")
+    assert_clean_error(r, 2, f"--direct_num_workers={many}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_root_is_the_root_not_the_current_folder(bad, demo_vocab, tmp_path, monkeypatch):
+    """`--output /` lost its slash and wrote into the current folder (issue 44)."""
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    r = pretraining(bad, demo_vocab, "--output", "/")
+    assert_clean_error(r, 2, "'--output': / overlaps inputs")
+    assert_clean_error(pretraining(bad, demo_vocab, "--output", ""), 2, "'--output': is empty")
+    assert not any(here.iterdir())
+
+
+def test_a_text_field_with_no_input_of_fields_is_refused(bad, demo_vocab, tmp_path):
+    """--text-field with line formats only was ignored silently (issue 44): every argument is used or refused."""
+    out = str(tmp_path / "out")
+    applies = "'--text-field': 'body' applies to jsonl, parquet, arrow inputs; these are "
+    r = pretraining(bad, demo_vocab, "--output", out, "--text-field", "body")
+    assert_clean_error(r, 2, applies + "sentences")  # (--format auto's choice)
+    r = bertprep("extract", "--input", f"text:{bad / 's.txt'}", "--output", out, "--text-field", "body")
+    assert_clean_error(r, 2, applies + "text")
+    r = bertprep("vocab", "--input", f"sentences:{bad / 's.txt'}", "--output", out, "--text-field", "body")
+    assert_clean_error(r, 2, applies + "sentences")
+    assert not (tmp_path / "out").exists()
+
+
 def test_vocab_errors(bad, tmp_path):
     out = str(tmp_path / "voc")
     for name in ("corrupt.gz", "not-gzip.txt.gz"):

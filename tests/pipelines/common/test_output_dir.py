@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import output_dir as O
@@ -107,3 +108,42 @@ def test_one_definition_of_the_work_folder_and_one_usage_error():
     assert [line.split(":")[0] for line in work.splitlines()] == ["pipelines/common/output_dir.py"]
     classes = subprocess.run([*grep, r"^class (Usage|Config)Error\b", "--", "*.py"], cwd=REPO, capture_output=True)
     assert [line.split(":")[0] for line in classes.stdout.decode().splitlines()] == ["cli/errors.py"]
+
+
+# On S3 the claim alone makes ~20 filesystem calls, each with its own boto client (~0.5 s): ~15 s, so slow.
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
+def output_root(request, tmp_path) -> str:
+    if request.param == "local":
+        return str(tmp_path)
+    return request.getfixturevalue("s3_server").bucket("output-test") + "/out"  # tests/s3_server.py: a real S3 API
+
+
+def _write(root: str, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        with FileSystems.create(FileSystems.join(root, name)) as f:
+            f.write(text.encode())
+
+
+def _files(root: str) -> dict[str, str]:
+    """The run's files below ``root`` (not the lock, not the work folder), by relative path."""
+    found = {}
+    for r in FileSystems.match([root + "/**"]):
+        for m in r.metadata_list:
+            rel = m.path[len(root) + 1 :]
+            if not rel.startswith((".", O.WORK_DIR_NAME)):
+                with FileSystems.open(m.path) as f:
+                    found[rel] = f.read().decode()
+    return found
+
+
+def test_a_folder_of_the_earlier_run_is_set_aside_and_brought_back_also_on_an_object_store(output_root):
+    """A dataset with a folder of its own (pretraining's ``eval``): an object store renames objects, not folders."""
+    policy = O.OutputPolicy("test", lambda name: name in (MANIFEST_NAME, "eval"))
+    earlier = {MANIFEST_NAME: "old", "eval/manifest.json": "old eval", "eval/shard-0": "s"}
+    _write(output_root, earlier)
+    with pytest.raises(ZeroDivisionError):
+        with O.claim_output(output_root, True, policy, {}):
+            assert _files(output_root) == {}  # set aside
+            _write(output_root, {"eval/manifest.json": "partial"})
+            raise ZeroDivisionError
+    assert _files(output_root) == earlier

@@ -219,6 +219,32 @@ def test_a_page_without_a_numeric_id_raises_input_error(tmp_path):
         list(M.read_pages(path))
 
 
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [  # each was a ValueError (int('²'): str.isdigit passes it) or a TypeError naming no file (issue 44)
+        (lambda: export(page("A", "²", TEXT)), r"odd\.xml: page 'A' has no numeric <id> \('²'\)"),
+        (lambda: export(page("A", 1, TEXT, ns="²")), r"odd\.xml: page 'A' has a non-numeric <ns> \('²'\)"),
+        (lambda: export(page("A", 1, TEXT), declaration=ODD.format("rot13")), r"odd\.xml: .*encoding 'rot13'"),
+        (lambda: export(page("A", 1, TEXT), declaration=ODD.format("hex")), r"odd\.xml: .*encoding 'hex'"),
+    ],
+    ids=["id", "ns", "rot13", "hex"],
+)
+def test_odd_ids_namespaces_and_encodings_raise_input_error_naming_the_file(tmp_path, make, message):
+    path = tmp_path / "odd.xml"
+    path.write_text(make(), encoding="utf-8")
+    with pytest.raises(InputError, match=message):
+        list(M.read_pages(path))
+
+
+def test_a_namespace_key_that_is_no_number_is_not_a_namespace(tmp_path):
+    siteinfo = '<siteinfo><namespaces><namespace key="²">Odd</namespace></namespaces></siteinfo>\n'
+    path = tmp_path / "odd.xml"
+    path.write_text(export(page("Odd:A", 1, TEXT, ns=None), siteinfo=siteinfo), encoding="utf-8")
+    assert [(p.title, p.namespace) for p in M.read_pages(path)] == [("Odd:A", 0)]
+
+
+TEXT = "<revision><text>x</text></revision>"
+ODD = '<?xml version="1.0" encoding="{}"?>\n'
 LATIN = '<?xml version="1.0" encoding="ISO-8859-1"?>\n'
 LATIN_PAGES = page("Zürich", 1, "<revision><text>Zürich liegt am Zürichsee. © 1998, ½ °C</text></revision>") + page(
     "Ça", 2, "<revision><text>Ça ira, garçon.</text></revision>"

@@ -72,8 +72,13 @@ def test_weights_go_on_every_folder_or_none() -> None:
     with pytest.raises(ValueError, match="give every --data a weight .* b has none"):
         split_data_args(["a:1", "b"])
     for bad in ("a:0", "a:-1", "a:0.0"):
-        with pytest.raises(ValueError, match="must be > 0"):
+        with pytest.raises(ValueError, match="must be a finite number > 0"):
             parse_data_arg(bad)
+    # 1e400 reads as inf: the message said "must be > 0" of a number that is
+    with pytest.raises(
+        ValueError, match="a:1e400: the weight after the last ':' must be a finite number > 0, got 1e400"
+    ):
+        parse_data_arg("a:1e400")
     with pytest.raises(ValueError, match="weights must be finite and > 0") as e:
         DataConfig(paths=("a", "b"), batch_size=4, weights=(1.0, float("nan")))
     # the weights come from --data DIR:W: the error names that flag (issue 33: it named --weights, no flag)
