@@ -80,6 +80,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.device_carry import CARRY_LIMIT, closure, download, on_the_image, tree_bytes  # noqa: E402
 from benchmarks.pipeline_scale import (  # noqa: E402
     SHARED,
     add_cpu_ratios,
@@ -94,9 +95,6 @@ from benchmarks.pipeline_scale import (  # noqa: E402
 from benchmarks.pipeline_throughput import run_metered  # noqa: E402
 from benchmarks.wikipedia_pipeline import repeated_dump  # noqa: E402
 
-CARRY_LIMIT = 64 * 2**20  # what one device call carries: the working tree and the carried paths together
-# The device image's own packages (and what they bring), never carried.
-DEVICE_PACKAGES = {"torch", "pyarrow", "numba", "llvmlite", "numpy", "tokenizers", "grpcio"}
 # Declared by a carried distribution, imported by no process of these runs (-X importtime of every process).
 NOT_IMPORTED = {"pillow", "matplotlib"}  # Beam's; matplotlib: `bertprep report` only
 FULL_DUMP_XML_MB = 90_000  # docs/wikipedia.md's assumption: 22-24 GB of bzip2, ~90 GB of XML
@@ -111,6 +109,11 @@ DASK_CPU = 1.85  # Dask's CPU-s/MB against in-process (docs/benchmarks.md, dupe 
 # ---------------------------------------------------------------------------------------------------- prepare
 
 
+def carried_pins() -> dict[str, str]:
+    """What the device call installs: :func:`top_level` and what it requires, less what the image has."""
+    return closure(top_level(), skip=on_the_image() | NOT_IMPORTED)
+
+
 def top_level() -> list[str]:
     """Distributions `bertprep` needs (pyproject's dependencies and the ``dask`` extra), less the device's."""
     import tomllib
@@ -119,37 +122,8 @@ def top_level() -> list[str]:
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     names = [Requirement(r).name for r in project["dependencies"] + project["optional-dependencies"]["dask"]]
-    skip = DEVICE_PACKAGES | NOT_IMPORTED
+    skip = on_the_image() | NOT_IMPORTED
     return sorted({canonicalize_name(n) for n in names} - skip) + ["distributed"]  # dask[distributed]
-
-
-def closure(names: list[str]) -> dict[str, str]:
-    """``names`` and everything they require (markers evaluated here, no extras), at the versions installed in
-    this environment, less the device's packages and those nothing imports: {name: version}."""
-    import importlib.metadata as md
-
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    found: dict[str, str] = {}
-    stack = list(names)
-    while stack:
-        name = canonicalize_name(stack.pop())
-        if name in found or name in DEVICE_PACKAGES | NOT_IMPORTED:
-            continue
-        dist = md.distribution(name)
-        found[name] = dist.version
-        for r in dist.requires or []:
-            req = Requirement(r)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                stack.append(req.name)
-    return dict(sorted(found.items()))
-
-
-def tree_bytes() -> int:
-    """Bytes of the working tree's tracked files: they travel with every device call."""
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
-    return sum((REPO / f).stat().st_size for f in files.decode().split("\0") if f and (REPO / f).is_file())
 
 
 def train_vocab_on(source: Path, root: Path, vocab_size: int) -> Path:
@@ -166,13 +140,8 @@ def prepare(carry: Path, python: str) -> None:
         raise SystemExit(f"Error: {carry} holds files that --prepare did not write; give an empty folder")
     shutil.rmtree(carry, ignore_errors=True)
     (carry / "wheels").mkdir(parents=True)
-    pins = closure(top_level())
-    abi = "cp" + python.replace(".", "")
-    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(carry / "wheels")]
-    for tag in ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"):
-        pip += ["--platform", tag]
-    pip += ["--python-version", python, "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none"]
-    subprocess.run([*pip, *(f"{n}=={v}" for n, v in pins.items())], check=True)
+    pins = carried_pins()
+    download(pins, carry / "wheels", python)
     with tarfile.open(carry / "pretrain.tar.xz", "w:xz") as tar:  # text compresses ~3.6x with xz
         for sub in ("wikipedia", "gutenberg"):
             tar.add(SHARED / sub, arcname=sub)
@@ -183,7 +152,7 @@ def prepare(carry: Path, python: str) -> None:
         vocab = train_vocab_on(SHARED, Path(tmp), 30_522)
         (carry / "vocab.txt.gz").write_bytes(gzip.compress(vocab.read_bytes(), 9))
     carried = {str(p.relative_to(carry)): p.stat().st_size for p in sorted(carry.rglob("*")) if p.is_file()}
-    tree = tree_bytes()
+    tree = tree_bytes(REPO)
     total = sum(carried.values()) + tree
     wheels = sum(s for p, s in carried.items() if p.startswith("wheels/"))
     meta = {

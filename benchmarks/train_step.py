@@ -30,10 +30,13 @@ from bertstream.trainer.model_config import PRESETS, pretraining_flops  # noqa: 
 
 
 def make_batch(
-    vocab_size: int, batch: int, seq: int, masked: int, generator: torch.Generator
+    vocab_size: int, batch: int, seq: int, masked: int, generator: torch.Generator, full_fraction: float = 0.0
 ) -> dict[str, torch.Tensor]:
-    """Random tokens with realistic structure: [CLS] A [SEP] B [SEP], lengths in [seq/2, seq], one full row."""
+    """Random tokens with realistic structure: [CLS] A [SEP] B [SEP], lengths in [seq/2, seq], one full row;
+    ``full_fraction`` of the rows full length (real length-128 shards: ~0.9; 1.0: no padding at all)."""
     lengths = torch.randint(seq // 2, seq + 1, (batch,), generator=generator)
+    if full_fraction:  # drawn only when asked: the default keeps this script's batches as they were
+        lengths = torch.where(torch.rand(batch, generator=generator) < full_fraction, seq, lengths)
     lengths[0] = seq
     input_ids = torch.zeros(batch, seq, dtype=torch.long)
     token_type_ids = torch.zeros(batch, seq, dtype=torch.long)

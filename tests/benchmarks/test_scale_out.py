@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scale_out import DEVICE_PACKAGES, Plan, closure, planned_s, top_level
+from benchmarks.device_carry import on_the_image
+from benchmarks.scale_out import NOT_IMPORTED, Plan, carried_pins, planned_s
 from tests.conftest import REPO, shared_path
 
 
@@ -56,9 +57,9 @@ def test_smoke_writes_real_figures_and_identical_shards(tmp_path: Path) -> None:
 
 
 def test_carried_wheels_are_bertprep_needs_less_the_device_image() -> None:
-    pins = closure(top_level())
+    pins = carried_pins()
     assert {"apache-beam", "dask", "distributed", "nanotoken", "webdataset", "zstandard"} <= set(pins)
-    assert not set(pins) & (DEVICE_PACKAGES | {"pillow", "matplotlib"})
+    assert not set(pins) & (on_the_image() | NOT_IMPORTED) and {"torch", "numba", "pyarrow"} <= on_the_image()
     # the versions the tests run with
     assert all(md.version(name) == version for name, version in pins.items())
     # Beam's own requirements come along (the device has no package index to fetch them from)
