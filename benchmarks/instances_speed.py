@@ -67,7 +67,7 @@ print(f"{t1 - t0:.3f} {t2 - t1:.3f}")
 
 def build_pool(vocab_dir: Path, books: bool):
     from bertstream.pipelines.common.tokenizer import load_tokenizer
-    from bertstream.pipelines.pretraining.read import DocumentBatch, read_documents
+    from bertstream.pipelines.inputs.read import DocumentBatch, read_documents
     from bertstream.pipelines.pretraining.segment import segment_documents
     from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
     from bertstream.pipelines.vocab import VocabConfig, train_vocab

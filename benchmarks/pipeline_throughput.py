@@ -119,8 +119,8 @@ def run_measured(
 
 def paragraphs_of(inputs: list[str], fmt: str) -> list[list[str]]:
     """Each file's paragraphs, read with the pipeline's own reader (not timed)."""
-    from bertstream.pipelines.common.inputs import resolve_inputs
-    from bertstream.pipelines.pretraining.read import read_documents
+    from bertstream.pipelines.inputs.read import read_documents
+    from bertstream.pipelines.inputs.resolve import resolve_inputs
 
     files = resolve_inputs(inputs, fmt)
     return [[p for d in read_documents(f.path, f.format, Counter()) for p in d.paragraphs] for f in files]

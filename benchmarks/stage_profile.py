@@ -37,6 +37,7 @@ _FUNCTION_STAGES = {
 _MODULE_STAGES = (
     ("pipelines/common/files.py", "read"),
     ("pipelines/common/byte_ranges.py", "read"),
+    ("pipelines/inputs/", "read"),
     ("pipelines/pretraining/read.py", "read"),
     ("pipelines/pretraining/segmenter", "segment"),
     ("pipelines/pretraining/segment.py", "segment"),

@@ -87,8 +87,8 @@ def main() -> None:
     if not SHARED.exists():
         raise SystemExit(f"needs the shared data at {SHARED}")
     old = old_modules(args.base)
-    from bertstream.pipelines.common.inputs import resolve_inputs
-    from bertstream.pipelines.pretraining import read as new_read
+    from bertstream.pipelines.inputs import read as new_read
+    from bertstream.pipelines.inputs.resolve import resolve_inputs
     from bertstream.pipelines.pretraining import segment as new_segment
 
     files = resolve_inputs([f"wikiextractor:{SHARED}/wikipedia/*", f"text:{SHARED}/gutenberg/*.txt"], "sentences")

@@ -70,9 +70,9 @@ def timed(fn, runs: int) -> float:
 
 def read_breakdown(runs: int) -> tuple[float, float]:
     """Print where the read stage's time goes on the dump (one thread, best of ``runs``); its MB of XML, text."""
-    from bertstream.pipelines.pretraining.mediawiki import drop_reason, read_pages
-    from bertstream.pipelines.pretraining.read import read_documents
-    from bertstream.pipelines.pretraining.wikitext import wikitext_paragraphs
+    from bertstream.pipelines.inputs.mediawiki_xml import drop_reason, read_pages
+    from bertstream.pipelines.inputs.read import read_documents
+    from bertstream.pipelines.inputs.wikitext import wikitext_paragraphs
 
     raw = DUMP.read_bytes()
     xml = bz2.decompress(raw)
@@ -97,7 +97,7 @@ def read_breakdown(runs: int) -> tuple[float, float]:
 
 def read_seconds(copies: int) -> float:
     """The read stage on the dump, ``copies`` times, best of 3."""
-    from bertstream.pipelines.pretraining.read import read_documents
+    from bertstream.pipelines.inputs.read import read_documents
 
     return copies * timed(lambda: list(read_documents(str(DUMP), "mediawiki", Counter())), 3)
 

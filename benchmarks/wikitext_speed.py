@@ -1,9 +1,9 @@
-"""Wikitext to text: our scanner (pipelines/pretraining/wikitext.py) against mwparserfromhell's ``strip_code``
+"""Wikitext to text: our scanner (pipelines/inputs/wikitext.py) against mwparserfromhell's ``strip_code``
 and wikitextparser's ``plain_text``, on the 106 articles of the shared enwiki dump.
 
 Prints, all measured in this one process on one thread (best of ``--runs``, so the ratios compare like with
 like): MB/s of wikitext for each, and the ratios; then agreement: word-level F1 of our paragraphs against each
-library's text with our prose policy applied (tests/pipelines/pretraining/wikitext_reference.py), and the share
+library's text with our prose policy applied (tests/pipelines/inputs/wikitext_reference.py), and the share
 of our words that each library's raw text also holds (what it keeps beyond prose is lists, headings, captions,
 tables and category names). Also the dump reader's speed (mediawiki.read_pages: bzip2 + XML).
 
@@ -40,9 +40,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="timed runs of each; the best counts")
     args = ap.parse_args()
 
-    from bertstream.pipelines.pretraining.mediawiki import drop_reason, read_pages
-    from bertstream.pipelines.pretraining.wikitext import wikitext_paragraphs
-    from tests.pipelines.pretraining import wikitext_reference as R
+    from bertstream.pipelines.inputs.mediawiki_xml import drop_reason, read_pages
+    from bertstream.pipelines.inputs.wikitext import wikitext_paragraphs
+    from tests.pipelines.inputs import wikitext_reference as R
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     t = time.perf_counter()

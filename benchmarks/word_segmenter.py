@@ -18,8 +18,8 @@ FILES = ("CLUECorpusSmall_sampled.txt", "zhwiki/wiki_00", "wiki_zh_2019/wiki_00"
 
 def main() -> None:
     from bertstream.pipelines.common.tokenizer import load_tokenizer
+    from bertstream.pipelines.inputs.read import read_documents
     from bertstream.pipelines.pretraining.chinese_words import SEGMENTERS, load_segmenter
-    from bertstream.pipelines.pretraining.read import read_documents
     from bertstream.pipelines.pretraining.segmenter import split_sentences
     from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 

@@ -80,7 +80,7 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
     with bertprep_errors(PretrainingJob):
         job = options.build(PretrainingJob, **values, beam_args=ctx.args)
         if job.verbose:  # read by the stages wherever they run: this process or the worker processes it starts
-            from bertstream.pipelines.pretraining.progress import ENV_VERBOSE
+            from bertstream.pipelines.common.progress import ENV_VERBOSE
 
             os.environ[ENV_VERBOSE] = "1"
         result = run_pretraining(job)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.format_detect import detect_lines, sample_lines
-from bertstream.pipelines.common.inputs import resolve_inputs
+from bertstream.pipelines.inputs import detect as D
+from bertstream.pipelines.inputs.detect import detect_lines, sample_lines
+from bertstream.pipelines.inputs.resolve import resolve_inputs
 from tests.conftest import shared_path
 
 PARAGRAPHS = [
@@ -64,3 +67,54 @@ def test_auto_says_its_choice_in_one_line_and_refuses_files_that_disagree(tmp_pa
     (tmp_path / "a" / "wiki.txt").write_text('<doc id="1" url="u" title="T">\nT\nSome text here.\n</doc>\n')
     with pytest.raises(UsageError, match=r"cannot tell the layout of .*para.txt looks like text .*wiki.txt looks like"):
         resolve_inputs([str(tmp_path / "a" / "*.txt")], "auto")
+
+
+def _auto(path) -> str:
+    return resolve_inputs([str(path)], "auto")[0].format
+
+
+def test_json_lines_longer_than_the_first_sample_are_still_json_lines(tmp_path):
+    # issue 44: records of 100 KB (books, long articles) left no whole line in 64 KB, and the cut one read as text
+    book = " ".join(PARAGRAPHS) * 400
+    p = tmp_path / "books.jsonl"
+    p.write_text("".join(json.dumps({"id": i, "text": book}) + "\n" for i in range(6)))
+    assert len(book) > 100_000 and _auto(p) == "jsonl"
+
+
+def test_json_lines_with_lines_cut_short_are_refused_not_read_as_text(tmp_path):
+    lines = [json.dumps({"text": p}) for p in PARAGRAPHS * 4]
+    lines[::5] = [s[: len(s) // 2] for s in lines[::5]]  # one line in five cut short
+    p = tmp_path / "cut.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UsageError, match=r"cut.jsonl.*9 of 12 lines are JSON objects.*3 more start with \{.*--format"):
+        _auto(p)
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "why"),
+    [
+        (
+            "page.html",
+            b"<!DOCTYPE html>\n<html><head><title>T</title></head>\n<body>\n<p>Some text.</p>\n</body>\n",
+            "markup",
+        ),
+        ("feed.xml", b'<?xml version="1.0"?>\n<rss>\n<item>\n<title>News.</title>\n</item>\n</rss>\n', "markup"),
+        ("data.json", b'[\n  {"text": "One sentence here."},\n  {"text": "Another one."}\n]\n', "JSON"),
+        ("model.bin", bytes(range(256)) * 64, "binary"),
+        ("a.txt", b"Some text.\n" + b"\x00\x01\x02\x03" * 2000 + b"\n", "binary"),
+    ],
+)
+def test_binary_markup_and_json_are_refused_never_read_as_text(tmp_path, name, data, why):
+    p = tmp_path / name
+    p.write_bytes(data)
+    with pytest.raises(UsageError, match=rf"cannot tell the layout of .*{name}.*{why}.*--format"):
+        _auto(p)
+
+
+def test_a_first_line_longer_than_auto_reads_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(D, "MAX_SAMPLE_BYTES", 1 << 20, raising=False)
+    p = tmp_path / "one.txt"
+    p.write_text("word " * 300_000)  # 1.5 MB without a newline
+    with pytest.raises(UsageError, match=r"one.txt.*no whole line in its first 1048576 bytes.*--format"):
+        _auto(p)
+    assert resolve_inputs([f"text:{p}"])[0].format == "text"  # a format given is never second-guessed

@@ -9,10 +9,10 @@ from contextlib import contextmanager
 
 import pytest
 
-from bertstream.pipelines.pretraining.mediawiki import drop_reason, read_pages
-from bertstream.pipelines.pretraining.wikitext import hidden_namespaces_of, wikitext_paragraphs
+from bertstream.pipelines.inputs.mediawiki_xml import drop_reason, read_pages
+from bertstream.pipelines.inputs.wikitext import hidden_namespaces_of, wikitext_paragraphs
 from tests.conftest import shared_path
-from tests.pipelines.pretraining import wikitext_reference as R
+from tests.pipelines.inputs import wikitext_reference as R
 
 DUMP = ("pretrain", "wikidump", "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
 

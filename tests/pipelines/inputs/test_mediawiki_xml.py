@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.pretraining import mediawiki as M
+from bertstream.pipelines.inputs import mediawiki_xml as M
 from tests.conftest import shared_path
-from tests.pipelines.pretraining.dump_files import DUMP, EXPORT, export, multistream, page
+from tests.pipelines.inputs.dump_files import DUMP, EXPORT, export, multistream, page
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from bertstream.pipelines.pretraining import progress as P
+from bertstream.pipelines.common import progress as P
 from tests.terminal import on_terminal
 
 LIVE = re.compile(r"\[bertprep\] read (\d+)/(\d+) files, [\d.]+/[\d.]+ MB, ([\d,]+) documents, [\d.]+ MB/s")
@@ -20,7 +20,7 @@ SUMMARY = re.compile(r"\[bertprep\] (read|groups|shards): .*, [\d.]+-[\d.]+ s$",
 
 
 def _add_in_another_process(folder: str, **counts: int) -> None:
-    code = f"from bertstream.pipelines.pretraining import progress as P; P.add('read', final=True, **{counts!r})"
+    code = f"from bertstream.pipelines.common import progress as P; P.add('read', final=True, **{counts!r})"
     env = {**os.environ, P.ENV_DIR: folder, "PYTHONPATH": os.getcwd()}
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
 

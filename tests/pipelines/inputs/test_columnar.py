@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.columnar import datasets_folder_files, read_table, table_ranges
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.inputs import resolve_inputs, unknown_prefix
+from bertstream.pipelines.inputs.columnar import datasets_folder_files, read_table, table_ranges
+from bertstream.pipelines.inputs.resolve import resolve_inputs, unknown_prefix
 
 
 def table(n: int = 100) -> pa.Table:
@@ -83,6 +83,40 @@ def test_a_dataset_dict_folder_asks_for_one_split(tmp_path):
         UsageError, match=r"DatasetDict folder \(splits: train, test\): give one split, e.g. arrow:.*dd/train"
     ):
         resolve_inputs([f"arrow:{tmp_path / 'dd'}"])
+
+
+def _saved_folder(tmp_path, names) -> str:
+    """A save_to_disk folder of one Arrow file whose state.json names ``names``."""
+    folder = tmp_path / "saved"
+    folder.mkdir(parents=True)
+    with pa.ipc.new_stream(str(folder / "data-00000-of-00001.arrow"), table(3).schema) as w:
+        w.write_table(table(3))
+    (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": n} for n in names]}))
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("../outside.arrow", "leaves the folder"),  # read before: a table beside the folder
+        ("/etc/passwd", "leaves the folder"),  # opened before: its first bytes in the error
+        ("**", "is missing"),  # walked before: every file below the folder, as Arrow
+        ("link.arrow", "a link out of the folder"),
+        ("sub", "not a regular file"),
+        (5, "expected a string"),
+    ],
+)
+def test_a_state_json_names_only_regular_files_inside_its_folder(tmp_path, name, why):
+    with pa.ipc.new_stream(str(tmp_path / "outside.arrow"), table(3).schema) as w:
+        w.write_table(table(3))
+    folder = _saved_folder(tmp_path, ["data-00000-of-00001.arrow", name])
+    (tmp_path / "saved" / "link.arrow").symlink_to(tmp_path / "outside.arrow")
+    (tmp_path / "saved" / "sub").mkdir()
+    (tmp_path / "saved" / "sub" / "x.arrow").write_bytes((tmp_path / "outside.arrow").read_bytes())
+    with pytest.raises(UsageError, match=why) as e:
+        resolve_inputs([f"arrow:{folder}"])
+    assert "state.json" in str(e.value) and "root:" not in str(e.value)
+    assert [f.name for f in resolve_inputs([f"arrow:{_saved_folder(tmp_path / 'ok', ['data-00000-of-00001.arrow'])}"])]
 
 
 def test_an_unknown_format_prefix_names_the_formats_and_a_url_is_no_prefix(tmp_path):

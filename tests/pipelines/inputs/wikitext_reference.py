@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from bertstream.pipelines.pretraining.wikitext import DEFAULT_HIDDEN_NAMESPACES, DROPPED_TAGS
+from bertstream.pipelines.inputs.wikitext import DEFAULT_HIDDEN_NAMESPACES, DROPPED_TAGS
 
 _DROPPED = frozenset(DROPPED_TAGS)
 _LANGUAGE = re.compile(r"[a-z]{2,3}(?:-[a-z]{1,8})*|simple")

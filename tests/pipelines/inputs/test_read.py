@@ -14,8 +14,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.files import InputError, iter_lines
-from bertstream.pipelines.pretraining.line_formats import parse_wikiextractor
-from bertstream.pipelines.pretraining.read import (
+from bertstream.pipelines.inputs.formats.wikiextractor import parse as parse_wikiextractor
+from bertstream.pipelines.inputs.read import (
     FileRange,
     ReadDocuments,
     file_ranges,
@@ -395,7 +395,7 @@ def test_an_empty_compressed_file_is_refused_naming_it(tmp_path, ext):
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-be"])
 def test_a_bom_of_another_encoding_is_refused_in_whole_files_and_ranges(tmp_path, encoding):
-    from bertstream.pipelines.pretraining.read import read_documents
+    from bertstream.pipelines.inputs.read import read_documents
 
     p = tmp_path / "wide.txt"
     body = "One sentence.\nTwo.\n\nAnother document.\n"

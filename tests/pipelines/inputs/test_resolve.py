@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.inputs import relative_names, resolve_inputs
+from bertstream.pipelines.inputs.resolve import relative_names, resolve_inputs
 
 
 def test_relative_names_keep_files_apart():

@@ -1,5 +1,5 @@
-"""Parquet and Arrow inputs (``parquet:``, ``arrow:``): the records of a table, read column by column, in units
-that split across workers.
+"""Parquet and Arrow inputs (``parquet:``, ``arrow:``; their modules in ``formats/``): the records of a table, read
+column by column, in units that split across workers.
 
 A record is ``(row, id, title, text)``: its row number in the file (what document ids are made of), the values of
 the ``id`` and ``title`` columns where the table has them (``""`` where not, or null), and the text column's value
@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -29,9 +31,12 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
+from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.inputs.documents import Document, text_paragraphs
+from bertstream.schemas.fields import local_member
+from bertstream.schemas.version import SchemaError
 
-TABLE_FORMATS = ("parquet", "arrow")
 ID_COLUMN = "id"
 TITLE_COLUMN = "title"
 PARQUET_BATCH_ROWS = 1024  # rows decoded at once: memory holds one such batch of the wanted columns
@@ -68,9 +73,41 @@ def read_table(
             raise InputError(f"cannot read {path}: {_what(fmt)} ({type(e).__name__}: {e})") from e
 
 
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A table format (``parquet`` or ``arrow``) as the read stage calls a format of records (``formats/``)."""
+
+    fmt: str
+
+    def ranges(self, path: str, size: int, range_bytes: int, text_field: str) -> list[tuple[int, int, int]]:
+        return table_ranges(path, self.fmt, range_bytes, text_field)
+
+    def read(
+        self, path: str, name: str, counters: Counter, text_field: str, start: int, end: int | None, row: int
+    ) -> Iterator[Document]:
+        """The documents of the records of ``[start, end)`` (:func:`read_table`), ids ``name:row``; a null text is
+        a counted drop. ``bytes_read`` counts the bytes of the file as stored that the range covers, so that a
+        file's ranges add up to its size (``documents_read`` of the documents yielded is the caller's)."""
+        for r, source_id, title, text in read_table(path, self.fmt, text_field, start, end, row):
+            if text is None:
+                counters[C.drop(C.MISSING_TEXT)] += 1
+                counters[C.DOCUMENTS_READ] += 1
+                continue
+            yield Document(f"{name}:{r}", text_paragraphs(text, counters), title=title, source_id=source_id)
+        counters[C.BYTES_READ] += (_stored_size(path) if end is None else end) - start
+
+
+def _stored_size(path: str) -> int:
+    if "://" in path:
+        found = FileSystems.match([path])[0].metadata_list
+        return found[0].size_in_bytes if found else 0
+    return os.path.getsize(path)
+
+
 def datasets_folder_files(folder: str) -> list[str]:
-    """The Arrow files of a ``datasets.Dataset.save_to_disk`` folder, in its order (``state.json``), else the
-    folder's ``*.arrow`` files, sorted. A ``DatasetDict`` folder is refused, naming its splits."""
+    """The Arrow files of a ``datasets.Dataset.save_to_disk`` folder, in its order (``state.json``: each name a
+    regular file inside the folder, else refused), else the folder's ``*.arrow`` files, sorted. A ``DatasetDict``
+    folder is refused, naming its splits."""
     state = os.path.join(folder, "state.json")
     splits = os.path.join(folder, "dataset_dict.json")
     if os.path.isfile(state):
@@ -79,7 +116,7 @@ def datasets_folder_files(folder: str) -> list[str]:
                 files = [d["filename"] for d in json.load(f)["_data_files"]]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError("input", f"{state}: not a datasets state.json ({type(e).__name__}: {e})") from None
-        return [os.path.join(folder, n) for n in files]
+        return [_member(folder, n, state) for n in files]
     if os.path.isfile(splits):
         try:
             with open(splits, encoding="utf-8") as f:
@@ -98,6 +135,19 @@ def datasets_folder_files(folder: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------- internals
+
+
+def _member(folder: str, name: Any, state: str) -> str:
+    """A file that ``state.json`` names, as the manifests' shards are taken: a relative name inside the folder, no
+    link out of it, a regular file that is there; anything else is refused before a byte of it is read."""
+    try:
+        path = local_member(folder, name, state)
+    except SchemaError as e:
+        why = str(e).removeprefix(f"{state}: ").replace("dataset folder", "folder")
+        raise UsageError("input", f"{state}: {why if str(name) in why else f'{name!r}: {why}'}") from None
+    if not os.path.isfile(path):
+        raise UsageError("input", f"{state}: {name!r} is missing from {folder}")
+    return path
 
 
 def _what(fmt: str) -> str:

@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.pretraining import mediawiki as M
-from bertstream.pipelines.pretraining.read import file_ranges, read_documents, read_range
+from bertstream.pipelines.inputs import mediawiki_xml as M
+from bertstream.pipelines.inputs.read import file_ranges, read_documents, read_range
 from tests.conftest import shared_path
-from tests.pipelines.pretraining.dump_files import DUMP, export, multistream, page
+from tests.pipelines.inputs.dump_files import DUMP, export, multistream, page
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Input resolution, shared by every pipeline (pretraining, vocabulary, tasks): ``--input`` paths and globs on
+"""Input resolution, shared by every job (pretraining, vocabulary, extract, tasks): ``--input`` paths and globs on
 any Beam filesystem -> sorted ``InputFile``s with their sizes, formats and corpus-relative names.
 
 An input is its content, read once, as it was listed:
@@ -7,7 +7,7 @@ An input is its content, read once, as it was listed:
   through links) is one input, read once, and the run says so;
 - a recursive ``**`` walks each folder once, whatever links loop back to it;
 - each file's size and modification time are kept from the listing: readers fail the run, naming the file,
-  when it changed before they were done (``bertstream.pipelines.pretraining.read.check_unchanged``).
+  when it changed before they were done (``bertstream.pipelines.common.files.check_unchanged``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.formats import AUTO, FIELD_FORMATS, FORMATS, TEXT_FIELD
+from bertstream.pipelines.common.files import absolute, missing_filesystem_in
+from bertstream.pipelines.inputs.formats import FIELD_FORMATS, FORMATS
+from bertstream.pipelines.inputs.options import AUTO, TEXT_FIELD
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +51,6 @@ def relative_names(paths: list[str]) -> list[str]:
         while all(len(f) > common and f[common] == folders[0][common] for f in folders):
             common += 1
     return ["/".join(q[common:]) for q in parts]
-
-
-def absolute(path: str) -> str:
-    """A local path made absolute (URLs as they are): workers of a distributed runner would resolve a relative
-    path against their own working directory, not the launcher's."""
-    return path if "://" in path else os.path.abspath(path)
 
 
 _PREFIX = re.compile(r"([A-Za-z][\w-]+):(?!//)")  # a word before a colon that does not start a URL's //
@@ -246,36 +242,6 @@ def _nothing_matched(raw: str, fmt: str, pattern: str) -> str:
     return f"{pattern!r} matches no files"
 
 
-# Beam's words when no filesystem serves a URL's scheme: its package (or Beam's extra) is not installed.
-_NO_FILESYSTEM = "Unable to get filesystem from specified path"
-_PACKAGES = {
-    "s3": "boto3 (pip install 'apache-beam[aws]')",
-    "gs": "google-cloud-storage (pip install 'apache-beam[gcp]')",
-    "azfs": "azure-storage-blob (pip install 'apache-beam[azure]')",
-}
-
-
-def missing_filesystem_in(e: BaseException) -> str | None:
-    """For a URL whose scheme no installed package serves: which package to install, in one sentence."""
-    seen: BaseException | None = e
-    while seen is not None:
-        text = str(seen)
-        if "Missing boto3 requirement" in text:  # Beam's S3 filesystem is there, its client is not
-            return f"s3:// paths need {_PACKAGES['s3']}, which is not installed"
-        if _NO_FILESYSTEM in text:
-            m = re.search(r"([a-z][a-z0-9+.-]*)://\S*", text)
-            scheme = m.group(1) if m else ""
-            need = _PACKAGES.get(scheme)
-            if need:
-                return f"{scheme}:// paths need {need}, which is not installed"
-            return (
-                f"{scheme or 'this'}:// paths are not served by any installed Beam filesystem "
-                "(Beam reads local paths, gs://, s3://, azfs:// and hdfs://; download http:// files first)"
-            )
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
 def _folder_files(fmt: str, pattern: str) -> list[str] | None:
     """The files of a local folder given as an input, for a format that reads folders: the Arrow files of a
     ``datasets`` ``save_to_disk`` folder (``arrow:``, or without a format when it holds ``state.json``)."""
@@ -283,7 +249,7 @@ def _folder_files(fmt: str, pattern: str) -> list[str] | None:
     if "://" in pattern or not os.path.isdir(path):
         return None
     if fmt == "arrow" or (fmt not in FORMATS and os.path.isfile(os.path.join(path, "state.json"))):
-        from bertstream.pipelines.common.columnar import datasets_folder_files
+        from bertstream.pipelines.inputs.columnar import datasets_folder_files
 
         return datasets_folder_files(path)
     return None
@@ -360,7 +326,7 @@ def resolve_inputs(
 def _detected(pattern: str, paths: list[str]) -> str:
     """``--format auto``: the layout of one input's files, said in one line with its evidence."""
     from bertstream.pipelines.common import counters as C
-    from bertstream.pipelines.common.format_detect import detect_files
+    from bertstream.pipelines.inputs.detect import detect_files
 
     found = detect_files(pattern, paths)
     C.progress(f"--format auto: {pattern} read as {found.format} ({found.why}); --format chooses another")

@@ -1,5 +1,5 @@
 """What the read stage yields, whatever the input format: documents before segmentation, in batches with the
-counters of reading them (:mod:`bertstream.pipelines.pretraining.read` makes them, every later stage and
+counters of reading them (:mod:`bertstream.pipelines.inputs.read` makes them, every later stage and
 ``bertprep extract`` take them)."""
 
 from __future__ import annotations

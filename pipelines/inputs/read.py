@@ -1,37 +1,24 @@
-"""Stage 1, Read: files -> documents with stable ids, for five line formats and three of records (``mediawiki``,
-``parquet``, ``arrow``: :mod:`bertstream.pipelines.pretraining.records`).
-
-Pure functions (``read_documents`` over the lines of :mod:`bertstream.pipelines.common.files`, the parsers of
-:mod:`bertstream.pipelines.pretraining.line_formats`, the dumps and tables of :mod:`~.records`) do the work;
-the ``ReadDocuments`` composite only cuts big files into byte ranges (``bertstream.pipelines.common.byte_ranges``), distributes
-them over workers and batches the documents.
-
-Formats:
-- ``sentences``: one sentence per line, a blank line between documents (BERT's own input).
-- ``wikiextractor``: ``<doc id url title>`` ... ``</doc>`` blocks; the first line is the title (not a
-  sentence) and is skipped; then one paragraph per line.
-- ``text``: a file is one document (a book); paragraphs are separated by blank lines and hard-wrapped lines
-  are joined. Project Gutenberg header and licence are cut at their ``*** START/END OF`` markers (the cut
-  lines counted); a file of several Gutenberg books gives one document per book.
-- ``jsonl``: one JSON object per line with a string ``text`` (paragraphs separated by newlines) and an
-  optional ``id``.
-- ``lines``: one document per line, a paragraph to segment (CLUECorpusSmall's layout); blank lines skipped.
+"""Reading: files -> documents with stable ids, whatever the format (each format's module in ``formats/``
+parses; this module cuts files into ranges and feeds the parsers). Pure functions (``bertprep vocab`` and
+``bertprep extract`` call them) do the work; the ``ReadDocuments`` composite, the pretraining job's first stage,
+only cuts big files into ranges, distributes them over workers, batches the documents and reports progress.
 
 A document id is ``<name>:<offset>``: the file's name (its path below the inputs' common folder) and the byte
-offset, in the decompressed file, of the line where the document starts (just ``<name>`` for ``text``). It is
-stable across runs, runners, argument order and range sizes. Compression (gzip, bz2, zstd, lzma) follows the
-file extension; compressed files and ``text`` files are read whole, by one worker.
+offset, in the decompressed file, of the line where the document starts (just ``<name>`` for ``text``;
+``name:page_id`` and ``name:row`` for dumps and tables). It is stable across runs, runners, argument order and
+range sizes. Compression (gzip, bz2, zstd, lzma) follows the file extension; compressed files, and files of a
+format that does not split (``text``), are read whole, by one worker.
 
-Reading a range: a segment may start only at an *anchor*, a line start where the parser holds no state from
-earlier lines (see ``ANCHORS``): every line for ``jsonl``, a ``<doc ...>`` line for ``wikiextractor`` (it
-closes an open document exactly as the end of input does), a blank line for ``sentences`` (it ends the
-document before it exactly as the end of input does). A line is judged as the parser sees it: its first part
-up to a lone CR, cleaned and stripped.
+Reading a range of a format of lines: a segment may start only at an *anchor*, a line start where the parser
+holds no state from earlier lines (each format's ``anchor``): every line for ``jsonl`` and ``lines``, a
+``<doc ...>`` line for ``wikiextractor`` (it closes an open document exactly as the end of input does), a blank
+line for ``sentences`` (it ends the document before it exactly as the end of input does). A line is judged as
+the parser sees it: its first part up to a lone CR, cleaned and stripped. Formats of records (dumps, tables) cut
+their files into whole units themselves (``ranges``).
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -40,14 +27,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.byte_ranges import (
-    BLOCK_BYTES,
-    AnchorTest,
-    Block,
-    cut_blocks,
-    segment_blocks,
-    split_ranges,
-)
+from bertstream.pipelines.common import progress as P
+from bertstream.pipelines.common.byte_ranges import BLOCK_BYTES, Block, cut_blocks, segment_blocks, split_ranges
 from bertstream.pipelines.common.files import (
     COMPRESSED_SUFFIXES,
     InputError,
@@ -55,15 +36,10 @@ from bertstream.pipelines.common.files import (
     block_lines,
     check_unchanged,
     check_utf8_start,
-    clean_line,
-    decode_block,
     read_chunks,
 )
-from bertstream.pipelines.common.formats import RECORD_FORMATS
-from bertstream.pipelines.pretraining import progress as P
-from bertstream.pipelines.pretraining.documents import Document, DocumentBatch
-from bertstream.pipelines.pretraining.line_formats import WIKI_OPEN, parse
-from bertstream.pipelines.pretraining.records import read_records, record_ranges
+from bertstream.pipelines.inputs.documents import Document, DocumentBatch
+from bertstream.pipelines.inputs.formats import LINE_FORMATS, RECORD_FORMATS, format_module
 
 DOCS_PER_BATCH_BYTES = 2 << 20
 # Range size: about RANGES_PER_INPUT ranges over all inputs, so a 10 MB file feeds several workers, within
@@ -71,8 +47,6 @@ DOCS_PER_BATCH_BYTES = 2 << 20
 RANGES_PER_INPUT = 64
 MIN_RANGE_BYTES = 1 << 20
 MAX_RANGE_BYTES = 64 << 20
-
-_VISIBLE_ASCII_BEFORE_CR = re.compile(rb"[^\r!-~]*[!-~]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,38 +63,12 @@ class FileRange:
     row: int = 0  # the first row of the range (parquet, arrow): what its documents' ids count from
 
 
-def _parser_view(raw: bytes) -> str:
-    """A physical line's first line as the parser sees it: up to a lone CR (or the CR of CRLF), cleaned,
-    stripped. Its counters are thrown away: the line is counted where it is parsed, not where it is judged."""
-    scratch: Counter = Counter()
-    return clean_line(decode_block(raw.split(b"\r", 1)[0], scratch), scratch).strip()
-
-
-def is_wikiextractor_anchor(raw: bytes) -> bool:
-    """A ``<doc ...>`` line: the parser starts a document there whatever came before (an unclosed document
-    is counted and yielded, as the end of input does)."""
-    return b"<" in raw and bool(WIKI_OPEN.match(_parser_view(raw)))
-
-
-def is_sentences_anchor(raw: bytes) -> bool:
-    """A blank line: it ends the document before it, as the end of input does, and starts none."""
-    if _VISIBLE_ASCII_BEFORE_CR.match(raw):  # shortcut: such a byte decodes to itself and survives cleaning
-        return False
-    return not _parser_view(raw)
-
-
-# Where a segment may start, per splittable format (None: at every line; jsonl lines stand alone).
-ANCHORS: dict[str, AnchorTest] = {
-    "jsonl": None,
-    "lines": None,
-    "wikiextractor": is_wikiextractor_anchor,
-    "sentences": is_sentences_anchor,
-}
-
-
 def splittable(path: str, input_format: str) -> bool:
-    """Byte ranges need seeking in the file as stored and a format with anchors: not compressed, not ``text``."""
-    return input_format in ANCHORS and not path.lower().endswith(COMPRESSED_SUFFIXES)
+    """Byte ranges need seeking in the file as stored and a format of lines that splits: not compressed, not
+    ``text``."""
+    if input_format not in LINE_FORMATS or not format_module(input_format).SPLITS:
+        return False
+    return not path.lower().endswith(COMPRESSED_SUFFIXES)
 
 
 def range_bytes_for(total_bytes: int) -> int:
@@ -138,11 +86,11 @@ def file_ranges(
     text_field: str = "text",
 ) -> list[FileRange]:
     """The ranges one file is read in: one for a small, compressed or ``text`` file; whole units for dumps
-    and tables (``records.record_ranges``). With ``mtime`` (as listed) each range checks that the file still
+    and tables (their format's ``ranges``). With ``mtime`` (as listed) each range checks that the file still
     has that size and time once it is read."""
     listed = (size, mtime) if mtime is not None else (-1, 0.0)
     if input_format in RECORD_FORMATS:
-        ranges = record_ranges(path, input_format, size, range_bytes, text_field)
+        ranges = format_module(input_format).ranges(path, size, range_bytes, text_field)
         return [FileRange(path, input_format, name, s, e, *listed, row=row) for s, e, row in ranges]
     if not splittable(path, input_format):
         return [FileRange(path, input_format, name, 0, None, *listed)]
@@ -160,7 +108,7 @@ def read_segment(
         raise ValueError(f"{path} ({input_format}) cannot be read in ranges")
     try:
         with FileSystems.open(path, compression_type="uncompressed") as f:
-            for block in segment_blocks(f, start, end, ANCHORS[input_format], block_bytes):
+            for block in segment_blocks(f, start, end, format_module(input_format).anchor, block_bytes):
                 if block[0] == 0:
                     check_utf8_start(path, block[1])
                 yield block
@@ -188,7 +136,8 @@ def read_documents(
     when it was listed; the run fails if it changed by the time its documents are read. ``text_field``: the
     field (``jsonl``) or column (``parquet``, ``arrow``) that holds the text."""
     if input_format in RECORD_FORMATS:
-        for doc in read_records(path, input_format, name or path, counters, text_field, start, end, row):
+        records = format_module(input_format).read(path, name or path, counters, text_field, start, end, row)
+        for doc in records:
             counters[C.DOCUMENTS_READ] += 1
             yield doc
         check_unchanged(path, *listed)
@@ -203,7 +152,8 @@ def read_documents(
             counters[C.BYTES_READ] += len(raw)
             yield from block_lines(off, raw, counters)
 
-    for doc in parse(lines(), name or path, input_format, counters, strip_gutenberg, text_field):
+    parse = format_module(input_format).parse
+    for doc in parse(lines(), name or path, counters, strip_gutenberg=strip_gutenberg, text_field=text_field):
         counters[C.DOCUMENTS_READ] += 1
         yield doc
     check_unchanged(path, *listed)
