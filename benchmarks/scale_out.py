@@ -80,7 +80,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.device_carry import CARRY_LIMIT, closure, download, on_the_image, tree_bytes  # noqa: E402
+from benchmarks.lib.device_carry import CARRY_LIMIT, closure, download, on_the_image, tree_bytes  # noqa: E402
 from benchmarks.pipeline_scale import (  # noqa: E402
     SHARED,
     add_cpu_ratios,
