@@ -24,7 +24,7 @@ run; its peak sums the command, the scheduler and the workers (each a nanny and 
     python benchmarks/pipeline_scale.py --json out.json --plot scale.png
     python benchmarks/pipeline_scale.py --copies 4 --dupe 1 --dupe 10 --dask 0 --baseline b6b896c  # paired
     python benchmarks/pipeline_scale.py --copies 4 --dupe 1 --workers 1 --dask 0 --no-big-file --profile
-    python benchmarks/pipeline_scale.py --copies 4 --copies 8 --no-big-file   # issue 34: CPU-s/MB, 3 runners
+    python benchmarks/pipeline_scale.py --copies 4 --copies 8 --no-big-file   # CPU-s/MB, 3 runners
 
 ``--baseline REV`` runs every row twice, back to back: first with the code of commit REV (``git archive`` into
 the temporary folder, imported through PYTHONPATH), then with this checkout, and prints this checkout's speed
