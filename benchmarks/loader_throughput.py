@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow as pa  # noqa: E402
 import webdataset  # noqa: E402
 
+from benchmarks.lib.timing import timed  # noqa: E402
 from bertstream.schemas import wds  # noqa: E402
 from bertstream.trainer.data import DataConfig, PretrainingLoader, load_manifest  # noqa: E402
 from bertstream.trainer.data.shards import open_shard  # noqa: E402
@@ -220,15 +221,6 @@ def mix(args: argparse.Namespace) -> None:
         print(f"  mix / unweighted: {best['0.7/0.3 mix'] / best['unweighted']:.2f}x")
 
 
-def timed(fn, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def report(name: str, root: Path) -> None:
     """One line of figures for the dataset ``root/name``."""
     import datasets
@@ -246,7 +238,7 @@ def report(name: str, root: Path) -> None:
         for _ in loader:
             pass
 
-    t_epoch = timed(epoch, repeat=1)
+    t_epoch = timed(epoch, runs=1)
 
     def last_batch() -> None:
         with pa.memory_map(str(shard)) as f:
@@ -276,7 +268,7 @@ def report(name: str, root: Path) -> None:
     t_mapped = timed(mapped)
     cache = tempfile.mkdtemp(prefix="hf_cache_")
     t_load = timed(
-        lambda: datasets.load_dataset("arrow", data_files=str(shard), split="train", cache_dir=cache), repeat=1
+        lambda: datasets.load_dataset("arrow", data_files=str(shard), split="train", cache_dir=cache), runs=1
     )
     print(
         f"{name:6s}: trainer open_shard {t_open * 1e3:.0f} ms, shuffled epoch {t_epoch:.2f} s "

@@ -40,6 +40,10 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.lib.timing import timed  # noqa: E402
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DUMP = SHARED / "pretrain" / "wikidump" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 _PAGE_ID = re.compile(rb"(<ns>-?\d+</ns>\s*<id>)(\d+)(</id>)")
@@ -69,15 +73,6 @@ def repeated_dump(xml: bytes, copies: int, first: int = 0) -> bytes:
         parts.append(_PAGE_ID.sub(lambda m, k=k: m[1] + str(int(m[2]) + k * 10_000_000).encode() + m[3], pages))
     parts.append(end + tail)
     return b"".join(parts)
-
-
-def timed(fn, runs: int) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def read_breakdown(runs: int) -> tuple[float, float]:
