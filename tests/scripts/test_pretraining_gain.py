@@ -563,3 +563,21 @@ def test_ablation_reads_its_config_and_checks_it_before_any_work(tmp_path):
     )
     assert done.returncode == 2 and done.stderr.startswith(f"Error: {config} line 2: unknown setting MINUTES (")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_h200_config_file_is_the_documented_command(tmp_path):
+    """configs/pretraining_gain_small_h200.env and docs/results.md's environment command make one recipe."""
+    env_form = {"GENERAL_DUPE": "1", "TASK_DUPE": "1", "MODEL": "small", "BATCH": "256", "LR": "1e-3"}
+    env_form |= {"PRECISION": "bf16", "MINUTES": "3.5", "STOP_AFTER": "data"}
+    recipes = []
+    for name, env in (
+        ("env", env_form),
+        ("config", {"CONFIG": str(SCRIPTS / "configs" / "pretraining_gain_small_h200.env"), "STOP_AFTER": "data"}),
+    ):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "prep_minutes").write_text("1\n", encoding="utf-8")
+        done = _gain(tmp_path, out, **env)
+        assert done.returncode == 0, done.stderr
+        recipes.append((out / "recipe.txt").read_text(encoding="utf-8"))
+    assert recipes[0] == recipes[1] and "model=small" in recipes[1] and "dupe=1:1" in recipes[1]
