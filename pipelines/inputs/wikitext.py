@@ -26,7 +26,7 @@
 Paragraphs are the blocks between blank lines after the removals (a line left empty by them counts as
 blank); the lines of one paragraph are joined with a space. A paragraph with no letter or digit is dropped.
 
-Why a scanner, and which library checks it. Measured by ``benchmarks/wikitext_speed.py`` on the shared
+Why a scanner, and which library checks it. Measured by ``benchmarks/wikipedia_pipeline.py --wikitext`` on the shared
 dump's 106 articles (5.75 MB of wikitext), one thread, best of 3-5, on 2 cores shared with a training job
 (load 2.5-5: the figures move between runs, the ratios less): this module 9-18 MB/s, wikitextparser's
 ``plain_text`` 1.1-1.3 MB/s (8-13x slower), mwparserfromhell's ``strip_code`` 0.5-0.9 MB/s (14-22x slower, its

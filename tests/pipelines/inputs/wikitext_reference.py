@@ -9,7 +9,7 @@ dropped, preformatted lines (a space first) dropped, and paragraphs made by the 
 - ``wikitextparser_paragraphs``: wikitextparser's ``plain_text`` keeps the line structure (``== x ==`` lines,
   ``*`` items), so the line rules apply to its output as they are. The reference of the tests.
 - ``mwparserfromhell_paragraphs``: ``strip_code`` loses list markers and headings, so the top-level nodes are
-  walked: headings and tables go, a list item goes up to its line's end. For ``benchmarks/wikitext_speed.py``.
+  walked: headings and tables go, a list item goes up to its line's end. For ``benchmarks/wikipedia_pipeline.py --wikitext``.
 
 ``word_f1``: agreement of two texts as bags of words (lower-cased ``\\w+`` runs): order and paragraph breaks
 do not count, a word missing or left over does.

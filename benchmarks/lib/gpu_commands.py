@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.device_carry import download, folder_bytes, normalise, on_the_image
+from benchmarks.lib.device_carry import download, folder_bytes, normalise, on_the_image
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Pure-Python wheels the trainer imports that the image may lack (webdataset: the shard reader's module imports
 # it; braceexpand: webdataset's; click: the command line; fsspec: the data paths). Carried at the versions
 # tested here; `pip install --no-index --find-links` leaves any the image already has alone.
@@ -39,7 +39,7 @@ def run_logged(args: Sequence[str], log: Path, timeout: float, *, site: Path | N
     """Run ``python -X importtime -m <args>`` from the repository root; (exit status, wall seconds, stderr).
 
     ``PYTHONPATH`` gets the repository root first: the device runs the checkout, not an installed wheel.
-    ``site`` (the CPU rehearsal, ``benchmarks.device_python.build_site``): ``python -S`` with only that folder
+    ``site`` (the CPU rehearsal, ``benchmarks.lib.device_python.build_site``): ``python -S`` with only that folder
     of third-party code, what the device has."""
     paths = [str(REPO), *([str(site)] if site else []), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib.metadata as md
 from pathlib import Path
 
-from benchmarks.device_carry import normalise, on_the_image
-from benchmarks.gpu_commands import CARRIED
+from benchmarks.lib.device_carry import normalise, on_the_image
+from benchmarks.lib.gpu_commands import CARRIED
 
 
 def device_distributions() -> set[str]:

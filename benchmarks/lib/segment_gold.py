@@ -80,7 +80,7 @@ _FIRST_ALNUM = re.compile(r"[^\W_]")
 
 def shared_data_dir() -> Path:
     """``<repo>/../shared/data``: the read-only shared data beside the repository root."""
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 @dataclass(frozen=True, slots=True)
