@@ -19,7 +19,7 @@ TEXT_FIELD_HELP = "The field (jsonl) or column (parquet, arrow) that holds the t
 
 def inputs_opt(compressed: bool = True) -> Any:
     """The ``--input`` field (repeatable); ``compressed``: its help says that compression follows the extension."""
-    more = "; gz/bz2/zst by extension." if compressed else "."
+    more = "; gz/bz2/xz/zst by extension." if compressed else "."  # common.files.COMPRESSED_SUFFIXES, by a test
     return opt(help=f"File, glob or URL (repeatable){more}", flag="--input")
 
 
