@@ -32,28 +32,14 @@ def test_the_rule_fires_on_the_issues_run_and_not_on_short_or_moving_ones():
 
 
 def test_a_pretraining_run_that_barely_moves_warns_and_one_that_learns_does_not(demo_shards, tmp_path, capfd):
-    from bertstream.trainer.config import TrainConfig
-    from bertstream.trainer.pretrain.loop import pretrain
+    from tests.trainer.pretrain.test_loop import train  # the pretraining tests' quick run (batch 8, 3 warm-up steps)
 
-    def run(out, lr):
-        cfg = TrainConfig.build(
-            paths=(str(demo_shards),),
-            output=str(tmp_path / out),
-            batch_size=8,
-            max_steps=24,
-            warmup_steps=3,
-            log_every=4,
-            checkpoint_every=100,
-            num_workers=0,
-            tensorboard=False,
-            lr=lr,
-        )
-        return pretrain(cfg)
+    def warnings(out: str, lr: float) -> list[str]:
+        train(demo_shards, tmp_path / out, max_steps=24, log_every=4, checkpoint_every=100, lr=lr)
+        return [line for line in capfd.readouterr().err.splitlines() if "warning:" in line]
 
-    slow = run("slow", 1e-5)
-    lines = [line for line in capfd.readouterr().err.splitlines() if "warning:" in line]
-    assert slow["warnings"] and lines == [f"[berttrain] {slow['warnings'][0]}"]
-    assert "barely moved in 20 steps" in lines[0] and "try --lr 1e-3" in lines[0]
-    learned = run("learned", 2e-3)
-    assert learned["warnings"] == []
-    assert [line for line in capfd.readouterr().err.splitlines() if "warning:" in line] == []
+    (line,) = warnings("slow", 1e-5)
+    assert (
+        line.startswith("[berttrain] warning: the training loss barely moved in 20 steps") and "try --lr 1e-3" in line
+    )
+    assert warnings("learned", 2e-3) == []
