@@ -64,7 +64,8 @@ def pretrain_warning(
     first: tuple[int, float], last: tuple[int, float], lr: float, hidden_size: int, warmup_steps: int
 ) -> str | None:
     """One ``warning:`` line when the training loss barely moved between the first and the last logged
-    (step, loss) of this run, over at least ``PRETRAIN_MIN_STEPS`` steps; None otherwise."""
+    (step, loss) of a run from fresh weights (the caller's choice), over at least ``PRETRAIN_MIN_STEPS`` steps;
+    None otherwise."""
     steps = last[0] - first[0]
     if steps < PRETRAIN_MIN_STEPS or not last[1] > PRETRAIN_MOVED * first[1]:
         return None

@@ -397,7 +397,9 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
             if path is not None:
                 R.log(f"checkpoint {path}", info)
     bar.close()
-    warning = pretrain_warning(losses[0], losses[-1], o.lr, config.hidden_size, o.warmup_steps) if losses else None
+    # judged from fresh weights only: a resumed, second-phase or --init-from run may rightly move its loss little
+    fresh = losses and restored is None and cfg.model.init_from is None
+    warning = pretrain_warning(losses[0], losses[-1], o.lr, config.hidden_size, o.warmup_steps) if fresh else None
     if warning:
         R.log(warning, info)
     metrics.close()

@@ -34,8 +34,8 @@ def test_the_rule_fires_on_the_issues_run_and_not_on_short_or_moving_ones():
 def test_a_pretraining_run_that_barely_moves_warns_and_one_that_learns_does_not(demo_shards, tmp_path, capfd):
     from tests.trainer.pretrain.test_loop import train  # the pretraining tests' quick run (batch 8, 3 warm-up steps)
 
-    def warnings(out: str, lr: float) -> list[str]:
-        train(demo_shards, tmp_path / out, max_steps=24, log_every=4, checkpoint_every=100, lr=lr)
+    def warnings(out: str, lr: float, steps: int = 24) -> list[str]:
+        train(demo_shards, tmp_path / out, max_steps=steps, log_every=4, checkpoint_every=100, lr=lr)
         return [line for line in capfd.readouterr().err.splitlines() if "warning:" in line]
 
     (line,) = warnings("slow", 1e-5)
@@ -43,3 +43,4 @@ def test_a_pretraining_run_that_barely_moves_warns_and_one_that_learns_does_not(
         line.startswith("[berttrain] warning: the training loss barely moved in 20 steps") and "try --lr 1e-3" in line
     )
     assert warnings("learned", 2e-3) == []
+    assert warnings("slow", 1e-5, steps=48) == []  # resumed: not judged (a late run may rightly move little)
