@@ -45,6 +45,7 @@ from bertstream.trainer.finetune.data import (
     load_task_data,
 )
 from bertstream.trainer.finetune.heads import load_encoder_state
+from bertstream.trainer.finetune.health import finetune_warning
 from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
 from bertstream.trainer.finetune.tasks import Task, get_task
 from bertstream.trainer.metrics import MetricsLogger
@@ -263,13 +264,13 @@ class Saver:
 
 def evaluate(
     raw: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
-) -> tuple[dict[str, Any], str]:
-    """(metrics with the eval loss, predictions file text) of the model now."""
+) -> tuple[dict[str, Any], str, tuple[str, int] | None]:
+    """(metrics with the eval loss, predictions file text, ``Task.one_class``) of the model now."""
     outputs, eval_loss = predict(raw, task, data, batches, cfg, info)
     scores, predictions = task.score(data, outputs, n_best=cfg.n_best, max_answer_length=cfg.max_answer_length)
     if eval_loss is not None:
         scores["loss"] = eval_loss
-    return scores, predictions
+    return scores, predictions, task.one_class(data, outputs)
 
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
@@ -333,13 +334,15 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
         step = training.step
 
         # --- evaluate -----------------------------------------------------------------------------------
-        scores, predictions = evaluate(raw, task, evaluation, eval_batches, cfg, info)
+        scores, predictions, one_class = evaluate(raw, task, evaluation, eval_batches, cfg, info)
         numbers = {k: v for k, v in scores.items() if isinstance(v, (int, float))}
         metrics.log({"step": step, "split": "eval", "epoch": epoch, "train_loss": train_loss, **numbers})
         value = scores.get(metric)
         shown = f"eval {metric} {value:.4f}" if value is not None else "eval data unlabeled: predictions only"
         R.log(f"epoch {epoch} (step {step}): train loss {train_loss:.4f}, {shown}", info)
         results["epochs"].append({"epoch": epoch, "step": step, "train_loss": train_loss, "eval": scores})
+        if one_class is not None:
+            results["epochs"][-1]["one_class"] = list(one_class)
 
         # --- keep the best ------------------------------------------------------------------------------
         best = results["best"]
@@ -355,6 +358,13 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
         if step >= total_steps:
             break
     bar.close()
+    # --- the end: one line when the run learned nothing ----------------------------------------------
+    warning = finetune_warning(results, o.lr, config.hidden_size)
+    results["warnings"] = [warning] if warning else []
+    if warning:
+        R.log(warning, info)
+    if info.is_main:
+        ckpt.write_text_atomic(run_dir / RESULTS_FILE, json.dumps(redact_values(results), indent=2) + "\n")
     metrics.close()
     D.teardown()
     return results
