@@ -7,7 +7,8 @@ Beam runs the stages in the launcher's own process (the default in-process runne
 environment is what the launcher's in-process workers and the worker processes it starts both see, without
 a change to the pipeline graph or its output); the launcher (``Monitor``) sums the files twice a second and
 draws the line: redrawn in place on a terminal, a plain line every 10 s otherwise (CI, log files). Stages
-count what they finish: ``read`` (files, bytes, documents), ``groups``, ``shards``. On other runners
+count what they finish: ``read`` (files, bytes of input as listed, bytes of text, documents), ``groups``,
+``shards``. On other runners
 (Dataflow, Flink, Spark: workers on other machines) no folder is named, workers count nothing here, and the
 launcher says where progress is shown instead (the runner's UI, Beam metrics under ``bertstream``).
 
@@ -147,10 +148,11 @@ def line(c: Counter, read_s: float, files: int, input_bytes: int, shards: int, e
 
 def stage_summary(c: Counter, times: dict[str, list[float]], started: float) -> list[str]:
     """One line per stage seen: what it did and when (seconds since the run started), e.g.
-    ``read: 81 files, 1.6 MB, 81 documents, 0.0-2.1 s``."""
+    ``read: 81 files, 0.9 MB of input (1.6 MB of text), 81 documents, 0.0-2.1 s``."""
     out = []
     what = {
-        "read": f"{c['read.files']} files, {c['read.bytes'] / 1e6:.1f} MB, {c['read.documents']:,} documents",
+        "read": f"{c['read.files']} files, {c['read.bytes'] / 1e6:.1f} MB of input ({c['read.text'] / 1e6:.1f} MB of "
+        f"text), {c['read.documents']:,} documents",
         "groups": f"{c['groups.groups']} groups of documents, {c['groups.units']} work units",
         "shards": f"{c['shards.shards']} shards, {c['shards.instances']:,} instances",
     }

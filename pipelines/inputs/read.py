@@ -225,7 +225,11 @@ class _ReadRangeFn(beam.DoFn):
         where = element.path if whole else f"{element.path} from byte {element.start}"
         # The run's live line counts the range; the line of its own is a detail (--verbose): a corpus has
         # thousands of files.
-        P.add("read", files=c[C.FILES_READ], bytes=c[C.BYTES_READ], documents=c[C.DOCUMENTS_READ])
+        # The live line's MB are the input's, as listed (a .gz counts its compressed bytes), so that they add up to
+        # the run's input MB; the text they held is counted apart.
+        end = element.end if element.end is not None else element.size
+        span = end - element.start if end >= 0 else c[C.BYTES_READ]
+        P.add("read", files=c[C.FILES_READ], bytes=span, text=c[C.BYTES_READ], documents=c[C.DOCUMENTS_READ])
         P.detail(f"read {where}: {c[C.DOCUMENTS_READ]} documents, {c[C.BYTES_READ] / 1e6:.1f} MB")
 
     def finish_bundle(self) -> None:

@@ -64,13 +64,16 @@ def test_a_file_range_is_counted_without_a_write_of_its_own(tmp_path, monkeypatc
 def test_monitor_prints_a_plain_line_and_a_stage_summary_when_not_a_terminal():
     out = io.StringIO()
     with P.Monitor(files=2, input_bytes=2_000_000, shards=1, stream=out) as m:
-        P.add("read", final=True, files=2, bytes=2_000_000, documents=9)
+        P.add("read", final=True, files=2, bytes=2_000_000, text=5_000_000, documents=9)
         P.add("shards", final=True, shards=1, instances=40)
         folder = m.folder
     text = out.getvalue()
     assert "\r" not in text and LIVE.search(text).groups() == ("2", "2", "9")
     assert "shards 1/1" in text and [m.group(1) for m in SUMMARY.finditer(text)] == ["read", "shards"]
-    assert "read: 2 files, 2.0 MB, 9 documents" in text and "shards: 1 shards, 40 instances" in text
+    assert (
+        "read: 2 files, 2.0 MB of input (5.0 MB of text), 9 documents" in text
+        and "shards: 1 shards, 40 instances" in text
+    )
     assert folder and not os.path.exists(folder) and P.ENV_DIR not in os.environ
 
 
@@ -103,7 +106,9 @@ def test_pretraining_shows_one_live_line_and_a_summary_per_stage(demo_corpus, de
     assert p.returncode == 0, err
     # The summary names the runner as it ran: worker processes or this one (it said FnApiRunner for both).
     workers = " with 2 worker processes" if extra else ""
-    assert re.search(rf"^  run: FnApiRunner{workers}, [0-9.]+ s,", out, re.M), out
+    run = re.search(rf"^  run: FnApiRunner{workers}, ([0-9.]+) s, ([0-9.]+) MB/s of input$", out, re.M)
+    done = re.search(r"^done in ([0-9.]+) s: [0-9.]+ MB of input, ([0-9.]+) MB/s,", out, re.M)
+    assert run and done and run.groups() == done.groups(), out  # one time and one rate, said twice alike
     last = [m.groups() for m in LIVE.finditer(err)][-1]
     assert last == (str(files), str(files), f"{_documents_read(tmp_path / 'out'):,}"), err
     assert [m.group(1) for m in SUMMARY.finditer(err)] == ["read", "groups", "shards"], err
@@ -123,3 +128,25 @@ def test_on_a_terminal_the_line_is_redrawn_in_place(demo_corpus, demo_vocab, tmp
     redraws = text.count("\r\x1b[2K[bertprep] read ")
     assert redraws >= 2, text  # at least the first draw and the final one, in place
     assert [m.group(1) for m in SUMMARY.finditer(text.replace("\r\n", "\n"))] == ["read", "groups", "shards"]
+
+
+def test_a_compressed_file_counts_its_listed_bytes_toward_the_input_and_its_text_apart(tmp_path, monkeypatch):
+    """The live line's MB add up to the run's input MB: a .gz range counts its compressed bytes (it counted the
+    text it held: `read 1/1 files, 2.6/0.9 MB`), and the stage summary gives the text's MB beside them."""
+    import gzip
+
+    from bertstream.pipelines.inputs.read import FileRange, ReadSpec, _ReadRangeFn
+
+    text = "".join(f"Sentence {i} of the first document. And its second sentence.\n" for i in range(500))
+    path = tmp_path / "doc.txt.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    monkeypatch.setenv(P.ENV_DIR, str(folder))
+    fn = _ReadRangeFn(ReadSpec())
+    list(fn.process(FileRange(str(path), "sentences", "doc", size=path.stat().st_size)))
+    fn.finish_bundle()
+    counts, times = P.collect(str(folder))
+    assert counts["read.bytes"] == path.stat().st_size < counts["read.text"] == len(text.encode())
+    summary = P.stage_summary(counts, times, times["read"][0])[0]
+    assert re.match(r"read: 1 files, 0\.0 MB of input \(0\.0 MB of text\), 1 documents", summary), summary
