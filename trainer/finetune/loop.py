@@ -313,6 +313,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
     results = new_results(cfg, task, train, evaluation, init, config, **plan)
     run_config = {"model": config.to_dict(), "finetune": redact_values(cfg.to_dict()), "task": results["task"]}
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
+    run_config["lowercase"] = train.manifest.lowercase  # the data's casing: export-hf's tokenizer.json follows it
     saver = Saver(run_dir, R.CheckpointWriter(run_config, init.vocab.text(), info))
 
     # --- restore --------------------------------------------------------------------------------------

@@ -21,12 +21,14 @@ from torch import Tensor, nn
 
 from bertstream.cli.errors import UsageError
 from bertstream.cli.owned import check_owned, publish
+from bertstream.schemas import tasks as T
 from bertstream.schemas.fields import local_member
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
 from bertstream.trainer.checkpoint import CheckpointError, read_tensors, read_torch, write_tensors
 from bertstream.trainer.hf import prelayernorm as PRE
+from bertstream.trainer.hf import tasks as HT
 from bertstream.trainer.hf.config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict, read_config
 from bertstream.trainer.model import BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
 from bertstream.trainer.model_config import BertConfig
@@ -36,6 +38,7 @@ __all__ = [
     "HFLoadReport",
     "export_checkpoint",
     "export_hf",
+    "export_task",
     "from_hf_state_dict",
     "load_hf",
     "to_hf_state_dict",
@@ -249,8 +252,9 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
     config = config_from_hf(data, str(config_path))
     hf_state, source = _read_weights(folder)
     aliases: list[str] = []
+    architectures = tuple(data.get("architectures") or ())
     if config.norm_placement == "pre":  # RoBERTa-PreLayerNorm's names and positions -> ours
-        hf_state, aliases = PRE.from_roberta(hf_state, config)
+        hf_state, aliases = PRE.from_roberta(HT.pooler_back(hf_state, architectures), config)
     state, fresh, ignored = from_hf_state_dict(
         hf_state,
         config,
@@ -262,6 +266,7 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
     notes: list[str] = []
     if data.get("model_type") is None:
         notes.append(f"{config_path} has no model_type; read as BERT")
+    notes += HT.head_notes(architectures)
     vocab_sha = None
     try:
         vocab = Vocab.load(folder)
@@ -273,7 +278,7 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
             notes.append(f"vocabulary has {len(vocab)} tokens but the model only {config.vocab_size} embeddings")
     report = HFLoadReport(
         source=source,
-        architectures=tuple(data.get("architectures") or ()),
+        architectures=architectures,
         loaded=len(state) - len(fresh),
         fresh=tuple(fresh),
         ignored=tuple(ignored),
@@ -320,35 +325,84 @@ def export_hf(
     for key, shape in expected.items():
         if state[key].shape != shape:
             raise HFCheckpointError(f"{key} has shape {tuple(state[key].shape)}, expected {tuple(shape)}")
-    vocab = vocab_tokens if isinstance(vocab_tokens, Vocab) else Vocab(tuple(vocab_tokens))
-    if len(vocab) > config.vocab_size:
-        raise HFCheckpointError(f"vocabulary has {len(vocab)} tokens but vocab_size is {config.vocab_size}")
+    vocab = _vocab(vocab_tokens, config)
 
     # clone: safetensors refuses tensors that share storage
     named = PRE.to_roberta(state, config) if config.norm_placement == "pre" else to_hf_state_dict(state)
     hf_state = {k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in named.items()}
     out = Path(out_dir)
+    _check_out(out, overwrite)
+    hf_config = hf_config_dict(config, dtype=str(dtype).removeprefix("torch."))
+    publish(out, lambda tmp: _write_export(tmp, hf_state, hf_config, config, vocab, do_lower_case))
+    return out
+
+
+def _vocab(vocab_tokens: Vocab | Sequence[str], config: BertConfig) -> Vocab:
+    vocab = vocab_tokens if isinstance(vocab_tokens, Vocab) else Vocab(tuple(vocab_tokens))
+    if len(vocab) > config.vocab_size:
+        raise HFCheckpointError(f"vocabulary has {len(vocab)} tokens but vocab_size is {config.vocab_size}")
+    return vocab
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
     try:  # a folder of other files (a dataset, a user's model) is never written into; an earlier export only so
         check_owned(out, EXPORT_FILES.__contains__, overwrite=overwrite, what="a Hugging Face export", param="out")
     except UsageError as e:
         raise HFCheckpointError(e.message) from None
-    publish(out, lambda tmp: _write_export(tmp, hf_state, config, vocab, dtype, do_lower_case))
+
+
+def export_task(
+    state: Mapping[str, Tensor],
+    config: BertConfig,
+    kind: str,
+    labels: Sequence[str],
+    vocab_tokens: Vocab | Sequence[str],
+    out_dir: str | Path,
+    *,
+    do_lower_case: bool | None = None,
+    dtype: torch.dtype = torch.float32,
+    overwrite: bool = False,
+) -> Path:
+    """A fine-tuned model (our task model's state: ``bert.*`` and its head) as the ``transformers`` task class
+    of its kind (:mod:`bertstream.trainer.hf.tasks`), with ``id2label``/``label2id`` from ``labels``; the same
+    files and output-folder policy as :func:`export_hf`."""
+    if config.norm_placement not in ("post", "pre"):
+        raise HFCheckpointError(f"norm_placement={config.norm_placement!r}: no transformers class holds it")
+    if kind not in T.KINDS:
+        raise HFCheckpointError(f"task kind {kind!r} has no Hugging Face class")
+    expected = {k: v for k, v in _expected_shapes(config).items() if k.startswith("bert.")}
+    outputs = 2 if kind == T.SQUAD else 1 if kind == T.REGRESSION else len(labels)
+    head = "qa_outputs." if kind == T.SQUAD else "classifier."
+    expected |= {head + "weight": torch.Size((outputs, config.hidden_size)), head + "bias": torch.Size((outputs,))}
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise HFCheckpointError(f"the {kind} model's weights lack {missing[:4]}" + (" ..." if len(missing) > 4 else ""))
+    for key, shape in expected.items():
+        if state[key].shape != shape:
+            raise HFCheckpointError(
+                f"{key} has shape {tuple(state[key].shape)}, expected {tuple(shape)} ({len(labels)} labels)"
+            )
+    vocab = _vocab(vocab_tokens, config)
+    hf_state = {
+        k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in HT.task_state_dict(state, config, kind).items()
+    }
+    hf_config = HT.task_config_dict(config, kind, labels, dtype=str(dtype).removeprefix("torch."))
+    out = Path(out_dir)
+    _check_out(out, overwrite)
+    publish(out, lambda tmp: _write_export(tmp, hf_state, hf_config, config, vocab, do_lower_case))
     return out
 
 
 def _write_export(
     out: Path,
     hf_state: dict[str, Tensor],
+    hf_config: dict[str, Any],
     config: BertConfig,
     vocab: Vocab,
-    dtype: torch.dtype,
     do_lower_case: bool | None,
 ) -> None:
     write_tensors(out / SAFETENSORS_FILENAME, hf_state, {"format": "pt"})
-    dtype_name = str(dtype).removeprefix("torch.")
-    (out / CONFIG_FILENAME).write_text(
-        json.dumps(hf_config_dict(config, dtype=dtype_name), indent=2, sort_keys=True) + "\n", encoding="utf-8"
-    )
+    (out / CONFIG_FILENAME).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     vocab.write(out / VOCAB_FILENAME)
     tokenizer_config: dict[str, Any] = {
         "tokenizer_class": "BertTokenizer",
@@ -399,13 +453,6 @@ def export_checkpoint(
         config = BertConfig.from_dict(data["model"])
     except (TypeError, ValueError) as e:
         raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: {e}") from None
-    if isinstance(data.get("finetune"), dict):  # trainer.finetune.loop's run config
-        kind = (data.get("task") or {}).get("kind", "a task")
-        raise HFCheckpointError(
-            f"{folder} is a fine-tuning checkpoint ({kind}: the encoder and a task head); export-hf exports "
-            "pretraining checkpoints (berttrain pretrain's, encoder with MLM and NSP heads) as a Hugging Face "
-            "BertForPreTraining folder; a fine-tuned model is used with berttrain embed / finetune --init"
-        )
     if do_lower_case is None:  # a pretraining run's config.json says "lowercase" (its shards' vocabulary casing)
         given = data.get("do_lower_case", data.get("lowercase"))
         do_lower_case = given if isinstance(given, bool) else None
@@ -414,4 +461,20 @@ def export_checkpoint(
         vocab = Vocab.load(folder / VOCAB_FILENAME)
     except VocabError as e:
         raise HFCheckpointError(str(e)) from None
+    if isinstance(data.get("finetune"), dict):  # trainer.finetune.loop's run config: a task model
+        task = data.get("task") if isinstance(data.get("task"), dict) else {}
+        HT.check_pooling(str(data["finetune"].get("pooling", "cls")), str(folder))
+        labels = task.get("labels") or []
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: task.labels is no list of label names")
+        return export_task(
+            state,
+            config,
+            str(task.get("kind")),
+            labels,
+            vocab,
+            out_dir,
+            do_lower_case=do_lower_case,
+            overwrite=overwrite,
+        )
     return export_hf(state, config, vocab, out_dir, do_lower_case=do_lower_case, overwrite=overwrite)
