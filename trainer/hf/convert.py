@@ -462,7 +462,7 @@ def export_checkpoint(
     except VocabError as e:
         raise HFCheckpointError(str(e)) from None
     if isinstance(data.get("finetune"), dict):  # trainer.finetune.loop's run config: a task model
-        task = data.get("task") if isinstance(data.get("task"), dict) else {}
+        task: dict[str, Any] = data["task"] if isinstance(data.get("task"), dict) else {}
         HT.check_pooling(str(data["finetune"].get("pooling", "cls")), str(folder))
         labels = task.get("labels") or []
         if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):

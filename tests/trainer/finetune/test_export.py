@@ -19,7 +19,7 @@ transformers.logging.set_verbosity_error()
 
 def test_an_exported_sst2_run_serves_its_predictions_and_is_an_init(sst2, tmp_path):
     run, hf = tmp_path / "run", tmp_path / "hf"
-    finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], run)
+    finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], run, epochs=3, lr=3e-3)
     result = CliRunner().invoke(main, ["export-hf", str(run), str(hf)])
     assert result.exit_code == 0, result.output
     config = json.loads((hf / "config.json").read_text())
