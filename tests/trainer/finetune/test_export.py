@@ -25,6 +25,7 @@ def test_an_exported_sst2_run_serves_its_predictions_and_is_an_init(sst2, tmp_pa
     config = json.loads((hf / "config.json").read_text())
     assert config["architectures"] == ["BertForSequenceClassification"]
     assert config["id2label"] == {"0": "0", "1": "1"} and config["problem_type"] == "single_label_classification"
+    assert json.loads((hf / "tokenizer_config.json").read_text())["do_lower_case"] is True  # the data was uncased
 
     header, *rows = (run / "predictions.tsv").read_text(encoding="utf-8").splitlines()
     assert header.split("\t")[2:4] == ["line", "prediction"]
