@@ -21,7 +21,6 @@ from torch import Tensor, nn
 
 from bertstream.cli.errors import UsageError
 from bertstream.cli.owned import check_owned, publish
-from bertstream.schemas import tasks as T
 from bertstream.schemas.fields import local_member
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
@@ -38,7 +37,6 @@ __all__ = [
     "HFLoadReport",
     "export_checkpoint",
     "export_hf",
-    "export_task",
     "from_hf_state_dict",
     "load_hf",
     "to_hf_state_dict",
@@ -297,6 +295,8 @@ def export_hf(
     vocab_tokens: Vocab | Sequence[str],
     out_dir: str | Path,
     *,
+    task: str | None = None,
+    labels: Sequence[str] = (),
     do_lower_case: bool | None = None,
     dtype: torch.dtype = torch.float32,
     overwrite: bool = False,
@@ -304,8 +304,10 @@ def export_hf(
     """Write ``config.json``, ``model.safetensors``, ``vocab.txt``, ``tokenizer_config.json`` and ``tokenizer.json`` so that
     ``transformers.BertForPreTraining.from_pretrained(out_dir)`` loads with no missing or unexpected keys.
 
-    ``vocab_tokens`` may be shorter than ``config.vocab_size`` (a vocabulary padded to a multiple of 8/64 for
-    speed), never longer. ``do_lower_case`` is written to ``tokenizer_config.json`` only when given.
+    ``task`` (a task kind): the state is a fine-tuned model's (``bert.*`` and its head), written as the
+    ``transformers`` task class of that kind (:mod:`bertstream.trainer.hf.tasks`), with ``id2label``/``label2id``
+    from ``labels``. ``vocab_tokens`` may be shorter than ``config.vocab_size`` (a vocabulary padded to a multiple
+    of 8/64 for speed), never longer. ``do_lower_case`` is written to ``tokenizer_config.json`` only when given.
     ``out_dir`` is new or empty, or holds an earlier export that ``overwrite`` replaces; the files appear there
     only once all are written (``bertstream.cli.owned``).
     """
@@ -315,80 +317,40 @@ def export_hf(
             "pre: RobertaPreLayerNormForMaskedLM); fine-tune it with berttrain finetune --init CHECKPOINT instead"
         )
     state = model_or_state.state_dict() if isinstance(model_or_state, nn.Module) else dict(model_or_state)
-    expected = _expected_shapes(config)
+    if task is None:
+        expected = _expected_shapes(config)
+        unexpected = sorted(set(state) - set(expected))
+        what = "BertForPreTraining"
+    else:
+        expected = {k: v for k, v in _expected_shapes(config).items() if k.startswith("bert.")}
+        expected |= HT.head_shapes(task, config, labels)
+        unexpected, what = [], HT.architecture(task, config)  # (task_state_dict names any tensor of no head)
     missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
-        raise HFCheckpointError(
-            f"state dict does not match BertForPreTraining: missing {missing}, unexpected {unexpected}"
-        )
+        raise HFCheckpointError(f"state dict does not match {what}: missing {missing}, unexpected {unexpected}")
     for key, shape in expected.items():
         if state[key].shape != shape:
             raise HFCheckpointError(f"{key} has shape {tuple(state[key].shape)}, expected {tuple(shape)}")
-    vocab = _vocab(vocab_tokens, config)
-
-    # clone: safetensors refuses tensors that share storage
-    named = PRE.to_roberta(state, config) if config.norm_placement == "pre" else to_hf_state_dict(state)
-    hf_state = {k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in named.items()}
-    out = Path(out_dir)
-    _check_out(out, overwrite)
-    hf_config = hf_config_dict(config, dtype=str(dtype).removeprefix("torch."))
-    publish(out, lambda tmp: _write_export(tmp, hf_state, hf_config, config, vocab, do_lower_case))
-    return out
-
-
-def _vocab(vocab_tokens: Vocab | Sequence[str], config: BertConfig) -> Vocab:
     vocab = vocab_tokens if isinstance(vocab_tokens, Vocab) else Vocab(tuple(vocab_tokens))
     if len(vocab) > config.vocab_size:
         raise HFCheckpointError(f"vocabulary has {len(vocab)} tokens but vocab_size is {config.vocab_size}")
-    return vocab
 
-
-def _check_out(out: Path, overwrite: bool) -> None:
+    dtype_name = str(dtype).removeprefix("torch.")
+    if task is not None:
+        named, hf_config = (
+            HT.task_state_dict(state, config, task),
+            HT.task_config_dict(config, task, labels, dtype=dtype_name),
+        )
+    else:
+        named = PRE.to_roberta(state, config) if config.norm_placement == "pre" else to_hf_state_dict(state)
+        hf_config = hf_config_dict(config, dtype=dtype_name)
+    # clone: safetensors refuses tensors that share storage
+    hf_state = {k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in named.items()}
+    out = Path(out_dir)
     try:  # a folder of other files (a dataset, a user's model) is never written into; an earlier export only so
         check_owned(out, EXPORT_FILES.__contains__, overwrite=overwrite, what="a Hugging Face export", param="out")
     except UsageError as e:
         raise HFCheckpointError(e.message) from None
-
-
-def export_task(
-    state: Mapping[str, Tensor],
-    config: BertConfig,
-    kind: str,
-    labels: Sequence[str],
-    vocab_tokens: Vocab | Sequence[str],
-    out_dir: str | Path,
-    *,
-    do_lower_case: bool | None = None,
-    dtype: torch.dtype = torch.float32,
-    overwrite: bool = False,
-) -> Path:
-    """A fine-tuned model (our task model's state: ``bert.*`` and its head) as the ``transformers`` task class
-    of its kind (:mod:`bertstream.trainer.hf.tasks`), with ``id2label``/``label2id`` from ``labels``; the same
-    files and output-folder policy as :func:`export_hf`."""
-    if config.norm_placement not in ("post", "pre"):
-        raise HFCheckpointError(f"norm_placement={config.norm_placement!r}: no transformers class holds it")
-    if kind not in T.KINDS:
-        raise HFCheckpointError(f"task kind {kind!r} has no Hugging Face class")
-    expected = {k: v for k, v in _expected_shapes(config).items() if k.startswith("bert.")}
-    outputs = 2 if kind == T.SQUAD else 1 if kind == T.REGRESSION else len(labels)
-    head = "qa_outputs." if kind == T.SQUAD else "classifier."
-    expected |= {head + "weight": torch.Size((outputs, config.hidden_size)), head + "bias": torch.Size((outputs,))}
-    missing = sorted(set(expected) - set(state))
-    if missing:
-        raise HFCheckpointError(f"the {kind} model's weights lack {missing[:4]}" + (" ..." if len(missing) > 4 else ""))
-    for key, shape in expected.items():
-        if state[key].shape != shape:
-            raise HFCheckpointError(
-                f"{key} has shape {tuple(state[key].shape)}, expected {tuple(shape)} ({len(labels)} labels)"
-            )
-    vocab = _vocab(vocab_tokens, config)
-    hf_state = {
-        k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in HT.task_state_dict(state, config, kind).items()
-    }
-    hf_config = HT.task_config_dict(config, kind, labels, dtype=str(dtype).removeprefix("torch."))
-    out = Path(out_dir)
-    _check_out(out, overwrite)
     publish(out, lambda tmp: _write_export(tmp, hf_state, hf_config, config, vocab, do_lower_case))
     return out
 
@@ -467,14 +429,8 @@ def export_checkpoint(
         labels = task.get("labels") or []
         if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
             raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: task.labels is no list of label names")
-        return export_task(
-            state,
-            config,
-            str(task.get("kind")),
-            labels,
-            vocab,
-            out_dir,
-            do_lower_case=do_lower_case,
-            overwrite=overwrite,
+        kind = str(task.get("kind"))
+        return export_hf(
+            state, config, vocab, out_dir, task=kind, labels=labels, do_lower_case=do_lower_case, overwrite=overwrite
         )
     return export_hf(state, config, vocab, out_dir, do_lower_case=do_lower_case, overwrite=overwrite)

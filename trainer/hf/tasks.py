@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from bertstream.schemas import tasks as T
@@ -28,7 +29,15 @@ from bertstream.trainer.hf import prelayernorm as PRE
 from bertstream.trainer.hf.config import HFCheckpointError, hf_config_dict
 from bertstream.trainer.model_config import BertConfig
 
-__all__ = ["architecture", "check_pooling", "head_notes", "pooler_back", "task_config_dict", "task_state_dict"]
+__all__ = [
+    "architecture",
+    "check_pooling",
+    "head_notes",
+    "head_shapes",
+    "pooler_back",
+    "task_config_dict",
+    "task_state_dict",
+]
 
 _SUFFIX = {
     T.CLASSIFICATION: "ForSequenceClassification",
@@ -50,6 +59,14 @@ def architecture(kind: str, config: BertConfig) -> str:
     if kind not in _SUFFIX:
         raise HFCheckpointError(f"task kind {kind!r} has no Hugging Face class (kinds: {', '.join(T.KINDS)})")
     return ("RobertaPreLayerNorm" if config.norm_placement == "pre" else "Bert") + _SUFFIX[kind]
+
+
+def head_shapes(kind: str, config: BertConfig, labels: Sequence[str]) -> dict[str, torch.Size]:
+    """Our head's parameters for this kind and label list (the encoder's are ``BertModel``'s)."""
+    outputs = 2 if kind == T.SQUAD else 1 if kind == T.REGRESSION else len(labels)
+    architecture(kind, config)  # refuses a kind that has no class
+    head = _HEADS[kind]
+    return {head + "weight": torch.Size((outputs, config.hidden_size)), head + "bias": torch.Size((outputs,))}
 
 
 def check_pooling(pooling: str, source: str) -> None:

@@ -23,7 +23,7 @@ from bertstream.trainer.finetune.heads import (
 )
 from bertstream.trainer.finetune.squad import Window, best_span
 from bertstream.trainer.hf.config import HFCheckpointError
-from bertstream.trainer.hf.convert import export_checkpoint, export_task, load_hf
+from bertstream.trainer.hf.convert import export_checkpoint, export_hf, load_hf
 from tests.trainer.finetune.hf_fixtures import CONFIG, batch, randomise
 
 transformers = pytest.importorskip("transformers")
@@ -59,7 +59,7 @@ def ours(kind: str, norm: str, seed: int = 3) -> torch.nn.Module:
 
 def export(kind: str, norm: str, out: Path) -> torch.nn.Module:
     model = ours(kind, norm)
-    export_task(model.state_dict(), NORMS[norm], kind, LABELS[kind], VOCAB, out)
+    export_hf(model.state_dict(), NORMS[norm], VOCAB, out, task=kind, labels=LABELS[kind])
     return model
 
 
@@ -173,8 +173,8 @@ def test_an_exported_reader_gives_our_spans(norm, tmp_path):
 
 def test_a_mean_pooled_head_and_a_wrong_label_list_are_refused(tmp_path):
     model = ours(T.CLASSIFICATION, "post")
-    with pytest.raises(HFCheckpointError, match=r"shape \(3, 48\), expected \(2, 48\) \(2 labels\)"):
-        export_task(model.state_dict(), CONFIG, T.CLASSIFICATION, ["a", "b", "c", "d"][:2], VOCAB, tmp_path / "a")
+    with pytest.raises(HFCheckpointError, match=r"classifier.weight has shape \(3, 48\), expected \(2, 48\)"):
+        export_hf(model.state_dict(), CONFIG, VOCAB, tmp_path / "a", task=T.CLASSIFICATION, labels=["a", "b"])
     ckpt = tmp_path / "run" / "checkpoints" / "step-0000001"
     ckpt.mkdir(parents=True)
     from safetensors.torch import save_file
