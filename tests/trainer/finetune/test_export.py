@@ -1,6 +1,7 @@
 """A fine-tuning run leaves: ``berttrain export-hf RUN OUT`` writes its best checkpoint as
 ``BertForSequenceClassification``; ``transformers.pipeline("text-classification")`` on the export gives the run's
-``predictions.tsv`` labels on the whole dev set, and ``berttrain finetune --init OUT`` continues from it."""
+``predictions.tsv`` labels on the whole dev set, and ``berttrain finetune --init OUT`` continues from it; a CoNLL
+run's export tags as its ``predictions.conll`` in the token-classification pipeline."""
 
 from __future__ import annotations
 
@@ -41,3 +42,32 @@ def test_an_exported_sst2_run_serves_its_predictions_and_is_an_init(sst2, tmp_pa
     assert again["init"]["kind"] == "hf"
     notes = again["init"]["notes"]
     assert any("task head of BertForSequenceClassification not reused" in n for n in notes), notes
+
+
+def test_an_exported_conll_tagger_gives_the_runs_entities(conll, tmp_path):
+    """The token-classification pipeline (``aggregation_strategy="first"``) on real CoNLL-2003 validation
+    sentences gives the entities of the run's ``predictions.conll``: every sentence that is one window of the
+    run's data (<= 22 sub-tokens) and whose words are each one pre-token (the pipeline splits ``U.S.``)."""
+    from bertstream.trainer.finetune import metrics as M
+    from bertstream.trainer.hf.convert import export_checkpoint
+
+    run, hf = tmp_path / "run", tmp_path / "hf"
+    # one step: the head is still near its random init, so the run tags many entities of every type (a tiny
+    # model trained for seconds tags all O, and equal lists of nothing would prove nothing)
+    finetune_run(T.NER, conll["train"], conll["valid"], run, max_steps=1, lr=1e-5)
+    export_checkpoint(run, hf)
+    pipe = transformers.pipeline("token-classification", model=str(hf), aggregation_strategy="first")
+    pre = pipe.tokenizer.backend_tokenizer.pre_tokenizer
+    compared = entities = 0
+    for block in (run / "predictions.conll").read_text(encoding="utf-8").split("\n\n"):
+        lines = [line.split(" ") for line in block.splitlines() if line]
+        words, tags = [w for w, _, _ in lines], [p for _, _, p in lines]
+        text = " ".join(words)
+        if not words or len(pipe.tokenizer(text)["input_ids"]) > 24:
+            continue
+        if any(len(pre.pre_tokenize_str(w)) != 1 for w in words):
+            continue
+        expected = [(kind, " ".join(words[s : e + 1])) for kind, s, e in M.chunks(tags)]
+        assert [(e["entity_group"], text[e["start"] : e["end"]]) for e in pipe(text)] == expected, text
+        compared, entities = compared + 1, entities + len(expected)
+    assert compared >= 30 and entities >= 10, (compared, entities)
