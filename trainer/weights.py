@@ -40,6 +40,9 @@ class Init:
     vocab: Vocab
     state: dict[str, Tensor] | None  # encoder tensors named bert.* (plus whatever else the file held); None: random
     notes: tuple[str, ...] = field(default_factory=tuple)
+    head: tuple[str, tuple[str, ...], str] | None = (
+        None  # a task head in state: (kind, labels, pooling) it was trained for
+    )
 
     def describe(self) -> dict:
         return {"kind": self.kind, "source": self.source, "vocab_sha256": self.vocab.sha256, "notes": list(self.notes)}
@@ -158,7 +161,11 @@ def _our_checkpoint(folder: Path, data: dict, *, weights: bool, flag: str) -> In
         state = ckpt.read_tensors(model_file)
     except ckpt.CheckpointError as e:
         raise InitError(f"{flag} {e}") from None
-    return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {model_file}",))
+    task, run = data.get("task"), data.get("finetune")
+    head = None
+    if isinstance(task, dict) and isinstance(run, dict):  # a fine-tuning checkpoint: its head may be reused
+        head = (str(task.get("kind")), tuple(map(str, task.get("labels") or ())), str(run.get("pooling", "cls")))
+    return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {model_file}",), head)
 
 
 def _hf_folder(folder: Path, seed: int, flag: str) -> Init:
@@ -172,7 +179,7 @@ def _hf_folder(folder: Path, seed: int, flag: str) -> Init:
             f"{flag} {folder}: the Hugging Face folder has no usable vocab.txt ({e}); without it the "
             "data's token ids cannot be checked against the model's"
         ) from None
-    return Init("hf", str(folder), config, vocab, state, tuple(report.lines()))
+    return Init("hf", str(folder), config, vocab, state, tuple(report.lines()), report.head)
 
 
 def check_vocab(init: Init, data_sha256: str, data_root: str, flag: str = "--init", job: str = "task") -> None:

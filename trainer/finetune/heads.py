@@ -25,6 +25,7 @@ __all__ = [
     "BertForSequenceClassification",
     "BertForTokenClassification",
     "load_encoder_state",
+    "reuse_head",
 ]
 
 
@@ -155,3 +156,29 @@ def load_encoder_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
             raise ValueError(f"bert.{k} has shape {tuple(v.shape)}, the model expects {tuple(expected[k].shape)}")
     with torch.no_grad():
         bert.load_state_dict({k: encoder[k] for k in expected}, strict=True)
+
+
+def reuse_head(
+    model: nn.Module,
+    state: Mapping[str, Tensor],
+    trained_for: tuple[str, tuple[str, ...], str] | None,
+    wanted: tuple[str, tuple[str, ...], str],
+) -> str | None:
+    """Copy the initial weights' task head into ``model`` when it was trained for this run's task: the same kind,
+    labels (names and order) and pooling (``(kind, labels, pooling)``; pooling counts for sentence heads only);
+    else leave the fresh head. The one-line note says which (None: the weights hold no task head)."""
+    if trained_for is None:
+        return None
+    pooled = lambda h: h if h[0] in (T.CLASSIFICATION, T.REGRESSION) else (*h[:2], "cls")  # noqa: E731
+    names = {k: v for k, v in model.state_dict().items() if not k.startswith("bert.")}  # the head's tensors
+    fits = all(k in state and state[k].shape == v.shape for k, v in names.items())
+    if pooled(trained_for) != pooled(wanted) or not fits:
+        kind, labels, _ = trained_for
+        return (
+            f"task head initialised fresh: the initial weights' head is for {kind} with labels {list(labels)}, "
+            f"pooling {trained_for[2]}; this run is {wanted[0]} with labels {list(wanted[1])}, pooling {wanted[2]}"
+        )
+    with torch.no_grad():
+        for key, value in names.items():
+            value.copy_(state[key])
+    return f"task head reused from the initial weights ({wanted[0]}, {len(wanted[1]) or 'no'} labels): training continues it"

@@ -69,6 +69,7 @@ class HFLoadReport:
     ignored: tuple[tuple[str, str], ...] = ()  # (checkpoint key, reason)
     notes: tuple[str, ...] = ()
     vocab_sha256: str | None = None
+    head: HT.TaskHead | None = None  # what the task head in the state was trained for (a task class's folder)
 
     def lines(self) -> list[str]:
         out = [
@@ -251,6 +252,7 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
     hf_state, source = _read_weights(folder)
     aliases: list[str] = []
     architectures = tuple(data.get("architectures") or ())
+    head = HT.read_head(hf_state, data)
     if config.norm_placement == "pre":  # RoBERTa-PreLayerNorm's names and positions -> ours
         hf_state, aliases = PRE.from_roberta(HT.pooler_back(hf_state, architectures), config)
     state, fresh, ignored = from_hf_state_dict(
@@ -264,7 +266,9 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
     notes: list[str] = []
     if data.get("model_type") is None:
         notes.append(f"{config_path} has no model_type; read as BERT")
-    notes += HT.head_notes(architectures)
+    if head is not None:  # kept beside the encoder: finetune --init reuses it for the same task and labels
+        state |= head[1]
+        notes.append(f"task head of {architectures[0]}: {head[0][0]}, labels {list(head[0][1])}")
     vocab_sha = None
     try:
         vocab = Vocab.load(folder)
@@ -282,6 +286,7 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
         ignored=tuple(ignored),
         notes=tuple(notes),
         vocab_sha256=vocab_sha,
+        head=head[0] if head is not None else None,
     )
     return config, state, report
 

@@ -32,9 +32,10 @@ from bertstream.trainer.model_config import BertConfig
 __all__ = [
     "architecture",
     "check_pooling",
-    "head_notes",
+    "TaskHead",
     "head_shapes",
     "pooler_back",
+    "read_head",
     "task_config_dict",
     "task_state_dict",
 ]
@@ -135,9 +136,33 @@ def pooler_back(hf_state: Mapping[str, Tensor], architectures: Sequence[str]) ->
     }
 
 
-def head_notes(architectures: Sequence[str]) -> list[str]:
-    """What ``--init`` does with a task model's head, in one line: fine-tuning starts its head fresh."""
-    return [
-        f"task head of {a} not reused: the encoder is loaded, the task head starts fresh (seeded by --seed)"
-        for a in _task_heads(architectures)
-    ]
+TaskHead = tuple[str, tuple[str, ...], str]  # (task kind, label names, pooling): what a head was trained for
+
+
+def read_head(hf_state: Mapping[str, Tensor], data: Mapping[str, Any]) -> tuple[TaskHead, dict[str, Tensor]] | None:
+    """A task class's head (``config.json``'s ``architectures``) in our names, and what it was trained for:
+    the kind (``problem_type "regression"``: regression), the labels (``id2label`` by id). None: no task class,
+    or its head tensors are absent or its label map malformed (the head then starts fresh)."""
+    archs = _task_heads(data.get("architectures") or ())
+    if not archs:
+        return None
+    pre = data.get("model_type") == PRE.MODEL_TYPE
+    if archs[0].endswith("ForQuestionAnswering"):
+        kind, theirs, ours = T.SQUAD, "qa_outputs.", "qa_outputs."
+    elif archs[0].endswith("ForTokenClassification"):
+        kind, theirs, ours = T.NER, "classifier.", "classifier."
+    else:
+        kind = T.REGRESSION if data.get("problem_type") == "regression" else T.CLASSIFICATION
+        theirs, ours = ("classifier.out_proj." if pre else "classifier."), "classifier."
+    if any(theirs + p not in hf_state for p in ("weight", "bias")):
+        return None
+    labels: tuple[str, ...] = ()
+    if kind in (T.CLASSIFICATION, T.NER):
+        id2label = data.get("id2label")
+        if not isinstance(id2label, dict):
+            return None
+        try:
+            labels = tuple(str(id2label[k]) for k in sorted(id2label, key=int))
+        except (TypeError, ValueError):
+            return None
+    return (kind, labels, "cls"), {ours + p: hf_state[theirs + p] for p in ("weight", "bias")}

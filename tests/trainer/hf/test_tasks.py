@@ -204,7 +204,9 @@ def test_an_export_is_read_back_as_the_same_encoder_and_the_head_is_named(norm, 
     encoder = [k for k in mine if k.startswith("bert.") and (norm == "post" or not k.startswith("bert.pooler."))]
     for k in encoder:
         torch.testing.assert_close(state[k], mine[k], rtol=0, atol=0)
-    assert any("task head" in line and "starts fresh" in line for line in report.lines())
+    assert report.head == (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls")  # what --init compares with its task
+    for k in ("classifier.weight", "classifier.bias"):
+        torch.testing.assert_close(state[k], mine[k], rtol=0, atol=0)
 
 
 FRESH = """
@@ -252,3 +254,26 @@ def test_a_classifier_a_tagger_and_a_reader_serve_in_a_fresh_python(tmp_path):
         mine = reader(inputs)
     np.testing.assert_allclose(got["qa"][0], mine["start_logits"][0].numpy(), rtol=0, atol=1e-4)
     np.testing.assert_allclose(got["qa"][1], mine["end_logits"][0].numpy(), rtol=0, atol=1e-4)
+
+
+def test_init_reuses_an_exported_head_only_for_its_own_task_labels_and_pooling(tmp_path):
+    from bertstream.trainer.finetune.heads import reuse_head
+    from bertstream.trainer.weights import resolve_init
+
+    exported = export(T.CLASSIFICATION, "pre", tmp_path / "hf")
+    init = resolve_init(str(tmp_path / "hf"), None)
+    assert init.head == (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls") and init.state is not None
+    same = (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls")
+    for wanted in (same, (T.CLASSIFICATION, ("neg", "pos", "neu"), "cls"), (*same[:2], "mean")):
+        model = ours(T.CLASSIFICATION, "pre", seed=9)
+        fresh = model.classifier.weight.detach().clone()
+        note = reuse_head(model, init.state, init.head, wanted)
+        head = model.classifier.weight.detach()
+        if wanted == same:
+            assert note is not None and note.startswith("task head reused")
+            torch.testing.assert_close(head, exported.classifier.weight.detach(), rtol=0, atol=0)
+        else:
+            assert note is not None and note.startswith("task head initialised fresh") and torch.equal(head, fresh)
+    tagger = ours(T.NER, "pre", seed=9)
+    note = reuse_head(tagger, init.state, init.head, (T.NER, tuple(NER_LABELS), "cls"))
+    assert note is not None and "for classification with labels ['neg', 'neu', 'pos']" in note
