@@ -95,7 +95,7 @@ def build_model(
     raw = task.build_model(config, len(train.labels), seed=cfg.run.seed, pooling=cfg.pooling)
     if init.state is not None:
         load_encoder_state(raw, init.state)
-        note = reuse_head(raw, init.state, init.head, (task.kind, train.labels, cfg.pooling))
+        note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling))
         if note and restored is None:
             R.log(f"init: {note}", info)
     if restored is not None:

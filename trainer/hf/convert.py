@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,8 @@ class HFLoadReport:
     ignored: tuple[tuple[str, str], ...] = ()  # (checkpoint key, reason)
     notes: tuple[str, ...] = ()
     vocab_sha256: str | None = None
-    head: HT.TaskHead | None = None  # what the task head in the state was trained for (a task class's folder)
+    head: HT.TaskHead | None = None  # a task class's folder: what its head was trained for
+    head_state: Mapping[str, Tensor] = field(default_factory=dict, repr=False)  # that head in our names
 
     def lines(self) -> list[str]:
         out = [
@@ -267,7 +268,6 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
     if data.get("model_type") is None:
         notes.append(f"{config_path} has no model_type; read as BERT")
     if head is not None:  # kept beside the encoder: finetune --init reuses it for the same task and labels
-        state |= head[1]
         notes.append(f"task head of {architectures[0]}: {head[0][0]}, labels {list(head[0][1])}")
     vocab_sha = None
     try:
@@ -287,6 +287,7 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
         notes=tuple(notes),
         vocab_sha256=vocab_sha,
         head=head[0] if head is not None else None,
+        head_state=head[1] if head is not None else {},
     )
     return config, state, report
 

@@ -206,7 +206,8 @@ def test_an_export_is_read_back_as_the_same_encoder_and_the_head_is_named(norm, 
         torch.testing.assert_close(state[k], mine[k], rtol=0, atol=0)
     assert report.head == (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls")  # what --init compares with its task
     for k in ("classifier.weight", "classifier.bias"):
-        torch.testing.assert_close(state[k], mine[k], rtol=0, atol=0)
+        torch.testing.assert_close(report.head_state[k], mine[k], rtol=0, atol=0)
+    assert not any(k.startswith("classifier.") for k in state)  # the state stays BertForPreTraining's
 
 
 FRESH = """
@@ -262,12 +263,13 @@ def test_init_reuses_an_exported_head_only_for_its_own_task_labels_and_pooling(t
 
     exported = export(T.CLASSIFICATION, "pre", tmp_path / "hf")
     init = resolve_init(str(tmp_path / "hf"), None)
-    assert init.head == (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls") and init.state is not None
+    assert init.head is not None and init.head.trained_for == (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls")
+    assert init.state is not None and not any(k.startswith("classifier.") for k in init.state)  # (--init-from)
     same = (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls")
     for wanted in (same, (T.CLASSIFICATION, ("neg", "pos", "neu"), "cls"), (*same[:2], "mean")):
         model = ours(T.CLASSIFICATION, "pre", seed=9)
         fresh = model.classifier.weight.detach().clone()
-        note = reuse_head(model, init.state, init.head, wanted)
+        note = reuse_head(model, init.head, wanted)
         head = model.classifier.weight.detach()
         if wanted == same:
             assert note is not None and note.startswith("task head reused")
@@ -275,5 +277,5 @@ def test_init_reuses_an_exported_head_only_for_its_own_task_labels_and_pooling(t
         else:
             assert note is not None and note.startswith("task head initialised fresh") and torch.equal(head, fresh)
     tagger = ours(T.NER, "pre", seed=9)
-    note = reuse_head(tagger, init.state, init.head, (T.NER, tuple(NER_LABELS), "cls"))
+    note = reuse_head(tagger, init.head, (T.NER, tuple(NER_LABELS), "cls"))
     assert note is not None and "for classification with labels ['neg', 'neu', 'pos']" in note
