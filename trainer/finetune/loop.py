@@ -44,7 +44,7 @@ from bertstream.trainer.finetune.data import (
     collate,
     load_task_data,
 )
-from bertstream.trainer.finetune.heads import load_encoder_state
+from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
 from bertstream.trainer.finetune.health import finetune_warning
 from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
 from bertstream.trainer.finetune.tasks import Task, get_task
@@ -84,12 +84,21 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
 
 
 def build_model(
-    task: Task, config: BertConfig, num_labels: int, init: Init, restored: ckpt.Loaded | None, cfg: FinetuneConfig
+    task: Task,
+    config: BertConfig,
+    train: TaskData,
+    init: Init,
+    restored: ckpt.Loaded | None,
+    cfg: FinetuneConfig,
+    info: D.DistInfo,
 ) -> torch.nn.Module:
-    """The task's model with the initial encoder weights, or the resumed run's weights."""
-    raw = task.build_model(config, num_labels, seed=cfg.run.seed, pooling=cfg.pooling)
+    """The task's model with the initial encoder weights (and head, if trained for this task), or the resumed run's."""
+    raw = task.build_model(config, len(train.labels), seed=cfg.run.seed, pooling=cfg.pooling)
     if init.state is not None:
         load_encoder_state(raw, init.state)
+        note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling))
+        if note and restored is None:
+            R.log(f"init: {note}", info)
     if restored is not None:
         R.load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
     return raw
@@ -296,7 +305,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
         )
     prepare_output(run_dir, existing, info)
     metric = task.primary_metric(train.glue)
-    raw = build_model(task, config, len(train.labels), init, restored, cfg).to(info.device)
+    raw = build_model(task, config, train, init, restored, cfg, info).to(info.device)
     model = R.wrap(raw, info)
     ranks = {"world_size": info.world_size, "rank": info.rank}
     train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, **ranks)
@@ -314,6 +323,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
     results = new_results(cfg, task, train, evaluation, init, config, **plan)
     run_config = {"model": config.to_dict(), "finetune": redact_values(cfg.to_dict()), "task": results["task"]}
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
+    run_config["lowercase"] = train.manifest.lowercase  # the data's casing: export-hf's tokenizer.json follows it
     saver = Saver(run_dir, R.CheckpointWriter(run_config, init.vocab.text(), info))
 
     # --- restore --------------------------------------------------------------------------------------
