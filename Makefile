@@ -53,7 +53,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/pipeline_throughput.py
 	$(BIN)/python benchmarks/pipeline_scale.py
-	$(BIN)/python benchmarks/instances_speed.py
+	$(BIN)/python benchmarks/stage_speed.py --instances
 	$(BIN)/python benchmarks/loader_throughput.py
 	$(BIN)/python benchmarks/train_step.py
 

@@ -48,10 +48,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bertstream.pipelines.inputs.read import Document, batch_documents, read_documents  # noqa: E402
 from bertstream.pipelines.pretraining import dedup as D  # noqa: E402
 from bertstream.pipelines.pretraining import minhash as M  # noqa: E402
 from bertstream.pipelines.pretraining.kernels import switch  # noqa: E402
-from bertstream.pipelines.pretraining.read import Document, batch_documents, read_documents  # noqa: E402
 
 WIKI = REPO.parent / "shared" / "data" / "pretrain" / "wikipedia"
 

@@ -52,8 +52,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import gpu_commands as C  # noqa: E402
-from benchmarks.device_python import build_site, device_distributions  # noqa: E402
+from benchmarks.lib import gpu_commands as C  # noqa: E402
+from benchmarks.lib.device_python import build_site, device_distributions  # noqa: E402
 from benchmarks.train_step import hf_labels, make_batch  # noqa: E402
 from bertstream.trainer.metrics import device_peak_flops  # noqa: E402
 from bertstream.trainer.model import BertForPreTraining, mean_losses  # noqa: E402
@@ -601,7 +601,7 @@ def run_suite(sizes: Sizes, carry: Path, logs: Path, device: torch.device, save:
     run("b", lambda: part_b(sizes, device, peaks, budget, result["a"].get("runs", [])))
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as tmp:  # (c)'s checkpoints: not for $OUT
         work = Path(tmp)
-        # The CPU rehearsal runs the commands with only what the GPU machine has (benchmarks/device_python.py).
+        # The CPU rehearsal runs the commands with only what the GPU machine has (benchmarks/lib/device_python.py).
         site = build_site(work / "device_site") if device.type == "cpu" else None
         run("c", lambda: part_c(sizes, site, carry, work, logs, budget, result["a"].get("runs", []), stderrs))
         ckpt = next((r["checkpoint"] for r in result["c"].get("runs", []) if "checkpoint" in r), None)

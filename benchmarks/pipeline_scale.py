@@ -6,7 +6,7 @@ concatenated four times, one `wikiextractor` file of 64 MB), and runs the pipeli
 and with 2 worker processes. For every run: wall time of the whole command, input MB/s, instances/s,
 peak RSS summed over the command and its worker processes, CPU-seconds per MB of input (user + system of
 every process of the run: the command, its worker processes and, for Dask, the scheduler and workers during
-the run; ``benchmarks/process_cpu.py``) and each runner's CPU-s/MB as a ratio to the in-process run's on the
+the run; ``benchmarks/lib/process_cpu.py``) and each runner's CPU-s/MB as a ratio to the in-process run's on the
 same input, code and dupe factor in this run (what a cluster multiplies: on 2 cores wall time cannot show what
 a worker wastes, CPU time can), and the ratio to the tokenizer-only ceiling
 (the pipeline's tokenizer backend alone on the same paragraphs, measured in the same run, beside the other
@@ -24,14 +24,14 @@ run; its peak sums the command, the scheduler and the workers (each a nanny and 
     python benchmarks/pipeline_scale.py --json out.json --plot scale.png
     python benchmarks/pipeline_scale.py --copies 4 --dupe 1 --dupe 10 --dask 0 --baseline b6b896c  # paired
     python benchmarks/pipeline_scale.py --copies 4 --dupe 1 --workers 1 --dask 0 --no-big-file --profile
-    python benchmarks/pipeline_scale.py --copies 4 --copies 8 --no-big-file   # issue 34: CPU-s/MB, 3 runners
+    python benchmarks/pipeline_scale.py --copies 4 --copies 8 --no-big-file   # CPU-s/MB, 3 runners
 
 ``--baseline REV`` runs every row twice, back to back: first with the code of commit REV (``git archive`` into
 the temporary folder, imported through PYTHONPATH), then with this checkout, and prints this checkout's speed
 and memory as ratios to the baseline's, measured in the same run; it also checks that both wrote the same
 shards (sha256 of every shard in the two manifests).
 
-``--profile``: in-process rows with one worker run under the stage sampler (``benchmarks/stage_profile.py``,
+``--profile``: in-process rows with one worker run under the stage sampler (``benchmarks/lib/stage_profile.py``,
 through ``benchmarks/pipeline_profile.py``) and print each stage's share of the wall time, so the next ceiling
 is visible; the sampler costs a few per cent, so those rows' seconds are not compared with unprofiled ones.
 Runs without ``--profile`` are unchanged.
@@ -57,8 +57,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.lib.process_cpu import reap_orphans  # noqa: E402
 from benchmarks.pipeline_throughput import ceilings, paragraphs_of, print_ceilings, run_metered  # noqa: E402
-from benchmarks.process_cpu import reap_orphans  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data" / "pretrain"
 BIG_FILE_REPEATS = 4

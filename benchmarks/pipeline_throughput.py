@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.process_cpu import become_subreaper, children_cpu, reap_orphans, tree_cpu  # noqa: E402
+from benchmarks.lib.process_cpu import become_subreaper, children_cpu, reap_orphans, tree_cpu  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -65,7 +65,7 @@ def tree_rss(root: int) -> int:
 @dataclass(frozen=True, slots=True)
 class Measured:
     """One command's run: wall seconds, peak RSS summed over its processes (bytes), user + system CPU-seconds of
-    every process of the run (``benchmarks.process_cpu``), and its output."""
+    every process of the run (``benchmarks.lib.process_cpu``), and its output."""
 
     seconds: float
     peak: int
@@ -119,8 +119,8 @@ def run_measured(
 
 def paragraphs_of(inputs: list[str], fmt: str) -> list[list[str]]:
     """Each file's paragraphs, read with the pipeline's own reader (not timed)."""
-    from bertstream.pipelines.common.inputs import resolve_inputs
-    from bertstream.pipelines.pretraining.read import read_documents
+    from bertstream.pipelines.inputs.read import read_documents
+    from bertstream.pipelines.inputs.resolve import resolve_inputs
 
     files = resolve_inputs(inputs, fmt)
     return [[p for d in read_documents(f.path, f.format, Counter()) for p in d.paragraphs] for f in files]

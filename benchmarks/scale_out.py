@@ -1,4 +1,4 @@
-"""Issue 47: `bertprep pretraining` past 2 cores, in one device call of at most 8 minutes on 16 cores.
+"""`bertprep pretraining` past 2 cores, in one device call of at most 8 minutes on 16 cores.
 
 Three modes, one grid (the runs themselves are ``benchmarks/pipeline_scale.py``'s: ``run_one`` meters wall time,
 CPU-seconds of every process, peak RSS summed over them and the shards' sha256; ``dask_cluster`` starts a
@@ -80,7 +80,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.device_carry import CARRY_LIMIT, closure, download, on_the_image, tree_bytes  # noqa: E402
+from benchmarks.lib.device_carry import CARRY_LIMIT, closure, download, on_the_image, tree_bytes  # noqa: E402
 from benchmarks.pipeline_scale import (  # noqa: E402
     SHARED,
     add_cpu_ratios,

@@ -1,8 +1,10 @@
-"""Measure and choose the sentence segmenter: boundary precision/recall/F1 and speed, in one run.
+"""The segmenters: the sentence segmenter's boundary precision/recall/F1 and speed (default), or the word
+segmenters of Chinese whole-word masking (``--words``), in one run.
 
     python benchmarks/segmenter_eval.py [--data DIR] [--budget SECONDS]
+    python benchmarks/segmenter_eval.py --words [--data DIR]
 
-Quality: boundary P/R/F1 per gold source of ``benchmarks/segment_gold.py`` and overall.
+Quality: boundary P/R/F1 per gold source of ``benchmarks/lib/segment_gold.py`` and overall.
 Speed: MB/s (UTF-8 bytes of input) on one thread over the shared Wikipedia paragraphs
 (``pretrain/wikipedia/wiki_*``: the lines between ``<doc ...>`` and ``</doc>``, less the title line),
 per CPU second of this process -- i.e. per core, and not slowed by other jobs queueing for the
@@ -16,6 +18,10 @@ recovered afterwards for scoring by aligning their sentences on non-whitespace c
 
 The choice: the segmenter with the best overall F1 among those with F1 >= 0.98 on every source and
 >= 10 MB/s per core.
+
+Words (``--words``): jieba (Python) against rjieba (Rust), on the shared Chinese text: each one's speed over the
+shared Chinese files (CLUECorpusSmall, both Wikipedia files), the share of lines both cut into the same words,
+and what the Tokenize stage costs with each against no segmenter.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +40,7 @@ _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
-from benchmarks.segment_gold import (  # noqa: E402
+from benchmarks.lib.segment_gold import (  # noqa: E402
     Counts,
     GoldSource,
     all_gold,
@@ -152,17 +159,68 @@ def throughput(run: Callable[[str], object], paragraphs: list[str], budget_s: fl
     return best, measured
 
 
+CHINESE_FILES = ("CLUECorpusSmall_sampled.txt", "zhwiki/wiki_00", "wiki_zh_2019/wiki_00")
+
+
+def words(shared: Path) -> None:
+    """``--words``: jieba against rjieba, and the Tokenize stage with each."""
+    from bertstream.pipelines.common.tokenizer import load_tokenizer
+    from bertstream.pipelines.inputs.read import read_documents
+    from bertstream.pipelines.pretraining.chinese_words import SEGMENTERS, load_segmenter
+    from bertstream.pipelines.pretraining.segmenter import split_sentences
+    from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+
+    lines = [
+        line
+        for name in CHINESE_FILES
+        for line in (shared / "pretrain" / "chinese" / name).read_text(encoding="utf-8").split("\n")
+        if line.strip()
+    ]
+    mb = sum(len(line.encode()) for line in lines) / 1e6
+    words = {}
+    seconds = {}
+    for name in SEGMENTERS:
+        t = time.perf_counter()
+        spans = load_segmenter(name)
+        load = time.perf_counter() - t
+        t = time.perf_counter()
+        words[name] = [spans(line) for line in lines]
+        seconds[name] = time.perf_counter() - t
+        print(f"{name:7s} {mb / seconds[name]:6.2f} MB/s over {mb:.2f} MB ({len(lines):,} lines; load {load:.2f} s)")
+    same = sum(a == b for a, b in zip(words["rjieba"], words["jieba"])) / len(lines)
+    print(f"rjieba / jieba speed: {seconds['jieba'] / seconds['rjieba']:.1f}x; same words on {same:.1%} of lines")
+
+    docs = []
+    path = shared / "pretrain" / "chinese" / "CLUECorpusSmall_sampled.txt"
+    for d in read_documents(str(path), "sentences", Counter()):
+        docs += [(f"{i}", split_sentences(line)) for i, line in enumerate(d.paragraphs)]
+    spec = load_tokenizer(str(shared / "vocab" / "bert-base-chinese-vocab.txt"))
+    mb = path.stat().st_size / 1e6
+    base = None
+    for name in ("", *SEGMENTERS):
+        tok = DocumentTokenizer(spec, name)
+        t = time.perf_counter()
+        tok(docs, Counter())
+        dt = time.perf_counter() - t
+        base = base or dt
+        print(f"Tokenize {name or 'no segmenter':12s} {mb / dt:6.2f} MB/s ({dt / base:.1f}x the time without one)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=shared_data_dir(), help="shared data dir")
     ap.add_argument("--budget", type=float, default=30.0, help="CPU seconds per speed pass")
+    ap.add_argument("--words", action="store_true", help="the Chinese word segmenters (jieba, rjieba) instead")
     args = ap.parse_args(argv)
+    if args.words:
+        words(args.data)
+        return 0
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core, for any tool that would thread
 
     gold: list[GoldSource] = all_gold(args.data)
     wiki = wikipedia_paragraphs(args.data)
     wiki_mb = sum(len(p.encode("utf-8")) for p in wiki) / 1e6
-    print("# gold sources (eligibility rules E1-E3 in benchmarks/segment_gold.py)")
+    print("# gold sources (eligibility rules E1-E3 in benchmarks/lib/segment_gold.py)")
     for g in gold:
         print(
             f"#   {g.name:12s} sentences {g.total:6d}  removed {sum(g.removed.values()):5d} "

@@ -12,6 +12,17 @@ size: one run, every figure a ratio of two measured in it (the machine may be sh
    and ``bertprep pretraining`` on x1 and x4, and the ratios.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/wikipedia_pipeline.py [--runs 2] [--dupe-factor 10]
+
+Wikitext to text (``--wikitext``): our scanner (pipelines/pretraining/wikitext.py) against mwparserfromhell's
+``strip_code`` and wikitextparser's ``plain_text``, on the 106 articles of the shared enwiki dump. Prints, all
+measured in this one process on one thread (best of ``--runs``, 3 by default, so the ratios compare like with
+like): MB/s of wikitext for each, and the ratios; then agreement: word-level F1 of our paragraphs against each
+library's text with our prose policy applied (tests/pipelines/pretraining/wikitext_reference.py), and the share
+of our words that each library's raw text also holds (what it keeps beyond prose is lists, headings, captions,
+tables and category names). Also the dump reader's speed (mediawiki.read_pages: bzip2 + XML).
+mwparserfromhell is no dependency of the project: ``pip install mwparserfromhell`` to include it.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/wikipedia_pipeline.py --wikitext [--runs 3]
 """
 
 from __future__ import annotations
@@ -26,7 +37,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.lib.timing import timed  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DUMP = SHARED / "pretrain" / "wikidump" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -59,20 +75,11 @@ def repeated_dump(xml: bytes, copies: int, first: int = 0) -> bytes:
     return b"".join(parts)
 
 
-def timed(fn, runs: int) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def read_breakdown(runs: int) -> tuple[float, float]:
     """Print where the read stage's time goes on the dump (one thread, best of ``runs``); its MB of XML, text."""
-    from bertstream.pipelines.pretraining.mediawiki import drop_reason, read_pages
-    from bertstream.pipelines.pretraining.read import read_documents
-    from bertstream.pipelines.pretraining.wikitext import wikitext_paragraphs
+    from bertstream.pipelines.inputs.mediawiki_xml import drop_reason, read_pages
+    from bertstream.pipelines.inputs.read import read_documents
+    from bertstream.pipelines.inputs.wikitext import wikitext_paragraphs
 
     raw = DUMP.read_bytes()
     xml = bz2.decompress(raw)
@@ -97,16 +104,82 @@ def read_breakdown(runs: int) -> tuple[float, float]:
 
 def read_seconds(copies: int) -> float:
     """The read stage on the dump, ``copies`` times, best of 3."""
-    from bertstream.pipelines.pretraining.read import read_documents
+    from bertstream.pipelines.inputs.read import read_documents
 
     return copies * timed(lambda: list(read_documents(str(DUMP), "mediawiki", Counter())), 3)
 
 
+def wikitext(runs: int) -> None:
+    """``--wikitext``: our wikitext scanner against two parsers' plain text, speed and agreement."""
+
+    from bertstream.pipelines.inputs.mediawiki_xml import drop_reason, read_pages
+    from bertstream.pipelines.inputs.wikitext import wikitext_paragraphs
+    from tests.pipelines.pretraining import wikitext_reference as R
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    t = time.perf_counter()
+    pages = list(read_pages(DUMP))
+    read_s = time.perf_counter() - t
+    xml_mb = len(bz2.decompress(DUMP.read_bytes())) / 1e6
+    articles = {p.title: p.text for p in pages if drop_reason(p) is None and p.text}
+    texts = list(articles.values())
+    mb = sum(len(text.encode()) for text in texts) / 1e6
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} (shared with other jobs)")
+    print(f"dump reader: {len(pages)} pages, {xml_mb:.1f} MB of XML in {read_s:.2f} s ({xml_mb / read_s:.1f} MB/s)")
+    print(f"{len(texts)} articles, {mb:.2f} MB of wikitext; best of {runs} runs, one thread\n")
+
+    methods: dict[str, Callable[[str], object]] = {"ours (wikitext_paragraphs)": wikitext_paragraphs}
+    raw: dict[str, Callable[[str], str]] = {}
+    oracles: dict[str, Callable[[str], list[str]]] = {}
+    try:
+        import mwparserfromhell as mwp
+
+        raw["mwparserfromhell strip_code"] = lambda text: mwp.parse(text).strip_code()
+        oracles["mwparserfromhell strip_code"] = R.mwparserfromhell_paragraphs
+    except ImportError:
+        print("mwparserfromhell not installed: left out")
+    try:
+        import wikitextparser as wtp
+
+        raw["wikitextparser plain_text"] = lambda text: wtp.parse(text).plain_text()
+        oracles["wikitextparser plain_text"] = R.wikitextparser_paragraphs
+    except ImportError:
+        print("wikitextparser not installed: left out")
+    methods.update(raw)
+
+    speed = {name: mb / timed(lambda fn=fn: [fn(text) for text in texts], runs) for name, fn in methods.items()}
+    ours = speed["ours (wikitext_paragraphs)"]
+    for name, mbs in speed.items():
+        ratio = "" if mbs == ours else f"   ours is {ours / mbs:.1f}x faster"
+        print(f"{name:30s} {mbs:6.2f} MB/s{ratio}")
+
+    print()
+    paragraphs = {title: wikitext_paragraphs(text) for title, text in articles.items()}
+    for name, oracle in oracles.items():
+        f1 = {title: R.word_f1(paragraphs[title], oracle(text)) for title, text in articles.items()}
+        worst = sorted(f1.items(), key=lambda kv: kv[1])[:3]
+        below = sum(v < 0.99 for v in f1.values())
+        shown = ", ".join(f"{title} {v:.3f}" for title, v in worst)
+        print(
+            f"F1 against {name} + our policy: mean {sum(f1.values()) / len(f1):.5f}, {below} below 0.99; worst {shown}"
+        )
+    for name, fn in raw.items():
+        ours_words = R.words([p for title in articles for p in paragraphs[title]])
+        theirs = R.words([fn(text) for text in texts])
+        kept = sum((ours_words & theirs).values()) / sum(ours_words.values())
+        extra = sum(theirs.values()) / sum(ours_words.values()) - 1
+        print(f"{name}: holds {kept:.2%} of our words, and {extra:.0%} more words (what is no prose)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=2, help="timed runs of each; the best counts")
+    ap.add_argument("--runs", type=int, help="timed runs of each; the best counts (default 2; --wikitext 3)")
     ap.add_argument("--dupe-factor", type=int, default=10, help="BERT's default is 10")
+    ap.add_argument("--wikitext", action="store_true", help="wikitext to text: our scanner against two parsers")
     args = ap.parse_args()
+    if args.wikitext:
+        return wikitext(args.runs or 3)
+    args.runs = args.runs or 2
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     with tempfile.TemporaryDirectory(prefix="wikipedia-bench-") as tmp:

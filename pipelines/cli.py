@@ -80,7 +80,7 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
     with bertprep_errors(PretrainingJob):
         job = options.build(PretrainingJob, **values, beam_args=ctx.args)
         if job.verbose:  # read by the stages wherever they run: this process or the worker processes it starts
-            from bertstream.pipelines.pretraining.progress import ENV_VERBOSE
+            from bertstream.pipelines.common.progress import ENV_VERBOSE
 
             os.environ[ENV_VERBOSE] = "1"
         result = run_pretraining(job)
@@ -118,10 +118,11 @@ def _print_summary(result) -> None:
     from bertstream.pipelines.report.inspection import manifest_warning, summary_lines
 
     m = result.manifest
+    seconds = m.run.get("seconds") or result.seconds  # the run's own time, as its run: line below says it
     click.echo(
-        f"done in {result.seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input, "
-        f"{result.input_bytes / 1e6 / max(result.seconds, 1e-9):.2f} MB/s, "
-        f"{m.totals.get('instances', 0) / max(result.seconds, 1e-9):.0f} instances/s"
+        f"done in {seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input, "
+        f"{result.input_bytes / 1e6 / max(seconds, 1e-9):.2f} MB/s, "
+        f"{m.totals.get('instances', 0) / max(seconds, 1e-9):.0f} instances/s"
     )
     for line in summary_lines(m):
         click.echo("  " + line)

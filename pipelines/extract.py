@@ -10,7 +10,7 @@ text are counted drops (``empty``), as the pretraining pipeline counts them.
 The run is a dataset run like every other (:func:`bertstream.pipelines.common.dataset_run.run_dataset`): the
 ``--output`` policy, a ``manifest.json`` (kind ``documents``) with the counters, inputs and files, published
 last. SplitFiles -> SpreadRanges -> WriteParts -> Publish: the read stage's ranges (a multistream dump's bzip2
-streams, row groups, record batches, byte ranges of line formats; :func:`bertstream.pipelines.pretraining.read
+streams, row groups, record batches, byte ranges of line formats; :func:`bertstream.pipelines.inputs.read
 .ranges_of`) are each streamed into one part file in the work folder, in file order, so memory holds one
 document at a time whatever the input's size; the last step names the parts ``documents-NNNNN-of-NNNNN`` in input
 order and writes the manifest. The ranges depend on the inputs' sizes only, so the files are the same bytes on
@@ -40,12 +40,12 @@ from bertstream.pipelines.common.dataset_run import (
     write_text_atomic,
 )
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.inputs import check_text_field, describe_inputs, input_format_of, resolve_inputs
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.extract_config import ExtractConfig, ExtractJob
-from bertstream.pipelines.pretraining.documents import Document
-from bertstream.pipelines.pretraining.read import FileRange, range_bytes_for, range_documents, ranges_of
+from bertstream.pipelines.inputs.documents import Document
+from bertstream.pipelines.inputs.read import FileRange, range_bytes_for, range_documents, ranges_of
+from bertstream.pipelines.inputs.resolve import check_text_field, describe_inputs, input_format_of, resolve_inputs
 from bertstream.pipelines.runners.runner import pipeline_options
 from bertstream.schemas.hashing import hash64
 from bertstream.schemas.manifest import DOCUMENTS_KIND, MANIFEST_NAME, ShardInfo

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertstream.cli.options import opt, section
-from bertstream.pipelines.common.formats import check_input_fields, input_format_opt, text_field_opt
+from bertstream.pipelines.inputs.options import check_input_fields, input_format_opt, inputs_opt, text_field_opt
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -31,7 +31,7 @@ class ExtractConfig:
 class ExtractJob:
     """One ``bertprep extract`` run: the ``--input`` patterns, the output folder and the :class:`ExtractConfig`."""
 
-    inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable); gz/bz2/zst by extension.", flag="--input")
+    inputs: tuple[str, ...] = inputs_opt()
     output: str = opt(help="Output folder (local or URL).", after="input_format")
     config: ExtractConfig = section(ExtractConfig)
     overwrite: bool = opt(False, "Replace documents already in --output.")

@@ -26,10 +26,10 @@ from tokenizers import trainers
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.inputs import InputFile, check_text_field, input_format_of, resolve_inputs
 from bertstream.pipelines.common.output_dir import OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_text
-from bertstream.pipelines.pretraining.read import read_documents
+from bertstream.pipelines.inputs.read import read_documents
+from bertstream.pipelines.inputs.resolve import InputFile, check_text_field, input_format_of, resolve_inputs
 from bertstream.pipelines.vocab_config import VocabConfig, VocabJob
 from bertstream.schemas.hashing import hash64
 from bertstream.schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
-from bertstream.pipelines.common.formats import check_input_fields, input_format_opt, text_field_opt
+from bertstream.pipelines.inputs.options import check_input_fields, input_format_opt, inputs_opt, text_field_opt
 from bertstream.schemas.vocab import SPECIAL_TOKENS
 
 
@@ -35,7 +35,7 @@ class VocabConfig:
 class VocabJob:
     """One ``bertprep vocab`` run: the ``--input`` patterns, the output folder and the :class:`VocabConfig`."""
 
-    inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable).", flag="--input")
+    inputs: tuple[str, ...] = inputs_opt(compressed=False)
     output: str = opt(help="Folder for vocab.txt and tokenizer.json.", path="dir", exists=False, after="input_format")
     config: VocabConfig = section(VocabConfig, input_format="auto")
     overwrite: bool = opt(False, "Replace a vocabulary already in --output.")

@@ -65,3 +65,17 @@ def test_the_readmes_subcommands_exist(program):
     assert isinstance(group, click.Group)
     used = sorted({w[1] for w in command_lines() if w[0] == program and len(w) > 1 and not w[1].startswith("-")})
     assert used and set(used) <= set(group.commands), f"{program}: README uses {used}, it has {sorted(group.commands)}"
+
+
+def test_the_recipe_trains_at_the_rates_that_suit_its_model():
+    # README's step 5 at the fine-tuning default (BERT-base's 5e-5) predicted one class on a small model: the
+    # recipe's pretrain and finetune lines carry the rates of trainer.optim.advice for the recipe's --model
+    from bertstream.trainer.model_config import PRESETS
+    from bertstream.trainer.optim.advice import suggested_lr
+
+    lines = command_lines()
+    (pretrain,) = [w for w in lines if w[:2] == ["berttrain", "pretrain"]]
+    (finetune,) = [w for w in lines if w[:2] == ["berttrain", "finetune"]]
+    hidden = PRESETS[pretrain[pretrain.index("--model") + 1]](100).hidden_size
+    assert "--lr" in pretrain and float(pretrain[pretrain.index("--lr") + 1]) == suggested_lr(hidden, "pretrain")
+    assert "--lr" in finetune and float(finetune[finetune.index("--lr") + 1]) == suggested_lr(hidden, "finetune")

@@ -41,7 +41,8 @@ def pretrain(**values: Any) -> None:
     "--overwrite", is_flag=True, help="Replace an earlier export in OUT (a folder of other files is refused)."
 )
 def export_hf(checkpoint, out, overwrite: bool) -> None:
-    """Write a checkpoint as a Hugging Face BertForPreTraining folder (config.json, model.safetensors, vocab.txt)."""
+    """Write a checkpoint as a Hugging Face folder: pretraining as BertForPreTraining, a fine-tuning run as its task
+    class (BertForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering) that pipelines serve."""
     from bertstream.trainer.hf.convert import export_checkpoint
 
     with reported():

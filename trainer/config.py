@@ -15,6 +15,7 @@ from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
 from bertstream.trainer.data.config import MASKING_MODES, DataConfig, check_masking
 from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
+from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.table import LR_SCHEDULES
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
 
@@ -78,7 +79,7 @@ class RunConfig:
 class OptimConfig:
     """The optimizer both commands build (``bertstream.trainer.optim.table``) and its settings."""
 
-    lr: float = opt(1e-4)
+    lr: float = opt(1e-4, LR_HELP)
     weight_decay: float = opt(0.01)
     adam_eps: float = opt(1e-6, cli=False)  # BERT's
     max_grad_norm: float = opt(1.0)

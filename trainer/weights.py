@@ -33,6 +33,21 @@ class InitError(UserError, ValueError):
 
 
 @dataclass(frozen=True)
+class TaskHead:
+    """A fine-tuned model's head (our names: ``classifier.*`` or ``qa_outputs.*``) and what it was trained for;
+    ``berttrain finetune`` continues it when its run is the same task (``finetune.heads.reuse_head``)."""
+
+    kind: str
+    labels: tuple[str, ...]
+    pooling: str
+    tensors: dict[str, Tensor] = field(repr=False)
+
+    @property
+    def trained_for(self) -> tuple[str, tuple[str, ...], str]:
+        return self.kind, self.labels, self.pooling
+
+
+@dataclass(frozen=True)
 class Init:
     kind: str  # "checkpoint" | "hf" | "random"
     source: str
@@ -40,6 +55,7 @@ class Init:
     vocab: Vocab
     state: dict[str, Tensor] | None  # encoder tensors named bert.* (plus whatever else the file held); None: random
     notes: tuple[str, ...] = field(default_factory=tuple)
+    head: TaskHead | None = None  # a fine-tuned model's task head, which finetune may continue
 
     def describe(self) -> dict:
         return {"kind": self.kind, "source": self.source, "vocab_sha256": self.vocab.sha256, "notes": list(self.notes)}
@@ -158,7 +174,13 @@ def _our_checkpoint(folder: Path, data: dict, *, weights: bool, flag: str) -> In
         state = ckpt.read_tensors(model_file)
     except ckpt.CheckpointError as e:
         raise InitError(f"{flag} {e}") from None
-    return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {model_file}",))
+    task, run = data.get("task"), data.get("finetune")
+    head = None
+    if isinstance(task, dict) and isinstance(run, dict):  # a fine-tuning checkpoint: its head may be continued
+        tensors = {k: v for k, v in state.items() if not k.startswith("bert.")}
+        labels = tuple(map(str, task.get("labels") or ()))
+        head = TaskHead(str(task.get("kind")), labels, str(run.get("pooling", "cls")), tensors)
+    return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {model_file}",), head)
 
 
 def _hf_folder(folder: Path, seed: int, flag: str) -> Init:
@@ -172,7 +194,8 @@ def _hf_folder(folder: Path, seed: int, flag: str) -> Init:
             f"{flag} {folder}: the Hugging Face folder has no usable vocab.txt ({e}); without it the "
             "data's token ids cannot be checked against the model's"
         ) from None
-    return Init("hf", str(folder), config, vocab, state, tuple(report.lines()))
+    head = TaskHead(*report.head, dict(report.head_state)) if report.head is not None else None
+    return Init("hf", str(folder), config, vocab, state, tuple(report.lines()), head)
 
 
 def check_vocab(init: Init, data_sha256: str, data_root: str, flag: str = "--init", job: str = "task") -> None:

@@ -3,7 +3,7 @@
 A file is cut into ranges ``[start, end)`` of ``range_bytes`` each. A range is read as its *segment*: from the
 first *anchor* at or after ``start`` (offset 0 for the first range) up to, not including, the first anchor at or
 after ``end`` (or the end of the file). An anchor is a line start (offset 0 or just after a ``\\n``) where the
-format's parser holds no state from earlier lines (``bertstream.pipelines.pretraining.read`` says which lines those are), so:
+format's parser holds no state from earlier lines (each format's ``anchor``: ``bertstream.pipelines.inputs.formats``), so:
 
 - the segments of consecutive ranges tile the file (range ``i`` ends where range ``i + 1`` starts), and
 - parsing each segment on its own gives exactly what parsing the whole file gives for that part,

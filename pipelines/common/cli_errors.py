@@ -21,8 +21,7 @@ import click
 
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError, exit_interrupted, missing_package, one_line, sigterm_as_interrupt
-from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.inputs import missing_filesystem_in
+from bertstream.pipelines.common.files import InputError, missing_filesystem_in
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.runners.runner import (
     current_worker_log,

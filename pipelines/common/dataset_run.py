@@ -81,8 +81,9 @@ class DatasetHeader:
         started = run.get("started_at")
         if started:
             run["seconds"] = round(time.time() - started, 3)
-            if bytes_read is not None:
-                run["input_mb_per_s"] = round(bytes_read / 1e6 / max(run["seconds"], 1e-9), 3)
+            if bytes_read is not None:  # the input's MB as listed (a .gz's compressed bytes), as the run's lines say
+                per_s = run.get("input_bytes", bytes_read) / 1e6 / max(run["seconds"], 1e-9)
+                run["input_mb_per_s"] = round(per_s, 3)
         return run
 
     def manifest(
@@ -139,6 +140,7 @@ def run_dataset(run: DatasetRun) -> RunResult:
     with claim_output(run.output, run.overwrite, run.policy, run.reads) as claim:
         started = time.time()
         entry = {**run_entry(run.options, list(run.beam_args), started), "run_id": claim.run_id}
+        entry["input_bytes"] = run.input_bytes
         header = run.header(claim, entry)
         C.progress(run.announce(claim))
         p = make_pipeline(run.options, claim.run_id)

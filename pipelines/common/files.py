@@ -1,7 +1,8 @@
 """Reading input files, for every job: raw bytes of any Beam filesystem, decompressed by extension with
 integrity checks (a truncated or corrupt file fails, named), refused when not UTF-8, and cut into decoded,
-cleaned lines with their byte offsets. The jobs' parsers (pretraining's formats, the task tables, CoNLL and
-SQuAD) start from these lines; ``InputError`` is what any of them raises for bad input.
+cleaned lines with their byte offsets. The jobs' parsers (the input formats, the task tables, CoNLL and SQuAD)
+start from these lines; ``InputError`` is what any of them raises for bad input. Also the paths' own helpers:
+local paths made absolute, and which package serves a URL's scheme.
 """
 
 from __future__ import annotations
@@ -36,6 +37,42 @@ _VERTICAL = re.compile(r"[\x0b\x0c\x85\u2028\u2029]")
 Line = tuple[int, str]
 
 
+def absolute(path: str) -> str:
+    """A local path made absolute (URLs as they are): workers of a distributed runner would resolve a relative
+    path against their own working directory, not the launcher's."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+# Beam's words when no filesystem serves a URL's scheme: its package (or Beam's extra) is not installed.
+_NO_FILESYSTEM = "Unable to get filesystem from specified path"
+_PACKAGES = {
+    "s3": "boto3 (pip install 'apache-beam[aws]')",
+    "gs": "google-cloud-storage (pip install 'apache-beam[gcp]')",
+    "azfs": "azure-storage-blob (pip install 'apache-beam[azure]')",
+}
+
+
+def missing_filesystem_in(e: BaseException) -> str | None:
+    """For a URL whose scheme no installed package serves: which package to install, in one sentence."""
+    seen: BaseException | None = e
+    while seen is not None:
+        text = str(seen)
+        if "Missing boto3 requirement" in text:  # Beam's S3 filesystem is there, its client is not
+            return f"s3:// paths need {_PACKAGES['s3']}, which is not installed"
+        if _NO_FILESYSTEM in text:
+            m = re.search(r"([a-z][a-z0-9+.-]*)://\S*", text)
+            scheme = m.group(1) if m else ""
+            need = _PACKAGES.get(scheme)
+            if need:
+                return f"{scheme}:// paths need {need}, which is not installed"
+            return (
+                f"{scheme or 'this'}:// paths are not served by any installed Beam filesystem "
+                "(Beam reads local paths, gs://, s3://, azfs:// and hdfs://; download http:// files first)"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class InputError(RuntimeError):
     """An input file cannot be read (corrupt compressed data, unreadable path): the run must stop."""
 
@@ -62,6 +99,14 @@ def clean_line(line: str, counters: Counter) -> str:
     if n:
         counters[C.CONTROL_CHARS] += n
     return line
+
+
+def parser_view(raw: bytes) -> str:
+    """A physical line's first line as a parser sees it: up to a lone CR (or the CR of CRLF), cleaned, stripped
+    (where a format's anchors are judged). Its counters are thrown away: the line is counted where it is parsed,
+    not where it is judged."""
+    scratch: Counter = Counter()
+    return clean_line(decode_block(raw.split(b"\r", 1)[0], scratch), scratch).strip()
 
 
 def block_lines(offset: int, raw: bytes, counters: Counter) -> Iterator[Line]:

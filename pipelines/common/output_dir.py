@@ -31,7 +31,7 @@ from apache_beam.io.filesystems import FileSystems
 from bertstream.cli.errors import UsageError
 from bertstream.cli.lock import FolderLock, lock_folder
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.inputs import absolute
+from bertstream.pipelines.common.files import absolute
 from bertstream.pipelines.common.spill import remove_work_dir
 from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.vocab import VOCAB_FILENAME

@@ -13,7 +13,7 @@ flag so travels with its token through grouping, spill files and instance creati
 of them or to their wire formats, and shards never see a mark: they stay schema v1, byte for byte what
 they would be with the same masks. Marked ids must fit the id type (:func:`check_vocab_size`).
 
-Speed (``benchmarks/word_segmenter.py``, the shared Chinese text, 4 MB): rjieba (Rust) segments 9.6x faster
+Speed (``benchmarks/segmenter_eval.py --words``, the shared Chinese text, 4 MB): rjieba (Rust) segments 9.6x faster
 than jieba (Python), with the same dictionary; both cut 89% of the lines into the same words (they differ in
 details of the HMM for unknown words).
 """

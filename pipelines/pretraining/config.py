@@ -8,12 +8,12 @@ from typing import Any
 
 from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
-from bertstream.pipelines.common.formats import (
-    ARROW_COMPRESSIONS,
-    OUTPUT_FORMATS,
+from bertstream.pipelines.common.formats import ARROW_COMPRESSIONS, OUTPUT_FORMATS
+from bertstream.pipelines.inputs.options import (
     TEXT_FIELD,
     check_input_fields,
     input_format_opt,
+    inputs_opt,
     text_field_opt,
 )
 
@@ -174,7 +174,7 @@ class PretrainingConfig:
 class PretrainingJob:
     """One ``bertprep pretraining`` run: what to read and write, and the :class:`PretrainingConfig`."""
 
-    inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable); gz/bz2/zst by extension.", flag="--input")
+    inputs: tuple[str, ...] = inputs_opt()
     vocab: str = opt(help="vocab.txt or tokenizer.json (local or URL).", after="input_format")
     output: str = opt(help="Output folder (local or URL).", after="vocab")
     config: PretrainingConfig = section(PretrainingConfig, input_format="auto")

@@ -50,8 +50,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.spill import ByteRange, SpillFn, read_ranges, spill_path, write_file
+from bertstream.pipelines.inputs.documents import Document, DocumentBatch
 from bertstream.pipelines.pretraining.dedup_encoding import Part, decode_batch, decode_parts, encode_batch, encode_part
-from bertstream.pipelines.pretraining.documents import Document, DocumentBatch
 from bertstream.pipelines.pretraining.minhash import (
     NUM_PERM,
     band_keys,

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bertstream.pipelines.pretraining.documents import Document, DocumentBatch
+from bertstream.pipelines.inputs.documents import Document, DocumentBatch
 
 # --- entries: what one batch sends to the shuffle -------------------------------------------------------
 

@@ -30,8 +30,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
+from bertstream.pipelines.common import progress as P
 from bertstream.pipelines.common.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
-from bertstream.pipelines.pretraining import progress as P
 from bertstream.pipelines.pretraining.instances import Pool, document_key
 from bertstream.pipelines.pretraining.tokenize import TokenizedBatch
 from bertstream.schemas import id_types

@@ -23,7 +23,7 @@ import apache_beam as beam
 import numpy as np
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.pretraining.documents import Document, DocumentBatch
+from bertstream.pipelines.inputs.documents import Document, DocumentBatch
 from bertstream.schemas.hashing import hash64, uniform_from
 
 EVAL_DIR = "eval"  # the evaluation dataset's folder, inside --output

@@ -27,19 +27,21 @@ from bertstream.pipelines.common.dataset_run import (
     vocab_entry,
 )
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.inputs import (
+from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, remove_empty_made
+from bertstream.pipelines.common.progress import Monitor
+from bertstream.pipelines.common.redact import redact_text
+from bertstream.pipelines.common.source_stats import UnkWords
+from bertstream.pipelines.common.spill import spill_bytes_for
+from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
+from bertstream.pipelines.common.wordpiece_backend import choose_backend
+from bertstream.pipelines.inputs.read import ReadDocuments, range_bytes_for
+from bertstream.pipelines.inputs.resolve import (
     InputFile,
     check_text_field,
     describe_inputs,
     input_format_of,
     resolve_inputs,
 )
-from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, remove_empty_made
-from bertstream.pipelines.common.redact import redact_text
-from bertstream.pipelines.common.source_stats import UnkWords
-from bertstream.pipelines.common.spill import spill_bytes_for
-from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
-from bertstream.pipelines.common.wordpiece_backend import choose_backend
 from bertstream.pipelines.pretraining.chinese_words import check_word_segmenter
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.dedup import Dedup, DedupSpec, dedup_partitions
@@ -48,8 +50,6 @@ from bertstream.pipelines.pretraining.group import GroupDocuments, GroupSpec
 from bertstream.pipelines.pretraining.holdout import EVAL_DIR, HoldOut
 from bertstream.pipelines.pretraining.instances import CreateInstances
 from bertstream.pipelines.pretraining.masking import MaskInstances
-from bertstream.pipelines.pretraining.progress import Monitor
-from bertstream.pipelines.pretraining.read import ReadDocuments, range_bytes_for
 from bertstream.pipelines.pretraining.segment import SegmentDocuments
 from bertstream.pipelines.pretraining.shipped import Shipped, ship
 from bertstream.pipelines.pretraining.stats import StatsSpec

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import apache_beam as beam
 import numpy as np
 
+from bertstream.pipelines.inputs.documents import DocumentBatch
 from bertstream.pipelines.pretraining import segmenter as S
-from bertstream.pipelines.pretraining.documents import DocumentBatch
 
 # (documents as (doc_id, sentences), counters): the tokenizer's input.
 SentenceBatch = tuple[list[tuple[str, list[str]]], Counter]

@@ -24,10 +24,10 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
+from bertstream.pipelines.common import progress as P
 from bertstream.pipelines.common.batch import InstanceBatch
 from bertstream.pipelines.common.shards import ArrowShardWriter, WebDatasetShardWriter
 from bertstream.pipelines.common.spill import ByteRange, SpillFn, key_blocks, read_ranges, spill_path, write_file
-from bertstream.pipelines.pretraining import progress as P
 from bertstream.pipelines.pretraining import stats as S
 from bertstream.pipelines.pretraining.kernels import switch
 from bertstream.schemas.hashing import hash64, mix64_array

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from bertstream.cli.errors import check
 from bertstream.cli.options import opt
 from bertstream.pipelines.common.formats import ARROW_COMPRESSIONS
+from bertstream.pipelines.inputs.options import inputs_opt
 from bertstream.schemas import tasks as T
 
 if TYPE_CHECKING:
-    from bertstream.pipelines.common.inputs import InputFile
     from bertstream.pipelines.common.tokenizer import TokenizerSpec
+    from bertstream.pipelines.inputs.resolve import InputFile
 
 MAX_SHARDS = 10_000
 _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -109,7 +110,7 @@ class TaskConfig:
 class TaskIO:
     """What every task command reads and writes."""
 
-    inputs: tuple[str, ...] = opt(help="File, glob or URL (repeatable); gz/bz2/zst by extension.", flag="--input")
+    inputs: tuple[str, ...] = inputs_opt()
     vocab: str = opt(help="The checkpoint's vocab.txt or tokenizer.json (local or URL).")
     output: str = opt(help="Output folder (local or URL).")
     split: str | None = opt(

@@ -31,10 +31,10 @@ from bertstream.pipelines.common.dataset_run import (
     vocab_entry,
 )
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.inputs import InputFile, describe_inputs, resolve_inputs
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.inputs.resolve import InputFile, describe_inputs, resolve_inputs
 from bertstream.pipelines.runners.runner import pipeline_options
 from bertstream.pipelines.tasks import read as R
 from bertstream.pipelines.tasks.features import Featurize, Layout

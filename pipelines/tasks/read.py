@@ -4,7 +4,7 @@ What a record is to the stages (``Record``), their batches, and the ``ReadRecord
 over workers, runs the kind's parser (``parse.py`` of ``classification/``, ``ner/``, ``squad/``: each defines
 its records and drop reasons) on each, batches the records and reports, per file,
 how many records it emitted (for dense global indices and range sharding) and a ``Tally`` of what was read,
-dropped or repaired. Files are decoded and cleaned as the pretraining reader does (``bertstream.pipelines.pretraining.read``:
+dropped or repaired. Files are decoded and cleaned as the pretraining reader does (``bertstream.pipelines.inputs.read``:
 compression by extension, invalid UTF-8 replaced and counted, control characters and BOMs removed and
 counted), except SQuAD JSON, whose contexts are kept byte for byte so that answer offsets stay valid.
 
@@ -66,7 +66,7 @@ Parser = Callable[[str, int, Tally], Iterator[Record]]
 
 
 def file_lines(path: str, tally: Tally) -> Iterator[str]:
-    """The cleaned text lines of ``path`` (as ``bertstream.pipelines.pretraining.read`` cleans them), counting ``bytes_read``."""
+    """The cleaned text lines of ``path`` (as ``bertstream.pipelines.inputs.read`` cleans them), counting ``bytes_read``."""
 
     def chunks() -> Iterator[bytes]:
         for chunk in read_chunks(path):

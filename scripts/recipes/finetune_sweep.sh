@@ -7,22 +7,18 @@
 #   scripts/recipes/finetune_sweep.sh CHECKPOINT TASK_DATA OUT
 #
 # TASK_DATA holds TASK_train and TASK_dev datasets (bertprep task, the checkpoint's vocabulary), e.g. the
-# tasks_data folder of a pretraining_gain.sh run. Environment: TASKS ("sst2 mrpc": classification tasks), LRS
-# ("1e-4 2e-4 3e-4 6e-4 1e-3"), EPOCHS ("sst2:3,6 mrpc:5,10"), SEEDS ("1 2 3"), PARALLEL (2: runs at a time, one
-# thread each; ~20 on a 16-core GPU machine), PRECISION (fp32). Finished cells are kept, each with the key of what
+# tasks_data folder of a pretraining_gain.sh run. Settings (TASKS, LRS, EPOCHS, SEEDS, PARALLEL, PRECISION):
+# scripts/recipes/configs/finetune_sweep.env holds each one's default and what it does; a file of your own
+# overrides them (CONFIG=my.env), the environment overrides both. Finished cells are kept, each with the key of what
 # made it (scripts/recipes/finetune_run.sh: the checkpoint's and data's content, the settings): a killed sweep
 # continues where it stopped, and a sweep of another checkpoint into the same OUT runs its own cells.
 set -euo pipefail
 [ $# -eq 3 ] || { echo "Error: usage: scripts/recipes/finetune_sweep.sh CHECKPOINT TASK_DATA OUT" >&2; exit 2; }
 CKPT=$(cd "$1" 2>/dev/null && pwd) || { echo "Error: checkpoint folder $1 not found" >&2; exit 2; }
 DATA=$2 OUT=$3
-TASKS=${TASKS:-sst2 mrpc}
-LRS=${LRS:-1e-4 2e-4 3e-4 6e-4 1e-3}
-EPOCHS=${EPOCHS:-sst2:3,6 mrpc:5,10}
-SEEDS=${SEEDS:-1 2 3}
-PARALLEL=${PARALLEL:-2}
-PRECISION=${PRECISION:-fp32}
 HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/config.sh"
+load_config finetune_sweep
 for t in $TASKS; do
     for split in train dev; do
         [ -f "$DATA/${t}_$split/manifest.json" ] || { echo "Error: $DATA/${t}_$split is not a task dataset" >&2; exit 2; }

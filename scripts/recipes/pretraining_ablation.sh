@@ -10,18 +10,19 @@
 # arms can then run while the machine does other work without the comparison changing. The random-init
 # baseline is the same architecture for every arm, so it is fine-tuned once (arm "base"). OUT/ablation.json and a table on stdout; resumable like scripts/recipes/pretraining_gain.sh.
 #
-# Environment: BUDGET (20), SEEDS ("1 2 3"), TASKS ("sst2 mrpc"), CALIB_STEPS (200), ARMS (all, in this order:
-# base mlm15 mlm30 mlm40 wsd batch32 batch128 len64 layerdecay recipe), SHARED, STOP_AFTER (steps: end once
-# every arm's steps are measured, so the arms can be run elsewhere, e.g. on a GPU in fp32, at this machine's
-# budget: carry OUT, and a later call without it trains what is not done yet).
+# Settings: scripts/recipes/configs/pretraining_ablation.env holds each one's default and what it does; a file of
+# your own overrides them (CONFIG=my.env scripts/recipes/pretraining_ablation.sh OUT), the environment overrides
+# both. STOP_AFTER=steps ends once every arm's steps are measured, so the arms can be run elsewhere, e.g. on a
+# GPU in fp32, at this machine's budget: carry OUT, and a later call without it trains what is not done yet.
 set -euo pipefail
 OUT=${1:?usage: scripts/recipes/pretraining_ablation.sh OUT}
-BUDGET=${BUDGET:-20}
-CALIB_STEPS=${CALIB_STEPS:-200}
-export SEEDS=${SEEDS:-1 2 3}
-export TASKS=${TASKS:-sst2 mrpc}
-ARMS=${ARMS:-base mlm15 mlm30 mlm40 wsd batch32 batch128 len64 layerdecay recipe}
 HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/config.sh"
+load_config pretraining_ablation
+STOP_AFTER=${STOP_AFTER:-}
+# What each arm's pretraining_gain.sh gets from here; CONFIG is this recipe's file, not one of its settings.
+export SEEDS TASKS SHARED
+unset CONFIG
 GAIN=$HERE/pretraining_gain.sh
 say() { echo "[pretraining_ablation] $*" >&2; }
 
@@ -51,7 +52,7 @@ for arm in $ARMS; do settings "$arm" > /dev/null; done
 [[ $BUDGET =~ ^[0-9]+([.][0-9]+)?$ ]] && [[ $BUDGET =~ [1-9] ]] ||
     { echo "Error: BUDGET must be a positive number of minutes, got '$BUDGET'" >&2; exit 2; }
 [[ $CALIB_STEPS =~ ^[1-9][0-9]*$ ]] || { echo "Error: CALIB_STEPS must be a positive whole number, got '$CALIB_STEPS'" >&2; exit 2; }
-case ${STOP_AFTER:-} in "" | steps) ;; *) echo "Error: STOP_AFTER must be empty or steps, got '$STOP_AFTER'" >&2; exit 2 ;; esac
+case $STOP_AFTER in "" | steps) ;; *) echo "Error: STOP_AFTER must be empty or steps, got '$STOP_AFTER'" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
@@ -79,7 +80,7 @@ for arm in $ARMS; do
     read -r steps short < "$OUT/arm-$arm/steps"
     say "$arm: $steps steps in $BUDGET minutes, $short of them at length 64"
 done
-[ "${STOP_AFTER:-}" != steps ] || exit 0
+[ "$STOP_AFTER" != steps ] || exit 0
 
 # --- 3. the arms ---------------------------------------------------------------------------------------------
 for arm in $ARMS; do

@@ -21,80 +21,24 @@
 # Every stage is skipped when its output is complete, so a killed run continues where it stopped; OUT keeps
 # one recipe: a second call with other settings is refused.
 #
-# Environment: SHARED (default ../shared/data), SEEDS ("1 2 3"), STEPS (9850), MODEL (tiny), NORM (pre: pre-LN;
-# post: BERT's, exportable to Hugging Face), LR (pretraining, 3e-3), PRETRAIN_THREADS (2), FT_LR (3e-4),
-# FT_EPOCHS ("sst2:6 mrpc:5 conll:3 squad:2", commas or spaces: fine-tuning epochs per task),
-# MLM_PROB (0.4), LR_SCHEDULE (wsd or linear), BATCH (64), WARMUP (300), SHORT_STEPS (6800: the first that many
-# steps at length 64, then STEPS - SHORT_STEPS at 128 from their weights, BERT's two phases; 0: all at 128). The
-# default steps are 60 minutes on two quiet cores of the machine they were sized on (fp32, evaluation included:
-# 3.5 steps/s at length 64 for 32 minutes, then the rest of the hour at 128, ~1.8 steps/s; the README's run
-# took 69.6 minutes on one ~15% slower); MINUTES=60 sizes them to the machine it runs on. LAYER_DECAY
-# (fine-tuning's --layer-decay, 1), INITS ("pretrained random": which inits are fine-tuned),
-# CURVE_STEPS ("200 400 800 1600 3200 6400" plus the last step, counted over both phases; empty: no curve), CURVE_TASK (sst2), TASKS ("sst2 conll mrpc squad"),
-# PRECISION (bf16 where the CPU has native bf16, else fp32), STOP_AFTER (data, steps or pretrain: end after that stage; steps: once MINUTES has chosen them), EVAL_EVERY (100), LOG_EVERY (50),
-# ONLY (reference: the data, then only REFERENCE's stages, its fine-tuning and continued pretraining, which do not
-# depend on the tiny model's settings: a pass that can run apart, its folders then copied into the full run's OUT),
-# CONTINUE_STEPS (450 with REFERENCE, about 30 minutes here, else 0; with REFERENCE, that many steps of continued pretraining of the reference on the task
-# text, then CONTINUE_TASKS ("sst2 conll") fine-tuned from it and from the reference as it is, each seed),
-# CONTINUE_LR (1e-4), CONTINUE_BATCH (32), CONTINUE_EPOCHS (1: the before and after runs' epochs, both the same;
-# a 22.7M-parameter MiniLM takes ~15 minutes an epoch of SST-2's 10,000 rows on one thread, so the tiny model's
-# 3 epochs would make the ten runs ~7 hours of CPU; with the task's own epochs, the first seed's before run is
-# the upper reference's run),
-# REFERENCE (a Hugging Face BERT folder, e.g. all-MiniLM-L6-v2: fine-tuned once, seed 1, with the same settings
-# on the task data tokenized with its own vocabulary, as the upper reference; unset: skipped), REFERENCE_TASKS
-# (the tasks of that upper reference, default TASKS; set and empty: none, e.g. for a pass of ONLY=reference that
-# measures the continued pretraining alone; that pass writes its own results.json, with "continued").
-# MINUTES (unset: STEPS and SHORT_STEPS as given; N: the pretraining sized to N minutes of this machine: each
-# length's throughput is measured first, CALIB_STEPS (100) steps with these settings, evaluation excluded, and
-# STEPS and SHORT_STEPS then fill 70% of N at length 64 and 30% at 128, as the ablation did; the steps chosen are
-# kept in OUT/steps, so a resumed run keeps them), GENERAL_DUPE (3) and TASK_DUPE (5) (the shards' dupe factors),
-# FT_PARALLEL (2: fine-tuning runs at a time, one thread each; more on a GPU), PRETRAIN_WORKERS (1: the
-# pretraining loader's processes), CHECKPOINT_EVERY (100: the curve's checkpoints are among them).
+# Settings: scripts/recipes/configs/pretraining_gain.env holds each one's default and what it does; a file of
+# your own overrides them (CONFIG=my.env scripts/recipes/pretraining_gain.sh OUT), the environment overrides
+# both (STEPS=2000 scripts/recipes/pretraining_gain.sh OUT).
 # Data prepared once (OUT/prep_minutes written) is not prepared again and SHARED is then not read, so a folder
 # of data made here can be carried to a machine without the shared corpus (a GPU box) and run there.
 set -euo pipefail
 OUT=${1:?usage: scripts/recipes/pretraining_gain.sh OUT}
 [ $# -eq 1 ] || { echo "Error: scripts/recipes/pretraining_gain.sh takes one argument, the output folder" >&2; exit 2; }
-SHARED=${SHARED:-../shared/data}
-SEEDS=${SEEDS:-1 2 3}
-STEPS=${STEPS:-9850}
-MODEL=${MODEL:-tiny}
-NORM=${NORM:-pre}
-LR=${LR:-3e-3}
-FT_LR=${FT_LR:-3e-4}
-# Fine-tuning epochs per task. SST-2 takes 6: with 3, the pretrained model is still under-fitted (a sweep of
-# epochs 3/6 x lr 1e-4..1e-3, 3 seeds each init, docs/results.md: 0.774 at 3 epochs, 0.797 at 6), while the
-# random init is the same at every setting of the sweep (0.752-0.764).
-FT_EPOCHS=${FT_EPOCHS:-sst2:6 mrpc:5 conll:3 squad:2}
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/config.sh"
+load_config pretraining_gain CURVE_STEPS
 FT_EPOCHS=${FT_EPOCHS//,/ }  # commas or spaces
-CURVE_STEPS=${CURVE_STEPS-200 400 800 1600 3200 6400}  # set and empty: no curve
-CURVE_TASK=${CURVE_TASK:-sst2}
-TASKS=${TASKS:-sst2 conll mrpc squad}
-REFERENCE=${REFERENCE:-}
-MLM_PROB=${MLM_PROB:-0.4}
-LR_SCHEDULE=${LR_SCHEDULE:-wsd}
-BATCH=${BATCH:-64}
-WARMUP=${WARMUP:-300}
-SHORT_STEPS=${SHORT_STEPS:-6800}
-LAYER_DECAY=${LAYER_DECAY:-1}
-INITS=${INITS:-pretrained random}
-STOP_AFTER=${STOP_AFTER:-}
-ONLY=${ONLY:-}
+# Defaults computed from other settings (configs/pretraining_gain.env leaves them empty).
+MINUTES=${MINUTES:-} STOP_AFTER=${STOP_AFTER:-} ONLY=${ONLY:-} REFERENCE=${REFERENCE:-} PRECISION=${PRECISION:-}
 case $ONLY in "" | reference) ;; *) echo "Error: ONLY must be empty or reference, got $ONLY" >&2; exit 2 ;; esac
 [ -z "$ONLY" ] || [ -n "$REFERENCE" ] || { echo "Error: ONLY=reference needs REFERENCE" >&2; exit 2; }
 CONTINUE_STEPS=${CONTINUE_STEPS:-$([ -n "$REFERENCE" ] && echo 450 || echo 0)}
-CONTINUE_TASKS=${CONTINUE_TASKS:-sst2 conll}
-CONTINUE_LR=${CONTINUE_LR:-1e-4}
-CONTINUE_BATCH=${CONTINUE_BATCH:-32}
-CONTINUE_EPOCHS=${CONTINUE_EPOCHS:-1}
 REFERENCE_TASKS=${REFERENCE_TASKS-$TASKS}  # set and empty: no upper-reference runs
-MINUTES=${MINUTES:-}
-CALIB_STEPS=${CALIB_STEPS:-100}
-GENERAL_DUPE=${GENERAL_DUPE:-3}
-TASK_DUPE=${TASK_DUPE:-5}
-FT_PARALLEL=${FT_PARALLEL:-2}
-PRETRAIN_WORKERS=${PRETRAIN_WORKERS:-1}
-CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-100}
 for t in $TASKS ${REFERENCE:+$REFERENCE_TASKS} $CURVE_TASK; do
     [[ " $FT_EPOCHS " =~ \ $t:[1-9][0-9]*\  ]] || { echo "Error: FT_EPOCHS has no epochs for task $t (FT_EPOCHS=$FT_EPOCHS)" >&2; exit 2; }
 done
@@ -110,8 +54,7 @@ whole() {  # NAME...: each word of each variable a whole number (>= MIN, default
             { echo "Error: $v must be whole numbers >= ${MIN:-1}, got '${!v}'" >&2; exit 2; }
     done; done
 }
-whole STEPS BATCH SEEDS CURVE_STEPS CONTINUE_BATCH CONTINUE_EPOCHS ${EVAL_EVERY:+EVAL_EVERY} ${LOG_EVERY:+LOG_EVERY} \
-    ${PRETRAIN_THREADS:+PRETRAIN_THREADS}
+whole STEPS BATCH SEEDS CURVE_STEPS CONTINUE_BATCH CONTINUE_EPOCHS EVAL_EVERY LOG_EVERY PRETRAIN_THREADS
 MIN=0 whole SHORT_STEPS WARMUP CONTINUE_STEPS
 [ -n "$MINUTES" ] || [ "$SHORT_STEPS" -lt "$STEPS" ] ||
     { echo "Error: SHORT_STEPS ($SHORT_STEPS) must be less than STEPS ($STEPS): the second phase needs steps" >&2; exit 2; }
@@ -131,15 +74,14 @@ choose STOP_AFTER data steps pretrain
 choose TASKS sst2 conll mrpc squad
 choose CURVE_TASK sst2 conll mrpc squad
 choose CONTINUE_TASKS sst2 conll mrpc squad
-[ -z "${PRECISION:-}" ] || choose PRECISION fp32 bf16 auto
+[ -z "$PRECISION" ] || choose PRECISION fp32 bf16 auto
 choose MODEL tiny mini small medium base large
 # bf16 autocast only where the CPU computes bf16 natively (AVX512-BF16, AMX): 1.75x fp32 there; emulated
 # elsewhere, it is several times slower than fp32 (an AVX2-only EPYC: 0.1 steps/s against ~3).
-if [ -z "${PRECISION:-}" ]; then
+if [ -z "$PRECISION" ]; then
     PRECISION=fp32
     grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && PRECISION=bf16
 fi
-HERE=$(cd "$(dirname "$0")" && pwd)
 # Prepared data (and the reference's, when there is one) is complete: stage 1 and SHARED are not needed.
 data_ready() { [ -f "$OUT/prep_minutes" ] && { [ -z "$REFERENCE" ] || [ -f "$OUT/reference_data/done" ]; }; }
 if ! data_ready; then
@@ -295,10 +237,10 @@ for s in $CURVE_STEPS; do [ "$s" -ge "$STEPS" ] || [ $((s % CHECKPOINT_EVERY)) -
 CURVE_STEPS=${curve[*]:-}
 pretrain() {  # output max-steps warmup data... [-- extra flags]: the recipe's pretraining flags, once
     local out=$1 steps=$2 warmup=$3; shift 3
-    OMP_NUM_THREADS=${PRETRAIN_THREADS:-2} berttrain pretrain "$@" --eval-data "$OUT/eval" \
+    OMP_NUM_THREADS=$PRETRAIN_THREADS berttrain pretrain "$@" --eval-data "$OUT/eval" \
         --model "$MODEL" --norm-placement "$NORM" --dropout 0 --output "$out" --batch-size "$BATCH" --lr "$LR" \
-        --warmup-steps "$warmup" --lr-schedule "$LR_SCHEDULE" --max-steps "$steps" --log-every "${LOG_EVERY:-50}" \
-        --eval-every "${EVAL_EVERY:-100}" \
+        --warmup-steps "$warmup" --lr-schedule "$LR_SCHEDULE" --max-steps "$steps" --log-every "$LOG_EVERY" \
+        --eval-every "$EVAL_EVERY" \
         --eval-batches 20 --checkpoint-every "$CHECKPOINT_EVERY" --keep-checkpoints 1000 --num-workers "$PRETRAIN_WORKERS" \
         --precision "$PRECISION" \
         --masking dynamic --mlm-probability "$MLM_PROB" --no-nsp --no-tensorboard
@@ -371,7 +313,7 @@ if [ -n "$REFERENCE" ] && [ "$CONTINUE_STEPS" -gt 0 ]; then
     CONT=$OUT/continued
     if [ ! -f "$OUT/continue_minutes" ]; then
         t2=$(stamp)
-        OMP_NUM_THREADS=${PRETRAIN_THREADS:-2} berttrain pretrain --init-from "$REFERENCE" --data "$OUT/tasks_ref" \
+        OMP_NUM_THREADS=$PRETRAIN_THREADS berttrain pretrain --init-from "$REFERENCE" --data "$OUT/tasks_ref" \
             --eval-data "$OUT/eval_ref" --output "$CONT" --resume auto --batch-size "$CONTINUE_BATCH" \
             --lr "$CONTINUE_LR" --warmup-steps $((CONTINUE_STEPS / 10)) --max-steps "$CONTINUE_STEPS" --log-every 50 \
             --eval-every 100 --eval-batches 20 --checkpoint-every 100 --keep-checkpoints 1 --num-workers 1 \

@@ -3,9 +3,10 @@ once, lazy imports inside functions included), the longest chain of imports (lev
 
     python scripts/tools/import_graph.py pipelines            # modules
     python scripts/tools/import_graph.py pipelines --folders  # each sub-package counted as one node
-    # the job's stages as modules, the shared folders as one node each (the layout sketch of issue 22)
-    python scripts/tools/import_graph.py pipelines --collapse common --collapse report --collapse tasks \
-        --collapse pretraining/kernels
+    # the job's stages as modules, the shared folders as one node each (the layout sketch of issue 22; the
+    # inputs room since round 4)
+    python scripts/tools/import_graph.py pipelines --collapse inputs --collapse common --collapse runners \
+        --collapse report --collapse tasks --collapse pretraining/kernels
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from benchmarks import gpu_commands as C
 from benchmarks import gpu_suite as S
+from benchmarks.lib import gpu_commands as C
 from tests.conftest import shared_path
 
 
@@ -67,7 +67,7 @@ def test_the_real_commands_ran(smoke: dict) -> None:
 @pytest.mark.slow
 def test_the_commands_need_nothing_the_device_lacks(smoke: dict) -> None:
     # The commands above ran (exit 0) with only the device image's distributions and the carried wheels
-    # importable (benchmarks/device_python.py): what they imported is within that set.
+    # importable (benchmarks/lib/device_python.py): what they imported is within that set.
     imports = smoke["imports"]
     assert {"torch", "pyarrow"} <= set(imports["imported_distributions"])
     assert set(imports["needed_beyond_image"]) <= set(imports["carried"]), imports

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.lib.process_cpu import tree_cpu
 from benchmarks.pipeline_throughput import run_metered
-from benchmarks.process_cpu import tree_cpu
 
 # Burns 0.3 CPU-seconds (process time, whatever the machine's load).
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.device_carry import on_the_image
+from benchmarks.lib.device_carry import on_the_image
 from benchmarks.scale_out import NOT_IMPORTED, Plan, carried_pins, planned_s
 from tests.conftest import REPO, shared_path
 

@@ -16,12 +16,12 @@ from bertstream.pipelines.cli import main
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.dataset_run import DatasetHeader, load_manifest
 from bertstream.pipelines.extract import ExtractSpec, document_lines, document_record, publish, write_part
-from bertstream.pipelines.pretraining.documents import Document
-from bertstream.pipelines.pretraining.read import file_ranges, read_documents
+from bertstream.pipelines.inputs.documents import Document
+from bertstream.pipelines.inputs.read import file_ranges, read_documents
 from bertstream.schemas.manifest import Manifest
 from tests.conftest import shared_path
-from tests.pipelines.pretraining.dump_files import DUMP, multistream
-from tests.pipelines.pretraining.test_records import PINNED
+from tests.pipelines.inputs.dump_files import DUMP, multistream
+from tests.pipelines.inputs.test_records import PINNED
 
 
 @pytest.fixture(scope="module")

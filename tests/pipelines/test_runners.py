@@ -24,7 +24,8 @@ from click.testing import CliRunner, Result
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.cli import main
 from bertstream.pipelines.common.dataset_run import RunResult, read_result
-from bertstream.pipelines.common.inputs import absolute, resolve_inputs
+from bertstream.pipelines.common.files import absolute
+from bertstream.pipelines.inputs.resolve import resolve_inputs
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.pipeline import run_pretraining
 from bertstream.pipelines.runners.runner import DASK_RUNNER, pipeline_options, runner_name

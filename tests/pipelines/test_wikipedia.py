@@ -17,14 +17,14 @@ from click.testing import CliRunner
 
 from bertstream.pipelines.cli import main
 from bertstream.pipelines.common.dataset_run import load_manifest
-from bertstream.pipelines.common.inputs import resolve_inputs
 from bertstream.pipelines.common.tokenizer import load_tokenizer
-from bertstream.pipelines.pretraining.documents import DocumentBatch
-from bertstream.pipelines.pretraining.read import file_ranges, read_documents
+from bertstream.pipelines.inputs.documents import DocumentBatch
+from bertstream.pipelines.inputs.read import file_ranges, read_documents
+from bertstream.pipelines.inputs.resolve import resolve_inputs
 from bertstream.pipelines.pretraining.segment import segment_documents
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from tests.conftest import shared_path
-from tests.pipelines.pretraining.dump_files import DUMP, multistream
+from tests.pipelines.inputs.dump_files import DUMP, multistream
 
 
 @pytest.fixture(scope="module")

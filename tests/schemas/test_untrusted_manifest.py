@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.synthetic_shards import Instances, bert_like_vocab, make_instances, write_dataset
+from benchmarks.lib.synthetic_shards import Instances, bert_like_vocab, make_instances, write_dataset
 from bertstream.pipelines.report import inspection
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, load_vocab
 from bertstream.schemas.version import SchemaError

@@ -502,3 +502,82 @@ def test_gain_sizes_minutes_in_a_relative_folder(tmp_path, fake_berttrain):
     )
     assert done.returncode == 0, done.stderr
     assert (out / "steps").read_text() == "60 0\n"  # 64 sequences/s for 60 s at batch 64
+
+
+def test_gain_takes_its_settings_from_a_config_file_the_environment_winning(tmp_path):
+    """``CONFIG=my.env``: a file of NAME=value lines over configs/pretraining_gain.env; the environment over both."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "prep_minutes").write_text("1\n", encoding="utf-8")
+    config = tmp_path / "my.env"
+    config.write_text('# a smaller run\nSTEPS=500\nSHORT_STEPS=300\nSEEDS="4 5"\n\nFT_LR=1e-4\n', encoding="utf-8")
+    done = _gain(tmp_path, out, CONFIG=str(config), STOP_AFTER="data", FT_LR="2e-4")
+    assert done.returncode == 0, done.stderr
+    recipe = (out / "recipe.txt").read_text(encoding="utf-8")
+    assert recipe.startswith("steps=500 model=tiny norm=pre lr=3e-3 ft_lr=2e-4 seeds=4 5 tasks=sst2 conll mrpc squad")
+    assert " short_steps=300 " in recipe and " schedule=wsd batch=64 warmup=300 " in recipe  # the defaults file's
+
+
+def test_gain_refuses_a_config_file_it_cannot_read_before_any_work(tmp_path):
+    config = tmp_path / "my.env"
+    config.write_text("STEPS=500\nSTEPPS=600\n", encoding="utf-8")
+    done = _gain(tmp_path, tmp_path / "run", CONFIG=str(config))
+    assert done.returncode == 2 and done.stderr.startswith(f"Error: {config} line 2: unknown setting STEPPS (")
+    config.write_text("steps 500\n", encoding="utf-8")
+    done = _gain(tmp_path, tmp_path / "run", CONFIG=str(config))
+    assert done.returncode == 2 and done.stderr == f"Error: {config} line 1: expected NAME=value, got 'steps 500'\n"
+    done = _gain(tmp_path, tmp_path / "run", CONFIG=str(tmp_path / "none.env"))
+    assert done.returncode == 2 and done.stderr == f"Error: CONFIG file {tmp_path / 'none.env'} not found\n"
+    config.write_text("STEPS=9k\n", encoding="utf-8")  # a config's value gets the same checks as the environment's
+    done = _gain(tmp_path, tmp_path / "run", CONFIG=str(config))
+    assert done.returncode == 2 and done.stderr == "Error: STEPS must be whole numbers >= 1, got '9k'\n"
+    done = _gain(tmp_path, tmp_path / "run", STEPS="")
+    assert done.returncode == 2 and done.stderr == "Error: STEPS is set empty; unset it for its default (9850)\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_recipes_keep_no_literal_default_of_their_own():
+    """configs/RECIPE.env is the one place of each default: no ``NAME=${NAME:-value}`` left in the scripts."""
+    import re
+
+    for recipe in ("pretraining_gain", "pretraining_ablation", "finetune_sweep"):
+        script = (SCRIPTS / f"{recipe}.sh").read_text(encoding="utf-8")
+        assert f"load_config {recipe}" in script
+        kept = re.findall(r"\b([A-Z][A-Z0-9_]*)=\$\{\1:?-[^}$]+\}", script)
+        assert not kept, f"{recipe}.sh keeps defaults of its own: {kept}"
+
+
+def test_ablation_reads_its_config_and_checks_it_before_any_work(tmp_path):
+    import os
+
+    config = tmp_path / "ablation.env"
+    config.write_text("ARMS=base mlm16\n", encoding="utf-8")
+    env = {**os.environ, "SHARED": str(tmp_path / "no-shared-data-here"), "CONFIG": str(config)}
+    done = subprocess.run(
+        ["bash", SCRIPTS / "pretraining_ablation.sh", tmp_path / "out"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 2 and done.stderr == "Error: unknown arm mlm16\n"
+    config.write_text("BUDGET=20\nMINUTES=5\n", encoding="utf-8")  # pretraining_gain.sh's, not the ablation's
+    done = subprocess.run(
+        ["bash", SCRIPTS / "pretraining_ablation.sh", tmp_path / "out"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 2 and done.stderr.startswith(f"Error: {config} line 2: unknown setting MINUTES (")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_h200_config_file_is_the_documented_command(tmp_path):
+    """configs/pretraining_gain_small_h200.env and docs/results.md's environment command make one recipe."""
+    env_form = {"GENERAL_DUPE": "1", "TASK_DUPE": "1", "MODEL": "small", "BATCH": "256", "LR": "1e-3"}
+    env_form |= {"PRECISION": "bf16", "MINUTES": "3.5", "STOP_AFTER": "data"}
+    recipes = []
+    for name, env in (
+        ("env", env_form),
+        ("config", {"CONFIG": str(SCRIPTS / "configs" / "pretraining_gain_small_h200.env"), "STOP_AFTER": "data"}),
+    ):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "prep_minutes").write_text("1\n", encoding="utf-8")
+        done = _gain(tmp_path, out, **env)
+        assert done.returncode == 0, done.stderr
+        recipes.append((out / "recipe.txt").read_text(encoding="utf-8"))
+    assert recipes[0] == recipes[1] and "model=small" in recipes[1] and "dupe=1:1" in recipes[1]

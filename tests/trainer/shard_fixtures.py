@@ -1,4 +1,4 @@
-"""Test-only helpers around the synthetic datasets of ``benchmarks.synthetic_shards``."""
+"""Test-only helpers around the synthetic datasets of ``benchmarks.lib.synthetic_shards``."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from bertstream.schemas import tasks as T
 from bertstream.trainer.model import BertModel, seeded_init
 from bertstream.trainer.model_config import BertConfig
+from bertstream.trainer.weights import TaskHead
 from bertstream.trainer.weights_init import construct_then_init
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "BertForSequenceClassification",
     "BertForTokenClassification",
     "load_encoder_state",
+    "reuse_head",
 ]
 
 
@@ -155,3 +157,24 @@ def load_encoder_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
             raise ValueError(f"bert.{k} has shape {tuple(v.shape)}, the model expects {tuple(expected[k].shape)}")
     with torch.no_grad():
         bert.load_state_dict({k: encoder[k] for k in expected}, strict=True)
+
+
+def reuse_head(model: nn.Module, head: TaskHead | None, wanted: tuple[str, tuple[str, ...], str]) -> str | None:
+    """Copy the initial weights' task head into ``model`` when it was trained for this run's task: the same kind,
+    labels (names and order) and pooling (``wanted``: ``(kind, labels, pooling)``; pooling counts for sentence
+    heads only); else leave the fresh head. The one-line note says which (None: the weights hold no task head)."""
+    if head is None:
+        return None
+    pooled = lambda h: h if h[0] in (T.CLASSIFICATION, T.REGRESSION) else (*h[:2], "cls")  # noqa: E731
+    names = {k: v for k, v in model.state_dict().items() if not k.startswith("bert.")}  # the head's tensors
+    fits = all(k in head.tensors and head.tensors[k].shape == v.shape for k, v in names.items())
+    if pooled(head.trained_for) != pooled(wanted) or not fits:
+        return (
+            f"task head initialised fresh: the initial weights' head is for {head.kind} with labels "
+            f"{list(head.labels)}, pooling {head.pooling}; this run is {wanted[0]} with labels {list(wanted[1])}, "
+            f"pooling {wanted[2]}"
+        )
+    with torch.no_grad():
+        for key, value in names.items():
+            value.copy_(head.tensors[key])
+    return f"task head reused from the initial weights ({wanted[0]}, {len(wanted[1]) or 'no'} labels): training continues it"

@@ -44,7 +44,8 @@ from bertstream.trainer.finetune.data import (
     collate,
     load_task_data,
 )
-from bertstream.trainer.finetune.heads import load_encoder_state
+from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
+from bertstream.trainer.finetune.health import finetune_warning
 from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
 from bertstream.trainer.finetune.tasks import Task, get_task
 from bertstream.trainer.metrics import MetricsLogger
@@ -83,12 +84,21 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
 
 
 def build_model(
-    task: Task, config: BertConfig, num_labels: int, init: Init, restored: ckpt.Loaded | None, cfg: FinetuneConfig
+    task: Task,
+    config: BertConfig,
+    train: TaskData,
+    init: Init,
+    restored: ckpt.Loaded | None,
+    cfg: FinetuneConfig,
+    info: D.DistInfo,
 ) -> torch.nn.Module:
-    """The task's model with the initial encoder weights, or the resumed run's weights."""
-    raw = task.build_model(config, num_labels, seed=cfg.run.seed, pooling=cfg.pooling)
+    """The task's model with the initial encoder weights (and head, if trained for this task), or the resumed run's."""
+    raw = task.build_model(config, len(train.labels), seed=cfg.run.seed, pooling=cfg.pooling)
     if init.state is not None:
         load_encoder_state(raw, init.state)
+        note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling))
+        if note and restored is None:
+            R.log(f"init: {note}", info)
     if restored is not None:
         R.load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
     return raw
@@ -263,13 +273,13 @@ class Saver:
 
 def evaluate(
     raw: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
-) -> tuple[dict[str, Any], str]:
-    """(metrics with the eval loss, predictions file text) of the model now."""
+) -> tuple[dict[str, Any], str, tuple[str, int] | None]:
+    """(metrics with the eval loss, predictions file text, ``Task.one_class``) of the model now."""
     outputs, eval_loss = predict(raw, task, data, batches, cfg, info)
     scores, predictions = task.score(data, outputs, n_best=cfg.n_best, max_answer_length=cfg.max_answer_length)
     if eval_loss is not None:
         scores["loss"] = eval_loss
-    return scores, predictions
+    return scores, predictions, task.one_class(data, outputs)
 
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
@@ -295,7 +305,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
         )
     prepare_output(run_dir, existing, info)
     metric = task.primary_metric(train.glue)
-    raw = build_model(task, config, len(train.labels), init, restored, cfg).to(info.device)
+    raw = build_model(task, config, train, init, restored, cfg, info).to(info.device)
     model = R.wrap(raw, info)
     ranks = {"world_size": info.world_size, "rank": info.rank}
     train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, **ranks)
@@ -313,6 +323,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
     results = new_results(cfg, task, train, evaluation, init, config, **plan)
     run_config = {"model": config.to_dict(), "finetune": redact_values(cfg.to_dict()), "task": results["task"]}
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
+    run_config["lowercase"] = train.manifest.lowercase  # the data's casing: export-hf's tokenizer.json follows it
     saver = Saver(run_dir, R.CheckpointWriter(run_config, init.vocab.text(), info))
 
     # --- restore --------------------------------------------------------------------------------------
@@ -333,13 +344,15 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
         step = training.step
 
         # --- evaluate -----------------------------------------------------------------------------------
-        scores, predictions = evaluate(raw, task, evaluation, eval_batches, cfg, info)
+        scores, predictions, one_class = evaluate(raw, task, evaluation, eval_batches, cfg, info)
         numbers = {k: v for k, v in scores.items() if isinstance(v, (int, float))}
         metrics.log({"step": step, "split": "eval", "epoch": epoch, "train_loss": train_loss, **numbers})
         value = scores.get(metric)
         shown = f"eval {metric} {value:.4f}" if value is not None else "eval data unlabeled: predictions only"
         R.log(f"epoch {epoch} (step {step}): train loss {train_loss:.4f}, {shown}", info)
         results["epochs"].append({"epoch": epoch, "step": step, "train_loss": train_loss, "eval": scores})
+        if one_class is not None:
+            results["epochs"][-1]["one_class"] = list(one_class)
 
         # --- keep the best ------------------------------------------------------------------------------
         best = results["best"]
@@ -355,6 +368,13 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
         if step >= total_steps:
             break
     bar.close()
+    # --- the end: one line when the run learned nothing ----------------------------------------------
+    warning = finetune_warning(results, o.lr, config.hidden_size)
+    results["warnings"] = [warning] if warning else []
+    if warning:
+        R.log(warning, info)
+    if info.is_main:
+        ckpt.write_text_atomic(run_dir / RESULTS_FILE, json.dumps(redact_values(results), indent=2) + "\n")
     metrics.close()
     D.teardown()
     return results

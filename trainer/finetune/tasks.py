@@ -63,6 +63,17 @@ class Task:
         """(metrics, predictions file text) for every row's outputs; metrics are empty for unlabeled data."""
         raise NotImplementedError
 
+    def one_class(self, data: TaskData, outputs: Sequence[Any]) -> tuple[str, int] | None:
+        """(the label, how many predictions) when every prediction is the same label while the gold has
+        several (a run that learned nothing but the majority); None otherwise, and for kinds without classes."""
+        return None
+
+
+def _one_class(pred: np.ndarray, gold: np.ndarray | None, labels: Sequence[str]) -> tuple[str, int] | None:
+    if gold is None or len(pred) == 0 or len(np.unique(gold)) < 2 or len(np.unique(pred)) > 1:
+        return None
+    return labels[int(pred[0])], len(pred)
+
 
 def _segment(columns: Mapping[str, Any], i: int) -> dict[str, Any]:
     return {"segment_a_length": int(columns[T.SEGMENT_A_LENGTH][i])}
@@ -120,6 +131,11 @@ class Classification(Task):
             out["mcc"] = M.matthews_corrcoef(pred, g)
         return out, text
 
+    def one_class(self, data: TaskData, outputs: Sequence[Any]) -> tuple[str, int] | None:
+        gold = data.columns[T.LABEL]
+        pred = np.array([int(np.argmax(o)) for o in outputs])
+        return _one_class(pred, None if gold is None else np.asarray(gold, dtype=np.int64), data.labels)
+
 
 class Regression(Classification):
     """[CLS] -> one float (MSE); Pearson, Spearman and MSE."""
@@ -158,6 +174,9 @@ class Regression(Classification):
             "rows": len(g),
         }, text
 
+    def one_class(self, data: TaskData, outputs: Sequence[Any]) -> tuple[str, int] | None:
+        return None  # no classes: a constant prediction shows in the correlations
+
 
 class Ner(Task):
     """A tag per token (the first sub-token of each word is scored); CoNLL span F1 over sentences."""
@@ -193,6 +212,13 @@ class Ner(Task):
         scores = M.conll_scores(gold_tags, pred_tags)
         scores["words_from"] = source
         return scores, N.conll_text(words, sentences, labels)
+
+    def one_class(self, data: TaskData, outputs: Sequence[Any]) -> tuple[str, int] | None:
+        sentences = N.sentence_tags(data, outputs)  # every word's tag (all 'O': no entity found)
+        if not sentences:
+            return None
+        pred = np.concatenate([s.pred for s in sentences])
+        return _one_class(pred, np.concatenate([s.gold for s in sentences]), data.labels)
 
 
 class Squad(Task):

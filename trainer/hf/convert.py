@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
 from bertstream.trainer.checkpoint import CheckpointError, read_tensors, read_torch, write_tensors
 from bertstream.trainer.hf import prelayernorm as PRE
+from bertstream.trainer.hf import tasks as HT
 from bertstream.trainer.hf.config import CONFIG_FILENAME, HFCheckpointError, config_from_hf, hf_config_dict, read_config
 from bertstream.trainer.model import BertForPreTraining, BertPooler, BertPreTrainingHeads, seeded_init
 from bertstream.trainer.model_config import BertConfig
@@ -68,6 +69,8 @@ class HFLoadReport:
     ignored: tuple[tuple[str, str], ...] = ()  # (checkpoint key, reason)
     notes: tuple[str, ...] = ()
     vocab_sha256: str | None = None
+    head: HT.TaskHead | None = None  # a task class's folder: what its head was trained for
+    head_state: Mapping[str, Tensor] = field(default_factory=dict, repr=False)  # that head in our names
 
     def lines(self) -> list[str]:
         out = [
@@ -249,8 +252,10 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
     config = config_from_hf(data, str(config_path))
     hf_state, source = _read_weights(folder)
     aliases: list[str] = []
+    architectures = tuple(data.get("architectures") or ())
+    head = HT.read_head(hf_state, data)
     if config.norm_placement == "pre":  # RoBERTa-PreLayerNorm's names and positions -> ours
-        hf_state, aliases = PRE.from_roberta(hf_state, config)
+        hf_state, aliases = PRE.from_roberta(HT.pooler_back(hf_state, architectures), config)
     state, fresh, ignored = from_hf_state_dict(
         hf_state,
         config,
@@ -262,6 +267,8 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
     notes: list[str] = []
     if data.get("model_type") is None:
         notes.append(f"{config_path} has no model_type; read as BERT")
+    if head is not None:  # kept beside the encoder: finetune --init reuses it for the same task and labels
+        notes.append(f"task head of {architectures[0]}: {head[0][0]}, labels {list(head[0][1])}")
     vocab_sha = None
     try:
         vocab = Vocab.load(folder)
@@ -273,12 +280,14 @@ def load_hf(hf_dir: str | Path, *, seed: int = 0) -> tuple[BertConfig, dict[str,
             notes.append(f"vocabulary has {len(vocab)} tokens but the model only {config.vocab_size} embeddings")
     report = HFLoadReport(
         source=source,
-        architectures=tuple(data.get("architectures") or ()),
+        architectures=architectures,
         loaded=len(state) - len(fresh),
         fresh=tuple(fresh),
         ignored=tuple(ignored),
         notes=tuple(notes),
         vocab_sha256=vocab_sha,
+        head=head[0] if head is not None else None,
+        head_state=head[1] if head is not None else {},
     )
     return config, state, report
 
@@ -292,6 +301,8 @@ def export_hf(
     vocab_tokens: Vocab | Sequence[str],
     out_dir: str | Path,
     *,
+    task: str | None = None,
+    labels: Sequence[str] = (),
     do_lower_case: bool | None = None,
     dtype: torch.dtype = torch.float32,
     overwrite: bool = False,
@@ -299,8 +310,10 @@ def export_hf(
     """Write ``config.json``, ``model.safetensors``, ``vocab.txt``, ``tokenizer_config.json`` and ``tokenizer.json`` so that
     ``transformers.BertForPreTraining.from_pretrained(out_dir)`` loads with no missing or unexpected keys.
 
-    ``vocab_tokens`` may be shorter than ``config.vocab_size`` (a vocabulary padded to a multiple of 8/64 for
-    speed), never longer. ``do_lower_case`` is written to ``tokenizer_config.json`` only when given.
+    ``task`` (a task kind): the state is a fine-tuned model's (``bert.*`` and its head), written as the
+    ``transformers`` task class of that kind (:mod:`bertstream.trainer.hf.tasks`), with ``id2label``/``label2id``
+    from ``labels``. ``vocab_tokens`` may be shorter than ``config.vocab_size`` (a vocabulary padded to a multiple
+    of 8/64 for speed), never longer. ``do_lower_case`` is written to ``tokenizer_config.json`` only when given.
     ``out_dir`` is new or empty, or holds an earlier export that ``overwrite`` replaces; the files appear there
     only once all are written (``bertstream.cli.owned``).
     """
@@ -310,13 +323,17 @@ def export_hf(
             "pre: RobertaPreLayerNormForMaskedLM); fine-tune it with berttrain finetune --init CHECKPOINT instead"
         )
     state = model_or_state.state_dict() if isinstance(model_or_state, nn.Module) else dict(model_or_state)
-    expected = _expected_shapes(config)
+    if task is None:
+        expected = _expected_shapes(config)
+        unexpected = sorted(set(state) - set(expected))
+        what = "BertForPreTraining"
+    else:
+        expected = {k: v for k, v in _expected_shapes(config).items() if k.startswith("bert.")}
+        expected |= HT.head_shapes(task, config, labels)
+        unexpected, what = [], HT.architecture(task, config)  # (task_state_dict names any tensor of no head)
     missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
-        raise HFCheckpointError(
-            f"state dict does not match BertForPreTraining: missing {missing}, unexpected {unexpected}"
-        )
+        raise HFCheckpointError(f"state dict does not match {what}: missing {missing}, unexpected {unexpected}")
     for key, shape in expected.items():
         if state[key].shape != shape:
             raise HFCheckpointError(f"{key} has shape {tuple(state[key].shape)}, expected {tuple(shape)}")
@@ -324,31 +341,36 @@ def export_hf(
     if len(vocab) > config.vocab_size:
         raise HFCheckpointError(f"vocabulary has {len(vocab)} tokens but vocab_size is {config.vocab_size}")
 
+    dtype_name = str(dtype).removeprefix("torch.")
+    if task is not None:
+        named, hf_config = (
+            HT.task_state_dict(state, config, task),
+            HT.task_config_dict(config, task, labels, dtype=dtype_name),
+        )
+    else:
+        named = PRE.to_roberta(state, config) if config.norm_placement == "pre" else to_hf_state_dict(state)
+        hf_config = hf_config_dict(config, dtype=dtype_name)
     # clone: safetensors refuses tensors that share storage
-    named = PRE.to_roberta(state, config) if config.norm_placement == "pre" else to_hf_state_dict(state)
     hf_state = {k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in named.items()}
     out = Path(out_dir)
     try:  # a folder of other files (a dataset, a user's model) is never written into; an earlier export only so
         check_owned(out, EXPORT_FILES.__contains__, overwrite=overwrite, what="a Hugging Face export", param="out")
     except UsageError as e:
         raise HFCheckpointError(e.message) from None
-    publish(out, lambda tmp: _write_export(tmp, hf_state, config, vocab, dtype, do_lower_case))
+    publish(out, lambda tmp: _write_export(tmp, hf_state, hf_config, config, vocab, do_lower_case))
     return out
 
 
 def _write_export(
     out: Path,
     hf_state: dict[str, Tensor],
+    hf_config: dict[str, Any],
     config: BertConfig,
     vocab: Vocab,
-    dtype: torch.dtype,
     do_lower_case: bool | None,
 ) -> None:
     write_tensors(out / SAFETENSORS_FILENAME, hf_state, {"format": "pt"})
-    dtype_name = str(dtype).removeprefix("torch.")
-    (out / CONFIG_FILENAME).write_text(
-        json.dumps(hf_config_dict(config, dtype=dtype_name), indent=2, sort_keys=True) + "\n", encoding="utf-8"
-    )
+    (out / CONFIG_FILENAME).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     vocab.write(out / VOCAB_FILENAME)
     tokenizer_config: dict[str, Any] = {
         "tokenizer_class": "BertTokenizer",
@@ -399,13 +421,6 @@ def export_checkpoint(
         config = BertConfig.from_dict(data["model"])
     except (TypeError, ValueError) as e:
         raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: {e}") from None
-    if isinstance(data.get("finetune"), dict):  # trainer.finetune.loop's run config
-        kind = (data.get("task") or {}).get("kind", "a task")
-        raise HFCheckpointError(
-            f"{folder} is a fine-tuning checkpoint ({kind}: the encoder and a task head); export-hf exports "
-            "pretraining checkpoints (berttrain pretrain's, encoder with MLM and NSP heads) as a Hugging Face "
-            "BertForPreTraining folder; a fine-tuned model is used with berttrain embed / finetune --init"
-        )
     if do_lower_case is None:  # a pretraining run's config.json says "lowercase" (its shards' vocabulary casing)
         given = data.get("do_lower_case", data.get("lowercase"))
         do_lower_case = given if isinstance(given, bool) else None
@@ -414,4 +429,14 @@ def export_checkpoint(
         vocab = Vocab.load(folder / VOCAB_FILENAME)
     except VocabError as e:
         raise HFCheckpointError(str(e)) from None
+    if isinstance(data.get("finetune"), dict):  # trainer.finetune.loop's run config: a task model
+        task: dict[str, Any] = data["task"] if isinstance(data.get("task"), dict) else {}
+        HT.check_pooling(str(data["finetune"].get("pooling", "cls")), str(folder))
+        labels = task.get("labels") or []
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: task.labels is no list of label names")
+        kind = str(task.get("kind"))
+        return export_hf(
+            state, config, vocab, out_dir, task=kind, labels=labels, do_lower_case=do_lower_case, overwrite=overwrite
+        )
     return export_hf(state, config, vocab, out_dir, do_lower_case=do_lower_case, overwrite=overwrite)

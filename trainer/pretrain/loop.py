@@ -31,6 +31,7 @@ from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import MetricsLogger, Throughput
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig, pretraining_flops
+from bertstream.trainer.optim.advice import pretrain_warning
 from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
 from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.pretrain.inputs import (
@@ -380,6 +381,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     bar = Progress(cfg.max_steps, training.step, enabled=info.is_main, desc="pretrain")
     deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
     last_step = cfg.max_steps
+    losses: list[tuple[int, float]] = []  # (step, training loss) of this run's first and last log records
     while training.step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         totals = step_counts(micro, info)
@@ -407,6 +409,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
             if loader.weighted:  # samples each folder has given so far, all ranks
                 record["samples_by_dataset"] = loader.samples_by_dataset()
             metrics.log(record)
+            losses = [losses[0] if losses else (step, record["loss"]), (step, record["loss"])]  # first, last
             bar.show(
                 f"{figures(record)} {record['seq_per_s']:.0f} seq/s"
                 + (f" samples {record['samples_by_dataset']}" if "samples_by_dataset" in record else ""),
@@ -428,6 +431,11 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
             if path is not None:
                 R.log(f"checkpoint {path}", info)
     bar.close()
+    # judged from fresh weights only: a resumed, second-phase or --init-from run may rightly move its loss little
+    fresh = losses and restored is None and cfg.model.init_from is None
+    warning = pretrain_warning(losses[0], losses[-1], o.lr, config.hidden_size, o.warmup_steps) if fresh else None
+    if warning:
+        R.log(warning, info)
     metrics.close()
     D.teardown()
-    return {"step": training.step, "run_dir": str(run_dir)}
+    return {"step": training.step, "run_dir": str(run_dir), "warnings": [warning] if warning else []}

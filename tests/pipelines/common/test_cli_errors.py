@@ -716,7 +716,7 @@ def test_a_killed_worker_is_one_line(tmp_path, demo_vocab):
 
 def test_an_unforeseen_failure_is_one_line_naming_a_log(bad, demo_vocab, tmp_path):
     broken = (
-        "import bertstream.pipelines.pretraining.read as r\n"
+        "import bertstream.pipelines.inputs.read as r\n"
         "def boom(*a, **k):\n    raise ZeroDivisionError('an error nobody foresaw')\n"
         "r.block_lines = boom\n" + PROG
     )

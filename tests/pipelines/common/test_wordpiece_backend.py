@@ -24,11 +24,11 @@ from tokenizers import Tokenizer
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import wordpiece_backend as WB
-from bertstream.pipelines.common.inputs import resolve_inputs
 from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
+from bertstream.pipelines.inputs.read import read_documents
+from bertstream.pipelines.inputs.resolve import resolve_inputs
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.pipeline import run_pretraining
-from bertstream.pipelines.pretraining.read import read_documents
 from bertstream.pipelines.pretraining.segmenter import split_sentences
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from bertstream.schemas.manifest import MANIFEST_NAME

@@ -14,11 +14,11 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.inputs.read import Document, DocumentBatch, read_documents
 from bertstream.pipelines.pretraining import dedup as D
 from bertstream.pipelines.pretraining import minhash as M
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.pipeline import run_pretraining
-from bertstream.pipelines.pretraining.read import Document, DocumentBatch, read_documents
 from tests.conftest import shared_path
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from bertstream.pipelines.common.spill import keys_per_block, write_file
 from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.inputs.read import DocumentBatch, read_documents
 from bertstream.pipelines.pretraining.group import (
     encode_documents,
     group_of,
@@ -19,7 +20,6 @@ from bertstream.pipelines.pretraining.group import (
     read_group,
 )
 from bertstream.pipelines.pretraining.instances import Pool, document_key
-from bertstream.pipelines.pretraining.read import DocumentBatch, read_documents
 from bertstream.pipelines.pretraining.segment import segment_documents
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from bertstream.schemas.hashing import mix64_array

@@ -16,8 +16,8 @@ from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.dataset_run import load_manifest
 from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.output_dir import check_output
+from bertstream.pipelines.inputs.documents import Document, DocumentBatch
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
-from bertstream.pipelines.pretraining.documents import Document, DocumentBatch
 from bertstream.pipelines.pretraining.holdout import EVAL_DIR, held_out, split_batch
 from bertstream.pipelines.pretraining.instances import document_key, instance_id
 from bertstream.pipelines.pretraining.pipeline import POLICY, run_pretraining

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.inputs.read import read_documents
 from bertstream.pipelines.pretraining.instances import (
     Pool,
     RawInstances,
@@ -15,7 +16,6 @@ from bertstream.pipelines.pretraining.instances import (
     document_key,
     unit_instances,
 )
-from bertstream.pipelines.pretraining.read import read_documents
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from tests.pipelines import reference_bert as ref
 
@@ -23,7 +23,7 @@ from tests.pipelines import reference_bert as ref
 @pytest.fixture(scope="module")
 def pool_and_vocab(demo_corpus, demo_vocab):
     """A real pool: the pydoc corpus, segmented and tokenized, ordered by seeded document key."""
-    from bertstream.pipelines.pretraining.read import DocumentBatch
+    from bertstream.pipelines.inputs.read import DocumentBatch
     from bertstream.pipelines.pretraining.segment import segment_documents
 
     spec = load_tokenizer(str(demo_vocab / "vocab.txt"))

@@ -228,7 +228,7 @@ def run_with_range_bytes(monkeypatch, range_bytes, out, vocab, inputs=None, **kw
 
 
 def test_same_shards_whatever_the_read_range_size(tmp_path, monkeypatch, demo_vocab):
-    import bertstream.pipelines.pretraining.read as read
+    import bertstream.pipelines.inputs.read as read
 
     ranges_read = []  # the in-process runner calls the module's read_range: count the ranges it reads
     real_read_range = read.read_range

@@ -15,8 +15,8 @@ from collections import Counter
 import pytest
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.inputs import resolve_inputs
-from bertstream.pipelines.pretraining.read import DocumentBatch, read_documents
+from bertstream.pipelines.inputs.read import DocumentBatch, read_documents
+from bertstream.pipelines.inputs.resolve import resolve_inputs
 from bertstream.pipelines.pretraining.segment import segment_documents, split_documents
 from bertstream.pipelines.pretraining.segmenter import split_sentences
 from tests.conftest import SHARED

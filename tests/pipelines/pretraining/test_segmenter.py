@@ -283,11 +283,11 @@ def test_invariants_on_wikipedia_paragraphs() -> None:
 def test_f1_on_shared_gold() -> None:
     if not DATA.is_dir():
         pytest.skip(f"shared data not found at {DATA}")
-    from benchmarks.segment_gold import Counts, all_gold, boundary_counts
+    from benchmarks.lib.segment_gold import Counts, all_gold, boundary_counts
 
     sources = all_gold(DATA)
     assert [g.name for g in sources] == ["sample_text", "mrpc", "conll"]
-    # the removals documented in benchmarks/segment_gold.py
+    # the removals documented in benchmarks/lib/segment_gold.py
     assert [(g.total, g.removed) for g in sources] == [
         (33, {"E1": 4, "E2": 3}),
         (10944, {"E1": 9}),
@@ -307,7 +307,7 @@ def test_f1_on_shared_gold() -> None:
 
 
 def test_detokenize_conll_tokens() -> None:
-    from benchmarks.segment_gold import detokenize
+    from benchmarks.lib.segment_gold import detokenize
 
     tokens = "\" We do n't support it , \" the Commission 's aide said ( in Brussels ) for $ 17,000 .".split()
     expected = "\"We don't support it,\" the Commission's aide said (in Brussels) for $17,000."

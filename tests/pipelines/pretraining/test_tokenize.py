@@ -7,7 +7,7 @@ import pytest
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.tokenizer import load_tokenizer
-from bertstream.pipelines.pretraining.read import read_documents
+from bertstream.pipelines.inputs.read import read_documents
 from bertstream.pipelines.pretraining.segmenter import split_sentences
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from bertstream.schemas.vocab import VocabError

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.synthetic_shards import Instances, bert_like_vocab, make_instances, write_dataset
+from benchmarks.lib.synthetic_shards import Instances, bert_like_vocab, make_instances, write_dataset
 from bertstream.schemas.vocab import Vocab
 
 # Uneven on purpose: a 5-instance shard, an empty one, and record batches that do not divide counts.

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.synthetic_shards import make_instances, write_dataset
+from benchmarks.lib.synthetic_shards import make_instances, write_dataset
 from bertstream.trainer.data import DataConfig, PretrainingLoader, ShardError, VocabMismatchError
 from tests.trainer.data.conftest import Dataset, uint64
 from tests.trainer.shard_fixtures import copy_to_fsspec
@@ -294,7 +294,7 @@ def test_pin_memory_and_tensor_types(uneven: Dataset) -> None:
 
 
 def test_iterating_leaves_the_global_torch_rng_alone(tmp_path) -> None:
-    from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
+    from benchmarks.lib.synthetic_shards import bert_like_vocab, make_instances, write_dataset
     from bertstream.trainer.data import DataConfig, PretrainingLoader
 
     vocab = bert_like_vocab(2000)

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 import webdataset
 
-from benchmarks.synthetic_shards import Instances, bert_like_vocab, make_instances, write_arrow, write_dataset
+from benchmarks.lib.synthetic_shards import Instances, bert_like_vocab, make_instances, write_arrow, write_dataset
 from bertstream.schemas import wds
 from bertstream.schemas.manifest import Manifest
 from bertstream.schemas.version import SchemaError

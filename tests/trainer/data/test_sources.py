@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
+from benchmarks.lib.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VocabMismatchError
 from bertstream.trainer.data.refs import ShardError

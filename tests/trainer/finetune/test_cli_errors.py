@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import shutil
 import threading
 from pathlib import Path
@@ -124,11 +125,17 @@ def test_eval_data_equal_to_train_data_is_warned(sst2, tmp_path):
     assert sum("is also --train-data" in line for line in result.stderr.splitlines()) == 1
 
 
-def test_export_hf_of_a_fine_tuning_checkpoint_says_what_it_is(earlier, tmp_path):
-    for source in (earlier, ckpt.list_checkpoints(earlier)[-1]):
-        result = CliRunner().invoke(main, ["export-hf", str(source), str(tmp_path / "hf")])
-        line = one_error(result, 1, "is a fine-tuning checkpoint (classification")
-        assert "export-hf exports pretraining checkpoints" in line and "missing" not in line
+def test_export_hf_of_a_fine_tuning_run_or_its_checkpoint_writes_its_task_class(earlier, tmp_path):
+    written = []
+    for i, source in enumerate((earlier, ckpt.list_checkpoints(earlier)[-1])):
+        result = CliRunner().invoke(main, ["export-hf", str(source), str(tmp_path / f"hf{i}")])
+        assert result.exit_code == 0, result.output
+        config = json.loads((tmp_path / f"hf{i}" / "config.json").read_text())
+        assert config["architectures"] == ["BertForSequenceClassification"] and config["label2id"] == {"0": 0, "1": 1}
+        written.append({p.name: p.read_bytes() for p in (tmp_path / f"hf{i}").iterdir()})
+    assert written[0] == written[1] and set(written[0]) >= {"model.safetensors", "tokenizer.json", "vocab.txt"}
+    result = CliRunner().invoke(main, ["export-hf", str(earlier), str(tmp_path / "hf0")])  # same folder policy
+    one_error(result, 1, "already holds")
 
 
 def test_a_password_in_a_url_is_not_written_by_finetune(sst2, tmp_path):

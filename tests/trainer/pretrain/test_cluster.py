@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
+from benchmarks.lib.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.metrics import read_metrics
 from tests.beam_services import free_port

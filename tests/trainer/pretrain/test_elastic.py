@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
+from benchmarks.lib.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 from bertstream.cli.errors import UsageError
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.config import TrainConfig

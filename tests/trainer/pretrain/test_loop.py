@@ -186,7 +186,7 @@ def test_grad_accumulation_matches_the_larger_batch(demo_shards, tmp_path):
 
 @pytest.mark.slow
 def test_two_gloo_processes_match_one_process_with_the_doubled_batch(tmp_path):
-    from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
+    from benchmarks.lib.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 
     # Deliberately uneven shards: every rank must still run the same number of steps (no DDP hang).
     data = tmp_path / "uneven"
@@ -410,7 +410,7 @@ def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path)
 
 
 def test_format_names_how_data_is_read_and_an_eval_set_without_it_is_read_as_it_is(tmp_path):
-    from benchmarks.synthetic_shards import bert_like_vocab, make_instances, write_dataset
+    from benchmarks.lib.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 
     vocab = bert_like_vocab(2000)
     train_dir, eval_dir = tmp_path / "train_wds", tmp_path / "eval_arrow"

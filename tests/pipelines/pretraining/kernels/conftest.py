@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.inputs.read import DocumentBatch, read_documents
 from bertstream.pipelines.pretraining.instances import Pool, document_key
-from bertstream.pipelines.pretraining.read import DocumentBatch, read_documents
 from bertstream.pipelines.pretraining.segment import segment_documents
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from tests.conftest import shared_path

@@ -1,0 +1,1 @@
+"""What the benchmarks share and import; none of these modules is a benchmark to run."""

@@ -1,0 +1,49 @@
+# Sourced by the recipes: their settings from three places, the first that sets a name winning:
+#   1. the environment (NAME=value scripts/recipes/RECIPE.sh ...: how every earlier command line set them);
+#   2. CONFIG, a user's file of NAME=value lines (e.g. CONFIG=my.env scripts/recipes/RECIPE.sh OUT);
+#   3. the recipe's defaults, scripts/recipes/configs/RECIPE.env, each with its comment.
+# Both files hold NAME=value lines, blank lines and # comments; a value is the rest of its line, literal (no $
+# expansion), one pair of surrounding quotes removed. A name that the defaults file does not hold is refused
+# (a mistyped setting would otherwise run the default recipe). A default left empty there is computed by the
+# recipe (its comment says how) and is not set here. A name with a non-empty default must not be set empty,
+# except the names given after the recipe's name, for which empty means something (e.g. CURVE_STEPS: no curve).
+
+config_lines() {  # FILE: "LINE NAME VALUE" for each setting of FILE, or an Error naming the line
+    local file=$1 n=0 line name value
+    while IFS= read -r line || [ -n "$line" ]; do
+        n=$((n + 1))
+        [[ $line =~ ^[[:space:]]*(#.*)?$ ]] && continue
+        [[ $line =~ ^([A-Z][A-Z0-9_]*)=(.*)$ ]] ||
+            { echo "Error: $file line $n: expected NAME=value, got '$line'" >&2; return 2; }
+        name=${BASH_REMATCH[1]} value=${BASH_REMATCH[2]}
+        [[ $value =~ ^\"(.*)\"$ || $value =~ ^\'(.*)\'$ ]] && value=${BASH_REMATCH[1]}
+        printf '%s\t%s\t%s\n' "$n" "$name" "$value"
+    done < "$file"
+}
+
+load_config() {  # RECIPE [NAME...]: set the recipe's settings; NAMEs may be set empty
+    local defaults n name value known=" " lines
+    defaults=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/configs/$1.env
+    shift
+    lines=$(config_lines "$defaults") || exit 2
+    while IFS=$'\t' read -r n name value; do known+="$name "; done <<< "$lines"
+    if [ -n "${CONFIG:-}" ]; then
+        [ -f "$CONFIG" ] || { echo "Error: CONFIG file $CONFIG not found" >&2; exit 2; }
+        CONFIG=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")  # a recipe that calls itself may cd
+        export CONFIG
+        lines=$(config_lines "$CONFIG") || exit 2
+        while IFS=$'\t' read -r n name value; do
+            [ -n "$name" ] || continue
+            [[ $known == *" $name "* ]] ||
+                { echo "Error: $CONFIG line $n: unknown setting $name (the settings:$known)" >&2; exit 2; }
+            [[ -v $name ]] || printf -v "$name" '%s' "$value"
+        done <<< "$lines"
+    fi
+    lines=$(config_lines "$defaults")
+    while IFS=$'\t' read -r n name value; do
+        [ -n "$value" ] || continue  # computed by the recipe
+        [[ -v $name ]] || printf -v "$name" '%s' "$value"
+        [ -n "${!name}" ] || [[ " $* " == *" $name "* ]] ||
+            { echo "Error: $name is set empty; unset it for its default ($value)" >&2; exit 2; }
+    done <<< "$lines"
+}

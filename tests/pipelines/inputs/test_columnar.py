@@ -1,0 +1,130 @@
+"""Parquet and Arrow inputs: units, columns read, and every bad file an InputError naming it."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bertstream.cli.errors import UsageError
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.inputs.columnar import datasets_folder_files, read_table, table_ranges
+from bertstream.pipelines.inputs.resolve import resolve_inputs, unknown_prefix
+
+
+def table(n: int = 100) -> pa.Table:
+    return pa.table(
+        {"url": [f"u{i}" for i in range(n)], "text": [f"Text {i}." for i in range(n)], "id": list(range(n))}
+    )
+
+
+def test_only_the_text_id_and_title_columns_are_read(tmp_path, monkeypatch):
+    path = tmp_path / "t.parquet"
+    pq.write_table(table(), path, row_group_size=30)
+    assert list(read_table(str(path), "parquet", "text"))[:2] == [(0, "0", "", "Text 0."), (1, "1", "", "Text 1.")]
+    read = []
+    real = pq.ParquetFile.iter_batches
+
+    def spy(self, *a, **kw):
+        read.append(kw.get("columns"))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    list(read_table(str(path), "parquet", "text"))
+    assert read == [["text", "id"]]  # not the url column
+
+
+def test_a_missing_text_column_names_the_columns_there_are(tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(table(), path)
+    with pytest.raises(InputError, match=r"t\.parquet has no column 'content' \(its columns: url, text, id\)"):
+        table_ranges(str(path), "parquet", 1 << 20, "content")
+    with pytest.raises(InputError, match=r"column 'id' holds int64, not text"):
+        list(read_table(str(path), "parquet", "id"))
+
+
+def test_a_corrupt_footer_or_a_file_that_is_no_table_is_an_input_error_naming_it(tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(table(), path)
+    data = path.read_bytes()
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(data[:-8] + b"\xff\xff\xff\x7fPAR1")  # the footer's length field corrupt
+    for fmt, p in (("parquet", bad), ("parquet", tmp_path / "cut.parquet"), ("arrow", tmp_path / "no.arrow")):
+        if p.name == "cut.parquet":
+            p.write_bytes(data[: len(data) // 2])
+        if p.name == "no.arrow":
+            p.write_text("just text, no Arrow\n")
+        with pytest.raises(InputError, match=p.name) as e:
+            table_ranges(str(p), fmt, 1000, "text")
+        assert "\n" not in str(e.value)
+
+
+def test_a_save_to_disk_folder_stands_for_its_arrow_files_in_order(tmp_path):
+    ds = datasets.Dataset.from_dict({"text": [f"Row {i}." for i in range(500)]})
+    ds.save_to_disk(str(tmp_path / "saved"), max_shard_size="2KB")
+    state = json.loads((tmp_path / "saved" / "state.json").read_text())
+    expected = [str(tmp_path / "saved" / f["filename"]) for f in state["_data_files"]]
+    assert len(expected) > 1 and datasets_folder_files(str(tmp_path / "saved")) == expected
+    files = resolve_inputs([f"arrow:{tmp_path / 'saved'}"])
+    assert [f.path for f in files] == sorted(expected) and {f.format for f in files} == {"arrow"}
+    texts = [r[3] for f in files for r in read_table(f.path, "arrow", "text")]
+    assert texts == [f"Row {i}." for i in range(500)]
+
+
+def test_a_dataset_dict_folder_asks_for_one_split(tmp_path):
+    dd = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict({"text": ["a"]}), "test": datasets.Dataset.from_dict({"text": ["b"]})}
+    )
+    dd.save_to_disk(str(tmp_path / "dd"))
+    with pytest.raises(
+        UsageError, match=r"DatasetDict folder \(splits: train, test\): give one split, e.g. arrow:.*dd/train"
+    ):
+        resolve_inputs([f"arrow:{tmp_path / 'dd'}"])
+
+
+def _saved_folder(tmp_path, names) -> str:
+    """A save_to_disk folder of one Arrow file whose state.json names ``names``."""
+    folder = tmp_path / "saved"
+    folder.mkdir(parents=True)
+    with pa.ipc.new_stream(str(folder / "data-00000-of-00001.arrow"), table(3).schema) as w:
+        w.write_table(table(3))
+    (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": n} for n in names]}))
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("../outside.arrow", "leaves the folder"),  # read before: a table beside the folder
+        ("/etc/passwd", "leaves the folder"),  # opened before: its first bytes in the error
+        ("**", "is missing"),  # walked before: every file below the folder, as Arrow
+        ("link.arrow", "a link out of the folder"),
+        ("sub", "not a regular file"),
+        (5, "expected a string"),
+    ],
+)
+def test_a_state_json_names_only_regular_files_inside_its_folder(tmp_path, name, why):
+    with pa.ipc.new_stream(str(tmp_path / "outside.arrow"), table(3).schema) as w:
+        w.write_table(table(3))
+    folder = _saved_folder(tmp_path, ["data-00000-of-00001.arrow", name])
+    (tmp_path / "saved" / "link.arrow").symlink_to(tmp_path / "outside.arrow")
+    (tmp_path / "saved" / "sub").mkdir()
+    (tmp_path / "saved" / "sub" / "x.arrow").write_bytes((tmp_path / "outside.arrow").read_bytes())
+    with pytest.raises(UsageError, match=why) as e:
+        resolve_inputs([f"arrow:{folder}"])
+    assert "state.json" in str(e.value) and "root:" not in str(e.value)
+    assert [f.name for f in resolve_inputs([f"arrow:{_saved_folder(tmp_path / 'ok', ['data-00000-of-00001.arrow'])}"])]
+
+
+def test_an_unknown_format_prefix_names_the_formats_and_a_url_is_no_prefix(tmp_path):
+    with pytest.raises(UsageError, match=r"unknown input format 'parket' \(the formats: sentences, .*parquet, arrow\)"):
+        resolve_inputs([f"parket:{tmp_path}/x.parquet"])
+    odd = tmp_path / "notes:2024.txt"  # a file whose name has a colon is read as it is
+    odd.write_text("x\n")
+    assert [f.path for f in resolve_inputs([str(odd)])] == [str(odd)]
+    assert unknown_prefix("gs://bucket/wiki.parquet") is None and unknown_prefix("s3://b/x") is None
+    with pytest.raises(UsageError, match="matches no files"):
+        resolve_inputs([f"{tmp_path}/none:*.txt"])
