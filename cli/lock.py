@@ -51,10 +51,22 @@ def lock_file_name(file_name: str, name: str) -> bool:
 
 
 def lock_folder(
-    folder: str, name: str, run_id: str, command: str, *, say: Callable[[str], None], param: str = "output"
+    folder: str,
+    name: str,
+    run_id: str,
+    command: str,
+    *,
+    say: Callable[[str], None],
+    param: str = "output",
+    launch: tuple[str, int] | None = None,
 ) -> FolderLock:
     """Take ``folder``'s lock ``name`` for this run, or raise ``UsageError`` on ``param`` naming the run that
-    holds it; ``say`` reports a stale lock taken over. The folder must exist."""
+    holds it; ``say`` reports a stale lock taken over. The folder must exist.
+
+    ``launch``: (the launch's id, its restart count) under an elastic launcher. A lock of the same launch at
+    an earlier restart belongs to this run's previous incarnation, which the launcher ended on every node before
+    restarting it: it is taken over wherever it was held (rank 0 may move to another host), where a lock of
+    another host could otherwise not be checked and was refused until someone removed it."""
     if "://" in folder:
         return FolderLock("", run_id)
     path = os.path.join(folder, name)
@@ -65,6 +77,8 @@ def lock_folder(
         "command": command,
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }
+    if launch is not None:
+        me["launch"], me["restart"] = launch
     tmp = f"{path}.{run_id}.tmp"  # see lock_file_name
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(me, f)
@@ -81,6 +95,13 @@ def lock_folder(
                     say(f"removing the stale lock of run {holder.get('run_id')} (pid {holder.get('pid')} is gone)")
                     _remove_lock_if(path, holder)
                     continue
+                if launch is not None and _earlier_restart(holder, launch):
+                    say(
+                        f"taking over the lock of launch {launch[0]} from its restart {holder.get('restart')} on "
+                        f"{holder.get('host')} (this is restart {launch[1]})"
+                    )
+                    _remove_lock_if(path, holder)
+                    continue
                 raise UsageError(
                     param,
                     f"{folder} is being written by another run ({holder.get('command', 'another command')}, pid "
@@ -90,6 +111,16 @@ def lock_folder(
         raise UsageError(param, f"cannot take the lock {path}: it keeps changing (another run is starting?)")
     finally:
         os.remove(tmp)
+
+
+def _earlier_restart(holder: dict, launch: tuple[str, int]) -> bool:
+    restart = holder.get("restart")
+    return (
+        holder.get("launch") == launch[0]
+        and isinstance(restart, int)
+        and not isinstance(restart, bool)
+        and restart < launch[1]
+    )
 
 
 def _pid(holder: dict) -> int:

@@ -10,6 +10,7 @@ ignores and removes. ``--resume auto`` takes the newest folder that loads.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -153,6 +154,17 @@ class Loaded:
     rng: dict[str, torch.Tensor]
     state: dict[str, Any]
     config: dict[str, Any]
+
+
+def describe(loaded: Loaded) -> str:
+    """The checkpoint's name, step and a digest of its weights and state, read back from disk: what the ranks of
+    a run compare before they continue it (the same name on two nodes can hold two histories)."""
+    h = hashlib.sha256()
+    for name in (MODEL_FILE, "state.json"):
+        with open(loaded.path / name, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+    return f"{loaded.path.name} (step {loaded.step}, sha256 {h.hexdigest()[:12]})"
 
 
 WEIGHT_FILES = (MODEL_FILE, "state.json", "config.json")

@@ -12,6 +12,7 @@ nothing yet). Anything else is a bug and keeps its traceback. Every message is r
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -20,7 +21,14 @@ from contextlib import contextmanager
 import click
 
 from bertstream.cli import options
-from bertstream.cli.errors import UsageError, exit_interrupted, missing_package, one_line, sigterm_as_interrupt
+from bertstream.cli.errors import (
+    Terminated,
+    UsageError,
+    exit_interrupted,
+    missing_package,
+    one_line,
+    sigterm_as_interrupt,
+)
 from bertstream.schemas.redact import redact
 
 
@@ -71,6 +79,8 @@ def _report(e: BaseException, cls: type | None) -> None:
     if not handled:
         raise e  # a bug: its traceback, whole
     _release(e)
+    if _worker_died(e) and "Terminated" in str(e):  # a scheduler signalled the worker: the run's SIGTERM
+        e = Terminated()
     if isinstance(e, KeyboardInterrupt):
         exit_interrupted(
             e, "partial checkpoints were removed, the last complete one is kept (--resume auto continues from it)"
@@ -86,6 +96,8 @@ def _report(e: BaseException, cls: type | None) -> None:
             "killed; lower --num-workers or --batch-size; the last complete checkpoint is kept (--resume auto "
             "continues)"
         ) from None
+    if getattr(e, "agreed", False) and int(os.environ.get("RANK", "0")) != 0:
+        raise SystemExit(1)  # every rank raised the same error from what they exchanged: rank 0 prints it, once
     message = str(e) if not isinstance(e, OSError) or e.filename is None else f"{e.filename}: {e.strerror}"
     raise click.ClickException(_one_line(redact(message), type(e).__name__)) from None
 

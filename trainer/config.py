@@ -34,6 +34,9 @@ def check_finite(cfg: Any) -> None:
 
 
 FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
+# How long a rank waits for its peers in one collective before the run ends (--dist-timeout): long enough for a
+# checkpoint write or an evaluation on another rank, far below gloo's and NCCL's 30 minutes of silence.
+DEFAULT_TIMEOUT_S = 300.0
 MAX_INT = (1 << 63) - 1  # what torch, numpy and Arrow hold (--seed 2**70 was "Overflow when unpacking long long")
 
 
@@ -204,6 +207,9 @@ class TrainConfig:
     eval_batches: int = opt(50)
     checkpoint: CheckpointConfig = section(CheckpointConfig)
     deterministic: bool = opt(False, "torch.use_deterministic_algorithms(True).")
+    dist_timeout: float = opt(
+        DEFAULT_TIMEOUT_S, "Seconds a rank waits for its peers (torchrun) before the run ends naming the silent rank."
+    )
     objective: ObjectiveConfig = section(ObjectiveConfig)
 
     def __post_init__(self) -> None:
@@ -218,6 +224,7 @@ class TrainConfig:
         check_ints(self, ("batch_size", "grad_accum", "max_steps", "eval_every"), 1)
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
+        check(self.dist_timeout > 0, "dist_timeout", f"must be > 0 seconds, got {self.dist_timeout}")
         check(self.eval_batches >= 1, "eval_batches", f"must be >= 1, got {self.eval_batches}")
 
     @classmethod

@@ -6,13 +6,25 @@ helper is a no-op, so the same training code serves a laptop and a multi-node cl
 
 from __future__ import annotations
 
+import hashlib
 import os
+import signal
+import socket
+import sys
+import threading
+import time
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from bertstream.trainer.config import DEFAULT_TIMEOUT_S
 from bertstream.trainer.errors import RunError
+
+_LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +43,20 @@ class DistInfo:
         return self.world_size > 1
 
 
-def setup(device: str = "auto") -> DistInfo:
+class Disagreement(RunError):
+    """Raised alike on every rank from what all ranks exchanged: rank 0 reports it, the others end quietly."""
+
+    agreed = True
+
+
+def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    missing = [name for name in _LAUNCH_ENV if world > 1 and not os.environ.get(name)]
+    if missing:  # torch's own error is a ValueError traceback from its rendezvous
+        raise RunError(
+            f"WORLD_SIZE is {world} but {', '.join(missing)} is not set: launch the ranks with torchrun "
+            "(or srun torchrun), which sets them all"
+        )
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
@@ -46,9 +70,16 @@ def setup(device: str = "auto") -> DistInfo:
         dev = torch.device("cuda", index)
     else:
         dev = torch.device("cpu")
+    info = DistInfo(rank=rank, local_rank=local_rank, world_size=world, device=dev)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=dev if use_cuda else None)
-    return DistInfo(rank=rank, local_rank=local_rank, world_size=world, device=dev)
+        watch_sigterm()
+        dist.init_process_group(
+            backend="nccl" if use_cuda else "gloo",
+            device_id=dev if use_cuda else None,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        _PEERS.start(info, timeout_s)
+    return info
 
 
 def launched_main() -> bool:
@@ -58,6 +89,7 @@ def launched_main() -> bool:
 
 
 def teardown() -> None:
+    _PEERS.stop()
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -96,3 +128,204 @@ def broadcast_tensor(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
     if info.enabled:
         dist.broadcast(t, src=0)
     return t
+
+
+def agree(facts: dict[str, Any], info: DistInfo, why: str) -> None:
+    """Every rank's ``facts`` (name -> value, in the order to compare) equal rank 0's, or :class:`Disagreement`
+    on every rank, naming the first rank and the first name that differ; ``why`` ends the line."""
+    views = all_gather_object(facts, info)
+    for rank, view in enumerate(views):
+        for name, value in views[0].items():
+            if view.get(name) != value:
+                raise Disagreement(f"rank {rank} has {name} {view.get(name)}, rank 0 {value}: {why}")
+
+
+def code_digest() -> str:
+    """A digest of this installation's bertstream sources: ranks of one run must run the same code (the package
+    version stays 0.1.0 across changes)."""
+    root = Path(__file__).resolve().parent.parent  # the folder that holds trainer/, schemas/, cli/
+    h = hashlib.sha256()
+    for package in ("trainer", "schemas", "cli"):
+        for path in sorted((root / package).rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+# A SIGTERM that the main thread has not turned into ``Terminated`` after this many seconds finds it blocked in a
+# collective (or in another call that does not return to Python): the process then ends without it.
+SIGTERM_GRACE_S = 5.0
+_delivered = threading.Event()
+
+
+def watch_sigterm() -> None:
+    """Make SIGTERM end this rank even while it waits in a collective: the Python handler only runs when the
+    call returns, which a silent peer delays by the whole timeout (``timeout 60`` ran 10 minutes until SIGKILL).
+    The C-level handler still writes the signal's number to a wake-up socket; a thread reading it gives the main
+    thread :data:`SIGTERM_GRACE_S` to start its own cleanup, else prints the interrupted line and exits 143 (the
+    next run removes a partial checkpoint, and takes over the lock of a pid that is gone)."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # a test's runner thread: signals are the main thread's
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: Any) -> None:
+        _delivered.set()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    signal.set_wakeup_fd(theirs.fileno(), warn_on_full_buffer=False)
+    threading.Thread(target=_end_on_sigterm, args=(ours, theirs), name="sigterm-watch", daemon=True).start()
+
+
+def _end_on_sigterm(ours: socket.socket, theirs: socket.socket) -> None:
+    from bertstream.cli.errors import Terminated, interrupted_line
+
+    while True:  # every signal's number arrives here (SIGCHLD from loader workers too)
+        got = ours.recv(64)
+        if not got:
+            return
+        if signal.SIGTERM in got:
+            break
+    deadline = time.monotonic() + SIGTERM_GRACE_S
+    while not _delivered.is_set() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _delivered.is_set():
+        return  # the main thread handles it: its cleanup and its one line
+    line, code = interrupted_line(
+        Terminated(), "ended while waiting for a peer rank (the last complete checkpoint is kept)"
+    )
+    print(line, file=sys.stderr, flush=True)
+    os._exit(code)
+
+
+class PeerLost(RunError):
+    """A collective failed: a peer rank died, hung or stopped answering within ``--dist-timeout``."""
+
+
+HEARTBEAT_S = 1.0
+
+
+class _Peers:
+    """Each rank's heartbeat and step, published in the launch's rendezvous store by a thread of its own (over a
+    connection of its own): what names the rank that did not answer when a collective fails, and what the one
+    notice while waiting on a peer says. A rank blocked in a collective still beats; a dead or stopped one
+    does not; a live one that does not come is at another step."""
+
+    def __init__(self) -> None:
+        self.step = -1
+        self.store: Any = None
+        self.running = threading.Event()
+
+    def start(self, info: DistInfo, timeout_s: float) -> None:
+        self.info, self.timeout_s = info, timeout_s
+        self.prefix = f"bertstream/peers/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        try:
+            self.store = dist.TCPStore(
+                os.environ["MASTER_ADDR"],
+                int(os.environ["MASTER_PORT"]),
+                is_master=False,
+                timeout=timedelta(seconds=10),
+                wait_for_workers=False,
+            )
+        except (RuntimeError, ValueError):  # no store to reach: failures then name no rank
+            self.store = None
+            return
+        self.running.set()
+        threading.Thread(target=self._beat, name="peer-heartbeat", daemon=True).start()
+
+    def stop(self) -> None:
+        self.running.clear()
+
+    def _beat(self) -> None:
+        beat, still_since, said = 0, time.monotonic(), False
+        last_step = self.step
+        notice_after = min(60.0, self.timeout_s / 4)
+        heard: dict[int, tuple[int, float]] = {}  # rank -> (its last beat, when it changed)
+        while self.running.is_set():
+            beat += 1
+            now = time.monotonic()
+            if self.step != last_step:
+                last_step, still_since, heard = self.step, now, {}
+            # Peers are read only once this rank has stood still a while (W ranks reading W beats every second
+            # would load the rendezvous store of a large cluster with W*W reads a second).
+            watching = not said and self.step >= 0 and now - still_since > notice_after / 2
+            try:
+                self.store.set(f"{self.prefix}/{self.info.rank}", f"{beat} {self.step}")
+                seen = self._read() if watching else {}
+            except Exception:  # noqa: BLE001 - the store's host is gone: the collective's own failure reports it
+                return
+            for r, (b, _) in seen.items():
+                if heard.get(r, (None, 0.0))[0] != b:
+                    heard[r] = (b, now)
+            watched = bool(heard) and now - min(since for _, since in heard.values()) > 3 * HEARTBEAT_S
+            if watching and watched and now - still_since > notice_after:  # silence first: a step can be stale
+                quiet = [r for r, (_, since) in heard.items() if r != self.info.rank and now - since > 3 * HEARTBEAT_S]
+                waiting = ", ".join(f"rank {r} (silent for {now - heard[r][1]:.0f} s)" for r in quiet)
+                waiting = waiting or self._behind(seen)
+                if waiting:
+                    said = True
+                    print(
+                        f"[berttrain] rank {self.info.rank} is waiting for {waiting} at step {self.step}; the run "
+                        f"ends after --dist-timeout {self.timeout_s:g} s without an answer",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            time.sleep(HEARTBEAT_S)
+
+    def _read(self) -> dict[int, tuple[int, int]]:
+        out = {}
+        for r in range(self.info.world_size):
+            try:
+                beat, step = self.store.get(f"{self.prefix}/{r}").decode().split()
+                out[r] = (int(beat), int(step))
+            except Exception:  # noqa: BLE001 - no beat yet from it
+                out[r] = (-1, -1)
+        return out
+
+    def _behind(self, seen: dict[int, tuple[int, int]]) -> str:
+        late = [r for r, (_, step) in seen.items() if r != self.info.rank and step < self.step]
+        return ", ".join(f"rank {r} (at step {seen[r][1]})" for r in late)
+
+    def silent(self) -> str:
+        """The ranks that did not answer, as a phrase: those whose heartbeat stopped, else those at an
+        earlier step; rank 0's host when the store it serves is gone."""
+        if self.store is None:
+            return "a peer rank"
+        try:
+            first = self._read()
+            time.sleep(3 * HEARTBEAT_S)
+            then = self._read()
+        except Exception:  # noqa: BLE001
+            return "rank 0 (its host, which serves the rendezvous, is gone)"
+        mine = self.info.rank
+        stopped = [r for r in then if r != mine and then[r][0] == first[r][0]]
+        if stopped:
+            return ", ".join(f"rank {r}" for r in stopped)
+        return self._behind(then) or "a peer rank"
+
+
+_PEERS = _Peers()
+
+
+def at_step(step: int) -> None:
+    """This rank's step, for its heartbeat (see :class:`_Peers`)."""
+    _PEERS.step = step
+
+
+def peer_lost(e: BaseException, timeout_s: float) -> PeerLost | None:
+    """The one-line error for a collective that failed because of a peer (None: ``e`` is something else)."""
+    if not dist.is_initialized() or not isinstance(e, (RuntimeError, dist.DistError)):
+        return None
+    text = str(e)
+    words = ("Timed out", "timed out", "Connection closed by peer", "Connection reset", "Broken pipe", "gloo", "NCCL")
+    if not isinstance(e, dist.DistError) and not any(w in text for w in words):
+        return None
+    who = _PEERS.silent()
+    return PeerLost(
+        f"{who} did not answer within --dist-timeout {timeout_s:g} s (it died, hung or was stopped; its own log "
+        "says why): the run ends here, and --resume auto continues from the last complete checkpoint"
+    )

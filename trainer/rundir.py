@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from bertstream.cli.errors import UsageError
-from bertstream.cli.lock import lock_file_name, lock_folder
+from bertstream.cli.lock import lock_file_name, lock_folder, read_lock
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import progress
 from bertstream.trainer.data.config import dataset_key
@@ -164,8 +164,25 @@ def locked(run_dir: Path, command: str, *, enabled: bool = True) -> Iterator[Non
     refuse_file(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    with lock_folder(str(run_dir), LOCK_NAME, run_id, command, say=lambda line: progress.write(f"[berttrain] {line}")):
+    say = lambda line: progress.write(f"[berttrain] {line}")  # noqa: E731
+    with lock_folder(str(run_dir), LOCK_NAME, run_id, command, say=say, launch=elastic_launch()):
         yield
+
+
+def elastic_launch() -> tuple[str, int] | None:
+    """torchrun's ``--rdzv-id`` and restart count, when the launch is named: its own default id ``none`` is
+    shared by unrelated launches, so it names no run."""
+    launch = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if launch in ("", "none"):
+        return None
+    return launch, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def lock_holder(run_dir: Path) -> str | None:
+    """The run id in ``run_dir``'s lock as this process sees it (None: no readable lock): every rank of a run
+    must read rank 0's, or the ranks do not share the folder (:func:`bertstream.trainer.distributed.agree`)."""
+    holder = read_lock(str(run_dir / LOCK_NAME))
+    return None if holder is None else str(holder.get("run_id"))
 
 
 def _contents(run_dir: Path) -> list[str]:

@@ -260,3 +260,33 @@ def test_another_rank_taking_the_lock_is_not_a_run_in_the_folder(tmp_path):
     (run / "notes.txt").write_text("mine")
     with pytest.raises(Exception, match="notes.txt"):
         rundir.plan_run(run, resume="auto", overwrite=False, reset_optimizer=False, data=())
+
+
+def test_an_elastic_restart_takes_over_its_own_lock_from_another_host(tmp_path, monkeypatch, capsys):
+    """Issue 48, item 5: c10d may place rank 0 on another host after a crash; the lock of the run's previous
+    incarnation (same --rdzv-id, an earlier restart) was held under the first host's name, where its pid cannot
+    be checked, and refused the relaunch until someone removed it. Another launch, or a lock of this restart or
+    a later one, is still refused: two runs never write one folder."""
+    out = tmp_path / "run"
+    out.mkdir()
+    held = {"run_id": "1-ab", "pid": 1, "host": "gone-host", "command": "berttrain pretrain", "started": "then"}
+    lock = out / rundir.LOCK_NAME
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job7")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    for holder in ({**held, "launch": "job8", "restart": 0}, {**held, "launch": "job7", "restart": 1}, held):
+        lock.write_text(json.dumps(holder))
+        with pytest.raises(UsageError, match="is being written by another run .* on gone-host"):
+            with rundir.locked(out, "berttrain pretrain"):
+                pass
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun's default id: shared by unrelated launches
+    lock.write_text(json.dumps({**held, "launch": "none", "restart": 0}))
+    with pytest.raises(UsageError, match="is being written by another run"):
+        with rundir.locked(out, "berttrain pretrain"):
+            pass
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job7")
+    lock.write_text(json.dumps({**held, "launch": "job7", "restart": 0}))
+    with rundir.locked(out, "berttrain pretrain"):
+        mine = json.loads(lock.read_text())
+        assert (mine["launch"], mine["restart"], mine["pid"]) == ("job7", 1, os.getpid())
+    assert not lock.exists()  # released at the end, as ever
+    assert "taking over the lock of launch job7 from its restart 0 on gone-host" in capsys.readouterr().err

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import traceback
 from types import TracebackType
 
@@ -14,12 +17,31 @@ def _from_resource_sharer(tb: TracebackType | None) -> bool:
     return any(frame.filename.endswith("resource_sharer.py") for frame in traceback.extract_tb(tb))
 
 
+def _sigterm_from_parent_only() -> None:
+    """torchrun, Slurm's scancel and ``kill -TERM -PGID`` signal the whole process group: a worker that died of
+    it made the main process report "a data-loader worker died ... out of memory" (exit 1) instead of its own
+    SIGTERM (exit 143). The main process alone decides: a worker ends on the SIGTERM its parent sends as it stops
+    its workers (what torch's own handler does), and ignores anyone else's (torch's worker loop ignores SIGINT
+    for the same reason); a worker whose parent is gone ends by itself. The sender is only known to
+    ``sigwaitinfo``: SIGTERM is blocked and a thread waits for it."""
+    parent = os.getppid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        while True:
+            if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+                os._exit(0)
+
+    threading.Thread(target=wait, name="sigterm-from-parent", daemon=True).start()
+
+
 def quiet_worker_init(_worker_id: int) -> None:
     """``worker_init_fn``: a worker hands its batches' tensors to the main process through multiprocessing's
     resource sharer, a thread that reports a failed hand-off with ``sys.excepthook``, traceback and all. When the
     main process stops (Ctrl-C, SIGTERM, an error) it drops those connections mid-hand-off, and the worker printed
     a ``ConnectionResetError`` traceback after the run's one ``Error:`` line. That is the main process leaving,
     not a failure of the worker: it is not printed. Anything else still reaches the previous hook."""
+    _sigterm_from_parent_only()
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import torch
 
+from bertstream.cli import options
 from bertstream.schemas.redact import redact_values
 from bertstream.schemas.vocab import Vocab
 from bertstream.trainer import checkpoint as ckpt
@@ -299,11 +300,42 @@ def figures(record: dict[str, Any]) -> str:
 
 
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
-    info = D.setup(cfg.run.device)
+    info = D.setup(cfg.run.device, cfg.dist_timeout)
     run_dir = Path(cfg.run.output)
     with rundir.removed_on_failure(run_dir, enabled=info.is_main):
         with rundir.locked(run_dir, "berttrain pretrain", enabled=info.is_main):
-            return _pretrain(cfg, info)
+            try:
+                D.barrier(info)  # rank 0 holds the lock: every rank reads it now
+                D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
+                return _pretrain(cfg, info)
+            except Exception as e:
+                lost = D.peer_lost(e, cfg.dist_timeout)
+                if lost is None:
+                    raise
+                raise lost from None
+
+
+SHARED = (
+    "every node must see the same run folder: put --output on a file system that all nodes mount at the same "
+    "path (node-local folders resume from different checkpoints)"
+)
+# Flags that may differ between nodes: where each process computes and how it reads.
+PER_NODE = ("device", "num_workers")
+
+
+def check_same_run(
+    cfg: TrainConfig, restored: ckpt.Loaded | None, model: BertConfig, fingerprint: str, info: D.DistInfo
+) -> None:
+    """Every rank continues the same checkpoint and runs the same settings, data and code, or all refuse: a
+    rank that resumed elsewhere, read another --data or took another --batch-size trained to exit 0 on a
+    diverged model or data seen twice, and another --max-steps deadlocked."""
+    D.agree({"checkpoint": ckpt.describe(restored) if restored else "none"}, info, SHARED)
+    now = options.flat(cfg)
+    flags = {
+        leaf.flag or leaf.name: now[leaf.name] for leaf in options.leaves(TrainConfig) if leaf.name not in PER_NODE
+    }
+    facts = {**flags, "model": model.to_dict(), "data fingerprint": fingerprint, "bertstream code": D.code_digest()}
+    D.agree(facts, info, "every rank must run the same flags, data and bertstream version")
 
 
 def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
@@ -319,6 +351,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     vocab, lowercase = data.vocab, data.lowercase
     config, init_state, init_notes = resolve_model(cfg, data, restored, info.world_size)
     loader = data_loader(cfg, data, info)
+    check_same_run(cfg, restored, config, loader.catalog.fingerprint, info)
     eval_loader = eval_data_loader(cfg, data, info) if cfg.eval_data else None
     prepare_run_dir(cfg, info)
 
@@ -355,6 +388,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
         flops = train_step(model, micro, totals, run, config, cfg, info)
         grad_norm = training.optimizer_step()
         step = training.step
+        D.at_step(step)
         run.steps += 1
         meter.add(int(totals[1]), int(totals[2]), flops)
         bar.update(1)

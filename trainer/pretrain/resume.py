@@ -56,10 +56,19 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
     old, now = options.saved_values(TrainConfig, saved["train"]), options.flat(cfg)  # either saved layout
     old_world, old_batch = saved.get("world_size", 1), old.get("batch_size", cfg.batch_size)
     if old_world * old_batch != world_size * cfg.batch_size:  # elastic resume keeps the global batch
+        old_accum = old.get("grad_accum", cfg.grad_accum)
+        if old_accum == 1 and cfg.grad_accum == 1:
+            raise RunError(
+                f"resuming {checkpoint} needs its global batch (processes x --batch-size): the run has "
+                f"{_batch(old_world, old_batch)}, this resume {_batch(world_size, cfg.batch_size)}"
+            )
+        # One optimizer step reads W x B x --grad-accum sequences, but the data order follows W x B (the batch
+        # of one micro-step): another split of the same step is another run, not this one continued.
         raise RunError(
-            f"resuming {checkpoint} needs its global batch (processes x --batch-size): the run has {old_world} x "
-            f"{old_batch} = {old_world * old_batch}, this resume {world_size} x {cfg.batch_size} = "
-            f"{world_size * cfg.batch_size}"
+            f"resuming {checkpoint} needs its micro-step batch (processes x --batch-size; the data order follows "
+            f"it): the run has {_batch(old_world, old_batch)} (x --grad-accum {old_accum} = "
+            f"{old_world * old_batch * old_accum} a step), this resume {_batch(world_size, cfg.batch_size)} (x "
+            f"--grad-accum {cfg.grad_accum} = {world_size * cfg.batch_size * cfg.grad_accum} a step)"
         )
     changed = [name for name in FIXED if name in old and _norm(name, old[name]) != _norm(name, now[name])]
     if changed:
@@ -114,6 +123,13 @@ def extend_schedule(scheduler: LambdaLR, warmup: int, max_steps: int, schedule: 
         group["lr"] = base * fresh(scheduler.last_epoch)
     scheduler._last_lr = [g["lr"] for g in scheduler.optimizer.param_groups]
     return old_total
+
+
+def _batch(*factors: int) -> str:
+    product = 1
+    for f in factors:
+        product *= f
+    return " x ".join(map(str, factors)) + f" = {product}"
 
 
 def _norm(name: str, value: Any) -> Any:
