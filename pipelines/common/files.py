@@ -77,6 +77,15 @@ class InputError(RuntimeError):
     """An input file cannot be read (corrupt compressed data, unreadable path): the run must stop."""
 
 
+def record_too_big(path: str, record: str, cap: int) -> InputError:
+    """The one-line refusal of a record of input past the cap (``bertstream.pipelines.inputs.limits``);
+    ``record`` says which, in words ("the line at byte 12")."""
+    return InputError(
+        f"cannot read {path}: {record} holds more than {cap} bytes, the cap on one record (MAX_RECORD_BYTES): "
+        "is the file what it says it is? (split the record to read it)"
+    )
+
+
 def decode_block(raw: bytes, counters: Counter) -> str:
     """UTF-8 decode; invalid bytes become U+FFFD and are counted, never dropped silently."""
     try:
