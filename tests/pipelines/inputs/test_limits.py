@@ -81,3 +81,20 @@ def test_a_task_files_line_past_the_cap_is_refused(tmp_path):
     path.write_text("label\ttext\n" + "1\t" + "x" * (CAP + 1) + "\n")
     with pytest.raises(InputError, match=rf"train\.tsv: the line at byte 11 holds more than {CAP} bytes"):
         list(file_lines(str(path), Tally()))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "head", "record"),
+    [
+        ("sentences", "A sentence.\n\n", "the document at byte 13"),
+        ("wikiextractor", '<doc id="1">\nT\n', "the <doc> at byte 0"),
+    ],
+)
+def test_a_document_of_many_lines_past_the_cap_is_refused(tmp_path, fmt, head, record):
+    """A file of sentences without a blank line, or a <doc> never closed, is one document: it grew with the file."""
+    path = tmp_path / f"big.{fmt}"
+    path.write_text(head + "One more sentence of the document.\n" * (CAP // 30))
+    with pytest.raises(InputError, match=rf"big\.{fmt}: {record} holds more than {CAP} bytes"):
+        read_all(path, fmt)
+    path.write_text(head + "One more sentence of the document.\n" * (CAP // 40))
+    assert len(read_all(path, fmt)) == (2 if fmt == "sentences" else 1)
