@@ -40,34 +40,71 @@ def split_ranges(size: int, range_bytes: int) -> list[tuple[int, int | None]]:
     return [(s, s + range_bytes) for s in starts[:-1]] + [(starts[-1], None)]
 
 
-def cut_blocks(chunks: Iterable[bytes], offset: int = 0) -> Iterator[Block]:
+class LineTooLong(ValueError):
+    """A line past the cap of :func:`cut_blocks` (the readers name the file: ``files.record_too_big``)."""
+
+    def __init__(self, offset: int, cap: int) -> None:
+        super().__init__(f"the line at byte {offset} holds more than {cap} bytes")
+        self.offset, self.cap = offset, cap
+
+
+def cut_blocks(chunks: Iterable[bytes], offset: int = 0, max_line: int | None = None) -> Iterator[Block]:
     """Re-cut a byte stream at newlines: each block holds whole lines, so a line is never split (a
-    multi-megabyte line without a newline is one block) and UTF-8 decodes block by block."""
-    pending = b""
+    multi-megabyte line without a newline is one block) and UTF-8 decodes block by block.
+
+    A line's pieces are joined once, when its newline comes (adding each piece to the whole would copy it again
+    and again: quadratic in a long line). A line that spans chunks and passes ``max_line`` bytes raises
+    :class:`LineTooLong` (None: no cap); one inside a chunk is bounded by the chunk."""
+    pending: list[bytes] = []
+    held = 0
     for chunk in chunks:
         if not chunk:
             continue
-        data = pending + chunk if pending else chunk
-        cut = data.rfind(b"\n") + 1
+        cut = chunk.rfind(b"\n") + 1
+        if max_line is not None and len(chunk) > max_line:  # (never with the readers' chunks, under the cap)
+            _check_lines(chunk, offset - held, max_line)
+        if max_line is not None and pending:
+            first_end = chunk.find(b"\n")
+            if held + (first_end if first_end >= 0 else len(chunk)) > max_line:
+                raise LineTooLong(offset, max_line)
         if not cut:
-            pending = data
+            pending.append(chunk)
+            held += len(chunk)
             continue
-        pending = data[cut:]
-        yield offset, data[:cut]
-        offset += cut
+        block = b"".join([*pending, chunk[:cut]]) if pending else chunk[:cut]
+        pending, held = ([chunk[cut:]], len(chunk) - cut) if cut < len(chunk) else ([], 0)
+        yield offset, block
+        offset += len(block)
     if pending:
-        yield offset, pending
+        if max_line is not None and held > max_line:
+            raise LineTooLong(offset, max_line)
+        yield offset, b"".join(pending)
+
+
+def _check_lines(chunk: bytes, at: int, max_line: int) -> None:
+    """Each whole line of a chunk bigger than the cap is under it (``at``: where the chunk's first line starts)."""
+    i = 0
+    while (j := chunk.find(b"\n", i)) >= 0:
+        if j - i > max_line:
+            raise LineTooLong(at + i, max_line)
+        i = j + 1
 
 
 def segment_blocks(
-    f: BinaryIO, start: int, end: int | None, anchor: AnchorTest, block_bytes: int = BLOCK_BYTES
+    f: BinaryIO,
+    start: int,
+    end: int | None,
+    anchor: AnchorTest,
+    block_bytes: int = BLOCK_BYTES,
+    max_line: int | None = None,
 ) -> Iterator[Block]:
-    """The blocks of the segment of range ``[start, end)`` of a seekable file, exactly its bytes."""
+    """The blocks of the segment of range ``[start, end)`` of a seekable file, exactly its bytes (a line past
+    ``max_line``: :class:`LineTooLong`)."""
     first = 0 if start == 0 else _first_line_start(f, start, end, block_bytes)
     if first is None:
         return
     f.seek(first)
-    blocks: Iterator[Block] = cut_blocks(_chunks(f, first, end, block_bytes), first)
+    blocks: Iterator[Block] = cut_blocks(_chunks(f, first, end, block_bytes), first, max_line)
     if start > 0 and anchor is not None:
         found = _skip_to_anchor(blocks, end, anchor)
         if found is None:

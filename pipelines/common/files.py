@@ -15,6 +15,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Generator, Iterable, Iterator
+from contextlib import contextmanager
 from itertools import accumulate
 from typing import IO
 
@@ -22,7 +23,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.byte_ranges import BLOCK_BYTES, cut_blocks
+from bertstream.pipelines.common.byte_ranges import BLOCK_BYTES, LineTooLong, cut_blocks
 
 COMPRESSED_SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".lzma", ".zst", ".zstd")
 
@@ -75,6 +76,15 @@ def missing_filesystem_in(e: BaseException) -> str | None:
 
 class InputError(RuntimeError):
     """An input file cannot be read (corrupt compressed data, unreadable path): the run must stop."""
+
+
+def record_too_big(path: str, record: str, cap: int) -> InputError:
+    """The one-line refusal of a record of input past the cap (``bertstream.pipelines.inputs.limits``);
+    ``record`` says which, in words ("the line at byte 12")."""
+    return InputError(
+        f"cannot read {path}: {record} holds more than {cap} bytes, the cap on one record (MAX_RECORD_BYTES): "
+        "is the file what it says it is? (split the record to read it)"
+    )
 
 
 def decode_block(raw: bytes, counters: Counter) -> str:
@@ -178,20 +188,34 @@ def _split_carriage_returns(
     return out_starts, out_lines
 
 
-def iter_lines(chunks: Iterable[bytes], counters: Counter, offset: int = 0) -> Iterator[Line]:
+def iter_lines(
+    chunks: Iterable[bytes], counters: Counter, offset: int = 0, max_line: int | None = None, name: str = ""
+) -> Iterator[Line]:
     """``(offset, line)`` for each line of a byte stream (see ``block_lines``).
 
     Works in blocks cut at newlines, so a multi-megabyte line without a newline is still one line and
-    memory stays bounded by the longest line.
+    memory stays bounded by the longest line; a line past ``max_line`` bytes is refused, naming file ``name``.
     """
-    for off, raw in cut_blocks(chunks, offset):
-        yield from block_lines(off, raw, counters)
+    with line_cap(name):
+        for off, raw in cut_blocks(chunks, offset, max_line):
+            yield from block_lines(off, raw, counters)
 
 
-def iter_text_lines(chunks: Iterable[bytes], counters: Counter) -> Iterator[str]:
+def iter_text_lines(
+    chunks: Iterable[bytes], counters: Counter, max_line: int | None = None, name: str = ""
+) -> Iterator[str]:
     """The lines of :func:`iter_lines` without their offsets (readers that number lines themselves)."""
-    for _, line in iter_lines(chunks, counters):
+    for _, line in iter_lines(chunks, counters, max_line=max_line, name=name):
         yield line
+
+
+@contextmanager
+def line_cap(name: str) -> Iterator[None]:
+    """A line past its cap (``byte_ranges.LineTooLong``) as the one-line refusal naming file ``name``."""
+    try:
+        yield
+    except LineTooLong as e:
+        raise record_too_big(name, f"the line at byte {e.offset}", e.cap) from None
 
 
 def _decompressed(raw, path: str, block_bytes: int) -> Iterator[bytes]:

@@ -8,6 +8,7 @@
 4. ``read``: a file -> its ranges -> ``Document``s (``documents``), by the format's module
 5. ``formats/``: one module per format, named as the format is, and the table of them (``formats/__init__``)
 
+``limits``: the one cap on a record (a page, a line, a row, a book), ``MAX_RECORD_BYTES``, every reader's.
 Helpers of single formats: ``columnar`` (Parquet and Arrow tables), ``mediawiki_xml`` and ``wikitext`` (dumps).
 Bytes, compression and lines are ``common/files.py``'s, shared with the task readers.
 

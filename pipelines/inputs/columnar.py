@@ -32,7 +32,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.files import InputError, record_too_big
+from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.documents import Document, text_paragraphs
 from bertstream.schemas.fields import local_member
 from bertstream.schemas.version import SchemaError
@@ -69,8 +70,8 @@ def read_table(
                 yield from _arrow_records(source, path, text_field, start, end, row)
         except InputError:
             raise
-        except (pa.ArrowException, OSError) as e:
-            raise InputError(f"cannot read {path}: {_what(fmt)} ({type(e).__name__}: {e})") from e
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # (text that is no UTF-8: a corrupt table)
+            raise InputError(f"cannot read {path}: {_what(fmt)} ({_why(e)})") from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +88,12 @@ class Table:
     ) -> Iterator[Document]:
         """The documents of the records of ``[start, end)`` (:func:`read_table`), ids ``name:row``; a null text is
         a counted drop. ``bytes_read`` counts the bytes of the file as stored that the range covers, so that a
-        file's ranges add up to its size (``documents_read`` of the documents yielded is the caller's)."""
+        file's ranges add up to its size (``documents_read`` of the documents yielded is the caller's). A text
+        past ``MAX_RECORD_BYTES`` is refused, named."""
+        cap = limits.MAX_RECORD_BYTES
         for r, source_id, title, text in read_table(path, self.fmt, text_field, start, end, row):
+            if text is not None and len(text) > cap:  # (characters: a byte or more each)
+                raise record_too_big(path, f"row {r}'s {text_field!r}", cap)
             if text is None:
                 counters[C.drop(C.MISSING_TEXT)] += 1
                 counters[C.DOCUMENTS_READ] += 1
@@ -115,7 +120,7 @@ def datasets_folder_files(folder: str) -> list[str]:
             with open(state, encoding="utf-8") as f:
                 files = [d["filename"] for d in json.load(f)["_data_files"]]
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UsageError("input", f"{state}: not a datasets state.json ({type(e).__name__}: {e})") from None
+            raise UsageError("input", f"{state}: not a datasets state.json ({_why(e)})") from None
         return [_member(folder, n, state) for n in files]
     if os.path.isfile(splits):
         try:
@@ -150,6 +155,11 @@ def _member(folder: str, name: Any, state: str) -> str:
     return path
 
 
+def _why(e: BaseException) -> str:
+    """An exception in one line (pyarrow's messages span several)."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
 def _what(fmt: str) -> str:
     return "not a readable Parquet file" if fmt == "parquet" else "not a readable Arrow IPC file or stream"
 
@@ -164,7 +174,7 @@ def _opened(path: str, fmt: str) -> Iterator[Any]:
         else:
             source = pa.memory_map(path) if fmt == "arrow" else path
     except Exception as e:
-        raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
+        raise InputError(f"cannot read {path}: {_why(e)}") from e
     try:
         yield source
     finally:
@@ -191,6 +201,10 @@ def _text_columns(schema: pa.Schema, path: str, text_field: str) -> list[str]:
 
 
 def _records(batch: pa.RecordBatch | pa.Table, columns: list[str], row: int) -> Iterator[Record]:
+    # The columns read are checked whole first (offsets in bounds, text UTF-8): an Arrow file's batches are mapped
+    # as they are stored, and a corrupt offset read as it is crashed the process (found by the fuzz test).
+    batch = batch.select(columns)
+    batch.validate(full=True)
     texts = batch.column(columns[0]).to_pylist()
     n = len(texts)
     ids = batch.column(ID_COLUMN).to_pylist() if ID_COLUMN in columns else [None] * n
@@ -222,7 +236,7 @@ def _parquet_file(source: Any, path: str) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(source)
     except (pa.ArrowException, OSError) as e:
-        raise InputError(f"cannot read {path}: {_what('parquet')} ({type(e).__name__}: {e})") from e
+        raise InputError(f"cannot read {path}: {_what('parquet')} ({_why(e)})") from e
 
 
 def _row_group_start(meta: pq.RowGroupMetaData) -> int:
@@ -297,7 +311,7 @@ def _arrow_head(source: Any, path: str, text_field: str) -> tuple[pa.Schema, int
         offset, message = next(_messages(source, base))
         schema = pa.ipc.read_schema(message)
     except (StopIteration, pa.ArrowException, OSError) as e:
-        why = "empty" if isinstance(e, StopIteration) else f"{type(e).__name__}: {e}"
+        why = "empty" if isinstance(e, StopIteration) else _why(e)
         raise InputError(f"cannot read {path}: {_what('arrow')} ({why})") from e
     return schema, source.tell(), _text_columns(schema, path, text_field)
 
@@ -314,7 +328,7 @@ def _arrow_units(source: Any, path: str, text_field: str) -> tuple[list[tuple[in
                 rows = pa.ipc.read_record_batch(message, schema).num_rows
                 units.append((0 if not units else offset, rows))
     except (pa.ArrowException, OSError) as e:
-        raise InputError(f"cannot read {path}: {_what('arrow')} ({type(e).__name__}: {e})") from e
+        raise InputError(f"cannot read {path}: {_what('arrow')} ({_why(e)})") from e
     return units, size
 
 

@@ -132,17 +132,23 @@ def read_sample(path: str) -> tuple[bytes, bool]:
     """A file's first ``SAMPLE_BYTES``, decompressed; more, up to ``MAX_SAMPLE_BYTES``, until ``SAMPLE_LINES``
     whole lines are in (or the file ends). And whether that is the whole file."""
     chunks = read_chunks(path, SAMPLE_BYTES)
-    got = b""
+    parts: list[bytes] = []  # joined once: adding each chunk to the whole, and counting its lines again, was
+    size = newlines = 0  # quadratic up to MAX_SAMPLE_BYTES
     try:
         for chunk in chunks:
-            got += chunk
-            if len(got) < SAMPLE_BYTES:
+            parts.append(chunk)
+            size += len(chunk)
+            newlines += chunk.count(b"\n")
+            if size < SAMPLE_BYTES:
                 continue
-            if got.count(b"\n", 0, SAMPLE_BYTES) >= SAMPLE_LINES:
-                return got[:SAMPLE_BYTES], False  # as it always was: the first 64 KB
-            if got.count(b"\n") >= SAMPLE_LINES or len(got) >= MAX_SAMPLE_BYTES:
-                return got[:MAX_SAMPLE_BYTES], False
-        return got, True
+            if size - len(chunk) < SAMPLE_BYTES:  # the first SAMPLE_BYTES just came in
+                got = b"".join(parts)
+                parts = [got]
+                if got.count(b"\n", 0, SAMPLE_BYTES) >= SAMPLE_LINES:
+                    return got[:SAMPLE_BYTES], False  # as it always was: the first 64 KB
+            if newlines >= SAMPLE_LINES or size >= MAX_SAMPLE_BYTES:
+                return b"".join(parts)[:MAX_SAMPLE_BYTES], False
+        return b"".join(parts), True
     finally:
         chunks.close()
 

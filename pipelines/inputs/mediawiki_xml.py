@@ -4,7 +4,7 @@ and a ``READ_BYTES`` buffer, whatever the dump's size (or its compression ratio)
 Inputs: a path or a binary file object of plain XML, a bzip2 file (one stream) or a *multistream* bzip2 file
 (Wikimedia's ``...-multistream.xml.bz2``: many concatenated streams, the first holding the ``<mediawiki>`` header
 with ``<siteinfo>``, each later one about 100 whole ``<page>`` elements, the last the closing tag). Compression is
-recognised by the content (``BZh``), not the name. Text is decoded as the XML declaration says (UTF-8 when it
+recognised by the content (``BZh``; gzip and xz are read too, as one range; zstd is refused), not the name. Text is decoded as the XML declaration says (UTF-8 when it
 says nothing): expat reads UTF-8 itself, any other encoding is decoded by Python's codec first.
 
 - ``read_pages``: every page of a dump, in order (``Page``); ``drop_reason`` says which ones are articles.
@@ -17,6 +17,9 @@ says nothing): expat reads UTF-8 itself, any other encoding is decoded by Python
 
 Every function takes ``name=``, the file's name in messages (default: the path, or a file object's ``name``).
 
+Memory and work: a page (or the XML before the first page) over ``limits.MAX_RECORD_BYTES`` is refused, named;
+what is read is decompressed and parsed once, in pieces of ``READ_BYTES``: work is linear in it.
+
 Bad input raises ``InputError`` with a one-line message naming the file: truncated or corrupt bzip2, malformed
 XML, a root element other than ``<mediawiki>``, a page without a numeric ``<id>``. A page without ``<text>`` is no
 error: its ``text`` is None (``drop_reason``: ``no_text``).
@@ -26,15 +29,18 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import lzma
 import os
 import re
 import xml.etree.ElementTree as ET
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
-from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.files import InputError, record_too_big
+from bertstream.pipelines.inputs import limits
 
 # Drop reasons of ``drop_reason`` (counted by the caller as documents_dropped.<reason>).
 NOT_ARTICLE_NAMESPACE = "not_article_namespace"
@@ -52,6 +58,15 @@ _VERIFY_BYTES = 4096
 _NUMBER = re.compile(r"-?[0-9]+")  # an id or namespace number, in ASCII digits
 _DECLARED_ENCODING = re.compile(rb"""^(?:\xef\xbb\xbf)?\s*<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z][\w.:-]*)["']""")
 _ROOT_NAME = re.compile(rb"<((?:[\w.-]+:)?mediawiki)[\s/>]")
+_CLOSING_ROOT = re.compile(rb"</(?:[\w.-]+:)?mediawiki\s*>")  # a range may start with the root's end, nothing else
+# Compressions told by their first bytes: bzip2 (and gzip, xz) are read; zstd is refused, named.
+_UTF32_STARTS = (
+    (b"\x00\x00\xfe\xff", "utf-32"),
+    (b"\xff\xfe\x00\x00", "utf-32"),
+    (b"<\x00\x00\x00", "utf-32-le"),
+    (b"\x00\x00\x00<", "utf-32-be"),
+)
+_GZIP, _XZ, _ZSTD = b"\x1f\x8b", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd"
 # Exports older than 0.5 mark a redirect only in its text.
 _REDIRECT_TEXT = re.compile(r"\s*#REDIRECT\s*:?\s*\[\[([^\]|#\n]+)", re.I)
 
@@ -138,6 +153,10 @@ def stream_ranges(
         if ranges and size - start < range_bytes // 2:  # a short tail (the closing stream) joins the range before
             start = ranges.pop()[0]
         ranges.append((start, size))
+        # Streams may end inside a page past the second (a dump cut by size, not by pages): every range must start
+        # at a page, else the file is read as one range, as bzcat reads it.
+        if not all(_starts_at_page(f, s, label) for s, _ in ranges[1:]):
+            return [(0, size)]
         return ranges
 
 
@@ -192,16 +211,26 @@ def _chunks(f: BinaryIO, start: int, end: int | None) -> Iterator[bytes]:
 
 
 def _decompressed(chunks: Iterable[bytes], label: str) -> Iterator[bytes]:
-    """The bytes of plain XML as they are; of bzip2, decompressed stream after stream. A stream cut short or
-    corrupt data raises ``InputError``."""
+    """The bytes of plain XML as they are; of bzip2, gzip or xz (told by their first bytes), decompressed stream
+    after stream (member after member). A stream cut short or corrupt data raises ``InputError``; so does zstd,
+    which this reader does not read."""
     it = iter(chunks)
     first = next(it, b"")
-    if not first.startswith(b"BZh"):
+    new: Callable[[], Any]  # a decompressor: decompress(data, max_length), needs_input, eof, unused_data
+    if first.startswith(b"BZh"):
+        what, new = "bzip2", bz2.BZ2Decompressor
+    elif first.startswith(_GZIP):
+        what, new = "gzip", _Gunzip
+    elif first.startswith(_XZ):
+        what, new = "xz", lzma.LZMADecompressor
+    elif first.startswith(_ZSTD):
+        raise InputError(f"cannot read {label}: a dump compressed with zstd is not read here: decompress it first")
+    else:
         if first:
             yield first
         yield from it
         return
-    dec = bz2.BZ2Decompressor()
+    dec = new()
     in_stream = False
     try:
         for data in _prepend(first, it):
@@ -213,11 +242,39 @@ def _decompressed(chunks: Iterable[bytes], label: str) -> Iterator[bytes]:
                 if out:
                     yield out
                 if dec.eof:  # what follows is the next stream
-                    data, dec, in_stream = dec.unused_data, bz2.BZ2Decompressor(), False
-    except OSError as e:
-        raise InputError(f"cannot read {label}: corrupt bzip2 data ({e})") from e
+                    data, dec, in_stream = dec.unused_data, new(), False
+    except (OSError, lzma.LZMAError, zlib.error) as e:
+        raise InputError(f"cannot read {label}: corrupt {what} data ({e})") from e
     if in_stream:
-        raise InputError(f"cannot read {label}: the bzip2 data ends inside a stream (truncated file)")
+        raise InputError(f"cannot read {label}: the {what} data ends inside a stream (truncated file)")
+
+
+class _Gunzip:
+    """One gzip member, with the decompressors' interface of bz2 and lzma (``needs_input``): zlib keeps the input
+    it has not used yet apart (``unconsumed_tail``), fed again here."""
+
+    def __init__(self) -> None:
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._tail = b""
+        self._full = False  # the last call filled max_length: zlib may hold more output
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        out = self._z.decompress(self._tail + data if self._tail else data, max_length)
+        self._tail = self._z.unconsumed_tail
+        self._full = len(out) == max_length
+        return out
+
+    @property
+    def needs_input(self) -> bool:
+        return not self._tail and not self._full
+
+    @property
+    def eof(self) -> bool:
+        return self._z.eof
+
+    @property
+    def unused_data(self) -> bytes:
+        return self._z.unused_data
 
 
 def _prepend(first: bytes, rest: Iterable[bytes]) -> Iterator[bytes]:
@@ -264,7 +321,18 @@ def _first_output(f: BinaryIO, offset: int, label: str) -> bytes:
 
 
 def _starts_at_page(f: BinaryIO, offset: int, label: str) -> bool:
-    return _first_output(f, offset, label).lstrip().startswith((b"<page", b"</"))
+    return _is_page_start(_first_output(f, offset, label))
+
+
+def _is_page_start(out: bytes) -> bool:
+    """Decompressed bytes start (after white space) at a ``<page>`` or at the root's closing tag: where a range of
+    whole pages may start. Anything else (``</text>``, the middle of a page) is a stream cut inside a page."""
+    head = out.lstrip()
+    return (
+        head.startswith(b"<page")
+        and head[5:6] in (b">", b" ", b"\t", b"\n", b"\r", b"/")
+        or bool(_CLOSING_ROOT.match(head))
+    )
 
 
 def _checked_page_start(data: Iterable[bytes], label: str, start: int) -> Iterator[bytes]:
@@ -272,7 +340,7 @@ def _checked_page_start(data: Iterable[bytes], label: str, start: int) -> Iterat
     for out in it:
         if not out.strip():
             continue
-        if not out.lstrip().startswith((b"<page", b"</")):
+        if not _is_page_start(out):
             raise InputError(
                 f"cannot read {label}: the bzip2 stream at byte {start} does not start at a <page> "
                 "(not a page-aligned multistream dump): read the file as one range"
@@ -284,12 +352,17 @@ def _checked_page_start(data: Iterable[bytes], label: str, start: int) -> Iterat
 
 def _header(f: BinaryIO, label: str) -> _Header:
     """The file's decompressed bytes up to its first ``<page>``: the XML declaration, the root and siteinfo."""
-    got = b""
+    parts: list[bytes] = []  # joined once: adding each piece to the whole would copy it again and again
+    held, tail = 0, b""
     for out in _decompressed(_chunks(f, 0, None), label):
-        got += out
-        if b"<page" in got[-len(out) - 5 :]:
+        parts.append(out)
+        held += len(out)
+        if b"<page" in tail + out[:5] or b"<page" in out:
             break
-    prefix = got.split(b"<page", 1)[0]
+        if held > limits.MAX_RECORD_BYTES:
+            raise record_too_big(label, "the XML before its first <page>", limits.MAX_RECORD_BYTES)
+        tail = out[-4:]
+    prefix = b"".join(parts).split(b"<page", 1)[0]
     root = _ROOT_NAME.search(prefix)
     return _Header(prefix, b"</" + (root.group(1) if root else b"mediawiki") + b">")
 
@@ -312,6 +385,7 @@ class _Parser:
         self.label = label
         self.xml: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
         self.decoder: codecs.IncrementalDecoder | None = None
+        self.encoding = ""  # as the XML declares it, or its UTF-32 byte-order mark says (named in errors)
         self.first = True
         self.started = self.done = self.in_page = False
         self.ns = ""
@@ -319,12 +393,17 @@ class _Parser:
         self.page: ET.Element | None = None
         self.text: str | None = None
         self.siteinfo: SiteInfo | None = None
+        # Bytes fed since the feed in which the last page (or the siteinfo) ended: past the cap, the record being
+        # read (a page, or the header before the first) is refused, so the tree never holds more than the cap.
+        self.held = 0
+        self.ended = False
 
     def feed(self, data: bytes) -> Iterator[Page]:
         if self.first and data:
             self.first = False
             self._choose_encoding(data)
         decoder = self.decoder
+        self.held += len(data)
         return self._pages(lambda: self.xml.feed(data if decoder is None else decoder.decode(data)))
 
     def close(self) -> Iterator[Page]:
@@ -342,23 +421,40 @@ class _Parser:
             # Only start and end events were asked for: each is (event, element).
             events = cast(list[tuple[str, ET.Element]], list(self.xml.read_events()))
         except ET.ParseError as e:
+            if self.encoding and "encoding" in str(e):
+                raise InputError(
+                    f"cannot read {self.label}: its XML declares encoding {self.encoding!r}, which its bytes are not "
+                    f"in ({e})"
+                ) from e
             raise InputError(f"cannot read {self.label}: malformed XML ({e})") from e
         except UnicodeError as e:  # (a decode error, or the base class some codecs raise: idna's)
-            raise InputError(f"cannot read {self.label}: not valid {getattr(e, 'encoding', 'text')} text ({e})") from e
+            encoding = self.encoding or getattr(e, "encoding", "") or "its declared encoding's"
+            raise InputError(f"cannot read {self.label}: not valid {encoding} text ({e})") from e
+        self.ended = False
         for event, elem in events:
             page = self._event(event, elem)
             if page is not None:
                 yield page
+        if self.ended:
+            self.held = 0
+        elif self.held > limits.MAX_RECORD_BYTES:
+            record = "a <page>" if self.in_page else "the XML before its first <page>"
+            raise record_too_big(self.label, record, limits.MAX_RECORD_BYTES)
 
     def _choose_encoding(self, data: bytes) -> None:
+        # UTF-32, which expat does not read, by its byte-order mark or its "<" (expat reads UTF-16 itself).
+        for start, encoding in _UTF32_STARTS:
+            if data.startswith(start):
+                self.encoding, self.decoder = encoding, codecs.getincrementaldecoder(encoding)("strict")
+                return
         m = _DECLARED_ENCODING.match(data)
         if not m:
             return
-        declared = m.group(1).decode("ascii")
+        declared = self.encoding = m.group(1).decode("ascii")
         try:
             info = codecs.lookup(declared)
             "".encode(declared)  # refuses a codec of bytes to bytes (hex, zlib) or text to text (rot13)
-        except LookupError as e:
+        except (LookupError, UnicodeError) as e:  # (the "undefined" codec refuses even "")
             raise InputError(f"cannot read {self.label}: its XML declares encoding {declared!r}, unknown here") from e
         if info.name != "utf-8":
             # expat reads only a few encodings itself; fed text, it ignores the declaration.
@@ -379,6 +475,7 @@ class _Parser:
             return self._end_page(elem)
         elif tag == self.ns + "siteinfo":
             self.siteinfo = _siteinfo(elem, self.ns)
+            self.ended = True
             if self.root is not None:
                 del self.root[:]
         elif elem is self.root:
@@ -418,7 +515,7 @@ class _Parser:
             raise InputError(f"cannot read {self.label}: page {title!r} has a non-numeric <ns> ({raw_ns!r})")
         if self.root is not None:
             del self.root[:]  # the page and anything before it: the tree stays one page deep
-        self.page, self.text, self.in_page = None, None, False
+        self.page, self.text, self.in_page, self.ended = None, None, False, True
         return Page(int(raw_id), title, namespace, redirect, text)
 
     def _namespace_of(self, title: str) -> int:

@@ -28,7 +28,14 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import progress as P
-from bertstream.pipelines.common.byte_ranges import BLOCK_BYTES, Block, cut_blocks, segment_blocks, split_ranges
+from bertstream.pipelines.common.byte_ranges import (
+    BLOCK_BYTES,
+    Block,
+    LineTooLong,
+    cut_blocks,
+    segment_blocks,
+    split_ranges,
+)
 from bertstream.pipelines.common.files import (
     COMPRESSED_SUFFIXES,
     InputError,
@@ -36,8 +43,10 @@ from bertstream.pipelines.common.files import (
     block_lines,
     check_unchanged,
     check_utf8_start,
+    line_cap,
     read_chunks,
 )
+from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.documents import Document, DocumentBatch
 from bertstream.pipelines.inputs.formats import LINE_FORMATS, RECORD_FORMATS, format_module
 
@@ -108,11 +117,12 @@ def read_segment(
         raise ValueError(f"{path} ({input_format}) cannot be read in ranges")
     try:
         with FileSystems.open(path, compression_type="uncompressed") as f:
-            for block in segment_blocks(f, start, end, format_module(input_format).anchor, block_bytes):
+            anchor = format_module(input_format).anchor
+            for block in segment_blocks(f, start, end, anchor, block_bytes, limits.MAX_RECORD_BYTES):
                 if block[0] == 0:
                     check_utf8_start(path, block[1])
                 yield block
-    except InputError:
+    except (InputError, LineTooLong):
         raise
     except Exception as e:
         raise InputError(f"cannot read {path}: {type(e).__name__}: {e}") from e
@@ -143,7 +153,7 @@ def read_documents(
         check_unchanged(path, *listed)
         return
     if start == 0 and end is None:
-        blocks: Iterable[Block] = cut_blocks(read_chunks(path))
+        blocks: Iterable[Block] = cut_blocks(read_chunks(path), 0, limits.MAX_RECORD_BYTES)
     else:
         blocks = read_segment(path, input_format, start, end)
 
@@ -153,9 +163,10 @@ def read_documents(
             yield from block_lines(off, raw, counters)
 
     parse = format_module(input_format).parse
-    for doc in parse(lines(), name or path, counters, strip_gutenberg=strip_gutenberg, text_field=text_field):
-        counters[C.DOCUMENTS_READ] += 1
-        yield doc
+    with line_cap(path):  # a line past the cap: refused, naming the file
+        for doc in parse(lines(), name or path, counters, strip_gutenberg=strip_gutenberg, text_field=text_field):
+            counters[C.DOCUMENTS_READ] += 1
+            yield doc
     check_unchanged(path, *listed)
 
 

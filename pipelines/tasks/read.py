@@ -23,6 +23,7 @@ import apache_beam as beam
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import check_unchanged, iter_text_lines, read_chunks
+from bertstream.pipelines.inputs import limits
 
 RECORDS_PER_BATCH = 1024
 CHARS_PER_BATCH = 1 << 20
@@ -73,7 +74,7 @@ def file_lines(path: str, tally: Tally) -> Iterator[str]:
             tally.add("bytes_read", len(chunk))
             yield chunk
 
-    return iter_text_lines(chunks(), tally.counts)
+    return iter_text_lines(chunks(), tally.counts, limits.MAX_RECORD_BYTES, path)  # a line past the cap: refused
 
 
 def batch_records(records: Iterable[Record], path: str, file_index: int) -> Iterator[RecordBatch]:

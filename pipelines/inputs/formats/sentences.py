@@ -7,7 +7,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from bertstream.pipelines.common.files import Line, parser_view
+from bertstream.pipelines.common.files import Line, parser_view, record_too_big
+from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.detect import Sample
 from bertstream.pipelines.inputs.documents import Document
 
@@ -34,6 +35,7 @@ def parse(
     lines: Iterable[Line], name: str, counters: Counter, strip_gutenberg: bool = True, text_field: str = "text"
 ) -> Iterator[Document]:
     doc: Document | None = None
+    held, cap = 0, limits.MAX_RECORD_BYTES  # characters of the document so far: past the cap, refused
     for offset, line in lines:
         s = line.strip()
         if not s:
@@ -42,7 +44,10 @@ def parse(
                 doc = None
             continue
         if doc is None:
-            doc = Document(f"{name}:{offset}", [], presegmented=True)
+            doc, held = Document(f"{name}:{offset}", [], presegmented=True), 0
         doc.paragraphs.append(s)
+        held += len(s) + 1
+        if held > cap:
+            raise record_too_big(name, f"the document at byte {doc.doc_id.rpartition(':')[2]}", cap)
     if doc is not None:
         yield doc

@@ -10,7 +10,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.files import Line
+from bertstream.pipelines.common.files import Line, record_too_big
+from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.detect import Sample
 from bertstream.pipelines.inputs.documents import Document
 
@@ -41,11 +42,13 @@ def parse(
 ) -> Iterator[Document]:
     """One document per book. A file may hold several Gutenberg books: each ``*** START`` after an ``*** END``
     starts another book (id ``name:offset`` of its START line; the first keeps the id ``name``). Header and
-    licence lines cut at the markers are counted, never dropped silently."""
+    licence lines cut at the markers are counted, never dropped silently. A book past ``MAX_RECORD_BYTES`` of
+    text is refused, named."""
     paragraphs: list[str] = []
     current: list[str] = []
     doc_id, kept = name, 0  # kept: non-blank lines of the book so far
     after_end, yielded = False, False
+    held, cap = 0, limits.MAX_RECORD_BYTES  # characters of the book so far (a character is a byte or more)
     for offset, line in lines:
         s = line.strip()
         # A marker line starts with "***" (``s`` is stripped): the two regexes only run on such lines.
@@ -56,7 +59,7 @@ def parse(
             counters[C.GUTENBERG_LINES_STRIPPED] += kept
             if after_end:
                 doc_id, after_end = f"{name}:{offset}", False
-            paragraphs, current, kept = [], [], 0
+            paragraphs, current, kept, held = [], [], 0, 0
             continue
         if after_end:
             counters[C.GUTENBERG_LINES_STRIPPED] += bool(s)  # the licence, or text of no book
@@ -66,11 +69,14 @@ def parse(
             if current:
                 paragraphs.append(" ".join(current))
             yield Document(doc_id, paragraphs)
-            yielded, after_end, paragraphs, current, kept = True, True, [], [], 0
+            yielded, after_end, paragraphs, current, kept, held = True, True, [], [], 0, 0
             continue
         if s:
             current.append(s)
             kept += 1
+            held += len(s) + 1
+            if held > cap:
+                raise record_too_big(name, f"the book {doc_id!r}", cap)
         elif current:
             paragraphs.append(" ".join(current))
             current = []

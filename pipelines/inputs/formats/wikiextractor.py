@@ -10,7 +10,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.files import Line, parser_view
+from bertstream.pipelines.common.files import Line, parser_view, record_too_big
+from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.detect import Sample
 from bertstream.pipelines.inputs.documents import Document
 
@@ -45,11 +46,12 @@ def parse(
 ) -> Iterator[Document]:
     doc: Document | None = None
     expect_title = False
+    held, cap = 0, limits.MAX_RECORD_BYTES  # characters of the document so far: past the cap, refused
     for offset, line in lines:
         s = line.strip()
         if doc is None:
             if s.startswith("<doc") and WIKI_OPEN.match(s):
-                doc = _wiki_doc(f"{name}:{offset}", s)
+                doc, held = _wiki_doc(f"{name}:{offset}", s), 0
                 expect_title = True
             elif s:
                 counters[C.LINES_OUTSIDE_DOC] += 1
@@ -61,7 +63,7 @@ def parse(
         if s.startswith("<doc") and WIKI_OPEN.match(s):  # the regex only where it can match: ~5x cheaper
             counters[C.UNCLOSED_DOC] += 1  # a <doc> without </doc>: keep what we have, start anew
             yield doc
-            doc = _wiki_doc(f"{name}:{offset}", s)
+            doc, held = _wiki_doc(f"{name}:{offset}", s), 0
             expect_title = True
             continue
         if not s:
@@ -70,6 +72,9 @@ def parse(
             expect_title = False  # the title line is not a sentence
             continue
         doc.paragraphs.append(s)
+        held += len(s) + 1
+        if held > cap:
+            raise record_too_big(name, f"the <doc> at byte {doc.doc_id.rpartition(':')[2]}", cap)
     if doc is not None:
         counters[C.UNCLOSED_DOC] += 1
         yield doc

@@ -17,6 +17,7 @@ from typing import Any
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
+from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.tasks.read import MALFORMED_JSON, file_lines, where
 from bertstream.schemas import tasks as T
 
@@ -84,7 +85,7 @@ def column_positions(layout: TableLayout, header: list[str] | None, path: str) -
 
 def first_line(path: str, input_format: str) -> list[str] | dict | None:
     """Fields of the first non-blank line (the parsed object for jsonl), cleaned as the reader cleans it."""
-    lines = iter_text_lines(read_chunks(path, 1 << 16), Tally().counts)
+    lines = iter_text_lines(read_chunks(path, 1 << 16), Tally().counts, limits.MAX_RECORD_BYTES, path)
     for line in islice(lines, 1000):
         if not line.strip():
             continue

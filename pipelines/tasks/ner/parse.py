@@ -15,6 +15,7 @@ from itertools import islice
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
+from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.tasks.read import file_lines, where
 from bertstream.schemas import tasks as T
 
@@ -56,7 +57,12 @@ def looks_like_conll(path: str, sample_lines: int = 200, input_format: str = "co
     field count (four for CoNLL, two for ``char TAG``); a file of the other format is named as such."""
     lines = [
         s
-        for s in (x.strip() for x in islice(iter_text_lines(read_chunks(path, 1 << 16), Tally().counts), 5000))
+        for s in (
+            x.strip()
+            for x in islice(
+                iter_text_lines(read_chunks(path, 1 << 16), Tally().counts, limits.MAX_RECORD_BYTES, path), 5000
+            )
+        )
         if s and not s.startswith("-DOCSTART-")
     ][:sample_lines]
     if not lines:

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from bertstream.pipelines.common.byte_ranges import cut_blocks, segment_blocks, split_ranges
+from bertstream.pipelines.common.byte_ranges import LineTooLong, cut_blocks, segment_blocks, split_ranges
 from tests.conftest import shared_path
 
 
@@ -96,3 +96,33 @@ def test_ranges_read_little_more_than_their_own_bytes():
         list(segment_blocks(f, start, end, lambda line: line.startswith(b"<doc ")))  # default 8 MB blocks
         total += f.bytes_read
     assert total < 3 * len(data)  # reads stop at the range's end, then grow from 16 KB to finish a document
+
+
+class _Piece(bytes):
+    """A chunk that counts the bytes of every ``whole + piece`` made of it (a copy of the whole)."""
+
+    copied = 0
+
+    def __radd__(self, other: bytes) -> bytes:
+        _Piece.copied += len(other) + len(self)
+        return bytes(other) + bytes(self)
+
+
+def test_a_long_lines_pieces_are_joined_once_not_added_to_the_whole_again_and_again():
+    """Adding each piece of a line to the whole copied it once per piece: quadratic in the line (issue 44)."""
+    _Piece.copied = 0
+    pieces = [_Piece(b"x" * 100) for _ in range(1000)] + [_Piece(b"\nend")]
+    assert list(cut_blocks(pieces)) == [(0, b"x" * 100_000 + b"\n"), (100_001, b"end")]
+    assert _Piece.copied <= 2 * 100_004
+
+
+@pytest.mark.parametrize("piece", [7, 64, 1000])
+def test_a_line_past_the_cap_is_refused_with_its_offset_whatever_the_chunks(piece):
+    data = b"short\n" + b"y" * 300 + b"\n" + b"z" * 200
+    chunks = [data[i : i + piece] for i in range(0, len(data), piece)]
+    with pytest.raises(LineTooLong, match="the line at byte 6 holds more than 250 bytes"):
+        list(cut_blocks(chunks, 0, max_line=250))
+    assert b"".join(b for _, b in cut_blocks(chunks, 0, max_line=300)) == data  # at the cap: read
+    last = b"short\n" + b"z" * 200
+    with pytest.raises(LineTooLong, match="the line at byte 6 holds more than 199 bytes"):
+        list(cut_blocks([last[i : i + piece] for i in range(0, len(last), piece)], 0, max_line=199))  # no newline

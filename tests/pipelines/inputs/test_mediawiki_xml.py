@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import bz2
+import gzip
 import io
+import lzma
 import tracemalloc
 from collections import Counter
 from pathlib import Path
@@ -11,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs import mediawiki_xml as M
+from bertstream.pipelines.inputs.formats import mediawiki
 from tests.conftest import shared_path
 from tests.pipelines.inputs.dump_files import DUMP, EXPORT, export, multistream, page
 
@@ -294,7 +298,7 @@ def test_bytes_invalid_in_the_declared_encoding_raise_input_error(tmp_path):
     path = tmp_path / "ascii.xml"
     declaration = '<?xml version="1.0" encoding="US-ASCII"?>\n'
     path.write_bytes(export(page("Zürich", 1, "<revision><text>x</text></revision>"), declaration).encode("latin-1"))
-    with pytest.raises(InputError, match=r"ascii\.xml: not valid ascii text"):
+    with pytest.raises(InputError, match=r"ascii\.xml: not valid US-ASCII text"):
         list(M.read_pages(path))
 
 
@@ -324,3 +328,120 @@ def test_memory_stays_flat_in_the_dumps_size(tmp_path):
     small_peak, large_peak = peak_bytes(small), peak_bytes(large)
     assert small_peak > 0
     assert large_peak < 1.2 * small_peak, (small_peak, large_peak)
+
+
+# --- Bounded work and memory (issue 44 item 1): a record past the cap is refused, named; nothing grows with it.
+
+
+@pytest.fixture
+def small_cap(monkeypatch) -> int:
+    cap = 1 << 20
+    monkeypatch.setattr(limits, "MAX_RECORD_BYTES", cap)
+    return cap
+
+
+def test_white_space_before_the_first_page_past_the_cap_is_refused_by_every_reader(tmp_path, small_cap):
+    """The 782-byte dump of 400 MB of white space ran past 200 s (its header was read by adding each piece to
+    the whole) and held 1 GB: here 3 MB of it, with a 1 MiB cap."""
+    xml = export(" " * (3 << 20) + page("A", 1, TEXT)).encode()
+    path = tmp_path / "blank.xml.bz2"
+    path.write_bytes(bz2.compress(xml))
+    message = rf"blank\.xml\.bz2: the XML before its first <page> holds more than {small_cap} bytes"
+    with pytest.raises(InputError, match=message):
+        list(M.read_pages(path))
+    with pytest.raises(InputError, match=message):
+        M.read_siteinfo(path)
+    with pytest.raises(InputError, match=message):
+        M._header(open(path, "rb"), str(path))  # what each range of a multistream file reads first
+
+
+def test_a_page_past_the_cap_is_refused_naming_the_file_and_the_cap(tmp_path, small_cap):
+    """A 6 KB file holding one huge page took 1.47 GB."""
+    big = page("Huge", 2, f"<revision><text>{'a' * (3 << 20)}</text></revision>")
+    path = tmp_path / "huge.xml.bz2"
+    path.write_bytes(bz2.compress(export(page("A", 1, TEXT) + big).encode()))
+    assert len(path.read_bytes()) < 8000
+    pages = M.read_pages(path)
+    assert next(pages).title == "A"
+    with pytest.raises(InputError, match=rf"huge\.xml\.bz2: a <page> holds more than {small_cap} bytes"):
+        next(pages)
+
+
+def test_pages_under_the_cap_read_whole(tmp_path, small_cap):
+    text = "b" * (small_cap // 2)
+    path = tmp_path / "big.xml.bz2"
+    path.write_bytes(bz2.compress(export(page("Big", 1, f"<revision><text>{text}</text></revision>") * 4).encode()))
+    assert [p.text for p in M.read_pages(path)] == [text] * 4
+
+
+# --- Dumps as Wikimedia and others write them (issue 44 item 5)
+
+
+def test_streams_that_end_inside_pages_past_the_second_are_read_as_one_range(tmp_path, dump, dump_pages):
+    """The second stream starts at a page, a later one inside a page (after ``</text>``): bzcat reads the file,
+    and so does the reader, as one range; a range that starts there is refused, saying what to do."""
+    xml = bz2.decompress(dump.read_bytes())
+    first = xml.index(b"<page>")
+    cut = xml.index(b"</text>", first + 200_000)
+    parts = [xml[:first], xml[first:cut], xml[cut:]]
+    data = b"".join(bz2.compress(p) for p in parts)
+    path = tmp_path / "cut.xml.bz2"
+    path.write_bytes(data)
+    offsets = M.stream_offsets(path)
+    assert len(offsets) == 3
+    assert M.stream_ranges(path, 1) == [(0, len(data))]
+    docs = list(mediawiki.read(str(path), "cut", Counter(), "text", 0, len(data), 0))
+    assert len(docs) == 106
+    with pytest.raises(InputError, match=r"cut\.xml\.bz2.*does not start at a <page>.*read the file as one range"):
+        list(M.read_range(path, offsets[2], len(data)))
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, lambda d: lzma.compress(d, preset=0)], ids=["gz", "xz"])
+def test_gzip_and_xz_dumps_are_read(tmp_path, dump, dump_pages, compress):
+    xml = bz2.decompress(dump.read_bytes())
+    path = tmp_path / "dump.xml.gz"
+    half = xml.index(b"<page>", len(xml) // 2)
+    path.write_bytes(compress(xml[:half]) + compress(xml[half:]))  # two members, as concatenated files are
+    assert M.stream_ranges(path, 1) == [(0, path.stat().st_size)]
+    assert list(M.read_pages(path)) == dump_pages
+    assert M.read_siteinfo(path).dbname == "enwiki"
+    docs = list(mediawiki.read(str(path), "d", Counter(), "text", 0, path.stat().st_size, 0))
+    assert len(docs) == 106
+
+
+def test_a_truncated_gzip_dump_and_a_zstd_one_are_refused_naming_the_file(tmp_path, dump):
+    xml = bz2.decompress(dump.read_bytes())
+    cut = tmp_path / "cut.xml.gz"
+    cut.write_bytes(gzip.compress(xml)[:-100])
+    with pytest.raises(InputError, match=r"cut\.xml\.gz: the gzip data ends inside a stream"):
+        list(M.read_pages(cut))
+    zst = tmp_path / "dump.xml.zst"
+    zst.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 100)
+    with pytest.raises(InputError, match=r"dump\.xml\.zst: a dump compressed with zstd .* decompress it first"):
+        list(M.read_pages(zst))
+
+
+def test_utf32_is_read_by_its_byte_order_mark_or_its_first_character(tmp_path):
+    path = tmp_path / "wide.xml"
+    for encoding in ("utf-32", "utf-32-le", "utf-32-be"):
+        path.write_bytes(export(LATIN_PAGES, ODD.format("UTF-32")).encode(encoding))
+        assert [p.title for p in M.read_pages(path)] == ["Zürich", "Ça"]
+
+
+@pytest.mark.parametrize(
+    ("declared", "encoding", "message"),
+    [
+        ("UTF-32", "utf-8", r"wrong\.xml: not valid UTF-32 text"),
+        ("UTF-16", "utf-8", r"wrong\.xml: not valid UTF-16 text"),
+        ("undefined", "utf-8", r"wrong\.xml: its XML declares encoding 'undefined'"),
+        ("base64", "utf-8", r"wrong\.xml: its XML declares encoding 'base64'"),
+    ],
+)
+def test_an_encoding_declared_but_unreadable_is_one_line_naming_the_file_and_the_encoding(
+    tmp_path, declared, encoding, message
+):
+    path = tmp_path / "wrong.xml"
+    path.write_bytes(export(LATIN_PAGES, ODD.format(declared)).encode(encoding))
+    with pytest.raises(InputError, match=message) as e:
+        list(M.read_pages(path))
+    assert "\n" not in str(e.value)

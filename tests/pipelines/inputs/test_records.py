@@ -4,6 +4,7 @@ Arrow tables (from ``pyarrow`` and from ``datasets``), against the JSON lines of
 from __future__ import annotations
 
 import bz2
+import gzip
 import json
 from collections import Counter
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.inputs import mediawiki_xml as M
+from bertstream.pipelines.inputs.detect import detect_file
 from bertstream.pipelines.inputs.read import file_ranges, read_documents, read_range
 from tests.conftest import shared_path
 from tests.pipelines.inputs.dump_files import DUMP, export, multistream, page
@@ -113,6 +115,25 @@ def test_a_multistream_dump_read_in_ranges_gives_the_whole_files_documents_and_c
     assert c[C.FILES_READ] == 1 and c[C.BYTES_READ] == multi.stat().st_size
     del c[C.FILES_READ], c[C.BYTES_READ]
     assert c == Counter({k: v for k, v in counters.items() if k != C.BYTES_READ})
+
+
+@pytest.mark.parametrize("layout", ["gzip", "streams cut inside pages"])
+def test_a_gzip_dump_and_one_whose_streams_end_inside_pages_are_detected_and_read_whole(tmp_path, dump, whole, layout):
+    """Both were refused as "malformed XML" by extract and pretraining (issue 44 item 5): the .xml.gz read raw,
+    the multistream file cut in ranges whose later streams start inside a page."""
+    xml = bz2.decompress(dump.read_bytes())
+    if layout == "gzip":
+        path, data = tmp_path / "enwiki.xml.gz", gzip.compress(xml)
+    else:
+        first = xml.index(b"<page>")
+        cuts = [0, first, xml.index(b"</text>", first + 100_000), xml.index(b"</text>", first + 300_000), len(xml)]
+        path, data = tmp_path / "enwiki.xml.bz2", b"".join(bz2.compress(xml[a:b]) for a, b in zip(cuts, cuts[1:]))
+    path.write_bytes(data)
+    assert detect_file(str(path)).format == "mediawiki"
+    ranges = file_ranges(str(path), "mediawiki", "enwiki.bz2", len(data), 1000)
+    assert [(r.start, r.end) for r in ranges] == [(0, len(data))]
+    docs = [d for r in ranges for batch in read_range(r) for d in batch.documents]
+    assert docs == whole[0]
 
 
 def test_a_page_without_text_is_a_counted_drop(tmp_path):
