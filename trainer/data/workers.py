@@ -36,12 +36,20 @@ def _sigterm_from_parent_only() -> None:
 
 
 def quiet_worker_init(_worker_id: int) -> None:
-    """``worker_init_fn``: a worker hands its batches' tensors to the main process through multiprocessing's
-    resource sharer, a thread that reports a failed hand-off with ``sys.excepthook``, traceback and all. When the
-    main process stops (Ctrl-C, SIGTERM, an error) it drops those connections mid-hand-off, and the worker printed
-    a ``ConnectionResetError`` traceback after the run's one ``Error:`` line. That is the main process leaving,
-    not a failure of the worker: it is not printed. Anything else still reaches the previous hook."""
+    """``worker_init_fn``, run in each loader worker process: SIGTERM from its parent only, and the main process's
+    leaving not printed as the worker's traceback. Never call it in a process that starts others: the blocked
+    SIGTERM is inherited by every child (a test that called it in pytest's process left every trainer it
+    started deaf to SIGTERM)."""
     _sigterm_from_parent_only()
+    quiet_resource_sharer()
+
+
+def quiet_resource_sharer() -> None:
+    """A worker hands its batches' tensors to the main process through multiprocessing's resource sharer, a
+    thread that reports a failed hand-off with ``sys.excepthook``, traceback and all. When the main process stops
+    (Ctrl-C, SIGTERM, an error) it drops those connections mid-hand-off, and the worker printed a
+    ``ConnectionResetError`` traceback after the run's one ``Error:`` line. That is the main process leaving, not
+    a failure of the worker: it is not printed. Anything else still reaches the previous hook."""
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
