@@ -1,5 +1,5 @@
 """Pages of a MediaWiki XML dump (``enwiki-latest-pages-articles*.xml[.bz2]``), streamed: memory holds one page
-and a ``READ_BYTES`` buffer, whatever the dump's size (or its compression ratio).
+and a ``compressed.READ_BYTES`` buffer, whatever the dump's size (or its compression ratio).
 
 Inputs: a path or a binary file object of plain XML, a bzip2 file (one stream) or a *multistream* bzip2 file
 (Wikimedia's ``...-multistream.xml.bz2``: many concatenated streams, the first holding the ``<mediawiki>`` header
@@ -18,7 +18,7 @@ says nothing): expat reads UTF-8 itself, any other encoding is decoded by Python
 Every function takes ``name=``, the file's name in messages (default: the path, or a file object's ``name``).
 
 Memory and work: a page (or the XML before the first page) over ``limits.MAX_RECORD_BYTES`` is refused, named;
-what is read is decompressed and parsed once, in pieces of ``READ_BYTES``: work is linear in it.
+what is read is decompressed and parsed once, in pieces of ``compressed.READ_BYTES``: work is linear in it.
 
 Bad input raises ``InputError`` with a one-line message naming the file: truncated or corrupt bzip2, malformed
 XML, a root element other than ``<mediawiki>``, a page without a numeric ``<id>``. A page without ``<text>`` is no
@@ -27,20 +27,18 @@ error: its ``text`` is None (``drop_reason``: ``no_text``).
 
 from __future__ import annotations
 
-import bz2
 import codecs
-import lzma
 import os
 import re
 import xml.etree.ElementTree as ET
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 
 from bertstream.pipelines.common.files import InputError, record_too_big
 from bertstream.pipelines.inputs import limits
+from bertstream.pipelines.inputs.compressed import chunks, decompressed, prepend, scan_stream_starts
 
 # Drop reasons of ``drop_reason`` (counted by the caller as documents_dropped.<reason>).
 NOT_ARTICLE_NAMESPACE = "not_article_namespace"
@@ -48,25 +46,17 @@ REDIRECT = "redirect"
 NO_TEXT = "no_text"
 
 DEFAULT_RANGE_BYTES = 64 << 20
-READ_BYTES = 256 << 10  # also the most XML fed to the parser at once: its tree holds this much at most
-OUT_BYTES = READ_BYTES
-# A stream starts with "BZh" + block size digit, then the first block's magic 0x314159265359 ("1AY&SY"): both
-# byte-aligned only at a stream's start. A candidate is verified by decompressing this much from it.
-_BLOCK_MAGIC = b"1AY&SY"
-_VERIFY_BYTES = 4096
 
 _NUMBER = re.compile(r"-?[0-9]+")  # an id or namespace number, in ASCII digits
 _DECLARED_ENCODING = re.compile(rb"""^(?:\xef\xbb\xbf)?\s*<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z][\w.:-]*)["']""")
 _ROOT_NAME = re.compile(rb"<((?:[\w.-]+:)?mediawiki)[\s/>]")
 _CLOSING_ROOT = re.compile(rb"</(?:[\w.-]+:)?mediawiki\s*>")  # a range may start with the root's end, nothing else
-# Compressions told by their first bytes: bzip2 (and gzip, xz) are read; zstd is refused, named.
 _UTF32_STARTS = (
     (b"\x00\x00\xfe\xff", "utf-32"),
     (b"\xff\xfe\x00\x00", "utf-32"),
     (b"<\x00\x00\x00", "utf-32-le"),
     (b"\x00\x00\x00<", "utf-32-be"),
 )
-_GZIP, _XZ, _ZSTD = b"\x1f\x8b", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd"
 # Exports older than 0.5 mark a redirect only in its text.
 _REDIRECT_TEXT = re.compile(r"\s*#REDIRECT\s*:?\s*\[\[([^\]|#\n]+)", re.I)
 
@@ -108,14 +98,14 @@ def drop_reason(page: Page) -> str | None:
 def read_pages(source: Source, *, name: str | None = None) -> Iterator[Page]:
     """Every page of a dump, in order. ``name``: the file's name in error messages (default: its path)."""
     with _opened(source, name) as (f, label):
-        yield from _parse(_decompressed(_chunks(f, 0, None), label), label)
+        yield from _parse(decompressed(chunks(f, 0, None), label), label)
 
 
 def read_siteinfo(source: Source, *, name: str | None = None) -> SiteInfo:
     """The dump's ``<siteinfo>`` (an empty one when it has none), reading only the file's start."""
     with _opened(source, name) as (f, label):
         parser = _Parser(label)
-        for data in _decompressed(_chunks(f, 0, None), label):
+        for data in decompressed(chunks(f, 0, None), label):
             for _ in parser.feed(data):
                 break
             if parser.siteinfo is not None or parser.in_page:
@@ -130,7 +120,7 @@ def stream_offsets(source: Source, *, name: str | None = None) -> list[int]:
         if f.read(3) != b"BZh":
             return [0]
         f.seek(0)
-        return _scan_stream_starts(f)
+        return scan_stream_starts(f)
 
 
 def stream_ranges(
@@ -168,12 +158,12 @@ def read_range(source: Source, start: int, end: int, *, name: str | None = None)
         if f.read(3) != b"BZh":
             if start != 0:
                 raise ValueError(f"{label} is not bzip2: its one range is [0, size), not [{start}, {end})")
-            yield from _parse(_decompressed(_chunks(f, 0, None), label), label)
+            yield from _parse(decompressed(chunks(f, 0, None), label), label)
             return
         header = _header(f, label)
-        data = _decompressed(_chunks(f, start, end), label)
+        data = decompressed(chunks(f, start, end), label)
         if start > 0:
-            data = _prepend(header.prefix, _checked_page_start(data, label, start))
+            data = prepend(header.prefix, _checked_page_start(data, label, start))
         yield from _parse(data, label, closing=header.closing)
 
 
@@ -197,124 +187,9 @@ def _opened(source: Source, name: str | None) -> Iterator[tuple[BinaryIO, str]]:
         yield source, name or str(getattr(source, "name", "<stream>"))
 
 
-def _chunks(f: BinaryIO, start: int, end: int | None) -> Iterator[bytes]:
-    if start or f.seekable():
-        f.seek(start)
-    left = None if end is None else end - start
-    while left is None or left > 0:
-        chunk = f.read(READ_BYTES if left is None else min(READ_BYTES, left))
-        if not chunk:
-            return
-        if left is not None:
-            left -= len(chunk)
-        yield chunk
-
-
-def _decompressed(chunks: Iterable[bytes], label: str) -> Iterator[bytes]:
-    """The bytes of plain XML as they are; of bzip2, gzip or xz (told by their first bytes), decompressed stream
-    after stream (member after member). A stream cut short or corrupt data raises ``InputError``; so does zstd,
-    which this reader does not read."""
-    it = iter(chunks)
-    first = next(it, b"")
-    new: Callable[[], Any]  # a decompressor: decompress(data, max_length), needs_input, eof, unused_data
-    if first.startswith(b"BZh"):
-        what, new = "bzip2", bz2.BZ2Decompressor
-    elif first.startswith(_GZIP):
-        what, new = "gzip", _Gunzip
-    elif first.startswith(_XZ):
-        what, new = "xz", lzma.LZMADecompressor
-    elif first.startswith(_ZSTD):
-        raise InputError(f"cannot read {label}: a dump compressed with zstd is not read here: decompress it first")
-    else:
-        if first:
-            yield first
-        yield from it
-        return
-    dec = new()
-    in_stream = False
-    try:
-        for data in _prepend(first, it):
-            # Output comes in pieces of at most OUT_BYTES, whatever the compression ratio (memory stays flat).
-            while data or (in_stream and not dec.needs_input):
-                in_stream = True
-                out = dec.decompress(data, OUT_BYTES)
-                data = b""
-                if out:
-                    yield out
-                if dec.eof:  # what follows is the next stream
-                    data, dec, in_stream = dec.unused_data, new(), False
-    except (OSError, lzma.LZMAError, zlib.error) as e:
-        raise InputError(f"cannot read {label}: corrupt {what} data ({e})") from e
-    if in_stream:
-        raise InputError(f"cannot read {label}: the {what} data ends inside a stream (truncated file)")
-
-
-class _Gunzip:
-    """One gzip member, with the decompressors' interface of bz2 and lzma (``needs_input``): zlib keeps the input
-    it has not used yet apart (``unconsumed_tail``), fed again here."""
-
-    def __init__(self) -> None:
-        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._tail = b""
-        self._full = False  # the last call filled max_length: zlib may hold more output
-
-    def decompress(self, data: bytes, max_length: int) -> bytes:
-        out = self._z.decompress(self._tail + data if self._tail else data, max_length)
-        self._tail = self._z.unconsumed_tail
-        self._full = len(out) == max_length
-        return out
-
-    @property
-    def needs_input(self) -> bool:
-        return not self._tail and not self._full
-
-    @property
-    def eof(self) -> bool:
-        return self._z.eof
-
-    @property
-    def unused_data(self) -> bytes:
-        return self._z.unused_data
-
-
-def _prepend(first: bytes, rest: Iterable[bytes]) -> Iterator[bytes]:
-    yield first
-    yield from rest
-
-
-def _scan_stream_starts(f: BinaryIO) -> list[int]:
-    """Offsets of "BZh[1-9]" + block magic, each verified by decompressing ``_VERIFY_BYTES`` from it."""
-    offsets: list[int] = []
-    buf = b""
-    base = 0  # file offset of buf[0]
-    while True:
-        data = f.read(8 * READ_BYTES)
-        buf += data
-        # Candidates past ``limit`` wait for the next read, so each has its verification bytes in ``buf``.
-        limit = len(buf) if not data else len(buf) - _VERIFY_BYTES
-        i = buf.find(_BLOCK_MAGIC, 4)
-        while i >= 0 and i - 4 < limit:
-            s = i - 4
-            if buf[s : s + 3] == b"BZh" and 0x31 <= buf[s + 3] <= 0x39 and _is_stream(buf[s : s + _VERIFY_BYTES]):
-                offsets.append(base + s)
-            i = buf.find(_BLOCK_MAGIC, i + 1)
-        if not data:
-            return offsets
-        if limit > 0:
-            buf, base = buf[limit:], base + limit
-
-
-def _is_stream(data: bytes) -> bool:
-    try:
-        bz2.BZ2Decompressor().decompress(data)
-    except OSError:
-        return False
-    return True
-
-
 def _first_output(f: BinaryIO, offset: int, label: str) -> bytes:
     """The first decompressed bytes (a whole bzip2 block) of the stream at ``offset``."""
-    for out in _decompressed(_chunks(f, offset, None), label):
+    for out in decompressed(chunks(f, offset, None), label):
         if out:
             return out
     return b""
@@ -354,7 +229,7 @@ def _header(f: BinaryIO, label: str) -> _Header:
     """The file's decompressed bytes up to its first ``<page>``: the XML declaration, the root and siteinfo."""
     parts: list[bytes] = []  # joined once: adding each piece to the whole would copy it again and again
     held, tail = 0, b""
-    for out in _decompressed(_chunks(f, 0, None), label):
+    for out in decompressed(chunks(f, 0, None), label):
         parts.append(out)
         held += len(out)
         if b"<page" in tail + out[:5] or b"<page" in out:
