@@ -120,7 +120,7 @@ class DataConfig:
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
             check(ok, name, f"must be an int >= 0, got {value!r}")
             check(value < 1 << 63, name, f"must be at most 2**63 - 1, got {value!r}")
-        check_processes("num_workers", self.num_workers)
+        check_processes("num_workers", self.num_workers, per_rank=True)
         _positive("prefetch_factor", self.prefetch_factor)
         ok = isinstance(self.bucket_batches, int) and self.bucket_batches >= 2
         check(ok, "bucket_batches", f"must be an int >= 2, got {self.bucket_batches!r}")

@@ -84,7 +84,7 @@ class FinetuneConfig:
         )
         check_ints(self, ("epochs", "batch_size", "max_answer_length", "n_best"), 1)
         check_ints(self, ("eval_batch_size", "max_steps", "num_workers"), 0)
-        check_processes("num_workers", self.num_workers)
+        check_processes("num_workers", self.num_workers, per_rank=True)
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(self.resume in ("auto", "none"), "resume", f"must be auto or none, got {self.resume!r}")

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from bertstream.cli.errors import UsageError
 from bertstream.trainer.data.config import DataConfig, parse_data_arg, split_data_args
 
 
@@ -86,3 +87,15 @@ def test_weights_go_on_every_folder_or_none() -> None:
     from bertstream.trainer.config import TrainConfig
 
     assert flag_for(TrainConfig, e.value.param) == "--data"
+
+
+def test_loader_workers_share_the_node_ceiling_among_its_ranks(tmp_path, monkeypatch):
+    # issue 44: the ceiling is the node's; torchrun's 8 ranks of --num-workers N start 8N workers on it
+    from bertstream.cli.machine import process_ceiling
+
+    ceiling = process_ceiling()
+    assert DataConfig(paths=str(tmp_path), batch_size=4, num_workers=ceiling).num_workers == ceiling
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert DataConfig(paths=str(tmp_path), batch_size=4, num_workers=ceiling // 4).num_workers == ceiling // 4
+    with pytest.raises(UsageError, match=rf"at most {ceiling // 4} per rank \(4 ranks on this node share {ceiling}"):
+        DataConfig(paths=str(tmp_path), batch_size=4, num_workers=ceiling // 4 + 1)
