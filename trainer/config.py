@@ -37,6 +37,7 @@ FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
 # How long a rank waits for its peers in one collective before the run ends (--dist-timeout): long enough for a
 # checkpoint write or an evaluation on another rank, far below gloo's and NCCL's 30 minutes of silence.
 DEFAULT_TIMEOUT_S = 300.0
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0  # --dist-timeout: a second .. a week
 MAX_INT = (1 << 63) - 1  # what torch, numpy and Arrow hold (--seed 2**70 was "Overflow when unpacking long long")
 
 
@@ -224,7 +225,9 @@ class TrainConfig:
         check_ints(self, ("batch_size", "grad_accum", "max_steps", "eval_every"), 1)
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
-        check(self.dist_timeout > 0, "dist_timeout", f"must be > 0 seconds, got {self.dist_timeout}")
+        # torch keeps the timeout as a timedelta: 1e300 s overflowed it (a traceback at launch), 1e-300 was 0 s
+        ok = MIN_TIMEOUT_S <= self.dist_timeout <= MAX_TIMEOUT_S
+        check(ok, "dist_timeout", f"must be in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}] seconds, got {self.dist_timeout}")
         check(self.eval_batches >= 1, "eval_batches", f"must be >= 1, got {self.eval_batches}")
 
     @classmethod

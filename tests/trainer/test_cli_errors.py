@@ -447,6 +447,17 @@ def test_every_float_option_refuses_inf_and_nan():
     assert {"lr", "weight_decay", "max_grad_norm", "max_minutes", "dropout", "warmup_ratio"} <= set(tried)
 
 
+@pytest.mark.parametrize("value", [1e300, 1e-300, 0.5, 7 * 86400 + 1])
+def test_dist_timeout_is_a_second_to_a_week(value):
+    # issue 44: 1e300 s overflowed torch's timedelta under torchrun (a traceback), 1e-300 s timed out at once
+    from bertstream.cli.errors import UsageError
+    from bertstream.trainer.config import TrainConfig
+
+    with pytest.raises(UsageError, match=r"^dist_timeout: must be in \[1, 604800\] seconds"):
+        TrainConfig.build(paths=("d",), output="o", dist_timeout=value)
+    assert TrainConfig.build(paths=("d",), output="o", dist_timeout=604800.0).dist_timeout == 604800.0
+
+
 @pytest.mark.parametrize("value", ["inf", "nan"])
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
 def test_lr_inf_is_refused_by_the_cli(world, command, value):
