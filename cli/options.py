@@ -29,6 +29,9 @@ import click
 from bertstream.cli.errors import UsageError
 
 # Saved configs of earlier versions named these leaves differently (flat ones: before sections).
+# The largest integer a setting may hold: what torch, numpy, Arrow and the tokenizers library take (--seed 2**70
+# was "Overflow when unpacking long long", --min-frequency 1e20 an OverflowError from the tokenizers library).
+MAX_INT = (1 << 63) - 1
 _RENAMED = {"data": "paths", "sources": "paths", "data_format": "format", "model": "preset"}
 # One flag per setting in every command line; each of these also answers to the other names it had. The
 # masking settings take the names the manifest records (Google's); the trainer called them otherwise.
@@ -230,6 +233,7 @@ def build(cls: type, **values: Any) -> Any:
             continue
         if _base_type(leaf.type)[1] and value is not None:
             value = tuple(value)
+        _check_int_range(leaf, value)
         (top if leaf.section is None else parts.setdefault(leaf.section, {}))[leaf.name] = value
     if values:
         raise TypeError(f"{cls.__name__} has no setting {', '.join(sorted(values))}")
@@ -239,6 +243,15 @@ def build(cls: type, **values: Any) -> Any:
             given = {**f.metadata["defaults"], **parts.get(f.name, {})}
             top[f.name] = sec(**given, **_linked_values(cls, f, top, parts))
     return cls(**top)
+
+
+def _check_int_range(leaf: Leaf, value: Any) -> None:
+    """Every integer setting of every command fits in 64 bits (a setting's own range is checked by its class)."""
+    base, _ = _base_type(leaf.type)
+    for v in value if isinstance(value, tuple) else (value,):
+        if base is int and isinstance(v, int) and not isinstance(v, bool) and not -MAX_INT - 1 <= v <= MAX_INT:
+            bound = "at most 2**63 - 1" if v > 0 else "at least -2**63"
+            raise UsageError(leaf.name, f"must be {bound}, got {v!r}")
 
 
 def _linked_values(cls: type, f: Field, top: dict[str, Any], parts: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from bertstream.cli import options
 from bertstream.cli.errors import check
-from bertstream.cli.options import opt, section
+from bertstream.cli.options import MAX_INT, opt, section
 from bertstream.trainer.data.config import MASKING_MODES, DataConfig, check_masking
 from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 from bertstream.trainer.optim.advice import LR_HELP
@@ -38,7 +38,6 @@ FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
 # checkpoint write or an evaluation on another rank, far below gloo's and NCCL's 30 minutes of silence.
 DEFAULT_TIMEOUT_S = 300.0
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0  # --dist-timeout: a second .. a week
-MAX_INT = (1 << 63) - 1  # what torch, numpy and Arrow hold (--seed 2**70 was "Overflow when unpacking long long")
 
 
 def check_ints(cfg: Any, names: tuple[str, ...], low: int) -> None:

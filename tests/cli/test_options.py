@@ -313,3 +313,25 @@ def test_both_command_lines_name_the_masking_settings_alike(alias):
     assert (train.params["mlm_probability"], train.params["max_predictions"]) == (0.3, 7)
     bad = CliRunner().invoke(main, ["pretrain", "--data", "a", "--output", "o", "--masking", "dynamic", argv[0], "1.5"])
     assert bad.exit_code == 2 and "'--masked-lm-prob' / '--mlm-probability': must be in (0, 1)" in bad.output
+
+
+def test_every_integer_setting_of_every_command_fits_in_64_bits():
+    # issue 44: `bertprep vocab --min-frequency 100000000000000000000` ended in the tokenizers library's
+    # OverflowError; every int flag of both command lines goes through options.build, which refuses it by name.
+    from bertstream.pipelines.extract_config import ExtractJob
+    from bertstream.pipelines.pretraining.config import PretrainingJob
+    from bertstream.pipelines.tasks.kinds import KINDS
+    from bertstream.pipelines.vocab_config import VocabJob
+
+    classes = [VocabJob, ExtractJob, PretrainingJob, *(k.job for k in KINDS), TrainConfig, FinetuneConfig, EmbedConfig]
+    tried = set()
+    for cls in classes:
+        for leaf in options.leaves(cls):
+            if options._base_type(leaf.type)[0] is not int:
+                continue
+            for value, bound in ((10**20, "at most 2\\*\\*63 - 1"), (-(10**20), "at least -2\\*\\*63")):
+                multiple = options._base_type(leaf.type)[1]
+                with pytest.raises(UsageError, match=f"^{leaf.name}: must be {bound}, got {value}"):
+                    options.build(cls, **{leaf.name: (value,) if multiple else value})
+            tried.add(leaf.name)
+    assert {"min_frequency", "vocab_size", "num_shards", "max_seq_length", "seed", "batch_size"} <= tried
