@@ -265,15 +265,54 @@ _FOREIGN_BOMS = (
 )
 
 
+# Compressed data whose name does not say so (files are decompressed by their name's ending): the magic number,
+# the tool and the ending that makes it read decompressed (None: not read; bzip2's includes its first block's).
+_MAGIC_NUMBERS = (
+    (re.compile(rb"\x1f\x8b"), "gzip", ".gz"),
+    (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "bzip2", ".bz2"),
+    (re.compile(rb"\xfd7zXZ\x00"), "xz", ".xz"),
+    (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd", ".zst"),
+    (re.compile(rb"PK\x03\x04"), "zip", None),
+)
+UTF16_SAMPLE_BYTES = 4096  # of the first chunk, to tell UTF-16 without a byte-order mark by its NULs
+
+
 def check_utf8_start(path: str, first: bytes) -> None:
-    """A file that starts with a UTF-16 or UTF-32 byte-order mark is refused, named: read as UTF-8 its text
-    would be garbled and its NULs stripped, silently."""
+    """A file whose text is not UTF-8 is refused, named, with what to do: read as UTF-8 its text would be garbled
+    and its NULs and control characters stripped, silently. It starts with a UTF-16 or UTF-32 byte-order mark,
+    with a compressor's magic number (its name does not end as the compressor's files do), or is UTF-16 without a
+    byte-order mark (every other byte NUL, as English text in UTF-16 has)."""
     for bom, encoding in _FOREIGN_BOMS:
         if first.startswith(bom):
             raise InputError(
                 f"{path} is {encoding} (it starts with a {encoding} byte-order mark), not UTF-8: convert it first "
                 f"(iconv -f {encoding} -t UTF-8 {path} > {path}.utf8)"
             )
+    for magic, tool, ending in _MAGIC_NUMBERS:
+        if magic.match(first):
+            todo = f"name it *{ending} to have it read decompressed" if ending else "extract it first"
+            raise InputError(
+                f"{path} is {tool}-compressed data (it starts with {tool}'s magic number), not text: {todo}"
+            )
+    wide = _utf16_without_bom(first[:UTF16_SAMPLE_BYTES])
+    if wide:
+        raise InputError(
+            f"{path} looks like {wide} without a byte-order mark (every other byte of its start is NUL), not "
+            f"UTF-8: convert it first (iconv -f {wide} -t UTF-8 {path} > {path}.utf8)"
+        )
+
+
+def _utf16_without_bom(sample: bytes) -> str | None:
+    """UTF-16-LE or -BE when nearly all odd (LE) or even (BE) bytes of ``sample`` are NUL and the others not."""
+    if len(sample) < 16:
+        return None
+    even, odd = sample[0::2], sample[1::2]
+    zeros_even, zeros_odd = even.count(0) / len(even), odd.count(0) / len(odd)
+    if zeros_odd >= 0.9 and zeros_even <= 0.1:
+        return "UTF-16-LE"
+    if zeros_even >= 0.9 and zeros_odd <= 0.1:
+        return "UTF-16-BE"
+    return None
 
 
 def check_unchanged(path: str, size: int, mtime: float) -> None:

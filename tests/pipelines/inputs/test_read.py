@@ -3,6 +3,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import lzma
 from collections import Counter
 
 import apache_beam as beam
@@ -391,6 +392,32 @@ def test_an_empty_compressed_file_is_refused_naming_it(tmp_path, ext):
     p.write_bytes(b"")
     with pytest.raises(InputError, match=f"empty.txt\\{ext}.*empty file"):
         docs_of(p, "sentences")
+
+
+@pytest.mark.parametrize(
+    ("compress", "said"),
+    [
+        (gzip.compress, "is gzip-compressed data .* name it \\*\\.gz"),
+        (bz2.compress, "is bzip2-compressed data .* name it \\*\\.bz2"),
+        (lzma.compress, "is xz-compressed data .* name it \\*\\.xz"),
+        (lambda b: b.decode().encode("utf-16-le"), "looks like UTF-16-LE without a byte-order mark"),
+        (lambda b: b.decode().encode("utf-16-be"), "looks like UTF-16-BE without a byte-order mark"),
+    ],
+)
+@pytest.mark.parametrize("fmt", ["sentences", "text", "lines"])
+def test_text_that_is_no_utf8_is_refused_naming_what_it_is(tmp_path, compress, said, fmt):
+    # issue 44, detection refuses rather than guesses: a gzip file named .txt, read with --format text, was
+    # garbled into training text with its control bytes stripped and counted; UTF-16 without a BOM lost its NULs
+    from bertstream.pipelines.inputs.read import read_documents
+
+    p = tmp_path / "book.txt"
+    body = "One sentence here.\nAnother one there.\n\nA second document, long enough to be text.\n" * 20
+    p.write_bytes(compress(body.encode()))
+    with pytest.raises(InputError, match=f"book.txt {said}"):
+        docs_of(p, fmt)
+    if fmt == "sentences":
+        with pytest.raises(InputError, match=f"book.txt {said}"):
+            list(read_documents(str(p), fmt, Counter(), start=0, end=64))
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-be"])
