@@ -317,51 +317,74 @@ def _parquet_records(
     else:  # out of file order: the file is one range
         chosen = list(range(pf.metadata.num_row_groups)) if start == 0 else []
     for i in chosen:
-        rows = _parquet_batch_rows(source, pf.metadata.row_group(i), i, columns, path)
+        rows = _parquet_batch_rows(pf, source, i, columns, path)
         for batch in pf.iter_batches(batch_size=rows, row_groups=[i], columns=columns):
             yield from _records(batch, columns, row, path)
             row += batch.num_rows
 
 
-def _parquet_batch_rows(source: Any, group: pq.RowGroupMetaData, i: int, columns: list[str], path: str) -> int:
+def _parquet_batch_rows(pf: pq.ParquetFile, source: Any, i: int, columns: list[str], path: str) -> int:
     """Rows of row group ``i`` decoded at once: as many as keep a batch of the wanted columns within the cap
-    (``MAX_RECORD_BYTES``) by the footer, 1 to ``PARQUET_BATCH_ROWS``. A row decodes to at most its column
-    chunks' uncompressed bytes a row, or, where a chunk holds a dictionary, the dictionary page's (a value can be
-    repeated in every row). A group whose wanted columns hold more than the cap a row is refused unread."""
-    cap, rows = limits.MAX_RECORD_BYTES, group.num_rows
-    chunks = [group.column(j) for j in range(group.num_columns)]
-    chunks = [c for c in chunks if c.path_in_schema in columns or c.path_in_schema.split(".")[0] in columns]
-    stored = sum(c.total_uncompressed_size for c in chunks)
+    (``MAX_RECORD_BYTES``) by the file's metadata, 1 to ``PARQUET_BATCH_ROWS``. A row of a column takes its
+    chunk's uncompressed bytes a row, or, where the chunk has a dictionary, its largest value if more (one value
+    can fill every row: a few KB as stored, gigabytes decoded). A group whose wanted columns hold more than the
+    cap a row is refused unread, and so is a dictionary page past the cap (pyarrow decodes it whole)."""
+    cap, group = limits.MAX_RECORD_BYTES, pf.metadata.row_group(i)
+    rows = group.num_rows
     if rows <= 0:
         return PARQUET_BATCH_ROWS
-    if stored < 0:
-        raise InputError(f"cannot read {path}: {_what('parquet')} (row group {i} has {stored} bytes)")
+    chunks = [group.column(j) for j in range(group.num_columns)]
+    per_row, stored = 0, 0
+    for name in columns:
+        mine = [c for c in chunks if c.path_in_schema == name or c.path_in_schema.startswith(name + ".")]
+        size = sum(c.total_uncompressed_size for c in mine)
+        if size < 0:
+            raise InputError(f"cannot read {path}: {_what('parquet')} (row group {i} has {size} bytes of {name!r})")
+        stored += size
+        per_row += max(
+            [-(-size // rows)] + [_largest_value(pf, source, i, name, c, path) for c in mine if c.has_dictionary_page]
+        )
     if stored > cap * rows:
         names = ", ".join(repr(c) for c in columns)
         raise record_too_big(path, f"a row of row group {i} ({rows} rows of {stored} bytes in {names})", cap)
-    per_row = -(-stored // rows)
-    for c in chunks:
-        if c.has_dictionary_page:
-            per_row = max(per_row, _dictionary_bytes(source, c))
     return max(1, min(PARQUET_BATCH_ROWS, cap // max(per_row, 1)))
 
 
-def _dictionary_bytes(source: Any, chunk: pq.ColumnChunkMetaData) -> int:
-    """The uncompressed size of a column chunk's dictionary page, from its page header (thrift compact:
-    ``PageHeader`` starts with its fields 1, the page type, and 2, ``uncompressed_page_size``, both i32); where
-    the header cannot be read so, the chunk's uncompressed size, which holds the page."""
-    fallback = max(chunk.total_uncompressed_size, 0)
+def _largest_value(pf: pq.ParquetFile, source: Any, i: int, name: str, chunk: pq.ColumnChunkMetaData, path: str) -> int:
+    """The bytes of the largest value of a column chunk's dictionary, decoded by pyarrow with one row (its
+    dictionary page whole) once its page header says the page is within the cap."""
+    cap = limits.MAX_RECORD_BYTES
+    size = _dictionary_bytes(source, chunk)
+    if size is None or chunk.path_in_schema != name:  # (a header not read so, a nested column: the page's size)
+        return max(size or 0, chunk.total_uncompressed_size)
+    if size > cap:
+        raise record_too_big(path, f"the dictionary of {name!r} in row group {i}", cap)
+    one = pq.ParquetFile(source, metadata=pf.metadata, read_dictionary=[name], buffer_size=PARQUET_BUFFER_BYTES)
+    batch = next(one.iter_batches(batch_size=1, row_groups=[i], columns=[name]), None)
+    column = batch.column(0) if batch is not None else None
+    if column is None or not pa.types.is_dictionary(column.type) or len(column.dictionary) == 0:
+        return 0
+    try:
+        return int(pc.max(pc.binary_length(column.dictionary)).as_py() or 0)
+    except pa.ArrowNotImplementedError:  # (not text nor binary: fixed-width values, in the chunk's size)
+        return 0
+
+
+def _dictionary_bytes(source: Any, chunk: pq.ColumnChunkMetaData) -> int | None:
+    """The uncompressed size of a column chunk's dictionary page from its page header (thrift compact:
+    ``PageHeader`` starts with its fields 1, the page type, and 2, ``uncompressed_page_size``, both i32), or None
+    where the header cannot be read so."""
     try:
         raw = _read_at(source, chunk.dictionary_page_offset, 32)
     except (OSError, ValueError, pa.ArrowException):
-        return fallback
+        return None
     fields: dict[int, int] = {}
     at, field = 0, 0
     while len(fields) < 2 and at < len(raw):
         head = raw[at]
         at += 1
         if head >> 4 == 0 or head & 0x0F != 5:  # (long-form ids or other types: not what writers put first)
-            return fallback
+            return None
         field += head >> 4
         value, shift = 0, 0
         while at < len(raw) and shift < 35:
@@ -372,8 +395,8 @@ def _dictionary_bytes(source: Any, chunk: pq.ColumnChunkMetaData) -> int:
             if not byte & 0x80:
                 break
         fields[field] = (value >> 1) ^ -(value & 1)  # zigzag
-    if fields.get(1) != 2 or not 0 <= fields.get(2, -1) <= fallback:  # 2: DICTIONARY_PAGE
-        return fallback
+    if fields.get(1) != 2 or fields.get(2, -1) < 0:  # 2: DICTIONARY_PAGE
+        return None
     return fields[2]
 
 

@@ -37,7 +37,7 @@ def test_only_the_text_id_and_title_columns_are_read(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
     list(read_table(str(path), "parquet", "text"))
-    assert read == [["text", "id"]] * 4  # a row group at a time (4 of 30 rows), never the url column
+    assert read.count(["text", "id"]) == 4 and {c for r in read for c in r} == {"text", "id"}  # never url
 
 
 def test_a_missing_text_column_names_the_columns_there_are(tmp_path):
@@ -144,7 +144,8 @@ def batches_read(monkeypatch) -> list[tuple[int, int]]:
 
     def spy(self, *a, **kw):
         for batch in real(self, *a, **kw):
-            seen.append((kw["batch_size"], batch.nbytes))
+            if not pa.types.is_dictionary(batch.schema.field(0).type):  # (not the probe of a dictionary's values)
+                seen.append((kw["batch_size"], batch.nbytes))
             yield batch
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
