@@ -53,7 +53,7 @@ Record = tuple[int, str, str, str | None]  # (row in the file, id, title, text)
 def table_ranges(path: str, fmt: str, range_bytes: int, text_field: str) -> list[tuple[int, int, int]]:
     """``[(start, end, first_row)]``: whole units of about ``range_bytes`` that tile the file (one range when
     ``range_bytes`` is 0). Checks the text column, so a bad file fails before any of it is read."""
-    with _opened(path, fmt) as source:
+    with _opened(path, fmt) as source, _refused(path, fmt):
         if fmt == "parquet":
             units, size = _parquet_units(source, path, text_field)
         else:
@@ -67,16 +67,23 @@ def read_table(
     """The records of the units that start in ``[start, end)`` (``end`` None: to the file's end), numbered from
     ``row`` (the range's first row, from :func:`table_ranges`). A row past the cap (``MAX_RECORD_BYTES``) is
     refused, naming it; so is a Parquet row group or an Arrow batch that cannot be read within the cap."""
-    with _opened(path, fmt) as source:
-        try:
-            if fmt == "parquet":
-                yield from _parquet_records(source, path, text_field, start, end, row)
-            else:
-                yield from _arrow_records(source, path, text_field, start, end, row)
-        except InputError:
-            raise
-        except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # (text that is no UTF-8: a corrupt table)
-            raise InputError(f"cannot read {path}: {_what(fmt)} ({_why(e)})") from e
+    with _opened(path, fmt) as source, _refused(path, fmt):
+        if fmt == "parquet":
+            yield from _parquet_records(source, path, text_field, start, end, row)
+        else:
+            yield from _arrow_records(source, path, text_field, start, end, row)
+
+
+@contextmanager
+def _refused(path: str, fmt: str) -> Iterator[None]:
+    """pyarrow's errors reading a corrupt file as one ``InputError`` naming it (text or column names that are no
+    UTF-8 too: the fuzz found a schema's names so)."""
+    try:
+        yield
+    except InputError:
+        raise
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read {path}: {_what(fmt)} ({_why(e)})") from e
 
 
 @dataclass(frozen=True, slots=True)

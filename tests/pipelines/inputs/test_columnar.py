@@ -65,6 +65,16 @@ def test_a_corrupt_footer_or_a_file_that_is_no_table_is_an_input_error_naming_it
         assert "\n" not in str(e.value)
 
 
+def test_column_names_that_are_no_utf8_are_an_input_error_naming_the_file(tmp_path):
+    path = tmp_path / "names.arrow"  # (found by a longer fuzz: a traceback from table_ranges)
+    t = pa.table({"text": ["a"], "titlé": ["b"]})
+    with pa.ipc.new_stream(str(path), t.schema) as w:
+        w.write_table(t)
+    path.write_bytes(path.read_bytes().replace("titlé".encode(), b"titl\xff\xfe"))
+    with pytest.raises(InputError, match=r"names\.arrow: not a readable Arrow IPC file or stream \(UnicodeDecodeError"):
+        table_ranges(str(path), "arrow", 0, "text")
+
+
 def test_a_save_to_disk_folder_stands_for_its_arrow_files_in_order(tmp_path):
     ds = datasets.Dataset.from_dict({"text": [f"Row {i}." for i in range(500)]})
     ds.save_to_disk(str(tmp_path / "saved"), max_shard_size="2KB")
