@@ -219,9 +219,14 @@ def _records(batch: pa.RecordBatch, columns: list[str], row: int, path: str) -> 
     batch = batch.select(columns)
     batch.validate(full=True)
     cap = limits.MAX_RECORD_BYTES
-    texts = _value_bytes(batch.column(0))
-    sizes = texts + sum((_value_bytes(batch.column(c)) for c in columns[1:]), np.zeros_like(texts))
-    for a, b in _slices(sizes, cap):
+    if batch.nbytes <= cap and not any(pa.types.is_dictionary(f.type) for f in batch.schema):
+        slices: Iterator[tuple[int, int]] = iter([(0, batch.num_rows)])  # (no row can hold more than the whole)
+        texts = sizes = np.zeros(batch.num_rows, dtype=np.int64)
+    else:
+        texts = _value_bytes(batch.column(0))
+        sizes = texts + sum((_value_bytes(batch.column(c)) for c in columns[1:]), np.zeros_like(texts))
+        slices = _slices(sizes, cap)
+    for a, b in slices:
         if texts[a] > cap or sizes[a] - texts[a] > cap:  # (then alone in its slice)
             what = repr(columns[0]) if texts[a] > cap else ", ".join(repr(c) for c in columns[1:])
             raise record_too_big(path, f"row {row + a}'s {what}", cap)
