@@ -5,10 +5,15 @@ A record is ``(row, id, title, text)``: its row number in the file (what documen
 the ``id`` and ``title`` columns where the table has them (``""`` where not, or null), and the text column's value
 (``None`` when null: the caller counts it as a drop). Only these columns are read.
 
-- Parquet: the units are row groups, read with the file's footer; only the wanted column chunks are fetched.
+- Parquet: the units are row groups, read with the file's footer; only the wanted column chunks are fetched, a
+  page at a time, in batches sized from the footer to hold at most the cap (``MAX_RECORD_BYTES``).
 - Arrow: the units are record batches, of an Arrow IPC *stream* (what ``datasets.Dataset.save_to_disk`` writes:
-  ``data-00000-of-00003.arrow``) or an IPC *file* (``ARROW1`` magic: a stream with a footer). Local files are
-  memory-mapped, so the columns not read are never loaded. A stream with dictionary batches is one unit.
+  ``data-00000-of-00003.arrow``) or an IPC *file* (``ARROW1`` magic: a stream with a footer), counted and sized
+  from the messages' metadata (:mod:`~bertstream.pipelines.inputs.arrow_messages`) before a body is read. Local
+  files are memory-mapped, so the columns not read are never loaded. A stream with dictionary batches is one unit.
+
+Memory is bounded by the cap, not by the writer's batches: rows become Python values a slice within the cap at a
+time, and a row, a row group or a batch that cannot be read within it is refused in one line naming it.
 
 :func:`table_ranges` tiles a file with byte ranges ``[start, end)`` of whole units (each ``range_bytes`` or
 more, the first from byte 0, the last to the file's end), each with its first row; :func:`read_table` reads the
@@ -38,13 +43,12 @@ from bertstream.pipelines.common.files import InputError, record_too_big
 from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.arrow_messages import DICTIONARY, RECORD_BATCH, Head, heads
 from bertstream.pipelines.inputs.documents import Document, text_paragraphs
+from bertstream.pipelines.inputs.parquet_batches import BUFFER_BYTES, batch_rows
 from bertstream.schemas.fields import local_member
 from bertstream.schemas.version import SchemaError
 
 ID_COLUMN = "id"
 TITLE_COLUMN = "title"
-PARQUET_BATCH_ROWS = 1024  # the most rows decoded at once (fewer where rows are large: _parquet_batch_rows)
-PARQUET_BUFFER_BYTES = 1 << 20  # pages are read through a buffer of this size, not a column chunk at once
 _FILE_MAGIC = b"ARROW1"
 
 Record = tuple[int, str, str, str | None]  # (row in the file, id, title, text)
@@ -288,7 +292,7 @@ def _parquet_file(source: Any, path: str) -> pq.ParquetFile:
     """The file with its footer read. Its pages are read through a buffer (``buffer_size``), not a column chunk at
     once (pyarrow's default, and ``pre_buffer``'s), so that memory holds a page, not a row group."""
     try:
-        return pq.ParquetFile(source, buffer_size=PARQUET_BUFFER_BYTES, pre_buffer=False)
+        return pq.ParquetFile(source, buffer_size=BUFFER_BYTES, pre_buffer=False)
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"cannot read {path}: {_what('parquet')} ({_why(e)})") from e
 
@@ -329,96 +333,10 @@ def _parquet_records(
     else:  # out of file order: the file is one range
         chosen = list(range(pf.metadata.num_row_groups)) if start == 0 else []
     for i in chosen:
-        rows = _parquet_batch_rows(pf, source, i, columns, path)
+        rows = batch_rows(pf, source, i, columns, path)
         for batch in pf.iter_batches(batch_size=rows, row_groups=[i], columns=columns):
             yield from _records(batch, columns, row, path)
             row += batch.num_rows
-
-
-def _parquet_batch_rows(pf: pq.ParquetFile, source: Any, i: int, columns: list[str], path: str) -> int:
-    """Rows of row group ``i`` decoded at once: as many as keep a batch of the wanted columns within the cap
-    (``MAX_RECORD_BYTES``) by the file's metadata, 1 to ``PARQUET_BATCH_ROWS``. A row of a column takes its
-    chunk's uncompressed bytes a row, or, where the chunk has a dictionary, its largest value if more (one value
-    can fill every row: a few KB as stored, gigabytes decoded). A group whose wanted columns hold more than the
-    cap a row is refused unread, and so is a dictionary page past the cap (pyarrow decodes it whole)."""
-    cap, group = limits.MAX_RECORD_BYTES, pf.metadata.row_group(i)
-    rows = group.num_rows
-    if rows <= 0:
-        return PARQUET_BATCH_ROWS
-    chunks = [group.column(j) for j in range(group.num_columns)]
-    per_row, stored = 0, 0
-    for name in columns:
-        mine = [c for c in chunks if c.path_in_schema == name or c.path_in_schema.startswith(name + ".")]
-        size = sum(c.total_uncompressed_size for c in mine)
-        if size < 0:
-            raise InputError(f"cannot read {path}: {_what('parquet')} (row group {i} has {size} bytes of {name!r})")
-        stored += size
-        per_row += max(
-            [-(-size // rows)] + [_largest_value(pf, source, i, name, c, path) for c in mine if c.has_dictionary_page]
-        )
-    if stored > cap * rows:
-        names = ", ".join(repr(c) for c in columns)
-        raise record_too_big(path, f"a row of row group {i} ({rows} rows of {stored} bytes in {names})", cap)
-    return max(1, min(PARQUET_BATCH_ROWS, cap // max(per_row, 1)))
-
-
-def _largest_value(pf: pq.ParquetFile, source: Any, i: int, name: str, chunk: pq.ColumnChunkMetaData, path: str) -> int:
-    """The bytes of the largest value of a column chunk's dictionary, decoded by pyarrow with one row (its
-    dictionary page whole) once its page header says the page is within the cap."""
-    cap = limits.MAX_RECORD_BYTES
-    size = _dictionary_bytes(source, chunk)
-    if size is None or chunk.path_in_schema != name:  # (a header not read so, a nested column: the page's size)
-        return max(size or 0, chunk.total_uncompressed_size)
-    if size > cap:
-        raise record_too_big(path, f"the dictionary of {name!r} in row group {i}", cap)
-    one = pq.ParquetFile(source, metadata=pf.metadata, read_dictionary=[name], buffer_size=PARQUET_BUFFER_BYTES)
-    batch = next(one.iter_batches(batch_size=1, row_groups=[i], columns=[name]), None)
-    column = batch.column(0) if batch is not None else None
-    if column is None or not pa.types.is_dictionary(column.type) or len(column.dictionary) == 0:
-        return 0
-    try:
-        return int(pc.max(pc.binary_length(column.dictionary)).as_py() or 0)
-    except pa.ArrowNotImplementedError:  # (not text nor binary: fixed-width values, in the chunk's size)
-        return 0
-
-
-def _dictionary_bytes(source: Any, chunk: pq.ColumnChunkMetaData) -> int | None:
-    """The uncompressed size of a column chunk's dictionary page from its page header (thrift compact:
-    ``PageHeader`` starts with its fields 1, the page type, and 2, ``uncompressed_page_size``, both i32), or None
-    where the header cannot be read so."""
-    try:
-        raw = _read_at(source, chunk.dictionary_page_offset, 32)
-    except (OSError, ValueError, pa.ArrowException):
-        return None
-    fields: dict[int, int] = {}
-    at, field = 0, 0
-    while len(fields) < 2 and at < len(raw):
-        head = raw[at]
-        at += 1
-        if head >> 4 == 0 or head & 0x0F != 5:  # (long-form ids or other types: not what writers put first)
-            return None
-        field += head >> 4
-        value, shift = 0, 0
-        while at < len(raw) and shift < 35:
-            byte = raw[at]
-            at += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        fields[field] = (value >> 1) ^ -(value & 1)  # zigzag
-    if fields.get(1) != 2 or fields.get(2, -1) < 0:  # 2: DICTIONARY_PAGE
-        return None
-    return fields[2]
-
-
-def _read_at(source: Any, at: int, n: int) -> bytes:
-    if isinstance(source, str):
-        with open(source, "rb") as f:
-            f.seek(at)
-            return f.read(n)
-    source.seek(at)
-    return bytes(source.read(n))
 
 
 def _size(source: Any) -> int:
