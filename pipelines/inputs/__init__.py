@@ -9,8 +9,9 @@
 5. ``formats/``: one module per format, named as the format is, and the table of them (``formats/__init__``)
 
 ``limits``: the one cap on a record (a page, a line, a row, a book), ``MAX_RECORD_BYTES``, every reader's.
-Helpers of single formats: ``columnar`` (Parquet and Arrow tables), ``mediawiki_xml``, ``compressed`` (a dump's
-bzip2/gzip/xz streams, decompressed in pieces) and ``wikitext`` (dumps).
+Helpers of single formats: ``columnar`` (Parquet and Arrow tables; ``parquet_batches`` sizes its Parquet batches,
+``arrow_messages`` reads an Arrow stream's messages from their metadata), ``mediawiki_xml``, ``compressed`` (a
+dump's bzip2/gzip/xz streams, decompressed in pieces) and ``wikitext`` (dumps).
 Bytes, compression and lines are ``common/files.py``'s, shared with the task readers.
 
 Adding a format ``foo``: write ``formats/foo.py`` (its ``detect``, then ``SPLITS``, ``anchor`` and ``parse`` for

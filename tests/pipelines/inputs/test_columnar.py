@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import tracemalloc
 
 import datasets
 import pyarrow as pa
@@ -11,6 +13,7 @@ import pytest
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.columnar import datasets_folder_files, read_table, table_ranges
 from bertstream.pipelines.inputs.resolve import resolve_inputs, unknown_prefix
 
@@ -34,7 +37,7 @@ def test_only_the_text_id_and_title_columns_are_read(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
     list(read_table(str(path), "parquet", "text"))
-    assert read == [["text", "id"]]  # not the url column
+    assert read.count(["text", "id"]) == 4 and {c for r in read for c in r} == {"text", "id"}  # never url
 
 
 def test_a_missing_text_column_names_the_columns_there_are(tmp_path):
@@ -60,6 +63,16 @@ def test_a_corrupt_footer_or_a_file_that_is_no_table_is_an_input_error_naming_it
         with pytest.raises(InputError, match=p.name) as e:
             table_ranges(str(p), fmt, 1000, "text")
         assert "\n" not in str(e.value)
+
+
+def test_column_names_that_are_no_utf8_are_an_input_error_naming_the_file(tmp_path):
+    path = tmp_path / "names.arrow"  # (found by a longer fuzz: a traceback from table_ranges)
+    t = pa.table({"text": ["a"], "titlé": ["b"]})
+    with pa.ipc.new_stream(str(path), t.schema) as w:
+        w.write_table(t)
+    path.write_bytes(path.read_bytes().replace("titlé".encode(), b"titl\xff\xfe"))
+    with pytest.raises(InputError, match=r"names\.arrow: not a readable Arrow IPC file or stream \(UnicodeDecodeError"):
+        table_ranges(str(path), "arrow", 0, "text")
 
 
 def test_a_save_to_disk_folder_stands_for_its_arrow_files_in_order(tmp_path):
@@ -128,3 +141,70 @@ def test_an_unknown_format_prefix_names_the_formats_and_a_url_is_no_prefix(tmp_p
     assert unknown_prefix("gs://bucket/wiki.parquet") is None and unknown_prefix("s3://b/x") is None
     with pytest.raises(UsageError, match="matches no files"):
         resolve_inputs([f"{tmp_path}/none:*.txt"])
+
+
+# --- Memory bounded by the cap (issue 44): what pyarrow is asked to decode at once, from the file's metadata.
+CAP = 100_000
+
+
+def batches_read(monkeypatch) -> list[tuple[int, int]]:
+    """``(batch_size asked, bytes of each batch yielded)`` of every Parquet batch read from now on."""
+    seen: list[tuple[int, int]] = []
+    real = pq.ParquetFile.iter_batches
+
+    def spy(self, *a, **kw):
+        for batch in real(self, *a, **kw):
+            if not pa.types.is_dictionary(batch.schema.field(0).type):  # (not the probe of a dictionary's values)
+                seen.append((kw["batch_size"], batch.nbytes))
+            yield batch
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    return seen
+
+
+@pytest.mark.parametrize("dictionary", [False, True], ids=["plain", "one-value-in-every-row"])
+def test_a_parquet_file_of_large_rows_is_decoded_in_batches_within_the_cap(tmp_path, monkeypatch, dictionary):
+    monkeypatch.setattr(limits, "MAX_RECORD_BYTES", CAP)
+    path = tmp_path / "t.parquet"
+    # Plain: 300 rows of 10 KB, 3 MB a row group. A dictionary: one 20 KB text in every row, a few KB as stored
+    # (its rows would decode to 6 MB at once): the dictionary page bounds a row.
+    texts = ["Text of the book. " * 1100 if dictionary else f"{i:05d} " + "word " * 2000 for i in range(300)]
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=300, use_dictionary=dictionary)
+    stored = pq.ParquetFile(path).metadata.row_group(0).column(0).total_uncompressed_size
+    assert (stored < 100_000) if dictionary else (stored > 3_000_000)
+    seen = batches_read(monkeypatch)
+    assert [r[3] for r in read_table(str(path), "parquet", "text")] == texts
+    assert 1 < seen[0][0] < 10 and sum(1 for _ in seen) >= 30
+    assert max(nbytes for _, nbytes in seen) <= CAP
+
+
+def test_a_parquet_row_group_whose_metadata_proves_a_row_past_the_cap_is_refused_unread(tmp_path, monkeypatch):
+    monkeypatch.setattr(limits, "MAX_RECORD_BYTES", CAP)
+    path = tmp_path / "big.parquet"
+    t = pa.table({"text": ["A short text."] * 4 + [f"{i} " + "x" * 150_000 for i in range(2)]})
+    pq.write_table(t, path, row_group_size=4, use_dictionary=False)  # row group 1: 2 rows of 150 KB
+    seen = batches_read(monkeypatch)
+    with pytest.raises(InputError) as e:
+        list(read_table(str(path), "parquet", "text"))
+    assert re.fullmatch(
+        rf"cannot read {re.escape(str(path))}: a row of row group 1 \(2 rows of 300\d{{3}} bytes in 'text'\) "
+        rf"holds more than {CAP} bytes, the cap on one record \(MAX_RECORD_BYTES\): .*",
+        str(e.value),
+    )
+    assert "\n" not in str(e.value) and len(seen) == 1  # row group 0 read, row group 1 never decoded
+
+
+def test_a_mapped_arrow_batch_past_the_cap_is_read_a_slice_of_rows_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(limits, "MAX_RECORD_BYTES", CAP)
+    path = tmp_path / "t.arrow"
+    t = pa.table({"text": [f"{i:05d} " + "word " * 2000 for i in range(100)]})  # one batch of 1 MB, 10 KB a row
+    with pa.ipc.new_stream(str(path), t.schema) as w:
+        w.write_table(t)
+    list(read_table(str(path), "arrow", "text"))  # (pyarrow's first use allocates for itself)
+    tracemalloc.start()
+    try:
+        n = sum(1 for _ in read_table(str(path), "arrow", "text"))
+        peak = tracemalloc.get_traced_memory()[1]  # Python's allocations: the texts turned to str at once
+    finally:
+        tracemalloc.stop()
+    assert n == 100 and peak < 3 * CAP

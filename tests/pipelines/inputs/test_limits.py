@@ -68,12 +68,16 @@ def test_a_row_past_the_cap_is_refused_naming_the_file_the_row_and_the_cap(tmp_p
     t = pa.table({"text": ["short text.", "x" * (CAP + 1), "after."]})
     path = tmp_path / f"big.{fmt}"
     if fmt == "parquet":
-        pq.write_table(t, path)
+        pq.write_table(t, path, use_dictionary=False)
     else:
         with pa.ipc.new_stream(path, t.schema) as w:
             w.write_table(t)
     with pytest.raises(InputError, match=rf"big\.{fmt}: row 1's 'text' holds more than {CAP} bytes"):
         read_all(path, fmt)
+    if fmt == "parquet":  # its dictionary holds the row: pyarrow would decode it whole, so it is refused unread
+        pq.write_table(t, path)
+        with pytest.raises(InputError, match=r"big\.parquet: the dictionary of 'text' in row group 0 holds more"):
+            read_all(path, fmt)
 
 
 def test_a_task_files_line_past_the_cap_is_refused(tmp_path):

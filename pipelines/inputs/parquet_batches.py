@@ -1,0 +1,113 @@
+"""How many rows of a Parquet row group pyarrow decodes at once (:mod:`bertstream.pipelines.inputs.columnar` reads
+the file): as many as keep a batch of the wanted columns within the record cap (``MAX_RECORD_BYTES``), from the
+file's metadata before a page is decoded, so that memory is bounded by the cap and not by pyarrow's batch (1,024
+rows of up to the cap each could be 64 GiB).
+
+A row of a column takes its chunk's uncompressed bytes a row (its pages as stored, decompressed), or, where the
+chunk has a dictionary, its largest value if more: one dictionary value can fill every row, a few KB as stored and
+gigabytes decoded. A row group whose wanted columns hold more than the cap a row is refused before it is read, and
+so is a dictionary page past the cap (pyarrow decodes it whole). Pages are read through a buffer
+(:data:`BUFFER_BYTES`), not a column chunk at once. Metadata that lies ends in pyarrow's error (an ``InputError``)
+or a correct read; not yet where pyarrow aborts the process reading a column chunk's metadata whose size statistics
+are malformed (pyarrow 25 checks them in a call Python cannot catch; found by a longer fuzz, main too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from bertstream.pipelines.common.files import InputError, record_too_big
+from bertstream.pipelines.inputs import limits
+
+BATCH_ROWS = 1024  # the most rows decoded at once (fewer where rows are large)
+BUFFER_BYTES = 1 << 20  # pages read through a buffer this size (pyarrow's default, 0, reads a column chunk whole)
+
+
+def batch_rows(pf: pq.ParquetFile, source: Any, i: int, columns: list[str], path: str) -> int:
+    """Rows of row group ``i`` decoded at once: as many as keep a batch of the wanted columns within the cap
+    (``MAX_RECORD_BYTES``) by the file's metadata, 1 to ``BATCH_ROWS``. A row of a column takes its
+    chunk's uncompressed bytes a row, or, where the chunk has a dictionary, its largest value if more (one value
+    can fill every row: a few KB as stored, gigabytes decoded). A group whose wanted columns hold more than the
+    cap a row is refused unread, and so is a dictionary page past the cap (pyarrow decodes it whole)."""
+    cap, group = limits.MAX_RECORD_BYTES, pf.metadata.row_group(i)
+    rows = group.num_rows
+    if rows <= 0:
+        return BATCH_ROWS
+    chunks = [group.column(j) for j in range(group.num_columns)]
+    wanted = {n: [c for c in chunks if c.path_in_schema == n or c.path_in_schema.startswith(n + ".")] for n in columns}
+    sizes = {n: sum(c.total_uncompressed_size for c in mine) for n, mine in wanted.items()}
+    if any(size < 0 for size in sizes.values()):
+        raise InputError(f"cannot read {path}: not a readable Parquet file (row group {i} has a negative size)")
+    if sum(sizes.values()) > cap * rows:
+        names = ", ".join(repr(c) for c in columns)
+        raise record_too_big(
+            path, f"a row of row group {i} ({rows} rows of {sum(sizes.values())} bytes in {names})", cap
+        )
+    per_row = 0
+    for name, mine in wanted.items():
+        dictionaries = [_largest_value(pf, source, i, name, c, path) for c in mine if c.has_dictionary_page]
+        per_row += max([-(-sizes[name] // rows)] + dictionaries)
+    return max(1, min(BATCH_ROWS, cap // max(per_row, 1)))
+
+
+def _largest_value(pf: pq.ParquetFile, source: Any, i: int, name: str, chunk: pq.ColumnChunkMetaData, path: str) -> int:
+    """The bytes of the largest value of a column chunk's dictionary, decoded by pyarrow with one row (its
+    dictionary page whole) once its page header says the page is within the cap."""
+    cap = limits.MAX_RECORD_BYTES
+    size = _dictionary_bytes(source, chunk)
+    if size is None or chunk.path_in_schema != name:  # (a header not read so, a nested column: the page's size)
+        return max(size or 0, chunk.total_uncompressed_size)
+    if size > cap:
+        raise record_too_big(path, f"the dictionary of {name!r} in row group {i}", cap)
+    one = pq.ParquetFile(source, metadata=pf.metadata, read_dictionary=[name], buffer_size=BUFFER_BYTES)
+    batch = next(one.iter_batches(batch_size=1, row_groups=[i], columns=[name]), None)
+    column = batch.column(0) if batch is not None else None
+    if column is None or not pa.types.is_dictionary(column.type) or len(column.dictionary) == 0:
+        return 0
+    try:
+        return int(pc.max(pc.binary_length(column.dictionary)).as_py() or 0)
+    except pa.ArrowNotImplementedError:  # (not text nor binary: fixed-width values, in the chunk's size)
+        return 0
+
+
+def _dictionary_bytes(source: Any, chunk: pq.ColumnChunkMetaData) -> int | None:
+    """The uncompressed size of a column chunk's dictionary page from its page header (thrift compact:
+    ``PageHeader`` starts with its fields 1, the page type, and 2, ``uncompressed_page_size``, both i32), or None
+    where the header cannot be read so."""
+    try:
+        raw = _read_at(source, chunk.dictionary_page_offset, 32)
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    fields: dict[int, int] = {}
+    at, field = 0, 0
+    while len(fields) < 2 and at < len(raw):
+        head = raw[at]
+        at += 1
+        if head >> 4 == 0 or head & 0x0F != 5:  # (long-form ids or other types: not what writers put first)
+            return None
+        field += head >> 4
+        value, shift = 0, 0
+        while at < len(raw) and shift < 35:
+            byte = raw[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        fields[field] = (value >> 1) ^ -(value & 1)  # zigzag
+    if fields.get(1) != 2 or fields.get(2, -1) < 0:  # 2: DICTIONARY_PAGE
+        return None
+    return fields[2]
+
+
+def _read_at(source: Any, at: int, n: int) -> bytes:
+    if isinstance(source, str):
+        with open(source, "rb") as f:
+            f.seek(at)
+            return f.read(n)
+    source.seek(at)
+    return bytes(source.read(n))
