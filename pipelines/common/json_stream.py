@@ -23,9 +23,8 @@ from bertstream.pipelines.common.files import record_too_big
 
 _BOM = b"\xef\xbb\xbf"
 _SPACE = re.compile(rb"[ \t\n\r]*")  # json's own whitespace
-# A whole string (unrolled: linear even when it does not end in the buffer), else a bracket or a lone quote.
-_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}"]', re.S)
-_STRING_STOP = re.compile(rb'["\\]')  # inside a string that did not end in the buffer
+_STRUCTURE = re.compile(rb'[\[\]{}"]')  # outside strings: what opens or closes a value
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _SCALAR_END = re.compile(rb"[ \t\n\r,\]}]")
 _VALUE_STARTS = frozenset(b'"{[-0123456789ntfNI')  # what json's scanner may start a value with
 _COMPOUND_STARTS = frozenset(b'"{[')
@@ -170,26 +169,19 @@ class _Reader:
         while True:
             buf = self.buf
             if in_string:
-                m = _STRING_STOP.search(buf, i)
-                if m is not None and buf[m.start()] == ord('"'):
-                    in_string, i = False, m.end()
+                j = _closing_quote(buf, i)
+                if j >= 0:
+                    in_string, i = False, j + 1
                     if depth == 0:
                         return self._checked(start, i, record)
                     continue
-                if m is not None and m.end() < len(buf):  # a backslash and the character it escapes
-                    i = m.end() + 1
-                    continue
-                i = len(buf) if m is None else m.start()
+                i = len(buf)
             else:
-                m = _TOKEN.search(buf, i)
+                m = _STRUCTURE.search(buf, i)
                 if m is not None:
-                    i = m.end()
-                    token = buf[m.start()]
-                    if token == ord('"'):
-                        if i - m.start() == 1:  # a lone quote: the string goes on past the buffer
-                            in_string = True
-                        elif depth == 0:
-                            return self._checked(start, i, record)
+                    i, token = m.end(), buf[m.start()]
+                    if token == _QUOTE:
+                        in_string = True
                         continue
                     depth += 1 if token in b"[{" else -1
                     if depth == 0:
@@ -307,6 +299,21 @@ class _Reader:
             pending.decode("utf-8")
         except UnicodeDecodeError as e:
             raise NotJson(_utf8_error(e, offset)) from None
+
+
+def _closing_quote(buf: bytearray, i: int) -> int:
+    """Where the string that ``buf[i]`` is inside of ends: its first quote from ``i`` after an even number of
+    backslashes (-1: not in ``buf``). Quotes are found by ``find`` (memchr); each backslash is counted once."""
+    while True:
+        j = buf.find(b'"', i)
+        if j < 0:
+            return -1
+        k = j
+        while buf[k - 1] == _BACKSLASH:  # stops at the string's opening quote at the latest
+            k -= 1
+        if (j - k) % 2 == 0:
+            return j
+        i = j + 1
 
 
 def _utf8_error(e: UnicodeDecodeError, offset: int) -> str:

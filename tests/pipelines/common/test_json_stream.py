@@ -16,7 +16,7 @@ DOC = json.dumps(
         "version": "1.1",
         "data": [
             {"title": "Zürich ½", "paragraphs": [{"context": 'a\\nb "q" €', "qas": [{"id": "1", "x": [1.5, -2e3]}]}]},
-            {"title": "B", "paragraphs": [], "flags": [True, False, None]},
+            {"title": "B\\", "paragraphs": [], "flags": [True, False, None]},  # ends in an escaped backslash
         ],
         "extra": {"k": [1, 2, {"z": "y"}]},
     },
