@@ -2,14 +2,16 @@
 holds under one key (SQuAD's ``{"version": ..., "data": [article, ...]}``) come out one by one, so that memory
 holds one value (up to a cap) and a read-ahead chunk whatever the file's size.
 
-Work is linear in the file: a value's end is found by scanning its bytes once (brackets and strings, by regex),
-then the value alone is decoded by ``json``'s own decoder. Whatever the file holds, the outcome is that of
+Work is linear in the file: a value's end is found by scanning its bytes once (brackets by regex, a string's end
+by ``find`` of its quotes), then the value alone is decoded by ``json``'s own decoder; what is consumed is
+dropped from the buffer once it is most of it. Whatever the file holds, the outcome is that of
 ``json.loads(raw.decode("utf-8"))`` (the whole file read first, as the task readers did), word for word and at the
 same line, column and character: invalid UTF-8 anywhere before any JSON error, a JSON error before any shape
 error (``WrongShape``, raised once the whole document is read). What differs: a value past the cap is refused
 (``files.record_too_big``, naming the element or key and its byte offset), a UTF-8 byte-order mark is skipped
-(``json.loads`` refuses it; positions then count from after it), and the key given twice is refused (``json.loads``
-keeps the last one, which a stream cannot).
+(``json.loads`` refuses it; positions then count from after it), the key given twice is refused (``json.loads``
+keeps the last one, which a stream cannot), and an int past Python's digit limit or nesting past its stack ends in
+``NotJson`` (``ValueError``/``RecursionError`` with their words).
 """
 
 from __future__ import annotations
