@@ -21,8 +21,9 @@ Memory and work: a page (or the XML before the first page) over ``limits.MAX_REC
 what is read is decompressed and parsed once, in pieces of ``compressed.READ_BYTES``: work is linear in it.
 
 Bad input raises ``InputError`` with a one-line message naming the file: truncated or corrupt bzip2, malformed
-XML, a root element other than ``<mediawiki>``, a page without a numeric ``<id>``. A page without ``<text>`` is no
-error: its ``text`` is None (``drop_reason``: ``no_text``).
+XML, a root element other than ``<mediawiki>``, a page without a numeric ``<id>``, an encoding declared but
+unknown or contradicted by the bytes (``UTF-16BE`` over UTF-16LE, ``UTF-16`` over UTF-8: both named). A page
+without ``<text>`` is no error: its ``text`` is None (``drop_reason``: ``no_text``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ _UTF32_STARTS = (
     (b"<\x00\x00\x00", "utf-32-le"),
     (b"\x00\x00\x00<", "utf-32-be"),
 )
+# UTF-16 as expat recognises it (after UTF-32): by its byte-order mark, or by the "<?" of its XML declaration.
+_UTF16_STARTS = (
+    (b"\xff\xfe", "UTF-16LE", "byte-order mark"),
+    (b"\xfe\xff", "UTF-16BE", "byte-order mark"),
+    (b"<\x00?\x00", "UTF-16LE", "first characters"),
+    (b"\x00<\x00?", "UTF-16BE", "first characters"),
+)
+_WIDE_CODECS = ("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be")
 # Exports older than 0.5 mark a redirect only in its text.
 _REDIRECT_TEXT = re.compile(r"\s*#REDIRECT\s*:?\s*\[\[([^\]|#\n]+)", re.I)
 
@@ -322,7 +331,12 @@ class _Parser:
             if data.startswith(start):
                 self.encoding, self.decoder = encoding, codecs.getincrementaldecoder(encoding)("strict")
                 return
-        m = _DECLARED_ENCODING.match(data)
+        wide = next(((form, how) for start, form, how in _UTF16_STARTS if data.startswith(start)), None)
+        # A UTF-16 declaration is looked for in its characters (the regex reads single bytes).
+        head = (
+            data if wide is None else data[:1024].decode(wide[0], "replace").lstrip("\ufeff").encode("ascii", "replace")
+        )
+        m = _DECLARED_ENCODING.match(head)
         if not m:
             return
         declared = self.encoding = m.group(1).decode("ascii")
@@ -331,6 +345,21 @@ class _Parser:
             "".encode(declared)  # refuses a codec of bytes to bytes (hex, zlib) or text to text (rot13)
         except (LookupError, UnicodeError) as e:  # (the "undefined" codec refuses even "")
             raise InputError(f"cannot read {self.label}: its XML declares encoding {declared!r}, unknown here") from e
+        if wide is not None:
+            # expat reads UTF-16 itself, but a declaration its bytes contradict ends in its "encoding specified in
+            # XML declaration is incorrect" (or, for a codec it asks Python for, a ValueError): named here.
+            form, how = wide
+            if info.name not in ("utf-16", codecs.lookup(form).name):
+                raise InputError(
+                    f"cannot read {self.label}: its XML declares encoding {declared!r}, but its bytes are {form} "
+                    f"(by its {how}): correct the declaration or convert the file"
+                )
+            return
+        if info.name in _WIDE_CODECS:  # its declaration was just read in single bytes: the text is not wide
+            raise InputError(
+                f"cannot read {self.label}: not valid {declared} text: its XML declares encoding {declared!r}, but "
+                "its bytes are single-byte text (ASCII or UTF-8, as its declaration is written)"
+            )
         if info.name != "utf-8":
             # expat reads only a few encodings itself; fed text, it ignores the declaration.
             self.decoder = info.incrementaldecoder("strict")

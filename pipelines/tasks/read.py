@@ -66,15 +66,17 @@ def where(path: str, line: int) -> str:
 Parser = Callable[[str, int, Tally], Iterator[Record]]
 
 
+def counted_chunks(path: str, tally: Tally) -> Iterator[bytes]:
+    """The raw (decompressed) bytes of ``path``, counted as ``bytes_read``."""
+    for chunk in read_chunks(path):
+        tally.add("bytes_read", len(chunk))
+        yield chunk
+
+
 def file_lines(path: str, tally: Tally) -> Iterator[str]:
     """The cleaned text lines of ``path`` (as ``bertstream.pipelines.inputs.read`` cleans them), counting ``bytes_read``."""
-
-    def chunks() -> Iterator[bytes]:
-        for chunk in read_chunks(path):
-            tally.add("bytes_read", len(chunk))
-            yield chunk
-
-    return iter_text_lines(chunks(), tally.counts, limits.MAX_RECORD_BYTES, path)  # a line past the cap: refused
+    # A line past the cap is refused, naming the file.
+    return iter_text_lines(counted_chunks(path, tally), tally.counts, limits.MAX_RECORD_BYTES, path)
 
 
 def batch_records(records: Iterable[Record], path: str, file_index: int) -> Iterator[RecordBatch]:

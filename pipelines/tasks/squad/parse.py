@@ -1,23 +1,25 @@
 """SQuAD JSON files -> ``QAExample`` records, answers aligned to their contexts (question answering).
 
-The file is read whole and its contexts kept byte for byte (no cleaning), so that answer offsets stay valid.
-``looks_like_squad`` checks a file before the pipeline starts, ``load_squad`` checks the shape, ``parse_squad``
-reads the selected articles, ``align_answer`` repairs answer offsets; ``SquadParser`` is the parser
-``ReadRecords`` runs. (``featurize.py`` featurizes them.)
+The file is read an article at a time (``read_articles``: memory holds one article, at most
+``limits.MAX_RECORD_BYTES``, refused past it naming the article and its byte offset) and its contexts kept byte
+for byte (no cleaning), so that answer offsets stay valid. ``looks_like_squad`` checks a file before the pipeline
+starts, ``read_articles`` checks the shape, ``parse_squad`` reads the selected articles, ``align_answer`` repairs
+answer offsets; ``SquadParser`` is the parser ``ReadRecords`` runs. (``featurize.py`` featurizes them.)
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from bertstream.cli.errors import UsageError
+from bertstream.pipelines.common import json_stream
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, read_chunks
-from bertstream.pipelines.tasks.read import MALFORMED_JSON
+from bertstream.pipelines.inputs import limits
+from bertstream.pipelines.tasks.read import MALFORMED_JSON, counted_chunks
 from bertstream.schemas import tasks as T
 
 UNIT = T.UNITS[T.SQUAD]
@@ -104,53 +106,64 @@ def looks_like_squad(path: str) -> None:
         raise UsageError("input", f"{path}: not SQuAD JSON (does not start with '{{')")
 
 
-def load_squad(raw: bytes, path: str) -> list[dict]:
-    """The article list of a SQuAD JSON file; anything else is an ``InputError``."""
+SHAPE = "expected {'data': [{'title', 'paragraphs': [...]}]}"
+
+
+def read_articles(chunks: Iterable[bytes], path: str) -> Iterator[dict]:
+    """The articles of a SQuAD JSON file (``{"data": [{"title", "paragraphs": [...]}, ...]}``, keys in any order),
+    one at a time from its bytes ``chunks``; anything else is an ``InputError``, the same one as if the file were
+    read whole: malformed JSON (json's words and position) before a wrong shape, which is told once the whole
+    file is read. An article over ``limits.MAX_RECORD_BYTES`` is refused, named by its index and byte offset."""
+    shape = ""
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: not SQuAD JSON ({type(e).__name__}: {e})") from None
-    articles = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(articles, list) or not all(
-        isinstance(a, dict) and isinstance(a.get("paragraphs"), list) for a in articles
-    ):
-        raise InputError(f"{path}: not SQuAD JSON (expected {{'data': [{{'title', 'paragraphs': [...]}}]}})")
-    return articles
+        for article in json_stream.array_elements(chunks, path, "data", limits.MAX_RECORD_BYTES, "article"):
+            if not (shape or isinstance(article, dict) and isinstance(article.get("paragraphs"), list)):
+                shape = SHAPE  # told at the end: a JSON error after it is told first, as before
+            if not shape:
+                yield article
+    except json_stream.NotJson as e:
+        raise InputError(f"{path}: not SQuAD JSON ({e})") from None
+    except json_stream.WrongShape as e:
+        shape = str(e) or SHAPE
+    if shape:
+        raise InputError(f"{path}: not SQuAD JSON ({shape})")
 
 
-def select_articles(n: int, articles: tuple[int, int | None] | None, path: str) -> range:
+def check_selection(n: int, articles: tuple[int, int | None] | None, path: str) -> None:
+    """A selection of articles past the ``n`` of the file is an ``InputError``."""
     if articles is None:
-        return range(n)
+        return
     start, end = articles
     if start >= n or (end is not None and end > n):
         raise InputError(f"{path}: --articles {start}:{'' if end is None else end} is outside its {n} articles (0:{n})")
-    return range(start, n if end is None else end)
 
 
 def parse_squad(
-    articles: list[dict],
+    articles: Iterable[dict],
     path: str,
     file_index: int,
     selection: tuple[int, int | None] | None,
     training: bool,
     tally: Tally,
 ) -> Iterator[QAExample]:
-    """Questions of the selected articles, answers aligned to their contexts (see ``align_answer``).
+    """Questions of the selected articles, answers aligned to their contexts (see ``align_answer``). A selection
+    past the file's articles is an ``InputError`` once they are read.
 
     Dropped (counted with ids): empty question or context, a question id seen before in the file, and in a
     training split an answerable question none of whose answers matches its context. Evaluation keeps such
     questions (their answer texts still count for the metric).
     """
     unit = UNIT
-    chosen = select_articles(len(articles), selection, path)
-    tally.add("articles_read", len(chosen))
+    first, end = selection or (0, None)
     seen: set[str] = set()
-    ordinal = 0
+    ordinal = n = 0
     for a_index, article in enumerate(articles):
+        n += 1
         paragraphs = article.get("paragraphs") or []
-        if a_index not in chosen:
+        if a_index < first or (end is not None and a_index >= end):
             ordinal += sum(len(p.get("qas") or []) for p in paragraphs if isinstance(p, dict))
             continue
+        tally.add("articles_read")
         title = str(article.get("title", ""))
         for para in paragraphs:
             context = para.get("context") if isinstance(para, dict) else None
@@ -205,6 +218,7 @@ def parse_squad(
                     span,
                     impossible,
                 )
+    check_selection(n, selection, path)
 
 
 class SquadParser:
@@ -213,6 +227,5 @@ class SquadParser:
         self.training = training
 
     def __call__(self, path: str, file_index: int, tally: Tally) -> Iterator[QAExample]:
-        raw = b"".join(read_chunks(path))
-        tally.add("bytes_read", len(raw))
-        return parse_squad(load_squad(raw, path), path, file_index, self.articles, self.training, tally)
+        articles = read_articles(counted_chunks(path, tally), path)
+        return parse_squad(articles, path, file_index, self.articles, self.training, tally)

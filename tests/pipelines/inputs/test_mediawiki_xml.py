@@ -287,6 +287,9 @@ def test_utf16_is_read_by_its_byte_order_mark(tmp_path):
     declaration = '<?xml version="1.0" encoding="UTF-16"?>\n'
     path.write_bytes(export(LATIN_PAGES, declaration).encode("utf-16"))
     assert [p.title for p in M.read_pages(path)] == ["Zürich", "Ça"]
+    for declared, encoding in (("UTF-16LE", "utf-16-le"), ("UTF-16BE", "utf-16-be"), ("UTF-16", "utf-16-be")):
+        path.write_bytes(export(LATIN_PAGES, ODD.format(declared)).encode(encoding))  # no byte-order mark
+        assert [p.title for p in M.read_pages(path)] == ["Zürich", "Ça"]
 
 
 def test_a_missing_file_raises_input_error(tmp_path):
@@ -433,6 +436,16 @@ def test_utf32_is_read_by_its_byte_order_mark_or_its_first_character(tmp_path):
     [
         ("UTF-32", "utf-8", r"wrong\.xml: not valid UTF-32 text"),
         ("UTF-16", "utf-8", r"wrong\.xml: not valid UTF-16 text"),
+        ("UTF-16BE", "utf-8", r"wrong\.xml: not valid UTF-16BE text: .* its bytes are single-byte text"),
+        # expat's "encoding specified in XML declaration is incorrect", called malformed XML (issue 44)
+        ("UTF-16BE", "utf-16-le", r"wrong\.xml: its XML declares encoding 'UTF-16BE', but its bytes are UTF-16LE"),
+        ("UTF-16LE", "utf-16-be", r"wrong\.xml: its XML declares encoding 'UTF-16LE', but its bytes are UTF-16BE"),
+        ("UTF-8", "utf-16-le", r"wrong\.xml: its XML declares encoding 'UTF-8', but its bytes are UTF-16LE"),
+        (
+            "UTF-32",
+            "utf-16-le",
+            r"wrong\.xml: its XML declares encoding 'UTF-32', but its bytes are UTF-16LE",
+        ),  # was a ValueError
         ("undefined", "utf-8", r"wrong\.xml: its XML declares encoding 'undefined'"),
         ("base64", "utf-8", r"wrong\.xml: its XML declares encoding 'base64'"),
     ],

@@ -69,7 +69,7 @@ def normalize_answer(s: str) -> str:
 
 
 def test_articles_split_the_dev_set_without_overlap():
-    articles = SJ.load_squad(shared_path("tasks", "squad_v1.1", "dev-v1.1.json").read_bytes(), "dev")
+    articles = list(SJ.read_articles([shared_path("tasks", "squad_v1.1", "dev-v1.1.json").read_bytes()], "dev"))
     train = list(SJ.parse_squad(articles, "dev", 0, (0, 40), True, Tally()))
     evaluation = list(SJ.parse_squad(articles, "dev", 0, (40, 48), False, Tally()))
     assert len(train) + len(evaluation) == 10570 and len(evaluation) == 1589
