@@ -118,10 +118,12 @@ def _print_summary(result) -> None:
     from bertstream.pipelines.report.inspection import manifest_warning, summary_lines
 
     m = result.manifest
-    seconds = m.run.get("seconds") or result.seconds  # the run's own time, as its run: line below says it
+    # The run's own time and rate, as its run: line below says them: the rate computed again here from the
+    # rounded seconds differed from it in its last digit now and then.
+    seconds = m.run.get("seconds") or result.seconds
+    rate = m.run.get("input_mb_per_s", result.input_bytes / 1e6 / max(seconds, 1e-9))
     click.echo(
-        f"done in {seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input, "
-        f"{result.input_bytes / 1e6 / max(seconds, 1e-9):.2f} MB/s, "
+        f"done in {seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input, {rate:.2f} MB/s, "
         f"{m.totals.get('instances', 0) / max(seconds, 1e-9):.0f} instances/s"
     )
     for line in summary_lines(m):
