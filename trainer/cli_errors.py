@@ -17,6 +17,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, NoReturn
 
 import click
 
@@ -66,10 +67,10 @@ def _in_main_thread() -> bool:
 
 def _report(e: BaseException, cls: type | None) -> None:
     """Raise what ``e`` becomes: click's usage error, one ``Error:`` line, an exit code; or ``e`` itself (a bug)."""
+    if getattr(e, "agreed", False):
+        _agreed(e, cls)
     if isinstance(e, UsageError):
-        bad = options.bad_parameter(cls, e)
-        setattr(bad, "message", one_line(redact(bad.message)))  # noqa: B010 - click types it as final
-        raise bad from None
+        raise _usage(e, cls) from None
     if isinstance(e, click.ClickException):
         setattr(e, "message", one_line(e.message))  # noqa: B010
         raise e
@@ -85,21 +86,72 @@ def _report(e: BaseException, cls: type | None) -> None:
         exit_interrupted(
             e, "partial checkpoints were removed, the last complete one is kept (--resume auto continues from it)"
         )
+    line = error_line(e)
+    if line is None:
+        raise e  # an ImportError of no optional package: a broken installation or a bug, with its traceback
+    raise click.ClickException(line) from None
+
+
+def _usage(e: UsageError, cls: type | None) -> click.BadParameter:
+    bad = options.bad_parameter(cls, e)
+    setattr(bad, "message", one_line(redact(bad.message)))  # noqa: B010 - click types it as final
+    return bad
+
+
+def _agreed(e: BaseException, cls: type | None) -> NoReturn:
+    """An error that every rank raised alike from what the ranks exchanged: rank 0 prints it, once; then the
+    ranks end together, as torchrun ends every rank as soon as one exits (rank 0 perhaps before its line)."""
+    from bertstream.trainer.distributed import end_together, launched_main
+
+    code = 2 if isinstance(e, UsageError) else 1
+    if launched_main():
+        shown = click.ClickException(error_line(e) or str(e))
+        if isinstance(e, UsageError):
+            shown = bad = _usage(e, cls)
+            bad.ctx = click.get_current_context(silent=True)  # click's usage line, as click adds it when it prints
+        shown.show()
+    end_together()
+    raise SystemExit(code)
+
+
+def error_line(e: BaseException) -> str | None:
+    """The one ``Error:`` line of a user error ``e``, as this process would print it (None: a bug, which keeps
+    its traceback): also what a rank tells the others at start-up (``distributed.all_or_none``)."""
     if isinstance(e, ImportError):
-        message = missing_package(e)
-        if message is None:
-            raise e  # not an optional package: a broken installation or a bug, with its traceback
-        raise click.ClickException(message) from None
+        return missing_package(e)
     if _worker_died(e):
-        raise click.ClickException(
+        return (
             f"a data-loader worker process died ({_one_line(str(e), type(e).__name__)}): out of memory, or "
             "killed; lower --num-workers or --batch-size; the last complete checkpoint is kept (--resume auto "
             "continues)"
-        ) from None
-    if getattr(e, "agreed", False) and int(os.environ.get("RANK", "0")) != 0:
-        raise SystemExit(1)  # every rank raised the same error from what they exchanged: rank 0 prints it, once
+        )
+    if not isinstance(e, _user_errors()):
+        return None
     message = str(e) if not isinstance(e, OSError) or e.filename is None else f"{e.filename}: {e.strerror}"
-    raise click.ClickException(_one_line(redact(message), type(e).__name__)) from None
+    return _one_line(redact(message), type(e).__name__)
+
+
+def quiet_usage() -> bool:
+    """A usage error that this rank leaves to rank 0: one found before the ranks have met (a flag's value), on a
+    rank other than 0. Every rank of a launch runs one command line (torchrun passes its own to each worker,
+    srun runs one on every node), so every rank finds the same error; each printed it. After the ranks have
+    met, the errors they find at start-up are exchanged (``distributed.all_or_none``) and reported once."""
+    from bertstream.trainer.distributed import dist, launched_main
+
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not launched_main() and not dist.is_initialized()
+
+
+class RankZeroGroup(click.Group):
+    """``berttrain``'s command group: a usage error before the ranks have met is printed by rank 0 alone (see
+    :func:`quiet_usage`); every rank still ends with exit 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            if not quiet_usage():
+                raise
+            raise click.exceptions.Exit(e.exit_code) from None
 
 
 def _worker_died(e: BaseException) -> bool:

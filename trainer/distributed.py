@@ -13,6 +13,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bertstream.cli.errors import UsageError
 from bertstream.trainer.config import DEFAULT_TIMEOUT_S
 from bertstream.trainer.errors import RunError
 
@@ -47,6 +50,74 @@ class Disagreement(RunError):
     """Raised alike on every rank from what all ranks exchanged: rank 0 reports it, the others end quietly."""
 
     agreed = True
+
+
+class AgreedUsageError(UsageError):
+    """A usage error (exit 2) raised alike on every rank from what all ranks exchanged, as :class:`Disagreement`."""
+
+    agreed = True
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a rank's start-up checks failed, as the ranks exchange it: the one line it would print, the field of
+    a usage error (``param``), or a bug's type and first line (``bug``: its traceback stays on its rank)."""
+
+    line: str
+    param: str | None = None
+    bug: bool = False
+
+    @classmethod
+    def of(cls, e: Exception) -> Outcome:
+        from bertstream.trainer.cli_errors import error_line
+
+        if isinstance(e, UsageError):
+            return cls(e.message, param=e.param)
+        line = error_line(e)
+        if line is None:
+            first = next((s for s in str(e).splitlines() if s.strip()), "")
+            return cls(f"{type(e).__name__}: {first} (a bug: its traceback is in that rank's output)", bug=True)
+        return cls(line)
+
+
+def settle(outcomes: list[Outcome | None], *, name_ranks: bool = True) -> Exception | None:
+    """The one error every rank raises for the ranks' ``outcomes`` (None: that rank passed): the lowest failing
+    rank's, as it is when every rank failed alike, else naming the ranks that failed so (``rank 1: ...``), as
+    rank 0 reports them. None: every rank passed."""
+    failed = [(rank, o) for rank, o in enumerate(outcomes) if o is not None]
+    if not failed:
+        return None
+    first = failed[0][1]
+    ranks = [rank for rank, o in failed if o == first]
+    line = first.line
+    if name_ranks and len(ranks) < len(outcomes):
+        line = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {line}"
+    return AgreedUsageError(first.param, line) if first.param is not None else Disagreement(line)
+
+
+@contextmanager
+def all_or_none(info: DistInfo, *, name_ranks: bool = True) -> Iterator[None]:
+    """Start-up checks that pass on every rank or fail on every rank, and are reported once. Each rank runs the
+    block, then the ranks exchange their outcomes (the exchange is a barrier); if one failed, every rank raises
+    :func:`settle`'s error, which rank 0 alone prints (each rank printed its own ``Error:`` line before, and a
+    rank that passed waited for the failed one in its next collective until the peer was lost). The block
+    must hold no collective: a rank that fails before it would wait here while the others wait there.
+    ``name_ranks`` False: a block that only rank 0 runs (its error is the run's). A bug raises its own
+    traceback on its rank; Ctrl-C and SIGTERM end the rank as always (the others lose a peer)."""
+    if not info.enabled:
+        yield
+        return
+    mine: Exception | None = None
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - exchanged, then raised again (as agreed, or as itself if a bug)
+        mine = e
+    outcome = None if mine is None else Outcome.of(mine)
+    agreed = settle(all_gather_object(outcome, info), name_ranks=name_ranks)
+    if mine is not None and outcome is not None and outcome.bug:
+        raise mine
+    if agreed is not None:
+        raise agreed from None
 
 
 def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
@@ -92,6 +163,18 @@ def teardown() -> None:
     _PEERS.stop()
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end_together() -> None:
+    """Wait until every rank is here, then end the process group: the ranks' last step after an error they
+    all raised alike, once rank 0 has printed it (a peer that is gone or stopped answering ends the wait)."""
+    if not dist.is_initialized():
+        return
+    try:
+        dist.barrier()
+    except (RuntimeError, dist.DistError):
+        return
+    teardown()
 
 
 def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
