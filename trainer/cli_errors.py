@@ -7,7 +7,9 @@ failures a user causes without a bug: a data-loader worker killed (out of memory
 not installed. Ctrl-C and SIGTERM are one line too, exit 130 and 143 (128 + the signal, as the shell reports a
 process killed by it); the ``finally`` and cleanup paths run first (partial checkpoints, a run folder that holds
 nothing yet). Anything else is a bug and keeps its traceback. Every message is redacted
-(``bertstream.schemas.redact``): a URL's password never reaches the console.
+(``bertstream.schemas.redact``): a URL's password never reaches the console. Under ``torchrun`` an error is
+printed once, by rank 0: one that the ranks exchanged at start (``distributed.all_or_none``), or a usage error
+found before they met (:class:`RankZeroGroup`); every rank exits with its code.
 """
 
 from __future__ import annotations
@@ -26,21 +28,11 @@ from bertstream.cli.errors import (
     Terminated,
     UsageError,
     exit_interrupted,
-    missing_package,
     one_line,
     sigterm_as_interrupt,
 )
 from bertstream.schemas.redact import redact
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    # Imported here: `berttrain --help` stays fast (torch is not loaded).
-    from bertstream.schemas.version import SchemaError
-    from bertstream.schemas.vocab import VocabError, VocabMismatchError
-    from bertstream.trainer.errors import UserError
-
-    # OSError: missing folders, read-only outputs, full disks: the message names the path.
-    return (UserError, SchemaError, VocabError, VocabMismatchError, OSError)
+from bertstream.trainer.errors import error_line, user_errors, worker_died
 
 
 @contextmanager
@@ -76,11 +68,11 @@ def _report(e: BaseException, cls: type | None) -> None:
         raise e
     if isinstance(e, (SystemExit, click.exceptions.Exit, click.Abort)):
         raise e
-    handled = isinstance(e, (KeyboardInterrupt, ImportError, *_user_errors())) or _worker_died(e)
+    handled = isinstance(e, (KeyboardInterrupt, ImportError, *user_errors())) or worker_died(e)
     if not handled:
         raise e  # a bug: its traceback, whole
     _release(e)
-    if _worker_died(e) and "Terminated" in str(e):  # a scheduler signalled the worker: the run's SIGTERM
+    if worker_died(e) and "Terminated" in str(e):  # a scheduler signalled the worker: the run's SIGTERM
         e = Terminated()
     if isinstance(e, KeyboardInterrupt):
         exit_interrupted(
@@ -114,23 +106,6 @@ def _agreed(e: BaseException, cls: type | None) -> NoReturn:
     raise SystemExit(code)
 
 
-def error_line(e: BaseException) -> str | None:
-    """The one ``Error:`` line of a user error ``e``, as this process would print it (None: a bug, which keeps
-    its traceback): also what a rank tells the others at start-up (``distributed.all_or_none``)."""
-    if isinstance(e, ImportError):
-        return missing_package(e)
-    if _worker_died(e):
-        return (
-            f"a data-loader worker process died ({_one_line(str(e), type(e).__name__)}): out of memory, or "
-            "killed; lower --num-workers or --batch-size; the last complete checkpoint is kept (--resume auto "
-            "continues)"
-        )
-    if not isinstance(e, _user_errors()):
-        return None
-    message = str(e) if not isinstance(e, OSError) or e.filename is None else f"{e.filename}: {e.strerror}"
-    return _one_line(redact(message), type(e).__name__)
-
-
 def quiet_usage() -> bool:
     """A usage error that this rank leaves to rank 0: one found before the ranks have met (a flag's value), on a
     rank other than 0. Every rank of a launch runs one command line (torchrun passes its own to each worker,
@@ -154,14 +129,6 @@ class RankZeroGroup(click.Group):
             raise click.exceptions.Exit(e.exit_code) from None
 
 
-def _worker_died(e: BaseException) -> bool:
-    """torch's words for a loader worker that died, or the broken connection its death leaves when it was killed
-    in the middle of handing over a batch (the loader's queue is the trainer's only process connection)."""
-    if isinstance(e, RuntimeError) and str(e).startswith("DataLoader worker"):
-        return True
-    return isinstance(e, (ConnectionResetError, BrokenPipeError, EOFError)) and getattr(e, "filename", None) is None
-
-
 def _release(e: BaseException) -> None:
     """Drop the frames the exception holds, so that the suspended batch generators in them close now and shut
     their DataLoader workers down in order (a worker left to notice its parent's exit mid-transfer prints
@@ -170,12 +137,3 @@ def _release(e: BaseException) -> None:
 
     e.__traceback__ = None
     gc.collect()
-
-
-def _one_line(message: str, kind: str) -> str:
-    # torch's DataLoader re-raises a worker's error with the worker's traceback in its message: keep the
-    # error's own last line, which names the shard.
-    if "Original Traceback" in message:
-        last = [line for line in message.splitlines() if line.strip()][-1]
-        message = last.split(f"{kind}: ", 1)[-1]
-    return one_line(message)

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from bertstream.cli.errors import UsageError
 from bertstream.trainer.config import DEFAULT_TIMEOUT_S
-from bertstream.trainer.errors import RunError
+from bertstream.trainer.errors import RunError, UserError
 
 _LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK")
 
@@ -52,7 +52,7 @@ class Disagreement(RunError):
     agreed = True
 
 
-class AgreedUsageError(UsageError):
+class AgreedUsageError(UsageError, UserError):
     """A usage error (exit 2) raised alike on every rank from what all ranks exchanged, as :class:`Disagreement`."""
 
     agreed = True
@@ -69,7 +69,7 @@ class Outcome:
 
     @classmethod
     def of(cls, e: Exception) -> Outcome:
-        from bertstream.trainer.cli_errors import error_line
+        from bertstream.trainer.errors import error_line
 
         if isinstance(e, UsageError):
             return cls(e.message, param=e.param)
