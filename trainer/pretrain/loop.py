@@ -122,14 +122,14 @@ def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> None:
     """Clear the folder (``--overwrite``) and make it ready for writing; after every input has been checked."""
     run_dir = Path(cfg.run.output)
     D.barrier(info)  # every rank has read the folder before rank 0 changes it
-    if info.is_main:
-        if cfg.checkpoint.overwrite:
-            rundir.clear(run_dir)
-            R.log(f"--overwrite: cleared {run_dir}", info)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for p in ckpt.remove_partial(run_dir):
-            R.log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
-    D.barrier(info)
+    with D.all_or_none(info, name_ranks=False):  # and waits until it has, or fails with it
+        if info.is_main:
+            if cfg.checkpoint.overwrite:
+                rundir.clear(run_dir)
+                R.log(f"--overwrite: cleared {run_dir}", info)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            for p in ckpt.remove_partial(run_dir):
+                R.log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
 
 
 def resolve_model(
