@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -90,7 +91,7 @@ def _usage(e: UsageError, cls: type | None) -> click.BadParameter:
     return bad
 
 
-def _agreed(e: BaseException, cls: type | None) -> NoReturn:
+def _agreed(e: BaseException, cls: type | None, ctx: click.Context | None = None) -> NoReturn:
     """An error that every rank raised alike from what the ranks exchanged: rank 0 prints it, once; then the
     ranks end together, as torchrun ends every rank as soon as one exits (rank 0 perhaps before its line)."""
     from bertstream.trainer.distributed import end_together, launched_main
@@ -99,34 +100,49 @@ def _agreed(e: BaseException, cls: type | None) -> NoReturn:
     if launched_main():
         shown = click.ClickException(error_line(e) or str(e))
         if isinstance(e, UsageError):
-            shown = bad = _usage(e, cls)
-            bad.ctx = click.get_current_context(silent=True)  # click's usage line, as click adds it when it prints
+            shown = bad = _usage(e, cls) if e.param else click.UsageError(e.message)
+            bad.ctx = ctx or click.get_current_context(silent=True)  # click's usage line, as click adds it
         shown.show()
     end_together()
     raise SystemExit(code)
 
 
-def quiet_usage() -> bool:
-    """A usage error that this rank leaves to rank 0: one found before the ranks have met (a flag's value), on a
-    rank other than 0. Every rank of a launch runs one command line (torchrun passes its own to each worker,
-    srun runs one on every node), so every rank finds the same error; each printed it. After the ranks have
-    met, the errors they find at start-up are exchanged (``distributed.all_or_none``) and reported once."""
-    from bertstream.trainer.distributed import dist, launched_main
-
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not launched_main() and not dist.is_initialized()
+# The commands whose ranks meet first in an exchange of their start-up checks (``distributed.all_or_none``).
+_TOGETHER = ("pretrain", "finetune")
 
 
 class RankZeroGroup(click.Group):
-    """``berttrain``'s command group: a usage error before the ranks have met is printed by rank 0 alone (see
-    :func:`quiet_usage`); every rank still ends with exit 2."""
+    """``berttrain``'s command group. Under ``torchrun``, a usage error that a rank of ``pretrain`` or
+    ``finetune`` finds before the ranks meet (a flag's value, a path that its node lacks) is taken to their
+    first exchange (``distributed.report_together``): rank 0 prints it once, naming the rank unless every
+    rank failed alike (each rank printed it, and the others waited for the failed one until --dist-timeout)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except click.UsageError as e:
-            if not quiet_usage():
+            from bertstream.trainer import distributed as D
+
+            if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or ctx.invoked_subcommand not in _TOGETHER:
                 raise
-            raise click.exceptions.Exit(e.exit_code) from None
+            if D.dist.is_initialized():
+                raise  # found after the ranks met: exchanged already, or this rank's own
+            try:
+                D.report_together(D.Outcome(e.format_message(), usage=True), _flag("--device", "auto"))
+            except UsageError as agreed:
+                _agreed(agreed, None, e.ctx)
+            raise
+
+
+def _flag(name: str, default: str) -> str:
+    """``name``'s value on this process's command line (the flags did not parse)."""
+    args = sys.argv[1:]
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return default
 
 
 def _release(e: BaseException) -> None:

@@ -176,7 +176,7 @@ def held(run_dir: Path, command: str, info: D.DistInfo) -> Iterator[None]:
     it is removed if the run fails before it keeps anything (:func:`removed_on_failure`). Every rank waits
     until rank 0 has the lock, or raises its refusal, which rank 0 alone prints (``all_or_none``)."""
     with removed_on_failure(run_dir, enabled=info.is_main), contextlib.ExitStack() as lock:
-        with D.all_or_none(info, name_ranks=False):  # the run's refusal, not rank 0's: only rank 0 takes it
+        with D.all_or_none(info, rank0_only=True):  # the run's refusal, not rank 0's: only rank 0 takes it
             lock.enter_context(locked(run_dir, command, enabled=info.is_main))
         yield
 

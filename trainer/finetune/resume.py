@@ -69,7 +69,7 @@ def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ck
 def prepare_output(run_dir: Path, existing: list[str], info: D.DistInfo) -> None:
     """Remove the earlier run's outputs (``--overwrite``) and make the folder ready for writing."""
     D.barrier(info)  # every rank has read the folder before rank 0 changes it
-    with D.all_or_none(info, name_ranks=False):  # and waits until it has, or fails with it
+    with D.all_or_none(info, rank0_only=True):  # and waits until it has, or fails with it
         if info.is_main:
             for name in existing:
                 if (run_dir / name).is_dir():

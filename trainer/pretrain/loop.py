@@ -122,7 +122,7 @@ def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> None:
     """Clear the folder (``--overwrite``) and make it ready for writing; after every input has been checked."""
     run_dir = Path(cfg.run.output)
     D.barrier(info)  # every rank has read the folder before rank 0 changes it
-    with D.all_or_none(info, name_ranks=False):  # and waits until it has, or fails with it
+    with D.all_or_none(info, rank0_only=True):  # and waits until it has, or fails with it
         if info.is_main:
             if cfg.checkpoint.overwrite:
                 rundir.clear(run_dir)

@@ -216,12 +216,13 @@ def test_an_elastic_resume_with_grad_accum_states_both_batches(tmp_path):
         check_resume(cfg, saved, tmp_path, 3, world_size=1)
 
 
-@pytest.mark.slow  # two launches of two ranks that end at start-up: about 15 s on 2 busy cores
+@pytest.mark.slow  # three launches of two ranks that end at start-up: about 12 s on 2 busy cores
 def test_a_start_up_error_prints_once_naming_the_rank_at_fault(shards, tmp_path):
-    """Item 6: an error every rank raises at start-up (a bad --data, --init-from or --output) printed one Error
-    line per rank. Once, from rank 0: plain when every rank failed alike, naming the rank when not."""
+    """Item 6: an error that ranks find at start (a bad --data, --init-from or --output) printed one Error line
+    per rank, and a rank that passed waited for the failed one. Once, from rank 0: plain when every rank failed
+    alike, naming the rank when not; every rank exits non-zero."""
     missing = tmp_path / "nowhere"
-    # Only rank 1's node lacks the data (rank 0 would start training and wait for it).
+    # Only rank 1's node lacks the data, found once the ranks have met (rank 0 would wait for it).
     out = finish(launch([flags(shards, tmp_path / "a"), flags(shards, tmp_path / "a", **{"--data": str(missing)})]))
     assert [code for code, _ in out] == [1, 1], out
     (line,) = errors(out)
@@ -229,12 +230,23 @@ def test_a_start_up_error_prints_once_naming_the_rank_at_fault(shards, tmp_path)
     assert "Traceback" not in out[0][1] + out[1][1], out
     assert not (tmp_path / "a").exists()  # rank 0 made it for its lock; nothing is kept
 
-    # --output is a file on every node: the same usage error (exit 2) on every rank, printed once, as it is.
-    (tmp_path / "file").write_text("x")
-    out = finish(launch([flags(shards, tmp_path / "file")] * 2))
+    # Only rank 1's node lacks --init-from, which click finds before the ranks meet (a usage error, exit 2):
+    # rank 1 meets them to say so (rank 0 waited in the rendezvous until --dist-timeout, then a traceback).
+    init = {"--init-from": str(missing), "--dist-timeout": "60"}
+    out = finish(
+        launch([flags(shards, tmp_path / "b", **{"--dist-timeout": "60"}), flags(shards, tmp_path / "b", **init)])
+    )
     assert [code for code, _ in out] == [2, 2], out
     (line,) = errors(out)
-    assert line.startswith("Error: Invalid value for '--output'") and "is a file" in line and "rank" not in line, line
+    assert line.startswith("Error: rank 1: Invalid value for '--init-from'") and str(missing) in line, line
+    assert [text.count("Usage: ") for _, text in out] == [1, 0], out
+    assert "Traceback" not in out[0][1] + out[1][1], out
+
+    # The same bad flag on every rank (one command line): printed once, as one process prints it.
+    out = finish(launch([flags(shards, tmp_path / "c", **{"--batch-size": "x"})] * 2))
+    assert [code for code, _ in out] == [2, 2], out
+    (line,) = errors(out)
+    assert line == "Error: Invalid value for '--batch-size': 'x' is not a valid integer.", line
     assert [text.count("Usage: ") for _, text in out] == [1, 0], out
 
 
@@ -248,24 +260,8 @@ def test_the_ranks_outcomes_settle_into_one_error():
     assert str(settle([None, bad])) == "rank 1: --data /x: no manifest"
     assert str(settle([None, bad, None, bad])) == "ranks 1, 3: --data /x: no manifest"
     assert str(settle([other, bad, bad])) == "rank 0: --init-from y: no such folder"  # the lowest rank's first
-    assert str(settle([bad, None], name_ranks=False)) == "--data /x: no manifest"  # what only rank 0 does
+    assert str(settle([bad, None], rank0_only=True)) == "--data /x: no manifest"  # what only rank 0 checks
+    assert str(settle([None, bad], rank0_only=True)) == "rank 1: --data /x: no manifest"
     assert isinstance(settle([bad, None]), Disagreement)
-    usage = settle([None, Outcome("is a file", param="output")])
+    usage = settle([None, Outcome("is a file", usage=True, param="output")])
     assert isinstance(usage, AgreedUsageError) and (usage.param, usage.message) == ("output", "rank 1: is a file")
-
-
-def test_a_flag_error_before_the_ranks_meet_is_printed_by_rank_0_alone(monkeypatch):
-    """Item 6: every rank runs the same command line, so each printed the same usage error; every rank still
-    ends with exit 2."""
-    from click.testing import CliRunner
-
-    from bertstream.trainer.cli import main
-
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    for rank, printed in (("1", False), ("0", True)):
-        monkeypatch.setenv("RANK", rank)
-        for value in ("x", "0"):  # click's own check, and the config's (inside the command)
-            argv = ["pretrain", "--data", "d", "--output", "o", "--batch-size", value]
-            result = CliRunner().invoke(main, argv)
-            assert result.exit_code == 2, result.output
-            assert ("Error: Invalid value for '--batch-size'" in result.stderr) is printed, result.stderr
