@@ -122,27 +122,38 @@ class RankZeroGroup(click.Group):
             return super().invoke(ctx)
         except click.UsageError as e:
             from bertstream.trainer import distributed as D
+            from bertstream.trainer.config import DEFAULT_TIMEOUT_S
 
             if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or ctx.invoked_subcommand not in _TOGETHER:
                 raise
             if D.dist.is_initialized():
                 raise  # found after the ranks met: exchanged already, or this rank's own
             try:
-                D.report_together(D.Outcome(e.format_message(), usage=True), _flag("--device", "auto"))
+                outcome = D.Outcome(e.format_message(), usage=True)
+                D.report_together(outcome, _flag("--device") or "auto", _timeout(DEFAULT_TIMEOUT_S))
             except UsageError as agreed:
                 _agreed(agreed, None, e.ctx)
             raise
 
 
-def _flag(name: str, default: str) -> str:
-    """``name``'s value on this process's command line (the flags did not parse)."""
+def _flag(name: str) -> str | None:
+    """``name``'s value on this process's command line, read as it is (the flags did not parse)."""
     args = sys.argv[1:]
     for i, arg in enumerate(args):
         if arg == name and i + 1 < len(args):
             return args[i + 1]
         if arg.startswith(name + "="):
             return arg.split("=", 1)[1]
-    return default
+    return None
+
+
+def _timeout(default: float) -> float:
+    """``--dist-timeout`` as given, or ``default`` when it is not a usable number (maybe the error itself)."""
+    try:
+        seconds = float(_flag("--dist-timeout") or default)
+    except ValueError:
+        return default
+    return seconds if 0 < seconds < float("inf") else default
 
 
 def _release(e: BaseException) -> None:
