@@ -8,7 +8,7 @@ import click
 
 from bertstream.cli import options
 from bertstream.cli.options import click_options
-from bertstream.trainer.cli_errors import reported
+from bertstream.trainer.cli_errors import RankZeroGroup, reported
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.distributed import launched_main
 from bertstream.trainer.embed import EmbedConfig
@@ -17,7 +17,7 @@ from bertstream.trainer.finetune.config import FinetuneConfig
 _CTX = {"help_option_names": ["-h", "--help"], "show_default": True}
 
 
-@click.group(context_settings=_CTX)
+@click.group(cls=RankZeroGroup, context_settings=_CTX)
 def main() -> None:
     """Train BERT from bertstream shards: one CPU, or GPUs and nodes under torchrun."""
 

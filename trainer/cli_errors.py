@@ -7,16 +7,20 @@ failures a user causes without a bug: a data-loader worker killed (out of memory
 not installed. Ctrl-C and SIGTERM are one line too, exit 130 and 143 (128 + the signal, as the shell reports a
 process killed by it); the ``finally`` and cleanup paths run first (partial checkpoints, a run folder that holds
 nothing yet). Anything else is a bug and keeps its traceback. Every message is redacted
-(``bertstream.schemas.redact``): a URL's password never reaches the console.
+(``bertstream.schemas.redact``): a URL's password never reaches the console. Under ``torchrun`` an error is
+printed once, by rank 0: one that the ranks exchanged at start (``distributed.all_or_none``), or a usage error
+found before they met (:class:`RankZeroGroup`); every rank exits with its code.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, NoReturn
 
 import click
 
@@ -25,21 +29,11 @@ from bertstream.cli.errors import (
     Terminated,
     UsageError,
     exit_interrupted,
-    missing_package,
     one_line,
     sigterm_as_interrupt,
 )
 from bertstream.schemas.redact import redact
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    # Imported here: `berttrain --help` stays fast (torch is not loaded).
-    from bertstream.schemas.version import SchemaError
-    from bertstream.schemas.vocab import VocabError, VocabMismatchError
-    from bertstream.trainer.errors import UserError
-
-    # OSError: missing folders, read-only outputs, full disks: the message names the path.
-    return (UserError, SchemaError, VocabError, VocabMismatchError, OSError)
+from bertstream.trainer.errors import error_line, user_errors, worker_died
 
 
 @contextmanager
@@ -66,48 +60,100 @@ def _in_main_thread() -> bool:
 
 def _report(e: BaseException, cls: type | None) -> None:
     """Raise what ``e`` becomes: click's usage error, one ``Error:`` line, an exit code; or ``e`` itself (a bug)."""
+    if getattr(e, "agreed", False):
+        _agreed(e, cls)
     if isinstance(e, UsageError):
-        bad = options.bad_parameter(cls, e)
-        setattr(bad, "message", one_line(redact(bad.message)))  # noqa: B010 - click types it as final
-        raise bad from None
+        raise _usage(e, cls) from None
     if isinstance(e, click.ClickException):
         setattr(e, "message", one_line(e.message))  # noqa: B010
         raise e
     if isinstance(e, (SystemExit, click.exceptions.Exit, click.Abort)):
         raise e
-    handled = isinstance(e, (KeyboardInterrupt, ImportError, *_user_errors())) or _worker_died(e)
+    handled = isinstance(e, (KeyboardInterrupt, ImportError, *user_errors())) or worker_died(e)
     if not handled:
         raise e  # a bug: its traceback, whole
     _release(e)
-    if _worker_died(e) and "Terminated" in str(e):  # a scheduler signalled the worker: the run's SIGTERM
+    if worker_died(e) and "Terminated" in str(e):  # a scheduler signalled the worker: the run's SIGTERM
         e = Terminated()
     if isinstance(e, KeyboardInterrupt):
         exit_interrupted(
             e, "partial checkpoints were removed, the last complete one is kept (--resume auto continues from it)"
         )
-    if isinstance(e, ImportError):
-        message = missing_package(e)
-        if message is None:
-            raise e  # not an optional package: a broken installation or a bug, with its traceback
-        raise click.ClickException(message) from None
-    if _worker_died(e):
-        raise click.ClickException(
-            f"a data-loader worker process died ({_one_line(str(e), type(e).__name__)}): out of memory, or "
-            "killed; lower --num-workers or --batch-size; the last complete checkpoint is kept (--resume auto "
-            "continues)"
-        ) from None
-    if getattr(e, "agreed", False) and int(os.environ.get("RANK", "0")) != 0:
-        raise SystemExit(1)  # every rank raised the same error from what they exchanged: rank 0 prints it, once
-    message = str(e) if not isinstance(e, OSError) or e.filename is None else f"{e.filename}: {e.strerror}"
-    raise click.ClickException(_one_line(redact(message), type(e).__name__)) from None
+    line = error_line(e)
+    if line is None:
+        raise e  # an ImportError of no optional package: a broken installation or a bug, with its traceback
+    raise click.ClickException(line) from None
 
 
-def _worker_died(e: BaseException) -> bool:
-    """torch's words for a loader worker that died, or the broken connection its death leaves when it was killed
-    in the middle of handing over a batch (the loader's queue is the trainer's only process connection)."""
-    if isinstance(e, RuntimeError) and str(e).startswith("DataLoader worker"):
-        return True
-    return isinstance(e, (ConnectionResetError, BrokenPipeError, EOFError)) and getattr(e, "filename", None) is None
+def _usage(e: UsageError, cls: type | None) -> click.BadParameter:
+    bad = options.bad_parameter(cls, e)
+    setattr(bad, "message", one_line(redact(bad.message)))  # noqa: B010 - click types it as final
+    return bad
+
+
+def _agreed(e: BaseException, cls: type | None, ctx: click.Context | None = None) -> NoReturn:
+    """An error that every rank raised alike from what the ranks exchanged: rank 0 prints it, once; then the
+    ranks end together, as torchrun ends every rank as soon as one exits (rank 0 perhaps before its line)."""
+    from bertstream.trainer.distributed import end_together, launched_main
+
+    code = 2 if isinstance(e, UsageError) else 1
+    if launched_main():
+        shown = click.ClickException(error_line(e) or str(e))
+        if isinstance(e, UsageError):
+            shown = bad = _usage(e, cls) if e.param else click.UsageError(e.message)
+            bad.ctx = ctx or click.get_current_context(silent=True)  # click's usage line, as click adds it
+        shown.show()
+    end_together()
+    raise SystemExit(code)
+
+
+# The commands whose ranks meet first in an exchange of their start-up checks (``distributed.all_or_none``).
+_TOGETHER = ("pretrain", "finetune")
+
+
+class RankZeroGroup(click.Group):
+    """``berttrain``'s command group. Under ``torchrun``, a usage error that a rank of ``pretrain`` or
+    ``finetune`` finds before the ranks meet (a flag's value, a path that its node lacks) is taken to their
+    first exchange (``distributed.report_together``): rank 0 prints it once, naming the rank unless every
+    rank failed alike (each rank printed it, and the others waited for the failed one until --dist-timeout)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            from bertstream.trainer import distributed as D
+            from bertstream.trainer.config import DEFAULT_TIMEOUT_S
+
+            if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or ctx.invoked_subcommand not in _TOGETHER:
+                raise
+            if D.dist.is_initialized():
+                raise  # found after the ranks met: exchanged already, or this rank's own
+            try:
+                outcome = D.Outcome(e.format_message(), usage=True)
+                D.report_together(outcome, _flag("--device") or "auto", _timeout(DEFAULT_TIMEOUT_S))
+            except UsageError as agreed:
+                _agreed(agreed, None, e.ctx)
+            raise
+
+
+def _flag(name: str) -> str | None:
+    """``name``'s value on this process's command line, read as it is (the flags did not parse)."""
+    args = sys.argv[1:]
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _timeout(default: float) -> float:
+    """``--dist-timeout`` as given, or ``default`` when it is not a usable number (maybe the error itself)."""
+    try:
+        seconds = float(_flag("--dist-timeout") or default)
+    except ValueError:
+        return default
+    return seconds if 0 < seconds < float("inf") else default
 
 
 def _release(e: BaseException) -> None:
@@ -118,12 +164,3 @@ def _release(e: BaseException) -> None:
 
     e.__traceback__ = None
     gc.collect()
-
-
-def _one_line(message: str, kind: str) -> str:
-    # torch's DataLoader re-raises a worker's error with the worker's traceback in its message: keep the
-    # error's own last line, which names the shard.
-    if "Original Traceback" in message:
-        last = [line for line in message.splitlines() if line.strip()][-1]
-        message = last.split(f"{kind}: ", 1)[-1]
-    return one_line(message)

@@ -13,6 +13,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -21,8 +23,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bertstream.cli.errors import UsageError
 from bertstream.trainer.config import DEFAULT_TIMEOUT_S
-from bertstream.trainer.errors import RunError
+from bertstream.trainer.errors import RunError, UserError
 
 _LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK")
 
@@ -47,6 +50,96 @@ class Disagreement(RunError):
     """Raised alike on every rank from what all ranks exchanged: rank 0 reports it, the others end quietly."""
 
     agreed = True
+
+
+class AgreedUsageError(UsageError, UserError):
+    """A usage error (exit 2) raised alike on every rank from what all ranks exchanged, as :class:`Disagreement`;
+    ``param`` "": click's own, whose message is whole."""
+
+    agreed = True
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a rank's start-up checks failed, as the ranks exchange it: the one line it would print (a usage
+    error's: ``usage``, and ``param`` its field, "" for click's own), or a bug's type and first line (``bug``:
+    its traceback stays on its rank)."""
+
+    line: str
+    usage: bool = False
+    param: str = ""
+    bug: bool = False
+
+    @classmethod
+    def of(cls, e: Exception) -> Outcome:
+        from bertstream.trainer.errors import error_line
+
+        if isinstance(e, UsageError):
+            return cls(e.message, usage=True, param=e.param)
+        line = error_line(e)
+        if line is None:
+            first = next((s for s in str(e).splitlines() if s.strip()), "")
+            return cls(f"{type(e).__name__}: {first} (a bug: its traceback is in that rank's output)", bug=True)
+        return cls(line)
+
+
+def settle(outcomes: list[Outcome | None], *, rank0_only: bool = False) -> Exception | None:
+    """The one error every rank raises for the ranks' ``outcomes`` (None: that rank passed): the lowest failing
+    rank's, as it is when every rank failed alike, else naming the ranks that failed so (``rank 1: ...``), as
+    rank 0 reports them; ``rank0_only``: checks that only rank 0 makes, whose failure is the run's. None: every
+    rank passed."""
+    failed = [(rank, o) for rank, o in enumerate(outcomes) if o is not None]
+    if not failed:
+        return None
+    first = failed[0][1]
+    ranks = [rank for rank, o in failed if o == first]
+    line = first.line
+    if len(ranks) < len(outcomes) and not (rank0_only and ranks == [0]):
+        line = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {line}"
+    return AgreedUsageError(first.param, line) if first.usage else Disagreement(line)
+
+
+@contextmanager
+def all_or_none(info: DistInfo, *, rank0_only: bool = False) -> Iterator[None]:
+    """Start-up checks that pass on every rank or fail on every rank, and are reported once. Each rank runs the
+    block, then the ranks exchange their outcomes (the exchange is a barrier); if one failed, every rank raises
+    :func:`settle`'s error, which rank 0 alone prints (each rank printed its own ``Error:`` line before, and a
+    rank that passed waited for the failed one in its next collective until the peer was lost). The block
+    must hold no collective: a rank that fails before it would wait here while the others wait there. A bug
+    raises its own traceback on its rank; Ctrl-C and SIGTERM end the rank as always (the others lose a peer).
+    A command's first collective is one of these, where a rank that failed before the ranks met joins them
+    (:func:`report_together`)."""
+    if not info.enabled:
+        yield
+        return
+    mine: Exception | None = None
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - exchanged, then raised again (as agreed, or as itself if a bug)
+        mine = e
+    outcome = None if mine is None else Outcome.of(mine)
+    agreed = settle(all_gather_object(outcome, info), rank0_only=rank0_only)
+    if mine is not None and outcome is not None and outcome.bug:
+        raise mine
+    if agreed is not None:
+        raise agreed from None
+
+
+def report_together(outcome: Outcome, device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """A start-up error that this rank found before it met the others (a flag's value, a path this node lacks):
+    meet them at their first exchange (:func:`all_or_none`) and raise it agreed, so that rank 0 prints it once,
+    naming this rank unless every rank failed alike, and no rank waits for this one until ``--dist-timeout``.
+    Returns (the caller reports the error itself) when the ranks cannot meet: launch variables or the device
+    unusable, or no exchange within ``timeout_s``."""
+    try:
+        info = setup(device, timeout_s)
+        if not info.enabled:
+            return
+        agreed = settle(all_gather_object(outcome, info))
+    except Exception:  # noqa: BLE001 - any failure to meet: this rank prints its own error
+        return
+    if agreed is not None:
+        raise agreed
 
 
 def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
@@ -92,6 +185,18 @@ def teardown() -> None:
     _PEERS.stop()
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end_together() -> None:
+    """Wait until every rank is here, then end the process group: the ranks' last step after an error they
+    all raised alike, once rank 0 has printed it (a peer that is gone or stopped answering ends the wait)."""
+    if not dist.is_initialized():
+        return
+    try:
+        dist.barrier()
+    except (RuntimeError, dist.DistError):
+        return
+    teardown()
 
 
 def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:

@@ -28,6 +28,7 @@ from typing import NoReturn
 from bertstream.cli.errors import UsageError
 from bertstream.cli.lock import lock_file_name, lock_folder, read_lock
 from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import distributed as D
 from bertstream.trainer import progress
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
@@ -166,6 +167,17 @@ def locked(run_dir: Path, command: str, *, enabled: bool = True) -> Iterator[Non
     run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     say = lambda line: progress.write(f"[berttrain] {line}")  # noqa: E731
     with lock_folder(str(run_dir), LOCK_NAME, run_id, command, say=say, launch=elastic_launch()):
+        yield
+
+
+@contextlib.contextmanager
+def held(run_dir: Path, command: str, info: D.DistInfo) -> Iterator[None]:
+    """The block runs while rank 0 holds ``run_dir``'s lock (:func:`locked`), and a folder that rank 0 made for
+    it is removed if the run fails before it keeps anything (:func:`removed_on_failure`). Every rank waits
+    until rank 0 has the lock, or raises its refusal, which rank 0 alone prints (``all_or_none``)."""
+    with removed_on_failure(run_dir, enabled=info.is_main), contextlib.ExitStack() as lock:
+        with D.all_or_none(info, rank0_only=True):  # the run's refusal, not rank 0's: only rank 0 takes it
+            lock.enter_context(locked(run_dir, command, enabled=info.is_main))
         yield
 
 

@@ -285,19 +285,19 @@ def evaluate(
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     info = D.setup(cfg.run.device)
     run_dir = Path(cfg.run.output)
-    with rundir.removed_on_failure(run_dir, enabled=info.is_main):
-        with rundir.locked(run_dir, "berttrain finetune", enabled=info.is_main):
-            return _finetune(cfg, info, overwrite)
+    with rundir.held(run_dir, "berttrain finetune", info):
+        return _finetune(cfg, info, overwrite)
 
 
 def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[str, Any]:
     # --- set up: every input is checked before the output folder is touched ----------------------------
     run_dir = Path(cfg.run.output)
-    task = get_task(cfg.task)
-    restored, existing = plan_output(run_dir, cfg, overwrite)
-    if restored is not None:
-        check_resume(cfg, restored)
-    train, evaluation, init, config = load_inputs(cfg, task, info)
+    with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
+        task = get_task(cfg.task)
+        restored, existing = plan_output(run_dir, cfg, overwrite)
+        if restored is not None:
+            check_resume(cfg, restored)
+        train, evaluation, init, config = load_inputs(cfg, task, info)
     if dataset_key(cfg.train_data) == dataset_key(cfg.eval_data):
         R.log(
             f"warning: --eval-data {cfg.eval_data} is also --train-data: the best epoch is chosen on training rows",

@@ -69,16 +69,16 @@ def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ck
 def prepare_output(run_dir: Path, existing: list[str], info: D.DistInfo) -> None:
     """Remove the earlier run's outputs (``--overwrite``) and make the folder ready for writing."""
     D.barrier(info)  # every rank has read the folder before rank 0 changes it
-    if info.is_main:
-        for name in existing:
-            if (run_dir / name).is_dir():
-                shutil.rmtree(run_dir / name)
-            else:
-                (run_dir / name).unlink()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for p in ckpt.remove_partial(run_dir) + ckpt.remove_partial(run_dir / RESUME_DIR):
-            R.log(f"removed incomplete checkpoint {p} (a run was killed while writing it)")
-    D.barrier(info)
+    with D.all_or_none(info, rank0_only=True):  # and waits until it has, or fails with it
+        if info.is_main:
+            for name in existing:
+                if (run_dir / name).is_dir():
+                    shutil.rmtree(run_dir / name)
+                else:
+                    (run_dir / name).unlink()
+            run_dir.mkdir(parents=True, exist_ok=True)
+            for p in ckpt.remove_partial(run_dir) + ckpt.remove_partial(run_dir / RESUME_DIR):
+                R.log(f"removed incomplete checkpoint {p} (a run was killed while writing it)")
 
 
 def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:

@@ -122,14 +122,14 @@ def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> None:
     """Clear the folder (``--overwrite``) and make it ready for writing; after every input has been checked."""
     run_dir = Path(cfg.run.output)
     D.barrier(info)  # every rank has read the folder before rank 0 changes it
-    if info.is_main:
-        if cfg.checkpoint.overwrite:
-            rundir.clear(run_dir)
-            R.log(f"--overwrite: cleared {run_dir}", info)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for p in ckpt.remove_partial(run_dir):
-            R.log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
-    D.barrier(info)
+    with D.all_or_none(info, rank0_only=True):  # and waits until it has, or fails with it
+        if info.is_main:
+            if cfg.checkpoint.overwrite:
+                rundir.clear(run_dir)
+                R.log(f"--overwrite: cleared {run_dir}", info)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            for p in ckpt.remove_partial(run_dir):
+                R.log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
 
 
 def resolve_model(
@@ -302,17 +302,15 @@ def figures(record: dict[str, Any]) -> str:
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     info = D.setup(cfg.run.device, cfg.dist_timeout)
     run_dir = Path(cfg.run.output)
-    with rundir.removed_on_failure(run_dir, enabled=info.is_main):
-        with rundir.locked(run_dir, "berttrain pretrain", enabled=info.is_main):
-            try:
-                D.barrier(info)  # rank 0 holds the lock: every rank reads it now
-                D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
-                return _pretrain(cfg, info)
-            except Exception as e:
-                lost = D.peer_lost(e, cfg.dist_timeout)
-                if lost is None:
-                    raise
-                raise lost from None
+    try:
+        with rundir.held(run_dir, "berttrain pretrain", info):
+            D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
+            return _pretrain(cfg, info)
+    except Exception as e:
+        lost = D.peer_lost(e, cfg.dist_timeout)
+        if lost is None:
+            raise
+        raise lost from None
 
 
 SHARED = (
@@ -341,18 +339,19 @@ def check_same_run(
 def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
     run_dir = Path(cfg.run.output)
-    for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
-        if note:
-            R.log(note, info)
-    restored = plan_run_dir(cfg)
-    if cfg.deterministic:
-        torch.use_deterministic_algorithms(True)
-    data = open_data(cfg)  # every manifest and the vocabulary, read once for the run
-    vocab, lowercase = data.vocab, data.lowercase
-    config, init_state, init_notes = resolve_model(cfg, data, restored, info.world_size)
-    loader = data_loader(cfg, data, info)
+    with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
+        for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
+            if note:
+                R.log(note, info)
+        restored = plan_run_dir(cfg)
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True)
+        data = open_data(cfg)  # every manifest and the vocabulary, read once for the run
+        vocab, lowercase = data.vocab, data.lowercase
+        config, init_state, init_notes = resolve_model(cfg, data, restored, info.world_size)
+        loader = data_loader(cfg, data, info)
+        eval_loader = eval_data_loader(cfg, data, info) if cfg.eval_data else None
     check_same_run(cfg, restored, config, loader.catalog.fingerprint, info)
-    eval_loader = eval_data_loader(cfg, data, info) if cfg.eval_data else None
     prepare_run_dir(cfg, info)
 
     # --- restore ----------------------------------------------------------------------------------

@@ -134,6 +134,9 @@ def test_a_silent_peer_is_timed_out_and_sigterm_ends_a_rank_waiting_for_it(shard
         os.kill(procs[1].pid, signal.SIGKILL)
         procs[1].wait()
         text = procs[0].stdout.read() + procs[0].stderr.read()  # type: ignore[union-attr]
+        # Item 6: progress is rank 0's, not every node's first process (both ranks here have LOCAL_RANK 0)
+        assert "[berttrain] step 1/100000 (" in text, text
+        assert "[berttrain] step" not in procs[1].stderr.read() + procs[1].stdout.read()  # type: ignore[union-attr]
         lines = [line for line in text.splitlines() if line.startswith("Error:")]
         assert "Traceback" not in text, text
         if signalled:
@@ -211,3 +214,54 @@ def test_an_elastic_resume_with_grad_accum_states_both_batches(tmp_path):
     with pytest.raises(RunError, match=r"micro-step batch .*: the run has 2 x 4 = 8 \(x --grad-accum 1 = 8 a step\), "
                        r"this resume 1 x 4 = 4 \(x --grad-accum 2 = 8 a step\)$"):  # fmt: skip
         check_resume(cfg, saved, tmp_path, 3, world_size=1)
+
+
+@pytest.mark.slow  # three launches of two ranks that end at start-up: about 12 s on 2 busy cores
+def test_a_start_up_error_prints_once_naming_the_rank_at_fault(shards, tmp_path):
+    """Item 6: an error that ranks find at start (a bad --data, --init-from or --output) printed one Error line
+    per rank, and a rank that passed waited for the failed one. Once, from rank 0: plain when every rank failed
+    alike, naming the rank when not; every rank exits non-zero."""
+    missing = tmp_path / "nowhere"
+    # Only rank 1's node lacks the data, found once the ranks have met (rank 0 would wait for it).
+    out = finish(launch([flags(shards, tmp_path / "a"), flags(shards, tmp_path / "a", **{"--data": str(missing)})]))
+    assert [code for code, _ in out] == [1, 1], out
+    (line,) = errors(out)
+    assert line.startswith(f"Error: rank 1: {missing}/manifest.json: no manifest"), line
+    assert "Traceback" not in out[0][1] + out[1][1], out
+    assert not (tmp_path / "a").exists()  # rank 0 made it for its lock; nothing is kept
+
+    # Only rank 1's node lacks --init-from, which click finds before the ranks meet (a usage error, exit 2):
+    # rank 1 meets them to say so (rank 0 waited in the rendezvous until --dist-timeout, then a traceback).
+    init = {"--init-from": str(missing), "--dist-timeout": "60"}
+    out = finish(
+        launch([flags(shards, tmp_path / "b", **{"--dist-timeout": "60"}), flags(shards, tmp_path / "b", **init)])
+    )
+    assert [code for code, _ in out] == [2, 2], out
+    (line,) = errors(out)
+    assert line.startswith("Error: rank 1: Invalid value for '--init-from'") and str(missing) in line, line
+    assert [text.count("Usage: ") for _, text in out] == [1, 0], out
+    assert "Traceback" not in out[0][1] + out[1][1], out
+
+    # The same bad flag on every rank (one command line): printed once, as one process prints it.
+    out = finish(launch([flags(shards, tmp_path / "c", **{"--batch-size": "x"})] * 2))
+    assert [code for code, _ in out] == [2, 2], out
+    (line,) = errors(out)
+    assert line == "Error: Invalid value for '--batch-size': 'x' is not a valid integer.", line
+    assert [text.count("Usage: ") for _, text in out] == [1, 0], out
+
+
+def test_the_ranks_outcomes_settle_into_one_error():
+    """Item 6: what :func:`all_or_none` raises on every rank (rank 0 prints it) from the ranks' exchanged outcomes."""
+    from bertstream.trainer.distributed import AgreedUsageError, Disagreement, Outcome, settle
+
+    bad, other = Outcome("--data /x: no manifest"), Outcome("--init-from y: no such folder")
+    assert settle([None, None]) is None
+    assert str(settle([bad, bad])) == "--data /x: no manifest"  # every rank alike: as a single process says it
+    assert str(settle([None, bad])) == "rank 1: --data /x: no manifest"
+    assert str(settle([None, bad, None, bad])) == "ranks 1, 3: --data /x: no manifest"
+    assert str(settle([other, bad, bad])) == "rank 0: --init-from y: no such folder"  # the lowest rank's first
+    assert str(settle([bad, None], rank0_only=True)) == "--data /x: no manifest"  # what only rank 0 checks
+    assert str(settle([None, bad], rank0_only=True)) == "rank 1: --data /x: no manifest"
+    assert isinstance(settle([bad, None]), Disagreement)
+    usage = settle([None, Outcome("is a file", usage=True, param="output")])
+    assert isinstance(usage, AgreedUsageError) and (usage.param, usage.message) == ("output", "rank 1: is a file")
