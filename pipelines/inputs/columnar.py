@@ -43,7 +43,7 @@ from bertstream.pipelines.common.files import InputError, record_too_big
 from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.arrow_messages import DICTIONARY, RECORD_BATCH, Head, heads
 from bertstream.pipelines.inputs.documents import Document, text_paragraphs
-from bertstream.pipelines.inputs.parquet_batches import BUFFER_BYTES, batch_rows
+from bertstream.pipelines.inputs.parquet_batches import BUFFER_BYTES, batch_rows, check_column_metadata
 from bertstream.schemas.fields import local_member
 from bertstream.schemas.version import SchemaError
 
@@ -308,6 +308,7 @@ def _row_group_start(meta: pq.RowGroupMetaData) -> int:
 def _parquet_units(source: Any, path: str, text_field: str) -> tuple[list[tuple[int, int]], int]:
     pf = _parquet_file(source, path)
     _text_columns(pf.schema_arrow, path, text_field)
+    check_column_metadata(pf, path)  # where the row groups are listed, once per file: before the first column()
     return _row_groups(pf), _size(source)
 
 

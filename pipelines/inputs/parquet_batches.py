@@ -8,12 +8,16 @@ chunk has a dictionary, its largest value if more: one dictionary value can fill
 gigabytes decoded. A row group whose wanted columns hold more than the cap a row is refused before it is read, and
 so is a dictionary page past the cap (pyarrow decodes it whole). Pages are read through a buffer
 (:data:`BUFFER_BYTES`), not a column chunk at once. Metadata that lies ends in pyarrow's error (an ``InputError``)
-or a correct read; not yet where pyarrow aborts the process reading a column chunk's metadata whose size statistics
-are malformed (pyarrow 25 checks them in a call Python cannot catch; found by a longer fuzz, main too).
+or a correct read; where pyarrow would abort the process instead (a column chunk's metadata whose size statistics
+are malformed: pyarrow checks them in a call Python cannot catch, apache/arrow#45283), the metadata is first read in
+a forked child (:func:`check_column_metadata`), whose abort is one line.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import warnings
 from typing import Any
 
 import pyarrow as pa
@@ -25,6 +29,44 @@ from bertstream.pipelines.inputs import limits
 
 BATCH_ROWS = 1024  # the most rows decoded at once (fewer where rows are large)
 BUFFER_BYTES = 1 << 20  # pages read through a buffer this size (pyarrow's default, 0, reads a column chunk whole)
+
+
+def check_column_metadata(pf: pq.ParquetFile, path: str) -> None:
+    """Read the metadata of every column chunk of ``pf`` as the reader will, in a forked child first: pyarrow
+    aborts the whole process on a chunk whose size statistics are malformed (a C++ exception that Python cannot
+    catch: ``terminate called ...``, exit 134; found by the fuzz test). The child's abort is refused here in one
+    line naming the file; the metadata is already in memory, so the child reads no file. Once per file, where
+    its row groups are listed (a fork of the listing process: about a millisecond). Without ``fork`` (Windows)
+    the read goes on unchecked."""
+    if not hasattr(os, "fork"):
+        return
+    meta = pf.metadata
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12 warns of fork() in a process with threads: the child only
+        warnings.simplefilter("ignore", DeprecationWarning)  # reads memory of its own and exits
+        pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            os.dup2(write_end, 2)  # pyarrow's last words, for the parent's line
+            for i in range(meta.num_row_groups):
+                group = meta.row_group(i)
+                for j in range(group.num_columns):
+                    c = group.column(j)
+                    _ = (c.path_in_schema, c.total_uncompressed_size, c.has_dictionary_page)
+                    _ = (c.dictionary_page_offset, c.data_page_offset)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as said:
+        words = said.read().decode("utf-8", "replace")
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        what = re.search(r"what\(\):\s*(.+)", words)
+        why = what.group(1).strip() if what else f"signal {os.WTERMSIG(status)}"
+        raise InputError(
+            f"cannot read {path}: not a readable Parquet file (its column metadata aborts pyarrow: {why[:200]})"
+        )
 
 
 def batch_rows(pf: pq.ParquetFile, source: Any, i: int, columns: list[str], path: str) -> int:
