@@ -32,7 +32,7 @@ class FolderLock:
         try:
             with open(self.path, encoding="utf-8") as f:
                 mine = json.load(f).get("run_id") == self.run_id
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested past the stack
             return
         if mine:  # never remove a lock another run took over
             os.remove(self.path)
@@ -150,7 +150,7 @@ def read_lock(path: str) -> dict | None:
         return value if isinstance(value, dict) else {}
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested past the stack
         return {}
 
 

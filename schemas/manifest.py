@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from bertstream.schemas import json_text
 from bertstream.schemas.manifest_check import DOCUMENTS_KIND, SHARD_FORMATS, check_manifest
 from bertstream.schemas.version import SCHEMA_VERSION, SchemaError, check_version
 from bertstream.schemas.vocab import PAD, VOCAB_FILENAME, Vocab, VocabError, VocabMismatchError
@@ -224,7 +225,7 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str | bytes, *, source: str = MANIFEST_NAME) -> Manifest:
         try:
-            d = json.loads(text)
+            d = json_text.loads(text)
         except json.JSONDecodeError as e:
             raise SchemaError(f"{source}: malformed JSON ({e})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:

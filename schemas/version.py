@@ -6,6 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from bertstream.schemas import json_text
+
 SCHEMA_VERSION = 1
 # The readers' version switch: a schema v2 bumps SCHEMA_VERSION (what writers stamp) and adds 1 here only
 # while some reader still decodes v1 (then that reader branches on the version check_version returns).
@@ -64,11 +66,11 @@ def decode_metadata(metadata: Mapping[bytes, bytes] | None, extra: Mapping[str, 
             "schema_version": int(meta[_META_VERSION]),
             "kind": meta.get(_META_KIND, b"").decode(),
             "vocab_sha256": meta.get(_META_VOCAB, b"").decode(),
-            "parameters": json.loads(meta.get(_META_PARAMS, b"{}")),
+            "parameters": json_text.loads(meta.get(_META_PARAMS, b"{}")),
         }
         for name, default in (extra or {}).items():
             raw = meta.get(f"bertstream.{name}".encode())
-            out[name] = json.loads(raw) if raw is not None else default
+            out[name] = json_text.loads(raw) if raw is not None else default
     except ValueError as e:  # a version that is no number, a value that is no JSON, bytes that are no UTF-8
         raise SchemaError(f"schema metadata does not decode ({type(e).__name__}: {e})") from None
     if not isinstance(out["parameters"], dict):

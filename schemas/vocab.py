@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from bertstream.schemas import json_text
 from bertstream.schemas.id_types import id_type_for
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -143,7 +144,7 @@ class Vocab:
             raise VocabError(f"{p}: not UTF-8 ({e})") from None
         if p.suffix == ".json":
             try:
-                data = json.loads(text)
+                data = json_text.loads(text)
             except json.JSONDecodeError as e:
                 raise VocabError(f"{p}: malformed JSON ({e})") from None
             return cls.from_tokenizer_json(data, str(p))

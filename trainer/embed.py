@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import opt
+from bertstream.schemas import json_text
 from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest
 from bertstream.schemas.redact import redact_values
@@ -129,7 +130,7 @@ def _lowercase(folder: Path) -> bool:
         if not path.is_file():
             continue
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json_text.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue
         lower = json_lowercase(data) if name == "tokenizer.json" else data.get("do_lower_case")

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from bertstream.schemas import json_text
 from bertstream.schemas.redact import redact_values
 
 METRICS_FILE = "metrics.jsonl"
@@ -116,7 +117,7 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     for n, line in enumerate(lines, 1):
         if line.strip():
             try:
-                records.append(json.loads(line))
+                records.append(json_text.loads(line))
             except json.JSONDecodeError as e:
                 if n == len(lines):  # a run killed mid-write tears at most its last line
                     break

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer
 
+from bertstream.schemas import json_text
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer
 from bertstream.schemas.wordpiece import json_lowercase as _json_lowercase
@@ -48,7 +49,7 @@ def load_tokenizer(path: str, lowercase: bool | None = None) -> TokenizerSpec:
         raise VocabError(f"{path}: not UTF-8 ({e})") from None
     if path.endswith(".json"):
         try:
-            data = json.loads(text)
+            data = json_text.loads(text)
         except json.JSONDecodeError as e:
             raise VocabError(f"{path}: malformed JSON ({e})") from None
         vocab = Vocab.from_tokenizer_json(data, path)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from bertstream.pipelines.common import counters as C
+from bertstream.schemas import json_text
 from bertstream.schemas.vocab import VocabError
 
 ENV = "BERTSTREAM_TOKENIZER_BACKEND"
@@ -76,7 +77,7 @@ def fast_unsupported(tokenizer_json: str) -> str | None:
     special tokens matched raw, as whole strings, at their vocabulary ids), which the parity tests cover.
     """
     try:
-        data = json.loads(tokenizer_json)
+        data = json_text.loads(tokenizer_json)
     except json.JSONDecodeError as e:
         return f"not JSON ({e})"
     if not isinstance(data, dict):

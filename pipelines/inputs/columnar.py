@@ -23,7 +23,6 @@ A missing or non-text column, a corrupt footer, a file that is no table: ``Input
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.arrow_messages import DICTIONARY, RECORD_BATCH, Head, heads
 from bertstream.pipelines.inputs.documents import Document, text_paragraphs
 from bertstream.pipelines.inputs.parquet_batches import BUFFER_BYTES, batch_rows, check_column_metadata
+from bertstream.schemas import json_text
 from bertstream.schemas.fields import local_member
 from bertstream.schemas.version import SchemaError
 
@@ -131,14 +131,14 @@ def datasets_folder_files(folder: str) -> list[str]:
     if os.path.isfile(state):
         try:
             with open(state, encoding="utf-8") as f:
-                files = [d["filename"] for d in json.load(f)["_data_files"]]
+                files = [d["filename"] for d in json_text.loads(f.read())["_data_files"]]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError("input", f"{state}: not a datasets state.json ({_why(e)})") from None
         return [_member(folder, n, state) for n in files]
     if os.path.isfile(splits):
         try:
             with open(splits, encoding="utf-8") as f:
-                names = list(json.load(f)["splits"])
+                names = list(json_text.loads(f.read())["splits"])
         except (OSError, ValueError, KeyError, TypeError):
             names = sorted(n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n)))
         first = os.path.join(folder, names[0]) if names else folder + "/SPLIT"

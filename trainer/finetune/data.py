@@ -21,6 +21,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import Dataset
 
+from bertstream.schemas import json_text
 from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, load_vocab, manifest_source
 from bertstream.schemas.version import SchemaError
@@ -248,7 +249,10 @@ def _load_examples(root: str, manifest: Manifest, role: str) -> list[dict]:
     raw = read_text(root, entry["path"])
     if _sha256(raw) != entry["sha256"]:
         raise TaskDataError(f"{role} {root}: {entry['path']} does not match the manifest's sha256 {entry['sha256']}")
-    examples = [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+    try:
+        examples = [json_text.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TaskDataError(f"{role} {root}: {entry['path']} is no JSON lines ({e})") from None
     if len(examples) != entry["count"]:
         raise TaskDataError(f"{role} {root}: {entry['path']} has {len(examples)} examples, manifest {entry['count']}")
     return examples

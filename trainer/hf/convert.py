@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from bertstream.cli.errors import UsageError
 from bertstream.cli.owned import check_owned, publish
+from bertstream.schemas import json_text
 from bertstream.schemas.fields import local_member
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
@@ -214,7 +215,7 @@ def _read_weights(folder: Path) -> tuple[dict[str, Tensor], str]:
         index = folder / index_name
         if index.is_file():
             try:
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+                weight_map = json_text.loads(index.read_text(encoding="utf-8"))["weight_map"]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
                 raise HFCheckpointError(f"{index}: malformed shard index ({e})") from None
             if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):

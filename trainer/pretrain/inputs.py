@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bertstream.cli.errors import UsageError
+from bertstream.schemas import json_text
 from bertstream.schemas.manifest import Manifest
 from bertstream.schemas.manifest import load_vocab as load_dataset_vocab
 from bertstream.schemas.vocab import Vocab
@@ -75,7 +76,7 @@ def model_config(
     config = replace(preset(vocab_size), norm_placement=cfg.model.norm_placement or "post")
     if cfg.model.model_config:
         try:
-            overrides = json.loads(Path(cfg.model.model_config).read_text())
+            overrides = json_text.loads(Path(cfg.model.model_config).read_text())
             if not isinstance(overrides, dict):
                 raise TypeError(f"holds {type(overrides).__name__}, not an object of BertConfig fields")
             if overrides.get("vocab_size", vocab_size) != vocab_size:  # every argument is used or refused

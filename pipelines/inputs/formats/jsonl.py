@@ -12,6 +12,7 @@ from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.files import Line
 from bertstream.pipelines.inputs.detect import Sample, Undecided
 from bertstream.pipelines.inputs.documents import Document, text_paragraphs
+from bertstream.schemas import json_text
 
 SPLITS = True
 anchor = None  # every line stands alone
@@ -35,7 +36,7 @@ def detect(sample: Sample) -> str | None:
 
 def _is_object(s: str) -> bool:
     try:
-        return isinstance(json.loads(s), dict)
+        return isinstance(json_text.loads(s), dict)
     except json.JSONDecodeError:
         return False
 
@@ -48,7 +49,7 @@ def parse(
         if not s:
             continue
         try:
-            obj = json.loads(s)
+            obj = json_text.loads(s)
         except json.JSONDecodeError:
             counters[C.drop(C.MALFORMED_JSON)] += 1
             counters[C.DOCUMENTS_READ] += 1

@@ -19,6 +19,7 @@ from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
 from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.tasks.read import MALFORMED_JSON, file_lines, where
+from bertstream.schemas import json_text
 from bertstream.schemas import tasks as T
 
 UNIT = T.UNITS[T.CLASSIFICATION]
@@ -91,7 +92,7 @@ def first_line(path: str, input_format: str) -> list[str] | dict | None:
             continue
         if input_format == "jsonl":
             try:
-                obj = json.loads(line)
+                obj = json_text.loads(line)
             except json.JSONDecodeError as e:
                 raise UsageError("input", f"{path}: first line is not JSON ({e})") from None
             return obj if isinstance(obj, dict) else None
@@ -164,7 +165,7 @@ def parse_table(
         if layout.input_format == "jsonl":
             tally.add(f"{unit}_read")
             try:
-                obj = json.loads(line)
+                obj = json_text.loads(line)
             except json.JSONDecodeError:
                 tally.note(drop(MALFORMED_JSON, unit), file_index, n, where(path, n))
                 continue
