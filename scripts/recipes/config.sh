@@ -47,3 +47,21 @@ load_config() {  # RECIPE [NAME...]: set the recipe's settings; NAMEs may be set
             { echo "Error: $name is set empty; unset it for its default ($value)" >&2; exit 2; }
     done <<< "$lines"
 }
+
+check_processes() {  # NAME...: counts of processes (or loader workers) a recipe starts at once: whole numbers from
+    # 1 to the machine's ceiling, twice its cores and at least 4, as berttrain and bertprep have it
+    # (bertstream.cli.machine): PARALLEL=1000 started a thousand fine-tuning runs at once.
+    # (A recipe that stops before it starts them checks only that they are counts: data prepared on a small
+    # machine for a larger one.) nproc counts the cores this process may use, not OMP_NUM_THREADS.
+    local v n cores ceiling
+    cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)
+    ceiling=$((2 * cores > 4 ? 2 * cores : 4))
+    for v; do
+        n=${!v}
+        [[ $n =~ ^[0-9]+$ ]] && [[ ! $n =~ ^0+$ ]] ||
+            { echo "Error: $v must be a whole number >= 1, got '$n'" >&2; exit 2; }
+        [ -z "${COUNTS_ONLY:-}" ] || continue
+        [ "${#n}" -le 6 ] && [ "$((10#$n))" -le "$ceiling" ] ||
+            { echo "Error: $v=$n is more than this machine runs: at most $ceiling (2 per core, $cores cores)" >&2; exit 2; }
+    done
+}

@@ -25,7 +25,7 @@ for t in $TASKS; do
     done
     [[ " $EPOCHS " =~ \ $t:[0-9,]+\  ]] || { echo "Error: EPOCHS has no epochs for task $t (EPOCHS=$EPOCHS)" >&2; exit 2; }
 done
-[[ $PARALLEL =~ ^[1-9][0-9]*$ ]] || { echo "Error: PARALLEL must be a positive whole number, got '$PARALLEL'" >&2; exit 2; }
+check_processes PARALLEL
 for lr in $LRS; do
     [[ $lr =~ ^[0-9]*[.]?[0-9]+([eE][-+]?[0-9]+)?$ ]] || { echo "Error: LRS must be numbers, got '$LRS'" >&2; exit 2; }
 done

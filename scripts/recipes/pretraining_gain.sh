@@ -42,7 +42,8 @@ REFERENCE_TASKS=${REFERENCE_TASKS-$TASKS}  # set and empty: no upper-reference r
 for t in $TASKS ${REFERENCE:+$REFERENCE_TASKS} $CURVE_TASK; do
     [[ " $FT_EPOCHS " =~ \ $t:[1-9][0-9]*\  ]] || { echo "Error: FT_EPOCHS has no epochs for task $t (FT_EPOCHS=$FT_EPOCHS)" >&2; exit 2; }
 done
-for v in CALIB_STEPS GENERAL_DUPE TASK_DUPE FT_PARALLEL PRETRAIN_WORKERS CHECKPOINT_EVERY ${MINUTES:+MINUTES}; do
+COUNTS_ONLY=$([ "$STOP_AFTER" != data ] || echo 1) check_processes FT_PARALLEL PRETRAIN_WORKERS
+for v in CALIB_STEPS GENERAL_DUPE TASK_DUPE CHECKPOINT_EVERY ${MINUTES:+MINUTES}; do
     [[ ${!v} =~ ^[0-9]+([.][0-9]+)?$ ]] && [ "${!v}" != 0 ] ||
         { echo "Error: $v must be a positive number, got '${!v}'" >&2; exit 2; }
 done

@@ -310,7 +310,13 @@ def test_gain_refuses_a_budget_that_is_not_a_number_in_one_line(tmp_path):
     assert done.stderr == "Error: MINUTES must be a positive number, got 'an hour'\n"
     assert not (tmp_path / "run").exists()
     done = _gain(tmp_path, tmp_path / "run", FT_PARALLEL="0")
-    assert done.returncode == 2 and done.stderr == "Error: FT_PARALLEL must be a positive number, got '0'\n"
+    assert done.returncode == 2 and done.stderr == "Error: FT_PARALLEL must be a whole number >= 1, got '0'\n"
+    # issue 44: a count that becomes processes has the machine's ceiling (PARALLEL=1000 started 1000 runs at once)
+    for many in ("1000", "99999999999999999999999"):
+        done = _gain(tmp_path, tmp_path / "run", FT_PARALLEL=many)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"Error: FT_PARALLEL={many} is more than this machine runs: at most ")
+    assert not (tmp_path / "run").exists()
 
 
 def test_prepared_data_travels_without_the_shared_corpus(tmp_path):
