@@ -11,7 +11,6 @@ drops before writing.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from tokenizers import Tokenizer
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.tokenizer import TokenizerSpec
+from bertstream.pipelines.common.tokenizer import TokenizerSpec, set_tokenizer_threads
 from bertstream.pipelines.tasks.read import RecordBatch
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
@@ -37,8 +36,10 @@ class TaskTokenizer:
     """Pure tokenization for task featurizers; built once per worker from a ``TokenizerSpec``."""
 
     def __init__(self, spec: TokenizerSpec) -> None:
-        # One thread per Beam worker: the runner parallelises over workers already.
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # One thread per Beam worker: the runner parallelises over workers already. Set, not defaulted: a worker
+        # forked from a process whose pretraining run had set it "true" (set_tokenizer_threads) inherited that
+        # process's Rayon pool without its threads, and its first encode_batch waited forever.
+        set_tokenizer_threads(1)
         self.tokenizer = Tokenizer.from_str(spec.json)
         self.vocab = spec.vocab
         self.cls_id, self.sep_id, self.unk_id = spec.vocab.id(CLS), spec.vocab.id(SEP), spec.vocab.id(UNK)

@@ -260,3 +260,19 @@ def test_a_task_input_without_rows_publishes_no_dataset(tmp_path, demo_vocab):
             num_shards=1,
         )
     assert not (tmp_path / "o" / MANIFEST_NAME).exists()
+
+
+def test_a_task_worker_tokenizes_on_one_thread_whatever_its_process_set_before(wiki_vocab, monkeypatch):
+    # A worker forked (by the fork server) from a process whose in-process pretraining run had set
+    # TOKENIZERS_PARALLELISM=true inherited its Rayon pool without the pool's threads: the task featurizer kept
+    # "true" (it only defaulted the variable) and its first encode_batch waited forever (this file's two-worker
+    # test hung when run in one process after tests/test_shard_pins.py).
+    import os
+
+    from bertstream.pipelines.common.tokenizer import load_tokenizer
+    from bertstream.pipelines.tasks.features import TaskTokenizer
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    tokenizer = TaskTokenizer(load_tokenizer(str(wiki_vocab / "vocab.txt")))
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+    assert [len(ids) > 0 for ids in tokenizer.ids(["hello world", "a"])] == [True, True]
