@@ -13,6 +13,7 @@ import io
 import lzma
 import os
 import re
+import stat
 from collections import Counter
 from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
@@ -42,6 +43,41 @@ def absolute(path: str) -> str:
     """A local path made absolute (URLs as they are): workers of a distributed runner would resolve a relative
     path against their own working directory, not the launcher's."""
     return path if "://" in path else os.path.abspath(path)
+
+
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, in words (from its ``os.stat`` mode)."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def read_whole(path: str, what: str) -> bytes:
+    """The bytes of a file a command reads whole (a vocabulary, a manifest), bounded: a local one must be a
+    regular file (a FIFO blocks its reader forever, ``/dev/zero`` never ends: 23 GB in 20 s as ``--vocab``), and
+    any holds at most ``MAX_RECORD_BYTES``; else an ``InputError`` naming ``what`` and ``path``. A missing file
+    raises ``FileNotFoundError`` (the callers say what it should have been)."""
+    from bertstream.pipelines.inputs import limits
+
+    if "://" not in path:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{what} {path} is {file_kind(mode)}, not a regular file")
+    cap = limits.MAX_RECORD_BYTES
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise InputError(
+            f"{what} {path} holds more than {cap} bytes, the cap on one record (MAX_RECORD_BYTES): "
+            "is it what it says it is?"
+        )
+    return data
 
 
 # Beam's words when no filesystem serves a URL's scheme: its package (or Beam's extra) is not installed.
