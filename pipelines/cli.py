@@ -152,7 +152,12 @@ def demo_corpus(directory, holdout_every) -> None:
     from bertstream.pipelines.demo_corpus import write_pydoc_corpus
 
     with bertprep_errors(None, "the corpus is incomplete"):
-        paths = write_pydoc_corpus(directory, holdout_every)
+        try:
+            paths = write_pydoc_corpus(directory, holdout_every)
+        except UsageError as e:
+            if e.param != "directory":
+                raise
+            raise click.BadParameter(e.message, param_hint="'DIRECTORY'") from None
     size = sum(p.stat().st_size for p in paths)
     click.echo(f"wrote {len(paths)} documents, {size / 1e6:.2f} MB -> {directory}")
 
