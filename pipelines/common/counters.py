@@ -72,6 +72,11 @@ def dropped(counters: Mapping[str, Any], unit: str = "documents") -> dict[str, i
     return {k[len(prefix) :]: v for k, v in sorted(counters.items()) if k.startswith(prefix)}
 
 
+def dropped_text(counters: Mapping[str, Any], unit: str = "documents") -> str:
+    """``reason: count, ...`` of the ``unit`` records dropped ('' when none), as the command lines print it."""
+    return ", ".join(f"{k}: {v}" for k, v in dropped(counters, unit).items())
+
+
 def merge(dicts: Iterable[Mapping[str, int]]) -> dict[str, int]:
     total: Counter = Counter()
     for d in dicts:
