@@ -102,7 +102,7 @@ def extract(ctx: click.Context, **values: Any) -> None:
     """
     quiet_beam()
     from bertstream.pipelines.common.cli_errors import bertprep_errors
-    from bertstream.pipelines.common.counters import dropped_text
+    from bertstream.pipelines.common.counters import altered_text, dropped_text
     from bertstream.pipelines.common.redact import redact_logs
     from bertstream.pipelines.extract import run_extract
 
@@ -116,6 +116,8 @@ def extract(ctx: click.Context, **values: Any) -> None:
         f"{c.get('documents_read', 0)} read, {m.totals['documents']} written"
         + (f", dropped ({drops})" if drops else "")
     )
+    if altered_text(c):
+        click.echo(f"  altered: {altered_text(c)}")
     click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} files of JSON lines")
 
 
