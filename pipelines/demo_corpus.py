@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertstream.cli.errors import UsageError
+from bertstream.cli.owned import dangling_link
 
 HELDOUT = "heldout"
 
@@ -28,8 +29,8 @@ def write_pydoc_corpus(directory: str | Path, holdout_every: int = 0) -> list[Pa
             "holdout_every", f"must be 0 (none) or at least 2 (every k-th document held out), got {holdout_every}"
         )
     out = Path(directory)
-    if out.is_symlink() and not out.exists():  # mkdir said 'File exists'
-        raise UsageError("directory", f"{out} is a link that leads to no folder (a loop, or a missing target)")
+    if dangling_link(out):
+        raise UsageError("directory", dangling_link(out) or "")
     names = {f"{name}.txt" for name in topics}
     foreign = _foreign(out, names)
     if foreign:

@@ -30,6 +30,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
 from bertstream.cli.lock import FolderLock, lock_folder
+from bertstream.cli.owned import dangling_link
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.files import absolute, read_whole
 from bertstream.pipelines.common.spill import remove_work_dir
@@ -121,6 +122,8 @@ def ensure_writable_dir(output_dir: str) -> str | None:
         return None
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise UsageError("output", f"{output_dir} is a file; --output must be a folder")
+    if dangling_link(output_dir):
+        raise UsageError("output", dangling_link(output_dir) or "")
     made = output_dir
     while not os.path.exists(os.path.dirname(made)) and os.path.dirname(made) != made:
         made = os.path.dirname(made)
