@@ -19,7 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import check
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.files import read_whole
+from bertstream.pipelines.common.files import read_whole, served
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_options, redact_text
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
@@ -182,8 +182,10 @@ def read_result(output_dir: str, started: float, input_bytes: int) -> RunResult:
 
 
 def load_manifest(dataset_dir: str) -> Manifest:
-    path = FileSystems.join(dataset_dir, MANIFEST_NAME)
-    if not FileSystems.exists(path):
+    with served(dataset_dir, "the dataset"):
+        path = FileSystems.join(dataset_dir, MANIFEST_NAME)
+        present = FileSystems.exists(path)
+    if not present:
         raise FileNotFoundError(f"{dataset_dir}: no {MANIFEST_NAME} (not a finished bertstream dataset)")
     return Manifest.from_json(read_whole(path, "the manifest"), source=path)
 

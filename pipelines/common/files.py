@@ -70,7 +70,7 @@ def read_whole(path: str, what: str) -> bytes:
         if not stat.S_ISREG(mode):
             raise InputError(f"{what} {path} is {file_kind(mode)}, not a regular file")
     cap = limits.MAX_RECORD_BYTES
-    with FileSystems.open(path, compression_type="uncompressed") as f:
+    with served(path, what), FileSystems.open(path, compression_type="uncompressed") as f:
         data = f.read(cap + 1)
     if len(data) > cap:
         raise InputError(
@@ -87,6 +87,19 @@ _PACKAGES = {
     "gs": "google-cloud-storage (pip install 'apache-beam[gcp]')",
     "azfs": "azure-storage-blob (pip install 'apache-beam[azure]')",
 }
+
+
+@contextmanager
+def served(path: str, what: str) -> Iterator[None]:
+    """Around a Beam filesystem call on ``path``: a URL whose scheme no installed filesystem serves is an
+    ``InputError`` saying what to install or do (Beam's own words advise ``apache-beam[gcp]`` for any scheme)."""
+    try:
+        yield
+    except ValueError as e:
+        missing = missing_filesystem_in(e)
+        if missing is None:
+            raise
+        raise InputError(f"{what} {path}: {missing}") from None
 
 
 def missing_filesystem_in(e: BaseException) -> str | None:

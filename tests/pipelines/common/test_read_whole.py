@@ -42,3 +42,12 @@ def test_a_file_past_the_record_cap_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(limits, "MAX_RECORD_BYTES", 16)
     with pytest.raises(VocabError, match="holds more than 16 bytes, the cap on one record"):
         load_tokenizer(str(path))
+
+
+def test_a_url_of_a_scheme_no_filesystem_serves_says_what_to_do():
+    """Beam's own words advised 'pip install apache-beam[gcp]' for https:// and foo:// alike (as --vocab, as
+    inspect's dataset and --label-set-from); --input already said which package or to download it."""
+    with pytest.raises(VocabError, match="^https://h/vocab.txt: https:// paths are not served by any installed"):
+        load_tokenizer("https://h/vocab.txt")
+    with pytest.raises(InputError, match="^the dataset foo://x/ds: foo:// paths .* download http:// files first"):
+        load_manifest("foo://x/ds")
