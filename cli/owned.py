@@ -19,6 +19,14 @@ from pathlib import Path
 from bertstream.cli.errors import UsageError
 
 
+def dangling_link(path: str | os.PathLike[str]) -> str | None:
+    """Words for an output path that is a symbolic link to nothing (a loop, a missing target), else None: making
+    the folder there fails with 'File exists' or 'Not a directory', which named neither."""
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"{os.fspath(path)} is a link that leads to no folder (a loop, or a missing target)"
+    return None
+
+
 def check_owned(
     folder: Path,
     owns: Callable[[str], bool],
@@ -34,6 +42,8 @@ def check_owned(
     ``overwrite`` (None: the command has no such flag)."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(param, f"{folder} is a file, not a folder")
+    if dangling_link(folder):
+        raise UsageError(param, dangling_link(folder) or "")
     names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     mine = [n for n in names if n != marker]
     foreign = [n for n in mine if not owns(n)]

@@ -35,9 +35,14 @@ def vocab(**values: Any) -> None:
     with bertprep_errors(VocabJob, "no vocabulary was written"):
         job = options.build(VocabJob, **values)
         v, counters = _train_vocab(job)
+    from bertstream.pipelines.common.counters import dropped_text
+
+    drops = dropped_text(counters)  # documents the readers dropped (no text field, malformed): never silent
     click.echo(
         f"vocab: {len(v)} tokens (sha256 {v.sha256[:12]}…) from {counters.get('documents_sampled', 0)} "
-        f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read -> {job.output}/vocab.txt, tokenizer.json"
+        f"documents, {counters.get('bytes_read', 0) / 1e6:.1f} MB read"
+        + (f", dropped ({drops})" if drops else "")
+        + f" -> {job.output}/vocab.txt, tokenizer.json"
     )
     if len(v) < job.config.vocab_size:
         # WordPiece stops when no pair is left to merge: a small corpus cannot fill a large vocabulary, and a
@@ -97,7 +102,7 @@ def extract(ctx: click.Context, **values: Any) -> None:
     """
     quiet_beam()
     from bertstream.pipelines.common.cli_errors import bertprep_errors
-    from bertstream.pipelines.common.counters import dropped
+    from bertstream.pipelines.common.counters import altered_text, dropped_text
     from bertstream.pipelines.common.redact import redact_logs
     from bertstream.pipelines.extract import run_extract
 
@@ -105,12 +110,14 @@ def extract(ctx: click.Context, **values: Any) -> None:
     with bertprep_errors(ExtractJob):
         result = run_extract(options.build(ExtractJob, **values, beam_args=ctx.args))
     m, c = result.manifest, result.manifest.counters
-    drops = ", ".join(f"{k}: {v}" for k, v in dropped(c).items())
+    drops = dropped_text(c)
     click.echo(
         f"done in {result.seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input; documents: "
         f"{c.get('documents_read', 0)} read, {m.totals['documents']} written"
         + (f", dropped ({drops})" if drops else "")
     )
+    if altered_text(c):
+        click.echo(f"  altered: {altered_text(c)}")
     click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} files of JSON lines")
 
 
@@ -152,7 +159,12 @@ def demo_corpus(directory, holdout_every) -> None:
     from bertstream.pipelines.demo_corpus import write_pydoc_corpus
 
     with bertprep_errors(None, "the corpus is incomplete"):
-        paths = write_pydoc_corpus(directory, holdout_every)
+        try:
+            paths = write_pydoc_corpus(directory, holdout_every)
+        except UsageError as e:
+            if e.param != "directory":
+                raise
+            raise click.BadParameter(e.message, param_hint="'DIRECTORY'") from None
     size = sum(p.stat().st_size for p in paths)
     click.echo(f"wrote {len(paths)} documents, {size / 1e6:.2f} MB -> {directory}")
 

@@ -25,6 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 from tokenizers import trainers
 
 from bertstream.cli.errors import UsageError
+from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.output_dir import OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_text
@@ -145,7 +146,8 @@ def train_vocab(
         # Else `tokenizers` trains a vocabulary of the special tokens alone and nothing says why.
         raise InputError(
             f"--input {', '.join(inputs)}: no text to train a vocabulary on "
-            f"({first['documents_read']} documents, {first['bytes_read']} bytes read)"
+            f"({first['documents_read']} documents, {first['bytes_read']} bytes read; "
+            f"dropped: {C.dropped_text(first) or 'none'})"
         )
     trainer = trainers.WordPieceTrainer(
         vocab_size=cfg.vocab_size,

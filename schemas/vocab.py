@@ -121,6 +121,10 @@ class Vocab:
         by_id = sorted(model["vocab"].items(), key=lambda kv: kv[1])
         if [i for _, i in by_id] != list(range(len(by_id))):
             raise VocabError(f"{source}: WordPiece ids are not contiguous from 0")
+        unk = model.get("unk_token", UNK)
+        if not isinstance(unk, str) or unk not in model["vocab"]:
+            # tokenizers loads it, then fails on the first word it cannot spell, deep in a run.
+            raise VocabError(f"{source}: its WordPiece unk_token {unk!r} is not in its vocabulary")
         try:
             return cls(tuple(t for t, _ in by_id))
         except VocabError as e:

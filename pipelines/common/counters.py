@@ -50,6 +50,9 @@ TOKENS_PAST_MAX_LENGTH = "tokens_truncated_at_least"
 # Documents a worker encoded with `tokenizers` because the run's nanotoken was missing there (same ids).
 TOKENIZER_FALLBACK = "documents_encoded_by_fallback_tokenizer"
 
+# Text the readers changed rather than dropped, in the order the summaries say it ("altered: ...").
+ALTERED = (INVALID_UTF8, CONTROL_CHARS, SPECIAL_LITERALS, GUTENBERG_STRIPPED, GUTENBERG_LINES_STRIPPED, EMPTY_SENTENCES)
+
 # Reasons a document is dropped (each counted under documents_dropped.<reason>).
 EMPTY = "empty"  # no text at all
 NO_TOKENS = "no_tokens"  # text that tokenizes to nothing (only whitespace/control characters)
@@ -70,6 +73,16 @@ def dropped(counters: Mapping[str, Any], unit: str = "documents") -> dict[str, i
     """``{reason: count}`` of the ``unit`` records dropped, by reason."""
     prefix = drop("", unit)
     return {k[len(prefix) :]: v for k, v in sorted(counters.items()) if k.startswith(prefix)}
+
+
+def dropped_text(counters: Mapping[str, Any], unit: str = "documents") -> str:
+    """``reason: count, ...`` of the ``unit`` records dropped ('' when none), as the command lines print it."""
+    return ", ".join(f"{k}: {v}" for k, v in dropped(counters, unit).items())
+
+
+def altered_text(counters: Mapping[str, Any]) -> str:
+    """``name count, ...`` of the ``ALTERED`` counters a run recorded ('' when none)."""
+    return ", ".join(f"{k} {counters[k]}" for k in ALTERED if counters.get(k))
 
 
 def merge(dicts: Iterable[Mapping[str, int]]) -> dict[str, int]:

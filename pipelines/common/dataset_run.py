@@ -19,6 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import check
 from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.files import read_whole, served
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_options, redact_text
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
@@ -176,17 +177,17 @@ class RunResult:
 def read_result(output_dir: str, started: float, input_bytes: int) -> RunResult:
     """The published manifest of a finished run, and how long the run took since ``started``."""
     seconds = time.time() - started
-    with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
-        manifest = Manifest.from_json(f.read())
+    manifest = Manifest.from_json(read_whole(FileSystems.join(output_dir, MANIFEST_NAME), "the manifest"))
     return RunResult(manifest=manifest, output_dir=output_dir, seconds=seconds, input_bytes=input_bytes)
 
 
 def load_manifest(dataset_dir: str) -> Manifest:
-    path = FileSystems.join(dataset_dir, MANIFEST_NAME)
-    if not FileSystems.exists(path):
+    with served(dataset_dir, "the dataset"):
+        path = FileSystems.join(dataset_dir, MANIFEST_NAME)
+        present = FileSystems.exists(path)
+    if not present:
         raise FileNotFoundError(f"{dataset_dir}: no {MANIFEST_NAME} (not a finished bertstream dataset)")
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        return Manifest.from_json(f.read(), source=path)
+    return Manifest.from_json(read_whole(path, "the manifest"), source=path)
 
 
 def write_text_atomic(path: str, text: str) -> None:

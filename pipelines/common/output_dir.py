@@ -30,8 +30,9 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
 from bertstream.cli.lock import FolderLock, lock_folder
+from bertstream.cli.owned import dangling_link
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.files import absolute
+from bertstream.pipelines.common.files import absolute, read_whole
 from bertstream.pipelines.common.spill import remove_work_dir
 from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.vocab import VOCAB_FILENAME
@@ -121,6 +122,8 @@ def ensure_writable_dir(output_dir: str) -> str | None:
         return None
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise UsageError("output", f"{output_dir} is a file; --output must be a folder")
+    if dangling_link(output_dir):
+        raise UsageError("output", dangling_link(output_dir) or "")
     made = output_dir
     while not os.path.exists(os.path.dirname(made)) and os.path.dirname(made) != made:
         made = os.path.dirname(made)
@@ -197,8 +200,7 @@ def existing_outputs(output_dir: str, is_output: Callable[[str], bool]) -> list[
 def _manifest_kind(output_dir: str) -> str | None:
     """The ``kind`` of the manifest in ``output_dir`` (None: no manifest, or one that cannot be read)."""
     try:
-        with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME), compression_type="uncompressed") as f:
-            kind = json.loads(f.read()).get("kind")
+        kind = json.loads(read_whole(FileSystems.join(output_dir, MANIFEST_NAME), "the manifest")).get("kind")
     except Exception:  # noqa: BLE001 - an unreadable manifest is a killed run's leftover
         return None
     return kind if isinstance(kind, str) else None

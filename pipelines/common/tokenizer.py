@@ -9,9 +9,9 @@ import json
 import os
 from dataclasses import dataclass
 
-from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer
 
+from bertstream.pipelines.common.files import InputError, read_whole
 from bertstream.schemas import json_text
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer
@@ -30,8 +30,9 @@ class TokenizerSpec:
 
 def _read(path: str) -> bytes:
     try:
-        with FileSystems.open(path, compression_type="uncompressed") as f:
-            return f.read()
+        return read_whole(path, "--vocab")
+    except InputError as e:
+        raise VocabError(str(e).removeprefix("--vocab ")) from None
     except Exception as e:
         raise VocabError(f"{path}: cannot read vocabulary ({type(e).__name__}: {e})") from None
 

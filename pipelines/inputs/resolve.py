@@ -23,7 +23,7 @@ from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.files import absolute, missing_filesystem_in
+from bertstream.pipelines.common.files import absolute, file_kind, missing_filesystem_in
 from bertstream.pipelines.inputs.formats import FIELD_FORMATS, FORMATS
 from bertstream.pipelines.inputs.options import AUTO, TEXT_FIELD
 
@@ -69,19 +69,6 @@ def unknown_prefix(pattern: str, formats: tuple[str, ...] = FORMATS) -> str | No
     else None; a URL's scheme (``gs://``) is no prefix."""
     m = _PREFIX.match(pattern)
     return m.group(1) if m and m.group(1) not in formats else None
-
-
-def _kind(mode: int) -> str:
-    """What a path that is not a regular file is, in words."""
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
 
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:
@@ -231,7 +218,7 @@ def _nothing_matched(raw: str, fmt: str, pattern: str) -> str:
             mode = os.stat(path).st_mode
         except OSError as e:
             return f"{pattern!r} cannot be read: {e.strerror or e} (a broken link?)"
-        what = _kind(mode)
+        what = file_kind(mode)
         if stat.S_ISDIR(mode):
             return f"{pattern!r} is a folder, not a file: use {pattern.rstrip('/')}/* (or /**/* for its subfolders)"
         return f"{pattern!r} is {what}, not a regular file: give a file (or a glob of files)"

@@ -250,20 +250,9 @@ def summary_lines(manifest: Manifest) -> list[str]:
         lines.append(
             f"sentences {c.get('sentences', 0)}, tokens {c.get('tokens', 0)}, instances {manifest.totals.get('instances', 0)}"
         )
-        altered = [
-            k
-            for k in (
-                "invalid_utf8_replaced",
-                "control_chars_removed",
-                "special_token_literals_removed",
-                "gutenberg_header_stripped",
-                "gutenberg_boilerplate_lines_stripped",
-                "empty_sentences_skipped",
-            )
-            if c.get(k)
-        ]
+        altered = C.altered_text(c)
         if altered:
-            lines.append("altered: " + ", ".join(f"{k} {c[k]}" for k in altered))
+            lines.append("altered: " + altered)
     if st.get("instances"):
         ln, ns, mf, mp = st["length"], st["next_sentence"], st["mask_fractions"], st["masked_positions_per_instance"]
         lines += [

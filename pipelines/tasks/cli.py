@@ -58,6 +58,9 @@ def _print_summary(result) -> None:
         click.echo(
             f"  labels ({t['label_source']}): {', '.join(t['labels'][:20])}" + (" …" if len(t["labels"]) > 20 else "")
         )
+    altered = C.altered_text(c)  # a Latin-1 file's bytes became U+FFFD: counted in the manifest, said here too
+    if altered:
+        click.echo(f"  altered: {altered}")
     for reason, places in c.get("first_lines", {}).items():
         click.echo(f"  {reason}: {c.get(reason, 0)} (first: {', '.join(places[:3])})")
     click.echo(

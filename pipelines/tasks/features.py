@@ -162,6 +162,13 @@ def unknown_label_error(label: str, labels: Sequence[str], place: str, source: s
     )
 
 
+def check_windows(count: int, place: str, advice: str) -> None:
+    """A record is cut into at most ``T.MAX_WINDOWS`` windows (a row id holds 16 bits of window); past it, one line
+    (a ValueError with a details log before: a 4 MB char-tag file of one sentence is 71,429 windows at 16 tokens)."""
+    if count > T.MAX_WINDOWS:
+        raise InputError(f"{place}: {count:,} windows, more than a row id holds ({T.MAX_WINDOWS:,}): {advice}")
+
+
 class _FeaturizeFn(beam.DoFn):
     def __init__(self, make: Callable[[], Featurizer]) -> None:
         self.make = make

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from bertstream.pipelines.inputs.resolve import InputFile
 
 MAX_SHARDS = 10_000
+MAX_LABELS = 32_767  # a label id is int16 in the task schemas (classification and NER rows)
 _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
@@ -82,7 +83,7 @@ class TaskConfig:
             f"must be in [1, {MAX_SHARDS}] (0 = auto), got {self.num_shards}",
         )
         check(len(set(self.labels)) == len(self.labels), "labels", f"duplicate label names in {list(self.labels)}")
-        check(len(self.labels) <= 32767, "labels", f"at most 32767 labels, got {len(self.labels)}")
+        check(len(self.labels) <= MAX_LABELS, "labels", f"at most {MAX_LABELS} labels, got {len(self.labels)}")
         check(
             self.arrow_compression in ARROW_COMPRESSIONS,
             "arrow_compression",

@@ -178,6 +178,19 @@ def test_a_vocabulary_smaller_than_asked_is_said(tmp_path, demo_corpus):
     assert r.exit_code == 2 and "matches no files" in r.output
 
 
+def test_documents_the_vocabulary_never_saw_are_said(tmp_path):
+    """Lines without the text field and malformed ones were dropped silently: 'from 2 documents' alone."""
+    docs = [json.dumps({"text": "a few words"}), json.dumps({"body": "x"}), "{broken", json.dumps({"text": "more"})]
+    (tmp_path / "d.jsonl").write_text("\n".join(docs) + "\n")
+    args = ["vocab", "--input", str(tmp_path / "d.jsonl"), "--format", "jsonl", "--min-frequency", "1"]
+    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "v")])
+    assert r.exit_code == 0, r.output
+    assert "from 2 documents, 0.0 MB read, dropped (malformed_json: 1, missing_text_field: 1) ->" in r.output
+    (tmp_path / "d.jsonl").write_text(docs[1] + "\n")
+    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "w")])
+    assert r.exit_code == 1 and "(1 documents, 14 bytes read; dropped: missing_text_field: 1)" in r.output
+
+
 def test_inspect_verify_checks_the_vocabulary_against_the_manifest(dataset, tmp_path):
     swapped = tmp_path / "swapped"
     shutil.copytree(dataset[0], swapped)

@@ -51,6 +51,14 @@ def test_malformed_tokenizer_json(tmp_path):
     p.write_text(json.dumps({"model": {"type": "WordPiece", "vocab": {"[PAD]": 0, "[UNK]": 2}}}))
     with pytest.raises(VocabError, match="not contiguous"):
         Vocab.load(p)
+    # Loaded, then 'Exception: WordPiece error: Missing [UNK] token' (a details log) at the first word it could
+    # not spell, in bertprep pretraining and task alike.
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+    p.write_text(json.dumps({"model": {"type": "WordPiece", "unk_token": "<unk>", "vocab": vocab}}))
+    with pytest.raises(VocabError, match="its WordPiece unk_token '<unk>' is not in its vocabulary"):
+        Vocab.load(p)
+    p.write_text(json.dumps({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": vocab}}))
+    assert Vocab.load(p).tokens == SPECIAL_TOKENS
 
 
 def test_reserved_tokens_and_id_types():

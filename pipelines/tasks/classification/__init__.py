@@ -12,6 +12,7 @@ from typing import Any
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import opt, section
 from bertstream.pipelines.tasks.classification.glue import NAMES as GLUE_NAMES
+from bertstream.pipelines.tasks.classification.glue import PRESETS as GLUE_PRESETS
 from bertstream.pipelines.tasks.kind import NO_LABELS, Inputs, LabelSource, Plan, TaskConfig, TaskIO, TaskKind
 from bertstream.schemas import tasks as T
 
@@ -37,6 +38,20 @@ class ClassificationJob:
     no_labels: bool = opt(False, "Unlabeled data (test files): rows without labels.")
     label_source: LabelSource = section(LabelSource)
     max_seq_length: int = opt(128, show=True)
+
+    def __post_init__(self) -> None:
+        # Flags that contradict are refused, not one of them dropped: both runs wrote a dataset, silently.
+        check(
+            not (self.no_labels and self.label_column is not None),
+            "no_labels",
+            f"reads no label; do not give --label-column {self.label_column!r} with it",
+        )
+        preset = GLUE_PRESETS.get(self.glue) if self.glue is not None else None
+        check(
+            not (self.regression and preset is not None and not preset.regression),
+            "regression",
+            f"--glue {self.glue} is a classification task (of the GLUE presets only stsb is regression)",
+        )
 
 
 class Classification(TaskKind):

@@ -15,7 +15,7 @@ from itertools import islice
 from typing import Any
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.counters import Tally, drop
+from bertstream.pipelines.common.counters import TEXT_NOT_STRING, Tally, drop
 from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
 from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.tasks.read import MALFORMED_JSON, file_lines, where
@@ -30,6 +30,7 @@ EMPTY_TEXT = "empty_text"
 MISSING_LABEL = "missing_label"
 BAD_REGRESSION_LABEL = "bad_regression_label"
 MISSING_FIELD = "missing_field"
+LABEL_NOT_A_VALUE = "label_not_a_value"  # a JSON list or object where a label (a string, number or bool) goes
 
 
 @dataclass(slots=True)
@@ -175,7 +176,10 @@ def parse_table(
                 continue
             a, b, label = values
             if not isinstance(a, str) or (layout.pair and not isinstance(b, str)):
-                tally.note(drop(EMPTY_TEXT, unit), file_index, n, where(path, n))
+                tally.note(drop(TEXT_NOT_STRING, unit), file_index, n, where(path, n))
+                continue
+            if isinstance(label, (list, dict)):  # its JSON text would become a label name: '[1, 2]'
+                tally.note(drop(LABEL_NOT_A_VALUE, unit), file_index, n, where(path, n))
                 continue
             label = None if label is None else _label_text(label)
         else:

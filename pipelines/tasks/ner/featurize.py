@@ -17,7 +17,14 @@ import pyarrow as pa
 
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
-from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table, unknown_label_error
+from bertstream.pipelines.tasks.features import (
+    Layout,
+    TaskTokenizer,
+    check_windows,
+    ragged,
+    table,
+    unknown_label_error,
+)
 from bertstream.pipelines.tasks.ner.parse import UNIT, Sentence
 from bertstream.pipelines.tasks.read import RecordBatch, where
 from bertstream.schemas import id_types
@@ -103,10 +110,11 @@ class SentenceFeaturizer:
             windows = plan_windows([len(w) for w in words], self.budget, self.overlap)
             if len(windows) > 1:
                 tally.add("sentences_split_into_windows")
-            if len(windows) > T.MAX_WINDOWS:
-                raise ValueError(
-                    f"{where(batch.path, sentence.line)}: {len(windows)} windows, more than {T.MAX_WINDOWS}"
-                )
+            check_windows(
+                len(windows),
+                f"{where(batch.path, sentence.line)}: a sentence of {len(words):,} words",
+                "is a blank line missing between sentences? (or raise --max-seq-length)",
+            )
             tags = [tag_id[t] for t in sentence.tags]
             for w, ((start, end), (own_start, own_end)) in enumerate(zip(windows, ownership(windows))):
                 pieces = words[start:end]

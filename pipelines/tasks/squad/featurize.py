@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.tokenizer import TokenizerSpec
-from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table
+from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, check_windows, ragged, table
 from bertstream.pipelines.tasks.read import RecordBatch
 from bertstream.pipelines.tasks.squad.parse import UNIT, QAExample
 from bertstream.schemas import id_types
@@ -119,8 +119,9 @@ class ExampleFeaturizer:
                     tally.note("answers_not_on_token_boundary", batch.file_index, ex.ordinal, ex.qid)
             seg_a = len(q) + 2
             spans = plan_spans(len(ctx_ids), self.max_seq_length - seg_a - 1, self.doc_stride)
-            if len(spans) > T.MAX_WINDOWS:
-                raise ValueError(f"question {ex.qid}: {len(spans)} windows, more than {T.MAX_WINDOWS}")
+            check_windows(
+                len(spans), f"{batch.path}: question {ex.qid}'s context", "raise --doc-stride (or --max-seq-length)"
+            )
             if len(spans) > 1:
                 tally.add("examples_split_into_windows")
             head = np.concatenate(([self.tok.cls_id], q, [self.tok.sep_id]))

@@ -85,7 +85,9 @@ def align_answer(context: str, text: str, start: Any) -> tuple[tuple[int, int] |
         m = pattern.match(context, min(start + lead, len(context)))
         if m:
             return m.span(), "whitespace_normalized"
-    lo, hi = max(0, start - NEARBY_CHARS), min(len(context), max(0, start) + len(text) + NEARBY_CHARS)
+    # Both ends within the context: an answer_start of 10**30 overflowed finditer's C index (a details log).
+    lo = min(max(0, start - NEARBY_CHARS), len(context))
+    hi = min(len(context), max(0, start) + len(text) + NEARBY_CHARS)
     best = None
     for m in pattern.finditer(context, lo, hi):
         if best is None or abs(m.start() - start) < abs(best.start() - start):

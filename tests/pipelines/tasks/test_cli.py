@@ -36,6 +36,7 @@ def test_mrpc_dev_preset_through_the_cli(tmp_path, wiki_vocab):
     ]
     assert m["statistics"]["label_counts"] == {"0": labels.count(0), "1": labels.count(1)}
     assert m["counters"]["control_chars_removed"] == 1  # the BOM
+    assert "  altered: control_chars_removed 1\n" in r.output  # said as pretraining says it (a manifest's alone)
 
 
 @pytest.fixture()

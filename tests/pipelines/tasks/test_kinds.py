@@ -8,6 +8,7 @@ import pytest
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.cli import main
+from bertstream.pipelines.tasks.classification import ClassificationJob
 from bertstream.pipelines.tasks.kinds import KINDS, kind_of
 from bertstream.pipelines.tasks.ner import NerJob
 from bertstream.pipelines.tasks.pipeline import POLICY
@@ -39,6 +40,9 @@ def test_a_job_is_run_by_its_own_kind():
         (SquadJob, {"doc_stride": 1000}, "doc_stride"),
         (SquadJob, {"max_seq_length": 64, "max_query_length": 64}, "max_query_length"),
         (SquadJob, {"max_seq_length": 4}, "max_seq_length"),
+        # Contradictions: each run dropped one of the flags silently (--label-column; --regression).
+        (ClassificationJob, {"no_labels": True, "label_column": "label"}, "no_labels"),
+        (ClassificationJob, {"glue": "sst2", "regression": True}, "regression"),
     ],
 )
 def test_a_kinds_settings_are_checked_when_its_job_is_built(cls, values, param):

@@ -73,11 +73,15 @@ def test_jsonl_rows_malformed_and_missing_fields():
         json.dumps({"text": "no label"}),
         json.dumps({"text": 5, "label": "x"}),
         json.dumps({"text": "b", "label": "neg"}),
+        json.dumps({"text": "c", "label": [1, 2]}),  # became the label '[1, 2]' (and {"x": 1} '{"x": 1}')
+        json.dumps({"text": "d", "label": {"x": 1}}),
+        json.dumps({"text": "e", "label": True}),
     ]
     rows, tally = table_rows("\n".join(lines), layout, "f.jsonl")
-    assert [(r.line, r.label) for r in rows] == [(1, "1"), (5, "neg")]
+    assert [(r.line, r.label) for r in rows] == [(1, "1"), (5, "neg"), (8, "true")]
     assert tally.counts["rows_dropped.malformed_json"] == 1 and tally.counts["rows_dropped.missing_field"] == 1
-    assert tally.counts["rows_dropped.empty_text"] == 1 and tally.counts["rows_read"] == 5
+    assert tally.counts["rows_dropped.text_not_a_string"] == 1 and tally.counts["rows_read"] == 8  # was empty_text
+    assert tally.counts["rows_dropped.label_not_a_value"] == 2
 
 
 def test_missing_columns_are_usage_errors_naming_the_flag(tmp_path):

@@ -105,3 +105,13 @@ def test_conll_valid_every_sentence_every_word_once_with_its_tag(conll_valid):
         assert len(r["input_ids"]) <= 24 and r["input_ids"][0] == m.vocab["special_ids"]["[CLS]"]
     assert list(merged) == sorted(merged)  # manifest order is input order
     assert [merged[k] for k in merged] == gold  # every word exactly once, with its tag
+
+
+def test_a_sentence_of_more_windows_than_a_row_id_holds_is_one_line(demo_vocab, monkeypatch):
+    """It was a ValueError, which the command showed with a details log (71,429 windows: a 4 MB char-tag file of
+    one sentence at --max-seq-length 16)."""
+    monkeypatch.setattr(T, "MAX_WINDOWS", 2)
+    spec = load_tokenizer(str(demo_vocab / "vocab.txt"))
+    s = CN.Sentence(1, ["list"] * 40, ["O"] * 40)
+    with pytest.raises(InputError, match=r"t.txt:1: a sentence of 40 words: \d+ windows, more than a row id holds"):
+        featurize(spec, [s], ["O"], overlap=0)

@@ -10,8 +10,12 @@ import pyarrow as pa
 import pytest
 
 from bertstream.pipelines.common.counters import Tally
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.tasks.features import Layout
+from bertstream.pipelines.tasks.read import RecordBatch
 from bertstream.pipelines.tasks.squad import parse as SJ
-from bertstream.pipelines.tasks.squad.featurize import answer_tokens, max_context, plan_spans
+from bertstream.pipelines.tasks.squad.featurize import ExampleFeaturizer, answer_tokens, max_context, plan_spans
 from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
 from tests.jobs import run_squad
@@ -204,3 +208,14 @@ def test_squad_v2_impossible_questions_and_training_drops(tmp_path, demo_vocab):
         ]
         assert hits and set(hits) == {answer}
         assert not any(r["is_impossible"] for r in by_id[qid])
+
+
+def test_a_context_of_more_windows_than_a_row_id_holds_is_one_line(demo_vocab, monkeypatch):
+    """A ValueError with a details log before (a long context at --doc-stride 1)."""
+    monkeypatch.setattr(T, "MAX_WINDOWS", 2)
+    f = ExampleFeaturizer(
+        load_tokenizer(str(demo_vocab / "vocab.txt")), max_seq_length=16, doc_stride=1, max_query_length=4
+    )
+    ex = SJ.QAExample(0, "q1", "t", "list " * 40, "which list?", ["list"], [0], (0, 4), False)
+    with pytest.raises(InputError, match="f.json: question q1's context: \\d+ windows, more than a row id holds"):
+        f(RecordBatch(0, "f.json", 0, [ex]), [], Layout({0: 0}, 1), Tally())

@@ -26,6 +26,9 @@ CONTEXT = "The Broncos beat the  Panthers in Super Bowl 50.\nDenver won 24 to 10
         ("Seahawks", 10, None, "unmatched"),
         ("", 0, None, "unmatched"),
         ("Denver", "49", None, "unmatched"),
+        ("Denver", 10**30, None, "unmatched"),  # OverflowError (a details log) before
+        ("Denver", -(10**30), (49, 55), "offset_shifted"),
+        ("Denver", len(CONTEXT) + 150, (49, 55), "offset_shifted"),  # within NEARBY_CHARS of the end
     ],
 )
 def test_answer_alignment_and_its_documented_fallback(text, start, span, how):
