@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertstream.trainer.errors import UserError
+from bertstream.trainer.model_config import BertConfig
 
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.safetensors"
@@ -259,6 +260,13 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
                 with_optimizer,
             )
         )
+    try:  # config.json is untrusted: a string hidden_size or 10**9 layers failed in a traceback when the model was built
+        BertConfig.from_dict(config["model"])
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{p}/config.json: 'model': {e}") from None
+    world = config.get("world_size", 1)
+    if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world < 1 << 31:
+        raise CheckpointError(f"{p}/config.json: world_size {world!r} is not a process count (an integer >= 1)")
     return Loaded(p, int(state["step"]), model, opt, rng, state, config)
 
 

@@ -43,6 +43,39 @@ def load_state(target: Any, state: Any, what: str, source: object, **kwargs: Any
         raise RunError(f"{source}: its {what} does not fit this run's model ({type(e).__name__}: {first})") from None
 
 
+def layout_mismatch(mine: Any, theirs: Any, where: str) -> str | None:
+    """Where JSON state read back (``theirs``) differs in layout from a fresh ``state_dict`` (``mine``): a key
+    ``mine`` has that ``theirs`` lacks, a list of another length, a value of another kind (numbers are one kind,
+    a bool is none of them); None when it fits. Keys only ``theirs`` has are left to its loader."""
+    if isinstance(mine, dict):
+        if not isinstance(theirs, dict):
+            return f"{where} is {_kind(theirs)}, not an object"
+        lacking = next((k for k in mine if k not in theirs), None)
+        if lacking is not None:
+            return f"{where} lacks {lacking!r}"
+        return next((m for k in mine if (m := layout_mismatch(mine[k], theirs[k], f"{where}.{k}"))), None)
+    if isinstance(mine, (list, tuple)):
+        if not isinstance(theirs, (list, tuple)) or len(theirs) != len(mine):
+            return f"{where} is {_kind(theirs)}, not a list of {len(mine)}"
+        return next(
+            (m for i, (a, b) in enumerate(zip(mine, theirs)) if (m := layout_mismatch(a, b, f"{where}[{i}]"))), None
+        )
+    if _kind(mine) != _kind(theirs):
+        return f"{where} is {_kind(theirs)}, not {_kind(mine)}"
+    return None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if value is None:
+        return "null"
+    names: dict[type, str] = {str: "a string", list: "a list", tuple: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """bf16 autocast for ``bf16``, or ``auto`` on CUDA; fp32 otherwise."""
     if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
@@ -119,7 +152,18 @@ class Training:
     def restore(self, restored: ckpt.Loaded) -> None:
         """A checkpoint's optimizer, schedule and step (its weights are loaded with the model)."""
         load_state(self.optimizer, restored.optimizer, "optimizer state (optimizer.pt)", restored.path)
-        load_state(self.scheduler, restored.state["scheduler"], "scheduler state (state.json)", restored.path)
+        saved = restored.state["scheduler"]
+        # LambdaLR loads any JSON without a check: a string, or a string last_epoch, failed later in a traceback;
+        # an edited last_epoch would continue another schedule without a word. Its layout is a fresh one's.
+        fresh = self.scheduler.state_dict()
+        odd = layout_mismatch(fresh, saved, "scheduler")
+        if odd is None and saved["last_epoch"] != restored.step:
+            odd = f"scheduler.last_epoch {saved['last_epoch']!r} is not the checkpoint's step {restored.step}"
+        if odd is None and saved["base_lrs"] != fresh["base_lrs"]:  # --lr (and its groups) are the run's
+            odd = f"scheduler.base_lrs {saved['base_lrs']} are not this run's peak rates {fresh['base_lrs']}"
+        if odd is not None:
+            raise RunError(f"{restored.path}/state.json: damaged scheduler state ({odd})")
+        load_state(self.scheduler, saved, "scheduler state (state.json)", restored.path)
         self.step = restored.step
 
 
