@@ -7,6 +7,7 @@ state). One owner for each, so the two loops cannot drift apart.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,29 @@ def load_state(target: Any, state: Any, what: str, source: object, **kwargs: Any
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
         first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
         raise RunError(f"{source}: its {what} does not fit this run's model ({type(e).__name__}: {first})") from None
+
+
+def _optimizer_mismatch(fresh_groups: list[dict[str, Any]], optimizer: torch.optim.Optimizer) -> str | None:
+    """What of a loaded optimizer state torch does not check: its settings are the run's (fixed on resume; a
+    string lr or betas (5, 2) failed at the first step in a traceback), its learning rates finite numbers, and
+    every tensor of a parameter's state of its shape and finite (another shape failed at the first step, NaN
+    moments read as "training diverged ... lower --lr")."""
+    for i, (mine, theirs) in enumerate(zip(fresh_groups, optimizer.param_groups)):
+        lr = theirs.get("lr")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
+            return f"param_groups[{i}].lr {lr!r} is not a learning rate"
+        for key, value in mine.items():
+            if key not in ("lr", "initial_lr", "params") and key in theirs and theirs[key] != value:
+                return f"param_groups[{i}].{key} {theirs[key]!r}, this run has {value!r}"
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for key, value in optimizer.state.get(param, {}).items():
+                if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
+                    shown = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                    return f"{key} of a parameter of shape {tuple(param.shape)} is {shown}"
+                if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                    return f"{key} of a parameter of shape {tuple(param.shape)} holds NaN or inf"
+    return None
 
 
 def layout_mismatch(mine: Any, theirs: Any, where: str) -> str | None:
@@ -151,7 +175,11 @@ class Training:
 
     def restore(self, restored: ckpt.Loaded) -> None:
         """A checkpoint's optimizer, schedule and step (its weights are loaded with the model)."""
+        fresh_groups = self.optimizer.state_dict()["param_groups"]
         load_state(self.optimizer, restored.optimizer, "optimizer state (optimizer.pt)", restored.path)
+        odd = _optimizer_mismatch(fresh_groups, self.optimizer)
+        if odd is not None:
+            raise RunError(f"{restored.path}/optimizer.pt: damaged optimizer state ({odd})")
         saved = restored.state["scheduler"]
         # LambdaLR loads any JSON without a check: a string, or a string last_epoch, failed later in a traceback;
         # an edited last_epoch would continue another schedule without a word. Its layout is a fresh one's.
@@ -228,4 +256,8 @@ def restore_rng(rng: Mapping[str, torch.Tensor], info: D.DistInfo, source: Path,
             f"{source}: rng.pt holds no state for rank {info.rank} (it was saved by {saved_world} "
             "processes): resume with that many processes"
         )
-    ckpt.set_rng_state(mine, info.device)
+    try:
+        ckpt.set_rng_state(mine, info.device)
+    except (TypeError, RuntimeError) as e:  # another tensor type or size: a damaged file (tracebacks before)
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise RunError(f"{source}/rng.pt: rank {info.rank}'s generator state does not load ({first})") from None

@@ -481,3 +481,46 @@ def test_a_damaged_state_json_is_refused_in_one_line(demo_shards, tmp_path):
     config_file.write_text(json.dumps({**config, "train": {**config["train"], "batch_size": "8"}}))
     with pytest.raises(RunError, match="train batch_size '8' is not a count"):
         train(demo_shards, run, max_steps=4)
+
+
+def test_damaged_tensors_of_a_checkpoint_are_refused_in_one_line(demo_shards, tmp_path):
+    """optimizer.pt, rng.pt and model.safetensors are checked past what torch checks: another shape, a string lr,
+    odd betas or an rng state of another type failed in tracebacks; NaN moments or weights read as "training
+    diverged ... lower --lr"; int weights were cast silently; a folder renamed to a later step was resumed at its
+    own step by every --resume auto (repeating steps)."""
+    run = tmp_path / "run"
+    train(demo_shards, run, max_steps=2, checkpoint_every=2)
+    folder = ckpt.step_dir(run, 2)
+    files = {name: (folder / name).read_bytes() for name in ("optimizer.pt", "rng.pt", ckpt.MODEL_FILE)}
+
+    def optimizer(edit):
+        state = torch.load(folder / "optimizer.pt")
+        edit(state, next(iter(state["state"].values())))
+        torch.save(state, folder / "optimizer.pt")
+
+    def weights(edit):
+        state = ckpt.read_tensors(folder / ckpt.MODEL_FILE)
+        edit(state, next(iter(state)))
+        ckpt.write_tensors(folder / ckpt.MODEL_FILE, state, {"format": "pt"})
+
+    cases = [
+        (lambda: optimizer(lambda o, p: p.update(exp_avg=torch.zeros(3))), RunError, r"exp_avg .* is \(3,\)"),
+        (lambda: optimizer(lambda o, p: p["exp_avg"].fill_(float("nan"))), RunError, "exp_avg .* holds NaN"),
+        (lambda: optimizer(lambda o, p: o["param_groups"][0].update(lr="x")), RunError, "lr 'x' is not a learning"),
+        (lambda: optimizer(lambda o, p: o["param_groups"][0].update(betas=(5.0, 2.0))), RunError, r"betas \(5.0"),
+        (lambda: torch.save({"rank0.torch": torch.zeros(3)}, folder / "rng.pt"), RunError, "generator state"),
+        (lambda: weights(lambda w, k: w[k][0].fill_(float("nan"))), ckpt.CheckpointError, "holds NaN or inf"),
+        (lambda: weights(lambda w, k: w.update({k: w[k].long()})), ckpt.CheckpointError, "not floating point"),
+    ]
+    for damage, error, message in cases:
+        damage()
+        with pytest.raises(error, match=message):
+            if error is ckpt.CheckpointError:
+                ckpt.load(folder)
+            else:
+                train(demo_shards, run, max_steps=4)
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+    renamed = folder.rename(ckpt.step_dir(run, 9))
+    with pytest.raises(ckpt.CheckpointError, match="its name says step 9, its state.json step 2"):
+        ckpt.load(renamed)
