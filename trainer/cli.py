@@ -60,7 +60,7 @@ def plot(run_dirs, output, baseline_from) -> None:
     from bertstream.trainer.pretrain.plot import plot_run, unigram_baseline
 
     with reported():
-        baseline = unigram_baseline(baseline_from) if baseline_from else None
+        baseline = unigram_baseline(baseline_from) if baseline_from is not None else None
         path = plot_run(run_dirs, output, baseline=baseline)
     click.echo(f"wrote {path}" + (f" (unigram baseline {baseline:.4f})" if baseline is not None else ""))
 

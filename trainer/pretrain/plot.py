@@ -18,6 +18,8 @@ def unigram_baseline(data_dir: str) -> float:
     baseline is, if anything, flattered)."""
     from bertstream.trainer.data import DataConfig, PretrainingLoader
 
+    if not data_dir:  # "" drew no baseline without a word
+        raise RunError("--baseline-from '' names no dataset folder")
     loader = PretrainingLoader(
         DataConfig(paths=(data_dir,), batch_size=256, shuffle=False, drop_remainder=False), expected_vocab_sha256=None
     )
@@ -67,7 +69,9 @@ def _plottable(record: object, run: Path) -> bool:
 def output_path(runs: Sequence[Path], output: str | Path | None) -> Path:
     """Where the figure goes: a file path whose suffix names a format matplotlib writes (a folder is refused:
     ``plot --output ds`` wrote ``ds.png`` and said "wrote ds")."""
-    out = Path(output) if output else runs[-1] / "curves.png"
+    if output is not None and not str(output):  # "" drew the default file without a word
+        raise RunError("--output '' names no file: give the image's file name, or leave --output out")
+    out = Path(output) if output is not None else runs[-1] / "curves.png"
     if out.is_dir():
         raise RunError(f"--output {out} is a folder: give the image's file name (such as {out / 'curves.png'})")
     if out.suffix.lower() not in FORMATS:
