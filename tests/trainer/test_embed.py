@@ -327,3 +327,21 @@ def test_text_lines_are_read_a_line_at_a_time_with_a_cap_and_tokenized_as_whole(
     with pytest.raises(RunError, match=rf"--input {texts}: line {len(LINES) + 1} is longer than"):
         E.text_rows(str(texts), init, 6)
 
+
+def test_an_interrupted_embed_or_export_names_what_it_left(hf_dir, text_file, tmp_path, monkeypatch):
+    """Ctrl-C of embed and export-hf told of "partial checkpoints" and "--resume auto", which they have none of."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("bertstream.trainer.embed.embed", interrupted)
+    monkeypatch.setattr("bertstream.trainer.hf.convert.export_checkpoint", interrupted)
+    for argv, left in (
+        (
+            ["embed", "--init", str(hf_dir), "--input", str(text_file), "--output", str(tmp_path / "o.arrow")],
+            "--output",
+        ),
+        (["export-hf", str(hf_dir), str(tmp_path / "hf")], "nothing was exported"),
+    ):
+        result = CliRunner().invoke(main, argv)
+        assert result.exit_code == 130 and left in result.stderr and "checkpoint" not in result.stderr, result.stderr
