@@ -37,6 +37,24 @@ def log(message: str, info: D.DistInfo | None = None) -> None:
 def load_state(target: Any, state: Any, what: str, source: object, **kwargs: Any) -> None:
     """``target.load_state_dict(state)``, or one line naming ``source`` and ``what`` did not fit: a checkpoint's
     config.json that disagrees with its weights, an optimizer.pt of other parameter groups (tracebacks before)."""
+    if isinstance(target, nn.Module) and isinstance(state, Mapping):
+        # torch's first line says only "Error(s) in loading state_dict for BertForPreTraining:" (e.g. a fine-tuning
+        # checkpoint given to --init-from): what does not fit is named here, a few names of each kind.
+        mine = target.state_dict()
+        missing = [k for k in mine if k not in state] if kwargs.get("strict", True) else []
+        extra = [k for k in state if k not in mine] if kwargs.get("strict", True) else []
+        shapes = [
+            f"{k} {tuple(state[k].shape)}, the model's {tuple(mine[k].shape)}"
+            for k in mine
+            if k in state and isinstance(state[k], torch.Tensor) and state[k].shape != mine[k].shape
+        ]
+        parts = [
+            f"{label} {len(keys)}: {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}"
+            for label, keys in (("lacks", missing), ("has others", extra), ("other shapes", shapes))
+            if keys
+        ]
+        if parts:
+            raise RunError(f"{source}: its {what} do not fit this run's model ({'; '.join(parts)})")
     try:
         target.load_state_dict(state, **kwargs)
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
