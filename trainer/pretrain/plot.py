@@ -40,6 +40,11 @@ def join_phases(runs: Sequence[Path]) -> tuple[list[dict], list[dict], list[int]
     are shifted by the last step of the runs before it."""
     if not runs:
         raise ValueError("plot needs at least one run folder")
+    seen: dict[Path, Path] = {}
+    for run in runs:  # the same run twice was drawn as two phases, its steps counted twice
+        if (earlier := seen.setdefault(run.resolve(), run)) is not run:
+            also = f" (also as {earlier})" if str(earlier) != str(run) else ""
+            raise RunError(f"{run} is given twice{also}: each RUN_DIR is one phase of the training")
     train: list[dict] = []
     evals: list[dict] = []
     boundaries: list[int] = []
