@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertstream.trainer.errors import UserError
+from bertstream.trainer.model_config import BertConfig
 
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.safetensors"
@@ -259,6 +260,23 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
                 with_optimizer,
             )
         )
+    named = _STEP_DIR.match(p.name)
+    if named and int(named.group(1)) != step:  # the newest by name is resumed: another step's would repeat steps
+        raise CheckpointError(f"{p}: its name says step {int(named.group(1))}, its state.json step {step}")
+    # Checkpoints are saved floating point and finite (save): other weights were cast or trained on silently
+    # (an int64 tensor loaded into a float parameter; NaN weights read as "training diverged ... lower --lr").
+    odd = next((k for k, v in model.items() if not v.is_floating_point()), None)
+    spoilt = next((k for k, v in model.items() if odd is None and not bool(torch.isfinite(v).all())), None)
+    if odd is not None or spoilt is not None:
+        why = f"{odd} is {model[odd].dtype}, not floating point" if odd else f"{spoilt} holds NaN or inf"
+        raise CheckpointError(f"{p}/{MODEL_FILE}: {why}; the file is damaged")
+    try:  # config.json is untrusted: a string hidden_size or 10**9 layers failed in a traceback when the model was built
+        BertConfig.from_dict(config["model"])
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{p}/config.json: 'model': {e}") from None
+    world = config.get("world_size", 1)
+    if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world < 1 << 31:
+        raise CheckpointError(f"{p}/config.json: world_size {world!r} is not a process count (an integer >= 1)")
     return Loaded(p, int(state["step"]), model, opt, rng, state, config)
 
 

@@ -45,7 +45,7 @@ def export_hf(checkpoint, out, overwrite: bool) -> None:
     class (BertForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering) that pipelines serve."""
     from bertstream.trainer.hf.convert import export_checkpoint
 
-    with reported():
+    with reported(interrupted="nothing was exported (an export is moved into OUT whole, at its end)"):
         path = export_checkpoint(checkpoint, out, overwrite=overwrite)
     click.echo(f"exported {checkpoint} -> {path}")
 
@@ -59,8 +59,8 @@ def plot(run_dirs, output, baseline_from) -> None:
     phases of one training, drawn on one step axis."""
     from bertstream.trainer.pretrain.plot import plot_run, unigram_baseline
 
-    with reported():
-        baseline = unigram_baseline(baseline_from) if baseline_from else None
+    with reported(interrupted="the plot was not finished"):
+        baseline = unigram_baseline(baseline_from) if baseline_from is not None else None
         path = plot_run(run_dirs, output, baseline=baseline)
     click.echo(f"wrote {path}" + (f" (unigram baseline {baseline:.4f})" if baseline is not None else ""))
 
@@ -91,7 +91,7 @@ def embed(**values: Any) -> None:
     """Extract BERT features: one vector (or one per token) per input row, written as an Arrow file."""
     from bertstream.trainer.embed import embed as run
 
-    with reported(EmbedConfig):
+    with reported(EmbedConfig, "--output was not written (it is written whole, at the end)"):
         cfg = options.build(EmbedConfig, **values)
         result = run(cfg)
     click.echo(

@@ -35,10 +35,17 @@ from bertstream.cli.errors import (
 from bertstream.schemas.redact import redact
 from bertstream.trainer.errors import error_line, user_errors, worker_died
 
+# What a Ctrl-C or SIGTERM leaves, said on its line: the training commands' (the default), or the command's own
+# (``embed`` and ``export-hf`` were told of checkpoints and --resume auto before, which they have none of).
+TRAINING_INTERRUPTED = (
+    "partial checkpoints were removed, the last complete one is kept (--resume auto continues from it)"
+)
+
 
 @contextmanager
-def reported(cls: type | None = None) -> Iterator[None]:
-    """The funnel of a ``berttrain`` command; ``cls``, its config class, names the flags of usage errors."""
+def reported(cls: type | None = None, interrupted: str = TRAINING_INTERRUPTED) -> Iterator[None]:
+    """The funnel of a ``berttrain`` command; ``cls``, its config class, names the flags of usage errors;
+    ``interrupted``, what an interruption leaves."""
     try:
         with sigterm_as_interrupt():
             yield
@@ -48,7 +55,7 @@ def reported(cls: type | None = None) -> Iterator[None]:
         # it while the one line is made; SIGCHLD's default action discards the signal, so none is left pending.
         previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL) if _in_main_thread() else None
         try:
-            _report(e, cls)
+            _report(e, cls, interrupted)
         finally:
             if previous is not None:
                 signal.signal(signal.SIGCHLD, previous)
@@ -58,7 +65,7 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _report(e: BaseException, cls: type | None) -> None:
+def _report(e: BaseException, cls: type | None, interrupted: str = TRAINING_INTERRUPTED) -> None:
     """Raise what ``e`` becomes: click's usage error, one ``Error:`` line, an exit code; or ``e`` itself (a bug)."""
     if getattr(e, "agreed", False):
         _agreed(e, cls)
@@ -76,9 +83,7 @@ def _report(e: BaseException, cls: type | None) -> None:
     if worker_died(e) and "Terminated" in str(e):  # a scheduler signalled the worker: the run's SIGTERM
         e = Terminated()
     if isinstance(e, KeyboardInterrupt):
-        exit_interrupted(
-            e, "partial checkpoints were removed, the last complete one is kept (--resume auto continues from it)"
-        )
+        exit_interrupted(e, interrupted)
     line = error_line(e)
     if line is None:
         raise e  # an ImportError of no optional package: a broken installation or a bug, with its traceback

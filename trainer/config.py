@@ -37,6 +37,7 @@ FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
 # How long a rank waits for its peers in one collective before the run ends (--dist-timeout): long enough for a
 # checkpoint write or an evaluation on another rank, far below gloo's and NCCL's 30 minutes of silence.
 DEFAULT_TIMEOUT_S = 300.0
+MAX_SEED = (1 << 32) - 1  # --seed of both commands
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0  # --dist-timeout: a second .. a week
 
 
@@ -71,6 +72,10 @@ class RunConfig:
     def __post_init__(self) -> None:
         check_ints(self, ("log_every",), 1)
         check_ints(self, ("seed",), 0)
+        # The seed is combined with ranks, epochs and steps into torch's 64-bit seeds (runtime.seed_dropout, the
+        # loader's epoch generator): 2**63 - 1 overflowed there, in a traceback after the model was built.
+        check(self.seed <= MAX_SEED, "seed", f"must be at most 2**32 - 1, got {self.seed!r}")
+        check(bool(self.output), "output", "is required")  # "" was the current folder: a run written into it
         check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
         check_device(self.device)
 
@@ -157,6 +162,7 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         check_ints(self, ("checkpoint_every",), 1)
         check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
+        check(self.resume != "", "resume", "names no checkpoint ('')")  # "" was the current folder: ".: incomplete"
         check(
             not (self.reset_optimizer and self.resume in ("auto", "none")),
             "reset_optimizer",
@@ -221,6 +227,7 @@ class TrainConfig:
             f"{output}: the run folder must be local (checkpoints are "
             "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...",
         )
+        check(self.eval_data != "", "eval_data", "names no folder ('')")  # it was read as no --eval-data at all
         check_ints(self, ("batch_size", "grad_accum", "max_steps", "eval_every"), 1)
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")

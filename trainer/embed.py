@@ -139,28 +139,59 @@ def _lowercase(folder: Path) -> bool:
     return True
 
 
+# A line is one text, read whole: past this it is refused, naming the line (a 200 MB line took 12.6 GB and ran
+# past 2 minutes; the tokenizer holds ~75-250 bytes a character of what it is given).
+MAX_LINE_BYTES = 1 << 20
+# Characters of a line tokenized first, a batch of lines tokenized at once: only --max-seq-length tokens of a
+# line are kept, so a long line is cut at a space past CUT_CHARS_PER_TOKEN characters a token (the tokens before
+# a space do not depend on what follows it: BERT splits words there); a cut that gives too few tokens (words
+# longer than that) is redone on the whole line.
+CUT_CHARS_PER_TOKEN = 16
+BATCH_CHARS, BATCH_LINES = 1 << 20, 4096
+
+
 def text_rows(path: str, init: Init, max_seq_length: int) -> Rows:
     """One row per line of a UTF-8 file. Blank lines are kept as empty texts (``[CLS] [SEP]``), so row ``i`` is
-    always line ``i``; a final newline ends the last line and adds none."""
-    raw = Path(path).read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise RunError(f"--input {path}: line {line} is not UTF-8 ({e.reason})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    lines = [line.removesuffix("\r") for line in lines]
+    always line ``i``; a final newline ends the last line and adds none. Read a line at a time and tokenized a
+    batch at a time: memory is the rows' ids, at most ``max_seq_length`` a row."""
     tok = bert_tokenizer(init.vocab, _lowercase(Path(init.source)))
     cls, sep = init.vocab.id(CLS), init.vocab.id(SEP)
     keep = max_seq_length - 2
-    ids, truncated = [], 0
-    for enc in tok.encode_batch(lines, add_special_tokens=False):
-        body = enc.ids
-        truncated += len(body) > keep
-        ids.append(np.array([cls, *body[:keep], sep], dtype=np.int64))
-    return Rows(ids, [len(r) for r in ids], np.arange(len(lines), dtype=np.int64), truncated)
+    cut_at = CUT_CHARS_PER_TOKEN * (keep + 1)
+    ids: list[np.ndarray] = []
+    truncated = 0
+    batch: list[tuple[str, str]] = []  # (what is tokenized first, the whole line)
+    chars = 0  # of the batch's heads
+
+    def flush() -> None:
+        nonlocal truncated, chars
+        for (head, line), enc in zip(batch, tok.encode_batch([h for h, _ in batch], add_special_tokens=False)):
+            body = enc.ids
+            if len(head) < len(line) and len(body) <= keep:  # the cut left too few tokens: the whole line
+                body = tok.encode(line, add_special_tokens=False).ids
+            truncated += len(body) > keep
+            ids.append(np.array([cls, *body[:keep], sep], dtype=np.int64))
+        batch.clear()
+        chars = 0
+
+    with open(path, "rb") as f:
+        for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):  # MAX_LINE_BYTES and its newline pass
+                raise RunError(
+                    f"--input {path}: line {number} is longer than {MAX_LINE_BYTES / (1 << 20):g} MiB, the cap of a text "
+                    "(only --max-seq-length tokens of it are embedded: cut it, or split it into lines)"
+                )
+            try:
+                line = raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
+            except UnicodeDecodeError as e:
+                raise RunError(f"--input {path}: line {number} is not UTF-8 ({e.reason})") from None
+            space = line.find(" ", cut_at) if len(line) > cut_at else -1
+            batch.append((line[:space] if space > 0 else line, line))
+            chars += len(batch[-1][0])
+            if chars >= BATCH_CHARS or len(batch) >= BATCH_LINES:
+                flush()
+    flush()
+    return Rows(ids, [len(r) for r in ids], np.arange(len(ids), dtype=np.int64), truncated)
 
 
 def task_rows(root: str, init: Init) -> Rows:

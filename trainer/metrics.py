@@ -17,6 +17,7 @@ import torch
 
 from bertstream.schemas import json_text
 from bertstream.schemas.redact import redact_values
+from bertstream.trainer.errors import RunError
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -86,9 +87,20 @@ class MetricsLogger:
 
     def truncate_after(self, step: int) -> None:
         """On resume: forget records past the restored step, so the file is one consistent history."""
-        if not self.enabled or not self.path.exists():
+        if not self.enabled or not (self.path.exists() or self.path.is_symlink()):
             return
-        keep = [json.dumps(r) for r in read_metrics(self.path.parent) if r["step"] <= step]  # a torn last line goes
+        if self.path.is_symlink():  # it was written through: into another run's log, or any file the link names
+            raise RunError(
+                f"{self.path} is a link (to {self.path.readlink()}): a run writes its metrics only inside its folder"
+            )
+        records = read_metrics(self.path.parent)
+        odd = next((n for n, r in enumerate(records, 1) if not _stepped(r)), None)
+        if odd is not None:  # a KeyError or TypeError traceback before
+            raise RunError(
+                f"{self.path}: record {odd} has no step (an integer >= 0): the file was edited or is not this run's "
+                "log; move it away to resume"
+            )
+        keep = [json.dumps(r) for r in records if r["step"] <= step]  # a torn last line goes
         self.path.write_text("".join(line + "\n" for line in keep))
 
     def log(self, record: dict[str, Any]) -> None:
@@ -112,6 +124,8 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no {METRICS_FILE}")
+    if not path.is_file():  # a FIFO was read until someone wrote to it: plot and resume hung
+        raise RunError(f"{path}: not a regular file (a FIFO, a device or a folder), so no metrics log")
     records = []
     lines = path.read_text().splitlines()
     for n, line in enumerate(lines, 1):
@@ -121,9 +135,15 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError as e:
                 if n == len(lines):  # a run killed mid-write tears at most its last line
                     break
-                from bertstream.trainer.errors import RunError
-
                 raise RunError(
                     f"{path}:{n}: not a JSON record ({e.msg}): the file was edited or is not a metrics log"
                 ) from None
     return records
+
+
+def _stepped(record: Any) -> bool:
+    """Whether a metrics record has the step every record is written with."""
+    if not isinstance(record, dict):
+        return False
+    step = record.get("step")
+    return isinstance(step, int) and not isinstance(step, bool) and step >= 0

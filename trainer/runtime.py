@@ -7,6 +7,7 @@ state). One owner for each, so the two loops cannot drift apart.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +37,85 @@ def log(message: str, info: D.DistInfo | None = None) -> None:
 def load_state(target: Any, state: Any, what: str, source: object, **kwargs: Any) -> None:
     """``target.load_state_dict(state)``, or one line naming ``source`` and ``what`` did not fit: a checkpoint's
     config.json that disagrees with its weights, an optimizer.pt of other parameter groups (tracebacks before)."""
+    if isinstance(target, nn.Module) and isinstance(state, Mapping):
+        # torch's first line says only "Error(s) in loading state_dict for BertForPreTraining:" (e.g. a fine-tuning
+        # checkpoint given to --init-from): what does not fit is named here, a few names of each kind.
+        mine = target.state_dict()
+        missing = [k for k in mine if k not in state] if kwargs.get("strict", True) else []
+        extra = [k for k in state if k not in mine] if kwargs.get("strict", True) else []
+        shapes = [
+            f"{k} {tuple(state[k].shape)}, the model's {tuple(mine[k].shape)}"
+            for k in mine
+            if k in state and isinstance(state[k], torch.Tensor) and state[k].shape != mine[k].shape
+        ]
+        parts = [
+            f"{label} {len(keys)}: {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}"
+            for label, keys in (("lacks", missing), ("has others", extra), ("other shapes", shapes))
+            if keys
+        ]
+        if parts:
+            raise RunError(f"{source}: its {what} do not fit this run's model ({'; '.join(parts)})")
     try:
         target.load_state_dict(state, **kwargs)
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
         first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
         raise RunError(f"{source}: its {what} does not fit this run's model ({type(e).__name__}: {first})") from None
+
+
+def _optimizer_mismatch(fresh_groups: list[dict[str, Any]], optimizer: torch.optim.Optimizer) -> str | None:
+    """What of a loaded optimizer state torch does not check: its settings are the run's (fixed on resume; a
+    string lr or betas (5, 2) failed at the first step in a traceback), its learning rates finite numbers, and
+    every tensor of a parameter's state of its shape and finite (another shape failed at the first step, NaN
+    moments read as "training diverged ... lower --lr")."""
+    for i, (mine, theirs) in enumerate(zip(fresh_groups, optimizer.param_groups)):
+        lr = theirs.get("lr")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
+            return f"param_groups[{i}].lr {lr!r} is not a learning rate"
+        for key, value in mine.items():
+            if key not in ("lr", "initial_lr", "params") and key in theirs and theirs[key] != value:
+                return f"param_groups[{i}].{key} {theirs[key]!r}, this run has {value!r}"
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for key, value in optimizer.state.get(param, {}).items():
+                if not isinstance(value, torch.Tensor) or (value.dim() > 0 and value.shape != param.shape):
+                    shown = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                    return f"{key} of a parameter of shape {tuple(param.shape)} is {shown}"
+                if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                    return f"{key} of a parameter of shape {tuple(param.shape)} holds NaN or inf"
+    return None
+
+
+def layout_mismatch(mine: Any, theirs: Any, where: str) -> str | None:
+    """Where JSON state read back (``theirs``) differs in layout from a fresh ``state_dict`` (``mine``): a key
+    ``mine`` has that ``theirs`` lacks, a list of another length, a value of another kind (numbers are one kind,
+    a bool is none of them); None when it fits. Keys only ``theirs`` has are left to its loader."""
+    if isinstance(mine, dict):
+        if not isinstance(theirs, dict):
+            return f"{where} is {_kind(theirs)}, not an object"
+        lacking = next((k for k in mine if k not in theirs), None)
+        if lacking is not None:
+            return f"{where} lacks {lacking!r}"
+        return next((m for k in mine if (m := layout_mismatch(mine[k], theirs[k], f"{where}.{k}"))), None)
+    if isinstance(mine, (list, tuple)):
+        if not isinstance(theirs, (list, tuple)) or len(theirs) != len(mine):
+            return f"{where} is {_kind(theirs)}, not a list of {len(mine)}"
+        return next(
+            (m for i, (a, b) in enumerate(zip(mine, theirs)) if (m := layout_mismatch(a, b, f"{where}[{i}]"))), None
+        )
+    if _kind(mine) != _kind(theirs):
+        return f"{where} is {_kind(theirs)}, not {_kind(mine)}"
+    return None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if value is None:
+        return "null"
+    names: dict[type, str] = {str: "a string", list: "a list", tuple: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -118,8 +193,23 @@ class Training:
 
     def restore(self, restored: ckpt.Loaded) -> None:
         """A checkpoint's optimizer, schedule and step (its weights are loaded with the model)."""
+        fresh_groups = self.optimizer.state_dict()["param_groups"]
         load_state(self.optimizer, restored.optimizer, "optimizer state (optimizer.pt)", restored.path)
-        load_state(self.scheduler, restored.state["scheduler"], "scheduler state (state.json)", restored.path)
+        odd = _optimizer_mismatch(fresh_groups, self.optimizer)
+        if odd is not None:
+            raise RunError(f"{restored.path}/optimizer.pt: damaged optimizer state ({odd})")
+        saved = restored.state["scheduler"]
+        # LambdaLR loads any JSON without a check: a string, or a string last_epoch, failed later in a traceback;
+        # an edited last_epoch would continue another schedule without a word. Its layout is a fresh one's.
+        fresh = self.scheduler.state_dict()
+        odd = layout_mismatch(fresh, saved, "scheduler")
+        if odd is None and saved["last_epoch"] != restored.step:
+            odd = f"scheduler.last_epoch {saved['last_epoch']!r} is not the checkpoint's step {restored.step}"
+        if odd is None and saved["base_lrs"] != fresh["base_lrs"]:  # --lr (and its groups) are the run's
+            odd = f"scheduler.base_lrs {saved['base_lrs']} are not this run's peak rates {fresh['base_lrs']}"
+        if odd is not None:
+            raise RunError(f"{restored.path}/state.json: damaged scheduler state ({odd})")
+        load_state(self.scheduler, saved, "scheduler state (state.json)", restored.path)
         self.step = restored.step
 
 
@@ -184,4 +274,8 @@ def restore_rng(rng: Mapping[str, torch.Tensor], info: D.DistInfo, source: Path,
             f"{source}: rng.pt holds no state for rank {info.rank} (it was saved by {saved_world} "
             "processes): resume with that many processes"
         )
-    ckpt.set_rng_state(mine, info.device)
+    try:
+        ckpt.set_rng_state(mine, info.device)
+    except (TypeError, RuntimeError) as e:  # another tensor type or size: a damaged file (tracebacks before)
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise RunError(f"{source}/rng.pt: rank {info.rank}'s generator state does not load ({first})") from None

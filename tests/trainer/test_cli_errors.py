@@ -277,6 +277,16 @@ CASES += [
         "optimizer.pt: cannot be read as a plain tensor dict (it holds a pickled argparse.Namespace, refused)",
     ),
 ]
+CASES += [  # issue 44, new cases: an empty argument was the current folder, no folder at all, or a seed that overflowed
+    ("pretrain --output ''", lambda w: [*pretrain(w, out=""), "--output", ""], 2, "'--output': is required"),
+    ("pretrain --data ''", lambda w: pretrain(w, data=""), 2, "--data '' names no folder"),
+    ("pretrain --eval-data ''", lambda w: pretrain(w, "--eval-data", ""), 2, "'--eval-data': names no folder"),
+    ("pretrain --resume ''", lambda w: pretrain(w, "--resume", ""), 2, "'--resume': names no checkpoint"),
+    ("pretrain --seed 2**63-1", lambda w: pretrain(w, "--seed", str(2**63 - 1)), 2, "must be at most 2**32 - 1"),
+    ("export-hf OUT ''", lambda w: ["export-hf", str(w["run"]), ""], 1, "OUT is empty ('')"),
+    ("plot --output ''", lambda w: ["plot", str(w["run"]), "--output", ""], 1, "--output '' names no file"),
+    ("plot --baseline-from ''", lambda w: ["plot", str(w["run"]), "--baseline-from", ""], 1, "--baseline-from ''"),
+]
 if not torch.cuda.is_available():
     CASES.append(
         ("pretrain --device cuda without a GPU", lambda w: pretrain(w, "--device", "cuda"), 1, "no CUDA GPU is visible")

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from bertstream.cli.errors import UsageError
 from bertstream.trainer.cli import main
 from bertstream.trainer.embed import EmbedConfig, embed, layer_indices
+from bertstream.trainer.errors import RunError
 from bertstream.trainer.hf.config import hf_config_dict
 from tests.trainer.finetune.hf_fixtures import CONFIG, VOCAB, randomise
 
@@ -302,3 +303,45 @@ def test_an_output_folder_is_refused_even_with_overwrite(hf_dir, text_file, tmp_
     )
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert f"'--output': {folder} is a folder: --output names the Arrow file to write" in result.output
+
+
+def test_text_lines_are_read_a_line_at_a_time_with_a_cap_and_tokenized_as_whole(hf_dir, tmp_path, monkeypatch):
+    """Issue 44, bounded work: the file was read whole and every line tokenized whole (a 200 MB line took
+    12.6 GB and ran past 2 minutes). A long line is tokenized up to a space past what --max-seq-length keeps (the
+    same ids as the whole line's), and a line past MAX_LINE_BYTES is refused in one line naming it."""
+    from bertstream.trainer import embed as E
+    from bertstream.trainer.weights import resolve_init
+
+    init = resolve_init(str(hf_dir), None)
+    texts = tmp_path / "texts.txt"
+    long_word = "tok" + "x" * 300  # past the tokenizer's longest word: one [UNK], however far a cut reaches
+    texts.write_text("\n".join([*LINES, " ".join(LINES * 20), f"{long_word} tok1 tok2 tok3"]) + "\r\n")
+    whole = {m: E.text_rows(str(texts), init, m) for m in (3, 6, 64)}
+    monkeypatch.setattr(E, "CUT_CHARS_PER_TOKEN", 1)  # cut as early as allowed, in batches of two lines
+    monkeypatch.setattr(E, "BATCH_LINES", 2)
+    for m, rows in whole.items():
+        cut = E.text_rows(str(texts), init, m)
+        assert cut.truncated == rows.truncated and [r.tolist() for r in cut.ids] == [r.tolist() for r in rows.ids]
+    assert whole[6].truncated == 2 and len(whole[6].ids) == len(LINES) + 2
+    monkeypatch.setattr(E, "MAX_LINE_BYTES", 1000)
+    with pytest.raises(RunError, match=rf"--input {texts}: line {len(LINES) + 1} is longer than"):
+        E.text_rows(str(texts), init, 6)
+
+
+def test_an_interrupted_embed_or_export_names_what_it_left(hf_dir, text_file, tmp_path, monkeypatch):
+    """Ctrl-C of embed and export-hf told of "partial checkpoints" and "--resume auto", which they have none of."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("bertstream.trainer.embed.embed", interrupted)
+    monkeypatch.setattr("bertstream.trainer.hf.convert.export_checkpoint", interrupted)
+    for argv, left in (
+        (
+            ["embed", "--init", str(hf_dir), "--input", str(text_file), "--output", str(tmp_path / "o.arrow")],
+            "--output",
+        ),
+        (["export-hf", str(hf_dir), str(tmp_path / "hf")], "nothing was exported"),
+    ):
+        result = CliRunner().invoke(main, argv)
+        assert result.exit_code == 130 and left in result.stderr and "checkpoint" not in result.stderr, result.stderr

@@ -109,6 +109,8 @@ class DataConfig:
                 paths, weights = split_data_args(paths)
             except ValueError as e:
                 raise UsageError("paths", str(e)) from None
+        blank = next((d for d in paths if not d), None)  # "" read /manifest.json: "no manifest" named it
+        check(blank is None, "paths", f"--data {blank!r} names no folder")
         keys = [dataset_key(d) for d in paths]  # also `./out/good` and `out/good`: the same samples twice
         twice = sorted({d for d, k in zip(paths, keys) if keys.count(k) > 1})
         check(not twice, "paths", f"the same dataset is given more than once: {', '.join(twice)}")

@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch.utils.data import DataLoader
@@ -260,6 +260,8 @@ class PretrainingLoader:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if not isinstance(state, Mapping):  # a checkpoint's state.json is untrusted: a string failed in a traceback
+            raise ValueError(f"the data position is a {type(state).__name__}, not an object")
         if state.get("format") != STATE_FORMAT or state.get("version") not in (1, STATE_VERSION):
             raise ValueError(
                 f"not a {STATE_FORMAT} v1/v{STATE_VERSION} state: format={state.get('format')!r} "
@@ -282,15 +284,14 @@ class PretrainingLoader:
                     "repeat or skip samples"
                     + (" (dataset shards, weights, shuffle or bucketing settings differ)" if key == "order" else "")
                 )
-        epoch, samples, lanes = state["epoch"], state["samples_consumed"], state["lanes"]
+        epoch, samples, lanes = state.get("epoch"), state.get("samples_consumed"), state.get("lanes")
         g = self.global_batch_size
+        # epoch seeds the epoch's generator with the seed: bounded so that the sum stays an int64
         if not (
-            isinstance(epoch, int)
-            and epoch >= 0
-            and isinstance(samples, int)
+            _count(epoch, 1 << 32)
+            and _count(samples, self._steps * g + 1)
+            and _count(lanes, 1 << 32)
             and samples % g == 0
-            and 0 <= samples <= self._steps * g
-            and isinstance(lanes, int)
             and lanes >= 1
         ):
             raise ValueError(f"data position epoch={epoch!r} samples_consumed={samples!r} lanes={lanes!r} is invalid")
@@ -336,6 +337,11 @@ class PretrainingLoader:
             quotas=self._quotas,
         )
         return EpochPlan(layout, epoch)
+
+
+def _count(value: Any, below: int) -> TypeGuard[int]:
+    """Whether ``value`` (read from a checkpoint) is an integer in [0, below): a bool is none."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < below
 
 
 def epoch_quotas(catalog: Catalog, paths: tuple[str, ...], weights: tuple[float, ...]) -> list[int]:

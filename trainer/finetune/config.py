@@ -75,7 +75,6 @@ class FinetuneConfig:
         for name in ("train_data", "eval_data", "init"):
             check(bool(getattr(self, name)), name, "is required")
         output = self.run.output
-        check(bool(output), "output", "is required")
         check(
             "://" not in output,
             "output",

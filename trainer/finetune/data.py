@@ -376,6 +376,15 @@ class EpochBatches:
         return {"epoch": self.epoch, "seed": self.seed, "num_rows": self.num_rows, "world_size": self.world_size}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        if (state["seed"], state["num_rows"], state["world_size"]) != (self.seed, self.num_rows, self.world_size):
+        if not isinstance(state, dict):  # from a checkpoint's state.json: untrusted
+            raise ValueError(f"batch plan state {state!r} is not an object")
+        if (state.get("seed"), state.get("num_rows"), state.get("world_size")) != (
+            self.seed,
+            self.num_rows,
+            self.world_size,
+        ):
             raise ValueError(f"batch plan state {state} is for another seed, dataset or world size")
-        self.epoch = int(state["epoch"])
+        epoch = state.get("epoch")
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch < 1 << 32:
+            raise ValueError(f"batch plan state's epoch {epoch!r} is not an epoch count")
+        self.epoch = epoch

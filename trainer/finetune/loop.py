@@ -233,6 +233,22 @@ def restore(restored: ckpt.Loaded, training: R.Training, batches: EpochBatches, 
     """Continue the run from the end of its latest epoch (the weights are loaded already): returns the next
     epoch."""
     training.restore(restored)
+    state = restored.state
+    epoch, epochs, best = state.get("epoch"), state.get("epochs"), state.get("best")
+    # state.json is untrusted: a string epoch or a list of epochs failed in a traceback, an edited epoch repeated
+    # or skipped epochs without a word. The epochs listed are the epochs done, 1 to epoch, each with its row.
+    if not (
+        isinstance(epoch, int)
+        and not isinstance(epoch, bool)
+        and isinstance(epochs, list)
+        and len(epochs) == epoch >= 1
+        and all(isinstance(row, dict) and row.get("epoch") == i for i, row in enumerate(epochs, 1))
+        and (best is None or (isinstance(best, dict) and isinstance(best.get("value", 0), (int, float, type(None)))))
+    ):
+        raise RunError(
+            f"{restored.path}/state.json: damaged fine-tuning state (epoch {epoch!r}, {_count(epochs)} epoch "
+            f"row(s), best {type(best).__name__}); resume from an intact run, or start afresh with --overwrite"
+        )
     try:
         batches.load_state_dict(restored.state["data"])
     except ValueError as e:
@@ -244,6 +260,10 @@ def restore(restored: ckpt.Loaded, training: R.Training, batches: EpochBatches, 
     results["epochs"], results["best"] = restored.state["epochs"], restored.state["best"]
     R.log(f"resumed from {restored.path} after epoch {restored.state['epoch']} (step {restored.step})", info)
     return int(restored.state["epoch"]) + 1
+
+
+def _count(rows: object) -> str:
+    return str(len(rows)) if isinstance(rows, list) else f"a {type(rows).__name__} of"
 
 
 @dataclass(frozen=True, slots=True)

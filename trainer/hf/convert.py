@@ -403,6 +403,8 @@ def export_checkpoint(
     ``"do_lower_case"`` (or a pretraining run's ``"lowercase"``) entry of the checkpoint's ``config.json``."""
     from bertstream.trainer.checkpoint import CheckpointError, newest_in
 
+    if not str(out_dir):  # Path("") is the current folder: "output overlaps inputs:  and ..." before
+        raise HFCheckpointError(f"OUT is empty ({str(out_dir)!r}): name the folder to write the export into")
     try:
         folder = newest_in(Path(ckpt_dir))
     except CheckpointError as e:

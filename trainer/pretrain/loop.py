@@ -185,7 +185,7 @@ def restore_position(
             f"learning rate {training.lr:.3g} at step {restored.step}",
             info,
         )
-    if same_data(cfg.data.paths, restored.state, loader.catalog.fingerprint):
+    if same_data(cfg.data.paths, restored.state, loader.catalog.fingerprint, restored.path):
         try:
             loader.load_state_dict(restored.state["data"])
         except ValueError as e:  # e.g. other weights: the position cannot be mapped onto this loader

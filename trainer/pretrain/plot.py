@@ -18,6 +18,8 @@ def unigram_baseline(data_dir: str) -> float:
     baseline is, if anything, flattered)."""
     from bertstream.trainer.data import DataConfig, PretrainingLoader
 
+    if not data_dir:  # "" drew no baseline without a word
+        raise RunError("--baseline-from '' names no dataset folder")
     loader = PretrainingLoader(
         DataConfig(paths=(data_dir,), batch_size=256, shuffle=False, drop_remainder=False), expected_vocab_sha256=None
     )
@@ -38,6 +40,11 @@ def join_phases(runs: Sequence[Path]) -> tuple[list[dict], list[dict], list[int]
     are shifted by the last step of the runs before it."""
     if not runs:
         raise ValueError("plot needs at least one run folder")
+    seen: dict[Path, Path] = {}
+    for run in runs:  # the same run twice was drawn as two phases, its steps counted twice
+        if (earlier := seen.setdefault(run.resolve(), run)) is not run:
+            also = f" (also as {earlier})" if str(earlier) != str(run) else ""
+            raise RunError(f"{run} is given twice{also}: each RUN_DIR is one phase of the training")
     train: list[dict] = []
     evals: list[dict] = []
     boundaries: list[int] = []
@@ -67,7 +74,9 @@ def _plottable(record: object, run: Path) -> bool:
 def output_path(runs: Sequence[Path], output: str | Path | None) -> Path:
     """Where the figure goes: a file path whose suffix names a format matplotlib writes (a folder is refused:
     ``plot --output ds`` wrote ``ds.png`` and said "wrote ds")."""
-    out = Path(output) if output else runs[-1] / "curves.png"
+    if output is not None and not str(output):  # "" drew the default file without a word
+        raise RunError("--output '' names no file: give the image's file name, or leave --output out")
+    out = Path(output) if output is not None else runs[-1] / "curves.png"
     if out.is_dir():
         raise RunError(f"--output {out} is a folder: give the image's file name (such as {out / 'curves.png'})")
     if out.suffix.lower() not in FORMATS:

@@ -55,6 +55,9 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
         return  # a checkpoint from before configs were saved: nothing to compare with
     old, now = options.saved_values(TrainConfig, saved["train"]), options.flat(cfg)  # either saved layout
     old_world, old_batch = saved.get("world_size", 1), old.get("batch_size", cfg.batch_size)
+    for name, value in (("batch_size", old_batch), ("grad_accum", old.get("grad_accum", 1))):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # "8" * 1 was "8", not 8
+            raise RunError(f"{checkpoint}/config.json: train {name} {value!r} is not a count (an integer >= 1)")
     if old_world * old_batch != world_size * cfg.batch_size:  # elastic resume keeps the global batch
         old_accum = old.get("grad_accum", cfg.grad_accum)
         if old_accum == 1 and cfg.grad_accum == 1:
@@ -100,12 +103,19 @@ def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -
         )
 
 
-def same_data(cfg_data: tuple[str, ...], state: dict[str, Any], fingerprint: str) -> bool:
+def same_data(cfg_data: tuple[str, ...], state: dict[str, Any], fingerprint: str, checkpoint: Path) -> bool:
     """Whether ``--data`` is the dataset the checkpoint's data position belongs to: the same shards by content
-    (however the folders are spelled or moved), or for older checkpoints the same resolved folders."""
+    (however the folders are spelled or moved), or for older checkpoints the same resolved folders. A value of
+    another type is refused: a list fingerprint was taken for new data (the position restarted without a word),
+    numbers in ``data_paths`` failed in a traceback."""
     if "data_fingerprint" in state:
+        if not isinstance(state["data_fingerprint"], str):
+            raise RunError(f"{checkpoint}/state.json: data_fingerprint {state['data_fingerprint']!r} is not a string")
         return state["data_fingerprint"] == fingerprint
-    return [dataset_key(p) for p in state.get("data_paths", [])] == [dataset_key(p) for p in cfg_data]
+    paths = state.get("data_paths", [])
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise RunError(f"{checkpoint}/state.json: data_paths {paths!r} is not a list of folder names")
+    return [dataset_key(p) for p in paths] == [dataset_key(p) for p in cfg_data]
 
 
 def extend_schedule(scheduler: LambdaLR, warmup: int, max_steps: int, schedule: str = "linear") -> int | None:

@@ -415,6 +415,19 @@ def test_resume_auto_refuses_changed_flags_and_a_folder_with_nothing_to_resume(s
     # A finished run resumes to its end: nothing more is trained, the results stay.
     again = finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto")
     assert [e["step"] for e in again["epochs"]] == [3]
+    # Its state.json is untrusted: other types failed in tracebacks, an edited epoch repeated an epoch silently.
+    state_file = ckpt.list_checkpoints(out / "resume")[-1] / "state.json"
+    intact = json.loads(state_file.read_text())
+    for damage, message in (
+        ({"epoch": "x"}, r"damaged fine-tuning state \(epoch 'x'"),
+        ({"epoch": 0}, r"damaged fine-tuning state \(epoch 0, 1 epoch row"),
+        ({"best": 5}, "best int"),
+        ({"data": "x"}, "batch plan state 'x' is not an object"),
+        ({"scheduler": {**intact["scheduler"], "last_epoch": "3"}}, "scheduler.last_epoch is a string"),
+    ):
+        state_file.write_text(json.dumps({**intact, **damage}))
+        with pytest.raises(RunError, match=message):
+            finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto")
     shutil.rmtree(out / "resume")
     with pytest.raises(UsageError, match=r"no epoch to resume from \(--resume auto\)"):
         finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto")

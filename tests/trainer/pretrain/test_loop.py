@@ -441,3 +441,86 @@ def test_format_names_how_data_is_read_and_an_eval_set_without_it_is_read_as_it_
     out = bad.communicate(timeout=600)[0]
     assert bad.returncode == 1 and "Traceback" not in out, out
     assert "manifest lists no webdataset shards (it has ['arrow']); --format auto reads what each dataset has" in out
+
+
+def test_a_damaged_state_json_is_refused_in_one_line(demo_shards, tmp_path):
+    """state.json is untrusted: a scheduler or data position of other types failed in tracebacks (or, edited, went
+    on with another schedule or restarted the data without a word)."""
+    run = tmp_path / "run"
+    train(demo_shards, run, max_steps=2, checkpoint_every=2)
+    path = ckpt.step_dir(run, 2) / "state.json"
+    intact = json.loads(path.read_text())
+    cases = {
+        "scheduler is a string, not an object": lambda s: s.update(scheduler="x"),
+        r"scheduler.last_epoch 9 is not the checkpoint's step 2": lambda s: s["scheduler"].update(last_epoch=9),
+        "lr_lambdas.0..warmup is a string": lambda s: s["scheduler"]["lr_lambdas"][0].update(warmup="x"),
+        "base_lrs .1.0, 1.0. are not this run's peak rates": lambda s: s["scheduler"].update(base_lrs=[1.0, 1.0]),
+        "the data position is a str, not an object": lambda s: s.update(data="x"),
+        "epoch=None": lambda s: s["data"].pop("epoch"),
+        "epoch=1000000000000000000000": lambda s: s["data"].update(epoch=10**21),
+        r"data_fingerprint \[1\] is not a string": lambda s: s.update(data_fingerprint=[1]),
+    }
+    for message, damage in cases.items():
+        state = json.loads(json.dumps(intact))
+        damage(state)
+        path.write_text(json.dumps(state))
+        with pytest.raises(RunError, match=message):
+            train(demo_shards, run, max_steps=4)
+    path.write_text(json.dumps(intact))
+    # config.json likewise: a string hidden_size failed in a traceback when the model was built, a dict world_size
+    # when the global batch was compared, and a string batch_size was reported as "8 != 8".
+    config_file = ckpt.step_dir(run, 2) / "config.json"
+    config = json.loads(config_file.read_text())
+    for damage, message in (
+        ({"model": {**config["model"], "hidden_size": "128"}}, "hidden_size must be a positive integer, got '128'"),
+        ({"world_size": {}}, r"world_size \{\} is not a process count"),
+    ):
+        config_file.write_text(json.dumps({**config, **damage}))
+        with pytest.raises(ckpt.CheckpointError, match=message):
+            ckpt.load(ckpt.step_dir(run, 2))
+    config_file.write_text(json.dumps({**config, "train": {**config["train"], "batch_size": "8"}}))
+    with pytest.raises(RunError, match="train batch_size '8' is not a count"):
+        train(demo_shards, run, max_steps=4)
+
+
+def test_damaged_tensors_of_a_checkpoint_are_refused_in_one_line(demo_shards, tmp_path):
+    """optimizer.pt, rng.pt and model.safetensors are checked past what torch checks: another shape, a string lr,
+    odd betas or an rng state of another type failed in tracebacks; NaN moments or weights read as "training
+    diverged ... lower --lr"; int weights were cast silently; a folder renamed to a later step was resumed at its
+    own step by every --resume auto (repeating steps)."""
+    run = tmp_path / "run"
+    train(demo_shards, run, max_steps=2, checkpoint_every=2)
+    folder = ckpt.step_dir(run, 2)
+    files = {name: (folder / name).read_bytes() for name in ("optimizer.pt", "rng.pt", ckpt.MODEL_FILE)}
+
+    def optimizer(edit):
+        state = torch.load(folder / "optimizer.pt")
+        edit(state, next(iter(state["state"].values())))
+        torch.save(state, folder / "optimizer.pt")
+
+    def weights(edit):
+        state = ckpt.read_tensors(folder / ckpt.MODEL_FILE)
+        edit(state, next(iter(state)))
+        ckpt.write_tensors(folder / ckpt.MODEL_FILE, state, {"format": "pt"})
+
+    cases = [
+        (lambda: optimizer(lambda o, p: p.update(exp_avg=torch.zeros(3))), RunError, r"exp_avg .* is \(3,\)"),
+        (lambda: optimizer(lambda o, p: p["exp_avg"].fill_(float("nan"))), RunError, "exp_avg .* holds NaN"),
+        (lambda: optimizer(lambda o, p: o["param_groups"][0].update(lr="x")), RunError, "lr 'x' is not a learning"),
+        (lambda: optimizer(lambda o, p: o["param_groups"][0].update(betas=(5.0, 2.0))), RunError, r"betas \(5.0"),
+        (lambda: torch.save({"rank0.torch": torch.zeros(3)}, folder / "rng.pt"), RunError, "generator state"),
+        (lambda: weights(lambda w, k: w[k][0].fill_(float("nan"))), ckpt.CheckpointError, "holds NaN or inf"),
+        (lambda: weights(lambda w, k: w.update({k: w[k].long()})), ckpt.CheckpointError, "not floating point"),
+    ]
+    for damage, error, message in cases:
+        damage()
+        with pytest.raises(error, match=message):
+            if error is ckpt.CheckpointError:
+                ckpt.load(folder)
+            else:
+                train(demo_shards, run, max_steps=4)
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+    renamed = folder.rename(ckpt.step_dir(run, 9))
+    with pytest.raises(ckpt.CheckpointError, match="its name says step 9, its state.json step 2"):
+        ckpt.load(renamed)

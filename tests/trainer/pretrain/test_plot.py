@@ -47,3 +47,12 @@ def test_a_metrics_file_without_records_is_refused_not_plotted_empty(tmp_path: P
     with pytest.raises(RunError, match=message):
         plot_run(run)
     assert not (run / "curves.png").exists()
+
+
+def test_a_run_given_twice_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """Issue 44, new case: `plot RUN RUN` (or RUN and ./RUN) drew one run as two phases, its steps counted twice."""
+    run = run_dir(tmp_path / "run", RECORDS)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RunError, match=rf"{run} is given twice \(also as run\)"):
+        plot_run(["run", str(run)], tmp_path / "two.png")
+    assert not (tmp_path / "two.png").exists() and not (run / "curves.png").exists()
