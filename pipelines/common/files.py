@@ -58,23 +58,26 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+# A file a command reads whole, a vocabulary or a manifest: generous (BERT's vocabularies are under 1 MB, a
+# manifest of 100,000 inputs about 10 MB) and, as the record cap of the input readers, 64 MiB.
+MAX_WHOLE_FILE_BYTES = 64 << 20
+
+
 def read_whole(path: str, what: str) -> bytes:
     """The bytes of a file a command reads whole (a vocabulary, a manifest), bounded: a local one must be a
     regular file (a FIFO blocks its reader forever, ``/dev/zero`` never ends: 23 GB in 20 s as ``--vocab``), and
-    any holds at most ``MAX_RECORD_BYTES``; else an ``InputError`` naming ``what`` and ``path``. A missing file
+    any holds at most ``MAX_WHOLE_FILE_BYTES``; else an ``InputError`` naming ``what`` and ``path``. A missing file
     raises ``FileNotFoundError`` (the callers say what it should have been)."""
-    from bertstream.pipelines.inputs import limits
-
     if "://" not in path:
         mode = os.stat(path).st_mode
         if not stat.S_ISREG(mode):
             raise InputError(f"{what} {path} is {file_kind(mode)}, not a regular file")
-    cap = limits.MAX_RECORD_BYTES
+    cap = MAX_WHOLE_FILE_BYTES
     with served(path, what), FileSystems.open(path, compression_type="uncompressed") as f:
         data = f.read(cap + 1)
     if len(data) > cap:
         raise InputError(
-            f"{what} {path} holds more than {cap} bytes, the cap on one record (MAX_RECORD_BYTES): "
+            f"{what} {path} holds more than {cap} bytes, the cap on a file read whole (MAX_WHOLE_FILE_BYTES): "
             "is it what it says it is?"
         )
     return data
