@@ -127,7 +127,6 @@ class RankZeroGroup(click.Group):
             return super().invoke(ctx)
         except click.UsageError as e:
             from bertstream.trainer import distributed as D
-            from bertstream.trainer.config import DEFAULT_TIMEOUT_S
 
             if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or ctx.invoked_subcommand not in _TOGETHER:
                 raise
@@ -135,7 +134,7 @@ class RankZeroGroup(click.Group):
                 raise  # found after the ranks met: exchanged already, or this rank's own
             try:
                 outcome = D.Outcome(e.format_message(), usage=True)
-                D.report_together(outcome, _flag("--device") or "auto", _timeout(DEFAULT_TIMEOUT_S))
+                D.report_together(outcome, _flag("--device") or "auto", _timeout())
             except UsageError as agreed:
                 _agreed(agreed, None, e.ctx)
             raise
@@ -152,13 +151,16 @@ def _flag(name: str) -> str | None:
     return None
 
 
-def _timeout(default: float) -> float:
-    """``--dist-timeout`` as given, or ``default`` when it is not a usable number (maybe the error itself)."""
+def _timeout() -> float:
+    """``--dist-timeout`` as given, or its default when it is not one the flag takes (maybe the error itself:
+    1e300 s would overflow the process group's timedelta)."""
+    from bertstream.trainer.config import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, MIN_TIMEOUT_S
+
     try:
-        seconds = float(_flag("--dist-timeout") or default)
+        seconds = float(_flag("--dist-timeout") or DEFAULT_TIMEOUT_S)
     except ValueError:
-        return default
-    return seconds if 0 < seconds < float("inf") else default
+        return DEFAULT_TIMEOUT_S
+    return seconds if MIN_TIMEOUT_S <= seconds <= MAX_TIMEOUT_S else DEFAULT_TIMEOUT_S
 
 
 def _release(e: BaseException) -> None:

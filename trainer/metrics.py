@@ -94,7 +94,7 @@ class MetricsLogger:
                 f"{self.path} is a link (to {self.path.readlink()}): a run writes its metrics only inside its folder"
             )
         records = read_metrics(self.path.parent)
-        odd = next((n for n, r in enumerate(records, 1) if not _stepped(r)), None)
+        odd = next((n for n, r in enumerate(records, 1) if not has_step(r)), None)
         if odd is not None:  # a KeyError or TypeError traceback before
             raise RunError(
                 f"{self.path}: record {odd} has no step (an integer >= 0): the file was edited or is not this run's "
@@ -141,8 +141,8 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def _stepped(record: Any) -> bool:
-    """Whether a metrics record has the step every record is written with."""
+def has_step(record: Any) -> bool:
+    """Whether a metrics record has the step every record is written with (an integer >= 0, not a bool)."""
     if not isinstance(record, dict):
         return False
     step = record.get("step")

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from bertstream.trainer.errors import RunError
-from bertstream.trainer.metrics import METRICS_FILE, read_metrics
+from bertstream.trainer.metrics import METRICS_FILE, has_step, read_metrics
 
 FORMATS = (".png", ".svg", ".pdf")
 
@@ -65,10 +65,8 @@ def _plottable(record: object, run: Path) -> bool:
     """A metrics record with the plotted numbers (others, such as a run's summary line, are skipped)."""
     if not isinstance(record, dict):
         raise RunError(f"{run}/{METRICS_FILE}: a line holds {type(record).__name__}, not a metrics record")
-    step = record.get("step")
     numbers = [record.get(k) for k in ("mlm_loss", "mlm_accuracy")]
-    ok = isinstance(step, int) and not isinstance(step, bool) and step >= 0
-    return ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers)
+    return has_step(record) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers)
 
 
 def output_path(runs: Sequence[Path], output: str | Path | None) -> Path:
