@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertstream.trainer.errors import UserError
+from bertstream.trainer.metrics import METRICS_FILE
 from bertstream.trainer.model_config import BertConfig
 
 CHECKPOINTS = "checkpoints"
@@ -51,6 +52,9 @@ def newest_in(folder: Path) -> Path:
     """``folder`` itself, or for a run folder (one with ``checkpoints/``) its newest complete checkpoint: what
     ``finetune --init``, ``embed --init`` and ``export-hf`` accept alike."""
     if not (folder / CHECKPOINTS).is_dir():
+        if not (folder / MODEL_FILE).exists() and (folder / METRICS_FILE).is_file():
+            # a run stopped before its first checkpoint: "checkpoint lacks model.safetensors" named none it had
+            raise CheckpointError(f"{folder}: a run folder with no checkpoint yet ({CHECKPOINTS}/ was never written)")
         return folder
     found = list_checkpoints(folder)
     if not found:

@@ -8,7 +8,7 @@ import click
 
 from bertstream.cli import options
 from bertstream.cli.options import click_options
-from bertstream.trainer.cli_errors import RankZeroGroup, reported
+from bertstream.trainer.cli_errors import RankZeroGroup, reported, training_interrupted
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.distributed import launched_main
 from bertstream.trainer.embed import EmbedConfig
@@ -28,7 +28,7 @@ def pretrain(**values: Any) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
     from bertstream.trainer.pretrain.loop import pretrain as run
 
-    with reported(TrainConfig):
+    with reported(TrainConfig, training_interrupted(values.get("output"))):
         result = run(TrainConfig.build(**values))
     if launched_main():
         click.echo(f"trained to step {result['step']}: {result['run_dir']}")
@@ -71,8 +71,11 @@ def plot(run_dirs, output, baseline_from) -> None:
 def finetune(overwrite: bool, **values: Any) -> None:
     """Fine-tune on a task dataset; evaluate every epoch, keep the best checkpoint, write results.json."""
     from bertstream.trainer.finetune.loop import finetune as run
+    from bertstream.trainer.finetune.resume import RESUME_DIR
 
-    with reported(FinetuneConfig):  # bad flags (exit 2); bad data or init (exit 1): a message, not a traceback
+    out = values.get("output")
+    # bad flags (exit 2); bad data or init (exit 1): a message, not a traceback
+    with reported(FinetuneConfig, training_interrupted(out, out and f"{out}/{RESUME_DIR}")):
         cfg = FinetuneConfig.build(**values)
         results = run(cfg, overwrite=overwrite)
     if not launched_main():

@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
@@ -40,12 +40,30 @@ from bertstream.trainer.errors import error_line, user_errors, worker_died
 TRAINING_INTERRUPTED = (
     "partial checkpoints were removed, the last complete one is kept (--resume auto continues from it)"
 )
+# Before its first checkpoint a run has nothing to keep: "the last complete one is kept" named one that never was.
+NO_CHECKPOINT_YET = "no checkpoint had been written yet: a rerun starts from step 0"
+
+
+def training_interrupted(*folders: str | None) -> Callable[[], str]:
+    """What an interrupted ``pretrain`` or ``finetune`` leaves in the folders that hold its checkpoints (the run
+    folder; fine-tuning's ``resume/`` too), looked at when it is said."""
+
+    def said() -> str:
+        from bertstream.trainer.checkpoint import list_checkpoints
+
+        try:
+            kept = any(list_checkpoints(f) for f in folders if f)
+        except OSError:  # the folder went away or cannot be read: say what holds in general
+            return TRAINING_INTERRUPTED
+        return TRAINING_INTERRUPTED if kept else NO_CHECKPOINT_YET
+
+    return said
 
 
 @contextmanager
-def reported(cls: type | None = None, interrupted: str = TRAINING_INTERRUPTED) -> Iterator[None]:
+def reported(cls: type | None = None, interrupted: str | Callable[[], str] = TRAINING_INTERRUPTED) -> Iterator[None]:
     """The funnel of a ``berttrain`` command; ``cls``, its config class, names the flags of usage errors;
-    ``interrupted``, what an interruption leaves."""
+    ``interrupted``, what an interruption leaves (or a function that looks, when it is said)."""
     try:
         with sigterm_as_interrupt():
             yield
@@ -65,7 +83,7 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _report(e: BaseException, cls: type | None, interrupted: str = TRAINING_INTERRUPTED) -> None:
+def _report(e: BaseException, cls: type | None, interrupted: str | Callable[[], str] = TRAINING_INTERRUPTED) -> None:
     """Raise what ``e`` becomes: click's usage error, one ``Error:`` line, an exit code; or ``e`` itself (a bug)."""
     if getattr(e, "agreed", False):
         _agreed(e, cls)
@@ -83,7 +101,7 @@ def _report(e: BaseException, cls: type | None, interrupted: str = TRAINING_INTE
     if worker_died(e) and "Terminated" in str(e):  # a scheduler signalled the worker: the run's SIGTERM
         e = Terminated()
     if isinstance(e, KeyboardInterrupt):
-        exit_interrupted(e, interrupted)
+        exit_interrupted(e, interrupted if isinstance(interrupted, str) else interrupted())
     line = error_line(e)
     if line is None:
         raise e  # an ImportError of no optional package: a broken installation or a bug, with its traceback

@@ -577,9 +577,10 @@ def _wait_for(predicate, seconds: float = 120) -> None:
         time.sleep(0.1)
 
 
-def _started(w: dict[str, Path], out: Path, *args: str) -> subprocess.Popen:
+def _started(w: dict[str, Path], out: Path, *args: str, checkpoint_every: int = 5) -> subprocess.Popen:
     """A long pretraining run with two loader workers, once its first step is logged."""
-    argv = run_argv(w, out, "--max-steps", "100000", "--log-every", "1", "--checkpoint-every", "5", *args)
+    argv = run_argv(w, out, "--max-steps", "100000", "--log-every", "1", "--checkpoint-every", str(checkpoint_every))
+    argv += args
     argv[argv.index("--num-workers") + 1] = "2"
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     p = subprocess.Popen(
@@ -614,6 +615,21 @@ def test_sigterm_behaves_as_ctrl_c(world, tmp_path, sig, code, name):
     clean_error(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), code, f"interrupted ({name})")
     assert not list((out / ckpt.CHECKPOINTS).glob("*.tmp-*"))  # no partial checkpoint left
     assert ckpt.latest(out) is not None  # the last complete one resumes
+
+
+def test_an_interrupt_before_the_first_checkpoint_says_none_was_kept(world, tmp_path):
+    out = tmp_path / "run"
+    p = _started(world, out, checkpoint_every=100000)
+    os.kill(p.pid, signal.SIGTERM)
+    stdout, stderr = p.communicate(timeout=120)
+    clean_error(
+        subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), 143, "no checkpoint had been written"
+    )
+    assert "the last complete one is kept" not in stderr and ckpt.latest(out) is None
+    # export-hf of that run folder says so too (it said "checkpoint lacks model.safetensors")
+    one_error(
+        CliRunner().invoke(main, ["export-hf", str(out), str(tmp_path / "hf")]), 1, f"{out}: a run folder with no"
+    )
 
 
 def test_export_hf_of_a_truncated_model_file_is_one_line(world, tmp_path):
