@@ -23,6 +23,10 @@ from pathlib import Path
 
 METRICS = {"sst2": "accuracy", "mrpc": "f1", "conll": "f1", "squad": "f1"}
 ALSO = {"mrpc": "accuracy", "squad": "exact_match"}
+# Every score is a fraction. berttrain finetune wrote SQuAD's as percentages before (its results.json said
+# "metric_scale": "percent"), and so did the results.json of this report (without "metric_scale"): both are read
+# on the one scale.
+SCALE = "fraction"
 
 
 def best(run: Path, metric: str) -> float:
@@ -33,7 +37,11 @@ def best_eval(run: Path) -> dict:
     """The best epoch's evaluation metrics of a ``berttrain finetune`` run."""
     path = run / "results.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["best"]["eval"]
+        data = json.loads(path.read_text(encoding="utf-8"))
+        scores = dict(data["best"]["eval"])
+        if (data.get("task") or {}).get("metric_scale") == "percent":  # SQuAD of an earlier berttrain
+            scores |= {k: scores[k] / 100 for k in ("exact_match", "f1") if k in scores}
+        return scores
     except FileNotFoundError:
         raise ReportError(f"{path} not found: that fine-tuning run has not finished (see {run}.log)") from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
@@ -107,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--continue-epochs", type=int, default=1)
     args = p.parse_args(argv)
     out, F = args.out, args.out / "finetune"
-    results: dict = {"prep_minutes": args.prep_minutes}
+    results: dict = {"metric_scale": SCALE, "prep_minutes": args.prep_minutes}
     reference_tasks = args.tasks if args.reference_tasks is None else args.reference_tasks
     if args.reference:
         results["reference"] = {"source": args.reference, "seed": args.seeds[0]}
@@ -152,9 +160,28 @@ def tiny_table(args: argparse.Namespace, results: dict) -> list[str]:
     return gain_table(results)
 
 
+def on_one_scale(results: dict) -> dict:
+    """``results`` with SQuAD's scores as fractions: a ``results.json`` without ``"metric_scale"`` holds them as
+    percentages, as berttrain reported them then."""
+    reference = results.get("reference") or {}
+    if results.get("metric_scale") == SCALE or ("squad" not in results and "squad" not in reference):
+        return results
+    out = json.loads(json.dumps(results))
+    squad = out.get("squad") or {}
+    for key, value in squad.items():
+        if key != "metric" and isinstance(value, list):
+            squad[key] = [x / 100 for x in value]
+    ref = (out.get("reference") or {}).get("squad")
+    if ref:
+        ref |= {k: ref[k] / 100 for k in ("score", "exact_match") if k in ref}
+    out["metric_scale"] = SCALE
+    return out
+
+
 def gain_table(results: dict) -> list[str]:
     """The table of a ``results.json``: each task's pretrained and random mean ± sd, the gain, the seeds, and the
     reference's score where the run had one (its ``docs/`` copy renders the same rows: scripts/tools/results_tables.py)."""
+    results = on_one_scale(results)
     tasks = [
         t for t, v in results.items() if isinstance(v, dict) and "metric" in v and {"pretrained", "random"} & set(v)
     ]

@@ -61,6 +61,24 @@ def _run(root, name, metric_values):
     (run / "results.json").write_text(json.dumps({"best": best}), encoding="utf-8")
 
 
+def test_squad_scores_are_fractions_in_the_report_also_from_runs_that_wrote_percentages(tmp_path):
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import pretraining_gain_report as report
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    run = tmp_path / "squad-pretrained-1"
+    run.mkdir()
+    old = {"task": {"metric_scale": "percent"}, "best": {"eval": {"f1": 11.5, "exact_match": 2.0, "loss": 4.0}}}
+    (run / "results.json").write_text(json.dumps(old), encoding="utf-8")
+    assert report.best_eval(run) == {"f1": 0.115, "exact_match": 0.02, "loss": 4.0}
+    # a report's results.json of before (no "metric_scale") renders on the one scale; a new one as it is
+    earlier = {"squad": {"metric": "f1", "pretrained": [11.5, 11.7], "random": [10.0, 10.2]}}
+    assert "| squad | f1 | 0.116 ± 0.0014 | 0.101 ± 0.0014 | +0.015 | 2 |" in report.gain_table(earlier)
+    now = {"metric_scale": "fraction", "squad": {"metric": "f1", "pretrained": [0.115], "random": [0.1]}}
+    assert report.gain_table(now)[2].startswith("| squad | f1 | 0.115 ± 0 | 0.1 ± 0 |")
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_report_writes_results_json_in_the_issues_layout(tmp_path):
     pytest.importorskip("matplotlib")

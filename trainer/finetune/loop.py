@@ -206,7 +206,7 @@ def new_results(
             "glue": train.glue,
             "labels": list(train.labels),
             "primary_metric": task.primary_metric(train.glue),
-            "metric_scale": task.metric_scale,
+            "metric_scale": "fraction",  # every task's metrics, SQuAD's too (they were percentages)
         },
         "config": cfg.to_dict(),
         "model": config.to_dict(),

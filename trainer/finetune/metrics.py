@@ -1,7 +1,8 @@
 """Task metrics as the benchmarks define them; numpy only (no sklearn, scipy or seqeval).
 
-Scales: classification, regression and NER metrics are fractions in [0, 1] (as sklearn and seqeval return
-them); SQuAD exact match and F1 are percentages (0-100), exactly what the official evaluation script prints.
+Scale: every metric is a fraction in [0, 1] (as sklearn and seqeval return them), SQuAD's exact match and F1
+too: the official evaluation script prints them as percentages (0-100), which are these times 100 (one scale in
+results.json and the summaries: an accuracy of 0.9 beside an F1 of 88.5 read as two kinds of number).
 
 - accuracy; F1 of the positive class (GLUE MRPC and QQP: label ``"1"``); Matthews correlation (CoLA),
   sklearn's multiclass formula; Pearson and Spearman (STS-B), Spearman with average ranks for ties.
@@ -208,7 +209,7 @@ def squad_exact_match(prediction: str, ground_truth: str) -> float:
 
 
 def squad_scores(predictions: dict[str, str], answers: dict[str, Sequence[str]]) -> dict[str, float]:
-    """``{"exact_match", "f1"}`` in percent over every question of ``answers`` (id -> gold texts);
+    """``{"exact_match", "f1"}`` as fractions over every question of ``answers`` (id -> gold texts);
     a question without a prediction scores 0, as in the official script."""
     em = f1 = 0.0
     for qid, golds in answers.items():
@@ -220,4 +221,4 @@ def squad_scores(predictions: dict[str, str], answers: dict[str, Sequence[str]])
         em += max(squad_exact_match(pred, g) for g in golds)
         f1 += max(squad_f1(pred, g) for g in golds)
     n = len(answers)
-    return {"exact_match": 100.0 * em / n if n else 0.0, "f1": 100.0 * f1 / n if n else 0.0, "questions": n}
+    return {"exact_match": em / n if n else 0.0, "f1": f1 / n if n else 0.0, "questions": n}

@@ -34,7 +34,6 @@ class Task:
 
     kind: ClassVar[str]
     predictions_file: ClassVar[str]
-    metric_scale: ClassVar[str] = "fraction"  # how the metrics are reported: fraction (0-1) or percent
 
     def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
         """The head on the encoder; ``pooling`` (cls or mean) matters to the sentence heads only."""
@@ -222,11 +221,10 @@ class Ner(Task):
 
 
 class Squad(Task):
-    """Start and end logits per token; the best span of each question's windows; exact match and F1 (percent)."""
+    """Start and end logits per token; the best span of each question's windows; exact match and F1."""
 
     kind = T.SQUAD
     predictions_file = "predictions.json"
-    metric_scale = "percent"
 
     def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
         return BertForQuestionAnswering(config, seed=seed)

@@ -227,7 +227,8 @@ def test_squad_predictions_json_for_every_question(squad, tmp_path):
     for e in examples:
         assert predictions[e["id"]] in e["context"]
     scores = results["best"]["eval"]
-    assert scores["questions"] == 108 and results["task"]["metric_scale"] == "percent"
+    assert scores["questions"] == 108 and results["task"]["metric_scale"] == "fraction"
+    assert 0.0 <= scores["exact_match"] <= scores["f1"] <= 1.0  # one scale with every other task's metrics
     assert scores == {
         **M.squad_scores(predictions, {e["id"]: e["answers"]["text"] for e in examples}),
         "loss": scores["loss"],

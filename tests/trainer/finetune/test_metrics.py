@@ -98,6 +98,6 @@ def test_squad_exact_match_and_f1():
     )
     # q1: EM 0, F1 max(0, 2/3); q2: EM 0, F1 P 1 R 2/3 -> 0.8; q3 unanswered: 0
     assert scores["exact_match"] == 0.0
-    assert scores["f1"] == pytest.approx(100 * (2 / 3 + 0.8) / 3)
+    assert scores["f1"] == pytest.approx((2 / 3 + 0.8) / 3)
     assert scores["questions"] == 3
-    assert M.squad_scores({"q": "Denver Broncos"}, {"q": ["Broncos", "the denver broncos"]})["exact_match"] == 100.0
+    assert M.squad_scores({"q": "Denver Broncos"}, {"q": ["Broncos", "the denver broncos"]})["exact_match"] == 1.0
