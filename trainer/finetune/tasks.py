@@ -78,12 +78,22 @@ def _segment(columns: Mapping[str, Any], i: int) -> dict[str, Any]:
     return {"segment_a_length": int(columns[T.SEGMENT_A_LENGTH][i])}
 
 
-def _tsv(columns: Mapping[str, Any], shown: Sequence[str], gold: Sequence[str]) -> str:
-    """predictions.tsv: row id, the input file and line it came from, prediction, label."""
-    lines = ["row_id\tinput\tline\tprediction\tlabel"]
-    for rid, p, g in zip(columns[T.ROW_ID], shown, gold):
+def input_names(data: TaskData) -> list[str]:
+    """The manifest's inputs by file index, as a predictions file names them: the file name, or the whole path
+    where two inputs share a name."""
+    paths = [str(i.get("path", "")) for i in data.manifest.inputs]
+    names = [p.rstrip("/").rsplit("/", 1)[-1] for p in paths]  # local paths and URLs alike
+    return [n if names.count(n) == 1 else p for n, p in zip(names, paths)]
+
+
+def _tsv(data: TaskData, shown: Sequence[str], gold: Sequence[str]) -> str:
+    """predictions.tsv: the input file and the line each row came from (the input's own rows), prediction, label."""
+    names = input_names(data)
+    lines = ["input\tline\tprediction\tlabel"]
+    for rid, p, g in zip(data.columns[T.ROW_ID], shown, gold):
         file_index, line, _ = T.split_row_id(int(rid))
-        lines.append(f"{int(rid)}\t{file_index}\t{line}\t{p}\t{g}")
+        name = names[file_index] if file_index < len(names) else str(file_index)
+        lines.append(f"{name}\t{line}\t{p}\t{g}")
     return "\n".join(lines) + "\n"
 
 
@@ -119,7 +129,7 @@ class Classification(Task):
         gold, labels = data.columns[T.LABEL], data.labels
         pred = np.array([int(np.argmax(o)) for o in outputs])
         gold_shown = [labels[g] for g in gold] if gold is not None else [""] * len(pred)
-        text = _tsv(data.columns, [labels[p] for p in pred], gold_shown)
+        text = _tsv(data, [labels[p] for p in pred], gold_shown)
         if gold is None:
             return {}, text
         g = np.asarray(gold, dtype=np.int64)
@@ -162,7 +172,7 @@ class Regression(Classification):
         gold = data.columns[T.LABEL]
         pred = np.array(outputs, dtype=np.float64)
         gold_shown = [f"{g:.6g}" for g in gold] if gold is not None else [""] * len(pred)
-        text = _tsv(data.columns, [f"{p:.6g}" for p in pred], gold_shown)
+        text = _tsv(data, [f"{p:.6g}" for p in pred], gold_shown)
         if gold is None:
             return {}, text
         g = np.asarray(gold, dtype=np.float64)

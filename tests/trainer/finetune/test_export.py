@@ -29,10 +29,10 @@ def test_an_exported_sst2_run_serves_its_predictions_and_is_an_init(sst2, tmp_pa
     assert json.loads((hf / "tokenizer_config.json").read_text())["do_lower_case"] is True  # the data was uncased
 
     header, *rows = (run / "predictions.tsv").read_text(encoding="utf-8").splitlines()
-    assert header.split("\t")[2:4] == ["line", "prediction"]
+    assert header.split("\t")[1:3] == ["line", "prediction"]
     src = (sst2["dev"].parent / "dev.tsv").read_text(encoding="utf-8").splitlines()
-    texts = [src[int(r.split("\t")[2]) - 1].rsplit("\t", 1)[0] for r in rows]
-    ours = [r.split("\t")[3] for r in rows]
+    texts = [src[int(r.split("\t")[1]) - 1].rsplit("\t", 1)[0] for r in rows]
+    ours = [r.split("\t")[2] for r in rows]
     pipe = transformers.pipeline("text-classification", model=str(hf))
     served = [p["label"] for p in pipe(texts, truncation=True, max_length=64, batch_size=32)]
     assert len(served) == 200 and served == ours

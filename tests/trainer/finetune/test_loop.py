@@ -60,7 +60,10 @@ def test_sst2_results_predictions_and_best_checkpoint(sst2_run, sst2):
     assert json.loads((out / "results.json").read_text()) == results
 
     rows = read_tsv(out / "predictions.tsv")
-    assert [int(r["row_id"]) for r in rows] == dev.columns[T.ROW_ID].tolist()
+    assert list(rows[0]) == ["input", "line", "prediction", "label"]  # no packed row id (131072 was line 2)
+    assert [(r["input"], int(r["line"])) for r in rows] == [
+        ("dev.tsv", T.split_row_id(int(rid))[1]) for rid in dev.columns[T.ROW_ID]
+    ]
     assert {r["prediction"] for r in rows} <= {"0", "1"}
     src = (sst2["dev"].parent / "dev.tsv").read_text(encoding="utf-8").splitlines()
     for r in rows:  # row ids point at the input line; the label column is that line's label
