@@ -53,6 +53,10 @@ TOKENIZER_FALLBACK = "documents_encoded_by_fallback_tokenizer"
 # Text the readers changed rather than dropped, in the order the summaries say it ("altered: ...").
 ALTERED = (INVALID_UTF8, CONTROL_CHARS, SPECIAL_LITERALS, GUTENBERG_STRIPPED, GUTENBERG_LINES_STRIPPED, EMPTY_SENTENCES)
 
+# --eval-fraction: documents the training dataset gave to the evaluation one (OUTPUT/eval). Not a drop: nothing is
+# lost, so a summary says them apart ("held out"), and documents_read = used + dropped + held out.
+DOCUMENTS_HELD_OUT = "documents_held_out"
+
 # Reasons a document is dropped (each counted under documents_dropped.<reason>).
 EMPTY = "empty"  # no text at all
 NO_TOKENS = "no_tokens"  # text that tokenizes to nothing (only whitespace/control characters)
@@ -61,7 +65,6 @@ MISSING_TEXT = "missing_text_field"
 TEXT_NOT_STRING = "text_not_a_string"  # "text": 5, null or a list
 EXACT_DUPLICATE = "exact_duplicate"  # --dedup: normalised text equal to a document with a smaller id
 NEAR_DUPLICATE = "near_duplicate"  # --dedup minhash: estimated Jaccard >= threshold with a smaller id
-HELD_OUT = "held_out"  # --eval-fraction: the document went to the evaluation dataset (OUTPUT/eval)
 
 
 def drop(reason: str, unit: str = "documents") -> str:

@@ -74,9 +74,11 @@ def build_manifest(
         summary["unk_words"] = unk_words  # source_stats.summary: the words that became [UNK]
     summary.update(extra_statistics or {})  # e.g. the dedup stage's sample of removed ids
     read, used = counters.get(C.DOCUMENTS_READ, 0), counters.get(C.DOCUMENTS_USED, 0)
-    drops = C.dropped(counters)
-    if read != used + sum(drops.values()):
-        raise RuntimeError(f"counters do not reconcile: documents read {read} != used {used} + dropped {drops}")
+    drops, held = C.dropped(counters), counters.get(C.DOCUMENTS_HELD_OUT, 0)
+    if read != used + sum(drops.values()) + held:
+        raise RuntimeError(
+            f"counters do not reconcile: documents read {read} != used {used} + dropped {drops} + held out {held}"
+        )
     # A runner that loses elements (a bundle's last spill, say) must fail the run, not publish less.
     grouped = sum(docs)
     if grouped != used:

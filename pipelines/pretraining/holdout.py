@@ -8,9 +8,9 @@ particular. Without the option the stage is not in the graph: the training shard
 
 The run reads its input once and writes two complete datasets (each with its manifest and vocabulary): the
 training one in ``--output`` and the evaluation one in ``OUTPUT/eval``. Counters say where every document
-went: the training dataset counts each held-out document as dropped (``documents_dropped.held_out``), so
-that its ``documents_read`` still reconciles; the evaluation dataset's ``documents_read`` is the documents
-held out. What reading itself counted (files, bytes, lines, characters removed) stays with the training
+went: the training dataset counts each held-out document as held out (``documents_held_out``, not a drop), so
+that its ``documents_read`` still reconciles (read = used + dropped + held out); the evaluation dataset's
+``documents_read`` is the documents held out. What reading itself counted (files, bytes, lines, characters removed) stays with the training
 dataset, whose manifest describes the run's reading.
 """
 
@@ -36,14 +36,14 @@ def held_out(seed: int, doc_id: str, fraction: float) -> bool:
 
 def split_batch(batch: DocumentBatch, seed: int, fraction: float) -> tuple[DocumentBatch, DocumentBatch]:
     """``(training, evaluation)`` halves of a batch. The training half keeps the batch's reading counters and
-    counts the documents it gives up as dropped; the evaluation half counts them read."""
+    counts the documents it gives up as held out; the evaluation half counts them read."""
     train: list[Document] = []
     held: list[Document] = []
     for d in batch.documents:
         (held if held_out(seed, d.doc_id, fraction) else train).append(d)
     counters = Counter(batch.counters)
     if held:
-        counters[C.drop(C.HELD_OUT)] += len(held)
+        counters[C.DOCUMENTS_HELD_OUT] += len(held)
     return DocumentBatch(train, counters), DocumentBatch(held, Counter({C.DOCUMENTS_READ: len(held)}))
 
 

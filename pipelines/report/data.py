@@ -153,8 +153,9 @@ def collect(manifest: Manifest, vocab: Vocab, tokens: TokenCounts, cfg: ReportCo
     data.numbers += [
         ("instances", f"{n:,}"),
         (
-            "documents read / used / dropped",
-            f"{c.get(C.DOCUMENTS_READ, 0):,} / {c.get(C.DOCUMENTS_USED, 0):,} / {sum(C.dropped(c).values()):,}",
+            "documents read / used / dropped" + (" / held out" if c.get(C.DOCUMENTS_HELD_OUT) else ""),
+            f"{c.get(C.DOCUMENTS_READ, 0):,} / {c.get(C.DOCUMENTS_USED, 0):,} / {sum(C.dropped(c).values()):,}"
+            + (f" / {c[C.DOCUMENTS_HELD_OUT]:,}" if c.get(C.DOCUMENTS_HELD_OUT) else ""),
         ),
         ("sentences / tokens", f"{c.get(C.SENTENCES, 0):,} / {c.get(C.TOKENS, 0):,}"),
         (

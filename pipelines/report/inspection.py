@@ -241,11 +241,12 @@ def summary_lines(manifest: Manifest) -> list[str]:
         lines.append("counters: " + ", ".join(f"{k} {v}" for k, v in c.items() if not isinstance(v, dict)))
         return lines
     if c:
-        drops = {k[len("documents_dropped.") :]: v for k, v in c.items() if k.startswith("documents_dropped.")}
+        drops, held = C.dropped(c), c.get(C.DOCUMENTS_HELD_OUT, 0)
         lines.append(
-            f"documents: {c.get('documents_read', 0)} read, {c.get('documents_used', 0)} used, "
-            f"{sum(drops.values())} dropped"
-            + (f" ({', '.join(f'{k}: {v}' for k, v in drops.items())})" if drops else "")
+            f"documents: {c.get(C.DOCUMENTS_READ, 0)} read, {c.get(C.DOCUMENTS_USED, 0)} used, "
+            + (f"{held} held out for evaluation, " if held else "")
+            + f"{sum(drops.values())} dropped"
+            + (f" ({C.dropped_text(c)})" if drops else "")
         )
         lines.append(
             f"sentences {c.get('sentences', 0)}, tokens {c.get('tokens', 0)}, instances {manifest.totals.get('instances', 0)}"

@@ -80,7 +80,7 @@ def test_split_batch_puts_every_document_on_one_side_and_counts_it():
     assert sorted(d.doc_id for d in train.documents + held.documents) == sorted(d.doc_id for d in docs)
     assert {d.doc_id for d in held.documents} == {d.doc_id for d in docs if held_out(SEED, d.doc_id, 0.3)}
     assert 0 < len(held.documents) < 200
-    assert train.counters == {C.DOCUMENTS_READ: 200, C.BYTES_READ: 999, C.drop(C.HELD_OUT): len(held.documents)}
+    assert train.counters == {C.DOCUMENTS_READ: 200, C.BYTES_READ: 999, C.DOCUMENTS_HELD_OUT: len(held.documents)}
     assert held.counters == {C.DOCUMENTS_READ: len(held.documents)}
 
 
@@ -123,10 +123,11 @@ def test_every_document_is_in_exactly_one_dataset(held_run, demo_shards, demo_co
     result, out = held_run
     train, held, whole = result.manifest.counters, load_manifest(str(out / EVAL_DIR)).counters, None
     whole = load_manifest(str(demo_shards)).counters  # the same run without --eval-fraction
-    moved = train[C.drop(C.HELD_OUT)]
+    moved = train[C.DOCUMENTS_HELD_OUT]
     assert held[C.DOCUMENTS_READ] == moved > 0
+    assert "held_out" not in C.dropped(train)  # held out is not dropped: nothing was lost
     assert train[C.DOCUMENTS_READ] == whole[C.DOCUMENTS_READ] == 79
-    assert train[C.DOCUMENTS_READ] == train[C.DOCUMENTS_USED] + sum(C.dropped(train).values())
+    assert train[C.DOCUMENTS_READ] == train[C.DOCUMENTS_USED] + sum(C.dropped(train).values()) + moved
     assert held[C.DOCUMENTS_READ] == held[C.DOCUMENTS_USED] + sum(C.dropped(held).values())
     assert train[C.DOCUMENTS_USED] + held[C.DOCUMENTS_USED] == whole[C.DOCUMENTS_USED]
     # The documents behind the instances: disjoint, the held-out ones exactly those the hash chooses (with two
@@ -137,6 +138,15 @@ def test_every_document_is_in_exactly_one_dataset(held_run, demo_shards, demo_co
     assert not train_docs & held_docs
     assert held_docs == {d for d in doc_ids if held_out(SEED, d, FRACTION)} and len(held_docs) == moved
     assert train_docs | held_docs == _documents_of(_instance_ids(demo_shards), doc_ids)
+
+
+def test_summaries_say_held_out_documents_apart_from_drops(held_run):
+    from bertstream.pipelines.report.inspection import summary_lines
+
+    result, _ = held_run
+    moved = result.manifest.counters[C.DOCUMENTS_HELD_OUT]
+    line = next(line for line in summary_lines(result.manifest) if line.startswith("documents:"))
+    assert f"{moved} held out for evaluation" in line and "held_out" not in line, line
 
 
 def test_a_hold_out_that_leaves_one_side_empty_is_refused(tmp_path, demo_corpus, demo_vocab):
