@@ -1,9 +1,12 @@
 """What the tokenizer records for ``bertprep report``: documents, tokens and ``[UNK]`` per input source, and the
 words that became ``[UNK]``.
 
-A *source* is the first component of an input's name below the common folder of all inputs (``wiki/AA/wiki_00``
--> ``wiki``, ``books/a.txt`` -> ``books``; a file at the top is a source of its own), so there are at most as
-many sources as inputs, whatever the number of documents. The per-source figures are counters: additive, so
+A *source*, where a run has several ``--input``s, is one ``--input``: named by the folder that holds its files
+below the common folder of all inputs (``--input data/wiki --input data/books/a.txt`` -> ``wiki``,
+``books/a.txt``), or, where one input spans that whole folder, by the input's own last name (:func:`source_table`);
+two inputs never merge under a parent folder's name. A run of one ``--input`` is broken down by what it holds: the
+first component of each document's name below the common folder (``AA/wiki_00`` -> ``AA``; a file at the top is
+a source of its own). There are at most as many sources as input files, whatever the number of documents. The per-source figures are counters: additive, so
 exact on any runner.
 
 The ``[UNK]`` words are only visible before tokenization: WordPiece turns a whole word it cannot split into one
@@ -35,16 +38,59 @@ CAPACITY = 4096
 TOP = 50
 
 
-def source_of(doc_id: str) -> str:
-    """``wiki/AA/wiki_00:1234`` -> ``wiki``; ``a.txt`` -> ``a.txt`` (document ids are ``name`` or ``name:offset``)."""
+# (name prefix, source) per --input, longest prefix first: a document's source is that of the first prefix its
+# name lies under ("" lies over every name).
+SourceTable = tuple[tuple[str, str], ...]
+
+
+def source_table(inputs: Iterable[tuple[str, str]]) -> SourceTable:
+    """The sources of a run's ``(file name below the common folder, the --input that listed it)`` pairs: per
+    input, the deepest folder holding its files (a lone file: its name), or, where that is the common folder
+    itself, the input's last path component without its format prefix and wildcards. One input: no table (its
+    documents' first name components are the sources)."""
+    by_input: dict[str, list[str]] = {}
+    for name, given in inputs:
+        by_input.setdefault(given, []).append(name)
+    if len(by_input) < 2:
+        return ()
+    table: dict[str, str] = {}
+    for given, names in by_input.items():
+        prefix = names[0] if len(names) == 1 else _common_folder(names)
+        table.setdefault(prefix, prefix or _last_name(given))
+    return tuple(sorted(table.items(), key=lambda kv: (-len(kv[0]), kv[0])))
+
+
+def _common_folder(names: list[str]) -> str:
+    parts = [n.split("/")[:-1] for n in names]
+    common = 0
+    while all(len(p) > common and p[common] == parts[0][common] for p in parts):
+        common += 1
+    return "/".join(parts[0][:common])
+
+
+def _last_name(given: str) -> str:
+    """``text:corpus/wiki/*`` -> ``wiki``: the input as the user named it, short."""
+    head, sep, rest = given.partition(":")
+    if sep and not rest.startswith("//") and "/" not in head:  # a format prefix, not a URL's scheme
+        given = rest
+    literal = [c for c in given.rstrip("/").split("/") if c and not any(ch in c for ch in "*?[{")]
+    return literal[-1] if literal else given
+
+
+def source_of(doc_id: str, table: SourceTable = ()) -> str:
+    """``wiki/AA/wiki_00:1234`` -> the source of the input it came from in ``table``; without one, the first
+    component of its name (``wiki``; ``a.txt`` -> ``a.txt``). Document ids are ``name`` or ``name:offset``."""
     name, sep, tail = doc_id.rpartition(":")
     if sep and tail.isdigit():
         doc_id = name
+    for prefix, source in table:
+        if not prefix or doc_id == prefix or doc_id.startswith(prefix + "/"):
+            return source
     return doc_id.split("/", 1)[0]
 
 
-def count_document(counters: Counter, doc_id: str, tokens: int, unk: int) -> None:
-    source = source_of(doc_id)
+def count_document(counters: Counter, doc_id: str, tokens: int, unk: int, table: SourceTable = ()) -> None:
+    source = source_of(doc_id, table)
     counters[SOURCE_DOCUMENTS + source] += 1
     counters[SOURCE_TOKENS + source] += tokens
     if unk:

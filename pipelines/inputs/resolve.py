@@ -35,6 +35,7 @@ class InputFile:
     format: str
     name: str = ""  # the path below the common folder of all inputs: what document ids are made of
     mtime: float = 0.0  # as listed (0: unknown); readers check it did not change
+    source: str = ""  # the --input that listed it (the first, sorted, where several did): the report's source
 
 
 def relative_names(paths: list[str]) -> list[str]:
@@ -256,7 +257,7 @@ def resolve_inputs(
     """
     if not patterns:
         raise UsageError("input", "no --input given")
-    listed: list[tuple[FileMetadata, str]] = []
+    listed: list[tuple[FileMetadata, str, str]] = []  # (file, format, the --input that listed it)
     loops = 0
     for raw in patterns:
         fmt, pattern = split_format(raw, default_format, formats)
@@ -267,7 +268,7 @@ def resolve_inputs(
                 files = match_input(p).files
                 if not files:
                     raise UsageError("input", f"{p} (a file of the folder {pattern}) is missing")
-                listed += [(m, fmt) for m in files]
+                listed += [(m, fmt, raw) for m in files]
             continue
         try:
             matched = match_input(pattern)
@@ -282,19 +283,21 @@ def resolve_inputs(
         if fmt == AUTO:
             fmt = _detected(pattern, sorted(m.path for m in matched.files))
         loops += matched.loops_cut
-        listed += [(m, fmt) for m in matched.files]
+        listed += [(m, fmt, raw) for m in matched.files]
     # One path per local file: the one without a link in it (a path that is its own real path), else the first.
-    real = {m.path: m.path if "://" in m.path else os.path.realpath(m.path) for m, _ in listed}
+    real = {m.path: m.path if "://" in m.path else os.path.realpath(m.path) for m, _, _ in listed}
     chosen: dict[str, str] = {}
-    for p in sorted({m.path for m, _ in listed}, key=lambda p: (real[p] != p, p)):
+    for p in sorted({m.path for m, _, _ in listed}, key=lambda p: (real[p] != p, p)):
         chosen.setdefault(real[p], p)
-    again = sorted({f"{m.path} (= {chosen[real[m.path]]})" for m, _ in listed if chosen[real[m.path]] != m.path})
+    again = sorted({f"{m.path} (= {chosen[real[m.path]]})" for m, _, _ in listed if chosen[real[m.path]] != m.path})
     found: dict[str, tuple[int, str, float]] = {}
-    for m, fmt in listed:
+    given: dict[str, str] = {}
+    for m, fmt, raw in sorted(listed, key=lambda x: x[2]):
         path = chosen[real[m.path]]
         if path in found and found[path][1] != fmt:
             raise UsageError("input", f"{path} is given as both {found[path][1]} and {fmt}")
         found[path] = (m.size_in_bytes, fmt, m.last_updated_in_seconds)
+        given.setdefault(path, raw)
     if again or loops:
         from bertstream.pipelines.common import counters as C
 
@@ -306,7 +309,8 @@ def resolve_inputs(
     # Sorted: the order of --input arguments must not matter.
     paths = sorted(found)
     return [
-        InputFile(p, found[p][0], found[p][1], name=n, mtime=found[p][2]) for p, n in zip(paths, relative_names(paths))
+        InputFile(p, found[p][0], found[p][1], name=n, mtime=found[p][2], source=given[p])
+        for p, n in zip(paths, relative_names(paths))
     ]
 
 

@@ -16,6 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import source_stats as SS
 from bertstream.pipelines.common.dataset_run import (
     DatasetHeader,
     DatasetRun,
@@ -120,6 +121,7 @@ def build_pipeline(
         input_format=input_format_of(inputs),
         tokenizer_threads=tokenizer_threads,
         tokenizer_backend=tokenizer_backend,
+        sources=SS.source_table((f.name or f.path, f.source or f.path) for f in inputs),
     )
     dataset = DatasetSpec(output_dir, work_dir, num_shards, header)
     if eval_split is None:  # not in the graph by default: output stays byte-identical
@@ -157,6 +159,7 @@ class RunStages:
     input_format: str | dict[str, str]
     tokenizer_threads: int = 1
     tokenizer_backend: str | None = None
+    sources: SS.SourceTable = ()  # one report source per --input
 
 
 def add_dataset_stages(
@@ -191,7 +194,12 @@ def add_dataset_stages(
     )
     sentences = docs | f"{label}Segment" >> SegmentDocuments()
     tokenized = sentences | f"{label}Tokenize" >> Tokenize(
-        run.shipped_spec, run.tokenizer_threads, cfg.word_segmenter, run.tokenizer_backend, cfg.max_num_tokens
+        run.shipped_spec,
+        run.tokenizer_threads,
+        cfg.word_segmenter,
+        run.tokenizer_backend,
+        cfg.max_num_tokens,
+        run.sources,
     )
     grouping = GroupSpec(
         seed=cfg.seed,

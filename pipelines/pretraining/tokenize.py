@@ -59,11 +59,18 @@ class DocumentTokenizer:
 
     ``backend`` (``wordpiece_backend.FAST`` or ``HF``) is the run's choice; None chooses here (``choose_backend``).
     ``threads > 1`` lets nanotoken spread a call over its thread pool (`tokenizers` follows its environment).
+    ``sources``: the run's inputs as the report names them (``source_stats.source_table``).
     """
 
     def __init__(
-        self, spec: TokenizerSpec, word_segmenter: str = "", backend: str | None = None, threads: int = 1
+        self,
+        spec: TokenizerSpec,
+        word_segmenter: str = "",
+        backend: str | None = None,
+        threads: int = 1,
+        sources: SS.SourceTable = (),
     ) -> None:
+        self.sources = sources
         self.tokenizer = Tokenizer.from_str(spec.json)  # also the unknown-word reader's normalizer and pre-tokenizer
         self.vocab_size = len(spec.vocab)
         self.segment = ws.load_segmenter(word_segmenter) if word_segmenter else None
@@ -192,7 +199,7 @@ class DocumentTokenizer:
             counters[C.DOCUMENTS_USED] += 1
             counters[C.SENTENCES] += len(lengths)
             counters[C.TOKENS] += len(tokens)
-            SS.count_document(counters, doc_id, len(tokens), len(unk_at))
+            SS.count_document(counters, doc_id, len(tokens), len(unk_at), self.sources)
         return TokenizedBatch(
             doc_ids=keep_docs,
             ids=np.concatenate(all_ids) if all_ids else np.zeros(0, self.dtype),
@@ -218,19 +225,23 @@ class _TokenizeFn(beam.DoFn):
         word_segmenter: str = "",
         backend: str | None = None,
         max_num_tokens: int | None = None,
+        sources: SS.SourceTable = (),
     ) -> None:
         self.spec = spec
         self.threads = threads
         self.word_segmenter = word_segmenter
         self.backend = backend
         self.max_num_tokens = max_num_tokens
+        self.sources = sources
         self.tokenize: DocumentTokenizer | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pending: Future | None = None
 
     def setup(self) -> None:
         set_tokenizer_threads(self.threads)
-        self.tokenize = DocumentTokenizer(resolve(self.spec), self.word_segmenter, self.backend, self.threads)
+        self.tokenize = DocumentTokenizer(
+            resolve(self.spec), self.word_segmenter, self.backend, self.threads, self.sources
+        )
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bertstream-tokenize")
 
     def start_bundle(self) -> None:
@@ -291,8 +302,10 @@ class Tokenize(beam.PTransform):
         word_segmenter: str = "",
         backend: str | None = None,
         max_num_tokens: int | None = None,
+        sources: SS.SourceTable = (),
     ) -> None:
         super().__init__()
+        self.sources = sources
         self.spec = spec
         self.threads = threads
         self.word_segmenter = word_segmenter
@@ -300,5 +313,5 @@ class Tokenize(beam.PTransform):
         self.max_num_tokens = max_num_tokens  # given: sentences past it are counted (instances truncate them)
 
     def expand(self, batches):
-        fn = _TokenizeFn(self.spec, self.threads, self.word_segmenter, self.backend, self.max_num_tokens)
+        fn = _TokenizeFn(self.spec, self.threads, self.word_segmenter, self.backend, self.max_num_tokens, self.sources)
         return batches | "Encode" >> beam.ParDo(fn)

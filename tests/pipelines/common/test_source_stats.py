@@ -24,6 +24,33 @@ def test_source_of_document_ids():
     assert SS.source_of("odd:name") == "odd:name"  # only a numeric tail is an offset
 
 
+def test_each_input_is_one_source_named_by_its_own_folder():
+    # Three --inputs below one folder were one source, "set1", named after the folder above two of them.
+    listed = [
+        ("set1/a/x.txt", "/d/set1/a/*.txt"),
+        ("set1/a/y.txt", "/d/set1/a/*.txt"),
+        ("set1/b/z.txt", "text:/d/set1/b/z.txt"),
+        ("set2/p/q.txt", "/d/set2/"),
+        ("set2/r.txt", "/d/set2/"),
+    ]
+    table = SS.source_table(listed)
+    assert {source for _, source in table} == {"set1/a", "set1/b/z.txt", "set2"}
+    assert [SS.source_of(f"{name}:10", table) for name, _ in listed] == [
+        "set1/a",
+        "set1/a",
+        "set1/b/z.txt",
+        "set2",
+        "set2",
+    ]
+    # An input over the whole common folder is named as given; wildcards are no name.
+    both = SS.source_table([("a.txt", "/d/*.txt"), ("b.txt", "/d/*.txt"), ("sub/c.md", "text:/d/sub/c.md")])
+    assert both == (("sub/c.md", "sub/c.md"), ("", "d"))
+    assert [SS.source_of(n, both) for n in ("a.txt", "sub/c.md")] == ["d", "sub/c.md"]
+    # One input (a Wikipedia extract's AA/, AB/, ...) is broken down by what it holds, as before
+    wiki = SS.source_table([("AA/wiki_00", "wikiextractor:corpus/wiki/"), ("AB/wiki_01", "wikiextractor:corpus/wiki/")])
+    assert wiki == () and SS.source_of("AB/wiki_01:7", wiki) == "AB"
+
+
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory, demo_vocab):
     """The pydoc vocabulary (ASCII English) on a novel with typographic quotes and BERT's sample text."""
@@ -39,8 +66,8 @@ def mixed(tmp_path_factory, demo_vocab):
 def test_per_source_counters_add_up_to_the_totals(mixed):
     c = mixed.counters
     sources = SS.per_source(c)
-    assert set(sources) == {"gutenberg", "sample_text.txt"}  # names below the common folder, first component
-    assert sources["gutenberg"]["documents"] == 1  # one book
+    assert set(sources) == {"gutenberg/11-0.txt", "sample_text.txt"}  # one per --input, below the common folder
+    assert sources["gutenberg/11-0.txt"]["documents"] == 1  # one book
     assert sum(s["documents"] for s in sources.values()) == c[C.DOCUMENTS_USED]
     assert sum(s["tokens"] for s in sources.values()) == c[C.TOKENS]
     assert sum(s["unk_tokens"] for s in sources.values()) == c[SS.UNK_TOKENS] > 0
