@@ -68,6 +68,12 @@ class RunConfig:
     log_every: int = opt(10)
     tensorboard: bool = opt(True, flag="--no-tensorboard", negate=True)
     device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
+    async_checkpoint: bool = opt(
+        True,
+        "Copy each checkpoint to host memory and write it in the background while training goes on (the loop "
+        "pays the copy only); --no-async-checkpoint writes it in the loop.",
+        flag="--async-checkpoint/--no-async-checkpoint",
+    )
 
     def __post_init__(self) -> None:
         check_ints(self, ("log_every",), 1)
