@@ -70,8 +70,7 @@ class RunConfig:
     device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
     async_checkpoint: bool = opt(
         True,
-        "Copy each checkpoint to host memory and write it in the background while training goes on (the loop "
-        "pays the copy only); --no-async-checkpoint writes it in the loop.",
+        "Write checkpoints in the background from a copy in host memory: the loop pays the copy only.",
         flag="--async-checkpoint/--no-async-checkpoint",
     )
 
