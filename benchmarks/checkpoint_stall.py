@@ -11,7 +11,7 @@ alternate (``--repeats``), and each writes into its own folder under ``--dir`` (
 writer per mode serves all its checkpoints, as in a run: the first background checkpoint allocates the host
 buffers (pinned on CUDA), later ones reuse them (``--repeats 2``: the median is a mid-run checkpoint's).
 
-    python benchmarks/checkpoint_stall.py                          # base on CPU, into a temporary folder here
+    python benchmarks/checkpoint_stall.py --dir runs               # base on CPU, written under runs/
     python benchmarks/checkpoint_stall.py --preset mini --after 5  # a quick look
 
 ``measure`` is what ``benchmarks/gpu_suite.py`` calls for its timed-checkpoint row.
@@ -104,6 +104,7 @@ def measure(
         wait = time.perf_counter() - start
         extra = sum(during) - base * len(during)  # unbiased: a noisy step counts as much below as above
         runs[mode].append({"call_s": call, "steps_extra_s": extra, "finish_wait_s": wait, "step_s": base})
+        print(f"[checkpoint_stall] {mode}: {runs[mode][-1]}", file=sys.stderr, flush=True)
         nbytes = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="base", choices=sorted(PRESETS))
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dir", default=".", help="Folder on the disk to measure (a temporary folder inside).")
+    parser.add_argument("--dir", help="Folder on the disk to measure (a temporary folder inside; default: TMPDIR's).")
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--after", type=int, default=12, help="Steps taken while the checkpoint is written.")
     parser.add_argument("--repeats", type=int, default=1)
