@@ -281,7 +281,8 @@ class CheckpointWriter:
     def poll(self, *, meet: bool) -> None:
         """Between checkpoints, at each step: a background write that ended is announced, or its error raised.
         With one process this is a look at the thread (no device sync); with several, the ranks meet for it only
-        where ``meet`` (a log step, which reads the device anyway), so that every rank raises rank 0's error."""
+        where ``meet`` (a log step, which reads the device anyway), so that every rank raises rank 0's error; they
+        meet at each log step until the next checkpoint or the end (only rank 0 knows when its write ended)."""
         if self.writes is None or not self.writes.outstanding:
             return
         if not self.info.enabled:
