@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", default="base", choices=sorted(PRESETS))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dir", help="Folder on the disk to measure (a temporary folder inside; default: TMPDIR's).")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--after", type=int, default=12, help="Steps taken while the checkpoint is written.")
     parser.add_argument("--repeats", type=int, default=1)
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
             Path(tmp),
             preset=args.preset,
             device=torch.device(args.device),
+            batch=args.batch,
+            seq=args.seq,
             warmup=args.warmup,
             after=args.after,
             repeats=args.repeats,

@@ -652,8 +652,9 @@ def _table_e(e: dict) -> Iterator[str]:
         yield f"e: host reads: {r.get('error') or r.get('skipped')}"
     elif r:
         yield (
-            f"e: per non-logging step of berttrain pretrain: {r['host_reads']} tensor reads into Python, "
-            f"{r['device_reads']} of device tensors, {r['cuda_syncs']} CUDA syncs (goal 0); where: "
+            f"e: per non-logging step of berttrain pretrain: {r['host_reads']} tensor reads into Python "
+            f"({r['project_reads']} by bertstream), {r['device_reads']} of device tensors, {r['cuda_syncs']} CUDA "
+            "syncs (goal 0); where: "
             f"{r['sites_per_step']}"
         )
 

@@ -5,7 +5,8 @@ logging and checkpointing only at its last step; the difference of the two count
 steps is what one non-logging step costs, start-up and the final log and checkpoint cancelling out. Counted:
 
 - ``host_reads``: calls that read a tensor's value into Python (``item``, ``tolist``, ``bool``, ``float``,
-  ``int``) made in this process (loader workers are other processes), by call site;
+  ``int``) made in this process (loader workers are other processes), by call site; ``project_reads``, those
+  made by bertstream's own code (torch's CPU AdamW reads its step counts itself, for one);
 - ``device_reads``: those of a tensor on the device (on CUDA each waits for the stream: the loop stalls);
 - ``cuda_syncs`` (CUDA only): every synchronizing CUDA call torch reports under
   ``torch.cuda.set_sync_debug_mode("warn")``, the reads above and those made inside torch alike.
@@ -14,6 +15,7 @@ steps is what one non-logging step costs, start-up and the final log and checkpo
 from __future__ import annotations
 
 import contextlib
+import sys
 import tempfile
 import traceback
 import warnings
@@ -31,7 +33,13 @@ _READS = ("item", "tolist", "__bool__", "__float__", "__int__")
 def counted(device: torch.device) -> Iterator[dict[str, Any]]:
     """The counts of the block (see the module's docstring), filled in as it leaves."""
     sites: Counter[str] = Counter()
-    counts: dict[str, Any] = {"host_reads": 0, "device_reads": 0, "cuda_syncs": None, "sites": sites}
+    counts: dict[str, Any] = {
+        "host_reads": 0,
+        "project_reads": 0,
+        "device_reads": 0,
+        "cuda_syncs": None,
+        "sites": sites,
+    }
     originals = {name: getattr(torch.Tensor, name) for name in _READS}
 
     def wrap(name: str) -> Any:
@@ -39,6 +47,8 @@ def counted(device: torch.device) -> Iterator[dict[str, Any]]:
 
         def read(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             counts["host_reads"] += 1
+            if str(sys._getframe(1).f_globals.get("__name__", "")).startswith("bertstream."):
+                counts["project_reads"] += 1
             if self.device.type != "cpu":
                 counts["device_reads"] += 1
             caller = traceback.extract_stack(limit=2)[0]
@@ -85,7 +95,7 @@ def pretrain_reads(
     a, b = runs[short], runs[long]
     per_step = {
         k: (round((b[k] - a[k]) / (long - short), 2) if b[k] is not None else None)
-        for k in ("host_reads", "device_reads", "cuda_syncs")
+        for k in ("host_reads", "project_reads", "device_reads", "cuda_syncs")
     }
     grown = {site: n - a["sites"].get(site, 0) for site, n in b["sites"].items() if n > a["sites"].get(site, 0)}
     per_step["sites_per_step"] = {
