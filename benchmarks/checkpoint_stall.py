@@ -4,15 +4,18 @@ to host memory and written in the background (the default), in one run, on the s
 A model of ``--preset`` (base: 110M parameters, 1.3 GB with AdamW's moments) takes real training steps
 (``trainer.runtime.Training``: forward, backward, clipped AdamW step) on a small batch; after ``--warmup`` steps
 ``runtime.CheckpointWriter.save`` is called as the loops call it, then ``--after`` more steps are taken (in the
-background mode, more while the write lasts), then the writer's ``finish`` (what the end of a run waits for). The loop's stall is what the checkpoint added to
-the loop's time: the ``save`` call, plus what the steps during the write took over the median step before it
-(the writing thread shares the cores and the disk), plus whatever ``finish`` still waited for. The two modes
+background mode, more while the write lasts), then the writer's ``finish`` (what the end of a run waits for).
+The loop's stall is the time the loop waited for the checkpoint: the ``save`` call plus what ``finish`` still
+waited for. Apart from it: how much longer the steps
+taken while the thread wrote were than the median step before (the thread shares the cores and the disk; on a
+loaded machine this is noise of either sign). ``--copy-only`` (:func:`copy_costs`) takes no steps. The modes
 alternate (``--repeats``), and each writes into its own folder under ``--dir`` (the disk being measured). One
 writer per mode serves all its checkpoints, as in a run: the first background checkpoint allocates the host
 buffers (pinned on CUDA), later ones reuse them (``--repeats 2``: the median is a mid-run checkpoint's).
 
     python benchmarks/checkpoint_stall.py --dir runs               # base on CPU, written under runs/
     python benchmarks/checkpoint_stall.py --preset mini --after 5  # a quick look
+    python benchmarks/checkpoint_stall.py --copy-only              # no steps: a loaded machine
 
 ``measure`` is what ``benchmarks/gpu_suite.py`` calls for its timed-checkpoint row.
 """
@@ -108,8 +111,8 @@ def measure(
         nbytes = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
         shutil.rmtree(folder, ignore_errors=True)
 
-    def stall(r: dict[str, float]) -> float:
-        return r["call_s"] + r["steps_extra_s"] + r["finish_wait_s"]
+    def stall(r: dict[str, float]) -> float:  # what the loop itself waited: the steps' slowdown is apart (noisy)
+        return r["call_s"] + r["finish_wait_s"]
 
     out: dict[str, Any] = {
         "preset": preset,
@@ -122,7 +125,43 @@ def measure(
         out[f"{mode}_call_s"] = round(statistics.median(r["call_s"] for r in rs), 2)
     out["async_steps_extra_s"] = round(statistics.median(r["steps_extra_s"] for r in runs["async"]), 2)
     out["async_finish_wait_s"] = round(statistics.median(r["finish_wait_s"] for r in runs["async"]), 2)
-    out["sync_over_async"] = round(out["sync_stall_s"] / max(out["async_stall_s"], 1e-9), 1)
+    out["sync_over_async"] = round(out["sync_stall_s"] / max(out["async_stall_s"], 1e-3), 1)
+    return out
+
+
+def copy_costs(root: Path, *, preset: str = "base", vocab_size: int = 30522) -> dict[str, Any]:
+    """Without training steps (for a machine too loaded to time them): one checkpoint written in the loop, then
+    two copied and written in the background, each write waited for outside the timed call, the weights changed
+    in between: the loop's stall of each, the second with the host buffers of the first reused (a mid-run
+    checkpoint's)."""
+    info = DistInfo(0, 0, 1, torch.device("cpu"))
+    model = BertForPreTraining(PRESETS[preset](vocab_size), seed=0)
+    optimizer = build_optimizer(model, "adamw", 1e-5, 0.01)
+    training = R.Training(model, model, optimizer, build_scheduler(optimizer, 10, 10_000), max_grad_norm=1.0)
+
+    def step() -> None:  # AdamW's moments exist, the weights move: what the copy must not see change
+        for p in model.parameters():
+            p.grad = torch.full_like(p, 1e-3)
+        training.optimizer_step()
+
+    step()
+    config = {"model": model.config.to_dict()}
+    out: dict[str, Any] = {"preset": preset}
+    start = time.perf_counter()
+    R.CheckpointWriter(config, "[PAD]\n", info).save(root / "sync", training, {"data": {}}, keep=1)
+    out["sync_stall_s"] = round(time.perf_counter() - start, 2)
+    out["checkpoint_mib"] = round(sum(p.stat().st_size for p in (root / "sync").rglob("*") if p.is_file()) / 2**20, 1)
+    writer = R.CheckpointWriter(config, "[PAD]\n", info, writes=Background())
+    for name in ("async_first_stall_s", "async_reused_stall_s"):
+        step()
+        start = time.perf_counter()
+        writer.save(root / "async", training, {"data": {}}, keep=1)
+        out[name] = round(time.perf_counter() - start, 2)
+        assert writer.writes is not None
+        writer.writes.wait()  # outside the loop's time: steps would cover it
+        out[name.replace("stall", "write")] = round(writer.writes.seconds, 2)
+        print(f"[checkpoint_stall] {out}", file=sys.stderr, flush=True)
+    out["sync_over_async_reused"] = round(out["sync_stall_s"] / max(out["async_reused_stall_s"], 1e-3), 1)
     return out
 
 
@@ -138,8 +177,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--json", help="Also write the figures here.")
+    parser.add_argument("--copy-only", action="store_true", help="No training steps: see copy_costs.")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.copy_only:
+        with tempfile.TemporaryDirectory(prefix="checkpoint-stall-", dir=args.dir) as tmp:
+            result = copy_costs(Path(tmp), preset=args.preset)
+        print(
+            f"{result['preset']}: checkpoint {result['checkpoint_mib']} MiB; the loop's stall: written in the loop "
+            f"{result['sync_stall_s']} s; in the background {result['async_first_stall_s']} s (first: host buffers "
+            f"allocated), {result['async_reused_stall_s']} s (buffers reused, as mid-run); "
+            f"{result['sync_over_async_reused']}x (goal: <= 2 s)"
+        )
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        return
     with tempfile.TemporaryDirectory(prefix="checkpoint-stall-", dir=args.dir) as tmp:
         result = measure(
             Path(tmp),
@@ -156,8 +208,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{result['step_s']:.3f} s\n"
         f"  in the loop:       stall {result['sync_stall_s']:.2f} s\n"
         f"  in the background: stall {result['async_stall_s']:.2f} s (the copy {result['async_call_s']:.2f} s, "
-        f"slower steps while it is written {result['async_steps_extra_s']:.2f} s, left to wait at the end "
-        f"{result['async_finish_wait_s']:.2f} s)\n"
+        f"left to wait at the end {result['async_finish_wait_s']:.2f} s); the steps while it was written took "
+        f"{result['async_steps_extra_s']:.2f} s more than as many before (the thread shares the cores; noisy)\n"
         f"  in the loop / in the background: {result['sync_over_async']}x (goal: background stall <= 2 s)"
     )
     if args.json:

@@ -91,8 +91,9 @@ class Background:
         self.started_at = time.monotonic()
         # A daemon: a second Ctrl-C while the run waits for the write ends the process rather than hanging in the
         # interpreter's exit; the write it cuts short leaves a .tmp folder, which the next run removes.
-        self._thread = threading.Thread(target=self._run, args=(write,), name=name, daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._run, args=(write,), name=name, daemon=True)
+        thread.start()
+        self._thread = thread  # only a started thread is waited for
 
     def _run(self, write: Callable[[], Any]) -> None:
         try:
