@@ -246,7 +246,7 @@ class CheckpointWriter:
         with D.all_or_none(self.info, rank0_only=True):  # no collective inside: rank 0's failure is the run's
             if self.info.is_main:
                 self._settle()
-                live = {
+                live: dict[str, Any] = {
                     "model": training.raw.state_dict(),
                     "optimizer": training.optimizer.state_dict() if resumable else None,
                     "rng": rng,
