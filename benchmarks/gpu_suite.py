@@ -1,4 +1,4 @@
-"""The GPU suite: one device call of at most 7 minutes measures the training step, Hugging Face beside it, the
+"""The GPU suite: one device call of at most 8.5 minutes measures the training step, Hugging Face beside it, the
 real pretraining command and fine-tuning; writes one JSON file (device, torch, every figure) and prints a table.
 
 a. The step: BERT-base, bf16 autocast, fused AdamW (``trainer.optim.build_optimizer``), length 128 (batch 256,
@@ -12,10 +12,17 @@ b. Hugging Face: ``transformers.BertForPreTraining`` (sdpa, same autocast, same 
    same batches and masked positions: labels -100 elsewhere) at the same shapes and modes; our time over theirs.
    Equal loss: from the same weights (HF's initialisation read by ours, ``trainer.hf.from_hf_state_dict``),
    dropout 0, the same steps, then both models' loss on one held batch (goal: within 0.02).
+   Beside them: eager at berttrain's default batch (32), and LAMB at the first shape (eager and compiled).
 c. ``berttrain pretrain`` on real shards (``--prepare``), loader workers, static and dynamic masking: its steady
-   sequences/s (its own ``metrics.jsonl``) over (a)'s at the same model, batch and mode (goal >= 0.95).
+   sequences/s (its own ``metrics.jsonl``) over (a)'s at the same model, batch and mode (goal >= 0.95). Capped
+   by steps only (``--max-minutes`` would read the clock, so the device, every step).
 d. ``berttrain finetune`` on SST-2 from (c)'s checkpoint, bf16 against fp32, two seeds each: dev accuracy and
    the command's sequences/s.
+e. What stops the loop besides the step: a timed checkpoint of the model of (a) with AdamW, written in the loop
+   against copied to host memory and written in the background (``benchmarks/checkpoint_stall.py``: the loop's
+   stall, goal <= 2 s); and per non-logging step of the real ``berttrain pretrain`` (in this process, two runs
+   whose difference cancels start-up), the tensor reads into Python and the CUDA syncs that
+   ``torch.cuda.set_sync_debug_mode`` reports (goal 0; ``benchmarks/lib/host_reads.py``).
 Each part has a share of the time (``Sizes.budget_s``); a configuration that would start past its part's end is
 recorded as skipped, so the call ends in time whatever the chip.
 
@@ -23,9 +30,9 @@ Prepare on a CPU machine (apache-beam and ../shared/data; about a minute), then 
 
     .venv/bin/python benchmarks/gpu_suite.py --prepare .gpu_carry     # vocab, shards, SST-2, wheels: 12.4 MiB
 
-    # carry [".gpu_carry"], timeout_s 450; the command (one line):
+    # carry [".gpu_carry"], timeout_s 540; the command (one line):
     python3 -m pip install -q --no-index --find-links .gpu_carry/wheels webdataset braceexpand click fsspec
-    2>&1 | tail -2; PYTHONPATH=. timeout 430 python3 benchmarks/gpu_suite.py --carry .gpu_carry
+    2>&1 | tail -2; PYTHONPATH=. timeout 510 python3 benchmarks/gpu_suite.py --carry .gpu_carry
     --json $OUT/gpu_suite.json --logs $OUT/logs 2>&1 | tail -60
 
 Rehearsal here: ``python benchmarks/gpu_suite.py --smoke`` (tiny model, CPU, every part's code path, a few
@@ -64,11 +71,15 @@ LOSS_TOLERANCE = 0.02
 DEMAND_MFU = 0.45  # the issue's floor at length 128, compiled: the loader must keep up with a step this fast
 
 
+PARTS = "abcde"
+
+
 @dataclass(frozen=True, slots=True)
 class Sizes:
     preset: str
     vocab: int
     shapes: tuple[tuple[int, int, int], ...]  # (length, batch, masked positions)
+    eager_shapes: tuple[tuple[int, int, int], ...]  # eager only: berttrain's default batch (32)
     full_fraction: float  # rows at full length; real length-128 shards: 0.77 (the prepared shards' manifest)
     timed_s: float  # seconds of timed steps per configuration
     warmup: int
@@ -76,25 +87,29 @@ class Sizes:
     equal_steps: int
     matmul_n: int
     pretrain_steps: int
-    pretrain_minutes: float
+    pretrain_minutes: float  # (c) a run's allowance past its part's end: a timeout, the run is capped by steps
     log_every: int
     workers: int
     seeds: tuple[int, ...]
     ft_epochs: int
     ft_max_steps: int  # 0: the epochs
+    checkpoint_after: int  # (e) steps at least while a checkpoint is written
+    reads_preset: str  # (e) the model of the host-read count (the count does not depend on its size)
+    reads_steps: tuple[int, int]  # (e) the two runs' steps: their difference is what one step costs
     budget_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if set(self.budget_s) != set("abcd"):
-            raise ValueError(f"budget_s needs parts a-d, got {sorted(self.budget_s)}")
+        if set(self.budget_s) != set(PARTS):
+            raise ValueError(f"budget_s needs parts {PARTS}, got {sorted(self.budget_s)}")
 
 
-# The device call: 430 s in all; compilation of BERT-base is the large unknown (~30-60 s a shape; the inductor
+# The device call: 470 s of parts in all; compilation of BERT-base is the large unknown (~30-60 s a shape; the inductor
 # cache makes (c)'s second compile of the same graph cheaper).
 FULL = Sizes(
     preset="base",
     vocab=30522,
     shapes=((128, 256, 20), (512, 32, 76)),
+    eager_shapes=((128, 32, 20),),
     full_fraction=0.77,
     timed_s=4.0,
     warmup=3,
@@ -108,7 +123,10 @@ FULL = Sizes(
     seeds=(1, 2),
     ft_epochs=1,
     ft_max_steps=250,
-    budget_s={"a": 140, "b": 70, "c": 110, "d": 80},
+    checkpoint_after=20,
+    reads_preset="mini",
+    reads_steps=(10, 30),
+    budget_s={"a": 150, "b": 70, "c": 110, "d": 80, "e": 60},
 )
 # The CPU rehearsal: a tiny model, the fewest steps that still give each part's figures, one seed a precision;
 # shares no loaded machine reaches, so what runs never depends on timing (the smoke test checks every part).
@@ -116,7 +134,8 @@ SMOKE = replace(
     FULL,
     **dict(preset="tiny", vocab=2000, shapes=((64, 8, 10), (128, 4, 20)), full_fraction=0.5, timed_s=0.2),
     **dict(warmup=1, compile=False, equal_steps=3, matmul_n=256, pretrain_steps=4, log_every=2, workers=1),
-    **dict(seeds=(1,), ft_max_steps=0, budget_s=dict.fromkeys("abcd", 3600.0)),
+    **dict(seeds=(1,), ft_max_steps=0, budget_s=dict.fromkeys(PARTS, 3600.0), eager_shapes=((64, 4, 10),)),
+    **dict(checkpoint_after=2, reads_preset="tiny", reads_steps=(2, 4)),
 )
 
 
@@ -177,10 +196,15 @@ def time_steps(step: Callable[[int], torch.Tensor], device: torch.device, warmup
 
 
 def train_step(
-    model: torch.nn.Module, call: Callable[[dict], torch.Tensor], batch_list: list[dict], device: torch.device
+    model: torch.nn.Module,
+    call: Callable[[dict], torch.Tensor],
+    batch_list: list[dict],
+    device: torch.device,
+    optimizer: str = "adamw",
 ) -> Callable[[int], torch.Tensor]:
-    """One optimizer step as the trainer takes it: autocast forward, backward, clipping, fused AdamW."""
-    opt = build_optimizer(model, "adamw", 1e-4, 0.01)
+    """One optimizer step as the trainer takes it: autocast forward, backward, clipping, ``optimizer`` (the
+    trainer's table: fused AdamW on CUDA, or LAMB)."""
+    opt = build_optimizer(model, optimizer, 1e-4, 0.01)
 
     def step(i: int) -> torch.Tensor:
         with autocast(device):
@@ -289,21 +313,27 @@ def timed_runs(
     part: str,
     build: Callable[[], torch.nn.Module],
     loss_of: Callable[[torch.nn.Module], Callable[[dict], torch.Tensor]],
+    shapes: tuple[tuple[int, int, int], ...] | None = None,
+    eager_only: bool = False,
+    optimizer: str = "adamw",
 ) -> list[dict]:
-    """Every shape, eager and (when ``sizes.compile``) compiled, each on a fresh model from ``build``."""
+    """Every shape (``sizes.shapes`` unless ``shapes``), eager and (when ``sizes.compile`` and not
+    ``eager_only``) compiled, each on a fresh model from ``build``, stepped by ``optimizer``."""
     config = PRESETS[sizes.preset](sizes.vocab)
     runs: list[dict] = []
-    for seq, batch, masked in sizes.shapes:
+    for seq, batch, masked in sizes.shapes if shapes is None else shapes:
         data = batches(sizes, seq, batch, masked, device, sizes.full_fraction)
-        for compiled in [False, True] if sizes.compile else [False]:
+        for compiled in [False, True] if sizes.compile and not eager_only else [False]:
             row: dict[str, Any] = {"seq_len": seq, "batch": batch, "masked": masked, "compiled": compiled}
+            row["optimizer"] = optimizer
             if budget.left() <= 0:
                 runs.append(row | {"skipped": f"part {part}'s time share spent"})
                 continue
             torch._dynamo.reset()
             model = build()
             call = torch.compile(model) if compiled else model
-            res = time_steps(train_step(model, loss_of(call), data, device), device, sizes.warmup, sizes.timed_s)
+            step = train_step(model, loss_of(call), data, device, optimizer)
+            res = time_steps(step, device, sizes.warmup, sizes.timed_s)
             row |= _summary(res) | rates(res, config, seq, batch, masked, peaks)
             row["real_token_share"] = real_share(data)
             runs.append(row)
@@ -313,9 +343,15 @@ def timed_runs(
 
 def part_a(sizes: Sizes, device: torch.device, peaks: dict, budget: Budget) -> dict:
     config = PRESETS[sizes.preset](sizes.vocab)
-    runs = timed_runs(
-        sizes, device, peaks, budget, "a", lambda: BertForPreTraining(config, seed=0).to(device), ours_loss
-    )
+
+    def build() -> torch.nn.Module:
+        return BertForPreTraining(config, seed=0).to(device)
+
+    runs = timed_runs(sizes, device, peaks, budget, "a", build, ours_loss)
+    # berttrain's default batch, eager (what a first run without --batch-size and --compile gets), and LAMB, the
+    # large-batch optimizer, at the first shape
+    runs += timed_runs(sizes, device, peaks, budget, "a", build, ours_loss, sizes.eager_shapes, eager_only=True)
+    runs += timed_runs(sizes, device, peaks, budget, "a", build, ours_loss, sizes.shapes[:1], optimizer="lamb")
     seq, batch, masked = sizes.shapes[0]
     model = BertForPreTraining(config, seed=0).to(device)
     data = batches(sizes, seq, batch, masked, device, sizes.full_fraction)
@@ -356,7 +392,7 @@ def part_b(sizes: Sizes, device: torch.device, peaks: dict, budget: Budget, ours
 
 
 def _same(a: dict, b: dict) -> bool:
-    return all(a[k] == b[k] for k in ("seq_len", "batch", "compiled"))
+    return all(a[k] == b[k] for k in ("seq_len", "batch", "compiled", "optimizer"))
 
 
 def equal_loss(sizes: Sizes, device: torch.device) -> dict:
@@ -424,7 +460,13 @@ def part_c(
         site=site,
     )
     step = next(
-        (r for r in ours if (r["seq_len"], r["batch"]) == (info["length"], batch) and r["compiled"] == sizes.compile),
+        (
+            r
+            for r in ours
+            if (r["seq_len"], r["batch"]) == (info["length"], batch)
+            and r["compiled"] == sizes.compile
+            and r.get("optimizer", "adamw") == "adamw"
+        ),
         None,
     )
     for row in rows:
@@ -467,6 +509,51 @@ def part_d(
     return {"runs": runs, "summary": C.precision_summary(runs, precisions)}
 
 
+# --- (e) ----------------------------------------------------------------------------------------------------
+
+
+def part_e(sizes: Sizes, carry: Path, work: Path, device: torch.device, budget: Budget) -> dict:
+    """What stops the loop besides the step: a checkpoint (written in the loop, and copied then written in the
+    background: ``benchmarks/checkpoint_stall.py``) and the host reads and CUDA syncs of a non-logging step of
+    the real command (``benchmarks/lib/host_reads.py``). Each in its own try: one failing keeps the other."""
+    from benchmarks.checkpoint_stall import measure
+    from benchmarks.lib.host_reads import pretrain_reads
+
+    out: dict[str, Any] = {}
+    seq, batch, masked = sizes.shapes[0]
+    jobs: dict[str, Callable[[], dict]] = {
+        "checkpoint": lambda: measure(
+            work / "checkpoint_stall",
+            preset=sizes.preset,
+            device=device,
+            batch=min(batch, 32),
+            seq=seq,
+            warmup=max(sizes.warmup, 3),
+            after=sizes.checkpoint_after,
+            vocab_size=sizes.vocab,
+        ),
+        "host_reads": lambda: pretrain_reads(
+            carry / json.loads((carry / "carry.json").read_text())["shards"],
+            preset=sizes.reads_preset,
+            batch_size=min(batch, 32),
+            short=sizes.reads_steps[0],
+            long=sizes.reads_steps[1],
+            device=device,
+            flags=C.compile_flags(sizes.compile),
+        ),
+    }
+    for name, job in jobs.items():
+        if budget.left() <= 0:
+            out[name] = {"skipped": "part e's time share spent"}
+            continue
+        try:
+            out[name] = job()
+        except Exception as e:  # noqa: BLE001 - reported in the JSON; the other row still runs
+            out[name] = {"error": f"{type(e).__name__}: {e}"[:500], "traceback": traceback.format_exc()[-3000:]}
+            print(out[name]["traceback"], file=sys.stderr)
+    return out
+
+
 # --- the table ----------------------------------------------------------------------------------------------
 
 
@@ -474,11 +561,11 @@ def table(result: dict) -> Iterator[str]:
     yield f"{result['device']}, torch {result['torch']}, transformers {result.get('transformers')}"
     p = result["peaks_tflops"]
     yield f"bf16 peak: spec {p['spec']} TFLOP/s, measured {p['matmul']} TFLOP/s ({p['matmul_n']}^3 matmul)"
-    yield "part  who     len  batch  mode     seq/s     ms/step  MFU(spec)  MFU(matmul)  ours/theirs"
+    yield "part  who     len  batch  mode          seq/s     ms/step  MFU(spec)  MFU(matmul)  ours/theirs"
     for part, who in (("a", "ours"), ("b", "theirs")):
         for r in result.get(part, {}).get("runs", []):
             yield _row(part, who, r)
-    for part, lines in (("a", _table_a), ("b", _table_b), ("c", _table_c), ("d", _table_d)):
+    for part, lines in (("a", _table_a), ("b", _table_b), ("c", _table_c), ("d", _table_d), ("e", _table_e)):
         if part not in result:
             yield f"{part}: did not run"
         elif "error" in result[part]:
@@ -494,11 +581,11 @@ def table(result: dict) -> Iterator[str]:
 
 
 def _row(part: str, who: str, r: dict) -> str:
-    mode = "compile" if r["compiled"] else "eager"
+    mode = ("compile" if r["compiled"] else "eager") + ("" if r.get("optimizer", "adamw") == "adamw" else "+lamb")
     if "skipped" in r:
-        return f"{part}     {who:<6} {r['seq_len']:>4} {r['batch']:>6}  {mode:<7}  skipped"
+        return f"{part}     {who:<6} {r['seq_len']:>4} {r['batch']:>6}  {mode:<12}  skipped"
     return (
-        f"{part}     {who:<6} {r['seq_len']:>4} {r['batch']:>6}  {mode:<7} {r['seq_per_s']:>8.1f} "
+        f"{part}     {who:<6} {r['seq_len']:>4} {r['batch']:>6}  {mode:<12} {r['seq_per_s']:>8.1f} "
         f"{r['ms_per_step']:>10.2f}  {_f(r['mfu_spec'])}  {_f(r['mfu_matmul']):>11}  "
         f"{_f(r.get('ours_over_theirs_time'))}"
     )
@@ -549,6 +636,27 @@ def _table_d(d: dict) -> Iterator[str]:
         )
     if "skipped" in d:
         yield f"d: skipped: {d['skipped']}"
+
+
+def _table_e(e: dict) -> Iterator[str]:
+    c = e.get("checkpoint", {})
+    if "error" in c or "skipped" in c:
+        yield f"e: checkpoint stall: {c.get('error') or c.get('skipped')}"
+    elif c:
+        yield (
+            f"e: checkpoint of {c['preset']} ({c['checkpoint_mib']} MiB) stalls the loop {c['sync_stall_s']} s written "
+            f"in the loop, {c['async_stall_s']} s in the background (the copy {c['async_call_s']} s; goal <= 2 s)"
+        )
+    r = e.get("host_reads", {})
+    if "error" in r or "skipped" in r:
+        yield f"e: host reads: {r.get('error') or r.get('skipped')}"
+    elif r:
+        yield (
+            f"e: per non-logging step of berttrain pretrain: {r['host_reads']} tensor reads into Python "
+            f"({r['project_reads']} by bertstream), {r['device_reads']} of device tensors, {r['cuda_syncs']} CUDA "
+            "syncs (goal 0); where: "
+            f"{r['sites_per_step']}"
+        )
 
 
 def _f(x: float | None) -> str:
@@ -606,6 +714,7 @@ def run_suite(sizes: Sizes, carry: Path, logs: Path, device: torch.device, save:
         run("c", lambda: part_c(sizes, site, carry, work, logs, budget, result["a"].get("runs", []), stderrs))
         ckpt = next((r["checkpoint"] for r in result["c"].get("runs", []) if "checkpoint" in r), None)
         run("d", lambda: part_d(sizes, site, carry, ckpt, work, logs, budget, stderrs))
+        run("e", lambda: part_e(sizes, carry, work, device, budget))
     result["imports"] = C.import_report(stderrs, device_distributions() if device.type == "cpu" else None)
     save(result)
     return result

@@ -68,6 +68,11 @@ class RunConfig:
     log_every: int = opt(10)
     tensorboard: bool = opt(True, flag="--no-tensorboard", negate=True)
     device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
+    async_checkpoint: bool = opt(
+        True,
+        "Write checkpoints in the background from a copy in host memory: the loop pays the copy only.",
+        flag="--async-checkpoint/--no-async-checkpoint",
+    )
 
     def __post_init__(self) -> None:
         check_ints(self, ("log_every",), 1)

@@ -248,8 +248,9 @@ def pretrain_rates(
         args += ["--log-every", str(log_every), "--num-workers", str(workers), "--masking", masking]
         args += ["--precision", precision, "--warmup-steps", str(max(1, steps // 10)), "--no-tensorboard"]
         args += ["--checkpoint-every", str(10 * steps), "--keep-checkpoints", "1", "--eval-every", str(10 * steps)]
-        args += ["--max-minutes", str(max_minutes)] + (["--compile"] if compile_ else [])
-        rc, wall, err = run_logged(args, logs / f"pretrain_{masking}.log", timeout=max_minutes * 60 + 180, site=site)
+        args += compile_flags(compile_)  # capped by steps only: --max-minutes reads the clock each step
+        timeout = max(deadline - time.monotonic(), 0) + max_minutes * 60 + 180
+        rc, wall, err = run_logged(args, logs / f"pretrain_{masking}.log", timeout=timeout, site=site)
         stderrs.append(err)
         row: dict[str, Any] = {"masking": masking, "exit": rc, "wall_s": round(wall, 1), "workers": workers}
         if rc == 0:
@@ -258,6 +259,18 @@ def pretrain_rates(
             row["checkpoint"] = str(sorted((out / "checkpoints").glob("step-*"))[-1])
         rows.append(row)
     return rows, stderrs
+
+
+def compile_flags(compile_: bool) -> list[str]:
+    """``--compile`` or ``--no-compile`` (issue 52: compiled by default on CUDA), said whichever is asked; where
+    this checkout's berttrain predates ``--no-compile``, not compiling is its default and no flag is given."""
+    if compile_:
+        return ["--compile"]
+    from bertstream.trainer.cli import main
+
+    command = main.commands["pretrain"]  # type: ignore[attr-defined]
+    flags = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+    return ["--no-compile"] if "--no-compile" in flags else []
 
 
 # --- (d) fine-tuning from (c)'s checkpoint ------------------------------------------------------------------

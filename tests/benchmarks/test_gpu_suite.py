@@ -65,6 +65,23 @@ def test_the_real_commands_ran(smoke: dict) -> None:
 
 
 @pytest.mark.slow
+def test_the_rows_of_issue_52_have_real_figures(smoke: dict) -> None:
+    runs = [r for r in smoke["a"]["runs"] if "skipped" not in r]
+    lamb = [r for r in runs if r["optimizer"] == "lamb"]
+    eager = [r for r in runs if (r["seq_len"], r["batch"], r["masked"]) in S.SMOKE.eager_shapes and not r["compiled"]]
+    assert lamb and eager and all(r["finite"] and _finite(r["seq_per_s"]) for r in lamb + eager)
+    stall = smoke["e"]["checkpoint"]
+    assert stall["preset"] == S.SMOKE.preset and _finite(stall["checkpoint_mib"]) and _finite(stall["sync_stall_s"])
+    assert all(isinstance(stall[k], float) for k in ("async_stall_s", "async_call_s", "sync_over_async"))
+    reads = smoke["e"]["host_reads"]
+    assert reads["steps"] == list(S.SMOKE.reads_steps) and reads["cuda_syncs"] is None  # no CUDA here
+    assert reads["host_reads"] >= reads["project_reads"] >= 0 and reads["device_reads"] == 0  # no device here
+    lines = list(S.table(smoke))
+    assert any(line.startswith("e: checkpoint of tiny") for line in lines)
+    assert any(line.startswith("e: per non-logging step") for line in lines)
+
+
+@pytest.mark.slow
 def test_the_commands_need_nothing_the_device_lacks(smoke: dict) -> None:
     # The commands above ran (exit 0) with only the device image's distributions and the carried wheels
     # importable (benchmarks/lib/device_python.py): what they imported is within that set.

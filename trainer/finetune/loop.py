@@ -53,6 +53,7 @@ from bertstream.trainer.model_config import BertConfig, with_dropout
 from bertstream.trainer.optim.schedule import build_scheduler
 from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.progress import Progress
+from bertstream.trainer.snapshot import Background
 from bertstream.trainer.weights import Init, check_vocab, resolve_init
 
 
@@ -162,6 +163,7 @@ class Epochs:
     total_steps: int
     cfg: FinetuneConfig
     info: D.DistInfo
+    writer: R.CheckpointWriter | None = None  # its background write is looked at each step
 
     def train(self, epoch: int) -> float:
         """One epoch, or what is left of the run; returns the mean step loss over the epoch and all ranks."""
@@ -174,6 +176,8 @@ class Epochs:
             out["loss"].backward()
             grad_norm = t.optimizer_step()
             self.bar.update(1)
+            if self.writer is not None:  # the last epoch's checkpoint, written meanwhile: complete, or its error
+                self.writer.poll(meet=t.step % cfg.run.log_every == 0)
             loss = torch.stack([out["loss"].detach().double(), torch.ones((), dtype=torch.float64, device=info.device)])
             epoch_loss += loss
             window += loss
@@ -305,11 +309,11 @@ def evaluate(
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     info = D.setup(cfg.run.device)
     run_dir = Path(cfg.run.output)
-    with rundir.held(run_dir, "berttrain finetune", info):
-        return _finetune(cfg, info, overwrite)
+    with rundir.held(run_dir, "berttrain finetune", info), R.background_writes() as writes:
+        return _finetune(cfg, info, overwrite, writes if cfg.run.async_checkpoint else None)
 
 
-def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[str, Any]:
+def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Background | None) -> dict[str, Any]:
     # --- set up: every input is checked before the output folder is touched ----------------------------
     run_dir = Path(cfg.run.output)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
@@ -344,7 +348,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
     run_config = {"model": config.to_dict(), "finetune": redact_values(cfg.to_dict()), "task": results["task"]}
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
     run_config["lowercase"] = train.manifest.lowercase  # the data's casing: export-hf's tokenizer.json follows it
-    saver = Saver(run_dir, R.CheckpointWriter(run_config, init.vocab.text(), info))
+    saver = Saver(run_dir, R.CheckpointWriter(run_config, init.vocab.text(), info, writes=writes))
 
     # --- restore --------------------------------------------------------------------------------------
     first_epoch = 1
@@ -357,7 +361,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
     # --- train ----------------------------------------------------------------------------------------
     model.train()
     bar = Progress(total_steps, training.step, enabled=info.is_main, desc="finetune")
-    run = Epochs(training, loader, metrics, bar, total_steps, cfg, info)
+    run = Epochs(training, loader, metrics, bar, total_steps, cfg, info, saver.writer)
     for epoch in range(first_epoch, epochs + 1):
         train_batches.set_epoch(epoch - 1)
         train_loss = run.train(epoch)
@@ -387,6 +391,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
         saver.latest(training, train_batches, results, epoch)
         if step >= total_steps:
             break
+    saver.writer.finish()  # the last epoch's checkpoint complete (every rank agrees) before the run reports its end
     bar.close()
     # --- the end: one line when the run learned nothing ----------------------------------------------
     warning = finetune_warning(results, o.lr, config.hidden_size)

@@ -45,6 +45,7 @@ from bertstream.trainer.pretrain.inputs import (
 )
 from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, same_data
 from bertstream.trainer.progress import Progress
+from bertstream.trainer.snapshot import Background
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
 
@@ -303,9 +304,9 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     info = D.setup(cfg.run.device, cfg.dist_timeout)
     run_dir = Path(cfg.run.output)
     try:
-        with rundir.held(run_dir, "berttrain pretrain", info):
+        with rundir.held(run_dir, "berttrain pretrain", info), R.background_writes() as writes:
             D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
-            return _pretrain(cfg, info)
+            return _pretrain(cfg, info, writes if cfg.run.async_checkpoint else None)
     except Exception as e:
         lost = D.peer_lost(e, cfg.dist_timeout)
         if lost is None:
@@ -336,7 +337,7 @@ def check_same_run(
     D.agree(facts, info, "every rank must run the same flags, data and bertstream version")
 
 
-def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
+def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> dict[str, Any]:
     # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
     run_dir = Path(cfg.run.output)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
@@ -367,7 +368,8 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
         R.log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
     metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.run.tensorboard)
     metrics.truncate_after(training.step)
-    writer = R.CheckpointWriter(write_run_config(cfg, config, vocab, lowercase, info), vocab.text(), info)
+    run_config = write_run_config(cfg, config, vocab, lowercase, info)
+    writer = R.CheckpointWriter(run_config, vocab.text(), info, writes=writes, announce=True)
     R.log(describe(raw, loader, cfg, info), info)
     if loader.weighted:
         R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
@@ -425,10 +427,12 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
             meter.read()  # evaluation time is not training throughput
 
         # --- checkpoint -----------------------------------------------------------------------------
+        writer.poll(meet=step % cfg.run.log_every == 0)  # the last background write: complete, or its error
         if step % cfg.checkpoint.checkpoint_every == 0 or step == last_step:
             path = writer.save(run_dir, training, data_position(cfg, loader), keep=cfg.checkpoint.keep_checkpoints)
             if path is not None:
                 R.log(f"checkpoint {path}", info)
+    writer.finish()  # the final checkpoint complete (every rank agrees) before the run reports its end
     bar.close()
     # judged from fresh weights only: a resumed, second-phase or --init-from run may rightly move its loss little
     fresh = losses and restored is None and cfg.model.init_from is None

@@ -151,6 +151,26 @@ def test_a_silent_peer_is_timed_out_and_sigterm_ends_a_rank_waiting_for_it(shard
             assert text.count("[berttrain] rank 0 is waiting for rank 1 (silent for") == 1, text
 
 
+@pytest.mark.slow  # one launch of two ranks
+def test_a_full_disk_in_a_background_write_ends_every_rank_in_one_line(shards, tmp_path):
+    """Issue 52: rank 0 writes the checkpoint in a thread while both ranks train on; its write fails (a
+    file-size limit, as a full disk): at the next log step every rank learns it and ends (exit 1), rank 0 says
+    it once, naming the checkpoint; before, rank 1 went on into its next collective and waited for a dead peer."""
+    import resource
+
+    def limit() -> None:  # config.json, the lock and metrics fit; model.safetensors (~170 kB) does not
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    out_dir = tmp_path / "run"
+    out = finish(launch([flags(shards, out_dir, **{"--dist-timeout": "120"})] * 2, preexec_fn=limit))
+    assert [code for code, _ in out] == [1, 1], out
+    (line,) = errors(out)
+    assert line.startswith(f"Error: checkpoint {ckpt.step_dir(out_dir, 3)} could not be written"), line
+    assert "the last checkpoint is kept" in line and "Traceback" not in out[0][1] + out[1][1]
+    assert not ckpt.list_checkpoints(out_dir) and not list((out_dir / ckpt.CHECKPOINTS).glob("*.tmp-*"))
+
+
 def children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
