@@ -44,6 +44,13 @@ def vocab(**values: Any) -> None:
         + (f", dropped ({drops})" if drops else "")
         + f" -> {job.output}/vocab.txt, tokenizer.json"
     )
+    if counters.get("vocab_long_words"):
+        from bertstream.schemas.wordpiece import MAX_WORD_CHARS
+
+        click.echo(
+            f"note: {counters['vocab_long_words']:,} words of more than {MAX_WORD_CHARS} characters were left out "
+            "of training (WordPiece tokenizes each as one [UNK], whatever the vocabulary)"
+        )
     if len(v) < job.config.vocab_size:
         # WordPiece stops when no pair is left to merge: a small corpus cannot fill a large vocabulary, and a
         # model built for --vocab-size tokens would carry rows no id reaches.
