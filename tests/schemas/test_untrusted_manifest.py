@@ -147,6 +147,36 @@ FIELDS = {
         lambda d: d.update(task={"files": [{"path": "../x", "sha256": "0" * 64, "count": 1, "role": "e"}]}),
         r"task.files\[0\].path: '../x' leaves",
     ),
+    # the statistics the report and inspect print and plot (issue 53): NaN and 1e308 were printed, a histogram
+    # of 30,000 entries took the report 52 s
+    "length histogram past max_seq_length": (
+        lambda d: d.update(statistics={"length_histogram": [0] * 33 + [0] * 30_000}),
+        "statistics.length_histogram: 30,033 entries, but the settings allow 33",
+    ),
+    "predictions histogram": (
+        lambda d: d.update(statistics={"predictions_histogram": [1] * 7}),
+        "statistics.predictions_histogram: 7 entries, but the settings allow 6",
+    ),
+    "NaN fraction": (
+        lambda d: d.update(statistics={"mask_fractions": {"mask": float("nan")}}),
+        "statistics.mask_fractions.mask: nan is not a finite number",
+    ),
+    "1e308 fraction": (
+        lambda d: d.update(statistics={"next_sentence": {"is_next": 1e308}}),
+        "statistics.next_sentence.is_next: 1e.308 is outside 0.0..1.0",
+    ),
+    "mean length past max_seq_length": (
+        lambda d: d.update(statistics={"length": {"mean": 33.5}}),
+        "statistics.length.mean: 33.5 is outside 0.0..32.0",
+    ),
+    "a negative bin": (
+        lambda d: d.update(statistics={"length_histogram": [1, -1]}),
+        r"statistics.length_histogram\[1\]: -1 is outside",
+    ),
+    "an unknown figure infinite": (
+        lambda d: d.update(statistics={"extra": {"x": [float("inf")]}}),
+        r"statistics.extra.x\[0\]: inf is not a finite number",
+    ),
 }
 
 
