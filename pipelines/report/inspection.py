@@ -250,6 +250,7 @@ def summary_lines(manifest: Manifest) -> list[str]:
         lines.append(
             f"sentences {c.get('sentences', 0)}, tokens {c.get('tokens', 0)}, instances {manifest.totals.get('instances', 0)}"
         )
+        lines.append(f"[UNK]: {c.get('unk_tokens', 0)} of {c.get('tokens', 0)} tokens ({_unk_rate(c) * 100:.2f}%)")
         altered = C.altered_text(c)
         if altered:
             lines.append("altered: " + altered)
@@ -309,11 +310,45 @@ def degenerate_warning(
     return f"warning: degenerate data ({'; '.join(seen)}): {cause}"
 
 
+# Past this share of [UNK] tokens the vocabulary does not fit the text (an uncased vocabulary under --cased made
+# 8.8%, every capitalised word; BERT's vocabularies on their own language's prose give well under 1%).
+UNK_WARNING_RATE = 0.02
+
+
+def _unk_rate(counters: dict[str, Any]) -> float:
+    return counters.get("unk_tokens", 0) / max(counters.get("tokens", 0), 1)
+
+
+def unk_warning(counters: dict[str, Any], statistics: dict[str, Any], lowercase: Any) -> str | None:
+    """One line when more than :data:`UNK_WARNING_RATE` of the tokens are [UNK], naming the commonest unknown
+    words (the manifest's ``statistics.unk_words``), so that a run on text its vocabulary cannot read does not
+    pass with exit 0 and no word. None below the rate."""
+    rate = _unk_rate(counters)
+    if rate <= UNK_WARNING_RATE:
+        return None
+    top = (statistics.get("unk_words") or {}).get("top") or []
+    words = ", ".join(f"{w!r} {n}" for w, n in top[:8])
+    hint = (
+        "capitalised words among them: a cased text under an uncased vocabulary? (a vocabulary that lowercases "
+        "takes no --cased)"
+        if any(isinstance(w, str) and w[:1].isupper() for w, _ in top[:8]) and lowercase is False
+        else "the vocabulary was not made for this text (another language or script, or other casing?)"
+    )
+    return (
+        f"warning: {rate * 100:.1f}% of the tokens are [UNK] ({counters.get('unk_tokens', 0)} of "
+        f"{counters.get('tokens', 0)})" + (f"; commonest unknown words: {words}" if words else "") + f": {hint}"
+    )
+
+
 def manifest_warning(manifest: Manifest) -> str | None:
-    """:func:`degenerate_warning` of a pretraining dataset's manifest."""
+    """:func:`degenerate_warning` and :func:`unk_warning` of a pretraining dataset's manifest, one line each."""
     if manifest.kind != P.KIND:
         return None
     p = manifest.parameters
-    return degenerate_warning(
-        manifest.counters, manifest.statistics, p.get("input_format"), int(p.get("max_seq_length", 128))
-    )
+    found = [
+        degenerate_warning(
+            manifest.counters, manifest.statistics, p.get("input_format"), int(p.get("max_seq_length", 128))
+        ),
+        unk_warning(manifest.counters, manifest.statistics, manifest.vocab.get("lowercase")),
+    ]
+    return "\n".join(w for w in found if w) or None
