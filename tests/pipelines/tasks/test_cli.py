@@ -143,3 +143,41 @@ def test_one_input_spelled_two_ways_is_read_once(tmp_path, demo_vocab, monkeypat
     assert r.exit_code == 0, r.output
     assert "rows: 2 read" in r.output
     assert len(json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]) == 1
+
+
+def test_a_file_reached_twice_through_a_hard_link_is_read_once(tmp_path, demo_vocab, monkeypatch):
+    """Same device and inode: one file under two names, read twice before (its rows twice) (issue 53)."""
+    import os
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "train.tsv").write_text("text\tlabel\na module\tpos\nthe class\tneg\n")
+    os.link(tmp_path / "in" / "train.tsv", tmp_path / "in" / "copy.tsv")
+    monkeypatch.chdir(tmp_path)
+    common = ["--text-column", "text", "--label-column", "label", "--vocab", str(demo_vocab / "vocab.txt")]
+    r = invoke("classification", "--input", "in/*.tsv", *common, "--split", "train", "--output", "out")
+    assert r.exit_code == 0, r.output
+    assert "rows: 2 read" in r.output
+    assert len(json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]) == 1
+
+
+def test_the_summary_says_what_truncation_removed(tmp_path, wiki_vocab):
+    r = invoke(
+        "classification",
+        "--glue",
+        "mrpc",
+        "--input",
+        str(shared_path("tasks", "mrpc", "dev.tsv")),
+        "--vocab",
+        str(wiki_vocab / "vocab.txt"),
+        "--max-seq-length",
+        "32",
+        "--output",
+        str(tmp_path / "o"),
+    )
+    assert r.exit_code == 0, r.output
+    c = json.loads((tmp_path / "o" / "manifest.json").read_text())["counters"]
+    assert c["rows_truncated"] > 0
+    assert (
+        f"  truncated to --max-seq-length 32: {c['rows_truncated']} rows, {c['tokens_removed_by_truncation']} "
+        "tokens removed (" in r.output
+    )
