@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from bertstream.cli import options
-from bertstream.cli.errors import UsageError
+from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import click_options, single_option
 from bertstream.cli.process import QuickExitGroup
 from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
@@ -91,6 +91,13 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
     redact_logs([*ctx.args, *values["inputs"], values["vocab"], values["output"]])
     with bertprep_errors(PretrainingJob):
         job = options.build(PretrainingJob, **values, beam_args=ctx.args)
+        if ctx.get_parameter_source("arrow_compression") == click.core.ParameterSource.COMMANDLINE:
+            # a setting that does nothing is refused, not recorded as though it had been used
+            check(
+                "arrow" in job.config.formats,
+                "arrow_compression",
+                f"--output-format {job.config.output_format} writes no Arrow shards: drop --arrow-compression",
+            )
         if job.verbose:  # read by the stages wherever they run: this process or the worker processes it starts
             from bertstream.pipelines.common.progress import ENV_VERBOSE
 

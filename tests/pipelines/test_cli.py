@@ -333,3 +333,12 @@ def test_a_casing_that_contradicts_the_vocabulary_is_refused(tmp_path, demo_corp
     if cased_vocab:  # the flag that fits runs
         r = CliRunner().invoke(main, [*args, "--cased", "--output", str(tmp_path / "ds"), "--dupe-factor", "1"])
         assert r.exit_code == 0, r.output
+
+
+def test_arrow_compression_without_arrow_output_is_refused(tmp_path, demo_corpus, demo_vocab):
+    """It did nothing and the manifest recorded it as used (issue 53)."""
+    args = ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab", str(demo_vocab / "vocab.txt")]
+    r = CliRunner().invoke(
+        main, [*args, "--output", str(tmp_path / "o"), "--output-format", "webdataset", "--arrow-compression", "lz4"]
+    )
+    assert r.exit_code == 2 and "'--arrow-compression'" in r.output and "writes no Arrow shards" in r.output
