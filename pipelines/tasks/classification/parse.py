@@ -83,7 +83,9 @@ def column_positions(layout: TableLayout, header: list[str] | None, path: str) -
         elif header.count(col) > 1:
             # header.index took the first of them: which column the user meant cannot be known
             at = [i for i, name in enumerate(header) if name == col]
-            raise UsageError(flag, f"{path}: the header names {col!r} {len(at)} times (columns {at}); rename all but one")
+            raise UsageError(
+                flag, f"{path}: the header names {col!r} {len(at)} times (columns {at}); rename all but one"
+            )
         elif col in header:
             out[role] = header.index(col)
         else:
