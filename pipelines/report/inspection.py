@@ -251,6 +251,17 @@ def summary_lines(manifest: Manifest) -> list[str]:
             f"sentences {c.get('sentences', 0)}, tokens {c.get('tokens', 0)}, instances {manifest.totals.get('instances', 0)}"
         )
         lines.append(f"[UNK]: {c.get('unk_tokens', 0)} of {c.get('tokens', 0)} tokens ({_unk_rate(c) * 100:.2f}%)")
+        if c.get(C.LONG_SENTENCES) or c.get(C.SENTENCES_CUT):
+            lines.append(
+                f"truncated: {c.get(C.LONG_SENTENCES, 0)} sentences longer than an instance (at least "
+                f"{c.get(C.TOKENS_PAST_MAX_LENGTH, 0)} tokens cut)"
+                + (
+                    f"; {c[C.SENTENCES_CUT]} sentences cut before tokenizing ({c.get(C.CHARS_CUT, 0)} characters past "
+                    "the part an instance could hold)"
+                    if c.get(C.SENTENCES_CUT)
+                    else ""
+                )
+            )
         altered = C.altered_text(c)
         if altered:
             lines.append("altered: " + altered)
