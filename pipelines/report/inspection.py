@@ -172,7 +172,7 @@ def iter_record_batches(dataset_dir: str, manifest: Manifest) -> Iterator[pa.Rec
                     for i in range(reader.num_record_batches):
                         batch = reader.get_batch(i)
                         batch.validate(full=True)  # untrusted offsets: never read through them unchecked
-                        yield batch
+                        yield _checked(batch, manifest, path)
             except (pa.ArrowException, OSError) as e:  # truncated, overwritten: name the shard, not just "Arrow"
                 raise DatasetError(
                     f"shard {path}: cannot be read ({type(e).__name__}: {e}); bertprep inspect --verify checks "
@@ -183,10 +183,46 @@ def iter_record_batches(dataset_dir: str, manifest: Manifest) -> Iterator[pa.Rec
         for _, payload in iter_tar_samples(_read_all(path)):
             rows.append(wds.decode_payload(payload, source=path))
             if len(rows) == WDS_BATCH_ROWS:
-                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                yield _checked(pa.RecordBatch.from_pylist(rows, schema=schema), manifest, path)
                 rows = []
         if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+            yield _checked(pa.RecordBatch.from_pylist(rows, schema=schema), manifest, path)
+
+
+def _checked(batch: pa.RecordBatch, manifest: Manifest, path: str) -> pa.RecordBatch:
+    """``batch`` once its rows pass ``--verify``'s checks (:func:`_check_rows`: the row layout, every id inside
+    the vocabulary) and its masked positions lie inside their rows: the report counted tokens by id and dropped
+    an id past the vocabulary silently (an id of 2**31 - 1 sized its count array by it), and a position past its
+    row read the next row's token."""
+    if not len(batch):
+        return batch
+    ids, positions = batch.column(P.INPUT_IDS), batch.column(P.MASKED_LM_POSITIONS)
+    lengths = pc.list_value_length(ids).to_numpy(zero_copy_only=False).astype(np.int64)
+    k = pc.list_value_length(positions).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = (pc.list_flatten(ids), pc.list_flatten(batch.column(P.MASKED_LM_IDS)))
+    top = max(int(pc.max(v).as_py() or 0) for v in values)
+    low = min(int(pc.min(v).as_py() or 0) for v in values)
+    at = pc.list_flatten(positions).to_numpy(zero_copy_only=False).astype(np.int64)
+    row_of = np.repeat(np.arange(len(batch)), k)
+    outside = np.flatnonzero((at < 0) | (at >= lengths[row_of]))
+    try:
+        _check_rows(
+            lengths,
+            batch.column(P.SEGMENT_A_LENGTH).to_numpy(zero_copy_only=False),
+            batch.column(P.NEXT_SENTENCE_LABEL).to_numpy(zero_copy_only=False),
+            k,
+            batch.column(P.INSTANCE_ID).to_numpy(zero_copy_only=False),
+            top,
+            manifest,
+        )
+        if low < 0:
+            raise ValueError(f"an id {low} outside the vocabulary's 0..{manifest.vocab_size - 1}")
+        if len(outside):
+            i = int(outside[0])
+            raise ValueError(f"a masked position {at[i]} outside its row of {lengths[row_of[i]]} tokens")
+    except ValueError as e:
+        raise DatasetError(f"shard {path}: {e}; bertprep inspect --verify checks every shard") from None
+    return batch
 
 
 def read_instances(dataset_dir: str, manifest: Manifest, limit: int) -> list[dict[str, Any]]:

@@ -263,3 +263,28 @@ def test_shard_rows_are_range_checked(tmp_path, vocab, case):
     with pytest.raises(ShardError, match=message):
         trainer_reads(root)
     assert any(message in p for p in inspect_verifies(root))
+
+
+REPORT_ROWS = {
+    **ROWS,
+    "an id past the vocabulary": (dict(ids=[101] + [5000] * 10 + [102], segment_a=6), "an id 5000 outside the"),
+}
+
+
+@pytest.mark.parametrize("case", REPORT_ROWS)
+def test_the_report_checks_rows_and_ids_as_verify_does(tmp_path, vocab, case):
+    """``bertprep report`` counted tokens by id: an id past the vocabulary was dropped without a word (and one
+    of 2**31 - 1 sized the count array by it), a bad row was plotted (issue 53); now the rows it reads pass
+    --verify's checks, or one line names the shard."""
+    from bertstream.pipelines.report.data import count_tokens
+    from bertstream.pipelines.report.inspection import DatasetError
+
+    change, message = REPORT_ROWS[case]
+    root = tmp_path / "ds"
+    inst = _with_row(make_instances(sum(COUNTS), seed=3, vocab=vocab, max_len=32), 3, **change)
+    write_dataset(root, inst, COUNTS, vocab=vocab, parameters={"max_seq_length": 32, "seed": 0})
+    m = Manifest.from_json((root / MANIFEST_NAME).read_text(), source=str(root / MANIFEST_NAME))
+    with pytest.raises(DatasetError, match=message) as e:
+        count_tokens(str(root), m, len(vocab))
+    assert str(e.value).startswith("shard ") and "\n" not in str(e.value)
+    assert any(message in p for p in inspect_verifies(root))
