@@ -163,9 +163,48 @@ def _dropped_default(leaf: Leaf) -> bool:
     return bool(choices) and leaf.default not in (MISSING, None) and leaf.default not in choices
 
 
+class SingleOption(click.Option):
+    """An option that takes one value and refuses a second: click keeps the last of ``--seed 1 --seed 2``
+    (last-wins), so a copied command line with an appended ``--output b`` would write where the user did not
+    look. The parser is told to collect every occurrence (``append`` for ``store``); two different values are a
+    usage error naming the flag (the same value twice is that value). Both sides of an on/off pair
+    (``--lowercase --cased``) are two values of one option. Options that take
+    several values (``multiple``, ``count``) are click's own."""
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        if self.multiple or self.count:
+            return
+        # click's parser has no hook for "seen twice": its per-flag records (private, stable since click 7) are
+        # switched from keeping the last value to keeping them all, which consume_value below unwraps.
+        for record in {*parser._long_opt.values(), *parser._short_opt.values()}:
+            if record.obj is self and record.action in ("store", "store_const"):
+                record.action = "append" if record.action == "store" else "append_const"
+
+    def consume_value(self, ctx: click.Context, opts: Any) -> Any:
+        given = opts.get(self.name)
+        if isinstance(given, list) and not self.multiple and not self.count:
+            if any(v != given[0] for v in given):  # the same value twice is one value (a flag typed twice)
+                if self.secondary_opts:
+                    told = f"{' and '.join(self.opts + self.secondary_opts)} are both given: give one of them"
+                else:
+                    told = f"{self.opts[0]} is given {len(given)} times ({', '.join(map(repr, given))}): give it once"
+                raise click.BadOptionUsage(
+                    self.name or self.opts[0], f"{told} (a later one would not replace an earlier one)", ctx=ctx
+                )
+            opts = {**opts, self.name: given[0]}
+        return super().consume_value(ctx, opts)
+
+
+def single_option(*decls: str, **kw: Any) -> Callable:
+    """``click.option`` for a command's own flags outside a config (``bertprep report --output``): one value,
+    refused when given twice (:class:`SingleOption`)."""
+    return click.option(*decls, cls=SingleOption, **kw)
+
+
 def _option(leaf: Leaf) -> Callable:
     meta = leaf.meta
-    kw: dict[str, Any] = {"help": leaf.help}
+    kw: dict[str, Any] = {"help": leaf.help, "cls": SingleOption}
     if meta.get("show"):
         kw["show_default"] = True
     if meta.get("convert"):

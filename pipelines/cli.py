@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from bertstream.cli import options
-from bertstream.cli.errors import UsageError
-from bertstream.cli.options import click_options
+from bertstream.cli.errors import UsageError, check
+from bertstream.cli.options import click_options, single_option
 from bertstream.cli.process import QuickExitGroup
 from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
 from bertstream.pipelines.extract_config import ExtractJob
@@ -44,6 +44,13 @@ def vocab(**values: Any) -> None:
         + (f", dropped ({drops})" if drops else "")
         + f" -> {job.output}/vocab.txt, tokenizer.json"
     )
+    if counters.get("vocab_long_words"):
+        from bertstream.schemas.wordpiece import MAX_WORD_CHARS
+
+        click.echo(
+            f"note: {counters['vocab_long_words']:,} words of more than {MAX_WORD_CHARS} characters were left out "
+            "of training (WordPiece tokenizes each as one [UNK], whatever the vocabulary)"
+        )
     if len(v) < job.config.vocab_size:
         # WordPiece stops when no pair is left to merge: a small corpus cannot fill a large vocabulary, and a
         # model built for --vocab-size tokens would carry rows no id reaches.
@@ -84,6 +91,13 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
     redact_logs([*ctx.args, *values["inputs"], values["vocab"], values["output"]])
     with bertprep_errors(PretrainingJob):
         job = options.build(PretrainingJob, **values, beam_args=ctx.args)
+        if ctx.get_parameter_source("arrow_compression") == click.core.ParameterSource.COMMANDLINE:
+            # a setting that does nothing is refused, not recorded as though it had been used
+            check(
+                "arrow" in job.config.formats,
+                "arrow_compression",
+                f"--output-format {job.config.output_format} writes no Arrow shards: drop --arrow-compression",
+            )
         if job.verbose:  # read by the stages wherever they run: this process or the worker processes it starts
             from bertstream.pipelines.common.progress import ENV_VERBOSE
 
@@ -152,7 +166,7 @@ def _print_summary(result) -> None:
 
 @main.command("demo-corpus", context_settings=HELP)
 @click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--holdout-every", type=int, default=0, help="Put every k-th document in DIRECTORY/heldout/.")
+@single_option("--holdout-every", type=int, default=0, help="Put every k-th document in DIRECTORY/heldout/.")
 def demo_corpus(directory, holdout_every) -> None:
     """Write Python's bundled reference documentation as a `text`-format corpus (no download needed)."""
     from bertstream.pipelines.common.cli_errors import bertprep_errors
@@ -171,11 +185,11 @@ def demo_corpus(directory, holdout_every) -> None:
 
 @main.command(context_settings=HELP)
 @click.argument("dataset_dir")
-@click.option("--verify", is_flag=True, help="Re-check every shard's size, checksum, schema and row count.")
-@click.option(
+@single_option("--verify", is_flag=True, help="Re-check every shard's size, checksum, schema and row count.")
+@single_option(
     "--decode", type=click.IntRange(min=0), default=0, help="Print N instances as text, masked positions marked."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@single_option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
     quiet_beam()
@@ -239,10 +253,10 @@ def _inspect(dataset_dir: str, verify: bool, decode: int, as_json: bool) -> None
 
 @main.command(context_settings=HELP)
 @click.argument("dataset_dir")
-@click.option("--output", default=None, type=click.Path(file_okay=False), help="Report folder [default: DIR/report].")
-@click.option("--top-tokens", type=int, default=30, show_default=True, help="Tokens in the most-frequent plot.")
-@click.option("--top-sources", type=int, default=15, show_default=True, help="Sources shown (the rest as one).")
-@click.option("--top-unk-words", type=int, default=25, show_default=True, help="[UNK] words listed.")
+@single_option("--output", default=None, type=click.Path(file_okay=False), help="Report folder [default: DIR/report].")
+@single_option("--top-tokens", type=int, default=30, show_default=True, help="Tokens in the most-frequent plot.")
+@single_option("--top-sources", type=int, default=15, show_default=True, help="Sources shown (the rest as one).")
+@single_option("--top-unk-words", type=int, default=25, show_default=True, help="[UNK] words listed.")
 def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
     """Write DIR/report/index.html: plots of a pretraining dataset beside its key numbers."""
     quiet_beam()

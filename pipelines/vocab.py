@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import unicodedata
 from collections import Counter
@@ -34,7 +35,7 @@ from bertstream.pipelines.inputs.resolve import InputFile, check_text_field, inp
 from bertstream.pipelines.vocab_config import VocabConfig, VocabJob
 from bertstream.schemas.hashing import hash64
 from bertstream.schemas.vocab import CLS, SEP, SPECIAL_TOKENS, VOCAB_FILENAME, Vocab
-from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
+from bertstream.schemas.wordpiece import MAX_WORD_CHARS, bert_tokenizer, with_bert_template
 
 # The files ``bertprep vocab`` writes: an output folder holding these holds an earlier vocabulary.
 VOCAB_FILES = (VOCAB_FILENAME, "tokenizer.json", "tokenizer_config.json", "vocab_config.json")
@@ -42,6 +43,37 @@ VOCAB_FILES = (VOCAB_FILENAME, "tokenizer.json", "tokenizer_config.json", "vocab
 
 def is_vocab_file(name: str) -> bool:
     return name.removesuffix(".tmp") in VOCAB_FILES
+
+
+# A run of non-space characters long enough to hold a word past WordPiece's limit (pre-tokenization only splits
+# a run, at punctuation and CJK characters).
+_LONG_RUN = re.compile(r"\S{" + str(MAX_WORD_CHARS + 1) + ",}")
+
+
+class LongWords:
+    """Cut the words a tokenizer can only turn into one [UNK] (past :data:`MAX_WORD_CHARS` characters) out of
+    the text a vocabulary trains on: `tokenizers`' WordPiece trainer is quadratic in a word's length (one run
+    of 300,000 letters, a base64 image or a hex dump, took 59 s; 1 MB ran past 120 s), and pieces learnt from
+    such a word are pieces of words that never tokenize. Each cut is counted (``vocab_long_words``)."""
+
+    def __init__(self, lowercase: bool) -> None:
+        tok = bert_tokenizer(None, lowercase)
+        self._normalize = tok.normalizer.normalize_str
+        self._split = tok.pre_tokenizer.pre_tokenize_str
+
+    def cut(self, text: str, counters: Counter) -> str:
+        if _LONG_RUN.search(text) is None:
+            return text
+        return _LONG_RUN.sub(lambda m: self._cut_run(m.group(), counters), text)
+
+    def _cut_run(self, run: str, counters: Counter) -> str:
+        # The words as the tokenizer sees them: normalised (accents, CJK spacing), then pre-tokenized.
+        words = [w for w, _ in self._split(self._normalize(run))]
+        long = sum(len(w) > MAX_WORD_CHARS for w in words)
+        if not long:
+            return run
+        counters["vocab_long_words"] += long
+        return " ".join(w for w in words if len(w) <= MAX_WORD_CHARS)
 
 
 def sample_texts(inputs: list[str] | list[InputFile], cfg: VocabConfig, counters: Counter) -> Iterator[str]:
@@ -52,6 +84,7 @@ def sample_texts(inputs: list[str] | list[InputFile], cfg: VocabConfig, counters
     fraction = 1.0 if not cfg.sample_bytes or cfg.sample_bytes >= total else cfg.sample_bytes / total
     threshold = int(fraction * 2**64)
     taken = 0
+    long_words = LongWords(cfg.lowercase)
     for f in files:
         # Ids below the inputs' common folder (as the pipeline's): the sample, and so the vocabulary, is the same
         # wherever the corpus lives (an absolute path in the id made it depend on the folder it was copied to).
@@ -63,7 +96,7 @@ def sample_texts(inputs: list[str] | list[InputFile], cfg: VocabConfig, counters
                 continue
             for p in doc.paragraphs:
                 taken += len(p.encode("utf-8")) + 1
-                yield p
+                yield long_words.cut(p, counters)
             counters["documents_sampled"] += 1
             if cfg.sample_bytes and taken >= cfg.sample_bytes:
                 return

@@ -16,6 +16,7 @@ from bertstream.schemas import fields as F
 from bertstream.schemas import pretraining as P
 from bertstream.schemas import tasks as T
 from bertstream.schemas.id_types import MAX_UINT16_VOCAB, id_type_for
+from bertstream.schemas.manifest_stats import MAX_LENGTH, check_statistics
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import SPECIAL_TOKENS
 
@@ -23,7 +24,7 @@ DOCUMENTS_KIND = "documents"  # bertprep extract: text before tokenization, no v
 KINDS: tuple[str, ...] = (P.KIND, *T.KINDS, DOCUMENTS_KIND)
 SHARD_FORMATS = ("arrow", "webdataset", "jsonl")
 MAX_VOCAB = (1 << 31) - 1  # int32 ids
-MAX_SEQ_LENGTH = 1 << 20
+MAX_SEQ_LENGTH = MAX_LENGTH
 MAX_SEED = (1 << 63) - 1
 SHARD_KEYS = ("path", "format", "count", "bytes", "sha256")
 
@@ -129,7 +130,8 @@ def check_manifest(d: Mapping[str, Any]) -> None:
     kind = F.string(F.member(d, "kind"), "kind", KINDS)
     if kind != DOCUMENTS_KIND or d.get("vocab"):
         _check_vocab(d.get("vocab"))
-    check_parameters(F.mapping(F.member(d, "parameters"), "parameters"))
+    parameters = F.mapping(F.member(d, "parameters"), "parameters")
+    check_parameters(parameters)
     F.integer(F.member(d, "seed"), "seed", 0, MAX_SEED)
     rows = _check_shards(F.member(d, "shards"))
     if len(set(rows.values())) > 1:
@@ -139,6 +141,12 @@ def check_manifest(d: Mapping[str, Any]) -> None:
     for name in ("totals", "counters", "statistics", "run"):
         F.mapping(d.get(name, {}), name)
     _check_task(d.get("task", {}))
+    task_length = d.get("task", {}).get("max_seq_length")
+    check_statistics(
+        d.get("statistics", {}),
+        parameters.get("max_seq_length", task_length),
+        parameters.get("max_predictions_per_seq"),
+    )
     totals = d.get("totals", {})
     total_key = {P.KIND: "instances", DOCUMENTS_KIND: "documents"}.get(kind, "rows")
     if total_key in totals:

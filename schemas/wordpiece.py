@@ -7,11 +7,14 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from bertstream.schemas.vocab import CLS, SEP, SPECIAL_TOKENS, Vocab
 
+# BERT's WordPiece gives a word of more characters one [UNK], whatever its letters.
+MAX_WORD_CHARS = 100
+
 
 def bert_tokenizer(vocab: Vocab | None, lowercase: bool) -> Tokenizer:
     """The tokenizer ``BertTokenizerFast(vocab_file, do_lower_case=lowercase)`` builds (untrained: no vocab)."""
     words = vocab.index if vocab is not None else {}
-    tok = Tokenizer(models.WordPiece(words, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok = Tokenizer(models.WordPiece(words, unk_token="[UNK]", max_input_chars_per_word=MAX_WORD_CHARS))
     tok.normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
     )

@@ -47,6 +47,10 @@ EMPTY_SENTENCES = "empty_sentences_skipped"
 # Sentences longer than max_seq_length - 3 tokens, and their tokens past it: instance creation truncates them.
 LONG_SENTENCES = "sentences_longer_than_an_instance"
 TOKENS_PAST_MAX_LENGTH = "tokens_truncated_at_least"
+# Sentences cut to pretraining.tokenize.sentence_char_limit characters before tokenizing, and the characters cut:
+# an instance could only have held a truncated part of them (one 5M-character unpunctuated CJK record took 3.1 GB).
+SENTENCES_CUT = "sentences_cut_before_tokenizing"
+CHARS_CUT = "characters_cut_before_tokenizing"
 # Documents a worker encoded with `tokenizers` because the run's nanotoken was missing there (same ids).
 TOKENIZER_FALLBACK = "documents_encoded_by_fallback_tokenizer"
 

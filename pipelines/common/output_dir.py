@@ -31,6 +31,7 @@ from apache_beam.io.filesystems import FileSystems
 from bertstream.cli.errors import UsageError
 from bertstream.cli.lock import FolderLock, lock_folder
 from bertstream.cli.owned import dangling_link
+from bertstream.cli.watch import watched
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.files import absolute, read_whole
 from bertstream.pipelines.common.spill import remove_work_dir
@@ -93,17 +94,20 @@ def claim_output(output: str, overwrite: bool, policy: OutputPolicy, reads: dict
 @contextmanager
 def _claimed(output_dir: str, overwrite: bool, policy: OutputPolicy) -> Iterator[Claim]:
     run_id = new_run_id()
-    with lock_output(output_dir, run_id, policy.command):
+    with lock_output(output_dir, run_id, policy.command) as lock:
         replaced = check_output(output_dir, overwrite, policy)
         work_dir = prepare_work_dir(output_dir, run_id)
         root = FileSystems.join(output_dir, WORK_DIR_NAME)
-        try:
-            with replacing(output_dir, policy.is_output, replaced, FileSystems.join(work_dir, "previous")):
-                yield Claim(output_dir, run_id, work_dir)
-        except BaseException:
-            remove_work_dir_within(root)  # spill and pool files of a failed run; nothing was published
-            raise
-        remove_work_dir(root)
+        previous = FileSystems.join(work_dir, "previous")
+        # A death no handler sees (an abort in native code, SIGKILL): one line, and no lock left (cli/watch.py).
+        with watched(lock.path, run_id, work_dir, previous, policy.command, output_dir):
+            try:
+                with replacing(output_dir, policy.is_output, replaced, previous):
+                    yield Claim(output_dir, run_id, work_dir)
+            except BaseException:
+                remove_work_dir_within(root)  # spill and pool files of a failed run; nothing was published
+                raise
+            remove_work_dir(root)
 
 
 def new_run_id() -> str:

@@ -170,10 +170,13 @@ def read_range(source: Source, start: int, end: int, *, name: str | None = None)
             yield from _parse(decompressed(chunks(f, 0, None), label), label)
             return
         header = _header(f, label)
+        last = end >= f.seek(0, os.SEEK_END)
         data = decompressed(chunks(f, start, end), label)
         if start > 0:
             data = prepend(header.prefix, _checked_page_start(data, label, start))
-        yield from _parse(data, label, closing=header.closing)
+        # Only a range before the last lacks the root's end tag by design: the last must close the document
+        # itself, else the file was cut between two streams (read as complete before, exit 0).
+        yield from _parse(data, label, closing=b"" if last else header.closing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +261,11 @@ def _parse(data: Iterable[bytes], label: str, closing: bytes = b"") -> Iterator[
         yield from parser.feed(chunk)
     if closing and parser.started and not parser.done:
         yield from parser.feed(closing)
+    if parser.started and not parser.done and not parser.in_page:  # (cut inside a page: expat's malformed XML)
+        raise InputError(
+            f"cannot read {label}: the XML ends before its root element's end tag (</mediawiki>): the file is cut "
+            "short (a multistream dump cut between two streams?)"
+        )
     yield from parser.close()
 
 

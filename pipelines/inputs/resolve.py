@@ -3,8 +3,8 @@ any Beam filesystem -> sorted ``InputFile``s with their sizes, formats and corpu
 
 An input is its content, read once, as it was listed:
 - a path that exists is that file, even when it looks like a glob (``part[1].txt``): the literal path wins;
-- local paths are compared after resolving links, so a link beside its target (or a folder reached twice
-  through links) is one input, read once, and the run says so;
+- local paths are compared by the file they reach (device and inode), so a link beside its target, a hard link
+  (or a folder reached twice through links) is one input, read once, and the run says so;
 - a recursive ``**`` walks each folder once, whatever links loop back to it;
 - each file's size and modification time are kept from the listing: readers fail the run, naming the file,
   when it changed before they were done (``bertstream.pipelines.common.files.check_unchanged``).
@@ -285,9 +285,11 @@ def resolve_inputs(
         loops += matched.loops_cut
         listed += [(m, fmt, raw) for m in matched.files]
     # One path per local file: the one without a link in it (a path that is its own real path), else the first.
-    real = {m.path: m.path if "://" in m.path else os.path.realpath(m.path) for m, _, _ in listed}
+    # A file is its device and inode: a hard link (another name of the same file, no link in its path) was
+    # read twice, its documents twice in the dataset.
+    real = {m.path: m.path if "://" in m.path else _identity(m.path) for m, _, _ in listed}
     chosen: dict[str, str] = {}
-    for p in sorted({m.path for m, _, _ in listed}, key=lambda p: (real[p] != p, p)):
+    for p in sorted({m.path for m, _, _ in listed}, key=lambda p: ("://" not in p and os.path.realpath(p) != p, p)):
         chosen.setdefault(real[p], p)
     again = sorted({f"{m.path} (= {chosen[real[m.path]]})" for m, _, _ in listed if chosen[real[m.path]] != m.path})
     found: dict[str, tuple[int, str, float]] = {}
@@ -312,6 +314,15 @@ def resolve_inputs(
         InputFile(p, found[p][0], found[p][1], name=n, mtime=found[p][2], source=given[p])
         for p, n in zip(paths, relative_names(paths))
     ]
+
+
+def _identity(path: str) -> str:
+    """A local file's identity, whatever names it has: its device and inode (else its real path)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return f"inode {st.st_dev}:{st.st_ino}"
 
 
 def _detected(pattern: str, paths: list[str]) -> str:

@@ -33,7 +33,7 @@ from bertstream.pipelines.common.progress import Monitor
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.common.source_stats import UnkWords
 from bertstream.pipelines.common.spill import spill_bytes_for
-from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
+from bertstream.pipelines.common.tokenizer import TokenizerSpec, check_casing, load_tokenizer
 from bertstream.pipelines.common.wordpiece_backend import choose_backend
 from bertstream.pipelines.inputs.read import ReadDocuments, range_bytes_for
 from bertstream.pipelines.inputs.resolve import (
@@ -256,6 +256,7 @@ def run_pretraining(job: PretrainingJob) -> RunResult:
     if isinstance(formats, str) and formats != cfg.input_format:  # all given as `text:...`, say
         cfg = replace(cfg, input_format=formats)
     spec = load_tokenizer(vocab, job.casing)
+    check_casing(spec, job.casing, "casing")
     if cfg.word_segmenter:
         check_word_segmenter(cfg.word_segmenter, spec)
     if spec.lowercase != cfg.lowercase:

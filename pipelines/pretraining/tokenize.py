@@ -36,6 +36,7 @@ from bertstream.pipelines.pretraining import chinese_words as ws
 from bertstream.pipelines.pretraining.shipped import Shipped, resolve
 from bertstream.schemas import id_types
 from bertstream.schemas.vocab import SEP, UNK
+from bertstream.schemas.wordpiece import MAX_WORD_CHARS
 
 
 @dataclass(slots=True)
@@ -69,8 +70,10 @@ class DocumentTokenizer:
         backend: str | None = None,
         threads: int = 1,
         sources: SS.SourceTable = (),
+        max_sentence_chars: int | None = None,
     ) -> None:
         self.sources = sources
+        self.max_sentence_chars = max_sentence_chars  # longer sentences are cut first (sentence_char_limit)
         self.tokenizer = Tokenizer.from_str(spec.json)  # also the unknown-word reader's normalizer and pre-tokenizer
         self.vocab_size = len(spec.vocab)
         self.segment = ws.load_segmenter(word_segmenter) if word_segmenter else None
@@ -99,6 +102,8 @@ class DocumentTokenizer:
 
     def __call__(self, docs: list[tuple[str, list[str]]], counters: Counter) -> TokenizedBatch:
         """``docs`` are ``(doc_id, sentences)``; documents without tokens are dropped and counted."""
+        if self.max_sentence_chars is not None:
+            docs = [(doc_id, cut_long_sentences(s, self.max_sentence_chars, counters)) for doc_id, s in docs]
         chunks, start, size = [], 0, 0
         for i, (_, sentences) in enumerate(docs):
             size += sum(len(s) + 7 for s in sentences)
@@ -239,8 +244,9 @@ class _TokenizeFn(beam.DoFn):
 
     def setup(self) -> None:
         set_tokenizer_threads(self.threads)
+        limit = sentence_char_limit(self.max_num_tokens) if self.max_num_tokens is not None else None
         self.tokenize = DocumentTokenizer(
-            resolve(self.spec), self.word_segmenter, self.backend, self.threads, self.sources
+            resolve(self.spec), self.word_segmenter, self.backend, self.threads, self.sources, limit
         )
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bertstream-tokenize")
 
@@ -278,6 +284,31 @@ class _TokenizeFn(beam.DoFn):
     def teardown(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def sentence_char_limit(max_num_tokens: int) -> int:
+    """The characters of a sentence that are tokenized: a token takes at least one character of a word of at
+    most 100 (a longer word is one [UNK]), so a sentence of more characters than this holds more tokens than an
+    instance takes (``max_num_tokens``) unless it is mostly whitespace, and instance creation truncates it.
+    Cut before tokenizing, it is bounded in memory too: one unpunctuated 5M-character CJK record, one
+    "sentence", took 3.1 GB to tokenize (10M: the tokenizer aborted the process). Generous on purpose: a
+    sentence below it is tokenized whole, as before."""
+    return max(MAX_WORD_CHARS * (max_num_tokens + 1), 1 << 16)
+
+
+def cut_long_sentences(sentences: list[str], limit: int, counters: Counter) -> list[str]:
+    """``sentences`` with each one past ``limit`` characters cut to its first ``limit`` (counted: sentences and
+    characters cut)."""
+    if all(len(s) <= limit for s in sentences):
+        return sentences
+    out = []
+    for s in sentences:
+        if len(s) > limit:
+            counters[C.SENTENCES_CUT] += 1
+            counters[C.CHARS_CUT] += len(s) - limit
+            s = s[:limit]
+        out.append(s)
+    return out
 
 
 def count_long_sentences(counters: Counter, sentence_lengths: np.ndarray, max_num_tokens: int) -> None:

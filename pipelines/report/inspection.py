@@ -172,7 +172,7 @@ def iter_record_batches(dataset_dir: str, manifest: Manifest) -> Iterator[pa.Rec
                     for i in range(reader.num_record_batches):
                         batch = reader.get_batch(i)
                         batch.validate(full=True)  # untrusted offsets: never read through them unchecked
-                        yield batch
+                        yield _checked(batch, manifest, path)
             except (pa.ArrowException, OSError) as e:  # truncated, overwritten: name the shard, not just "Arrow"
                 raise DatasetError(
                     f"shard {path}: cannot be read ({type(e).__name__}: {e}); bertprep inspect --verify checks "
@@ -183,10 +183,46 @@ def iter_record_batches(dataset_dir: str, manifest: Manifest) -> Iterator[pa.Rec
         for _, payload in iter_tar_samples(_read_all(path)):
             rows.append(wds.decode_payload(payload, source=path))
             if len(rows) == WDS_BATCH_ROWS:
-                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                yield _checked(pa.RecordBatch.from_pylist(rows, schema=schema), manifest, path)
                 rows = []
         if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+            yield _checked(pa.RecordBatch.from_pylist(rows, schema=schema), manifest, path)
+
+
+def _checked(batch: pa.RecordBatch, manifest: Manifest, path: str) -> pa.RecordBatch:
+    """``batch`` once its rows pass ``--verify``'s checks (:func:`_check_rows`: the row layout, every id inside
+    the vocabulary) and its masked positions lie inside their rows: the report counted tokens by id and dropped
+    an id past the vocabulary silently (an id of 2**31 - 1 sized its count array by it), and a position past its
+    row read the next row's token."""
+    if not len(batch):
+        return batch
+    ids, positions = batch.column(P.INPUT_IDS), batch.column(P.MASKED_LM_POSITIONS)
+    lengths = pc.list_value_length(ids).to_numpy(zero_copy_only=False).astype(np.int64)
+    k = pc.list_value_length(positions).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = (pc.list_flatten(ids), pc.list_flatten(batch.column(P.MASKED_LM_IDS)))
+    top = max(int(pc.max(v).as_py() or 0) for v in values)
+    low = min(int(pc.min(v).as_py() or 0) for v in values)
+    at = pc.list_flatten(positions).to_numpy(zero_copy_only=False).astype(np.int64)
+    row_of = np.repeat(np.arange(len(batch)), k)
+    outside = np.flatnonzero((at < 0) | (at >= lengths[row_of]))
+    try:
+        _check_rows(
+            lengths,
+            batch.column(P.SEGMENT_A_LENGTH).to_numpy(zero_copy_only=False),
+            batch.column(P.NEXT_SENTENCE_LABEL).to_numpy(zero_copy_only=False),
+            k,
+            batch.column(P.INSTANCE_ID).to_numpy(zero_copy_only=False),
+            top,
+            manifest,
+        )
+        if low < 0:
+            raise ValueError(f"an id {low} outside the vocabulary's 0..{manifest.vocab_size - 1}")
+        if len(outside):
+            i = int(outside[0])
+            raise ValueError(f"a masked position {at[i]} outside its row of {lengths[row_of[i]]} tokens")
+    except ValueError as e:
+        raise DatasetError(f"shard {path}: {e}; bertprep inspect --verify checks every shard") from None
+    return batch
 
 
 def read_instances(dataset_dir: str, manifest: Manifest, limit: int) -> list[dict[str, Any]]:
@@ -251,6 +287,18 @@ def summary_lines(manifest: Manifest) -> list[str]:
         lines.append(
             f"sentences {c.get('sentences', 0)}, tokens {c.get('tokens', 0)}, instances {manifest.totals.get('instances', 0)}"
         )
+        lines.append(f"[UNK]: {c.get('unk_tokens', 0)} of {c.get('tokens', 0)} tokens ({_unk_rate(c) * 100:.2f}%)")
+        if c.get(C.LONG_SENTENCES) or c.get(C.SENTENCES_CUT):
+            lines.append(
+                f"truncated: {c.get(C.LONG_SENTENCES, 0)} sentences longer than an instance (at least "
+                f"{c.get(C.TOKENS_PAST_MAX_LENGTH, 0)} tokens cut)"
+                + (
+                    f"; {c[C.SENTENCES_CUT]} sentences cut before tokenizing ({c.get(C.CHARS_CUT, 0)} characters past "
+                    "the part an instance could hold)"
+                    if c.get(C.SENTENCES_CUT)
+                    else ""
+                )
+            )
         altered = C.altered_text(c)
         if altered:
             lines.append("altered: " + altered)
@@ -310,11 +358,45 @@ def degenerate_warning(
     return f"warning: degenerate data ({'; '.join(seen)}): {cause}"
 
 
+# Past this share of [UNK] tokens the vocabulary does not fit the text (an uncased vocabulary under --cased made
+# 8.8%, every capitalised word; BERT's vocabularies on their own language's prose give well under 1%).
+UNK_WARNING_RATE = 0.02
+
+
+def _unk_rate(counters: dict[str, Any]) -> float:
+    return counters.get("unk_tokens", 0) / max(counters.get("tokens", 0), 1)
+
+
+def unk_warning(counters: dict[str, Any], statistics: dict[str, Any], lowercase: Any) -> str | None:
+    """One line when more than :data:`UNK_WARNING_RATE` of the tokens are [UNK], naming the commonest unknown
+    words (the manifest's ``statistics.unk_words``), so that a run on text its vocabulary cannot read does not
+    pass with exit 0 and no word. None below the rate."""
+    rate = _unk_rate(counters)
+    if rate <= UNK_WARNING_RATE:
+        return None
+    top = (statistics.get("unk_words") or {}).get("top") or []
+    words = ", ".join(f"{w!r} {n}" for w, n in top[:8])
+    hint = (
+        "capitalised words among them: a cased text under an uncased vocabulary? (a vocabulary that lowercases "
+        "takes no --cased)"
+        if any(isinstance(w, str) and w[:1].isupper() for w, _ in top[:8]) and lowercase is False
+        else "the vocabulary was not made for this text (another language or script, or other casing?)"
+    )
+    return (
+        f"warning: {rate * 100:.1f}% of the tokens are [UNK] ({counters.get('unk_tokens', 0)} of "
+        f"{counters.get('tokens', 0)})" + (f"; commonest unknown words: {words}" if words else "") + f": {hint}"
+    )
+
+
 def manifest_warning(manifest: Manifest) -> str | None:
-    """:func:`degenerate_warning` of a pretraining dataset's manifest."""
+    """:func:`degenerate_warning` and :func:`unk_warning` of a pretraining dataset's manifest, one line each."""
     if manifest.kind != P.KIND:
         return None
     p = manifest.parameters
-    return degenerate_warning(
-        manifest.counters, manifest.statistics, p.get("input_format"), int(p.get("max_seq_length", 128))
-    )
+    found = [
+        degenerate_warning(
+            manifest.counters, manifest.statistics, p.get("input_format"), int(p.get("max_seq_length", 128))
+        ),
+        unk_warning(manifest.counters, manifest.statistics, manifest.vocab.get("lowercase")),
+    ]
+    return "\n".join(w for w in found if w) or None

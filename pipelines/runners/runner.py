@@ -76,12 +76,15 @@ def check_documented(runner: str) -> None:
     raise UsageError("runner", f"--runner={runner}: not one of the runners Beam documents ({names})")
 
 
-def check_every_argument(beam_args: list[str]) -> None:
+def check_every_argument(beam_args: list[str]) -> dict[str, str | None]:
     """Every argument left to Beam is one of its options or an option's value: Beam's parser drops the rest
     silently (the shell's other matches of an unquoted ``--input in/f*.txt``; ``--direct-num-workers=2``,
-    spelled with dashes, left the default 1), and the run would record them as its options."""
+    spelled with dashes, left the default 1), and the run would record them as its options. A single-valued
+    option given twice with two values is refused too (Beam's parser keeps the last, as bertprep's own flags
+    no longer do). Returns ``option -> value`` of the options given (None: a flag without a value)."""
     actions = _beam_option_actions()
     stray: list[str] = []
+    given: dict[str, str | None] = {}
     waiting: argparse.Action | None = None  # an option whose value is the next argument
     for arg in beam_args:
         if arg.startswith("-"):
@@ -93,8 +96,12 @@ def check_every_argument(beam_args: list[str]) -> None:
             waiting = actions[flag] if not eq and actions[flag].nargs != 0 else None
             if eq:
                 _check_value(flag, actions[flag], value)
+                _given_once(given, flag, actions[flag], value)
+            elif waiting is None:
+                _given_once(given, flag, actions[flag], None)
         elif waiting is not None:
             _check_value(waiting.option_strings[0], waiting, arg)
+            _given_once(given, waiting.option_strings[0], waiting, arg)
             waiting = None
         else:
             stray.append(arg)
@@ -104,6 +111,23 @@ def check_every_argument(beam_args: list[str]) -> None:
             "beam option",
             f"{len(stray)} argument(s) that are no option: {shown} (an --input pattern the shell expanded? quote it)",
         )
+    return given
+
+
+def _given_once(given: dict[str, str | None], flag: str, action: argparse.Action, value: str | None) -> None:
+    """Record ``flag``'s value; a second, different value of a single-valued option is refused (Beam's other
+    actions, ``--experiments`` and ``append`` ones, collect every value)."""
+    key = action.dest
+    if not isinstance(action, argparse._StoreAction):  # noqa: SLF001 - argparse has no public name for it
+        given.setdefault(key, value)
+        return
+    if key in given and given[key] != value:
+        raise UsageError(
+            "beam option",
+            f"{flag} is given twice ({given[key]!r}, {value!r}): give it once (a later one would not replace an "
+            "earlier one)",
+        )
+    given[key] = value
 
 
 def _check_value(flag: str, action: argparse.Action, value: str) -> None:
@@ -137,27 +161,49 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     runner = import_runner(beam_args)
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).runner = runner
-    check_every_argument(beam_args)  # first: Beam's own parser prints its whole usage for a bad value
+    given = check_every_argument(beam_args)  # first: Beam's own parser prints its whole usage for a bad value
     known = options.get_all_options()
     unknown = [a for a in options.get_all_options(retain_unknown_options=True) if a not in known]
     if unknown:
         raise UsageError("beam option", f"unknown option(s): {', '.join('--' + u for u in unknown)}")
-    workers = options.view_as(DirectOptions).direct_num_workers
-    if workers < 0:  # Beam indexes its worker list with it (IndexError)
-        raise UsageError("direct_num_workers", f"--direct_num_workers={workers}: must be >= 0 (0: one per core)")
-    check_processes("direct_num_workers", workers, f"--direct_num_workers={workers}")
-    if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
-        raise UsageError(
-            "direct_running_mode",
-            "--direct_running_mode=multi_threading loses elements in Beam 2.77; "
-            "use --direct_num_workers=N (worker processes)",
-        )
+    _check_local_workers(options, given)
+    if options.view_as(StandardOptions).streaming:
+        # bertprep's pipelines read files to their end and write one dataset: Beam would run them as they are
+        # under --streaming or not at all (the FnApiRunner ignores it), and the manifest would say streaming.
+        raise UsageError("streaming", "--streaming: bertprep's pipelines are batch pipelines over files; drop it")
     # Inputs are listed, the vocabulary read and the output folder checked in this process before the
     # pipeline starts: they need the same filesystem options (--s3_endpoint_url, credentials) as its workers.
     from apache_beam.io.filesystems import FileSystems
 
     FileSystems.set_options(options)
     return options
+
+
+def _check_local_workers(options: PipelineOptions, given: dict[str, str | None]) -> None:
+    """The embedded runner's worker settings mean what they say: ``--direct_num_workers=0`` is one worker per
+    core (Beam's meaning, which ran one worker in this process before), ``in_memory`` runs in this process and
+    so takes no worker count above 1, ``multi_threading`` loses elements."""
+    direct = options.view_as(DirectOptions)
+    workers = direct.direct_num_workers
+    if workers < 0:  # Beam indexes its worker list with it (IndexError)
+        raise UsageError("direct_num_workers", f"--direct_num_workers={workers}: must be >= 0 (0: one per core)")
+    if workers == 0:
+        direct.direct_num_workers = workers = os.cpu_count() or 1
+        check_processes("direct_num_workers", workers, f"--direct_num_workers=0 (one per core: {workers})")
+    else:
+        check_processes("direct_num_workers", workers, f"--direct_num_workers={workers}")
+    if direct.direct_running_mode == "multi_threading":
+        raise UsageError(
+            "direct_running_mode",
+            "--direct_running_mode=multi_threading loses elements in Beam 2.77; "
+            "use --direct_num_workers=N (worker processes)",
+        )
+    if given.get("direct_running_mode") == "in_memory" and workers > 1:
+        raise UsageError(
+            "direct_running_mode",
+            f"--direct_running_mode=in_memory runs in this process, one worker, but --direct_num_workers is "
+            f"{workers}: drop one of them (N workers: --direct_num_workers=N alone)",
+        )
 
 
 def local_threads_per_worker(options: PipelineOptions) -> int:

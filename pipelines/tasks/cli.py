@@ -58,6 +58,9 @@ def _print_summary(result) -> None:
         click.echo(
             f"  labels ({t['label_source']}): {', '.join(t['labels'][:20])}" + (" …" if len(t["labels"]) > 20 else "")
         )
+    truncated = _truncation_line(c, t)
+    if truncated:
+        click.echo(f"  {truncated}")
     altered = C.altered_text(c)  # a Latin-1 file's bytes became U+FFFD: counted in the manifest, said here too
     if altered:
         click.echo(f"  altered: {altered}")
@@ -66,6 +69,27 @@ def _print_summary(result) -> None:
     click.echo(
         f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files"
         + "".join(f", {f['path']}" for f in t.get("files", []))
+    )
+
+
+# What each kind cuts to fit --max-seq-length (--max-query-length), counted while featurizing; NER's words cut
+# to a window are listed with their first lines below it.
+_TRUNCATED = {"rows_truncated": "rows", "questions_truncated": "questions"}
+
+
+def _truncation_line(c: dict[str, Any], t: dict[str, Any]) -> str | None:
+    """What truncation removed, said where a run's summary is read (it was a manifest counter only)."""
+    cut = {what: c[key] for key, what in _TRUNCATED.items() if c.get(key)}
+    if not cut:
+        return None
+    removed = c.get("tokens_removed_by_truncation", 0)
+    share = removed / max(removed + c.get("tokens", 0), 1)
+    # (a SQuAD context's windows repeat its tokens: a share of its tokens written would say nothing)
+    return (
+        f"truncated to --max-seq-length {t.get('max_seq_length')}: "
+        + ", ".join(f"{n} {what}" for what, n in cut.items())
+        + f", {removed} tokens removed"
+        + (f" ({share * 100:.1f}% of the text's tokens)" if "rows" in cut else "")
     )
 
 

@@ -35,9 +35,11 @@ _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
 def parse_labels(text: str | None) -> tuple[str, ...]:
-    """``--labels a,b,c`` -> ``("a", "b", "c")`` (order kept: it defines the ids)."""
-    if not text:
+    """``--labels a,b,c`` -> ``("a", "b", "c")`` (order kept: it defines the ids); None: not given. ``--labels ''``
+    is refused (it read as no --labels: the label set was then taken from the data, unasked)."""
+    if text is None:
         return ()
+    check(bool(text.strip()), "labels", "an empty label set: give the labels as a,b,... or leave --labels out")
     labels = tuple(x.strip() for x in text.split(","))
     check(all(labels), "labels", f"empty label name in {text!r}")
     check(len(set(labels)) == len(labels), "labels", f"duplicate label name in {text!r}")

@@ -33,7 +33,7 @@ from bertstream.pipelines.common.dataset_run import (
 from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy
 from bertstream.pipelines.common.redact import redact_text
-from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.common.tokenizer import check_casing, load_tokenizer
 from bertstream.pipelines.inputs.resolve import InputFile, describe_inputs, resolve_inputs
 from bertstream.pipelines.runners.runner import pipeline_options
 from bertstream.pipelines.tasks import read as R
@@ -183,4 +183,5 @@ def _inputs(io: TaskIO) -> Inputs:
     if len(files) > T.MAX_FILES:
         raise UsageError("input", f"{len(files)} files, at most {T.MAX_FILES}")
     spec = load_tokenizer(io.vocab, io.lowercase)
+    check_casing(spec, io.lowercase)
     return Inputs(options, files, spec, io.split or infer_split([f.path for f in files]))

@@ -335,3 +335,62 @@ def test_every_integer_setting_of_every_command_fits_in_64_bits():
                     options.build(cls, **{leaf.name: (value,) if multiple else value})
             tried.add(leaf.name)
     assert {"min_frequency", "vocab_size", "num_shards", "max_seq_length", "seed", "batch_size"} <= tried
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--out", "o", "--out", "p"],  # a path: last-wins wrote where the user did not look
+        ["--out", "o", "--format", "a", "--format", "b"],  # a choice
+        ["--out", "o", "--pair", "1:2", "--pair", "3:4"],  # a converted value
+        ["--out", "o", "--lowercase", "--cased"],  # both sides of an on/off pair
+    ],
+    ids=["path", "choice", "converted", "pair"],
+)
+def test_a_single_valued_flag_given_twice_is_refused(args):
+    command, got = _demo_command()
+    result = CliRunner().invoke(command, ["--input", "p", *args])
+    assert result.exit_code == 2 and "give" in result.output and "job" not in got, result.output
+    flag = args[-2] if args[-2] != "--lowercase" else "--lowercase and --cased"
+    assert flag in result.output.splitlines()[-1]
+
+
+def test_a_flag_repeated_with_one_value_is_that_value_and_multiple_flags_collect():
+    command, got = _demo_command()
+    args = ["--input", "p", "--input", "q", "--out", "o", "--out", "o", "--cased", "--cased", "--keep", "--keep"]
+    assert CliRunner().invoke(command, args).exit_code == 0
+    assert got["job"] == _Demo(inputs=("p", "q"), out="o", casing=False, strip=False)
+
+
+@pytest.mark.parametrize(
+    ("program", "args", "flag"),
+    [
+        ("bertprep", ["pretraining", "--input", "x", "--vocab", "v", "--output", "a", "--output", "b"], "--output"),
+        ("bertprep", ["report", "d", "--output", "a", "--output", "b"], "--output"),
+        (
+            "bertprep",
+            [
+                "task",
+                "classification",
+                "--input",
+                "x",
+                "--vocab",
+                "v",
+                "--output",
+                "o",
+                "--max-seq-length",
+                "64",
+                "--max-seq-length",
+                "32",
+            ],
+            "--max-seq-length",
+        ),
+        ("berttrain", ["pretrain", "--data", "d", "--seed", "1", "--seed", "2"], "--seed"),
+    ],
+)
+def test_both_command_lines_refuse_a_flag_given_twice(program, args, flag):
+    from bertstream.pipelines.cli import main as bertprep
+
+    result = CliRunner().invoke(bertprep if program == "bertprep" else main, args)
+    assert result.exit_code == 2, result.output
+    assert f"Error: {flag} is given 2 times" in result.output

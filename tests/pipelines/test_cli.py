@@ -292,3 +292,53 @@ def test_manifest_input_format_shows_each_inputs_own_format(tmp_path, demo_corpu
     )
     assert r.exit_code == 0, r.output
     assert load_manifest(str(tmp_path / "one")).parameters["input_format"] == "text"
+
+
+def test_the_summary_says_the_unk_rate(dataset):
+    out, text = dataset
+    m = json.loads((out / "manifest.json").read_text())["counters"]
+    assert f"[UNK]: {m.get('unk_tokens', 0)} of {m['tokens']} tokens (" in text and "warning" not in text
+
+
+def test_a_vocabulary_that_does_not_fit_the_text_is_warned_of_naming_its_unknown_words(tmp_path, demo_vocab):
+    """An English vocabulary on Chinese text: exit 0 and no word before (issue 53: 8.8% [UNK] went unsaid)."""
+    from tests.conftest import shared_path
+
+    lines = shared_path("pretrain", "chinese", "CLUECorpusSmall_bert_sampled.txt").read_text().splitlines()
+    (tmp_path / "zh.txt").write_text("\n".join(lines[:300]) + "\n")
+    args = ["pretraining", "--input", str(tmp_path / "zh.txt"), "--vocab", str(demo_vocab / "vocab.txt")]
+    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "ds"), "--dupe-factor", "1"])
+    assert r.exit_code == 0, r.output
+    warning = r.output.strip().splitlines()[-1]
+    assert warning.startswith("warning: ") and "% of the tokens are [UNK]" in warning
+    top = json.loads((tmp_path / "ds" / "manifest.json").read_text())["statistics"]["unk_words"]["top"]
+    assert f"commonest unknown words: {top[0][0]!r} {top[0][1]}" in warning
+
+
+@pytest.mark.parametrize("cased_vocab", [False, True], ids=["uncased vocab, --cased", "cased vocab, lowercased"])
+def test_a_casing_that_contradicts_the_vocabulary_is_refused(tmp_path, demo_corpus, demo_vocab, cased_vocab):
+    """--cased with an uncased vocab.txt made every capitalised word [UNK] (exit 0); lowercased text under a
+    cased vocabulary never reaches its capitalised tokens (issue 53)."""
+    vocab = demo_vocab / "vocab.txt"
+    if cased_vocab:
+        args = ["vocab", "--input", str(demo_corpus / "a*.txt"), "--cased", "--vocab-size", "2000"]
+        assert CliRunner().invoke(main, [*args, "--output", str(tmp_path / "v")]).exit_code == 0
+        vocab = tmp_path / "v" / "vocab.txt"
+    flags = [] if cased_vocab else ["--cased"]
+    args = ["pretraining", "--input", str(demo_corpus / "a*.txt"), "--vocab", str(vocab), *flags]
+    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "ds")])
+    assert r.exit_code == 2 and not (tmp_path / "ds").exists(), r.output
+    said = "a cased vocabulary" if cased_vocab else "holds no token with an uppercase letter"
+    assert said in r.output and "--cased" in r.output.splitlines()[-1]
+    if cased_vocab:  # the flag that fits runs
+        r = CliRunner().invoke(main, [*args, "--cased", "--output", str(tmp_path / "ds"), "--dupe-factor", "1"])
+        assert r.exit_code == 0, r.output
+
+
+def test_arrow_compression_without_arrow_output_is_refused(tmp_path, demo_corpus, demo_vocab):
+    """It did nothing and the manifest recorded it as used (issue 53)."""
+    args = ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab", str(demo_vocab / "vocab.txt")]
+    r = CliRunner().invoke(
+        main, [*args, "--output", str(tmp_path / "o"), "--output-format", "webdataset", "--arrow-compression", "lz4"]
+    )
+    assert r.exit_code == 2 and "'--arrow-compression'" in r.output and "writes no Arrow shards" in r.output

@@ -297,3 +297,29 @@ def test_dedup_settings_without_minhash_are_refused():
     with pytest.raises(UsageError, match="dedup_ngram: only applies with --dedup minhash .*--dedup exact"):
         PretrainingConfig(dedup="exact", dedup_ngram=3)
     assert PretrainingConfig(dedup="minhash", dedup_threshold=0.5).dedup_threshold == 0.5
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--runner", "DirectRunner", "--runner=PortableRunner"], "--runner is given twice"),
+        (["--direct_num_workers=2", "--direct_num_workers=3"], "--direct_num_workers is given twice"),
+        (["--direct_running_mode=in_memory", "--direct_num_workers=2"], "in_memory runs in this process"),
+        (["--streaming"], "--streaming: bertprep's pipelines are batch pipelines"),
+    ],
+)
+def test_a_beam_option_given_twice_or_meaning_nothing_here_is_refused(args, message):
+    """Beam's parser kept the last of two values; in_memory with workers ran worker processes all the same;
+    --streaming was recorded as the run's option and ignored (issue 53)."""
+    with pytest.raises(UsageError, match=message):
+        pipeline_options(args)
+    options = pipeline_options(
+        ["--experiments=a", "--experiments=b", "--direct_num_workers=2", "--direct_num_workers=2"]
+    )
+    assert options.get_all_options()["experiments"] == ["a", "b"]
+
+
+def test_direct_num_workers_0_is_one_worker_per_core(monkeypatch):
+    """Beam's meaning, which --help says; it ran one worker in this process before (issue 53)."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert pipeline_options(["--direct_num_workers=0"]).get_all_options()["direct_num_workers"] == 2

@@ -84,3 +84,23 @@ def test_one_input_spelled_two_ways_is_sampled_once(tmp_path, monkeypatch):
     cfg = VocabConfig(input_format="sentences")
     assert list(sample_texts(["in/s.txt"], cfg, once)) == list(sample_texts(["in/s.txt", "./in/s.txt"], cfg, twice))
     assert once == twice and once["documents_sampled"] == 2
+
+
+def test_words_past_the_wordpiece_limit_are_cut_before_training_and_counted(tmp_path, demo_corpus):
+    """A word of more than 100 characters tokenizes as one [UNK]: it is cut from the training text (counted),
+    so the vocabulary is the one the text without it gives. Before, the trainer spent time quadratic in such a
+    word's length (300,000 letters: 59 s) learning pieces of it (issue 53)."""
+    text = (demo_corpus / sorted(p.name for p in demo_corpus.glob("*.txt"))[0]).read_text()[:20_000]
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "long").mkdir()
+    (tmp_path / "plain" / "a.txt").write_text(text + "\n\nThe end.\n")
+    # a base64-like run (no punctuation inside: one word), and a run that punctuation splits into short words
+    (tmp_path / "long" / "a.txt").write_text(
+        text + "\n\nThe " + "qzxv" * 2500 + " end.\n" + "ok," * 100 + "\n" + "Ab" * 60 + ".\n"
+    )
+    (tmp_path / "plain" / "a.txt").write_text(text + "\n\nThe end.\n" + "ok," * 100 + "\n.\n")
+    cfg = VocabConfig(input_format="text", vocab_size=1000, min_frequency=1)
+    plain, _ = train_vocab([str(tmp_path / "plain" / "a.txt")], tmp_path / "v1", cfg)
+    cut, counters = train_vocab([str(tmp_path / "long" / "a.txt")], tmp_path / "v2", cfg)
+    assert counters["vocab_long_words"] == 2
+    assert cut.tokens == plain.tokens and not any("qzxv" in t for t in cut.tokens)

@@ -147,6 +147,36 @@ FIELDS = {
         lambda d: d.update(task={"files": [{"path": "../x", "sha256": "0" * 64, "count": 1, "role": "e"}]}),
         r"task.files\[0\].path: '../x' leaves",
     ),
+    # the statistics the report and inspect print and plot (issue 53): NaN and 1e308 were printed, a histogram
+    # of 30,000 entries took the report 52 s
+    "length histogram past max_seq_length": (
+        lambda d: d.update(statistics={"length_histogram": [0] * 33 + [0] * 30_000}),
+        "statistics.length_histogram: 30,033 entries, but the settings allow 33",
+    ),
+    "predictions histogram": (
+        lambda d: d.update(statistics={"predictions_histogram": [1] * 7}),
+        "statistics.predictions_histogram: 7 entries, but the settings allow 6",
+    ),
+    "NaN fraction": (
+        lambda d: d.update(statistics={"mask_fractions": {"mask": float("nan")}}),
+        "statistics.mask_fractions.mask: nan is not a finite number",
+    ),
+    "1e308 fraction": (
+        lambda d: d.update(statistics={"next_sentence": {"is_next": 1e308}}),
+        "statistics.next_sentence.is_next: 1e.308 is outside 0.0..1.0",
+    ),
+    "mean length past max_seq_length": (
+        lambda d: d.update(statistics={"length": {"mean": 33.5}}),
+        "statistics.length.mean: 33.5 is outside 0.0..32.0",
+    ),
+    "a negative bin": (
+        lambda d: d.update(statistics={"length_histogram": [1, -1]}),
+        r"statistics.length_histogram\[1\]: -1 is outside",
+    ),
+    "an unknown figure infinite": (
+        lambda d: d.update(statistics={"extra": {"x": [float("inf")]}}),
+        r"statistics.extra.x\[0\]: inf is not a finite number",
+    ),
 }
 
 
@@ -232,4 +262,29 @@ def test_shard_rows_are_range_checked(tmp_path, vocab, case):
     write_dataset(root, inst, COUNTS, vocab=vocab, parameters={"max_seq_length": 32, "seed": 0})
     with pytest.raises(ShardError, match=message):
         trainer_reads(root)
+    assert any(message in p for p in inspect_verifies(root))
+
+
+REPORT_ROWS = {
+    **ROWS,
+    "an id past the vocabulary": (dict(ids=[101] + [5000] * 10 + [102], segment_a=6), "an id 5000 outside the"),
+}
+
+
+@pytest.mark.parametrize("case", REPORT_ROWS)
+def test_the_report_checks_rows_and_ids_as_verify_does(tmp_path, vocab, case):
+    """``bertprep report`` counted tokens by id: an id past the vocabulary was dropped without a word (and one
+    of 2**31 - 1 sized the count array by it), a bad row was plotted (issue 53); now the rows it reads pass
+    --verify's checks, or one line names the shard."""
+    from bertstream.pipelines.report.data import count_tokens
+    from bertstream.pipelines.report.inspection import DatasetError
+
+    change, message = REPORT_ROWS[case]
+    root = tmp_path / "ds"
+    inst = _with_row(make_instances(sum(COUNTS), seed=3, vocab=vocab, max_len=32), 3, **change)
+    write_dataset(root, inst, COUNTS, vocab=vocab, parameters={"max_seq_length": 32, "seed": 0})
+    m = Manifest.from_json((root / MANIFEST_NAME).read_text(), source=str(root / MANIFEST_NAME))
+    with pytest.raises(DatasetError, match=message) as e:
+        count_tokens(str(root), m, len(vocab))
+    assert str(e.value).startswith("shard ") and "\n" not in str(e.value)
     assert any(message in p for p in inspect_verifies(root))

@@ -109,7 +109,15 @@ class Classification(TaskKind):
         kind = T.REGRESSION if regression else T.CLASSIFICATION
         label_set_from = job.label_source.label_set_from
         cfg = got.config(kind, job.io, job.max_seq_length, job.label_source.labels)
-        layout = TableLayout(input_format, header, text_column, text_pair_column, label_column, regression=regression)
+        layout = TableLayout(
+            input_format,
+            header,
+            text_column,
+            text_pair_column,
+            label_column,
+            regression=regression,
+            score_range=preset.score_range if preset is not None else None,
+        )
         _check_layout(cfg, layout)
         for f in files:
             check_table_layout(f.path, layout)

@@ -20,6 +20,7 @@ class GluePreset:
     label: str
     labels: tuple[str, ...]  # standard label list (ids in this order); () for the regression task STS-B
     header: bool = True
+    score_range: tuple[float, float] | None = None  # a regression preset's scores (STS-B: similarity 0..5)
 
     @property
     def regression(self) -> bool:
@@ -33,7 +34,7 @@ PRESETS: dict[str, GluePreset] = {
         GluePreset("sst2", "sentence", None, "label", ("0", "1")),
         GluePreset("mrpc", "#1 String", "#2 String", "Quality", ("0", "1")),
         GluePreset("qqp", "question1", "question2", "is_duplicate", ("0", "1")),
-        GluePreset("stsb", "sentence1", "sentence2", "score", ()),
+        GluePreset("stsb", "sentence1", "sentence2", "score", (), score_range=(0.0, 5.0)),
         GluePreset("mnli", "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral")),
         GluePreset("qnli", "question", "sentence", "label", ("entailment", "not_entailment")),
         GluePreset("rte", "sentence1", "sentence2", "label", ("entailment", "not_entailment")),

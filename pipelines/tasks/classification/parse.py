@@ -29,6 +29,7 @@ UNBALANCED_QUOTE = "unbalanced_quote"
 EMPTY_TEXT = "empty_text"
 MISSING_LABEL = "missing_label"
 BAD_REGRESSION_LABEL = "bad_regression_label"
+SCORE_OUT_OF_RANGE = "score_out_of_range"  # a regression score outside its preset's range (STS-B: 0..5)
 MISSING_FIELD = "missing_field"
 LABEL_NOT_A_VALUE = "label_not_a_value"  # a JSON list or object where a label (a string, number or bool) goes
 
@@ -59,6 +60,7 @@ class TableLayout:
     pair: str | None
     label: str | None
     regression: bool = False
+    score_range: tuple[float, float] | None = None  # a preset's scores (STS-B: 0..5); None: any finite number
 
 
 def split_fields(line: str, input_format: str) -> list[str]:
@@ -78,6 +80,12 @@ def column_positions(layout: TableLayout, header: list[str] | None, path: str) -
             continue
         if header is None:
             out[role] = int(col)
+        elif header.count(col) > 1:
+            # header.index took the first of them: which column the user meant cannot be known
+            at = [i for i, name in enumerate(header) if name == col]
+            raise UsageError(
+                flag, f"{path}: the header names {col!r} {len(at)} times (columns {at}); rename all but one"
+            )
         elif col in header:
             out[role] = header.index(col)
         else:
@@ -209,6 +217,9 @@ def parse_table(
                 continue
             if layout.regression and not _is_float(label):
                 tally.note(drop(BAD_REGRESSION_LABEL, unit), file_index, n, where(path, n))
+                continue
+            if layout.score_range is not None and not layout.score_range[0] <= float(label) <= layout.score_range[1]:
+                tally.note(drop(SCORE_OUT_OF_RANGE, unit), file_index, n, where(path, n))
                 continue
         yield TextRow(n, a, b, label)
 

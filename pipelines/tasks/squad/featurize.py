@@ -108,6 +108,7 @@ class ExampleFeaturizer:
             g = layout.global_index(batch, i)
             if len(q) > self.max_query_length:
                 tally.add("questions_truncated")
+                tally.add("tokens_removed_by_truncation", len(q) - self.max_query_length)
                 q = q[: self.max_query_length]
             ctx_ids, offsets = encoded[ex.context]
             tokens = None if ex.span is None else answer_tokens(offsets, ex.span)

@@ -909,10 +909,42 @@ def test_a_word_segmenter_that_fails_or_overruns_the_text_is_one_line(tmp_path, 
             "--word-segmenter",
             "jieba",
             "--dupe-factor",
-            "1",
-            "--cased",
+            "1",  # (no --cased: bert-base-chinese holds no uppercase letter, and --cased is refused with it)
         ],
     )
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     lines = [line for line in r.output.splitlines() if line.startswith("Error:")]
     assert len(lines) == 1 and "--word-segmenter" in lines[0], r.output
+
+
+@pytest.mark.parametrize("sig", [signal.SIGABRT, signal.SIGKILL], ids=["abort in native code", "SIGKILL"])
+def test_a_run_that_dies_where_no_handler_runs_says_so_in_one_line_and_leaves_no_lock(tmp_path, demo_vocab, sig):
+    """A Rust allocation failure aborts the process (exit 134): no Python handler runs, and the run left no line
+    and its lock and _work folder (issue 53). The run's watcher (cli/watch.py) says it and removes both."""
+    import resource
+
+    wiki = shared_path("pretrain", "wikipedia")
+    out = tmp_path / "out"
+    args = ["pretraining", "--input", f"wikiextractor:{wiki}/wiki_*", "--vocab", str(demo_vocab / "vocab.txt")]
+
+    def no_core_file() -> None:  # an abort would write one
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    p = subprocess.Popen(
+        [sys.executable, "-c", PROG, *args, "--output", str(out), "--dupe-factor", "10"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=no_core_file,
+    )
+    _STARTED.append(p)
+    _wait_mid_run(out, p)
+    p.send_signal(sig)
+    _, stderr = p.communicate(timeout=120)  # (returns once the watcher, which shares stderr, is done)
+    assert p.returncode == -sig
+    errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "ended before its run finished" in errors[0], stderr
+    assert "Traceback" not in stderr
+    assert not (out / ".bertprep.lock").exists() and not (out / "_work").exists()

@@ -458,3 +458,60 @@ def test_an_encoding_declared_but_unreadable_is_one_line_naming_the_file_and_the
     with pytest.raises(InputError, match=message) as e:
         list(M.read_pages(path))
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("reader", ["range", "whole file", "format"])
+def test_a_multistream_dump_cut_between_two_streams_is_refused(tmp_path, multi, reader):
+    """Cut inside a stream it was refused; cut between two, it read as a complete dump, exit 0 (issue 53): the
+    last range must close the document itself (only ranges before it lack the root's end tag by design)."""
+    whole, offsets = multi
+    path = tmp_path / "multi.xml.bz2"
+    path.write_bytes(whole.read_bytes()[: offsets[5]])  # four page streams, no closing stream
+    size = path.stat().st_size
+    with pytest.raises(InputError, match=r"multi\.xml\.bz2: the XML ends before its root element's end tag") as e:
+        if reader == "range":
+            list(M.read_range(path, offsets[3], size))
+        elif reader == "whole file":
+            list(M.read_pages(path))
+        else:
+            list(mediawiki.read(str(path), "m", Counter(), "text", 0, size, 0))
+    assert "\n" not in str(e.value)
+    assert len(list(M.read_range(whole, offsets[3], offsets[5]))) == 18  # a range before the last reads as ever
+
+
+def test_a_decompression_bomb_is_decompressed_in_bounded_pieces(tmp_path, monkeypatch):
+    """600 bytes of bzip2 holding 400 MB of whitespace before the first page: refused in one line, but only after
+    a 1.02 GB peak: the check of where its streams start decompressed the whole stream at once (issue 53). Every
+    decompression call now returns at most OUT_BYTES (the bomb here: 40 MB in 150 bytes)."""
+    import bz2 as real
+
+    from bertstream.pipelines.inputs import compressed
+
+    c = real.BZ2Compressor(9)
+    parts = [c.compress(f'<mediawiki xmlns="{EXPORT}" version="0.10">'.encode())]
+    parts += [c.compress(b" " * (1 << 20)) for _ in range(40)]
+    parts += [c.compress(page("A", 1, "<revision><text>Text.</text></revision>").encode() + b"</mediawiki>"), c.flush()]
+    path = tmp_path / "bomb.xml.bz2"
+    path.write_bytes(b"".join(parts))
+    largest = [0]
+    original = real.BZ2Decompressor
+
+    class Watched:
+        def __init__(self) -> None:
+            self._d = original()
+
+        def decompress(self, data: bytes, max_length: int = -1) -> bytes:
+            out = self._d.decompress(data, max_length)
+            largest[0] = max(largest[0], len(out))
+            return out
+
+        needs_input = property(lambda self: self._d.needs_input)
+        eof = property(lambda self: self._d.eof)
+        unused_data = property(lambda self: self._d.unused_data)
+
+    monkeypatch.setattr(compressed.bz2, "BZ2Decompressor", Watched)
+    monkeypatch.setattr(limits, "MAX_RECORD_BYTES", 8 << 20)
+    assert mediawiki.ranges(str(path), path.stat().st_size, 1 << 20, "text") == [(0, path.stat().st_size, 0)]
+    with pytest.raises(InputError, match="the XML before its first <page> holds more than"):
+        list(mediawiki.read(str(path), "b", Counter(), "text", 0, None, 0))
+    assert 0 < largest[0] <= compressed.OUT_BYTES

@@ -202,3 +202,24 @@ def test_beam_metrics_do_not_grow_with_the_number_of_sources(demo_vocab):
     result.wait_until_finish()
     names = [m.key.metric.name for m in result.metrics().query()["counters"]]
     assert "documents_used" in names and not [n for n in names if n.startswith("source_")]
+
+
+def test_a_sentence_past_what_an_instance_holds_is_cut_before_tokenizing(demo_vocab):
+    """One unpunctuated CJK record of 5M characters is one "sentence": tokenizing it whole took 3.1 GB (10M: the
+    tokenizer aborted the process), though an instance keeps at most max_num_tokens of it. The Tokenize stage
+    cuts it to sentence_char_limit characters first, counted; a sentence below the limit is tokenized whole."""
+    from bertstream.pipelines.pretraining.tokenize import _TokenizeFn, sentence_char_limit
+
+    limit = sentence_char_limit(61)
+    text = shared_path("pretrain", "chinese", "CLUECorpusSmall_sampled.txt").read_text()
+    cjk = "".join(c for c in text if "\u4e00" <= c <= "\u9fff")[: limit + 5000]  # no punctuation: one sentence
+    assert len(cjk) == limit + 5000
+    fn = _TokenizeFn(load_tokenizer(str(demo_vocab / "vocab.txt")), 1, max_num_tokens=61)
+    fn.setup()
+    try:
+        out, delta = fn._encode(([("cjk", [cjk, "A short one."]), ("short", [cjk[:limit]])], Counter()))
+    finally:
+        fn.teardown()
+    assert delta[C.SENTENCES_CUT] == 1 and delta[C.CHARS_CUT] == 5000
+    assert out.sentence_lengths.tolist() == [limit, 4, limit]  # a CJK character is a token; the limit's whole
+    assert delta[C.LONG_SENTENCES] == 2

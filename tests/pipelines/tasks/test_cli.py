@@ -55,6 +55,8 @@ def train_tsv(tmp_path):
         (["--text-column", "text", "--text-pair-column", "text", "--label-column", "label"], "'--text-pair-column'"),
         (["--glue", "sst2", "--text-column", "text"], "'--glue'"),
         (["--text-column", "text", "--label-column", "label", "--labels", "a,,b"], "'--labels'"),
+        # an empty set read as no --labels: the set was then taken from the data (issue 53)
+        (["--text-column", "text", "--label-column", "label", "--labels", ""], "'--labels'"),
         (["--text-column", "text", "--label-column", "label", "--max-seq-length", "4"], "'--max-seq-length'"),
         (["--text-column", "text", "--label-column", "label", "--num-shards", "-1"], "'--num-shards'"),
         (["--text-column", "text", "--label-column", "label", "--split", "a b"], "'--split'"),
@@ -143,3 +145,71 @@ def test_one_input_spelled_two_ways_is_read_once(tmp_path, demo_vocab, monkeypat
     assert r.exit_code == 0, r.output
     assert "rows: 2 read" in r.output
     assert len(json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]) == 1
+
+
+def test_a_file_reached_twice_through_a_hard_link_is_read_once(tmp_path, demo_vocab, monkeypatch):
+    """Same device and inode: one file under two names, read twice before (its rows twice) (issue 53)."""
+    import os
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "train.tsv").write_text("text\tlabel\na module\tpos\nthe class\tneg\n")
+    os.link(tmp_path / "in" / "train.tsv", tmp_path / "in" / "copy.tsv")
+    monkeypatch.chdir(tmp_path)
+    common = ["--text-column", "text", "--label-column", "label", "--vocab", str(demo_vocab / "vocab.txt")]
+    r = invoke("classification", "--input", "in/*.tsv", *common, "--split", "train", "--output", "out")
+    assert r.exit_code == 0, r.output
+    assert "rows: 2 read" in r.output
+    assert len(json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]) == 1
+
+
+def test_the_summary_says_what_truncation_removed(tmp_path, wiki_vocab):
+    r = invoke(
+        "classification",
+        "--glue",
+        "mrpc",
+        "--input",
+        str(shared_path("tasks", "mrpc", "dev.tsv")),
+        "--vocab",
+        str(wiki_vocab / "vocab.txt"),
+        "--max-seq-length",
+        "32",
+        "--output",
+        str(tmp_path / "o"),
+    )
+    assert r.exit_code == 0, r.output
+    c = json.loads((tmp_path / "o" / "manifest.json").read_text())["counters"]
+    assert c["rows_truncated"] > 0
+    assert (
+        f"  truncated to --max-seq-length 32: {c['rows_truncated']} rows, {c['tokens_removed_by_truncation']} "
+        "tokens removed (" in r.output
+    )
+
+
+def test_a_column_the_header_names_twice_is_refused(tmp_path, demo_vocab):
+    """header.index took the first of the two (issue 53): which one the user meant cannot be known."""
+    p = tmp_path / "train.tsv"
+    p.write_text("text\tlabel\ttext\nthe first\tpos\tthe second\n")
+    args = ["--input", str(p), "--text-column", "text", "--label-column", "label"]
+    r = invoke("classification", *args, "--vocab", str(demo_vocab / "vocab.txt"), "--output", str(tmp_path / "o"))
+    assert r.exit_code == 2 and "'--text-column'" in r.output and "names 'text' 2 times (columns [0, 2])" in r.output
+
+
+def test_sts_b_scores_outside_0_to_5_are_dropped_and_counted(tmp_path, demo_vocab):
+    p = tmp_path / "dev.tsv"
+    rows = [("a cat sat", "a cat sits", "4.2"), ("one", "two", "7.5"), ("x y", "y x", "-1"), ("it is", "it was", "0")]
+    p.write_text("sentence1\tsentence2\tscore\n" + "".join("\t".join(r) + "\n" for r in rows))
+    r = invoke(
+        "classification",
+        "--glue",
+        "stsb",
+        "--input",
+        str(p),
+        "--vocab",
+        str(demo_vocab / "vocab.txt"),
+        "--output",
+        str(tmp_path / "o"),
+    )
+    assert r.exit_code == 0, r.output
+    c = json.loads((tmp_path / "o" / "manifest.json").read_text())["counters"]
+    assert c["rows_used"] == 2 and c["rows_dropped.score_out_of_range"] == 2
+    assert "score_out_of_range: 2" in r.output
