@@ -43,7 +43,7 @@ from bertstream.trainer.pretrain.inputs import (
     model_config,
     open_data,
 )
-from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, same_data
+from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, group_rates, same_data
 from bertstream.trainer.progress import Progress
 
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
@@ -182,7 +182,7 @@ def restore_position(
     if old_end is not None:
         R.log(
             f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
-            f"learning rate {training.lr:.3g} at step {restored.step}",
+            f"learning rates at step {restored.step}, {group_rates(training.optimizer)}",
             info,
         )
     if same_data(cfg.data.paths, restored.state, loader.catalog.fingerprint, restored.path):
