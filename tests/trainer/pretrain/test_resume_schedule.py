@@ -8,7 +8,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.optim.schedule import build_scheduler
 from bertstream.trainer.pretrain.resume import extend_schedule, group_rates
 from tests.trainer.pretrain.test_loop import train
@@ -51,10 +50,12 @@ def test_every_tensor_trains_after_a_resume_with_a_larger_max_steps(demo_shards,
     config = tmp_path / "micro.json"
     config.write_text(json.dumps(MICRO))
     run = tmp_path / "run"
-    kw = {"model_config": str(config), "checkpoint_every": 100, "warmup_steps": 2}
-    train(demo_shards, run, max_steps=4, **kw)  # the rate is 0 at step 4, the end of its decay
-    train(demo_shards, run, max_steps=7, **kw)
-    before = load_file(str(run / "checkpoints" / "step-0000004" / "model.safetensors"))
-    after = load_file(str(ckpt.list_checkpoints(run)[-1] / "model.safetensors"))
+    kw = {"model_config": str(config), "warmup_steps": 2}
+    train(demo_shards, run, max_steps=4, checkpoint_every=4, **kw)  # the rate is 0 at step 4, the end of its decay
+    train(demo_shards, run, max_steps=7, checkpoint_every=1, **kw)
+    # From step 5 on: the first step after the resume took the re-planned rate in every group, the old
+    # schedule put the second group back to 0 at the step after it.
+    before = load_file(str(run / "checkpoints" / "step-0000005" / "model.safetensors"))
+    after = load_file(str(run / "checkpoints" / "step-0000007" / "model.safetensors"))
     frozen = sorted(name for name in before if torch.equal(before[name], after[name]))
     assert not frozen, f"{len(frozen)} of {len(before)} tensors never changed after the resume: {frozen[:5]}"
