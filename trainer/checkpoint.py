@@ -191,8 +191,16 @@ def _umask() -> int:
 def write_tensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
     """The one writer of safetensors files (checkpoints and exports). safetensors creates its file 0600 whatever
     the umask; the file gets the mode every other file of the folder has (0644 under the usual umask), so a
-    model exported for serving or shared with a group is readable like its config.json beside it."""
-    save_file(tensors, str(path), metadata=metadata)
+    model exported for serving or shared with a group is readable like its config.json beside it. A failed write
+    (a full disk, a quota, a file-size limit) is the ``OSError`` it is: safetensors reports it as its own error
+    type, with the errno only in its words ("I/O error: File too large (os error 27)"), a traceback before."""
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except Exception as e:  # noqa: BLE001 - safetensors' SafetensorError, which its Python side does not export
+        code = re.search(r"\(os error (\d+)\)", str(e))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from None
     os.chmod(path, 0o666 & ~_umask())
 
 

@@ -358,7 +358,13 @@ def export_hf(
         check_owned(out, EXPORT_FILES.__contains__, overwrite=overwrite, what="a Hugging Face export", param="out")
     except UsageError as e:
         raise HFCheckpointError(e.message) from None
-    publish(out, lambda tmp: _write_export(tmp, hf_state, hf_config, config, vocab, do_lower_case))
+    try:
+        publish(out, lambda tmp: _write_export(tmp, hf_state, hf_config, config, vocab, do_lower_case))
+    except OSError as e:  # a full disk, a quota: written in a temporary folder, which publish has removed
+        why = e.strerror or str(e)
+        raise HFCheckpointError(
+            f"cannot write the export to {out}: {why}; nothing of it was kept, {out} is as it was"
+        ) from None
     return out
 
 
