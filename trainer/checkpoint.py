@@ -125,10 +125,14 @@ def save(
 
 def write_text_atomic(path: Path, text: str) -> None:
     """``path`` holds ``text`` whole, or keeps what it held: written beside it, then renamed (a full disk or a
-    kill mid-write leaves no torn results.json; the temporary file is removed)."""
+    kill mid-write leaves no torn results.json or metrics.jsonl; the temporary file is removed). The file is
+    synced before the rename: a crash after it finds the new text, not an empty file under the old name."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
