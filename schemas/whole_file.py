@@ -41,24 +41,23 @@ def read_whole(
     what: str,
     *,
     opener: Callable[[], IO[bytes]] | None = None,
-    cap: int = MAX_WHOLE_FILE_BYTES,
+    cap: int | None = None,
 ) -> bytes:
     """The bytes of a file read whole, bounded: a local one (``opener`` None) must be a regular file, and any
-    holds at most ``cap`` bytes; else ``WholeFileError`` naming ``what`` and ``path``. A missing file raises
+    holds at most ``cap`` bytes (``MAX_WHOLE_FILE_BYTES`` when None); else ``WholeFileError`` naming ``what`` and ``path``. A missing file raises
     ``FileNotFoundError`` (the callers say what it should have been); ``opener`` opens a URL's file."""
     name = os.fspath(path)
+    cap = MAX_WHOLE_FILE_BYTES if cap is None else cap
     if opener is not None:
         with opener() as f:
             data = f.read(cap + 1)
     else:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, and is refused below
-        except IsADirectoryError:
-            raise WholeFileError(f"{what} {name} is a folder, not a regular file") from None
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, and is refused below
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise WholeFileError(f"{what} {name} is {file_kind(mode)}, not a regular file")
         with os.fdopen(fd, "rb") as f:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                raise WholeFileError(f"{what} {name} is {file_kind(mode)}, not a regular file")
             data = f.read(cap + 1)
     if len(data) > cap:
         raise WholeFileError(

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from bertstream.schemas.whole_file import read_whole
 from bertstream.trainer.errors import UserError
 from bertstream.trainer.model_config import BertConfig
 
@@ -247,8 +248,8 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
         raise CheckpointError(_incomplete(p, missing, with_optimizer))
     model = read_tensors(p / MODEL_FILE)
     try:
-        state = json.loads((p / "state.json").read_text())
-        config = json.loads((p / "config.json").read_text())
+        state = json.loads(read_whole(p / "state.json", "the checkpoint's state.json"))
+        config = json.loads(read_whole(p / "config.json", "the checkpoint's config.json"))
     except Exception as e:  # JSON and I/O errors alike: the folder is unusable
         raise CheckpointError(f"{p}: cannot load ({type(e).__name__}: {e})") from e
     opt = read_torch(p / "optimizer.pt") if with_optimizer else None
