@@ -19,6 +19,7 @@ from typing import Any, cast
 import torch
 
 from bertstream.cli import options
+from bertstream.cli.errors import raise_if_swallowed
 from bertstream.schemas.redact import redact_values
 from bertstream.schemas.vocab import Vocab
 from bertstream.trainer import checkpoint as ckpt
@@ -96,6 +97,7 @@ def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig
         for i, batch in enumerate(loader):
             if i >= cfg.eval_batches:
                 break
+            raise_if_swallowed()
             with R.autocast(info.device, cfg.run.precision):
                 run.add(model(R.to_device(batch, info.device), nsp=not cfg.objective.no_nsp))
     return run.summary(info)
@@ -388,6 +390,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
         grad_norm = training.optimizer_step()
         step = training.step
         D.at_step(step)
+        raise_if_swallowed()  # a signal lost in a library (a lazy import under a bare except) stops the run here
         run.steps += 1
         meter.add(int(totals[1]), int(totals[2]), flops)
         bar.update(1)
