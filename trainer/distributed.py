@@ -203,6 +203,7 @@ def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInf
                 backend="nccl" if use_cuda else "gloo",
                 device_id=dev if use_cuda else None,
                 timeout=timedelta(seconds=timeout_s),
+                **_restart_store(world, rank, timeout_s),
             )
         except (dist.DistError, RuntimeError) as e:  # a lone rank, a rank 0 that never came: a store traceback
             where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
@@ -213,6 +214,24 @@ def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInf
             ) from None
         _PEERS.start(info, timeout_s)
     return info
+
+
+def _restart_store(world: int, rank: int, timeout_s: float) -> dict[str, Any]:
+    """The process group's store under torchrun's static rendezvous (``--master-port``; the agent hosts one store
+    for every restart): the keys of this restart's own prefix. torch reads it unprefixed, so a restart found the
+    addresses that the killed incarnation's ranks had published and every rank failed to connect to them (gloo
+    connectFullMesh 'Connection refused', 3 restarts of 3). c10d rendezvous prefixes each round itself: nothing."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=False,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    return {"store": dist.PrefixStore(f"bertstream/process_group/{restart}", store), "rank": rank, "world_size": world}
 
 
 def launched_main() -> bool:
