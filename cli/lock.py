@@ -89,7 +89,7 @@ def lock_folder(
                 holder = read_lock(path)
                 if holder is None:
                     continue  # removed meanwhile: try again
-                if holder.get("host") == me["host"] and not _alive(_pid(holder)):
+                if holder.get("host") == me["host"] and not pid_alive(_pid(holder)):
                     say(f"removing the stale lock of run {holder.get('run_id')} (pid {holder.get('pid')} is gone)")
                     _remove_lock_if(path, holder)
                     continue
@@ -126,7 +126,8 @@ def _pid(holder: dict) -> int:
     return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else -1
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host may be running (a lock's, a temporary folder's owner)."""
     if pid <= 0:  # an unreadable or edited lock: held by someone we cannot name (kill(0) would hit our group)
         return True
     try:

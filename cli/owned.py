@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from bertstream.cli.errors import UsageError
+from bertstream.cli.lock import pid_alive
 
 
 def dangling_link(path: str | os.PathLike[str]) -> str | None:
@@ -93,7 +94,7 @@ def remove_stale(folder: Path) -> list[Path]:
         if not p.name.startswith(prefix) or p.is_symlink() or not p.is_dir():
             continue
         pid, _, rest = p.name[len(prefix) :].partition("-")
-        if pid.isdigit() and rest.partition("-")[2] == _host() and not _alive(int(pid)):
+        if pid.isdigit() and rest.partition("-")[2] == _host() and not pid_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
@@ -105,16 +106,6 @@ def _tmp_prefix(folder: Path) -> str:
 
 def _host() -> str:
     return socket.gethostname().replace("/", "_") or "host"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _listing(names: list[str]) -> str:
