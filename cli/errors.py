@@ -46,25 +46,51 @@ class Terminated(KeyboardInterrupt):
     DataLoader or Beam worker that inherits the handler ends quietly on it, as on KeyboardInterrupt.)"""
 
 
+# The interruption (Ctrl-C or SIGTERM) raised within :func:`sigterm_as_interrupt`, kept: a library may swallow
+# its exception. pyarrow's pandas shim imports pandas lazily, at the first conversion that needs it, under a bare
+# ``except:``; a signal landing in that import was lost, and the run trained on to exit 0
+# (:func:`raise_if_swallowed`, called where the work can stop cleanly, raises it again).
+_raised: list[type[KeyboardInterrupt]] = []
+
+
 @contextmanager
 def sigterm_as_interrupt(intercept: Callable[[], bool] | None = None) -> Iterator[None]:
     """Within the block, SIGTERM raises :class:`Terminated`; ``intercept``, when given, is asked first and
     returns True when the signal was its own (bertprep's runner signals itself when a worker process dies).
-    Outside the main thread (a test's runner) signals are left alone."""
+    Ctrl-C raises ``KeyboardInterrupt`` as ever (unless it is ignored); both are kept for
+    :func:`raise_if_swallowed`. Outside the main thread (a test's runner) signals are left alone."""
 
     def handler(signum: int, frame: Any) -> None:
         if intercept is not None and intercept():
             return
+        _raised.append(Terminated)
         raise Terminated()
+
+    def ctrl_c(signum: int, frame: Any) -> None:
+        _raised.append(KeyboardInterrupt)
+        raise KeyboardInterrupt
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGTERM, handler)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:  # not where Ctrl-C is ignored (nohup, a background job)
+        signal.signal(signal.SIGINT, ctrl_c)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)
+        _raised.clear()
+
+
+def raise_if_swallowed() -> None:
+    """Raise again a Ctrl-C or SIGTERM received within :func:`sigterm_as_interrupt` whose exception something
+    swallowed (the work is still running): a loop calls it once a step, so the run stops at most a step late."""
+    if _raised:
+        raise _raised[-1]()
 
 
 def interrupted_line(e: KeyboardInterrupt, outcome: str) -> tuple[str, int]:

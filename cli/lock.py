@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,11 +30,7 @@ class FolderLock:
     def release(self) -> None:
         if not self.path:
             return
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                mine = json.load(f).get("run_id") == self.run_id
-        except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested past the stack
-            return
+        mine = (read_lock(self.path) or {}).get("run_id") == self.run_id
         if mine:  # never remove a lock another run took over
             os.remove(self.path)
 
@@ -88,10 +85,11 @@ def lock_folder(
                 os.link(tmp, path)
                 return FolderLock(path, run_id)
             except FileExistsError:
+                _refuse_odd_file(path, param)
                 holder = read_lock(path)
                 if holder is None:
                     continue  # removed meanwhile: try again
-                if holder.get("host") == me["host"] and not _alive(_pid(holder)):
+                if holder.get("host") == me["host"] and not pid_alive(_pid(holder)):
                     say(f"removing the stale lock of run {holder.get('run_id')} (pid {holder.get('pid')} is gone)")
                     _remove_lock_if(path, holder)
                     continue
@@ -128,7 +126,8 @@ def _pid(holder: dict) -> int:
     return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else -1
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host may be running (a lock's, a temporary folder's owner)."""
     if pid <= 0:  # an unreadable or edited lock: held by someone we cannot name (kill(0) would hit our group)
         return True
     try:
@@ -142,16 +141,45 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# A lock holds a few hundred bytes of JSON; more is no lock of ours (an 8 GB file was read whole: MemoryError).
+MAX_LOCK_BYTES = 64 << 10
+
+
 def read_lock(path: str) -> dict | None:
-    """The lock's holder; None: no lock; ``{}``: a lock that cannot be read (held by someone we cannot name)."""
+    """The lock's holder; None: no lock; ``{}``: a lock that cannot be read (held by someone we cannot name).
+    Read without blocking and bounded: a FIFO there hung ``open`` until someone wrote to it, ``/dev/zero`` or a
+    huge file filled memory. (``cli`` imports nothing of ours, so not ``schemas.whole_file``: this reader only
+    needs to fail safe, and a lock that is no regular file is refused by name in :func:`lock_folder`.)"""
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-        return value if isinstance(value, dict) else {}
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
+    except OSError:
+        return {}
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return {}
+            raw = f.read(MAX_LOCK_BYTES + 1)
+        value = json.loads(raw) if len(raw) <= MAX_LOCK_BYTES else None
+        return value if isinstance(value, dict) else {}
     except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested past the stack
         return {}
+
+
+def _refuse_odd_file(path: str, param: str) -> None:
+    """A lock path that is no regular file (a FIFO, a device, a folder) holds no run's lock: refused by name,
+    never read (a FIFO blocked the run forever) nor removed (it is not ours)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # gone meanwhile, or a link to nothing: read_lock decides
+    if not stat.S_ISREG(mode):
+        raise UsageError(
+            param,
+            f"{path} is not a regular file (a FIFO, a device or a folder), so no lock of a run: remove it, or "
+            "choose another folder",
+        )
 
 
 def _remove_lock_if(path: str, holder: dict) -> None:

@@ -5,18 +5,21 @@ they write.
 whatever ``--overwrite`` says, and the command's own files of an earlier run unless that run is marked as the
 command's (``marker``) or ``--overwrite`` is given. :func:`publish` then writes into a temporary sibling folder
 and moves the files in only once all are written: a full disk or a failure half-way leaves the folder as it was
-(no empty folder, no half an export).
+(no empty folder, no half an export). The temporary folder of a run killed outright (``kill -9``, a lost
+node: no clean-up ran) is removed by the next :func:`publish` to the same folder, once its process is gone.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from bertstream.cli.errors import UsageError
+from bertstream.cli.lock import pid_alive
 
 
 def dangling_link(path: str | os.PathLike[str]) -> str | None:
@@ -66,7 +69,8 @@ def publish(folder: Path, write: Callable[[Path], Iterable[str] | None], *, mark
     ``folder`` is as it was."""
     folder = folder.absolute()
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    remove_stale(folder)
+    tmp = folder.parent / f"{_tmp_prefix(folder)}{os.getpid()}-{uuid.uuid4().hex[:6]}-{_host()}"
     tmp.mkdir()
     try:
         write(tmp)
@@ -79,6 +83,29 @@ def publish(folder: Path, write: Callable[[Path], Iterable[str] | None], *, mark
             os.replace(p, folder / p.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale(folder: Path) -> list[Path]:
+    """Remove the temporary folders that :func:`publish` runs on this host left beside ``folder`` when they were
+    killed (no ``finally`` ran): hidden, they held a whole export's size out of sight. One of a process still
+    running (a run writing now), or of another host sharing the file system, is left alone. Returns them."""
+    prefix, removed = _tmp_prefix(folder), []
+    for p in folder.parent.iterdir() if folder.parent.is_dir() else ():
+        if not p.name.startswith(prefix) or p.is_symlink() or not p.is_dir():
+            continue
+        pid, _, rest = p.name[len(prefix) :].partition("-")
+        if pid.isdigit() and rest.partition("-")[2] == _host() and not pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+def _tmp_prefix(folder: Path) -> str:
+    return f".{folder.name}.tmp-"
+
+
+def _host() -> str:
+    return socket.gethostname().replace("/", "_") or "host"
 
 
 def _listing(names: list[str]) -> str:

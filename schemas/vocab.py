@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bertstream.schemas import json_text
 from bertstream.schemas.id_types import id_type_for
+from bertstream.schemas.whole_file import WholeFileError, read_whole
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
@@ -139,9 +140,12 @@ class Vocab:
                 if (p / name).is_file():
                     return cls.load(p / name)
             raise VocabError(f"{p}: folder holds neither {VOCAB_FILENAME} nor tokenizer.json")
-        if not p.is_file():
+        if not p.exists():  # a FIFO or a device is no file either: refused by name when read
             raise VocabError(f"{p}: vocabulary file does not exist")
-        raw = p.read_bytes()
+        try:
+            raw = read_whole(p, "vocabulary file")
+        except WholeFileError as e:  # a FIFO, a device, a file past the cap
+            raise VocabError(str(e)) from None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from bertstream.schemas.whole_file import read_whole
 from bertstream.trainer.errors import UserError
 from bertstream.trainer.metrics import METRICS_FILE
 from bertstream.trainer.model_config import BertConfig
@@ -129,10 +130,14 @@ def save(
 
 def write_text_atomic(path: Path, text: str) -> None:
     """``path`` holds ``text`` whole, or keeps what it held: written beside it, then renamed (a full disk or a
-    kill mid-write leaves no torn results.json; the temporary file is removed)."""
+    kill mid-write leaves no torn results.json or metrics.jsonl; the temporary file is removed). The file is
+    synced before the rename: a crash after it finds the new text, not an empty file under the old name."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -195,8 +200,16 @@ def _umask() -> int:
 def write_tensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
     """The one writer of safetensors files (checkpoints and exports). safetensors creates its file 0600 whatever
     the umask; the file gets the mode every other file of the folder has (0644 under the usual umask), so a
-    model exported for serving or shared with a group is readable like its config.json beside it."""
-    save_file(tensors, str(path), metadata=metadata)
+    model exported for serving or shared with a group is readable like its config.json beside it. A failed write
+    (a full disk, a quota, a file-size limit) is the ``OSError`` it is: safetensors reports it as its own error
+    type, with the errno only in its words ("I/O error: File too large (os error 27)"), a traceback before."""
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except Exception as e:  # noqa: BLE001 - safetensors' SafetensorError, which its Python side does not export
+        code = re.search(r"\(os error (\d+)\)", str(e))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from None
     os.chmod(path, 0o666 & ~_umask())
 
 
@@ -239,8 +252,8 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
         raise CheckpointError(_incomplete(p, missing, with_optimizer))
     model = read_tensors(p / MODEL_FILE)
     try:
-        state = json.loads((p / "state.json").read_text())
-        config = json.loads((p / "config.json").read_text())
+        state = json.loads(read_whole(p / "state.json", "the checkpoint's state.json"))
+        config = json.loads(read_whole(p / "config.json", "the checkpoint's config.json"))
     except Exception as e:  # JSON and I/O errors alike: the folder is unusable
         raise CheckpointError(f"{p}: cannot load ({type(e).__name__}: {e})") from e
     opt = read_torch(p / "optimizer.pt") if with_optimizer else None

@@ -146,7 +146,8 @@ class RankZeroGroup(click.Group):
         except click.UsageError as e:
             from bertstream.trainer import distributed as D
 
-            if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or ctx.invoked_subcommand not in _TOGETHER:
+            world = os.environ.get("WORLD_SIZE", "1").strip()  # not a count: distributed.launch_env says so
+            if not world.isdigit() or int(world) <= 1 or ctx.invoked_subcommand not in _TOGETHER:
                 raise
             if D.dist.is_initialized():
                 raise  # found after the ranks met: exchanged already, or this rank's own

@@ -142,16 +142,48 @@ def report_together(outcome: Outcome, device: str, timeout_s: float = DEFAULT_TI
         raise agreed
 
 
-def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+def _env_count(name: str, default: int, *, below: int | None = None, low: int = 0) -> int:
+    """A launch variable as a whole number from ``low`` (and under ``below``), or a RunError naming it (WORLD_SIZE=abc
+    was a ValueError traceback)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low or (below is not None and value >= below):
+        span = f"from {low} to {below - 1}" if below is not None else f">= {low}"
+        if name in ("RANK", "LOCAL_RANK"):
+            span += f" (a rank of {'WORLD_SIZE' if name == 'RANK' else 'LOCAL_WORLD_SIZE'} {below})"
+        raise RunError(
+            f"launch variable {name}={text!r} is not a whole number {span}: launch the ranks with torchrun (or srun "
+            "torchrun), which sets them all, or unset it to run alone"
+        )
+    return value
+
+
+def launch_env() -> tuple[int, int, int]:
+    """(WORLD_SIZE, RANK, LOCAL_RANK), each checked before any rank waits for another: one line naming the
+    variable for a value that is no whole number, a RANK outside WORLD_SIZE, a LOCAL_RANK outside
+    LOCAL_WORLD_SIZE, a MASTER_PORT that is no port, or a variable the ranks need missing."""
+    world = _env_count("WORLD_SIZE", 1, low=1)
     missing = [name for name in _LAUNCH_ENV if world > 1 and not os.environ.get(name)]
     if missing:  # torch's own error is a ValueError traceback from its rendezvous
         raise RunError(
             f"WORLD_SIZE is {world} but {', '.join(missing)} is not set: launch the ranks with torchrun "
             "(or srun torchrun), which sets them all"
         )
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    rank = _env_count("RANK", 0, below=world)
+    local_world = _env_count("LOCAL_WORLD_SIZE", world, low=1)
+    local_rank = _env_count("LOCAL_RANK", 0, below=local_world)
+    if world > 1:
+        _env_count("MASTER_PORT", 0, low=1, below=65536)
+    return world, rank, local_rank
+
+
+def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
+    world, rank, local_rank = launch_env()
     use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
     if use_cuda:
         if not torch.cuda.is_available():  # else torch fails deep inside with an AttributeError or RuntimeError
@@ -166,19 +198,46 @@ def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInf
     info = DistInfo(rank=rank, local_rank=local_rank, world_size=world, device=dev)
     if world > 1 and not dist.is_initialized():
         watch_sigterm()
-        dist.init_process_group(
-            backend="nccl" if use_cuda else "gloo",
-            device_id=dev if use_cuda else None,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        try:
+            dist.init_process_group(
+                backend="nccl" if use_cuda else "gloo",
+                device_id=dev if use_cuda else None,
+                timeout=timedelta(seconds=timeout_s),
+                **_restart_store(world, rank, timeout_s),
+            )
+        except (dist.DistError, RuntimeError) as e:  # a lone rank, a rank 0 that never came: a store traceback
+            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+            raise RunError(
+                f"WORLD_SIZE={world}, RANK={rank}: the ranks did not meet at MASTER_ADDR:MASTER_PORT {where} within "
+                f"--dist-timeout {timeout_s:g} s ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
+                "start every rank (torchrun --nproc-per-node N sets them), or unset WORLD_SIZE to run alone"
+            ) from None
         _PEERS.start(info, timeout_s)
     return info
+
+
+def _restart_store(world: int, rank: int, timeout_s: float) -> dict[str, Any]:
+    """The process group's store under torchrun's static rendezvous (``--master-port``; the agent hosts one store
+    for every restart): the keys of this restart's own prefix. torch reads it unprefixed, so a restart found the
+    addresses that the killed incarnation's ranks had published and every rank failed to connect to them (gloo
+    connectFullMesh 'Connection refused', 3 restarts of 3). c10d rendezvous prefixes each round itself: nothing."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=False,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    return {"store": dist.PrefixStore(f"bertstream/process_group/{restart}", store), "rank": rank, "world_size": world}
 
 
 def launched_main() -> bool:
     """Whether this process is rank 0 of its launch (or runs alone): what a command's closing line is printed
     by, after the process group is gone, so ``torchrun`` shows it once and not once per rank."""
-    return int(os.environ.get("RANK", "0")) == 0
+    return os.environ.get("RANK", "0").strip() in ("0", "")  # not a number: launch_env says so, on every rank
 
 
 def teardown() -> None:

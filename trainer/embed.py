@@ -27,6 +27,7 @@ from bertstream.schemas.manifest import MANIFEST_NAME, Manifest
 from bertstream.schemas.redact import redact_values
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import CLS, SEP
+from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.schemas.wordpiece import bert_tokenizer, json_lowercase
 from bertstream.trainer.config import check_device
 from bertstream.trainer.errors import RunError
@@ -130,8 +131,8 @@ def _lowercase(folder: Path) -> bool:
         if not path.is_file():
             continue
         try:
-            data = json_text.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            data = json_text.loads(read_whole(path, name))
+        except (json.JSONDecodeError, UnicodeDecodeError, WholeFileError):
             continue
         lower = json_lowercase(data) if name == "tokenizer.json" else data.get("do_lower_case")
         if isinstance(lower, bool):

@@ -24,9 +24,11 @@ def user_errors() -> tuple[type[BaseException], ...]:
     # Imported here: `berttrain --help` stays fast (torch is not loaded).
     from bertstream.schemas.version import SchemaError
     from bertstream.schemas.vocab import VocabError, VocabMismatchError
+    from bertstream.schemas.whole_file import WholeFileError
 
-    # OSError: missing folders, read-only outputs, full disks: the message names the path.
-    return (UserError, SchemaError, VocabError, VocabMismatchError, OSError)
+    # OSError: missing folders, read-only outputs, full disks: the message names the path. WholeFileError: a
+    # small file given as a FIFO, a device or past the cap on a file read whole.
+    return (UserError, SchemaError, VocabError, VocabMismatchError, WholeFileError, OSError)
 
 
 def worker_died(e: BaseException) -> bool:

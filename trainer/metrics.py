@@ -17,6 +17,7 @@ import torch
 
 from bertstream.schemas import json_text
 from bertstream.schemas.redact import redact_values
+from bertstream.trainer.checkpoint import write_text_atomic
 from bertstream.trainer.errors import RunError
 
 METRICS_FILE = "metrics.jsonl"
@@ -101,7 +102,9 @@ class MetricsLogger:
                 "log; move it away to resume"
             )
         keep = [json.dumps(r) for r in records if r["step"] <= step]  # a torn last line goes
-        self.path.write_text("".join(line + "\n" for line in keep))
+        # Replaced, never rewritten in place: a full disk or a kill mid-write cut the history the checkpoint
+        # covers (records 1..50 gone, and the next resume went on without a word).
+        write_text_atomic(self.path, "".join(line + "\n" for line in keep))
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:

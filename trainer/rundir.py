@@ -18,6 +18,7 @@ One run per folder at a time (:func:`locked`): ``.berttrain.lock``, taken as ``b
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import uuid
@@ -27,11 +28,13 @@ from typing import NoReturn
 
 from bertstream.cli.errors import UsageError
 from bertstream.cli.lock import lock_file_name, lock_folder, read_lock
+from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import progress
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
+from bertstream.trainer.metrics import METRICS_FILE
 
 LOCK_NAME = ".berttrain.lock"
 
@@ -44,6 +47,8 @@ def plan_run(
     Read-only, so every rank decides the same; :func:`clear` then runs on rank 0 only.
     """
     refuse_file(run_dir)
+    if overwrite:
+        refuse_not_a_run(run_dir)
     for d in data:
         if "://" not in d and _inside(Path(dataset_key(d)), run_dir):
             raise UsageError("output", f"{run_dir} holds --data {d}: choose a run folder of its own")
@@ -103,6 +108,32 @@ def check_overlap(run_dir: Path, inputs: Iterable[tuple[str, str | None]], *, ov
 def refuse_file(run_dir: Path) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError("output", f"{run_dir} is a file, not a run folder")
+
+
+def refuse_not_a_run(run_dir: Path) -> None:
+    """``--overwrite`` clears a run folder, never a folder of other files: one with no run's trace in it (a
+    dataset, a model, someone's notes given as ``--output`` by mistake) is refused, as ``export-hf`` and
+    ``bertprep`` refuse theirs; an empty or new folder is fine."""
+    contents = _contents(run_dir)
+    if contents and not looks_like_run(run_dir):
+        raise UsageError(
+            "output",
+            f"{run_dir} holds no run ({_listing(contents)}; a run folder has {METRICS_FILE}, {ckpt.CHECKPOINTS}/ "
+            "or the config.json of a run) and --overwrite clears only a run folder: choose another --output",
+        )
+
+
+def looks_like_run(run_dir: Path) -> bool:
+    """A run's metrics, its checkpoints folder, or the ``config.json`` a run writes (its ``train`` settings and
+    ``model``; a Hugging Face export's ``config.json`` is not one)."""
+    if (run_dir / METRICS_FILE).is_file() or (run_dir / ckpt.CHECKPOINTS).is_dir():
+        return True
+    config = run_dir / "config.json"
+    try:
+        saved = json.loads(read_whole(config, "the run's config.json"))
+    except (OSError, WholeFileError, ValueError, RecursionError):
+        return False
+    return isinstance(saved, dict) and isinstance(saved.get("train"), dict) and isinstance(saved.get("model"), dict)
 
 
 def refuse_existing(run_dir: Path, contents: list[str], why: str) -> NoReturn:

@@ -13,7 +13,6 @@ import io
 import lzma
 import os
 import re
-import stat
 from collections import Counter
 from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
@@ -25,6 +24,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.byte_ranges import BLOCK_BYTES, LineTooLong, cut_blocks
+from bertstream.schemas import whole_file
+from bertstream.schemas.whole_file import WholeFileError
 
 COMPRESSED_SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".lzma", ".zst", ".zstd")
 
@@ -45,42 +46,17 @@ def absolute(path: str) -> str:
     return path if "://" in path else os.path.abspath(path)
 
 
-def file_kind(mode: int) -> str:
-    """What a path that is not a regular file is, in words (from its ``os.stat`` mode)."""
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
-
-
-# A file a command reads whole, a vocabulary or a manifest: generous (BERT's vocabularies are under 1 MB, a
-# manifest of 100,000 inputs about 10 MB) and, as the record cap of the input readers, 64 MiB.
-MAX_WHOLE_FILE_BYTES = 64 << 20
-
-
 def read_whole(path: str, what: str) -> bytes:
-    """The bytes of a file a command reads whole (a vocabulary, a manifest), bounded: a local one must be a
-    regular file (a FIFO blocks its reader forever, ``/dev/zero`` never ends: 23 GB in 20 s as ``--vocab``), and
-    any holds at most ``MAX_WHOLE_FILE_BYTES``; else an ``InputError`` naming ``what`` and ``path``. A missing file
-    raises ``FileNotFoundError`` (the callers say what it should have been)."""
-    if "://" not in path:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            raise InputError(f"{what} {path} is {file_kind(mode)}, not a regular file")
-    cap = MAX_WHOLE_FILE_BYTES
-    with served(path, what), FileSystems.open(path, compression_type="uncompressed") as f:
-        data = f.read(cap + 1)
-    if len(data) > cap:
-        raise InputError(
-            f"{what} {path} holds more than {cap} bytes, the cap on a file read whole (MAX_WHOLE_FILE_BYTES): "
-            "is it what it says it is?"
-        )
-    return data
+    """The bytes of a file a command reads whole (a vocabulary, a manifest), bounded as on the trainer's side
+    (``bertstream.schemas.whole_file``: a regular file, at most ``MAX_WHOLE_FILE_BYTES``), a URL's through Beam's
+    filesystems; else an ``InputError`` naming ``what`` and ``path``. A missing file raises ``FileNotFoundError``
+    (the callers say what it should have been)."""
+    opener = None if "://" not in path else lambda: FileSystems.open(path, compression_type="uncompressed")
+    try:
+        with served(path, what):
+            return whole_file.read_whole(path, what, opener=opener)
+    except WholeFileError as e:
+        raise InputError(str(e)) from None
 
 
 # Beam's words when no filesystem serves a URL's scheme: its package (or Beam's extra) is not installed.

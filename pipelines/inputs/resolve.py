@@ -23,9 +23,10 @@ from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.files import absolute, file_kind, missing_filesystem_in
+from bertstream.pipelines.common.files import absolute, missing_filesystem_in
 from bertstream.pipelines.inputs.formats import FIELD_FORMATS, FORMATS
 from bertstream.pipelines.inputs.options import AUTO, TEXT_FIELD
+from bertstream.schemas.whole_file import file_kind
 
 
 @dataclass(frozen=True, slots=True)

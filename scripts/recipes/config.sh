@@ -65,3 +65,17 @@ check_processes() {  # NAME...: counts of processes (or loader workers) a recipe
             { echo "Error: $v=$n is more than this machine runs: at most $ceiling (2 per core, $cores cores)" >&2; exit 2; }
     done
 }
+
+check_numbers() {  # LOW HIGH NAME...: each word of each NAME a decimal number x with LOW < x <= HIGH, as the
+    # commands take them (--lr > 0, --mlm-probability below 1, --layer-decay in (0, 1]), checked before minutes of
+    # data and training: LR=0 passed the recipe's own check and failed at the first berttrain, after the data.
+    local low=$1 high=$2 v w
+    shift 2
+    for v; do
+        for w in ${!v}; do
+            [[ $w =~ ^[0-9]*[.]?[0-9]+([eE][-+]?[0-9]+)?$ ]] && awk -v x="$w" -v lo="$low" -v hi="$high" \
+                'BEGIN { exit !(x + 0 > lo + 0 && x + 0 <= hi + 0) }' ||
+                { echo "Error: $v must be numbers above $low and at most $high, got '${!v}'" >&2; exit 2; }
+        done
+    done
+}

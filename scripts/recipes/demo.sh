@@ -14,28 +14,32 @@ else
     STEPS=${DEMO_STEPS:-300}; TASK_ROWS=2000; TASK_LR=1e-3
 fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Each setting checked before minutes of work, one line each (DEMO_STEPS=abc failed at the export, after the
+# corpus, the vocabulary, the shards and the whole pretraining).
+[[ ${DEMO_FULL:-0} =~ ^[01]$ ]] || { echo "Error: DEMO_FULL must be 0 or 1, got '${DEMO_FULL}'" >&2; exit 2; }
+[[ $STEPS =~ ^[1-9][0-9]{0,6}$ ]] ||
+    { echo "Error: DEMO_STEPS must be a whole number of steps from 1 to 9999999, got '$STEPS'" >&2; exit 2; }
+[[ $OMP_NUM_THREADS =~ ^[1-9][0-9]{0,3}$ ]] ||
+    { echo "Error: OMP_NUM_THREADS must be a whole number >= 1, got '$OMP_NUM_THREADS'" >&2; exit 2; }
 # Seconds per stage, printed at the end: a slow machine's run can be told from a stuck one.
 SPLIT=""
 stage_done() { SPLIT="$SPLIT $1 ${SECONDS}s,"; SECONDS=0; }
 SECONDS=0
 
-# Re-running replaces DEMO_DIR whole, so it must be a demo's: absent, empty, marked by an earlier demo, or
-# holding only what a demo writes. DEMO_DIR=~/experiments would otherwise be deleted with everything in it.
+# Re-running replaces DEMO_DIR whole, so it must be a demo's: absent, empty, or marked by an earlier demo. Entries
+# that merely bear demo names (run, shards, ...) are no proof: DEMO_DIR=~/project holding run/checkpoints of
+# three weeks' training was deleted so. A folder of an earlier demo from before the mark is refused too.
 DEMO_MARK=.bertstream-demo
-DEMO_NAMES=" $DEMO_MARK corpus vocab shards eval_shards run hf sst2_train.tsv task_train task_dev finetune "
-if [ -e "$OUT" ] && [ ! -e "$OUT/$DEMO_MARK" ]; then
+if [ -e "$OUT" ] || [ -L "$OUT" ]; then
     if [ ! -d "$OUT" ]; then
         echo "Error: DEMO_DIR=$OUT is a file, not a demo's folder: name a new folder" >&2; exit 2
     fi
-    for entry in "$OUT"/* "$OUT"/.[!.]*; do
-        [ -e "$entry" ] || continue
-        case "$DEMO_NAMES" in
-            *" $(basename "$entry") "*) ;;
-            *) echo "Error: DEMO_DIR=$OUT holds $(basename "$entry"), which no demo wrote: the demo replaces its folder whole; name a new or empty folder" >&2; exit 2 ;;
-        esac
-    done
+    if [ ! -f "$OUT/$DEMO_MARK" ] && [ -n "$(ls -A "$OUT")" ]; then
+        held=$(ls -A "$OUT" | head -5 | tr '\n' ' ')
+        echo "Error: DEMO_DIR=$OUT holds ${held% }$([ "$(ls -A "$OUT" | wc -l)" -gt 5 ] && echo ' ...') and no $DEMO_MARK mark, so no demo wrote it: the demo replaces its folder whole; name a new or empty folder (or remove it yourself if it is an old demo's)" >&2
+        exit 2
+    fi
 fi
-
 echo "== 1. corpus: Python's reference documentation (ships with Python), 1 in 8 topics held out"
 rm -rf "$OUT"
 mkdir -p "$OUT" && : > "$OUT/$DEMO_MARK"

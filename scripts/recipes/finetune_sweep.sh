@@ -26,9 +26,7 @@ for t in $TASKS; do
     [[ " $EPOCHS " =~ \ $t:[0-9,]+\  ]] || { echo "Error: EPOCHS has no epochs for task $t (EPOCHS=$EPOCHS)" >&2; exit 2; }
 done
 check_processes PARALLEL
-for lr in $LRS; do
-    [[ $lr =~ ^[0-9]*[.]?[0-9]+([eE][-+]?[0-9]+)?$ ]] || { echo "Error: LRS must be numbers, got '$LRS'" >&2; exit 2; }
-done
+check_numbers 0 1 LRS
 for s in $SEEDS; do [[ $s =~ ^[0-9]+$ ]] || { echo "Error: SEEDS must be whole numbers, got '$SEEDS'" >&2; exit 2; }; done
 for e in $EPOCHS; do
     [[ $e =~ ^[a-z0-9]+:[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "Error: EPOCHS must be TASK:N[,N...] words, got '$EPOCHS'" >&2; exit 2; }

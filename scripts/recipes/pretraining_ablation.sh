@@ -53,6 +53,10 @@ for arm in $ARMS; do settings "$arm" > /dev/null; done
     { echo "Error: BUDGET must be a positive number of minutes, got '$BUDGET'" >&2; exit 2; }
 [[ $CALIB_STEPS =~ ^[1-9][0-9]*$ ]] || { echo "Error: CALIB_STEPS must be a positive whole number, got '$CALIB_STEPS'" >&2; exit 2; }
 case $STOP_AFTER in "" | steps) ;; *) echo "Error: STOP_AFTER must be empty or steps, got '$STOP_AFTER'" >&2; exit 2 ;; esac
+for s in $SEEDS; do [[ $s =~ ^[0-9]+$ ]] || { echo "Error: SEEDS must be whole numbers, got '$SEEDS'" >&2; exit 2; }; done
+for t in $TASKS; do
+    case $t in sst2 | conll | mrpc | squad) ;; *) echo "Error: TASKS must be among: sst2 conll mrpc squad; got '$TASKS'" >&2; exit 2 ;; esac
+done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 

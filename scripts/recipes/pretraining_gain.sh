@@ -59,9 +59,8 @@ whole STEPS BATCH SEEDS CURVE_STEPS CONTINUE_BATCH CONTINUE_EPOCHS EVAL_EVERY LO
 MIN=0 whole SHORT_STEPS WARMUP CONTINUE_STEPS
 [ -n "$MINUTES" ] || [ "$SHORT_STEPS" -lt "$STEPS" ] ||
     { echo "Error: SHORT_STEPS ($SHORT_STEPS) must be less than STEPS ($STEPS): the second phase needs steps" >&2; exit 2; }
-for v in LR FT_LR MLM_PROB LAYER_DECAY CONTINUE_LR; do
-    [[ ${!v} =~ ^[0-9]*[.]?[0-9]+([eE][-+]?[0-9]+)?$ ]] || { echo "Error: $v must be a number, got '${!v}'" >&2; exit 2; }
-done
+check_numbers 0 1 LR FT_LR CONTINUE_LR LAYER_DECAY
+check_numbers 0 0.999999 MLM_PROB
 choose() {  # NAME CHOICE...: each word of NAME one of the choices
     local v=$1 w; shift
     for w in ${!v}; do

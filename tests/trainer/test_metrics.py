@@ -49,3 +49,25 @@ def test_a_log_that_is_a_fifo_or_a_link_is_refused(tmp_path):
     with pytest.raises(RunError, match=r"is a link \(to .*outside.jsonl\)"):
         MetricsLogger(link_run, enabled=True, tensorboard=False).truncate_after(1)
     assert outside.read_bytes() == before
+
+
+def test_a_resume_that_fails_while_rewriting_the_log_leaves_it_whole(tmp_path):
+    """Issue 53: truncate_after rewrote metrics.jsonl in place; a full disk (here a file-size limit) mid-write
+    cut the history the checkpoint covers, and the next resume went on without it."""
+    import resource
+
+    logger = MetricsLogger(tmp_path, enabled=True, tensorboard=False)
+    for step in range(1, 81):
+        logger.log({"step": step, "loss": 10.0 - step / 10, "note": "x" * 40})
+    before = (tmp_path / METRICS_FILE).read_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))  # the kept records take ~4,500 bytes
+    try:
+        with pytest.raises(OSError, match="File too large"):
+            MetricsLogger(tmp_path, enabled=True, tensorboard=False).truncate_after(55)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert (tmp_path / METRICS_FILE).read_bytes() == before  # the old file, intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == [METRICS_FILE]  # no temporary file left
+    MetricsLogger(tmp_path, enabled=True, tensorboard=False).truncate_after(55)
+    assert [r["step"] for r in read_metrics(tmp_path)] == list(range(1, 56))

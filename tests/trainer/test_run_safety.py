@@ -290,3 +290,25 @@ def test_an_elastic_restart_takes_over_its_own_lock_from_another_host(tmp_path, 
         assert (mine["launch"], mine["restart"], mine["pid"]) == ("job7", 1, os.getpid())
     assert not lock.exists()  # released at the end, as ever
     assert "taking over the lock of launch job7 from its restart 0 on gone-host" in capsys.readouterr().err
+
+
+def test_overwrite_refuses_a_folder_that_holds_no_run(data, tmp_path):
+    """Issue 53: ``pretrain --overwrite`` cleared whatever --output held, a dataset's manifest and shards too."""
+    dataset = tmp_path / "my_dataset"
+    shutil.copytree(data, dataset)
+    before = sorted(p.name for p in dataset.iterdir())
+    with pytest.raises(UsageError, match="my_dataset holds no run .*--overwrite clears only a run folder") as e:
+        run(data, dataset, overwrite=True, max_steps=1)
+    assert e.value.param == "output"
+    assert sorted(p.name for p in dataset.iterdir()) == before
+    export = tmp_path / "hf"  # a config.json that is not a run's
+    export.mkdir()
+    (export / "config.json").write_text('{"architectures": ["BertForPreTraining"]}')
+    with pytest.raises(UsageError, match="holds no run"):
+        run(data, export, overwrite=True, max_steps=1)
+    assert (export / "config.json").exists()
+    stopped = tmp_path / "stopped"  # a run stopped before its first checkpoint left its config.json only
+    run(data, stopped, max_steps=1, checkpoint_every=1)
+    shutil.rmtree(stopped / "checkpoints")
+    (stopped / "metrics.jsonl").unlink()
+    assert [r["step"] for r in run(data, stopped, overwrite=True, max_steps=1)] == [1]

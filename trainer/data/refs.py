@@ -24,6 +24,7 @@ from fsspec.implementations.local import LocalFileSystem
 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
 from bertstream.schemas.fields import local_member, relative_path
+from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.trainer.errors import UserError
 
 _HASH_CHUNK = 8 << 20
@@ -120,7 +121,7 @@ def remote_errors(url: str) -> Iterator[None]:
     try:
         yield
     except Exception as e:  # noqa: BLE001 - whatever the client library raises for a network or server fault
-        if isinstance(e, OSError) and url in str(e):
+        if isinstance(e, OSError) and url in str(e) or isinstance(e, WholeFileError):  # named already
             raise
         name = type(e).__name__
         err: type[OSError]
@@ -147,11 +148,14 @@ def resolve(root: str, relpath: str) -> tuple[Any, str, bool]:
 
 
 def read_text(root: str, relpath: str) -> bytes:
+    """A dataset's small file (its manifest, its vocabulary) whole, through the capped reader
+    (``bertstream.schemas.whole_file``): a FIFO or ``/dev/zero`` in its place is refused, not read forever."""
     fs, path, local = resolve(root, relpath)
     if local:
-        return fs.cat_file(path)
-    with remote_errors(root.rstrip("/") + "/" + relpath):
-        return fs.cat_file(path)
+        return read_whole(path, "the dataset's file")
+    url = root.rstrip("/") + "/" + relpath
+    with remote_errors(url):
+        return read_whole(url, "the dataset's file", opener=lambda: fs.open(path, "rb"))
 
 
 def file_size(ref: ShardRef) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from bertstream.cli.errors import raise_if_swallowed
 from bertstream.schemas.redact import redact_values
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
@@ -175,6 +176,7 @@ class Epochs:
                 out = t.model(R.to_device(batch, info.device))
             out["loss"].backward()
             grad_norm = t.optimizer_step()
+            raise_if_swallowed()  # a Ctrl-C or SIGTERM a library swallowed stops the run here
             self.bar.update(1)
             if self.writer is not None:  # the last epoch's checkpoint, written meanwhile: complete, or its error
                 self.writer.poll(meet=t.step % cfg.run.log_every == 0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertstream.schemas import json_text
+from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.trainer.errors import UserError
 from bertstream.trainer.hf import prelayernorm as PRE
 from bertstream.trainer.model_config import BertConfig
@@ -27,7 +28,9 @@ def read_config(path: Path, error: type[Exception] = HFCheckpointError) -> dict[
     """A ``config.json`` (ours or Hugging Face's) as a dict; malformed or not an object: ``error`` naming the
     file, in one line. Every reader of a checkpoint's config.json goes through here."""
     try:
-        data = json_text.loads(path.read_text(encoding="utf-8"))
+        data = json_text.loads(read_whole(path, "config"))
+    except WholeFileError as e:  # a FIFO, a device, a file past the cap
+        raise error(str(e)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise error(f"{path}: malformed JSON ({e})") from None
     if not isinstance(data, dict):

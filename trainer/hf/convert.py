@@ -25,6 +25,7 @@ from bertstream.schemas import json_text
 from bertstream.schemas.fields import local_member
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError
+from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.schemas.wordpiece import bert_tokenizer, with_bert_template
 from bertstream.trainer.checkpoint import CheckpointError, read_tensors, read_torch, write_tensors
 from bertstream.trainer.hf import prelayernorm as PRE
@@ -215,7 +216,9 @@ def _read_weights(folder: Path) -> tuple[dict[str, Tensor], str]:
         index = folder / index_name
         if index.is_file():
             try:
-                weight_map = json_text.loads(index.read_text(encoding="utf-8"))["weight_map"]
+                weight_map = json_text.loads(read_whole(index, "shard index"))["weight_map"]
+            except WholeFileError as e:
+                raise HFCheckpointError(str(e)) from None
             except (json.JSONDecodeError, KeyError, TypeError) as e:
                 raise HFCheckpointError(f"{index}: malformed shard index ({e})") from None
             if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
@@ -358,7 +361,13 @@ def export_hf(
         check_owned(out, EXPORT_FILES.__contains__, overwrite=overwrite, what="a Hugging Face export", param="out")
     except UsageError as e:
         raise HFCheckpointError(e.message) from None
-    publish(out, lambda tmp: _write_export(tmp, hf_state, hf_config, config, vocab, do_lower_case))
+    try:
+        publish(out, lambda tmp: _write_export(tmp, hf_state, hf_config, config, vocab, do_lower_case))
+    except OSError as e:  # a full disk, a quota: written in a temporary folder, which publish has removed
+        why = e.strerror or str(e)
+        raise HFCheckpointError(
+            f"cannot write the export to {out}: {why}; nothing of it was kept, {out} is as it was"
+        ) from None
     return out
 
 

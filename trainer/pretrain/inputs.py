@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from bertstream.cli.errors import UsageError
 from bertstream.schemas import json_text
 from bertstream.schemas.manifest import Manifest
 from bertstream.schemas.manifest import load_vocab as load_dataset_vocab
 from bertstream.schemas.vocab import Vocab
+from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.trainer import distributed as D
 from bertstream.trainer import runtime as R
 from bertstream.trainer.config import TrainConfig
@@ -76,7 +76,7 @@ def model_config(
     config = replace(preset(vocab_size), norm_placement=cfg.model.norm_placement or "post")
     if cfg.model.model_config:
         try:
-            overrides = json_text.loads(Path(cfg.model.model_config).read_text())
+            overrides = json_text.loads(read_whole(cfg.model.model_config, "--model-config"))
             if not isinstance(overrides, dict):
                 raise TypeError(f"holds {type(overrides).__name__}, not an object of BertConfig fields")
             if overrides.get("vocab_size", vocab_size) != vocab_size:  # every argument is used or refused
@@ -85,6 +85,8 @@ def model_config(
                     "which sets it: drop vocab_size"
                 )
             config = BertConfig.from_dict({**config.to_dict(), **overrides, "vocab_size": vocab_size})
+        except WholeFileError as e:  # a FIFO, a device, a file past the cap: named by the reader
+            raise RunError(str(e)) from None
         except (json.JSONDecodeError, TypeError, ValueError) as e:
             raise RunError(f"--model-config {cfg.model.model_config}: {e}") from None
     return with_dropout(config, cfg.model.dropout), None, ()

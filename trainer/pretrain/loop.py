@@ -19,6 +19,7 @@ from typing import Any, cast
 import torch
 
 from bertstream.cli import options
+from bertstream.cli.errors import raise_if_swallowed
 from bertstream.schemas.redact import redact_values
 from bertstream.schemas.vocab import Vocab
 from bertstream.trainer import checkpoint as ckpt
@@ -43,7 +44,7 @@ from bertstream.trainer.pretrain.inputs import (
     model_config,
     open_data,
 )
-from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, same_data
+from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, group_rates, same_data
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.snapshot import Background
 
@@ -97,6 +98,7 @@ def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig
         for i, batch in enumerate(loader):
             if i >= cfg.eval_batches:
                 break
+            raise_if_swallowed()
             with R.autocast(info.device, cfg.run.precision):
                 run.add(model(R.to_device(batch, info.device), nsp=not cfg.objective.no_nsp))
     return run.summary(info)
@@ -183,7 +185,7 @@ def restore_position(
     if old_end is not None:
         R.log(
             f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
-            f"learning rate {training.lr:.3g} at step {restored.step}",
+            f"learning rates at step {restored.step}, {group_rates(training.optimizer)}",
             info,
         )
     if same_data(cfg.data.paths, restored.state, loader.catalog.fingerprint, restored.path):
@@ -390,6 +392,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         grad_norm = training.optimizer_step()
         step = training.step
         D.at_step(step)
+        raise_if_swallowed()  # a signal lost in a library (a lazy import under a bare except) stops the run here
         run.steps += 1
         meter.add(int(totals[1]), int(totals[2]), flops)
         bar.update(1)

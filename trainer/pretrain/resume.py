@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertstream.cli import options
@@ -119,20 +120,31 @@ def same_data(cfg_data: tuple[str, ...], state: dict[str, Any], fingerprint: str
 
 
 def extend_schedule(scheduler: LambdaLR, warmup: int, max_steps: int, schedule: str = "linear") -> int | None:
-    """Make the restored linear decay end at ``max_steps`` (the old end when unchanged): the schedule becomes
-    the one a run planned for ``max_steps`` from the start would follow from this step on. Returns the old
-    end when it moved, else None."""
-    current = scheduler.lr_lambdas[0]
-    old_total = getattr(current, "total", None)
+    """Make the restored linear decay of EVERY parameter group end at ``max_steps`` (the old end when
+    unchanged): the schedule becomes the one a run planned for ``max_steps`` from the start would follow from this
+    step on. Returns the old end when it moved, else None.
+
+    LambdaLR keeps one multiplier per group (the same object for each, as built); replacing only the first left
+    the other groups (biases and LayerNorm weights) on the old schedule, at rate 0 past the old end, and a
+    checkpoint saved since holds the two ends: each group is compared and replaced."""
     fresh = WarmupLinearDecay(warmup, max_steps, schedule)
-    if old_total == fresh.total:
+    old_ends = [getattr(f, "total", None) for f in scheduler.lr_lambdas]
+    if all(end == fresh.total for end in old_ends):
         return None
-    scheduler.lr_lambdas[0] = fresh
+    scheduler.lr_lambdas = [fresh] * len(scheduler.optimizer.param_groups)
     # The next optimizer step uses the rate LambdaLR set after the last step: recompute it on the new schedule.
     for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
         group["lr"] = base * fresh(scheduler.last_epoch)
     scheduler._last_lr = [g["lr"] for g in scheduler.optimizer.param_groups]
-    return old_total
+    return next(end for end in old_ends if end != fresh.total)
+
+
+def group_rates(optimizer: torch.optim.Optimizer) -> str:
+    """Each parameter group's learning rate in words ("2 groups: 1e-3 (32 tensors), 1e-3 (14 tensors)"): one
+    group left at 0 while the others move is visible at a glance."""
+    groups = optimizer.param_groups
+    rates = ", ".join(f"{g['lr']:.3g} ({len(g['params'])} tensors)" for g in groups)
+    return f"{len(groups)} group{'s' if len(groups) != 1 else ''}: {rates}"
 
 
 def _batch(*factors: int) -> str:

@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from bertstream.pipelines.common import files
 from bertstream.pipelines.common.dataset_run import load_manifest
 from bertstream.pipelines.common.files import InputError, read_whole
 from bertstream.pipelines.common.output_dir import _manifest_kind
 from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.schemas import whole_file
 from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.vocab import VocabError
 
@@ -39,7 +39,7 @@ def test_a_file_past_the_cap_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "vocab.txt"
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
     assert read_whole(str(path), "--vocab") == path.read_bytes()
-    monkeypatch.setattr(files, "MAX_WHOLE_FILE_BYTES", 16)
+    monkeypatch.setattr(whole_file, "MAX_WHOLE_FILE_BYTES", 16)
     with pytest.raises(VocabError, match="holds more than 16 bytes, the cap on a file read whole"):
         load_tokenizer(str(path))
 

@@ -432,7 +432,7 @@ def test_export_hf_writes_only_a_folder_of_its_own_and_all_of_it_or_nothing(tmp_
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(hf_module, "with_bert_template", disk_full)  # the last file, after the weights
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(HFCheckpointError, match="cannot write the export to .*new: No space left on device"):
         export_hf(ours, CONFIG, TOKENS, tmp_path / "new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "user"]  # no folder, no temporary one left
 
