@@ -32,6 +32,7 @@ from bertstream.cli.errors import UsageError
 from bertstream.cli.lock import FolderLock, lock_folder
 from bertstream.cli.owned import dangling_link
 from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import literal
 from bertstream.pipelines.common.files import absolute, read_whole
 from bertstream.pipelines.common.spill import remove_work_dir
 from bertstream.schemas.manifest import MANIFEST_NAME
@@ -184,11 +185,8 @@ def _names_in(output_dir: str) -> list[str]:
     """Every name directly in ``output_dir`` (files and folders; on object stores, the objects below it)."""
     if "://" not in output_dir:
         return sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
-    names = set()
     prefix = output_dir.rstrip("/") + "/"
-    for r in FileSystems.match([prefix + "**"]):  # "*" stops at a "/": a folder in it would go unseen
-        for m in r.metadata_list:
-            names.add(m.path[len(prefix) :].split("/", 1)[0] if m.path.startswith(prefix) else m.path)
+    names = {p[len(prefix) :].split("/", 1)[0] if p.startswith(prefix) else p for p in literal.files_below(output_dir)}
     return sorted(n for n in names if n)
 
 
@@ -280,7 +278,7 @@ def _restore(output_dir: str, is_output: Callable[[str], bool], moved: list[tupl
     try:
         partial = [o for p in existing_outputs(output_dir, is_output) for o in objects(p)]
         if partial:
-            FileSystems.delete(partial)
+            literal.delete(partial)
         for src, dst in sorted(moved, key=lambda m: m[0].endswith(MANIFEST_NAME)):
             move(dst, src)
     except Exception as e:  # noqa: BLE001 - the run's own error is what the user must see
@@ -292,8 +290,7 @@ def objects(path: str) -> list[str]:
     folder, say), every object below it: what a rename or a delete there must name one by one."""
     if "://" not in path or FileSystems.exists(path):
         return [path]
-    prefix = path.rstrip("/") + "/"
-    return sorted(m.path for r in FileSystems.match([prefix + "**"]) for m in r.metadata_list)
+    return literal.files_below(path)
 
 
 def move(src: str, dst: str) -> None:
