@@ -22,7 +22,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from bertstream.cli.errors import UsageError
 from bertstream.cli.machine import check_processes
-from bertstream.pipelines.runners import beam_worker, fork_server
+from bertstream.pipelines.runners import beam_worker, fork_server, reach
 
 
 def limit_malloc_arenas(arenas: int = 2) -> None:
@@ -133,7 +133,10 @@ def _beam_option_actions() -> dict[str, argparse.Action]:
     return dict(parser._option_string_actions)  # noqa: SLF001
 
 
-def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+def pipeline_options(beam_args: list[str], reaches: dict[str, list[str]] | None = None) -> PipelineOptions:
+    """Beam's options from ``beam_args``, checked; the servers the run needs probed with a deadline
+    (:mod:`bertstream.pipelines.runners.reach`): ``--job_endpoint``, and the object stores of the URLs in
+    ``reaches`` (flag -> paths: inputs, vocabulary, output)."""
     runner = import_runner(beam_args)
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).runner = runner
@@ -157,6 +160,8 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     from apache_beam.io.filesystems import FileSystems
 
     FileSystems.set_options(options)
+    reach.probe_job_endpoint(options)
+    reach.probe_stores(reaches or {}, options)
     return options
 
 
