@@ -42,35 +42,46 @@ def check(cond: bool, param: str, message: str) -> None:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so the same cleanup runs. (A
-    DataLoader or Beam worker that inherits the handler ends quietly on it, as on KeyboardInterrupt.)"""
+    """SIGTERM (or SIGHUP: the terminal closed), raised in the main thread like Ctrl-C's KeyboardInterrupt, so
+    the same cleanup runs. (A DataLoader or Beam worker that inherits the handler ends quietly on it, as on
+    KeyboardInterrupt.)"""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = signum
 
 
 @contextmanager
-def sigterm_as_interrupt(intercept: Callable[[], bool] | None = None) -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`Terminated`; ``intercept``, when given, is asked first and
-    returns True when the signal was its own (bertprep's runner signals itself when a worker process dies).
-    Outside the main thread (a test's runner) signals are left alone."""
+def sigterm_as_interrupt(intercept: Callable[[], bool] | None = None, *, hangup: bool = False) -> Iterator[None]:
+    """Within the block, SIGTERM (and with ``hangup`` SIGHUP, the terminal closed: bertprep's, whose default
+    killed the process on the spot, leaving its lock and an --overwrite's earlier dataset in the work folder)
+    raises :class:`Terminated`; ``intercept``, when given, is asked first and returns True when the signal was
+    its own (bertprep's runner signals itself with SIGTERM when a worker process dies). Outside the main thread
+    (a test's runner) signals are left alone."""
 
     def handler(signum: int, frame: Any) -> None:
-        if intercept is not None and intercept():
+        if signum == signal.SIGTERM and intercept is not None and intercept():
             return
-        raise Terminated()
+        raise Terminated(signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, *([signal.SIGHUP] if hangup else []))}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 def interrupted_line(e: KeyboardInterrupt, outcome: str) -> tuple[str, int]:
-    """The one line and the exit code for Ctrl-C or SIGTERM: ``Error: interrupted (SIGTERM); OUTCOME``."""
-    terminated = isinstance(e, Terminated)
-    return f"Error: interrupted ({'SIGTERM' if terminated else 'Ctrl-C'}); {outcome}", 143 if terminated else 130
+    """The one line and the exit code for Ctrl-C, SIGTERM or SIGHUP: ``Error: interrupted (SIGTERM); OUTCOME``,
+    128 + the signal."""
+    if isinstance(e, Terminated):
+        name = signal.Signals(e.signum).name
+        return f"Error: interrupted ({name}); {outcome}", 128 + e.signum
+    return f"Error: interrupted (Ctrl-C); {outcome}", 130
 
 
 def exit_interrupted(e: KeyboardInterrupt, outcome: str) -> None:

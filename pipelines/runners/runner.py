@@ -215,6 +215,10 @@ _worker_died: list[str | None] = [None]
 _death_handled = [False]
 
 
+# How a worker that ended on Ctrl-C (SIGINT, or its exit status 130) is recorded: the run was interrupted.
+INTERRUPTED = "interrupted"
+
+
 def worker_death() -> str | None:
     """How a local worker process of this run ended, when one died (killed, out of memory) during the run."""
     return _worker_died[0]
@@ -273,7 +277,10 @@ def _watch_worker_processes() -> None:
             original(self)
         except RuntimeError as e:  # "Worker subprocess exited with return code 137"
             code = str(e).rsplit(" ", 1)[-1]
-            _worker_died[0] = f"signal {code[1:]}" if code.startswith("-") else f"exit code {code}"
+            if code in (f"-{int(signal.SIGINT)}", str(beam_worker.INTERRUPTED)):
+                _worker_died[0] = INTERRUPTED  # Ctrl-C to the process group: the launcher has its own SIGINT
+            else:
+                _worker_died[0] = f"signal {code[1:]}" if code.startswith("-") else f"exit code {code}"
             _stop_main_thread()
 
     run.bertprep_watch = True  # type: ignore[attr-defined]
