@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 GLOB_CHARS = "[]*?"
@@ -59,7 +60,7 @@ def files_below(folder: str) -> list[str]:
     return sorted(m.path for r in found for m in r.metadata_list)
 
 
-def metadata(path: str):  # -> FileMetadata | None
+def metadata(path: str) -> FileMetadata | None:
     """Beam's ``FileMetadata`` (size, modification time) of the one file ``path``, or None when it is not there."""
     with _escaped():
         found = FileSystems.match([glob_escape(path)])[0].metadata_list
@@ -69,7 +70,8 @@ def metadata(path: str):  # -> FileMetadata | None
 def delete(paths: Iterable[str]) -> None:
     """Delete each path, a file or (local) a folder with all it holds; a path that is not there is skipped. A
     local link is removed, not what it leads to."""
-    local, urls = [], []
+    local: list[str] = []
+    urls: list[str] = []
     for p in paths:
         (urls if "://" in p else local).append(p)
     for p in local:

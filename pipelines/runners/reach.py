@@ -15,7 +15,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from bertstream.cli.errors import UsageError
@@ -87,7 +87,7 @@ def store_endpoint(url: str, options: object | None = None) -> str | None:
     return None
 
 
-def probe_stores(paths: dict[str, Iterable[str]], options: object | None = None) -> None:
+def probe_stores(paths: Mapping[str, Iterable[str]], options: object | None = None) -> None:
     """Probe the server of every object-store URL in ``paths`` (flag -> paths; an input may be
     ``FORMAT:URL``), each server once, naming the first flag and URL that needs it."""
     seen: set[str] = set()
