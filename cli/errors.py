@@ -42,45 +42,53 @@ def check(cond: bool, param: str, message: str) -> None:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so the same cleanup runs. (A
-    DataLoader or Beam worker that inherits the handler ends quietly on it, as on KeyboardInterrupt.)"""
+    """SIGTERM (or SIGHUP: the terminal closed), raised in the main thread like Ctrl-C's KeyboardInterrupt, so
+    the same cleanup runs. (A DataLoader or Beam worker that inherits the handler ends quietly on it, as on
+    KeyboardInterrupt.)"""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = signum
 
 
 # The interruption (Ctrl-C or SIGTERM) raised within :func:`sigterm_as_interrupt`, kept: a library may swallow
 # its exception. pyarrow's pandas shim imports pandas lazily, at the first conversion that needs it, under a bare
 # ``except:``; a signal landing in that import was lost, and the run trained on to exit 0
 # (:func:`raise_if_swallowed`, called where the work can stop cleanly, raises it again).
-_raised: list[type[KeyboardInterrupt]] = []
+_raised: list[KeyboardInterrupt] = []
 
 
 @contextmanager
-def sigterm_as_interrupt(intercept: Callable[[], bool] | None = None) -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`Terminated`; ``intercept``, when given, is asked first and
-    returns True when the signal was its own (bertprep's runner signals itself when a worker process dies).
-    Ctrl-C raises ``KeyboardInterrupt`` as ever (unless it is ignored); both are kept for
-    :func:`raise_if_swallowed`. Outside the main thread (a test's runner) signals are left alone."""
+def sigterm_as_interrupt(intercept: Callable[[], bool] | None = None, *, hangup: bool = False) -> Iterator[None]:
+    """Within the block, SIGTERM (and with ``hangup`` SIGHUP, the terminal closed: bertprep's, whose default
+    killed the process on the spot, leaving its lock and an --overwrite's earlier dataset in the work folder)
+    raises :class:`Terminated`; ``intercept``, when given, is asked first and returns True when the signal was
+    its own (bertprep's runner signals itself with SIGTERM when a worker process dies). Ctrl-C raises
+    ``KeyboardInterrupt`` as ever (unless it is ignored); both are kept for :func:`raise_if_swallowed`. Outside
+    the main thread (a test's runner) signals are left alone."""
 
     def handler(signum: int, frame: Any) -> None:
-        if intercept is not None and intercept():
+        if signum == signal.SIGTERM and intercept is not None and intercept():
             return
-        _raised.append(Terminated)
-        raise Terminated()
+        _raised.append(Terminated(signum))
+        raise _raised[-1]
 
     def ctrl_c(signum: int, frame: Any) -> None:
-        _raised.append(KeyboardInterrupt)
-        raise KeyboardInterrupt
+        _raised.append(KeyboardInterrupt())
+        raise _raised[-1]
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, *([signal.SIGHUP] if hangup else []))}
     previous_int = signal.getsignal(signal.SIGINT)
     if previous_int is signal.default_int_handler:  # not where Ctrl-C is ignored (nohup, a background job)
         signal.signal(signal.SIGINT, ctrl_c)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
         if previous_int is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous_int)
         _raised.clear()
@@ -90,13 +98,16 @@ def raise_if_swallowed() -> None:
     """Raise again a Ctrl-C or SIGTERM received within :func:`sigterm_as_interrupt` whose exception something
     swallowed (the work is still running): a loop calls it once a step, so the run stops at most a step late."""
     if _raised:
-        raise _raised[-1]()
+        raise _raised[-1]
 
 
 def interrupted_line(e: KeyboardInterrupt, outcome: str) -> tuple[str, int]:
-    """The one line and the exit code for Ctrl-C or SIGTERM: ``Error: interrupted (SIGTERM); OUTCOME``."""
-    terminated = isinstance(e, Terminated)
-    return f"Error: interrupted ({'SIGTERM' if terminated else 'Ctrl-C'}); {outcome}", 143 if terminated else 130
+    """The one line and the exit code for Ctrl-C, SIGTERM or SIGHUP: ``Error: interrupted (SIGTERM); OUTCOME``,
+    128 + the signal."""
+    if isinstance(e, Terminated):
+        name = signal.Signals(e.signum).name
+        return f"Error: interrupted ({name}); {outcome}", 128 + e.signum
+    return f"Error: interrupted (Ctrl-C); {outcome}", 130
 
 
 def exit_interrupted(e: KeyboardInterrupt, outcome: str) -> None:

@@ -43,7 +43,19 @@ def exit_now(code: object) -> NoReturn:
 
 
 class QuickExitGroup(click.Group):
-    """A click group whose program run (no explicit arguments, standalone) ends with :func:`exit_now`."""
+    """A click group whose program run (no explicit arguments, standalone) ends with :func:`exit_now`. A
+    Ctrl-C (or SIGTERM, SIGHUP) that no command's funnel took, while the command still imports its
+    libraries (Beam's import alone takes seconds), ends as the funnel ends it: one line, exit 128 + the
+    signal, where click printed "Aborted!" and exited 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from bertstream.cli.errors import exit_interrupted, sigterm_as_interrupt
+
+        try:
+            with sigterm_as_interrupt(hangup=True):
+                return super().invoke(ctx)
+        except KeyboardInterrupt as e:
+            exit_interrupted(e, "nothing was written")
 
     def main(
         self,

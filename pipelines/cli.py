@@ -67,10 +67,12 @@ def _train_vocab(job: VocabJob):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from bertstream.pipelines.common.redact import redact_logs
+    from bertstream.pipelines.runners.reach import probe_stores
     from bertstream.pipelines.vocab import train_vocab_job
 
     redact_logs([*job.inputs, job.output])
     FileSystems.set_options(PipelineOptions([]))  # s3:// inputs: Beam's S3 client reads its options from here
+    probe_stores({"input": list(job.inputs), "output": [job.output]})
     return train_vocab_job(job)
 
 

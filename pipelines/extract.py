@@ -213,7 +213,7 @@ def run_extract(job: ExtractJob) -> RunResult:
     """Validate, build and run ``bertprep extract``; return its manifest. Raises before Beam starts on bad
     input."""
     cfg, beam_args = job.config, list(job.beam_args)
-    options = pipeline_options(beam_args)
+    options = pipeline_options(beam_args, {"input": list(job.inputs), "output": [job.output]})
     files = resolve_inputs(list(job.inputs), cfg.input_format)
     check_text_field(files, cfg.text_field)
     formats = input_format_of(files)

@@ -24,6 +24,7 @@ from bertstream.cli.errors import UsageError, exit_interrupted, missing_package,
 from bertstream.pipelines.common.files import InputError, missing_filesystem_in
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.runners.runner import (
+    INTERRUPTED,
     current_worker_log,
     death_signal_pending,
     discard_worker_log,
@@ -105,7 +106,7 @@ def bertprep_errors(cls: type | None = None, outcome: str = NO_MANIFEST) -> Iter
     """The funnel of a ``bertprep`` command: what fails inside becomes click's usage error on the flag of
     ``cls`` (the command's config class) or one ``Error:`` line ending with ``outcome`` (what was not written)."""
     try:
-        with sigterm_as_interrupt(_worker_signal):
+        with sigterm_as_interrupt(_worker_signal, hangup=True):
             yield from _funnel(cls, outcome)
     except click.ClickException as e:
         # A URL's password never reaches the console (click types `message` as final: set it all the same).
@@ -159,6 +160,9 @@ def _one_line(e: Exception, outcome: str) -> None:
     if missing is not None:
         raise click.ClickException(f"{missing}; {outcome}") from None
     if worker_died_in(e):
+        if worker_death() == INTERRUPTED:  # the workers ended on a Ctrl-C the main thread has not seen yet
+            discard_worker_log()
+            exit_interrupted(KeyboardInterrupt(), outcome)
         _worker_died(None, outcome)
     storage = storage_error_in(e)
     if storage is not None:
@@ -170,7 +174,7 @@ def _one_line(e: Exception, outcome: str) -> None:
 def _worker_died_or_interrupted(e: KeyboardInterrupt, outcome: str) -> None:
     """A SIGINT is Ctrl-C, or the signal the runner sends itself when a worker process died."""
     why = worker_death()
-    if why is None:
+    if why is None or why == INTERRUPTED:  # a worker that ended on the same Ctrl-C died of nothing else
         discard_worker_log()
         exit_interrupted(e, outcome)
     _worker_died(why, outcome)

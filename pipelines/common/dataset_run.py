@@ -19,6 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import check
 from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import literal
 from bertstream.pipelines.common.files import read_whole, served
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_options, redact_text
@@ -160,10 +161,10 @@ def run_dataset(run: DatasetRun) -> RunResult:
 
 def unpublish(output_dir: str, manifest: Manifest) -> None:
     """Remove a finished run's manifest (first: no manifest, no dataset), the files it lists and its vocabulary."""
-    FileSystems.delete([FileSystems.join(output_dir, MANIFEST_NAME)])
+    literal.delete([FileSystems.join(output_dir, MANIFEST_NAME)])
     names = [s.path for s in manifest.shards] + [f["path"] for f in (manifest.task or {}).get("files", [])]
     paths = [FileSystems.join(output_dir, n) for n in [*names, VOCAB_FILENAME]]
-    FileSystems.delete([p for p in paths if FileSystems.exists(p)])
+    literal.delete([p for p in paths if FileSystems.exists(p)])
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import literal
 from bertstream.pipelines.common.byte_ranges import BLOCK_BYTES, LineTooLong, cut_blocks
 from bertstream.schemas import whole_file
 from bertstream.schemas.whole_file import WholeFileError
@@ -350,8 +351,8 @@ def check_unchanged(path: str, size: int, mtime: float) -> None:
         return
     try:
         if "://" in path:
-            found = FileSystems.match([path])[0].metadata_list
-            now_size, now_mtime = (found[0].size_in_bytes, found[0].last_updated_in_seconds) if found else (-1, 0.0)
+            found = literal.metadata(path)  # the file listed, not a pattern: s3://b/x[1].txt is not x1.txt
+            now_size, now_mtime = (found.size_in_bytes, found.last_updated_in_seconds) if found else (-1, 0.0)
         else:
             st = os.stat(path)
             now_size, now_mtime = st.st_size, st.st_mtime

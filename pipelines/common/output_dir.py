@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -33,6 +34,7 @@ from bertstream.cli.lock import FolderLock, lock_folder
 from bertstream.cli.owned import dangling_link
 from bertstream.cli.watch import watched
 from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import literal
 from bertstream.pipelines.common.files import absolute, read_whole
 from bertstream.pipelines.common.spill import remove_work_dir
 from bertstream.schemas.manifest import MANIFEST_NAME
@@ -95,6 +97,8 @@ def claim_output(output: str, overwrite: bool, policy: OutputPolicy, reads: dict
 def _claimed(output_dir: str, overwrite: bool, policy: OutputPolicy) -> Iterator[Claim]:
     run_id = new_run_id()
     with lock_output(output_dir, run_id, policy.command) as lock:
+        check_work_dir(output_dir)
+        put_back_set_aside(output_dir, policy.is_output)
         replaced = check_output(output_dir, overwrite, policy)
         work_dir = prepare_work_dir(output_dir, run_id)
         root = FileSystems.join(output_dir, WORK_DIR_NAME)
@@ -113,6 +117,9 @@ def _claimed(output_dir: str, overwrite: bool, policy: OutputPolicy) -> Iterator
 def new_run_id() -> str:
     """``20260101T120000-4242-1a2b3c``: unique per run, sortable by start; names the run's work files."""
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+RUN_ID = re.compile(r"\d{8}T\d{6}-\d+-[0-9a-f]{6}\Z")  # what new_run_id makes: a run's folder in _work
 
 
 # --------------------------------------------------------------------------------------- the folder itself
@@ -188,11 +195,8 @@ def _names_in(output_dir: str) -> list[str]:
     """Every name directly in ``output_dir`` (files and folders; on object stores, the objects below it)."""
     if "://" not in output_dir:
         return sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
-    names = set()
     prefix = output_dir.rstrip("/") + "/"
-    for r in FileSystems.match([prefix + "**"]):  # "*" stops at a "/": a folder in it would go unseen
-        for m in r.metadata_list:
-            names.add(m.path[len(prefix) :].split("/", 1)[0] if m.path.startswith(prefix) else m.path)
+    names = {p[len(prefix) :].split("/", 1)[0] if p.startswith(prefix) else p for p in literal.files_below(output_dir)}
     return sorted(n for n in names if n)
 
 
@@ -226,6 +230,7 @@ def check_output(output_dir: str, overwrite: bool, policy: OutputPolicy) -> list
     if policy.dataset:
         own = lambda name: policy.is_output(name) or name == VOCAB_FILENAME  # noqa: E731 - every dataset has one
     foreign = sorted(n for n in names if not n.startswith(".") and n not in OWN_EXTRAS and not own(n))
+    foreign += _foreign_below(output_dir, [n for n in names if own(n)], own)
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         raise UsageError(
@@ -234,11 +239,24 @@ def check_output(output_dir: str, overwrite: bool, policy: OutputPolicy) -> list
             "writes into an empty folder or over its own earlier run only: choose another --output",
         )
     existing = [FileSystems.join(output_dir, n) for n in names if own(n)]
-    counted = [p for p in existing if not (policy.dataset and p.endswith(VOCAB_FILENAME))]
-    if counted and not overwrite:
+    if existing and not overwrite:  # a vocab.txt alone too: someone's, replaced only when --overwrite says so
         raise UsageError("output", _refusal(output_dir, existing, policy.dataset))
     manifest = FileSystems.join(output_dir, MANIFEST_NAME)
     return sorted(existing, key=lambda p: p != manifest)  # the manifest first: no manifest, no dataset
+
+
+def _foreign_below(output_dir: str, folders: list[str], own: Callable[[str], bool]) -> list[str]:
+    """What the command's own folders (a dataset's ``eval/``) hold that is not the command's: a user's
+    ``eval/notes.txt`` is theirs, not a killed run's leftover, and no ``--overwrite`` removes it."""
+    found = []
+    for name in folders:
+        path = FileSystems.join(output_dir, name)
+        if "://" not in path and not (os.path.isdir(path) and not os.path.islink(path)):
+            continue
+        prefix = path.rstrip("/") + "/"
+        inner = {p[len(prefix) :].split("/", 1)[0] for p in literal.files_below(path) if p.startswith(prefix)}
+        found += [f"{name}/{n}" for n in sorted(inner) if n and not own(n)]
+    return found
 
 
 def _refusal(output_dir: str, existing: list[str], dataset: bool) -> str:
@@ -251,6 +269,8 @@ def _refusal(output_dir: str, existing: list[str], dataset: bool) -> str:
             f"{output_dir} already holds a dataset ({MANIFEST_NAME} and {len(existing) - 1} other files); "
             "pass --overwrite to replace it"
         )
+    if names == [VOCAB_FILENAME]:
+        return f"{output_dir} already holds a {VOCAB_FILENAME} (and no dataset); pass --overwrite to replace it"
     files = f"{len(existing)} file" + ("s such as " if len(existing) > 1 else ": ")
     return (
         f"{output_dir} holds leftovers of an unfinished run (no {MANIFEST_NAME}; {files}{names[0]}); "
@@ -284,7 +304,7 @@ def _restore(output_dir: str, is_output: Callable[[str], bool], moved: list[tupl
     try:
         partial = [o for p in existing_outputs(output_dir, is_output) for o in objects(p)]
         if partial:
-            FileSystems.delete(partial)
+            literal.delete(partial)
         for src, dst in sorted(moved, key=lambda m: m[0].endswith(MANIFEST_NAME)):
             move(dst, src)
     except Exception as e:  # noqa: BLE001 - the run's own error is what the user must see
@@ -296,8 +316,7 @@ def objects(path: str) -> list[str]:
     folder, say), every object below it: what a rename or a delete there must name one by one."""
     if "://" not in path or FileSystems.exists(path):
         return [path]
-    prefix = path.rstrip("/") + "/"
-    return sorted(m.path for r in FileSystems.match([prefix + "**"]) for m in r.metadata_list)
+    return literal.files_below(path)
 
 
 def move(src: str, dst: str) -> None:
@@ -308,6 +327,78 @@ def move(src: str, dst: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------- the work folder
+
+
+def check_work_dir(output_dir: str) -> None:
+    """Refuse an ``OUTPUT/_work`` that no run made (a file, a link, a folder holding anything but runs'
+    folders): it is the user's, and clearing it as "a killed run's leftovers" would delete it, whatever
+    ``--overwrite`` says."""
+    root = FileSystems.join(output_dir, WORK_DIR_NAME)
+    if "://" not in root:
+        if not os.path.lexists(root):
+            return
+        if os.path.islink(root) or not os.path.isdir(root):
+            foreign = [WORK_DIR_NAME]
+        else:
+            foreign = [f"{WORK_DIR_NAME}/{n}" for n in sorted(os.listdir(root)) if not _run_folder(root, n)]
+    else:
+        prefix = root.rstrip("/") + "/"
+        inner = {p[len(prefix) :].split("/", 1) for p in literal.files_below(root) if p.startswith(prefix)}
+        foreign = [f"{WORK_DIR_NAME}/{n[0]}" for n in sorted(inner) if len(n) < 2 or not RUN_ID.match(n[0])]
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise UsageError(
+            "output",
+            f"{output_dir} holds {', '.join(foreign[:3])}{more}, which no bertprep run made ({WORK_DIR_NAME} is "
+            "the name of bertprep's work folder, emptied by every run): move it, or choose another --output",
+        )
+
+
+def _run_folder(root: str, name: str) -> bool:
+    path = os.path.join(root, name)
+    return bool(RUN_ID.match(name)) and os.path.isdir(path) and not os.path.islink(path)
+
+
+RESTORING = ".restoring"  # in a killed run's folder: its partial files are gone, the earlier run is going back
+
+
+def put_back_set_aside(output_dir: str, is_output: Callable[[str], bool]) -> None:
+    """Put back an earlier dataset that a run killed during ``--overwrite`` (SIGKILL, the OOM killer, a lost
+    terminal) had set aside in ``_work/RUN/previous``, the killed run's partial files removed first; said in
+    one line. Without it the next run, taking over the stale lock, emptied ``_work`` and the earlier dataset
+    with it. A run that had published its manifest had finished (it removes its work folder next): nothing
+    goes back. Safe to repeat when killed itself: the marker :data:`RESTORING` says the partial files are
+    gone, and the earlier manifest goes back last. Call it holding the lock."""
+    root = FileSystems.join(output_dir, WORK_DIR_NAME)
+    for aside in _set_aside(root):
+        run = aside.rstrip("/").split("/")[-2]
+        if FileSystems.exists(FileSystems.join(output_dir, MANIFEST_NAME)):
+            return  # the killed run's dataset stands
+        marker = FileSystems.join(aside.rstrip("/").rsplit("/", 1)[0], RESTORING)
+        if not FileSystems.exists(marker):
+            partial = [o for p in existing_outputs(output_dir, is_output) for o in objects(p)]
+            literal.delete(partial)
+            with FileSystems.create(marker) as f:
+                f.write(b"partial files removed; the earlier run is going back\n")
+        names = _names_in(aside)
+        for name in sorted(names, key=lambda n: n == MANIFEST_NAME):
+            move(FileSystems.join(aside, name), FileSystems.join(output_dir, name))
+        C.progress(
+            f"put back the earlier dataset that run {run} had set aside in {WORK_DIR_NAME}/ ({len(names)} files; "
+            "it was killed during --overwrite)"
+        )
+        remove_work_dir(FileSystems.join(root, run))
+
+
+def _set_aside(root: str) -> list[str]:
+    """The ``previous`` folders of killed runs in the work folder ``root`` that still hold files, oldest first."""
+    if "://" not in root:
+        runs = sorted(os.listdir(root)) if os.path.isdir(root) else []
+        found = [os.path.join(root, r, "previous") for r in runs]
+        return [p for p in found if os.path.isdir(p) and os.listdir(p)]
+    prefix = root.rstrip("/") + "/"
+    parts = [p[len(prefix) :].split("/") for p in literal.files_below(root) if p.startswith(prefix)]
+    return sorted({f"{prefix}{q[0]}/previous" for q in parts if len(q) > 2 and q[1] == "previous"})
 
 
 def prepare_work_dir(output_dir: str, run_id: str) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
+from bertstream.pipelines.common import literal
 from bertstream.pipelines.common.batch import InstanceBatch
 from bertstream.schemas import id_types, wds
 from bertstream.schemas import pretraining as P
@@ -59,7 +60,7 @@ class _HashedOutput(io.RawIOBase):
             self._f.close()
         finally:
             if FileSystems.exists(self.tmp):
-                FileSystems.delete([self.tmp])
+                literal.delete([self.tmp])
 
 
 class ShardWriter:

@@ -22,6 +22,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
+from bertstream.pipelines.common import literal
+
 # Bytes a spilling DoFn buffers before it writes a file. A worker holds about three times this at a flush
 # (the buffer, its sorted copy, the encoded file); fewer, larger files mean fewer references to shuffle.
 SPILL_BYTES = 16 << 20
@@ -91,14 +93,14 @@ def read_ranges(path: str, ranges: Sequence[ByteRange]) -> list[bytes]:
 
 def remove_work_dir(work_dir: str) -> None:
     """Delete the work directory and everything in it. On object stores a "directory" is a prefix, which
-    ``FileSystems.delete``/``exists`` do not match without listing it, so its objects are listed first."""
+    ``FileSystems.delete``/``exists`` do not match without listing it, so its objects are listed first (the
+    folder's name taken literally: :mod:`bertstream.pipelines.common.literal`)."""
     if "://" not in work_dir:
-        if FileSystems.exists(work_dir):
-            FileSystems.delete([work_dir])
+        literal.delete([work_dir])
         return
-    objects = [m.path for m in FileSystems.match([work_dir.rstrip("/") + "/*"])[0].metadata_list]
+    objects = literal.files_below(work_dir)
     if objects:
-        FileSystems.delete(objects)
+        literal.delete(objects)
 
 
 class SpillFn(beam.DoFn):

@@ -38,6 +38,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common import literal
 from bertstream.pipelines.common.files import InputError, record_too_big
 from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.arrow_messages import DICTIONARY, RECORD_BATCH, Head, heads
@@ -117,8 +118,8 @@ class Table:
 
 def _stored_size(path: str) -> int:
     if "://" in path:
-        found = FileSystems.match([path])[0].metadata_list
-        return found[0].size_in_bytes if found else 0
+        found = literal.metadata(path)  # a file listed already: its name is not a pattern
+        return found.size_in_bytes if found else 0
     return os.path.getsize(path)
 
 

@@ -249,7 +249,7 @@ def run_pretraining(job: PretrainingJob) -> RunResult:
     input."""
     cfg, inputs, vocab, overwrite = job.config, list(job.inputs), job.vocab, job.overwrite
     beam_args = list(job.beam_args)
-    options = pipeline_options(beam_args)
+    options = pipeline_options(beam_args, {"input": inputs, "vocab": [vocab], "output": [job.output]})
     files = resolve_inputs(inputs, cfg.input_format)
     check_text_field(files, cfg.text_field)
     formats = input_format_of(files)

@@ -25,7 +25,9 @@ def write_report(dataset_dir: str, output_dir: str | None = None, cfg: ReportCon
     out = output_dir or os.path.join(dataset_dir, REPORT_DIR)
     if "://" in out:
         raise DatasetError(f"{out}: the report is written to a local folder (give one with --output)")
-    check_report_folder(out, default=output_dir is None)
+    if output_dir is None:
+        check_inside(dataset_dir, out)
+    check_report_folder(out)
     manifest = load_manifest(dataset_dir)
     if manifest.kind != P.KIND:
         raise DatasetError(f"{dataset_dir}: a {manifest.kind!r} dataset; the report describes pretraining datasets")
@@ -42,15 +44,25 @@ def write_report(dataset_dir: str, output_dir: str | None = None, cfg: ReportCon
     return os.path.join(out, INDEX)
 
 
-def check_report_folder(out: str, *, default: bool) -> None:
+def check_inside(dataset_dir: str, out: str) -> None:
+    """``DIR/report`` stays in the dataset's folder: a link there to another folder (someone's site) was followed
+    and its page overwritten. Refused, as a manifest's or a shard's link out of the folder is."""
+    real, base = os.path.realpath(out), os.path.realpath(dataset_dir)
+    if os.path.islink(out) or not (real == base or real.startswith(base.rstrip(os.sep) + os.sep)):
+        raise DatasetError(
+            f"{out}: a link out of the dataset folder (to {real}); the report is not written through it "
+            "(give the folder with --output)"
+        )
+
+
+def check_report_folder(out: str) -> None:
     """A report replaces only a report: a folder holding anything else (a user's site) is refused, and so is an
-    ``index.html`` and figures that no ``bertprep report`` marked as its own (``default``: ``DIR/report``, which
-    the dataset's own earlier reports, from before the mark, hold)."""
+    ``index.html`` and figures that no ``bertprep report`` marked as its own (an unmarked ``DIR/report`` too:
+    someone's ``index.html`` is not taken for an earlier report)."""
     check_owned(
         Path(out),
         lambda name: name == INDEX or name.endswith(".png"),
         overwrite=None,
         what="a bertprep report",
         marker=MARKER,
-        legacy=default,
     )

@@ -15,6 +15,8 @@ import sys
 
 from bertstream.pipelines.runners import fork_server
 
+INTERRUPTED = 130  # a worker's exit status on Ctrl-C: 128 + SIGINT, as a shell reports it
+
 
 def _stderr_to_log() -> None:
     log = os.environ.get("BERTPREP_WORKER_LOG")
@@ -40,7 +42,10 @@ def main() -> None:
     # this process need not import Beam and start numba; else the worker runs here.
     server = os.environ.get(fork_server.ENV)
     if server:
-        code = fork_server.run_through_server(server, sys.argv)
+        try:
+            code = fork_server.run_through_server(server, sys.argv)
+        except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the launcher says it in one line
+            sys.exit(INTERRUPTED)
         if code is not None:
             sys.exit(code)
     run()

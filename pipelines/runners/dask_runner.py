@@ -41,6 +41,7 @@ from apache_beam.runners.dask import dask_runner as beam_dask
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from bertstream.cli.errors import UsageError
+from bertstream.pipelines.runners import reach
 
 TESTED_BEAM = ("2.77",)
 # Partitions per worker thread when --dask_npartitions is not given: enough to balance uneven ranges.
@@ -188,7 +189,6 @@ def probe_scheduler(address: str, seconds: float = PROBE_SECONDS) -> None:
     what an HTTP reply's bytes spell as a frame length: one that refuses connections, sends nothing (an HTTP
     server waits for a request), or sends what no Dask message starts with. Only ``tcp://`` (the default
     scheme) is probed; TLS and other comms are left to Dask."""
-    import socket
     import struct
 
     scheme, sep, rest = address.partition("://")
@@ -199,7 +199,7 @@ def probe_scheduler(address: str, seconds: float = PROBE_SECONDS) -> None:
     if not host or not port.isdigit():
         raise UsageError("dask_client_address", f"{flag}: expected tcp://HOST:PORT")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=seconds) as conn:
+        with reach.connect(host.strip("[]"), int(port), seconds) as conn:  # the name lookup bounded too
             conn.settimeout(seconds)
             head = b""
             while len(head) < 8:
@@ -207,8 +207,9 @@ def probe_scheduler(address: str, seconds: float = PROBE_SECONDS) -> None:
                 if not chunk:
                     break
                 head += chunk
-    except ConnectionRefusedError:
-        raise UsageError("dask_client_address", f"{flag}: refuses connections (is the scheduler running?)") from None
+    except reach.Unreachable as e:
+        why = "refuses connections (is the scheduler running?)" if e.refused else e.why
+        raise UsageError("dask_client_address", f"{flag}: {why}") from None
     except TimeoutError:
         raise UsageError(
             "dask_client_address", f"{flag}: no Dask scheduler answered within {seconds:g} s (an HTTP port?)"

@@ -106,6 +106,8 @@ def start(workers: int, warm: Callable[[], None], target: Callable[[], None]) ->
         _fresh_process()
         warm()
         _serve(listener, workers, target)
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the launcher says it in one line
+        code = 130
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -193,6 +195,8 @@ def _run_worker(conn: socket.socket, request: dict, fds: list[int], target: Call
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:  # Ctrl-C to the process group: the launcher's one line says it
+        code = 130
     except BaseException:
         traceback.print_exc()
     finally:

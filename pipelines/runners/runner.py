@@ -22,7 +22,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from bertstream.cli.errors import UsageError
 from bertstream.cli.machine import check_processes
-from bertstream.pipelines.runners import beam_worker, fork_server
+from bertstream.pipelines.runners import beam_worker, fork_server, reach
 
 
 def limit_malloc_arenas(arenas: int = 2) -> None:
@@ -157,7 +157,10 @@ def _beam_option_actions() -> dict[str, argparse.Action]:
     return dict(parser._option_string_actions)  # noqa: SLF001
 
 
-def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+def pipeline_options(beam_args: list[str], reaches: dict[str, list[str]] | None = None) -> PipelineOptions:
+    """Beam's options from ``beam_args``, checked; the servers the run needs probed with a deadline
+    (:mod:`bertstream.pipelines.runners.reach`): ``--job_endpoint``, and the object stores of the URLs in
+    ``reaches`` (flag -> paths: inputs, vocabulary, output)."""
     runner = import_runner(beam_args)
     options = PipelineOptions(beam_args)
     options.view_as(StandardOptions).runner = runner
@@ -176,6 +179,8 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     from apache_beam.io.filesystems import FileSystems
 
     FileSystems.set_options(options)
+    reach.probe_job_endpoint(options)
+    reach.probe_stores(reaches or {}, options)
     return options
 
 
@@ -256,6 +261,10 @@ _worker_died: list[str | None] = [None]
 _death_handled = [False]
 
 
+# How a worker that ended on Ctrl-C (SIGINT, or its exit status 130) is recorded: the run was interrupted.
+INTERRUPTED = "interrupted"
+
+
 def worker_death() -> str | None:
     """How a local worker process of this run ended, when one died (killed, out of memory) during the run."""
     return _worker_died[0]
@@ -314,7 +323,10 @@ def _watch_worker_processes() -> None:
             original(self)
         except RuntimeError as e:  # "Worker subprocess exited with return code 137"
             code = str(e).rsplit(" ", 1)[-1]
-            _worker_died[0] = f"signal {code[1:]}" if code.startswith("-") else f"exit code {code}"
+            if code in (f"-{int(signal.SIGINT)}", str(beam_worker.INTERRUPTED)):
+                _worker_died[0] = INTERRUPTED  # Ctrl-C to the process group: the launcher has its own SIGINT
+            else:
+                _worker_died[0] = f"signal {code[1:]}" if code.startswith("-") else f"exit code {code}"
             _stop_main_thread()
 
     run.bertprep_watch = True  # type: ignore[attr-defined]

@@ -178,7 +178,8 @@ def _check_rows(files: list[InputFile], result: RunResult) -> None:
 
 
 def _inputs(io: TaskIO) -> Inputs:
-    options = pipeline_options(list(io.beam_args))
+    reaches = {"input": list(io.inputs), "vocab": [io.vocab], "output": [io.output]}
+    options = pipeline_options(list(io.beam_args), reaches)
     files = resolve_inputs(list(io.inputs))
     if len(files) > T.MAX_FILES:
         raise UsageError("input", f"{len(files)} files, at most {T.MAX_FILES}")

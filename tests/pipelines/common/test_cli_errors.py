@@ -735,15 +735,93 @@ def test_an_unforeseen_failure_is_one_line_naming_a_log(bad, demo_vocab, tmp_pat
     log.unlink()
 
 
-def test_sigterm_is_ctrl_c_one_line_exit_143_work_removed(tmp_path, demo_vocab):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
+def test_sigterm_is_ctrl_c_one_line_exit_143_work_removed(tmp_path, demo_vocab, sig):
+    """SIGHUP (the terminal closed) too, as SIGTERM (issue 53): it killed the run on the spot, its lock left and
+    an --overwrite's earlier dataset in the work folder."""
     out = tmp_path / "out"
     p = _wiki_run(out, demo_vocab)
     _wait_mid_run(out, p)
-    p.send_signal(signal.SIGTERM)
+    p.send_signal(sig)
     stdout, stderr = p.communicate(timeout=120)
-    assert_clean_error(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), 143, "interrupted (SIGTERM)")
+    done = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+    assert_clean_error(done, 128 + sig, f"interrupted ({signal.Signals(sig).name})")
     assert not (out / "manifest.json").exists() and not (out / "_work").exists()
     assert not (out / ".bertprep.lock").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_worker_processes_is_one_line(tmp_path, demo_vocab):
+    """Ctrl-C reaches the whole process group: the fork server and each worker's client printed a
+    KeyboardInterrupt traceback, and the launcher said "a worker process died (signal 2)" (issue 53)."""
+    out = tmp_path / "out"
+    wiki = shared_path("pretrain", "wikipedia")
+    args = ["pretraining", "--input", f"wikiextractor:{wiki}/wiki_*", "--vocab", str(demo_vocab / "vocab.txt")]
+    args += ["--output", str(out), "--dupe-factor", "10", "--direct_num_workers=2"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    p = subprocess.Popen(
+        [sys.executable, "-c", PROG, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    _STARTED.append(p)
+    _wait_mid_run(out, p)  # the workers are running: they spill the tokenized documents
+    os.killpg(p.pid, signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=120)
+    done = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+    assert "Traceback" not in stdout + stderr and "KeyboardInterrupt" not in stdout + stderr, stderr
+    assert_clean_error(done, 130, "interrupted (Ctrl-C)")
+    assert not (out / "_work").exists() and not (out / ".bertprep.lock").exists()
+
+
+def test_ctrl_c_before_a_command_has_its_funnel_is_one_line():
+    """A Ctrl-C while a command still imports Beam (seconds) went past the funnel: click's "Aborted!", exit 1."""
+    import click
+    from click.testing import CliRunner
+
+    from bertstream.cli.process import QuickExitGroup
+
+    @click.group(cls=QuickExitGroup)
+    def group() -> None:
+        pass
+
+    @group.command()
+    def slow() -> None:
+        raise KeyboardInterrupt  # as a Ctrl-C lands inside `import apache_beam`
+
+    r = CliRunner().invoke(group, ["slow"])
+    assert r.exit_code == 130 and r.output.strip() == "Error: interrupted (Ctrl-C); nothing was written", r.output
+
+
+def test_a_worker_that_ended_on_the_same_ctrl_c_did_not_die(monkeypatch):
+    """A worker ending on Ctrl-C (SIGINT, or its client's exit 130) was "a worker process died (signal 2)"."""
+    import click
+    from click.testing import CliRunner
+
+    from bertstream.pipelines.common.cli_errors import bertprep_errors
+    from bertstream.pipelines.runners import beam_worker, runner
+
+    monkeypatch.setattr(runner, "_worker_died", [runner.INTERRUPTED])
+
+    @click.command()
+    def cmd() -> None:
+        with bertprep_errors():
+            raise KeyboardInterrupt
+
+    r = CliRunner().invoke(cmd, [])
+    assert r.exit_code == 130 and "interrupted (Ctrl-C); no manifest was written" in r.output, r.output
+    monkeypatch.setenv(beam_worker.fork_server.ENV, "/nonexistent/socket")
+
+    def interrupted(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(beam_worker.fork_server, "run_through_server", interrupted)
+    with pytest.raises(SystemExit) as e:  # the worker's client: no traceback, the status a shell reports
+        beam_worker.main()
+    assert e.value.code == 130
 
 
 def _shim(tmp_path: Path, package: str, error: str) -> dict[str, str]:

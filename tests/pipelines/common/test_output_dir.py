@@ -69,12 +69,17 @@ def test_a_failed_run_brings_the_earlier_dataset_back_and_removes_its_own_files(
     assert (tmp_path / MANIFEST_NAME).read_text() == "old"
 
 
-def test_a_killed_runs_work_folder_is_emptied_and_a_vocabulary_alone_is_not_a_dataset(tmp_path):
-    (tmp_path / VOCAB_FILENAME).write_text("old")
+def test_a_killed_runs_work_folder_is_emptied_and_a_vocabulary_alone_needs_overwrite(tmp_path):
+    (tmp_path / VOCAB_FILENAME).write_text("someone's")
     leftover = tmp_path / O.WORK_DIR_NAME / "20260101T000000-1-abcdef" / "spill-0"
     leftover.parent.mkdir(parents=True)
     leftover.write_text("x")
-    with O.claim_output(str(tmp_path), False, POLICY, {}) as claim:
+    # A vocab.txt alone was replaced without a word (issue 53): it is someone's until --overwrite says otherwise.
+    with pytest.raises(UsageError, match=r"already holds a vocab.txt \(and no dataset\); pass --overwrite"):
+        with O.claim_output(str(tmp_path), False, POLICY, {}):
+            pytest.fail("the block must not run")
+    assert (tmp_path / VOCAB_FILENAME).read_text() == "someone's" and leftover.exists()
+    with O.claim_output(str(tmp_path), True, POLICY, {}) as claim:
         assert os.listdir(os.path.join(str(tmp_path), O.WORK_DIR_NAME)) == [claim.run_id]
     assert not leftover.exists()
 
@@ -138,7 +143,7 @@ def _files(root: str) -> dict[str, str]:
 
 def test_a_folder_of_the_earlier_run_is_set_aside_and_brought_back_also_on_an_object_store(output_root):
     """A dataset with a folder of its own (pretraining's ``eval``): an object store renames objects, not folders."""
-    policy = O.OutputPolicy("test", lambda name: name in (MANIFEST_NAME, "eval"))
+    policy = O.OutputPolicy("test", lambda name: name in (MANIFEST_NAME, "eval") or name.startswith("shard-"))
     earlier = {MANIFEST_NAME: "old", "eval/manifest.json": "old eval", "eval/shard-0": "s"}
     _write(output_root, earlier)
     with pytest.raises(ZeroDivisionError):
@@ -147,3 +152,81 @@ def test_a_folder_of_the_earlier_run_is_set_aside_and_brought_back_also_on_an_ob
             _write(output_root, {"eval/manifest.json": "partial"})
             raise ZeroDivisionError
     assert _files(output_root) == earlier
+
+
+# ------------------------------------------------------------- issue 53, item 2: nothing of a user's is deleted
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_work_folder_or_file_the_user_made_is_refused_and_kept(tmp_path, overwrite):
+    """``OUTPUT/_work`` was emptied as "a killed run's leftovers", whatever it held."""
+    folder, file = tmp_path / "folder", tmp_path / "file"
+    (folder / O.WORK_DIR_NAME).mkdir(parents=True)
+    (folder / O.WORK_DIR_NAME / "notes.txt").write_text("mine")
+    file.mkdir()
+    (file / O.WORK_DIR_NAME).write_text("mine")
+    for out, shown in ((folder, "_work/notes.txt"), (file, "_work")):
+        with pytest.raises(UsageError, match=f"holds {shown}, which no bertprep run made"):
+            with O.claim_output(str(out), overwrite, POLICY, {}):
+                pytest.fail("the block must not run")
+    assert (folder / O.WORK_DIR_NAME / "notes.txt").read_text() == "mine"
+    assert (file / O.WORK_DIR_NAME).read_text() == "mine"
+
+
+def test_a_folder_of_the_datasets_name_holding_a_users_files_is_theirs(tmp_path):
+    """A user's ``eval/`` (no manifest, their notes) was "leftovers of an unfinished run", removed by --overwrite."""
+    policy = O.OutputPolicy("test", lambda name: name in (MANIFEST_NAME, "eval") or name.startswith("shard-"))
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match=r"not a dataset's \(eval/notes.txt\)"):
+        with O.claim_output(str(tmp_path), True, policy, {}):
+            pytest.fail("the block must not run")
+    assert (tmp_path / "eval" / "notes.txt").read_text() == "mine"
+
+
+def _gone_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _killed_during_overwrite(out, *, restored: tuple[str, ...] = ()) -> dict[str, str]:
+    """``out`` as a run killed with SIGKILL during ``--overwrite`` leaves it: the earlier dataset set aside in
+    ``_work/RUN/previous`` (``restored``: names already put back by a put-back that was killed too), the killed
+    run's partial shard in place, its lock held by a process that is gone. Returns the earlier files."""
+    import json
+    import socket
+
+    earlier = {MANIFEST_NAME: "old manifest", VOCAB_FILENAME: "old vocab", "shard-0": "old shard"}
+    run = "20260101T000000-1-abcdef"
+    aside = out / O.WORK_DIR_NAME / run / "previous"
+    aside.mkdir(parents=True)
+    for name, text in earlier.items():
+        (out / name if name in restored else aside / name).write_text(text)
+    if restored:
+        (out / O.WORK_DIR_NAME / run / O.RESTORING).write_text("")
+    else:
+        (out / "shard-1").write_text("the killed run's partial shard")
+    (out / O.WORK_DIR_NAME / run / "spill-0").write_text("x")
+    lock = {"run_id": run, "pid": _gone_pid(), "host": socket.gethostname(), "command": "test"}
+    (out / O.LOCK_NAME).write_text(json.dumps(lock))
+    return earlier
+
+
+@pytest.mark.parametrize("restored", [(), ("shard-0",)])
+def test_the_dataset_a_killed_overwrite_set_aside_is_put_back_when_its_lock_is_taken_over(tmp_path, capsys, restored):
+    """The next run (no --overwrite) took over the stale lock and emptied ``_work``, the earlier dataset in it."""
+    earlier = _killed_during_overwrite(tmp_path, restored=restored)
+    with pytest.raises(UsageError, match="already holds a dataset"):
+        with O.claim_output(str(tmp_path), False, POLICY, {}):
+            pytest.fail("the block must not run")
+    assert {p.name: p.read_text() for p in tmp_path.iterdir() if p.is_file()} == earlier
+    err = capsys.readouterr().err
+    assert "removing the stale lock of run 20260101T000000-1-abcdef" in err
+    assert "put back the earlier dataset that run 20260101T000000-1-abcdef had set aside" in err
+    with O.claim_output(str(tmp_path), True, POLICY, {}):  # and --overwrite then replaces it, as it should
+        pass
+    assert not (tmp_path / O.WORK_DIR_NAME).exists()

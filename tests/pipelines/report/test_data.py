@@ -175,7 +175,7 @@ def test_cli_writes_the_report_and_errors_are_one_line(demo_shards, tmp_path):
     r = CliRunner().invoke(main, ["report", str(demo_shards), "--output", str(out)])
     assert r.exit_code == 0, r.output
     assert r.output.strip() == f"report: {out / 'index.html'}" and (out / "lengths.png").exists()
-    check_report_folder(str(out), default=False)  # its own earlier report (marked) is replaced as it is
+    check_report_folder(str(out))  # its own earlier report (marked) is replaced as it is
     # Commands own what they write (issue 33): a user's folder is never written into, even of the same names.
     site = tmp_path / "site"
     site.mkdir()
@@ -213,3 +213,33 @@ def test_the_top_counts_have_a_ceiling():
         with pytest.raises(UsageError, match=f"must be at most {MAX_TOP:,}") as e:
             ReportConfig(**{name: 10**12})
         assert e.value.param == name
+
+
+def _copy_dataset(demo_shards, folder):
+    shutil.copytree(demo_shards, folder, ignore=shutil.ignore_patterns("report"))
+    return folder
+
+
+def test_the_default_report_folder_is_no_link_out_of_the_dataset(demo_shards, tmp_path):
+    """``DIR/report``, a link to another folder (another dataset's report, marked as bertprep's), was followed
+    and the page there overwritten (issue 53, item 3): refused in one line, as a manifest's link out is."""
+    data = _copy_dataset(demo_shards, tmp_path / "ds")
+    elsewhere = tmp_path / "other-report"
+    elsewhere.mkdir()
+    (elsewhere / "index.html").write_text("another dataset's page")
+    (elsewhere / ".bertprep-report").write_text("")
+    (data / "report").symlink_to(elsewhere)
+    r = CliRunner().invoke(main, ["report", str(data)])
+    assert r.exit_code == 1 and "a link out of the dataset folder" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and r.output.startswith("Error: ")
+    assert (elsewhere / "index.html").read_text() == "another dataset's page"
+
+
+def test_someones_page_in_the_default_report_folder_is_kept(demo_shards, tmp_path):
+    """An unmarked ``DIR/report/index.html`` was taken for a report from before the mark and replaced."""
+    data = _copy_dataset(demo_shards, tmp_path / "ds")
+    (data / "report").mkdir()
+    (data / "report" / "index.html").write_text("my page")
+    r = CliRunner().invoke(main, ["report", str(data)])
+    assert r.exit_code == 2 and "already holds index.html, which a bertprep report would replace" in r.output
+    assert (data / "report" / "index.html").read_text() == "my page"

@@ -1,0 +1,119 @@
+"""Requests that cannot be answered end with a deadline: a connect probe of every server a run needs, first.
+
+Beam's clients wait long and silently on a server nobody answers for: its S3 and GCS clients retry each call with
+exponential backoff (an ``s3://`` input with no network printed nothing for 100 s and more), and
+``--runner PortableRunner --job_endpoint`` to a closed port waits on gRPC with no deadline at all. Before any
+of that, :func:`probe_stores` and :func:`probe_job_endpoint` open one TCP connection to each server, the name
+lookup included, within :data:`PROBE_SECONDS`, and refuse in one line naming the flag, the URL and the server
+(``--dask_client_address`` is probed the same way, with its own handshake: ``dask_runner.probe_scheduler``).
+A server that accepts the connection is left to its client and its own timeouts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from bertstream.cli.errors import UsageError
+
+PROBE_SECONDS = 10.0
+_URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://\S*")
+
+
+class Unreachable(OSError):
+    """No connection within the deadline; ``why`` says what happened in words (``refused``: nothing listens)."""
+
+    def __init__(self, why: str, refused: bool = False) -> None:
+        super().__init__(why)
+        self.why, self.refused = why, refused
+
+
+def connect(host: str, port: int, seconds: float = PROBE_SECONDS) -> socket.socket:
+    """A TCP connection to ``host:port`` within ``seconds``, the name lookup included (``getaddrinfo`` takes no
+    timeout: it runs in a daemon thread, abandoned at the deadline), or :class:`Unreachable`."""
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["conn"] = socket.create_connection((host, port), timeout=seconds)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="bertprep-probe", daemon=True)
+    t.start()
+    t.join(seconds)
+    if "conn" in box:
+        return box["conn"]  # type: ignore[return-value]
+    error = box.get("error")
+    if error is None or isinstance(error, TimeoutError):
+        raise Unreachable(f"no connection within {seconds:g} s (no network, or a firewall?)")
+    if isinstance(error, ConnectionRefusedError):
+        raise Unreachable("refuses connections (nothing listens on that port)", refused=True)
+    if isinstance(error, socket.gaierror):
+        raise Unreachable(f"its name does not resolve ({error.strerror or error}: no network, or a typo?)")
+    if isinstance(error, OSError):
+        raise Unreachable(f"cannot connect ({error.strerror or error})")
+    raise error  # type: ignore[misc]
+
+
+def probe(param: str, what: str, host: str, port: int, server: str, seconds: float = PROBE_SECONDS) -> None:
+    """Connect to ``host:port`` and close, or raise ``UsageError(param)``: ``WHAT: SERVER WHY``."""
+    try:
+        connect(host, port, seconds).close()
+    except Unreachable as e:
+        raise UsageError(param, f"{what}: {server} {e.why}") from None
+
+
+def store_endpoint(url: str, options: object | None = None) -> str | None:
+    """The server Beam's client for ``url``'s object store talks to (``http(s)://HOST[:PORT]``), or None for a
+    scheme that is not probed (local paths, HDFS, Azure). S3: ``--s3_endpoint_url``, else botocore's
+    ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, else AWS's regional endpoint; GCS: storage.googleapis.com."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "s3":
+        from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+
+        s3 = (options if isinstance(options, PipelineOptions) else PipelineOptions([])).view_as(S3Options)
+        given = s3.s3_endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if given:
+            return given.rstrip("/")
+        region = s3.s3_region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        return f"https://s3.{region}.amazonaws.com" if region else "https://s3.amazonaws.com"
+    if scheme == "gs":
+        return os.environ.get("STORAGE_EMULATOR_HOST", "https://storage.googleapis.com").rstrip("/")
+    return None
+
+
+def probe_stores(paths: Mapping[str, Iterable[str]], options: object | None = None) -> None:
+    """Probe the server of every object-store URL in ``paths`` (flag -> paths; an input may be
+    ``FORMAT:URL``), each server once, naming the first flag and URL that needs it."""
+    seen: set[str] = set()
+    for param, values in paths.items():
+        for value in values:
+            m = _URL.search(value or "")
+            server = store_endpoint(m.group(0), options) if m else None
+            if m is None or server is None or server in seen:
+                continue
+            seen.add(server)
+            parts = urlsplit(server if "://" in server else f"http://{server}")
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            probe(param, m.group(0), parts.hostname or "", port, f"the server {server}")
+
+
+def probe_job_endpoint(options: object) -> None:
+    """``--job_endpoint HOST:PORT`` of a portable runner: a closed port waited on gRPC with no deadline."""
+    from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
+
+    if not isinstance(options, PipelineOptions):
+        return
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    if not endpoint or endpoint == "embed":
+        return
+    host, _, port = endpoint.rpartition(":")
+    flag = f"--job_endpoint={endpoint}"
+    if not host or not port.isdigit():
+        raise UsageError("job_endpoint", f"{flag}: expected HOST:PORT (or embed)")
+    probe("job_endpoint", flag, host.strip("[]"), int(port), "the job service")
