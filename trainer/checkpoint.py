@@ -24,7 +24,6 @@ from safetensors.torch import load_file, save_file
 
 from bertstream.schemas.whole_file import read_whole
 from bertstream.trainer.errors import UserError
-from bertstream.trainer.metrics import METRICS_FILE
 from bertstream.trainer.model_config import BertConfig
 
 CHECKPOINTS = "checkpoints"
@@ -53,6 +52,8 @@ def newest_in(folder: Path) -> Path:
     """``folder`` itself, or for a run folder (one with ``checkpoints/``) its newest complete checkpoint: what
     ``finetune --init``, ``embed --init`` and ``export-hf`` accept alike."""
     if not (folder / CHECKPOINTS).is_dir():
+        from bertstream.trainer.metrics import METRICS_FILE  # metrics writes its file with this module's writer
+
         if not (folder / MODEL_FILE).exists() and (folder / METRICS_FILE).is_file():
             # a run stopped before its first checkpoint: "checkpoint lacks model.safetensors" named none it had
             raise CheckpointError(f"{folder}: a run folder with no checkpoint yet ({CHECKPOINTS}/ was never written)")
