@@ -52,16 +52,26 @@ def newest_in(folder: Path) -> Path:
     """``folder`` itself, or for a run folder (one with ``checkpoints/``) its newest complete checkpoint: what
     ``finetune --init``, ``embed --init`` and ``export-hf`` accept alike."""
     if not (folder / CHECKPOINTS).is_dir():
-        from bertstream.trainer.metrics import METRICS_FILE  # metrics writes its file with this module's writer
-
-        if not (folder / MODEL_FILE).exists() and (folder / METRICS_FILE).is_file():
-            # a run stopped before its first checkpoint: "checkpoint lacks model.safetensors" named none it had
+        if _run_without_checkpoint(folder):
+            # "checkpoint lacks model.safetensors" named a checkpoint the run never wrote
             raise CheckpointError(f"{folder}: a run folder with no checkpoint yet ({CHECKPOINTS}/ was never written)")
         return folder
     found = list_checkpoints(folder)
     if not found:
         raise CheckpointError(f"{folder}: run folder without a complete checkpoint in {CHECKPOINTS}/")
     return found[-1]
+
+
+def _run_without_checkpoint(folder: Path) -> bool:
+    """A run folder stopped before its first checkpoint: the run's own config.json (its "model" and its "train"
+    or "finetune" settings; a Hugging Face config.json has neither) and no checkpoint's files."""
+    if any((folder / f).exists() for f in (MODEL_FILE, "state.json")) or not (folder / "config.json").is_file():
+        return False
+    try:
+        config = json.loads(read_whole(folder / "config.json", "config.json"))
+    except (OSError, ValueError, UserError):
+        return False  # not ours to judge here: the caller reads it and says what is wrong
+    return isinstance(config, dict) and "model" in config and ("train" in config or "finetune" in config)
 
 
 def remove_partial(run_dir: str | Path) -> list[Path]:
