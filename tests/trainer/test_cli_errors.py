@@ -112,6 +112,20 @@ def world(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+def with_flags(base: list[str], args: tuple[str, ...] | list[str]) -> list[str]:
+    """``base`` then ``args``, where a flag of ``args`` that ``base`` gives with a value replaces that value: a
+    single-valued flag given twice is refused, not last-wins."""
+    out, rest, i = list(base), [], 0
+    while i < len(args):
+        if args[i] in out and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out[out.index(args[i]) + 1] = args[i + 1]
+            i += 2
+        else:
+            rest.append(args[i])
+            i += 1
+    return out + rest
+
+
 def pretrain(w: dict[str, Path], *args: str, data: str = "ds", out: str | None = None) -> list[str]:
     output = str(w["root"] / (out or "fresh")) if out != "" else None
     return [
@@ -119,8 +133,7 @@ def pretrain(w: dict[str, Path], *args: str, data: str = "ds", out: str | None =
         "--data",
         str(w[data]) if data in w else data,
         *(["--output", output] if output else []),
-        *FAST,
-        *args,
+        *with_flags(FAST, args),
     ]
 
 
@@ -377,7 +390,7 @@ def test_overwrite_clears_nothing_before_every_input_is_checked(world, args, tex
     if "--resume" in given:
         i = argv.index("--resume")
         del argv[i : i + 2]
-    one_error(CliRunner().invoke(main, argv + given), 1, text)
+    one_error(CliRunner().invoke(main, with_flags(argv, given)), 1, text)
     assert [p.name for p in ckpt.list_checkpoints(run)] == before and before
     assert (run / "config.json").read_text() == config and (run / "metrics.jsonl").is_file()
 
@@ -422,7 +435,7 @@ def test_a_run_that_fails_before_it_keeps_anything_leaves_no_folder(world, tmp_p
     if "--data" in args:
         argv[argv.index("--data") + 1] = args[args.index("--data") + 1]
         args = args[: args.index("--data")]
-    result = CliRunner().invoke(main, argv + args)
+    result = CliRunner().invoke(main, with_flags(argv, args))
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert not (tmp_path / "runs").exists()  # neither runs/x/ nor the runs/ made for it
 
