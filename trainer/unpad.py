@@ -1,4 +1,5 @@
-"""Unpadding: the encoder computes real tokens only.
+"""What attention sees of a batch: the padded path's key-padding bias (:func:`attention_bias`) or the unpadded
+layout (:class:`Unpadded`), with which the encoder computes real tokens only.
 
 A padded batch ``[B, T]`` becomes ``N`` rows, the real tokens in batch order, followed by ``Nq - N`` filler rows
 so that ``Nq`` is a multiple of :data:`QUANTUM` (compiled graphs and CUDA kernels then see few distinct shapes;
@@ -19,15 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import ModuleType
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-try:  # torch >= 2.10 on CUDA builds; the CPU has the dense path
-    from torch.nn.attention.varlen import varlen_attn as _varlen_attn
+_varlen: ModuleType | None
+try:  # torch's Flash Attention over cu_seqlens (2.10 and later); the CPU has the dense path
+    from torch.nn.attention import varlen as _varlen
 except ImportError:  # pragma: no cover - older torch
-    _varlen_attn = None
+    _varlen = None
 
 __all__ = ["PLAN_KEYS", "QUANTUM", "Unpadded", "attention_bias", "attention_dtype", "plan", "rows", "uses_varlen"]
 
@@ -67,7 +71,7 @@ def plan(attention_mask: Tensor, quantum: int = QUANTUM) -> dict[str, Tensor]:
 
 def uses_varlen(device: torch.device, dtype: torch.dtype, attention_dropout: float) -> bool:
     """Whether attention runs as varlen Flash Attention (else the dense ``[B, T]`` scatter; see the module)."""
-    return _varlen_attn is not None and device.type == "cuda" and dtype in _HALF and attention_dropout == 0.0
+    return _varlen is not None and device.type == "cuda" and dtype in _HALF and attention_dropout == 0.0
 
 
 def attention_bias(attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
@@ -123,11 +127,13 @@ class Unpadded:
         h = three_h // 3
         d = h // heads
         if uses_varlen(qkv.device, qkv.dtype, dropout_p):
-            assert _varlen_attn is not None
+            assert _varlen is not None
             q, k, v = qkv.view(nq, 3, heads, d).unbind(1)  # [Nq, heads, d] each
             width = max(self.width, QUANTUM)  # bounds every segment (the filler's too) without a host read
             cu = self.cu_seqlens
-            out = _varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, width, width)
+            out = cast(
+                Tensor, _varlen.varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, width, width)
+            )
             return out.reshape(nq, h)
         b, t = self.batch, self.width
         # Padding slots read the appended zero row; their keys are masked by the bias, their queries dropped.
