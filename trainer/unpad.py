@@ -8,9 +8,11 @@ run on ``[Nq, H]``; only attention needs to know where a sequence ends:
 
 - CUDA, half precision, no attention dropout: ``torch.nn.attention.varlen.varlen_attn`` over ``cu_seqlens``
   (Flash Attention; the filler rows are one more segment, attending among themselves);
-- otherwise (the CPU, fp32, attention dropout, an older torch): q, k and v are scattered back to ``[B, T]`` for
-  the attention alone, which runs as the padded path's with the key-padding bias, and the context is gathered
-  back. That is exactly the padded computation for every real token; only the token-wise layers are unpadded.
+- the CPU (not compiled): one ``scaled_dot_product_attention`` per sequence, no mask;
+- otherwise (CUDA in fp32 or with attention dropout, ``torch.compile`` on the CPU, an older torch): q, k and v
+  are scattered back to ``[B, T]`` for the attention alone, which runs as the padded path's with the key-padding
+  bias, and the context is gathered back: exactly the padded computation for every real token, only the
+  token-wise layers unpadded.
 
 The plan (:func:`plan`) is built from the attention mask on the host, where the loader makes the batch
 (:func:`bertstream.trainer.data.collate.unpack`), so that the step never reads a device tensor to learn N.
@@ -33,7 +35,17 @@ try:  # torch's Flash Attention over cu_seqlens (2.10 and later); the CPU has th
 except ImportError:  # pragma: no cover - older torch
     _varlen = None
 
-__all__ = ["PLAN_KEYS", "QUANTUM", "Unpadded", "attention_bias", "attention_dtype", "plan", "rows", "uses_varlen"]
+__all__ = [
+    "PLAN_KEYS",
+    "QUANTUM",
+    "Unpadded",
+    "attention_bias",
+    "attention_dtype",
+    "per_sequence",
+    "plan",
+    "rows",
+    "uses_varlen",
+]
 
 QUANTUM = 64
 PLAN_KEYS = ("unpad_index", "unpad_inverse", "cu_seqlens")
@@ -99,6 +111,12 @@ def attention_dtype(x: Tensor) -> torch.dtype:
     return x.dtype
 
 
+def per_sequence(device: torch.device, dtype: torch.dtype, attention_dropout: float, *, compiled: bool) -> bool:
+    """Whether attention runs over each sequence alone (varlen on CUDA, a loop on the CPU) rather than over the
+    dense ``[B, T, T]``: what the FLOPs of a step count (``model_config.batch_flops``)."""
+    return not compiled if device.type == "cpu" else uses_varlen(device, dtype, attention_dropout)
+
+
 @dataclass(slots=True)
 class Unpadded:
     """What attention needs to know about an unpadded batch (the encoder's ``mask`` argument)."""
@@ -135,12 +153,29 @@ class Unpadded:
                 Tensor, _varlen.varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, width, width)
             )
             return out.reshape(nq, h)
+        if qkv.device.type == "cpu" and not torch.compiler.is_compiling():
+            return self._attend_each(qkv, heads, dropout_p)
         b, t = self.batch, self.width
         # Padding slots read the appended zero row; their keys are masked by the bias, their queries dropped.
         dense = torch.cat((qkv, qkv.new_zeros(1, three_h)))[self.inverse]  # [B*T, 3H]
         q, k, v = dense.view(b, t, 3, heads, d).permute(2, 0, 3, 1, 4).unbind(0)  # [B, heads, T, d]
         ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias, dropout_p=dropout_p)
         return ctx.transpose(1, 2).reshape(b * t, h)[self.index]  # [Nq, H]
+
+    def _attend_each(self, qkv: Tensor, heads: int, dropout_p: float) -> Tensor:
+        """The CPU's varlen attention: one ``scaled_dot_product_attention`` per sequence (and one for the filler),
+        no mask, so padding costs nothing here either. The boundaries are read from a host tensor: no device
+        sync; not under ``torch.compile`` (a graph per batch composition), which takes the dense path."""
+        nq, three_h = qkv.shape
+        d = three_h // 3 // heads
+        q, k, v = qkv.view(nq, 3, heads, d).permute(1, 2, 0, 3)  # [heads, Nq, d] each
+        bounds = self.cu_seqlens.tolist()
+        ctx = [
+            F.scaled_dot_product_attention(q[:, s:e], k[:, s:e], v[:, s:e], dropout_p=dropout_p)  # [heads, n, d]
+            for s, e in zip(bounds[:-1], bounds[1:], strict=True)
+            if e > s
+        ]
+        return torch.cat(ctx, 1).transpose(0, 1).reshape(nq, three_h // 3)
 
     def first_rows(self) -> Tensor:
         """[B] row of each sequence's first token ([CLS])."""

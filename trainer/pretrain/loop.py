@@ -264,7 +264,8 @@ def step_flops(
     masked = batch["masked_lm_weights"].sum(1).long().tolist()
     shape = (mask.shape[1], batch["masked_lm_positions"].shape[1])
     rows = unpad.rows(sum(lengths)) if cfg.unpad else None
-    varlen = unpad.uses_varlen(device, R.compute_dtype(device, cfg.run.precision), config.attention_dropout)
+    dtype = R.compute_dtype(device, cfg.run.precision)
+    varlen = unpad.per_sequence(device, dtype, config.attention_dropout, compiled=cfg.compile)
     return batch_flops(config, lengths, masked, shape, rows=rows, varlen=varlen)
 
 
