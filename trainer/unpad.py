@@ -166,16 +166,17 @@ class Unpadded:
         """The CPU's varlen attention: one ``scaled_dot_product_attention`` per sequence (and one for the filler),
         no mask, so padding costs nothing here either. The boundaries are read from a host tensor: no device
         sync; not under ``torch.compile`` (a graph per batch composition), which takes the dense path."""
-        nq, three_h = qkv.shape
-        d = three_h // 3 // heads
-        q, k, v = qkv.view(nq, 3, heads, d).permute(1, 2, 0, 3)  # [heads, Nq, d] each
+        h = qkv.shape[1] // 3
+        d = h // heads
         bounds = self.cu_seqlens.tolist()
-        ctx = [
-            F.scaled_dot_product_attention(q[:, s:e], k[:, s:e], v[:, s:e], dropout_p=dropout_p)  # [heads, n, d]
-            for s, e in zip(bounds[:-1], bounds[1:], strict=True)
-            if e > s
-        ]
-        return torch.cat(ctx, 1).transpose(0, 1).reshape(nq, three_h // 3)
+        ctx = []
+        # split, not slices: its backward is one concatenation, where each slice's would fill a zero [Nq, 3H]
+        for piece in qkv.split([e - s for s, e in zip(bounds[:-1], bounds[1:], strict=True)]):  # [n, 3H]
+            n = piece.shape[0]
+            q, k, v = piece.view(n, 3, heads, d).permute(1, 2, 0, 3)  # [heads, n, d] each
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # [heads, n, d]
+            ctx.append(out.transpose(0, 1).reshape(n, h))
+        return torch.cat(ctx)  # [Nq, H]
 
     def first_rows(self) -> Tensor:
         """[B] row of each sequence's first token ([CLS])."""
