@@ -135,3 +135,14 @@ def test_peak_table_tells_the_parts_of_a_chip_apart(name, model, tflops):
 @pytest.mark.parametrize("name", ["NVIDIA A10G", "NVIDIA RTX A4000", "NVIDIA GeForce GTX 1080"])
 def test_devices_without_a_published_peak_are_not_guessed(name):
     assert peak_for_name(name) is None  # measured by a matmul on the device instead (metrics.device_peak)
+
+
+def test_throughput_reports_mfu_over_useful_and_hfu_over_computed_flops():
+    from bertstream.trainer.metrics import Throughput
+
+    meter = Throughput(torch.device("cpu"))
+    assert meter.peak is None and "mfu" not in meter.read()  # the CPU: no peak, no MFU
+    meter.peak, meter.peak_source = 1e12, "table: test"
+    meter.add(8, 3000, 2e9, 3e9)
+    out = meter.read()
+    assert out["hfu"] == pytest.approx(1.5 * out["mfu"]) and out["peak_source"] == "table: test"
