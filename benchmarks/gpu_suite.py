@@ -66,6 +66,7 @@ from bertstream.trainer.metrics import device_peak_flops  # noqa: E402
 from bertstream.trainer.model import BertForPreTraining, mean_losses  # noqa: E402
 from bertstream.trainer.model_config import PRESETS, BertConfig, pretraining_flops, with_dropout  # noqa: E402
 from bertstream.trainer.optim.table import build_optimizer  # noqa: E402
+from bertstream.trainer.unpad import plan  # noqa: E402
 
 LOSS_TOLERANCE = 0.02
 DEMAND_MFU = 0.45  # the issue's floor at length 128, compiled: the loader must keep up with a step this fast
@@ -169,6 +170,7 @@ def batches(
     out = [make_batch(sizes.vocab, batch, seq, masked, gen, full_fraction=full) for _ in range(3)]
     for b in out:
         b["hf_labels"] = hf_labels(b)
+        b.update(plan(b["attention_mask"]))  # the unpadded layout, made on the host as the trainer's loader does
     return [{k: v.to(device) for k, v in b.items()} for b in out]
 
 
@@ -366,6 +368,55 @@ def part_a(sizes: Sizes, device: torch.device, peaks: dict, budget: Budget) -> d
         padding["real_token_share"] = real_share(data)
         padding["mask_cost"] = round(padding["full_with_mask"] / padding["full_no_mask"], 3)
     return {"config": config.to_dict(), "runs": runs, "attention": kernels, "padding_ms_per_step": padding}
+
+
+def real_shard_rows(sizes: Sizes, carry: Path, device: torch.device, peak: float | None, budget: Budget) -> list[dict]:
+    """The step on real shards' batches (the trainer's loader, static masks), eager, at each length the carry has
+    shards of: padded (``--no-unpad``), unpadded (the default: on CUDA with attention dropout the attention is
+    the dense [B, T] scatter), and unpadded without dropout (varlen Flash Attention on CUDA). MFU counts each
+    sequence at its real length (``batch_flops``' useful FLOPs), HFU every position the model computed."""
+    from bertstream.trainer.data import PretrainingLoader
+    from bertstream.trainer.data.config import DataConfig
+    from bertstream.trainer.model_config import batch_flops
+    from bertstream.trainer.runtime import to_device
+    from bertstream.trainer.unpad import per_sequence, rows
+
+    info = json.loads((carry / "carry.json").read_text())
+    out: list[dict] = []
+    for length, name in sorted((int(k), v) for k, v in info.get("real_shards", {}).items()):
+        batch = next((b for t, b, _ in sizes.shapes if t == length), sizes.shapes[0][1])
+        loader = PretrainingLoader(
+            DataConfig(paths=(str(carry / name),), batch_size=batch, num_workers=0), expected_vocab_sha256=None
+        )
+        host = [b for b, _ in zip(loader, range(3))]
+        data = [to_device(b, device) for b in host]
+        lengths = [b["attention_mask"].sum(1).tolist() for b in host]
+        masked = [b["masked_lm_weights"].sum(1).long().tolist() for b in host]
+        shapes = [(b["input_ids"].shape[1], b["masked_lm_positions"].shape[1]) for b in host]
+        base = PRESETS[sizes.preset](loader.catalog.vocab_size)
+        for unpad, dropout in ((False, None), (True, None), (True, 0.0)):
+            config = with_dropout(base, dropout)
+            row: dict[str, Any] = {"seq_len": length, "batch": batch, "unpad": unpad, "dropout": config.hidden_dropout}
+            if budget.left() <= 0:
+                out.append(row | {"skipped": "part a's time share spent"})
+                continue
+            model = BertForPreTraining(config, seed=0, unpad=unpad).to(device)
+            res = time_steps(train_step(model, ours_loss(model), data, device), device, sizes.warmup, sizes.timed_s)
+            varlen = per_sequence(device, torch.bfloat16, config.attention_dropout, compiled=False)
+            flops = [
+                batch_flops(config, n, m, shape, rows=rows(sum(n)) if unpad else None, varlen=varlen)
+                for n, m, shape in zip(lengths, masked, shapes, strict=True)
+            ]
+            useful, computed = (sum(f[k] for f in flops) / len(flops) for k in (0, 1))
+            s = res["ms_per_step"] / 1000
+            tokens = sum(map(sum, lengths)) / len(lengths)
+            row |= _summary(res) | {"real_tokens_per_s": round(tokens / s), "attention_per_sequence": varlen}
+            row["padding_share"] = round(1 - useful / computed, 4)  # of the FLOPs computed
+            row["mfu_spec"] = round(useful / s / peak, 4) if peak else None
+            row["hfu_spec"] = round(computed / s / peak, 4) if peak else None
+            out.append(row)
+            del model
+    return out
 
 
 def _summary(res: dict) -> dict:
@@ -592,6 +643,17 @@ def _row(part: str, who: str, r: dict) -> str:
 
 
 def _table_a(a: dict) -> Iterator[str]:
+    for r in a.get("real_shards", []):
+        what = f"a: real shards, length {r['seq_len']}, batch {r['batch']}, {'unpadded' if r['unpad'] else 'padded'}"
+        what += f", dropout {r['dropout']}"
+        if "skipped" in r:
+            yield f"{what}: skipped"
+            continue
+        yield (
+            f"{what}: {r['real_tokens_per_s']} real tokens/s, MFU {_f(r['mfu_spec']).strip()}, HFU "
+            f"{_f(r['hfu_spec']).strip()}, padding {r['padding_share']}, attention per sequence "
+            f"{r['attention_per_sequence']}"
+        )
     yield f"a: attention with the padding mask: {', '.join(a['attention']['dispatched_with_mask']) or 'n/a'}"
     yield f"a: backends forced with the mask: {a['attention']['forced']}"
     if a["padding_ms_per_step"]:
@@ -705,7 +767,12 @@ def run_suite(sizes: Sizes, carry: Path, logs: Path, device: torch.device, save:
         result["seconds"] = {"by_part": timings, "total": round(time.monotonic() - t0, 1)}
         save(result)
 
-    run("a", lambda: part_a(sizes, device, peaks, budget))
+    run(
+        "a",
+        lambda: (
+            part_a(sizes, device, peaks, budget) | {"real_shards": real_shard_rows(sizes, carry, device, spec, budget)}
+        ),
+    )
     run("b", lambda: part_b(sizes, device, peaks, budget, result["a"].get("runs", [])))
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as tmp:  # (c)'s checkpoints: not for $OUT
         work = Path(tmp)

@@ -1,18 +1,21 @@
-"""CPU training-step benchmark: our BertForPreTraining vs transformers.BertForPreTraining, same run.
+"""CPU training-step benchmark: our BertForPreTraining (unpadded, the default, and padded) vs
+transformers.BertForPreTraining, same run.
 
-Both models start from the same weights (ours converted from HF's), see the same dynamically padded batch and
+All three start from the same weights (ours converted from HF's), see the same dynamically padded batch and
 the same masked positions (HF gets labels = -100 except at those positions) and take AdamW steps
-(forward + backward + optimizer). Steps are interleaved A/B, alternating which goes first, so drifts in machine
-load hit both. Prints ms/step (median, min, mean) and the ratio ours/theirs of the medians (and of the
-minimums, as a noise check); goal: <= 0.8.
+(forward + backward + optimizer). Steps are interleaved, the order rotating each round, so drifts in machine
+load hit all three. Prints ms/step (median, min, mean), real tokens/s, and the ratios of the medians (and of
+the minimums, as a noise check): ours/theirs (goal <= 0.8) and unpadded/padded.
 
-    python benchmarks/train_step.py                      # mini, batch 32, seq 128, 20 masked
+    python benchmarks/train_step.py                      # mini, batch 32, seq 128, 20 masked, random tokens
     python benchmarks/train_step.py --preset small --threads 2
+    python benchmarks/train_step.py --shards DIR --batch 16   # the first batch of real shards (their T and P)
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
 import time
@@ -23,10 +26,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bertstream.trainer.data import PretrainingLoader  # noqa: E402
+from bertstream.trainer.data.config import DataConfig  # noqa: E402
 from bertstream.trainer.hf.config import hf_config_dict  # noqa: E402
 from bertstream.trainer.hf.convert import from_hf_state_dict  # noqa: E402
 from bertstream.trainer.model import BertForPreTraining, mean_losses  # noqa: E402
-from bertstream.trainer.model_config import PRESETS, pretraining_flops  # noqa: E402
+from bertstream.trainer.model_config import PRESETS, batch_flops  # noqa: E402
 
 
 def make_batch(
@@ -87,13 +92,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shards", help="bertprep pretraining shards: time their first batch (its T and P)")
     args = parser.parse_args(argv)
 
     import transformers  # benchmark-only dependency (the test extra)
 
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
-    config = PRESETS[args.preset](args.vocab_size)
+    batch = shard_batch(args.shards, args.batch) if args.shards else None
+    vocab_size = args.vocab_size if batch is None else shard_vocab_size(args.shards)
+    config = PRESETS[args.preset](vocab_size)
     hf_cfg = transformers.BertConfig(**hf_config_dict(config))
     hf_cfg._attn_implementation = "sdpa"
     torch.manual_seed(args.seed)  # HF draws its init from the global RNG; ours then copies HF's weights
@@ -102,9 +110,14 @@ def main(argv: list[str] | None = None) -> None:
     state, fresh, _ = from_hf_state_dict(theirs.state_dict(), config)
     assert not fresh, fresh
     ours.load_state_dict(state)
+    padded = copy.deepcopy(ours)
+    padded.unpad = False
 
-    g = torch.Generator().manual_seed(args.seed)
-    batch = make_batch(config.vocab_size, args.batch, args.seq, args.masked, g)
+    if batch is None:
+        g = torch.Generator().manual_seed(args.seed)
+        batch = make_batch(config.vocab_size, args.batch, args.seq, args.masked, g)
+    args.batch, args.seq = batch["input_ids"].shape
+    args.masked = batch["masked_lm_positions"].shape[1]
     labels = hf_labels(batch)
     hf_inputs = {
         "input_ids": batch["input_ids"],
@@ -124,12 +137,18 @@ def main(argv: list[str] | None = None) -> None:
     theirs.train()
 
     opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-4, weight_decay=0.01)
+    opt_padded = torch.optim.AdamW(padded.parameters(), lr=1e-4, weight_decay=0.01)
     opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=1e-4, weight_decay=0.01)
 
     def step_ours() -> None:
         opt_ours.zero_grad(set_to_none=True)
         mean_losses(ours(batch))["loss"].backward()
         opt_ours.step()
+
+    def step_padded() -> None:
+        opt_padded.zero_grad(set_to_none=True)
+        mean_losses(padded(batch))["loss"].backward()
+        opt_padded.step()
 
     def step_theirs() -> None:
         opt_theirs.zero_grad(set_to_none=True)
@@ -141,22 +160,23 @@ def main(argv: list[str] | None = None) -> None:
         fn()
         return (time.perf_counter() - start) * 1000.0
 
+    steps = {"ours": step_ours, "padded": step_padded, "theirs": step_theirs}
     for _ in range(args.warmup):
-        step_ours()
-        step_theirs()
-    t_ours: list[float] = []
-    t_theirs: list[float] = []
+        for fn in steps.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    names = list(steps)
     for i in range(args.steps):
-        if i % 2 == 0:
-            t_ours.append(timed(step_ours))
-            t_theirs.append(timed(step_theirs))
-        else:
-            t_theirs.append(timed(step_theirs))
-            t_ours.append(timed(step_ours))
+        for name in names[i % 3 :] + names[: i % 3]:  # each goes first, second and third in turn
+            times[name].append(timed(steps[name]))
 
+    t_ours, t_padded, t_theirs = times["ours"], times["padded"], times["theirs"]
     med_ours, med_theirs = statistics.median(t_ours), statistics.median(t_theirs)
+    med_padded = statistics.median(t_padded)
     tokens = int(batch["attention_mask"].sum())
-    flops = pretraining_flops(config, args.seq, args.masked) * args.batch
+    lengths = batch["attention_mask"].sum(1).tolist()
+    masked = batch["masked_lm_weights"].sum(1).long().tolist()
+    flops, _ = batch_flops(config, lengths, masked, (args.seq, args.masked), rows=None, varlen=False)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
     print(
         f"config {args.preset} (L{config.num_layers} H{config.hidden_size} A{config.num_heads} V{config.vocab_size}), "
@@ -166,15 +186,32 @@ def main(argv: list[str] | None = None) -> None:
     diff = abs(loss_ours - loss_theirs)
     print(f"initial loss (eval): ours {loss_ours:.6f}  theirs {loss_theirs:.6f}  diff {diff:.2e}")
     print(
-        f"ours   : median {med_ours:8.1f} ms/step  min {min(t_ours):8.1f}  mean {statistics.mean(t_ours):8.1f}  "
-        f"({flops / med_ours / 1e6:.1f} GFLOP/s by pretraining_flops)"
+        f"real tokens {tokens} of {args.batch * args.seq} positions ({1 - tokens / (args.batch * args.seq):.1%} padding)"
     )
-    print(f"theirs : median {med_theirs:8.1f} ms/step  min {min(t_theirs):8.1f}  mean {statistics.mean(t_theirs):8.1f}")
+    for name, t in times.items():
+        med = statistics.median(t)
+        print(
+            f"{name:7}: median {med:8.1f} ms/step  min {min(t):8.1f}  mean {statistics.mean(t):8.1f}  "
+            f"{tokens / med * 1000:8.0f} real tokens/s  ({flops / med / 1e6:.1f} useful GFLOP/s)"
+        )
     # The median is the headline; the min (least disturbed step) is printed because a shared machine's load
     # lands on single steps: when the two ratios disagree, the run was noisy and should be repeated.
     print(
         f"ratio ours/theirs: median {med_ours / med_theirs:.3f}, min {min(t_ours) / min(t_theirs):.3f}  (goal <= 0.8)"
     )
+    print(
+        f"speed-up of unpadding (padded/ours): median {med_padded / med_ours:.3f}, min {min(t_padded) / min(t_ours):.3f}"
+    )
+
+
+def shard_batch(shards: str, batch_size: int) -> dict[str, torch.Tensor]:
+    """The first batch the trainer's loader makes of ``shards`` (static masks), as ``berttrain pretrain`` sees it."""
+    cfg = DataConfig(paths=(shards,), batch_size=batch_size, num_workers=0)
+    return next(iter(PretrainingLoader(cfg, expected_vocab_sha256=None)))
+
+
+def shard_vocab_size(shards: str) -> int:
+    return PretrainingLoader(DataConfig(paths=(shards,), batch_size=1), expected_vocab_sha256=None).catalog.vocab_size
 
 
 if __name__ == "__main__":

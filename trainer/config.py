@@ -218,6 +218,11 @@ class TrainConfig:
     eval_batches: int = opt(50)
     checkpoint: CheckpointConfig = section(CheckpointConfig)
     deterministic: bool = opt(False, "torch.use_deterministic_algorithms(True).")
+    unpad: bool = opt(
+        True,
+        "Run the encoder on real tokens only (attention within each sequence); --no-unpad: the padded [B, T] batch.",
+        flag="--unpad/--no-unpad",
+    )
     dist_timeout: float = opt(
         DEFAULT_TIMEOUT_S, "Seconds a rank waits for its peers (torchrun) before the run ends naming the silent rank."
     )

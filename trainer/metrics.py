@@ -2,12 +2,14 @@
 
 Throughput is measured honestly: wall time between two log points (data loading, host syncs and all),
 after synchronising the device, over the sequences and real (non-padding) tokens actually processed.
-MFU = achieved model FLOP/s (counted from the padded shapes of each step) / the device's peak.
+MFU = useful model FLOP/s (each sequence at its real length: ``model_config.batch_flops``) / the device's peak;
+HFU beside it counts what the model computed, padding included. Peaks: :func:`device_peak`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -22,51 +24,105 @@ from bertstream.trainer.errors import RunError
 
 METRICS_FILE = "metrics.jsonl"
 
-# Dense bf16 tensor-core peaks (FLOP/s), by substring of torch.cuda.get_device_name().
-_PEAK_BF16 = (
-    ("H200", 989e12),
-    ("H100", 989e12),
-    ("GH200", 989e12),
-    ("A100", 312e12),
-    ("A10G", 125e12),
-    ("L40S", 362e12),
-    ("L4", 121e12),
-    ("4090", 165e12),
-    ("V100", 125e12),
+# Dense (no sparsity) 16-bit tensor-core peaks, FLOP/s, from the vendors' data sheets: bf16, or fp16 where the
+# device has no bf16 (V100, T4). Matched in order on torch.cuda.get_device_name(), upper-cased: the SXM, PCIe
+# and NVL parts of one chip differ (H100: 989, 756, 835 TFLOP/s) and name themselves ("NVIDIA H100 PCIe",
+# "NVIDIA H100 NVL"; the SXM part is "NVIDIA H100 80GB HBM3"); an H100 with HBM2e memory is the PCIe card.
+_PEAKS: tuple[tuple[str, str, float], ...] = (
+    (r"GH200", "GH200", 989e12),
+    (r"H200.*NVL", "H200 NVL", 835e12),
+    (r"H200", "H200 SXM", 989e12),
+    (r"H100.*NVL", "H100 NVL", 835e12),
+    (r"H100.*(PCIE|HBM2E)", "H100 PCIe", 756e12),
+    (r"H100", "H100 SXM", 989e12),
+    (r"H800.*PCIE", "H800 PCIe", 756e12),
+    (r"H800", "H800 SXM", 989e12),
+    (r"\bH20\b", "H20", 148e12),
+    (r"\bB200\b", "B200", 2250e12),
+    (r"\bA100\b", "A100", 312e12),  # 40 and 80 GB, SXM and PCIe alike
+    (r"\bA800\b", "A800", 312e12),
+    (r"\bA30\b", "A30", 165e12),
+    (r"\bA40\b", "A40", 149.7e12),
+    (r"\bA10\b", "A10", 125e12),  # not the A10G (AWS publishes no peak for it): measured
+    (r"L40S", "L40S", 362e12),
+    (r"\bL40\b", "L40", 181e12),
+    (r"\bL4\b", "L4", 121e12),
+    (r"RTX 6000 ADA", "RTX 6000 Ada", 364e12),
+    (r"RTX A6000", "RTX A6000", 154.8e12),
+    (r"RTX 4090", "RTX 4090", 165e12),
+    (r"V100S", "V100S (fp16)", 130e12),
+    (r"V100.*PCIE", "V100 PCIe (fp16)", 112e12),
+    (r"V100", "V100 SXM2 (fp16)", 125e12),
+    (r"\bT4\b", "T4 (fp16)", 65e12),
+    (r"MI300X|MI325X", "MI300X", 1307e12),
+    (r"MI250X", "MI250X", 383e12),
 )
 
 
-def device_peak_flops(device: torch.device) -> float | None:
+def peak_for_name(name: str) -> tuple[str, float] | None:
+    """``(model, dense 16-bit FLOP/s)`` of a CUDA device name from the table, or None (not listed)."""
+    upper = name.upper()
+    return next(((model, peak) for pattern, model, peak in _PEAKS if re.search(pattern, upper)), None)
+
+
+def measured_peak(device: torch.device, size: int = 4096, repeats: int = 20) -> float:
+    """bf16 matmul FLOP/s this device reaches (a few milliseconds): the peak of a device not in the table."""
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    torch.cuda.synchronize(device)
+    return 2 * size**3 * repeats / (time.perf_counter() - t0)
+
+
+def device_peak(device: torch.device) -> tuple[float | None, str]:
+    """``(peak FLOP/s, where it came from)``: the table's (``"table: H100 SXM"``), a short bf16 matmul's for a
+    CUDA device the table lacks (``"measured: NAME"``), or none on the CPU (MFU left out)."""
     if device.type != "cuda":
-        return None
+        return None, f"none ({device.type}: no MFU)"
     name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in _PEAK_BF16 if key in name), None)
+    known = peak_for_name(name)
+    if known is not None:
+        return known[1], f"table: {known[0]}"
+    return measured_peak(device), f"measured: {name} (bf16 matmul)"
+
+
+def device_peak_flops(device: torch.device) -> float | None:
+    return device_peak(device)[0]
 
 
 class Throughput:
-    """Sequences, real tokens and model FLOPs since the last ``read``."""
+    """Sequences, real tokens and model FLOPs (useful and computed) since the last ``read``."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.peak = device_peak_flops(device)
+        self.peak, self.peak_source = device_peak(device)
         self._reset(time.perf_counter())
 
     def _reset(self, now: float) -> None:
-        self.t0, self.seqs, self.tokens, self.flops = now, 0, 0, 0.0
+        self.t0, self.seqs, self.tokens, self.flops, self.computed = now, 0, 0, 0.0, 0.0
 
-    def add(self, seqs: int, tokens: int, flops: float) -> None:
+    def add(self, seqs: int, tokens: int, flops: float, computed: float | None = None) -> None:
+        """``flops``: the useful work (real tokens); ``computed``: what ran, padding included (default: the same)."""
         self.seqs += seqs
         self.tokens += tokens
         self.flops += flops
+        self.computed += flops if computed is None else computed
 
-    def read(self) -> dict[str, float]:
+    def read(self) -> dict[str, Any]:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         now = time.perf_counter()
         dt = max(now - self.t0, 1e-9)
-        out = {"seq_per_s": self.seqs / dt, "tokens_per_s": self.tokens / dt}
-        if self.peak:
+        out: dict[str, Any] = {"seq_per_s": self.seqs / dt, "tokens_per_s": self.tokens / dt}
+        if self.peak:  # MFU over real tokens; HFU over every position computed
             out["mfu"] = self.flops / dt / self.peak
+            out["hfu"] = self.computed / dt / self.peak
+            out["peak_source"] = self.peak_source
         self._reset(now)
         return out
 

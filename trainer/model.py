@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertstream.trainer.model_config import BertConfig
+from bertstream.trainer.unpad import Unpadded, attention_bias, attention_dtype
 from bertstream.trainer.weights_init import construct_then_init, derive_seed
 
 __all__ = [
@@ -122,6 +123,14 @@ class BertEmbeddings(nn.Module):
             x = x + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(x))
 
+    def rows(self, input_ids: Tensor, positions: Tensor, token_type_ids: Tensor) -> Tensor:
+        # [N] each -> [N, H]: the unpadded layout's tokens, summed in forward's order
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+        return self.dropout(self.LayerNorm(x + self.token_type_embeddings(token_type_ids)))
+
+
+Mask = Tensor | Unpadded | None  # the encoder's: padded bias [B, 1, 1, T], the unpadded layout, or none
+
 
 class BertSelfAttention(nn.Module):
     """Multi-head self-attention, computed by ``scaled_dot_product_attention``."""
@@ -135,11 +144,13 @@ class BertSelfAttention(nn.Module):
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        # x: [B, T, H]; mask: additive bias [B, 1, 1, T] (see attention_bias) or None
-        b, t, h = x.shape
+    def forward(self, x: Tensor, mask: Mask) -> Tensor:
+        # x: [B, T, H]; mask: additive bias [B, 1, 1, T] (see attention_bias) or None. Unpadded: x [Nq, H]
         weight = torch.cat((self.query.weight, self.key.weight, self.value.weight))  # [3H, H]
         bias = torch.cat((self.query.bias, self.key.bias, self.value.bias))  # [3H]
+        if isinstance(mask, Unpadded):
+            return mask.attend(F.linear(x, weight, bias), self.num_heads, self.dropout_p if self.training else 0.0)
+        b, t, h = x.shape
         # [B,T,3H] -> [3, B, heads, T, head]; views only, SDPA accepts the strides
         qkv = F.linear(x, weight, bias)
         q, k, v = qkv.view(b, t, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4).unbind(0)
@@ -171,7 +182,7 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask) -> Tensor:
         inner = self.output.LayerNorm(x) if self.output.pre_ln else x
         return self.output(self.self(inner, mask), x)
 
@@ -210,7 +221,7 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask) -> Tensor:
         x = self.attention(x, mask)
         inner = self.output.LayerNorm(x) if self.output.pre_ln else x
         return self.output(self.intermediate(inner), x)
@@ -223,12 +234,12 @@ class BertEncoder(nn.Module):
         # pre-LN leaves the residual stream unnormalised: the heads read it through this last LN
         self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_ln else None
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask) -> Tensor:
         for layer in self.layer:
             x = layer(x, mask)
         return x if self.final_layer_norm is None else self.final_layer_norm(x)
 
-    def all_states(self, x: Tensor, mask: Tensor | None) -> list[Tensor]:
+    def all_states(self, x: Tensor, mask: Mask) -> list[Tensor]:
         """The input and every layer's output (``num_layers + 1`` tensors), as HF's ``output_hidden_states``
         (pre-LN: the last one after the final LN, as ``forward`` returns it)."""
         states = [x]
@@ -246,31 +257,6 @@ class BertPooler(nn.Module):
 
     def forward(self, sequence_output: Tensor) -> Tensor:
         return torch.tanh(self.dense(sequence_output[:, 0]))  # [B, T, H] -> [B, H]
-
-
-def attention_bias(attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
-    """[B, T] (1/True = real token) -> additive bias [B, 1, 1, T] of ``dtype``: 0 for real keys, the dtype's
-    most negative finite value for padding; SDPA broadcasts it over heads and queries.
-
-    An additive mask in the attention's own dtype rather than a bool one: SDPA turns bool masks into -inf
-    biases and then guards fully masked rows, which costs measurably on the CPU math path (training with
-    attention dropout). Finite, so even an all-padding row yields numbers rather than NaN.
-    """
-    if attention_mask is None:
-        return None
-    if attention_mask.dim() != 2:
-        raise ValueError(f"attention_mask must be [batch, seq], got shape {tuple(attention_mask.shape)}")
-    keep = attention_mask.bool()
-    bias = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(~keep, torch.finfo(dtype).min)
-    return bias[:, None, None, :]
-
-
-def _attention_dtype(x: Tensor) -> torch.dtype:
-    # Under autocast the projections (hence q, k, v) run in the autocast dtype, not in x's dtype.
-    device_type = x.device.type
-    if torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return x.dtype
 
 
 class BertModel(nn.Module):
@@ -297,15 +283,26 @@ class BertModel(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Returns ``(sequence_output [B, T, H], pooled_output [B, H])``."""
         x = self.embeddings(input_ids, token_type_ids)
-        x = self.encoder(x, attention_bias(attention_mask, _attention_dtype(x)))
+        x = self.encoder(x, attention_bias(attention_mask, attention_dtype(x)))
         return x, self.pooler(x)
+
+    def unpadded(self, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Unpadded]:
+        """``(rows [Nq, H], pooled_output [B, H], layout)``: the encoder over real tokens only (see
+        ``trainer.unpad``); ``batch`` has ``input_ids``, ``token_type_ids``, ``attention_mask`` and, from the
+        loader, the layout's index tensors (else they are computed here)."""
+        ids, types = batch["input_ids"], batch["token_type_ids"]  # [B, T]
+        layout = Unpadded.of(batch, ids.device)
+        x = self.embeddings.rows(layout.gather(ids), layout.index % ids.shape[1], layout.gather(types))
+        layout.bias = attention_bias(batch["attention_mask"], attention_dtype(x))
+        x = self.encoder(x, layout)
+        return x, torch.tanh(self.pooler.dense(x[layout.first_rows()])), layout
 
     def hidden_states(
         self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None
     ) -> list[Tensor]:
         """``[embeddings, layer 1, ..., layer L]``, each ``[B, T, H]`` (feature extraction; no pooler)."""
         x = self.embeddings(input_ids, token_type_ids)
-        return self.encoder.all_states(x, attention_bias(attention_mask, _attention_dtype(x)))
+        return self.encoder.all_states(x, attention_bias(attention_mask, attention_dtype(x)))
 
 
 class BertPredictionHeadTransform(nn.Module):
@@ -345,11 +342,15 @@ def gather_positions(sequence_output: Tensor, positions: Tensor) -> Tensor:
 
 
 class BertForPreTraining(nn.Module):
-    """``BertModel`` + MLM and NSP heads; ``forward(batch)`` returns losses, logits and accuracy counts."""
+    """``BertModel`` + MLM and NSP heads; ``forward(batch)`` returns losses, logits and accuracy counts.
 
-    def __init__(self, config: BertConfig, *, seed: int = 0) -> None:
+    ``unpad`` (the default): ``forward`` runs the encoder on real tokens only (``trainer.unpad``); the same
+    losses as the padded path within float rounding. ``logits`` is always the padded path (HF's shapes)."""
+
+    def __init__(self, config: BertConfig, *, seed: int = 0, unpad: bool = True) -> None:
         super().__init__()
         self.config = config
+        self.unpad = unpad
 
         def build() -> None:
             self.bert = BertModel(config, seed=seed)
@@ -386,14 +387,23 @@ class BertForPreTraining(nn.Module):
         ``mlm_count``, ``nsp_correct``, ``nsp_count``. Sums, not means: the caller divides once, by the counts
         of the whole step (over micro-batches and ranks) or of a logging interval; :func:`mean_losses` gives
         this batch's means. Nothing here synchronises with the device.
+        ``tokens`` and ``slots``: real tokens and the positions the encoder computed (padding included), 0-dim.
         ``nsp=False`` (MLM only): the NSP labels are ignored; ``nsp_sum`` and the NSP counts are 0.
         """
         missing = [k for k in BATCH_KEYS if k not in batch]
         if missing:
             raise KeyError(f"pretraining batch lacks key(s) {missing}")
-        mlm_logits, nsp_logits = self.logits(
-            batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_lm_positions"]
-        )
+        positions, mask = batch["masked_lm_positions"], batch["attention_mask"]  # [B, P], [B, T]
+        if self.unpad:
+            rows, pooled, layout = self.bert.unpadded(batch)
+            seq = rows[layout.rows_at(positions)]  # [B, P, H]
+            tokens, slots = layout.cu_seqlens[-2], layout.index.numel()
+        else:
+            seq, pooled = self.bert(batch["input_ids"], batch["token_type_ids"], mask)
+            seq = gather_positions(seq, positions)
+            tokens, slots = mask.sum(), mask.numel()
+        mlm_logits = self.cls.predictions(seq, self.bert.embeddings.word_embeddings.weight)
+        nsp_logits = self.cls.seq_relationship(pooled)
         ids = batch["masked_lm_ids"]  # [B, P]
         weights = batch["masked_lm_weights"].float()  # [B, P]
         labels = batch["next_sentence_labels"] if nsp else None  # [B]; --no-nsp: no NSP loss, counts 0
@@ -417,6 +427,8 @@ class BertForPreTraining(nn.Module):
             "mlm_count": mlm_count.detach(),
             "nsp_correct": nsp_correct,
             "nsp_count": nsp_count,
+            "tokens": tokens.detach().float(),  # real tokens the encoder computed
+            "slots": torch.full((), float(slots), device=mlm_sum.device),  # positions it computed, padding included
         }
 
 

@@ -4,7 +4,7 @@ choice, and what one pretraining sequence costs in FLOPs. The modules are ``bert
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -19,6 +19,7 @@ __all__ = [
     "bert_mini",
     "bert_small",
     "bert_tiny",
+    "batch_flops",
     "check_fits_in_memory",
     "find_preset",
     "parameter_count",
@@ -213,8 +214,42 @@ def pretraining_flops(config: BertConfig, seq_len: int, num_masked: int, *, back
     """
     if seq_len < 1 or num_masked < 0:
         raise ValueError(f"seq_len must be >= 1 and num_masked >= 0, got seq_len={seq_len}, num_masked={num_masked}")
-    h, i, v, t, p = config.hidden_size, config.intermediate_size, config.vocab_size, seq_len, num_masked
-    assert i is not None
-    layer = 2 * t * (3 * h * h + h * h + 2 * h * i) + 4 * t * t * h
-    forward = config.num_layers * layer + 2 * (h * h + 2 * h) + 2 * p * (h * h + h * v)
+    token, pair, sequence, prediction = _flop_terms(config)
+    forward = seq_len * token + seq_len * seq_len * pair + sequence + num_masked * prediction
     return 3 * forward if backward else forward
+
+
+def _flop_terms(config: BertConfig) -> tuple[int, int, int, int]:
+    """Forward FLOPs per token row, per attention (query, key) pair, per sequence and per predicted position."""
+    h, i, v, n = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_layers
+    assert i is not None
+    return n * 2 * (3 * h * h + h * h + 2 * h * i), n * 4 * h, 2 * (h * h + 2 * h), 2 * (h * h + h * v)
+
+
+def batch_flops(
+    config: BertConfig,
+    lengths: Sequence[int],
+    masked: Sequence[int],
+    shape: tuple[int, int],
+    *,
+    rows: int | None,
+    varlen: bool,
+) -> tuple[int, int]:
+    """``(useful, computed)`` FLOPs (forward and backward) of one pretraining batch of ``shape`` (T, P).
+
+    ``useful``: each sequence at its real length (``lengths``), its real masked positions (``masked``) only:
+    what MFU counts. ``computed``: what the model ran, padding included (HFU): ``rows`` token rows when
+    unpadded (``trainer.unpad.rows``) or B*T when padded (``rows=None``); attention over each sequence alone
+    (``varlen``, the filler segment included) or over the padded ``[B, T, T]``; P prediction slots per sequence.
+    """
+    token, pair, sequence, prediction = _flop_terms(config)
+    t, p = shape
+    b = len(lengths)
+    real = sum(lengths)
+    useful = real * token + sum(n * n for n in lengths) * pair + b * sequence + sum(masked) * prediction
+    if rows is None:
+        computed = b * (t * token + t * t * pair + sequence + p * prediction)
+    else:
+        pairs = sum(n * n for n in lengths) + (rows - real) ** 2 if varlen else b * t * t
+        computed = rows * token + pairs * pair + b * sequence + b * p * prediction
+    return 3 * useful, 3 * computed

@@ -119,9 +119,14 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+def compute_dtype(device: torch.device, precision: str) -> torch.dtype:
+    """bf16 for ``bf16``, or ``auto`` on CUDA; fp32 otherwise."""
+    return torch.bfloat16 if precision == "bf16" or (precision == "auto" and device.type == "cuda") else torch.float32
+
+
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """bf16 autocast for ``bf16``, or ``auto`` on CUDA; fp32 otherwise."""
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+    """Autocast to :func:`compute_dtype` (none for fp32)."""
+    if compute_dtype(device, precision) == torch.bfloat16:
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

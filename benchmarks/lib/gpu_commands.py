@@ -146,6 +146,14 @@ def prepare(root: Path, shared: Path, *, smoke: bool, wheels: bool) -> dict[str,
         + ["--max-seq-length", str(length), "--max-predictions-per-seq", str(preds), "--dupe-factor", str(dupe)]
         + ["--num-shards", "2" if smoke else "8", "--output-format", "arrow"]
     )
+    real = {length: shards.name}  # real shards by length: part (a)'s unpadded and padded rows
+    if not smoke:  # and length 512, where a quarter of the positions are padding (four files, ~3 MB)
+        real[512] = "shards512"
+        _bertprep(
+            ["pretraining", "--input", f"wikiextractor:{wiki}/wiki_0[0-3]", "--vocab", vocab]
+            + ["--output", str(root / "shards512"), "--overwrite", "--max-seq-length", "512"]
+            + ["--max-predictions-per-seq", "76", "--dupe-factor", "1", "--num-shards", "2", "--output-format", "arrow"]
+        )
     with tempfile.TemporaryDirectory(prefix="gpu-prepare-") as tmp:  # the rows' heads: not carried
         train_tsv = head_lines(sst2 / "train.tsv", Path(tmp) / "sst2_train.tsv", train_rows + 1)
         dev_tsv = head_lines(sst2 / "dev.tsv", Path(tmp) / "sst2_dev.tsv", (100 if smoke else SST2_DEV_ROWS) + 1)
@@ -161,6 +169,7 @@ def prepare(root: Path, shared: Path, *, smoke: bool, wheels: bool) -> dict[str,
         "max_predictions": preds,
         "vocab_size": vocab_size,
         "shards": shards.name,
+        "real_shards": real,
         "sst2_train_rows": train_rows,
         "prepare_seconds": round(time.perf_counter() - t0, 1),
         "mib": round(folder_bytes(root) / 2**20, 1),
@@ -210,10 +219,16 @@ def steady_rate(run_dir: Path, skip: int) -> dict[str, Any]:
     kept = train[skip:] or train[-1:]
     rate = len(kept) / sum(1 / r["seq_per_s"] for r in kept)
     mfu = [r["mfu"] for r in kept if "mfu" in r]
+    hfu = [r["hfu"] for r in kept if "hfu" in r]
+    tokens = sum(r.get("tokens", 0) for r in kept)
+    slots = sum(r.get("slots", 0) for r in kept)
     return {
         "seq_per_s": round(rate, 1),
         "intervals": len(kept),
-        "mfu": round(statistics.median(mfu), 4) if mfu else None,
+        "mfu": round(statistics.median(mfu), 4) if mfu else None,  # over real tokens
+        "hfu": round(statistics.median(hfu), 4) if hfu else None,  # over every position computed
+        "padding_share": round(1 - tokens / slots, 4) if slots else None,
+        "peak_source": kept[-1].get("peak_source"),
         "last_loss": round(train[-1]["loss"], 4),
         "last_step": train[-1]["step"],
     }

@@ -11,6 +11,7 @@ import torch
 from bertstream.trainer.data.masking import Masker, restore
 from bertstream.trainer.data.refs import ShardRef
 from bertstream.trainer.data.shards import Block, Ragged
+from bertstream.trainer.unpad import plan
 
 PAD_MULTIPLE = 8
 
@@ -111,10 +112,13 @@ def _remask(flat: np.ndarray, shape: Shape, masker: Masker, epoch: int | np.ndar
 
 
 def unpack(flat: torch.Tensor, shape: Shape) -> dict[str, torch.Tensor]:
-    """Views of a packed batch; ``masked_lm_weights`` becomes float32 (its only copy)."""
+    """Views of a packed batch; ``masked_lm_weights`` becomes float32 (its only copy). The unpadded layout's
+    index tensors (``trainer.unpad.plan``) are added here, on the host, so the step never reads N back from
+    the device."""
     out = _views(flat, shape)
-    weights = out["masked_lm_weights"].to(torch.float32)
-    out["masked_lm_weights"] = weights.pin_memory() if flat.is_pinned() else weights  # keep H2D copies async
+    made = {"masked_lm_weights": out["masked_lm_weights"].to(torch.float32), **plan(out["attention_mask"])}
+    for k, v in made.items():
+        out[k] = v.pin_memory() if flat.is_pinned() else v  # keep H2D copies async
     return out
 
 

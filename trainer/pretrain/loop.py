@@ -24,14 +24,14 @@ from bertstream.schemas.redact import redact_values
 from bertstream.schemas.vocab import Vocab
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
-from bertstream.trainer import rundir
+from bertstream.trainer import rundir, unpad
 from bertstream.trainer import runtime as R
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import MetricsLogger, Throughput
 from bertstream.trainer.model import BertForPreTraining
-from bertstream.trainer.model_config import BertConfig, pretraining_flops
+from bertstream.trainer.model_config import BertConfig, batch_flops
 from bertstream.trainer.optim.advice import pretrain_warning
 from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
 from bertstream.trainer.optim.table import build_optimizer
@@ -48,7 +48,8 @@ from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, ex
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.snapshot import Background
 
-_STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count")
+# tokens, slots: real tokens and positions the encoder computed (padding included), summed like the losses
+_STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count", "tokens", "slots")
 
 
 def forever(loader: PretrainingLoader) -> Iterator[dict[str, torch.Tensor]]:
@@ -60,7 +61,7 @@ def forever(loader: PretrainingLoader) -> Iterator[dict[str, torch.Tensor]]:
 class Running:
     """Sums over the current logging interval (this rank)."""
 
-    stats: torch.Tensor  # [6]: _STAT_KEYS
+    stats: torch.Tensor  # [8]: _STAT_KEYS
     steps: int = 0
 
     @classmethod
@@ -83,6 +84,8 @@ class Running:
             "nsp_loss": nsp,
             "mlm_accuracy": v["mlm_correct"] / max(v["mlm_count"], 1),
             "nsp_accuracy": v["nsp_correct"] / max(v["nsp_count"], 1),
+            "tokens": int(v["tokens"]),
+            "slots": int(v["slots"]),
         }
         if not v["nsp_count"]:  # --no-nsp: nothing to report
             del out["nsp_loss"], out["nsp_accuracy"]
@@ -161,7 +164,7 @@ def build_model(
     info: D.DistInfo,
 ) -> tuple[torch.nn.Module, BertForPreTraining]:
     """(the model to call: compiled and/or DDP, the plain module) with the starting weights, on the device."""
-    raw = BertForPreTraining(config, seed=cfg.run.seed)
+    raw = BertForPreTraining(config, seed=cfg.run.seed, unpad=cfg.unpad)
     init_state, init_notes = hf
     if init_state is not None:
         R.load_state(raw, init_state, "weights", f"--init-from {cfg.model.init_from}", strict=True)
@@ -235,13 +238,16 @@ def train_step(
     config: BertConfig,
     cfg: TrainConfig,
     info: D.DistInfo,
-) -> float:
-    """Forward and backward over the step's micro-batches, their sums added to ``run``; returns model FLOPs.
+) -> tuple[float, float]:
+    """Forward and backward over the step's micro-batches, their sums added to ``run``; returns model FLOPs,
+    (useful, computed) (see ``model_config.batch_flops``).
 
     The step's loss is every micro-batch's loss sums over the step's global counts (``totals``): normalised
     once, exactly. DDP averages gradients over ranks, hence ``* world_size``."""
-    flops = 0.0
+    flops = [0.0, 0.0]
     for i, batch in enumerate(micro):
+        for k, f in enumerate(step_flops(batch, config, cfg, info.device)):
+            flops[k] += f
         batch = R.to_device(batch, info.device)
         with R.no_sync(model, last=i == len(micro) - 1):
             with R.autocast(info.device, cfg.run.precision):
@@ -249,9 +255,21 @@ def train_step(
             loss = out["mlm_sum"] / float(totals[0]) + out["nsp_sum"] / float(totals[1])
             (loss * info.world_size).backward()
         run.add(out)
-        b, t = batch["input_ids"].shape
-        flops += pretraining_flops(config, t, batch["masked_lm_positions"].shape[1]) * b
-    return flops
+    return flops[0], flops[1]
+
+
+def step_flops(
+    batch: dict[str, torch.Tensor], config: BertConfig, cfg: TrainConfig, device: torch.device
+) -> tuple[int, int]:
+    """(useful, computed) FLOPs of one micro-batch, from its host tensors (no device read)."""
+    mask = batch["attention_mask"]  # [B, T], on the host as the loader made it
+    lengths = mask.sum(1).tolist()
+    masked = batch["masked_lm_weights"].sum(1).long().tolist()
+    shape = (mask.shape[1], batch["masked_lm_positions"].shape[1])
+    rows = unpad.rows(sum(lengths)) if cfg.unpad else None
+    dtype = R.compute_dtype(device, cfg.run.precision)
+    varlen = unpad.per_sequence(device, dtype, config.attention_dropout, compiled=cfg.compile)
+    return batch_flops(config, lengths, masked, shape, rows=rows, varlen=varlen)
 
 
 def out_of_time(deadline: float | None, info: D.DistInfo) -> bool:
@@ -394,7 +412,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         D.at_step(step)
         raise_if_swallowed()  # a signal lost in a library (a lazy import under a bare except) stops the run here
         run.steps += 1
-        meter.add(int(totals[1]), int(totals[2]), flops)
+        meter.add(int(totals[1]), int(totals[2]), *flops)
         bar.update(1)
         if step < last_step and out_of_time(deadline, info):
             R.log(f"--max-minutes {cfg.max_minutes} reached at step {step}", info)

@@ -5,6 +5,7 @@ import torch
 from bertstream.trainer.data.collate import Piece, collate, collate_packed, unpack
 from bertstream.trainer.data.refs import ShardError, ShardRef
 from bertstream.trainer.data.shards import Block, Ragged
+from bertstream.trainer.unpad import PLAN_KEYS
 
 REF = ShardRef("/d", 0, "x.arrow", "arrow", 3, 1, "f" * 64)
 
@@ -54,7 +55,8 @@ def test_padding_segments_and_masks() -> None:
     t = unpack(torch.from_numpy(flat), shape)
     for key, value in out.items():
         np.testing.assert_array_equal(t[key].numpy(), value, err_msg=key)
-    storages = {t[k].untyped_storage().data_ptr() for k in t if k != "masked_lm_weights"}
+    made = {"masked_lm_weights", *PLAN_KEYS}  # made on unpacking: the float weights, the unpadded layout
+    storages = {t[k].untyped_storage().data_ptr() for k in t if k not in made}
     assert len(storages) == 1  # one buffer: one shared-memory handover per batch
     assert {k: str(v.dtype) for k, v in t.items()} == {
         "input_ids": "torch.int64",
@@ -65,7 +67,14 @@ def test_padding_segments_and_masks() -> None:
         "masked_lm_weights": "torch.float32",
         "next_sentence_labels": "torch.int64",
         "instance_ids": "torch.int64",
+        "unpad_index": "torch.int64",
+        "unpad_inverse": "torch.int64",
+        "cu_seqlens": "torch.int32",
     }
+    # the unpadded layout of lengths 5, 13, 6: 24 real rows, 40 filler rows up to the quantum (64)
+    assert t["cu_seqlens"].tolist() == [0, 5, 18, 24, 64]
+    assert t["unpad_index"][:7].tolist() == [0, 1, 2, 3, 4, 16, 17]
+    assert t["unpad_inverse"][16:19].tolist() == [5, 6, 7] and int(t["unpad_inverse"][5]) == 64
 
 
 @pytest.mark.parametrize(("rows", "width"), [([0], 8), ([0, 2], 8), ([1], 16)])

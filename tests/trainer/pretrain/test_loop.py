@@ -85,6 +85,8 @@ def test_metrics_have_every_field_and_mlm_accuracy_rises(trained, tmp_path):
         "grad_norm",
         "seq_per_s",
         "tokens_per_s",
+        "tokens",
+        "slots",
     ):
         assert key in rows[0], key
     # 40 steps reach the frequency plateau (~0.07 on this corpus): compare the last 4 logged steps' mean with
@@ -100,6 +102,16 @@ def test_metrics_have_every_field_and_mlm_accuracy_rises(trained, tmp_path):
 
     png = plot_run(run, tmp_path / "run.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unpadded_run_logs_the_padded_runs_losses_and_computes_little_padding(demo_shards, tmp_path):
+    kw = {"max_steps": 3, "checkpoint_every": 3, "dropout": 0.0}
+    unpadded = train(demo_shards, tmp_path / "unpad", **kw)  # the default
+    padded = train(demo_shards, tmp_path / "pad", unpad=False, **kw)
+    for a, b in zip(unpadded, padded, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["tokens"] == b["tokens"]
+        assert a["tokens"] <= a["slots"] < a["tokens"] + 64 < b["slots"]  # the quantum's filler, no padding
+    assert sum(r["tokens"] for r in padded) / sum(r["slots"] for r in padded) < 0.9  # what padding cost
 
 
 def test_kill_9_then_resume_auto_logs_the_same_losses(demo_shards, tmp_path):
