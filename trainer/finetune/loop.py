@@ -178,6 +178,7 @@ class Epochs:
             epoch_loss += loss
             window += loss
             if t.step % cfg.run.log_every == 0:
+                t.check()  # a step skipped for a NaN or inf gradient ends the run here (nothing read before)
                 s = D.all_reduce_sum(window.clone(), info).tolist()
                 record = {
                     "step": t.step,
@@ -192,6 +193,7 @@ class Epochs:
                 window.zero_()
             if t.step >= self.total_steps:
                 break
+        t.check()  # before the epoch's evaluation and checkpoint
         s = D.all_reduce_sum(epoch_loss.clone(), info).tolist()
         return s[0] / max(s[1], 1)
 

@@ -48,7 +48,10 @@ class Lamb(torch.optim.Optimizer):
 
     def _group_step(self, group: dict, params: list[Tensor], found_inf: Tensor | None) -> None:
         beta1, beta2 = group["betas"]
-        grads, exp_avgs, exp_avg_sqs, steps = [], [], [], []
+        grads: list[Tensor] = []
+        exp_avgs: list[Tensor] = []
+        exp_avg_sqs: list[Tensor] = []
+        steps: list[Tensor] = []
         for p in params:
             state = self.state[p]
             if not state:
@@ -57,6 +60,7 @@ class Lamb(torch.optim.Optimizer):
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             elif state["step"].device != p.device:  # a state saved when the count lived on the host
                 state["step"] = state["step"].to(p.device, torch.float32)
+            assert p.grad is not None  # params are those with a gradient
             grads.append(p.grad)
             exp_avgs.append(state["exp_avg"])
             exp_avg_sqs.append(state["exp_avg_sq"])

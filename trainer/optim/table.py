@@ -1,12 +1,14 @@
 """The optimizer table: every optimizer that ``berttrain pretrain`` and ``berttrain finetune`` build, by the name
 ``--optimizer`` takes, and the schedules ``--lr-schedule`` names (:mod:`bertstream.trainer.optim.schedule`).
 
-- adamw: PyTorch's AdamW, fused on CUDA.
+- adamw: PyTorch's AdamW, fused (CUDA and CPU).
 - lamb: LAMB (:mod:`bertstream.trainer.optim.lamb`), for very large batches.
 
 Adding an optimizer: its module in this folder (a ``torch.optim.Optimizer``, which brings ``state_dict`` and
 ``load_state_dict``, so checkpoints and resume need nothing more) and a row in ``OPTIMIZERS``; both commands
-offer it. Every optimizer gets the same parameter groups (:mod:`bertstream.trainer.optim.groups`), each with
+offer it. Its ``step`` must honour a ``found_inf`` attribute (a float 0-dim tensor on the device, 1: leave
+parameters and state as they were), as fused AdamW and LAMB do: a step whose gradient is not finite is skipped
+on the device, never read on the host (``runtime.Training.optimizer_step``). Every optimizer gets the same parameter groups (:mod:`bertstream.trainer.optim.groups`), each with
 its own rate and weight decay. This module imports no torch until an optimizer is built: ``--help`` reads the
 table for the flag's choices.
 """
@@ -39,7 +41,8 @@ class Settings:
 def _adamw(groups: list[dict], s: Settings) -> torch.optim.Optimizer:
     import torch
 
-    return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=s.eps, fused=s.on_cuda or None)
+    # fused on every device (CPU too): the one AdamW of PyTorch that honours found_inf, the skipped step
+    return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=s.eps, fused=True)
 
 
 def _lamb(groups: list[dict], s: Settings) -> torch.optim.Optimizer:
