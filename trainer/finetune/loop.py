@@ -49,6 +49,7 @@ from bertstream.trainer.finetune.health import finetune_warning
 from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
 from bertstream.trainer.finetune.tasks import Task, get_task
 from bertstream.trainer.metrics import MetricsLogger
+from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig, with_dropout
 from bertstream.trainer.optim.schedule import build_scheduler
 from bertstream.trainer.optim.table import build_optimizer
@@ -108,7 +109,7 @@ def describe(train: TaskData, evaluation: TaskData, raw: torch.nn.Module, info: 
     glue = f" ({train.glue})" if train.glue else ""
     return (
         f"{train.kind}{glue}: {len(train)} train rows, {len(evaluation)} eval rows, "
-        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, device {info.device}, "
+        f"{num_parameters(raw) / 1e6:.1f}M parameters, device {info.device}, "
         f"world {info.world_size}"
     )
 
