@@ -33,7 +33,7 @@ from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.data.collate import Batch, Counts
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import MetricsLogger, Throughput
-from bertstream.trainer.model import BertForPreTraining
+from bertstream.trainer.model import BertForPreTraining, num_parameters
 from bertstream.trainer.model_config import BertConfig, pretraining_flops
 from bertstream.trainer.optim.advice import pretrain_warning
 from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
@@ -184,7 +184,14 @@ def build_model(
     compiled: torch.nn.Module = raw
     if compiles(cfg.compile, info.device.type):
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
-        compiled = cast(torch.nn.Module, torch.compile(raw, mode=mode))
+        # dynamic: one graph for every batch length and masked-position count (a batch's T and P change from
+        # one to the next); the default compiled the first shape, then recompiled at the second
+        compiled = cast(torch.nn.Module, torch.compile(raw, mode=mode, dynamic=True))
+        # no "duck sizing": a batch whose masked count happened to equal its batch size (P == B) tied the two
+        # sizes in a guard, and the next batch recompiled (seen in a real run); read when the graph is traced
+        import torch.fx.experimental._config as fx_config
+
+        fx_config.use_duck_shape = False
     return R.wrap(
         compiled, info, find_unused_parameters=cfg.objective.no_nsp
     ), raw  # --no-nsp: the NSP head gets no grads
@@ -346,7 +353,7 @@ def data_position(cfg: TrainConfig, loader: PretrainingLoader) -> dict[str, Any]
 
 def describe(raw: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> str:
     return (
-        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {loader.num_samples} instances, "
+        f"{num_parameters(raw) / 1e6:.1f}M parameters, {loader.num_samples} instances, "
         f"{loader.steps_per_epoch} steps/epoch of {loader.global_batch_size * cfg.grad_accum} sequences, "
         f"{loader.dropped_per_epoch} dropped per epoch, device {info.device}, world {info.world_size}"
     )

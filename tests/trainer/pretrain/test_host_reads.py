@@ -93,3 +93,51 @@ def test_eval_batches_are_pinned_on_cuda_as_the_training_batches(demo_shards, tm
         info = D.DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device(device))
         assert eval_data_loader(cfg, data, info).config.pin_memory is pinned
         assert data_loader(cfg, data, info).config.pin_memory is pinned
+
+
+def test_a_compiled_run_does_not_recompile_across_steps_or_at_its_evaluations(tmp_path, monkeypatch):
+    """Frames torch.compile traces after step 1 of a real compiled run whose batches change length and masked
+    count from one to the next, with evaluations at steps 2, 4 and 6: none (the evaluation graph is compiled
+    at start-up, and one dynamic graph serves every shape). Dynamo with the eager backend: the graphs and their
+    guards, hence recompilations, are dynamo's; the backend only makes the test cheap."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from benchmarks.lib.synthetic_shards import bert_like_vocab, make_instances, write_dataset
+    from bertstream.trainer import distributed as D
+
+    data = tmp_path / "data"
+    vocab = bert_like_vocab(1000)
+    inst = make_instances(256, seed=1, vocab=vocab, max_len=64, full_fraction=0.2, max_masked=10)
+    write_dataset(data, inst, [128, 128], vocab=vocab, rows_per_batch=64, formats=("arrow",))
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: real(model, **{**kw, "backend": "eager", "mode": None}))
+    torch._dynamo.reset()
+    counters.clear()
+    after_step_1: list[int] = []
+    at_step = D.at_step
+
+    def noted(step: int) -> None:
+        if step == 1:
+            after_step_1.append(sum(counters["frames"].values()))
+        at_step(step)
+
+    monkeypatch.setattr(D, "at_step", noted)
+    cfg = TrainConfig.build(
+        paths=(str(data),),
+        output=str(tmp_path / "run"),
+        batch_size=2,
+        max_steps=6,
+        warmup_steps=1,
+        log_every=2,
+        checkpoint_every=1000,
+        eval_data=str(data),
+        eval_every=2,
+        eval_batches=3,
+        num_workers=0,
+        tensorboard=False,
+        compile=True,
+    )
+    pretrain(cfg)
+    assert after_step_1 and after_step_1[0] > 0
+    assert sum(counters["frames"].values()) == after_step_1[0]
