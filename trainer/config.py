@@ -197,6 +197,14 @@ class ObjectiveConfig:
         check_masking(self)  # the loader's one rule (trainer.data.config): a bad flag is refused before anything runs
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+
+
+def compiles(flag: bool | None, device_type: str) -> bool:
+    """``--compile/--no-compile``, or when neither is given the device's default: on CUDA only (see the flag)."""
+    return device_type == "cuda" if flag is None else flag
+
+
 DATA_LINKED = ("batch_size", "seed", "masking", "mlm_probability", "max_predictions", "whole_word_mask")
 
 
@@ -213,7 +221,17 @@ class TrainConfig:
     max_steps: int = opt(10_000, "Also the end of the linear decay.")
     max_minutes: float = opt(0.0, "Stop early (evaluate, checkpoint) after this wall time.")
     optim: PretrainOptim = section(PretrainOptim)
-    compile: bool = opt(False, "torch.compile the model.")
+    compile: bool | None = opt(
+        None,
+        "torch.compile the model: on by default on CUDA; off by default on CPU, where it measured slower over a few "
+        "hundred steps (compiling costs more than it saves; docs/pretraining.md).",
+        flag="--compile/--no-compile",
+    )
+    compile_mode: str = opt(
+        "default",
+        "torch.compile mode: default; reduce-overhead (CUDA graphs: fewer launches); max-autotune (longer start-up).",
+        choices=COMPILE_MODES,
+    )
     eval_every: int = opt(500)
     eval_batches: int = opt(50)
     checkpoint: CheckpointConfig = section(CheckpointConfig)

@@ -74,7 +74,9 @@ def init_bert_weights(module: nn.Module, std: float, generator: torch.Generator 
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
-            _normal_(m.weight, std, generator)
+            rows = getattr(m, "real_rows", m.num_embeddings)  # padded rows (see pad_vocab) stay zero
+            _normal_(m.weight[:rows], std, generator)
+            m.weight[rows:].zero_()
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
@@ -99,10 +101,44 @@ def seeded_init(module: nn.Module, std: float, seed: int, stream: str) -> None:
 # ----------------------------------------------------------------------------------------------- model
 
 
+VOCAB_MULTIPLE = 64
+
+
+def pad_vocab(vocab_size: int) -> int:
+    """The rows the model allocates for ``vocab_size`` tokens: a multiple of :data:`VOCAB_MULTIPLE`, so that the
+    MLM decoder's GEMM (and the embedding's gradient) run on aligned shapes (30,522 -> 30,528, as NVIDIA's and
+    MosaicBERT's scripts pad). The padded rows are zero, never looked up (ids < vocab_size), their logits
+    sliced off before the loss; ``state_dict`` and ``load_state_dict`` see the real size only, so checkpoints,
+    exports and Hugging Face weights keep it."""
+    return -(-vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+
+def _keep_real_rows(module: nn.Module, key: str, rows: int) -> None:
+    """``module``'s parameter ``key`` (padded to more than ``rows`` rows) saved and loaded at ``rows`` rows."""
+
+    def save(mod: nn.Module, state: dict, prefix: str, local_metadata: object) -> None:
+        if prefix + key in state:
+            state[prefix + key] = state[prefix + key][:rows]
+
+    def load(mod: nn.Module, state: dict, prefix: str, *args: object) -> None:
+        value = state.get(prefix + key)
+        current = mod.get_parameter(key)
+        if isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] == rows < current.shape[0]:
+            padding = value.new_zeros((current.shape[0] - rows, *value.shape[1:]))
+            state[prefix + key] = torch.cat((value, padding))
+
+    module.register_state_dict_post_hook(save)
+    module.register_load_state_dict_pre_hook(load)
+    # the optimizer's state too (optim.table.keep_real_rows reads this; a module attribute survives to_empty)
+    setattr(module, "padded_parameters", {**getattr(module, "padded_parameters", {}), key: rows})  # noqa: B010
+
+
 class BertEmbeddings(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.word_embeddings = nn.Embedding(pad_vocab(config.vocab_size), config.hidden_size)
+        self.word_embeddings.real_rows = config.vocab_size  # type: ignore[assignment]  # read by init_bert_weights
+        _keep_real_rows(self, "word_embeddings.weight", config.vocab_size)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -321,11 +357,14 @@ class BertLMPredictionHead(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.vocab_size = config.vocab_size
+        self.bias = nn.Parameter(torch.zeros(pad_vocab(config.vocab_size)))
+        _keep_real_rows(self, "bias", config.vocab_size)
 
     def forward(self, x: Tensor, decoder_weight: Tensor) -> Tensor:
-        # x: [..., H], decoder_weight: [V, H] -> [..., V]
-        return F.linear(self.transform(x), decoder_weight, self.bias)
+        # x: [..., H], decoder_weight: [Vp, H] (padded, see pad_vocab) -> [..., V]: padded logits never win
+        # nor enter the loss
+        return F.linear(self.transform(x), decoder_weight, self.bias)[..., : self.vocab_size]
 
 
 class BertPreTrainingHeads(nn.Module):
@@ -442,5 +481,13 @@ def mean_losses(out: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def num_parameters(model: nn.Module) -> int:
-    """Distinct parameters (the tied decoder is the word embedding, counted once)."""
-    return sum(p.numel() for p in model.parameters())
+    """Distinct parameters (the tied decoder is the word embedding, counted once), at the real vocabulary size
+    (the padded rows, see :func:`pad_vocab`, are none of the model's)."""
+    padding = 0
+    for m in model.modules():
+        rows = getattr(m, "real_rows", None)
+        if isinstance(m, nn.Embedding) and isinstance(rows, int):
+            padding += (m.num_embeddings - rows) * m.embedding_dim
+        elif isinstance(m, BertLMPredictionHead):
+            padding += m.bias.numel() - m.vocab_size
+    return sum(p.numel() for p in model.parameters()) - padding

@@ -172,6 +172,8 @@ class Training:
     scheduler: LambdaLR
     max_grad_norm: float
     step: int = 0
+    bad_step: torch.Tensor | None = None  # see optimizer_step: on the device, read only by check()
+    bad_norm: torch.Tensor | None = None
 
     @property
     def lr(self) -> float:
@@ -180,22 +182,38 @@ class Training:
     def optimizer_step(self) -> torch.Tensor:
         """Clip the gradient norm, step optimizer and schedule, clear gradients; returns the norm before clipping.
 
-        A NaN or inf norm (a NaN or inf loss, or an overflowing gradient) stops the run at the step being taken,
-        before the optimizer applies it: the weights, and so every checkpoint, stay those of the last good step.
-        The norm is already reduced over ranks by DDP, so every rank stops at the same step."""
+        Nothing is read back to the host. A NaN or inf norm (a NaN or inf loss, or an overflowing gradient) is
+        noted on the device and the optimizer skips the update there (``found_inf``, which every optimizer of
+        the table honours): the weights and the optimizer state stay those of the last good step, and so do
+        every later step's until :meth:`check` (at the next log step, before an evaluation or a checkpoint)
+        stops the run naming the step where it happened. The norm is already reduced over ranks by DDP, so
+        every rank skips, and stops, at the same step."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), self.max_grad_norm)
-        if not torch.isfinite(grad_norm):  # one scalar to the host per step: the price of never training on NaN
-            self.optimizer.zero_grad(set_to_none=True)
-            raise Diverged(
-                f"training diverged at step {self.step + 1}: the loss or its gradient is {float(grad_norm)}; stopped "
-                "before applying it, the last checkpoint before it is kept (none is written with NaN weights); lower "
-                "--lr, or check the data"
-            )
+        if self.bad_step is None or self.bad_norm is None:  # the first step whose norm was not finite (0: none)
+            self.bad_step = torch.zeros((), dtype=torch.int64, device=grad_norm.device)
+            self.bad_norm = torch.zeros((), dtype=grad_norm.dtype, device=grad_norm.device)
+        first = (self.bad_step == 0) & ~torch.isfinite(grad_norm)
+        self.bad_step = torch.where(first, self.step + 1, self.bad_step)
+        self.bad_norm = torch.where(first, grad_norm, self.bad_norm)
+        self.optimizer.found_inf = (self.bad_step != 0).float()  # type: ignore[attr-defined]
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return grad_norm
+
+    def check(self) -> None:
+        """:class:`Diverged` if a step's gradient was not finite (one scalar read: call it where the loop
+        reads anyway, at log steps and before an evaluation or a checkpoint)."""
+        if self.bad_step is None or self.bad_norm is None:
+            return
+        step = int(self.bad_step)
+        if step:
+            raise Diverged(
+                f"training diverged at step {step}: the loss or its gradient is {float(self.bad_norm)}; stopped "
+                "before applying it, the last checkpoint before it is kept (none is written with NaN weights); lower "
+                "--lr, or check the data"
+            )
 
     def restore(self, restored: ckpt.Loaded) -> None:
         """A checkpoint's optimizer, schedule and step (its weights are loaded with the model)."""

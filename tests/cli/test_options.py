@@ -146,7 +146,7 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
     # added after sections (absent from a flat config, their defaults when read): the loader's own settings
     # came with the data section becoming the loader's config
     later = {"norm_placement", "shuffle", "prefetch_factor", "pin_memory", "length_bucketing", "bucket_batches"}
-    later |= {"drop_remainder", "verify", "weights", "lr_schedule", "dist_timeout"}
+    later |= {"drop_remainder", "verify", "weights", "lr_schedule", "dist_timeout", "compile_mode"}
     now = options.saved_values(TrainConfig, cfg.to_dict())
     assert {k: v for k, v in now.items() if k not in later} == options.saved_values(TrainConfig, FLAT_TRAIN)
     assert now["norm_placement"] is None  # not given: the preset's post-LN, or --init-from's own placement

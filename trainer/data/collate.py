@@ -42,6 +42,42 @@ LAYOUT = (
 Shape = tuple[int, int, int]  # (B, T, P)
 
 
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """What a batch holds, counted on the host where it is built (a DataLoader worker), as plain numbers: the
+    training loop normalises its losses by them without reading a tensor back from the device."""
+
+    masked: int  # masked tokens with weight 1 (the MLM loss's targets)
+    sequences: int
+    tokens: int  # real tokens (the attention mask's ones)
+    lengths: tuple[int, ...] = ()  # each sequence's real tokens: a step's FLOPs (attention is quadratic in them)
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(
+            self.masked + other.masked,
+            self.sequences + other.sequences,
+            self.tokens + other.tokens,
+            self.lengths + other.lengths,
+        )
+
+
+class Batch(dict):
+    """A batch's tensors by name (a dict, as the model takes it) and its :class:`Counts` beside them."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self, tensors: dict[str, torch.Tensor], counts: Counts) -> None:
+        super().__init__(tensors)
+        self.counts = counts
+
+
+def count(flat: np.ndarray, shape: Shape) -> Counts:
+    """The :class:`Counts` of a packed batch (numpy: read where it was collated, no tensor involved)."""
+    f = _views(flat, shape)
+    lengths = tuple(int(n) for n in f["attention_mask"].sum(1))
+    return Counts(int(f["masked_lm_weights"].sum()), shape[0], sum(lengths), lengths)
+
+
 def collate(pieces: Sequence[Piece], batch_size: int, pad_id: int, vocab_size: int) -> dict[str, np.ndarray]:
     """Padded numpy batch (views of the packed buffer); see :func:`collate_packed`."""
     flat, shape = collate_packed(pieces, batch_size, pad_id, vocab_size)

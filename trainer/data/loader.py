@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from bertstream.schemas.manifest import Manifest
 from bertstream.schemas.vocab import Vocab
-from bertstream.trainer.data.collate import unpack
+from bertstream.trainer.data.collate import Batch, Counts, unpack
 from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.data.masking import dynamic_masker
 from bertstream.trainer.data.plan import EpochPlan, Layout, batch_at
@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 STATE_FORMAT = "bertstream.data_position"
 STATE_VERSION = 2  # v2: the position in global terms (samples of the global order), any W x B
-Batch = dict[str, torch.Tensor]
 
 
 class TooFewSamples(ValueError):
@@ -80,6 +79,8 @@ class PretrainingLoader:
         self._consumed = 0  # batches of this epoch handed to the caller (global batches: the same on every rank)
         self._lanes = max(1, config.num_workers)  # the run's lane count; a loaded state replaces it
         self._generation = 0  # invalidates iterators made before a reset / new iteration
+        self._stream: Iterator | None = None  # the workers' batches, across epochs (see _stream_from_here)
+        self._stream_key: tuple[int, int, int] | None = None  # (epoch, step, lanes) of its next batch
         plan = self._plan(0)
         if plan.steps == 0:
             raise TooFewSamples(
@@ -190,22 +191,57 @@ class PretrainingLoader:
         if self._consumed >= self._steps:
             self._reset(self._epoch + 1, 0)
         self._generation += 1
-        return self._run(self._generation, self._plan(self._epoch), self._consumed)
+        return self._run(self._generation)
 
-    def _run(self, generation: int, plan: EpochPlan, start: int) -> Iterator[Batch]:
+    def _run(self, generation: int) -> Iterator[Batch]:
+        stream = self._stream_from_here()
+        while self._consumed < self._steps:
+            expected = batch_at(self._consumed, self._steps, self._lanes)
+            try:
+                epoch, k, flat, shape, counts = next(stream)
+            except StopIteration:
+                raise RuntimeError(f"DataLoader stopped before batch {expected} of epoch {self._epoch}") from None
+            if (epoch, k) != (self._epoch, expected):
+                raise RuntimeError(
+                    f"DataLoader yielded batch {k} of epoch {epoch}, expected {expected} of epoch {self._epoch}: "
+                    "worker order broken"
+                )
+            self._ensure_current(generation)
+            self._consumed += 1
+            self._stream_key = self._here()
+            b, t, p = shape
+            yield Batch(unpack(flat, (b, t, p)), counts)
+            self._ensure_current(generation)
+        self._reset(self._epoch + 1, 0)
+
+    def _here(self) -> tuple[int, int, int]:
+        """(epoch, step, lanes) of the next batch: an epoch's end is the next one's start."""
+        if self._consumed >= self._steps:
+            return self._epoch + 1, 0, self._lanes
+        return self._epoch, self._consumed, self._lanes
+
+    def _stream_from_here(self) -> Iterator[tuple[int, int, torch.Tensor, tuple[int, int, int], Counts]]:
+        """The workers' batch stream, positioned at the next batch: the running one when it is there (the
+        epoch moved on by itself), else a new one (a jump: ``set_epoch``, ``load_state_dict``, a stopped
+        iteration's successor that starts elsewhere)."""
+        here = self._here()
+        if self._stream is not None and self._stream_key == here:
+            return self._stream
+        self.close()
         cfg = self.config
         dataset = LaneDataset(
             self.catalog,
-            plan,
-            start=start,
+            self._layout(),
+            epoch=here[0],
+            start=here[1],
             lanes=self._lanes,
             verify_sha256=cfg.verify == "sha256" and not self.catalog.verified,
             bucket_batches=cfg.bucket_batches if cfg.length_bucketing else 0,
             masker=self.masker,
         )
         # An own generator: DataLoader otherwise draws its worker base seed from the global torch RNG, which
-        # would shift the training loop's dropout stream whenever an epoch (or a resumed run) starts.
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self._epoch)
+        # would shift the training loop's dropout stream whenever a stream (or a resumed run) starts.
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + here[0])
         loader = DataLoader(
             dataset,
             batch_size=None,
@@ -215,25 +251,15 @@ class PretrainingLoader:
             generator=gen,
             worker_init_fn=quiet_worker_init,
         )
-        it = iter(loader)
-        try:
-            for t in range(start, plan.steps):
-                expected = batch_at(t, plan.steps, self._lanes)
-                try:
-                    k, flat, shape = next(it)
-                except StopIteration:
-                    raise RuntimeError(f"DataLoader stopped before batch {expected} of epoch {self._epoch}") from None
-                if k != expected:
-                    raise RuntimeError(f"DataLoader yielded batch {k}, expected {expected}: worker order broken")
-                self._ensure_current(generation)
-                self._consumed += 1
-                yield unpack(flat, tuple(shape))
-                self._ensure_current(generation)
-            if next(it, None) is not None:
-                raise RuntimeError(f"DataLoader yielded more than the {plan.steps - start} batches planned")
-        finally:
-            del it  # shuts workers down now, also when the caller stops early
-        self._reset(self._epoch + 1, 0)
+        self._stream, self._stream_key = iter(loader), here
+        return self._stream
+
+    def close(self) -> None:
+        """Stop the workers now (they also stop with the loader); the next iteration starts new ones."""
+        stream, self._stream, self._stream_key = self._stream, None, None
+        shutdown = getattr(stream, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
 
     def _ensure_current(self, generation: int) -> None:
         if generation != self._generation:
@@ -322,9 +348,12 @@ class PretrainingLoader:
         return ", ".join(f"{p} {m} ({m / total:.1%})" for p, m in zip(self.config.paths, quotas))
 
     def _plan(self, epoch: int) -> EpochPlan:
+        return EpochPlan(self._layout(), epoch)
+
+    def _layout(self) -> Layout:
         cfg = self.config
         weighted = self._quotas is not None
-        layout = Layout(
+        return Layout(
             [s.count for s in self.catalog.shards],
             seed=cfg.seed,
             shuffle=cfg.shuffle,
@@ -336,7 +365,6 @@ class PretrainingLoader:
             sources=[s.dataset for s in self.catalog.shards] if weighted else None,
             quotas=self._quotas,
         )
-        return EpochPlan(layout, epoch)
 
 
 def _count(value: Any, below: int) -> TypeGuard[int]:

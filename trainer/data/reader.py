@@ -10,48 +10,58 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from bertstream.trainer.data.collate import Piece, Shape, collate_packed
+from bertstream.trainer.data.collate import Counts, Piece, Shape, collate_packed, count
 from bertstream.trainer.data.masking import Masker
-from bertstream.trainer.data.plan import TAG_BUCKET, EpochPlan, batch_at, lanes_touched, rng
+from bertstream.trainer.data.plan import TAG_BUCKET, EpochPlan, Layout, batch_at, lanes_touched, rng
 from bertstream.trainer.data.shards import ShardData, open_shard
 from bertstream.trainer.data.sources import Catalog
 
 
 class LaneDataset(IterableDataset):
-    """What one DataLoader worker runs: its steps of the epoch's batch order, tagged with their batch index."""
+    """What one DataLoader worker runs: its share of the batch stream from step ``start`` of epoch ``epoch``
+    on, epoch after epoch, each batch tagged with its epoch and batch index and counted (:class:`Counts`).
+
+    One stream over every epoch, so that one set of workers serves the whole run: re-creating them at each
+    epoch stalled the loop (0.8-1.4 s) while they started and re-opened their shards."""
 
     def __init__(
         self,
         catalog: Catalog,
-        plan: EpochPlan,
+        layout: Layout,
         *,
+        epoch: int,
         start: int,
         lanes: int,
         verify_sha256: bool,
         bucket_batches: int,
         masker: Masker | None = None,
     ) -> None:
-        self.catalog, self.plan, self.start, self.lanes = catalog, plan, start, lanes
+        self.catalog, self.layout, self.epoch, self.start, self.lanes = catalog, layout, epoch, start, lanes
         self.verify_sha256, self.bucket_batches = verify_sha256, bucket_batches
         self.masker = masker
 
-    def __iter__(self) -> Iterator[tuple[int, torch.Tensor, Shape]]:
+    def __iter__(self) -> Iterator[tuple[int, int, torch.Tensor, Shape, Counts]]:
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        reader = BatchReader(
-            self.catalog,
-            self.plan,
-            verify_sha256=self.verify_sha256,
-            bucket_batches=self.bucket_batches,
-            lanes=lanes_touched(self.lanes, workers),
-            masker=self.masker,
-        )
-        steps = self.plan.steps
-        # Worker j serves steps j, j+n, ...: torch's round-robin over workers then yields them in step order.
-        for t in range(self.start + worker, steps, workers):
-            k = batch_at(t, steps, self.lanes)
-            flat, shape = reader.packed(k)
-            yield k, torch.from_numpy(flat), shape
+        i = 0  # the stream's item: worker j serves items j, j+n, ...; torch's round-robin yields them in order
+        epoch, start = self.epoch, self.start
+        while True:
+            plan = EpochPlan(self.layout, epoch)
+            reader = BatchReader(
+                self.catalog,
+                plan,
+                verify_sha256=self.verify_sha256,
+                bucket_batches=self.bucket_batches,
+                lanes=lanes_touched(self.lanes, workers),
+                masker=self.masker,
+            )
+            for t in range(start, plan.steps):
+                if i % workers == worker:
+                    k = batch_at(t, plan.steps, self.lanes)
+                    flat, shape = reader.packed(k)
+                    yield epoch, k, torch.from_numpy(flat), shape, count(flat, shape)
+                i += 1
+            epoch, start = epoch + 1, 0
 
 
 class BatchReader:

@@ -50,6 +50,7 @@ from bertstream.trainer.finetune.health import finetune_warning
 from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
 from bertstream.trainer.finetune.tasks import Task, get_task
 from bertstream.trainer.metrics import MetricsLogger
+from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig, with_dropout
 from bertstream.trainer.optim.schedule import build_scheduler
 from bertstream.trainer.optim.table import build_optimizer
@@ -110,7 +111,7 @@ def describe(train: TaskData, evaluation: TaskData, raw: torch.nn.Module, info: 
     glue = f" ({train.glue})" if train.glue else ""
     return (
         f"{train.kind}{glue}: {len(train)} train rows, {len(evaluation)} eval rows, "
-        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, device {info.device}, "
+        f"{num_parameters(raw) / 1e6:.1f}M parameters, device {info.device}, "
         f"world {info.world_size}"
     )
 
@@ -184,6 +185,7 @@ class Epochs:
             epoch_loss += loss
             window += loss
             if t.step % cfg.run.log_every == 0:
+                t.check()  # a step skipped for a NaN or inf gradient ends the run here (nothing read before)
                 s = D.all_reduce_sum(window.clone(), info).tolist()
                 record = {
                     "step": t.step,
@@ -198,6 +200,7 @@ class Epochs:
                 window.zero_()
             if t.step >= self.total_steps:
                 break
+        t.check()  # before the epoch's evaluation and checkpoint
         s = D.all_reduce_sum(epoch_loss.clone(), info).tolist()
         return s[0] / max(s[1], 1)
 

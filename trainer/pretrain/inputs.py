@@ -148,6 +148,7 @@ def eval_data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pr
                 num_workers=0,
                 skip_corrupt=False,
                 masking="static",
+                pin_memory=info.device.type == "cuda",  # as the training batches: host-to-device copies overlap
                 **DYNAMIC_ONLY,
             ),
             expected_vocab_sha256=data.vocab.sha256,

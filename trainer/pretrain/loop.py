@@ -1,9 +1,11 @@
 """``berttrain pretrain``: the pretraining loop. Reads top to bottom: set up, restore, step, log,
 evaluate, checkpoint.
 
-Loss normalisation is exact across ranks and accumulation micro-steps: before a step, the masked-token
-and sequence counts of all its micro-batches on all ranks are summed (one small all-reduce), and every
-micro-batch contributes ``sum of its losses / global count``. So W ranks with batch B, or one rank with
+Loss normalisation is exact across ranks and accumulation micro-steps: the masked-token and sequence counts
+of all a step's micro-batches on all ranks are summed (counted on the host where the batches were collated;
+across ranks one small asynchronous all-reduce, never a read back), and every micro-batch contributes
+``sum of its losses / global count``. A step that does not log reads no tensor into Python: the device runs
+ahead of the host until a log step. So W ranks with batch B, or one rank with
 B/k and ``--grad-accum k``, follow the same trajectory as one process with batch W*B (float rounding aside).
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
+import torch.distributed as dist
 
 from bertstream.cli import options
 from bertstream.cli.errors import raise_if_swallowed
@@ -26,11 +29,12 @@ from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import rundir, unpad
 from bertstream.trainer import runtime as R
-from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.config import TrainConfig, compiles
 from bertstream.trainer.data import PretrainingLoader
+from bertstream.trainer.data.collate import Batch, Counts
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import MetricsLogger, Throughput
-from bertstream.trainer.model import BertForPreTraining
+from bertstream.trainer.model import BertForPreTraining, num_parameters
 from bertstream.trainer.model_config import BertConfig, batch_flops
 from bertstream.trainer.optim.advice import pretrain_warning
 from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
@@ -90,6 +94,16 @@ class Running:
         if not v["nsp_count"]:  # --no-nsp: nothing to report
             del out["nsp_loss"], out["nsp_accuracy"]
         return out
+
+
+@torch.no_grad()
+def warm_evaluation(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> None:
+    """Compile the evaluation graph (eval mode: no dropout) before step 1: one eval batch forward, its result
+    dropped. Compiled at the first evaluation instead, it stalled the run mid-way for as long as compiling took."""
+    loader.set_epoch(0)
+    with R.evaluating(model), R.autocast(info.device, cfg.run.precision):
+        batch = next(iter(loader))
+        model(R.to_device(batch, info.device), nsp=not cfg.objective.no_nsp)
 
 
 @torch.no_grad()
@@ -173,7 +187,17 @@ def build_model(
     if restored is not None:
         R.load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
     raw.to(info.device)
-    compiled = cast(torch.nn.Module, torch.compile(raw)) if cfg.compile else raw
+    compiled: torch.nn.Module = raw
+    if compiles(cfg.compile, info.device.type):
+        mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+        # dynamic: one graph for every batch length and masked-position count (a batch's T and P change from
+        # one to the next); the default compiled the first shape, then recompiled at the second
+        compiled = cast(torch.nn.Module, torch.compile(raw, mode=mode, dynamic=True))
+        # no "duck sizing": a batch whose masked count happened to equal its batch size (P == B) tied the two
+        # sizes in a guard, and the next batch recompiled (seen in a real run); read when the graph is traced
+        import torch.fx.experimental._config as fx_config
+
+        fx_config.use_duck_shape = False
     return R.wrap(
         compiled, info, find_unused_parameters=cfg.objective.no_nsp
     ), raw  # --no-nsp: the NSP head gets no grads
@@ -214,26 +238,50 @@ def restore_position(
     R.log(f"resumed from {restored.path} at step {restored.step}", info)
 
 
-def step_counts(micro: list[dict[str, torch.Tensor]], info: D.DistInfo) -> torch.Tensor:
-    """[masked tokens, sequences, real tokens] of one optimizer step, summed over micro-batches and ranks."""
-    counts = torch.tensor(
-        [
-            [
-                float(b["masked_lm_weights"].sum()),
-                float(len(b["next_sentence_labels"])),
-                float(b["attention_mask"].sum()),
-            ]
-            for b in micro
-        ],
-        dtype=torch.float64,
-    )
-    return D.all_reduce_sum(counts.sum(0).to(info.device), info).cpu().clamp(min=1)
+@dataclass(slots=True)
+class StepCounts:
+    """An optimizer step's counts: this rank's, born on the host where its batches were collated, and the
+    divisors of its losses (masked tokens, sequences; all ranks, at least 1). On one rank the divisors are
+    those host numbers; on several they are a device tensor whose all-reduce runs while the first micro-batch
+    goes forward (:meth:`divisors` waits for it on the device, the host never reads it)."""
+
+    local: Counts
+    _divisors: torch.Tensor | tuple[float, float]
+    _pending: Any = None  # the all-reduce's work handle until waited for
+
+    def divisors(self) -> torch.Tensor | tuple[float, float]:
+        if self._pending is not None:
+            self._pending.wait()  # NCCL: the compute stream waits for the all-reduce; no host wait
+            self._pending = None
+            assert isinstance(self._divisors, torch.Tensor)
+            self._divisors.clamp_(min=1)
+        return self._divisors
+
+
+def batch_counts(batch: dict[str, torch.Tensor]) -> Counts:
+    """The counts a loader's batch carries (:class:`Batch`); another mapping's are read from its tensors
+    (one read each: tests and tools that build batches by hand, never the training loop's loader)."""
+    if isinstance(batch, Batch):
+        return batch.counts
+    weights, mask = batch["masked_lm_weights"], batch["attention_mask"]
+    lengths = tuple(int(n) for n in mask.sum(1).tolist())
+    return Counts(int(weights.sum().item()), len(batch["next_sentence_labels"]), sum(lengths), lengths)
+
+
+def step_counts(micro: list[dict[str, torch.Tensor]], info: D.DistInfo) -> StepCounts:
+    """The step's counts over its micro-batches; across ranks (several) by an asynchronous all-reduce."""
+    local = sum((batch_counts(b) for b in micro), Counts(0, 0, 0))
+    if not info.enabled:
+        return StepCounts(local, (float(max(local.masked, 1)), float(max(local.sequences, 1))))
+    # from pageable memory with non_blocking: copied to a staging buffer at once, no wait for the device
+    sums = torch.tensor([local.masked, local.sequences], dtype=torch.float64).to(info.device, non_blocking=True)
+    return StepCounts(local, sums, dist.all_reduce(sums, op=dist.ReduceOp.SUM, async_op=True))
 
 
 def train_step(
     model: torch.nn.Module,
     micro: list[dict[str, torch.Tensor]],
-    totals: torch.Tensor,
+    counts: StepCounts,
     run: Running,
     config: BertConfig,
     cfg: TrainConfig,
@@ -242,8 +290,8 @@ def train_step(
     """Forward and backward over the step's micro-batches, their sums added to ``run``; returns model FLOPs,
     (useful, computed) (see ``model_config.batch_flops``).
 
-    The step's loss is every micro-batch's loss sums over the step's global counts (``totals``): normalised
-    once, exactly. DDP averages gradients over ranks, hence ``* world_size``."""
+    The step's loss is every micro-batch's loss sums over the step's global counts: normalised once, exactly.
+    DDP averages gradients over ranks, hence ``* world_size``. Nothing is read back to the host."""
     flops = [0.0, 0.0]
     for i, batch in enumerate(micro):
         for k, f in enumerate(step_flops(batch, config, cfg, info.device)):
@@ -252,7 +300,8 @@ def train_step(
         with R.no_sync(model, last=i == len(micro) - 1):
             with R.autocast(info.device, cfg.run.precision):
                 out = model(batch, nsp=not cfg.objective.no_nsp)
-            loss = out["mlm_sum"] / float(totals[0]) + out["nsp_sum"] / float(totals[1])
+            masked, sequences = counts.divisors()
+            loss = out["mlm_sum"] / masked + out["nsp_sum"] / sequences
             (loss * info.world_size).backward()
         run.add(out)
     return flops[0], flops[1]
@@ -261,23 +310,37 @@ def train_step(
 def step_flops(
     batch: dict[str, torch.Tensor], config: BertConfig, cfg: TrainConfig, device: torch.device
 ) -> tuple[int, int]:
-    """(useful, computed) FLOPs of one micro-batch, from its host tensors (no device read)."""
-    mask = batch["attention_mask"]  # [B, T], on the host as the loader made it
-    lengths = mask.sum(1).tolist()
-    masked = batch["masked_lm_weights"].sum(1).long().tolist()
-    shape = (mask.shape[1], batch["masked_lm_positions"].shape[1])
-    rows = unpad.rows(sum(lengths)) if cfg.unpad else None
+    """(useful, computed) FLOPs of one micro-batch, from the counts its loader made on the host (no read)."""
+    counts = batch_counts(batch)
+    shape = (batch["input_ids"].shape[1], batch["masked_lm_positions"].shape[1])  # T, P: shapes, not reads
+    rows = unpad.rows(counts.tokens) if cfg.unpad else None
     dtype = R.compute_dtype(device, cfg.run.precision)
-    varlen = unpad.per_sequence(device, dtype, config.attention_dropout, compiled=cfg.compile)
-    return batch_flops(config, lengths, masked, shape, rows=rows, varlen=varlen)
+    varlen = unpad.per_sequence(device, dtype, config.attention_dropout, compiled=compiles(cfg.compile, device.type))
+    return batch_flops(config, counts.lengths, [counts.masked], shape, rows=rows, varlen=varlen)
 
 
-def out_of_time(deadline: float | None, info: D.DistInfo) -> bool:
-    """Whether ``--max-minutes`` is spent; rank 0's clock decides, so every rank stops at the same step."""
+def out_of_time(deadline: float | None, log_step: bool, info: D.DistInfo) -> bool:
+    """Whether ``--max-minutes`` is spent, on the host clock. One process checks every step; several follow
+    rank 0's clock at log steps only (the one broadcast then), so that every rank stops at the same step and
+    no other step waits for a collective."""
     if deadline is None:
         return False
-    flag = torch.tensor([float(time.monotonic() >= deadline)], device=info.device)
+    late = time.monotonic() >= deadline
+    if not info.enabled:
+        return late
+    if not log_step:
+        return False
+    flag = torch.tensor([float(late)]).to(info.device)
     return bool(D.broadcast_tensor(flag, info).item())
+
+
+def throughput(meter: Throughput, info: D.DistInfo) -> dict[str, float]:
+    """The meter's rates since its last read, sequences and tokens of all ranks (summed here, at a log step:
+    each rank counted its own on the host)."""
+    if info.enabled:
+        sums = torch.tensor([meter.seqs, meter.tokens], dtype=torch.float64).to(info.device)
+        meter.seqs, meter.tokens = (int(v) for v in D.all_reduce_sum(sums, info).tolist())
+    return meter.read()
 
 
 def write_run_config(
@@ -309,7 +372,7 @@ def data_position(cfg: TrainConfig, loader: PretrainingLoader) -> dict[str, Any]
 
 def describe(raw: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> str:
     return (
-        f"{sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M parameters, {loader.num_samples} instances, "
+        f"{num_parameters(raw) / 1e6:.1f}M parameters, {loader.num_samples} instances, "
         f"{loader.steps_per_epoch} steps/epoch of {loader.global_batch_size * cfg.grad_accum} sequences, "
         f"{loader.dropped_per_epoch} dropped per epoch, device {info.device}, world {info.world_size}"
     )
@@ -394,6 +457,9 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     if loader.weighted:
         R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
 
+    if eval_loader is not None and compiles(cfg.compile, info.device.type):
+        warm_evaluation(model, eval_loader, cfg, info)
+
     # --- train --------------------------------------------------------------------------------------
     model.train()
     batches = forever(loader)
@@ -405,28 +471,30 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     losses: list[tuple[int, float]] = []  # (step, training loss) of this run's first and last log records
     while training.step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
-        totals = step_counts(micro, info)
-        flops = train_step(model, micro, totals, run, config, cfg, info)
+        counts = step_counts(micro, info)
+        flops = train_step(model, micro, counts, run, config, cfg, info)
         grad_norm = training.optimizer_step()
         step = training.step
         D.at_step(step)
         raise_if_swallowed()  # a signal lost in a library (a lazy import under a bare except) stops the run here
         run.steps += 1
-        meter.add(int(totals[1]), int(totals[2]), *flops)
+        meter.add(counts.local.sequences, counts.local.tokens, *flops)
         bar.update(1)
-        if step < last_step and out_of_time(deadline, info):
+        log_step = step % cfg.run.log_every == 0
+        if step < last_step and out_of_time(deadline, log_step, info):
             R.log(f"--max-minutes {cfg.max_minutes} reached at step {step}", info)
             last_step = step
 
         # --- log ------------------------------------------------------------------------------------
-        if step % cfg.run.log_every == 0 or step == last_step:
+        if log_step or step == last_step:
+            training.check()  # a step that was skipped for a NaN or inf gradient ends the run here
             record: dict[str, Any] = {
                 "step": step,
                 **run.summary(info),
                 "lr": training.lr,
                 "grad_norm": float(grad_norm),
                 "epoch": loader.epoch,
-                **meter.read(),
+                **throughput(meter, info),
             }
             if loader.weighted:  # samples each folder has given so far, all ranks
                 record["samples_by_dataset"] = loader.samples_by_dataset()
@@ -442,6 +510,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
 
         # --- evaluate -------------------------------------------------------------------------------
         if eval_loader is not None and (step % cfg.eval_every == 0 or step == last_step):
+            training.check()
             record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info)}
             metrics.log(record)
             R.log(f"eval at step {step}: {figures(record)}", info)
@@ -450,11 +519,15 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         # --- checkpoint -----------------------------------------------------------------------------
         writer.poll(meet=step % cfg.run.log_every == 0)  # the last background write: complete, or its error
         if step % cfg.checkpoint.checkpoint_every == 0 or step == last_step:
+            training.check()  # never a checkpoint of a run that has diverged
             path = writer.save(run_dir, training, data_position(cfg, loader), keep=cfg.checkpoint.keep_checkpoints)
             if path is not None:
                 R.log(f"checkpoint {path}", info)
     writer.finish()  # the final checkpoint complete (every rank agrees) before the run reports its end
     bar.close()
+    loader.close()
+    if eval_loader is not None:
+        eval_loader.close()
     # judged from fresh weights only: a resumed, second-phase or --init-from run may rightly move its loss little
     fresh = losses and restored is None and cfg.model.init_from is None
     warning = pretrain_warning(losses[0], losses[-1], o.lr, config.hidden_size, o.warmup_steps) if fresh else None

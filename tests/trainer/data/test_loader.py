@@ -380,3 +380,44 @@ def test_weights_are_checked(uneven: Dataset, second: Dataset) -> None:
     state = make(uneven.path, second.path, weights=(0.5, 0.5)).state_dict()
     with pytest.raises(ValueError, match="order.*weights"):
         make(uneven.path, second.path, weights=(0.7, 0.3)).load_state_dict(state)
+
+
+def test_one_set_of_workers_serves_every_epoch_in_the_same_order(uneven: Dataset, monkeypatch) -> None:  # noqa: ANN001
+    """Workers live across epochs (re-creating them stalled each epoch's start): 3 workers over 38-batch epochs
+    (not a multiple) give the order of a loader without workers (the same 3 lanes), epoch after epoch, and a
+    resume in the second epoch continues it exactly; each batch's counts, born in the worker, are its tensors'."""
+    import bertstream.trainer.data.loader as loader_module
+
+    ref = make(uneven.path, num_workers=0)
+    ref.load_state_dict(make(uneven.path, num_workers=3).state_dict())  # 3 lanes, read in the main process
+    full = [epoch_ids(ref) for _ in range(3)]
+    made = []
+
+    class Counted(loader_module.DataLoader):
+        def __init__(self, *args, **kw) -> None:  # noqa: ANN002, ANN003
+            made.append(1)
+            super().__init__(*args, **kw)
+
+    monkeypatch.setattr(loader_module, "DataLoader", Counted)
+    ld = make(uneven.path, num_workers=3)
+    got, state = [], None
+    for epoch in range(3):
+        batches = []
+        for b in ld:
+            batches.append([uint64(int(x)) for x in b["instance_ids"]])
+            c = b.counts
+            assert (c.masked, c.sequences, c.tokens) == (
+                int(b["masked_lm_weights"].sum()),
+                len(b["instance_ids"]),
+                int(b["attention_mask"].sum()),
+            )
+            if epoch == 1 and len(batches) == 11:
+                state = json.loads(json.dumps(ld.state_dict()))
+        got.append(batches)
+    ld.close()
+    assert got == full
+    assert len(made) == 1  # one DataLoader (one set of workers) for the three epochs
+    resumed = make(uneven.path, num_workers=3)
+    resumed.load_state_dict(state)
+    assert epoch_ids(resumed) == full[1][11:] and epoch_ids(resumed) == full[2]
+    resumed.close()
