@@ -20,10 +20,10 @@ The plan (:func:`plan`) is built from the attention mask on the host, where the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -43,18 +43,29 @@ __all__ = [
     "attention_dtype",
     "per_sequence",
     "plan",
+    "sizes",
     "rows",
     "uses_varlen",
 ]
 
 QUANTUM = 64
 PLAN_KEYS = ("unpad_index", "unpad_inverse", "cu_seqlens")
+# The CPU's per-sequence attention splits the rows by each sequence's length (then the filler's): plain ints the
+# loader counted on the host (collate.Counts.lengths), put beside the tensors by the training step, so that no
+# tensor is read into Python in a step (cu_seqlens.tolist() was, every layer of every step).
+SIZES_KEY = "unpad_sizes"
 _HALF = (torch.float16, torch.bfloat16)
 
 
 def rows(real_tokens: int, quantum: int = QUANTUM) -> int:
     """Rows the unpadded encoder computes for ``real_tokens``: the next multiple of ``quantum`` above it."""
     return (real_tokens // quantum + 1) * quantum
+
+
+def sizes(lengths: Sequence[int], quantum: int = QUANTUM) -> list[int]:
+    """The row counts the per-sequence attention splits into: each sequence's real tokens, then the filler's."""
+    n = sum(lengths)
+    return [*lengths, rows(n, quantum) - n]
 
 
 def plan(attention_mask: Tensor, quantum: int = QUANTUM) -> dict[str, Tensor]:
@@ -127,13 +138,16 @@ class Unpadded:
     inverse: Tensor  # [B*T]
     cu_seqlens: Tensor  # [B+2] int32
     bias: Tensor | None = None  # [B, 1, 1, T] additive key-padding bias of the dense path (model.attention_bias)
+    split: list[int] | None = None  # SIZES_KEY's row counts, where the batch brought them (the host's)
 
     @classmethod
-    def of(cls, batch: Mapping[str, Tensor], device: torch.device) -> Unpadded:
+    def of(cls, batch: Mapping[str, Any], device: torch.device) -> Unpadded:
         b, t = batch["input_ids"].shape
         keys = batch if PLAN_KEYS[0] in batch else plan(batch["attention_mask"])
         index, inverse, cu = (keys[k].to(device, non_blocking=True) for k in PLAN_KEYS)
-        return cls(b, t, index, inverse, cu)
+        # not under torch.compile: a list of ints is a guard on each value (a graph per batch composition)
+        split = None if torch.compiler.is_compiling() else batch.get(SIZES_KEY)
+        return cls(b, t, index, inverse, cu, split=split)
 
     def gather(self, dense: Tensor) -> Tensor:
         """``[B, T, ...]`` -> ``[Nq, ...]`` (filler rows copy position 0)."""
@@ -168,10 +182,13 @@ class Unpadded:
         sync; not under ``torch.compile`` (a graph per batch composition), which takes the dense path."""
         h = qkv.shape[1] // 3
         d = h // heads
-        bounds = self.cu_seqlens.tolist()
+        split = self.split
+        if split is None:  # a batch built by hand (tests, tools): read its boundaries
+            bounds = self.cu_seqlens.tolist()
+            split = [e - s for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
         ctx = []
         # split, not slices: its backward is one concatenation, where each slice's would fill a zero [Nq, 3H]
-        for piece in qkv.split([e - s for s, e in zip(bounds[:-1], bounds[1:], strict=True)]):  # [n, 3H]
+        for piece in qkv.split(split):  # [n, 3H]
             n = piece.shape[0]
             q, k, v = piece.view(n, 3, heads, d).permute(1, 2, 0, 3)  # [heads, n, d] each
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # [heads, n, d]

@@ -296,7 +296,10 @@ def train_step(
     for i, batch in enumerate(micro):
         for k, f in enumerate(step_flops(batch, config, cfg, info.device)):
             flops[k] += f
+        lengths = batch_counts(batch).lengths
         batch = R.to_device(batch, info.device)
+        if cfg.unpad:  # the per-sequence attention's split, from the host's counts (no tensor read)
+            batch[unpad.SIZES_KEY] = unpad.sizes(lengths)  # type: ignore[assignment]
         with R.no_sync(model, last=i == len(micro) - 1):
             with R.autocast(info.device, cfg.run.precision):
                 out = model(batch, nsp=not cfg.objective.no_nsp)
