@@ -8,6 +8,7 @@ import click
 
 from bertstream.cli import options
 from bertstream.cli.options import click_options
+from bertstream.cli.version import version_option
 from bertstream.trainer.cli_errors import RankZeroGroup, reported
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.distributed import launched_main
@@ -18,6 +19,7 @@ _CTX = {"help_option_names": ["-h", "--help"], "show_default": True}
 
 
 @click.group(cls=RankZeroGroup, context_settings=_CTX)
+@version_option()
 def main() -> None:
     """Train BERT from bertstream shards: one CPU, or GPUs and nodes under torchrun."""
 
