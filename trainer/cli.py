@@ -33,7 +33,14 @@ def pretrain(**values: Any) -> None:
     with reported(TrainConfig):
         result = run(TrainConfig.build(**values))
     if launched_main():
-        click.echo(f"trained to step {result['step']}: {result['run_dir']}")
+        last = result.get("eval")
+        shown = (
+            f" (eval at step {last['step']}: mlm_loss {last['mlm_loss']:.4f}, perplexity {last['mlm_perplexity']:.2f} "
+            "per masked token)"
+            if last
+            else ""
+        )
+        click.echo(f"trained to step {result['step']}: {result['run_dir']}{shown}")
 
 
 @main.command("export-hf", context_settings=_CTX)

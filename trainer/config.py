@@ -210,7 +210,11 @@ class TrainConfig:
     optim: PretrainOptim = section(PretrainOptim)
     compile: bool = opt(False, "torch.compile the model.")
     eval_every: int = opt(500)
-    eval_batches: int = opt(50)
+    eval_batches: int = opt(
+        0,
+        "Batches of --eval-data per evaluation (each process's); 0: all of it (the remainder smaller than one batch "
+        "of all processes is left out). The log line says how many instances were evaluated of how many.",
+    )
     checkpoint: CheckpointConfig = section(CheckpointConfig)
     deterministic: bool = opt(False, "torch.use_deterministic_algorithms(True).")
     dist_timeout: float = opt(
@@ -234,7 +238,7 @@ class TrainConfig:
         # torch keeps the timeout as a timedelta: 1e300 s overflowed it (a traceback at launch), 1e-300 was 0 s
         ok = MIN_TIMEOUT_S <= self.dist_timeout <= MAX_TIMEOUT_S
         check(ok, "dist_timeout", f"must be in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}] seconds, got {self.dist_timeout}")
-        check(self.eval_batches >= 1, "eval_batches", f"must be >= 1, got {self.eval_batches}")
+        check_ints(self, ("eval_batches",), 0)
 
     @classmethod
     def build(cls, **values: Any) -> TrainConfig:

@@ -43,6 +43,7 @@ from bertstream.trainer.pretrain.inputs import (
     model_config,
     open_data,
 )
+from bertstream.trainer.pretrain.evaluation import eval_extent, perplexity
 from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, same_data
 from bertstream.trainer.progress import Progress
 
@@ -78,6 +79,7 @@ class Running:
         out = {
             "loss": mlm + nsp,
             "mlm_loss": mlm,
+            "mlm_perplexity": perplexity(mlm),
             "nsp_loss": nsp,
             "mlm_accuracy": v["mlm_correct"] / max(v["mlm_count"], 1),
             "nsp_accuracy": v["nsp_correct"] / max(v["nsp_count"], 1),
@@ -88,17 +90,18 @@ class Running:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> dict[str, float]:
-    """MLM and NSP loss and accuracy over the first ``eval_batches`` batches of the eval set (fixed order)."""
+def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
+    """MLM and NSP loss, accuracy and MLM perplexity over the eval set (fixed order): all of it, or its first
+    ``--eval-batches`` batches; ``instances`` of ``eval_instances`` say how much of it was read."""
     loader.set_epoch(0)  # the same batches every time
     run = Running.zero(info.device)
+    batches = loader.steps_per_epoch if not cfg.eval_batches else min(cfg.eval_batches, loader.steps_per_epoch)
     with R.evaluating(model):
-        for i, batch in enumerate(loader):
-            if i >= cfg.eval_batches:
-                break
+        for _, batch in zip(range(batches), loader):
             with R.autocast(info.device, cfg.run.precision):
                 run.add(model(R.to_device(batch, info.device), nsp=not cfg.objective.no_nsp))
-    return run.summary(info)
+    # every rank reads as many batches, each a slice of one global batch
+    return {**run.summary(info), "instances": batches * loader.global_batch_size, "eval_instances": loader.num_samples}
 
 
 def plan_run_dir(cfg: TrainConfig) -> ckpt.Loaded | None:
@@ -381,6 +384,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
     last_step = cfg.max_steps
     losses: list[tuple[int, float]] = []  # (step, training loss) of this run's first and last log records
+    last_eval: dict[str, Any] | None = None  # the summary's figures
     while training.step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         totals = step_counts(micro, info)
@@ -421,7 +425,8 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
         if eval_loader is not None and (step % cfg.eval_every == 0 or step == last_step):
             record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info)}
             metrics.log(record)
-            R.log(f"eval at step {step}: {figures(record)}", info)
+            R.log(f"eval at step {step}: {figures(record)} {eval_extent(record, cfg.eval_batches)}", info)
+            last_eval = record
             meter.read()  # evaluation time is not training throughput
 
         # --- checkpoint -----------------------------------------------------------------------------
@@ -437,4 +442,4 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
         R.log(warning, info)
     metrics.close()
     D.teardown()
-    return {"step": training.step, "run_dir": str(run_dir), "warnings": [warning] if warning else []}
+    return {"step": training.step, "run_dir": str(run_dir), "warnings": [warning] if warning else [], "eval": last_eval}
