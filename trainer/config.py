@@ -89,9 +89,19 @@ class OptimConfig:
     adam_eps: float = opt(1e-6, cli=False)  # BERT's
     max_grad_norm: float = opt(1.0)
     optimizer: str = opt(OPTIMIZERS[0], choices=OPTIMIZERS)
+    lr_schedule: str = opt(
+        "linear",
+        "After warm-up: linear (decay to 0 at the run's last step), cosine (half a cosine to 0 at the last step, as "
+        "Hugging Face's cosine) or wsd (warm-up-stable-decay: the peak rate until the last 20% of the run, then a "
+        "linear decay to 0).",
+        choices=LR_SCHEDULES,
+    )
 
     def __post_init__(self) -> None:
         check_finite(self)
+        check(
+            self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"
+        )
         check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         # the optimizer computes in float32: a larger rate overflowed inside its first step (a traceback)
@@ -104,19 +114,10 @@ class OptimConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PretrainOptim(OptimConfig):
     warmup_steps: int = opt(1000)
-    lr_schedule: str = opt(
-        "linear",
-        "After warm-up: linear (decay to 0 at --max-steps) or wsd (warm-up-stable-decay: the peak rate until the "
-        "last 20% of --max-steps, then a linear decay to 0).",
-        choices=LR_SCHEDULES,
-    )
 
     def __post_init__(self) -> None:
         OptimConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-        check(
-            self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -41,6 +41,7 @@ FIXED = (
     "layer_decay",
     "batch_size",
     "warmup_ratio",
+    "lr_schedule",
     "weight_decay",
     "adam_eps",
     "max_grad_norm",
