@@ -7,13 +7,14 @@ from typing import Any
 import click
 
 from bertstream.cli import options
-from bertstream.cli.options import click_options
+from bertstream.cli.options import click_options, config_option
 from bertstream.cli.version import version_option
 from bertstream.trainer.cli_errors import RankZeroGroup, reported
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.distributed import launched_main
 from bertstream.trainer.embed import EmbedConfig
 from bertstream.trainer.finetune.config import FinetuneConfig
+from bertstream.trainer.run_config import config_help, saved_flags
 
 _CTX = {"help_option_names": ["-h", "--help"], "show_default": True}
 
@@ -25,6 +26,7 @@ def main() -> None:
 
 
 @main.command(context_settings=_CTX)
+@config_option(TrainConfig, lambda path: saved_flags(path, "pretrain", TrainConfig), config_help("pretrain"))
 @click_options(TrainConfig)
 def pretrain(**values: Any) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
@@ -75,6 +77,7 @@ def plot(run_dirs, output, baseline_from) -> None:
 
 
 @main.command(context_settings=_CTX)
+@config_option(FinetuneConfig, lambda path: saved_flags(path, "finetune", FinetuneConfig), config_help("finetune"))
 @click_options(FinetuneConfig)
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --output.")
 def finetune(overwrite: bool, **values: Any) -> None:

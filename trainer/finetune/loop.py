@@ -46,7 +46,14 @@ from bertstream.trainer.finetune.data import (
 )
 from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
 from bertstream.trainer.finetune.health import finetune_warning
-from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
+from bertstream.trainer.finetune.resume import (
+    CONFIG_FILE,
+    RESULTS_FILE,
+    RESUME_DIR,
+    check_resume,
+    plan_output,
+    prepare_output,
+)
 from bertstream.trainer.finetune.tasks import Task, get_task
 from bertstream.trainer.metrics import MetricsLogger
 from bertstream.trainer.model_config import BertConfig, with_dropout
@@ -345,6 +352,8 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
     run_config["lowercase"] = train.manifest.lowercase  # the data's casing: export-hf's tokenizer.json follows it
     saver = Saver(run_dir, R.CheckpointWriter(run_config, init.vocab.text(), info))
+    if info.is_main:  # the run's flags, as each checkpoint holds them: what --config starts a run from
+        ckpt.write_text_atomic(run_dir / CONFIG_FILE, json.dumps(run_config, indent=2) + "\n")
 
     # --- restore --------------------------------------------------------------------------------------
     first_epoch = 1

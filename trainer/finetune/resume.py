@@ -19,9 +19,11 @@ from bertstream.trainer.finetune.tasks import TASKS
 from bertstream.trainer.metrics import METRICS_FILE
 
 RESULTS_FILE = "results.json"
+CONFIG_FILE = "config.json"  # the run's configuration (berttrain finetune --config reads it)
 RESUME_DIR = "resume"  # RUN/resume/checkpoints/step-N: the latest epoch's full state (the best is in checkpoints/)
 _OUTPUTS = (
     RESULTS_FILE,
+    CONFIG_FILE,
     METRICS_FILE,
     *sorted({t.predictions_file for t in TASKS.values()}),
     ckpt.CHECKPOINTS,

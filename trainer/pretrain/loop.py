@@ -34,6 +34,7 @@ from bertstream.trainer.model_config import BertConfig, pretraining_flops
 from bertstream.trainer.optim.advice import pretrain_warning
 from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
 from bertstream.trainer.optim.table import build_optimizer
+from bertstream.trainer.pretrain.evaluation import eval_extent, perplexity
 from bertstream.trainer.pretrain.inputs import (
     OpenedData,
     check_seq_length,
@@ -43,7 +44,6 @@ from bertstream.trainer.pretrain.inputs import (
     model_config,
     open_data,
 )
-from bertstream.trainer.pretrain.evaluation import eval_extent, perplexity
 from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, same_data
 from bertstream.trainer.progress import Progress
 
@@ -184,7 +184,8 @@ def restore_position(
     old_end = extend_schedule(training.scheduler, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
     if old_end is not None:
         R.log(
-            f"--max-steps {cfg.max_steps}: the {cfg.optim.lr_schedule} decay now ends at step {cfg.max_steps} (was {old_end}); "
+            f"--max-steps {cfg.max_steps}: the {cfg.optim.lr_schedule} decay now ends at step {cfg.max_steps} "
+            f"(was {old_end}); "
             f"learning rate {training.lr:.3g} at step {restored.step}",
             info,
         )
