@@ -91,8 +91,10 @@ def finetune(overwrite: bool, **values: Any) -> None:
         return
     best = results["best"]
     value = "n/a (unlabeled eval data)" if best["value"] is None else f"{best['value']:.4f}"
+    stop = results.get("early_stopping", {})
+    stopped = f"stopped early at step {stop['step']} (--patience {stop['patience']}); " if stop.get("stopped") else ""
     click.echo(
-        f"best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
+        f"{stopped}best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
         f"{cfg.run.output}/results.json, {cfg.run.output}/{best['predictions']}"
     )
 

@@ -62,10 +62,22 @@ class FinetuneConfig:
         "checkpoint never trained it).",
         choices=POOLINGS,
     )
-    batch_size: int = opt(32, "Rows per device and step.")
+    batch_size: int = opt(32, "Rows per device and batch.")
+    grad_accum: int = opt(
+        1,
+        "Batches per optimizer step (gradient accumulation): a step reads --batch-size x --grad-accum rows a process.",
+    )
     eval_batch_size: int = opt(0, "0: twice --batch-size.")
     optim: FinetuneOptim = section(FinetuneOptim, lr=5e-5)
     max_steps: int = opt(0, "> 0: train this many steps (overrides --epochs).")  # as Hugging Face's --max_steps
+    eval_every: int = opt(
+        0, "> 0: also evaluate every this many optimizer steps inside an epoch (each epoch's end is evaluated always)."
+    )
+    patience: int = opt(
+        0,
+        "> 0: stop early after this many evaluations in a row without a better primary dev metric (the best "
+        "evaluation's weights are kept); said in the log and results.json. 0: train to the end.",
+    )
     num_workers: int = opt(0, "Data-loader worker processes per rank.")  # task data is in memory
     max_answer_length: int = opt(30, "SQuAD: longest answer span in tokens.")
     n_best: int = opt(20, "SQuAD: start/end candidates per window.")
@@ -81,8 +93,8 @@ class FinetuneConfig:
             f"{output}: the run folder must be local (checkpoints and "
             "predictions are written to local files); --train-data and --eval-data may be s3://...",
         )
-        check_ints(self, ("epochs", "batch_size", "max_answer_length", "n_best"), 1)
-        check_ints(self, ("eval_batch_size", "max_steps", "num_workers"), 0)
+        check_ints(self, ("epochs", "batch_size", "grad_accum", "max_answer_length", "n_best"), 1)
+        check_ints(self, ("eval_batch_size", "max_steps", "num_workers", "eval_every", "patience"), 0)
         check_processes("num_workers", self.num_workers, per_rank=True)
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
