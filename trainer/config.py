@@ -19,7 +19,7 @@ from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.table import LR_SCHEDULES
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
 
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OPTIMIZERS = tuple(OPTIMIZER_TABLE)  # one table for both commands (trainer.optim.table)
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
@@ -64,7 +64,12 @@ class RunConfig:
 
     output: str = opt(help="Run folder: metrics.jsonl, checkpoints/, tensorboard/.")
     seed: int = opt(0)
-    precision: str = opt("auto", "auto: bf16 autocast on CUDA, fp32 on CPU.", choices=PRECISIONS)
+    precision: str = opt(
+        "auto",
+        "auto: bf16 autocast on a CUDA GPU that has it (Ampere on), else fp32; fp16: autocast with loss scaling, "
+        "for GPUs without bf16 (V100, T4; refused on the CPU).",
+        choices=PRECISIONS,
+    )
     log_every: int = opt(10)
     tensorboard: bool = opt(True, flag="--no-tensorboard", negate=True)
     device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
@@ -77,6 +82,11 @@ class RunConfig:
         check(self.seed <= MAX_SEED, "seed", f"must be at most 2**32 - 1, got {self.seed!r}")
         check(bool(self.output), "output", "is required")  # "" was the current folder: a run written into it
         check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
+        check(
+            not (self.precision == "fp16" and self.device == "cpu"),
+            "precision",
+            "fp16 needs a CUDA GPU (its loss scaling is for GPUs without bf16): use fp32 or bf16 with --device cpu",
+        )
         check_device(self.device)
 
 

@@ -7,6 +7,7 @@ state). One owner for each, so the two loops cannot drift apart.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -118,11 +119,52 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+@functools.cache
+def has_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes in bf16 natively: every CPU torch runs on, a CUDA GPU from Ampere on (a V100 or T4
+    only emulates it, slowly)."""
+    return device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """``--precision`` against the device the run computes on: fp16 (its loss scaling is for GPUs) only on CUDA,
+    bf16 only where the device has it."""
+    if precision == "fp16" and device.type != "cuda":
+        raise RunError(
+            f"--precision fp16 needs a CUDA GPU (this run computes on {device}; fp16 with loss scaling is for GPUs "
+            "without bf16): use --precision fp32 or bf16 on the CPU"
+        )
+    if precision == "bf16" and not has_bf16(device):
+        raise RunError(
+            f"--precision bf16: {torch.cuda.get_device_name(device)} has no native bf16 (before Ampere): use "
+            "--precision fp16 (with loss scaling) or fp32"
+        )
+
+
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """bf16 autocast for ``bf16``, or ``auto`` on CUDA; fp32 otherwise."""
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+    """bf16 autocast for ``bf16``, or ``auto`` on a CUDA GPU that has bf16; fp16 autocast for ``fp16`` (its
+    gradients scaled: :func:`grad_scaler`); fp32 otherwise."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda" and has_bf16(device)):
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    if precision == "fp16":
+        return torch.autocast(device_type=device.type, dtype=torch.float16)
     return contextlib.nullcontext()
+
+
+def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler | None:
+    """fp16's dynamic loss scaling (``torch.amp.GradScaler``), None for the other precisions: the loss is
+    multiplied before backward so small fp16 gradients do not flush to zero, the gradients divided back before
+    clipping, and a step whose gradients overflowed is skipped with a halved scale."""
+    return torch.amp.GradScaler(device.type) if precision == "fp16" else None
+
+
+def backward(loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> None:
+    """``loss.backward()``, scaled under fp16 (``scaler``)."""
+    (loss if scaler is None else scaler.scale(loss)).backward()
+
+
+# Scale below which an overflow is no longer fp16's range but a diverged run (from 65536, 17 overflows in a row).
+MIN_LOSS_SCALE = 1.0
 
 
 def to_device(batch: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -166,6 +208,11 @@ class Training:
     scheduler: LambdaLR
     max_grad_norm: float
     step: int = 0
+    scaler: torch.amp.GradScaler | None = None  # --precision fp16: loss scaling (grad_scaler)
+    skipped: int = 0  # fp16 steps skipped on an overflow, this process's run
+
+    def backward(self, loss: torch.Tensor) -> None:
+        backward(loss, self.scaler)
 
     @property
     def lr(self) -> float:
@@ -177,15 +224,30 @@ class Training:
         A NaN or inf norm (a NaN or inf loss, or an overflowing gradient) stops the run at the step being taken,
         before the optimizer applies it: the weights, and so every checkpoint, stay those of the last good step.
         The norm is already reduced over ranks by DDP, so every rank stops at the same step."""
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients
         grad_norm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), self.max_grad_norm)
-        if not torch.isfinite(grad_norm):  # one scalar to the host per step: the price of never training on NaN
+        finite = bool(torch.isfinite(grad_norm))  # one scalar to the host per step: the price of never training on NaN
+        if not finite and self.scaler is not None and self.scaler.get_scale() > MIN_LOSS_SCALE:
+            # fp16 overflowed at this scale: the step is skipped (counted, as Hugging Face does) with a halved scale
+            self.scaler.update()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.step += 1
+            self.skipped += 1
+            return grad_norm
+        if not finite:
             self.optimizer.zero_grad(set_to_none=True)
             raise Diverged(
                 f"training diverged at step {self.step + 1}: the loss or its gradient is {float(grad_norm)}; stopped "
                 "before applying it, the last checkpoint before it is kept (none is written with NaN weights); lower "
                 "--lr, or check the data"
             )
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -211,6 +273,14 @@ class Training:
             raise RunError(f"{restored.path}/state.json: damaged scheduler state ({odd})")
         load_state(self.scheduler, saved, "scheduler state (state.json)", restored.path)
         self.step = restored.step
+        scale = restored.state.get("grad_scaler")
+        if self.scaler is not None and scale is not None:  # (a run saved in another precision has none: a fresh one)
+            odd = layout_mismatch(self.scaler.state_dict(), scale, "grad_scaler")
+            if odd is None and not (math.isfinite(scale["scale"]) and scale["scale"] > 0):
+                odd = f"grad_scaler.scale {scale['scale']!r} is not a positive number"
+            if odd is not None:
+                raise RunError(f"{restored.path}/state.json: damaged loss-scaler state ({odd})")
+            self.scaler.load_state_dict(scale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +302,8 @@ class CheckpointWriter:
         rng = gather_rng(self.info) if resumable else {}
         if resumable:
             state = {"scheduler": training.scheduler.state_dict(), **state}
+            if training.scaler is not None:  # fp16's loss scale, so a resume goes on with it
+                state["grad_scaler"] = training.scaler.state_dict()
         path = None
         if self.info.is_main:
             path = ckpt.save(

@@ -155,7 +155,7 @@ class Epochs:
                 with R.no_sync(t.model, last=i == len(micro) - 1):
                     with R.autocast(info.device, cfg.run.precision):
                         out = t.model(R.to_device(batch, info.device))
-                    (out["loss"] * share).backward()
+                    t.backward(out["loss"] * share)
                 step_loss += out["loss"].detach().double() * share
             grad_norm = t.optimizer_step()
             steps_left -= 1
@@ -271,6 +271,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
     # --- set up: every input is checked before the output folder is touched ----------------------------
     run_dir = Path(cfg.run.output)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
+        R.check_precision(cfg.run.precision, info.device)
         task = get_task(cfg.task)
         restored, existing = plan_output(run_dir, cfg, overwrite)
         if restored is not None:
@@ -296,6 +297,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
     optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, layer_decay=o.layer_decay)
     scheduler = build_scheduler(optimizer, int(o.warmup_ratio * total_steps), total_steps, o.lr_schedule)
     training = R.Training(model, raw, optimizer, scheduler, o.max_grad_norm)
+    training.scaler = R.grad_scaler(info.device, cfg.run.precision)
     R.seed_dropout(cfg.run.seed, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
     results = new_results(cfg, task, train, evaluation, init, config, **plan)

@@ -236,6 +236,7 @@ def train_step(
     config: BertConfig,
     cfg: TrainConfig,
     info: D.DistInfo,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> float:
     """Forward and backward over the step's micro-batches, their sums added to ``run``; returns model FLOPs.
 
@@ -248,7 +249,7 @@ def train_step(
             with R.autocast(info.device, cfg.run.precision):
                 out = model(batch, nsp=not cfg.objective.no_nsp)
             loss = out["mlm_sum"] / float(totals[0]) + out["nsp_sum"] / float(totals[1])
-            (loss * info.world_size).backward()
+            R.backward(loss * info.world_size, scaler)
         run.add(out)
         b, t = batch["input_ids"].shape
         flops += pretraining_flops(config, t, batch["masked_lm_positions"].shape[1]) * b
@@ -344,6 +345,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
     run_dir = Path(cfg.run.output)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
+        R.check_precision(cfg.run.precision, info.device)
         for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
             if note:
                 R.log(note, info)
@@ -364,6 +366,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps)
     scheduler = build_scheduler(optimizer, o.warmup_steps, cfg.max_steps, o.lr_schedule)
     training = R.Training(model, raw, optimizer, scheduler, o.max_grad_norm)
+    training.scaler = R.grad_scaler(info.device, cfg.run.precision)
     R.seed_dropout(cfg.run.seed, info)
     if restored is not None and not cfg.checkpoint.reset_optimizer:
         restore_position(cfg, restored, training, loader, info)
@@ -389,7 +392,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
     while training.step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         totals = step_counts(micro, info)
-        flops = train_step(model, micro, totals, run, config, cfg, info)
+        flops = train_step(model, micro, totals, run, config, cfg, info, training.scaler)
         grad_norm = training.optimizer_step()
         step = training.step
         D.at_step(step)
@@ -408,6 +411,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
                 "lr": training.lr,
                 "grad_norm": float(grad_norm),
                 "epoch": loader.epoch,
+                **({"loss_scale": training.scaler.get_scale()} if training.scaler else {}),  # fp16
                 **meter.read(),
             }
             if loader.weighted:  # samples each folder has given so far, all ranks
