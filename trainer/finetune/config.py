@@ -79,6 +79,11 @@ class FinetuneConfig:
         "evaluation's weights are kept); said in the log and results.json. 0: train to the end.",
     )
     num_workers: int = opt(0, "Data-loader worker processes per rank.")  # task data is in memory
+    label_names: str | None = opt(
+        None,
+        "LABEL=NAME,...: the names the export's id2label/label2id give the data's labels (SST-2: 0=negative,"
+        "1=positive); labels not named keep their own. Default: the label set bertprep task recorded.",
+    )
     max_answer_length: int = opt(30, "SQuAD: longest answer span in tokens.")
     n_best: int = opt(20, "SQuAD: start/end candidates per window.")
 
@@ -100,6 +105,22 @@ class FinetuneConfig:
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(self.resume in ("auto", "none"), "resume", f"must be auto or none, got {self.resume!r}")
         check(self.pooling in POOLINGS, "pooling", f"must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.label_names is not None:
+            parse_label_names(self.label_names)
+
+    def display_names(self, labels: tuple[str, ...]) -> list[str]:
+        """The data's ``labels`` as the export names them (``--label-names``); a label it names that the data
+        lacks is refused, naming the data's labels."""
+        given = parse_label_names(self.label_names) if self.label_names else {}
+        unknown = [k for k in given if k not in labels]
+        check(
+            not unknown,
+            "label_names",
+            f"names {', '.join(map(repr, unknown))}, not labels of the task data (its labels: {', '.join(labels) or 'none'})",
+        )
+        names = [given.get(label, label) for label in labels]
+        check(len(set(names)) == len(names), "label_names", f"gives two labels one name: {names}")
+        return names
 
     @property
     def eval_batch(self) -> int:
@@ -112,3 +133,19 @@ class FinetuneConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return options.to_dict(self)
+
+
+def parse_label_names(text: str) -> dict[str, str]:
+    """``"0=negative,1=positive"`` -> ``{"0": "negative", "1": "positive"}``; a malformed part is refused."""
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        label, eq, name = part.partition("=")
+        label, name = label.strip(), name.strip()
+        check(
+            bool(eq and label and name),
+            "label_names",
+            f"{part.strip()!r} is no LABEL=NAME (e.g. 0=negative,1=positive)",
+        )
+        check(label not in out, "label_names", f"names label {label!r} twice")
+        out[label] = name
+    return out

@@ -83,6 +83,7 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
             "positions: rebuild the task data with a smaller --max-seq-length"
         )
     task.check(train)
+    cfg.display_names(train.labels)  # --label-names names labels of this data, before the folder is touched
     if cfg.patience and not evaluation.labeled:
         raise TaskDataError(
             f"--patience {cfg.patience} stops on the dev metric, but --eval-data {evaluation.root} has no labels: "
@@ -194,6 +195,7 @@ def new_results(
             "kind": task.kind,
             "glue": train.glue,
             "labels": list(train.labels),
+            "label_names": cfg.display_names(train.labels),  # what export-hf's id2label says (--label-names)
             "primary_metric": task.primary_metric(train.glue),
             "metric_scale": task.metric_scale,
         },
