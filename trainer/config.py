@@ -18,6 +18,7 @@ from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.table import LR_SCHEDULES
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
+from bertstream.trainer.trackers import check_installed, parse_report_to
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OPTIMIZERS = tuple(OPTIMIZER_TABLE)  # one table for both commands (trainer.optim.table)
@@ -72,6 +73,12 @@ class RunConfig:
     )
     log_every: int = opt(10)
     tensorboard: bool = opt(True, flag="--no-tensorboard", negate=True)
+    report_to: str = opt(
+        "tensorboard",
+        "Trackers the metrics go to besides metrics.jsonl, comma-separated: tensorboard, mlflow (MLFLOW_TRACKING_URI; "
+        "default RUN/mlruns), wandb (WANDB_PROJECT, WANDB_MODE=offline); none: metrics.jsonl only. mlflow and wandb "
+        "are optional extras: pip install 'bertstream[mlflow]' / 'bertstream[wandb]'.",
+    )
     device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
 
     def __post_init__(self) -> None:
@@ -88,6 +95,12 @@ class RunConfig:
             "fp16 needs a CUDA GPU (its loss scaling is for GPUs without bf16): use fp32 or bf16 with --device cpu",
         )
         check_device(self.device)
+        check_installed(self.trackers)
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The trackers the run reports to: ``--report-to``, less TensorBoard under ``--no-tensorboard``."""
+        return tuple(n for n in parse_report_to(self.report_to) if self.tensorboard or n != "tensorboard")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -52,7 +52,7 @@ from bertstream.trainer.finetune.resume import (
     prepare_output,
 )
 from bertstream.trainer.finetune.tasks import Task, get_task
-from bertstream.trainer.metrics import MetricsLogger
+from bertstream.trainer.metrics import MetricsLogger, tracked
 from bertstream.trainer.model_config import BertConfig, with_dropout
 from bertstream.trainer.optim.schedule import build_scheduler
 from bertstream.trainer.optim.table import build_optimizer
@@ -314,7 +314,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
     first_epoch = 1
     if restored is not None:
         first_epoch = restore(restored, training, train_batches, results, info)
-    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.run.tensorboard)
+    metrics = MetricsLogger(run_dir, enabled=info.is_main, trackers=cfg.run.trackers, params=tracked(cfg))
     metrics.truncate_after(training.step)
     R.log(
         f"{describe(train, evaluation, raw, info)}, {plan_text(cfg.max_steps, epochs, steps_per_epoch, cfg.grad_accum)}",

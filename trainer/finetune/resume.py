@@ -29,6 +29,7 @@ _OUTPUTS = (
     ckpt.CHECKPOINTS,
     RESUME_DIR,
     "tensorboard",
+    "trackers.json",  # (trackers.IDS_FILE) the tracker runs a resume continues: a new run starts new ones
 )
 # FinetuneConfig fields a resume must not change: they shape the trajectory (run-time flags may change).
 FIXED = (

@@ -28,7 +28,7 @@ from bertstream.trainer import runtime as R
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.errors import RunError
-from bertstream.trainer.metrics import MetricsLogger, Throughput
+from bertstream.trainer.metrics import MetricsLogger, Throughput, tracked
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig, pretraining_flops
 from bertstream.trainer.optim.advice import pretrain_warning
@@ -372,7 +372,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
         restore_position(cfg, restored, training, loader, info)
     elif restored is not None:
         R.log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
-    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.run.tensorboard)
+    metrics = MetricsLogger(run_dir, enabled=info.is_main, trackers=cfg.run.trackers, params=tracked(cfg))
     metrics.truncate_after(training.step)
     writer = R.CheckpointWriter(write_run_config(cfg, config, vocab, lowercase, info), vocab.text(), info)
     R.log(describe(raw, loader, cfg, info), info)
