@@ -128,6 +128,8 @@ OPTIONAL_PACKAGES = {
     "rjieba": "chinese",  # --word-segmenter rjieba
     "jieba": None,
     "boto3": None,  # Beam's s3:// (apache-beam[aws])
+    "mlflow": "mlflow",  # berttrain --report-to mlflow
+    "wandb": "wandb",  # berttrain --report-to wandb
 }
 
 

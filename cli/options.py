@@ -374,3 +374,49 @@ def saved_values(cls: type, saved: dict[str, Any]) -> dict[str, Any]:
         elif _RENAMED.get(key, key) in names:
             out[_RENAMED.get(key, key)] = value
     return out
+
+
+# Settings a saved configuration never sets: an action taken once, on the command line that asked for it (a run
+# started with --overwrite, started again from its config.json, would clear its own folder).
+NOT_FROM_CONFIG = frozenset({"overwrite"})
+
+
+def default_map(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """click's ``default_map`` for a command made by :func:`click_options` from leaf values of ``cls`` (as
+    :func:`saved_values` reads them): each flag's parameter name (``no_NAME`` of a negated flag) -> its value.
+    Settings without a flag, and :data:`NOT_FROM_CONFIG`, are left out."""
+    out: dict[str, Any] = {}
+    for leaf in leaves(cls):
+        if leaf.name not in values or not leaf.meta.get("cli", True) or leaf.name in NOT_FROM_CONFIG:
+            continue
+        value = values[leaf.name]
+        if leaf.meta.get("negate"):
+            out[f"no_{leaf.name}"] = not value
+        else:
+            out[leaf.name] = value
+    return out
+
+
+def config_option(cls: type, read: Callable[[str], dict[str, Any]], help: str) -> Callable[[Callable], Callable]:
+    """``--config FILE``: every flag of ``cls`` takes its default from ``read(FILE)`` (leaf name -> value; a
+    :class:`UsageError` is the flag's usage error); a flag given on the command line wins. Eager, so the
+    defaults are in place before any other flag is read; they pass click's own checks (choices, paths) as a
+    typed value would."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if value is None or ctx.resilient_parsing:
+            return
+        try:
+            values = read(value)
+        except UsageError as e:
+            raise click.BadParameter(e.message, ctx=ctx, param=param) from None
+        ctx.default_map = {**(ctx.default_map or {}), **default_map(cls, values)}
+
+    return click.option(
+        "--config",
+        type=click.Path(exists=True, dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=callback,
+        help=help,
+    )

@@ -14,6 +14,7 @@ from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import click_options, single_option
 from bertstream.cli.process import QuickExitGroup
+from bertstream.cli.version import version_option
 from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
 from bertstream.pipelines.extract_config import ExtractJob
 from bertstream.pipelines.pretraining.config import PretrainingJob
@@ -21,6 +22,7 @@ from bertstream.pipelines.vocab_config import VocabJob
 
 
 @click.group(cls=QuickExitGroup, context_settings=HELP)  # a program run skips the interpreter's teardown
+@version_option()
 def main() -> None:
     """Preprocess text into BERT pretraining and fine-tuning shards with Apache Beam."""
 

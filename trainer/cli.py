@@ -7,22 +7,26 @@ from typing import Any
 import click
 
 from bertstream.cli import options
-from bertstream.cli.options import click_options
+from bertstream.cli.options import click_options, config_option
+from bertstream.cli.version import version_option
 from bertstream.trainer.cli_errors import RankZeroGroup, reported, training_interrupted
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.distributed import launched_main
 from bertstream.trainer.embed import EmbedConfig
 from bertstream.trainer.finetune.config import FinetuneConfig
+from bertstream.trainer.run_config import config_help, saved_flags
 
 _CTX = {"help_option_names": ["-h", "--help"], "show_default": True}
 
 
 @click.group(cls=RankZeroGroup, context_settings=_CTX)
+@version_option()
 def main() -> None:
     """Train BERT from bertstream shards: one CPU, or GPUs and nodes under torchrun."""
 
 
 @main.command(context_settings=_CTX)
+@config_option(TrainConfig, lambda path: saved_flags(path, "pretrain", TrainConfig), config_help("pretrain"))
 @click_options(TrainConfig)
 def pretrain(**values: Any) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
@@ -31,7 +35,14 @@ def pretrain(**values: Any) -> None:
     with reported(TrainConfig, training_interrupted(values.get("output"))):
         result = run(TrainConfig.build(**values))
     if launched_main():
-        click.echo(f"trained to step {result['step']}: {result['run_dir']}")
+        last = result.get("eval")
+        shown = (
+            f" (eval at step {last['step']}: mlm_loss {last['mlm_loss']:.4f}, perplexity {last['mlm_perplexity']:.2f} "
+            "per masked token)"
+            if last
+            else ""
+        )
+        click.echo(f"trained to step {result['step']}: {result['run_dir']}{shown}")
 
 
 @main.command("export-hf", context_settings=_CTX)
@@ -66,6 +77,7 @@ def plot(run_dirs, output, baseline_from) -> None:
 
 
 @main.command(context_settings=_CTX)
+@config_option(FinetuneConfig, lambda path: saved_flags(path, "finetune", FinetuneConfig), config_help("finetune"))
 @click_options(FinetuneConfig)
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --output.")
 def finetune(overwrite: bool, **values: Any) -> None:
@@ -82,8 +94,10 @@ def finetune(overwrite: bool, **values: Any) -> None:
         return
     best = results["best"]
     value = "n/a (unlabeled eval data)" if best["value"] is None else f"{best['value']:.4f}"
+    stop = results.get("early_stopping", {})
+    stopped = f"stopped early at step {stop['step']} (--patience {stop['patience']}); " if stop.get("stopped") else ""
     click.echo(
-        f"best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
+        f"{stopped}best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
         f"{cfg.run.output}/results.json, {cfg.run.output}/{best['predictions']}"
     )
 

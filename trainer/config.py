@@ -18,8 +18,9 @@ from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.table import LR_SCHEDULES
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
+from bertstream.trainer.trackers import check_installed, parse_report_to
 
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OPTIMIZERS = tuple(OPTIMIZER_TABLE)  # one table for both commands (trainer.optim.table)
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
@@ -64,9 +65,20 @@ class RunConfig:
 
     output: str = opt(help="Run folder: metrics.jsonl, checkpoints/, tensorboard/.")
     seed: int = opt(0)
-    precision: str = opt("auto", "auto: bf16 autocast on CUDA, fp32 on CPU.", choices=PRECISIONS)
+    precision: str = opt(
+        "auto",
+        "auto: bf16 autocast on a CUDA GPU that has it (Ampere on), else fp32; fp16: autocast with loss scaling, "
+        "for GPUs without bf16 (V100, T4; refused on the CPU).",
+        choices=PRECISIONS,
+    )
     log_every: int = opt(10)
     tensorboard: bool = opt(True, flag="--no-tensorboard", negate=True)
+    report_to: str = opt(
+        "tensorboard",
+        "Trackers the metrics go to besides metrics.jsonl, comma-separated: tensorboard, mlflow (MLFLOW_TRACKING_URI; "
+        "default RUN/mlruns), wandb (WANDB_PROJECT, WANDB_MODE=offline); none: metrics.jsonl only. mlflow and wandb "
+        "are optional extras: pip install 'bertstream[mlflow]' / 'bertstream[wandb]'.",
+    )
     device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
     async_checkpoint: bool = opt(
         True,
@@ -82,7 +94,18 @@ class RunConfig:
         check(self.seed <= MAX_SEED, "seed", f"must be at most 2**32 - 1, got {self.seed!r}")
         check(bool(self.output), "output", "is required")  # "" was the current folder: a run written into it
         check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
+        check(
+            not (self.precision == "fp16" and self.device == "cpu"),
+            "precision",
+            "fp16 needs a CUDA GPU (its loss scaling is for GPUs without bf16): use fp32 or bf16 with --device cpu",
+        )
         check_device(self.device)
+        check_installed(self.trackers)
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The trackers the run reports to: ``--report-to``, less TensorBoard under ``--no-tensorboard``."""
+        return tuple(n for n in parse_report_to(self.report_to) if self.tensorboard or n != "tensorboard")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,9 +117,19 @@ class OptimConfig:
     adam_eps: float = opt(1e-6, cli=False)  # BERT's
     max_grad_norm: float = opt(1.0)
     optimizer: str = opt(OPTIMIZERS[0], choices=OPTIMIZERS)
+    lr_schedule: str = opt(
+        "linear",
+        "After warm-up: linear (decay to 0 at the run's last step), cosine (half a cosine to 0 at the last step, as "
+        "Hugging Face's cosine) or wsd (warm-up-stable-decay: the peak rate until the last 20% of the run, then a "
+        "linear decay to 0).",
+        choices=LR_SCHEDULES,
+    )
 
     def __post_init__(self) -> None:
         check_finite(self)
+        check(
+            self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"
+        )
         check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         # the optimizer computes in float32: a larger rate overflowed inside its first step (a traceback)
@@ -109,19 +142,10 @@ class OptimConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PretrainOptim(OptimConfig):
     warmup_steps: int = opt(1000)
-    lr_schedule: str = opt(
-        "linear",
-        "After warm-up: linear (decay to 0 at --max-steps) or wsd (warm-up-stable-decay: the peak rate until the "
-        "last 20% of --max-steps, then a linear decay to 0).",
-        choices=LR_SCHEDULES,
-    )
 
     def __post_init__(self) -> None:
         OptimConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-        check(
-            self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,7 +257,11 @@ class TrainConfig:
         choices=COMPILE_MODES,
     )
     eval_every: int = opt(500)
-    eval_batches: int = opt(50)
+    eval_batches: int = opt(
+        0,
+        "Batches of --eval-data per evaluation (each process's); 0: all of it (the remainder smaller than one batch "
+        "of all processes is left out). The log line says how many instances were evaluated of how many.",
+    )
     checkpoint: CheckpointConfig = section(CheckpointConfig)
     deterministic: bool = opt(False, "torch.use_deterministic_algorithms(True).")
     unpad: bool = opt(
@@ -262,7 +290,7 @@ class TrainConfig:
         # torch keeps the timeout as a timedelta: 1e300 s overflowed it (a traceback at launch), 1e-300 was 0 s
         ok = MIN_TIMEOUT_S <= self.dist_timeout <= MAX_TIMEOUT_S
         check(ok, "dist_timeout", f"must be in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}] seconds, got {self.dist_timeout}")
-        check(self.eval_batches >= 1, "eval_batches", f"must be >= 1, got {self.eval_batches}")
+        check_ints(self, ("eval_batches",), 0)
 
     @classmethod
     def build(cls, **values: Any) -> TrainConfig:

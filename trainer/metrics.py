@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from bertstream.schemas import json_text
 from bertstream.schemas.redact import redact_values
 from bertstream.trainer.checkpoint import write_text_atomic
 from bertstream.trainer.errors import RunError
+from bertstream.trainer.trackers import open_trackers
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -130,17 +130,21 @@ class Throughput:
 class MetricsLogger:
     """Rank 0 only writes; other ranks get a logger whose methods do nothing."""
 
-    def __init__(self, run_dir: str | Path, *, enabled: bool, tensorboard: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        enabled: bool,
+        tensorboard: bool = True,
+        trackers: tuple[str, ...] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        """``trackers``: ``--report-to`` (:mod:`bertstream.trainer.trackers`), given the run's flags ``params``;
+        None: TensorBoard unless ``tensorboard`` is False."""
         self.enabled = enabled
         self.path = Path(run_dir) / METRICS_FILE
-        self._tb = None
-        if enabled and tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
-            except ImportError:
-                print("[berttrain] tensorboard is not installed: metrics go to metrics.jsonl only", file=sys.stderr)
+        names = trackers if trackers is not None else (("tensorboard",) if tensorboard else ())
+        self._trackers = open_trackers(Path(run_dir), names, params or {}) if enabled else []
 
     def truncate_after(self, step: int) -> None:
         """On resume: forget records past the restored step, so the file is one consistent history."""
@@ -168,15 +172,15 @@ class MetricsLogger:
         clean = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in redact_values(record).items()}
         with self.path.open("a") as f:
             f.write(json.dumps(clean) + "\n")
-        if self._tb is not None:
-            prefix = record.get("split", "train")
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and k != "step":
-                    self._tb.add_scalar(f"{prefix}/{k}", v, record["step"])
+        if self._trackers:
+            numbers = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
+            for tracker in self._trackers:
+                tracker.log(record.get("split", "train"), numbers, record["step"])
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
+        for tracker in self._trackers:
+            tracker.close()
+        self._trackers = []
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -206,3 +210,10 @@ def has_step(record: Any) -> bool:
         return False
     step = record.get("step")
     return isinstance(step, int) and not isinstance(step, bool) and step >= 0
+
+
+def tracked(cfg: Any) -> dict[str, Any]:
+    """A run config's flags as trackers take them (a URL's password left out, as in every file the run writes)."""
+    from bertstream.cli import options
+
+    return redact_values(options.flat(cfg))

@@ -7,6 +7,7 @@ state). One owner for each, so the two loops cannot drift apart.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -120,15 +121,57 @@ def _kind(value: Any) -> str:
 
 
 def compute_dtype(device: torch.device, precision: str) -> torch.dtype:
-    """bf16 for ``bf16``, or ``auto`` on CUDA; fp32 otherwise."""
-    return torch.bfloat16 if precision == "bf16" or (precision == "auto" and device.type == "cuda") else torch.float32
+    """The autocast dtype of ``precision`` on ``device``: bf16 for ``bf16``, or ``auto`` on a device that has it
+    (CUDA from Ampere on); fp16 for ``fp16``; fp32 otherwise."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda" and has_bf16(device)):
+        return torch.bfloat16
+    return torch.float16 if precision == "fp16" else torch.float32
+
+
+@functools.cache
+def has_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes in bf16 natively: every CPU torch runs on, a CUDA GPU from Ampere on (a V100 or T4
+    only emulates it, slowly)."""
+    return device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """``--precision`` against the device the run computes on: fp16 (its loss scaling is for GPUs) only on CUDA,
+    bf16 only where the device has it."""
+    if precision == "fp16" and device.type != "cuda":
+        raise RunError(
+            f"--precision fp16 needs a CUDA GPU (this run computes on {device}; fp16 with loss scaling is for GPUs "
+            "without bf16): use --precision fp32 or bf16 on the CPU"
+        )
+    if precision == "bf16" and not has_bf16(device):
+        raise RunError(
+            f"--precision bf16: {torch.cuda.get_device_name(device)} has no native bf16 (before Ampere): use "
+            "--precision fp16 (with loss scaling) or fp32"
+        )
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """Autocast to :func:`compute_dtype` (none for fp32)."""
-    if compute_dtype(device, precision) == torch.bfloat16:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    """Autocast to :func:`compute_dtype` (none for fp32); fp16's gradients are scaled (:func:`grad_scaler`)."""
+    dtype = compute_dtype(device, precision)
+    if dtype != torch.float32:
+        return torch.autocast(device_type=device.type, dtype=dtype)
     return contextlib.nullcontext()
+
+
+def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler | None:
+    """fp16's dynamic loss scaling (``torch.amp.GradScaler``), None for the other precisions: the loss is
+    multiplied before backward so small fp16 gradients do not flush to zero, the gradients divided back before
+    clipping, and a step whose gradients overflowed is skipped with a halved scale."""
+    return torch.amp.GradScaler(device.type) if precision == "fp16" else None
+
+
+def backward(loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> None:
+    """``loss.backward()``, scaled under fp16 (``scaler``)."""
+    (loss if scaler is None else scaler.scale(loss)).backward()
+
+
+# Scale below which an overflow is no longer fp16's range but a diverged run (from 65536, 17 overflows in a row).
+MIN_LOSS_SCALE = 1.0
 
 
 def to_device(batch: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -174,6 +217,11 @@ class Training:
     step: int = 0
     bad_step: torch.Tensor | None = None  # see optimizer_step: on the device, read only by check()
     bad_norm: torch.Tensor | None = None
+    scaler: torch.amp.GradScaler | None = None  # --precision fp16: loss scaling (grad_scaler)
+    skipped: int = 0  # fp16 steps skipped on an overflow, this process's run
+
+    def backward(self, loss: torch.Tensor) -> None:
+        backward(loss, self.scaler)
 
     @property
     def lr(self) -> float:
@@ -187,7 +235,9 @@ class Training:
         the table honours): the weights and the optimizer state stay those of the last good step, and so do
         every later step's until :meth:`check` (at the next log step, before an evaluation or a checkpoint)
         stops the run naming the step where it happened. The norm is already reduced over ranks by DDP, so
-        every rank skips, and stops, at the same step."""
+        every rank skips, and stops, at the same step. ``--precision fp16``: :meth:`_scaled_step`."""
+        if self.scaler is not None:
+            return self._scaled_step(self.scaler)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), self.max_grad_norm)
         if self.bad_step is None or self.bad_norm is None:  # the first step whose norm was not finite (0: none)
             self.bad_step = torch.zeros((), dtype=torch.int64, device=grad_norm.device)
@@ -197,6 +247,32 @@ class Training:
         self.bad_norm = torch.where(first, grad_norm, self.bad_norm)
         self.optimizer.found_inf = (self.bad_step != 0).float()  # type: ignore[attr-defined]
         self.optimizer.step()
+        return self._advance(grad_norm)
+
+    def _scaled_step(self, scaler: torch.amp.GradScaler) -> torch.Tensor:
+        """fp16 with loss scaling (GPUs without bf16): an overflow at this scale skips the step (counted, as
+        Hugging Face does) with a halved scale; a non-finite norm at the smallest scale stops the run as
+        diverged. One scalar read per step: the scale's decision is the host's."""
+        scaler.unscale_(self.optimizer)  # clip the true gradients
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), self.max_grad_norm)
+        finite = bool(torch.isfinite(grad_norm))
+        if not finite and scaler.get_scale() > MIN_LOSS_SCALE:
+            scaler.update()
+            self.skipped += 1
+            return self._advance(grad_norm)
+        if not finite:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise Diverged(
+                f"training diverged at step {self.step + 1}: the loss or its gradient is {float(grad_norm)}; stopped "
+                "before applying it, the last checkpoint before it is kept (none is written with NaN weights); lower "
+                "--lr, or check the data"
+            )
+        scaler.step(self.optimizer)
+        scaler.update()
+        return self._advance(grad_norm)
+
+    def _advance(self, grad_norm: torch.Tensor) -> torch.Tensor:
+        """The schedule and the step count move on, the gradients are cleared."""
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -235,6 +311,14 @@ class Training:
             raise RunError(f"{restored.path}/state.json: damaged scheduler state ({odd})")
         load_state(self.scheduler, saved, "scheduler state (state.json)", restored.path)
         self.step = restored.step
+        scale = restored.state.get("grad_scaler")
+        if self.scaler is not None and scale is not None:  # (a run saved in another precision has none: a fresh one)
+            odd = layout_mismatch(self.scaler.state_dict(), scale, "grad_scaler")
+            if odd is None and not (math.isfinite(scale["scale"]) and scale["scale"] > 0):
+                odd = f"grad_scaler.scale {scale['scale']!r} is not a positive number"
+            if odd is not None:
+                raise RunError(f"{restored.path}/state.json: damaged loss-scaler state ({odd})")
+            self.scaler.load_state_dict(scale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +349,8 @@ class CheckpointWriter:
         rng = gather_rng(self.info) if resumable else {}
         if resumable:
             state = {"scheduler": training.scheduler.state_dict(), **state}
+            if training.scaler is not None:  # fp16's loss scale, so a resume goes on with it
+                state["grad_scaler"] = training.scaler.state_dict()
         path = None
         with D.all_or_none(self.info, rank0_only=True):  # no collective inside: rank 0's failure is the run's
             if self.info.is_main:

@@ -47,9 +47,10 @@ def _print_summary(result) -> None:
         f"  kind {m.kind}, split {t['split']} ({'training' if t['training'] else 'evaluation'}), "
         f"vocab sha256 {m.vocab['sha256'][:12]}…"
     )
+    beyond = f", {c.get(f'{unit}_beyond_max_rows', 0)} beyond --max-rows {t['max_rows']}" if t.get("max_rows") else ""
     click.echo(
-        f"  {unit}: {c.get(f'{unit}_read', 0)} read, {c.get(f'{unit}_used', 0)} used, {sum(drops.values())} dropped"
-        + (f" ({', '.join(f'{k}: {v}' for k, v in drops.items())})" if drops else "")
+        f"  {unit}: {c.get(f'{unit}_read', 0)} read{beyond}, {c.get(f'{unit}_used', 0)} used, "
+        f"{sum(drops.values())} dropped" + (f" ({', '.join(f'{k}: {v}' for k, v in drops.items())})" if drops else "")
     )
     click.echo(
         f"  rows written: {m.totals['rows']}, tokens {m.totals['tokens']}, max length {m.statistics.get('max_length')}"

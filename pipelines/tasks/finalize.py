@@ -57,9 +57,12 @@ def build_manifest(
     counters = tally.counters()
     unit = T.UNITS[kind]
     read, used = counters.get(f"{unit}_read", 0), counters.get(f"{unit}_used", 0)
+    beyond = counters.get(f"{unit}_beyond_max_rows", 0)  # --max-rows: left out, not dropped
     drops = dropped(counters, unit)
-    if read != used + sum(drops.values()):
-        raise RuntimeError(f"counters do not reconcile: {unit} read {read} != used {used} + dropped {drops}")
+    if read != used + sum(drops.values()) + beyond:
+        raise RuntimeError(
+            f"counters do not reconcile: {unit} read {read} != used {used} + dropped {drops} + beyond --max-rows {beyond}"
+        )
     stats = merge_stats(results)
     if "label_counts" in stats:
         stats["label_counts"] = {labels[int(k)]: v for k, v in stats["label_counts"].items()}

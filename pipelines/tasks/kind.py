@@ -125,8 +125,16 @@ class TaskIO:
         None, "Casing (default: from tokenizer.json; lowercase for vocab.txt).", flag="--lowercase/--cased"
     )
     num_shards: int = opt(0, "Arrow shards (default: 1-4 from the input size).")
+    max_rows: int = opt(
+        0,
+        "> 0: keep only the first N records of the split (rows; NER: sentences; SQuAD: examples), in input order; "
+        "the rest are counted as beyond --max-rows, not dropped. 0: all.",
+    )
     overwrite: bool = opt(False, "Replace a dataset already in --output.")
     beam_args: tuple[str, ...] = opt((), cli=False)  # any other --option: Beam pipeline options
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.max_rows, int) and self.max_rows >= 0, "max_rows", f"must be >= 0, got {self.max_rows!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

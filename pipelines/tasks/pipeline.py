@@ -115,6 +115,7 @@ def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
                 "training": cfg.training,
                 "max_seq_length": cfg.max_seq_length,
                 "ignore_index": T.IGNORE_INDEX,
+                **({"max_rows": io.max_rows} if io.max_rows else {}),
                 **plan.task,
             },
             # Task featurizers need offsets, which only `tokenizers` gives.
@@ -134,6 +135,10 @@ def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
         )
         inputs = p | "Inputs" >> beam.Create([(i, f.path, f.bytes, f.mtime) for i, f in enumerate(files)])
         read = inputs | "Read" >> R.ReadRecords(plan.parser)
+        if io.max_rows:  # the split's first --max-rows records only: every later stage reads these
+            limited = read | "MaxRows" >> R.MaxRows(io.max_rows, T.UNITS[cfg.kind])
+            beyond = limited[R.TALLIES]
+            read = {**read, "records": limited["records"], R.COUNTS: limited[R.COUNTS]}
         layout = read[R.COUNTS] | "Counts" >> beam.combiners.ToList() | "Layout" >> beam.Map(Layout.from_counts)
         labels = read["records"] | "Labels" >> Labels(plan.labels)
         feats = read["records"] | "Featurize" >> Featurize(plan.featurizer, labels=labels, layout=layout)
@@ -141,7 +146,11 @@ def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
         extra = kind.write_files(read["records"], claim.output_dir, layout)
         if extra is None:
             extra = p | "NoFiles" >> beam.Create([[]])
-        tallies = (read[R.TALLIES], feats["tallies"]) | "AllTallies" >> beam.Flatten()
+        tallies = (
+            read[R.TALLIES],
+            feats["tallies"],
+            *([beyond] if io.max_rows else []),
+        ) | "AllTallies" >> beam.Flatten()
         finalize = FinalizeTaskSpec(shards=shard_spec, plan=plan.labels, header=head, vocab_text=spec.vocab.text())
         _ = results | "Finalize" >> FinalizeTask(finalize, tallies=tallies, labels=labels, files=extra)
 

@@ -133,3 +133,48 @@ class ReadRecords(beam.PTransform):
         # Spread the batches of one big file over the workers that featurize them.
         records = out.records | "SpreadBatches" >> beam.Reshuffle()
         return {"records": records, COUNTS: out[COUNTS], TALLIES: out[TALLIES]}
+
+
+# ------------------------------------------------------------------------------------------ --max-rows
+
+BEYOND_MAX_ROWS = "beyond_max_rows"  # <unit>_beyond_max_rows: records past --max-rows, counted apart from drops
+
+
+def clip_counts(counts: list[tuple[int, int]], max_rows: int) -> list[tuple[int, int]]:
+    """Each file's records kept under ``--max-rows``: the first ``max_rows`` of the split in file order."""
+    out, left = [], max_rows
+    for file_index, n in sorted(counts):
+        out.append((file_index, min(n, left)))
+        left -= out[-1][1]
+    return out
+
+
+def keep_rows(batch: RecordBatch, kept: list[tuple[int, int]]) -> Iterator[RecordBatch]:
+    """``batch`` cut to the records its file keeps (:func:`clip_counts`); nothing when none is left."""
+    allowed = dict(kept)[batch.file_index] - batch.start
+    if allowed >= len(batch.records):
+        yield batch
+    elif allowed > 0:
+        yield RecordBatch(batch.file_index, batch.path, batch.start, batch.records[:allowed])
+
+
+def beyond_tally(counts: list[tuple[int, int]], kept: list[tuple[int, int]], unit: str) -> Tally:
+    tally = Tally()
+    tally.add(f"{unit}_{BEYOND_MAX_ROWS}", sum(n for _, n in counts) - sum(n for _, n in kept))
+    return tally
+
+
+class MaxRows(beam.PTransform):
+    """``--max-rows N``: ``{"records", "counts"}`` of :class:`ReadRecords` -> the records of the split's first N,
+    their files' counts (what the layout numbers) and a tally of the records left out."""
+
+    def __init__(self, max_rows: int, unit: str) -> None:
+        super().__init__()
+        self.max_rows, self.unit = max_rows, unit
+
+    def expand(self, read):
+        counts = read[COUNTS] | "AllCounts" >> beam.combiners.ToList()
+        kept = counts | "Clip" >> beam.Map(clip_counts, self.max_rows)
+        records = read["records"] | "Keep" >> beam.FlatMap(keep_rows, kept=beam.pvalue.AsSingleton(kept))
+        tally = counts | "Beyond" >> beam.Map(beyond_tally, kept=beam.pvalue.AsSingleton(kept), unit=self.unit)
+        return {"records": records, COUNTS: kept | "EachCount" >> beam.FlatMap(iter), TALLIES: tally}

@@ -62,11 +62,28 @@ class FinetuneConfig:
         "checkpoint never trained it).",
         choices=POOLINGS,
     )
-    batch_size: int = opt(32, "Rows per device and step.")
+    batch_size: int = opt(32, "Rows per device and batch.")
+    grad_accum: int = opt(
+        1,
+        "Batches per optimizer step (gradient accumulation): a step reads --batch-size x --grad-accum rows a process.",
+    )
     eval_batch_size: int = opt(0, "0: twice --batch-size.")
     optim: FinetuneOptim = section(FinetuneOptim, lr=5e-5)
     max_steps: int = opt(0, "> 0: train this many steps (overrides --epochs).")  # as Hugging Face's --max_steps
+    eval_every: int = opt(
+        0, "> 0: also evaluate every this many optimizer steps inside an epoch (each epoch's end is evaluated always)."
+    )
+    patience: int = opt(
+        0,
+        "> 0: stop early after this many evaluations in a row without a better primary dev metric (the best "
+        "evaluation's weights are kept); said in the log and results.json. 0: train to the end.",
+    )
     num_workers: int = opt(0, "Data-loader worker processes per rank.")  # task data is in memory
+    label_names: str | None = opt(
+        None,
+        "LABEL=NAME,...: the names the export's id2label/label2id give the data's labels (SST-2: 0=negative,"
+        "1=positive); labels not named keep their own. Default: the label set bertprep task recorded.",
+    )
     max_answer_length: int = opt(30, "SQuAD: longest answer span in tokens.")
     n_best: int = opt(20, "SQuAD: start/end candidates per window.")
 
@@ -81,13 +98,29 @@ class FinetuneConfig:
             f"{output}: the run folder must be local (checkpoints and "
             "predictions are written to local files); --train-data and --eval-data may be s3://...",
         )
-        check_ints(self, ("epochs", "batch_size", "max_answer_length", "n_best"), 1)
-        check_ints(self, ("eval_batch_size", "max_steps", "num_workers"), 0)
+        check_ints(self, ("epochs", "batch_size", "grad_accum", "max_answer_length", "n_best"), 1)
+        check_ints(self, ("eval_batch_size", "max_steps", "num_workers", "eval_every", "patience"), 0)
         check_processes("num_workers", self.num_workers, per_rank=True)
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(self.resume in ("auto", "none"), "resume", f"must be auto or none, got {self.resume!r}")
         check(self.pooling in POOLINGS, "pooling", f"must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.label_names is not None:
+            parse_label_names(self.label_names)
+
+    def display_names(self, labels: tuple[str, ...]) -> list[str]:
+        """The data's ``labels`` as the export names them (``--label-names``); a label it names that the data
+        lacks is refused, naming the data's labels."""
+        given = parse_label_names(self.label_names) if self.label_names else {}
+        unknown = [k for k in given if k not in labels]
+        check(
+            not unknown,
+            "label_names",
+            f"names {', '.join(map(repr, unknown))}, not labels of the task data (its labels: {', '.join(labels) or 'none'})",
+        )
+        names = [given.get(label, label) for label in labels]
+        check(len(set(names)) == len(names), "label_names", f"gives two labels one name: {names}")
+        return names
 
     @property
     def eval_batch(self) -> int:
@@ -100,3 +133,19 @@ class FinetuneConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return options.to_dict(self)
+
+
+def parse_label_names(text: str) -> dict[str, str]:
+    """``"0=negative,1=positive"`` -> ``{"0": "negative", "1": "positive"}``; a malformed part is refused."""
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        label, eq, name = part.partition("=")
+        label, name = label.strip(), name.strip()
+        check(
+            bool(eq and label and name),
+            "label_names",
+            f"{part.strip()!r} is no LABEL=NAME (e.g. 0=negative,1=positive)",
+        )
+        check(label not in out, "label_names", f"names label {label!r} twice")
+        out[label] = name
+    return out

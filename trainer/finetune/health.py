@@ -22,9 +22,15 @@ def finetune_warning(results: dict[str, Any], lr: float, hidden_size: int) -> st
     """The run's one warning line from results.json's epochs (each may carry ``one_class``: [label, count] of its
     predictions, see ``Task.one_class``) and best epoch; None for a run that learned."""
     epochs, best = results["epochs"], results["best"]
+    # every evaluation, in step order: the epochs' and those inside them (--eval-every)
+    rows = sorted([*epochs, *results.get("evaluations", [])], key=lambda e: (e.get("step", 0), "train_loss" in e))
     said = []
-    # the best epoch's (the predictions file), else the last one's: a run can end collapsed after a noisy start
-    chosen = [("best", e) for e in epochs if best is not None and e["epoch"] == best["epoch"]] + [("last", epochs[-1])]
+
+    def is_best(e: dict[str, Any]) -> bool:
+        return best is not None and (e.get("step"), e.get("epoch")) == (best.get("step"), best.get("epoch"))
+
+    # the best evaluation's (the predictions file), else the last one's: a run can end collapsed after a noisy start
+    chosen = [("best", e) for e in rows if is_best(e)] + [("last", r) for r in rows[-1:]]
     which, entry = next(((w, e) for w, e in chosen if e.get("one_class")), (None, None))
     if entry is not None:
         label, count = entry["one_class"]

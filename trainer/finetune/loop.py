@@ -16,10 +16,10 @@ from which ``--resume auto`` continues a killed run with the same metrics as an 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,23 +33,27 @@ from bertstream.trainer import distributed as D
 from bertstream.trainer import rundir
 from bertstream.trainer import runtime as R
 from bertstream.trainer.data.config import dataset_key
-from bertstream.trainer.data.workers import quiet_worker_init
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
 from bertstream.trainer.finetune.data import (
     EpochBatches,
     TaskData,
     TaskDataError,
-    TaskDataset,
     check_pair,
-    collate,
     load_task_data,
 )
+from bertstream.trainer.finetune.evaluation import Judge, Saver, task_loader
 from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
 from bertstream.trainer.finetune.health import finetune_warning
-from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR, check_resume, plan_output, prepare_output
+from bertstream.trainer.finetune.resume import (
+    CONFIG_FILE,
+    RESULTS_FILE,
+    check_resume,
+    plan_output,
+    prepare_output,
+)
 from bertstream.trainer.finetune.tasks import Task, get_task
-from bertstream.trainer.metrics import MetricsLogger
+from bertstream.trainer.metrics import MetricsLogger, tracked
 from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig, with_dropout
 from bertstream.trainer.optim.schedule import build_scheduler
@@ -59,11 +63,12 @@ from bertstream.trainer.snapshot import Background
 from bertstream.trainer.weights import Init, check_vocab, resolve_init
 
 
-def plan_text(max_steps: int, epochs: int, steps_per_epoch: int) -> str:
+def plan_text(max_steps: int, epochs: int, steps_per_epoch: int, grad_accum: int = 1) -> str:
     """How long the run is, in the unit the user chose (--max-steps or --epochs)."""
+    each = f" of {grad_accum} batches (--grad-accum)" if grad_accum > 1 else ""
     if max_steps:
-        return f"{max_steps} steps (--max-steps; an epoch is {steps_per_epoch} steps)"
-    return f"{epochs} epoch{'' if epochs == 1 else 's'} x {steps_per_epoch} steps"
+        return f"{max_steps} steps{each} (--max-steps; an epoch is {steps_per_epoch} steps)"
+    return f"{epochs} epoch{'' if epochs == 1 else 's'} x {steps_per_epoch} steps{each}"
 
 
 def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[TaskData, TaskData, Init, BertConfig]:
@@ -81,6 +86,12 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
             "positions: rebuild the task data with a smaller --max-seq-length"
         )
     task.check(train)
+    cfg.display_names(train.labels)  # --label-names names labels of this data, before the folder is touched
+    if cfg.patience and not evaluation.labeled:
+        raise TaskDataError(
+            f"--patience {cfg.patience} stops on the dev metric, but --eval-data {evaluation.root} has no labels: "
+            "give labeled --eval-data, or leave --patience out"
+        )
     for line in init.notes:
         R.log(f"init: {line}", info)
     return train, evaluation, init, config
@@ -116,44 +127,6 @@ def describe(train: TaskData, evaluation: TaskData, raw: torch.nn.Module, info: 
     )
 
 
-def task_loader(data: TaskData, task: Task, batches: EpochBatches, num_workers: int, info: D.DistInfo) -> DataLoader:
-    return DataLoader(
-        TaskDataset(data, task),
-        batch_sampler=batches,
-        num_workers=num_workers,
-        collate_fn=partial(collate, task=task, pad_id=data.pad_id),
-        pin_memory=info.device.type == "cuda",
-        worker_init_fn=quiet_worker_init,
-    )
-
-
-@torch.no_grad()
-def predict(
-    model: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
-) -> tuple[list[Any], float | None]:
-    """Every eval row's outputs (gathered from all ranks, indexed by row; see ``Task.row_outputs``) and the eval
-    loss (batch losses weighted by rows; None when the data has no targets)."""
-    mine: list[tuple[int, Any]] = []
-    loss_sum, loss_rows = 0.0, 0
-    with R.evaluating(model):
-        for batch in task_loader(data, task, batches, 0, info):
-            index = batch["index"].tolist()
-            with R.autocast(info.device, cfg.run.precision):
-                out = model(R.to_device(batch, info.device))
-            if "loss" in out:
-                loss_sum, loss_rows = loss_sum + float(out["loss"]) * len(index), loss_rows + len(index)
-            mine.extend(zip(index, task.row_outputs(out, batch["attention_mask"].sum(1).tolist())))
-    outputs: list[Any] = [None] * len(data)
-    for part in D.all_gather_object(mine, info):
-        for i, value in part:
-            outputs[i] = value
-    missing = sum(o is None for o in outputs)
-    if missing:
-        raise RuntimeError(f"evaluation produced no output for {missing} of {len(data)} rows")
-    totals = D.all_reduce_sum(torch.tensor([loss_sum, float(loss_rows)], dtype=torch.float64, device=info.device), info)
-    return outputs, (float(totals[0] / totals[1]) if totals[1] > 0 else None)
-
-
 @dataclass(slots=True)
 class Epochs:
     """What every epoch of the run trains with; :meth:`train` runs one."""
@@ -167,21 +140,35 @@ class Epochs:
     info: D.DistInfo
     writer: R.CheckpointWriter | None = None  # its background write is looked at each step
 
-    def train(self, epoch: int) -> float:
-        """One epoch, or what is left of the run; returns the mean step loss over the epoch and all ranks."""
+    def train(self, epoch: int, judge: Judge) -> float | None:
+        """One epoch, or what is left of the run; returns the mean step loss over the epoch and all ranks, or None
+        when an evaluation inside it (``--eval-every``) stopped the run early.
+
+        An optimizer step takes ``--grad-accum`` batches (the epoch's last step what is left): each batch's mean
+        loss weighted by its share of the step's rows, so the step's loss is the mean over its rows (exact for the
+        sentence tasks, one loss per row); DDP reduces gradients on the step's last batch only."""
         t, cfg, info = self.training, self.cfg, self.info
         epoch_loss = torch.zeros(2, dtype=torch.float64, device=info.device)  # [sum of step losses, steps]
         window = torch.zeros(2, dtype=torch.float64, device=info.device)  # the same since the last log line
-        for batch in self.loader:
-            with R.autocast(info.device, cfg.run.precision):
-                out = t.model(R.to_device(batch, info.device))
-            out["loss"].backward()
+        batches = iter(self.loader)
+        steps_left = math.ceil(len(self.loader) / cfg.grad_accum)  # optimizer steps in this epoch
+        while micro := list(itertools.islice(batches, cfg.grad_accum)):
+            rows = sum(len(b["index"]) for b in micro)
+            step_loss = torch.zeros((), dtype=torch.float64, device=info.device)
+            for i, batch in enumerate(micro):
+                share = len(batch["index"]) / rows
+                with R.no_sync(t.model, last=i == len(micro) - 1):
+                    with R.autocast(info.device, cfg.run.precision):
+                        out = t.model(R.to_device(batch, info.device))
+                    t.backward(out["loss"] * share)
+                step_loss += out["loss"].detach().double() * share
             grad_norm = t.optimizer_step()
             raise_if_swallowed()  # a Ctrl-C or SIGTERM a library swallowed stops the run here
+            steps_left -= 1
             self.bar.update(1)
             if self.writer is not None:  # the last epoch's checkpoint, written meanwhile: complete, or its error
                 self.writer.poll(meet=t.step % cfg.run.log_every == 0)
-            loss = torch.stack([out["loss"].detach().double(), torch.ones((), dtype=torch.float64, device=info.device)])
+            loss = torch.stack([step_loss, torch.ones((), dtype=torch.float64, device=info.device)])
             epoch_loss += loss
             window += loss
             if t.step % cfg.run.log_every == 0:
@@ -200,6 +187,11 @@ class Epochs:
                 window.zero_()
             if t.step >= self.total_steps:
                 break
+            # inside the epoch only: its end is evaluated anyway
+            if cfg.eval_every and t.step % cfg.eval_every == 0 and steps_left > 0:
+                t.check()  # never an evaluation (nor a best checkpoint) of a run that has diverged
+                if judge(epoch, t.step):
+                    return None
         t.check()  # before the epoch's evaluation and checkpoint
         s = D.all_reduce_sum(epoch_loss.clone(), info).tolist()
         return s[0] / max(s[1], 1)
@@ -214,6 +206,7 @@ def new_results(
             "kind": task.kind,
             "glue": train.glue,
             "labels": list(train.labels),
+            "label_names": cfg.display_names(train.labels),  # what export-hf's id2label says (--label-names)
             "primary_metric": task.primary_metric(train.glue),
             "metric_scale": "fraction",  # every task's metrics, SQuAD's too (they were percentages)
         },
@@ -234,7 +227,9 @@ def new_results(
         "steps_per_epoch": plan["steps_per_epoch"],
         "total_steps": plan["total_steps"],
         "epochs": [],
+        "evaluations": [],  # those inside epochs (--eval-every)
         "best": None,
+        "early_stopping": {"patience": cfg.patience, "stopped": False},
     }
 
 
@@ -267,48 +262,15 @@ def restore(restored: ckpt.Loaded, training: R.Training, batches: EpochBatches, 
         ) from None
     R.restore_rng(restored.rng, info, restored.path, restored.config.get("world_size", "?"))
     results["epochs"], results["best"] = restored.state["epochs"], restored.state["best"]
+    for key in ("evaluations", "early_stopping"):  # (absent from runs saved before --eval-every and --patience)
+        if isinstance(restored.state.get(key), type(results[key])):
+            results[key] = restored.state[key]
     R.log(f"resumed from {restored.path} after epoch {restored.state['epoch']} (step {restored.step})", info)
     return int(restored.state["epoch"]) + 1
 
 
 def _count(rows: object) -> str:
     return str(len(rows)) if isinstance(rows, list) else f"a {type(rows).__name__} of"
-
-
-@dataclass(frozen=True, slots=True)
-class Saver:
-    """Writes the run's two kinds of checkpoint: the best epoch's weights (``checkpoints/``, what ``--init`` and
-    export read) and the latest epoch's full state (``resume/``, what ``--resume auto`` reads)."""
-
-    run_dir: Path
-    writer: R.CheckpointWriter
-
-    def best(self, training: R.Training, predictions: tuple[str, str], **state: Any) -> None:
-        """The best epoch's weights and its predictions file (name, text)."""
-        self.writer.save(self.run_dir, training, state, resumable=False)
-        if self.writer.info.is_main:
-            ckpt.write_text_atomic(self.run_dir / predictions[0], predictions[1])
-
-    def latest(self, training: R.Training, batches: EpochBatches, results: dict, epoch: int) -> None:
-        """Everything an identical continuation needs, at the end of an epoch (a collective: every rank)."""
-        state = {
-            "epoch": epoch,
-            "data": batches.state_dict(),
-            "epochs": results["epochs"],
-            "best": results["best"],
-        }
-        self.writer.save(self.run_dir / RESUME_DIR, training, state)
-
-
-def evaluate(
-    raw: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
-) -> tuple[dict[str, Any], str, tuple[str, int] | None]:
-    """(metrics with the eval loss, predictions file text, ``Task.one_class``) of the model now."""
-    outputs, eval_loss = predict(raw, task, data, batches, cfg, info)
-    scores, predictions = task.score(data, outputs, n_best=cfg.n_best, max_answer_length=cfg.max_answer_length)
-    if eval_loss is not None:
-        scores["loss"] = eval_loss
-    return scores, predictions, task.one_class(data, outputs)
 
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
@@ -322,6 +284,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     # --- set up: every input is checked before the output folder is touched ----------------------------
     run_dir = Path(cfg.run.output)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
+        R.check_precision(cfg.run.precision, info.device)
         task = get_task(cfg.task)
         restored, existing = plan_output(run_dir, cfg, overwrite)
         if restored is not None:
@@ -340,13 +303,14 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, **ranks)
     eval_batches = EpochBatches(len(evaluation), cfg.eval_batch, shuffle=False, **ranks)
     loader = task_loader(train, task, train_batches, cfg.num_workers, info)
-    steps_per_epoch = len(train_batches)
+    steps_per_epoch = math.ceil(len(train_batches) / cfg.grad_accum)  # optimizer steps
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     epochs = math.ceil(total_steps / steps_per_epoch)
     o = cfg.optim
     optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, layer_decay=o.layer_decay)
-    scheduler = build_scheduler(optimizer, int(o.warmup_ratio * total_steps), total_steps)
+    scheduler = build_scheduler(optimizer, int(o.warmup_ratio * total_steps), total_steps, o.lr_schedule)
     training = R.Training(model, raw, optimizer, scheduler, o.max_grad_norm)
+    training.scaler = R.grad_scaler(info.device, cfg.run.precision)
     R.seed_dropout(cfg.run.seed, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
     results = new_results(cfg, task, train, evaluation, init, config, **plan)
@@ -354,47 +318,40 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
     run_config["lowercase"] = train.manifest.lowercase  # the data's casing: export-hf's tokenizer.json follows it
     saver = Saver(run_dir, R.CheckpointWriter(run_config, init.vocab.text(), info, writes=writes))
+    if info.is_main:  # the run's flags, as each checkpoint holds them: what --config starts a run from
+        ckpt.write_text_atomic(run_dir / CONFIG_FILE, json.dumps(run_config, indent=2) + "\n")
 
     # --- restore --------------------------------------------------------------------------------------
     first_epoch = 1
     if restored is not None:
         first_epoch = restore(restored, training, train_batches, results, info)
-    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.run.tensorboard)
+    metrics = MetricsLogger(run_dir, enabled=info.is_main, trackers=cfg.run.trackers, params=tracked(cfg))
     metrics.truncate_after(training.step)
-    R.log(f"{describe(train, evaluation, raw, info)}, {plan_text(cfg.max_steps, epochs, steps_per_epoch)}", info)
+    R.log(
+        f"{describe(train, evaluation, raw, info)}, {plan_text(cfg.max_steps, epochs, steps_per_epoch, cfg.grad_accum)}",
+        info,
+    )
 
     # --- train ----------------------------------------------------------------------------------------
     model.train()
     bar = Progress(total_steps, training.step, enabled=info.is_main, desc="finetune")
     run = Epochs(training, loader, metrics, bar, total_steps, cfg, info, saver.writer)
+    judge = Judge(task, evaluation, eval_batches, training, saver, metrics, results, metric, cfg, info)
     for epoch in range(first_epoch, epochs + 1):
+        if results["early_stopping"].get("stopped"):  # a resume of a run that stopped early: nothing is left
+            break
         train_batches.set_epoch(epoch - 1)
-        train_loss = run.train(epoch)
+        train_loss = run.train(epoch, judge)
+        if train_loss is None:  # stopped early inside the epoch (--eval-every, --patience)
+            break
         step = training.step
 
-        # --- evaluate -----------------------------------------------------------------------------------
-        scores, predictions, one_class = evaluate(raw, task, evaluation, eval_batches, cfg, info)
-        numbers = {k: v for k, v in scores.items() if isinstance(v, (int, float))}
-        metrics.log({"step": step, "split": "eval", "epoch": epoch, "train_loss": train_loss, **numbers})
-        value = scores.get(metric)
-        shown = f"eval {metric} {value:.4f}" if value is not None else "eval data unlabeled: predictions only"
-        R.log(f"epoch {epoch} (step {step}): train loss {train_loss:.4f}, {shown}", info)
-        results["epochs"].append({"epoch": epoch, "step": step, "train_loss": train_loss, "eval": scores})
-        if one_class is not None:
-            results["epochs"][-1]["one_class"] = list(one_class)
-
-        # --- keep the best ------------------------------------------------------------------------------
-        best = results["best"]
-        if best is None or value is None or value > best["value"]:  # unlabeled eval data: the latest
-            results["best"] = {"epoch": epoch, "step": step, "metric": metric, "value": value, "eval": scores}
-            results["best"] |= {"checkpoint": str(ckpt.step_dir(run_dir, step)), "predictions": task.predictions_file}
-            saver.best(training, (task.predictions_file, predictions), epoch=epoch, metric=metric, value=value)
-        if info.is_main:
-            ckpt.write_text_atomic(run_dir / RESULTS_FILE, json.dumps(redact_values(results), indent=2) + "\n")
+        # --- evaluate, keep the best, stop early ------------------------------------------------------------
+        stop = judge(epoch, step, train_loss)
 
         # --- checkpoint: the state --resume auto continues from -----------------------------------------
         saver.latest(training, train_batches, results, epoch)
-        if step >= total_steps:
+        if stop or step >= total_steps:
             break
     saver.writer.finish()  # the last epoch's checkpoint complete (every rank agrees) before the run reports its end
     bar.close()

@@ -19,14 +19,17 @@ from bertstream.trainer.finetune.tasks import TASKS
 from bertstream.trainer.metrics import METRICS_FILE
 
 RESULTS_FILE = "results.json"
+CONFIG_FILE = "config.json"  # the run's configuration (berttrain finetune --config reads it)
 RESUME_DIR = "resume"  # RUN/resume/checkpoints/step-N: the latest epoch's full state (the best is in checkpoints/)
 _OUTPUTS = (
     RESULTS_FILE,
+    CONFIG_FILE,
     METRICS_FILE,
     *sorted({t.predictions_file for t in TASKS.values()}),
     ckpt.CHECKPOINTS,
     RESUME_DIR,
     "tensorboard",
+    "trackers.json",  # (trackers.IDS_FILE) the tracker runs a resume continues: a new run starts new ones
 )
 # FinetuneConfig fields a resume must not change: they shape the trajectory (run-time flags may change).
 FIXED = (
@@ -40,7 +43,11 @@ FIXED = (
     "lr",
     "layer_decay",
     "batch_size",
+    "grad_accum",
+    "eval_every",
+    "patience",
     "warmup_ratio",
+    "lr_schedule",
     "weight_decay",
     "adam_eps",
     "max_grad_norm",

@@ -307,6 +307,7 @@ def export_hf(
     *,
     task: str | None = None,
     labels: Sequence[str] = (),
+    label_names: Sequence[str] = (),
     do_lower_case: bool | None = None,
     dtype: torch.dtype = torch.float32,
     overwrite: bool = False,
@@ -349,7 +350,7 @@ def export_hf(
     if task is not None:
         named, hf_config = (
             HT.task_state_dict(state, config, task),
-            HT.task_config_dict(config, task, labels, dtype=dtype_name),
+            HT.task_config_dict(config, task, labels, dtype=dtype_name, names=label_names),
         )
     else:
         named = PRE.to_roberta(state, config) if config.norm_placement == "pre" else to_hf_state_dict(state)
@@ -444,11 +445,9 @@ def export_checkpoint(
     if isinstance(data.get("finetune"), dict):  # trainer.finetune.loop's run config: a task model
         task: dict[str, Any] = data["task"] if isinstance(data.get("task"), dict) else {}
         HT.check_pooling(str(data["finetune"].get("pooling", "cls")), str(folder))
-        labels = task.get("labels") or []
-        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-            raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: task.labels is no list of label names")
-        kind = str(task.get("kind"))
+        labels, names = HT.run_labels(task, folder / CONFIG_FILENAME)
         return export_hf(
-            state, config, vocab, out_dir, task=kind, labels=labels, do_lower_case=do_lower_case, overwrite=overwrite
-        )
+            state, config, vocab, out_dir, task=str(task.get("kind")), labels=labels, label_names=names,
+            do_lower_case=do_lower_case, overwrite=overwrite,
+        )  # fmt: skip
     return export_hf(state, config, vocab, out_dir, do_lower_case=do_lower_case, overwrite=overwrite)

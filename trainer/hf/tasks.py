@@ -103,21 +103,40 @@ def task_state_dict(state: Mapping[str, Tensor], config: BertConfig, kind: str) 
     return out
 
 
-def task_config_dict(config: BertConfig, kind: str, labels: Sequence[str], *, dtype: str = "float32") -> dict[str, Any]:
+def task_config_dict(
+    config: BertConfig, kind: str, labels: Sequence[str], *, dtype: str = "float32", names: Sequence[str] = ()
+) -> dict[str, Any]:
     """``config.json`` of the exported task model: the encoder's (``hf_config_dict``), its class, and the
-    label names (``id2label``/``label2id``; regression: one output, ``problem_type "regression"``)."""
+    label names (``id2label``/``label2id``; regression: one output, ``problem_type "regression"``): ``names``
+    (``--label-names``) where given, else the data's ``labels``; renamed, the data's labels are kept too
+    (``bertstream_labels``), so ``finetune --init`` of the export knows the head's labels."""
     out = hf_config_dict(config, dtype=dtype)
     out["architectures"] = [architecture(kind, config)]
     if kind == T.SQUAD:
         return out
-    names = ["LABEL_0"] if kind == T.REGRESSION else list(labels)
-    if not names:
+    data_labels = ["LABEL_0"] if kind == T.REGRESSION else list(labels)
+    if not data_labels:
         raise HFCheckpointError(f"a {kind} model needs its label list; the checkpoint's config.json has none")
+    names = list(names) if names and kind != T.REGRESSION else data_labels
+    if len(names) != len(data_labels) or len(set(names)) != len(names):
+        raise HFCheckpointError(f"label names {names} do not name the {len(data_labels)} labels {data_labels} one each")
+    if names != data_labels:
+        out["bertstream_labels"] = data_labels
     out["id2label"] = {str(i): name for i, name in enumerate(names)}
     out["label2id"] = {name: i for i, name in enumerate(names)}
     if kind in (T.CLASSIFICATION, T.REGRESSION):
         out["problem_type"] = "regression" if kind == T.REGRESSION else "single_label_classification"
     return out
+
+
+def run_labels(task: Mapping[str, Any], where: object) -> tuple[list[str], list[str]]:
+    """(the data's labels, their names for the export: ``--label-names``, empty before it) of a fine-tuning run's
+    ``config.json`` ``task`` section, checked: the file is untrusted."""
+    labels, names = task.get("labels") or [], task.get("label_names") or []
+    for key, value in (("labels", labels), ("label_names", names)):
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise HFCheckpointError(f"{where}: task.{key} is no list of label names")
+    return labels, names
 
 
 def _task_heads(architectures: Sequence[str]) -> list[str]:
@@ -165,4 +184,7 @@ def read_head(hf_state: Mapping[str, Tensor], data: Mapping[str, Any]) -> tuple[
             labels = tuple(str(id2label[k]) for k in sorted(id2label, key=int))
         except (TypeError, ValueError):
             return None
+        ours_too = data.get("bertstream_labels")  # an export under --label-names: the data's labels, by id
+        if isinstance(ours_too, list) and len(ours_too) == len(labels) and all(isinstance(x, str) for x in ours_too):
+            labels = tuple(ours_too)
     return (kind, labels, "cls"), {ours + p: hf_state[theirs + p] for p in ("weight", "bias")}

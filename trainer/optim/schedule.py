@@ -1,7 +1,10 @@
-"""The learning-rate schedule of both commands: linear warm-up to the peak rate, then a linear decay to zero at
-``total_steps`` (or, warm-up-stable-decay, held at the peak until the last 20% of the run)."""
+"""The learning-rate schedule of both commands: linear warm-up to the peak rate, then a decay to zero at
+``total_steps``: linear, half a cosine (Hugging Face's ``cosine``), or warm-up-stable-decay (held at the peak
+until the last 20% of the run, then linear)."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -15,10 +18,13 @@ WSD_DECAY_SHARE = 0.2
 
 class WarmupLinearDecay:
     """Multiplier of the peak rate: linear 0 -> 1 over ``warmup`` steps, then linear 1 -> 0 at ``total``;
+    ``schedule="cosine"`` follows half a cosine from 1 to 0 at ``total`` instead (``0.5 * (1 + cos(pi * p))``,
+    ``p`` the share of the decay done, as Hugging Face's ``get_cosine_schedule_with_warmup``);
     ``schedule="wsd"`` (warm-up-stable-decay) holds the peak until the last ``WSD_DECAY_SHARE`` of the run and
     decays linearly to 0 at ``total`` over it.
 
-    A class, not a lambda: LambdaLR's ``state_dict`` then records its fields.
+    A class, not a lambda: LambdaLR's ``state_dict`` then records its fields, and the rate is a function of the
+    step alone, so a resumed run continues the same curve (the schedule is a flag a resume must keep).
     """
 
     def __init__(self, warmup: int, total: int, schedule: str = "linear") -> None:
@@ -36,7 +42,10 @@ class WarmupLinearDecay:
             decay_start = max(self.warmup, self.total - round(WSD_DECAY_SHARE * self.total))
         if step < decay_start:
             return 1.0
-        return max(0.0, (self.total - step) / max(1, self.total - decay_start))
+        left = max(0.0, (self.total - step) / max(1, self.total - decay_start))  # 1 -> 0 over the decay
+        if self.schedule == "cosine":
+            return 0.5 * (1.0 - math.cos(math.pi * left))  # = 0.5 * (1 + cos(pi * (1 - left)))
+        return left
 
 
 def warmup_note(warmup: int, total: int) -> str | None:

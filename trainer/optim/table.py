@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-LR_SCHEDULES = ("linear", "wsd")  # schedule.WarmupLinearDecay
+LR_SCHEDULES = ("linear", "cosine", "wsd")  # schedule.WarmupLinearDecay
 
 
 @dataclass(frozen=True, slots=True)

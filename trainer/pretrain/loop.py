@@ -33,12 +33,13 @@ from bertstream.trainer.config import TrainConfig, compiles
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.data.collate import Batch, Counts
 from bertstream.trainer.errors import RunError
-from bertstream.trainer.metrics import MetricsLogger, Throughput
+from bertstream.trainer.metrics import MetricsLogger, Throughput, tracked
 from bertstream.trainer.model import BertForPreTraining, num_parameters
 from bertstream.trainer.model_config import BertConfig, batch_flops
 from bertstream.trainer.optim.advice import pretrain_warning
 from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
 from bertstream.trainer.optim.table import build_optimizer
+from bertstream.trainer.pretrain.evaluation import eval_extent, perplexity
 from bertstream.trainer.pretrain.inputs import (
     OpenedData,
     check_seq_length,
@@ -85,6 +86,7 @@ class Running:
         out = {
             "loss": mlm + nsp,
             "mlm_loss": mlm,
+            "mlm_perplexity": perplexity(mlm),
             "nsp_loss": nsp,
             "mlm_accuracy": v["mlm_correct"] / max(v["mlm_count"], 1),
             "nsp_accuracy": v["nsp_correct"] / max(v["nsp_count"], 1),
@@ -107,18 +109,19 @@ def warm_evaluation(model: torch.nn.Module, loader: PretrainingLoader, cfg: Trai
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> dict[str, float]:
-    """MLM and NSP loss and accuracy over the first ``eval_batches`` batches of the eval set (fixed order)."""
+def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
+    """MLM and NSP loss, accuracy and MLM perplexity over the eval set (fixed order): all of it, or its first
+    ``--eval-batches`` batches; ``instances`` of ``eval_instances`` say how much of it was read."""
     loader.set_epoch(0)  # the same batches every time
     run = Running.zero(info.device)
+    batches = loader.steps_per_epoch if not cfg.eval_batches else min(cfg.eval_batches, loader.steps_per_epoch)
     with R.evaluating(model):
-        for i, batch in enumerate(loader):
-            if i >= cfg.eval_batches:
-                break
+        for _, batch in zip(range(batches), loader):
             raise_if_swallowed()
             with R.autocast(info.device, cfg.run.precision):
                 run.add(model(R.to_device(batch, info.device), nsp=not cfg.objective.no_nsp))
-    return run.summary(info)
+    # every rank reads as many batches, each a slice of one global batch
+    return {**run.summary(info), "instances": batches * loader.global_batch_size, "eval_instances": loader.num_samples}
 
 
 def plan_run_dir(cfg: TrainConfig) -> ckpt.Loaded | None:
@@ -211,8 +214,8 @@ def restore_position(
     old_end = extend_schedule(training.scheduler, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
     if old_end is not None:
         R.log(
-            f"--max-steps {cfg.max_steps}: the linear decay now ends at step {cfg.max_steps} (was {old_end}); "
-            f"learning rates at step {restored.step}, {group_rates(training.optimizer)}",
+            f"--max-steps {cfg.max_steps}: the {cfg.optim.lr_schedule} decay now ends at step {cfg.max_steps} "
+            f"(was {old_end}); learning rates at step {restored.step}, {group_rates(training.optimizer)}",
             info,
         )
     if same_data(cfg.data.paths, restored.state, loader.catalog.fingerprint, restored.path):
@@ -286,6 +289,7 @@ def train_step(
     config: BertConfig,
     cfg: TrainConfig,
     info: D.DistInfo,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> tuple[float, float]:
     """Forward and backward over the step's micro-batches, their sums added to ``run``; returns model FLOPs,
     (useful, computed) (see ``model_config.batch_flops``).
@@ -305,7 +309,7 @@ def train_step(
                 out = model(batch, nsp=not cfg.objective.no_nsp)
             masked, sequences = counts.divisors()
             loss = out["mlm_sum"] / masked + out["nsp_sum"] / sequences
-            (loss * info.world_size).backward()
+            R.backward(loss * info.world_size, scaler)
         run.add(out)
     return flops[0], flops[1]
 
@@ -427,6 +431,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
     run_dir = Path(cfg.run.output)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
+        R.check_precision(cfg.run.precision, info.device)
         for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
             if note:
                 R.log(note, info)
@@ -447,12 +452,13 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps)
     scheduler = build_scheduler(optimizer, o.warmup_steps, cfg.max_steps, o.lr_schedule)
     training = R.Training(model, raw, optimizer, scheduler, o.max_grad_norm)
+    training.scaler = R.grad_scaler(info.device, cfg.run.precision)
     R.seed_dropout(cfg.run.seed, info)
     if restored is not None and not cfg.checkpoint.reset_optimizer:
         restore_position(cfg, restored, training, loader, info)
     elif restored is not None:
         R.log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
-    metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.run.tensorboard)
+    metrics = MetricsLogger(run_dir, enabled=info.is_main, trackers=cfg.run.trackers, params=tracked(cfg))
     metrics.truncate_after(training.step)
     run_config = write_run_config(cfg, config, vocab, lowercase, info)
     writer = R.CheckpointWriter(run_config, vocab.text(), info, writes=writes, announce=True)
@@ -472,10 +478,11 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
     last_step = cfg.max_steps
     losses: list[tuple[int, float]] = []  # (step, training loss) of this run's first and last log records
+    last_eval: dict[str, Any] | None = None  # the summary's figures
     while training.step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         counts = step_counts(micro, info)
-        flops = train_step(model, micro, counts, run, config, cfg, info)
+        flops = train_step(model, micro, counts, run, config, cfg, info, training.scaler)
         grad_norm = training.optimizer_step()
         step = training.step
         D.at_step(step)
@@ -497,6 +504,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
                 "lr": training.lr,
                 "grad_norm": float(grad_norm),
                 "epoch": loader.epoch,
+                **({"loss_scale": training.scaler.get_scale()} if training.scaler else {}),  # fp16
                 **throughput(meter, info),
             }
             if loader.weighted:  # samples each folder has given so far, all ranks
@@ -516,7 +524,8 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
             training.check()
             record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info)}
             metrics.log(record)
-            R.log(f"eval at step {step}: {figures(record)}", info)
+            R.log(f"eval at step {step}: {figures(record)} {eval_extent(record, cfg.eval_batches)}", info)
+            last_eval = record
             meter.read()  # evaluation time is not training throughput
 
         # --- checkpoint -----------------------------------------------------------------------------
@@ -538,4 +547,4 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         R.log(warning, info)
     metrics.close()
     D.teardown()
-    return {"step": training.step, "run_dir": str(run_dir), "warnings": [warning] if warning else []}
+    return {"step": training.step, "run_dir": str(run_dir), "warnings": [warning] if warning else [], "eval": last_eval}

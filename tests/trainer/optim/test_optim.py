@@ -72,7 +72,7 @@ def test_warmup_stable_decay_holds_the_peak_until_the_last_fifth():
     assert wsd(90) == pytest.approx(0.5) and wsd(99) == pytest.approx(0.05) and wsd(100) == 0.0
     assert linear(50) == pytest.approx(50 / 90)  # the linear schedule decays from the end of warm-up
     with pytest.raises(ValueError, match="schedule must be one of"):
-        WarmupLinearDecay(10, 100, "cosine")
+        WarmupLinearDecay(10, 100, "step")
 
 
 def test_a_resume_keeps_the_wsd_schedule_when_max_steps_moves():

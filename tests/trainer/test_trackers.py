@@ -1,0 +1,90 @@
+"""``--report-to tensorboard,mlflow,wandb``: the run's records in MLflow (its local file store) and Weights &
+Biases (offline mode), as in metrics.jsonl; a resumed run continues its tracker run; a missing extra is one line.
+The MLflow and W&B tests skip, saying so, where the optional packages are not installed."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from bertstream.cli.errors import UsageError
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import trackers
+from bertstream.trainer.cli import main
+from bertstream.trainer.metrics import read_metrics
+
+
+def _pretrain(data, run, *extra: str):
+    args = ["pretrain", "--data", str(data), "--eval-data", str(data), "--output", str(run), "--batch-size", "4"]
+    args += ["--max-steps", "4", "--warmup-steps", "1", "--log-every", "1", "--eval-every", "4", "--eval-batches", "2"]
+    args += ["--checkpoint-every", "2", "--num-workers", "0", *extra]
+    result = CliRunner().invoke(main, args, prog_name="berttrain")
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_report_to_names_are_checked_and_a_missing_extra_is_one_line(monkeypatch, tmp_path):
+    assert trackers.parse_report_to("tensorboard, mlflow") == ("tensorboard", "mlflow")
+    assert trackers.parse_report_to("none") == ()
+    with pytest.raises(UsageError, match="comet: not one of tensorboard, mlflow, wandb"):
+        trackers.parse_report_to("mlflow,comet")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    result = CliRunner().invoke(main, ["pretrain", "--data", "x", "--output", str(tmp_path), "--report-to", "wandb"])
+    assert result.exit_code == 2 and result.output.splitlines()[-1] == (
+        "Error: Invalid value for '--report-to': wandb is not installed: pip install 'bertstream[wandb]'"
+    )
+
+
+def test_mlflow_local_file_store_holds_the_runs_records_and_a_resume_continues_its_run(
+    demo_shards, tmp_path, monkeypatch
+):
+    mlflow = pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'bertstream[mlflow]')")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run = tmp_path / "run"
+    _pretrain(demo_shards, run, "--report-to", "mlflow", "--lr", "2e-3")
+    run_id = json.loads((run / "trackers.json").read_text())["mlflow"]
+    client = mlflow.tracking.MlflowClient(tracking_uri=(run / "mlruns").resolve().as_uri())
+    logged = client.get_run(run_id)
+    assert logged.data.params["lr"] == "0.002" and logged.info.run_name == "run"
+    history = client.get_metric_history(run_id, "train/loss")
+    train = [r for r in read_metrics(run) if r.get("split", "train") == "train"]
+    assert [(m.step, round(m.value, 6)) for m in history] == [(r["step"], r["loss"]) for r in train]
+    (ev,) = client.get_metric_history(run_id, "eval/mlm_perplexity")
+    assert ev.step == 4
+    assert not (run / "tensorboard").exists()  # --report-to mlflow alone: no TensorBoard
+    shutil.rmtree(ckpt.list_checkpoints(run)[-1])  # killed after the step-2 checkpoint: resume auto
+    _pretrain(demo_shards, run, "--report-to", "mlflow", "--lr", "2e-3")
+    assert json.loads((run / "trackers.json").read_text())["mlflow"] == run_id
+    steps = [m.step for m in client.get_metric_history(run_id, "train/loss")]
+    assert steps[-2:] == [3, 4] and len(client.search_runs([logged.info.experiment_id])) == 1
+
+
+def test_wandb_offline_run_holds_the_summary_and_config(demo_shards, tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb is not installed (pip install 'bertstream[wandb]')")
+    for key, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_PROJECT": "bertstream-test"}.items():
+        monkeypatch.setenv(key, value)
+    run = tmp_path / "run"
+    _pretrain(demo_shards, run, "--report-to", "wandb,tensorboard")
+    run_id = json.loads((run / "trackers.json").read_text())["wandb"]
+    (offline,) = (run / "wandb").glob(f"offline-run-*-{run_id}")
+    (data,) = [p.read_bytes() for p in offline.glob("*.wandb")]  # the records `wandb sync` uploads later
+    losses = [r["loss"] for r in read_metrics(run) if r.get("split", "train") == "train"]
+    assert len(losses) == 4 and set(losses) <= {round(v, 6) for v in _values(data, "train/loss")}
+    assert _values(data, "eval/mlm_perplexity") and b"warmup_steps" in data  # the eval record, the run's flags
+    assert (run / "tensorboard").is_dir()
+
+
+def _values(data: bytes, key: str) -> list[float]:
+    """The values logged under ``key`` in a W&B offline run file (protobuf: the key, then value_json as field 16,
+    b"\\x82\\x01", a one-byte length and the JSON text); W&B 0.31 ships no reader of its own for the file."""
+    out = []
+    for m in re.finditer(re.escape(key.encode()) + rb"\x82\x01(.)", data, re.DOTALL):
+        out.append(float(json.loads(data[m.end() : m.end() + m.group(1)[0]])))
+    return out
