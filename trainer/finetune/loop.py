@@ -53,6 +53,7 @@ from bertstream.trainer.model_config import BertConfig, with_dropout
 from bertstream.trainer.optim.schedule import build_scheduler
 from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.progress import Progress
+from bertstream.trainer.threads import apply as apply_threads
 from bertstream.trainer.weights import Init, check_vocab, resolve_init
 
 
@@ -312,6 +313,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
 def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[str, Any]:
     # --- set up: every input is checked before the output folder is touched ----------------------------
     run_dir = Path(cfg.run.output)
+    threads = apply_threads(cfg.run.threads, cfg.num_workers)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         task = get_task(cfg.task)
         restored, existing = plan_output(run_dir, cfg, overwrite)
@@ -352,7 +354,10 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool) -> dict[st
         first_epoch = restore(restored, training, train_batches, results, info)
     metrics = MetricsLogger(run_dir, enabled=info.is_main, tensorboard=cfg.run.tensorboard)
     metrics.truncate_after(training.step)
-    R.log(f"{describe(train, evaluation, raw, info)}, {plan_text(cfg.max_steps, epochs, steps_per_epoch)}", info)
+    R.log(
+        f"{describe(train, evaluation, raw, info)}, {threads}, {plan_text(cfg.max_steps, epochs, steps_per_epoch)}",
+        info,
+    )
 
     # --- train ----------------------------------------------------------------------------------------
     model.train()
