@@ -46,7 +46,8 @@ def wait_until(done, proc=None, seconds: float = HANG_GUARD_S, what: str = "the 
     deadline = time.monotonic() + seconds
     while not done():
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the process ended (exit {proc.returncode}) before {what}")
+            said = proc.communicate() if proc.stdout or proc.stderr else ""
+            raise AssertionError(f"the process ended (exit {proc.returncode}) before {what}: {said}")
         if time.monotonic() > deadline:
             raise AssertionError(f"no {what} within {seconds:g} s: a hang")
         time.sleep(0.05)
