@@ -48,13 +48,13 @@ def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def small_input(path: Path, kb: int) -> None:
-    """``kb`` KB of shared Wikipedia as eight articles: the first ``kb / 8`` KB of each of eight files' first
-    article (cut at a line's end and closed), so that the run sees several documents as a real one does."""
+    """About ``kb`` KB of shared Wikipedia as eight articles: the head of each of eight files' first article, cut
+    at the first line's end past ``kb / 8`` KB and closed, so that the run sees several documents as real ones do."""
     wiki = shared_path("pretrain", "wikipedia")
     parts = []
     for i in range(8):
         text = (wiki / f"wiki_{i:02d}").read_text(encoding="utf-8")
-        head = text[: text.rfind("\n", 0, kb * 1024 // 8) + 1]
+        head = text[: text.find("\n", kb * 1024 // 8) + 1]
         parts.append(head + "</doc>\n")
     path.write_text("".join(parts), encoding="utf-8")
 
