@@ -17,10 +17,15 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.processes import HANG_GUARD_S
+
 REPO = Path(__file__).resolve().parents[1]
 BOOT = REPO / "pipelines" / "runners" / "beam_boot.py"  # run as a file: it imports only Beam and the stdlib
-START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 10.0
+# Hang guards, not timings (tests.processes.HANG_GUARD_S): at load 20 on 2 cores `import apache_beam` alone took
+# over 60 s, and a service's start with it (issue 54).
+START_TIMEOUT_S = HANG_GUARD_S
+STOP_TIMEOUT_S = 10.0  # then SIGKILL
+CONNECT_TIMEOUT_S = 120.0  # a Dask client's connection to a running scheduler
 
 
 class ServiceError(RuntimeError):
@@ -130,9 +135,12 @@ def worker_python(folder: Path) -> Path:
         check=True,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=HANG_GUARD_S,
     ).stdout.strip()
-    Path(child_site, "parent_site_packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    # Every site-packages this interpreter imports from, in its order: site.getsitepackages() misses one that a
+    # .pth file adds (scripts/tools/other_beam.py's environment layers another Beam over this one so).
+    sites = [p for p in sys.path if Path(p).name == "site-packages"] or site.getsitepackages()
+    Path(child_site, "parent_site_packages.pth").write_text("\n".join(sites) + "\n")
     probe = subprocess.run(
         [
             python,
@@ -142,7 +150,7 @@ def worker_python(folder: Path) -> Path:
         ],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_GUARD_S,
         cwd=folder,
         env=python_env(python),
     )
@@ -278,14 +286,14 @@ class DaskCluster:
     def worker_count(self) -> int:
         from distributed import Client
 
-        with Client(self.address, timeout=10) as client:
+        with Client(self.address, timeout=CONNECT_TIMEOUT_S) as client:
             return len(client.scheduler_info()["workers"])
 
     def tasks_run(self) -> dict[str, int]:
         """How many tasks each worker has run since it started."""
         from distributed import Client
 
-        with Client(self.address, timeout=10) as client:
+        with Client(self.address, timeout=CONNECT_TIMEOUT_S) as client:
             return client.run(_executed_count)
 
 

@@ -32,3 +32,31 @@ def ctrl_c_reaches_it() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# A hang guard, not a timing: what a test waits for comes at once on a quiet machine and within seconds at load 10
+# (2 cores); only a process that is stuck runs into it.
+HANG_GUARD_S = 600.0
+
+
+def wait_until(done, proc=None, seconds: float = HANG_GUARD_S, what: str = "the awaited state") -> None:
+    """Poll ``done()`` until it holds; fail when ``proc`` (a Popen) ended first, or after ``seconds`` (a hang)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not done():
+        if proc is not None and proc.poll() is not None:
+            said = proc.communicate() if proc.stdout or proc.stderr else ""
+            raise AssertionError(f"the process ended (exit {proc.returncode}) before {what}: {said}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {seconds:g} s: a hang")
+        time.sleep(0.05)
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")

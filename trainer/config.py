@@ -12,6 +12,7 @@ from typing import Any
 
 from bertstream.cli import options
 from bertstream.cli.errors import check
+from bertstream.cli.machine import check_processes
 from bertstream.cli.options import MAX_INT, opt, section
 from bertstream.trainer.data.config import MASKING_MODES, DataConfig, check_masking
 from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
@@ -85,10 +86,16 @@ class RunConfig:
         "Write checkpoints in the background from a copy in host memory: the loop pays the copy only.",
         flag="--async-checkpoint/--no-async-checkpoint",
     )
+    threads: int = opt(
+        0,
+        "Intra-op CPU threads per rank; 0: OMP_NUM_THREADS if set, else the cores this rank may use (its share of "
+        "the node's under torchrun) less its loader workers, at least 1.",
+    )
 
     def __post_init__(self) -> None:
         check_ints(self, ("log_every",), 1)
-        check_ints(self, ("seed",), 0)
+        check_ints(self, ("seed", "threads"), 0)
+        check_processes("threads", self.threads, per_rank=True)
         # The seed is combined with ranks, epochs and steps into torch's 64-bit seeds (runtime.seed_dropout, the
         # loader's epoch generator): 2**63 - 1 overflowed there, in a traceback after the model was built.
         check(self.seed <= MAX_SEED, "seed", f"must be at most 2**32 - 1, got {self.seed!r}")

@@ -4,7 +4,9 @@ The rule (80/10/10, the count, whole words) is the contract's, keyed here by ins
 do not depend on which batch or worker masked it. The stage runs the rule's compiled kernel
 (:mod:`bertstream.pipelines.pretraining.kernels.masking`, ~6x faster than the rule's NumPy form on one core,
 ~12x with whole-word masking), which a test holds to :func:`reference_mask`, the rule on this stage's ragged
-layout.
+layout; a process that has not started numba yet runs that NumPy form until it has taken numba's start
+(:mod:`bertstream.pipelines.pretraining.kernels.switch`): a small run never pays numba's import (~0.5 s,
+~90 MB) for a few batches, and the shards are the same bytes.
 
 With a word segmenter (Chinese), whole words are also the tokens that Tokenize marked in their ids
 (:mod:`bertstream.pipelines.pretraining.chinese_words`), whose marks are removed here, before anything is written.
@@ -56,22 +58,40 @@ def word_continuation(ids: np.ndarray, spec: MaskingSpec) -> tuple[np.ndarray, n
     return ids, continues if marked is None else continues | marked
 
 
-def mask(
-    ids: np.ndarray, offsets: np.ndarray, seg_a: np.ndarray, instance_ids: np.ndarray, spec: MaskingSpec
-) -> Masked:
-    """Mask a batch of instances laid out as ``ids[offsets[i]:offsets[i+1]]`` (compiled): exactly
-    :func:`reference_mask`'s output (positions, labels, replacements)."""
-    # Imported here, not at the top: numba's import (~0.2 s) is paid only by processes that mask.
-    from bertstream.pipelines.pretraining.kernels import masking as kernel
-    from bertstream.pipelines.pretraining.kernels import readonly
-
+def _check_layout(ids: np.ndarray, offsets: np.ndarray, seg_a: np.ndarray, instance_ids: np.ndarray) -> np.ndarray:
+    """``offsets`` as int64, checked: the kernel does not check bounds, so the layout must be consistent
+    (InstanceBatch's always is)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     lengths = np.diff(offsets)
-    # The kernel does not check bounds: the layout must be consistent (InstanceBatch's always is).
     if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(ids) or np.any(lengths < 0):
         raise ValueError("offsets are not a ragged layout of ids")
     if len(seg_a) != len(lengths) or len(instance_ids) != len(lengths):
         raise ValueError("one segment_a_length and one instance id per instance expected")
+    return offsets
+
+
+def mask(
+    ids: np.ndarray, offsets: np.ndarray, seg_a: np.ndarray, instance_ids: np.ndarray, spec: MaskingSpec
+) -> Masked:
+    """Mask a batch of instances laid out as ``ids[offsets[i]:offsets[i+1]]``: :func:`compiled_mask`, or
+    :func:`reference_mask` while numba is not worth starting in this process (the same arrays)."""
+    from bertstream.pipelines.pretraining.kernels import switch
+
+    offsets = _check_layout(ids, offsets, seg_a, instance_ids)
+    return switch.run(compiled_mask, reference_mask, ids, offsets, seg_a, instance_ids, spec)
+
+
+def compiled_mask(
+    ids: np.ndarray, offsets: np.ndarray, seg_a: np.ndarray, instance_ids: np.ndarray, spec: MaskingSpec
+) -> Masked:
+    """:func:`mask` by the compiled kernel: exactly :func:`reference_mask`'s output (positions, labels,
+    replacements)."""
+    # Imported here, not at the top: numba's import (~0.5 s) is paid only by processes that run a kernel.
+    from bertstream.pipelines.pretraining.kernels import masking as kernel
+    from bertstream.pipelines.pretraining.kernels import readonly
+
+    offsets = _check_layout(ids, offsets, seg_a, instance_ids)
+    lengths = np.diff(offsets)
     ids, continues = word_continuation(ids, spec)
     rule = spec.rule
     out, positions, labels, pred_offsets = kernel.mask(

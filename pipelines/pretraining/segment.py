@@ -88,7 +88,21 @@ def _tables(cp: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def split_documents(docs: list[list[str]]) -> list[list[str]]:
-    """The sentences of each document's paragraphs: ``[[s for p in d for s in split_sentences(p)] for d in docs]``."""
+    """The sentences of each document's paragraphs: ``[[s for p in d for s in split_sentences(p)] for d in docs]``,
+    by the compiled scan or, while numba is not worth starting (:mod:`bertstream.pipelines.pretraining.kernels.switch`),
+    by that reference itself: the same sentences."""
+    from bertstream.pipelines.pretraining.kernels import switch
+
+    return switch.run(scan_documents, reference_split_documents, docs)
+
+
+def reference_split_documents(docs: list[list[str]]) -> list[list[str]]:
+    """The reference, paragraph by paragraph (``segmenter.split_sentences``): what :func:`scan_documents` is held to."""
+    return [[s for p in d for s in S.split_sentences(p)] for d in docs]
+
+
+def scan_documents(docs: list[list[str]]) -> list[list[str]]:
+    """:func:`reference_split_documents` by the compiled scan: one pass over the batch's code points."""
     paragraphs = [p for d in docs for p in d]
     if not paragraphs:
         return [[] for _ in docs]

@@ -9,7 +9,8 @@ runner (its options, its overrides of Create/GroupByKey/Flatten/Reshuffle) and r
   its outputs leave as they are made, so a chain of ParDos fused into one Dask task holds one element at a
   time, not a partition's worth at each step (Beam's builds a list per step).
 - **Side inputs** are computed once, as one Dask value every consuming partition depends on (Beam's
-  recomputes a side input's whole upstream inside every partition that reads it).
+  recomputes a side input's whole upstream inside every partition that reads it; Beam 2.78's
+  ``--dask_lazy_side_inputs`` is accepted and changes nothing here).
 - **Every sink runs**: the graph computed is the union of every transform nobody consumes (Beam's computes
   only the last transform applied), and no sink's elements travel to the launcher.
 - **Parallelism**: ``Reshuffle`` spreads elements over ``--dask_npartitions`` partitions (default: 4 per
@@ -43,7 +44,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.runners import reach
 
-TESTED_BEAM = ("2.77",)
+TESTED_BEAM = ("2.77", "2.78")  # scripts/tools/other_beam.py runs the Beam-sensitive tests on the one CI lacks
 # Partitions per worker thread when --dask_npartitions is not given: enough to balance uneven ranges.
 PARTITIONS_PER_THREAD = 4
 # How long a failed run waits for its tasks still running on workers to stop.
@@ -160,6 +161,9 @@ class DaskRunner(beam_dask.DaskRunner):
         refuse_staging(options)
         dask_options = options.view_as(beam_dask.DaskOptions).get_all_options(drop_default=True, current_only=True)
         bag_kwargs = beam_dask.DaskOptions._extract_bag_kwargs(dask_options)
+        # Beam 2.78's --dask_lazy_side_inputs (a side input computed partition by partition) is no Client
+        # argument: Beam's runner pops it too. Ours computes each side input once for all partitions anyway.
+        dask_options.pop("lazy_side_inputs", None)
         if dask_options.get("address"):
             probe_scheduler(str(dask_options["address"]))
         client = Client(**dask_options)

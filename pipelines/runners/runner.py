@@ -300,7 +300,7 @@ def _warm_worker() -> None:
 
     segment = sys.modules.get("bertstream.pipelines.pretraining.segment")
     if segment is not None:
-        segment.split_documents([["Warm the kernel. It loads once."]])
+        segment.scan_documents([["Warm the kernel. It loads once."]])
 
 
 def _watch_worker_processes() -> None:

@@ -13,13 +13,13 @@ if [ "${DEMO_FULL:-0}" = 1 ]; then
 else
     STEPS=${DEMO_STEPS:-300}; TASK_ROWS=2000; TASK_LR=1e-3
 fi
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# berttrain chooses its CPU threads (the cores less its loader workers, said in its run line; --threads sets them).
 # Each setting checked before minutes of work, one line each (DEMO_STEPS=abc failed at the export, after the
 # corpus, the vocabulary, the shards and the whole pretraining).
 [[ ${DEMO_FULL:-0} =~ ^[01]$ ]] || { echo "Error: DEMO_FULL must be 0 or 1, got '${DEMO_FULL}'" >&2; exit 2; }
 [[ $STEPS =~ ^[1-9][0-9]{0,6}$ ]] ||
     { echo "Error: DEMO_STEPS must be a whole number of steps from 1 to 9999999, got '$STEPS'" >&2; exit 2; }
-[[ $OMP_NUM_THREADS =~ ^[1-9][0-9]{0,3}$ ]] ||
+[[ -z ${OMP_NUM_THREADS+x} || $OMP_NUM_THREADS =~ ^[1-9][0-9]{0,3}$ ]] ||
     { echo "Error: OMP_NUM_THREADS must be a whole number >= 1, got '$OMP_NUM_THREADS'" >&2; exit 2; }
 # Seconds per stage, printed at the end: a slow machine's run can be told from a stuck one.
 SPLIT=""
@@ -73,7 +73,7 @@ echo "== 5. fine-tune the demo model on a downstream task"
 SHARED_SST2=${SHARED:-../shared/data}/tasks/sst2
 if [ -z "${DEMO_TASK_TRAIN:-}" ] && [ -f "$SHARED_SST2/train.tsv" ]; then
     head -n $((TASK_ROWS + 1)) "$SHARED_SST2/train.tsv" > "$OUT/sst2_train.tsv"  # the header and TASK_ROWS rows
-    DEMO_TASK_TRAIN="$OUT/sst2_train.tsv" DEMO_TASK_DEV="$SHARED_SST2/dev.tsv" DEMO_TASK_ARGS="--glue sst2"
+    DEMO_TASK_TRAIN="$OUT/sst2_train.tsv" DEMO_TASK_DEV="$SHARED_SST2/dev.tsv" DEMO_TASK_ARGS="--glue sst2" DEMO_TASK_NAME=SST-2
 fi
 if [ -n "${DEMO_TASK_TRAIN:-}" ]; then
     CKPT="$OUT/run/checkpoints/step-$(printf %07d "$STEPS")"
@@ -83,20 +83,30 @@ if [ -n "${DEMO_TASK_TRAIN:-}" ]; then
     # shellcheck disable=SC2086
     bertprep task classification --input "$DEMO_TASK_DEV" --split dev --vocab "$CKPT/vocab.txt" \
         --label-set-from "$OUT/task_train" --output "$OUT/task_dev" $DEMO_TASK_ARGS
-    berttrain finetune --task classification --train-data "$OUT/task_train" --eval-data "$OUT/task_dev" \
-        --init "$CKPT" --output "$OUT/finetune" --epochs 2 --lr "$TASK_LR" --batch-size 32
+    finetune() {  # $1: --init, $2: the run folder; one command, so both inits get the same settings
+        berttrain finetune --task classification --train-data "$OUT/task_train" --eval-data "$OUT/task_dev" \
+            --init "$1" --output "$2" --epochs 2 --lr "$TASK_LR" --batch-size 32
+    }
+    finetune "$CKPT" "$OUT/finetune"
     stage_done finetune
+    echo "== 6. the same fine-tuning from random weights (the checkpoint's architecture, freshly initialised)"
+    finetune "random:$CKPT" "$OUT/finetune_random"
+    stage_done random_init
+    GAIN=$(python3 "$(dirname "$0")/init_gain.py" "$OUT/finetune" "$OUT/finetune_random" \
+        --task "${DEMO_TASK_NAME:-the task}")
 else
     echo "no task data: set DEMO_TASK_TRAIN/DEMO_TASK_DEV, or place ../shared/data beside the checkout"
 fi
 
 echo "== done, time per stage:${SPLIT%,}"
+[ -n "${GAIN:-}" ] && echo "$GAIN"
 echo "outputs (README, 'After the demo'):"
 echo "  $OUT/shards/report/index.html   the data report"
 echo "  $OUT/shards, $OUT/eval_shards    pretraining shards (Arrow + WebDataset), manifest.json"
 echo "  $OUT/run                         metrics.jsonl, curves.png, checkpoints/"
 echo "  $OUT/hf                          the model for Hugging Face (AutoModel.from_pretrained)"
 [ -d "$OUT/finetune" ] && echo "  $OUT/finetune                    results.json, predictions.tsv, the best checkpoint"
+[ -d "$OUT/finetune_random" ] && echo "  $OUT/finetune_random             the same from random weights: results.json"
 echo "the commands: 'source .venv/bin/activate' puts bertprep and berttrain on PATH (or run .venv/bin/bertprep),"
 echo "then e.g. 'bertprep inspect $OUT/shards' or 'berttrain plot $OUT/run'"
 true

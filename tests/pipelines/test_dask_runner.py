@@ -210,8 +210,26 @@ def test_a_worker_thread_sets_a_dofn_up_once_per_run_not_once_per_partition():
 
 def test_untested_beam_versions_are_refused_in_one_line():
     check_beam_version("2.77.0")
-    with pytest.raises(UsageError, match=r"tested on apache-beam 2\.77 only, this is 2\.78\.0"):
-        check_beam_version("2.78.0")
+    check_beam_version("2.78.1")
+    with pytest.raises(UsageError, match=r"tested on apache-beam 2\.77, 2\.78 only, this is 2\.79\.0"):
+        check_beam_version("2.79.0")
+
+
+def test_beams_lazy_side_inputs_option_reaches_no_dask_client(tmp_path, address):
+    """Beam 2.78's ``--dask_lazy_side_inputs`` is one of its DaskOptions: passed on to ``Client(...)`` it was a
+    TypeError (Beam 2.77 does not know it and drops it). Our runner computes a side input once anyway."""
+    out = tmp_path / "out"
+    out.mkdir()
+    p = beam.Pipeline(options=PipelineOptions(dask_args(address, "--dask_lazy_side_inputs")))
+    side = p | "Side" >> beam.Create([1, 2, 3])
+    _ = (
+        p
+        | beam.Create([10, 20])
+        | beam.Map(lambda x, s: x + sum(s), s=beam.pvalue.AsList(side))
+        | beam.Map(record(out))
+    )
+    p.run().wait_until_finish()
+    assert recorded(out) == ["16", "26"]
 
 
 def test_workers_that_cannot_import_bertstream_are_named(monkeypatch):

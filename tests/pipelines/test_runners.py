@@ -34,9 +34,10 @@ from bertstream.schemas.manifest import MANIFEST_NAME
 from tests.beam_services import REPO, dask_cluster, deadline, portable_services
 from tests.conftest import shared_path
 from tests.jobs import run_classification
+from tests.processes import HANG_GUARD_S
 
 BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
-RUN_DEADLINE_S = 300
+RUN_DEADLINE_S = HANG_GUARD_S  # a hang guard: the whole run, at any load
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,7 @@ from bertstream.trainer.optim.schedule import build_scheduler
 from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.snapshot import Background
+from bertstream.trainer.threads import apply as apply_threads
 from bertstream.trainer.weights import Init, check_vocab, resolve_init
 
 
@@ -283,6 +284,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
 def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Background | None) -> dict[str, Any]:
     # --- set up: every input is checked before the output folder is touched ----------------------------
     run_dir = Path(cfg.run.output)
+    threads = apply_threads(cfg.run.threads, cfg.num_workers)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         R.check_precision(cfg.run.precision, info.device)
         task = get_task(cfg.task)
@@ -328,7 +330,8 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     metrics = MetricsLogger(run_dir, enabled=info.is_main, trackers=cfg.run.trackers, params=tracked(cfg))
     metrics.truncate_after(training.step)
     R.log(
-        f"{describe(train, evaluation, raw, info)}, {plan_text(cfg.max_steps, epochs, steps_per_epoch, cfg.grad_accum)}",
+        f"{describe(train, evaluation, raw, info)}, {threads}, "
+        f"{plan_text(cfg.max_steps, epochs, steps_per_epoch, cfg.grad_accum)}",
         info,
     )
 

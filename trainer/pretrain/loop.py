@@ -52,6 +52,7 @@ from bertstream.trainer.pretrain.inputs import (
 from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, group_rates, same_data
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.snapshot import Background
+from bertstream.trainer.threads import apply as apply_threads
 
 # tokens, slots: real tokens and positions the encoder computed (padding included), summed like the losses
 _STAT_KEYS = ("mlm_sum", "mlm_correct", "mlm_count", "nsp_sum", "nsp_correct", "nsp_count", "tokens", "slots")
@@ -409,7 +410,7 @@ SHARED = (
     "path (node-local folders resume from different checkpoints)"
 )
 # Flags that may differ between nodes: where each process computes and how it reads.
-PER_NODE = ("device", "num_workers")
+PER_NODE = ("device", "num_workers", "threads")
 
 
 def check_same_run(
@@ -430,6 +431,7 @@ def check_same_run(
 def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> dict[str, Any]:
     # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
     run_dir = Path(cfg.run.output)
+    threads = apply_threads(cfg.run.threads, cfg.data.num_workers)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         R.check_precision(cfg.run.precision, info.device)
         for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
@@ -462,7 +464,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     metrics.truncate_after(training.step)
     run_config = write_run_config(cfg, config, vocab, lowercase, info)
     writer = R.CheckpointWriter(run_config, vocab.text(), info, writes=writes, announce=True)
-    R.log(describe(raw, loader, cfg, info), info)
+    R.log(f"{describe(raw, loader, cfg, info)}, {threads}", info)
     if loader.weighted:
         R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
 

@@ -2,19 +2,18 @@
 
 Starting numba costs a process ~0.4 s even with every kernel cached (importing numba ~0.15 s, its first
 dispatch ~0.25 s: type registries, cache loading), a quarter of a small pipeline run's wall time. The
-pure-Python paths give byte-identical instances, MinHash signatures and gathers (tests pin them together), so
-which one runs is only a matter of speed. (Masking has no switch: its stage always runs the kernel, after
-segmentation has started numba anyway, see below.) Ski rental: a process runs the pure-Python paths until
+pure-Python (or NumPy) paths give byte-identical sentences, instances, masks, MinHash signatures and gathers
+(tests pin them together), so which one runs is only a matter of speed. Ski rental: a process runs them until
 they have taken ``PYTHON_BUDGET_S``, then the kernels for good. The budget is 1 s rather than numba's 0.4 s start (the
 2-competitive choice) because the 10-22 MB runs at dupe 1 spend 0.5-0.8 s there: at 0.4 s they paid numba's
 start for little gain and ran 5-10% slower than before the kernels (paired A/B). Tests, demos and such runs
 never pay the start; a large run pays at most ~1.4 s extra once per worker process, and its instances then
 cost ~8x less.
 
-Once numba is running in the process anyway (the segmentation stage's candidate scan,
-:mod:`bertstream.pipelines.pretraining.kernels.segment`, has no pure-Python twin and starts it in every pretraining run),
-there is no start left to save: the kernels run from the first unit (a kernel's cached code then loads in
-milliseconds).
+Once numba is running in the process anyway (a kernel has run, or a fork server started it,
+:mod:`bertstream.pipelines.runners.fork_server`), there is no start left to save: the kernels run from the first
+unit (a kernel's cached code then loads in milliseconds). Until issue 54 the segmentation scan and the masking
+kernel had no switch and started numba in every pretraining run: a 20 KB input then took ~0.5 s and ~90 MB more.
 
 ``BERTSTREAM_KERNELS=always`` or ``never`` overrides the choice (tests, benchmarks); it is read at each
 call, so Beam worker subprocesses follow the environment they inherit.

@@ -15,13 +15,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, shared_path
-from tests.processes import child_processes, ctrl_c_reaches_it
+from tests.processes import child_processes, ctrl_c_reaches_it, wait_until
 
 PROG = "from bertstream.pipelines.cli import main; main(prog_name='bertprep')"
 
@@ -537,17 +536,11 @@ def _wiki_run(out: Path, demo_vocab: Path, *extra: str) -> subprocess.Popen:
 
 def _wait_mid_run(out: Path, p: subprocess.Popen) -> None:
     """Until the run has spilled its first tokenized documents (its instances are still to be made)."""
-    deadline = time.monotonic() + 90
-    while not list(out.glob("_work/*/docs-*.bin")):
-        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
-        time.sleep(0.05)
+    wait_until(lambda: bool(list(out.glob("_work/*/docs-*.bin"))), p, what="a spill file")
 
 
-def _wait_for(path: Path, p: subprocess.Popen, seconds: float = 90) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
-        time.sleep(0.05)
+def _wait_for(path: Path, p: subprocess.Popen) -> None:
+    wait_until(path.exists, p, what=str(path))
 
 
 def test_two_runs_into_one_output_the_second_is_refused_by_the_lock(tmp_path, demo_vocab):
@@ -700,13 +693,9 @@ def test_a_killed_worker_is_one_line(tmp_path, demo_vocab):
     out = tmp_path / "out"
     p = _wiki_run(out, demo_vocab, "--direct_num_workers=2")
     _wait_for(out / "_work", p)
-    deadline = time.monotonic() + 60
-    workers: list[int] = []
-    while not workers and time.monotonic() < deadline:
-        workers = child_processes(p.pid, "bertstream.pipelines.runners.beam_worker")
-        time.sleep(0.2)
-    assert workers
-    time.sleep(1)
+    wait_until(lambda: bool(child_processes(p.pid, "bertstream.pipelines.runners.beam_worker")), p, what="workers")
+    workers = child_processes(p.pid, "bertstream.pipelines.runners.beam_worker")
+    _wait_mid_run(out, p)  # the workers are at work (was: a second's sleep, which load 10 can outlast)
     os.kill(workers[0], signal.SIGKILL)
     stdout, stderr = p.communicate(timeout=300)
     r = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)

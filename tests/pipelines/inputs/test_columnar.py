@@ -89,6 +89,22 @@ def test_column_metadata_that_aborts_pyarrow_is_an_input_error_naming_the_file(t
         pytest.skip(f"pyarrow {pa.__version__} reads this file's metadata without aborting: the case is gone")
     with pytest.raises(InputError, match=r"t.parquet: not a readable Parquet file \(its column metadata aborts "):
         table_ranges(str(path), "parquet", 1000, "text")
+    # The forked child that aborts says nothing through a fault handler its parent enabled on a file of its own,
+    # as pytest does (it printed "Fatal Python error: Aborted" and ~240 module names into the test output).
+    fault_log = tmp_path / "faults.txt"
+    check = (
+        "import faulthandler, sys\n"
+        f"faulthandler.enable(file=open({str(fault_log)!r}, 'w'))\n"
+        "from bertstream.pipelines.common.files import InputError\n"
+        "from bertstream.pipelines.inputs.columnar import table_ranges\n"
+        "try:\n"
+        f"    table_ranges({str(path)!r}, 'parquet', 1000, 'text')\n"
+        "except InputError:\n"
+        "    print('refused')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "refused", done.stderr[-2000:]
+    assert "Fatal Python error" not in fault_log.read_text() + done.stderr
 
 
 def test_column_names_that_are_no_utf8_are_an_input_error_naming_the_file(tmp_path):

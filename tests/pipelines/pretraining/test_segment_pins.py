@@ -17,7 +17,7 @@ import pytest
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.inputs.read import DocumentBatch, read_documents
 from bertstream.pipelines.inputs.resolve import resolve_inputs
-from bertstream.pipelines.pretraining.segment import segment_documents, split_documents
+from bertstream.pipelines.pretraining.segment import scan_documents, segment_documents
 from bertstream.pipelines.pretraining.segmenter import split_sentences
 from tests.conftest import SHARED
 
@@ -89,10 +89,10 @@ def test_batches_split_like_each_paragraph_alone() -> None:
         docs.append([p.strip() for p in paragraphs] if rng.random() < 0.7 else paragraphs)
     expected = [[s for p in d for s in split_sentences(p)] for d in docs]
     for i in range(0, len(docs), 100):  # batches of 100 documents, and each document alone
-        assert split_documents(docs[i : i + 100]) == expected[i : i + 100]
+        assert scan_documents(docs[i : i + 100]) == expected[i : i + 100]
     for d, e in zip(docs[:300], expected):
-        assert split_documents([d]) == [e], d
-    assert split_documents([["An emoji \U0001f600. Then more."]]) == [["An emoji \U0001f600.", "Then more."]]
+        assert scan_documents([d]) == [e], d
+    assert scan_documents([["An emoji \U0001f600. Then more."]]) == [["An emoji \U0001f600.", "Then more."]]
 
 
 def _reference_block_lines(offset: int, raw: bytes, counters: Counter) -> list:

@@ -21,6 +21,7 @@ from benchmarks.lib.synthetic_shards import bert_like_vocab, make_instances, wri
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.metrics import read_metrics
 from tests.beam_services import free_port
+from tests.processes import HANG_GUARD_S, ended, wait_until
 
 ENV = {"OMP_NUM_THREADS": "1"}
 
@@ -178,30 +179,35 @@ def children(pid: int) -> list[int]:
 @pytest.mark.slow
 def test_sigterm_to_the_whole_process_group_is_reported_as_sigterm(shards, tmp_path):
     """Item 4: torchrun, scancel and ``kill -TERM -PGID`` signal the loader workers too, in no set order; here
-    the workers first (the order that made the run report a dead worker, exit 1), then the trainer."""
+    the workers first (the order that made the run report a dead worker, exit 1), then the trainer once they
+    have ended. Every wait is on an event (metrics logged, the workers gone), none a fixed sleep: at load 10 a
+    half-second sleep was no longer 'after the workers ended' (issue 54)."""
     out_dir = tmp_path / "run"
     p = subprocess.Popen(
         [sys.executable, "-m", "bertstream.trainer", *flags(shards, out_dir, **{"--max-steps": "100000",
                                                                                "--num-workers": "2"})],
         env={**os.environ, **ENV},
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 300
-    metrics = out_dir / "metrics.jsonl"
-    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 2) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    workers = children(p.pid)
-    assert len(workers) >= 2, workers
-    for pid in workers:
-        os.kill(pid, signal.SIGTERM)
-    time.sleep(0.5)  # a worker that ended on it is noticed by now (the trainer's SIGCHLD)
-    os.kill(p.pid, signal.SIGTERM)
-    code = p.wait(timeout=120)
-    err = p.stderr.read()  # type: ignore[union-attr]
-    assert code == 143, err
+    try:
+        metrics = out_dir / "metrics.jsonl"
+        wait_until(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 2, p, what="two steps")
+        workers = children(p.pid)
+        assert len(workers) >= 2, workers
+        for pid in workers:
+            os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: all(ended(pid) for pid in workers), what="the workers' exit")
+        if p.poll() is None:  # it may have ended on its workers' deaths already: reported as SIGTERM too
+            os.kill(p.pid, signal.SIGTERM)
+        _, err = p.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 143, err
     assert (
         [line for line in err.splitlines() if line.startswith("Error:")]
         == [line for line in err.splitlines() if line.startswith("Error: interrupted (SIGTERM)")]

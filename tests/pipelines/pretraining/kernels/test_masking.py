@@ -8,7 +8,7 @@ import pytest
 
 from bertstream.pipelines.common.batch import InstanceBatch
 from bertstream.pipelines.pretraining.instances import assemble, unit_instances
-from bertstream.pipelines.pretraining.masking import Masked, mask, masking_spec, reference_mask
+from bertstream.pipelines.pretraining.masking import Masked, compiled_mask, masking_spec, reference_mask
 from bertstream.schemas import masking as rule
 from tests.schemas.test_masking import random_batch, toy_vocab
 
@@ -43,7 +43,7 @@ def test_kernel_equals_numpy_on_wikipedia_and_books(
     pool, vocab = wiki_books_pool
     b = real_batch(pool, vocab, max_seq_length, pass_index=2)
     spec = masking_spec(vocab, masked_lm_prob, max_predictions, whole_word)
-    ours = mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec)
+    ours = compiled_mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec)
     assert_same(ours, reference_mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec))
     assert ours.ids.flags.writeable and len(ours.positions) > len(b) // 2
 
@@ -54,7 +54,7 @@ def test_kernel_equals_numpy_on_the_demo_corpus(demo_pool, whole_word):
     b = real_batch(pool, vocab, 128, pass_index=0)
     spec = masking_spec(vocab, 0.15, 20, whole_word)
     assert_same(
-        mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec),
+        compiled_mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec),
         reference_mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec),
     )
 
@@ -69,14 +69,14 @@ def test_kernel_equals_numpy_on_random_batches(whole_word, dtype):
     rng = np.random.default_rng(3)
     ids, offsets, seg_a, iids = random_batch(rng, 3000, vocab, max_len=300)
     ids = ids.astype(dtype)
-    assert_same(mask(ids, offsets, seg_a, iids, spec), reference_mask(ids, offsets, seg_a, iids, spec))
+    assert_same(compiled_mask(ids, offsets, seg_a, iids, spec), reference_mask(ids, offsets, seg_a, iids, spec))
     one = slice(0, 1)
     five = np.array([2, 30, 3, 40, 3], dtype=dtype)
     assert_same(
-        mask(five, np.array([0, 5]), np.array([3], np.int16), iids[one], spec),
+        compiled_mask(five, np.array([0, 5]), np.array([3], np.int16), iids[one], spec),
         reference_mask(five, np.array([0, 5]), np.array([3], np.int16), iids[one], spec),
     )
-    empty = mask(ids[:0], np.zeros(1, np.int64), seg_a[:0], iids[:0], spec)
+    empty = compiled_mask(ids[:0], np.zeros(1, np.int64), seg_a[:0], iids[:0], spec)
     assert_same(empty, reference_mask(ids[:0], np.zeros(1, np.int64), seg_a[:0], iids[:0], spec))
 
 
@@ -89,7 +89,7 @@ def test_kernel_follows_the_rules_constants(monkeypatch):
     ids, offsets, seg_a, iids = random_batch(np.random.default_rng(4), 2000, vocab)
     for whole_word in (False, True):
         spec = masking_spec(vocab, 0.15, 20, whole_word)
-        ours = mask(ids, offsets, seg_a, iids, spec)
+        ours = compiled_mask(ids, offsets, seg_a, iids, spec)
         assert_same(ours, reference_mask(ids, offsets, seg_a, iids, spec))
     row = np.repeat(np.arange(len(seg_a)), np.diff(ours.pred_offsets))
     share = float(np.mean(ours.ids[offsets[row] + ours.positions] == spec.rule.mask_id))

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -49,8 +51,8 @@ def digests(out: Path) -> dict[str, str]:
 
 def test_kernels_in_beam_worker_processes_write_the_python_paths_shards(tmp_path, monkeypatch, demo_corpus, demo_vocab):
     """End to end: the pure-Python paths in process vs the kernels in two Beam worker subprocesses (which
-    import numba and load its cache themselves): byte-identical shards. Whole-word masking (its kernel runs in
-    both: masking has no switch); each kernel against its Python path in process is this folder's other tests."""
+    import numba and load its cache themselves): byte-identical shards. Whole-word masking (its harder kernel);
+    each kernel against its Python path in process is this folder's other tests."""
     whole_word = True
     files = [str(f) for f in sorted(demo_corpus.glob("*.txt"))]
     cfg = PretrainingConfig(input_format="text", dupe_factor=2, num_shards=2, whole_word_mask=whole_word)
@@ -72,3 +74,25 @@ def test_kernels_in_beam_worker_processes_write_the_python_paths_shards(tmp_path
     )
     assert digests(tmp_path / "py") == digests(tmp_path / "jit") and len(digests(tmp_path / "py")) == 2
     assert python.manifest.statistics == compiled.manifest.statistics
+
+
+def test_a_small_run_never_starts_numba(tmp_path, demo_corpus, demo_vocab):
+    """A small input's run (in a fresh process, as ``bertprep pretraining`` is) segments and masks on the
+    pure-Python paths: numba's import (~0.5 s, ~90 MB) would be most of its start-up. Before issue 54 the
+    segmentation scan and the masking kernel always ran compiled and every run imported numba."""
+    files = sorted(demo_corpus.glob("*.txt"))[:2]
+    code = (
+        "import sys\n"
+        "from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob\n"
+        "from bertstream.pipelines.pretraining.pipeline import run_pretraining\n"
+        "cfg = PretrainingConfig(input_format='text', dupe_factor=2, num_shards=1, whole_word_mask=True)\n"
+        "r = run_pretraining(PretrainingJob(inputs=tuple(sys.argv[3:]), vocab=sys.argv[1], output=sys.argv[2],"
+        " config=cfg))\n"
+        "assert r.manifest.statistics['instances'] > 0\n"
+        "print('numba' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != switch.ENV}
+    argv = [sys.executable, "-c", code, str(demo_vocab / "vocab.txt"), str(tmp_path / "out"), *map(str, files)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "False"
