@@ -283,6 +283,7 @@ def test_report_of_a_reference_only_pass_holds_the_continued_figures_alone(tmp_p
     )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results == {
+        "metric_scale": "fraction",
         "prep_minutes": 2.0,
         "reference": {"source": "hf/minilm", "seed": 1, "sst2": {"metric": "accuracy", "score": 0.85}, "mrpc": None},
         "continued": {
@@ -488,7 +489,7 @@ def test_sweep_cells_are_keyed_by_the_checkpoint_and_settings_that_made_them(tmp
     assert sweep("b", LRS="2e-4").returncode == 0
     assert [c["lr"] for c in json.loads((tmp_path / "out" / "sweep.json").read_text())["sst2"]["cells"]] == [2e-4]
     bad = sweep("b", LRS="1e-4 fast")
-    assert bad.returncode == 2 and bad.stderr == "Error: LRS must be numbers, got '1e-4 fast'\n"
+    assert bad.returncode == 2 and bad.stderr == "Error: LRS must be numbers above 0 and at most 1, got '1e-4 fast'\n"
 
 
 def test_ablation_refuses_an_unknown_arm_before_any_work(tmp_path):

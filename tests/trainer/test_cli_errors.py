@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.cli import main
+from tests.argv import with_flags
 from tests.processes import ctrl_c_reaches_it
 from tests.trainer.test_run_safety import small_dataset
 
@@ -110,20 +111,6 @@ def world(tmp_path_factory) -> dict[str, Path]:
         "pickledopt": pickledopt,
         "torn": torn,
     }
-
-
-def with_flags(base: list[str], args: tuple[str, ...] | list[str]) -> list[str]:
-    """``base`` then ``args``, where a flag of ``args`` that ``base`` gives with a value replaces that value: a
-    single-valued flag given twice is refused, not last-wins."""
-    out, rest, i = list(base), [], 0
-    while i < len(args):
-        if args[i] in out and i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out[out.index(args[i]) + 1] = args[i + 1]
-            i += 2
-        else:
-            rest.append(args[i])
-            i += 1
-    return out + rest
 
 
 def pretrain(w: dict[str, Path], *args: str, data: str = "ds", out: str | None = None) -> list[str]:

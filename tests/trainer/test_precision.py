@@ -25,7 +25,7 @@ CPU = torch.device("cpu")
 def _training(scaled: bool, seed: int = 0) -> R.Training:
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)  # as the optimizer table builds it
     t = R.Training(model, model, opt, build_scheduler(opt, 0, 100), max_grad_norm=1.0)
     t.scaler = torch.amp.GradScaler("cpu") if scaled else None
     return t

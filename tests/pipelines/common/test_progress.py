@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from bertstream.pipelines.common import progress as P
+from tests.argv import with_flags
 from tests.terminal import on_terminal
 
 LIVE = re.compile(r"\[bertprep\] read (\d+)/(\d+) files, [\d.]+/[\d.]+ MB, ([\d,]+) documents, [\d.]+ MB/s")
@@ -79,7 +80,7 @@ def test_monitor_prints_a_plain_line_and_a_stage_summary_when_not_a_terminal():
 
 def _pretraining(corpus, vocab, out, *extra: str, stderr=subprocess.PIPE) -> subprocess.Popen:
     args = ["pretraining", "--input", str(corpus / "*.txt"), "--format", "text", "--vocab", str(vocab / "vocab.txt")]
-    args += ["--output", str(out), "--dupe-factor", "1", "--num-shards", "2", *extra]
+    args = with_flags([*args, "--output", str(out), "--dupe-factor", "1", "--num-shards", "2"], extra)
     return subprocess.Popen(
         [sys.executable, "-c", "from bertstream.pipelines.cli import main; main()", *args],
         env={**os.environ, "OMP_NUM_THREADS": "1"},

@@ -298,8 +298,10 @@ def test_bad_dedup_options_are_usage_errors_naming_the_flag(tmp_path, demo_corpu
     from click.testing import CliRunner
 
     from bertstream.pipelines.cli import main
+    from tests.argv import with_flags
 
     args = ["pretraining", "--input", str(demo_corpus / "assert.txt"), "--vocab", str(demo_vocab / "vocab.txt")]
-    r = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "o"), "--dedup", "minhash", flag, value])
+    base = [*args, "--output", str(tmp_path / "o"), "--dedup", "minhash"]
+    r = CliRunner().invoke(main, with_flags(base, [flag, value]))
     assert r.exit_code == 2 and f"'{flag}'" in r.output, r.output
     assert not (tmp_path / "o" / "manifest.json").exists()

@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertstream.pipelines.cli import main
+from tests.argv import with_flags
 from tests.conftest import shared_path
 
 
@@ -97,7 +98,7 @@ def test_ner_and_squad_usage_errors_name_the_flag(tmp_path, demo_vocab, train_ts
         (["--labels", "B-PER"], "'--labels'"),
         (["--vocab", str(tmp_path / "missing.txt")], "'--vocab'"),
     ):
-        r = invoke("ner", "--input", str(conll), "--vocab", vocab, "--output", str(tmp_path / "o"), *args)
+        r = invoke(*with_flags(["ner", "--input", str(conll), "--vocab", vocab, "--output", str(tmp_path / "o")], args))
         assert r.exit_code == 2 and flag in r.output, (args, r.output)
     squad = tmp_path / "train-v1.1.json"
     squad.write_text('{"data": []}')

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.cli import main
+from tests.argv import with_flags
 from tests.trainer.finetune.conftest import finetune_run
 from tests.trainer.test_cli_errors import one_error
 
@@ -29,7 +30,7 @@ def earlier(sst2, tmp_path_factory) -> Path:
 
 
 def argv(sst2, out: Path, *extra: str, train: str | None = None, init: str = "random:tiny") -> list[str]:
-    return [
+    base = [
         "finetune",
         "--task",
         "classification",
@@ -46,8 +47,8 @@ def argv(sst2, out: Path, *extra: str, train: str | None = None, init: str = "ra
         "--batch-size",
         "16",
         "--no-tensorboard",
-        *extra,
     ]
+    return with_flags(base, extra)
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

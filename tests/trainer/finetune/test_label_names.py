@@ -29,11 +29,11 @@ def test_the_export_names_the_labels_and_its_head_is_reused(sst2, tmp_path, capf
     assert config["label2id"] == {"negative": 0, "positive": 1} and config["bertstream_labels"] == ["0", "1"]
     header, *rows = (run / "predictions.tsv").read_text(encoding="utf-8").splitlines()
     src = (sst2["dev"].parent / "dev.tsv").read_text(encoding="utf-8").splitlines()
-    texts = [src[int(r.split("\t")[2]) - 1].rsplit("\t", 1)[0] for r in rows[:40]]
+    texts = [src[int(r.split("\t")[1]) - 1].rsplit("\t", 1)[0] for r in rows[:40]]  # input, line, prediction, label
     named = {"0": "negative", "1": "positive"}
     pipe = transformers.pipeline("text-classification", model=str(hf))
     served = [p["label"] for p in pipe(texts, truncation=True, max_length=64)]
-    assert served == [named[r.split("\t")[3]] for r in rows[:40]]  # the run's predictions, by name
+    assert served == [named[r.split("\t")[2]] for r in rows[:40]]  # the run's predictions, by name
     capfd.readouterr()
     finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], tmp_path / "again", init=str(hf), max_steps=1)
     assert "task head reused from the initial weights (classification, 2 labels)" in capfd.readouterr().err

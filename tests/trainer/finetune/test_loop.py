@@ -50,6 +50,7 @@ def test_sst2_results_predictions_and_best_checkpoint(sst2_run, sst2):
         "kind": "classification",
         "glue": "sst2",
         "labels": ["0", "1"],
+        "label_names": ["0", "1"],
         "primary_metric": "accuracy",
         "metric_scale": "fraction",
     }

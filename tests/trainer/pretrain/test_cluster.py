@@ -183,12 +183,15 @@ def test_sigterm_to_the_whole_process_group_is_reported_as_sigterm(shards, tmp_p
     have ended. Every wait is on an event (metrics logged, the workers gone), none a fixed sleep: at load 10 a
     half-second sleep was no longer 'after the workers ended' (issue 54)."""
     out_dir = tmp_path / "run"
+    # stderr into a file, not a pipe read only at the end: a run that logs every step filled the pipe's 64 KB
+    # and blocked in a write, so it never reaped its workers and the wait for their exit never ended
+    log = (tmp_path / "stderr.txt").open("w")
     p = subprocess.Popen(
         [sys.executable, "-m", "bertstream.trainer", *flags(shards, out_dir, **{"--max-steps": "100000",
                                                                                "--num-workers": "2"})],
         env={**os.environ, **ENV},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
         text=True,
         start_new_session=True,
     )  # fmt: skip
@@ -202,11 +205,13 @@ def test_sigterm_to_the_whole_process_group_is_reported_as_sigterm(shards, tmp_p
         wait_until(lambda: all(ended(pid) for pid in workers), what="the workers' exit")
         if p.poll() is None:  # it may have ended on its workers' deaths already: reported as SIGTERM too
             os.kill(p.pid, signal.SIGTERM)
-        _, err = p.communicate(timeout=HANG_GUARD_S)
+        p.wait(timeout=HANG_GUARD_S)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+        log.close()
+    err = (tmp_path / "stderr.txt").read_text()
     assert p.returncode == 143, err
     assert (
         [line for line in err.splitlines() if line.startswith("Error:")]
