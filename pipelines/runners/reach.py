@@ -11,6 +11,7 @@ A server that accepts the connection is left to its client and its own timeouts.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import socket
@@ -68,11 +69,25 @@ def probe(param: str, what: str, host: str, port: int, server: str, seconds: flo
         raise UsageError(param, f"{what}: {server} {e.why}") from None
 
 
+# The package Beam's filesystem of each probed scheme talks through (apache-beam[aws], apache-beam[gcp]).
+_CLIENT = {"s3": "boto3", "gs": "google.cloud.storage"}
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
 def store_endpoint(url: str, options: object | None = None) -> str | None:
     """The server Beam's client for ``url``'s object store talks to (``http(s)://HOST[:PORT]``), or None for a
     scheme that is not probed (local paths, HDFS, Azure). S3: ``--s3_endpoint_url``, else botocore's
     ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, else AWS's regional endpoint; GCS: storage.googleapis.com."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in _CLIENT and not _importable(_CLIENT[scheme]):
+        return None  # no client to talk to it: the missing package is what to say (the filesystem's line)
     if scheme == "s3":
         from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
