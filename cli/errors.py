@@ -59,21 +59,31 @@ _raised: list[KeyboardInterrupt] = []
 
 
 @contextmanager
-def sigterm_as_interrupt(intercept: Callable[[], bool] | None = None, *, hangup: bool = False) -> Iterator[None]:
+def sigterm_as_interrupt(
+    intercept: Callable[[], bool] | None = None,
+    *,
+    hangup: bool = False,
+    on_interrupt: Callable[[], None] | None = None,
+) -> Iterator[None]:
     """Within the block, SIGTERM (and with ``hangup`` SIGHUP, the terminal closed: bertprep's, whose default
     killed the process on the spot, leaving its lock and an --overwrite's earlier dataset in the work folder)
     raises :class:`Terminated`; ``intercept``, when given, is asked first and returns True when the signal was
     its own (bertprep's runner signals itself with SIGTERM when a worker process dies). Ctrl-C raises
     ``KeyboardInterrupt`` as ever (unless it is ignored); both are kept for :func:`raise_if_swallowed`. Outside
-    the main thread (a test's runner) signals are left alone."""
+    the main thread (a test's runner) signals are left alone. ``on_interrupt`` runs first on either (bertprep
+    mutes Beam's logs: its workers' reports of the same interruption came as tracebacks after the one line)."""
 
     def handler(signum: int, frame: Any) -> None:
         if signum == signal.SIGTERM and intercept is not None and intercept():
             return
+        if on_interrupt is not None:
+            on_interrupt()
         _raised.append(Terminated(signum))
         raise _raised[-1]
 
     def ctrl_c(signum: int, frame: Any) -> None:
+        if on_interrupt is not None:
+            on_interrupt()
         _raised.append(KeyboardInterrupt())
         raise _raised[-1]
 

@@ -9,6 +9,7 @@ file that the line names. SIGTERM is handled as Ctrl-C (work files removed, one 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -101,12 +102,18 @@ def worker_died_in(e: BaseException) -> bool:
     return False
 
 
+def _quiet_logs() -> None:
+    """After Ctrl-C or SIGTERM, what the workers and Beam's job service log of the same interruption (a worker's
+    "Python sdk harness failed" with its KeyboardInterrupt traceback, under load) is said by the one line."""
+    logging.disable(logging.CRITICAL)
+
+
 @contextmanager
 def bertprep_errors(cls: type | None = None, outcome: str = NO_MANIFEST) -> Iterator[None]:
     """The funnel of a ``bertprep`` command: what fails inside becomes click's usage error on the flag of
     ``cls`` (the command's config class) or one ``Error:`` line ending with ``outcome`` (what was not written)."""
     try:
-        with sigterm_as_interrupt(_worker_signal, hangup=True):
+        with sigterm_as_interrupt(_worker_signal, hangup=True, on_interrupt=_quiet_logs):
             yield from _funnel(cls, outcome)
     except click.ClickException as e:
         # A URL's password never reaches the console (click types `message` as final: set it all the same).
@@ -120,6 +127,7 @@ def bertprep_errors(cls: type | None = None, outcome: str = NO_MANIFEST) -> Iter
         raise
     finally:
         stop_worker_processes()  # after a failure; after a success there are none left
+        logging.disable(logging.NOTSET)  # _quiet_logs's, once the workers are gone (an in-process caller goes on)
         # Beam's threads (gRPC readers of dead workers) may raise while the process exits after a failure:
         # the user has had the one line that matters.
         threading.excepthook = lambda args: None

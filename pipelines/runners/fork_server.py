@@ -141,7 +141,10 @@ def _fresh_process() -> None:
     """The handlers of a fresh interpreter: the launcher's (SIGTERM as Ctrl-C, cleanup; background threads'
     exceptions to the run's log) are not the worker's."""
     threading.excepthook = threading.__excepthook__
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Ctrl-C reaches the whole process group: a worker that took it failed its harness and reported the traceback
+    # through Beam's log stream, at times before the launcher's own line (its handler runs between bytecodes). The
+    # launcher alone answers it: it stops its workers (and they die with it: PR_SET_PDEATHSIG).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
 
