@@ -6,6 +6,7 @@ helper is a no-op, so the same training code serves a laptop and a multi-node cl
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -243,6 +244,12 @@ def launched_main() -> bool:
 def teardown() -> None:
     _PEERS.stop()
     if dist.is_initialized():
+        if dist.get_world_size() > 1:
+            # every rank drains its queued collectives before any leaves: a rank that left first (its work done)
+            # left a peer's gloo worker thread waiting, and that peer hung in the process group's destructor
+            # (~Reducer -> ~ProcessGroupGloo -> thread join) when its DDP model went away after this
+            with contextlib.suppress(RuntimeError, dist.DistError):
+                dist.barrier()
         dist.destroy_process_group()
 
 
