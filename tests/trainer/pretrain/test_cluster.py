@@ -177,6 +177,19 @@ def children(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
+def _sigterm_taken(pid: int) -> bool:
+    """Whether ``pid`` has no SIGTERM pending (taken by its handler or its waiting thread), or has ended."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    pending = 0
+    for line in status.splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")):
+            pending |= int(line.split()[1], 16)
+    return ended(pid) or not pending & (1 << (signal.SIGTERM - 1))
+
+
 def test_sigterm_to_the_whole_process_group_is_reported_as_sigterm(shards, tmp_path):
     """Item 4: torchrun, scancel and ``kill -TERM -PGID`` signal the loader workers too, in no set order; here
     the workers first (the order that made the run report a dead worker, exit 1), then the trainer once they
@@ -202,7 +215,9 @@ def test_sigterm_to_the_whole_process_group_is_reported_as_sigterm(shards, tmp_p
         assert len(workers) >= 2, workers
         for pid in workers:
             os.kill(pid, signal.SIGTERM)
-        wait_until(lambda: all(ended(pid) for pid in workers), what="the workers' exit")
+        # a worker ignores a SIGTERM that is not its parent's (trainer/data/workers.py): wait until each has taken
+        # it (no longer pending), or has ended
+        wait_until(lambda: all(_sigterm_taken(pid) for pid in workers), what="the workers' taking their SIGTERM")
         if p.poll() is None:  # it may have ended on its workers' deaths already: reported as SIGTERM too
             os.kill(p.pid, signal.SIGTERM)
         p.wait(timeout=HANG_GUARD_S)
