@@ -62,6 +62,9 @@ def read_whole(path: str, what: str) -> bytes:
 
 # Beam's words when no filesystem serves a URL's scheme: its package (or Beam's extra) is not installed.
 _NO_FILESYSTEM = "Unable to get filesystem from specified path"
+# Beam's words when its S3 filesystem is there and its client is not: 2.77 ("Missing boto3 requirement"), 2.78 (its
+# S3IO refuses at the first call).
+_NO_BOTO3 = ("Missing boto3 requirement", "AWS dependencies are not installed")
 _PACKAGES = {
     "s3": "boto3 (pip install 'apache-beam[aws]')",
     "gs": "google-cloud-storage (pip install 'apache-beam[gcp]')",
@@ -87,7 +90,7 @@ def missing_filesystem_in(e: BaseException) -> str | None:
     seen: BaseException | None = e
     while seen is not None:
         text = str(seen)
-        if "Missing boto3 requirement" in text:  # Beam's S3 filesystem is there, its client is not
+        if any(words in text for words in _NO_BOTO3):  # Beam's S3 filesystem is there, its client is not
             return f"s3:// paths need {_PACKAGES['s3']}, which is not installed"
         if _NO_FILESYSTEM in text:
             m = re.search(r"([a-z][a-z0-9+.-]*)://\S*", text)
