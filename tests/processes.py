@@ -3,6 +3,10 @@ lines at 80 columns when its output is not a terminal, so a long checkout path h
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 
@@ -60,3 +64,48 @@ def ended(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def run_launch(argv: list[str], *, seconds: float = HANG_GUARD_S, **kw) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, capture_output=True, text=True)`` of a multi-process launch (torchrun), which on a hang
+    fails with where every rank was: after ``seconds`` the launch's processes get SIGUSR1 (the trainer's ranks
+    print every thread's stack on it: ``trainer.distributed.show_stacks_on_sigusr1``), then SIGKILL, and the
+    assertion holds the output's tail. A bare timeout said only 'timed out after 600 seconds'."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+    try:
+        out, err = p.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        ranks = [pid for pid in session_processes(p.pid) if "bertstream.trainer" in _cmdline(pid)]
+        for pid in ranks:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGUSR1)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # the stacks' few lines: then the launch ends
+            p.communicate(timeout=5)
+        with contextlib.suppress(OSError):
+            os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError(
+            f"{' '.join(argv[:6])} ... hung for {seconds:g} s; its output:\n{out[-4000:]}\n{err[-12000:]}"
+        ) from None
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
+def session_processes(session: int) -> list[int]:
+    """The pids of every process in session ``session`` (a launch started with ``start_new_session``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[4]) == session:  # state ppid pgrp session ...
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

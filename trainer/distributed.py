@@ -7,6 +7,7 @@ helper is a no-op, so the same training code serves a laptop and a multi-node cl
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import hashlib
 import os
 import signal
@@ -199,6 +200,7 @@ def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInf
     info = DistInfo(rank=rank, local_rank=local_rank, world_size=world, device=dev)
     if world > 1 and not dist.is_initialized():
         watch_sigterm()
+        show_stacks_on_sigusr1()
         try:
             dist.init_process_group(
                 backend="nccl" if use_cuda else "gloo",
@@ -241,16 +243,34 @@ def launched_main() -> bool:
     return os.environ.get("RANK", "0").strip() in ("0", "")  # not a number: launch_env says so, on every rank
 
 
+# How long a rank may take to end once every rank has finished and the process group is gone. A process that is
+# still there then is stuck in a teardown (a destructor waiting on a peer that left: seen with gloo on 2 loaded cores, in
+# a few of the suite's runs): it prints every thread's stack and exits 1, instead of holding its GPUs (and
+# the job) until the cluster's time limit.
+EXIT_GRACE_S = 120.0
+
+
 def teardown() -> None:
     _PEERS.stop()
     if dist.is_initialized():
-        if dist.get_world_size() > 1:
+        several = dist.get_world_size() > 1
+        if several:
             # every rank drains its queued collectives before any leaves: a rank that left first (its work done)
             # left a peer's gloo worker thread waiting, and that peer hung in the process group's destructor
             # (~Reducer -> ~ProcessGroupGloo -> thread join) when its DDP model went away after this
             with contextlib.suppress(RuntimeError, dist.DistError):
                 dist.barrier()
         dist.destroy_process_group()
+        if several:
+            # faulthandler's own thread: it runs even while the main thread holds the GIL in a C++ destructor
+            faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True)
+
+
+def show_stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID`` prints where every thread of this rank is (a rank that waits, and on what), and the
+    rank goes on. Registered for distributed runs, where a rank can wait on another."""
+    if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread():
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def end_together() -> None:

@@ -29,6 +29,7 @@ from bertstream.trainer.metrics import read_metrics
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import bert_tiny
 from tests.beam_services import free_port
+from tests.processes import run_launch
 from tests.trainer.finetune.conftest import conll_sentences, finetune_run
 
 
@@ -339,9 +340,7 @@ def test_two_gloo_processes_train_equal_steps_and_score_every_row(sst2, tmp_path
         "--log-every",
         "5",
     ]
-    run = subprocess.run(
-        cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600, check=False
-    )
+    run = run_launch(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stdout + run.stderr
     # rank 0 alone prints: one progress line per logged step, one closing line (both ranks share the console)
     assert [run.stderr.count(f"step {n}/20 (") for n in (5, 10, 15, 20)] == [1, 1, 1, 1], run.stderr

@@ -26,6 +26,7 @@ from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import read_metrics
 from bertstream.trainer.pretrain.loop import pretrain
 from tests.beam_services import free_port
+from tests.processes import run_launch
 
 STEPS, CHECKPOINT = 14, 6  # an epoch of the mix is 12 steps: step 6 is mid-epoch, step 14 in the next epoch
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -129,12 +130,8 @@ def test_two_ranks_killed_mid_epoch_resume_on_one_rank_with_twice_the_batch(setu
 def test_one_rank_killed_mid_epoch_resumes_on_two_ranks_with_half_the_batch(setup, tmp_path):
     saved = killed_at_checkpoint(setup, tmp_path / "one", ranks=1, batch=8, workers=2)
     out = tmp_path / "two"
-    two = subprocess.run(
-        argv(setup, out, ranks=2, batch=4, workers=1, **{"--resume": str(saved)}),
-        env={**os.environ, **ENV},
-        capture_output=True,
-        text=True,
-        timeout=600,
+    two = run_launch(
+        argv(setup, out, ranks=2, batch=4, workers=1, **{"--resume": str(saved)}), env={**os.environ, **ENV}
     )
     assert two.returncode == 0, two.stdout + two.stderr
     assert "1 processes saved step-0000006, 2 resume it" in two.stderr
