@@ -69,7 +69,7 @@ def ended(pid: int) -> bool:
 def run_launch(argv: list[str], *, seconds: float = HANG_GUARD_S, **kw) -> subprocess.CompletedProcess:
     """``subprocess.run(argv, capture_output=True, text=True)`` of a multi-process launch (torchrun), which on a hang
     fails with where every rank was: after ``seconds`` the launch's processes get SIGUSR1 (the trainer's ranks
-    print every thread's stack on it: ``trainer.distributed.show_stacks_on_sigusr1``), then SIGKILL, and the
+    print every thread's stack on it: ``trainer.rank_signals.show_stacks_on_sigusr1``), then SIGKILL, and the
     assertion holds the output's tail. A bare timeout said only 'timed out after 600 seconds'."""
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
     try:

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import gc
 import hashlib
 import os
-import signal
-import socket
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +24,8 @@ import torch.distributed as dist
 from bertstream.cli.errors import UsageError
 from bertstream.trainer.config import DEFAULT_TIMEOUT_S
 from bertstream.trainer.errors import RunError, UserError
+from bertstream.trainer.peers import PEERS
+from bertstream.trainer.rank_signals import show_stacks_on_sigusr1, watch_sigterm
 
 _LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK")
 
@@ -215,7 +213,7 @@ def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInf
                 f"--dist-timeout {timeout_s:g} s ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
                 "start every rank (torchrun --nproc-per-node N sets them), or unset WORLD_SIZE to run alone"
             ) from None
-        _PEERS.start(info, timeout_s)
+        PEERS.start(rank, world, timeout_s)
     return info
 
 
@@ -251,26 +249,26 @@ EXIT_GRACE_S = 120.0
 
 
 def teardown() -> None:
-    _PEERS.stop()
-    if dist.is_initialized():
-        several = dist.get_world_size() > 1
-        if several:
-            # every rank drains its queued collectives before any leaves: a rank that left first (its work done)
-            # left a peer's gloo worker thread waiting, and that peer hung in the process group's destructor
-            # (~Reducer -> ~ProcessGroupGloo -> thread join) when its DDP model went away after this
-            with contextlib.suppress(RuntimeError, dist.DistError):
-                dist.barrier()
-        dist.destroy_process_group()
-        if several:
-            # faulthandler's own thread: it runs even while the main thread holds the GIL in a C++ destructor
-            faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True)
+    """The end of a run's process group, on every rank, once the run's own objects are gone (call it where the
+    DDP model is out of scope: its reducer holds the group, whose destructor then ran wherever the model went).
 
-
-def show_stacks_on_sigusr1() -> None:
-    """``kill -USR1 PID`` prints where every thread of this rank is (a rank that waits, and on what), and the
-    rank goes on. Registered for distributed runs, where a rank can wait on another."""
-    if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread():
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    Every rank drains its collectives (a barrier), destroys the group, and waits until every rank has destroyed
+    its own: so no rank leaves while a peer's group still talks to it. Seen before this order, twice at load: a
+    rank that left first left its peer in the group's destructor (~Reducer -> ~ProcessGroupGloo -> thread join),
+    reached when that peer's DDP model went away after the group was destroyed."""
+    PEERS.stop()
+    if not dist.is_initialized():
+        return
+    world = dist.get_world_size()
+    if world > 1:
+        gc.collect()  # a reference cycle still holding the DDP model would keep the group alive past destroy
+        with contextlib.suppress(RuntimeError, dist.DistError):
+            dist.barrier()
+    dist.destroy_process_group()
+    if world > 1:
+        PEERS.meet("ended", world, EXIT_GRACE_S)
+        # faulthandler's own thread: it runs even while the main thread holds the GIL in a C++ destructor
+        faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True)
 
 
 def end_together() -> None:
@@ -340,183 +338,3 @@ def code_digest() -> str:
         for path in sorted((root / package).rglob("*.py")):
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:12]
-
-
-# A SIGTERM that the main thread has not turned into ``Terminated`` after this many seconds finds it blocked in a
-# collective (or in another call that does not return to Python): the process then ends without it.
-SIGTERM_GRACE_S = 5.0
-_delivered = threading.Event()
-
-
-def watch_sigterm() -> None:
-    """Make SIGTERM end this rank even while it waits in a collective: the Python handler only runs when the
-    call returns, which a silent peer delays by the whole timeout (``timeout 60`` ran 10 minutes until SIGKILL).
-    The C-level handler still writes the signal's number to a wake-up socket; a thread reading it gives the main
-    thread :data:`SIGTERM_GRACE_S` to start its own cleanup, else prints the interrupted line and exits 143 (the
-    next run removes a partial checkpoint, and takes over the lock of a pid that is gone)."""
-    if threading.current_thread() is not threading.main_thread():
-        return  # a test's runner thread: signals are the main thread's
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def handler(signum: int, frame: Any) -> None:
-        _delivered.set()
-        if callable(previous):
-            previous(signum, frame)
-        else:
-            raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-    ours, theirs = socket.socketpair()
-    theirs.setblocking(False)
-    signal.set_wakeup_fd(theirs.fileno(), warn_on_full_buffer=False)
-    threading.Thread(target=_end_on_sigterm, args=(ours, theirs), name="sigterm-watch", daemon=True).start()
-
-
-def _end_on_sigterm(ours: socket.socket, theirs: socket.socket) -> None:
-    from bertstream.cli.errors import Terminated, interrupted_line
-
-    while True:  # every signal's number arrives here (SIGCHLD from loader workers too)
-        got = ours.recv(64)
-        if not got:
-            return
-        if signal.SIGTERM in got:
-            break
-    deadline = time.monotonic() + SIGTERM_GRACE_S
-    while not _delivered.is_set() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _delivered.is_set():
-        return  # the main thread handles it: its cleanup and its one line
-    line, code = interrupted_line(
-        Terminated(), "ended while waiting for a peer rank (the last complete checkpoint is kept)"
-    )
-    print(line, file=sys.stderr, flush=True)
-    os._exit(code)
-
-
-class PeerLost(RunError):
-    """A collective failed: a peer rank died, hung or stopped answering within ``--dist-timeout``."""
-
-
-HEARTBEAT_S = 1.0
-
-
-class _Peers:
-    """Each rank's heartbeat and step, published in the launch's rendezvous store by a thread of its own (over a
-    connection of its own): what names the rank that did not answer when a collective fails, and what the one
-    notice while waiting on a peer says. A rank blocked in a collective still beats; a dead or stopped one
-    does not; a live one that does not come is at another step."""
-
-    def __init__(self) -> None:
-        self.step = -1
-        self.store: Any = None
-        self.running = threading.Event()
-
-    def start(self, info: DistInfo, timeout_s: float) -> None:
-        self.info, self.timeout_s = info, timeout_s
-        self.prefix = f"bertstream/peers/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-        try:
-            self.store = dist.TCPStore(
-                os.environ["MASTER_ADDR"],
-                int(os.environ["MASTER_PORT"]),
-                is_master=False,
-                timeout=timedelta(seconds=10),
-                wait_for_workers=False,
-            )
-        except (RuntimeError, ValueError):  # no store to reach: failures then name no rank
-            self.store = None
-            return
-        self.running.set()
-        threading.Thread(target=self._beat, name="peer-heartbeat", daemon=True).start()
-
-    def stop(self) -> None:
-        self.running.clear()
-
-    def _beat(self) -> None:
-        beat, still_since, said = 0, time.monotonic(), False
-        last_step = self.step
-        notice_after = min(60.0, self.timeout_s / 4)
-        heard: dict[int, tuple[int, float]] = {}  # rank -> (its last beat, when it changed)
-        while self.running.is_set():
-            beat += 1
-            now = time.monotonic()
-            if self.step != last_step:
-                last_step, still_since, heard = self.step, now, {}
-            # Peers are read only once this rank has stood still a while (W ranks reading W beats every second
-            # would load the rendezvous store of a large cluster with W*W reads a second).
-            watching = not said and self.step >= 0 and now - still_since > notice_after / 2
-            try:
-                self.store.set(f"{self.prefix}/{self.info.rank}", f"{beat} {self.step}")
-                seen = self._read() if watching else {}
-            except Exception:  # noqa: BLE001 - the store's host is gone: the collective's own failure reports it
-                return
-            for r, (b, _) in seen.items():
-                if heard.get(r, (None, 0.0))[0] != b:
-                    heard[r] = (b, now)
-            watched = bool(heard) and now - min(since for _, since in heard.values()) > 3 * HEARTBEAT_S
-            if watching and watched and now - still_since > notice_after:  # silence first: a step can be stale
-                quiet = [r for r, (_, since) in heard.items() if r != self.info.rank and now - since > 3 * HEARTBEAT_S]
-                waiting = ", ".join(f"rank {r} (silent for {now - heard[r][1]:.0f} s)" for r in quiet)
-                waiting = waiting or self._behind(seen)
-                if waiting:
-                    said = True
-                    print(
-                        f"[berttrain] rank {self.info.rank} is waiting for {waiting} at step {self.step}; the run "
-                        f"ends after --dist-timeout {self.timeout_s:g} s without an answer",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-            time.sleep(HEARTBEAT_S)
-
-    def _read(self) -> dict[int, tuple[int, int]]:
-        out = {}
-        for r in range(self.info.world_size):
-            try:
-                beat, step = self.store.get(f"{self.prefix}/{r}").decode().split()
-                out[r] = (int(beat), int(step))
-            except Exception:  # noqa: BLE001 - no beat yet from it
-                out[r] = (-1, -1)
-        return out
-
-    def _behind(self, seen: dict[int, tuple[int, int]]) -> str:
-        late = [r for r, (_, step) in seen.items() if r != self.info.rank and step < self.step]
-        return ", ".join(f"rank {r} (at step {seen[r][1]})" for r in late)
-
-    def silent(self) -> str:
-        """The ranks that did not answer, as a phrase: those whose heartbeat stopped, else those at an
-        earlier step; rank 0's host when the store it serves is gone."""
-        if self.store is None:
-            return "a peer rank"
-        try:
-            first = self._read()
-            time.sleep(3 * HEARTBEAT_S)
-            then = self._read()
-        except Exception:  # noqa: BLE001
-            return "rank 0 (its host, which serves the rendezvous, is gone)"
-        mine = self.info.rank
-        stopped = [r for r in then if r != mine and then[r][0] == first[r][0]]
-        if stopped:
-            return ", ".join(f"rank {r}" for r in stopped)
-        return self._behind(then) or "a peer rank"
-
-
-_PEERS = _Peers()
-
-
-def at_step(step: int) -> None:
-    """This rank's step, for its heartbeat (see :class:`_Peers`)."""
-    _PEERS.step = step
-
-
-def peer_lost(e: BaseException, timeout_s: float) -> PeerLost | None:
-    """The one-line error for a collective that failed because of a peer (None: ``e`` is something else)."""
-    if not dist.is_initialized() or not isinstance(e, (RuntimeError, dist.DistError)):
-        return None
-    text = str(e)
-    words = ("Timed out", "timed out", "Connection closed by peer", "Connection reset", "Broken pipe", "gloo", "NCCL")
-    if not isinstance(e, dist.DistError) and not any(w in text for w in words):
-        return None
-    who = _PEERS.silent()
-    return PeerLost(
-        f"{who} did not answer within --dist-timeout {timeout_s:g} s (it died, hung or was stopped; its own log "
-        "says why): the run ends here, and --resume auto continues from the last complete checkpoint"
-    )

@@ -1,5 +1,6 @@
-"""A rank that waits or cannot end says where it is (``trainer.distributed``): SIGUSR1 prints every thread's stack
-and the rank goes on; a rank still alive ``EXIT_GRACE_S`` after the process group is gone prints them and exits."""
+"""A rank that waits or cannot end says where it is: SIGUSR1 prints every thread's stack and the rank goes on
+(``trainer.rank_signals``); a rank still alive ``EXIT_GRACE_S`` after the process group is gone prints them and
+exits (``trainer.distributed.teardown``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tests.processes import run_launch
 def test_sigusr1_prints_every_threads_stack_and_the_rank_goes_on():
     prog = (
         "import os, signal\n"
-        "from bertstream.trainer.distributed import show_stacks_on_sigusr1\n"
+        "from bertstream.trainer.rank_signals import show_stacks_on_sigusr1\n"
         "def waiting_on_a_peer():\n"
         "    os.kill(os.getpid(), signal.SIGUSR1)\n"
         "show_stacks_on_sigusr1()\n"

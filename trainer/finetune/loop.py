@@ -278,7 +278,9 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     info = D.setup(cfg.run.device)
     run_dir = Path(cfg.run.output)
     with rundir.held(run_dir, "berttrain finetune", info), R.background_writes() as writes:
-        return _finetune(cfg, info, overwrite, writes if cfg.run.async_checkpoint else None)
+        results = _finetune(cfg, info, overwrite, writes if cfg.run.async_checkpoint else None)
+    D.teardown()  # here, not in _finetune: its DDP model, which holds the process group, is gone with its frame
+    return results
 
 
 def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Background | None) -> dict[str, Any]:
@@ -366,5 +368,4 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     if info.is_main:
         ckpt.write_text_atomic(run_dir / RESULTS_FILE, json.dumps(redact_values(results), indent=2) + "\n")
     metrics.close()
-    D.teardown()
     return results

@@ -27,7 +27,7 @@ from bertstream.schemas.redact import redact_values
 from bertstream.schemas.vocab import Vocab
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
-from bertstream.trainer import rundir, unpad
+from bertstream.trainer import peers, rundir, unpad
 from bertstream.trainer import runtime as R
 from bertstream.trainer.config import TrainConfig, compiles
 from bertstream.trainer.data import PretrainingLoader
@@ -397,9 +397,11 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     try:
         with rundir.held(run_dir, "berttrain pretrain", info), R.background_writes() as writes:
             D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
-            return _pretrain(cfg, info, writes if cfg.run.async_checkpoint else None)
+            result = _pretrain(cfg, info, writes if cfg.run.async_checkpoint else None)
+        D.teardown()  # here, not in _pretrain: its DDP model, which holds the process group, is gone with its frame
+        return result
     except Exception as e:
-        lost = D.peer_lost(e, cfg.dist_timeout)
+        lost = peers.peer_lost(e, cfg.dist_timeout)
         if lost is None:
             raise
         raise lost from None
@@ -487,7 +489,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         flops = train_step(model, micro, counts, run, config, cfg, info, training.scaler)
         grad_norm = training.optimizer_step()
         step = training.step
-        D.at_step(step)
+        peers.at_step(step)
         raise_if_swallowed()  # a signal lost in a library (a lazy import under a bare except) stops the run here
         run.steps += 1
         meter.add(counts.local.sequences, counts.local.tokens, *flops)
@@ -548,5 +550,4 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     if warning:
         R.log(warning, info)
     metrics.close()
-    D.teardown()
     return {"step": training.step, "run_dir": str(run_dir), "warnings": [warning] if warning else [], "eval": last_eval}

@@ -104,7 +104,7 @@ def test_a_compiled_run_does_not_recompile_across_steps_or_at_its_evaluations(tm
     from torch._dynamo.utils import counters
 
     from benchmarks.lib.synthetic_shards import bert_like_vocab, make_instances, write_dataset
-    from bertstream.trainer import distributed as D
+    from bertstream.trainer import peers
 
     data = tmp_path / "data"
     vocab = bert_like_vocab(1000)
@@ -115,14 +115,14 @@ def test_a_compiled_run_does_not_recompile_across_steps_or_at_its_evaluations(tm
     torch._dynamo.reset()
     counters.clear()
     after_step_1: list[int] = []
-    at_step = D.at_step
+    at_step = peers.at_step
 
     def noted(step: int) -> None:
         if step == 1:
             after_step_1.append(sum(counters["frames"].values()))
         at_step(step)
 
-    monkeypatch.setattr(D, "at_step", noted)
+    monkeypatch.setattr(peers, "at_step", noted)
     cfg = TrainConfig.build(
         paths=(str(data),),
         output=str(tmp_path / "run"),
