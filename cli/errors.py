@@ -123,7 +123,20 @@ def interrupted_line(e: KeyboardInterrupt, outcome: str) -> tuple[str, int]:
 def exit_interrupted(e: KeyboardInterrupt, outcome: str) -> None:
     line, code = interrupted_line(e, outcome)
     print(line, file=sys.stderr, flush=True)
+    _abandoned.append(True)
     sys.exit(code)
+
+
+# Set once a command ends on an interrupt: the threads still running are its abandoned work, not to be waited for.
+_abandoned: list[bool] = []
+
+
+def work_abandoned() -> bool:
+    """Whether the command ended on an interrupt, its clean-up done and its line printed: the work still running
+    in its threads (a Beam runner's bundles) is abandoned, and the process ends without waiting for it (it waited
+    until the pipeline ran to its end, minutes at load: after 'Error: interrupted (SIGTERM)', the process
+    outlived a 120 s guard)."""
+    return bool(_abandoned)
 
 
 # Optional packages a command may need, and the pip extra that brings each (None: install it by name).

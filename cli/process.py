@@ -4,7 +4,8 @@ Once a ``bertprep`` command has returned, its files are written and closed; what
 freeing every module and object (Beam, pyarrow, numba, gRPC's core), which took 0.9-1.4 s after a 300-line
 run on a loaded 2-core machine: a fifth of a small command's wall time, paid for nothing. A command run as a
 program (``bertprep ...``: click's standalone mode with the arguments from ``sys.argv``) therefore ends the
-way the interpreter would up to that teardown: non-daemon threads joined, ``atexit`` handlers run (logging
+way the interpreter would up to that teardown: non-daemon threads joined (not after an interrupt: what they
+still run is abandoned work), ``atexit`` handlers run (logging
 flushed, temporary folders removed, multiprocessing children ended), standard streams flushed, then the
 exit status. Called with explicit arguments (click's test runner, a command run inside another program) or
 ``standalone_mode=False``, the group returns or raises as any click group does.
@@ -30,8 +31,10 @@ def exit_now(code: object) -> NoReturn:
     else:  # sys.exit("message"): printed, status 1
         print(code, file=sys.stderr)
         status = 1
+    from bertstream.cli.errors import work_abandoned
+
     for t in threading.enumerate():  # what the interpreter waits for before its exit handlers
-        if t is not threading.main_thread() and not t.daemon:
+        if t is not threading.main_thread() and not t.daemon and not work_abandoned():
             t.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

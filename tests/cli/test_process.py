@@ -33,6 +33,10 @@ PROGRAM = textwrap.dedent(
             sys.exit("a message")
         if how == "usage":
             raise click.UsageError("bad value")
+        if how == "interrupted":  # a runner's thread still working when the command is interrupted
+            threading.Thread(target=lambda: (time.sleep(3600), print("abandoned work finished"))).start()
+            from bertstream.cli.errors import Terminated, exit_interrupted
+            exit_interrupted(Terminated(15), "no manifest was written")
 
     main()
     """
@@ -54,6 +58,15 @@ def test_a_program_run_keeps_its_status_output_threads_and_exit_handlers():
         )  # threads first, as the interpreter does
     assert "a message" in run("message").stderr
     assert "Error: bad value" in run("usage").stderr
+
+
+def test_an_interrupted_program_ends_without_waiting_for_its_abandoned_work():
+    """After its one line, an interrupted command does not wait for the threads still running its work: it waited
+    for a Beam runner's bundles to run to the pipeline's end (minutes at load)."""
+    p = run("interrupted")  # (the abandoned thread sleeps an hour: waited for, the run meets its 60 s guard)
+    assert p.returncode == 143, p.stderr
+    assert p.stderr.strip() == "Error: interrupted (SIGTERM); no manifest was written"
+    assert "atexit ran" in p.stdout and "abandoned work finished" not in p.stdout
 
 
 def test_with_explicit_arguments_it_is_a_plain_click_group():
