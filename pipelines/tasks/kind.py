@@ -193,6 +193,33 @@ NO_LABELS = LabelPlan((), "none")  # regression, SQuAD, and unlabeled splits wit
 
 
 @dataclass(frozen=True, slots=True)
+class LabelMeaning:
+    """What a row's label is, as its kind declares it: the shared stages (``write``, ``finalize``) read it from
+    here, never from its column's type. ``counted``: one id per row, whose rows the statistics count
+    (``label_counts``); ``named``: that id indexes the run's label names (the counts are shown by name), else
+    it is shown as it is (a choice's index)."""
+
+    what: str  # in words, for the guide and messages
+    column: str | None  # the row column holding it; None: several (a span's start and end)
+    counted: bool = False
+    named: bool = False
+
+    def __post_init__(self) -> None:
+        if self.counted and self.column is None:
+            raise ValueError(f"a counted label ({self.what}) needs its column")
+
+    def shown(self, counts: dict[str, int], labels: list[str]) -> dict[str, int]:
+        """``counts`` by id as the manifest shows them: by label name when the id names one."""
+        return {labels[int(k)]: v for k, v in counts.items()} if self.named else dict(counts)
+
+
+CLASS_INDEX = LabelMeaning("a class: an index into the label names", T.LABEL, counted=True, named=True)
+VALUE = LabelMeaning("a value (regression)", T.LABEL)
+TAG_PER_TOKEN = LabelMeaning("a tag id per token (-100: none)", T.LABELS)
+ANSWER_SPAN = LabelMeaning("an answer span: its start and end tokens", None)
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A kind's run: what the stages run and what the manifest says beyond the shared entries."""
 
@@ -202,6 +229,7 @@ class Plan:
     labels: LabelPlan
     parameters: dict[str, Any]  # the kind's settings as resolved: manifest and shard parameters after cfg's
     task: dict[str, Any]  # the manifest's task entries of the kind
+    label: LabelMeaning  # what the rows' label is (CLASS_INDEX, VALUE, TAG_PER_TOKEN, ANSWER_SPAN or the kind's own)
     label_set_from: str | None = None
 
 
