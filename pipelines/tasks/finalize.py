@@ -26,11 +26,12 @@ from bertstream.schemas.vocab import VOCAB_FILENAME
 
 def merge_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
     rows = sum(r["stats"]["rows"] for r in results)
+    sequences = sum(r["stats"]["sequences"] for r in results)  # rows, unless a row holds several
     tokens = sum(r["stats"]["tokens"] for r in results)
     out: dict[str, Any] = {
         "rows": rows,
         "tokens": tokens,
-        "mean_length": round(tokens / rows, 2) if rows else 0.0,
+        "mean_length": round(tokens / sequences, 2) if sequences else 0.0,
         "max_length": max((r["stats"]["max_length"] for r in results), default=0),
     }
     labels: dict[str, int] = {}

@@ -3,7 +3,8 @@
 A task kind (``bertprep task NAME``) is one ``TaskKind`` object in its own room (``classification/``, ``ner/``,
 ``squad/``), as the trainer's ``Task`` objects are: it owns its settings (its job, whose fields are the command's
 flags: declared once, validated on construction), and turns them and the resolved inputs into a ``Plan``: the
-parser, the featurizer, the label plan, its parameters and manifest entries; and it writes the files it keeps
+parser, the featurizer, the label plan, what its label means (``LabelMeaning``: the shared writer and finaliser
+read it there, not from the column's type), its parameters and manifest entries; and it writes the files it keeps
 beside the shards. The stages and the run (``bertstream.pipelines.tasks.pipeline.run_task``) ask the kind and
 never branch on it; the table of kinds (``bertstream.pipelines.tasks.kinds``) registers the commands.
 
@@ -231,6 +232,7 @@ class Plan:
     task: dict[str, Any]  # the manifest's task entries of the kind
     label: LabelMeaning  # what the rows' label is (CLASS_INDEX, VALUE, TAG_PER_TOKEN, ANSWER_SPAN or the kind's own)
     label_set_from: str | None = None
+    sequences: str | None = None  # a row of several sequences (candidates): the column of their lengths
 
 
 class TaskKind:

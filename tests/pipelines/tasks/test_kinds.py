@@ -12,8 +12,9 @@ import pytest
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.cli import main
-from bertstream.pipelines.tasks.classification import ClassificationJob
 from bertstream.pipelines.tasks import kind as K
+from bertstream.pipelines.tasks.classification import ClassificationJob
+from bertstream.pipelines.tasks.finalize import merge_stats
 from bertstream.pipelines.tasks.kinds import KINDS, kind_of
 from bertstream.pipelines.tasks.ner import NerJob
 from bertstream.pipelines.tasks.pipeline import POLICY
@@ -84,6 +85,18 @@ def test_the_shared_writer_and_finaliser_read_a_label_as_its_kind_declares_it():
     assert choice.shown(counts, []) == {"0": 1, "1": 3}  # no label names: shown by index, no IndexError
     with pytest.raises(ValueError, match="needs its column"):
         K.LabelMeaning("a span", None, counted=True)
+
+
+def test_a_row_of_several_sequences_is_measured_by_its_sequences():
+    """The manifest's max_length and mean_length are a sequence's (what the model's positions must hold), so a kind
+    whose row holds its candidates one after another declares the column of their lengths (``Plan.sequences``)."""
+    rows = pa.table({T.INPUT_IDS: [[2, 5, 3, 2, 6, 3], [2, 7, 3, 2, 8, 9, 3]], "lengths": [[3, 3], [3, 4]]})
+    one = shard_stats(rows, K.VALUE)
+    assert (one["rows"], one["sequences"], one["max_length"]) == (2, 2, 7)
+    each = shard_stats(rows, K.VALUE, "lengths")
+    assert (each["rows"], each["sequences"], each["tokens"], each["max_length"]) == (2, 4, 13, 4)
+    merged = merge_stats([{"stats": each}, {"stats": shard_stats(None, K.VALUE, "lengths")}])
+    assert merged == {"rows": 2, "tokens": 13, "mean_length": 3.25, "max_length": 4}
 
 
 def test_the_stages_every_kind_shares_name_no_kind():
