@@ -25,7 +25,7 @@ def snippets() -> list[str]:
 def demo_dir(tmp_path_factory, demo_shards: Path) -> Path:
     pytest.importorskip("transformers")
     from bertstream.schemas.vocab import Vocab
-    from bertstream.trainer.hf.convert import export_hf
+    from bertstream.trainer.hf.export import export_hf
     from bertstream.trainer.model import BertForPreTraining
     from bertstream.trainer.model_config import bert_tiny
 

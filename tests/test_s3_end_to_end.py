@@ -419,6 +419,7 @@ def test_trainer_s3_waits_are_bounded_unless_configured(monkeypatch):
 def test_corrupt_and_missing_task_shards_on_s3_are_named(s3_server, vocab_file, tmp_path):
     from bertstream.schemas import tasks as T
     from bertstream.trainer.finetune.data import TaskDataError, load_task_data
+    from bertstream.trainer.finetune.tasks import get_task
     from tests.jobs import run_classification
 
     tsv = tmp_path / "dev.tsv"
@@ -432,14 +433,14 @@ def test_corrupt_and_missing_task_shards_on_s3_are_named(s3_server, vocab_file, 
     for f in sorted(local.iterdir()):
         _upload(s3_server, "bertstream", f"ds/{f.name}", f)
     root = "s3://bertstream/ds"
-    assert load_task_data(root, T.CLASSIFICATION, role="--eval-data") is not None  # intact: loads
+    assert load_task_data(root, get_task(T.CLASSIFICATION), role="--eval-data") is not None  # intact: loads
     shard = next(k for k in s3_server.keys("bertstream", "ds/") if k.endswith(".arrow"))
     _corrupt(s3_server, "bertstream", shard)
     with pytest.raises(TaskDataError, match=f"--eval-data {root}: shard s3://bertstream/{shard} does not match"):
-        load_task_data(root, T.CLASSIFICATION, role="--eval-data")
+        load_task_data(root, get_task(T.CLASSIFICATION), role="--eval-data")
     s3_server.client().delete_object(Bucket="bertstream", Key=shard)
     with pytest.raises(TaskDataError, match=f"shard s3://bertstream/{shard} is missing"):
-        load_task_data(root, T.CLASSIFICATION, role="--eval-data")
+        load_task_data(root, get_task(T.CLASSIFICATION), role="--eval-data")
 
 
 def test_an_endpoint_that_never_answers_fails_in_bounded_time(monkeypatch):

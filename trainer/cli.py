@@ -54,10 +54,11 @@ def pretrain(**values: Any) -> None:
 def export_hf(checkpoint, out, overwrite: bool) -> None:
     """Write a checkpoint as a Hugging Face folder: pretraining as BertForPreTraining, a fine-tuning run as its task
     class (BertForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering) that pipelines serve."""
-    from bertstream.trainer.hf.convert import export_checkpoint
+    from bertstream.trainer.finetune.tasks import HF_HEADS
+    from bertstream.trainer.hf.export import export_checkpoint
 
     with reported(interrupted="nothing was exported (an export is moved into OUT whole, at its end)"):
-        path = export_checkpoint(checkpoint, out, overwrite=overwrite)
+        path = export_checkpoint(checkpoint, out, heads=HF_HEADS, overwrite=overwrite)
     click.echo(f"exported {checkpoint} -> {path}")
 
 

@@ -23,9 +23,7 @@ from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import opt
 from bertstream.schemas import json_text
 from bertstream.schemas import tasks as T
-from bertstream.schemas.manifest import MANIFEST_NAME, Manifest
 from bertstream.schemas.redact import redact_values
-from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import CLS, SEP
 from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.schemas.wordpiece import bert_tokenizer, json_lowercase
@@ -198,18 +196,12 @@ def text_rows(path: str, init: Init, max_seq_length: int) -> Rows:
 def task_rows(root: str, init: Init) -> Rows:
     """The rows of a ``bertprep task`` folder, as the fine-tuning reader checks and returns them (already
     ``[CLS] ... [SEP]``, tokenised with the vocabulary the manifest names, which must be the init's)."""
-    from bertstream.trainer.data.refs import read_text
-    from bertstream.trainer.finetune.data import TaskDataError, load_task_data
+    from bertstream.trainer.finetune.data import load_task_data, task_manifest
+    from bertstream.trainer.finetune.tasks import get_task
 
-    try:
-        kind = Manifest.from_json(read_text(root, MANIFEST_NAME), source=f"--input {root}").kind
-    except FileNotFoundError:
-        raise TaskDataError(
-            f"--input {root}: a folder without {MANIFEST_NAME}; give a text file or a folder written by `bertprep task`"
-        ) from None
-    except SchemaError as e:
-        raise TaskDataError(str(e)) from None
-    data = load_task_data(root, kind, role="--input")
+    hint = "a folder without {}; give a text file or a folder written by `bertprep task`"
+    kind = task_manifest(root, "--input", missing=hint).kind  # a fine-tuning task's, or refused
+    data = load_task_data(root, get_task(kind), role="--input")
     check_vocab(init, data.vocab.sha256, root)
     ragged = data.columns[T.INPUT_IDS]
     ids = [ragged[i].astype(np.int64) for i in range(len(data))]

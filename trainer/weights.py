@@ -3,7 +3,7 @@ the same way, and each run checks its data's vocabulary against theirs with :fun
 
 - our checkpoint folder (``RUN/checkpoints/step-N``: ``model.safetensors`` in HF names, ``config.json`` whose
   ``"model"`` is ``BertConfig.to_dict()``, ``vocab.txt``), or a run folder (its newest checkpoint);
-- a Hugging Face BERT folder (``config.json`` with ``model_type: bert``), read by ``bertstream.trainer.hf.convert.load_hf``;
+- a Hugging Face BERT folder (``config.json`` with ``model_type: bert``), read by ``bertstream.trainer.hf.load.load_hf``;
 - ``random:PRESET`` (``random:mini``, ``random:bert_tiny``, ...): a freshly initialised encoder of that preset
   over the task data's own vocabulary (the baseline of a pretrained-vs-random comparison);
 - ``random:CHECKPOINT``: a freshly initialised encoder of that checkpoint's architecture (the baseline for a
@@ -14,6 +14,7 @@ The tokenizer must be the checkpoint's: ``check_vocab`` compares the data's voca
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from bertstream.schemas.vocab import VOCAB_FILENAME, Vocab, VocabError, VocabMis
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.errors import UserError
 from bertstream.trainer.hf.config import read_config
+from bertstream.trainer.hf.tasks import HFHead
 from bertstream.trainer.model_config import PRESET_NAMES, BertConfig, find_preset
 
 RANDOM_PREFIX = "random:"
@@ -61,10 +63,13 @@ class Init:
         return {"kind": self.kind, "source": self.source, "vocab_sha256": self.vocab.sha256, "notes": list(self.notes)}
 
 
-def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0, flag: str = "--init") -> Init:
+def resolve_init(
+    spec: str, data_vocab: Vocab | None, *, seed: int = 0, flag: str = "--init", heads: Sequence[HFHead] = ()
+) -> Init:
     """The encoder config, weights and vocabulary that ``spec`` names (see the module docstring).
 
-    ``data_vocab`` None: no task data to borrow a vocabulary from, so ``random:PRESET`` is refused."""
+    ``data_vocab`` None: no task data to borrow a vocabulary from, so ``random:PRESET`` is refused. ``heads``:
+    the HF task classes whose head a Hugging Face folder's may be (fine-tuning's kinds), kept as ``Init.head``."""
     if spec.startswith(RANDOM_PREFIX):
         if data_vocab is None:
             raise InitError(
@@ -89,7 +94,7 @@ def resolve_init(spec: str, data_vocab: Vocab | None, *, seed: int = 0, flag: st
             None,
             (f"random {name} encoder over the task data's vocabulary ({len(data_vocab)} tokens)",),
         )
-    init = _folder_init(spec, seed, weights=True, flag=flag)
+    init = _folder_init(spec, seed, weights=True, flag=flag, heads=heads)
     if init.state is not None:
         check_weights(init.state, init.config, f"{flag} {init.source}")
     return init
@@ -119,7 +124,7 @@ def check_weights(state: dict[str, Tensor], config: BertConfig, source: str) -> 
             )
 
 
-def _folder_init(spec: str, seed: int, *, weights: bool, flag: str) -> Init:
+def _folder_init(spec: str, seed: int, *, weights: bool, flag: str, heads: Sequence[HFHead] = ()) -> Init:
     """Our checkpoint (or run folder) or a Hugging Face folder; ``weights=False``: our checkpoint's tensors
     are not read (``random:CHECKPOINT`` needs only its architecture and vocabulary)."""
     folder = Path(spec)
@@ -135,7 +140,7 @@ def _folder_init(spec: str, seed: int, *, weights: bool, flag: str) -> Init:
     data = read_config(config_path, InitError)
     if isinstance(data.get("model"), dict):
         return _our_checkpoint(folder, data, weights=weights, flag=flag)
-    return _hf_folder(folder, seed, flag)
+    return _hf_folder(folder, seed, flag, heads)
 
 
 def _random_like(spec: str, path: Path, data_vocab: Vocab, flag: str) -> Init:
@@ -183,10 +188,10 @@ def _our_checkpoint(folder: Path, data: dict, *, weights: bool, flag: str) -> In
     return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {model_file}",), head)
 
 
-def _hf_folder(folder: Path, seed: int, flag: str) -> Init:
-    from bertstream.trainer.hf.convert import load_hf
+def _hf_folder(folder: Path, seed: int, flag: str, heads: Sequence[HFHead]) -> Init:
+    from bertstream.trainer.hf.load import load_hf
 
-    config, state, report = load_hf(folder, seed=seed)
+    config, state, report = load_hf(folder, seed=seed, heads=heads)
     try:
         vocab = Vocab.load(folder)
     except VocabError as e:

@@ -16,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common.counters import Tally, dropped
 from bertstream.pipelines.common.dataset_run import DatasetHeader, write_text_atomic
-from bertstream.pipelines.tasks.kind import LabelPlan
+from bertstream.pipelines.tasks.kind import LabelMeaning, LabelPlan
 from bertstream.pipelines.tasks.labels import task_labels
 from bertstream.pipelines.tasks.write import ShardSpec
 from bertstream.schemas import tasks as T
@@ -26,11 +26,12 @@ from bertstream.schemas.vocab import VOCAB_FILENAME
 
 def merge_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
     rows = sum(r["stats"]["rows"] for r in results)
+    sequences = sum(r["stats"]["sequences"] for r in results)  # rows, unless a row holds several
     tokens = sum(r["stats"]["tokens"] for r in results)
     out: dict[str, Any] = {
         "rows": rows,
         "tokens": tokens,
-        "mean_length": round(tokens / rows, 2) if rows else 0.0,
+        "mean_length": round(tokens / sequences, 2) if sequences else 0.0,
         "max_length": max((r["stats"]["max_length"] for r in results), default=0),
     }
     labels: dict[str, int] = {}
@@ -45,6 +46,7 @@ def merge_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
 def build_manifest(
     *,
     kind: str,
+    meaning: LabelMeaning,
     results: list[dict[str, Any]],
     tally: Tally,
     labels: list[str],
@@ -64,8 +66,8 @@ def build_manifest(
             f"counters do not reconcile: {unit} read {read} != used {used} + dropped {drops} + beyond --max-rows {beyond}"
         )
     stats = merge_stats(results)
-    if "label_counts" in stats:
-        stats["label_counts"] = {labels[int(k)]: v for k, v in stats["label_counts"].items()}
+    if "label_counts" in stats:  # ids of a counted label: shown by name where they name one
+        stats["label_counts"] = meaning.shown(stats["label_counts"], labels)
     rows = sum(s.count for s in shards)
     totals = {"rows": rows, unit: used, "tokens": stats["tokens"], "bytes": {"arrow": sum(s.bytes for s in shards)}}
     for f in files:
@@ -106,6 +108,7 @@ class _FinalizeFn(beam.DoFn):
                 results.append(self.spec.write(shard, None, labels))
         manifest = build_manifest(
             kind=self.spec.kind,
+            meaning=self.spec.label,
             results=results,
             tally=tally,
             labels=labels,

@@ -3,7 +3,8 @@
 A task kind (``bertprep task NAME``) is one ``TaskKind`` object in its own room (``classification/``, ``ner/``,
 ``squad/``), as the trainer's ``Task`` objects are: it owns its settings (its job, whose fields are the command's
 flags: declared once, validated on construction), and turns them and the resolved inputs into a ``Plan``: the
-parser, the featurizer, the label plan, its parameters and manifest entries; and it writes the files it keeps
+parser, the featurizer, the label plan, what its label means (``LabelMeaning``: the shared writer and finaliser
+read it there, not from the column's type), its parameters and manifest entries; and it writes the files it keeps
 beside the shards. The stages and the run (``bertstream.pipelines.tasks.pipeline.run_task``) ask the kind and
 never branch on it; the table of kinds (``bertstream.pipelines.tasks.kinds``) registers the commands.
 
@@ -193,6 +194,33 @@ NO_LABELS = LabelPlan((), "none")  # regression, SQuAD, and unlabeled splits wit
 
 
 @dataclass(frozen=True, slots=True)
+class LabelMeaning:
+    """What a row's label is, as its kind declares it: the shared stages (``write``, ``finalize``) read it from
+    here, never from its column's type. ``counted``: one id per row, whose rows the statistics count
+    (``label_counts``); ``named``: that id indexes the run's label names (the counts are shown by name), else
+    it is shown as it is (a choice's index)."""
+
+    what: str  # in words, for the guide and messages
+    column: str | None  # the row column holding it; None: several (a span's start and end)
+    counted: bool = False
+    named: bool = False
+
+    def __post_init__(self) -> None:
+        if self.counted and self.column is None:
+            raise ValueError(f"a counted label ({self.what}) needs its column")
+
+    def shown(self, counts: dict[str, int], labels: list[str]) -> dict[str, int]:
+        """``counts`` by id as the manifest shows them: by label name when the id names one."""
+        return {labels[int(k)]: v for k, v in counts.items()} if self.named else dict(counts)
+
+
+CLASS_INDEX = LabelMeaning("a class: an index into the label names", T.LABEL, counted=True, named=True)
+VALUE = LabelMeaning("a value (regression)", T.LABEL)
+TAG_PER_TOKEN = LabelMeaning("a tag id per token (-100: none)", T.LABELS)
+ANSWER_SPAN = LabelMeaning("an answer span: its start and end tokens", None)
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A kind's run: what the stages run and what the manifest says beyond the shared entries."""
 
@@ -202,7 +230,9 @@ class Plan:
     labels: LabelPlan
     parameters: dict[str, Any]  # the kind's settings as resolved: manifest and shard parameters after cfg's
     task: dict[str, Any]  # the manifest's task entries of the kind
+    label: LabelMeaning  # what the rows' label is (CLASS_INDEX, VALUE, TAG_PER_TOKEN, ANSWER_SPAN or the kind's own)
     label_set_from: str | None = None
+    sequences: str | None = None  # a row of several sequences (candidates): the column of their lengths
 
 
 class TaskKind:

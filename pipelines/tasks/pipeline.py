@@ -126,6 +126,8 @@ def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
         shard_spec = ShardSpec(
             output_dir=claim.output_dir,
             kind=cfg.kind,
+            label=plan.label,
+            sequences=plan.sequences,
             num_shards=num_shards,
             id_type=spec.vocab.id_type,
             vocab_sha256=spec.vocab.sha256,

@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common.shards import ShardWriter, _HashedOutput
 from bertstream.pipelines.tasks.features import GLOBAL, Layout, from_wire, to_wire
+from bertstream.pipelines.tasks.kind import LabelMeaning
 from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import shard_name
 
@@ -71,20 +72,25 @@ class TaskShardWriter(ShardWriter):
         self.count += t.num_rows
 
 
-def shard_stats(t: pa.Table | None) -> dict[str, Any]:
-    """Mergeable figures of one shard: rows, tokens, longest row, histogram of label ids (rows with one label id:
-    classification; not regression's float labels)."""
+def shard_stats(t: pa.Table | None, label: LabelMeaning, sequences: str | None = None) -> dict[str, Any]:
+    """Mergeable figures of one shard: rows, sequences, tokens, longest sequence, histogram of label ids (where the
+    kind declares its label a counted id per row: a class, not a regression's value). ``sequences``: the column
+    of a row's sequence lengths where a row holds several (its candidates); None: each row is one sequence."""
     if t is None or not t.num_rows:
-        return {"rows": 0, "tokens": 0, "max_length": 0, "label_counts": {}}
-    lengths = pc.list_value_length(t.column(T.INPUT_IDS)).to_numpy()
+        return {"rows": 0, "sequences": 0, "tokens": 0, "max_length": 0, "label_counts": {}}
+    if sequences is None:
+        lengths = pc.list_value_length(t.column(T.INPUT_IDS)).to_numpy()
+    else:
+        lengths = pc.list_flatten(t.column(sequences)).to_numpy()
     stats: dict[str, Any] = {
         "rows": t.num_rows,
+        "sequences": len(lengths),
         "tokens": int(lengths.sum()),
-        "max_length": int(lengths.max()),
+        "max_length": int(lengths.max(initial=0)),
         "label_counts": {},
     }
-    if T.LABEL in t.column_names and pa.types.is_integer(t.column(T.LABEL).type):
-        labels = t.column(T.LABEL).drop_null().to_numpy()
+    if label.counted and label.column is not None:
+        labels = t.column(label.column).drop_null().to_numpy()
         ids, counts = np.unique(labels, return_counts=True)
         stats["label_counts"] = {str(int(i)): int(c) for i, c in zip(ids, counts)}
     return stats
@@ -96,6 +102,8 @@ class ShardSpec:
 
     output_dir: str
     kind: str
+    label: LabelMeaning  # what the rows' label is: counted in the statistics or not
+    sequences: str | None  # the column of each row's sequence lengths (Plan.sequences); None: one per row
     num_shards: int
     id_type: str
     vocab_sha256: str
@@ -116,7 +124,7 @@ class ShardSpec:
         with writer:
             if t is not None and t.num_rows:
                 writer.write(t)
-        return {"shard": shard, "files": [writer.written()], "stats": shard_stats(t)}
+        return {"shard": shard, "files": [writer.written()], "stats": shard_stats(t, self.label, self.sequences)}
 
 
 class _AssignShardFn(beam.DoFn):

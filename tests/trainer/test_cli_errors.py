@@ -389,7 +389,7 @@ def test_an_input_inside_output_is_never_cleared_by_overwrite(world, flag):
     if flag == "--eval-data":
         shutil.copytree(world["ds"], inside)
     elif flag == "--init-from":
-        from bertstream.trainer.hf.convert import export_checkpoint
+        from bertstream.trainer.hf.export import export_checkpoint
 
         export_checkpoint(ckpt.step_dir(world["run"], 2), inside)
     else:
@@ -503,7 +503,7 @@ def test_no_checkpoint_is_ever_written_with_nan_weights(tmp_path):
 
 
 def test_init_from_checks_the_vocabulary_by_content(world, tmp_path):
-    from bertstream.trainer.hf.convert import export_checkpoint
+    from bertstream.trainer.hf.export import export_checkpoint
 
     hf = export_checkpoint(ckpt.step_dir(world["run"], 2), tmp_path / "hf")
     argv = pretrain(world, "--init-from", str(hf))
@@ -756,7 +756,7 @@ def test_a_pre_ln_run_exports_as_roberta_prelayernorm_and_a_mismatched_start_is_
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "roberta-prelayernorm"
     hf = ckpt.step_dir(world["run"], 2)  # a post-LN run: pre-LN on top of it is refused, not silently rewired
-    from bertstream.trainer.hf.convert import export_checkpoint
+    from bertstream.trainer.hf.export import export_checkpoint
 
     exported = export_checkpoint(hf, tmp_path / "hf_post")
     argv = run_argv(world, tmp_path / "mixed", "--init-from", str(exported), "--norm-placement", "pre")

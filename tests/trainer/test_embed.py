@@ -258,8 +258,9 @@ def test_task_dataset_with_our_checkpoint_matches_unpadded_rows(tmp_path):
     table = read(out)
     assert table.num_rows == len(rows) - 1
     from bertstream.trainer.finetune.data import load_task_data
+    from bertstream.trainer.finetune.tasks import get_task
 
-    task = load_task_data(str(data), "classification")
+    task = load_task_data(str(data), get_task("classification"))
     ids = task.columns["input_ids"]
     by_row = dict(zip(task.columns["row_id"].tolist(), range(len(task))))
     with torch.no_grad():
@@ -335,7 +336,7 @@ def test_an_interrupted_embed_or_export_names_what_it_left(hf_dir, text_file, tm
         raise KeyboardInterrupt
 
     monkeypatch.setattr("bertstream.trainer.embed.embed", interrupted)
-    monkeypatch.setattr("bertstream.trainer.hf.convert.export_checkpoint", interrupted)
+    monkeypatch.setattr("bertstream.trainer.hf.export.export_checkpoint", interrupted)
     for argv, left in (
         (
             ["embed", "--init", str(hf_dir), "--input", str(text_file), "--output", str(tmp_path / "o.arrow")],

@@ -56,3 +56,21 @@ def test_the_commands_share_only_the_shared_level(folders):
     # nor embed (what both need lives below them: runtime, optim/, checkpoints)
     across = {(a, b) for a, targets in folders.items() for b in targets if a in COMMANDS and b in COMMANDS}
     assert across <= {(f"{PACKAGE}.embed", f"{PACKAGE}.finetune")}
+
+
+def test_the_shared_fine_tuning_and_export_modules_name_no_task_kind():
+    """A task kind is its ``Task`` (``finetune/tasks.py``, the table of kinds) and nothing else: the reader, the
+    batching, the loop, the heads and the Hugging Face export ask it. A module that names a kind is where the next
+    kind would have to be added by hand (``load_task_data``, ``_check_rows``, ``reuse_head`` and the export's
+    per-kind tables did, before)."""
+    import re
+
+    from bertstream.schemas import tasks as T
+
+    names = [n for n, v in vars(T).items() if n.isupper() and isinstance(v, str) and v in T.KINDS]
+    kind_names = re.compile(r"\bT\.(" + "|".join(names) + r")\b|[\"'](" + "|".join(T.KINDS) + r")[\"']")
+    root = REPO / PACKAGE
+    shared = [p for p in root.glob("finetune/*.py") if p.name != "tasks.py"] + list(root.glob("hf/*.py"))
+    assert len(shared) > 10 and names
+    found = {str(p.relative_to(root)): kind_names.findall(p.read_text(encoding="utf-8")) for p in shared}
+    assert {p: hits for p, hits in found.items() if hits} == {}

@@ -132,7 +132,8 @@ def test_a_damaged_safetensors_header_fails_in_one_line_for_every_reader(tmp_pat
     """Our three callers of checkpoint.read_tensors (resume, --init, a Hugging Face folder) each either read the file
     or raise their own one-line error on a damaged header: never another exception, a hang or an allocation the
     size of a garbage field."""
-    from bertstream.trainer.hf.convert import HFCheckpointError, _load_safetensors
+    from bertstream.trainer.hf.load import HFCheckpointError
+    from bertstream.trainer.hf.load import load_safetensors as _load_safetensors
 
     _, path = saved_checkpoint(tmp_path / "run", CONFIG)
     model = path / ckpt.MODEL_FILE

@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -90,27 +90,47 @@ class TaskData:
     def __len__(self) -> int:
         return len(self.columns[T.ROW_ID])
 
-    def max_length(self) -> int:
-        return int(self.columns[T.INPUT_IDS].lengths().max(initial=0))
-
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
-    """Read and check a task dataset folder (local path or fsspec URL) holding ``kind`` rows.
+class DataTask(Protocol):
+    """What reading a split needs of its task (``bertstream.trainer.finetune.tasks.Task``): the kind it reads,
+    each row's sequences, and the kind's own checks of the columns and the files beside them."""
 
-    ``role`` names the flag in errors (``--train-data``, ``--eval-data``).
-    """
+    kind: ClassVar[str]
+
+    def sequences(self, data: TaskData) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def row_problems(self, data: TaskData, lengths: np.ndarray) -> list[tuple[np.ndarray, str]]: ...
+
+    def check_data(self, data: TaskData, source: str) -> None: ...
+
+
+def task_manifest(
+    root: str, role: str, *, missing: str = "no {}; give a folder written by `bertprep task`"
+) -> Manifest:
+    """The manifest of a task dataset folder, refused unless a fine-tuning task's (``missing``: what to say
+    without one, ``{}`` the manifest's name)."""
     source = f"{role} {manifest_source(root)}"
     try:
         manifest = Manifest.from_json(read_text(root, MANIFEST_NAME), source=source)
         manifest.require_kind(T.KINDS, source=source, expected=f"a fine-tuning task ({', '.join(T.KINDS)})")
     except FileNotFoundError:
-        raise TaskDataError(f"{role} {root}: no {MANIFEST_NAME}; give a folder written by `bertprep task`") from None
+        raise TaskDataError(f"{role} {root}: {missing.format(MANIFEST_NAME)}") from None
     except SchemaError as e:
         raise TaskDataError(str(e)) from None
+    return manifest
+
+
+def load_task_data(root: str, task: DataTask, *, role: str = "data") -> TaskData:
+    """Read and check a task dataset folder (local path or fsspec URL) holding ``task.kind`` rows.
+
+    ``role`` names the flag in errors (``--train-data``, ``--eval-data``).
+    """
+    kind = task.kind
+    manifest = task_manifest(root, role)
     if manifest.kind != kind:
         raise TaskDataError(f"{role} {root} holds a {manifest.kind!r} task but --task is {kind!r}")
     try:
@@ -168,93 +188,64 @@ def load_task_data(root: str, kind: str, *, role: str = "data") -> TaskData:
         col = table.column(name)
         if pa.types.is_list(col.type):
             columns[name] = Ragged.from_arrow(col)
-        elif name == T.EXAMPLE_ID:
+        elif pa.types.is_string(col.type):
             columns[name] = col.to_pylist()
-        elif name == T.LABEL and col.null_count:
+        elif col.null_count and table.schema.field(name).nullable:  # a label (the one nullable field): unlabeled
             if manifest.task.get("labeled", True):
-                raise TaskDataError(f"{role} {root}: {col.null_count} rows lack a label but the split is labeled")
+                raise TaskDataError(f"{role} {root}: {col.null_count} rows lack a {name} but the split is labeled")
             columns[name] = None
         else:
             columns[name] = col.to_numpy()
     data = TaskData(root=root, manifest=manifest, vocab=vocab, columns=columns)
-    _check_rows(data, f"{role} {root}")
-
-    if kind == T.SQUAD:
-        data.examples = _load_examples(root, manifest, role)
-        index = columns[T.EXAMPLE_INDEX]
-        if len(index) and (index.min() < 0 or index.max() >= len(data.examples)):
-            raise TaskDataError(f"{role} {root}: example_index outside examples.jsonl ({len(data.examples)} lines)")
-        if columns[T.IS_IMPOSSIBLE].any() or any(e.get("is_impossible") for e in data.examples):
-            raise TaskDataError(
-                f"{role} {root}: holds SQuAD v2.0 unanswerable questions; fine-tuning decodes "
-                "v1.1-style answers only (no null answer)"
-            )
-        ids = [data.examples[i]["id"] for i in index]
-        if ids != columns[T.EXAMPLE_ID]:
-            raise TaskDataError(f"{role} {root}: row example_id and examples.jsonl disagree")
-    if kind in (T.CLASSIFICATION, T.NER) and not labels:
-        raise TaskDataError(f"{role} {root}: the manifest has no label list (task.labels)")
-    tags = None
-    if kind == T.CLASSIFICATION:
-        tags = columns[T.LABEL]
-    elif kind == T.NER:
-        tags = columns[T.LABELS].values
-    if tags is not None and len(tags):
-        valid = (tags >= 0) & (tags < len(labels))
-        if kind == T.NER:
-            valid |= tags == T.IGNORE_INDEX
-        if not valid.all():
-            raise TaskDataError(f"{role} {root}: label id {int(tags[~valid][0])} outside the {len(labels)} labels")
+    _check_rows(data, task, f"{role} {root}")
+    task.check_data(data, f"{role} {root}")
     return data
 
 
-def _check_rows(data: TaskData, source: str) -> None:
+def _check_rows(data: TaskData, task: DataTask, source: str) -> None:
     """Range checks of the rows, as the pretraining reader's: rows that no ``bertprep task`` writes would index
-    past the embeddings or the padded batch (a traceback mid-epoch) or train on garbage."""
+    past the embeddings or the padded batch (a traceback mid-epoch) or train on garbage. What every kind shares
+    here (each sequence's length, every id in the vocabulary); the kind's own columns: ``task.row_problems``."""
     c = data.columns
     if len(data) == 0:
         raise TaskDataError(f"{source}: holds no rows (the manifest lists no shard rows)")
     ids: Ragged = c[T.INPUT_IDS]
-    lengths = ids.lengths()
+    lengths, owner = task.sequences(data)  # [S] each: a sequence's tokens and its row
     longest = data.manifest.task.get("max_seq_length") or data.manifest.shard_parameters.max_seq_length
+    rows = np.arange(len(data))
     problems = [
-        (lengths < 2, "has fewer than 2 tokens ([CLS] ... [SEP])"),
-        (lengths > (longest or np.iinfo(np.int64).max), f"is longer than the manifest's max_seq_length {longest}"),
+        (np.isin(rows, owner[lengths < 2]), "has fewer than 2 tokens ([CLS] ... [SEP])"),
+        (
+            np.isin(rows, owner[lengths > (longest or np.iinfo(np.int64).max)]),
+            f"is longer than the manifest's max_seq_length {longest}",
+        ),
     ]
     outside = np.flatnonzero((ids.values < 0) | (ids.values >= len(data.vocab)))
     if outside.size:
         row = int(np.searchsorted(ids.offsets, outside[0], side="right")) - 1
-        problems.append(
-            (np.arange(len(lengths)) == row, f"holds an id outside the vocabulary's 0..{len(data.vocab) - 1}")
-        )
-    if T.SEGMENT_A_LENGTH in c:
-        seg = c[T.SEGMENT_A_LENGTH].astype(np.int64)
-        problems.append(((seg < 2) | (seg > lengths), "has a segment_a_length outside 2..its length"))
-    for name in (T.LABELS, T.WORD_IDS, T.OWNED, T.OFFSET_START, T.OFFSET_END, T.MAX_CONTEXT):
-        if name in c:
-            problems.append((c[name].lengths() != lengths, f"has a {name} list of another length than input_ids"))
-    for name in (T.START_POSITION, T.END_POSITION):
-        if name in c:
-            problems.append(((c[name] < 0) | (c[name] >= lengths), f"has a {name} outside its tokens"))
+        problems.append((rows == row, f"holds an id outside the vocabulary's 0..{len(data.vocab) - 1}"))
+    problems += task.row_problems(data, ids.lengths())
     for bad, what in problems:
         hits = np.flatnonzero(bad)
         if hits.size:
             raise TaskDataError(f"{source}: row {int(hits[0])} {what}")
 
 
-def _load_examples(root: str, manifest: Manifest, role: str) -> list[dict]:
+def load_examples(data: TaskData, source: str) -> list[dict]:
+    """The examples file beside the shards (``examples.jsonl``: SQuAD's), checked against the manifest."""
+    root, manifest = data.root, data.manifest
     entry = next((f for f in manifest.task.get("files", []) if f.get("role") == "examples"), None)
     if entry is None:
-        raise TaskDataError(f"{role} {root}: the manifest lists no {T.EXAMPLES_FILE} (task.files)")
+        raise TaskDataError(f"{source}: the manifest lists no {T.EXAMPLES_FILE} (task.files)")
     raw = read_text(root, entry["path"])
     if _sha256(raw) != entry["sha256"]:
-        raise TaskDataError(f"{role} {root}: {entry['path']} does not match the manifest's sha256 {entry['sha256']}")
+        raise TaskDataError(f"{source}: {entry['path']} does not match the manifest's sha256 {entry['sha256']}")
     try:
         examples = [json_text.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TaskDataError(f"{role} {root}: {entry['path']} is no JSON lines ({e})") from None
+        raise TaskDataError(f"{source}: {entry['path']} is no JSON lines ({e})") from None
     if len(examples) != entry["count"]:
-        raise TaskDataError(f"{role} {root}: {entry['path']} has {len(examples)} examples, manifest {entry['count']}")
+        raise TaskDataError(f"{source}: {entry['path']} has {len(examples)} examples, manifest {entry['count']}")
     return examples
 
 
@@ -271,7 +262,7 @@ def check_pair(train: TaskData, evaluation: TaskData) -> None:
             f"{list(train.labels)} vs {list(evaluation.labels)}; build the evaluation split with "
             f"`bertprep task ... --label-set-from {train.root}`"
         )
-    if not train.labeled or (T.LABEL in train.columns and train.columns[T.LABEL] is None):
+    if not train.labeled or any(column is None for column in train.columns.values()):  # a label column of nulls
         raise TaskDataError(f"--train-data {train.root} is unlabeled: training needs labels")
 
 
@@ -279,11 +270,11 @@ def check_pair(train: TaskData, evaluation: TaskData) -> None:
 
 
 class RowTask(Protocol):
-    """What batching needs of a task (``bertstream.trainer.finetune.tasks``): its row fields and target tensors."""
+    """What batching needs of a task (``bertstream.trainer.finetune.tasks``): its row fields and its batches."""
 
     def row_fields(self, columns: Mapping[str, Any], i: int) -> dict[str, Any]: ...
 
-    def batch_targets(self, rows: Sequence[Mapping[str, Any]], length: int) -> dict[str, torch.Tensor]: ...
+    def collate(self, rows: Sequence[Mapping[str, Any]], *, pad_id: int, multiple: int) -> dict[str, torch.Tensor]: ...
 
 
 class TaskDataset(Dataset):
@@ -303,28 +294,32 @@ class TaskDataset(Dataset):
 def collate(
     rows: Sequence[dict[str, Any]], *, task: RowTask, pad_id: int, multiple: int = PAD_MULTIPLE
 ) -> dict[str, torch.Tensor]:
-    """Pad to the longest row rounded up to ``multiple``. Keys: input_ids, token_type_ids, attention_mask [B, T],
-    index [B] (dataset row) and the task's targets (``task.batch_targets``): labels [B] or [B, T] (NER, -100 on
-    padding), or start_positions/end_positions [B] (SQuAD); no targets for unlabeled rows."""
-    b = len(rows)
-    t = multiple * math.ceil(max(len(r["input_ids"]) for r in rows) / multiple)
-    input_ids = np.full((b, t), pad_id, dtype=np.int64)
-    attention = np.zeros((b, t), dtype=np.int64)
-    token_type = np.zeros((b, t), dtype=np.int64)
-    for i, r in enumerate(rows):
-        n = len(r["input_ids"])
-        input_ids[i, :n] = r["input_ids"]
-        attention[i, :n] = 1
-        if "segment_a_length" in r:
-            token_type[i, r["segment_a_length"] : n] = 1
-    batch = {
+    """The task's batch of ``rows`` (``Task.collate``): inputs padded with ``pad_id`` to a multiple of
+    ``multiple``, ``index`` [B] (dataset rows) and the task's targets."""
+    return task.collate(rows, pad_id=pad_id, multiple=multiple)
+
+
+def pad_sequences(
+    sequences: Sequence[np.ndarray], segment_a: Sequence[int] | None, *, pad_id: int, multiple: int = PAD_MULTIPLE
+) -> dict[str, torch.Tensor]:
+    """Sequences padded to the longest rounded up to ``multiple``: input_ids, token_type_ids (1 from
+    ``segment_a[i]`` on; all 0 without segments) and attention_mask, [N, T] each."""
+    n = len(sequences)
+    t = multiple * math.ceil(max(len(s) for s in sequences) / multiple)
+    input_ids = np.full((n, t), pad_id, dtype=np.int64)
+    attention = np.zeros((n, t), dtype=np.int64)
+    token_type = np.zeros((n, t), dtype=np.int64)
+    for i, s in enumerate(sequences):
+        length = len(s)
+        input_ids[i, :length] = s
+        attention[i, :length] = 1
+        if segment_a is not None:
+            token_type[i, segment_a[i] : length] = 1
+    return {
         "input_ids": torch.from_numpy(input_ids),
         "token_type_ids": torch.from_numpy(token_type),
         "attention_mask": torch.from_numpy(attention),
-        "index": torch.tensor([r["index"] for r in rows], dtype=torch.int64),
     }
-    batch.update(task.batch_targets(rows, t))
-    return batch
 
 
 class EpochBatches:

@@ -52,7 +52,7 @@ def predict(
                 out = model(R.to_device(batch, info.device))
             if "loss" in out:
                 loss_sum, loss_rows = loss_sum + float(out["loss"]) * len(index), loss_rows + len(index)
-            mine.extend(zip(index, task.row_outputs(out, batch["attention_mask"].sum(1).tolist())))
+            mine.extend(zip(index, task.row_outputs(out, batch)))
     outputs: list[Any] = [None] * len(data)
     for part in D.all_gather_object(mine, info):
         for i, value in part:

@@ -159,16 +159,19 @@ def load_encoder_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
         bert.load_state_dict({k: encoder[k] for k in expected}, strict=True)
 
 
-def reuse_head(model: nn.Module, head: TaskHead | None, wanted: tuple[str, tuple[str, ...], str]) -> str | None:
+def reuse_head(
+    model: nn.Module, head: TaskHead | None, wanted: tuple[str, tuple[str, ...], str], *, pooled: bool
+) -> str | None:
     """Copy the initial weights' task head into ``model`` when it was trained for this run's task: the same kind,
-    labels (names and order) and pooling (``wanted``: ``(kind, labels, pooling)``; pooling counts for sentence
-    heads only); else leave the fresh head. The one-line note says which (None: the weights hold no task head)."""
+    labels (names and order) and pooling (``wanted``: ``(kind, labels, pooling)``; pooling counts only where the
+    task's head reads the pooled state, ``pooled``: its ``Task.hf.pooled``); else leave the fresh head. The
+    one-line note says which (None: the weights hold no task head)."""
     if head is None:
         return None
-    pooled = lambda h: h if h[0] in (T.CLASSIFICATION, T.REGRESSION) else (*h[:2], "cls")  # noqa: E731
+    same = lambda h: h if pooled else (*h[:2], "cls")  # noqa: E731
     names = {k: v for k, v in model.state_dict().items() if not k.startswith("bert.")}  # the head's tensors
     fits = all(k in head.tensors and head.tensors[k].shape == v.shape for k, v in names.items())
-    if pooled(head.trained_for) != pooled(wanted) or not fits:
+    if same(head.trained_for) != same(wanted) or not fits:
         return (
             f"task head initialised fresh: the initial weights' head is for {head.kind} with labels "
             f"{list(head.labels)}, pooling {head.pooling}; this run is {wanted[0]} with labels {list(wanted[1])}, "

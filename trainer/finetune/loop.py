@@ -52,7 +52,7 @@ from bertstream.trainer.finetune.resume import (
     plan_output,
     prepare_output,
 )
-from bertstream.trainer.finetune.tasks import Task, get_task
+from bertstream.trainer.finetune.tasks import HF_HEADS, Task, get_task
 from bertstream.trainer.metrics import MetricsLogger, tracked
 from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig, with_dropout
@@ -74,13 +74,13 @@ def plan_text(max_steps: int, epochs: int, steps_per_epoch: int, grad_accum: int
 
 def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[TaskData, TaskData, Init, BertConfig]:
     """Both splits, the initial weights and the model configuration, checked against each other."""
-    train = load_task_data(cfg.train_data, cfg.task, role="--train-data")
-    evaluation = load_task_data(cfg.eval_data, cfg.task, role="--eval-data")
+    train = load_task_data(cfg.train_data, task, role="--train-data")
+    evaluation = load_task_data(cfg.eval_data, task, role="--eval-data")
     check_pair(train, evaluation)
-    init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seed)
+    init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seed, heads=HF_HEADS)
     check_vocab(init, train.manifest.vocab_sha256, train.root)
     config = with_dropout(init.config, cfg.dropout)
-    longest = max(train.max_length(), evaluation.max_length())
+    longest = max(task.max_length(train), task.max_length(evaluation))
     if longest > config.max_position_embeddings:
         raise TaskDataError(
             f"rows of up to {longest} tokens but the model has {config.max_position_embeddings} "
@@ -111,7 +111,7 @@ def build_model(
     raw = task.build_model(config, len(train.labels), seed=cfg.run.seed, pooling=cfg.pooling)
     if init.state is not None:
         load_encoder_state(raw, init.state)
-        note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling))
+        note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling), pooled=task.hf.pooled)
         if note and restored is None:
             R.log(f"init: {note}", info)
     if restored is not None:

@@ -1,7 +1,8 @@
 """One object per task kind (classification, regression, NER, SQuAD) that owns everything the kind decides: its
-head, its row and batch target keys, how a batch's outputs become per-row outputs, the metric the best epoch is
-chosen by, the scoring and the predictions file. The loop and the batching code ask the task; none of them
-branches on the kind.
+rows' checks and sequences, its batches (padded with the data's pad id; a row may hold several sequences), its
+head and the Hugging Face class it is exported as (``hf``), how a batch's outputs become per-row outputs, the
+metric the best epoch is chosen by, the scoring and the predictions file. The reader, the loop, the batching
+code and the export ask the task; none of them branches on the kind. ``TASKS`` is the table of kinds.
 """
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ from torch import Tensor, nn
 from bertstream.schemas import tasks as T
 from bertstream.trainer.finetune import metrics as M
 from bertstream.trainer.finetune import ner as N
-from bertstream.trainer.finetune.data import TaskData, TaskDataError
+from bertstream.trainer.finetune.data import PAD_MULTIPLE, Ragged, TaskData, TaskDataError, load_examples, pad_sequences
 from bertstream.trainer.finetune.heads import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
 )
 from bertstream.trainer.finetune.squad import Window, predict_answers
+from bertstream.trainer.hf import tasks as HT
 from bertstream.trainer.model_config import BertConfig
 
-__all__ = ["TASKS", "Classification", "Ner", "Regression", "Squad", "Task", "get_task"]
+__all__ = ["HF_HEADS", "TASKS", "Classification", "Ner", "Regression", "Squad", "Task", "get_task"]
 
 
 class Task:
@@ -34,6 +36,34 @@ class Task:
 
     kind: ClassVar[str]
     predictions_file: ClassVar[str]
+    hf: ClassVar[HT.HFHead]  # the transformers class it is exported as; ``hf.pooled``: --pooling counts
+
+    def sequences(self, data: TaskData) -> tuple[np.ndarray, np.ndarray]:
+        """(the token count of every sequence, the row it is in), [S] each: one sequence per row here."""
+        lengths = data.columns[T.INPUT_IDS].lengths()
+        return lengths, np.arange(len(lengths))
+
+    def max_length(self, data: TaskData) -> int:
+        """The longest sequence the model reads (positions it needs)."""
+        return int(self.sequences(data)[0].max(initial=0))
+
+    def row_problems(self, data: TaskData, lengths: np.ndarray) -> list[tuple[np.ndarray, str]]:
+        """(rows [N] bool, what is wrong with them) for the kind's own columns; ``lengths``: each row's tokens."""
+        return []
+
+    def check_data(self, data: TaskData, source: str) -> None:
+        """Refuse a split whose labels or files beside the shards the kind cannot use (``source`` names it)."""
+
+    def collate(
+        self, rows: Sequence[Mapping[str, Any]], *, pad_id: int, multiple: int = PAD_MULTIPLE
+    ) -> dict[str, Tensor]:
+        """The batch of ``rows``: input_ids, token_type_ids, attention_mask [B, T] padded with ``pad_id`` to a
+        multiple of ``multiple``, index [B] (dataset rows) and the targets (``batch_targets``)."""
+        segments = [r["segment_a_length"] for r in rows] if "segment_a_length" in rows[0] else None
+        batch = pad_sequences([r["input_ids"] for r in rows], segments, pad_id=pad_id, multiple=multiple)
+        batch["index"] = torch.tensor([r["index"] for r in rows], dtype=torch.int64)
+        batch.update(self.batch_targets(rows, batch["input_ids"].shape[1]))
+        return batch
 
     def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
         """The head on the encoder; ``pooling`` (cls or mean) matters to the sentence heads only."""
@@ -54,7 +84,7 @@ class Task:
         """The head's target tensors for rows padded to ``length``; none for unlabeled rows."""
         raise NotImplementedError
 
-    def row_outputs(self, out: Mapping[str, Tensor], lengths: Sequence[int]) -> list[Any]:
+    def row_outputs(self, out: Mapping[str, Tensor], batch: Mapping[str, Tensor]) -> list[Any]:
         """Per-row outputs of one batch, in batch order, cut to each row's real length where per token."""
         raise NotImplementedError
 
@@ -76,6 +106,34 @@ def _one_class(pred: np.ndarray, gold: np.ndarray | None, labels: Sequence[str])
 
 def _segment(columns: Mapping[str, Any], i: int) -> dict[str, Any]:
     return {"segment_a_length": int(columns[T.SEGMENT_A_LENGTH][i])}
+
+
+def _segment_problems(data: TaskData, lengths: np.ndarray) -> list[tuple[np.ndarray, str]]:
+    seg = data.columns[T.SEGMENT_A_LENGTH].astype(np.int64)
+    return [((seg < 2) | (seg > lengths), "has a segment_a_length outside 2..its length")]
+
+
+def _per_token(data: TaskData, names: Sequence[str], lengths: np.ndarray) -> list[tuple[np.ndarray, str]]:
+    """Lists of one value per token: as long as the row's input_ids."""
+    columns: Mapping[str, Ragged] = data.columns
+    return [(columns[n].lengths() != lengths, f"has a {n} list of another length than input_ids") for n in names]
+
+
+def _label_ids(data: TaskData, ids: np.ndarray, source: str, *, ignored: int | None = None) -> None:
+    """Label ids index the manifest's label list (``ignored``: a value that marks no label)."""
+    labels = data.labels
+    if not labels:
+        raise TaskDataError(f"{source}: the manifest has no label list (task.labels)")
+    if len(ids):
+        valid = (ids >= 0) & (ids < len(labels))
+        if ignored is not None:
+            valid |= ids == ignored
+        if not valid.all():
+            raise TaskDataError(f"{source}: label id {int(ids[~valid][0])} outside the {len(labels)} labels")
+
+
+def _lengths(batch: Mapping[str, Tensor]) -> list[int]:
+    return batch["attention_mask"].sum(-1).tolist()  # [B]: each row's real tokens
 
 
 def input_names(data: TaskData) -> list[str]:
@@ -102,6 +160,22 @@ class Classification(Task):
 
     kind = T.CLASSIFICATION
     predictions_file = "predictions.tsv"
+    hf = HT.HFHead(
+        T.CLASSIFICATION,
+        "ForSequenceClassification",
+        "classifier.",
+        pooled=True,
+        labels=HT.CLASSES,
+        problem_type="single_label_classification",
+        reads=(None, "single_label_classification", "multi_label_classification"),
+    )
+
+    def row_problems(self, data: TaskData, lengths: np.ndarray) -> list[tuple[np.ndarray, str]]:
+        return _segment_problems(data, lengths)
+
+    def check_data(self, data: TaskData, source: str) -> None:
+        labels = data.columns[T.LABEL]
+        _label_ids(data, labels if labels is not None else np.zeros(0, np.int64), source)
 
     def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
         return BertForSequenceClassification(config, num_labels, seed=seed, pooling=pooling)
@@ -122,7 +196,7 @@ class Classification(Task):
             return {}
         return {"labels": torch.tensor([int(r["label"]) for r in rows], dtype=torch.int64)}
 
-    def row_outputs(self, out: Mapping[str, Tensor], lengths: Sequence[int]) -> list[Any]:
+    def row_outputs(self, out: Mapping[str, Tensor], batch: Mapping[str, Tensor]) -> list[Any]:
         return list(out["logits"].cpu().numpy())  # [C] each
 
     def score(self, data: TaskData, outputs: Sequence[Any], *, n_best: int, max_answer_length: int) -> tuple[dict, str]:
@@ -150,6 +224,19 @@ class Regression(Classification):
     """[CLS] -> one float (MSE); Pearson, Spearman and MSE."""
 
     kind = T.REGRESSION
+    hf = HT.HFHead(
+        T.REGRESSION,
+        "ForSequenceClassification",
+        "classifier.",
+        pooled=True,
+        labels=HT.VALUE,
+        outputs=1,
+        problem_type="regression",
+        reads=("regression",),
+    )
+
+    def check_data(self, data: TaskData, source: str) -> None:
+        pass  # a value, no label list
 
     def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
         return BertForSequenceClassification(config, 1, seed=seed, pooling=pooling)
@@ -158,14 +245,14 @@ class Regression(Classification):
         return "spearman"
 
     def check(self, train: TaskData) -> None:
-        pass
+        pass  # no classes: no positive label to find
 
     def batch_targets(self, rows: Sequence[Mapping[str, Any]], length: int) -> dict[str, Tensor]:
         if "label" not in rows[0]:
             return {}
         return {"labels": torch.tensor([float(r["label"]) for r in rows], dtype=torch.float32)}
 
-    def row_outputs(self, out: Mapping[str, Tensor], lengths: Sequence[int]) -> list[Any]:
+    def row_outputs(self, out: Mapping[str, Tensor], batch: Mapping[str, Tensor]) -> list[Any]:
         return [float(x) for x in out["logits"].cpu().numpy()]
 
     def score(self, data: TaskData, outputs: Sequence[Any], *, n_best: int, max_answer_length: int) -> tuple[dict, str]:
@@ -192,6 +279,13 @@ class Ner(Task):
 
     kind = T.NER
     predictions_file = "predictions.conll"
+    hf = HT.HFHead(T.NER, "ForTokenClassification", "classifier.", pooled=False, labels=HT.CLASSES)
+
+    def row_problems(self, data: TaskData, lengths: np.ndarray) -> list[tuple[np.ndarray, str]]:
+        return _per_token(data, (T.LABELS, T.WORD_IDS, T.OWNED), lengths)
+
+    def check_data(self, data: TaskData, source: str) -> None:
+        _label_ids(data, data.columns[T.LABELS].values, source, ignored=T.IGNORE_INDEX)
 
     def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
         return BertForTokenClassification(config, num_labels, seed=seed)
@@ -208,9 +302,9 @@ class Ner(Task):
             labels[i, : len(r["labels"])] = r["labels"]
         return {"labels": torch.from_numpy(labels)}
 
-    def row_outputs(self, out: Mapping[str, Tensor], lengths: Sequence[int]) -> list[Any]:
+    def row_outputs(self, out: Mapping[str, Tensor], batch: Mapping[str, Tensor]) -> list[Any]:
         logits = out["logits"].cpu().numpy()  # [B, T, C]
-        return [logits[r, :n] for r, n in enumerate(lengths)]
+        return [logits[r, :n] for r, n in enumerate(_lengths(batch))]
 
     def score(self, data: TaskData, outputs: Sequence[Any], *, n_best: int, max_answer_length: int) -> tuple[dict, str]:
         labels = data.labels
@@ -235,6 +329,31 @@ class Squad(Task):
 
     kind = T.SQUAD
     predictions_file = "predictions.json"
+    hf = HT.HFHead(T.SQUAD, "ForQuestionAnswering", "qa_outputs.", pooled=False, labels=HT.NO_LABELS, outputs=2)
+
+    def row_problems(self, data: TaskData, lengths: np.ndarray) -> list[tuple[np.ndarray, str]]:
+        c = data.columns
+        problems = _segment_problems(data, lengths) + _per_token(
+            data, (T.OFFSET_START, T.OFFSET_END, T.MAX_CONTEXT), lengths
+        )
+        for name in (T.START_POSITION, T.END_POSITION):
+            problems.append(((c[name] < 0) | (c[name] >= lengths), f"has a {name} outside its tokens"))
+        return problems
+
+    def check_data(self, data: TaskData, source: str) -> None:
+        """The questions and contexts (``examples.jsonl``) the rows' windows index, v1.1-style."""
+        c = data.columns
+        data.examples = load_examples(data, source)
+        index = c[T.EXAMPLE_INDEX]
+        if len(index) and (index.min() < 0 or index.max() >= len(data.examples)):
+            raise TaskDataError(f"{source}: example_index outside examples.jsonl ({len(data.examples)} lines)")
+        if c[T.IS_IMPOSSIBLE].any() or any(e.get("is_impossible") for e in data.examples):
+            raise TaskDataError(
+                f"{source}: holds SQuAD v2.0 unanswerable questions; fine-tuning decodes "
+                "v1.1-style answers only (no null answer)"
+            )
+        if [data.examples[i]["id"] for i in index] != c[T.EXAMPLE_ID]:
+            raise TaskDataError(f"{source}: row example_id and examples.jsonl disagree")
 
     def build_model(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> nn.Module:
         return BertForQuestionAnswering(config, seed=seed)
@@ -255,9 +374,9 @@ class Squad(Task):
             "end_positions": torch.tensor([r["end_position"] for r in rows], dtype=torch.int64),
         }
 
-    def row_outputs(self, out: Mapping[str, Tensor], lengths: Sequence[int]) -> list[Any]:
+    def row_outputs(self, out: Mapping[str, Tensor], batch: Mapping[str, Tensor]) -> list[Any]:
         start, end = out["start_logits"].cpu().numpy(), out["end_logits"].cpu().numpy()  # [B, T] each
-        return [(start[r, :n], end[r, :n]) for r, n in enumerate(lengths)]
+        return [(start[r, :n], end[r, :n]) for r, n in enumerate(_lengths(batch))]
 
     def score(self, data: TaskData, outputs: Sequence[Any], *, n_best: int, max_answer_length: int) -> tuple[dict, str]:
         c = data.columns
@@ -279,6 +398,7 @@ class Squad(Task):
 
 
 TASKS: dict[str, Task] = {t.kind: t for t in (Classification(), Regression(), Ner(), Squad())}
+HF_HEADS: tuple[HT.HFHead, ...] = tuple(t.hf for t in TASKS.values())  # what export and --init ask of the kinds
 
 
 def get_task(kind: str) -> Task:

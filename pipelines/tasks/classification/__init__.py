@@ -13,7 +13,17 @@ from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import opt, section
 from bertstream.pipelines.tasks.classification.glue import NAMES as GLUE_NAMES
 from bertstream.pipelines.tasks.classification.glue import PRESETS as GLUE_PRESETS
-from bertstream.pipelines.tasks.kind import NO_LABELS, Inputs, LabelSource, Plan, TaskConfig, TaskIO, TaskKind
+from bertstream.pipelines.tasks.kind import (
+    CLASS_INDEX,
+    NO_LABELS,
+    VALUE,
+    Inputs,
+    LabelSource,
+    Plan,
+    TaskConfig,
+    TaskIO,
+    TaskKind,
+)
 from bertstream.schemas import tasks as T
 
 INPUT_FORMATS = ("tsv", "csv", "jsonl")
@@ -122,6 +132,7 @@ class Classification(TaskKind):
         for f in files:
             check_table_layout(f.path, layout)
         labeled = label_column is not None
+        label = VALUE if kind == T.REGRESSION else CLASS_INDEX  # float labels: a score, else a class
         if kind == T.REGRESSION:
             label_plan = NO_LABELS
             label_manifest(label_set_from, kind, spec)  # same vocab and casing, even without labels
@@ -147,7 +158,7 @@ class Classification(TaskKind):
         }
         columns = {"format": input_format, "header": header, "text": text_column, "text_pair": text_pair_column}
         task = {"labeled": labeled, "glue": glue, "columns": {**columns, "label": label_column}}
-        return Plan(cfg, TableParser(layout), featurizer, label_plan, parameters, task, label_set_from)
+        return Plan(cfg, TableParser(layout), featurizer, label_plan, parameters, task, label, label_set_from)
 
 
 def _check_layout(cfg: TaskConfig, layout: Any) -> None:

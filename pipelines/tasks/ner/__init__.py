@@ -10,7 +10,15 @@ from functools import partial
 
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import opt, section
-from bertstream.pipelines.tasks.kind import Inputs, LabelSource, Plan, TaskIO, TaskKind, check_max_seq_length
+from bertstream.pipelines.tasks.kind import (
+    TAG_PER_TOKEN,
+    Inputs,
+    LabelSource,
+    Plan,
+    TaskIO,
+    TaskKind,
+    check_max_seq_length,
+)
 from bertstream.schemas import tasks as T
 
 SCHEMES = ("iob2", "iob1")
@@ -75,7 +83,7 @@ class Ner(TaskKind):
         if job.input_format != "conll":  # only then: manifests of CoNLL runs stay as they were
             task["input_format"] = job.input_format
         parser = ConllParser(job.scheme, job.input_format)
-        return Plan(cfg, parser, featurizer, label_plan, parameters, task, label_set_from)
+        return Plan(cfg, parser, featurizer, label_plan, parameters, task, TAG_PER_TOKEN, label_set_from)
 
 
 KIND = Ner()

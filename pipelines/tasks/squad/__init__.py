@@ -12,7 +12,15 @@ from typing import Any
 
 from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
-from bertstream.pipelines.tasks.kind import NO_LABELS, Inputs, Plan, TaskIO, TaskKind, check_max_seq_length
+from bertstream.pipelines.tasks.kind import (
+    ANSWER_SPAN,
+    NO_LABELS,
+    Inputs,
+    Plan,
+    TaskIO,
+    TaskKind,
+    check_max_seq_length,
+)
 from bertstream.schemas import tasks as T
 
 
@@ -81,7 +89,7 @@ class Squad(TaskKind):
         parameters = {"doc_stride": job.doc_stride, "max_query_length": job.max_query_length, "articles": articles}
         task = {"labeled": True, **parameters}
         parser = SquadParser(job.articles, cfg.training)
-        return Plan(cfg, parser, featurizer, NO_LABELS, parameters, task)
+        return Plan(cfg, parser, featurizer, NO_LABELS, parameters, task, ANSWER_SPAN)
 
     def write_files(self, records: Any, output_dir: str, layout: Any) -> Any:
         import apache_beam as beam

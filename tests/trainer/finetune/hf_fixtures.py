@@ -8,6 +8,7 @@ import torch
 
 from bertstream.schemas import tasks as T
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
+from bertstream.trainer.finetune.tasks import TASKS
 from bertstream.trainer.hf.config import hf_config_dict
 from bertstream.trainer.model import BertConfig
 
@@ -16,11 +17,7 @@ CONFIG = BertConfig(
 )
 VOCAB = Vocab((*SPECIAL_TOKENS, *(f"tok{i}" for i in range(CONFIG.vocab_size - len(SPECIAL_TOKENS)))))
 TOL = {"rtol": 0.0, "atol": 1e-5}
-HF_CLASSES = {
-    T.CLASSIFICATION: "BertForSequenceClassification",
-    T.NER: "BertForTokenClassification",
-    T.SQUAD: "BertForQuestionAnswering",
-}
+HF_CLASSES = {kind: "Bert" + task.hf.suffix for kind, task in TASKS.items()}  # each kind's transformers class
 
 
 def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:

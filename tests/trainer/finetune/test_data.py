@@ -75,9 +75,9 @@ def test_collate_pads_to_a_multiple_of_8_with_segments_and_ignored_labels():
 
 
 def test_real_sst2_split_reads_whole_and_checks_its_pair(sst2):
-    train = load_task_data(str(sst2["train"]), T.CLASSIFICATION, role="--train-data")
-    dev = load_task_data(str(sst2["dev"]), T.CLASSIFICATION, role="--eval-data")
-    test = load_task_data(str(sst2["test"]), T.CLASSIFICATION, role="--eval-data")
+    train = load_task_data(str(sst2["train"]), get_task(T.CLASSIFICATION), role="--train-data")
+    dev = load_task_data(str(sst2["dev"]), get_task(T.CLASSIFICATION), role="--eval-data")
+    test = load_task_data(str(sst2["test"]), get_task(T.CLASSIFICATION), role="--eval-data")
     assert (len(train), len(dev), len(test)) == (320, 200, 60)
     assert train.labels == dev.labels == ("0", "1") and train.glue == "sst2"
     assert test.columns[T.LABEL] is None and not test.labeled
@@ -88,7 +88,7 @@ def test_real_sst2_split_reads_whole_and_checks_its_pair(sst2):
     row = TaskDataset(dev, get_task(T.CLASSIFICATION))[5]
     assert row["input_ids"][0] == dev.vocab.id("[CLS]") and row["input_ids"][-1] == dev.vocab.id("[SEP]")
     with pytest.raises(TaskDataError, match="holds a 'classification' task but --task is 'regression'"):
-        load_task_data(str(sst2["dev"]), T.REGRESSION, role="--eval-data")
+        load_task_data(str(sst2["dev"]), get_task(T.REGRESSION), role="--eval-data")
 
 
 def test_corrupt_shard_and_missing_manifest_are_named(sst2, tmp_path):
@@ -99,9 +99,9 @@ def test_corrupt_shard_and_missing_manifest_are_named(sst2, tmp_path):
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     with pytest.raises(TaskDataError, match=f"shard {broken}/{shard.name} does not match the manifest"):
-        load_task_data(str(broken), T.CLASSIFICATION)
+        load_task_data(str(broken), get_task(T.CLASSIFICATION))
     with pytest.raises(TaskDataError, match="no manifest.json"):
-        load_task_data(str(tmp_path), T.CLASSIFICATION, role="--train-data")
+        load_task_data(str(tmp_path), get_task(T.CLASSIFICATION), role="--train-data")
 
 
 def test_label_lists_must_agree(sst2, task_vocab, tmp_path):
@@ -118,14 +118,14 @@ def test_label_lists_must_agree(sst2, task_vocab, tmp_path):
         labels=("1", "0"),
         max_seq_length=64,
     )
-    train = load_task_data(str(sst2["train"]), T.CLASSIFICATION)
-    dev = load_task_data(str(swapped), T.CLASSIFICATION)
+    train = load_task_data(str(sst2["train"]), get_task(T.CLASSIFICATION))
+    dev = load_task_data(str(swapped), get_task(T.CLASSIFICATION))
     with pytest.raises(TaskDataError, match=r"different label lists: \['0', '1'\] vs \['1', '0'\].*--label-set-from"):
         check_pair(train, dev)
 
 
 def test_ner_windows_select_each_word_once(conll):
-    data = load_task_data(str(conll["valid"]), T.NER)
+    data = load_task_data(str(conll["valid"]), get_task(T.NER))
     c = data.columns
     m = json.loads((conll["valid"] / "manifest.json").read_text())
     assert len(data) > m["totals"]["sentences"]  # short windows: some sentences are split
@@ -174,4 +174,4 @@ def _tampered_rows(src: Path, dst: Path, column: str, row: int, value) -> Path:
 def test_task_rows_are_range_checked(sst2, tmp_path, column, value, message):
     bad = _tampered_rows(sst2["dev"], tmp_path / "bad", column, 3, value)
     with pytest.raises(TaskDataError, match=f"^--eval-data {bad}: {message}"):
-        load_task_data(str(bad), T.CLASSIFICATION, role="--eval-data")
+        load_task_data(str(bad), get_task(T.CLASSIFICATION), role="--eval-data")

@@ -53,13 +53,14 @@ def test_an_exported_conll_tagger_gives_the_runs_entities(conll, tmp_path):
     sentences gives the entities of the run's ``predictions.conll``: every sentence that is one window of the
     run's data (<= 22 sub-tokens) and whose words are each one pre-token (the pipeline splits ``U.S.``)."""
     from bertstream.trainer.finetune import metrics as M
-    from bertstream.trainer.hf.convert import export_checkpoint
+    from bertstream.trainer.finetune.tasks import HF_HEADS
+    from bertstream.trainer.hf.export import export_checkpoint
 
     run, hf = tmp_path / "run", tmp_path / "hf"
     # one step: the head is still near its random init, so the run tags many entities of every type (a tiny
     # model trained for seconds tags all O, and equal lists of nothing would prove nothing)
     finetune_run(T.NER, conll["train"], conll["valid"], run, max_steps=1, lr=1e-5)
-    export_checkpoint(run, hf)
+    export_checkpoint(run, hf, heads=HF_HEADS)
     pipe = transformers.pipeline("token-classification", model=str(hf), aggregation_strategy="first")
     pre = pipe.tokenizer.backend_tokenizer.pre_tokenizer
     compared = entities = 0

@@ -25,6 +25,7 @@ from bertstream.trainer.cli import main
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune import metrics as M
 from bertstream.trainer.finetune.data import TaskDataError, load_task_data
+from bertstream.trainer.finetune.tasks import get_task
 from bertstream.trainer.metrics import read_metrics
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import bert_tiny
@@ -46,7 +47,7 @@ def read_tsv(path: Path) -> list[dict[str, str]]:
 
 def test_sst2_results_predictions_and_best_checkpoint(sst2_run, sst2):
     results, out = sst2_run
-    dev = load_task_data(str(sst2["dev"]), T.CLASSIFICATION)
+    dev = load_task_data(str(sst2["dev"]), get_task(T.CLASSIFICATION))
     assert results["task"] == {
         "kind": "classification",
         "glue": "sst2",
@@ -179,7 +180,7 @@ def test_score_uses_the_glue_task_metric(sst2):
         "f1",
         "f1",
     )
-    dev = load_task_data(str(sst2["dev"]), T.CLASSIFICATION)
+    dev = load_task_data(str(sst2["dev"]), get_task(T.CLASSIFICATION))
     gold = dev.columns[T.LABEL].astype(int)
     pred = gold.copy()
     pred[:40] = 1 - pred[:40]  # 40 of 200 wrong
@@ -253,7 +254,7 @@ def test_bad_inputs_are_refused_with_clear_errors(sst2, conll, tmp_path):
         vocab_text=other.text(),
         keep=1,
     )
-    data_sha = load_task_data(str(sst2["train"]), T.CLASSIFICATION).vocab.sha256
+    data_sha = load_task_data(str(sst2["train"]), get_task(T.CLASSIFICATION)).vocab.sha256
     with pytest.raises(VocabMismatchError, match=f"vocab sha256 {data_sha}.*vocab sha256 {other.sha256}.*--vocab {ck}"):
         finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], tmp_path / "a", init=str(ck))
     with pytest.raises(TaskDataError, match="holds a 'classification' task but --task is 'regression'"):

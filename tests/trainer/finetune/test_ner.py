@@ -11,6 +11,7 @@ from bertstream.schemas import tasks as T
 from bertstream.trainer.finetune import metrics as M
 from bertstream.trainer.finetune.data import TaskDataError, load_task_data
 from bertstream.trainer.finetune.ner import conll_text, sentence_tags, sentence_words
+from bertstream.trainer.finetune.tasks import get_task
 from tests.trainer.finetune.conftest import conll_sentences
 
 
@@ -33,7 +34,7 @@ def oracle_logits(data, wrong_elsewhere: bool) -> list[np.ndarray]:
 
 
 def test_owned_first_subtokens_give_one_tag_per_word(conll):
-    data = load_task_data(str(conll["valid"]), T.NER)
+    data = load_task_data(str(conll["valid"]), get_task(T.NER))
     split = sum(int(w) > 0 for w in data.columns[T.WINDOW])
     assert split > 20  # many sentences span several overlapping windows
     sentences = sentence_tags(data, oracle_logits(data, wrong_elsewhere=True))
@@ -51,7 +52,7 @@ def test_owned_first_subtokens_give_one_tag_per_word(conll):
 
 
 def test_word_text_falls_back_to_wordpieces_without_the_input(conll):
-    data = load_task_data(str(conll["valid"]), T.NER)
+    data = load_task_data(str(conll["valid"]), get_task(T.NER))
     moved = dataclasses.replace(data.manifest, inputs=({"path": "/nonexistent/valid.txt", "bytes": 0},))
     data = dataclasses.replace(data, manifest=moved)
     sentences = sentence_tags(data, oracle_logits(data, wrong_elsewhere=False))
@@ -65,7 +66,7 @@ def test_word_text_falls_back_to_wordpieces_without_the_input(conll):
 
 
 def test_a_word_owned_twice_is_an_error(conll):
-    data = load_task_data(str(conll["valid"]), T.NER)
+    data = load_task_data(str(conll["valid"]), get_task(T.NER))
     c = data.columns
     i = next(i for i in range(len(data)) if int(c[T.WINDOW][i]) == 1)  # a second window: overlaps the first
     owned = c[T.OWNED].values.copy()

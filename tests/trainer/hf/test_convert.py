@@ -8,14 +8,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, vocab_sha256
-from bertstream.trainer.hf.config import hf_config_dict
-from bertstream.trainer.hf.convert import (
-    HFCheckpointError,
-    export_checkpoint,
-    export_hf,
-    load_hf,
-    to_hf_state_dict,
-)
+from bertstream.trainer.hf.config import HFCheckpointError, hf_config_dict
+from bertstream.trainer.hf.convert import to_hf_state_dict
+from bertstream.trainer.hf.export import export_checkpoint, export_hf
+from bertstream.trainer.hf.load import load_hf
 from bertstream.trainer.model import BertConfig, BertForPreTraining, BertModel
 from tests.trainer.finetune.hf_fixtures import randomise
 
@@ -409,7 +405,7 @@ def test_export_hf_writes_only_a_folder_of_its_own_and_all_of_it_or_nothing(tmp_
     config.json, and left an empty folder on a full disk."""
     import errno
 
-    import bertstream.trainer.hf.convert as hf_module
+    import bertstream.trainer.hf.export as hf_module
 
     ours = BertForPreTraining(CONFIG, seed=5)
     dataset = tmp_path / "ds"

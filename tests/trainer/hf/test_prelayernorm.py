@@ -15,7 +15,8 @@ from safetensors.torch import load_file, save_file
 
 from bertstream.trainer.cli import main
 from bertstream.trainer.config import TrainConfig
-from bertstream.trainer.hf.convert import export_checkpoint, load_hf
+from bertstream.trainer.hf.export import export_checkpoint
+from bertstream.trainer.hf.load import load_hf
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.pretrain.loop import pretrain

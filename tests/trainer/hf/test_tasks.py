@@ -16,14 +16,11 @@ from bertstream.schemas import tasks as T
 from bertstream.schemas.tasks import NO_OFFSET
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab
 from bertstream.trainer.finetune import metrics as M
-from bertstream.trainer.finetune.heads import (
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-)
 from bertstream.trainer.finetune.squad import Window, best_span
+from bertstream.trainer.finetune.tasks import HF_HEADS, TASKS, get_task
 from bertstream.trainer.hf.config import HFCheckpointError
-from bertstream.trainer.hf.convert import export_checkpoint, export_hf, load_hf
+from bertstream.trainer.hf.export import export_checkpoint, export_hf
+from bertstream.trainer.hf.load import load_hf
 from tests.trainer.finetune.hf_fixtures import CONFIG, batch, randomise
 
 transformers = pytest.importorskip("transformers")
@@ -37,29 +34,17 @@ VOCAB = Vocab(
     (*SPECIAL_TOKENS, *WORDS, *PIECES, *(f"tok{i}" for i in range(CONFIG.vocab_size - 5 - len(WORDS) - len(PIECES))))
 )
 NORMS = {"post": CONFIG, "pre": dataclasses.replace(CONFIG, norm_placement="pre")}
-AUTO = {
-    T.CLASSIFICATION: "AutoModelForSequenceClassification",
-    T.REGRESSION: "AutoModelForSequenceClassification",
-    T.NER: "AutoModelForTokenClassification",
-    T.SQUAD: "AutoModelForQuestionAnswering",
-}
+AUTO = {kind: "AutoModel" + get_task(kind).hf.suffix for kind in TASKS}  # the Auto class of each kind's class
 LABELS = {T.CLASSIFICATION: ["neg", "neu", "pos"], T.REGRESSION: [], T.NER: NER_LABELS, T.SQUAD: []}
 
 
 def ours(kind: str, norm: str, seed: int = 3) -> torch.nn.Module:
-    config = NORMS[norm]
-    if kind == T.SQUAD:
-        model: torch.nn.Module = BertForQuestionAnswering(config, seed=seed)
-    elif kind == T.NER:
-        model = BertForTokenClassification(config, len(NER_LABELS), seed=seed)
-    else:
-        model = BertForSequenceClassification(config, 1 if kind == T.REGRESSION else 3, seed=seed)
-    return randomise(model, seed)
+    return randomise(get_task(kind).build_model(NORMS[norm], len(LABELS[kind]), seed=seed), seed)
 
 
 def export(kind: str, norm: str, out: Path) -> torch.nn.Module:
     model = ours(kind, norm)
-    export_hf(model.state_dict(), NORMS[norm], VOCAB, out, task=kind, labels=LABELS[kind])
+    export_hf(model.state_dict(), NORMS[norm], VOCAB, out, task=get_task(kind).hf, labels=LABELS[kind])
     return model
 
 
@@ -174,7 +159,9 @@ def test_an_exported_reader_gives_our_spans(norm, tmp_path):
 def test_a_mean_pooled_head_and_a_wrong_label_list_are_refused(tmp_path):
     model = ours(T.CLASSIFICATION, "post")
     with pytest.raises(HFCheckpointError, match=r"classifier.weight has shape \(3, 48\), expected \(2, 48\)"):
-        export_hf(model.state_dict(), CONFIG, VOCAB, tmp_path / "a", task=T.CLASSIFICATION, labels=["a", "b"])
+        export_hf(
+            model.state_dict(), CONFIG, VOCAB, tmp_path / "a", task=get_task(T.CLASSIFICATION).hf, labels=["a", "b"]
+        )
     ckpt = tmp_path / "run" / "checkpoints" / "step-0000001"
     ckpt.mkdir(parents=True)
     from safetensors.torch import save_file
@@ -185,11 +172,11 @@ def test_a_mean_pooled_head_and_a_wrong_label_list_are_refused(tmp_path):
     config = {"model": CONFIG.to_dict(), "finetune": {"pooling": "mean"}, "task": task}
     (ckpt / "config.json").write_text(json.dumps(config))
     with pytest.raises(HFCheckpointError, match=r"--pooling mean"):
-        export_checkpoint(tmp_path / "run", tmp_path / "out")
+        export_checkpoint(tmp_path / "run", tmp_path / "out", heads=HF_HEADS)
     assert not (tmp_path / "out").exists()
     config["finetune"]["pooling"] = "cls"
     (ckpt / "config.json").write_text(json.dumps(config))
-    export_checkpoint(tmp_path / "run", tmp_path / "out")
+    export_checkpoint(tmp_path / "run", tmp_path / "out", heads=HF_HEADS)
     hf = json.loads((tmp_path / "out" / "config.json").read_text())
     assert hf["architectures"] == ["BertForSequenceClassification"] and hf["label2id"] == {"neg": 0, "neu": 1, "pos": 2}
     assert (tmp_path / "out" / "tokenizer.json").is_file()
@@ -198,7 +185,7 @@ def test_a_mean_pooled_head_and_a_wrong_label_list_are_refused(tmp_path):
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_an_export_is_read_back_as_the_same_encoder_and_the_head_is_named(norm, tmp_path):
     model = export(T.CLASSIFICATION, norm, tmp_path / "hf")
-    config, state, report = load_hf(tmp_path / "hf")
+    config, state, report = load_hf(tmp_path / "hf", heads=HF_HEADS)
     assert config == NORMS[norm]
     mine = model.state_dict()
     encoder = [k for k in mine if k.startswith("bert.") and (norm == "post" or not k.startswith("bert.pooler."))]
@@ -262,14 +249,14 @@ def test_init_reuses_an_exported_head_only_for_its_own_task_labels_and_pooling(t
     from bertstream.trainer.weights import resolve_init
 
     exported = export(T.CLASSIFICATION, "pre", tmp_path / "hf")
-    init = resolve_init(str(tmp_path / "hf"), None)
+    init = resolve_init(str(tmp_path / "hf"), None, heads=HF_HEADS)
     assert init.head is not None and init.head.trained_for == (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls")
     assert init.state is not None and not any(k.startswith("classifier.") for k in init.state)  # (--init-from)
     same = (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls")
     for wanted in (same, (T.CLASSIFICATION, ("neg", "pos", "neu"), "cls"), (*same[:2], "mean")):
         model = ours(T.CLASSIFICATION, "pre", seed=9)
         fresh = model.classifier.weight.detach().clone()
-        note = reuse_head(model, init.head, wanted)
+        note = reuse_head(model, init.head, wanted, pooled=True)
         head = model.classifier.weight.detach()
         if wanted == same:
             assert note is not None and note.startswith("task head reused")
@@ -277,5 +264,5 @@ def test_init_reuses_an_exported_head_only_for_its_own_task_labels_and_pooling(t
         else:
             assert note is not None and note.startswith("task head initialised fresh") and torch.equal(head, fresh)
     tagger = ours(T.NER, "pre", seed=9)
-    note = reuse_head(tagger, init.head, (T.NER, tuple(NER_LABELS), "cls"))
+    note = reuse_head(tagger, init.head, (T.NER, tuple(NER_LABELS), "cls"), pooled=False)
     assert note is not None and "for classification with labels ['neg', 'neu', 'pos']" in note
