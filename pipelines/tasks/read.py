@@ -22,8 +22,9 @@ import apache_beam as beam
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.counters import Tally
-from bertstream.pipelines.common.files import check_unchanged, iter_text_lines, read_chunks
+from bertstream.pipelines.common.files import check_unchanged, read_chunks
 from bertstream.pipelines.inputs import limits
+from bertstream.pipelines.inputs.byte_ranges import iter_text_lines
 
 RECORDS_PER_BATCH = 1024
 CHARS_PER_BATCH = 1 << 20

@@ -5,7 +5,7 @@ A module of a format of lines (:data:`LINE_FORMATS`) has
 - ``detect(sample) -> str | None``: the evidence, in words, that a sample of a file (:class:`~bertstream.pipelines
   .inputs.detect.Sample`) is in this format, else None;
 - ``SPLITS`` and ``anchor``: whether a big file is read in byte ranges, and at which lines a range may start
-  (:mod:`bertstream.pipelines.common.byte_ranges`; ``anchor`` None: at every line);
+  (:mod:`bertstream.pipelines.inputs.byte_ranges`; ``anchor`` None: at every line);
 - ``parse(lines, name, counters, options) -> Iterator[Document]``: the documents of ``(offset, line)`` pairs.
 
 A module of a format of records (:data:`RECORD_FORMATS`: dumps, tables) has ``detect(sample)`` too, then

@@ -14,10 +14,10 @@ import numpy as np
 import pyarrow as pa
 
 from bertstream.pipelines.common.counters import Tally, drop
-from bertstream.pipelines.common.tokenizer import TokenizerSpec
 from bertstream.pipelines.tasks.classification.parse import UNIT, TextRow
 from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table, unknown_label_error
 from bertstream.pipelines.tasks.read import RecordBatch, where
+from bertstream.pipelines.tokenizer.load import TokenizerSpec
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import TEXT_NOT_STRING, Tally, drop
-from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
+from bertstream.pipelines.common.files import InputError, read_chunks
 from bertstream.pipelines.inputs import limits
+from bertstream.pipelines.inputs.byte_ranges import iter_text_lines
 from bertstream.pipelines.tasks.read import MALFORMED_JSON, file_lines, where
 from bertstream.schemas import json_text
 from bertstream.schemas import tasks as T

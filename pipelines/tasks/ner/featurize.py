@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow as pa
 
 from bertstream.pipelines.common.counters import Tally, drop
-from bertstream.pipelines.common.tokenizer import TokenizerSpec
 from bertstream.pipelines.tasks.features import (
     Layout,
     TaskTokenizer,
@@ -27,6 +26,7 @@ from bertstream.pipelines.tasks.features import (
 )
 from bertstream.pipelines.tasks.ner.parse import UNIT, Sentence
 from bertstream.pipelines.tasks.read import RecordBatch, where
+from bertstream.pipelines.tokenizer.load import TokenizerSpec
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
 

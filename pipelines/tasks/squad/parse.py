@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common import json_stream
 from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.common.files import InputError, read_chunks
-from bertstream.pipelines.inputs import limits
+from bertstream.pipelines.inputs import json_stream, limits
 from bertstream.pipelines.tasks.read import MALFORMED_JSON, counted_chunks
 from bertstream.schemas import tasks as T
 

@@ -14,7 +14,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.files import InputError, iter_lines
+from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.inputs.byte_ranges import iter_lines
 from bertstream.pipelines.inputs.formats.wikiextractor import parse as parse_wikiextractor
 from bertstream.pipelines.inputs.read import (
     FileRange,

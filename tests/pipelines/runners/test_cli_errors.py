@@ -626,7 +626,7 @@ def test_a_file_that_changes_after_listing_fails_the_run_naming_it(tmp_path, dem
                 config=PretrainingConfig(dupe_factor=1, num_shards=1),
             )
         )
-    from bertstream.pipelines.common.cli_errors import input_error_in
+    from bertstream.pipelines.runners.cli_errors import input_error_in
 
     assert isinstance(e.value, InputError) or input_error_in(e.value)
     assert "growing.txt changed while this run read it" in str(e.value)
@@ -790,8 +790,8 @@ def test_a_worker_that_ended_on_the_same_ctrl_c_did_not_die(monkeypatch):
     import click
     from click.testing import CliRunner
 
-    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.runners import beam_worker, runner
+    from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     monkeypatch.setattr(runner, "_worker_died", [runner.INTERRUPTED])
 
