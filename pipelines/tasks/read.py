@@ -29,10 +29,6 @@ from bertstream.pipelines.inputs.byte_ranges import iter_text_lines
 RECORDS_PER_BATCH = 1024
 CHARS_PER_BATCH = 1 << 20
 
-# A drop reason both JSON readers count (``bertstream.pipelines.common.counters.drop(reason, unit)``:
-# <unit>_dropped.<reason>); each parser declares its others.
-MALFORMED_JSON = "malformed_json"
-
 
 class Record(Protocol):
     """What the stages ask of a record (``TextRow``, ``Sentence``, ``QAExample``: each parser's own)."""

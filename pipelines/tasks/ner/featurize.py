@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from bertstream.pipelines.common.counters import Tally, drop
+from bertstream.pipelines.common.counters import TAG_NOT_IN_SET, Tally, drop
 from bertstream.pipelines.tasks.features import (
     Layout,
     TaskTokenizer,
@@ -29,8 +29,6 @@ from bertstream.pipelines.tasks.read import RecordBatch, where
 from bertstream.pipelines.tokenizer.load import TokenizerSpec
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
-
-TAG_NOT_IN_SET = "tag_not_in_set"
 
 
 def plan_windows(word_tokens: Sequence[int], budget: int, overlap: int) -> list[tuple[int, int]]:
