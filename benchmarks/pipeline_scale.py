@@ -297,8 +297,8 @@ def main() -> None:
         per_file = paragraphs_of(one, "wikiextractor")
         cores = os.cpu_count() or 1
         both = ceilings(vocab, per_file, cores)
-        from bertstream.pipelines.common.tokenizer import load_tokenizer
-        from bertstream.pipelines.common.wordpiece_backend import choose_backend
+        from bertstream.pipelines.tokenizer.load import load_tokenizer
+        from bertstream.pipelines.tokenizer.wordpiece_backend import choose_backend
 
         used = choose_backend(load_tokenizer(vocab).json, source=vocab).name  # what the runs below encode with
         ceiling = both[used]

@@ -2,7 +2,7 @@
 
 For each dupe factor and worker count: input MB/s, instances/s and peak memory of all processes
 (the command and its Beam worker processes, RSS summed, sampled every 20 ms), and the ratio to the
-ceiling: the tokenizer backend the pipeline uses (pipelines/common/wordpiece_backend.py) alone encoding the same
+ceiling: the tokenizer backend the pipeline uses (pipelines/tokenizer/wordpiece_backend.py) alone encoding the same
 paragraphs on all the machine's cores (the better of one process with a thread per core and a process per core,
 so the ratio is conservative). Both backends' ceilings are measured in the same run, so their ratio is printed too. The pipeline uses
 all cores too: one in-process worker tokenizes with a thread per core; N worker processes, one each.
@@ -129,7 +129,7 @@ def paragraphs_of(inputs: list[str], fmt: str) -> list[list[str]]:
 def _encode_worker(tokenizer_json: str, texts: list[str], barrier, out_q, threads: int = 1, backend: str = "") -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
     os.environ["RAYON_NUM_THREADS"] = str(threads)
-    from bertstream.pipelines.common.wordpiece_backend import HF, WordPieceEncoder
+    from bertstream.pipelines.tokenizer.wordpiece_backend import HF, WordPieceEncoder
 
     # The pipeline's own encode call (pipelines.pretraining.tokenize), ids and offsets arrays included.
     encoder = WordPieceEncoder(tokenizer_json, backend or HF, threads)
@@ -145,8 +145,8 @@ def tokenizer_ceiling(
 ) -> float:
     """MB/s of the tokenizer alone over the same paragraphs, split over ``workers`` processes of ``threads``
     threads each. ``backend``: ``tokenizers`` or ``nanotoken``; None, the one the pipeline chooses for ``vocab``."""
-    from bertstream.pipelines.common.tokenizer import load_tokenizer
-    from bertstream.pipelines.common.wordpiece_backend import choose_backend
+    from bertstream.pipelines.tokenizer.load import load_tokenizer
+    from bertstream.pipelines.tokenizer.wordpiece_backend import choose_backend
 
     spec = load_tokenizer(vocab)
     backend = backend or choose_backend(spec.json, source=vocab).name
@@ -170,7 +170,7 @@ def tokenizer_ceiling(
 def ceilings(vocab: str, per_file: list[list[str]], cores: int) -> dict[str, float]:
     """Both backends in one run (same paragraphs, same machine load): one thread, ``cores`` threads, and the
     best of threads and processes; ``ratio``: the fast backend's best over `tokenizers`' best."""
-    from bertstream.pipelines.common.wordpiece_backend import FAST, HF
+    from bertstream.pipelines.tokenizer.wordpiece_backend import FAST, HF
 
     out: dict[str, float] = {}
     for name in (HF, FAST):
@@ -185,7 +185,7 @@ def ceilings(vocab: str, per_file: list[list[str]], cores: int) -> dict[str, flo
 
 
 def print_ceilings(c: dict[str, float], text_mb: float, cores: int) -> None:
-    from bertstream.pipelines.common.wordpiece_backend import FAST, HF, backend
+    from bertstream.pipelines.tokenizer.wordpiece_backend import FAST, HF, backend
 
     print(f"tokenizer alone on {text_mb:.1f} MB of paragraphs, {cores} cores (MB/s):")
     print(f"{'backend':>24} {'1 thread':>9} {f'{cores} threads':>10} {f'{cores} procs':>9}")
@@ -235,8 +235,8 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(both, indent=2) + "\n")
         return
-    from bertstream.pipelines.common.tokenizer import load_tokenizer
-    from bertstream.pipelines.common.wordpiece_backend import choose_backend
+    from bertstream.pipelines.tokenizer.load import load_tokenizer
+    from bertstream.pipelines.tokenizer.wordpiece_backend import choose_backend
 
     used = choose_backend(load_tokenizer(vocab).json, source=vocab).name  # what the pipeline runs below encode with
     ceiling = both[used]

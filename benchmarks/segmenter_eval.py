@@ -164,11 +164,11 @@ CHINESE_FILES = ("CLUECorpusSmall_sampled.txt", "zhwiki/wiki_00", "wiki_zh_2019/
 
 def words(shared: Path) -> None:
     """``--words``: jieba against rjieba, and the Tokenize stage with each."""
-    from bertstream.pipelines.common.tokenizer import load_tokenizer
     from bertstream.pipelines.inputs.read import read_documents
     from bertstream.pipelines.pretraining.chinese_words import SEGMENTERS, load_segmenter
     from bertstream.pipelines.pretraining.segmenter import split_sentences
     from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+    from bertstream.pipelines.tokenizer.load import load_tokenizer
 
     lines = [
         line

@@ -64,7 +64,7 @@ SHARED = REPO.parent / "shared" / "data" / "pretrain"
 BASE = "b6b896c"  # main's head when the per-byte work began
 # Old modules, in import order: each imports the ones before it under their old names.
 OLD = {
-    "bertstream.pipelines.common.byte_ranges": "pipelines/common/byte_ranges.py",
+    "bertstream.pipelines.inputs.byte_ranges": "pipelines/inputs/byte_ranges.py",
     "bertstream.pipelines.common.files": "pipelines/common/files.py",
     "bertstream.pipelines.pretraining.read": "pipelines/pretraining/read.py",
     "bertstream.pipelines.pretraining.segmenter": "pipelines/pretraining/segmenter.py",
@@ -132,10 +132,10 @@ print(f"{t1 - t0:.3f} {t2 - t1:.3f}")
 
 
 def build_pool(vocab_dir: Path, books: bool):
-    from bertstream.pipelines.common.tokenizer import load_tokenizer
     from bertstream.pipelines.inputs.read import DocumentBatch, read_documents
     from bertstream.pipelines.pretraining.segment import segment_documents
     from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+    from bertstream.pipelines.tokenizer.load import load_tokenizer
     from bertstream.pipelines.vocab import VocabConfig, train_vocab
 
     wiki = SHARED / "wikipedia"

@@ -63,7 +63,7 @@ import apache_beam
 t2 = time.perf_counter()
 import numba
 t3 = time.perf_counter()
-from bertstream.pipelines.common import dataset_run as D
+from bertstream.pipelines.runners import dataset_run as D
 from bertstream.pipelines.pretraining import pipeline as P
 t4 = time.perf_counter()
 spent = {}

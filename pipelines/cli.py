@@ -15,9 +15,9 @@ from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import click_options, single_option
 from bertstream.cli.process import QuickExitGroup
 from bertstream.cli.version import version_option
-from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
 from bertstream.pipelines.extract_config import ExtractJob
 from bertstream.pipelines.pretraining.config import PretrainingJob
+from bertstream.pipelines.runners.cli_setup import HELP, PASSTHROUGH, quiet_beam
 from bertstream.pipelines.vocab_config import VocabJob
 
 
@@ -32,7 +32,7 @@ def main() -> None:
 def vocab(**values: Any) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json)."""
     quiet_beam()
-    from bertstream.pipelines.common.cli_errors import bertprep_errors
+    from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     with bertprep_errors(VocabJob, "no vocabulary was written"):
         job = options.build(VocabJob, **values)
@@ -88,9 +88,9 @@ def pretraining(ctx: click.Context, **values: Any) -> None:
     The default runner is Beam's in-process FnApiRunner.
     """
     quiet_beam()
-    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.common.redact import redact_logs
     from bertstream.pipelines.pretraining.pipeline import run_pretraining
+    from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     redact_logs([*ctx.args, *values["inputs"], values["vocab"], values["output"]])
     with bertprep_errors(PretrainingJob):
@@ -119,10 +119,10 @@ def extract(ctx: click.Context, **values: Any) -> None:
     Any other --option is a Beam pipeline option (--runner, --direct_num_workers, ...).
     """
     quiet_beam()
-    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.common.counters import altered_text, dropped_text
     from bertstream.pipelines.common.redact import redact_logs
     from bertstream.pipelines.extract import run_extract
+    from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     redact_logs([*ctx.args, *values["inputs"], values["output"]])
     with bertprep_errors(ExtractJob):
@@ -155,7 +155,7 @@ def _print_summary(result) -> None:
         click.echo("  " + line)
     click.echo(f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files")
     if m.parameters.get("split") == "train":  # --eval-fraction: the held-out documents' dataset beside it
-        from bertstream.pipelines.common.dataset_run import load_manifest
+        from bertstream.pipelines.common.dataset import load_manifest
         from bertstream.pipelines.pretraining.pipeline import eval_dir
 
         held = load_manifest(eval_dir(result.output_dir))
@@ -173,8 +173,8 @@ def _print_summary(result) -> None:
 @single_option("--holdout-every", type=int, default=0, help="Put every k-th document in DIRECTORY/heldout/.")
 def demo_corpus(directory, holdout_every) -> None:
     """Write Python's bundled reference documentation as a `text`-format corpus (no download needed)."""
-    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.demo_corpus import write_pydoc_corpus
+    from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     with bertprep_errors(None, "the corpus is incomplete"):
         try:
@@ -197,14 +197,14 @@ def demo_corpus(directory, holdout_every) -> None:
 def inspect(dataset_dir, verify, decode, as_json) -> None:
     """Summarise a dataset folder from its manifest."""
     quiet_beam()
-    from bertstream.pipelines.common.cli_errors import bertprep_errors
+    from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     with bertprep_errors(None, "nothing was checked"):
         _inspect(dataset_dir, verify, decode, as_json)
 
 
 def _inspect(dataset_dir: str, verify: bool, decode: int, as_json: bool) -> None:
-    from bertstream.pipelines.common.dataset_run import load_manifest
+    from bertstream.pipelines.common.dataset import load_manifest
     from bertstream.pipelines.report.inspection import (
         DatasetError,
         decode_instance,
@@ -264,9 +264,9 @@ def _inspect(dataset_dir: str, verify: bool, decode: int, as_json: bool) -> None
 def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
     """Write DIR/report/index.html: plots of a pretraining dataset beside its key numbers."""
     quiet_beam()
-    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.report.data import ReportConfig
     from bertstream.pipelines.report.page import write_report
+    from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     with bertprep_errors(ReportConfig, "no report was written"):
         cfg = ReportConfig(top_tokens=top_tokens, top_sources=top_sources, top_unk_words=top_unk_words)

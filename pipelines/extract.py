@@ -7,7 +7,7 @@ Each line is ``{"id", "title", "text"}``: the id the source gives the document (
 paragraphs joined by ``\\n`` (reading the file back as ``jsonl:`` gives the same paragraphs). Documents without
 text are counted drops (``empty``), as the pretraining pipeline counts them.
 
-The run is a dataset run like every other (:func:`bertstream.pipelines.common.dataset_run.run_dataset`): the
+The run is a dataset run like every other (:func:`bertstream.pipelines.runners.dataset_run.run_dataset`): the
 ``--output`` policy, a ``manifest.json`` (kind ``documents``) with the counters, inputs and files, published
 last. SplitFiles -> SpreadRanges -> WriteParts -> Publish: the read stage's ranges (a multistream dump's bzip2
 streams, row groups, record batches, byte ranges of line formats; :func:`bertstream.pipelines.inputs.read
@@ -32,13 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.dataset_run import (
-    DatasetHeader,
-    DatasetRun,
-    RunResult,
-    run_dataset,
-    write_text_atomic,
-)
+from bertstream.pipelines.common.dataset import DatasetHeader, RunResult, write_text_atomic
 from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy
 from bertstream.pipelines.common.redact import redact_text
@@ -46,6 +40,7 @@ from bertstream.pipelines.extract_config import ExtractConfig, ExtractJob
 from bertstream.pipelines.inputs.documents import Document
 from bertstream.pipelines.inputs.read import FileRange, range_bytes_for, range_documents, ranges_of
 from bertstream.pipelines.inputs.resolve import check_text_field, describe_inputs, input_format_of, resolve_inputs
+from bertstream.pipelines.runners.dataset_run import DatasetRun, run_dataset
 from bertstream.pipelines.runners.runner import pipeline_options
 from bertstream.schemas.hashing import hash64
 from bertstream.schemas.manifest import DOCUMENTS_KIND, MANIFEST_NAME, ShardInfo

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from bertstream.cli import options
-from bertstream.pipelines.common.dataset_run import RunResult
+from bertstream.pipelines.common.dataset import RunResult
 from bertstream.pipelines.tasks.classification import ClassificationJob
 from bertstream.pipelines.tasks.ner import NerJob
 from bertstream.pipelines.tasks.pipeline import run_task

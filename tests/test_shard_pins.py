@@ -79,7 +79,7 @@ PRETRAINING = {
 }
 
 
-# The pretraining tokenizer's backends (pipelines.common.wordpiece_backend): the same pins with either. The task
+# The pretraining tokenizer's backends (pipelines.tokenizer.wordpiece_backend): the same pins with either. The task
 # pipelines always encode with `tokenizers` (they need offsets).
 BACKENDS = {"fast": "nanotoken", "hf": "tokenizers"}
 

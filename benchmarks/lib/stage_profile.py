@@ -36,13 +36,13 @@ _FUNCTION_STAGES = {
 }
 _MODULE_STAGES = (
     ("pipelines/common/files.py", "read"),
-    ("pipelines/common/byte_ranges.py", "read"),
+    ("pipelines/inputs/byte_ranges.py", "read"),
     ("pipelines/inputs/", "read"),
     ("pipelines/pretraining/read.py", "read"),
     ("pipelines/pretraining/segmenter", "segment"),
     ("pipelines/pretraining/segment.py", "segment"),
     ("pipelines/pretraining/tokenize.py", "tokenize"),
-    ("pipelines/common/tokenizer.py", "tokenize"),
+    ("pipelines/tokenizer/load.py", "tokenize"),
     ("pipelines/common/source_stats.py", "tokenize"),
     ("pipelines/pretraining/chinese_words.py", "tokenize"),
     ("pipelines/pretraining/dedup", "dedup"),

@@ -14,7 +14,7 @@ import lzma
 import os
 import re
 from collections import Counter
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from itertools import accumulate
 from typing import IO
@@ -24,10 +24,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import literal
-from bertstream.pipelines.common.byte_ranges import BLOCK_BYTES, LineTooLong, cut_blocks
 from bertstream.schemas import whole_file
 from bertstream.schemas.whole_file import WholeFileError
 
+BLOCK_BYTES = 8 << 20  # what a read takes at a time (read_chunks; byte ranges cut their blocks so too)
 COMPRESSED_SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".lzma", ".zst", ".zstd")
 
 
@@ -218,36 +218,6 @@ def _split_carriage_returns(
         out_starts.extend(accumulate((len(r) + 1 for r in raw.split(b"\r")[:-1]), initial=start))
         out_lines.extend(parts)
     return out_starts, out_lines
-
-
-def iter_lines(
-    chunks: Iterable[bytes], counters: Counter, offset: int = 0, max_line: int | None = None, name: str = ""
-) -> Iterator[Line]:
-    """``(offset, line)`` for each line of a byte stream (see ``block_lines``).
-
-    Works in blocks cut at newlines, so a multi-megabyte line without a newline is still one line and
-    memory stays bounded by the longest line; a line past ``max_line`` bytes is refused, naming file ``name``.
-    """
-    with line_cap(name):
-        for off, raw in cut_blocks(chunks, offset, max_line):
-            yield from block_lines(off, raw, counters)
-
-
-def iter_text_lines(
-    chunks: Iterable[bytes], counters: Counter, max_line: int | None = None, name: str = ""
-) -> Iterator[str]:
-    """The lines of :func:`iter_lines` without their offsets (readers that number lines themselves)."""
-    for _, line in iter_lines(chunks, counters, max_line=max_line, name=name):
-        yield line
-
-
-@contextmanager
-def line_cap(name: str) -> Iterator[None]:
-    """A line past its cap (``byte_ranges.LineTooLong``) as the one-line refusal naming file ``name``."""
-    try:
-        yield
-    except LineTooLong as e:
-        raise record_too_big(name, f"the line at byte {e.offset}", e.cap) from None
 
 
 def _decompressed(raw, path: str, block_bytes: int) -> Iterator[bytes]:

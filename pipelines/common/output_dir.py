@@ -232,10 +232,9 @@ def check_output(output_dir: str, overwrite: bool, policy: OutputPolicy) -> list
     foreign = sorted(n for n in names if not n.startswith(".") and n not in OWN_EXTRAS and not own(n))
     foreign += _foreign_below(output_dir, [n for n in names if own(n)], own)
     if foreign:
-        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         raise UsageError(
             "output",
-            f"{output_dir} holds files that are not {policy.what} ({', '.join(foreign[:3])}{more}); bertprep "
+            f"{output_dir} holds files that are not {policy.what} ({_first_three(foreign)}); bertprep "
             "writes into an empty folder or over its own earlier run only: choose another --output",
         )
     existing = [FileSystems.join(output_dir, n) for n in names if own(n)]
@@ -243,6 +242,12 @@ def check_output(output_dir: str, overwrite: bool, policy: OutputPolicy) -> list
         raise UsageError("output", _refusal(output_dir, existing, policy.dataset))
     manifest = FileSystems.join(output_dir, MANIFEST_NAME)
     return sorted(existing, key=lambda p: p != manifest)  # the manifest first: no manifest, no dataset
+
+
+def _first_three(names: list[str]) -> str:
+    """``a, b, c and 4 more``: what a refusal names of the files in its way."""
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return f"{', '.join(names[:3])}{more}"
 
 
 def _foreign_below(output_dir: str, folders: list[str], own: Callable[[str], bool]) -> list[str]:
@@ -346,10 +351,9 @@ def check_work_dir(output_dir: str) -> None:
         inner = {p[len(prefix) :].split("/", 1) for p in literal.files_below(root) if p.startswith(prefix)}
         foreign = [f"{WORK_DIR_NAME}/{n[0]}" for n in sorted(inner) if len(n) < 2 or not RUN_ID.match(n[0])]
     if foreign:
-        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         raise UsageError(
             "output",
-            f"{output_dir} holds {', '.join(foreign[:3])}{more}, which no bertprep run made ({WORK_DIR_NAME} is "
+            f"{output_dir} holds {_first_three(foreign)}, which no bertprep run made ({WORK_DIR_NAME} is "
             "the name of bertprep's work folder, emptied by every run): move it, or choose another --output",
         )
 

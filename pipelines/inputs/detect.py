@@ -23,7 +23,13 @@ from functools import cached_property
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.files import COMPRESSED_SUFFIXES, read_chunks
-from bertstream.pipelines.inputs.formats import DETECTION_ORDER, LINE_FORMATS, PLAIN_TEXT_FORMATS, format_module
+from bertstream.pipelines.inputs.formats import (
+    DETECTION_ORDER,
+    LINE_FORMATS,
+    PLAIN_TEXT_FORMATS,
+    claimed_by,
+    format_module,
+)
 
 SAMPLE_BYTES = 64 << 10
 SAMPLE_LINES = 8  # whole lines a sample holds at least, read further when the first SAMPLE_BYTES hold fewer
@@ -164,28 +170,18 @@ def sample_lines(path: str) -> list[str]:
 
 
 def detect_file(path: str) -> Detected:
-    """One file's format: a format of records by its first bytes, else a text layout by its first lines; a
+    """One file's format: the format that claims its name's ending, else a format of records by its first bytes,
+    else a text layout by its first lines; a
     sample that is no text, whose evidence disagrees or that holds no whole line is :class:`Undecided`."""
-    table = _table_ending(path)
-    if table:  # its lines would be taken as text, separators, header and labels included
-        raise Undecided(
-            f"a {table} table (columns, not text): convert its text column to jsonl, parquet or arrow and give "
-            "--text-field, or give --format lines to read each whole line as text"
-        )
+    claimed = claimed_by(path, COMPRESSED_SUFFIXES)
+    if claimed is not None:  # a table's lines would be taken as text, separators, header and labels included
+        return Detected(claimed[0], f"its name ends {claimed[1]}")
     head, whole = read_sample(path)
     if not whole and b"\n" not in head:
         raise Undecided(f"no whole line in its first {len(head)} bytes")
     found = _judged(Sample(head, whole=whole), DETECTION_ORDER)
     assert found is not None  # sentences takes whatever is left
     return found
-
-
-def _table_ending(path: str) -> str | None:
-    """``.csv`` or ``.tsv`` when the file's name ends so (before a compressor's ending)."""
-    name = path.lower()
-    if name.endswith(COMPRESSED_SUFFIXES):
-        name = name.rsplit(".", 1)[0]
-    return next((e for e in (".csv", ".tsv") if name.endswith(e)), None)
 
 
 def detect_files(pattern: str, paths: Sequence[str]) -> Detected:

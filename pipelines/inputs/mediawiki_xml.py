@@ -37,14 +37,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
+from bertstream.pipelines.common.counters import NO_TEXT, NOT_ARTICLE_NAMESPACE, REDIRECT
 from bertstream.pipelines.common.files import InputError, record_too_big
 from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.compressed import chunks, decompressed, prepend, scan_stream_starts
-
-# Drop reasons of ``drop_reason`` (counted by the caller as documents_dropped.<reason>).
-NOT_ARTICLE_NAMESPACE = "not_article_namespace"
-REDIRECT = "redirect"
-NO_TEXT = "no_text"
 
 DEFAULT_RANGE_BYTES = 64 << 20
 

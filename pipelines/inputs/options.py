@@ -14,7 +14,7 @@ AUTO = "auto"  # --format auto: one of FORMATS per --input, judged from its cont
 FORMAT_CHOICES = (AUTO, *FORMATS)
 
 TEXT_FIELD = "text"  # the default --text-field
-TEXT_FIELD_HELP = "The field (jsonl) or column (parquet, arrow) that holds the text; id and title are kept too."
+TEXT_FIELD_HELP = "The field (jsonl) or column (parquet, arrow, csv) that holds the text; id and title are kept too."
 
 
 def inputs_opt(compressed: bool = True) -> Any:

@@ -28,14 +28,6 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import progress as P
-from bertstream.pipelines.common.byte_ranges import (
-    BLOCK_BYTES,
-    Block,
-    LineTooLong,
-    cut_blocks,
-    segment_blocks,
-    split_ranges,
-)
 from bertstream.pipelines.common.files import (
     COMPRESSED_SUFFIXES,
     InputError,
@@ -43,10 +35,18 @@ from bertstream.pipelines.common.files import (
     block_lines,
     check_unchanged,
     check_utf8_start,
-    line_cap,
     read_chunks,
 )
 from bertstream.pipelines.inputs import limits
+from bertstream.pipelines.inputs.byte_ranges import (
+    BLOCK_BYTES,
+    Block,
+    LineTooLong,
+    cut_blocks,
+    line_cap,
+    segment_blocks,
+    split_ranges,
+)
 from bertstream.pipelines.inputs.documents import Document, DocumentBatch
 from bertstream.pipelines.inputs.formats import LINE_FORMATS, RECORD_FORMATS, format_module
 
@@ -109,7 +109,7 @@ def file_ranges(
 def read_segment(
     path: str, input_format: str, start: int, end: int | None, block_bytes: int = BLOCK_BYTES
 ) -> Iterator[Block]:
-    """The blocks of the segment of range ``[start, end)`` of a splittable file (see ``bertstream.pipelines.common.byte_ranges``).
+    """The blocks of the segment of range ``[start, end)`` of a splittable file (see ``bertstream.pipelines.inputs.byte_ranges``).
 
     Beam's local, GCS (``BlobReader``) and S3 (``DownloaderStream``) readers all seek.
     """

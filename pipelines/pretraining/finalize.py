@@ -18,7 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import source_stats as SS
 from bertstream.pipelines.common.batch import InstanceBatch
-from bertstream.pipelines.common.dataset_run import DatasetHeader, write_text_atomic
+from bertstream.pipelines.common.dataset import DatasetHeader, write_text_atomic
 from bertstream.pipelines.common.spill import remove_work_dir
 from bertstream.pipelines.pretraining import stats as S
 from bertstream.pipelines.pretraining.shipped import Shipped, resolve

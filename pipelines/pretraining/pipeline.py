@@ -17,24 +17,13 @@ from apache_beam.io.filesystems import FileSystems
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import source_stats as SS
-from bertstream.pipelines.common.dataset_run import (
-    DatasetHeader,
-    DatasetRun,
-    RunResult,
-    ShardSizing,
-    load_manifest,
-    run_dataset,
-    unpublish,
-    vocab_entry,
-)
+from bertstream.pipelines.common.dataset import DatasetHeader, RunResult, ShardSizing, load_manifest, unpublish
 from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, remove_empty_made
 from bertstream.pipelines.common.progress import Monitor
 from bertstream.pipelines.common.redact import redact_text
 from bertstream.pipelines.common.source_stats import UnkWords
 from bertstream.pipelines.common.spill import spill_bytes_for
-from bertstream.pipelines.common.tokenizer import TokenizerSpec, check_casing, load_tokenizer
-from bertstream.pipelines.common.wordpiece_backend import choose_backend
 from bertstream.pipelines.inputs.read import ReadDocuments, range_bytes_for
 from bertstream.pipelines.inputs.resolve import (
     InputFile,
@@ -56,11 +45,14 @@ from bertstream.pipelines.pretraining.shipped import Shipped, ship
 from bertstream.pipelines.pretraining.stats import StatsSpec
 from bertstream.pipelines.pretraining.tokenize import Tokenize
 from bertstream.pipelines.pretraining.write import SHARD_PREFIX, ShardSpec, WriteShards, WriteSpec
+from bertstream.pipelines.runners.dataset_run import DatasetRun, run_dataset
 from bertstream.pipelines.runners.runner import (
     local_threads_per_worker,
     pipeline_options,
     runner_name,
 )
+from bertstream.pipelines.tokenizer.load import TokenizerSpec, check_casing, load_tokenizer, vocab_entry
+from bertstream.pipelines.tokenizer.wordpiece_backend import choose_backend
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest
 from bertstream.schemas.vocab import CLS, SEP, VOCAB_FILENAME, Vocab
 

@@ -1,5 +1,5 @@
 """Stage 3, Tokenize: sentences -> WordPiece ids, with nanotoken where it gives `tokenizers`' ids, else `tokenizers`
-(:mod:`bertstream.pipelines.common.wordpiece_backend` decides, once per run).
+(:mod:`bertstream.pipelines.tokenizer.wordpiece_backend` decides, once per run).
 
 The tokenizer is built exactly as ``transformers.BertTokenizerFast`` builds it (BertNormalizer with
 clean_text, CJK spacing, accent stripping tied to lowercasing; BertPreTokenizer; WordPiece with ``##``
@@ -30,10 +30,10 @@ from tokenizers import Tokenizer
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import source_stats as SS
-from bertstream.pipelines.common import wordpiece_backend as WB
-from bertstream.pipelines.common.tokenizer import TokenizerSpec, set_tokenizer_threads
 from bertstream.pipelines.pretraining import chinese_words as ws
 from bertstream.pipelines.pretraining.shipped import Shipped, resolve
+from bertstream.pipelines.tokenizer import wordpiece_backend as WB
+from bertstream.pipelines.tokenizer.load import TokenizerSpec, set_tokenizer_threads
 from bertstream.schemas import id_types
 from bertstream.schemas.vocab import SEP, UNK
 from bertstream.schemas.wordpiece import MAX_WORD_CHARS

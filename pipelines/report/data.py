@@ -22,9 +22,9 @@ from bertstream.schemas.manifest import Manifest
 from bertstream.schemas.vocab import SPECIAL_TOKENS, UNK, Vocab
 
 REPORT_DIR = "report"
-# The drop reasons the pipeline knows, shown even at zero (a zero is news too); dedup adds its own.
-DROP_REASONS = (C.EMPTY, C.NO_TOKENS, C.MALFORMED_JSON, C.MISSING_TEXT)
-DUPLICATE_REASONS = ("exact_duplicate", "near_duplicate")
+# From the table of drop reasons: those shown even at zero (a zero is news too), and dedup's, counted apart.
+DROP_REASONS = tuple(r.name for r in C.DROP_REASONS.values() if r.shown_at_zero and "documents" in r.units)
+DUPLICATE_REASONS = tuple(r.name for r in C.DROP_REASONS.values() if r.duplicate)
 
 
 # A plot grows a bar's height per entry: --top-tokens 1000000 on a 30,000-token dataset drew a 750,000-pixel-tall

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from bertstream.cli.owned import check_owned, publish
-from bertstream.pipelines.common.dataset_run import load_manifest
+from bertstream.pipelines.common.dataset import load_manifest
 from bertstream.pipelines.report.data import REPORT_DIR, ReportConfig, collect, count_tokens
 from bertstream.pipelines.report.inspection import DatasetError, load_vocab
 from bertstream.schemas import pretraining as P

@@ -14,7 +14,7 @@ import click
 
 from bertstream.cli import options
 from bertstream.cli.options import click_options
-from bertstream.pipelines.common.cli_setup import HELP, PASSTHROUGH, quiet_beam
+from bertstream.pipelines.runners.cli_setup import HELP, PASSTHROUGH, quiet_beam
 from bertstream.pipelines.tasks.kind import TaskKind
 from bertstream.pipelines.tasks.kinds import KINDS
 from bertstream.schemas import tasks as T
@@ -24,8 +24,8 @@ def _run(ctx: click.Context, kind: TaskKind, values: dict[str, Any]) -> None:
     """Build the kind's job from the flags and run it, mapping our errors to click's (exit 2 for usage errors, 1
     for input errors)."""
     quiet_beam(limit_arenas=False)
-    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.common.redact import redact_logs
+    from bertstream.pipelines.runners.cli_errors import bertprep_errors
     from bertstream.pipelines.tasks.pipeline import run_task
 
     redact_logs([*ctx.args, *values["inputs"], values["vocab"] or "", values["output"] or ""])

@@ -23,8 +23,8 @@ from tokenizers import Tokenizer
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.tokenizer import TokenizerSpec, set_tokenizer_threads
 from bertstream.pipelines.tasks.read import RecordBatch
+from bertstream.pipelines.tokenizer.load import TokenizerSpec, set_tokenizer_threads
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
 from bertstream.schemas.vocab import CLS, SEP, UNK

@@ -15,7 +15,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common.counters import Tally, dropped
-from bertstream.pipelines.common.dataset_run import DatasetHeader, write_text_atomic
+from bertstream.pipelines.common.dataset import DatasetHeader, write_text_atomic
 from bertstream.pipelines.tasks.kind import LabelMeaning, LabelPlan
 from bertstream.pipelines.tasks.labels import task_labels
 from bertstream.pipelines.tasks.write import ShardSpec

@@ -27,8 +27,8 @@ from bertstream.pipelines.inputs.options import inputs_opt
 from bertstream.schemas import tasks as T
 
 if TYPE_CHECKING:
-    from bertstream.pipelines.common.tokenizer import TokenizerSpec
     from bertstream.pipelines.inputs.resolve import InputFile
+    from bertstream.pipelines.tokenizer.load import TokenizerSpec
 
 MAX_SHARDS = 10_000
 MAX_LABELS = 32_767  # a label id is int16 in the task schemas (classification and NER rows)

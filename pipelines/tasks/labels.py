@@ -20,11 +20,11 @@ from typing import Any
 import apache_beam as beam
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.dataset_run import load_manifest
+from bertstream.pipelines.common.dataset import load_manifest
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.tokenizer import TokenizerSpec
 from bertstream.pipelines.tasks.kind import MAX_LABELS, NO_LABELS, LabelPlan, TaskConfig
 from bertstream.pipelines.tasks.read import RecordBatch
+from bertstream.pipelines.tokenizer.load import TokenizerSpec
 from bertstream.schemas.manifest import Manifest
 
 

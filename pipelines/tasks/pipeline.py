@@ -20,21 +20,13 @@ from typing import Any
 import apache_beam as beam
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common import wordpiece_backend as WB
 from bertstream.pipelines.common.counters import dropped
-from bertstream.pipelines.common.dataset_run import (
-    DatasetHeader,
-    DatasetRun,
-    RunResult,
-    ShardSizing,
-    run_dataset,
-    vocab_entry,
-)
+from bertstream.pipelines.common.dataset import DatasetHeader, RunResult, ShardSizing
 from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy
 from bertstream.pipelines.common.redact import redact_text
-from bertstream.pipelines.common.tokenizer import check_casing, load_tokenizer
 from bertstream.pipelines.inputs.resolve import InputFile, describe_inputs, resolve_inputs
+from bertstream.pipelines.runners.dataset_run import DatasetRun, run_dataset
 from bertstream.pipelines.runners.runner import pipeline_options
 from bertstream.pipelines.tasks import read as R
 from bertstream.pipelines.tasks.features import Featurize, Layout
@@ -43,6 +35,8 @@ from bertstream.pipelines.tasks.kind import Inputs, Plan, TaskIO, TaskKind
 from bertstream.pipelines.tasks.kinds import KINDS, kind_of
 from bertstream.pipelines.tasks.labels import Labels
 from bertstream.pipelines.tasks.write import ShardSpec, WriteTaskShards
+from bertstream.pipelines.tokenizer import wordpiece_backend as WB
+from bertstream.pipelines.tokenizer.load import check_casing, load_tokenizer, vocab_entry
 from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.vocab import VOCAB_FILENAME

@@ -22,15 +22,12 @@ import apache_beam as beam
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.counters import Tally
-from bertstream.pipelines.common.files import check_unchanged, iter_text_lines, read_chunks
+from bertstream.pipelines.common.files import check_unchanged, read_chunks
 from bertstream.pipelines.inputs import limits
+from bertstream.pipelines.inputs.byte_ranges import iter_text_lines
 
 RECORDS_PER_BATCH = 1024
 CHARS_PER_BATCH = 1 << 20
-
-# A drop reason both JSON readers count (``bertstream.pipelines.common.counters.drop(reason, unit)``:
-# <unit>_dropped.<reason>); each parser declares its others.
-MALFORMED_JSON = "malformed_json"
 
 
 class Record(Protocol):

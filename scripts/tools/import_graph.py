@@ -6,7 +6,7 @@ once, lazy imports inside functions included), the longest chain of imports (lev
     # the job's stages as modules, the shared folders as one node each (the layout sketch of issue 22; the
     # inputs room since round 4)
     python scripts/tools/import_graph.py pipelines --collapse inputs --collapse common --collapse runners \
-        --collapse report --collapse tasks --collapse pretraining/kernels
+        --collapse tokenizer --collapse report --collapse tasks --collapse pretraining/kernels
 """
 
 from __future__ import annotations

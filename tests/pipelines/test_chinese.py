@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.inputs.read import read_documents
 from bertstream.pipelines.pretraining.chinese_words import SegmenterMissing, load_segmenter, unmark
 from bertstream.pipelines.pretraining.instances import Pool, assemble, unit_instances
 from bertstream.pipelines.pretraining.masking import mask, masking_spec
 from bertstream.pipelines.pretraining.segmenter import sentence_spans, split_sentences
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from bertstream.schemas.masking import num_to_predict
 from bertstream.schemas.vocab import Vocab
 from tests.conftest import shared_path

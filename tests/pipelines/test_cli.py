@@ -241,7 +241,7 @@ def test_empty_input_is_an_error_naming_it(tmp_path, demo_vocab, content):
 
 
 def test_manifest_input_format_shows_each_inputs_own_format(tmp_path, demo_corpus, demo_vocab):
-    from bertstream.pipelines.common.dataset_run import load_manifest
+    from bertstream.pipelines.common.dataset import load_manifest
     from bertstream.schemas import pretraining as P
 
     sentences = tmp_path / "s.txt"

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from bertstream.pipelines.cli import main
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.dataset_run import DatasetHeader, load_manifest
+from bertstream.pipelines.common.dataset import DatasetHeader, load_manifest
 from bertstream.pipelines.extract import ExtractSpec, document_lines, document_record, publish, write_part
 from bertstream.pipelines.inputs.documents import Document
 from bertstream.pipelines.inputs.read import file_ranges, read_documents

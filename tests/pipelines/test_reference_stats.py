@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.inputs.read import read_documents
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.pipeline import run_pretraining
 from bertstream.pipelines.pretraining.segmenter import split_sentences
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from bertstream.schemas.vocab import is_reserved
 from tests.conftest import shared_path
 from tests.pipelines import reference_bert as ref

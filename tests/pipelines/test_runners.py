@@ -23,7 +23,7 @@ from click.testing import CliRunner, Result
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.cli import main
-from bertstream.pipelines.common.dataset_run import RunResult, read_result
+from bertstream.pipelines.common.dataset import RunResult, read_result
 from bertstream.pipelines.common.files import absolute
 from bertstream.pipelines.inputs.resolve import resolve_inputs
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob

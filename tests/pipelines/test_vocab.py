@@ -15,8 +15,8 @@ transformers = pytest.importorskip("transformers")
 def test_trained_vocab_loads_in_hugging_face_with_the_pipelines_ids(demo_vocab, demo_corpus):
     from collections import Counter
 
-    from bertstream.pipelines.common.tokenizer import load_tokenizer
     from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+    from bertstream.pipelines.tokenizer.load import load_tokenizer
 
     v = Vocab.load(demo_vocab / "vocab.txt")
     assert v.tokens[:5] == SPECIAL_TOKENS and len(v) == 4000

@@ -16,13 +16,13 @@ import pytest
 from click.testing import CliRunner
 
 from bertstream.pipelines.cli import main
-from bertstream.pipelines.common.dataset_run import load_manifest
-from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.common.dataset import load_manifest
 from bertstream.pipelines.inputs.documents import DocumentBatch
 from bertstream.pipelines.inputs.read import file_ranges, read_documents
 from bertstream.pipelines.inputs.resolve import resolve_inputs
 from bertstream.pipelines.pretraining.segment import segment_documents
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from tests.conftest import shared_path
 from tests.pipelines.inputs.dump_files import DUMP, multistream
 

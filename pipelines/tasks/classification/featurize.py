@@ -13,16 +13,13 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from bertstream.pipelines.common.counters import Tally, drop
-from bertstream.pipelines.common.tokenizer import TokenizerSpec
+from bertstream.pipelines.common.counters import LABEL_NOT_IN_SET, NO_TOKENS, Tally, drop
 from bertstream.pipelines.tasks.classification.parse import UNIT, TextRow
 from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, ragged, table, unknown_label_error
 from bertstream.pipelines.tasks.read import RecordBatch, where
+from bertstream.pipelines.tokenizer.load import TokenizerSpec
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
-
-NO_TOKENS = "no_tokens"
-LABEL_NOT_IN_SET = "label_not_in_set"
 
 
 def truncate_pair(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:

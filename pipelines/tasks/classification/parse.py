@@ -6,32 +6,37 @@ before the pipeline starts; ``TableParser`` is the parser ``ReadRecords`` runs.
 
 from __future__ import annotations
 
-import csv
 import json
-from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.counters import TEXT_NOT_STRING, Tally, drop
-from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
+from bertstream.pipelines.common.counters import (
+    BAD_REGRESSION_LABEL,
+    EMPTY_TEXT,
+    LABEL_NOT_A_VALUE,
+    MALFORMED_JSON,
+    MISSING_FIELD,
+    MISSING_LABEL,
+    SCORE_OUT_OF_RANGE,
+    TEXT_NOT_STRING,
+    UNBALANCED_QUOTE,
+    WRONG_COLUMN_COUNT,
+    Tally,
+    drop,
+)
+from bertstream.pipelines.common.files import InputError, read_chunks
 from bertstream.pipelines.inputs import limits
-from bertstream.pipelines.tasks.read import MALFORMED_JSON, file_lines, where
+from bertstream.pipelines.inputs.byte_ranges import iter_text_lines
+from bertstream.pipelines.inputs.delimited import csv_records, split_fields
+from bertstream.pipelines.tasks.read import file_lines, where
 from bertstream.schemas import json_text
 from bertstream.schemas import tasks as T
 
 UNIT = T.UNITS[T.CLASSIFICATION]
-# Drop reasons (``<unit>_dropped.<reason>``).
-WRONG_COLUMN_COUNT = "wrong_column_count"
-UNBALANCED_QUOTE = "unbalanced_quote"
-EMPTY_TEXT = "empty_text"
-MISSING_LABEL = "missing_label"
-BAD_REGRESSION_LABEL = "bad_regression_label"
-SCORE_OUT_OF_RANGE = "score_out_of_range"  # a regression score outside its preset's range (STS-B: 0..5)
-MISSING_FIELD = "missing_field"
-LABEL_NOT_A_VALUE = "label_not_a_value"  # a JSON list or object where a label (a string, number or bool) goes
+# Drop reasons: bertstream.pipelines.common.counters.DROP_REASONS
 
 
 @dataclass(slots=True)
@@ -61,13 +66,6 @@ class TableLayout:
     label: str | None
     regression: bool = False
     score_range: tuple[float, float] | None = None  # a preset's scores (STS-B: 0..5); None: any finite number
-
-
-def split_fields(line: str, input_format: str) -> list[str]:
-    """Fields of one line: TSV splits on tabs with no quoting (GLUE texts hold bare quotes); CSV quotes."""
-    if input_format == "tsv":
-        return line.split("\t")
-    return next(csv.reader([line + "\n"]), [])
 
 
 def column_positions(layout: TableLayout, header: list[str] | None, path: str) -> dict[str, int]:
@@ -224,61 +222,18 @@ def parse_table(
         yield TextRow(n, a, b, label)
 
 
-# A quoted CSV field may span lines, but not more than this many: a stray quote would swallow the file.
-MAX_RECORD_LINES = 1000
 LINES_AFTER_BAD_QUOTE = "lines_reparsed_after_unbalanced_quote"
 
 
 def _csv_rows(lines: Iterable[str], path: str, file_index: int, tally: Tally) -> Iterator[tuple[int, list[str]]]:
-    """The records of ``_csv_records``; those with an unbalanced quote are counted as read and dropped."""
-    for n, fields, span in _csv_records(lines):
+    """The records of ``csv_records``; those with an unbalanced quote are counted as read and dropped."""
+    for n, fields, span in csv_records(lines):
         if fields is None:
             tally.add(f"{UNIT}_read")
             tally.note(drop(UNBALANCED_QUOTE, UNIT), file_index, n, where(path, n))
             tally.add(LINES_AFTER_BAD_QUOTE, span - 1)
             continue
         yield n, fields
-
-
-def _csv_records(lines: Iterable[str]) -> Iterator[tuple[int, list[str] | None, int]]:
-    """CSV records ``(first line, fields, lines spanned)``; quoted fields may span lines.
-
-    Strict CSV: a record whose quote never closes (or closes with text after it, ``"a"b``) yields ``fields``
-    None, and reading starts again at its next line, so one stray quote costs one row, not every row up to
-    the next quote. ``lines spanned`` then counts the lines the quote had taken.
-    """
-    source = iter(lines)
-    pending: deque[str] = deque()
-    first = 1
-
-    def fill(k: int) -> bool:
-        while len(pending) < k:
-            line = next(source, None)
-            if line is None:
-                return False
-            pending.append(line)
-        return True
-
-    def feed() -> Iterator[str]:
-        i = 0
-        while i < MAX_RECORD_LINES and fill(i + 1):
-            i += 1
-            yield pending[i - 1] + "\n"
-
-    while fill(1):
-        reader = csv.reader(feed(), strict=True)
-        try:
-            fields = next(reader)
-        except csv.Error:
-            yield first, None, reader.line_num
-            pending.popleft()
-            first += 1
-            continue
-        span = reader.line_num
-        yield first, fields, span
-        for _ in range(span):
-            pending.popleft()
-        first += span
 
 
 def _is_float(text: str) -> bool:

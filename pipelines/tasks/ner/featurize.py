@@ -15,8 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from bertstream.pipelines.common.counters import Tally, drop
-from bertstream.pipelines.common.tokenizer import TokenizerSpec
+from bertstream.pipelines.common.counters import TAG_NOT_IN_SET, Tally, drop
 from bertstream.pipelines.tasks.features import (
     Layout,
     TaskTokenizer,
@@ -27,10 +26,9 @@ from bertstream.pipelines.tasks.features import (
 )
 from bertstream.pipelines.tasks.ner.parse import UNIT, Sentence
 from bertstream.pipelines.tasks.read import RecordBatch, where
+from bertstream.pipelines.tokenizer.load import TokenizerSpec
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
-
-TAG_NOT_IN_SET = "tag_not_in_set"
 
 
 def plan_windows(word_tokens: Sequence[int], budget: int, overlap: int) -> list[tuple[int, int]]:

@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from itertools import islice
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.counters import Tally, drop
-from bertstream.pipelines.common.files import InputError, iter_text_lines, read_chunks
+from bertstream.pipelines.common.counters import MALFORMED_LINE, WRONG_FIELD_COUNT, Tally, drop
+from bertstream.pipelines.common.files import InputError, read_chunks
 from bertstream.pipelines.inputs import limits
+from bertstream.pipelines.inputs.byte_ranges import iter_text_lines
 from bertstream.pipelines.tasks.read import file_lines, where
 from bertstream.schemas import tasks as T
 
 UNIT = T.UNITS[T.NER]
-# Drop reasons: a sentence with a malformed line (``<unit>_dropped.malformed_line``); per line, under
-# ``lines_malformed.<reason>``, a line without the format's field count.
-MALFORMED_LINE = "malformed_line"
-WRONG_FIELD_COUNT = "wrong_field_count"
+# Drop reasons (bertstream.pipelines.common.counters.DROP_REASONS): a sentence with a malformed line
+# (``<unit>_dropped.malformed_line``); per line, under ``lines_malformed.<reason>``, a line without the format's
+# field count.
 
 _BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")
 # Fields per token line of each input format; the token is the first field, the tag the last.

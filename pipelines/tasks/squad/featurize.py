@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 
 from bertstream.pipelines.common.counters import Tally
-from bertstream.pipelines.common.tokenizer import TokenizerSpec
 from bertstream.pipelines.tasks.features import Layout, TaskTokenizer, check_windows, ragged, table
 from bertstream.pipelines.tasks.read import RecordBatch
 from bertstream.pipelines.tasks.squad.parse import UNIT, QAExample
+from bertstream.pipelines.tokenizer.load import TokenizerSpec
 from bertstream.schemas import id_types
 from bertstream.schemas import tasks as T
 

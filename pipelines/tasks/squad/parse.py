@@ -15,19 +15,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common import json_stream
-from bertstream.pipelines.common.counters import Tally, drop
+from bertstream.pipelines.common.counters import (
+    DUPLICATE_ID,
+    EMPTY_CONTEXT,
+    EMPTY_QUESTION,
+    MALFORMED_JSON,
+    NO_MATCHING_ANSWER,
+    Tally,
+    drop,
+)
 from bertstream.pipelines.common.files import InputError, read_chunks
-from bertstream.pipelines.inputs import limits
-from bertstream.pipelines.tasks.read import MALFORMED_JSON, counted_chunks
+from bertstream.pipelines.inputs import json_stream, limits
+from bertstream.pipelines.tasks.read import counted_chunks
 from bertstream.schemas import tasks as T
 
 UNIT = T.UNITS[T.SQUAD]
-# Drop reasons (``<unit>_dropped.<reason>``).
-EMPTY_QUESTION = "empty_question"
-EMPTY_CONTEXT = "empty_context"
-DUPLICATE_ID = "duplicate_id"
-NO_MATCHING_ANSWER = "no_matching_answer"
+# Drop reasons (``<unit>_dropped.<reason>``): bertstream.pipelines.common.counters.DROP_REASONS
 
 
 @dataclass(slots=True)

@@ -1,7 +1,13 @@
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.counters import FIRST_KEPT, Tally
+from bertstream.schemas import tasks as T
+
+PIPELINES = Path(__file__).resolve().parents[3] / "pipelines"
 
 
 def test_first_places_are_the_earliest_whatever_the_merge_order():
@@ -49,3 +55,31 @@ def test_merging_counters_adds_each_input_once_in_place():
     with beam.Pipeline(runner=FnApiRunner()) as p:
         merged = p | beam.Create(inputs, reshuffle=False) | beam.CombineGlobally(C.MergeCounters())
         assert_that(merged, equal_to([expected]))
+
+
+def test_every_drop_reason_is_defined_once_in_the_table():
+    # issue 55: reasons were spelled again where they were counted (tasks/read.py's and counters' malformed_json,
+    # classification/featurize's no_tokens) and hand-listed by the report; now each is the table's, by name.
+    units = {"documents", *T.UNITS.values()}
+    assert all(r.name == name and set(r.units) <= units and r.means for name, r in C.DROP_REASONS.items())
+    spelled = []
+    for path in sorted(PIPELINES.rglob("*.py")):
+        if path == PIPELINES / "common" / "counters.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                value = node.value.value
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "drop":
+                value = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+            else:
+                continue
+            if isinstance(value, str) and value in C.DROP_REASONS:
+                spelled.append(f"{path.relative_to(PIPELINES)}:{node.lineno} {value}")
+    assert spelled == []
+
+
+def test_the_report_lists_the_tables_reasons():
+    from bertstream.pipelines.report.data import DROP_REASONS, DUPLICATE_REASONS
+
+    assert set(DROP_REASONS) == {r.name for r in C.DROP_REASONS.values() if r.shown_at_zero}
+    assert set(DUPLICATE_REASONS) == {C.EXACT_DUPLICATE, C.NEAR_DUPLICATE}

@@ -10,7 +10,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common import output_dir as O
-from bertstream.pipelines.common.dataset_run import ShardSizing
+from bertstream.pipelines.common.dataset import ShardSizing
 from bertstream.pipelines.pretraining import pipeline as pretraining
 from bertstream.pipelines.tasks import pipeline as tasks
 from bertstream.pipelines.vocab import VOCAB_POLICY

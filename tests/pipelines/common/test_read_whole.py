@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from bertstream.pipelines.common.dataset_run import load_manifest
+from bertstream.pipelines.common.dataset import load_manifest
 from bertstream.pipelines.common.files import InputError, read_whole
 from bertstream.pipelines.common.output_dir import _manifest_kind
-from bertstream.pipelines.common.tokenizer import load_tokenizer
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from bertstream.schemas import whole_file
 from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.vocab import VocabError

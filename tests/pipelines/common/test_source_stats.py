@@ -9,10 +9,10 @@ import pytest
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import source_stats as SS
-from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.pipeline import run_pretraining
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from tests.conftest import shared_path
 
 

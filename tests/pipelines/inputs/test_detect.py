@@ -8,8 +8,10 @@ import json
 import pytest
 
 from bertstream.cli.errors import UsageError
+from bertstream.pipelines.common.files import COMPRESSED_SUFFIXES
 from bertstream.pipelines.inputs import detect as D
 from bertstream.pipelines.inputs.detect import detect_lines, sample_lines
+from bertstream.pipelines.inputs.formats import claimed_by
 from bertstream.pipelines.inputs.resolve import resolve_inputs
 from tests.conftest import shared_path
 
@@ -103,9 +105,6 @@ def test_json_lines_with_lines_cut_short_are_refused_not_read_as_text(tmp_path):
         ("data.json", b'[\n  {"text": "One sentence here."},\n  {"text": "Another one."}\n]\n', "JSON"),
         ("model.bin", bytes(range(256)) * 64, "binary"),
         ("a.txt", b"Some text.\n" + b"\x00\x01\x02\x03" * 2000 + b"\n", "binary"),
-        # issue 44: a table's lines were read as text, separators, header and labels included
-        ("scores.csv", b'id,text,label\n1,"Some text here.",1\n2,"More text.",0\n', r"a \.csv table"),
-        ("train.tsv.gz", gzip.compress(b"sentence\tlabel\nSome text here.\t1\n", mtime=0), r"a \.tsv table"),
     ],
 )
 def test_binary_markup_and_json_are_refused_never_read_as_text(tmp_path, name, data, why):
@@ -122,3 +121,20 @@ def test_a_first_line_longer_than_auto_reads_is_refused(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match=r"one.txt.*no whole line in its first 1048576 bytes.*--format"):
         _auto(p)
     assert resolve_inputs([f"text:{p}"])[0].format == "text"  # a format given is never second-guessed
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        # issue 44: a table's lines were read as text, separators, header and labels included; issue 55: the
+        # format that claims the ending (formats/csv.py's ENDINGS) reads it, the table says which
+        ("scores.csv", b'id,text,label\n1,"Some text here.",1\n2,"More text.",0\n'),
+        ("train.tsv.gz", gzip.compress(b"sentence\tlabel\nSome text here.\t1\n", mtime=0)),
+    ],
+)
+def test_a_file_whose_ending_a_format_claims_is_read_in_that_format(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_bytes(data)
+    claimed = claimed_by(str(p), COMPRESSED_SUFFIXES)
+    assert claimed is not None and _auto(p) == claimed[0]
+    assert D.detect_file(str(p)).why == f"its name ends {claimed[1]}"

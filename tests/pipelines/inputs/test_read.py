@@ -14,7 +14,9 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.files import InputError, iter_lines
+from bertstream.pipelines.common.files import COMPRESSED_SUFFIXES, InputError
+from bertstream.pipelines.inputs.byte_ranges import iter_lines
+from bertstream.pipelines.inputs.formats import LINE_FORMATS
 from bertstream.pipelines.inputs.formats.wikiextractor import parse as parse_wikiextractor
 from bertstream.pipelines.inputs.read import (
     FileRange,
@@ -360,7 +362,7 @@ def test_hostile_cases_parse_as_intended(tmp_path):
     assert c[C.drop(C.MALFORMED_JSON)] == 1 and c[C.drop(C.MISSING_TEXT)] == 2 and c[C.DOCUMENTS_READ] == 6
 
 
-@pytest.mark.parametrize("fmt", ["sentences", "wikiextractor", "jsonl", "text"])
+@pytest.mark.parametrize("fmt", LINE_FORMATS)
 def test_empty_file_in_ranges(tmp_path, fmt):
     p = tmp_path / "empty"
     p.write_bytes(b"")
@@ -386,7 +388,7 @@ def test_range_size_gives_several_ranges_to_a_small_file_and_few_to_a_big_corpus
     assert range_bytes_for(1000) == 1 << 20
 
 
-@pytest.mark.parametrize("ext", [".gz", ".gzip", ".bz2", ".xz", ".lzma", ".zst", ".zstd"])
+@pytest.mark.parametrize("ext", COMPRESSED_SUFFIXES)
 def test_an_empty_compressed_file_is_refused_naming_it(tmp_path, ext):
     p = tmp_path / f"empty.txt{ext}"
     p.write_bytes(b"")

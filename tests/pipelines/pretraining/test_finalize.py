@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.dataset_run import DatasetHeader
+from bertstream.pipelines.common.dataset import DatasetHeader
 from bertstream.pipelines.pretraining import stats as S
 from bertstream.pipelines.pretraining.finalize import build_manifest
 from tests.pipelines.pretraining.test_write import random_batch

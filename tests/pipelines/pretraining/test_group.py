@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from bertstream.pipelines.common.spill import keys_per_block, write_file
-from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.inputs.read import DocumentBatch, read_documents
 from bertstream.pipelines.pretraining.group import (
     encode_documents,
@@ -22,6 +21,7 @@ from bertstream.pipelines.pretraining.group import (
 from bertstream.pipelines.pretraining.instances import Pool, document_key
 from bertstream.pipelines.pretraining.segment import segment_documents
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from bertstream.schemas.hashing import mix64_array
 
 SEED = 11

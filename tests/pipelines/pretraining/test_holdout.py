@@ -13,7 +13,7 @@ import pytest
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.cli import _print_summary
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.dataset_run import load_manifest
+from bertstream.pipelines.common.dataset import load_manifest
 from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.output_dir import check_output
 from bertstream.pipelines.inputs.documents import Document, DocumentBatch

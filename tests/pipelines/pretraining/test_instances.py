@@ -6,7 +6,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.inputs.read import read_documents
 from bertstream.pipelines.pretraining.instances import (
     Pool,
@@ -17,6 +16,7 @@ from bertstream.pipelines.pretraining.instances import (
     unit_instances,
 )
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from tests.pipelines import reference_bert as ref
 
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.inputs.read import read_documents
 from bertstream.pipelines.pretraining.segmenter import split_sentences
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from bertstream.schemas.vocab import VocabError
 from tests.conftest import shared_path
 

@@ -16,7 +16,7 @@ from bertstream.cli.errors import UsageError
 from bertstream.pipelines.cli import main
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import source_stats as SS
-from bertstream.pipelines.common.dataset_run import load_manifest
+from bertstream.pipelines.common.dataset import load_manifest
 from bertstream.pipelines.report.data import MAX_TOP, ReportConfig, ReportData, collect, count_tokens, duplicates
 from bertstream.pipelines.report.html import render
 from bertstream.pipelines.report.inspection import load_vocab

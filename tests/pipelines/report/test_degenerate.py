@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bertstream.pipelines.common.dataset_run import load_manifest
+from bertstream.pipelines.common.dataset import load_manifest
 from bertstream.pipelines.report.inspection import degenerate_warning, manifest_warning
 
 

@@ -14,19 +14,26 @@ def invoke(*args: str):
     return CliRunner().invoke(main, ["task", *args])
 
 
-def test_mrpc_dev_preset_through_the_cli(tmp_path, wiki_vocab):
-    out = tmp_path / "mrpc"
-    r = invoke(
+def invoke_mrpc_dev(vocab, output, *more: str):
+    """The MRPC preset over the shared dev.tsv (real GLUE data), written to ``output``."""
+    mrpc = str(shared_path("tasks", "mrpc", "dev.tsv"))
+    return invoke(
         "classification",
         "--glue",
         "mrpc",
         "--input",
-        str(shared_path("tasks", "mrpc", "dev.tsv")),
+        mrpc,
         "--vocab",
-        str(wiki_vocab / "vocab.txt"),
+        str(vocab / "vocab.txt"),
+        *more,
         "--output",
-        str(out),
+        str(output),
     )
+
+
+def test_mrpc_dev_preset_through_the_cli(tmp_path, wiki_vocab):
+    out = tmp_path / "mrpc"
+    r = invoke_mrpc_dev(wiki_vocab, out)
     assert r.exit_code == 0, r.output
     assert "rows: 408 read, 408 used, 0 dropped" in r.output and f"{out}/manifest.json" in r.output
     m = json.loads((out / "manifest.json").read_text())
@@ -164,19 +171,7 @@ def test_a_file_reached_twice_through_a_hard_link_is_read_once(tmp_path, demo_vo
 
 
 def test_the_summary_says_what_truncation_removed(tmp_path, wiki_vocab):
-    r = invoke(
-        "classification",
-        "--glue",
-        "mrpc",
-        "--input",
-        str(shared_path("tasks", "mrpc", "dev.tsv")),
-        "--vocab",
-        str(wiki_vocab / "vocab.txt"),
-        "--max-seq-length",
-        "32",
-        "--output",
-        str(tmp_path / "o"),
-    )
+    r = invoke_mrpc_dev(wiki_vocab, tmp_path / "o", "--max-seq-length", "32")
     assert r.exit_code == 0, r.output
     c = json.loads((tmp_path / "o" / "manifest.json").read_text())["counters"]
     assert c["rows_truncated"] > 0

@@ -270,8 +270,8 @@ def test_a_task_worker_tokenizes_on_one_thread_whatever_its_process_set_before(w
     # test hung when run in one process after tests/test_shard_pins.py).
     import os
 
-    from bertstream.pipelines.common.tokenizer import load_tokenizer
     from bertstream.pipelines.tasks.features import TaskTokenizer
+    from bertstream.pipelines.tokenizer.load import load_tokenizer
 
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
     tokenizer = TaskTokenizer(load_tokenizer(str(wiki_vocab / "vocab.txt")))

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from bertstream.pipelines.inputs.detect import Sample
-from bertstream.pipelines.inputs.formats import DETECTION_ORDER, FORMATS, LINE_FORMATS, RECORD_FORMATS, format_module
+from bertstream.pipelines.inputs.formats import (
+    DETECTION_ORDER,
+    FIELD_FORMATS,
+    FORMATS,
+    LINE_FORMATS,
+    RECORD_FORMATS,
+    claimed_by,
+    format_module,
+)
 from bertstream.pipelines.inputs.options import FORMAT_CHOICES
 
 
@@ -30,5 +40,23 @@ def test_a_format_of_records_has_detect_ranges_and_read(name):
 
 
 def test_an_unknown_format_is_refused_by_name():
-    with pytest.raises(ValueError, match="unknown input format 'csv'"):
-        format_module("csv")
+    with pytest.raises(ValueError, match="unknown input format 'no-such-format'"):
+        format_module("no-such-format")  # a name no format will take: '-' is no module name
+
+
+def test_each_ending_is_claimed_by_one_format_and_detection_asks_the_table():
+    claims = [(e, name) for name in FORMATS for e in getattr(format_module(name), "ENDINGS", ())]
+    assert all(e.startswith(".") and e == e.lower() for e, _ in claims)
+    assert len({e for e, _ in claims}) == len(claims), claims  # no ending claimed twice
+    for ending, name in claims:
+        assert claimed_by(f"data/file{ending}") == (name, ending)
+        assert claimed_by(f"data/FILE{ending.upper()}.gz", (".gz",)) == (name, ending)
+    assert claimed_by("data/file.no-format-ending") is None
+
+
+@pytest.mark.parametrize("name", FIELD_FORMATS)
+def test_every_format_with_fields_takes_text_field(name):
+    assert (
+        "text_field"
+        in inspect.signature(format_module(name).parse if name in LINE_FORMATS else format_module(name).read).parameters
+    )

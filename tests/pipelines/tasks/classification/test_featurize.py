@@ -8,12 +8,12 @@ import pytest
 
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from bertstream.pipelines.tasks import read as R
 from bertstream.pipelines.tasks.classification import parse as TB
 from bertstream.pipelines.tasks.classification.featurize import RowFeaturizer, truncate_pair
 from bertstream.pipelines.tasks.features import Layout
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
 

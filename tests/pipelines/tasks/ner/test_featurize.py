@@ -6,11 +6,11 @@ import pytest
 
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.tasks import read as R
 from bertstream.pipelines.tasks.features import Layout
 from bertstream.pipelines.tasks.ner import parse as CN
 from bertstream.pipelines.tasks.ner.featurize import SentenceFeaturizer, ownership, plan_windows
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
 from tests.pipelines.tasks.conftest import read_rows

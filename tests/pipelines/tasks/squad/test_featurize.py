@@ -11,11 +11,11 @@ import pytest
 
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import InputError
-from bertstream.pipelines.common.tokenizer import load_tokenizer
 from bertstream.pipelines.tasks.features import Layout
 from bertstream.pipelines.tasks.read import RecordBatch
 from bertstream.pipelines.tasks.squad import parse as SJ
 from bertstream.pipelines.tasks.squad.featurize import ExampleFeaturizer, answer_tokens, max_context, plan_spans
+from bertstream.pipelines.tokenizer.load import load_tokenizer
 from bertstream.schemas import tasks as T
 from tests.conftest import shared_path
 from tests.jobs import run_squad

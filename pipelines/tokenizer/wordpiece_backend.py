@@ -4,7 +4,7 @@ Two backends give the same ids for the tokenizers bertstream builds (``bertstrea
 Hugging Face ``tokenizers`` (the reference; it also trains vocabularies and gives the offsets the task pipelines
 and the word segmenter need) and ``nanotoken`` (a Rust WordPiece encoder written to match ``tokenizers`` exactly,
 8-30x faster here: benchmarks/pipeline_throughput.py). Parity is tested id for id over all the shared English and
-Chinese text and thousands of seeded hostile strings (tests/pipelines/common/test_wordpiece_backend.py).
+Chinese text and thousands of seeded hostile strings (tests/pipelines/tokenizer/test_wordpiece_backend.py).
 
 The fast backend is used only for a tokenizer.json whose every part is one that test covers (:func:`fast_unsupported`
 is deliberately narrow); anything else, or nanotoken missing, falls back to ``tokenizers`` with one line on the

@@ -20,10 +20,13 @@ by a block plus the longest line.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import BinaryIO
 
-BLOCK_BYTES = 8 << 20
+from bertstream.pipelines.common.files import BLOCK_BYTES, Line, block_lines, record_too_big
+
 TAIL_BYTES = 16 << 10  # first read past a range's end
 
 # A physical line (its bytes without the "\n") -> may a segment start there? None: at every line start.
@@ -197,3 +200,36 @@ def _to_next_anchor(blocks: Iterable[Block], anchor: AnchorTest) -> Iterator[Blo
             i = stop + 1
         if block:
             yield off, block
+
+
+# ------------------------------------------------------------------ the lines of a whole stream (task readers)
+
+
+def iter_lines(
+    chunks: Iterable[bytes], counters: Counter, offset: int = 0, max_line: int | None = None, name: str = ""
+) -> Iterator[Line]:
+    """``(offset, line)`` for each line of a byte stream (see ``block_lines``).
+
+    Works in blocks cut at newlines, so a multi-megabyte line without a newline is still one line and
+    memory stays bounded by the longest line; a line past ``max_line`` bytes is refused, naming file ``name``.
+    """
+    with line_cap(name):
+        for off, raw in cut_blocks(chunks, offset, max_line):
+            yield from block_lines(off, raw, counters)
+
+
+def iter_text_lines(
+    chunks: Iterable[bytes], counters: Counter, max_line: int | None = None, name: str = ""
+) -> Iterator[str]:
+    """The lines of :func:`iter_lines` without their offsets (readers that number lines themselves)."""
+    for _, line in iter_lines(chunks, counters, max_line=max_line, name=name):
+        yield line
+
+
+@contextmanager
+def line_cap(name: str) -> Iterator[None]:
+    """A line past its cap (:class:`LineTooLong`) as the one-line refusal naming file ``name``."""
+    try:
+        yield
+    except LineTooLong as e:
+        raise record_too_big(name, f"the line at byte {e.offset}", e.cap) from None

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from bertstream.pipelines.common import json_stream as JS
 from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.inputs import json_stream as JS
 
 DOC = json.dumps(
     {

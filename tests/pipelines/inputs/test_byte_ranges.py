@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from bertstream.pipelines.common.byte_ranges import LineTooLong, cut_blocks, segment_blocks, split_ranges
+from bertstream.pipelines.inputs.byte_ranges import LineTooLong, cut_blocks, segment_blocks, split_ranges
 from tests.conftest import shared_path
 
 

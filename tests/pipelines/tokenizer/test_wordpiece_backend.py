@@ -23,14 +23,14 @@ import pytest
 from tokenizers import Tokenizer
 
 from bertstream.pipelines.common import counters as C
-from bertstream.pipelines.common import wordpiece_backend as WB
-from bertstream.pipelines.common.tokenizer import TokenizerSpec, load_tokenizer
 from bertstream.pipelines.inputs.read import read_documents
 from bertstream.pipelines.inputs.resolve import resolve_inputs
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.pipeline import run_pretraining
 from bertstream.pipelines.pretraining.segmenter import split_sentences
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
+from bertstream.pipelines.tokenizer import wordpiece_backend as WB
+from bertstream.pipelines.tokenizer.load import TokenizerSpec, load_tokenizer
 from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.vocab import VocabError
 from tests.conftest import SHARED, shared_path

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from tokenizers import Tokenizer
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.files import InputError, read_whole
+from bertstream.pipelines.common.redact import redact_text
 from bertstream.schemas import json_text
+from bertstream.schemas.manifest import vocab_entry as schema_vocab_entry
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, VocabError
 from bertstream.schemas.wordpiece import bert_tokenizer
 from bertstream.schemas.wordpiece import json_lowercase as _json_lowercase
@@ -131,3 +134,9 @@ def set_tokenizer_threads(threads: int) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
     if threads > 1:
         os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+
+
+def vocab_entry(spec: TokenizerSpec) -> dict[str, Any]:
+    """The manifest's ``vocab`` (``bertstream.schemas.manifest.vocab_entry``: what the trainer checks its tokenizer
+    against) for a run's tokenizer, its source redacted."""
+    return schema_vocab_entry(spec.vocab, lowercase=spec.lowercase, source=redact_text(spec.source))

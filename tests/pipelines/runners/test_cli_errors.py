@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bertstream.pipelines.inputs.formats import FIELD_FORMATS
 from tests.conftest import REPO, shared_path
 from tests.processes import child_processes, ctrl_c_reaches_it, wait_until
 
@@ -203,7 +204,7 @@ def test_output_root_is_the_root_not_the_current_folder(bad, demo_vocab, tmp_pat
 def test_a_text_field_with_no_input_of_fields_is_refused(bad, demo_vocab, tmp_path):
     """--text-field with line formats only was ignored silently (issue 44): every argument is used or refused."""
     out = str(tmp_path / "out")
-    applies = "'--text-field': 'body' applies to jsonl, parquet, arrow inputs; these are "
+    applies = f"'--text-field': 'body' applies to {', '.join(FIELD_FORMATS)} inputs; these are "
     r = pretraining(bad, demo_vocab, "--output", out, "--text-field", "body")
     assert_clean_error(r, 2, applies + "sentences")  # (--format auto's choice)
     r = bertprep("extract", "--input", f"text:{bad / 's.txt'}", "--output", out, "--text-field", "body")
@@ -626,7 +627,7 @@ def test_a_file_that_changes_after_listing_fails_the_run_naming_it(tmp_path, dem
                 config=PretrainingConfig(dupe_factor=1, num_shards=1),
             )
         )
-    from bertstream.pipelines.common.cli_errors import input_error_in
+    from bertstream.pipelines.runners.cli_errors import input_error_in
 
     assert isinstance(e.value, InputError) or input_error_in(e.value)
     assert "growing.txt changed while this run read it" in str(e.value)
@@ -790,8 +791,8 @@ def test_a_worker_that_ended_on_the_same_ctrl_c_did_not_die(monkeypatch):
     import click
     from click.testing import CliRunner
 
-    from bertstream.pipelines.common.cli_errors import bertprep_errors
     from bertstream.pipelines.runners import beam_worker, runner
+    from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     monkeypatch.setattr(runner, "_worker_died", [runner.INTERRUPTED])
 
