@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bertstream.schemas import masking as M
-from bertstream.schemas.masking import MaskingRule, num_to_predict
+from bertstream.schemas.masking import MaskingRule, MaskingSettings, num_to_predict
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, is_reserved
 
 CLS, SEP, MASK_ID = 2, 3, 4
@@ -61,7 +61,7 @@ def test_the_80_10_10_constants():
 
 
 def test_masks_follow_the_rule_and_80_10_10(vocab):
-    rule = MaskingRule.for_vocab(vocab, 0.15, 20)
+    rule = MaskingRule.for_vocab(vocab, MaskingSettings(0.15, 20))
     ids, offsets, seg_a, keys = random_batch(np.random.default_rng(0), 20000, vocab)
     lengths = np.diff(offsets)
     original = padded(ids, offsets)
@@ -88,7 +88,7 @@ def test_masks_follow_the_rule_and_80_10_10(vocab):
 
 @pytest.mark.parametrize("whole_word", [False, True])
 def test_a_row_masks_the_same_whatever_its_batch_and_padding(vocab, whole_word):
-    rule = MaskingRule.for_vocab(vocab, 0.15, 20, whole_word)
+    rule = MaskingRule.for_vocab(vocab, MaskingSettings(0.15, 20, whole_word))
     ids, offsets, seg_a, keys = random_batch(np.random.default_rng(1), 300, vocab)
     lengths = np.diff(offsets)
     whole = M.mask(padded(ids, offsets), lengths, seg_a, keys, rule)
@@ -121,7 +121,7 @@ def greedy_words(key: np.ndarray, candidate: np.ndarray, continues: np.ndarray, 
 
 
 def test_whole_words_are_chosen_as_one_word_at_a_time_would(vocab):
-    rule = MaskingRule.for_vocab(vocab, 0.15, 20, whole_word=True)
+    rule = MaskingRule.for_vocab(vocab, MaskingSettings(0.15, 20, whole_word_mask=True))
     ids, offsets, seg_a, keys = random_batch(np.random.default_rng(2), 400, vocab, max_len=300)
     lengths = np.diff(offsets)
     original = padded(ids, offsets)
@@ -141,7 +141,7 @@ def test_whole_words_are_chosen_as_one_word_at_a_time_would(vocab):
 
 def test_a_caller_may_supply_its_own_word_boundaries(vocab):
     # Every token continues its word (as a segmenter's marks may say): a row is then two words, A and B.
-    rule = MaskingRule.for_vocab(vocab, 0.5, None, whole_word=True)
+    rule = MaskingRule.for_vocab(vocab, MaskingSettings(0.5, None, whole_word_mask=True))
     original = np.array([[CLS, 30, 31, 32, SEP, 40, 41, 42, 43, SEP]])
     m = M.mask(original, np.array([10]), np.array([5]), np.array([9], np.uint64), rule, np.ones((1, 10), bool))
     assert m.positions.tolist() in ([1, 2, 3], [5, 6, 7, 8])  # k = 5: the word that fits, the other skipped
@@ -149,4 +149,4 @@ def test_a_caller_may_supply_its_own_word_boundaries(vocab):
 
 def test_a_vocabulary_of_specials_only_is_refused():
     with pytest.raises(ValueError, match="no ordinary tokens"):
-        MaskingRule.for_vocab(Vocab(tuple(SPECIAL_TOKENS)), 0.15, 20)
+        MaskingRule.for_vocab(Vocab(tuple(SPECIAL_TOKENS)), MaskingSettings(0.15, 20))
