@@ -11,13 +11,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from bertstream.cli import options
-from bertstream.cli.errors import check
+from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import ARCH, FIXED, MAX_INT, opt, section
 from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 from bertstream.trainer.optim.advice import LR_HELP
-from bertstream.trainer.optim.table import LR_SCHEDULES
+from bertstream.trainer.optim.table import LR_SCHEDULES, OWN_SETTINGS_HELP, own_settings
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
 from bertstream.trainer.trackers import check_installed, parse_report_to
 
@@ -132,6 +132,11 @@ class OptimConfig:
         choices=LR_SCHEDULES,
         tags=(FIXED,),
     )
+    optimizer_settings: str | None = opt(
+        None,
+        OWN_SETTINGS_HELP,
+        tags=(FIXED,),
+    )
 
     def __post_init__(self) -> None:
         check_finite(self)
@@ -139,6 +144,10 @@ class OptimConfig:
             self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"
         )
         check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        try:
+            own_settings(self.optimizer, self.optimizer_settings)
+        except ValueError as e:
+            raise UsageError("optimizer_settings", str(e)) from None
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         # the optimizer computes in float32: a larger rate overflowed inside its first step (a traceback)
         check(self.lr <= FLOAT32_MAX, "lr", f"must be at most {FLOAT32_MAX:.4g} (a float32), got {self.lr}")

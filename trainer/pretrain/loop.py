@@ -448,7 +448,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     # --- restore ----------------------------------------------------------------------------------
     model, raw = build_model(cfg, config, (init_state, init_notes), restored, info)
     o = cfg.optim
-    optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps)
+    optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, own=o.optimizer_settings)
     scheduler = build_scheduler(optimizer, o.warmup_steps, cfg.max_steps, o.lr_schedule)
     training = R.Training(model, raw, optimizer, scheduler, o.max_grad_norm)
     training.scaler = R.grad_scaler(info.device, cfg.run.precision)
