@@ -62,11 +62,20 @@ def num_to_predict(
     return k
 
 
+class SettingError(ValueError):
+    """A masking setting out of its range: ``name`` (the setting), ``message`` (what it must be)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name, self.message = name, message
+
+
 @dataclass(frozen=True, slots=True)
 class MaskingSettings:
     """The settings of the rule, named as the manifest records them (Google's names): how many positions
     (``masked_lm_prob``, ``max_predictions_per_seq``: None, no cap), which (``whole_word_mask``) and what each
-    becomes (the 80/10/10 split). Each command's config builds it from its flags."""
+    becomes (the 80/10/10 split). Each command's config builds it from its flags, and turns a
+    :class:`SettingError` into a usage error of the flag of that name."""
 
     masked_lm_prob: float = 0.15
     max_predictions_per_seq: int | None = None
@@ -77,13 +86,18 @@ class MaskingSettings:
 
     def __post_init__(self) -> None:
         if not 0 < self.masked_lm_prob < 1:
-            raise ValueError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
+            raise SettingError("masked_lm_prob", f"must be in (0, 1), got {self.masked_lm_prob}")
         k = self.max_predictions_per_seq
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"max_predictions_per_seq must be an integer >= 1, got {k!r}")
-        split = (self.mask_fraction, self.keep_fraction, self.random_fraction)
-        if min(split) < 0 or abs(sum(split) - 1.0) > 1e-9 or self.keep_fraction + self.random_fraction <= 0:
-            raise ValueError(f"the mask/keep/random split must be shares >= 0 of 1 (not all [MASK]), got {split}")
+            raise SettingError("max_predictions_per_seq", f"must be an integer >= 1, got {k!r}")
+        split = {"mask_fraction": self.mask_fraction, "keep_fraction": self.keep_fraction}
+        split["random_fraction"] = self.random_fraction
+        for name, share in split.items():
+            if not 0 <= share <= 1:
+                raise SettingError(name, f"must be in [0, 1], got {share}")
+        if abs(sum(split.values()) - 1.0) > 1e-9 or self.mask_fraction == 1:
+            shares = ", ".join(f"{k} {v}" for k, v in split.items())
+            raise SettingError("mask_fraction", f"the split must add up to 1 and not all be [MASK], got {shares}")
 
     @property
     def keep_of_rest(self) -> float:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bertstream.cli import options
-from bertstream.cli.errors import check
+from bertstream.cli.errors import UsageError, check
 from bertstream.cli.options import RECORDED, RECORDED_WHEN_SET, opt, section, with_tags
 from bertstream.pipelines.common.formats import ARROW_COMPRESSIONS, OUTPUT_FORMATS
 from bertstream.pipelines.inputs.options import (
@@ -16,7 +16,7 @@ from bertstream.pipelines.inputs.options import (
     inputs_opt,
     text_field_opt,
 )
-from bertstream.schemas.masking import MaskingSettings
+from bertstream.schemas.masking import MaskingSettings, SettingError
 
 DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.pretraining.dedup
 MAX_DEDUP_NGRAM = 64
@@ -128,6 +128,10 @@ class PretrainingConfig:
         )
         check(0.0 < self.dedup_threshold <= 1.0, "dedup_threshold", f"must be in (0, 1], got {self.dedup_threshold}")
         options.check_only_with(self)  # dedup_ngram and dedup_threshold: with --dedup minhash only
+        try:
+            _ = self.masking  # the rule's own checks (the split adds up to 1, ...)
+        except SettingError as e:
+            raise UsageError(e.name, e.message) from None
         check(
             self.eval_fraction == 0.0 or 0.0 < self.eval_fraction < 1.0,
             "eval_fraction",

@@ -147,7 +147,13 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
     # came with the data section becoming the loader's config
     later = {"norm_placement", "shuffle", "prefetch_factor", "pin_memory", "length_bucketing", "bucket_batches"}
     later |= {"drop_remainder", "verify", "weights", "lr_schedule", "dist_timeout", "compile_mode"}
-    later |= {"async_checkpoint", "report_to", "threads", "unpad"}  # flags a run saved before them lacks
+    later |= {
+        "async_checkpoint",
+        "report_to",
+        "threads",
+        "unpad",
+        "optimizer_settings",
+    }  # flags a run saved before them lacks
     now = options.saved_values(TrainConfig, cfg.to_dict())
     assert {k: v for k, v in now.items() if k not in later} == options.saved_values(TrainConfig, FLAT_TRAIN)
     assert now["norm_placement"] is None  # not given: the preset's post-LN, or --init-from's own placement

@@ -60,6 +60,20 @@ def test_the_80_10_10_constants():
     assert M.KEEP_OF_REST == 0.5  # exactly: the threshold the shards were written with
 
 
+def test_the_split_is_a_setting_of_the_one_settings_object(vocab):
+    assert MaskingSettings().keep_of_rest == M.KEEP_OF_REST  # the default split is the constants'
+    ids, offsets, seg_a, keys = random_batch(np.random.default_rng(1), 20000, vocab)
+    original = padded(ids, offsets)
+    settings = MaskingSettings(0.15, 20, mask_fraction=0.5, keep_fraction=0.5, random_fraction=0.0)
+    m = M.mask(original, np.diff(offsets), seg_a, keys, MaskingRule.for_vocab(vocab, settings))
+    became = m.input_ids[m.rows, m.positions]
+    assert abs(np.mean(became == vocab.id("[MASK]")) - 0.5) < 0.03  # ~2,000 predictions
+    assert np.all((became == vocab.id("[MASK]")) | (became == m.labels))  # no random token drawn
+    for bad, name in (({"mask_fraction": 0.7}, "mask_fraction"), ({"keep_fraction": -0.1}, "keep_fraction")):
+        with pytest.raises(M.SettingError, match=f"^{name}: "):
+            MaskingSettings(**bad)
+
+
 def test_masks_follow_the_rule_and_80_10_10(vocab):
     rule = MaskingRule.for_vocab(vocab, MaskingSettings(0.15, 20))
     ids, offsets, seg_a, keys = random_batch(np.random.default_rng(0), 20000, vocab)

@@ -14,7 +14,7 @@ from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import DYNAMIC, FIXED, opt
-from bertstream.schemas.masking import MaskingSettings
+from bertstream.schemas.masking import MaskingSettings, SettingError
 
 FORMATS = ("auto", "arrow", "webdataset")
 VERIFY_MODES = ("sha256", "size")
@@ -37,6 +37,10 @@ def check_masking(cfg: DataConfig) -> None:
             name,
             "needs --masking dynamic (static masks are read from the shards as written)",
         )
+    try:
+        _ = cfg.masking_settings  # the rule's own checks (the split adds up to 1, ...)
+    except SettingError as e:
+        raise UsageError(e.name, e.message) from None
 
 
 _DYN = (FIXED, DYNAMIC)  # a dynamic-masking setting, which a resume keeps

@@ -79,9 +79,9 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
             f"{old_world * old_batch * old_accum} a step), this resume {_batch(world_size, cfg.batch_size)} (x "
             f"--grad-accum {cfg.grad_accum} = {world_size * cfg.batch_size * cfg.grad_accum} a step)"
         )
-    changed = [name for name in FIXED if name in old and _norm(name, old[name]) != _norm(name, now[name])]
+    changed = _changed(FIXED, old, now, saved.get("model"))
     if changed:
-        listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the run has {_shown(old[n])})" for n in changed)
+        listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the run has {_shown(was)})" for n, was in changed.items())
         raise RunError(
             f"resuming {checkpoint} continues its run, but {listed}: drop {_flags(changed)} (a resume takes the "
             f"run's own), or start a new phase from its weights with --resume {checkpoint} --reset-optimizer and "
@@ -99,9 +99,11 @@ def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -
         )
     old = options.saved_values(TrainConfig, saved["train"]) if isinstance(saved.get("train"), dict) else {}
     now = options.flat(cfg)
-    changed = [n for n in ARCH if n in old and _norm(n, old[n]) != _norm(n, now[n])]
+    changed = _changed(ARCH, old, now, saved.get("model"))
     if changed:
-        listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the checkpoint has {_shown(old[n])})" for n in changed)
+        listed = "; ".join(
+            f"{_flag(n)} {_shown(now[n])} (the checkpoint has {_shown(was)})" for n, was in changed.items()
+        )
         raise RunError(
             f"--reset-optimizer takes the model of {checkpoint} as it is, but {listed}: drop {_flags(changed)} "
             "(only --dropout may change for a new phase)"
@@ -158,10 +160,26 @@ def _batch(*factors: int) -> str:
     return " x ".join(map(str, factors)) + f" = {product}"
 
 
+_PATHS = frozenset(leaf.name for leaf in options.leaves(TrainConfig) if leaf.meta.get("path"))
+
+
+def _changed(names: tuple[str, ...], old: dict[str, Any], now: dict[str, Any], model: Any) -> dict[str, Any]:
+    """``name -> the run's value`` of the settings of ``names`` whose value now is another. An architecture
+    setting the checkpoint's model records (``--norm-placement``) is compared with the model itself, and one
+    not given (None) is the model's own; a path is compared resolved, a number as a number."""
+    model = model if isinstance(model, dict) else {}
+    out = {}
+    for n in names:
+        if n in ARCH and n in model:
+            if now[n] is not None and now[n] != model[n]:
+                out[n] = model[n]
+        elif n in old and _norm(n, old[n]) != _norm(n, now[n]):
+            out[n] = old[n]
+    return out
+
+
 def _norm(name: str, value: Any) -> Any:
-    if name == "norm_placement":  # not given: the presets' post-LN (saved runs of earlier versions said "post")
-        return value or "post"
-    if name in ("model_config", "init_from") and value:
+    if name in _PATHS and value:
         return str(Path(value).resolve())
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
@@ -170,7 +188,7 @@ def _flag(name: str) -> str:
     return next(leaf.flag for leaf in options.leaves(TrainConfig) if leaf.name == name)
 
 
-def _flags(names: list[str]) -> str:
+def _flags(names: Any) -> str:
     return " and ".join(_flag(n) for n in names)
 
 

@@ -51,7 +51,9 @@ def test_a_resume_takes_the_architecture_and_the_runs_settings_from_its_checkpoi
     flags = saved_flags(out, 4)
     assert (flags["preset"], flags["norm_placement"], flags["lr"], flags["seed"]) == ("mini", "pre", 0.002, 7)
     # a flag given with the run's own value is no conflict
-    assert berttrain(data, out, "--max-steps", "6", "--model", "mini").exit_code == 0
+    assert berttrain(data, out, "--max-steps", "6", "--model", "mini", "--norm-placement", "pre").exit_code == 0
+    # the placement is compared with the checkpoint's model itself
+    one_error(berttrain(data, out, "--max-steps", "8", "--norm-placement", "post"), 1, "(the run has pre)")
 
 
 def test_a_conflicting_flag_is_named_in_one_error_line(data, tmp_path):
