@@ -188,9 +188,9 @@ def add_dataset_stages(
     stats = StatsSpec(
         mask_id=vocab.id("[MASK]"),
         max_seq_length=cfg.max_seq_length,
-        max_predictions=cfg.masking.max_predictions_per_seq,
-        masked_lm_prob=cfg.masking.masked_lm_prob,
-        whole_word=cfg.masking.whole_word_mask,
+        max_predictions=cfg.max_predictions_per_seq,
+        masked_lm_prob=cfg.masked_lm_prob,
+        whole_word=cfg.whole_word_mask,
     )
     sentences = docs | f"{label}Segment" >> SegmentDocuments()
     tokenized = sentences | f"{label}Tokenize" >> Tokenize(
