@@ -59,6 +59,7 @@ from bertstream.pipelines.pretraining.instances import (  # noqa: E402
     unit_instances,
 )
 from bertstream.pipelines.pretraining.masking import mask, masking_spec, reference_mask  # noqa: E402
+from bertstream.schemas.masking import MaskingSettings  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data" / "pretrain"
 BASE = "b6b896c"  # main's head when the per-byte work began
@@ -117,7 +118,7 @@ FIXED_COST = """
 import time, numpy as np
 from bertstream.pipelines.pretraining.instances import Pool, assemble, unit_instances
 from bertstream.pipelines.pretraining.masking import mask, MaskingSpec
-from bertstream.schemas.masking import MaskingRule
+from bertstream.schemas.masking import MaskingRule, MaskingSettings
 t0 = time.perf_counter()
 import numba
 t1 = time.perf_counter()
@@ -125,7 +126,7 @@ pool = Pool.build(np.arange(1, 4, dtype=np.uint64), np.array([2, 1, 1]), np.arra
 raw = unit_instances(pool, 0, 0, 3, 13, 0.1)
 ids, offsets, seg_a = assemble(pool, raw, 2, 3)
 for ww in (False, True):
-    mask(ids, offsets, seg_a, raw.instance_ids, MaskingSpec(MaskingRule(4, np.arange(5, 14), np.zeros(14, bool), 0.15, 20, ww)))
+    mask(ids, offsets, seg_a, raw.instance_ids, MaskingSpec(MaskingRule(4, np.arange(5, 14), np.zeros(14, bool), MaskingSettings(0.15, 20, ww))))
 t2 = time.perf_counter()
 print(f"{t1 - t0:.3f} {t2 - t1:.3f}")
 """
@@ -198,7 +199,7 @@ def instances(args: argparse.Namespace) -> None:
     rows = [("create + assemble", t_old, t_new)]
 
     for whole_word in (False, True):
-        spec = masking_spec(vocab, 0.15, 20, whole_word)
+        spec = masking_spec(vocab, MaskingSettings(0.15, 20, whole_word))
 
         def run(fn, spec=spec):
             return [fn(ids, offsets, seg_a, raw.instance_ids, spec) for ids, offsets, seg_a, raw in new]

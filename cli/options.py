@@ -12,6 +12,13 @@ flat layout of earlier versions
 another part of the command (the loader's batch size is the run's ``--batch-size``): ``section(Cls,
 linked=(name, ...))`` fills those fields from the leaf of that name elsewhere in the config; they get no flag
 of their own and are saved once, where their leaf is.
+
+Each setting also says what it is, once, on its field: ``opt(..., tags=(FIXED, ARCH))``. What other code keeps
+as a list is read from the tags (:func:`tagged`): the settings a resume keeps (:data:`FIXED`), the architecture
+a checkpoint or ``--init-from`` gives (:data:`ARCH`), what static masking leaves at its default
+(:data:`DYNAMIC`), the parameters recorded in the shards (:data:`RECORDED`, :data:`RECORDED_WHEN_SET`: only when
+not the default, so that shards written without it keep their bytes). A command line also says which settings
+the user gave (:func:`given_names`): a resumed run takes the others from its checkpoint.
 """
 
 from __future__ import annotations
@@ -27,6 +34,14 @@ from typing import Any
 import click
 
 from bertstream.cli.errors import UsageError
+
+# What a setting is (``opt(tags=...)``), read by the code that used to keep its own list of names.
+FIXED = "fixed on resume"  # shapes the run's trajectory: a resume keeps it (``trainer.pretrain.resume``)
+ARCH = "architecture"  # the model's shape: a resumed run's checkpoint or --init-from gives it
+DYNAMIC = "dynamic masking only"  # static masks are the shards' own: static masking leaves it at its default
+RECORDED = "recorded in the shards"  # shapes the rows: in every shard's parameters (``shard_parameters``)
+RECORDED_WHEN_SET = "recorded in the shards when set"  # likewise, but only when not the default (older bytes)
+TAGS = (FIXED, ARCH, DYNAMIC, RECORDED, RECORDED_WHEN_SET)
 
 # Saved configs of earlier versions named these leaves differently (flat ones: before sections).
 # The largest integer a setting may hold: what torch, numpy, Arrow and the tokenizers library take (--seed 2**70
@@ -54,6 +69,8 @@ def opt(
     after: str | None = None,
     convert: Callable[[str | None], Any] | None = None,
     cli: bool = True,
+    tags: tuple[str, ...] = (),
+    only_with: tuple[str, Any] | None = None,
 ) -> Any:
     """A config field with its CLI metadata. ``flag``: the flag when it is not ``--field-name`` (a pair
     ``--lowercase/--cased`` for a bool that may also be None: not given); ``negate``: a bool field set False
@@ -61,7 +78,11 @@ def opt(
     exist unless ``exists=False``; ``show``: ``[default: ...]`` in ``--help`` (commands without
     ``show_default``); ``after``: listed in ``--help`` right after that leaf, not in declaration order;
     ``convert``: the flag takes text, which this turns into the field's value (its :class:`UsageError` a
-    usage error of the flag); ``cli=False``: a setting without a flag (config and tests only)."""
+    usage error of the flag); ``cli=False``: a setting without a flag (config and tests only); ``tags``: what the
+    setting is (:data:`TAGS`); ``only_with=(NAME, VALUE)``: the setting applies only while setting NAME has VALUE
+    (:func:`check_only_with` refuses it otherwise; a recorded one is recorded only then)."""
+    unknown = [t for t in tags if t not in TAGS]
+    assert not unknown, f"unknown tags {unknown}: one of {TAGS}"
     meta = {
         "help": help,
         "flag": flag,
@@ -73,18 +94,35 @@ def opt(
         "after": after,
         "convert": convert,
         "cli": cli,
+        "tags": frozenset(tags),
+        "only_with": only_with,
     }
     return field(default=default, metadata=meta)
 
 
-def section(cls: type, *, help: dict[str, str] | None = None, linked: tuple[str, ...] = (), **defaults: Any) -> Any:
-    """A field holding the section ``cls``; ``defaults`` (and ``help``) override the section's own for this
-    config only; ``linked`` fields take the value of the config's leaf of that name (see the module's
-    docstring). Sections without required fields get a default instance."""
+def with_tags(declared: Any, *tags: str) -> Any:
+    """A field made by another module's ``opt`` (``--format``, declared once for every job) with ``tags``
+    added for this config."""
+    meta = {**declared.metadata, "tags": declared.metadata.get("tags", frozenset()) | frozenset(tags)}
+    return field(default=declared.default, metadata=meta)
+
+
+def section(
+    cls: type,
+    *,
+    help: dict[str, str] | None = None,
+    after: dict[str, str] | None = None,
+    linked: tuple[str, ...] = (),
+    **defaults: Any,
+) -> Any:
+    """A field holding the section ``cls``; ``defaults`` (and ``help``, ``after``: the leaf a flag is listed
+    after in ``--help``) override the section's own for this config only; ``linked`` fields take the value of
+    the config's leaf of that name (see the module's docstring). Sections without required fields get a
+    default instance."""
     names = {f.name for f in fields(cls)}
-    unknown = [n for n in (*defaults, *linked) if n not in names]
+    unknown = [n for n in (*defaults, *linked, *(after or {})) if n not in names]
     assert not unknown, f"{cls.__name__} has no field {', '.join(unknown)}"
-    meta = {"section": cls, "defaults": defaults, "help": help or {}, "linked": tuple(linked)}
+    meta = {"section": cls, "defaults": defaults, "help": help or {}, "after": after or {}, "linked": tuple(linked)}
     required = any(
         f.default is MISSING and f.default_factory is MISSING
         for f in fields(cls)
@@ -106,6 +144,7 @@ class Leaf:
     type: Any
     default: Any
     help: str | None
+    after: str | None = None  # listed in --help right after this leaf
 
     @property
     def meta(self) -> Any:
@@ -114,6 +153,10 @@ class Leaf:
     @property
     def flag(self) -> str:
         return self.meta.get("flag") or "--" + self.name.replace("_", "-")
+
+    @property
+    def tags(self) -> frozenset[str]:
+        return self.meta.get("tags", frozenset())
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -125,9 +168,11 @@ def leaves(cls: type) -> Iterator[Leaf]:
     """Every leaf setting of config class ``cls``, in declaration order (sections expanded in place)."""
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
+        if f.metadata.get("given"):
+            continue  # (the record of what was given, not a setting)
         sec = f.metadata.get("section")
         if sec is None:
-            yield Leaf(f.name, None, f, hints[f.name], f.default, f.metadata.get("help"))
+            yield Leaf(f.name, None, f, hints[f.name], f.default, f.metadata.get("help"), f.metadata.get("after"))
             continue
         sec_hints = typing.get_type_hints(sec)
         for g in fields(sec):
@@ -135,7 +180,79 @@ def leaves(cls: type) -> Iterator[Leaf]:
                 continue  # the leaf of that name elsewhere in the config holds it
             default = f.metadata["defaults"].get(g.name, g.default)
             help_ = f.metadata["help"].get(g.name, g.metadata.get("help"))
-            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_)
+            after = f.metadata["after"].get(g.name, g.metadata.get("after"))
+            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_, after)
+
+
+def tagged(cls: type, tag: str) -> tuple[str, ...]:
+    """The leaf names of ``cls`` that carry ``tag``, in declaration order."""
+    return tuple(leaf.name for leaf in leaves(cls) if tag in leaf.tags)
+
+
+def defaults(cls: type, tag: str) -> dict[str, Any]:
+    """``name -> default`` of the leaves of ``cls`` that carry ``tag``."""
+    return {leaf.name: leaf.default for leaf in leaves(cls) if tag in leaf.tags}
+
+
+def recorded(cfg: Any) -> dict[str, Any]:
+    """``name -> value`` of ``cfg``'s settings recorded in the shards: each :data:`RECORDED` one, and each
+    :data:`RECORDED_WHEN_SET` one whose value is not its default."""
+    out = {}
+    now = flat(cfg)
+    for leaf in leaves(type(cfg)):
+        value, only_with = now[leaf.name], leaf.meta.get("only_with")
+        if only_with is not None and now[only_with[0]] != only_with[1]:
+            continue
+        if RECORDED in leaf.tags or (RECORDED_WHEN_SET in leaf.tags and value != leaf.default):
+            out[leaf.name] = value
+    return out
+
+
+def check_only_with(cfg: Any) -> None:
+    """Each setting of ``cfg`` declared ``only_with=(NAME, VALUE)`` is at its default unless NAME has VALUE: a
+    value the run would ignore, yet record as its setting, is refused (every argument is used or refused)."""
+    now, cls = flat(cfg), type(cfg)
+    for leaf in leaves(cls):
+        only_with = leaf.meta.get("only_with")
+        if only_with is not None and now[only_with[0]] != only_with[1] and now[leaf.name] != leaf.default:
+            other, wanted = flag_for(cls, only_with[0]), only_with[1]
+            raise UsageError(
+                leaf.name, f"only applies with {other} {wanted} (this run has {other} {now[only_with[0]]})"
+            )
+
+
+def given_field() -> Any:
+    """A config's record of the settings its command line gave (:func:`given_names`; None: built in code, where
+    a setting at its default counts as not given). Not a setting: no flag, not saved, not compared."""
+    return field(default=None, compare=False, metadata={"given": True})
+
+
+def given_names(ctx: click.Context, cls: type) -> frozenset[str]:
+    """The leaves of ``cls`` the user gave to the command of ``ctx``: on its command line (or in the
+    environment), or from ``--config FILE`` where the file's value is not the default."""
+    from click.core import ParameterSource
+
+    by_param = {f"no_{leaf.name}" if leaf.meta.get("negate") else leaf.name: leaf for leaf in leaves(cls)}
+    out = set()
+    for name, leaf in by_param.items():
+        source = ctx.get_parameter_source(name)
+        if source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT, ParameterSource.PROMPT):
+            out.add(leaf.name)
+        elif source == ParameterSource.DEFAULT_MAP:
+            value = ctx.params.get(name)
+            if (not value if leaf.meta.get("negate") else value) != leaf.default:
+                out.add(leaf.name)
+    return frozenset(out)
+
+
+def given(cfg: Any) -> frozenset[str]:
+    """The leaves of ``cfg`` its user gave: its command line's record, or for a config built in code (no
+    record) the leaves whose value is not their default."""
+    record = getattr(cfg, "given", None)
+    if record is not None:
+        return frozenset(record)
+    now = flat(cfg)
+    return frozenset(leaf.name for leaf in leaves(type(cfg)) if now[leaf.name] != leaf.default)
 
 
 def _base_type(tp: Any) -> tuple[Any, bool]:
@@ -236,10 +353,10 @@ def _option(leaf: Leaf) -> Callable:
 def _help_order(cls: type) -> list[Leaf]:
     """The leaves with a flag, in declaration order but each ``after=NAME`` one right after ``NAME``."""
     listed = [leaf for leaf in leaves(cls) if leaf.meta.get("cli", True)]
-    order = [leaf for leaf in listed if not leaf.meta.get("after")]
+    order = [leaf for leaf in listed if not leaf.after]
     for leaf in listed:
-        if leaf.meta.get("after"):
-            at = next(i for i, x in enumerate(order) if x.name == leaf.meta["after"])
+        if leaf.after:
+            at = next(i for i, x in enumerate(order) if x.name == leaf.after)
             order.insert(at + 1, leaf)
     return order
 
@@ -259,6 +376,7 @@ def build(cls: type, **values: Any) -> Any:
     """The nested config ``cls`` from flat leaf values (click's kwargs, or keyword arguments in tests); a
     negated flag's ``no_NAME`` is read as ``NAME = not value``; sequences become tuples."""
     values = dict(values)
+    record = {f.name: values.pop(f.name) for f in fields(cls) if f.metadata.get("given") and f.name in values}
     for leaf in leaves(cls):
         if leaf.meta.get("negate") and f"no_{leaf.name}" in values:
             values[leaf.name] = not values.pop(f"no_{leaf.name}")
@@ -281,7 +399,7 @@ def build(cls: type, **values: Any) -> Any:
         if sec is not None and (f.name in parts or f.default_factory is MISSING or f.metadata["linked"]):
             given = {**f.metadata["defaults"], **parts.get(f.name, {})}
             top[f.name] = sec(**given, **_linked_values(cls, f, top, parts))
-    return cls(**top)
+    return cls(**top, **record)
 
 
 def _check_int_range(leaf: Leaf, value: Any) -> None:
@@ -352,7 +470,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
             return {
                 f.name: plain(getattr(value, f.name), f.metadata.get("linked", ()))
                 for f in fields(value)
-                if f.name not in linked
+                if f.name not in linked and not f.metadata.get("given")
             }
         return list(value) if isinstance(value, tuple) else value
 

@@ -10,9 +10,13 @@ rule and keys give the same masks whatever the batch, its padding or the worker.
 - Which: the candidates in random order, the first that many; whole-word masking takes words instead (a
   candidate and the candidates right after it that continue its word: ``##`` pieces, or a segmenter's)
   while they fit, skipping a word that would overflow, so a row may get fewer.
-- What each becomes: [MASK] with probability ``MASK_FRACTION``, else the token itself or, in the rest, a
-  token drawn uniformly from the vocabulary's ordinary entries (never special or ``[unused*]``; Google's
-  could insert [CLS] or [PAD]).
+- What each becomes: [MASK] with probability ``mask_fraction`` (``MASK_FRACTION``), else the token itself
+  (``keep_fraction``) or, in the rest, a token drawn uniformly from the vocabulary's ordinary entries (never
+  special or ``[unused*]``; Google's could insert [CLS] or [PAD]).
+
+The settings travel as one object, :class:`MaskingSettings`, from each command's config (``bertprep
+pretraining``'s flags, ``berttrain pretrain --masking dynamic``'s) to the rule: a new setting of the rule is a
+field here and a flag in each of the two configs.
 
 Randomness: each draw is SplitMix64 of (key, position, purpose) (``bertstream.schemas.hashing``), so a
 whole batch is drawn with a few vectorised array operations. The pipeline's compiled kernel
@@ -58,21 +62,72 @@ def num_to_predict(
     return k
 
 
+class SettingError(ValueError):
+    """A masking setting out of its range: ``name`` (the setting), ``message`` (what it must be)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name, self.message = name, message
+
+
+@dataclass(frozen=True, slots=True)
+class MaskingSettings:
+    """The settings of the rule, named as the manifest records them (Google's names): how many positions
+    (``masked_lm_prob``, ``max_predictions_per_seq``: None, no cap), which (``whole_word_mask``) and what each
+    becomes (the 80/10/10 split). Each command's config builds it from its flags, and turns a
+    :class:`SettingError` into a usage error of the flag of that name."""
+
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int | None = None
+    whole_word_mask: bool = False
+    mask_fraction: float = MASK_FRACTION
+    keep_fraction: float = KEEP_FRACTION
+    random_fraction: float = RANDOM_FRACTION
+
+    def __post_init__(self) -> None:
+        if not 0 < self.masked_lm_prob < 1:
+            raise SettingError("masked_lm_prob", f"must be in (0, 1), got {self.masked_lm_prob}")
+        k = self.max_predictions_per_seq
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise SettingError("max_predictions_per_seq", f"must be an integer >= 1, got {k!r}")
+        split = {"mask_fraction": self.mask_fraction, "keep_fraction": self.keep_fraction}
+        split["random_fraction"] = self.random_fraction
+        for name, share in split.items():
+            if not 0 <= share <= 1:
+                raise SettingError(name, f"must be in [0, 1], got {share}")
+        if abs(sum(split.values()) - 1.0) > 1e-9 or self.mask_fraction == 1:
+            shares = ", ".join(f"{k} {v}" for k, v in split.items())
+            raise SettingError("mask_fraction", f"the split must add up to 1 and not all be [MASK], got {shares}")
+
+    @property
+    def keep_of_rest(self) -> float:
+        """A prediction not masked is kept with this probability (the second draw's threshold)."""
+        return self.keep_fraction / (self.keep_fraction + self.random_fraction)
+
+
 @dataclass(frozen=True, slots=True)
 class MaskingRule:
-    """The rule's parameters over one vocabulary (picklable into Beam and DataLoader workers)."""
+    """The rule's settings over one vocabulary (picklable into Beam and DataLoader workers)."""
 
     mask_id: int
     random_ids: np.ndarray  # [R] ids eligible as random replacements (never reserved tokens)
     is_continuation: np.ndarray  # [V] bool: the token is a "##" piece
-    probability: float
-    max_predictions: int | None  # None: no cap
-    whole_word: bool = False
+    settings: MaskingSettings
+
+    @property
+    def probability(self) -> float:
+        return self.settings.masked_lm_prob
+
+    @property
+    def max_predictions(self) -> int | None:
+        return self.settings.max_predictions_per_seq
+
+    @property
+    def whole_word(self) -> bool:
+        return self.settings.whole_word_mask
 
     @classmethod
-    def for_vocab(
-        cls, vocab: Vocab, probability: float, max_predictions: int | None, whole_word: bool = False
-    ) -> MaskingRule:
+    def for_vocab(cls, vocab: Vocab, settings: MaskingSettings) -> MaskingRule:
         random_ids = np.asarray([i for i, t in enumerate(vocab.tokens) if not is_reserved(t)], dtype=np.int64)
         if not len(random_ids):
             raise ValueError("vocabulary has no ordinary tokens to draw random replacements from")
@@ -80,9 +135,7 @@ class MaskingRule:
             mask_id=vocab.id(MASK),
             random_ids=random_ids,
             is_continuation=np.asarray([t.startswith("##") for t in vocab.tokens], dtype=bool),
-            probability=probability,
-            max_predictions=max_predictions,
-            whole_word=whole_word,
+            settings=settings,
         )
 
 
@@ -142,9 +195,10 @@ def mask(
     replacement = rule.random_ids[
         (mix64_array(bits ^ np.uint64(RANDOM)) % np.uint64(len(rule.random_ids))).astype(np.int64)
     ]
-    kept = np.where(uniform_from(mix64_array(bits ^ np.uint64(KEEP50))) < KEEP_OF_REST, labels, replacement)
+    split = rule.settings
+    kept = np.where(uniform_from(mix64_array(bits ^ np.uint64(KEEP50))) < split.keep_of_rest, labels, replacement)
     out = original.copy()
-    out[rows, cols] = np.where(uniform_from(bits) < MASK_FRACTION, rule.mask_id, kept)
+    out[rows, cols] = np.where(uniform_from(bits) < split.mask_fraction, rule.mask_id, kept)
     return Masks(out, rows, cols, labels)
 
 

@@ -33,7 +33,8 @@ def pretrain(**values: Any) -> None:
     from bertstream.trainer.pretrain.loop import pretrain as run
 
     with reported(TrainConfig, training_interrupted(values.get("output"))):
-        result = run(TrainConfig.build(**values))
+        given = options.given_names(click.get_current_context(), TrainConfig)
+        result = run(TrainConfig.build(**values, given=given))
     if launched_main():
         last = result.get("eval")
         shown = (

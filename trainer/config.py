@@ -11,13 +11,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from bertstream.cli import options
-from bertstream.cli.errors import check
+from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
-from bertstream.cli.options import MAX_INT, opt, section
-from bertstream.trainer.data.config import MASKING_MODES, DataConfig, check_masking
+from bertstream.cli.options import ARCH, FIXED, MAX_INT, opt, section
+from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 from bertstream.trainer.optim.advice import LR_HELP
-from bertstream.trainer.optim.table import LR_SCHEDULES
+from bertstream.trainer.optim.table import LR_SCHEDULES, OWN_SETTINGS_HELP, own_settings
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
 from bertstream.trainer.trackers import check_installed, parse_report_to
 
@@ -65,7 +65,7 @@ class RunConfig:
     """Where a run writes, how it logs, and what it runs on (pretraining and fine-tuning)."""
 
     output: str = opt(help="Run folder: metrics.jsonl, checkpoints/, tensorboard/.")
-    seed: int = opt(0)
+    seed: int = opt(0, tags=(FIXED,))
     precision: str = opt(
         "auto",
         "auto: bf16 autocast on a CUDA GPU that has it (Ampere on), else fp32; fp16: autocast with loss scaling, "
@@ -119,17 +119,23 @@ class RunConfig:
 class OptimConfig:
     """The optimizer both commands build (``bertstream.trainer.optim.table``) and its settings."""
 
-    lr: float = opt(1e-4, LR_HELP)
-    weight_decay: float = opt(0.01)
-    adam_eps: float = opt(1e-6, cli=False)  # BERT's
-    max_grad_norm: float = opt(1.0)
-    optimizer: str = opt(OPTIMIZERS[0], choices=OPTIMIZERS)
+    lr: float = opt(1e-4, LR_HELP, tags=(FIXED,))
+    weight_decay: float = opt(0.01, tags=(FIXED,))
+    adam_eps: float = opt(1e-6, cli=False, tags=(FIXED,))  # BERT's
+    max_grad_norm: float = opt(1.0, tags=(FIXED,))
+    optimizer: str = opt(OPTIMIZERS[0], choices=OPTIMIZERS, tags=(FIXED,))
     lr_schedule: str = opt(
         "linear",
         "After warm-up: linear (decay to 0 at the run's last step), cosine (half a cosine to 0 at the last step, as "
         "Hugging Face's cosine) or wsd (warm-up-stable-decay: the peak rate until the last 20% of the run, then a "
         "linear decay to 0).",
         choices=LR_SCHEDULES,
+        tags=(FIXED,),
+    )
+    optimizer_settings: str | None = opt(
+        None,
+        OWN_SETTINGS_HELP,
+        tags=(FIXED,),
     )
 
     def __post_init__(self) -> None:
@@ -138,6 +144,10 @@ class OptimConfig:
             self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"
         )
         check(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        try:
+            own_settings(self.optimizer, self.optimizer_settings)
+        except ValueError as e:
+            raise UsageError("optimizer_settings", str(e)) from None
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         # the optimizer computes in float32: a larger rate overflowed inside its first step (a traceback)
         check(self.lr <= FLOAT32_MAX, "lr", f"must be at most {FLOAT32_MAX:.4g} (a float32), got {self.lr}")
@@ -148,34 +158,47 @@ class OptimConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PretrainOptim(OptimConfig):
-    warmup_steps: int = opt(1000)
+    warmup_steps: int = opt(1000, tags=(FIXED,))
 
     def __post_init__(self) -> None:
         OptimConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
 
 
+_ARCH = (FIXED, ARCH)  # an architecture setting (which a resume keeps)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelChoice:
-    """Which encoder to train and where its first weights come from."""
+    """Which encoder to train and where its first weights come from. The settings tagged ``ARCH`` choose the
+    architecture of a new run: a resumed run has its checkpoint's, ``--init-from`` its model's (a flag that
+    would choose another is refused by name, one not given is taken from there)."""
 
     preset: str = opt(
-        "tiny", "Preset (L2/H128 .. L24/H1024); vocab size from the data.", flag="--model", choices=PRESET_NAMES
+        "tiny",
+        "Preset (L2/H128 .. L24/H1024); vocab size from the data.",
+        flag="--model",
+        choices=PRESET_NAMES,
+        tags=_ARCH,
     )
-    model_config: str | None = opt(None, "JSON of BertConfig fields overriding the preset.", path="file")
+    model_config: str | None = opt(None, "JSON of BertConfig fields overriding the preset.", path="file", tags=_ARCH)
     norm_placement: str | None = opt(
         None,
         "post: BERT's layer norms (the presets' default; exported as Hugging Face BERT); pre: pre-LN (Cramming), "
         "stable at high learning rates (exported as RoBERTa-PreLayerNorm). With --init-from: the model's own.",
         flag="--norm-placement",
         choices=NORM_PLACEMENTS,
+        tags=_ARCH,
     )
     init_from: str | None = opt(
         None,
         "Start from these weights: a Hugging Face BERT or RoBERTa-PreLayerNorm folder, or our checkpoint.",
         path="dir",
+        tags=(FIXED,),
     )
-    dropout: float | None = opt(None, "Hidden and attention dropout (default: the model's, 0.1 for the presets).")
+    dropout: float | None = opt(
+        None, "Hidden and attention dropout (default: the model's, 0.1 for the presets).", tags=(FIXED,)
+    )
 
     def __post_init__(self) -> None:
         check_finite(self)
@@ -208,24 +231,10 @@ class CheckpointConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ObjectiveConfig:
-    """What pretraining predicts: the masks (the shards' own, or drawn afresh per epoch) and NSP."""
+    """What pretraining predicts besides the masks: NSP. (The masks, the shards' own or drawn afresh per epoch,
+    are the loader's: the masking settings are declared once, in ``trainer.data.config.DataConfig``.)"""
 
-    masking: str = opt(
-        "static",
-        "static: the shards' masks; dynamic: fresh masks per epoch from the same shards.",
-        choices=MASKING_MODES,
-    )  # dynamic: masks drawn per (seed, epoch, instance)
-    # The flags bertprep names these with (cli.options.ALIASES keeps --mlm-probability and --max-predictions).
-    mlm_probability: float = opt(0.15, "Dynamic masking: share of tokens predicted.", flag="--masked-lm-prob")
-    max_predictions: int | None = opt(
-        None, "Dynamic masking: most predictions per sequence (default: no cap).", flag="--max-predictions-per-seq"
-    )
-    whole_word_mask: bool = opt(False, "Dynamic masking: mask whole words (a token and its ## pieces).")
-    no_nsp: bool = opt(False, "Train MLM only: NSP labels are ignored, its loss is not computed.")
-
-    def __post_init__(self) -> None:
-        check_finite(self)
-        check_masking(self)  # the loader's one rule (trainer.data.config): a bad flag is refused before anything runs
+    no_nsp: bool = opt(False, "Train MLM only: NSP labels are ignored, its loss is not computed.", tags=(FIXED,))
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
@@ -236,19 +245,18 @@ def compiles(flag: bool | None, device_type: str) -> bool:
     return device_type == "cuda" if flag is None else flag
 
 
-DATA_LINKED = ("batch_size", "seed", "masking", "mlm_probability", "max_predictions", "whole_word_mask")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainConfig:
     # The data section is the loader's own config; what the run decides for the whole run (the batch size,
-    # the seed, the objective's masking) it takes from the leaves of that name.
-    data: DataConfig = section(DataConfig, linked=DATA_LINKED, num_workers=2)
+    # the seed) it takes from the leaves of that name. Its masking flags are listed with the objective's.
+    data: DataConfig = section(
+        DataConfig, linked=("batch_size", "seed"), after={"masking": "dist_timeout"}, num_workers=2
+    )
     eval_data: str | None = opt(None, "Evaluation dataset folder.", after="paths")
     model: ModelChoice = section(ModelChoice)
     run: RunConfig = section(RunConfig)
     batch_size: int = opt(32, "Sequences per device and micro-step.")
-    grad_accum: int = opt(1)
+    grad_accum: int = opt(1, tags=(FIXED,))
     max_steps: int = opt(10_000, "Also the end of the linear decay.")
     max_minutes: float = opt(0.0, "Stop early (evaluate, checkpoint) after this wall time.")
     optim: PretrainOptim = section(PretrainOptim)
@@ -280,6 +288,7 @@ class TrainConfig:
         DEFAULT_TIMEOUT_S, "Seconds a rank waits for its peers (torchrun) before the run ends naming the silent rank."
     )
     objective: ObjectiveConfig = section(ObjectiveConfig)
+    given: frozenset[str] | None = options.given_field()  # the flags the command line gave (a resume takes the rest)
 
     def __post_init__(self) -> None:
         options.check_linked(self)

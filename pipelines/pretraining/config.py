@@ -6,16 +6,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bertstream.cli.errors import check
-from bertstream.cli.options import opt, section
+from bertstream.cli import options
+from bertstream.cli.errors import UsageError, check
+from bertstream.cli.options import RECORDED, RECORDED_WHEN_SET, opt, section, with_tags
 from bertstream.pipelines.common.formats import ARROW_COMPRESSIONS, OUTPUT_FORMATS
 from bertstream.pipelines.inputs.options import (
-    TEXT_FIELD,
     check_input_fields,
     input_format_opt,
     inputs_opt,
     text_field_opt,
 )
+from bertstream.schemas.masking import MaskingSettings, SettingError
 
 DEDUP_MODES = ("none", "exact", "minhash")  # see pipelines.pretraining.dedup
 MAX_DEDUP_NGRAM = 64
@@ -23,51 +24,62 @@ MAX_DEDUP_NGRAM = 64
 
 DEFAULT_DEDUP_NGRAM = 5
 DEFAULT_DEDUP_THRESHOLD = 0.8
+MINHASH_ONLY = ("dedup", "minhash")  # the MinHash settings apply (and are recorded) with --dedup minhash only
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PretrainingConfig:
     """Everything that shapes the instances. Two runs with equal configs and inputs write equal shards."""
 
-    input_format: str = input_format_opt("wikiextractor")
-    text_field: str = text_field_opt()
-    max_seq_length: int = opt(128, show=True)
-    max_predictions_per_seq: int = opt(20, show=True)
-    masked_lm_prob: float = opt(0.15, show=True)
-    short_seq_prob: float = opt(0.1, show=True)
-    dupe_factor: int = opt(10, show=True)
-    seed: int = opt(12345, show=True)
-    whole_word_mask: bool = opt(False)
+    # The parameters that shape the rows are recorded in every shard (RECORDED; RECORDED_WHEN_SET: only when not
+    # the default, so that shards written before the setting keep their bytes): see shard_parameters.
+    input_format: str = with_tags(input_format_opt("wikiextractor"), RECORDED)
+    text_field: str = with_tags(text_field_opt(), RECORDED_WHEN_SET)
+    max_seq_length: int = opt(128, show=True, tags=(RECORDED,))
+    # The masking settings: ``masking`` builds the rule's one object (bertstream.schemas.masking) from them.
+    max_predictions_per_seq: int = opt(20, show=True, tags=(RECORDED,))
+    masked_lm_prob: float = opt(0.15, show=True, tags=(RECORDED,))
+    short_seq_prob: float = opt(0.1, show=True, tags=(RECORDED,))
+    dupe_factor: int = opt(10, show=True, tags=(RECORDED,))
+    seed: int = opt(12345, show=True, tags=(RECORDED,))
+    whole_word_mask: bool = opt(False, tags=(RECORDED,))
     # "" (words are ## pieces), or "rjieba"/"jieba": words of Chinese text
     word_segmenter: str = opt(
         "",
         "With --whole-word-mask: words from this Chinese segmenter (pip install 'bertstream[chinese]').",
         choices=("rjieba", "jieba"),
+        tags=(RECORDED_WHEN_SET,),
     )
-    lowercase: bool = opt(True, cli=False)  # the tokenizer's (PretrainingJob.casing: the flag)
+    lowercase: bool = opt(True, cli=False, tags=(RECORDED,))  # the tokenizer's (PretrainingJob.casing: the flag)
     output_format: str = opt("arrow", choices=OUTPUT_FORMATS, show=True)
     # 0: chosen from the input size (see bertstream.pipelines.pretraining.pipeline.SHARD_SIZING)
     num_shards: int = opt(0, "Shards per format (default: from the input size).")
-    docs_per_group: int = opt(2000, "Documents per random-next pool.", show=True)
-    max_group_tokens: int = opt(64_000_000, cli=False)
+    docs_per_group: int = opt(2000, "Documents per random-next pool.", show=True, tags=(RECORDED,))
+    max_group_tokens: int = opt(64_000_000, cli=False, tags=(RECORDED,))
     tokens_per_unit: int = opt(250_000, cli=False)
     arrow_compression: str = opt("zstd", choices=ARROW_COMPRESSIONS, show=True)
     arrow_batch_rows: int = opt(2048, cli=False)
     strip_gutenberg: bool = opt(
-        True, "Keep Project Gutenberg headers and licences.", flag="--keep-gutenberg", negate=True
+        True, "Keep Project Gutenberg headers and licences.", flag="--keep-gutenberg", negate=True, tags=(RECORDED,)
     )
     dedup: str = opt(
         "none",
         "Drop duplicate documents: exact (normalised text) or minhash (also near duplicates).",
         choices=DEDUP_MODES,
         show=True,
+        tags=(RECORDED_WHEN_SET,),
     )
-    dedup_ngram: int = opt(DEFAULT_DEDUP_NGRAM, "Words per MinHash shingle.", show=True)
-    dedup_threshold: float = opt(DEFAULT_DEDUP_THRESHOLD, "MinHash Jaccard threshold.", show=True)
+    dedup_ngram: int = opt(
+        DEFAULT_DEDUP_NGRAM, "Words per MinHash shingle.", show=True, tags=(RECORDED,), only_with=MINHASH_ONLY
+    )
+    dedup_threshold: float = opt(
+        DEFAULT_DEDUP_THRESHOLD, "MinHash Jaccard threshold.", show=True, tags=(RECORDED,), only_with=MINHASH_ONLY
+    )
     # 0: no evaluation dataset; see bertstream.pipelines.pretraining.holdout
     eval_fraction: float = opt(
         0.0,
         "Hold out this share of the documents (chosen by id and --seed) as an evaluation dataset in OUTPUT/eval.",
+        tags=(RECORDED_WHEN_SET,),
     )
 
     def __post_init__(self) -> None:
@@ -115,10 +127,11 @@ class PretrainingConfig:
             f"must be in [1, {MAX_DEDUP_NGRAM}], got {self.dedup_ngram}",
         )
         check(0.0 < self.dedup_threshold <= 1.0, "dedup_threshold", f"must be in (0, 1], got {self.dedup_threshold}")
-        for name, default in (("dedup_ngram", DEFAULT_DEDUP_NGRAM), ("dedup_threshold", DEFAULT_DEDUP_THRESHOLD)):
-            # a value the run would ignore, yet record as its setting: every argument is used or refused
-            used = self.dedup == "minhash" or getattr(self, name) == default
-            check(used, name, f"only applies with --dedup minhash (this run has --dedup {self.dedup})")
+        options.check_only_with(self)  # dedup_ngram and dedup_threshold: with --dedup minhash only
+        try:
+            _ = self.masking  # the rule's own checks (the split adds up to 1, ...)
+        except SettingError as e:
+            raise UsageError(e.name, e.message) from None
         check(
             self.eval_fraction == 0.0 or 0.0 < self.eval_fraction < 1.0,
             "eval_fraction",
@@ -135,38 +148,22 @@ class PretrainingConfig:
     def formats(self) -> tuple[str, ...]:
         return ("arrow", "webdataset") if self.output_format == "both" else (self.output_format,)
 
+    @property
+    def masking(self) -> MaskingSettings:
+        """The masking settings as the rule takes them (the Mask stage's one object)."""
+        return MaskingSettings(self.masked_lm_prob, self.max_predictions_per_seq, self.whole_word_mask)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def shard_parameters(self, split: str = "train") -> dict[str, Any]:
-        """Parameters that shape the rows, stored in every shard's schema metadata; with ``--eval-fraction``,
-        also the fraction and which dataset (``split``: train or eval) the shard is of.
-
-        Excludes knobs that only change how work is split or stored, so that shards stay comparable.
-        """
-        keep: tuple[str, ...] = (
-            "input_format",
-            "max_seq_length",
-            "max_predictions_per_seq",
-            "masked_lm_prob",
-            "short_seq_prob",
-            "dupe_factor",
-            "seed",
-            "whole_word_mask",
-            "lowercase",
-            "docs_per_group",
-            "max_group_tokens",
-            "strip_gutenberg",
-        )
-        if self.dedup != "none":  # absent by default: shards of a run without dedup keep their bytes
-            keep += ("dedup",) if self.dedup == "exact" else ("dedup", "dedup_ngram", "dedup_threshold")
-        out = {k: getattr(self, k) for k in keep}
-        if self.word_segmenter:  # only when set: shards written without one stay byte-identical
-            out["word_segmenter"] = self.word_segmenter
-        if self.text_field != TEXT_FIELD:  # likewise
-            out["text_field"] = self.text_field
-        if self.eval_fraction:  # likewise
-            out.update(eval_fraction=self.eval_fraction, split=split)
+        """Parameters that shape the rows, stored in every shard's schema metadata: the settings tagged
+        recorded (``cli.options.recorded``); with ``--eval-fraction``, also which dataset (``split``: train or
+        eval) the shard is of. Knobs that only change how work is split or stored are not tagged, so that shards
+        stay comparable."""
+        out = options.recorded(self)
+        if self.eval_fraction:  # only then: shards written without it stay byte-identical
+            out["split"] = split
         return out
 
 

@@ -25,7 +25,7 @@ from bertstream.pipelines.pretraining.chinese_words import unmark
 from bertstream.pipelines.pretraining.shipped import resolve
 from bertstream.schemas import masking as rule_
 from bertstream.schemas import pretraining as P
-from bertstream.schemas.masking import MaskingRule, num_to_predict
+from bertstream.schemas.masking import MaskingRule, MaskingSettings, num_to_predict
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +104,7 @@ def compiled_mask(
         readonly(rule.random_ids, np.int64),
         readonly(continues, np.bool_),
         bool(rule.whole_word),
-        readonly(np.array([rule_.MASK_FRACTION, rule_.KEEP_OF_REST], np.float64)),
+        readonly(np.array([rule.settings.mask_fraction, rule.settings.keep_of_rest], np.float64)),
         readonly(np.array([rule_.POSITION_STEP, rule_.PICK, rule_.MASK80, rule_.KEEP50, rule_.RANDOM], np.uint64)),
     )
     return Masked(ids=out, positions=positions, labels=labels, pred_offsets=pred_offsets)
@@ -135,23 +135,20 @@ def reference_mask(
     )
 
 
-def masking_spec(
-    vocab, masked_lm_prob: float, max_predictions: int, whole_word: bool, word_marks: bool = False
-) -> MaskingSpec:
-    """Masking parameters for a vocabulary: random replacements exclude special and [unused*] tokens."""
-    return MaskingSpec(MaskingRule.for_vocab(vocab, masked_lm_prob, max_predictions, whole_word), word_marks)
+def masking_spec(vocab, settings: MaskingSettings, word_marks: bool = False) -> MaskingSpec:
+    """The rule with ``settings`` over a vocabulary: random replacements exclude special and [unused*] tokens."""
+    return MaskingSpec(MaskingRule.for_vocab(vocab, settings), word_marks)
 
 
 class _MaskFn(beam.DoFn):
-    def __init__(
-        self, vocab, masked_lm_prob: float, max_predictions: int, whole_word: bool, word_marks: bool = False
-    ) -> None:
+    def __init__(self, vocab, settings: MaskingSettings, word_marks: bool = False) -> None:
         self.vocab = vocab
-        self.params = (masked_lm_prob, max_predictions, whole_word, word_marks)
+        self.settings = settings
+        self.word_marks = word_marks
         self.spec: MaskingSpec | None = None
 
     def setup(self) -> None:
-        self.spec = masking_spec(resolve(self.vocab), *self.params)
+        self.spec = masking_spec(resolve(self.vocab), self.settings, self.word_marks)
 
     def process(self, batch: InstanceBatch) -> Iterator[InstanceBatch]:
         assert self.spec is not None, "setup() loads the spec"
@@ -161,13 +158,12 @@ class _MaskFn(beam.DoFn):
 
 
 class MaskInstances(beam.PTransform):
-    """``PCollection[InstanceBatch]`` -> the same batches with static masks and their targets."""
+    """``PCollection[InstanceBatch]`` -> the same batches with static masks (the rule with ``settings``) and their
+    targets."""
 
-    def __init__(
-        self, vocab, *, masked_lm_prob: float, max_predictions: int, whole_word: bool, word_marks: bool = False
-    ) -> None:
+    def __init__(self, vocab, settings: MaskingSettings, *, word_marks: bool = False) -> None:
         super().__init__()
-        self.fn = _MaskFn(vocab, masked_lm_prob, max_predictions, whole_word, word_marks)
+        self.fn = _MaskFn(vocab, settings, word_marks)
 
     def expand(self, batches):
         return batches | "Mask" >> beam.ParDo(self.fn)

@@ -205,13 +205,7 @@ def add_dataset_stages(
     raw = units | f"{label}CreateInstances" >> CreateInstances(
         max_num_tokens=cfg.max_num_tokens, short_seq_prob=cfg.short_seq_prob, cls_id=vocab.id(CLS), sep_id=vocab.id(SEP)
     )
-    masked = raw | f"{label}Mask" >> MaskInstances(
-        run.shipped_vocab,
-        masked_lm_prob=cfg.masked_lm_prob,
-        max_predictions=cfg.max_predictions_per_seq,
-        whole_word=cfg.whole_word_mask,
-        word_marks=bool(cfg.word_segmenter),
-    )
+    masked = raw | f"{label}Mask" >> MaskInstances(run.shipped_vocab, cfg.masking, word_marks=bool(cfg.word_segmenter))
     spill_bytes = spill_bytes_for(int(run.input_bytes * cfg.dupe_factor * INSTANCE_SPILL_PER_BYTE))
     write = WriteSpec(shards=shards, stats=stats, work_dir=dataset.work_dir, spill_bytes=spill_bytes)
     results = masked | f"{label}ShuffleAndWrite" >> WriteShards(write)

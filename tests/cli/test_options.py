@@ -147,7 +147,13 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
     # came with the data section becoming the loader's config
     later = {"norm_placement", "shuffle", "prefetch_factor", "pin_memory", "length_bucketing", "bucket_batches"}
     later |= {"drop_remainder", "verify", "weights", "lr_schedule", "dist_timeout", "compile_mode"}
-    later |= {"async_checkpoint", "report_to", "threads", "unpad"}  # flags a run saved before them lacks
+    later |= {
+        "async_checkpoint",
+        "report_to",
+        "threads",
+        "unpad",
+        "optimizer_settings",
+    }  # flags a run saved before them lacks
     now = options.saved_values(TrainConfig, cfg.to_dict())
     assert {k: v for k, v in now.items() if k not in later} == options.saved_values(TrainConfig, FLAT_TRAIN)
     assert now["norm_placement"] is None  # not given: the preset's post-LN, or --init-from's own placement
@@ -165,6 +171,7 @@ def test_a_config_saved_with_the_earlier_data_section_reads_as_today():
     earlier = {k: v for k, v in saved.items() if k != "eval_data"}
     earlier["data"] = {"sources": ["a:1", "b:3"], "eval_data": "ev", "data_format": "arrow", "num_workers": 1}
     earlier["data"] |= {"shuffle_buffer": 10, "skip_corrupt": True}
+    earlier["objective"] = {"masking": "dynamic", "no_nsp": False}  # where the masking flags were saved then
     cfg = TrainConfig.build(**options.saved_values(TrainConfig, earlier))
     assert (cfg.data.paths, cfg.data.weights, cfg.eval_data, cfg.data.format) == (("a", "b"), (1.0, 3.0), "ev", "arrow")
     assert (cfg.data.num_workers, cfg.data.shuffle_buffer, cfg.data.skip_corrupt) == (1, 10, True)
@@ -189,7 +196,7 @@ def test_a_checkpoint_with_a_flat_config_json_resumes(tmp_path):
     run(data, out, max_steps=2)
     config_file = ckpt.step_dir(out, 2) / "config.json"
     saved = json.loads(config_file.read_text())
-    assert set(saved["train"]) == {f.name for f in fields(TrainConfig)}  # the nested layout today
+    assert set(saved["train"]) == {f.name for f in fields(TrainConfig) if f.name != "given"}  # the nested layout
     saved["train"] = {**FLAT_TRAIN, "data": [str(data)], "output": str(out)}
     config_file.write_text(json.dumps(saved))
     with pytest.raises(RunError, match=r"--weight-decay 0.1 \(the run has 0.01\)"):
@@ -205,12 +212,41 @@ def test_one_error_type_names_the_field():
         TrainConfig.build(paths=("d",), output="o", keep_checkpoints=0)
 
 
-def test_the_settings_a_resume_fixes_are_config_settings():
-    from bertstream.trainer.finetune import resume as finetune_resume
-    from bertstream.trainer.pretrain import resume
+def test_a_setting_says_what_it_is_and_the_lists_are_read_from_that():
+    # a setting tagged where it is declared joins each list that code used to keep by hand
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Tagged:
+        kept: int = opt(1, tags=(options.FIXED,))
+        shape: str = opt("a", tags=(options.FIXED, options.ARCH))
+        free: int = opt(0)
+        rows: float = opt(0.5, tags=(options.RECORDED,))
+        extra: str = opt("", tags=(options.RECORDED_WHEN_SET,))
+        mode: str = opt("x")
+        knob: int = opt(3, tags=(options.RECORDED,), only_with=("mode", "y"))
 
-    assert set(resume.FIXED) <= {leaf.name for leaf in options.leaves(TrainConfig)}
-    assert set(finetune_resume.FIXED) <= {leaf.name for leaf in options.leaves(FinetuneConfig)}
+    assert options.tagged(Tagged, options.FIXED) == ("kept", "shape")
+    assert options.tagged(Tagged, options.ARCH) == ("shape",)
+    assert options.recorded(Tagged()) == {"rows": 0.5}  # extra at its default, knob without mode y
+    assert options.recorded(Tagged(extra="e", mode="y")) == {"rows": 0.5, "extra": "e", "knob": 3}
+    with pytest.raises(UsageError, match="knob: only applies with --mode y \\(this run has --mode x\\)"):
+        options.check_only_with(Tagged(knob=4))
+    with pytest.raises(AssertionError, match="unknown tags"):
+        opt(1, tags=("fixed on Tuesdays",))
+
+
+def test_the_command_line_records_what_it_was_given(monkeypatch, tmp_path):
+    got = []
+    monkeypatch.setattr(
+        "bertstream.trainer.pretrain.loop.pretrain", lambda cfg: got.append(cfg) or {"step": 0, "run_dir": "r"}
+    )
+    argv = ["pretrain", "--data", "a", "--output", str(tmp_path), "--model", "tiny", "--no-tensorboard", "--lr", "1"]
+    assert CliRunner().invoke(main, argv).exit_code == 0
+    assert got[0].given == {"paths", "output", "preset", "tensorboard", "lr"}  # --model tiny is its default, given
+    saved = tmp_path / "config.json"
+    saved.write_text(json.dumps({"train": {**got[0].to_dict(), "seed": 3}}))
+    assert CliRunner().invoke(main, ["pretrain", "--config", str(saved)]).exit_code == 0
+    assert got[1].given == {"paths", "output", "tensorboard", "lr", "seed"}  # from the file: what is not a default
+    assert TrainConfig.build(paths=("a",), output="o").given is None  # built in code: no record
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -18,7 +18,7 @@ from bertstream.pipelines.pretraining.masking import mask, masking_spec
 from bertstream.pipelines.pretraining.segmenter import sentence_spans, split_sentences
 from bertstream.pipelines.pretraining.tokenize import DocumentTokenizer
 from bertstream.pipelines.tokenizer.load import load_tokenizer
-from bertstream.schemas.masking import num_to_predict
+from bertstream.schemas.masking import MaskingSettings, num_to_predict
 from bertstream.schemas.vocab import Vocab
 from tests.conftest import shared_path
 from tests.pipelines.pretraining.test_segmenter import assert_invariants
@@ -193,7 +193,7 @@ def _masked_instances(segmenter: str, docs, dupe: int = 2):
     for p in range(dupe):
         raw = unit_instances(pool, p, 0, pool.num_docs, 125, 0.1)
         ids, offsets, seg_a = assemble(pool, raw, vocab.id("[CLS]"), vocab.id("[SEP]"))
-        mspec = masking_spec(vocab, 0.15, 20, whole_word=True, word_marks=True)
+        mspec = masking_spec(vocab, MaskingSettings(0.15, 20, whole_word_mask=True), word_marks=True)
         out.append((ids, offsets, seg_a, mask(ids, offsets, seg_a, raw.instance_ids, mspec)))
     return vocab, out
 
@@ -252,7 +252,7 @@ def test_word_marks_change_only_which_positions_are_masked():
     vocab, parts = _masked_instances("rjieba", docs, dupe=1)
     marked, offsets, seg_a, m = parts[0]
     orig, _ = unmark(marked, len(vocab))
-    plain_spec = masking_spec(vocab, 0.15, 20, whole_word=True)
+    plain_spec = masking_spec(vocab, MaskingSettings(0.15, 20, whole_word_mask=True))
     iids = np.arange(len(seg_a), dtype=np.uint64)
     chars = mask(orig, offsets, seg_a, iids, plain_spec)
     runs = lambda x: float(np.mean(np.diff(x.positions.astype(np.int64)) == 1))  # noqa: E731

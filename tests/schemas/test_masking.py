@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bertstream.schemas import masking as M
-from bertstream.schemas.masking import MaskingRule, num_to_predict
+from bertstream.schemas.masking import MaskingRule, MaskingSettings, num_to_predict
 from bertstream.schemas.vocab import SPECIAL_TOKENS, Vocab, is_reserved
 
 CLS, SEP, MASK_ID = 2, 3, 4
@@ -60,8 +60,22 @@ def test_the_80_10_10_constants():
     assert M.KEEP_OF_REST == 0.5  # exactly: the threshold the shards were written with
 
 
+def test_the_split_is_a_setting_of_the_one_settings_object(vocab):
+    assert MaskingSettings().keep_of_rest == M.KEEP_OF_REST  # the default split is the constants'
+    ids, offsets, seg_a, keys = random_batch(np.random.default_rng(1), 20000, vocab)
+    original = padded(ids, offsets)
+    settings = MaskingSettings(0.15, 20, mask_fraction=0.5, keep_fraction=0.5, random_fraction=0.0)
+    m = M.mask(original, np.diff(offsets), seg_a, keys, MaskingRule.for_vocab(vocab, settings))
+    became = m.input_ids[m.rows, m.positions]
+    assert abs(np.mean(became == vocab.id("[MASK]")) - 0.5) < 0.03  # ~2,000 predictions
+    assert np.all((became == vocab.id("[MASK]")) | (became == m.labels))  # no random token drawn
+    for bad, name in (({"mask_fraction": 0.7}, "mask_fraction"), ({"keep_fraction": -0.1}, "keep_fraction")):
+        with pytest.raises(M.SettingError, match=f"^{name}: "):
+            MaskingSettings(**bad)
+
+
 def test_masks_follow_the_rule_and_80_10_10(vocab):
-    rule = MaskingRule.for_vocab(vocab, 0.15, 20)
+    rule = MaskingRule.for_vocab(vocab, MaskingSettings(0.15, 20))
     ids, offsets, seg_a, keys = random_batch(np.random.default_rng(0), 20000, vocab)
     lengths = np.diff(offsets)
     original = padded(ids, offsets)
@@ -88,7 +102,7 @@ def test_masks_follow_the_rule_and_80_10_10(vocab):
 
 @pytest.mark.parametrize("whole_word", [False, True])
 def test_a_row_masks_the_same_whatever_its_batch_and_padding(vocab, whole_word):
-    rule = MaskingRule.for_vocab(vocab, 0.15, 20, whole_word)
+    rule = MaskingRule.for_vocab(vocab, MaskingSettings(0.15, 20, whole_word))
     ids, offsets, seg_a, keys = random_batch(np.random.default_rng(1), 300, vocab)
     lengths = np.diff(offsets)
     whole = M.mask(padded(ids, offsets), lengths, seg_a, keys, rule)
@@ -121,7 +135,7 @@ def greedy_words(key: np.ndarray, candidate: np.ndarray, continues: np.ndarray, 
 
 
 def test_whole_words_are_chosen_as_one_word_at_a_time_would(vocab):
-    rule = MaskingRule.for_vocab(vocab, 0.15, 20, whole_word=True)
+    rule = MaskingRule.for_vocab(vocab, MaskingSettings(0.15, 20, whole_word_mask=True))
     ids, offsets, seg_a, keys = random_batch(np.random.default_rng(2), 400, vocab, max_len=300)
     lengths = np.diff(offsets)
     original = padded(ids, offsets)
@@ -141,7 +155,7 @@ def test_whole_words_are_chosen_as_one_word_at_a_time_would(vocab):
 
 def test_a_caller_may_supply_its_own_word_boundaries(vocab):
     # Every token continues its word (as a segmenter's marks may say): a row is then two words, A and B.
-    rule = MaskingRule.for_vocab(vocab, 0.5, None, whole_word=True)
+    rule = MaskingRule.for_vocab(vocab, MaskingSettings(0.5, None, whole_word_mask=True))
     original = np.array([[CLS, 30, 31, 32, SEP, 40, 41, 42, 43, SEP]])
     m = M.mask(original, np.array([10]), np.array([5]), np.array([9], np.uint64), rule, np.ones((1, 10), bool))
     assert m.positions.tolist() in ([1, 2, 3], [5, 6, 7, 8])  # k = 5: the word that fits, the other skipped
@@ -149,4 +163,4 @@ def test_a_caller_may_supply_its_own_word_boundaries(vocab):
 
 def test_a_vocabulary_of_specials_only_is_refused():
     with pytest.raises(ValueError, match="no ordinary tokens"):
-        MaskingRule.for_vocab(Vocab(tuple(SPECIAL_TOKENS)), 0.15, 20)
+        MaskingRule.for_vocab(Vocab(tuple(SPECIAL_TOKENS)), MaskingSettings(0.15, 20))

@@ -10,21 +10,20 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
+from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
-from bertstream.cli.options import opt
+from bertstream.cli.options import DYNAMIC, FIXED, opt
+from bertstream.schemas.masking import MaskingSettings, SettingError
 
 FORMATS = ("auto", "arrow", "webdataset")
 VERIFY_MODES = ("sha256", "size")
 MASKING_MODES = ("static", "dynamic")
-# The dynamic-only masking options and their defaults (what static masking must leave them at).
-DYNAMIC_ONLY: dict[str, Any] = {"mlm_probability": 0.15, "max_predictions": None, "whole_word_mask": False}
 
 
-def check_masking(cfg: Any) -> None:
-    """Validate the masking options of ``cfg`` (``masking``, ``mlm_probability``, ``max_predictions``,
-    ``whole_word_mask``): the one rule for the loader's ``DataConfig`` and the command line's objective
-    section. Raises ``UsageError`` naming the field (the CLI names its flag)."""
+def check_masking(cfg: DataConfig) -> None:
+    """Validate the masking options of ``cfg``: ``masking`` and the settings tagged ``DYNAMIC``, which static
+    masking leaves at their defaults. Raises ``UsageError`` naming the field (the CLI names its flag)."""
     check(cfg.masking in MASKING_MODES, "masking", f"must be one of {MASKING_MODES}, got {cfg.masking!r}")
     p = cfg.mlm_probability
     ok = isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 1
@@ -38,6 +37,13 @@ def check_masking(cfg: Any) -> None:
             name,
             "needs --masking dynamic (static masks are read from the shards as written)",
         )
+    try:
+        _ = cfg.masking_settings  # the rule's own checks (the split adds up to 1, ...)
+    except SettingError as e:
+        raise UsageError(e.name, e.message) from None
+
+
+_DYN = (FIXED, DYNAMIC)  # a dynamic-masking setting, which a resume keeps
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,8 +70,9 @@ class DataConfig:
     ``"size"`` only compares file sizes with the manifest and relies on decode checks.
 
     ``masking="static"`` serves the shards' masks as written; ``"dynamic"`` rebuilds each original sequence
-    and masks it afresh per (seed, epoch, instance id) with ``mlm_probability``, ``max_predictions`` (None:
-    no cap beyond the count rule) and ``whole_word_mask`` (see :mod:`bertstream.trainer.data.masking`).
+    and masks it afresh per (seed, epoch, instance id) with the settings tagged ``DYNAMIC`` (the rule's one
+    object, :attr:`masking_settings`; see :mod:`bertstream.trainer.data.masking`). They are declared here, the
+    loader's config, and are ``berttrain pretrain``'s flags (listed last in ``--help``, with the objective).
     """
 
     paths: tuple[str, ...] = opt(
@@ -80,6 +87,7 @@ class DataConfig:
         "format it has.",
         flag="--format",
         choices=FORMATS,
+        tags=(FIXED,),
     )
     shuffle: bool = opt(True, cli=False)
     shuffle_buffer: int = opt(10_000, cli=False)
@@ -93,10 +101,26 @@ class DataConfig:
     skip_corrupt: bool = opt(False, "Skip (and count) shards whose checksum fails instead of stopping.")
     verify: str = opt("sha256", cli=False, choices=VERIFY_MODES)
     weights: tuple[float, ...] | None = opt(None, cli=False, flag="--data")  # from --data DIR:WEIGHT
-    masking: str = opt("static")
-    mlm_probability: float = opt(0.15)
-    max_predictions: int | None = opt(None)
-    whole_word_mask: bool = opt(False)
+    masking: str = opt(
+        "static",
+        "static: the shards' masks; dynamic: fresh masks per epoch from the same shards.",
+        choices=MASKING_MODES,
+        tags=(FIXED,),
+    )  # dynamic: masks drawn per (seed, epoch, instance)
+    # The flags bertprep names these with (cli.options.ALIASES keeps --mlm-probability and --max-predictions).
+    mlm_probability: float = opt(
+        0.15, "Dynamic masking: share of tokens predicted.", flag="--masked-lm-prob", after="masking", tags=_DYN
+    )
+    max_predictions: int | None = opt(
+        None,
+        "Dynamic masking: most predictions per sequence (default: no cap).",
+        flag="--max-predictions-per-seq",
+        after="mlm_probability",
+        tags=_DYN,
+    )
+    whole_word_mask: bool = opt(
+        False, "Dynamic masking: mask whole words (a token and its ## pieces).", after="max_predictions", tags=_DYN
+    )
 
     def __post_init__(self) -> None:
         raw = self.paths
@@ -137,10 +161,18 @@ class DataConfig:
         check_masking(self)  # static masks are the shards' own: the dynamic-only options would do nothing
 
     @property
+    def masking_settings(self) -> MaskingSettings:
+        """The dynamic masks' settings as the rule takes them (``bertstream.schemas.masking``)."""
+        return MaskingSettings(self.mlm_probability, self.max_predictions, self.whole_word_mask)
+
+    @property
     def window(self) -> int:
         """Shuffle window in samples; 1 means stream order."""
         return max(1, self.shuffle_buffer) if self.shuffle else 1
 
+
+# The dynamic-only masking options and their defaults (what static masking must leave them at).
+DYNAMIC_ONLY: dict[str, Any] = options.defaults(DataConfig, DYNAMIC)
 
 # A trailing ":<number>" is a weight; everything before it is the folder (paths may hold ':' themselves:
 # s3://bucket/x, C:\\data). A non-numeric tail ("C:", "x:y") stays part of the path.

@@ -16,7 +16,7 @@ import numpy as np
 from bertstream.schemas import masking as rule_
 from bertstream.schemas.hashing import GOLDEN, mix64_array
 from bertstream.schemas.manifest import load_vocab
-from bertstream.schemas.masking import MaskingRule
+from bertstream.schemas.masking import MaskingRule, MaskingSettings
 from bertstream.schemas.vocab import Vocab
 from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.data.refs import read_text
@@ -60,10 +60,8 @@ class Masker:
     seed: int
 
     @classmethod
-    def for_vocab(
-        cls, vocab: Vocab, *, probability: float, max_predictions: int | None, whole_word: bool, seed: int
-    ) -> Masker:
-        return cls(MaskingRule.for_vocab(vocab, probability, max_predictions, whole_word), seed)
+    def for_vocab(cls, vocab: Vocab, settings: MaskingSettings, *, seed: int) -> Masker:
+        return cls(MaskingRule.for_vocab(vocab, settings), seed)
 
     def mask(
         self,
@@ -95,10 +93,4 @@ def dynamic_masker(config: DataConfig, catalog: Catalog, vocab: Vocab | None = N
     if vocab is None:
         root, manifest = config.paths[0], catalog.manifests[0]
         vocab = load_vocab(manifest, lambda name: read_text(root, name), root.rstrip("/") + "/" + manifest.vocab_file)
-    return Masker.for_vocab(
-        vocab,
-        probability=config.mlm_probability,
-        max_predictions=config.max_predictions,
-        whole_word=config.whole_word_mask,
-        seed=config.seed,
-    )
+    return Masker.for_vocab(vocab, config.masking_settings, seed=config.seed)

@@ -9,7 +9,7 @@ from typing import Any
 from bertstream.cli import options
 from bertstream.cli.errors import check
 from bertstream.cli.machine import check_processes
-from bertstream.cli.options import opt, section
+from bertstream.cli.options import FIXED, opt, section
 from bertstream.schemas import tasks as T
 from bertstream.trainer.config import OptimConfig, RunConfig, check_finite, check_ints
 
@@ -19,12 +19,13 @@ POOLINGS = ("cls", "mean")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FinetuneOptim(OptimConfig):
-    warmup_ratio: float = opt(0.1, "Linear warmup over this fraction of all steps.")
+    warmup_ratio: float = opt(0.1, "Linear warmup over this fraction of all steps.", tags=(FIXED,))
 
     layer_decay: float = opt(
         1.0,
         "Layer-wise learning-rate decay: the head gets --lr, encoder layer l of L gets --lr * decay^(L + 1 - l), "
         "the embeddings --lr * decay^(L + 1); 1: one rate for all.",
+        tags=(FIXED,),
     )
 
     def __post_init__(self) -> None:
@@ -35,13 +36,15 @@ class FinetuneOptim(OptimConfig):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FinetuneConfig:
-    task: str = opt(help="Task kind; must match the datasets' manifests.", choices=TASKS)
-    train_data: str = opt(help="Training task dataset folder (bertprep task; local or URL).")
-    eval_data: str = opt(help="Evaluation task dataset folder (same vocab and label list).")
+    # FIXED: the settings a resume keeps (they shape the trajectory; run-time flags may change)
+    task: str = opt(help="Task kind; must match the datasets' manifests.", choices=TASKS, tags=(FIXED,))
+    train_data: str = opt(help="Training task dataset folder (bertprep task; local or URL).", tags=(FIXED,))
+    eval_data: str = opt(help="Evaluation task dataset folder (same vocab and label list).", tags=(FIXED,))
     init: str = opt(
         help="Our checkpoint folder (or run folder: its newest checkpoint), a Hugging Face BERT folder, "
         "random:PRESET (tiny, mini, small, medium, base, large) over the data's vocabulary, or "
-        "random:CHECKPOINT (that checkpoint's architecture, freshly initialised)."
+        "random:CHECKPOINT (that checkpoint's architecture, freshly initialised).",
+        tags=(FIXED,),
     )
     run: RunConfig = section(
         RunConfig,
@@ -53,30 +56,35 @@ class FinetuneConfig:
         "auto: continue the run in --output from the end of its latest epoch (after a kill, the same metrics).",
         choices=("auto", "none"),
     )
-    epochs: int = opt(3)
-    dropout: float | None = opt(None, "Hidden and attention dropout (default: the init's own setting).")
+    epochs: int = opt(3, tags=(FIXED,))
+    dropout: float | None = opt(None, "Hidden and attention dropout (default: the init's own setting).", tags=(FIXED,))
     pooling: str = opt(
         "cls",
         "Sentence heads (classification, regression): cls, the pooler on [CLS] as BERT and Hugging Face; mean, "
         "the mean of the last layer over the real tokens (the pooler is unused: an MLM-only (--no-nsp) "
         "checkpoint never trained it).",
         choices=POOLINGS,
+        tags=(FIXED,),
     )
-    batch_size: int = opt(32, "Rows per device and batch.")
+    batch_size: int = opt(32, "Rows per device and batch.", tags=(FIXED,))
     grad_accum: int = opt(
         1,
         "Batches per optimizer step (gradient accumulation): a step reads --batch-size x --grad-accum rows a process.",
+        tags=(FIXED,),
     )
     eval_batch_size: int = opt(0, "0: twice --batch-size.")
     optim: FinetuneOptim = section(FinetuneOptim, lr=5e-5)
-    max_steps: int = opt(0, "> 0: train this many steps (overrides --epochs).")  # as Hugging Face's --max_steps
+    max_steps: int = opt(0, "> 0: train this many steps (overrides --epochs).", tags=(FIXED,))  # as HF's --max_steps
     eval_every: int = opt(
-        0, "> 0: also evaluate every this many optimizer steps inside an epoch (each epoch's end is evaluated always)."
+        0,
+        "> 0: also evaluate every this many optimizer steps inside an epoch (each epoch's end is evaluated always).",
+        tags=(FIXED,),
     )
     patience: int = opt(
         0,
         "> 0: stop early after this many evaluations in a row without a better primary dev metric (the best "
         "evaluation's weights are kept); said in the log and results.json. 0: train to the end.",
+        tags=(FIXED,),
     )
     num_workers: int = opt(0, "Data-loader worker processes per rank.")  # task data is in memory
     label_names: str | None = opt(

@@ -31,30 +31,8 @@ _OUTPUTS = (
     "tensorboard",
     "trackers.json",  # (trackers.IDS_FILE) the tracker runs a resume continues: a new run starts new ones
 )
-# FinetuneConfig fields a resume must not change: they shape the trajectory (run-time flags may change).
-FIXED = (
-    "task",
-    "train_data",
-    "eval_data",
-    "init",
-    "dropout",
-    "pooling",
-    "optimizer",
-    "lr",
-    "layer_decay",
-    "batch_size",
-    "grad_accum",
-    "eval_every",
-    "patience",
-    "warmup_ratio",
-    "lr_schedule",
-    "weight_decay",
-    "adam_eps",
-    "max_grad_norm",
-    "max_steps",
-    "epochs",
-    "seed",
-)
+# FinetuneConfig fields a resume must not change: those tagged FIXED on their declaration.
+FIXED = options.tagged(FinetuneConfig, options.FIXED)
 
 
 def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ckpt.Loaded | None, list[str]]:

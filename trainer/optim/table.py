@@ -6,7 +6,9 @@
 
 Adding an optimizer: its module in this folder (a ``torch.optim.Optimizer``, which brings ``state_dict`` and
 ``load_state_dict``, so checkpoints and resume need nothing more) and a row in ``OPTIMIZERS``; both commands
-offer it. Its ``step`` must honour a ``found_inf`` attribute (a float 0-dim tensor on the device, 1: leave
+offer it. An optimizer's own settings (Adam's betas, SGD's momentum, Adafactor's decay) live in its row
+(:class:`Row`'s ``own``, with their defaults): ``--optimizer-settings NAME=VALUE,...`` sets them, checked
+against the row (:func:`own_settings`), and ``build`` reads them from ``Settings.own``. Its ``step`` must honour a ``found_inf`` attribute (a float 0-dim tensor on the device, 1: leave
 parameters and state as they were), as fused AdamW and LAMB do: a step whose gradient is not finite is skipped
 on the device, never read on the host (``runtime.Training.optimizer_step``). Every optimizer gets the same parameter groups (:mod:`bertstream.trainer.optim.groups`), each with
 its own rate and weight decay. This module imports no torch until an optimizer is built: ``--help`` reads the
@@ -15,9 +17,9 @@ table for the flag's choices.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from bertstream.trainer.optim.groups import param_groups
 
@@ -33,29 +35,85 @@ class Settings:
     """What every optimizer of the table is built with, besides its parameter groups."""
 
     lr: float  # the default rate; each group carries its own (layer-wise decay)
-    betas: tuple[float, float]
     eps: float
     on_cuda: bool
+    own: Mapping[str, Any]  # the row's own settings: its defaults, with --optimizer-settings over them
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One optimizer: how it is built over the parameter groups, and its own settings with their defaults
+    (a value given for one is read as its default's type)."""
+
+    build: Callable[[list[dict], Settings], torch.optim.Optimizer]
+    own: Mapping[str, float | int | bool] = field(default_factory=dict)
 
 
 def _adamw(groups: list[dict], s: Settings) -> torch.optim.Optimizer:
     import torch
 
     # fused on every device (CPU too): the one AdamW of PyTorch that honours found_inf, the skipped step
-    return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=s.eps, fused=True)
+    betas = (s.own["beta1"], s.own["beta2"])
+    return torch.optim.AdamW(groups, lr=s.lr, betas=betas, eps=s.eps, fused=True)
 
 
 def _lamb(groups: list[dict], s: Settings) -> torch.optim.Optimizer:
     from bertstream.trainer.optim.lamb import Lamb
 
-    return Lamb(groups, lr=s.lr, betas=s.betas, eps=s.eps)
+    return Lamb(groups, lr=s.lr, betas=(s.own["beta1"], s.own["beta2"]), eps=s.eps)
 
 
-# name -> the optimizer over the groups. The first row is both commands' default.
-OPTIMIZERS: dict[str, Callable[[list[dict], Settings], torch.optim.Optimizer]] = {
-    "adamw": _adamw,
-    "lamb": _lamb,
+_ADAM_BETAS = {"beta1": 0.9, "beta2": 0.999}  # the moments' decay rates
+
+# name -> the optimizer over the groups and its own settings. The first row is both commands' default.
+OPTIMIZERS: dict[str, Row] = {
+    "adamw": Row(_adamw, _ADAM_BETAS),
+    "lamb": Row(_lamb, _ADAM_BETAS),
 }
+
+
+def _own_help() -> str:
+    rows = [f"{name}: " + ", ".join(f"{k} {v}" for k, v in row.own.items()) for name, row in OPTIMIZERS.items()]
+    listed = "; ".join(r for r, row in zip(rows, OPTIMIZERS.values()) if row.own)
+    return f"NAME=VALUE,...: the --optimizer's own settings, from its row of the table ({listed}); others keep theirs."
+
+
+OWN_SETTINGS_HELP = _own_help()  # --optimizer-settings: each row's own settings and their defaults
+
+
+def own_settings(name: str, text: str | None) -> dict[str, Any]:
+    """The own settings of optimizer ``name``: its row's defaults with ``text`` (``NAME=VALUE,...``, as
+    ``--optimizer-settings`` takes it) over them. A name the row lacks, or a value not of its default's type,
+    is a ``ValueError`` naming it."""
+    row = OPTIMIZERS[name]
+    out = dict(row.own)
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, value = (x.strip() for x in part.partition("="))
+        if key not in row.own:
+            has = f"its own are {', '.join(row.own)}" if row.own else "it has none"
+            raise ValueError(f"{key!r} is no setting of --optimizer {name} ({has})")
+        if not sep or not value:
+            raise ValueError(f"{part.strip()!r}: give NAME=VALUE")
+        out[key] = _typed(key, value, row.own[key])
+    return out
+
+
+def _typed(key: str, value: str, default: float | int | bool) -> float | int | bool:
+    import math
+
+    if isinstance(default, bool):
+        if value.lower() not in ("true", "false"):
+            raise ValueError(f"{key}={value}: must be true or false")
+        return value.lower() == "true"
+    try:
+        number = int(value) if isinstance(default, int) else float(value)
+    except ValueError:
+        raise ValueError(f"{key}={value}: must be {type(default).__name__}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{key}={value}: must be a finite number")
+    return number
 
 
 def build_optimizer(
@@ -63,19 +121,21 @@ def build_optimizer(
     name: str,
     lr: float,
     weight_decay: float,
-    betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-6,
     layer_decay: float = 1.0,
+    own: str | None = None,
 ) -> torch.optim.Optimizer:
     """The table's optimizer ``name`` over ``model``'s parameter groups (no decay on biases and LayerNorm
-    weights; ``layer_decay`` < 1: ELECTRA's layer-wise rates)."""
-    build = OPTIMIZERS.get(name)
-    if build is None:
+    weights; ``layer_decay`` < 1: ELECTRA's layer-wise rates), with its own settings ``own`` (``NAME=VALUE,...``:
+    :func:`own_settings`)."""
+    row = OPTIMIZERS.get(name)
+    if row is None:
         raise ValueError(f"optimizer must be one of {tuple(OPTIMIZERS)}, got {name!r}")
     groups = param_groups(model, weight_decay, layer_decay)
     for g in groups:  # a group's own rate (the schedule multiplies it)
         g["lr"] = lr * g.pop("lr_scale", 1.0)
-    optimizer = build(groups, Settings(lr, betas, eps, on_cuda=next(model.parameters()).is_cuda))
+    settings = Settings(lr, eps, on_cuda=next(model.parameters()).is_cuda, own=own_settings(name, own))
+    optimizer = row.build(groups, settings)
     keep_real_rows(optimizer, model)
     return optimizer
 

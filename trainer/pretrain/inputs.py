@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
+from bertstream.cli import options
 from bertstream.cli.errors import UsageError
 from bertstream.schemas import json_text
 from bertstream.schemas.manifest import Manifest
@@ -61,13 +62,14 @@ def model_config(
         return with_dropout(BertConfig.from_dict(restored["model"]), cfg.model.dropout), None, ()
     if cfg.model.init_from:
         init = resolve_init(cfg.model.init_from, None, seed=cfg.run.seed, flag="--init-from")
-        wanted = cfg.model.norm_placement
-        if wanted is not None and wanted != init.config.norm_placement:
-            raise UsageError(
-                "norm_placement",
-                f"{wanted}, but --init-from {cfg.model.init_from} is a {init.config.norm_placement}-LN model: "
-                "drop --norm-placement (the model's own is used)",
-            )
+        now, given = options.flat(cfg), options.given(cfg)
+        for name in options.tagged(TrainConfig, options.ARCH):  # the architecture is the model's own
+            if name in given and now[name] != getattr(init.config, name, None):
+                raise UsageError(
+                    name,
+                    f"{now[name]}, but --init-from {cfg.model.init_from} is a {init.config.norm_placement}-LN model: "
+                    f"drop {options.flag_for(TrainConfig, name)} (the model's own architecture is used)",
+                )
         check_vocab(init, vocab.sha256, f"--data {cfg.data.paths[0]}", flag="--init-from", job="pretraining")
         return with_dropout(init.config, cfg.model.dropout), init.state, init.notes
     preset = find_preset(cfg.model.preset)

@@ -49,7 +49,7 @@ from bertstream.trainer.pretrain.inputs import (
     model_config,
     open_data,
 )
-from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, group_rates, same_data
+from bertstream.trainer.pretrain.resume import continued, extend_schedule, group_rates, same_data
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.snapshot import Background
 from bertstream.trainer.threads import apply as apply_threads
@@ -161,10 +161,6 @@ def resolve_model(
 ) -> tuple[BertConfig, dict | None, tuple[str, ...]]:
     """The architecture (and starting weights), after checking that the flags fit the checkpoint and the data."""
     vocab = data.vocab
-    if restored is not None and not cfg.checkpoint.reset_optimizer:
-        check_resume(cfg, restored.config, restored.path, restored.step, world_size=world_size)
-    elif restored is not None:
-        check_new_phase(cfg, restored.config, restored.path)
     config, init_state, init_notes = model_config(cfg, vocab, restored.config if restored else None)
     if config.vocab_size != len(vocab):
         raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")
@@ -440,6 +436,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
             if note:
                 R.log(note, info)
         restored = plan_run_dir(cfg)
+        cfg = continued(cfg, restored, info.world_size)  # what the checkpoint knows, checked against the flags
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True)
         data = open_data(cfg)  # every manifest and the vocabulary, read once for the run
@@ -453,7 +450,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     # --- restore ----------------------------------------------------------------------------------
     model, raw = build_model(cfg, config, (init_state, init_notes), restored, info)
     o = cfg.optim
-    optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps)
+    optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, own=o.optimizer_settings)
     scheduler = build_scheduler(optimizer, o.warmup_steps, cfg.max_steps, o.lr_schedule)
     training = R.Training(model, raw, optimizer, scheduler, o.max_grad_norm)
     training.scaler = R.grad_scaler(info.device, cfg.run.precision)

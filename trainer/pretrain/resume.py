@@ -17,35 +17,40 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertstream.cli import options
+from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.optim.schedule import WarmupLinearDecay
 
-# TrainConfig settings (leaf names, see configs.options) a resume must not change (all but --max-steps, run-time
-# flags, data and eval data).
-# --batch-size may change with the number of processes as long as their product, the global batch, stays.
-FIXED = (
-    "preset",
-    "model_config",
-    "norm_placement",
-    "init_from",
-    "dropout",
-    "grad_accum",
-    "lr",
-    "warmup_steps",
-    "lr_schedule",
-    "optimizer",
-    "weight_decay",
-    "max_grad_norm",
-    "seed",
-    "format",
-    "masking",
-    "mlm_probability",
-    "max_predictions",
-    "whole_word_mask",
-    "no_nsp",
-)
+# TrainConfig settings (leaf names, see cli.options) a resume must not change: those tagged FIXED where they are
+# declared (all but --max-steps, run-time flags, data and eval data; --batch-size may change with the number
+# of processes as long as their product, the global batch, stays). ARCH: the architecture, which a new phase
+# (--reset-optimizer) and --init-from give.
+FIXED = options.tagged(TrainConfig, options.FIXED)
+ARCH = options.tagged(TrainConfig, options.ARCH)
+
+
+def continued(cfg: TrainConfig, restored: ckpt.Loaded | None, world_size: int) -> TrainConfig:
+    """The run's configuration when it starts from ``restored``: ``cfg`` with what the checkpoint knows and the
+    command line did not give (a resume takes each FIXED setting from the run, a new phase with
+    ``--reset-optimizer`` its architecture, ARCH), then checked against it (:func:`check_resume`,
+    :func:`check_new_phase`): a flag given with another value is refused by name. A config built in code (no
+    record of what was given) is only checked."""
+    if restored is None:
+        return cfg
+    saved = restored.config
+    if cfg.given is not None and isinstance(saved.get("train"), dict):
+        old = options.saved_values(TrainConfig, saved["train"])
+        names = ARCH if cfg.checkpoint.reset_optimizer else FIXED
+        taken = {n: old[n] for n in names if n in old and n not in cfg.given}
+        if taken:
+            cfg = TrainConfig.build(**{**options.flat(cfg), **taken}, given=cfg.given)
+    if cfg.checkpoint.reset_optimizer:
+        check_new_phase(cfg, saved, restored.path)
+    else:
+        check_resume(cfg, saved, restored.path, restored.step, world_size=world_size)
+    return cfg
 
 
 def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step: int, *, world_size: int = 1) -> None:
@@ -74,12 +79,13 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
             f"{old_world * old_batch * old_accum} a step), this resume {_batch(world_size, cfg.batch_size)} (x "
             f"--grad-accum {cfg.grad_accum} = {world_size * cfg.batch_size * cfg.grad_accum} a step)"
         )
-    changed = [name for name in FIXED if name in old and _norm(name, old[name]) != _norm(name, now[name])]
+    changed = _changed(FIXED, old, now, saved.get("model"))
     if changed:
-        listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the run has {_shown(old[n])})" for n in changed)
+        listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the run has {_shown(was)})" for n, was in changed.items())
         raise RunError(
-            f"resuming {checkpoint} continues its run, but {listed}: pass the run's values, or start a "
-            f"new phase from its weights with --resume {checkpoint} --reset-optimizer and another --output"
+            f"resuming {checkpoint} continues its run, but {listed}: drop {_flags(changed)} (a resume takes the "
+            f"run's own), or start a new phase from its weights with --resume {checkpoint} --reset-optimizer and "
+            "another --output"
         )
 
 
@@ -93,14 +99,14 @@ def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -
         )
     old = options.saved_values(TrainConfig, saved["train"]) if isinstance(saved.get("train"), dict) else {}
     now = options.flat(cfg)
-    changed = [
-        n for n in ("preset", "model_config", "norm_placement") if n in old and _norm(n, old[n]) != _norm(n, now[n])
-    ]
+    changed = _changed(ARCH, old, now, saved.get("model"))
     if changed:
-        listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the checkpoint has {_shown(old[n])})" for n in changed)
+        listed = "; ".join(
+            f"{_flag(n)} {_shown(now[n])} (the checkpoint has {_shown(was)})" for n, was in changed.items()
+        )
         raise RunError(
-            f"--reset-optimizer takes the model of {checkpoint} as it is, but {listed}: pass the "
-            "checkpoint's values (only --dropout may change for a new phase)"
+            f"--reset-optimizer takes the model of {checkpoint} as it is, but {listed}: drop {_flags(changed)} "
+            "(only --dropout may change for a new phase)"
         )
 
 
@@ -154,16 +160,36 @@ def _batch(*factors: int) -> str:
     return " x ".join(map(str, factors)) + f" = {product}"
 
 
+_PATHS = frozenset(leaf.name for leaf in options.leaves(TrainConfig) if leaf.meta.get("path"))
+
+
+def _changed(names: tuple[str, ...], old: dict[str, Any], now: dict[str, Any], model: Any) -> dict[str, Any]:
+    """``name -> the run's value`` of the settings of ``names`` whose value now is another. An architecture
+    setting the checkpoint's model records (``--norm-placement``) is compared with the model itself, and one
+    not given (None) is the model's own; a path is compared resolved, a number as a number."""
+    model = model if isinstance(model, dict) else {}
+    out = {}
+    for n in names:
+        if n in ARCH and n in model:
+            if now[n] is not None and now[n] != model[n]:
+                out[n] = model[n]
+        elif n in old and _norm(n, old[n]) != _norm(n, now[n]):
+            out[n] = old[n]
+    return out
+
+
 def _norm(name: str, value: Any) -> Any:
-    if name == "norm_placement":  # not given: the presets' post-LN (saved runs of earlier versions said "post")
-        return value or "post"
-    if name in ("model_config", "init_from") and value:
+    if name in _PATHS and value:
         return str(Path(value).resolve())
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 def _flag(name: str) -> str:
     return next(leaf.flag for leaf in options.leaves(TrainConfig) if leaf.name == name)
+
+
+def _flags(names: Any) -> str:
+    return " and ".join(_flag(n) for n in names)
 
 
 def _shown(value: Any) -> str:

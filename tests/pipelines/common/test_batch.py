@@ -5,6 +5,7 @@ import pytest
 
 from bertstream.pipelines.common.batch import InstanceBatch
 from bertstream.pipelines.pretraining.masking import mask, masking_spec
+from bertstream.schemas.masking import MaskingSettings
 from tests.schemas.test_masking import random_batch, toy_vocab
 
 
@@ -12,7 +13,7 @@ def masked_batch(seed: int, n: int) -> InstanceBatch:
     vocab = toy_vocab()
     rng = np.random.default_rng(seed)
     ids, offsets, seg_a, iids = random_batch(rng, n, vocab)
-    m = mask(ids, offsets, seg_a, iids, masking_spec(vocab, 0.15, 20, whole_word=False))
+    m = mask(ids, offsets, seg_a, iids, masking_spec(vocab, MaskingSettings(0.15, 20)))
     nsp = rng.integers(0, 2, n).astype(np.int8)
     return InstanceBatch(iids, m.ids, offsets.astype(np.int64), seg_a, nsp, m.positions, m.labels, m.pred_offsets)
 

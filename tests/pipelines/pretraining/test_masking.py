@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from bertstream.pipelines.pretraining.masking import mask, masking_spec
+from bertstream.schemas.masking import MaskingSettings
 from tests.schemas.test_masking import random_batch, toy_vocab
 
 
 def test_an_instance_masks_the_same_whatever_its_batch():
     vocab = toy_vocab()
-    spec = masking_spec(vocab, 0.15, 20, whole_word=False)
+    spec = masking_spec(vocab, MaskingSettings(0.15, 20))
     ids, offsets, seg_a, iids = random_batch(np.random.default_rng(1), 300, vocab)
     whole = mask(ids, offsets, seg_a, iids, spec)
     for i in (0, 17, 299):
@@ -24,7 +25,7 @@ def test_an_instance_masks_the_same_whatever_its_batch():
 
 
 def test_inconsistent_layouts_are_refused_before_the_kernel():
-    spec = masking_spec(toy_vocab(), 0.15, 20, whole_word=True)
+    spec = masking_spec(toy_vocab(), MaskingSettings(0.15, 20, whole_word_mask=True))
     ids = np.array([2, 30, 3, 40, 3], np.uint16)
     iid = np.zeros(1, np.uint64)
     with pytest.raises(ValueError, match="ragged layout"):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bertstream.schemas import masking as rule
-from bertstream.schemas.masking import num_to_predict
+from bertstream.schemas.masking import MaskingSettings, num_to_predict
 from bertstream.schemas.vocab import MASK, Vocab, is_reserved
 from bertstream.trainer.data import DataConfig, PretrainingLoader
 from bertstream.trainer.data.masking import Masker, instance_keys, restore
@@ -163,7 +163,7 @@ def test_whole_word_masking_masks_whole_words(demo_shards: Path) -> None:
 
 def test_masker_draws_random_replacements_from_ordinary_tokens_only(demo_shards: Path) -> None:
     vocab = demo_vocab_of(demo_shards)
-    m = Masker.for_vocab(vocab, probability=0.15, max_predictions=None, whole_word=False, seed=0)
+    m = Masker.for_vocab(vocab, MaskingSettings(0.15, None, False), seed=0)
     ordinary = {i for i, t in enumerate(vocab.tokens) if not is_reserved(t)}
     assert set(m.rule.random_ids.tolist()) == ordinary and len(ordinary) < len(vocab)
 
@@ -181,7 +181,7 @@ def test_static_is_the_default_and_refuses_dynamic_only_options(uneven: Dataset)
 def test_masks_are_the_rule_keyed_by_seed_epoch_and_instance(demo_shards: Path) -> None:
     """The contract's rule (the static masks' own), with the trainer's keys: (seed, epoch, instance id)."""
     vocab = demo_vocab_of(demo_shards)
-    masking = rule.MaskingRule.for_vocab(vocab, 0.15, None, whole_word=True)
+    masking = rule.MaskingRule.for_vocab(vocab, MaskingSettings(0.15, None, whole_word_mask=True))
     got = list(rows(make(demo_shards, whole_word_mask=True)).items())[:300]
     assert len(got) == 300
     for iid, r in got:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import click
 import pytest
 import torch
+from click.testing import CliRunner
 
 from bertstream.trainer.cli import main
 from bertstream.trainer.optim.table import OPTIMIZERS, build_optimizer
@@ -46,8 +48,32 @@ def test_every_optimizer_trains_and_resumes_exactly_from_its_state(name):
 
 
 def test_an_unknown_name_is_refused_with_the_table_s_names():
-    with pytest.raises(ValueError, match=r"optimizer must be one of \('adamw', 'lamb'"):
-        build_optimizer(_model(), "sgd", 1e-2, 0.01)
+    names = ", ".join(map(repr, OPTIMIZERS))
+    with pytest.raises(ValueError, match=re.escape(f"optimizer must be one of ({names})")):
+        build_optimizer(_model(), "no-such-optimizer", 1e-2, 0.01)
+
+
+@pytest.mark.parametrize(("name", "setting"), [(n, k) for n, row in OPTIMIZERS.items() for k in row.own])
+def test_each_own_setting_of_a_row_reaches_its_optimizer(name, setting):
+    # a row's own settings (its defaults, --optimizer-settings over them): another value changes the optimizer
+    default = OPTIMIZERS[name].own[setting]
+    other = (not default) if isinstance(default, bool) else default / 2
+    built = build_optimizer(_model(), name, 1e-2, 0.01).state_dict()["param_groups"]
+    changed = build_optimizer(_model(), name, 1e-2, 0.01, own=f"{setting}={other}").state_dict()["param_groups"]
+    assert built != changed
+    assert build_optimizer(_model(), name, 1e-2, 0.01, own=f"{setting}={default}").state_dict()["param_groups"] == built
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune"])
+def test_an_own_setting_the_row_lacks_is_one_usage_error_naming_the_row_s(command, tmp_path):
+    name = next(iter(OPTIMIZERS))
+    required = {"pretrain": ["--data", "d"], "finetune": ["--task", "ner", "--train-data", "t", "--eval-data", "e"]}
+    argv = [command, *required[command], "--output", str(tmp_path), "--optimizer", name]
+    argv += ["--init", "random:tiny"] * (command == "finetune") + ["--optimizer-settings", "no_such_knob=1"]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2
+    assert f"'no_such_knob' is no setting of --optimizer {name} (" in result.output
+    assert all(k in result.output for k in OPTIMIZERS[name].own)
 
 
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])

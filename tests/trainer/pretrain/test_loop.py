@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bertstream.cli import options
 from bertstream.cli.errors import UsageError
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.config import TrainConfig
@@ -378,7 +379,8 @@ def test_dynamic_masking_run_resumes_mid_epoch_with_the_same_masks(demo_shards, 
     kw = {"masking": "dynamic", "mlm_probability": 0.3, "deterministic": True, "num_workers": 2, "checkpoint_every": 4}
     whole = train(demo_shards, tmp_path / "whole", **kw)
     saved = json.loads((tmp_path / "whole" / "config.json").read_text())
-    assert saved["train"]["objective"]["masking"] == "dynamic" and saved["train"]["objective"]["mlm_probability"] == 0.3
+    flags = options.saved_values(TrainConfig, saved["train"])  # (the masking flags are saved in its data section)
+    assert flags["masking"] == "dynamic" and flags["mlm_probability"] == 0.3
     shutil.copytree(tmp_path / "whole", tmp_path / "cut")
     for c in ckpt.list_checkpoints(tmp_path / "cut")[1:]:
         shutil.rmtree(c)  # back to step 4, mid-epoch
@@ -406,7 +408,7 @@ def test_no_nsp_cli_trains_mlm_only_with_whole_word_masks(demo_shards, tmp_path)
     rows = read_metrics(run)
     assert len(rows) == 3 and all("nsp_loss" not in r and "nsp_accuracy" not in r for r in rows)
     assert all(r["loss"] == r["mlm_loss"] for r in rows)
-    saved = json.loads((run / "config.json").read_text())["train"]["objective"]
+    saved = options.saved_values(TrainConfig, json.loads((run / "config.json").read_text())["train"])
     assert saved["no_nsp"] and saved["whole_word_mask"] and saved["masking"] == "dynamic"
     # The NSP head never got a gradient: its weights are still the seeded initial ones.
     from safetensors.torch import load_file

@@ -10,6 +10,7 @@ from bertstream.pipelines.common.batch import InstanceBatch
 from bertstream.pipelines.pretraining.instances import assemble, unit_instances
 from bertstream.pipelines.pretraining.masking import Masked, compiled_mask, masking_spec, reference_mask
 from bertstream.schemas import masking as rule
+from bertstream.schemas.masking import MaskingSettings
 from tests.schemas.test_masking import random_batch, toy_vocab
 
 
@@ -42,7 +43,7 @@ def test_kernel_equals_numpy_on_wikipedia_and_books(
 ):
     pool, vocab = wiki_books_pool
     b = real_batch(pool, vocab, max_seq_length, pass_index=2)
-    spec = masking_spec(vocab, masked_lm_prob, max_predictions, whole_word)
+    spec = masking_spec(vocab, MaskingSettings(masked_lm_prob, max_predictions, whole_word))
     ours = compiled_mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec)
     assert_same(ours, reference_mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec))
     assert ours.ids.flags.writeable and len(ours.positions) > len(b) // 2
@@ -52,7 +53,7 @@ def test_kernel_equals_numpy_on_wikipedia_and_books(
 def test_kernel_equals_numpy_on_the_demo_corpus(demo_pool, whole_word):
     pool, vocab = demo_pool
     b = real_batch(pool, vocab, 128, pass_index=0)
-    spec = masking_spec(vocab, 0.15, 20, whole_word)
+    spec = masking_spec(vocab, MaskingSettings(0.15, 20, whole_word))
     assert_same(
         compiled_mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec),
         reference_mask(b.ids, b.offsets, b.segment_a_length, b.instance_ids, spec),
@@ -65,7 +66,7 @@ def test_kernel_equals_numpy_on_random_batches(whole_word, dtype):
     # Every length from the shortest instance (5 tokens: k = 1 of 2 candidates) up; a quarter of the toy
     # vocabulary are continuation pieces, so words of several pieces are common.
     vocab = toy_vocab()
-    spec = masking_spec(vocab, 0.15, 20, whole_word)
+    spec = masking_spec(vocab, MaskingSettings(0.15, 20, whole_word))
     rng = np.random.default_rng(3)
     ids, offsets, seg_a, iids = random_batch(rng, 3000, vocab, max_len=300)
     ids = ids.astype(dtype)
@@ -81,14 +82,15 @@ def test_kernel_equals_numpy_on_random_batches(whole_word, dtype):
 
 
 def test_kernel_follows_the_rules_constants(monkeypatch):
-    # The kernel takes the 80/10/10 thresholds and the draws' constants from the rule at each call: a change
+    # The kernel takes the split from the settings and the draws' constants from the rule at each call: a change
     # there changes both (numba would keep module globals frozen in its cache).
-    for name, value in (("MASK_FRACTION", 0.5), ("KEEP_OF_REST", 0.3), ("PICK", 11), ("MASK80", 12)):
+    for name, value in (("PICK", 11), ("MASK80", 12)):
         monkeypatch.setattr(rule, name, value)
     vocab = toy_vocab()
     ids, offsets, seg_a, iids = random_batch(np.random.default_rng(4), 2000, vocab)
     for whole_word in (False, True):
-        spec = masking_spec(vocab, 0.15, 20, whole_word)
+        settings = MaskingSettings(0.15, 20, whole_word, mask_fraction=0.5, keep_fraction=0.15, random_fraction=0.35)
+        spec = masking_spec(vocab, settings)
         ours = compiled_mask(ids, offsets, seg_a, iids, spec)
         assert_same(ours, reference_mask(ids, offsets, seg_a, iids, spec))
     row = np.repeat(np.arange(len(seg_a)), np.diff(ours.pred_offsets))
