@@ -8,7 +8,7 @@ Adding an optimizer: its module in this folder (a ``torch.optim.Optimizer``, whi
 ``load_state_dict``, so checkpoints and resume need nothing more) and a row in ``OPTIMIZERS``; both commands
 offer it. Its ``step`` must honour a ``found_inf`` attribute (a float 0-dim tensor on the device, 1: leave
 parameters and state as they were), as fused AdamW and LAMB do: a step whose gradient is not finite is skipped
-on the device, never read on the host (``runtime.Training.optimizer_step``). Every optimizer gets the same parameter groups (:mod:`bertstream.trainer.optim.groups`), each with
+on the device, never read on the host (``training.Training.optimizer_step``). Every optimizer gets the same parameter groups (:mod:`bertstream.trainer.optim.groups`), each with
 its own rate and weight decay. This module imports no torch until an optimizer is built: ``--help`` reads the
 table for the flag's choices.
 """

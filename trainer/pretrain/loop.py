@@ -19,6 +19,7 @@ from bertstream.schemas.vocab import Vocab
 from bertstream.trainer import distributed as D
 from bertstream.trainer import rundir
 from bertstream.trainer import runtime as R
+from bertstream.trainer.checkpoint_writer import CheckpointWriter, background_writes
 from bertstream.trainer.config import TrainConfig, compiles
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.metrics import MetricsLogger, Throughput, tracked
@@ -42,6 +43,7 @@ from bertstream.trainer.pretrain.step import Running, step_counts, train_step
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.snapshot import Background
 from bertstream.trainer.threads import apply as apply_threads
+from bertstream.trainer.training import Training
 
 
 def forever(loader: PretrainingLoader) -> Iterator[dict[str, torch.Tensor]]:
@@ -143,7 +145,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     info = D.setup(cfg.run.device, cfg.dist_timeout)
     run_dir = Path(cfg.run.output)
     try:
-        with rundir.held(run_dir, "berttrain pretrain", info), R.background_writes() as writes:
+        with rundir.held(run_dir, "berttrain pretrain", info), background_writes() as writes:
             D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
             return _pretrain(cfg, info, writes if cfg.run.async_checkpoint else None)
     except Exception as e:
@@ -178,7 +180,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     o = cfg.optim
     optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps)
     scheduler = build_scheduler(optimizer, o.warmup_steps, cfg.max_steps, o.lr_schedule)
-    training = R.Training(model, raw, optimizer, scheduler, o.max_grad_norm)
+    training = Training(model, raw, optimizer, scheduler, o.max_grad_norm)
     training.scaler = R.grad_scaler(info.device, cfg.run.precision)
     R.seed_dropout(cfg.run.seed, info)
     if restored is not None and not cfg.checkpoint.reset_optimizer:
@@ -188,7 +190,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     metrics = MetricsLogger(run_dir, enabled=info.is_main, trackers=cfg.run.trackers, params=tracked(cfg))
     metrics.truncate_after(training.step)
     run_config = write_run_config(cfg, config, vocab, lowercase, info)
-    writer = R.CheckpointWriter(run_config, vocab.text(), info, writes=writes, announce=True)
+    writer = CheckpointWriter(run_config, vocab.text(), info, writes=writes, announce=True)
     R.log(f"{describe(raw, loader, cfg, info)}, {threads}", info)
     if loader.weighted:
         R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)

@@ -14,6 +14,7 @@ from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import rundir
 from bertstream.trainer import runtime as R
+from bertstream.trainer.checkpoint_writer import restore_rng
 from bertstream.trainer.config import TrainConfig, compiles
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.errors import RunError
@@ -21,6 +22,7 @@ from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.pretrain.inputs import OpenedData, check_seq_length, model_config
 from bertstream.trainer.pretrain.resume import check_new_phase, check_resume, extend_schedule, group_rates, same_data
+from bertstream.trainer.training import Training, load_state
 
 
 def plan_run_dir(cfg: TrainConfig) -> ckpt.Loaded | None:
@@ -83,11 +85,11 @@ def build_model(
     raw = BertForPreTraining(config, seed=cfg.run.seed, unpad=cfg.unpad)
     init_state, init_notes = hf
     if init_state is not None:
-        R.load_state(raw, init_state, "weights", f"--init-from {cfg.model.init_from}", strict=True)
+        load_state(raw, init_state, "weights", f"--init-from {cfg.model.init_from}", strict=True)
         for line in init_notes:
             R.log(line, info)
     if restored is not None:
-        R.load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
+        load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
     raw.to(info.device)
     compiled: torch.nn.Module = raw
     if compiles(cfg.compile, info.device.type):
@@ -106,7 +108,7 @@ def build_model(
 
 
 def restore_position(
-    cfg: TrainConfig, restored: ckpt.Loaded, training: R.Training, loader: PretrainingLoader, info: D.DistInfo
+    cfg: TrainConfig, restored: ckpt.Loaded, training: Training, loader: PretrainingLoader, info: D.DistInfo
 ) -> None:
     """Continue the checkpoint's run: optimizer, schedule, step, data position and RNG."""
     training.restore(restored)
@@ -136,7 +138,7 @@ def restore_position(
             info,
         )
     else:
-        R.restore_rng(restored.rng, info, restored.path, saved_world)
+        restore_rng(restored.rng, info, restored.path, saved_world)
     R.log(f"resumed from {restored.path} at step {restored.step}", info)
 
 
