@@ -82,7 +82,7 @@ def build_optimizer(
 
 def keep_real_rows(optimizer: torch.optim.Optimizer, model: nn.Module) -> None:
     """The state of a parameter padded with rows the model never uses (a module's ``padded_parameters``: name ->
-    real rows, the vocabulary's, see ``model.pad_vocab``) saved at its real rows and padded again (zeros) when
+    real rows, the vocabulary's, see ``embeddings.pad_vocab``) saved at its real rows and padded again (zeros) when
     loaded, as the model's weights are: optimizer.pt keeps the real size, so checkpoints of before still resume."""
     real = {
         id(m.get_parameter(name)): rows
