@@ -45,20 +45,33 @@ class BertSelfAttention(nn.Module):
         return ctx.transpose(1, 2).reshape(b, t, h)
 
 
-class BertSelfOutput(nn.Module):
-    """Projection + residual. Post-LN normalises the sum; pre-LN applies the same ``LayerNorm`` to the
-    sublayer's input instead (see ``BertAttention``), so both placements have the same parameter names."""
+class ResidualOutput(nn.Module):
+    """A sublayer's projection back to the hidden size + residual. Post-LN normalises the sum; pre-LN applies the
+    same ``LayerNorm`` to the sublayer's input instead (:meth:`sublayer_input`), so both placements have the same
+    parameter names (``dense``, ``LayerNorm``: Hugging Face's)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, in_size: int) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(in_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.pre_ln = config.pre_ln
 
+    def sublayer_input(self, x: Tensor) -> Tensor:
+        """What the sublayer reads of the residual stream ``x``: pre-LN normalises it, post-LN reads it as is."""
+        return self.LayerNorm(x) if self.pre_ln else x
+
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        # x: the sublayer's output [..., in_size]; residual: [..., H] -> [..., H]
         out = self.dropout(self.dense(x)) + residual
         return out if self.pre_ln else self.LayerNorm(out)
+
+
+class BertSelfOutput(ResidualOutput):
+    """The attention's output onto the residual stream: [..., H] -> [..., H]."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config, config.hidden_size)
 
 
 class BertAttention(nn.Module):
@@ -68,8 +81,7 @@ class BertAttention(nn.Module):
         self.output = BertSelfOutput(config)
 
     def forward(self, x: Tensor, mask: Mask) -> Tensor:
-        inner = self.output.LayerNorm(x) if self.output.pre_ln else x
-        return self.output(self.self(inner, mask), x)
+        return self.output(self.self(self.output.sublayer_input(x), mask), x)
 
 
 class BertIntermediate(nn.Module):
@@ -82,18 +94,12 @@ class BertIntermediate(nn.Module):
         return F.gelu(self.dense(x))  # exact (erf) GELU, HF "gelu"
 
 
-class BertOutput(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        assert config.intermediate_size is not None
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
-        self.pre_ln = config.pre_ln
+class BertOutput(ResidualOutput):
+    """The feed-forward block's output onto the residual stream: [..., intermediate] -> [..., H]."""
 
-    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        out = self.dropout(self.dense(x)) + residual
-        return out if self.pre_ln else self.LayerNorm(out)
+    def __init__(self, config: BertConfig) -> None:
+        assert config.intermediate_size is not None
+        super().__init__(config, config.intermediate_size)
 
 
 class BertLayer(nn.Module):
@@ -108,8 +114,7 @@ class BertLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Mask) -> Tensor:
         x = self.attention(x, mask)
-        inner = self.output.LayerNorm(x) if self.output.pre_ln else x
-        return self.output(self.intermediate(inner), x)
+        return self.output(self.intermediate(self.output.sublayer_input(x)), x)
 
 
 class BertEncoder(nn.Module):
