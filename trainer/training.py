@@ -111,6 +111,14 @@ class Diverged(RunError):
     """The loss (so the gradient) became NaN or inf: the run stops before the step that would spoil its weights."""
 
 
+def diverged(step: int, norm: float) -> Diverged:
+    """The one line a diverged run stops with, at ``step`` (its gradient norm ``norm``: NaN or inf)."""
+    return Diverged(
+        f"training diverged at step {step}: the loss or its gradient is {norm}; stopped before applying it, the "
+        "last checkpoint before it is kept (none is written with NaN weights); lower --lr, or check the data"
+    )
+
+
 @dataclass(slots=True)
 class Training:
     """What the optimizer steps, carried whole by both loops: the model (as called, and as saved), its optimizer
@@ -169,11 +177,7 @@ class Training:
             return self._advance(grad_norm)
         if not finite:
             self.optimizer.zero_grad(set_to_none=True)
-            raise Diverged(
-                f"training diverged at step {self.step + 1}: the loss or its gradient is {float(grad_norm)}; stopped "
-                "before applying it, the last checkpoint before it is kept (none is written with NaN weights); lower "
-                "--lr, or check the data"
-            )
+            raise diverged(self.step + 1, float(grad_norm))
         scaler.step(self.optimizer)
         scaler.update()
         return self._advance(grad_norm)
@@ -192,11 +196,7 @@ class Training:
             return
         step = int(self.bad_step)
         if step:
-            raise Diverged(
-                f"training diverged at step {step}: the loss or its gradient is {float(self.bad_norm)}; stopped "
-                "before applying it, the last checkpoint before it is kept (none is written with NaN weights); lower "
-                "--lr, or check the data"
-            )
+            raise diverged(step, float(self.bad_norm))
 
     def restore(self, restored: ckpt.Loaded) -> None:
         """A checkpoint's optimizer, schedule and step (its weights are loaded with the model)."""
