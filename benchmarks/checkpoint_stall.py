@@ -2,8 +2,8 @@
 to host memory and written in the background (the default), in one run, on the same model and disk.
 
 A model of ``--preset`` (base: 110M parameters, 1.3 GB with AdamW's moments) takes real training steps
-(``trainer.runtime.Training``: forward, backward, clipped AdamW step) on a small batch; after ``--warmup`` steps
-``runtime.CheckpointWriter.save`` is called as the loops call it, then ``--after`` more steps are taken (in the
+(``trainer.training.Training``: forward, backward, clipped AdamW step) on a small batch; after ``--warmup`` steps
+``checkpoint_writer.CheckpointWriter.save`` is called as the loops call it, then ``--after`` more steps are taken (in the
 background mode, more while the write lasts), then the writer's ``finish`` (what the end of a run waits for).
 The loop's stall is the time the loop waited for the checkpoint: the ``save`` call plus what ``finish`` still
 waited for. Apart from it: how much longer the steps
@@ -38,12 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.train_step import make_batch  # noqa: E402
 from bertstream.trainer import runtime as R  # noqa: E402
+from bertstream.trainer.checkpoint_writer import CheckpointWriter  # noqa: E402
 from bertstream.trainer.distributed import DistInfo  # noqa: E402
 from bertstream.trainer.model import BertForPreTraining, mean_losses  # noqa: E402
 from bertstream.trainer.model_config import PRESETS  # noqa: E402
 from bertstream.trainer.optim.schedule import build_scheduler  # noqa: E402
 from bertstream.trainer.optim.table import build_optimizer  # noqa: E402
 from bertstream.trainer.snapshot import Background  # noqa: E402
+from bertstream.trainer.training import Training  # noqa: E402
 
 
 def sync(device: torch.device) -> None:
@@ -69,7 +71,7 @@ def measure(
     info = DistInfo(0, 0, 1, device)
     model = BertForPreTraining(PRESETS[preset](vocab_size), seed=0).to(device)
     optimizer = build_optimizer(model, "adamw", 1e-5, 0.01)
-    training = R.Training(model, model, optimizer, build_scheduler(optimizer, 10, 10_000), max_grad_norm=1.0)
+    training = Training(model, model, optimizer, build_scheduler(optimizer, 10, 10_000), max_grad_norm=1.0)
     data = {k: v.to(device) for k, v in make_batch(vocab_size, batch, seq, 8, torch.Generator().manual_seed(0)).items()}
     precision = "bf16" if device.type == "cuda" else "fp32"
 
@@ -87,7 +89,7 @@ def measure(
     nbytes = 0
     # one writer per mode for the whole run, as a run has: its host buffers are allocated by its first checkpoint
     writers = {
-        mode: R.CheckpointWriter(config, "[PAD]\n", info, writes=Background() if mode == "async" else None)
+        mode: CheckpointWriter(config, "[PAD]\n", info, writes=Background() if mode == "async" else None)
         for mode in runs
     }
     for i in range(repeats * 2):
@@ -137,7 +139,7 @@ def copy_costs(root: Path, *, preset: str = "base", vocab_size: int = 30522) -> 
     info = DistInfo(0, 0, 1, torch.device("cpu"))
     model = BertForPreTraining(PRESETS[preset](vocab_size), seed=0)
     optimizer = build_optimizer(model, "adamw", 1e-5, 0.01)
-    training = R.Training(model, model, optimizer, build_scheduler(optimizer, 10, 10_000), max_grad_norm=1.0)
+    training = Training(model, model, optimizer, build_scheduler(optimizer, 10, 10_000), max_grad_norm=1.0)
 
     def step() -> None:  # AdamW's moments exist, the weights move: what the copy must not see change
         for p in model.parameters():
@@ -148,10 +150,10 @@ def copy_costs(root: Path, *, preset: str = "base", vocab_size: int = 30522) -> 
     config = {"model": model.config.to_dict()}
     out: dict[str, Any] = {"preset": preset}
     start = time.perf_counter()
-    R.CheckpointWriter(config, "[PAD]\n", info).save(root / "sync", training, {"data": {}}, keep=1)
+    CheckpointWriter(config, "[PAD]\n", info).save(root / "sync", training, {"data": {}}, keep=1)
     out["sync_stall_s"] = round(time.perf_counter() - start, 2)
     out["checkpoint_mib"] = round(sum(p.stat().st_size for p in (root / "sync").rglob("*") if p.is_file()) / 2**20, 1)
-    writer = R.CheckpointWriter(config, "[PAD]\n", info, writes=Background())
+    writer = CheckpointWriter(config, "[PAD]\n", info, writes=Background())
     for name in ("async_first_stall_s", "async_reused_stall_s"):
         step()
         start = time.perf_counter()

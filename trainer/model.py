@@ -1,12 +1,11 @@
-"""BERT (Devlin et al., 2018) for pretraining: encoder, pooler, MLM and NSP heads.
+"""BERT (Devlin et al., 2018) for pretraining: the trunk (embeddings, encoder, pooler), the MLM and NSP heads, and
+their initialisation. The embeddings and the vocabulary padding are :mod:`bertstream.trainer.embeddings`, the
+encoder's layers :mod:`bertstream.trainer.encoder`; this module is the model's public face (``__all__``).
 
 Parameter names and shapes are Hugging Face ``transformers.BertForPreTraining``'s, one to one: our
 ``named_parameters()`` equal HF's (which lists tied parameters once). The MLM decoder weight is the word
 embedding matrix itself and its bias is ``cls.predictions.bias``, so the state dict has no
 ``cls.predictions.decoder.*`` entries (HF's are aliases of those two tensors).
-
-The query, key and value projections stay three ``nn.Linear`` modules as in HF, but are applied as one GEMM
-on their concatenated weights: one matrix multiply instead of three, at the cost of a [3H, H] copy per layer.
 
 MLM logits are computed only at ``masked_lm_positions``: hidden states are gathered there before the
 transform and the vocabulary projection, which is what makes a step cheaper than HF's (which projects every
@@ -21,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertstream.trainer.embeddings import BertEmbeddings, pad_vocab, save_real_rows
+from bertstream.trainer.encoder import BertEncoder
 from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.unpad import Unpadded, attention_bias, attention_dtype
 from bertstream.trainer.weights_init import construct_then_init, derive_seed
@@ -101,191 +102,6 @@ def seeded_init(module: nn.Module, std: float, seed: int, stream: str) -> None:
 # ----------------------------------------------------------------------------------------------- model
 
 
-VOCAB_MULTIPLE = 64
-
-
-def pad_vocab(vocab_size: int) -> int:
-    """The rows the model allocates for ``vocab_size`` tokens: a multiple of :data:`VOCAB_MULTIPLE`, so that the
-    MLM decoder's GEMM (and the embedding's gradient) run on aligned shapes (30,522 -> 30,528, as NVIDIA's and
-    MosaicBERT's scripts pad). The padded rows are zero, never looked up (ids < vocab_size), their logits
-    sliced off before the loss; ``state_dict`` and ``load_state_dict`` see the real size only, so checkpoints,
-    exports and Hugging Face weights keep it."""
-    return -(-vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
-
-
-def _keep_real_rows(module: nn.Module, key: str, rows: int) -> None:
-    """``module``'s parameter ``key`` (padded to more than ``rows`` rows) saved and loaded at ``rows`` rows."""
-
-    def save(mod: nn.Module, state: dict, prefix: str, local_metadata: object) -> None:
-        if prefix + key in state:
-            state[prefix + key] = state[prefix + key][:rows]
-
-    def load(mod: nn.Module, state: dict, prefix: str, *args: object) -> None:
-        value = state.get(prefix + key)
-        current = mod.get_parameter(key)
-        if isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] == rows < current.shape[0]:
-            padding = value.new_zeros((current.shape[0] - rows, *value.shape[1:]))
-            state[prefix + key] = torch.cat((value, padding))
-
-    module.register_state_dict_post_hook(save)
-    module.register_load_state_dict_pre_hook(load)
-    # the optimizer's state too (optim.table.keep_real_rows reads this; a module attribute survives to_empty)
-    setattr(module, "padded_parameters", {**getattr(module, "padded_parameters", {}), key: rows})  # noqa: B010
-
-
-class BertEmbeddings(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.word_embeddings = nn.Embedding(pad_vocab(config.vocab_size), config.hidden_size)
-        self.word_embeddings.real_rows = config.vocab_size  # type: ignore[assignment]  # read by init_bert_weights
-        _keep_real_rows(self, "word_embeddings.weight", config.vocab_size)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
-        self.pad_token_id = config.pad_token_id
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        # input_ids, token_type_ids: [B, T] -> [B, T, H]
-        t = input_ids.shape[1]
-        if t > self.position_embeddings.num_embeddings:
-            raise ValueError(
-                f"sequence length {t} exceeds max_position_embeddings={self.position_embeddings.num_embeddings}"
-            )
-        x = self.word_embeddings(input_ids) + self.position_embeddings.weight[:t]  # [B,T,H] + [T,H]
-        if token_type_ids is None:
-            x = x + self.token_type_embeddings.weight[0]
-        else:
-            x = x + self.token_type_embeddings(token_type_ids)
-        return self.dropout(self.LayerNorm(x))
-
-    def rows(self, input_ids: Tensor, positions: Tensor, token_type_ids: Tensor) -> Tensor:
-        # [N] each -> [N, H]: the unpadded layout's tokens, summed in forward's order
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
-        return self.dropout(self.LayerNorm(x + self.token_type_embeddings(token_type_ids)))
-
-
-Mask = Tensor | Unpadded | None  # the encoder's: padded bias [B, 1, 1, T], the unpadded layout, or none
-
-
-class BertSelfAttention(nn.Module):
-    """Multi-head self-attention, computed by ``scaled_dot_product_attention``."""
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.num_heads = config.num_heads
-        self.head_size = config.head_size
-        self.dropout_p = config.attention_dropout
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = nn.Linear(config.hidden_size, config.hidden_size)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
-
-    def forward(self, x: Tensor, mask: Mask) -> Tensor:
-        # x: [B, T, H]; mask: additive bias [B, 1, 1, T] (see attention_bias) or None. Unpadded: x [Nq, H]
-        weight = torch.cat((self.query.weight, self.key.weight, self.value.weight))  # [3H, H]
-        bias = torch.cat((self.query.bias, self.key.bias, self.value.bias))  # [3H]
-        if isinstance(mask, Unpadded):
-            return mask.attend(F.linear(x, weight, bias), self.num_heads, self.dropout_p if self.training else 0.0)
-        b, t, h = x.shape
-        # [B,T,3H] -> [3, B, heads, T, head]; views only, SDPA accepts the strides
-        qkv = F.linear(x, weight, bias)
-        q, k, v = qkv.view(b, t, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4).unbind(0)
-        ctx = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
-        )  # [B, heads, T, head]
-        return ctx.transpose(1, 2).reshape(b, t, h)
-
-
-class BertSelfOutput(nn.Module):
-    """Projection + residual. Post-LN normalises the sum; pre-LN applies the same ``LayerNorm`` to the
-    sublayer's input instead (see ``BertAttention``), so both placements have the same parameter names."""
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
-        self.pre_ln = config.pre_ln
-
-    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        out = self.dropout(self.dense(x)) + residual
-        return out if self.pre_ln else self.LayerNorm(out)
-
-
-class BertAttention(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.self = BertSelfAttention(config)
-        self.output = BertSelfOutput(config)
-
-    def forward(self, x: Tensor, mask: Mask) -> Tensor:
-        inner = self.output.LayerNorm(x) if self.output.pre_ln else x
-        return self.output(self.self(inner, mask), x)
-
-
-class BertIntermediate(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        assert config.intermediate_size is not None
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.gelu(self.dense(x))  # exact (erf) GELU, HF "gelu"
-
-
-class BertOutput(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        assert config.intermediate_size is not None
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
-        self.pre_ln = config.pre_ln
-
-    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        out = self.dropout(self.dense(x)) + residual
-        return out if self.pre_ln else self.LayerNorm(out)
-
-
-class BertLayer(nn.Module):
-    """Transformer block. Post-LN (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)).
-    Pre-LN: x = x + Attn(LN(x)); x = x + FFN(LN(x)), with one more LN after the last block (``BertEncoder``)."""
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.attention = BertAttention(config)
-        self.intermediate = BertIntermediate(config)
-        self.output = BertOutput(config)
-
-    def forward(self, x: Tensor, mask: Mask) -> Tensor:
-        x = self.attention(x, mask)
-        inner = self.output.LayerNorm(x) if self.output.pre_ln else x
-        return self.output(self.intermediate(inner), x)
-
-
-class BertEncoder(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
-        # pre-LN leaves the residual stream unnormalised: the heads read it through this last LN
-        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_ln else None
-
-    def forward(self, x: Tensor, mask: Mask) -> Tensor:
-        for layer in self.layer:
-            x = layer(x, mask)
-        return x if self.final_layer_norm is None else self.final_layer_norm(x)
-
-    def all_states(self, x: Tensor, mask: Mask) -> list[Tensor]:
-        """The input and every layer's output (``num_layers + 1`` tensors), as HF's ``output_hidden_states``
-        (pre-LN: the last one after the final LN, as ``forward`` returns it)."""
-        states = [x]
-        for layer in self.layer:
-            states.append(layer(states[-1], mask))
-        if self.final_layer_norm is not None:
-            states[-1] = self.final_layer_norm(states[-1])
-        return states
-
-
 class BertPooler(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -359,7 +175,7 @@ class BertLMPredictionHead(nn.Module):
         self.transform = BertPredictionHeadTransform(config)
         self.vocab_size = config.vocab_size
         self.bias = nn.Parameter(torch.zeros(pad_vocab(config.vocab_size)))
-        _keep_real_rows(self, "bias", config.vocab_size)
+        save_real_rows(self, "bias", config.vocab_size)
 
     def forward(self, x: Tensor, decoder_weight: Tensor) -> Tensor:
         # x: [..., H], decoder_weight: [Vp, H] (padded, see pad_vocab) -> [..., V]: padded logits never win

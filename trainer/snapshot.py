@@ -81,7 +81,7 @@ class Background:
         self.started_at = 0.0
         self.seconds = 0.0  # how long the last finished write took, from its start
         # A write was started and its outcome not yet agreed: kept by every rank (only rank 0 writes), so that
-        # all of them meet to learn it (``runtime.CheckpointWriter.poll``).
+        # all of them meet to learn it (``checkpoint_writer.CheckpointWriter.poll``).
         self.outstanding = False
 
     def start(self, write: Callable[[], Any], name: str = "checkpoint-write") -> None:

@@ -13,25 +13,27 @@ from torch import nn
 
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import runtime as R
+from bertstream.trainer.checkpoint_writer import CheckpointWriter
 from bertstream.trainer.cli import main
 from bertstream.trainer.distributed import DistInfo
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model_config import bert_tiny
 from bertstream.trainer.optim.schedule import build_scheduler
+from bertstream.trainer.training import Diverged, Training
 
 CPU = torch.device("cpu")
 
 
-def _training(scaled: bool, seed: int = 0) -> R.Training:
+def _training(scaled: bool, seed: int = 0) -> Training:
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)  # as the optimizer table builds it
-    t = R.Training(model, model, opt, build_scheduler(opt, 0, 100), max_grad_norm=1.0)
+    t = Training(model, model, opt, build_scheduler(opt, 0, 100), max_grad_norm=1.0)
     t.scaler = torch.amp.GradScaler("cpu") if scaled else None
     return t
 
 
-def _step(t: R.Training, x: torch.Tensor) -> torch.Tensor:
+def _step(t: Training, x: torch.Tensor) -> torch.Tensor:
     t.backward(t.model(x).pow(2).mean())
     return t.optimizer_step()
 
@@ -55,7 +57,7 @@ def test_an_overflow_skips_the_step_with_a_halved_scale_and_a_collapse_is_diverg
     assert all(torch.equal(a, b) for a, b in zip(before, t.raw.parameters()))  # weights untouched
     t.scaler.update(new_scale=1.0)  # the scale has collapsed: no longer fp16's range, the run diverged
     t.backward(t.model(torch.full((2, 4), float("inf"))).sum())
-    with pytest.raises(R.Diverged, match="training diverged at step 2"):
+    with pytest.raises(Diverged, match="training diverged at step 2"):
         t.optimizer_step()
 
 
@@ -64,7 +66,7 @@ def test_the_loss_scale_is_saved_in_the_checkpoint_and_restored(tmp_path):
     t = _training(True)
     _step(t, torch.ones(2, 4))
     t.scaler.update(new_scale=1024.0)
-    writer = R.CheckpointWriter({"model": bert_tiny(8).to_dict()}, "[PAD]\n", info)
+    writer = CheckpointWriter({"model": bert_tiny(8).to_dict()}, "[PAD]\n", info)
     path = writer.save(tmp_path, t, {"data": {}})
     assert json.loads((path / "state.json").read_text())["grad_scaler"]["scale"] == 1024.0
     again = _training(True)

@@ -19,31 +19,32 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertstream.trainer import checkpoint as ckpt
-from bertstream.trainer import runtime as R
+from bertstream.trainer.checkpoint_writer import CheckpointWriter
 from bertstream.trainer.distributed import DistInfo
 from bertstream.trainer.model_config import PRESETS
 from bertstream.trainer.snapshot import Background, HostCopy
+from bertstream.trainer.training import Training
 
 REPO = Path(__file__).resolve().parents[2]
 ONE = DistInfo(0, 0, 1, torch.device("cpu"))
 
 
-def training(seed: int = 0) -> R.Training:
+def training(seed: int = 0) -> Training:
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 4))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)  # as the table builds it (found_inf)
-    t = R.Training(model, model, optimizer, LambdaLR(optimizer, lambda s: 1.0), max_grad_norm=1.0)
+    t = Training(model, model, optimizer, LambdaLR(optimizer, lambda s: 1.0), max_grad_norm=1.0)
     step(t)
     return t
 
 
-def step(t: R.Training) -> None:
+def step(t: Training) -> None:
     t.model(torch.ones(3, 8)).square().sum().backward()
     t.optimizer_step()
 
 
-def writer(writes: Background | None) -> R.CheckpointWriter:
-    return R.CheckpointWriter({"model": PRESETS["tiny"](8).to_dict()}, "[PAD]\n", ONE, writes=writes)
+def writer(writes: Background | None) -> CheckpointWriter:
+    return CheckpointWriter({"model": PRESETS["tiny"](8).to_dict()}, "[PAD]\n", ONE, writes=writes)
 
 
 class Gate:

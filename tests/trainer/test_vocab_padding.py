@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bertstream.trainer.model import BertConfig, BertForPreTraining, BertModel, num_parameters, pad_vocab
+from bertstream.trainer.embeddings import pad_vocab
+from bertstream.trainer.model import BertConfig, BertForPreTraining, BertModel, num_parameters
 
 V = 100  # pads to 128
 

@@ -18,12 +18,14 @@ from bertstream.schemas.redact import redact_values
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import runtime as R
+from bertstream.trainer.checkpoint_writer import CheckpointWriter
 from bertstream.trainer.data.workers import quiet_worker_init
 from bertstream.trainer.finetune.config import FinetuneConfig
 from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataset, collate
 from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR
 from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.metrics import MetricsLogger
+from bertstream.trainer.training import Training
 
 
 def task_loader(data: TaskData, task: Task, batches: EpochBatches, num_workers: int, info: D.DistInfo) -> DataLoader:
@@ -81,15 +83,15 @@ class Saver:
     export read) and the latest epoch's full state (``resume/``, what ``--resume auto`` reads)."""
 
     run_dir: Path
-    writer: R.CheckpointWriter
+    writer: CheckpointWriter
 
-    def best(self, training: R.Training, predictions: tuple[str, str], **state: Any) -> None:
+    def best(self, training: Training, predictions: tuple[str, str], **state: Any) -> None:
         """The best epoch's weights and its predictions file (name, text)."""
         self.writer.save(self.run_dir, training, state, resumable=False)
         if self.writer.info.is_main:
             ckpt.write_text_atomic(self.run_dir / predictions[0], predictions[1])
 
-    def latest(self, training: R.Training, batches: EpochBatches, results: dict, epoch: int) -> None:
+    def latest(self, training: Training, batches: EpochBatches, results: dict, epoch: int) -> None:
         """Everything an identical continuation needs, at the end of an epoch (a collective: every rank)."""
         state = {
             "epoch": epoch,
@@ -125,7 +127,7 @@ class Judge:
     task: Task
     data: TaskData
     batches: EpochBatches
-    training: R.Training
+    training: Training
     saver: Saver
     metrics: MetricsLogger
     results: dict[str, Any]

@@ -1,6 +1,6 @@
 """``berttrain finetune``: the fine-tuning loop. Reads top to bottom: set up, restore, train an epoch, evaluate,
 keep the best, checkpoint. What the task kind decides is asked of its ``Task`` (``bertstream.trainer.finetune.tasks``); what
-pretraining shares is in ``bertstream.trainer.runtime``.
+pretraining shares is in ``bertstream.trainer.runtime``, ``.training`` and ``.checkpoint_writer``.
 
 One process or DDP under ``torchrun``: every rank trains on its share of each epoch's permutation (same
 number of steps everywhere); evaluation runs each eval row on exactly one rank, the outputs are gathered,
@@ -32,6 +32,7 @@ from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import rundir
 from bertstream.trainer import runtime as R
+from bertstream.trainer.checkpoint_writer import CheckpointWriter, background_writes, restore_rng
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
@@ -61,6 +62,7 @@ from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.snapshot import Background
 from bertstream.trainer.threads import apply as apply_threads
+from bertstream.trainer.training import Training, load_state
 from bertstream.trainer.weights import Init, check_vocab, resolve_init
 
 
@@ -115,7 +117,7 @@ def build_model(
         if note and restored is None:
             R.log(f"init: {note}", info)
     if restored is not None:
-        R.load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
+        load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
     return raw
 
 
@@ -132,14 +134,14 @@ def describe(train: TaskData, evaluation: TaskData, raw: torch.nn.Module, info: 
 class Epochs:
     """What every epoch of the run trains with; :meth:`train` runs one."""
 
-    training: R.Training
+    training: Training
     loader: DataLoader
     metrics: MetricsLogger
     bar: Progress
     total_steps: int
     cfg: FinetuneConfig
     info: D.DistInfo
-    writer: R.CheckpointWriter | None = None  # its background write is looked at each step
+    writer: CheckpointWriter | None = None  # its background write is looked at each step
 
     def train(self, epoch: int, judge: Judge) -> float | None:
         """One epoch, or what is left of the run; returns the mean step loss over the epoch and all ranks, or None
@@ -234,7 +236,7 @@ def new_results(
     }
 
 
-def restore(restored: ckpt.Loaded, training: R.Training, batches: EpochBatches, results: dict, info: D.DistInfo) -> int:
+def restore(restored: ckpt.Loaded, training: Training, batches: EpochBatches, results: dict, info: D.DistInfo) -> int:
     """Continue the run from the end of its latest epoch (the weights are loaded already): returns the next
     epoch."""
     training.restore(restored)
@@ -261,7 +263,7 @@ def restore(restored: ckpt.Loaded, training: R.Training, batches: EpochBatches, 
             f"{restored.path}: its data position does not fit this run ({e}); resume with as many processes as "
             f"saved it ({restored.config.get('world_size', '?')})"
         ) from None
-    R.restore_rng(restored.rng, info, restored.path, restored.config.get("world_size", "?"))
+    restore_rng(restored.rng, info, restored.path, restored.config.get("world_size", "?"))
     results["epochs"], results["best"] = restored.state["epochs"], restored.state["best"]
     for key in ("evaluations", "early_stopping"):  # (absent from runs saved before --eval-every and --patience)
         if isinstance(restored.state.get(key), type(results[key])):
@@ -277,7 +279,7 @@ def _count(rows: object) -> str:
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     info = D.setup(cfg.run.device)
     run_dir = Path(cfg.run.output)
-    with rundir.held(run_dir, "berttrain finetune", info), R.background_writes() as writes:
+    with rundir.held(run_dir, "berttrain finetune", info), background_writes() as writes:
         results = _finetune(cfg, info, overwrite, writes if cfg.run.async_checkpoint else None)
     D.teardown()  # here, not in _finetune: its DDP model, which holds the process group, is gone with its frame
     return results
@@ -315,7 +317,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
         raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, layer_decay=o.layer_decay, own=o.optimizer_settings
     )
     scheduler = build_scheduler(optimizer, int(o.warmup_ratio * total_steps), total_steps, o.lr_schedule)
-    training = R.Training(model, raw, optimizer, scheduler, o.max_grad_norm)
+    training = Training(model, raw, optimizer, scheduler, o.max_grad_norm)
     training.scaler = R.grad_scaler(info.device, cfg.run.precision)
     R.seed_dropout(cfg.run.seed, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
@@ -323,7 +325,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     run_config = {"model": config.to_dict(), "finetune": redact_values(cfg.to_dict()), "task": results["task"]}
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
     run_config["lowercase"] = train.manifest.lowercase  # the data's casing: export-hf's tokenizer.json follows it
-    saver = Saver(run_dir, R.CheckpointWriter(run_config, init.vocab.text(), info, writes=writes))
+    saver = Saver(run_dir, CheckpointWriter(run_config, init.vocab.text(), info, writes=writes))
     if info.is_main:  # the run's flags, as each checkpoint holds them: what --config starts a run from
         ckpt.write_text_atomic(run_dir / CONFIG_FILE, json.dumps(run_config, indent=2) + "\n")
 

@@ -19,7 +19,7 @@ class Lamb(torch.optim.Optimizer):
 
     ``found_inf`` (an attribute, as PyTorch's fused AdamW reads it): a float 0-dim tensor on the parameters'
     device; where it is 1 the step leaves the parameters and the state (moments, step count) exactly as they
-    were, without the host reading it (see ``runtime.Training.optimizer_step``)."""
+    were, without the host reading it (see ``training.Training.optimizer_step``)."""
 
     found_inf: Tensor | None
 

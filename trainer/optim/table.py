@@ -10,7 +10,7 @@ offer it. An optimizer's own settings (Adam's betas, SGD's momentum, Adafactor's
 (:class:`Row`'s ``own``, with their defaults): ``--optimizer-settings NAME=VALUE,...`` sets them, checked
 against the row (:func:`own_settings`), and ``build`` reads them from ``Settings.own``. Its ``step`` must honour a ``found_inf`` attribute (a float 0-dim tensor on the device, 1: leave
 parameters and state as they were), as fused AdamW and LAMB do: a step whose gradient is not finite is skipped
-on the device, never read on the host (``runtime.Training.optimizer_step``). Every optimizer gets the same parameter groups (:mod:`bertstream.trainer.optim.groups`), each with
+on the device, never read on the host (``training.Training.optimizer_step``). Every optimizer gets the same parameter groups (:mod:`bertstream.trainer.optim.groups`), each with
 its own rate and weight decay. This module imports no torch until an optimizer is built: ``--help`` reads the
 table for the flag's choices.
 """
@@ -142,7 +142,7 @@ def build_optimizer(
 
 def keep_real_rows(optimizer: torch.optim.Optimizer, model: nn.Module) -> None:
     """The state of a parameter padded with rows the model never uses (a module's ``padded_parameters``: name ->
-    real rows, the vocabulary's, see ``model.pad_vocab``) saved at its real rows and padded again (zeros) when
+    real rows, the vocabulary's, see ``embeddings.pad_vocab``) saved at its real rows and padded again (zeros) when
     loaded, as the model's weights are: optimizer.pt keeps the real size, so checkpoints of before still resume."""
     real = {
         id(m.get_parameter(name)): rows

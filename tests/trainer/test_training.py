@@ -1,4 +1,4 @@
-"""``runtime.load_state``: a state that does not fit its model is named in one line; ``Training``'s step skips a
+"""``training.load_state``: a state that does not fit its model is named in one line; ``Training``'s step skips a
 non-finite gradient on the device."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from bertstream.trainer import runtime as R
 from bertstream.trainer.errors import RunError
-from bertstream.trainer.runtime import load_state
+from bertstream.trainer.training import Diverged, Training, load_state
 
 
 def test_weights_that_do_not_fit_name_what_is_missing_extra_or_of_another_shape():
@@ -39,7 +38,7 @@ def test_a_non_finite_gradient_skips_the_update_on_the_device_and_is_raised_at_c
     config = BertConfig(vocab_size=64, hidden_size=16, num_layers=1, num_heads=2, max_position_embeddings=16)
     model = BertForPreTraining(config)
     optimizer = build_optimizer(model, name, 1e-2, 0.01)
-    training = R.Training(model, model, optimizer, build_scheduler(optimizer, 0, 10, "linear"), 1.0)
+    training = Training(model, model, optimizer, build_scheduler(optimizer, 0, 10, "linear"), 1.0)
 
     def grads(value: float | None = None) -> None:
         gen = torch.Generator().manual_seed(training.step)
@@ -62,5 +61,5 @@ def test_a_non_finite_gradient_skips_the_update_on_the_device_and_is_raised_at_c
     for i, s in state.items():
         for k, v in s.items():
             assert torch.equal(v, optimizer.state_dict()["state"][i][k]), (name, i, k)
-    with pytest.raises(R.Diverged, match=r"training diverged at step 2: the loss or its gradient is nan"):
+    with pytest.raises(Diverged, match=r"training diverged at step 2: the loss or its gradient is nan"):
         training.check()

@@ -1,0 +1,161 @@
+"""Where a pretraining run starts: the run folder (the checkpoint it continues, or none), the flags checked
+against that checkpoint and the data, every rank agreeing on all of it, the model with its starting weights, and
+the optimizer, schedule, data position and RNG restored from the checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+import torch
+
+from bertstream.cli import options
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import distributed as D
+from bertstream.trainer import rundir
+from bertstream.trainer import runtime as R
+from bertstream.trainer.checkpoint_writer import restore_rng
+from bertstream.trainer.config import TrainConfig, compiles
+from bertstream.trainer.data import PretrainingLoader
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.model import BertForPreTraining
+from bertstream.trainer.model_config import BertConfig
+from bertstream.trainer.pretrain.inputs import OpenedData, check_seq_length, model_config
+from bertstream.trainer.pretrain.resume import extend_schedule, group_rates, same_data
+from bertstream.trainer.training import Training, load_state
+
+
+def plan_run_dir(cfg: TrainConfig) -> ckpt.Loaded | None:
+    """The checkpoint this run continues or starts from (None: afresh); read-only, so that nothing is cleared
+    before every input has been checked (:func:`prepare_run_dir` then clears and makes the folder)."""
+    run_dir = Path(cfg.run.output)
+    restored = rundir.plan_run(
+        run_dir,
+        resume=cfg.checkpoint.resume,
+        overwrite=cfg.checkpoint.overwrite,
+        reset_optimizer=cfg.checkpoint.reset_optimizer,
+        data=cfg.data.paths,
+    )
+    inputs = [("--eval-data", cfg.eval_data), ("--init-from", cfg.model.init_from)]
+    inputs.append(("--model-config", cfg.model.model_config))
+    rundir.check_overlap(run_dir, inputs, overwrite=cfg.checkpoint.overwrite)
+    return restored
+
+
+def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> None:
+    """Clear the folder (``--overwrite``) and make it ready for writing; after every input has been checked."""
+    run_dir = Path(cfg.run.output)
+    D.barrier(info)  # every rank has read the folder before rank 0 changes it
+    with D.all_or_none(info, rank0_only=True):  # and waits until it has, or fails with it
+        if info.is_main:
+            if cfg.checkpoint.overwrite:
+                rundir.clear(run_dir)
+                R.log(f"--overwrite: cleared {run_dir}", info)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            for p in ckpt.remove_partial(run_dir):
+                R.log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
+
+
+def resolve_model(
+    cfg: TrainConfig, data: OpenedData, restored: ckpt.Loaded | None, world_size: int
+) -> tuple[BertConfig, dict | None, tuple[str, ...]]:
+    """The architecture (and starting weights), after checking that the flags fit the checkpoint and the data."""
+    vocab = data.vocab
+    config, init_state, init_notes = model_config(cfg, vocab, restored.config if restored else None)
+    if config.vocab_size != len(vocab):
+        raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")
+    if restored is not None and restored.config.get("vocab_sha256", vocab.sha256) != vocab.sha256:
+        raise RunError(f"{restored.path} was trained on another vocabulary than --data")
+    check_seq_length(config, cfg, data)
+    return config, init_state, init_notes
+
+
+def build_model(
+    cfg: TrainConfig,
+    config: BertConfig,
+    hf: tuple[dict | None, tuple[str, ...]],
+    restored: ckpt.Loaded | None,
+    info: D.DistInfo,
+) -> tuple[torch.nn.Module, BertForPreTraining]:
+    """(the model to call: compiled and/or DDP, the plain module) with the starting weights, on the device."""
+    raw = BertForPreTraining(config, seed=cfg.run.seed, unpad=cfg.unpad)
+    init_state, init_notes = hf
+    if init_state is not None:
+        load_state(raw, init_state, "weights", f"--init-from {cfg.model.init_from}", strict=True)
+        for line in init_notes:
+            R.log(line, info)
+    if restored is not None:
+        load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
+    raw.to(info.device)
+    compiled: torch.nn.Module = raw
+    if compiles(cfg.compile, info.device.type):
+        mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+        # dynamic: one graph for every batch length and masked-position count (a batch's T and P change from
+        # one to the next); the default compiled the first shape, then recompiled at the second
+        compiled = cast(torch.nn.Module, torch.compile(raw, mode=mode, dynamic=True))
+        # no "duck sizing": a batch whose masked count happened to equal its batch size (P == B) tied the two
+        # sizes in a guard, and the next batch recompiled (seen in a real run); read when the graph is traced
+        import torch.fx.experimental._config as fx_config
+
+        fx_config.use_duck_shape = False
+    return R.wrap(
+        compiled, info, find_unused_parameters=cfg.objective.no_nsp
+    ), raw  # --no-nsp: the NSP head gets no grads
+
+
+def restore_position(
+    cfg: TrainConfig, restored: ckpt.Loaded, training: Training, loader: PretrainingLoader, info: D.DistInfo
+) -> None:
+    """Continue the checkpoint's run: optimizer, schedule, step, data position and RNG."""
+    training.restore(restored)
+    old_end = extend_schedule(training.scheduler, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
+    if old_end is not None:
+        R.log(
+            f"--max-steps {cfg.max_steps}: the {cfg.optim.lr_schedule} decay now ends at step {cfg.max_steps} "
+            f"(was {old_end}); learning rates at step {restored.step}, {group_rates(training.optimizer)}",
+            info,
+        )
+    if same_data(cfg.data.paths, restored.state, loader.catalog.fingerprint, restored.path):
+        try:
+            loader.load_state_dict(restored.state["data"])
+        except ValueError as e:  # e.g. other weights: the position cannot be mapped onto this loader
+            raise RunError(
+                f"{restored.path}: its data position does not fit this run ({e}); resume with the run's "
+                "--data, weights and shuffle settings, or start a new phase with --resume PATH --reset-optimizer"
+            ) from None
+    else:
+        R.log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
+    saved_world = restored.config.get("world_size", info.world_size)
+    if saved_world != info.world_size:  # elastic resume: per-rank streams cannot be mapped onto other ranks
+        torch.manual_seed((cfg.run.seed * 1000 + info.rank) * 1_000_003 + restored.step)
+        R.log(
+            f"{saved_world} processes saved {restored.path.name}, {info.world_size} resume it: the same "
+            "global batches continue; dropout streams restart (the same losses need --dropout 0)",
+            info,
+        )
+    else:
+        restore_rng(restored.rng, info, restored.path, saved_world)
+    R.log(f"resumed from {restored.path} at step {restored.step}", info)
+
+
+SHARED = (
+    "every node must see the same run folder: put --output on a file system that all nodes mount at the same "
+    "path (node-local folders resume from different checkpoints)"
+)
+# Flags that may differ between nodes: where each process computes and how it reads.
+PER_NODE = ("device", "num_workers", "threads")
+
+
+def check_same_run(
+    cfg: TrainConfig, restored: ckpt.Loaded | None, model: BertConfig, fingerprint: str, info: D.DistInfo
+) -> None:
+    """Every rank continues the same checkpoint and runs the same settings, data and code, or all refuse: a
+    rank that resumed elsewhere, read another --data or took another --batch-size trained to exit 0 on a
+    diverged model or data seen twice, and another --max-steps deadlocked."""
+    D.agree({"checkpoint": ckpt.describe(restored) if restored else "none"}, info, SHARED)
+    now = options.flat(cfg)
+    flags = {
+        leaf.flag or leaf.name: now[leaf.name] for leaf in options.leaves(TrainConfig) if leaf.name not in PER_NODE
+    }
+    facts = {**flags, "model": model.to_dict(), "data fingerprint": fingerprint, "bertstream code": D.code_digest()}
+    D.agree(facts, info, "every rank must run the same flags, data and bertstream version")
