@@ -42,7 +42,7 @@ def exit_now(code: object) -> NoReturn:
     os._exit(status)
 
 
-def _stdout_lost(e: OSError) -> bool:
+def stdout_lost(e: OSError) -> bool:
     """Whether ``e`` was raised writing a command's report to standard output (``click.echo`` without ``err``),
     not by the command's own files."""
     tb = e.__traceback__
@@ -52,6 +52,13 @@ def _stdout_lost(e: OSError) -> bool:
             return names.get("err") is False
         tb = tb.tb_next
     return False
+
+
+def exit_stdout_lost(e: OSError) -> NoReturn:
+    """`> /dev/full`, a full disk behind `> log`, a closed pipe: the command's work is done or failed on its own;
+    what is lost is its report, said in one line where it can still be read."""
+    print(f"Error: cannot write to standard output: {e.strerror or e}", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 
 class QuickExitGroup(click.Group):
@@ -69,12 +76,9 @@ class QuickExitGroup(click.Group):
         except KeyboardInterrupt as e:
             exit_interrupted(e, "nothing was written")
         except OSError as e:
-            if not _stdout_lost(e):
+            if not stdout_lost(e):
                 raise
-            # `> /dev/full`, a full disk behind `> log`, a closed pipe: the command's work is done or failed on
-            # its own; what is lost is its report, said where it can still be read.
-            print(f"Error: cannot write to standard output: {e.strerror or e}", file=sys.stderr, flush=True)
-            sys.exit(1)
+            exit_stdout_lost(e)
 
     def main(
         self,

@@ -574,6 +574,32 @@ def test_a_full_disk_inside_torch_save_is_the_os_error_not_a_zip_writer_assertio
     assert not list((tmp_path / ckpt.CHECKPOINTS).iterdir())
 
 
+def test_standard_output_that_cannot_be_written_is_one_line(tmp_path):
+    # Round 7: `berttrain pretrain ... > /dev/full` trained and checkpointed, then ended in a 12-frame traceback
+    # from the last line's click.echo (OSError: [Errno 28] No space left on device); `plot` here, the same echo.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "loss": 1.0 / s, "mlm_loss": 1.0 / s, "mlm_accuracy": 0.1 * s}) + "\n"
+            for s in (1, 2)
+        )
+    )
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(
+            [sys.executable, "-m", "bertstream.trainer", "plot", str(run)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert [line for line in p.stderr.splitlines() if line.startswith("Error:")] == [
+        "Error: cannot write to standard output: No space left on device"
+    ], p.stderr
+    assert (run / "curves.png").is_file()  # the work was done; only its report was lost
+
+
 def test_a_full_disk_while_writing_results_keeps_the_old_file_whole(tmp_path):
     path = tmp_path / "results.json"
     path.write_text('{"old": 1}\n')
