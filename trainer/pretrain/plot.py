@@ -79,7 +79,24 @@ def output_path(runs: Sequence[Path], output: str | Path | None) -> Path:
         raise RunError(f"--output {out} is a folder: give the image's file name (such as {out / 'curves.png'})")
     if out.suffix.lower() not in FORMATS:
         raise RunError(f"--output {out}: name an image file ending in {', '.join(FORMATS)}")
+    if (out.exists() or out.is_symlink()) and not _drawn_by_matplotlib(out):
+        raise RunError(
+            f"--output {out} already exists and is no figure berttrain plot drew (no matplotlib mark in it): "
+            "choose another --output, or remove the file yourself"
+        )
     return out
+
+
+def _drawn_by_matplotlib(path: Path) -> bool:
+    """A regular file bearing matplotlib's mark near its start or end (a PNG's ``Software`` text, an SVG's
+    comment; a PDF's ``Producer``, in its trailer): an earlier plot, replaced; anything else is someone's file
+    (``plot --output photo.png`` replaced it without a word)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        head = f.read(4096)
+        f.seek(max(0, path.stat().st_size - 4096))
+        return b"matplotlib" in (head + f.read(4096)).lower()
 
 
 def plot_run(
