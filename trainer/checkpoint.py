@@ -17,7 +17,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -165,7 +165,7 @@ def save_torch(obj: Any, path: Path) -> None:
     with open(path, "wb") as f:
         keeper = _KeepsWriteError(f)
         try:
-            torch.save(obj, keeper)
+            torch.save(obj, cast(IO[bytes], keeper))  # what torch.save calls: write (and flush)
         except RuntimeError:
             if keeper.error is None:
                 raise

@@ -600,6 +600,33 @@ def test_standard_output_that_cannot_be_written_is_one_line(tmp_path):
     assert (run / "curves.png").is_file()  # the work was done; only its report was lost
 
 
+def test_ctrl_c_while_the_command_line_imports_torch_is_one_line():
+    # Round 7: SIGINT 3 s into `berttrain pretrain ...` landed in torch's import (the command line imports it
+    # before parsing a flag): a KeyboardInterrupt traceback through torch/_native, exit 130. Here the Ctrl-C is
+    # raised by an import hook when torch is imported, as the signal would be, without timing; the program is
+    # the entry point pyproject.toml gives the berttrain script.
+    import tomllib
+
+    from tests.conftest import REPO
+
+    entry = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["berttrain"]
+    module, function = entry.split(":")
+    program = (
+        "import sys\n"
+        "class CtrlC:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, CtrlC())\n"
+        "sys.argv = ['berttrain', 'pretrain', '--help']\n"
+        f"from {module} import {function}\n"
+        f"{function}()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 130 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr == "Error: interrupted (Ctrl-C); nothing was written\n"
+
+
 def test_a_full_disk_while_writing_results_keeps_the_old_file_whole(tmp_path):
     path = tmp_path / "results.json"
     path.write_text('{"old": 1}\n')
