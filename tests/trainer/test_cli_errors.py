@@ -128,6 +128,12 @@ def pretrain(w: dict[str, Path], *args: str, data: str = "ds", out: str | None =
 CASES = [
     ("pretrain --device tpu", lambda w: pretrain(w, "--device", "tpu"), 2, "must be auto, cpu, cuda or cuda:N"),
     ("pretrain --batch-size 0", lambda w: pretrain(w, "--batch-size", "0"), 2, "must be an integer >= 1"),
+    (  # round 7: the run trained, evaluated nothing and said nothing
+        "pretrain --eval-every without --eval-data",
+        lambda w: pretrain(w, "--eval-every", "1"),
+        2,
+        "--eval-every without --eval-data: there is nothing to evaluate",
+    ),
     ("pretrain duplicate --data", lambda w: pretrain(w, "--data", str(w["ds"]) + "/./"), 2, "more than once"),
     ("pretrain no --output", lambda w: pretrain(w, out=""), 2, "Missing option '--output'"),
     ("pretrain missing --data", lambda w: pretrain(w, data="/nonexistent/ds"), 1, "no manifest"),
