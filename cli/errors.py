@@ -65,7 +65,7 @@ def sigterm_as_interrupt(
     hangup: bool = False,
     on_interrupt: Callable[[], None] | None = None,
 ) -> Iterator[None]:
-    """Within the block, SIGTERM (and with ``hangup`` SIGHUP, the terminal closed: bertprep's, whose default
+    """Within the block, SIGTERM (and with ``hangup`` SIGHUP, the terminal closed, and SIGQUIT: bertprep's, whose default
     killed the process on the spot, leaving its lock and an --overwrite's earlier dataset in the work folder)
     raises :class:`Terminated`; ``intercept``, when given, is asked first and returns True when the signal was
     its own (bertprep's runner signals itself with SIGTERM when a worker process dies). Ctrl-C raises
@@ -90,7 +90,10 @@ def sigterm_as_interrupt(
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, *([signal.SIGHUP] if hangup else []))}
+    # With ``hangup``, SIGQUIT (Ctrl-\\) too: its default dumps core where no handler runs, and an --overwrite's
+    # earlier dataset waited in the work folder for the next run to put it back.
+    terminal = [signal.SIGHUP, signal.SIGQUIT] if hangup else []
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, *terminal)}
     previous_int = signal.getsignal(signal.SIGINT)
     if previous_int is signal.default_int_handler:  # not where Ctrl-C is ignored (nohup, a background job)
         signal.signal(signal.SIGINT, ctrl_c)

@@ -45,6 +45,25 @@ def exit_now(code: object) -> NoReturn:
     os._exit(status)
 
 
+def stdout_lost(e: OSError) -> bool:
+    """Whether ``e`` was raised writing a command's report to standard output (``click.echo`` without ``err``),
+    not by the command's own files."""
+    tb = e.__traceback__
+    while tb is not None:
+        code, names = tb.tb_frame.f_code, tb.tb_frame.f_locals
+        if code.co_name == "echo" and code.co_filename.endswith(os.path.join("click", "utils.py")):
+            return names.get("err") is False
+        tb = tb.tb_next
+    return False
+
+
+def exit_stdout_lost(e: OSError) -> NoReturn:
+    """`> /dev/full`, a full disk behind `> log`, a closed pipe: the command's work is done or failed on its own;
+    what is lost is its report, said in one line where it can still be read."""
+    print(f"Error: cannot write to standard output: {e.strerror or e}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 class QuickExitGroup(click.Group):
     """A click group whose program run (no explicit arguments, standalone) ends with :func:`exit_now`. A
     Ctrl-C (or SIGTERM, SIGHUP) that no command's funnel took, while the command still imports its
@@ -59,6 +78,10 @@ class QuickExitGroup(click.Group):
                 return super().invoke(ctx)
         except KeyboardInterrupt as e:
             exit_interrupted(e, "nothing was written")
+        except OSError as e:
+            if not stdout_lost(e):
+                raise
+            exit_stdout_lost(e)
 
     def main(
         self,

@@ -1,5 +1,22 @@
-"""``python -m bertstream.trainer ...`` / ``torchrun ... -m bertstream.trainer pretrain ...``: the berttrain command line."""
+"""``python -m bertstream.trainer ...`` / ``torchrun ... -m bertstream.trainer pretrain ...``: the berttrain command
+line; the ``berttrain`` program runs :func:`run` too.
 
-from bertstream.trainer.cli import main
+The command line imports torch before it parses a flag (seconds on a busy machine): a Ctrl-C meanwhile came as a
+``KeyboardInterrupt`` traceback from inside torch's import, past every command's funnel. Here it is one line."""
 
-main()
+from __future__ import annotations
+
+
+def run() -> None:
+    try:
+        from bertstream.trainer.cli import main
+
+        main()
+    except KeyboardInterrupt as e:  # before a command's funnel took it (a command's own ends in its one line)
+        from bertstream.cli.errors import exit_interrupted
+
+        exit_interrupted(e, "nothing was written")
+
+
+if __name__ == "__main__":
+    run()

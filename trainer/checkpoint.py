@@ -17,7 +17,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -110,8 +110,8 @@ def save(
     try:
         write_tensors(tmp / MODEL_FILE, weights, {"format": "pt", "step": str(step)})
         if optimizer is not None:
-            torch.save(optimizer, tmp / "optimizer.pt")
-        torch.save(rng, tmp / "rng.pt")
+            save_torch(optimizer, tmp / "optimizer.pt")
+        save_torch(rng, tmp / "rng.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         (tmp / "vocab.txt").write_text(vocab_text, encoding="utf-8")
@@ -137,6 +137,39 @@ def save(
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+class _KeepsWriteError:
+    """The file ``torch.save`` writes through, keeping the first failed write's ``OSError``: torch's zip writer
+    reports a full disk as ``RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 704 vs
+    598``, naming neither the file nor the cause."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def save_torch(obj: Any, path: Path) -> None:
+    """``torch.save(obj, path)`` whose write errors are the ``OSError`` they are (a full disk: ``No space left on
+    device``), not torch's zip-writer assertion."""
+    with open(path, "wb") as f:
+        keeper = _KeepsWriteError(f)
+        try:
+            torch.save(obj, cast(IO[bytes], keeper))  # what torch.save calls: write (and flush)
+        except RuntimeError:
+            if keeper.error is None:
+                raise
+            raise keeper.error from None
 
 
 def write_text_atomic(path: Path, text: str) -> None:

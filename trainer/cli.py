@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from bertstream.cli import options
 from bertstream.cli.options import click_options, config_option
@@ -32,6 +33,7 @@ def pretrain(**values: Any) -> None:
     """Pretrain BERT (MLM + NSP) on pretraining shards."""
     from bertstream.trainer.pretrain.loop import pretrain as run
 
+    _refuse_evaluation_without_data(values)
     with reported(TrainConfig, training_interrupted(values.get("output"))):
         given = options.given_names(click.get_current_context(), TrainConfig)
         result = run(TrainConfig.build(**values, given=given))
@@ -44,6 +46,16 @@ def pretrain(**values: Any) -> None:
             else ""
         )
         click.echo(f"trained to step {result['step']}: {result['run_dir']}{shown}")
+
+
+def _refuse_evaluation_without_data(values: dict[str, Any]) -> None:
+    """``--eval-every`` or ``--eval-batches`` typed without ``--eval-data`` was dropped without a word: the run
+    evaluated nothing. Their defaults, and values from ``--config``, stay quiet."""
+    ctx = click.get_current_context()
+    typed = [p for p in ("eval_every", "eval_batches") if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE]
+    if typed and not values.get("eval_data"):
+        given = " and ".join(options.flag_for(TrainConfig, p) for p in typed)
+        raise click.UsageError(f"{given} without --eval-data: there is nothing to evaluate; give --eval-data DIR")
 
 
 @main.command("export-hf", context_settings=_CTX)

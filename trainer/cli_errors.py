@@ -143,6 +143,12 @@ class RankZeroGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except OSError as e:
+            from bertstream.cli.process import exit_stdout_lost, stdout_lost
+
+            if not stdout_lost(e):
+                raise
+            exit_stdout_lost(e)
         except click.UsageError as e:
             from bertstream.trainer import distributed as D
 

@@ -117,14 +117,21 @@ class Wandb:
         import wandb
 
         run_id = _ids(run_dir).get("wandb") or uuid.uuid4().hex[:12]  # W&B's id alphabet: [a-z0-9]
-        self.run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT", "bertstream"),
-            name=run_dir.resolve().name,
-            dir=str(run_dir),
-            config=params,
-            id=run_id,
-            resume="allow",
-        )
+        try:
+            self.run = wandb.init(
+                project=os.environ.get("WANDB_PROJECT", "bertstream"),
+                name=run_dir.resolve().name,
+                dir=str(run_dir),
+                config=params,
+                id=run_id,
+                resume="allow",
+            )
+        except wandb.errors.Error as e:  # no API key, a server that refuses: one line, not a traceback
+            first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+            raise RunError(
+                f"--report-to wandb: W&B did not start a run ({first}); run `wandb login`, set WANDB_API_KEY, "
+                "or WANDB_MODE=offline to sync later"
+            ) from None
         _keep_id(run_dir, "wandb", run_id)
 
     def log(self, prefix: str, values: dict[str, float], step: int) -> None:

@@ -262,7 +262,7 @@ def pretrain_rates(
         args += ["--output", str(out), "--overwrite", "--batch-size", str(batch_size), "--max-steps", str(steps)]
         args += ["--log-every", str(log_every), "--num-workers", str(workers), "--masking", masking]
         args += ["--precision", precision, "--warmup-steps", str(max(1, steps // 10)), "--no-tensorboard"]
-        args += ["--checkpoint-every", str(10 * steps), "--keep-checkpoints", "1", "--eval-every", str(10 * steps)]
+        args += ["--checkpoint-every", str(10 * steps), "--keep-checkpoints", "1"]  # no --eval-data: no evaluation
         args += compile_flags(compile_)  # capped by steps only: --max-minutes reads the clock each step
         timeout = max(deadline - time.monotonic(), 0) + max_minutes * 60 + 180
         rc, wall, err = run_logged(args, logs / f"pretrain_{masking}.log", timeout=timeout, site=site)

@@ -89,7 +89,8 @@ def run_task(job: Any) -> RunResult:
     """Run the job of any kind (``ClassificationJob``, ``NerJob``, ``SquadJob``): resolve the inputs, let the
     kind plan, build and run the pipeline."""
     kind = kind_of(job)
-    got = _inputs(job.io)
+    source = getattr(job, "label_source", None)  # --label-set-from: a URL is probed as the other flags' are
+    got = _inputs(job.io, getattr(source, "label_set_from", None))
     return _run(kind, kind.plan(job, got), job.io, got)
 
 
@@ -182,8 +183,9 @@ def _check_rows(files: list[InputFile], result: RunResult) -> None:
         )
 
 
-def _inputs(io: TaskIO) -> Inputs:
+def _inputs(io: TaskIO, label_set_from: str | None = None) -> Inputs:
     reaches = {"input": list(io.inputs), "vocab": [io.vocab], "output": [io.output]}
+    reaches["label-set-from"] = [label_set_from or ""]
     options = pipeline_options(list(io.beam_args), reaches)
     files = resolve_inputs(list(io.inputs))
     if len(files) > T.MAX_FILES:

@@ -21,6 +21,14 @@ fi
     { echo "Error: DEMO_STEPS must be a whole number of steps from 1 to 9999999, got '$STEPS'" >&2; exit 2; }
 [[ -z ${OMP_NUM_THREADS+x} || $OMP_NUM_THREADS =~ ^[1-9][0-9]{0,3}$ ]] ||
     { echo "Error: OMP_NUM_THREADS must be a whole number >= 1, got '$OMP_NUM_THREADS'" >&2; exit 2; }
+# Task files given must be there now, not at stage 5 after the whole pretraining (DEMO_TASK_TRAIN=/nonexistent).
+for task_var in DEMO_TASK_TRAIN DEMO_TASK_DEV; do
+    task_file=${!task_var:-}
+    [[ -z $task_file || ( -f $task_file && -r $task_file ) ]] ||
+        { echo "Error: $task_var=$task_file is not a readable file: name the task's file, or leave it unset" >&2; exit 2; }
+done
+[[ -z ${DEMO_TASK_TRAIN:-} || -n ${DEMO_TASK_DEV:-} ]] ||
+    { echo "Error: DEMO_TASK_TRAIN is set but DEMO_TASK_DEV is not: the fine-tuning needs both files" >&2; exit 2; }
 # Seconds per stage, printed at the end: a slow machine's run can be told from a stuck one.
 SPLIT=""
 stage_done() { SPLIT="$SPLIT $1 ${SECONDS}s,"; SECONDS=0; }

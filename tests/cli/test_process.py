@@ -81,3 +81,31 @@ def test_with_explicit_arguments_it_is_a_plain_click_group():
     result = CliRunner().invoke(main, ["hello"])  # the test process goes on: no exit here
     assert result.exit_code == 0 and result.output == "hello\n"
     assert main.main(["hello"], standalone_mode=False) is None  # the command's return value
+
+
+def test_standard_output_that_cannot_be_written_is_one_line():
+    # Round 7: `bertprep pretraining ... > /dev/full` (a full disk behind `> log`) wrote its dataset, then ended in
+    # a 15-frame traceback from click.echo's summary, OSError: [Errno 28] No space left on device.
+    program = textwrap.dedent(
+        """
+        import click
+        from bertstream.cli.process import QuickExitGroup
+
+        @click.group(cls=QuickExitGroup)
+        def main():
+            pass
+
+        @main.command()
+        def summary():
+            click.echo("x" * 100_000)
+
+        main()
+        """
+    )
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(
+            [sys.executable, "-c", program, "summary"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    errors = [line for line in p.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == ["Error: cannot write to standard output: No space left on device"], p.stderr

@@ -67,6 +67,21 @@ def test_an_object_store_at_a_closed_port_is_named_in_one_line(tmp_path, closed_
     assert not (tmp_path / "o").exists() and not (tmp_path / "v").exists()
 
 
+def test_a_label_set_from_url_at_a_closed_port_is_named_in_one_line(tmp_path, closed_port, monkeypatch, demo_vocab):
+    # Round 7: `task classification --label-set-from s3://...` with no network printed nothing past 60 s (the other
+    # URL flags were probed, this one was not).
+    for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(k, raising=False)
+    server = f"http://127.0.0.1:{closed_port}"
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("sentence\tlabel\na fine film .\t1\na dull one .\t0\n")
+    args = ["task", "classification", "--glue", "sst2", "--split", "dev", "--input", str(dev)]
+    args += ["--vocab", str(demo_vocab / "vocab.txt"), "--output", str(tmp_path / "o")]
+    r = _invoke([*args, "--label-set-from", "s3://b/train", f"--s3_endpoint_url={server}"])
+    _one_error(r, "'--label-set-from'", "s3://b/train", f"the server {server} refuses connections")
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_job_service_at_a_closed_port_is_named_in_one_line(tmp_path, closed_port, demo_vocab):
     corpus = tmp_path / "c.txt"
     corpus.write_text("One sentence here.\nAnother one there.\n")

@@ -75,3 +75,16 @@ def test_the_demos_settings_are_checked_before_any_work(tmp_path, name, value, w
     )
     assert done.stderr.count("\n") == 1
     assert "reached" not in done.stdout and not (tmp_path / "demo").exists()
+
+
+@pytest.mark.parametrize("name", ["DEMO_TASK_TRAIN", "DEMO_TASK_DEV"])
+def test_a_task_file_that_is_not_there_is_named_before_any_work(tmp_path, name):
+    # Round 7: DEMO_TASK_TRAIN=/nonexistent ran the corpus, vocabulary, shards and the whole pretraining first,
+    # and failed at the fine-tuning stage minutes later.
+    real = tmp_path / "train.tsv"
+    real.write_text("sentence\tlabel\nfine .\t1\n")
+    settings = {"DEMO_TASK_TRAIN": str(real), "DEMO_TASK_DEV": str(real), name: str(tmp_path / "missing.tsv")}
+    done = _demo(tmp_path / "demo", tmp_path, **settings)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"Error: {name}={tmp_path / 'missing.tsv'} is not a readable file")
+    assert "reached" not in done.stdout and not (tmp_path / "demo").exists()

@@ -81,6 +81,24 @@ def test_wandb_offline_run_holds_the_summary_and_config(demo_shards, tmp_path, m
     assert (run / "tensorboard").is_dir()
 
 
+def test_wandb_without_an_api_key_is_one_line(demo_shards, tmp_path, monkeypatch):
+    # Round 7: `--report-to wandb` online with no key (no `wandb login`, no WANDB_API_KEY) ended in wandb's
+    # 'UsageError: No API key configured' under a 20-frame traceback.
+    wandb = pytest.importorskip("wandb", reason="wandb is not installed (pip install 'bertstream[wandb]')")
+    wandb.teardown()  # W&B keeps the settings of its first run in this process (an offline test's) until then
+    for key in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SILENT"):
+        monkeypatch.delenv(key, raising=False)
+    for key in ("HOME", "WANDB_CONFIG_DIR", "WANDB_DIR"):  # no netrc or settings file that holds a key
+        monkeypatch.setenv(key, str(tmp_path / "home"))
+    monkeypatch.setenv("NETRC", str(tmp_path / "home" / "netrc"))
+    args = ["pretrain", "--data", str(demo_shards), "--output", str(tmp_path / "run"), "--batch-size", "4"]
+    args += ["--max-steps", "2", "--num-workers", "0", "--report-to", "wandb"]
+    result = CliRunner().invoke(main, args, prog_name="berttrain")
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == 1 and "Traceback" not in result.output, (result.output, result.exception)
+    assert len(errors) == 1 and "--report-to wandb: W&B did not start a run (No API key configured" in errors[0]
+
+
 def _values(data: bytes, key: str) -> list[float]:
     """The values logged under ``key`` in a W&B offline run file (protobuf: the key, then value_json as field 16,
     b"\\x82\\x01", a one-byte length and the JSON text); W&B 0.31 ships no reader of its own for the file."""

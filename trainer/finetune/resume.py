@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 
 from bertstream.cli import options
+from bertstream.cli.errors import UsageError
+from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.redact import redact_values
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
@@ -40,6 +42,15 @@ def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ck
     run's outputs that ``overwrite`` will remove). Read-only: an earlier run is refused unless ``overwrite``, and
     nothing is removed before every input has been checked (:func:`prepare_output`)."""
     rundir.refuse_file(run_dir)
+    # A dataset's or a model's folder is no run's, --overwrite or not: the run's files would be mixed into it
+    # (and a Hugging Face export's config.json is a name --overwrite removes).
+    foreign = [name for name in (MANIFEST_NAME, ckpt.MODEL_FILE) if (run_dir / name).exists()]
+    if foreign:
+        raise UsageError(
+            "output",
+            f"{run_dir} holds {' and '.join(foreign)}: a dataset's or a model's folder, not a fine-tuning run's "
+            "(its files would be mixed into it); choose another --output",
+        )
     resume_root = run_dir / RESUME_DIR
     restored = ckpt.latest(resume_root) if cfg.resume == "auto" and not overwrite else None
     existing = [name for name in _OUTPUTS if (run_dir / name).exists()] if restored is None else []

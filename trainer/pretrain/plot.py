@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import METRICS_FILE, has_step, read_metrics
 
 FORMATS = (".png", ".svg", ".pdf")
+MAX_DRAWN = 1e30  # no loss, accuracy or step a run writes comes near it; 1e308 broke the axis' tick locator
 
 
 def unigram_baseline(data_dir: str) -> float:
@@ -50,7 +53,15 @@ def join_phases(runs: Sequence[Path]) -> tuple[list[dict], list[dict], list[int]
     boundaries: list[int] = []
     offset = 0
     for i, run in enumerate(runs):
-        records = [r for r in read_metrics(run) if _plottable(r, run)]
+        read = [r for r in read_metrics(run) if _plottable(r, run)]
+        records = [r for r in read if _drawable(r)]
+        if len(records) < len(read):  # NaN, inf, 1e308: matplotlib's tick locator failed on them (a traceback)
+            first = next(r["step"] for r in read if not _drawable(r))
+            print(
+                f"[berttrain] note: {run}/{METRICS_FILE}: {len(read) - len(records)} records whose numbers are not "
+                f"finite, or past {MAX_DRAWN:g}, are left out of the plot (the first at step {first})",
+                file=sys.stderr,
+            )
         if not records:  # a garbage or foreign file: an empty figure would say the run learnt nothing
             raise RunError(f"{run}/{METRICS_FILE}: no record with step, mlm_loss and mlm_accuracy: nothing to plot")
         if i:
@@ -69,6 +80,13 @@ def _plottable(record: object, run: Path) -> bool:
     return has_step(record) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers)
 
 
+def _drawable(record: dict) -> bool:
+    """The step and every number drawn finite and at most ``MAX_DRAWN`` in size (what an axis can hold)."""
+    keys = ("step", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy")
+    values = [record[k] for k in keys if isinstance(record.get(k), (int, float))]
+    return all(math.isfinite(v) and abs(v) <= MAX_DRAWN for v in values)
+
+
 def output_path(runs: Sequence[Path], output: str | Path | None) -> Path:
     """Where the figure goes: a file path whose suffix names a format matplotlib writes (a folder is refused:
     ``plot --output ds`` wrote ``ds.png`` and said "wrote ds")."""
@@ -79,7 +97,24 @@ def output_path(runs: Sequence[Path], output: str | Path | None) -> Path:
         raise RunError(f"--output {out} is a folder: give the image's file name (such as {out / 'curves.png'})")
     if out.suffix.lower() not in FORMATS:
         raise RunError(f"--output {out}: name an image file ending in {', '.join(FORMATS)}")
+    if (out.exists() or out.is_symlink()) and not _drawn_by_matplotlib(out):
+        raise RunError(
+            f"--output {out} already exists and is no figure berttrain plot drew (no matplotlib mark in it): "
+            "choose another --output, or remove the file yourself"
+        )
     return out
+
+
+def _drawn_by_matplotlib(path: Path) -> bool:
+    """A regular file bearing matplotlib's mark near its start or end (a PNG's ``Software`` text, an SVG's
+    comment; a PDF's ``Producer``, in its trailer): an earlier plot, replaced; anything else is someone's file
+    (``plot --output photo.png`` replaced it without a word)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        head = f.read(4096)
+        f.seek(max(0, path.stat().st_size - 4096))
+        return b"matplotlib" in (head + f.read(4096)).lower()
 
 
 def plot_run(

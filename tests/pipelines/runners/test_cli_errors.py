@@ -725,10 +725,18 @@ def test_an_unforeseen_failure_is_one_line_naming_a_log(bad, demo_vocab, tmp_pat
     log.unlink()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "sig",
+    [
+        signal.SIGTERM,
+        pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
+        pytest.param(signal.SIGQUIT, marks=pytest.mark.slow),
+    ],
+)
 def test_sigterm_is_ctrl_c_one_line_exit_143_work_removed(tmp_path, demo_vocab, sig):
     """SIGHUP (the terminal closed) too, as SIGTERM (issue 53): it killed the run on the spot, its lock left and
-    an --overwrite's earlier dataset in the work folder."""
+    an --overwrite's earlier dataset in the work folder. And SIGQUIT (Ctrl-\\ in a terminal; round 7): it dumped
+    core, and an --overwrite's earlier dataset waited in _work/ for the next run to put it back."""
     out = tmp_path / "out"
     p = _wiki_run(out, demo_vocab)
     _wait_mid_run(out, p)

@@ -87,6 +87,24 @@ def test_init_inside_output_is_refused_with_overwrite(sst2, earlier, tmp_path):
     assert snapshot(run) == before
 
 
+@pytest.mark.parametrize("overwrite", [(), ("--overwrite",)], ids=["plain", "--overwrite"])
+def test_a_dataset_or_a_model_folder_as_output_is_refused(sst2, earlier, tmp_path, overwrite):
+    # Round 7: `finetune --output DATASET` wrote results.json, predictions.tsv and checkpoints/ beside the
+    # dataset's manifest and shards (a run mixed into a dataset), and into a Hugging Face export with
+    # --overwrite it removed the export's config.json (a name a fine-tuning run writes).
+    data = tmp_path / "data"
+    shutil.copytree(sst2["dev"], data)
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text('{"model_type": "bert"}')
+    (hf / "model.safetensors").write_bytes(b"weights")
+    for out, held in ((data, "manifest.json"), (hf, "model.safetensors")):
+        before = snapshot(out)
+        result = CliRunner().invoke(main, argv(sst2, out, *overwrite))
+        one_error(result, 2, f"{out} holds {held}")
+        assert snapshot(out) == before
+
+
 def test_finetune_overwrite_into_a_running_pretraining_is_refused(sst2, earlier, tmp_path):
     """Commands own what they write (issue 33): finetune --overwrite into the folder of a pretraining run that
     is writing it wiped its metrics, and the pretraining's checkpoint rotation then deleted the fine-tuning's

@@ -64,8 +64,9 @@ def test_pretrain_from_its_config_json_takes_every_saved_flag_and_the_command_li
     late = _captured(monkeypatch, "pretrain", ["pretrain", "--output", str(tmp_path / "x"), *args[1:3]])
     assert options.flat(late) == {**want, "max_steps": 2, "output": str(tmp_path / "x")}
     # a flag on the command line wins over its saved value; the saved ones are checked together with it
-    cfg = _captured(monkeypatch, "pretrain", [*args, "--lr", "1e-4", "--lr-schedule", "wsd", "--eval-batches", "3"])
-    assert (cfg.optim.lr, cfg.optim.lr_schedule, cfg.eval_batches, cfg.run.tensorboard) == (1e-4, "wsd", 3, False)
+    # (--log-every: --eval-batches typed without --eval-data, which this run has none of, is refused)
+    cfg = _captured(monkeypatch, "pretrain", [*args, "--lr", "1e-4", "--lr-schedule", "wsd", "--log-every", "3"])
+    assert (cfg.optim.lr, cfg.optim.lr_schedule, cfg.run.log_every, cfg.run.tensorboard) == (1e-4, "wsd", 3, False)
     refused = CliRunner().invoke(main, [*args, "--masking", "static"])  # the saved --whole-word-mask needs dynamic
     assert refused.exit_code == 2 and "'--whole-word-mask': needs --masking dynamic" in refused.output
 

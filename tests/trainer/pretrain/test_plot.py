@@ -34,6 +34,37 @@ def test_plot_writes_the_image_it_names_or_refuses_in_one_line(tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "run"]
 
 
+def test_records_of_numbers_no_axis_can_hold_are_left_out_and_said(tmp_path: Path, capsys) -> None:
+    # Round 7: a metrics.jsonl holding NaN, Infinity or 1e308 (json reads them) ended in matplotlib's
+    # "ValueError: arange: cannot compute length" under a traceback.
+    odd = [
+        '{"step": 4, "mlm_loss": NaN, "mlm_accuracy": 0.1}',
+        '{"step": 5, "mlm_loss": 1e308, "mlm_accuracy": Infinity}',
+    ]
+    run = run_dir(tmp_path / "run", [*RECORDS, *odd])
+    assert plot_run(run).read_bytes()[:4] == b"\x89PNG"
+    assert "2 records whose numbers are not finite, or past 1e+30, are left out of the plot (the first at step 4)" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf"])
+def test_a_file_that_is_no_plot_is_not_replaced_and_a_plot_is(tmp_path: Path, suffix: str) -> None:
+    # Round 7: `plot --output photo.png` replaced the user's own photo.png without a word (plot has no
+    # --overwrite); a figure matplotlib drew (an earlier plot, curves.png of an earlier version) is replaced.
+    run = run_dir(tmp_path / "run", RECORDS)
+    mine = tmp_path / f"photo{suffix}"
+    mine.write_bytes(b"\x89PNG\r\n\x1a\n a holiday photo")
+    with pytest.raises(RunError, match=f"--output {mine} already exists and is no figure berttrain plot drew"):
+        plot_run(run, mine)
+    assert mine.read_bytes() == b"\x89PNG\r\n\x1a\n a holiday photo"
+    out = tmp_path / f"curves{suffix}"
+    plot_run(run, out)
+    first = out.stat().st_mtime_ns
+    plot_run(run, out)  # its own earlier figure: replaced
+    assert out.stat().st_mtime_ns >= first and out.stat().st_size > 0
+
+
 @pytest.mark.parametrize(
     "lines, message",
     [
