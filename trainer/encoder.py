@@ -25,9 +25,9 @@ ROPE_BASE = 10000.0  # RoFormer's (and LLaMA's): wavelengths from 2*pi to 10000*
 def rotary_tables(positions: Tensor, head_size: int, dtype: torch.dtype) -> Rotary:
     """cos and sin of each token's angles: ``positions`` [*] (int) -> two [*, 1, 1, head/2] tensors of ``dtype``.
 
-    The angles are computed in float32 and cast after: in bfloat16, position 500's fastest angle would be off by up to one
-    radians. Computed once per forward, not per layer, and never stored: a buffer would not survive the meta-device
-    construction (``weights_init.construct_then_init``) nor belong in a checkpoint."""
+    The angles are computed in float32 and cast after: in bfloat16, position 500's fastest angle would be off by
+    up to a radian. Computed once per forward, not per layer, and never stored: a buffer would not survive the
+    meta-device construction (``weights_init.construct_then_init``) nor belong in a checkpoint."""
     exponents = torch.arange(0, head_size, 2, device=positions.device, dtype=torch.float32) / head_size
     angles = positions.to(torch.float32)[..., None, None, None] * ROPE_BASE**-exponents  # [*, 1, 1, head/2]
     return angles.cos().to(dtype), angles.sin().to(dtype)
