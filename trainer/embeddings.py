@@ -1,6 +1,6 @@
-"""BERT's embeddings (word, position, token type; LayerNorm and dropout), and the vocabulary padding they share
-with the MLM head: the word matrix (also the tied MLM decoder) and the MLM bias are allocated at a multiple of
-:data:`VOCAB_MULTIPLE` rows and saved, loaded and counted at the real vocabulary size."""
+"""BERT's embeddings (word, position unless the model is RoPE's, token type; LayerNorm and dropout), and the
+vocabulary padding they share with the MLM head: the word matrix (also the tied MLM decoder) and the MLM bias are
+allocated at a multiple of :data:`VOCAB_MULTIPLE` rows and saved, loaded and counted at the real vocabulary size."""
 
 from __future__ import annotations
 
@@ -47,7 +47,11 @@ class BertEmbeddings(nn.Module):
         self.word_embeddings = nn.Embedding(pad_vocab(config.vocab_size), config.hidden_size)
         self.word_embeddings.real_rows = config.vocab_size  # type: ignore[assignment]  # read by init_bert_weights
         save_real_rows(self, "word_embeddings.weight", config.vocab_size)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        # RoPE (config.rope): positions turn queries and keys in attention (trainer.encoder), no matrix here
+        self.max_positions = config.max_position_embeddings
+        self.position_embeddings = (
+            None if config.rope else nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        )
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
@@ -56,11 +60,11 @@ class BertEmbeddings(nn.Module):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         # input_ids, token_type_ids: [B, T] -> [B, T, H]
         t = input_ids.shape[1]
-        if t > self.position_embeddings.num_embeddings:
-            raise ValueError(
-                f"sequence length {t} exceeds max_position_embeddings={self.position_embeddings.num_embeddings}"
-            )
-        x = self.word_embeddings(input_ids) + self.position_embeddings.weight[:t]  # [B,T,H] + [T,H]
+        if t > self.max_positions:
+            raise ValueError(f"sequence length {t} exceeds max_position_embeddings={self.max_positions}")
+        x = self.word_embeddings(input_ids)
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings.weight[:t]  # [B,T,H] + [T,H]
         if token_type_ids is None:
             x = x + self.token_type_embeddings.weight[0]
         else:
@@ -69,5 +73,7 @@ class BertEmbeddings(nn.Module):
 
     def rows(self, input_ids: Tensor, positions: Tensor, token_type_ids: Tensor) -> Tensor:
         # [N] each -> [N, H]: the unpadded layout's tokens, summed in forward's order
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+        x = self.word_embeddings(input_ids)
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings(positions)
         return self.dropout(self.LayerNorm(x + self.token_type_embeddings(token_type_ids)))

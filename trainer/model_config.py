@@ -10,6 +10,7 @@ from typing import Any
 
 __all__ = [
     "NORM_PLACEMENTS",
+    "POSITION_EMBEDDINGS",
     "PRESETS",
     "PRESET_NAMES",
     "BertConfig",
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 NORM_PLACEMENTS = ("post", "pre")
+POSITION_EMBEDDINGS = ("absolute", "rope")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +51,10 @@ class BertConfig:
     # "post": BERT's LN(x + f(x)), what Hugging Face's BertModel holds. "pre": x + f(LN(x)) with a final LN
     # after the last layer (Cramming, 24hBERT): trains stably at the high learning rates a short budget needs.
     norm_placement: str = "post"
+    # "absolute": BERT's learned position embeddings, added to the tokens'. "rope": rotary embeddings (RoFormer,
+    # Su et al. 2021) turn each query and key by its position in attention instead; no position matrix, and no
+    # transformers BERT class holds it (export-hf refuses it). max_position_embeddings still bounds the length.
+    position_embedding_type: str = "absolute"
 
     def __post_init__(self) -> None:
         if self.intermediate_size is None:
@@ -81,6 +87,16 @@ class BertConfig:
             raise ValueError(
                 f"BertConfig.norm_placement must be one of {', '.join(NORM_PLACEMENTS)}, got {self.norm_placement!r}"
             )
+        if self.position_embedding_type not in POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"BertConfig.position_embedding_type must be one of {', '.join(POSITION_EMBEDDINGS)}, "
+                f"got {self.position_embedding_type!r}"
+            )
+        if self.rope and self.head_size % 2:
+            raise ValueError(
+                f"BertConfig.position_embedding_type='rope' turns pairs of a head's dimensions: head size "
+                f"{self.head_size} (hidden_size {self.hidden_size} / num_heads {self.num_heads}) must be even"
+            )
         if isinstance(self.pad_token_id, bool) or not isinstance(self.pad_token_id, int):
             raise ValueError(f"BertConfig.pad_token_id must be an integer, got {self.pad_token_id!r}")
         if not 0 <= self.pad_token_id < self.vocab_size:
@@ -92,6 +108,10 @@ class BertConfig:
     @property
     def pre_ln(self) -> bool:
         return self.norm_placement == "pre"
+
+    @property
+    def rope(self) -> bool:
+        return self.position_embedding_type == "rope"
 
     @property
     def head_size(self) -> int:
@@ -169,7 +189,8 @@ def parameter_count(config: BertConfig) -> int:
     computed without allocating any."""
     h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
     assert i is not None
-    embeddings = (v + config.max_position_embeddings + config.type_vocab_size) * h + 2 * h
+    positions = 0 if config.rope else config.max_position_embeddings
+    embeddings = (v + positions + config.type_vocab_size) * h + 2 * h
     layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
     heads = (h * h + h) + (h * h + h + 2 * h + v) + (2 * h + 2)  # pooler, MLM transform + bias, NSP
     return embeddings + config.num_layers * layer + heads + (2 * h if config.pre_ln else 0)
@@ -209,8 +230,9 @@ def pretraining_flops(config: BertConfig, seq_len: int, num_masked: int, *, back
 
     The matmul part is the usual ``2 * N * tokens`` with N the parameters used per token. Backward costs twice
     the forward (gradients for inputs and weights), so with ``backward=True`` the result is 3x the forward,
-    i.e. the ``6 * N * tokens`` rule plus attention terms. Embedding lookups, LayerNorm, softmax, GELU and the
-    loss are excluded, as is conventional for MFU. Padding counts: pass the padded length the model sees.
+    i.e. the ``6 * N * tokens`` rule plus attention terms. Embedding lookups, rotary turns (RoPE), LayerNorm,
+    softmax, GELU and the loss are excluded, as is conventional for MFU. Padding counts: pass the padded length the
+    model sees.
     """
     if seq_len < 1 or num_masked < 0:
         raise ValueError(f"seq_len must be >= 1 and num_masked >= 0, got seq_len={seq_len}, num_masked={num_masked}")

@@ -25,7 +25,7 @@ from bertstream.trainer.hf.convert import SAFETENSORS_FILENAME, expected_shapes,
 from bertstream.trainer.hf.load import load_safetensors
 from bertstream.trainer.model_config import BertConfig
 
-__all__ = ["EXPORT_FILES", "export_checkpoint", "export_hf"]
+__all__ = ["EXPORT_FILES", "check_exportable", "export_checkpoint", "export_hf"]
 
 TOKENIZER_CONFIG_FILENAME = "tokenizer_config.json"
 TOKENIZER_FILENAME = "tokenizer.json"
@@ -58,11 +58,7 @@ def export_hf(
     ``out_dir`` is new or empty, or holds an earlier export that ``overwrite`` replaces; the files appear there
     only once all are written (``bertstream.cli.owned``).
     """
-    if config.norm_placement not in ("post", "pre"):
-        raise HFCheckpointError(
-            f"norm_placement={config.norm_placement!r}: no transformers class holds it (post: BertForPreTraining, "
-            "pre: RobertaPreLayerNormForMaskedLM); fine-tune it with berttrain finetune --init CHECKPOINT instead"
-        )
+    check_exportable(config)
     state = model_or_state.state_dict() if isinstance(model_or_state, nn.Module) else dict(model_or_state)
     if task is None:
         expected = expected_shapes(config)
@@ -106,6 +102,23 @@ def export_hf(
             f"cannot write the export to {out}: {why}; nothing of it was kept, {out} is as it was"
         ) from None
     return out
+
+
+def check_exportable(config: BertConfig) -> None:
+    """Refuse, in one line, an architecture no ``transformers`` class computes: exported, it would load without
+    an error and compute another function."""
+    if config.norm_placement not in ("post", "pre"):
+        raise HFCheckpointError(
+            f"norm_placement={config.norm_placement!r}: no transformers class holds it (post: BertForPreTraining, "
+            "pre: RobertaPreLayerNormForMaskedLM); fine-tune it with berttrain finetune --init CHECKPOINT instead"
+        )
+    if config.position_embedding_type != "absolute":
+        # transformers' BertConfig.position_embedding_type knows "absolute" and "relative_key(_query)" only: a
+        # folder would load with fresh position embeddings and no rotation, silently another model
+        raise HFCheckpointError(
+            f"position_embedding_type={config.position_embedding_type!r}: no transformers BERT class holds rotary "
+            "position embeddings; the checkpoint serves berttrain finetune --init and berttrain embed --init instead"
+        )
 
 
 def _write_export(
@@ -176,6 +189,7 @@ def export_checkpoint(
         config = BertConfig.from_dict(data["model"])
     except (TypeError, ValueError) as e:
         raise HFCheckpointError(f"{folder / CONFIG_FILENAME}: {e}") from None
+    check_exportable(config)  # before the weights are read
     if do_lower_case is None:  # a pretraining run's config.json says "lowercase" (its shards' vocabulary casing)
         given = data.get("do_lower_case", data.get("lowercase"))
         do_lower_case = given if isinstance(given, bool) else None
