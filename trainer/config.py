@@ -13,7 +13,7 @@ from typing import Any
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
-from bertstream.cli.options import ARCH, FIXED, MAX_INT, opt, section
+from bertstream.cli.options import ARCH, FIXED, MAX_INT, PER_NODE, opt, section
 from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 from bertstream.trainer.optim.advice import LR_HELP
@@ -80,7 +80,7 @@ class RunConfig:
         "default RUN/mlruns), wandb (WANDB_PROJECT, WANDB_MODE=offline); none: metrics.jsonl only. mlflow and wandb "
         "are optional extras: pip install 'bertstream[mlflow]' / 'bertstream[wandb]'.",
     )
-    device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
+    device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).", tags=(PER_NODE,))
     async_checkpoint: bool = opt(
         True,
         "Write checkpoints in the background from a copy in host memory: the loop pays the copy only.",
@@ -90,6 +90,7 @@ class RunConfig:
         0,
         "Intra-op CPU threads per rank; 0: OMP_NUM_THREADS if set, else the cores this rank may use (its share of "
         "the node's under torchrun) less its loader workers, at least 1.",
+        tags=(PER_NODE,),
     )
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
-from bertstream.cli.options import DYNAMIC, FIXED, opt
+from bertstream.cli.options import DYNAMIC, FIXED, PER_NODE, opt
 from bertstream.schemas.masking import MaskingSettings, SettingError
 
 FORMATS = ("auto", "arrow", "webdataset")
@@ -92,7 +92,7 @@ class DataConfig:
     shuffle: bool = opt(True, cli=False)
     shuffle_buffer: int = opt(10_000, cli=False)
     seed: int = opt(0)
-    num_workers: int = opt(0, "Data-loader worker processes per rank.")
+    num_workers: int = opt(0, "Data-loader worker processes per rank.", tags=(PER_NODE,))
     prefetch_factor: int = opt(2, cli=False)
     pin_memory: bool = opt(False, cli=False)  # the trainer sets it for a CUDA device
     length_bucketing: bool = opt(False, cli=False)

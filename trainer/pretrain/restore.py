@@ -5,7 +5,7 @@ the optimizer, schedule, data position and RNG restored from the checkpoint."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 
@@ -142,8 +142,16 @@ SHARED = (
     "every node must see the same run folder: put --output on a file system that all nodes mount at the same "
     "path (node-local folders resume from different checkpoints)"
 )
-# Flags that may differ between nodes: where each process computes and how it reads.
-PER_NODE = ("device", "num_workers", "threads")
+
+
+def shared_flags(cfg: TrainConfig) -> dict[str, Any]:
+    """``flag -> value`` of every setting the ranks must agree on: all but those tagged :data:`options.PER_NODE`."""
+    now = options.flat(cfg)
+    return {
+        leaf.flag or leaf.name: now[leaf.name]
+        for leaf in options.leaves(TrainConfig)
+        if options.PER_NODE not in leaf.tags
+    }
 
 
 def check_same_run(
@@ -153,9 +161,10 @@ def check_same_run(
     rank that resumed elsewhere, read another --data or took another --batch-size trained to exit 0 on a
     diverged model or data seen twice, and another --max-steps deadlocked."""
     D.agree({"checkpoint": ckpt.describe(restored) if restored else "none"}, info, SHARED)
-    now = options.flat(cfg)
-    flags = {
-        leaf.flag or leaf.name: now[leaf.name] for leaf in options.leaves(TrainConfig) if leaf.name not in PER_NODE
+    facts = {
+        **shared_flags(cfg),
+        "model": model.to_dict(),
+        "data fingerprint": fingerprint,
+        "bertstream code": D.code_digest(),
     }
-    facts = {**flags, "model": model.to_dict(), "data fingerprint": fingerprint, "bertstream code": D.code_digest()}
     D.agree(facts, info, "every rank must run the same flags, data and bertstream version")

@@ -311,3 +311,20 @@ def test_the_ranks_outcomes_settle_into_one_error():
     assert isinstance(settle([bad, None]), Disagreement)
     usage = settle([None, Outcome("is a file", usage=True, param="output")])
     assert isinstance(usage, AgreedUsageError) and (usage.param, usage.message) == ("output", "rank 1: is a file")
+
+
+def test_ranks_agree_on_every_flag_but_where_each_computes_and_reads():
+    """A node's own --device, --threads and --num-workers (tagged PER_NODE at their declaration) are left out of
+    what the ranks compare; any other flag is in it."""
+    from bertstream.cli import options
+    from bertstream.trainer.config import TrainConfig
+    from bertstream.trainer.pretrain.restore import shared_flags
+
+    base = TrainConfig.build(paths=("d",), output="o")
+    node = TrainConfig.build(paths=("d",), output="o", device="cpu", threads=3, num_workers=4)
+    assert shared_flags(node) == shared_flags(base)
+    flag = {leaf.name: leaf.flag or leaf.name for leaf in options.leaves(TrainConfig)}
+    per_node = {flag[name] for name in options.tagged(TrainConfig, options.PER_NODE)}
+    assert per_node == {"--device", "--threads", "--num-workers"} and not per_node & set(shared_flags(base))
+    assert set(shared_flags(base)) | per_node == set(flag.values())  # the rest, every one of them
+    assert shared_flags(TrainConfig.build(paths=("d",), output="o", batch_size=3)) != shared_flags(base)
