@@ -242,33 +242,40 @@ def launched_main() -> bool:
 
 
 # How long a rank may take to end once every rank has finished and the process group is gone. A process that is
-# still there then is stuck in a teardown (a destructor waiting on a peer that left: seen with gloo on 2 loaded cores, in
-# a few of the suite's runs): it prints every thread's stack and exits 1, instead of holding its GPUs (and
-# the job) until the cluster's time limit.
+# still there then is stuck in a teardown (a destructor waiting on the GIL or on a peer: see teardown): it prints
+# every thread's stack and exits 1, instead of holding its GPUs (and the job) until the cluster's time limit.
 EXIT_GRACE_S = 120.0
 
 
 def teardown() -> None:
     """The end of a run's process group, on every rank, once the run's own objects are gone (call it where the
-    DDP model is out of scope: its reducer holds the group, whose destructor then ran wherever the model went).
+    DDP model is out of scope: its reducer holds the group).
 
-    Every rank drains its collectives (a barrier), destroys the group, and waits until every rank has destroyed
-    its own: so no rank leaves while a peer's group still talks to it. Seen before this order, twice at load: a
-    rank that left first left its peer in the group's destructor (~Reducer -> ~ProcessGroupGloo -> thread join),
-    reached when that peer's DDP model went away after the group was destroyed."""
+    Every rank drains its collectives (a barrier), unregisters the group, and waits until every rank has done
+    so: no rank leaves while a peer still talks to it. The group object itself is kept until the interpreter
+    ends, when its worker threads have long been idle. Its destructor joins those threads while holding the GIL
+    (pybind's dealloc), and a worker that has just run the barrier may still be releasing that work, whose
+    earlier collectives hold tensors Python owns: destroyed right after the barrier, the worker waited for the
+    GIL and the join for the worker. py-spy of a two-rank gloo test hung at load: the main thread in ~Reducer -> ~ProcessGroupGloo ->
+    thread join, the gloo thread in ~AsyncBarrierWork -> ~AsyncAllgatherWork -> decref_pyobject -> GIL acquire."""
     PEERS.stop()
     if not dist.is_initialized():
         return
     world = dist.get_world_size()
     if world > 1:
-        gc.collect()  # a reference cycle still holding the DDP model would keep the group alive past destroy
+        gc.collect()  # a reference cycle still holding the DDP model: its reducer goes now, the group stays
         with contextlib.suppress(RuntimeError, dist.DistError):
             dist.barrier()
+        _ENDED_GROUPS.append(dist.group.WORLD)  # never destroyed in the process (see above)
     dist.destroy_process_group()
     if world > 1:
         PEERS.meet("ended", world, EXIT_GRACE_S)
         # faulthandler's own thread: it runs even while the main thread holds the GIL in a C++ destructor
         faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True)
+
+
+# The process groups of ended runs, kept alive to the process's end (see :func:`teardown`).
+_ENDED_GROUPS: list[Any] = []
 
 
 def end_together() -> None:
