@@ -33,9 +33,10 @@ def exit_now(code: object) -> NoReturn:
         status = 1
     from bertstream.cli.errors import work_abandoned
 
-    for t in threading.enumerate():  # what the interpreter waits for before its exit handlers
-        if t is not threading.main_thread() and not t.daemon and not work_abandoned():
-            t.join()
+    if not work_abandoned():
+        for t in threading.enumerate():  # what the interpreter waits for before its exit handlers
+            if t is not threading.main_thread() and not t.daemon:
+                t.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

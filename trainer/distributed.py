@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import gc
 import hashlib
 import os
 from collections.abc import Iterator
@@ -248,8 +247,7 @@ EXIT_GRACE_S = 120.0
 
 
 def teardown() -> None:
-    """The end of a run's process group, on every rank, once the run's own objects are gone (call it where the
-    DDP model is out of scope: its reducer holds the group).
+    """The end of a run's process group, on every rank, once the run's loop has returned.
 
     Every rank drains its collectives (a barrier), unregisters the group, and waits until every rank has done
     so: no rank leaves while a peer still talks to it. The group object itself is kept until the interpreter
@@ -263,7 +261,6 @@ def teardown() -> None:
         return
     world = dist.get_world_size()
     if world > 1:
-        gc.collect()  # a reference cycle still holding the DDP model: its reducer goes now, the group stays
         with contextlib.suppress(RuntimeError, dist.DistError):
             dist.barrier()
         _ENDED_GROUPS.append(dist.group.WORLD)  # never destroyed in the process (see above)

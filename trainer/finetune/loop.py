@@ -281,7 +281,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     run_dir = Path(cfg.run.output)
     with rundir.held(run_dir, "berttrain finetune", info), background_writes() as writes:
         results = _finetune(cfg, info, overwrite, writes if cfg.run.async_checkpoint else None)
-    D.teardown()  # here, not in _finetune: its DDP model, which holds the process group, is gone with its frame
+    D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
     return results
 
 

@@ -149,7 +149,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         with rundir.held(run_dir, "berttrain pretrain", info), background_writes() as writes:
             D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
             result = _pretrain(cfg, info, writes if cfg.run.async_checkpoint else None)
-        D.teardown()  # here, not in _pretrain: its DDP model, which holds the process group, is gone with its frame
+        D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
         return result
     except Exception as e:
         lost = peers.peer_lost(e, cfg.dist_timeout)
