@@ -240,22 +240,26 @@ def launched_main() -> bool:
     return os.environ.get("RANK", "0").strip() in ("0", "")  # not a number: launch_env says so, on every rank
 
 
-# How long a rank may take to end once every rank has finished and the process group is gone. A process that is
+# How long a rank may take to end once every rank has finished (drained and met). A process that is
 # still there then is stuck in a teardown (a destructor waiting on the GIL or on a peer: see teardown): it prints
 # every thread's stack and exits 1, instead of holding its GPUs (and the job) until the cluster's time limit.
 EXIT_GRACE_S = 120.0
 
 
 def teardown() -> None:
-    """The end of a run's process group, on every rank, once the run's loop has returned.
+    """The end of a run's process group, on every rank, once the run's loop has returned (its DDP model, whose
+    reducer holds the group, gone with it).
 
-    Every rank drains its collectives (a barrier), unregisters the group, and waits until every rank has done
-    so: no rank leaves while a peer still talks to it. The group object itself is kept until the interpreter
-    ends, when its worker threads have long been idle. Its destructor joins those threads while holding the GIL
-    (pybind's dealloc), and a worker that has just run the barrier may still be releasing that work, whose
-    earlier collectives hold tensors Python owns: destroyed right after the barrier, the worker waited for the
-    GIL and the join for the worker. py-spy of a two-rank gloo test hung at load: the main thread in ~Reducer -> ~ProcessGroupGloo ->
-    thread join, the gloo thread in ~AsyncBarrierWork -> ~AsyncAllgatherWork -> decref_pyobject -> GIL acquire."""
+    Every rank drains its collectives (a barrier), meets the others through the rendezvous store, destroys the
+    group, and meets them again: no rank leaves while a peer still talks to it. The first meeting is why the
+    group is not destroyed right after the barrier: its destructor joins the group's worker threads while holding
+    the GIL (pybind's dealloc), and a worker that has just run the barrier may still be releasing that work, whose
+    earlier collectives hold tensors Python owns; destroyed at once, the worker waited for the GIL and the join
+    for the worker (py-spy of a two-rank gloo test hung at load: the main thread in ~Reducer ->
+    ~ProcessGroupGloo -> thread join, the gloo thread in ~AsyncBarrierWork -> ~AsyncAllgatherWork ->
+    decref_pyobject -> GIL acquire). The store's round trips release the GIL, and the worker takes it then.
+    (Keeping the group alive to the interpreter's end instead left its threads running at exit: a rank aborted
+    with 'terminate called without an active exception'.)"""
     PEERS.stop()
     if not dist.is_initialized():
         return
@@ -263,16 +267,12 @@ def teardown() -> None:
     if world > 1:
         with contextlib.suppress(RuntimeError, dist.DistError):
             dist.barrier()
-        _ENDED_GROUPS.append(dist.group.WORLD)  # never destroyed in the process (see above)
+        PEERS.meet("drained", world, EXIT_GRACE_S)
+        # faulthandler's own thread: it runs even while the main thread holds the GIL in a C++ destructor
+        faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True)
     dist.destroy_process_group()
     if world > 1:
         PEERS.meet("ended", world, EXIT_GRACE_S)
-        # faulthandler's own thread: it runs even while the main thread holds the GIL in a C++ destructor
-        faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True)
-
-
-# The process groups of ended runs, kept alive to the process's end (see :func:`teardown`).
-_ENDED_GROUPS: list[Any] = []
 
 
 def end_together() -> None:
