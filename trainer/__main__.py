@@ -8,6 +8,9 @@ from __future__ import annotations
 
 
 def run() -> None:
+    from bertstream.trainer import omp_waits
+
+    omp_waits.bound()  # before torch is imported: its OpenMP reads the waits once, on load
     try:
         from bertstream.trainer.cli import main
 

@@ -89,7 +89,7 @@ class RunConfig:
     threads: int = opt(
         0,
         "Intra-op CPU threads per rank; 0: OMP_NUM_THREADS if set, else the cores this rank may use (its share of "
-        "the node's under torchrun) less its loader workers, at least 1.",
+        "the node's under torchrun).",
         tags=(PER_NODE,),
     )
 

@@ -13,7 +13,7 @@ if [ "${DEMO_FULL:-0}" = 1 ]; then
 else
     STEPS=${DEMO_STEPS:-300}; TASK_ROWS=2000; TASK_LR=1e-3
 fi
-# berttrain chooses its CPU threads (the cores less its loader workers, said in its run line; --threads sets them).
+# berttrain chooses its CPU threads (the cores it may use, OpenMP's spin bounded, said in its run line; --threads sets them).
 # Each setting checked before minutes of work, one line each (DEMO_STEPS=abc failed at the export, after the
 # corpus, the vocabulary, the shards and the whole pretraining).
 [[ ${DEMO_FULL:-0} =~ ^[01]$ ]] || { echo "Error: DEMO_FULL must be 0 or 1, got '${DEMO_FULL}'" >&2; exit 2; }
