@@ -6,6 +6,16 @@ in manifest order: rows are sorted by ``row_id`` within a shard and shards hold 
 input, so the concatenation is the input order. Nothing is padded: list columns hold exactly the tokens.
 Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32`` (``bertstream.schemas.id_types``).
 
+Layouts and kinds
+-----------------
+The contract defines row LAYOUTS (``LAYOUTS``: ``sequence_class``, ``sequence_value``, ``token_labels``,
+``spans``, ``choices``), each an Arrow schema; a task KIND is a name (``bertprep task NAME``, the trainer's
+``Task.kind``) whose rows fit one of them. The manifest records the layout (``task.layout``) beside the kind, and
+both sides check a dataset's shards against it: a new kind whose rows fit a layout here needs no edit of this
+module. Datasets written before the manifest recorded it hold one of the four kinds of then, whose layout the
+kind names (``EARLIER_LAYOUTS``: classification -> sequence_class, regression -> sequence_value, ner ->
+token_labels, squad -> spans); the tables below name the layouts by those kinds.
+
 Row ids (every kind)
 --------------------
 ``row_id`` (uint64) = ``file_index << 48 | record << 16 | window``:
@@ -68,6 +78,17 @@ start_position       int32                 answer start token in ``input_ids``; 
                                            question is impossible or the answer is not inside this window
 end_position         int32                 answer end token (inclusive); 0 likewise
 is_impossible        bool                  SQuAD v2.0 unanswerable question
+==================== ===================== ==================================================================
+
+``choices`` (one row per question: several sequences, its candidates, one after another)
+-------------------------------------------------------------------------------------------
+==================== ===================== ==================================================================
+row_id               uint64                see above
+input_ids            list<uint16|int32>    the candidates' ``[CLS] A [SEP] B_i [SEP]``, one after another
+sequence_lengths     list<int16>           tokens of each candidate's sequence (they add up to
+                                           ``len(input_ids)``); a row's sequences are read in this order
+segment_a_lengths    list<int16>           per candidate, tokens of ``[CLS] A [SEP]`` (token type 0)
+label                int16                 index of the right candidate; null when the split is unlabeled
 ==================== ===================== ==================================================================
 
 ``examples.jsonl`` (SQuAD; path, bytes, sha256 and count in ``manifest.task["files"]``): one JSON object per
@@ -144,7 +165,7 @@ _IDS = None  # a column type: a list of the vocabulary's ids (uint16 or int32, `
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class RowLayout:
     """A row layout of the contract: its name (what a manifest records as ``task.layout``), what a row is, its
     columns in order as ``(name, arrow type, nullable)`` (type ``_IDS``: ``list<uint16|int32>``), and
     ``sequences``: the column of each row's sequence lengths where a row holds several, None where a row is one
@@ -172,9 +193,9 @@ def _sequence(label: pa.DataType) -> tuple[tuple[str, Any, bool], ...]:
     )
 
 
-SEQUENCE_CLASS = Layout("sequence_class", "one sequence or pair per row and a class id", _sequence(pa.int16()))
-SEQUENCE_VALUE = Layout("sequence_value", "one sequence or pair per row and a value", _sequence(pa.float32()))
-TOKEN_LABELS = Layout(
+SEQUENCE_CLASS = RowLayout("sequence_class", "one sequence or pair per row and a class id", _sequence(pa.int16()))
+SEQUENCE_VALUE = RowLayout("sequence_value", "one sequence or pair per row and a value", _sequence(pa.float32()))
+TOKEN_LABELS = RowLayout(
     "token_labels",
     "a window of a sentence per row and a tag id per token",
     (
@@ -187,7 +208,7 @@ TOKEN_LABELS = Layout(
         (NUM_WORDS, pa.int32(), False),
     ),
 )
-SPANS = Layout(
+SPANS = RowLayout(
     "spans",
     "a window of a question's context per row and the answer's start and end tokens",
     (
@@ -205,7 +226,7 @@ SPANS = Layout(
         (IS_IMPOSSIBLE, pa.bool_(), False),
     ),
 )
-CHOICES = Layout(
+CHOICES = RowLayout(
     "choices",
     "several sequences per row (a question's candidates) and the index of the right one",
     (
@@ -217,10 +238,10 @@ CHOICES = Layout(
     ),
     sequences=SEQUENCE_LENGTHS,
 )
-LAYOUTS: dict[str, Layout] = {x.name: x for x in (SEQUENCE_CLASS, SEQUENCE_VALUE, TOKEN_LABELS, SPANS, CHOICES)}
+LAYOUTS: dict[str, RowLayout] = {x.name: x for x in (SEQUENCE_CLASS, SEQUENCE_VALUE, TOKEN_LABELS, SPANS, CHOICES)}
 # Datasets written before their manifest recorded ``task.layout`` hold one of the four kinds of then: the kind
 # names the layout. A kind added since records its layout (``layout_of``); none is added here.
-EARLIER_LAYOUTS: dict[str, Layout] = {
+EARLIER_LAYOUTS: dict[str, RowLayout] = {
     CLASSIFICATION: SEQUENCE_CLASS,
     REGRESSION: SEQUENCE_VALUE,
     NER: TOKEN_LABELS,
@@ -239,7 +260,7 @@ def is_kind_name(kind: Any) -> bool:
     return isinstance(kind, str) and bool(_KIND_NAME.match(kind))
 
 
-def layout_of(kind: str, task: Mapping[str, Any], *, source: str = "manifest") -> Layout:
+def layout_of(kind: str, task: Mapping[str, Any], *, source: str = "manifest") -> RowLayout:
     """The layout of a task dataset's rows: the one its manifest records (``task.layout``), or, for a dataset
     written before manifests recorded it, the one its kind had then."""
     recorded = task.get("layout")
@@ -255,7 +276,7 @@ def layout_of(kind: str, task: Mapping[str, Any], *, source: str = "manifest") -
 
 
 def arrow_schema(
-    layout: Layout,
+    layout: RowLayout,
     kind: str,
     id_type: str,
     vocab_sha256: str = "",
@@ -271,7 +292,7 @@ def read_metadata(schema: pa.Schema) -> dict[str, Any]:
     return decode_metadata(schema.metadata, {"labels": []})
 
 
-def check_schema(schema: pa.Schema, kind: str, layout: Layout, *, source: str = "shard") -> str:
+def check_schema(schema: pa.Schema, kind: str, layout: RowLayout, *, source: str = "shard") -> str:
     """Validate a task shard's schema against version 1, ``kind`` and its ``layout``; return its id type."""
     meta = read_metadata(schema)
     check_version(meta["schema_version"], source=source)

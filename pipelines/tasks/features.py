@@ -105,7 +105,7 @@ def ragged(rows: Sequence[np.ndarray], t: pa.DataType) -> pa.Array:
 
 
 def table(
-    layout: T.Layout, id_type: str, columns: Mapping[str, pa.Array | np.ndarray | list], global_index: np.ndarray
+    layout: T.RowLayout, id_type: str, columns: Mapping[str, pa.Array | np.ndarray | list], global_index: np.ndarray
 ) -> pa.Table:
     """Rows of ``layout`` (columns in its order, plus ``GLOBAL``) ready for the wire."""
     schema = pa.schema(layout.fields(id_types.arrow_type(id_type)))

@@ -241,7 +241,7 @@ class TaskKind:
     name: ClassVar[str]  # the command: bertprep task NAME
     # The kinds of rows it writes (the manifest's and the shards' kind: ``cfg.kind``), each with the layout of the
     # contract its rows fit (``bertstream.schemas.tasks.LAYOUTS``); most write one, named as the command.
-    layouts: ClassVar[dict[str, T.Layout]]
+    layouts: ClassVar[dict[str, T.RowLayout]]
     unit: ClassVar[str]  # what one input record is (rows, sentences, examples): counted as <unit>_read, _used, ...
     summary: ClassVar[str]  # the first paragraph of its --help
     job: ClassVar[type]  # its settings, one frozen dataclass: the fields are the command's flags

@@ -102,7 +102,7 @@ class ShardSpec:
 
     output_dir: str
     kind: str
-    layout: T.Layout  # the contract's row layout (its ``sequences``: the column of a row's sequence lengths)
+    layout: T.RowLayout  # the contract's row layout (its ``sequences``: the column of a row's sequence lengths)
     unit: str  # what one input record is (the kind's ``unit``): the counters' and totals' word
     label: LabelMeaning  # what the rows' label is: counted in the statistics or not
     num_shards: int

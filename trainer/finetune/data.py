@@ -100,7 +100,7 @@ class DataTask(Protocol):
     each row's sequences, and the kind's own checks of the columns and the files beside them."""
 
     kind: ClassVar[str]
-    layout: ClassVar[T.Layout]  # the contract's row layout its data must record (``task.layout``)
+    layout: ClassVar[T.RowLayout]  # the contract's row layout its data must record (``task.layout``)
 
     def sequences(self, data: TaskData) -> tuple[np.ndarray, np.ndarray]: ...
 

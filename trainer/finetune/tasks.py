@@ -35,7 +35,7 @@ class Task:
     """The interface; subclasses fill in each part for their kind."""
 
     kind: ClassVar[str]  # its name: the manifests' kind and --task's choice
-    layout: ClassVar[T.Layout]  # the contract's row layout it reads (the manifest's task.layout must be it)
+    layout: ClassVar[T.RowLayout]  # the contract's row layout it reads (the manifest's task.layout must be it)
     predictions_file: ClassVar[str]
     hf: ClassVar[HT.HFHead]  # the transformers class it is exported as; ``hf.pooled``: --pooling counts
 

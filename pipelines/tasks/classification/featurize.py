@@ -92,10 +92,10 @@ class RowFeaturizer:
             out_labels.append(label)
             row_ids.append(T.row_id(batch.file_index, row.line))
             globals_.append(layout.global_index(batch, i))
-        layout = T.SEQUENCE_CLASS if self.kind == T.CLASSIFICATION else T.SEQUENCE_VALUE
-        label_type = layout.fields(pa.int32())[-1].type
+        row_layout = T.SEQUENCE_CLASS if self.kind == T.CLASSIFICATION else T.SEQUENCE_VALUE
+        label_type = row_layout.fields(pa.int32())[-1].type
         return table(
-            layout,
+            row_layout,
             self.id_type,
             {
                 T.ROW_ID: np.asarray(row_ids, dtype=np.uint64),
