@@ -4,6 +4,7 @@ by its own kind; a kind's settings are checked where they are declared, when the
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -31,8 +32,9 @@ def test_the_task_commands_are_the_table_of_kinds_with_their_jobs_flags():
     assert list(group.commands) == [k.name for k in KINDS]
     # each command writes rows of kinds it names, each of a layout of the contract
     assert all(T.is_kind_name(k) and x in T.LAYOUTS.values() for kind in KINDS for k, x in kind.layouts.items())
-    for kind in KINDS:  # its parser counts records in the unit the kind declares
-        assert importlib.import_module(f"{type(kind).__module__}.parse").UNIT == kind.unit
+    for kind in KINDS:  # its parser (a room's parse.py, where it has one) counts records in the kind's unit
+        if importlib.util.find_spec(f"{type(kind).__module__}.parse"):
+            assert importlib.import_module(f"{type(kind).__module__}.parse").UNIT == kind.unit
     for kind in KINDS:
         flags = {opt for p in group.commands[kind.name].params for opt in (*p.opts, *p.secondary_opts)}
         declared = {
