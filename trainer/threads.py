@@ -11,6 +11,7 @@ flag does not (``make test`` runs with one thread per process so). The run line 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
@@ -38,8 +39,9 @@ def choose(requested: int, loader_workers: int) -> tuple[int, str]:
     return default_threads(loader_workers)
 
 
-def apply(requested: int, loader_workers: int) -> str:
-    """Set this process's intra-op threads; the run line's words for them (``threads 1 (2 cores less ...)``)."""
-    n, why = choose(requested, loader_workers)
+def apply(run: Any, loader_workers: int) -> str:
+    """Set this process's intra-op threads from the run section (``RunConfig``: its ``threads``, read here only);
+    the run line's words for them (``threads 1 (2 cores less ...)``)."""
+    n, why = choose(run.threads, loader_workers)
     torch.set_num_threads(n)
     return f"threads {n} ({why})"

@@ -288,7 +288,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
 def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Background | None) -> dict[str, Any]:
     # --- set up: every input is checked before the output folder is touched ----------------------------
     run_dir = Path(cfg.run.output)
-    threads = apply_threads(cfg.run.threads, cfg.num_workers)
+    threads = apply_threads(cfg.run, cfg.num_workers)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         R.check_precision(cfg.run.precision, info.device)
         task = get_task(cfg.task)

@@ -161,7 +161,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
 def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> dict[str, Any]:
     # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
     run_dir = Path(cfg.run.output)
-    threads = apply_threads(cfg.run.threads, cfg.data.num_workers)
+    threads = apply_threads(cfg.run, cfg.data.num_workers)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         R.check_precision(cfg.run.precision, info.device)
         for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
