@@ -19,7 +19,7 @@ from bertstream.schemas.vocab import Vocab
 from bertstream.trainer import distributed as D
 from bertstream.trainer import peers, rundir
 from bertstream.trainer import runtime as R
-from bertstream.trainer.checkpoint_writer import CheckpointWriter, background_writes
+from bertstream.trainer.checkpoint_writer import CheckpointWriter, background_if_asked, background_writes
 from bertstream.trainer.config import TrainConfig, compiles
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.metrics import MetricsLogger, Throughput, tracked
@@ -148,7 +148,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     try:
         with rundir.held(run_dir, "berttrain pretrain", info), background_writes() as writes:
             D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
-            result = _pretrain(cfg, info, writes if cfg.run.async_checkpoint else None)
+            result = _pretrain(cfg, info, background_if_asked(cfg.run, writes))
         D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
         return result
     except Exception as e:
@@ -223,7 +223,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         run.steps += 1
         meter.add(counts.local.sequences, counts.local.tokens, *flops)
         bar.update(1)
-        log_step = step % cfg.run.log_every == 0
+        log_step = R.log_due(cfg.run, step)
         if step < last_step and out_of_time(deadline, log_step, info):
             R.log(f"--max-minutes {cfg.max_minutes} reached at step {step}", info)
             last_step = step
@@ -262,7 +262,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
             meter.read()  # evaluation time is not training throughput
 
         # --- checkpoint -----------------------------------------------------------------------------
-        writer.poll(meet=step % cfg.run.log_every == 0)  # the last background write: complete, or its error
+        writer.poll(meet=R.log_due(cfg.run, step))  # the last background write: complete, or its error
         if step % cfg.checkpoint.checkpoint_every == 0 or step == last_step:
             training.check()  # never a checkpoint of a run that has diverged
             path = writer.save(run_dir, training, data_position(cfg, loader), keep=cfg.checkpoint.keep_checkpoints)
