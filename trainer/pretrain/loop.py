@@ -20,7 +20,7 @@ from bertstream.trainer import distributed as D
 from bertstream.trainer import peers, rundir
 from bertstream.trainer import runtime as R
 from bertstream.trainer.checkpoint_writer import CheckpointWriter, background_if_asked, background_writes
-from bertstream.trainer.config import TrainConfig, compiles
+from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.metrics import MetricsLogger, Throughput, tracked
 from bertstream.trainer.model import num_parameters
@@ -199,7 +199,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     if loader.weighted:
         R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
 
-    if eval_loader is not None and compiles(cfg.compile, info.device.type):
+    if eval_loader is not None and cfg.compiles(info.device.type):
         warm_evaluation(model, eval_loader, cfg, info)
 
     # --- train --------------------------------------------------------------------------------------
