@@ -131,7 +131,7 @@ def check_manifest(d: Mapping[str, Any]) -> None:
     kind = F.string(F.member(d, "kind"), "kind")
     if kind not in (P.KIND, DOCUMENTS_KIND):  # a task dataset: a kind's name, rows of a layout of the contract
         T.check_kind_name(kind)
-        T.layout_of(kind, F.mapping(d.get("task", {}), "task"))
+        T.layout_of(kind, F.mapping(d.get("task", {}), "task"), source="kind")
     if kind != DOCUMENTS_KIND or d.get("vocab"):
         _check_vocab(d.get("vocab"))
     parameters = F.mapping(F.member(d, "parameters"), "parameters")
