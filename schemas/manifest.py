@@ -5,7 +5,7 @@ Layout (version 1)::
     {
       "format": "bertstream.manifest",
       "schema_version": 1,
-      "kind": "pretraining" | "classification" | "regression" | "ner" | "squad" | "documents",
+      "kind": "pretraining" | "documents" | a task kind's name ("classification", "ner", ...),
       "vocab": {"sha256": ..., "size": ..., "file": "vocab.txt", "lowercase": bool,
                 "id_type": "uint16" | "int32", "special_ids": {"[PAD]": 0, ...}},
       "parameters": {...},            # every parameter that shaped the rows (seed included)
@@ -16,7 +16,7 @@ Layout (version 1)::
       "totals": {"instances": int, "bytes": {"arrow": int, ...}},
       "counters": {...},              # documents read/used/dropped by reason, sentences, tokens, ...
       "statistics": {...},            # NSP fractions, length histogram, masking fractions, ...
-      "task": {...},                  # task datasets: label names, ids, ...
+      "task": {...},                  # task datasets: "layout" (schemas.tasks.LAYOUTS), label names, ids, ...
       "run": {...}                    # runner, options, wall time: informational only
     }
 

@@ -21,7 +21,6 @@ from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import SPECIAL_TOKENS
 
 DOCUMENTS_KIND = "documents"  # bertprep extract: text before tokenization, no vocabulary
-KINDS: tuple[str, ...] = (P.KIND, *T.KINDS, DOCUMENTS_KIND)
 SHARD_FORMATS = ("arrow", "webdataset", "jsonl")
 MAX_VOCAB = (1 << 31) - 1  # int32 ids
 MAX_SEQ_LENGTH = MAX_LENGTH
@@ -108,6 +107,8 @@ def _check_task(task: Any) -> None:
             F.string(label, f"task.labels[{i}]")
         if len(set(labels)) != len(labels):
             raise SchemaError("task.labels: a label is listed twice")
+    if "layout" in t:
+        F.string(t["layout"], "task.layout", tuple(T.LAYOUTS))
     if "labeled" in t:
         F.boolean(t["labeled"], "task.labeled")
     if t.get("max_seq_length") is not None:
@@ -127,7 +128,10 @@ def _check_task(task: Any) -> None:
 def check_manifest(d: Mapping[str, Any]) -> None:
     """SchemaError naming the first field of the parsed manifest ``d`` that is missing, mistyped, out of range
     or inconsistent with the others (the caller prefixes the manifest's name)."""
-    kind = F.string(F.member(d, "kind"), "kind", KINDS)
+    kind = F.string(F.member(d, "kind"), "kind")
+    if kind not in (P.KIND, DOCUMENTS_KIND):  # a task dataset: a kind's name, rows of a layout of the contract
+        T.check_kind_name(kind)
+        T.layout_of(kind, F.mapping(d.get("task", {}), "task"), source="kind")
     if kind != DOCUMENTS_KIND or d.get("vocab"):
         _check_vocab(d.get("vocab"))
     parameters = F.mapping(F.member(d, "parameters"), "parameters")

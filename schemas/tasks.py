@@ -6,6 +6,16 @@ in manifest order: rows are sorted by ``row_id`` within a shard and shards hold 
 input, so the concatenation is the input order. Nothing is padded: list columns hold exactly the tokens.
 Ids are ``uint16`` when the vocabulary has at most 65,535 entries, else ``int32`` (``bertstream.schemas.id_types``).
 
+Layouts and kinds
+-----------------
+The contract defines row LAYOUTS (``LAYOUTS``: ``sequence_class``, ``sequence_value``, ``token_labels``,
+``spans``, ``choices``), each an Arrow schema; a task KIND is a name (``bertprep task NAME``, the trainer's
+``Task.kind``) whose rows fit one of them. The manifest records the layout (``task.layout``) beside the kind, and
+both sides check a dataset's shards against it: a new kind whose rows fit a layout here needs no edit of this
+module. Datasets written before the manifest recorded it hold one of the four kinds of then, whose layout the
+kind names (``EARLIER_LAYOUTS``: classification -> sequence_class, regression -> sequence_value, ner ->
+token_labels, squad -> spans); the tables below name the layouts by those kinds.
+
 Row ids (every kind)
 --------------------
 ``row_id`` (uint64) = ``file_index << 48 | record << 16 | window``:
@@ -70,6 +80,17 @@ end_position         int32                 answer end token (inclusive); 0 likew
 is_impossible        bool                  SQuAD v2.0 unanswerable question
 ==================== ===================== ==================================================================
 
+``choices`` (one row per question: several sequences, its candidates, one after another)
+-------------------------------------------------------------------------------------------
+==================== ===================== ==================================================================
+row_id               uint64                see above
+input_ids            list<uint16|int32>    the candidates' ``[CLS] A [SEP] B_i [SEP]``, one after another
+sequence_lengths     list<int16>           tokens of each candidate's sequence (they add up to
+                                           ``len(input_ids)``); a row's sequences are read in this order
+segment_a_lengths    list<int16>           per candidate, tokens of ``[CLS] A [SEP]`` (token type 0)
+label                int16                 index of the right candidate; null when the split is unlabeled
+==================== ===================== ==================================================================
+
 ``examples.jsonl`` (SQuAD; path, bytes, sha256 and count in ``manifest.task["files"]``): one JSON object per
 line, line ``i`` is ``example_index`` ``i``: ``{"example_index", "id", "title", "context", "question",
 "answers": {"text": [...], "answer_start": [...]}, "is_impossible", "answer_span": [start, end] | null}``.
@@ -83,7 +104,9 @@ label names, index = id; empty for regression and SQuAD).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -93,14 +116,13 @@ from bertstream.schemas import id_types
 from bertstream.schemas.version import SchemaError, check_version, decode_metadata, encode_metadata
 
 CLASSIFICATION, REGRESSION, NER, SQUAD = "classification", "regression", "ner", "squad"
-KINDS = (CLASSIFICATION, REGRESSION, NER, SQUAD)
-# What one input record of each kind is: the manifest counts them as <unit>_read, <unit>_used and
-# <unit>_dropped.<reason> (read == used + dropped), and totals[<unit>] is the number used.
-UNITS = {CLASSIFICATION: "rows", REGRESSION: "rows", NER: "sentences", SQUAD: "examples"}
+_KIND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 ROW_ID = "row_id"
 INPUT_IDS = "input_ids"
 SEGMENT_A_LENGTH = "segment_a_length"
+SEQUENCE_LENGTHS = "sequence_lengths"
+SEGMENT_A_LENGTHS = "segment_a_lengths"
 LABEL = "label"
 LABELS = "labels"
 WINDOW = "window"
@@ -139,57 +161,129 @@ def split_row_id(rid: int) -> tuple[int, int, int]:
     return rid >> (RECORD_BITS + WINDOW_BITS), (rid >> WINDOW_BITS) & (MAX_RECORD - 1), rid & (MAX_WINDOWS - 1)
 
 
-def _fields(kind: str, ids: pa.DataType) -> list[pa.Field]:
-    def f(name: str, t: pa.DataType, nullable: bool = False) -> pa.Field:
-        return pa.field(name, t, nullable=nullable)
-
-    if kind in (CLASSIFICATION, REGRESSION):
-        return [
-            f(ROW_ID, pa.uint64()),
-            f(INPUT_IDS, pa.list_(ids)),
-            f(SEGMENT_A_LENGTH, pa.int16()),
-            f(LABEL, pa.int16() if kind == CLASSIFICATION else pa.float32(), nullable=True),
-        ]
-    if kind == NER:
-        return [
-            f(ROW_ID, pa.uint64()),
-            f(WINDOW, WINDOW_TYPE),
-            f(INPUT_IDS, pa.list_(ids)),
-            f(LABELS, pa.list_(pa.int16())),
-            f(WORD_IDS, pa.list_(pa.int32())),
-            f(OWNED, pa.list_(pa.int8())),
-            f(NUM_WORDS, pa.int32()),
-        ]
-    if kind == SQUAD:
-        return [
-            f(ROW_ID, pa.uint64()),
-            f(EXAMPLE_INDEX, pa.int32()),
-            f(EXAMPLE_ID, pa.string()),
-            f(WINDOW, WINDOW_TYPE),
-            f(INPUT_IDS, pa.list_(ids)),
-            f(SEGMENT_A_LENGTH, pa.int16()),
-            f(OFFSET_START, pa.list_(pa.int32())),
-            f(OFFSET_END, pa.list_(pa.int32())),
-            f(MAX_CONTEXT, pa.list_(pa.int8())),
-            f(START_POSITION, pa.int32()),
-            f(END_POSITION, pa.int32()),
-            f(IS_IMPOSSIBLE, pa.bool_()),
-        ]
-    raise SchemaError(f"task kind must be one of {KINDS}, got {kind!r}")
+_IDS = None  # a column type: a list of the vocabulary's ids (uint16 or int32, ``id_types``)
 
 
-def field_names(kind: str) -> tuple[str, ...]:
-    return tuple(f.name for f in _fields(kind, id_types.UINT16.arrow))
+@dataclass(frozen=True, slots=True)
+class RowLayout:
+    """A row layout of the contract: its name (what a manifest records as ``task.layout``), what a row is, its
+    columns in order as ``(name, arrow type, nullable)`` (type ``_IDS``: ``list<uint16|int32>``), and
+    ``sequences``: the column of each row's sequence lengths where a row holds several, None where a row is one
+    sequence. A kind picks the layout its rows fit; the kind's name is its own (``bertprep task NAME``, the
+    trainer's ``Task.kind``), not the contract's."""
+
+    name: str
+    what: str
+    columns: tuple[tuple[str, Any, bool], ...]
+    sequences: str | None = None
+
+    def fields(self, ids: pa.DataType) -> list[pa.Field]:
+        return [pa.field(n, pa.list_(ids) if t is _IDS else t, nullable=null) for n, t, null in self.columns]
+
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(n for n, _, _ in self.columns)
+
+
+def _sequence(label: pa.DataType) -> tuple[tuple[str, Any, bool], ...]:
+    return (
+        (ROW_ID, pa.uint64(), False),
+        (INPUT_IDS, _IDS, False),
+        (SEGMENT_A_LENGTH, pa.int16(), False),
+        (LABEL, label, True),
+    )
+
+
+SEQUENCE_CLASS = RowLayout("sequence_class", "one sequence or pair per row and a class id", _sequence(pa.int16()))
+SEQUENCE_VALUE = RowLayout("sequence_value", "one sequence or pair per row and a value", _sequence(pa.float32()))
+TOKEN_LABELS = RowLayout(
+    "token_labels",
+    "a window of a sentence per row and a tag id per token",
+    (
+        (ROW_ID, pa.uint64(), False),
+        (WINDOW, WINDOW_TYPE, False),
+        (INPUT_IDS, _IDS, False),
+        (LABELS, pa.list_(pa.int16()), False),
+        (WORD_IDS, pa.list_(pa.int32()), False),
+        (OWNED, pa.list_(pa.int8()), False),
+        (NUM_WORDS, pa.int32(), False),
+    ),
+)
+SPANS = RowLayout(
+    "spans",
+    "a window of a question's context per row and the answer's start and end tokens",
+    (
+        (ROW_ID, pa.uint64(), False),
+        (EXAMPLE_INDEX, pa.int32(), False),
+        (EXAMPLE_ID, pa.string(), False),
+        (WINDOW, WINDOW_TYPE, False),
+        (INPUT_IDS, _IDS, False),
+        (SEGMENT_A_LENGTH, pa.int16(), False),
+        (OFFSET_START, pa.list_(pa.int32()), False),
+        (OFFSET_END, pa.list_(pa.int32()), False),
+        (MAX_CONTEXT, pa.list_(pa.int8()), False),
+        (START_POSITION, pa.int32(), False),
+        (END_POSITION, pa.int32(), False),
+        (IS_IMPOSSIBLE, pa.bool_(), False),
+    ),
+)
+CHOICES = RowLayout(
+    "choices",
+    "several sequences per row (a question's candidates) and the index of the right one",
+    (
+        (ROW_ID, pa.uint64(), False),
+        (INPUT_IDS, _IDS, False),
+        (SEQUENCE_LENGTHS, pa.list_(pa.int16()), False),
+        (SEGMENT_A_LENGTHS, pa.list_(pa.int16()), False),
+        (LABEL, pa.int16(), True),
+    ),
+    sequences=SEQUENCE_LENGTHS,
+)
+LAYOUTS: dict[str, RowLayout] = {x.name: x for x in (SEQUENCE_CLASS, SEQUENCE_VALUE, TOKEN_LABELS, SPANS, CHOICES)}
+# Datasets written before their manifest recorded ``task.layout`` hold one of the four kinds of then: the kind
+# names the layout. A kind added since records its layout (``layout_of``); none is added here.
+EARLIER_LAYOUTS: dict[str, RowLayout] = {
+    CLASSIFICATION: SEQUENCE_CLASS,
+    REGRESSION: SEQUENCE_VALUE,
+    NER: TOKEN_LABELS,
+    SQUAD: SPANS,
+}
+
+
+def check_kind_name(kind: Any, *, source: str = "kind") -> str:
+    """A task kind's name (a shard file's prefix and a command's name): lower-case letters, digits and ``_``."""
+    if not is_kind_name(kind):
+        raise SchemaError(f"{source}: a task kind is a lower-case name like ner or multiple_choice, got {kind!r}")
+    return kind
+
+
+def is_kind_name(kind: Any) -> bool:
+    return isinstance(kind, str) and bool(_KIND_NAME.match(kind))
+
+
+def layout_of(kind: str, task: Mapping[str, Any], *, source: str = "manifest") -> RowLayout:
+    """The layout of a task dataset's rows: the one its manifest records (``task.layout``), or, for a dataset
+    written before manifests recorded it, the one its kind had then."""
+    recorded = task.get("layout")
+    if recorded is None:
+        if kind in EARLIER_LAYOUTS:
+            return EARLIER_LAYOUTS[kind]
+        raise SchemaError(
+            f"{source}: a {kind!r} dataset, not a fine-tuning task's (no task.layout; bertprep task writes it)"
+        )
+    if recorded not in LAYOUTS:
+        raise SchemaError(f"{source}: task.layout must be one of {sorted(LAYOUTS)}, got {recorded!r}")
+    return LAYOUTS[recorded]
 
 
 def arrow_schema(
+    layout: RowLayout,
     kind: str,
     id_type: str,
     vocab_sha256: str = "",
     parameters: Mapping[str, Any] | None = None,
     labels: Sequence[str] = (),
 ) -> pa.Schema:
-    schema = pa.schema(_fields(kind, id_types.arrow_type(id_type)))
+    schema = pa.schema(layout.fields(id_types.arrow_type(id_type)))
     return schema.with_metadata(encode_metadata(kind, vocab_sha256, parameters, {"labels": list(labels)}))
 
 
@@ -198,10 +292,8 @@ def read_metadata(schema: pa.Schema) -> dict[str, Any]:
     return decode_metadata(schema.metadata, {"labels": []})
 
 
-def check_schema(schema: pa.Schema, kind: str, *, source: str = "shard") -> str:
-    """Validate a task shard's schema against version 1 and ``kind``; return its id type."""
-    if kind not in KINDS:
-        raise SchemaError(f"task kind must be one of {KINDS}, got {kind!r}")
+def check_schema(schema: pa.Schema, kind: str, layout: RowLayout, *, source: str = "shard") -> str:
+    """Validate a task shard's schema against version 1, ``kind`` and its ``layout``; return its id type."""
     meta = read_metadata(schema)
     check_version(meta["schema_version"], source=source)
     if meta["kind"] != kind:
@@ -209,8 +301,10 @@ def check_schema(schema: pa.Schema, kind: str, *, source: str = "shard") -> str:
     value_type = schema.field(INPUT_IDS).type.value_type if INPUT_IDS in schema.names else None
     found = id_types.by_arrow(value_type) if value_type is not None else None
     if found is not None:
-        expected = pa.schema(_fields(kind, found.arrow))
+        expected = pa.schema(layout.fields(found.arrow))
         if not schema.remove_metadata().equals(expected):
-            raise SchemaError(f"{source}: fields {schema.remove_metadata()} differ from {expected}")
+            raise SchemaError(
+                f"{source}: fields {schema.remove_metadata()} differ from layout {layout.name}'s {expected}"
+            )
         return found.name
     raise SchemaError(f"{source}: input_ids has element type {value_type}, not uint16 or int32")

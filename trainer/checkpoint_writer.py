@@ -123,6 +123,12 @@ def background_writes() -> Background:
     return Background(report=lambda line: log(f"the checkpoint being written in the background failed too: {line}"))
 
 
+def background_if_asked(run: Any, writes: Background) -> Background | None:
+    """The run's background writer when its checkpoints are written in the background (the run section's
+    ``async_checkpoint``, read here only), else None: each is written in the loop."""
+    return writes if run.async_checkpoint else None
+
+
 def gather_rng(info: D.DistInfo) -> dict[str, torch.Tensor]:
     """Every rank's generator states as ``rank{r}.{name}`` (a collective: call it on every rank)."""
     states = D.all_gather_object(ckpt.rng_state(info.device), info)

@@ -241,11 +241,6 @@ class ObjectiveConfig:
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
-def compiles(flag: bool | None, device_type: str) -> bool:
-    """``--compile/--no-compile``, or when neither is given the device's default: on CUDA only (see the flag)."""
-    return device_type == "cuda" if flag is None else flag
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainConfig:
     # The data section is the loader's own config; what the run decides for the whole run (the batch size,
@@ -313,6 +308,11 @@ class TrainConfig:
     def build(cls, **values: Any) -> TrainConfig:
         """From flat settings named as the flags are (``TrainConfig.build(paths=("ds",), output="run")``)."""
         return options.build(cls, **values)
+
+    def compiles(self, device_type: str) -> bool:
+        """``--compile/--no-compile``, or when neither is given the device's default: on CUDA only (see the flag).
+        The run, its step and its evaluation ask this; none reads the field."""
+        return device_type == "cuda" if self.compile is None else self.compile
 
     def to_dict(self) -> dict[str, Any]:
         return options.to_dict(self)

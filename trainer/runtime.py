@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,6 +28,12 @@ def log(message: str, info: D.DistInfo | None = None) -> None:
     """One ``[berttrain]`` line on stderr, from rank 0 only when ``info`` is given."""
     if info is None or info.is_main:
         progress.write(f"[berttrain] {redact(message)}")
+
+
+def log_due(run: Any, step: int) -> bool:
+    """Whether optimizer step ``step`` is one the loss is logged at (the run section's ``log_every``, read here
+    only; both loops ask)."""
+    return step % run.log_every == 0
 
 
 def compute_dtype(device: torch.device, precision: str) -> torch.dtype:

@@ -13,6 +13,7 @@ and the flag does not (``make test`` runs with one thread per process so). The r
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
@@ -41,9 +42,9 @@ def choose(requested: int) -> tuple[int, str]:
     return default_threads()
 
 
-def apply(requested: int) -> str:
-    """Set this process's intra-op threads; the run line's words for them and for OpenMP's waits
-    (``threads 2 (2 cores), OpenMP spin 5000``)."""
-    n, why = choose(requested)
+def apply(run: Any) -> str:
+    """Set this process's intra-op threads from the run section (``RunConfig``: its ``threads``, read here only);
+    the run line's words for them and for OpenMP's waits (``threads 2 (2 cores), OpenMP spin 5000``)."""
+    n, why = choose(run.threads)
     torch.set_num_threads(n)
     return f"threads {n} ({why}), {omp_waits.described()}"

@@ -99,7 +99,7 @@ def _count_rows(data: bytes, fmt: str, manifest: Manifest) -> int:
             P.check_schema(reader.schema)
             meta = P.read_metadata(reader.schema)
         else:
-            T.check_schema(reader.schema, manifest.kind)
+            T.check_schema(reader.schema, manifest.kind, T.layout_of(manifest.kind, manifest.task))
             meta = T.read_metadata(reader.schema)
         if meta["vocab_sha256"] != manifest.vocab_sha256:
             raise ValueError("schema vocab hash differs from the manifest's")

@@ -17,7 +17,6 @@ from bertstream.cli.options import click_options
 from bertstream.pipelines.runners.cli_setup import HELP, PASSTHROUGH, quiet_beam
 from bertstream.pipelines.tasks.kind import TaskKind
 from bertstream.pipelines.tasks.kinds import KINDS
-from bertstream.schemas import tasks as T
 
 
 def _run(ctx: click.Context, kind: TaskKind, values: dict[str, Any]) -> None:
@@ -31,16 +30,16 @@ def _run(ctx: click.Context, kind: TaskKind, values: dict[str, Any]) -> None:
     redact_logs([*ctx.args, *values["inputs"], values["vocab"] or "", values["output"] or ""])
     with bertprep_errors(kind.job):
         result = run_task(options.build(kind.job, **values, beam_args=ctx.args))
-    _print_summary(result)
+    _print_summary(result, kind.unit)
 
 
-def _print_summary(result) -> None:
+def _print_summary(result, unit: str) -> None:
     from bertstream.pipelines.common import (
         counters as C,  # imports Beam: not at CLI start-up (the run has loaded it by now)
     )
 
     m = result.manifest
-    c, t, unit = m.counters, m.task, T.UNITS[m.kind]
+    c, t = m.counters, m.task
     drops = C.dropped(c, unit)
     click.echo(f"done in {result.seconds:.1f} s: {result.input_bytes / 1e6:.1f} MB of input")
     click.echo(

@@ -105,10 +105,10 @@ def ragged(rows: Sequence[np.ndarray], t: pa.DataType) -> pa.Array:
 
 
 def table(
-    kind: str, id_type: str, columns: Mapping[str, pa.Array | np.ndarray | list], global_index: np.ndarray
+    layout: T.RowLayout, id_type: str, columns: Mapping[str, pa.Array | np.ndarray | list], global_index: np.ndarray
 ) -> pa.Table:
-    """Rows of ``kind`` (columns in schema order, plus ``GLOBAL``) ready for the wire."""
-    schema = T.arrow_schema(kind, id_type).remove_metadata()
+    """Rows of ``layout`` (columns in its order, plus ``GLOBAL``) ready for the wire."""
+    schema = pa.schema(layout.fields(id_types.arrow_type(id_type)))
     arrays = [
         columns[f.name] if isinstance(columns[f.name], pa.Array) else pa.array(columns[f.name], type=f.type)
         for f in schema

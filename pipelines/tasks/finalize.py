@@ -19,7 +19,6 @@ from bertstream.pipelines.common.dataset import DatasetHeader, write_text_atomic
 from bertstream.pipelines.tasks.kind import LabelMeaning, LabelPlan
 from bertstream.pipelines.tasks.labels import task_labels
 from bertstream.pipelines.tasks.write import ShardSpec
-from bertstream.schemas import tasks as T
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from bertstream.schemas.vocab import VOCAB_FILENAME
 
@@ -46,6 +45,7 @@ def merge_stats(results: list[dict[str, Any]]) -> dict[str, Any]:
 def build_manifest(
     *,
     kind: str,
+    unit: str,
     meaning: LabelMeaning,
     results: list[dict[str, Any]],
     tally: Tally,
@@ -57,7 +57,6 @@ def build_manifest(
     results = sorted(results, key=lambda r: r["shard"])
     shards = tuple(ShardInfo(**f) for r in results for f in r["files"])
     counters = tally.counters()
-    unit = T.UNITS[kind]
     read, used = counters.get(f"{unit}_read", 0), counters.get(f"{unit}_used", 0)
     beyond = counters.get(f"{unit}_beyond_max_rows", 0)  # --max-rows: left out, not dropped
     drops = dropped(counters, unit)
@@ -108,6 +107,7 @@ class _FinalizeFn(beam.DoFn):
                 results.append(self.spec.write(shard, None, labels))
         manifest = build_manifest(
             kind=self.spec.kind,
+            unit=self.spec.unit,
             meaning=self.spec.label,
             results=results,
             tally=tally,

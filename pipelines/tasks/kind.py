@@ -73,7 +73,7 @@ class TaskConfig:
     arrow_batch_rows: int = 2048
 
     def __post_init__(self) -> None:
-        check(self.kind in T.KINDS, "kind", f"must be one of {T.KINDS}, got {self.kind!r}")
+        check(T.is_kind_name(self.kind), "kind", f"must be a lower-case name like ner, got {self.kind!r}")
         check(
             bool(_SPLIT.match(self.split)),
             "split",
@@ -231,14 +231,18 @@ class Plan:
     parameters: dict[str, Any]  # the kind's settings as resolved: manifest and shard parameters after cfg's
     task: dict[str, Any]  # the manifest's task entries of the kind
     label: LabelMeaning  # what the rows' label is (CLASS_INDEX, VALUE, TAG_PER_TOKEN, ANSWER_SPAN or the kind's own)
+    # (a row of several sequences: its layout says which column holds their lengths, ``Layout.sequences``)
     label_set_from: str | None = None
-    sequences: str | None = None  # a row of several sequences (candidates): the column of their lengths
 
 
 class TaskKind:
     """The interface; each room's kind fills in each part."""
 
     name: ClassVar[str]  # the command: bertprep task NAME
+    # The kinds of rows it writes (the manifest's and the shards' kind: ``cfg.kind``), each with the layout of the
+    # contract its rows fit (``bertstream.schemas.tasks.LAYOUTS``); most write one, named as the command.
+    layouts: ClassVar[dict[str, T.RowLayout]]
+    unit: ClassVar[str]  # what one input record is (rows, sentences, examples): counted as <unit>_read, _used, ...
     summary: ClassVar[str]  # the first paragraph of its --help
     job: ClassVar[type]  # its settings, one frozen dataclass: the fields are the command's flags
     files: ClassVar[tuple[str, ...]] = ()  # files it writes beside the shards (and their .tmp while written)

@@ -82,7 +82,10 @@ def _is_temporary(name: str) -> bool:
     return name.endswith(".tmp") and (base in (MANIFEST_NAME, *_KIND_FILES) or bool(_SHARD_FILE.match(base)))
 
 
-POLICY = OutputPolicy("bertprep task", _is_output, kinds=T.KINDS, what="a task dataset's")
+# Any kind's dataset may be replaced by another's (a classification run writes regression rows too).
+POLICY = OutputPolicy(
+    "bertprep task", _is_output, kinds=tuple(k for kind in KINDS for k in kind.layouts), what="a task dataset's"
+)
 
 
 def run_task(job: Any) -> RunResult:
@@ -96,6 +99,7 @@ def run_task(job: Any) -> RunResult:
 
 def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
     cfg, files, spec, label_set_from = plan.cfg, got.files, got.spec, plan.label_set_from
+    rows = kind.layouts[cfg.kind]  # the contract's layout its rows fit, recorded in the manifest
     input_bytes = sum(f.bytes for f in files)
     num_shards = cfg.num_shards or SHARD_SIZING.num_shards(input_bytes)
 
@@ -106,6 +110,7 @@ def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
             inputs=tuple({"path": redact_text(f.path), "bytes": f.bytes} for f in files),
             task={
                 "kind": cfg.kind,
+                "layout": rows.name,
                 "split": cfg.split,
                 "training": cfg.training,
                 "max_seq_length": cfg.max_seq_length,
@@ -121,8 +126,9 @@ def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
         shard_spec = ShardSpec(
             output_dir=claim.output_dir,
             kind=cfg.kind,
+            layout=rows,
+            unit=kind.unit,
             label=plan.label,
-            sequences=plan.sequences,
             num_shards=num_shards,
             id_type=spec.vocab.id_type,
             vocab_sha256=spec.vocab.sha256,
@@ -133,7 +139,7 @@ def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
         inputs = p | "Inputs" >> beam.Create([(i, f.path, f.bytes, f.mtime) for i, f in enumerate(files)])
         read = inputs | "Read" >> R.ReadRecords(plan.parser)
         if io.max_rows:  # the split's first --max-rows records only: every later stage reads these
-            limited = read | "MaxRows" >> R.MaxRows(io.max_rows, T.UNITS[cfg.kind])
+            limited = read | "MaxRows" >> R.MaxRows(io.max_rows, kind.unit)
             beyond = limited[R.TALLIES]
             read = {**read, "records": limited["records"], R.COUNTS: limited[R.COUNTS]}
         layout = read[R.COUNTS] | "Counts" >> beam.combiners.ToList() | "Layout" >> beam.Map(Layout.from_counts)
@@ -166,17 +172,16 @@ def _run(kind: TaskKind, plan: Plan, io: TaskIO, got: Inputs) -> RunResult:
                 f"{cfg.kind} {cfg.split}: {len(files)} input files, {input_bytes / 1e6:.1f} MB -> {claim.output_dir} "
                 f"({num_shards} shards)"
             ),
-            check=partial(_check_rows, files),
+            check=partial(_check_rows, files, kind.unit),
         )
     )
 
 
-def _check_rows(files: list[InputFile], result: RunResult) -> None:
+def _check_rows(files: list[InputFile], unit: str, result: RunResult) -> None:
     """What is read is what is meant: a header-only TSV or ``{"data": []}`` is no dataset (fine-tuning on it
     failed later, in Arrow); the run is unpublished and the earlier dataset, if any, comes back."""
     if not result.manifest.totals.get("rows"):
         m = result.manifest
-        unit = T.UNITS[m.kind]
         drops = ", ".join(f"{n} {why}" for why, n in dropped(m.counters, unit).items()) or "none dropped"
         raise InputError(
             f"--input {describe_inputs(files)}: no rows ({m.counters.get(f'{unit}_read', 0)} {unit} read; {drops})"

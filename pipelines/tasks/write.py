@@ -102,8 +102,9 @@ class ShardSpec:
 
     output_dir: str
     kind: str
+    layout: T.RowLayout  # the contract's row layout (its ``sequences``: the column of a row's sequence lengths)
+    unit: str  # what one input record is (the kind's ``unit``): the counters' and totals' word
     label: LabelMeaning  # what the rows' label is: counted in the statistics or not
-    sequences: str | None  # the column of each row's sequence lengths (Plan.sequences); None: one per row
     num_shards: int
     id_type: str
     vocab_sha256: str
@@ -112,7 +113,7 @@ class ShardSpec:
     batch_rows: int
 
     def write(self, shard: int, t: pa.Table | None, labels: Sequence[str]) -> dict[str, Any]:
-        schema = T.arrow_schema(self.kind, self.id_type, self.vocab_sha256, self.parameters, labels)
+        schema = T.arrow_schema(self.layout, self.kind, self.id_type, self.vocab_sha256, self.parameters, labels)
         name = shard_name(self.kind, shard, self.num_shards, "arrow")
         writer = TaskShardWriter(
             FileSystems.join(self.output_dir, name),
@@ -124,7 +125,7 @@ class ShardSpec:
         with writer:
             if t is not None and t.num_rows:
                 writer.write(t)
-        return {"shard": shard, "files": [writer.written()], "stats": shard_stats(t, self.label, self.sequences)}
+        return {"shard": shard, "files": [writer.written()], "stats": shard_stats(t, self.label, self.layout.sequences)}
 
 
 class _AssignShardFn(beam.DoFn):

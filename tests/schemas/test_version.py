@@ -41,7 +41,9 @@ def _manifest(schema_version: int) -> Manifest:
 READERS = {
     "manifest": lambda: Manifest.from_json(_manifest(version.SCHEMA_VERSION).to_json(), source="src"),
     "pretraining shard": lambda: P.check_schema(P.arrow_schema("uint16"), source="src"),
-    "task shard": lambda: T.check_schema(T.arrow_schema(T.NER, "int32"), T.NER, source="src"),
+    "task shard": lambda: T.check_schema(
+        T.arrow_schema(T.TOKEN_LABELS, T.NER, "int32"), T.NER, T.TOKEN_LABELS, source="src"
+    ),
 }
 
 

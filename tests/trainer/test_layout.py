@@ -67,8 +67,8 @@ def test_the_shared_fine_tuning_and_export_modules_name_no_task_kind():
 
     from bertstream.schemas import tasks as T
 
-    names = [n for n, v in vars(T).items() if n.isupper() and isinstance(v, str) and v in T.KINDS]
-    kind_names = re.compile(r"\bT\.(" + "|".join(names) + r")\b|[\"'](" + "|".join(T.KINDS) + r")[\"']")
+    names = [n for n, v in vars(T).items() if n.isupper() and isinstance(v, str) and v in T.EARLIER_LAYOUTS]
+    kind_names = re.compile(r"\bT\.(" + "|".join(names) + r")\b|[\"'](" + "|".join(T.EARLIER_LAYOUTS) + r")[\"']")
     root = REPO / PACKAGE
     shared = [p for p in root.glob("finetune/*.py") if p.name != "tasks.py"] + list(root.glob("hf/*.py"))
     assert len(shared) > 10 and names

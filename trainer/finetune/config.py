@@ -10,10 +10,10 @@ from bertstream.cli import options
 from bertstream.cli.errors import check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import FIXED, opt, section
-from bertstream.schemas import tasks as T
 from bertstream.trainer.config import OptimConfig, RunConfig, check_finite, check_ints
+from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 
-TASKS = T.KINDS  # classification, regression, ner, squad
+TASKS = tuple(_TASKS)  # the kinds' Tasks, in their table's order: classification, regression, ner, squad
 POOLINGS = ("cls", "mean")
 
 

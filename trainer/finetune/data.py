@@ -100,6 +100,7 @@ class DataTask(Protocol):
     each row's sequences, and the kind's own checks of the columns and the files beside them."""
 
     kind: ClassVar[str]
+    layout: ClassVar[T.RowLayout]  # the contract's row layout its data must record (``task.layout``)
 
     def sequences(self, data: TaskData) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -116,7 +117,7 @@ def task_manifest(
     source = f"{role} {manifest_source(root)}"
     try:
         manifest = Manifest.from_json(read_text(root, MANIFEST_NAME), source=source)
-        manifest.require_kind(T.KINDS, source=source, expected=f"a fine-tuning task ({', '.join(T.KINDS)})")
+        T.layout_of(manifest.kind, manifest.task, source=source)  # a task dataset's, of a layout of the contract
     except FileNotFoundError:
         raise TaskDataError(f"{role} {root}: {missing.format(MANIFEST_NAME)}") from None
     except SchemaError as e:
@@ -133,6 +134,9 @@ def load_task_data(root: str, task: DataTask, *, role: str = "data") -> TaskData
     manifest = task_manifest(root, role)
     if manifest.kind != kind:
         raise TaskDataError(f"{role} {root} holds a {manifest.kind!r} task but --task is {kind!r}")
+    layout = T.layout_of(kind, manifest.task)
+    if layout != task.layout:
+        raise TaskDataError(f"{role} {root}: its rows are {layout.name} rows; the {kind} task reads {task.layout.name}")
     try:
         vocab = load_vocab(
             manifest, lambda name: read_text(root, name), f"{role} {root.rstrip('/')}/{manifest.vocab_file}"
@@ -169,7 +173,7 @@ def load_task_data(root: str, task: DataTask, *, role: str = "data") -> TaskData
                 f"{role} {root}: shard {shard.path} does not decode ({type(e).__name__}: {e})"
             ) from None
         try:
-            T.check_schema(table.schema, kind, source=f"{root}/{shard.path}")
+            T.check_schema(table.schema, kind, layout, source=f"{root}/{shard.path}")
         except SchemaError as e:
             raise TaskDataError(str(e)) from None
         meta = T.read_metadata(table.schema)
@@ -184,7 +188,7 @@ def load_task_data(root: str, task: DataTask, *, role: str = "data") -> TaskData
         raise TaskDataError(f"{role} {root}: the manifest lists no shards")
     table = pa.concat_tables(tables)
     columns: dict[str, Any] = {}
-    for name in T.field_names(kind):
+    for name in layout.field_names():
         col = table.column(name)
         if pa.types.is_list(col.type):
             columns[name] = Ragged.from_arrow(col)

@@ -32,7 +32,12 @@ from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import rundir
 from bertstream.trainer import runtime as R
-from bertstream.trainer.checkpoint_writer import CheckpointWriter, background_writes, restore_rng
+from bertstream.trainer.checkpoint_writer import (
+    CheckpointWriter,
+    background_if_asked,
+    background_writes,
+    restore_rng,
+)
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
@@ -170,11 +175,11 @@ class Epochs:
             steps_left -= 1
             self.bar.update(1)
             if self.writer is not None:  # the last epoch's checkpoint, written meanwhile: complete, or its error
-                self.writer.poll(meet=t.step % cfg.run.log_every == 0)
+                self.writer.poll(meet=R.log_due(cfg.run, t.step))
             loss = torch.stack([step_loss, torch.ones((), dtype=torch.float64, device=info.device)])
             epoch_loss += loss
             window += loss
-            if t.step % cfg.run.log_every == 0:
+            if R.log_due(cfg.run, t.step):
                 t.check()  # a step skipped for a NaN or inf gradient ends the run here (nothing read before)
                 s = D.all_reduce_sum(window.clone(), info).tolist()
                 record = {
@@ -280,7 +285,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     info = D.setup(cfg.run.device)
     run_dir = Path(cfg.run.output)
     with rundir.held(run_dir, "berttrain finetune", info), background_writes() as writes:
-        results = _finetune(cfg, info, overwrite, writes if cfg.run.async_checkpoint else None)
+        results = _finetune(cfg, info, overwrite, background_if_asked(cfg.run, writes))
     D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
     return results
 
@@ -288,7 +293,7 @@ def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
 def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Background | None) -> dict[str, Any]:
     # --- set up: every input is checked before the output folder is touched ----------------------------
     run_dir = Path(cfg.run.output)
-    threads = apply_threads(cfg.run.threads)
+    threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         R.check_precision(cfg.run.precision, info.device)
         task = get_task(cfg.task)

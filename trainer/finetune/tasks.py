@@ -34,7 +34,8 @@ __all__ = ["HF_HEADS", "TASKS", "Classification", "Ner", "Regression", "Squad", 
 class Task:
     """The interface; subclasses fill in each part for their kind."""
 
-    kind: ClassVar[str]
+    kind: ClassVar[str]  # its name: the manifests' kind and --task's choice
+    layout: ClassVar[T.RowLayout]  # the contract's row layout it reads (the manifest's task.layout must be it)
     predictions_file: ClassVar[str]
     hf: ClassVar[HT.HFHead]  # the transformers class it is exported as; ``hf.pooled``: --pooling counts
 
@@ -159,6 +160,7 @@ class Classification(Task):
     """[CLS] -> label; accuracy, plus F1 of label "1" for MRPC/QQP and Matthews correlation for CoLA."""
 
     kind = T.CLASSIFICATION
+    layout = T.SEQUENCE_CLASS
     predictions_file = "predictions.tsv"
     hf = HT.HFHead(
         T.CLASSIFICATION,
@@ -224,6 +226,7 @@ class Regression(Classification):
     """[CLS] -> one float (MSE); Pearson, Spearman and MSE."""
 
     kind = T.REGRESSION
+    layout = T.SEQUENCE_VALUE
     hf = HT.HFHead(
         T.REGRESSION,
         "ForSequenceClassification",
@@ -278,6 +281,7 @@ class Ner(Task):
     """A tag per token (the first sub-token of each word is scored); CoNLL span F1 over sentences."""
 
     kind = T.NER
+    layout = T.TOKEN_LABELS
     predictions_file = "predictions.conll"
     hf = HT.HFHead(T.NER, "ForTokenClassification", "classifier.", pooled=False, labels=HT.CLASSES)
 
@@ -328,6 +332,7 @@ class Squad(Task):
     """Start and end logits per token; the best span of each question's windows; exact match and F1."""
 
     kind = T.SQUAD
+    layout = T.SPANS
     predictions_file = "predictions.json"
     hf = HT.HFHead(T.SQUAD, "ForQuestionAnswering", "qa_outputs.", pooled=False, labels=HT.NO_LABELS, outputs=2)
 
@@ -403,5 +408,5 @@ HF_HEADS: tuple[HT.HFHead, ...] = tuple(t.hf for t in TASKS.values())  # what ex
 
 def get_task(kind: str) -> Task:
     if kind not in TASKS:
-        raise ValueError(f"task kind must be one of {T.KINDS}, got {kind!r}")
+        raise ValueError(f"task kind must be one of {tuple(TASKS)}, got {kind!r}")
     return TASKS[kind]

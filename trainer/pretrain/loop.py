@@ -19,8 +19,8 @@ from bertstream.schemas.vocab import Vocab
 from bertstream.trainer import distributed as D
 from bertstream.trainer import peers, rundir
 from bertstream.trainer import runtime as R
-from bertstream.trainer.checkpoint_writer import CheckpointWriter, background_writes
-from bertstream.trainer.config import TrainConfig, compiles
+from bertstream.trainer.checkpoint_writer import CheckpointWriter, background_if_asked, background_writes
+from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.metrics import MetricsLogger, Throughput, tracked
 from bertstream.trainer.model import num_parameters
@@ -148,7 +148,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     try:
         with rundir.held(run_dir, "berttrain pretrain", info), background_writes() as writes:
             D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
-            result = _pretrain(cfg, info, writes if cfg.run.async_checkpoint else None)
+            result = _pretrain(cfg, info, background_if_asked(cfg.run, writes))
         D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
         return result
     except Exception as e:
@@ -161,7 +161,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
 def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> dict[str, Any]:
     # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
     run_dir = Path(cfg.run.output)
-    threads = apply_threads(cfg.run.threads)
+    threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         R.check_precision(cfg.run.precision, info.device)
         for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
@@ -199,7 +199,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     if loader.weighted:
         R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
 
-    if eval_loader is not None and compiles(cfg.compile, info.device.type):
+    if eval_loader is not None and cfg.compiles(info.device.type):
         warm_evaluation(model, eval_loader, cfg, info)
 
     # --- train --------------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         run.steps += 1
         meter.add(counts.local.sequences, counts.local.tokens, *flops)
         bar.update(1)
-        log_step = step % cfg.run.log_every == 0
+        log_step = R.log_due(cfg.run, step)
         if step < last_step and out_of_time(deadline, log_step, info):
             R.log(f"--max-minutes {cfg.max_minutes} reached at step {step}", info)
             last_step = step
@@ -262,7 +262,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
             meter.read()  # evaluation time is not training throughput
 
         # --- checkpoint -----------------------------------------------------------------------------
-        writer.poll(meet=step % cfg.run.log_every == 0)  # the last background write: complete, or its error
+        writer.poll(meet=R.log_due(cfg.run, step))  # the last background write: complete, or its error
         if step % cfg.checkpoint.checkpoint_every == 0 or step == last_step:
             training.check()  # never a checkpoint of a run that has diverged
             path = writer.save(run_dir, training, data_position(cfg, loader), keep=cfg.checkpoint.keep_checkpoints)

@@ -15,7 +15,7 @@ from bertstream.trainer import distributed as D
 from bertstream.trainer import rundir
 from bertstream.trainer import runtime as R
 from bertstream.trainer.checkpoint_writer import restore_rng
-from bertstream.trainer.config import TrainConfig, compiles
+from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model import BertForPreTraining
@@ -88,7 +88,7 @@ def build_model(
         load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
     raw.to(info.device)
     compiled: torch.nn.Module = raw
-    if compiles(cfg.compile, info.device.type):
+    if cfg.compiles(info.device.type):
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         # dynamic: one graph for every batch length and masked-position count (a batch's T and P change from
         # one to the next); the default compiled the first shape, then recompiled at the second

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from bertstream.trainer import distributed as D
 from bertstream.trainer import runtime as R
 from bertstream.trainer import unpad
-from bertstream.trainer.config import TrainConfig, compiles
+from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data.collate import Batch, Counts
 from bertstream.trainer.model_config import BertConfig, batch_flops
 from bertstream.trainer.pretrain.evaluation import perplexity
@@ -146,5 +146,5 @@ def step_flops(
     shape = (batch["input_ids"].shape[1], batch["masked_lm_positions"].shape[1])  # T, P: shapes, not reads
     rows = unpad.rows(counts.tokens) if cfg.unpad else None
     dtype = R.compute_dtype(device, cfg.run.precision)
-    varlen = unpad.per_sequence(device, dtype, config.attention_dropout, compiled=compiles(cfg.compile, device.type))
+    varlen = unpad.per_sequence(device, dtype, config.attention_dropout, compiled=cfg.compiles(device.type))
     return batch_flops(config, counts.lengths, [counts.masked], shape, rows=rows, varlen=varlen)

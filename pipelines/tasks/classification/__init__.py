@@ -66,6 +66,8 @@ class ClassificationJob:
 
 class Classification(TaskKind):
     name = "classification"
+    layouts = {T.CLASSIFICATION: T.SEQUENCE_CLASS, T.REGRESSION: T.SEQUENCE_VALUE}
+    unit = "rows"  # one input record: the manifest counts rows_read, _used and _dropped.<reason>
     summary = "Sentence (pair) classification or regression: [CLS] A [SEP] (B [SEP]) + label."
     job = ClassificationJob
 

@@ -92,9 +92,10 @@ class RowFeaturizer:
             out_labels.append(label)
             row_ids.append(T.row_id(batch.file_index, row.line))
             globals_.append(layout.global_index(batch, i))
-        label_type = pa.int16() if self.kind == T.CLASSIFICATION else pa.float32()
+        row_layout = T.SEQUENCE_CLASS if self.kind == T.CLASSIFICATION else T.SEQUENCE_VALUE
+        label_type = row_layout.fields(pa.int32())[-1].type
         return table(
-            self.kind,
+            row_layout,
             self.id_type,
             {
                 T.ROW_ID: np.asarray(row_ids, dtype=np.uint64),

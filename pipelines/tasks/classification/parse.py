@@ -33,9 +33,9 @@ from bertstream.pipelines.inputs.byte_ranges import iter_text_lines
 from bertstream.pipelines.inputs.delimited import csv_records, split_fields
 from bertstream.pipelines.tasks.read import file_lines, where
 from bertstream.schemas import json_text
-from bertstream.schemas import tasks as T
 
-UNIT = T.UNITS[T.CLASSIFICATION]
+UNIT = "rows"  # the kind's unit (``KIND.unit``): what one record is, as the counters name it
+
 # Drop reasons: bertstream.pipelines.common.counters.DROP_REASONS
 
 

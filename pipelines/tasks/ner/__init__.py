@@ -55,6 +55,8 @@ class NerJob:
 
 class Ner(TaskKind):
     name = "ner"
+    layouts = {T.NER: T.TOKEN_LABELS}
+    unit = "sentences"  # one input record: the manifest counts sentences_read, _used and _dropped.<reason>
     summary = "Named-entity recognition from CoNLL files (token POS chunk TAG) or char-tag files (char TAG)."
     job = NerJob
 

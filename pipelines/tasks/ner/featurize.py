@@ -142,7 +142,7 @@ class SentenceFeaturizer:
             tally.add("words", len(sentence.words))
             tally.add("windows", len(windows))
         return table(
-            T.NER,
+            T.TOKEN_LABELS,
             self.id_type,
             {
                 T.ROW_ID: np.asarray(cols[T.ROW_ID], dtype=np.uint64),

@@ -18,9 +18,9 @@ from bertstream.pipelines.common.files import InputError, read_chunks
 from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.byte_ranges import iter_text_lines
 from bertstream.pipelines.tasks.read import file_lines, where
-from bertstream.schemas import tasks as T
 
-UNIT = T.UNITS[T.NER]
+UNIT = "sentences"  # the kind's unit (``KIND.unit``): what one record is, as the counters name it
+
 # Drop reasons (bertstream.pipelines.common.counters.DROP_REASONS): a sentence with a malformed line
 # (``<unit>_dropped.malformed_line``); per line, under ``lines_malformed.<reason>``, a line without the format's
 # field count.

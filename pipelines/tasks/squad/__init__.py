@@ -67,6 +67,8 @@ class SquadJob:
 
 class Squad(TaskKind):
     name = "squad"
+    layouts = {T.SQUAD: T.SPANS}
+    unit = "examples"  # one input record: the manifest counts examples_read, _used and _dropped.<reason>
     summary = "Extractive QA from SQuAD v1.1/v2.0 JSON: features + examples.jsonl for the official metric."
     job = SquadJob
     files = (T.EXAMPLES_FILE,)

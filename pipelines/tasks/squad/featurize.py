@@ -151,7 +151,7 @@ class ExampleFeaturizer:
             tally.add("windows", len(spans))
         ids_type = id_types.arrow_type(self.id_type)
         return table(
-            T.SQUAD,
+            T.SPANS,
             self.id_type,
             {
                 T.ROW_ID: np.asarray(cols[T.ROW_ID], dtype=np.uint64),

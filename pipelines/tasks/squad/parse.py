@@ -27,9 +27,9 @@ from bertstream.pipelines.common.counters import (
 from bertstream.pipelines.common.files import InputError, read_chunks
 from bertstream.pipelines.inputs import json_stream, limits
 from bertstream.pipelines.tasks.read import counted_chunks
-from bertstream.schemas import tasks as T
 
-UNIT = T.UNITS[T.SQUAD]
+UNIT = "examples"  # the kind's unit (``KIND.unit``): what one record is, as the counters name it
+
 # Drop reasons (``<unit>_dropped.<reason>``): bertstream.pipelines.common.counters.DROP_REASONS
 
 

@@ -32,7 +32,7 @@ def test_sst2_dev_rows_labels_shards_and_manifest(sst2_dev, wiki_vocab):
         data = (out / s.path).read_bytes()
         assert len(data) == s.bytes and hashlib.sha256(data).hexdigest() == s.sha256
         schema = pa.ipc.open_file(out / s.path).schema
-        assert T.check_schema(schema, T.CLASSIFICATION) == "uint16"
+        assert T.check_schema(schema, T.CLASSIFICATION, T.SEQUENCE_CLASS) == "uint16"
         assert T.read_metadata(schema)["vocab_sha256"] == m.vocab["sha256"] and T.read_metadata(schema)["labels"] == [
             "0",
             "1",

@@ -175,3 +175,24 @@ def test_task_rows_are_range_checked(sst2, tmp_path, column, value, message):
     bad = _tampered_rows(sst2["dev"], tmp_path / "bad", column, 3, value)
     with pytest.raises(TaskDataError, match=f"^--eval-data {bad}: {message}"):
         load_task_data(str(bad), get_task(T.CLASSIFICATION), role="--eval-data")
+
+
+def test_a_dataset_whose_manifest_records_no_layout_still_loads_and_a_wrong_layout_is_refused(sst2, tmp_path):
+    """Datasets written before the manifest recorded ``task.layout`` (the four kinds of then) read as before:
+    their kind names the layout. One that records another layout than its task reads is refused by name."""
+    written = json.loads((sst2["dev"] / "manifest.json").read_text())
+    assert written["task"]["layout"] == "sequence_class"  # what bertprep task records now
+    before = tmp_path / "before"
+    shutil.copytree(sst2["dev"], before)
+    manifest = before / "manifest.json"
+    del written["task"]["layout"]
+    manifest.write_text(json.dumps(written))
+    old = load_task_data(str(before), get_task(T.CLASSIFICATION))
+    new = load_task_data(str(sst2["dev"]), get_task(T.CLASSIFICATION))
+    assert old.columns.keys() == new.columns.keys() and (old.columns[T.LABEL] == new.columns[T.LABEL]).all()
+    manifest.write_text(json.dumps({**written, "task": {**written["task"], "layout": "token_labels"}}))
+    with pytest.raises(TaskDataError, match="its rows are token_labels rows; the classification task reads"):
+        load_task_data(str(before), get_task(T.CLASSIFICATION))
+    manifest.write_text(json.dumps({**written, "kind": "multiple_choice"}))  # a kind added since must record it
+    with pytest.raises(TaskDataError, match="not a fine-tuning task's"):
+        load_task_data(str(before), get_task(T.CLASSIFICATION))

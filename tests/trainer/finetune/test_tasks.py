@@ -20,7 +20,9 @@ from tests.trainer.finetune.hf_fixtures import CONFIG
 
 
 def test_every_schema_kind_has_its_task_and_an_unknown_kind_is_refused_by_name():
-    assert set(TASKS) == set(T.KINDS) and all(TASKS[k].kind == k for k in TASKS)
+    assert set(TASKS) >= set(T.EARLIER_LAYOUTS) and all(TASKS[k].kind == k for k in TASKS)
+    assert all(TASKS[k].layout is x for k, x in T.EARLIER_LAYOUTS.items())  # old datasets still read
+    assert all(t.layout in T.LAYOUTS.values() for t in TASKS.values())
     with pytest.raises(ValueError, match="'no-such-kind'"):
         get_task("no-such-kind")
 

@@ -49,7 +49,7 @@ def export(kind: str, norm: str, out: Path) -> torch.nn.Module:
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
-@pytest.mark.parametrize("kind", T.KINDS)
+@pytest.mark.parametrize("kind", list(TASKS))
 def test_each_kind_loads_as_its_auto_class_with_our_logits(kind, norm, tmp_path):
     model = export(kind, norm, tmp_path / "hf")
     hf, info = getattr(transformers, AUTO[kind]).from_pretrained(tmp_path / "hf", output_loading_info=True)

@@ -83,7 +83,7 @@ def test_conll_valid_every_sentence_every_word_once_with_its_tag(conll_valid):
     assert m.counters["sentences_split_into_windows"] > 100  # max_seq_length 24 splits many sentences
     rows = read_rows(out, m)
     for s in m.shards:
-        assert T.check_schema(pa.ipc.open_file(out / s.path).schema, T.NER) == "uint16"
+        assert T.check_schema(pa.ipc.open_file(out / s.path).schema, T.NER, T.TOKEN_LABELS) == "uint16"
     # Gold tags straight from the file, to compare with what the shards say.
     gold = [
         s.tags

@@ -99,7 +99,7 @@ def test_squad_eval_features_map_back_to_answers(squad_eval):
     for e in examples:
         assert e["answers"]["text"] == [a["text"] for a in source[e["id"]]["answers"]]
     for s in m.shards:
-        assert T.check_schema(pa.ipc.open_file(out / s.path).schema, T.SQUAD) == "uint16"
+        assert T.check_schema(pa.ipc.open_file(out / s.path).schema, T.SQUAD, T.SPANS) == "uint16"
     rows = read_rows(out, m).to_pylist()
     assert len(rows) == m.totals["rows"] > 1589  # short windows: most contexts need several
     boundary = set(m.counters["first_lines"].get("answers_not_on_token_boundary", []))
