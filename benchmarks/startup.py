@@ -1,7 +1,9 @@
 """Start-up: a small input through ``bertprep pretraining`` in-process, wall time and peak memory of the whole
-process, against the Beam import alone (the floor no bertprep run goes under) and against the same run with
-the compiled kernels forced (``BERTSTREAM_KERNELS=always``: what every run paid before issue 54, when the
-segmentation scan and the masking kernel always started numba).
+process, against the Beam import alone (a plain ``import apache_beam`` in a fresh process: the yardstick) and
+against the same run with the compiled kernels forced (``BERTSTREAM_KERNELS=always``: what every run paid before
+issue 54, when the segmentation scan and the masking kernel always started numba). The last line splits the run
+into its phases (medians): interpreter start, Beam's import, ours, the checks, output claim and graph building,
+Beam's translation and run of the graph, the manifest's reading and clean-up, and the interpreter's exit.
 
 Each round runs the three commands in turn, each a fresh process (paired: a busy machine slows the three of a
 round alike); the figures are each command's median over the rounds, and the ratios are taken round by round.
@@ -13,6 +15,7 @@ The kernels are warmed once first (numba's on-disk cache), so no round pays a co
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -26,16 +29,37 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import shared_path  # noqa: E402
 
+# The run, with a clock read (CLOCK_MONOTONIC: the parent's clock too) after each phase, printed last on stderr.
 _RUN = """
-import sys
+import json, sys, time
+stamps = {"start": time.perf_counter()}
+import bertstream.pipelines, apache_beam
+stamps["import Beam"] = time.perf_counter()
 from bertstream.pipelines.pretraining.config import PretrainingConfig, PretrainingJob
 from bertstream.pipelines.pretraining.pipeline import run_pretraining
+stamps["import ours"] = time.perf_counter()
+beam_run = apache_beam.Pipeline.run
+def run(self, *args, **kwargs):
+    stamps["check, claim, graph"] = time.perf_counter()
+    try:
+        return beam_run(self, *args, **kwargs)
+    finally:
+        stamps["Beam: translate, run"] = time.perf_counter()
+apache_beam.Pipeline.run = run
 run_pretraining(PretrainingJob(inputs=(sys.argv[1],), vocab=sys.argv[2], output=sys.argv[3], config=PretrainingConfig()))
+stamps["manifest, clean-up"] = time.perf_counter()
+print("STAMPS " + json.dumps(stamps), file=sys.stderr)
 """
 
+# Phases of a run: interpreter start (the parent's clock to the script's first line), each stamp to the next,
+# the interpreter's exit (the last stamp to the parent's reaping).
+PHASES = ("interpreter start", "import Beam", "import ours", "check, claim, graph", "Beam: translate, run",
+          "manifest, clean-up", "exit")  # fmt: skip
 
-def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """``(wall seconds, peak resident MB)`` of one process running ``argv``."""
+
+def measure(argv: list[str], env: dict[str, str], phases: list[dict[str, float]] | None = None) -> tuple[float, float]:
+    """``(wall seconds, peak resident MB)`` of one process running ``argv``; with ``phases``, its phases' seconds
+    (what :data:`_RUN` prints) appended to it."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -44,6 +68,10 @@ def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode:
         raise SystemExit(f"{argv[:3]} failed ({proc.returncode}):\n{err[-2000:]}")
+    if phases is not None:
+        line = next(ln for ln in err.splitlines() if ln.startswith("STAMPS "))
+        clock = [start, *json.loads(line.removeprefix("STAMPS ")).values(), start + wall]
+        phases.append({name: b - a for name, a, b in zip(PHASES, clock, clock[1:])})
     return wall, usage.ru_maxrss / 1024  # Linux reports kB
 
 
@@ -87,9 +115,12 @@ def main() -> None:
         }
         measure(run(), commands["bertprep, kernels always"][1])  # warm numba's cache, not counted
         figures: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+        phases: list[dict[str, float]] = []
         for _ in range(args.rounds):
             for name, (argv, cmd_env) in commands.items():
-                figures[name].append(measure(argv or run(), cmd_env))
+                figures[name].append(
+                    measure(argv or run(), cmd_env, phases if name == "bertprep, kernels by size" else None)
+                )
     print(f"start-up of a {size_kb:.0f} KB input in-process, {args.rounds} paired rounds, "
           f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (medians)")  # fmt: skip
     print(f"{'command':<28} {'wall s':>7} {'peak MB':>8}")
@@ -102,6 +133,9 @@ def main() -> None:
     above = statistics.median(a[0] - b[0] for a, b in zip(auto, beam))
     print(f"by size / always: wall x{ratio:.2f}; by size above the Beam import alone: {above:+.2f} s, "
           f"{statistics.median(a[1] - b[1] for a, b in zip(auto, beam)):+.0f} MB")  # fmt: skip
+    print(
+        "by size, phases (median s): " + ", ".join(f"{n} {statistics.median(p[n] for p in phases):.2f}" for n in PHASES)
+    )
 
 
 if __name__ == "__main__":

@@ -200,7 +200,7 @@ def fit(counts: Counter, level: int, capacity: int = CAPACITY) -> tuple[Counter,
     return counts, level
 
 
-class _UnkWordsFn(beam.CombineFn):
+class UnkWordsFn(beam.CombineFn):
     """Merges per-batch ``Counter``s of [UNK] words into one bounded sample ``(counts, level)``."""
 
     def __init__(self, capacity: int = CAPACITY, top: int = TOP) -> None:
@@ -231,12 +231,3 @@ def summary(counts: Mapping[str, int], level: int, top: int = TOP) -> dict[str, 
     """The manifest's ``statistics.unk_words``: most frequent first, ties by word (the same on any runner)."""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     return {"top": [[w, c] for w, c in ranked], "exact": level == 0, "sampled_fraction": 2.0**-level}
-
-
-class UnkWords(beam.PTransform):
-    """``PCollection[TokenizedBatch]`` -> one ``statistics.unk_words`` dict."""
-
-    def expand(self, tokenized):
-        return (
-            tokenized | "Words" >> beam.Map(lambda b: b.unk_words) | "TopWords" >> beam.CombineGlobally(_UnkWordsFn())
-        )

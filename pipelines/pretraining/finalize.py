@@ -14,10 +14,12 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.combiners import ToListCombineFn
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import source_stats as SS
 from bertstream.pipelines.common.batch import InstanceBatch
+from bertstream.pipelines.common.combine import CombineEach
 from bertstream.pipelines.common.dataset import DatasetHeader, write_text_atomic
 from bertstream.pipelines.common.spill import remove_work_dir
 from bertstream.pipelines.pretraining import stats as S
@@ -115,17 +117,10 @@ class _FinalizeFn(beam.DoFn):
     def __init__(self, spec: FinalizeSpec) -> None:
         self.spec = spec
 
-    def process(
-        self,
-        results: list[dict[str, Any]],
-        counters: dict[str, int],
-        groups: list[dict[str, Any]],
-        unk_words: dict[str, Any] | None = None,
-        statistics: dict[str, Any] | None = None,
-    ) -> Iterator[str]:
+    def process(self, collected: dict[str, Any], statistics: dict[str, Any] | None = None) -> Iterator[str]:
+        results, counters, groups = list(collected["results"]), collected["counters"], collected["groups"]
         spec = self.spec
         done = {r["shard"] for r in results}
-        results = list(results)
         for shard in range(spec.shards.num_shards):
             if shard in done:
                 continue
@@ -142,7 +137,7 @@ class _FinalizeFn(beam.DoFn):
             groups=groups,
             header=spec.header,
             max_seq_length=spec.max_seq_length,
-            unk_words=unk_words,
+            unk_words=collected.get("unk_words"),
             extra_statistics=statistics,
         )
         out = spec.shards.output_dir
@@ -153,22 +148,21 @@ class _FinalizeFn(beam.DoFn):
 
 
 class Finalize(beam.PTransform):
-    """Shard results + counters + group sizes -> ``manifest.json``; yields the manifest text."""
+    """Shard results + counters + group sizes -> ``manifest.json``; yields the manifest text. The four are
+    combined in one step (:class:`~bertstream.pipelines.common.combine.CombineEach`), not four."""
 
     def __init__(self, spec: FinalizeSpec, *, counters, groups, unk_words=None, statistics=None) -> None:
         super().__init__()
         self.fn = _FinalizeFn(spec)
         self.counters = counters
         self.groups = groups
-        self.unk_words = unk_words  # optional: one source_stats.summary dict
+        self.unk_words = unk_words  # optional: each batch's [UNK] word counts (TokenizedBatch.unk_words)
         self.statistics = statistics  # optional: one dict merged into the statistics (the dedup stage's)
 
     def expand(self, results):
-        counters = self.counters | "MergeCounters" >> beam.CombineGlobally(C.MergeCounters())
-        groups = self.groups | "ListGroups" >> beam.combiners.ToList()
-        side = {"counters": beam.pvalue.AsSingleton(counters), "groups": beam.pvalue.AsSingleton(groups)}
+        parts = {"results": results, "counters": self.counters, "groups": self.groups}
+        fns = {"results": ToListCombineFn(), "counters": C.MergeCounters(), "groups": ToListCombineFn()}
         if self.unk_words is not None:
-            side["unk_words"] = beam.pvalue.AsSingleton(self.unk_words)
-        if self.statistics is not None:
-            side["statistics"] = beam.pvalue.AsSingleton(self.statistics)
-        return results | "ListShards" >> beam.combiners.ToList() | "WriteManifest" >> beam.ParDo(self.fn, **side)
+            parts["unk_words"], fns["unk_words"] = self.unk_words, SS.UnkWordsFn()
+        side = {} if self.statistics is None else {"statistics": beam.pvalue.AsSingleton(self.statistics)}
+        return parts | "Collect" >> CombineEach(fns) | "WriteManifest" >> beam.ParDo(self.fn, **side)

@@ -288,21 +288,24 @@ class GroupDocuments(beam.PTransform):
     def expand(self, batches):
         spec = self.spec
         dpg, mgt = spec.docs_per_group, spec.max_group_tokens
+        # No input, no sum: the side input's default is what the sum of nothing gives (CombineGlobally's own
+        # default is four more transforms and a stage, which every run's start-up paid).
         groups = (
             batches
             | "Sizes" >> beam.Map(lambda b: (len(b.doc_ids), len(b.ids)))
-            | "SumSizes" >> beam.CombineGlobally(_sum_pairs)
+            | "SumSizes" >> beam.CombineGlobally(_sum_pairs).without_defaults()
             | "NumGroups" >> beam.Map(lambda s: num_groups(s[0], s[1], dpg, mgt))
         )
+        none = num_groups(0, 0, dpg, mgt)
         built = (
             batches
             | "SpillDocuments" >> beam.ParDo(_SpillDocumentsFn(spec.work_dir, spec.seed))
-            | "PlanGroups" >> beam.ParDo(_PlanGroupsFn(), groups=beam.pvalue.AsSingleton(groups))
+            | "PlanGroups" >> beam.ParDo(_PlanGroupsFn(), groups=beam.pvalue.AsSingleton(groups, default_value=none))
             | "CollectGroup" >> beam.GroupByKey()
             | "BuildPool"
             >> beam.ParDo(
                 _BuildPoolFn(spec),
-                groups=beam.pvalue.AsSingleton(groups),
+                groups=beam.pvalue.AsSingleton(groups, default_value=none),
             ).with_outputs("groups", main="units")
         )
         # Spread units over workers: a group's units are emitted together, in one bundle.

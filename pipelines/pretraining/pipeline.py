@@ -22,7 +22,6 @@ from bertstream.pipelines.common.files import InputError
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, remove_empty_made
 from bertstream.pipelines.common.progress import Monitor
 from bertstream.pipelines.common.redact import redact_text
-from bertstream.pipelines.common.source_stats import UnkWords
 from bertstream.pipelines.common.spill import spill_bytes_for
 from bertstream.pipelines.inputs.read import ReadDocuments, range_bytes_for
 from bertstream.pipelines.inputs.resolve import (
@@ -225,7 +224,7 @@ def add_dataset_stages(
         finalize,
         counters=counters,
         groups=groups,
-        unk_words=tokenized | f"{label}UnkWords" >> UnkWords(),
+        unk_words=tokenized | f"{label}UnkWords" >> beam.Map(lambda b: b.unk_words),
         statistics=statistics,
     )
 

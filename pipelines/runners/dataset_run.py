@@ -19,6 +19,7 @@ from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.dataset import DatasetHeader, RunResult, read_result, unpublish
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, claim_output
 from bertstream.pipelines.common.redact import redact_options
+from bertstream.pipelines.runners.heap import freeze_imported_objects
 from bertstream.pipelines.runners.runner import local_worker_processes, make_pipeline, run_pipeline, runner_name
 
 
@@ -52,6 +53,7 @@ class DatasetRun:
 
 def run_dataset(run: DatasetRun) -> RunResult:
     """Hold the output folder, write the dataset with the job's stages, read its manifest back."""
+    freeze_imported_objects()  # Beam's import, out of the collector's scans (pipelines/runners/heap.py)
     with claim_output(run.output, run.overwrite, run.policy, run.reads) as claim:
         started = time.time()
         entry = {**run_entry(run.options, list(run.beam_args), started), "run_id": claim.run_id}

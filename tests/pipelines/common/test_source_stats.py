@@ -111,7 +111,7 @@ def test_bounded_sample_is_exact_and_the_same_however_the_batches_merge(demo_cor
     whether the batches arrive one by one or as partial merges in another order, at the lowest level that fits."""
     words = re.findall(r"\w+", " ".join(p.read_text(encoding="utf-8") for p in sorted(demo_corpus.glob("*.txt"))))
     true = Counter(words)
-    fn = SS._UnkWordsFn(capacity=200)
+    fn = SS.UnkWordsFn(capacity=200)
     parts = [Counter(words[i : i + 5000]) for i in range(0, len(words), 5000)]
     one_by_one = fn.create_accumulator()
     for p in parts:
