@@ -76,6 +76,29 @@ class LongWords:
         return " ".join(w for w in words if len(w) <= MAX_WORD_CHARS)
 
 
+# A paragraph reaches the trainer (and LongWords) in pieces of about this many characters, cut where a word ends:
+# one unspaced 2M-character CJK record was a single "run" that LongWords pre-tokenized whole, twice (1.3 GB, 46 s;
+# the 64 MiB record cap allows ten times that), and the trainer too held every word of a text at once.
+PIECE_CHARS = 65_536
+
+
+def word_pieces_of(text: str) -> Iterator[str]:
+    """``text`` in consecutive pieces of at most :data:`PIECE_CHARS` characters, each cut before a character that
+    cannot continue a word (white space, punctuation, a CJK character): the words, and so the vocabulary, are
+    those of the whole. A word longer than a piece (LongWords cuts it) is kept whole, the piece grown to its end."""
+    start, n = 0, len(text)
+    while n - start > PIECE_CHARS:
+        end = start + PIECE_CHARS
+        cut = next(
+            (i for i in range(end, max(start, end - MAX_WORD_CHARS - 1), -1) if not _can_continue_word(text[i])), 0
+        )
+        if cut <= start:  # a word past the limit spans the end: cut after it
+            cut = next((i for i in range(end, n) if not _can_continue_word(text[i])), n)
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
 def sample_texts(inputs: list[str] | list[InputFile], cfg: VocabConfig, counters: Counter) -> Iterator[str]:
     files = [i for i in inputs if isinstance(i, InputFile)] or resolve_inputs(
         [str(i) for i in inputs], cfg.input_format
@@ -96,7 +119,8 @@ def sample_texts(inputs: list[str] | list[InputFile], cfg: VocabConfig, counters
                 continue
             for p in doc.paragraphs:
                 taken += len(p.encode("utf-8")) + 1
-                yield long_words.cut(p, counters)
+                for piece in word_pieces_of(p):
+                    yield long_words.cut(piece, counters)
             counters["documents_sampled"] += 1
             if cfg.sample_bytes and taken >= cfg.sample_bytes:
                 return

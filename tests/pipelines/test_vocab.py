@@ -104,3 +104,29 @@ def test_words_past_the_wordpiece_limit_are_cut_before_training_and_counted(tmp_
     cut, counters = train_vocab([str(tmp_path / "long" / "a.txt")], tmp_path / "v2", cfg)
     assert counters["vocab_long_words"] == 2
     assert cut.tokens == plain.tokens and not any("qzxv" in t for t in cut.tokens)
+
+
+def test_a_long_paragraph_reaches_the_trainer_in_pieces_cut_where_words_end(tmp_path):
+    """Round 8: one unspaced 2M-character CJK record was handed whole to LongWords (a single run of non-space
+    characters, pre-tokenized at once, twice) and to the trainer: 1.3 GB and 46 s for 6 MB, and the 64 MiB record
+    cap allowed ten times that. Now in pieces of at most PIECE_CHARS characters, cut before a character that ends
+    a word, so the words (and the vocabulary) are those of the whole; a word longer than a piece stays whole."""
+    import json
+    import random
+    from collections import Counter
+
+    from bertstream.pipelines.vocab import PIECE_CHARS, VocabConfig, sample_texts
+
+    rnd = random.Random(8)
+    cjk = "".join(chr(0x4E00 + rnd.randrange(20000)) for _ in range(3 * PIECE_CHARS))
+    latin = " ".join("word" + str(i % 97) for i in range(40_000)) + " " + "q" * (PIECE_CHARS + 10) + " end."
+    for text in (cjk, latin):
+        (tmp_path / "in.jsonl").write_text(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+        counters: Counter = Counter()
+        texts = list(sample_texts([str(tmp_path / "in.jsonl")], VocabConfig(input_format="jsonl"), counters))
+        assert len(texts) > 1 and all(len(t) <= PIECE_CHARS for t in texts if "q" * 200 not in t)
+        if text is cjk:
+            assert "".join(texts) == text
+        else:  # the long word is cut out whole, once, as before
+            kept = [w for w in text.split() if len(w) < 200]
+            assert counters["vocab_long_words"] == 1 and "".join(texts).split() == kept
