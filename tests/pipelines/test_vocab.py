@@ -130,3 +130,23 @@ def test_a_long_paragraph_reaches_the_trainer_in_pieces_cut_where_words_end(tmp_
         else:  # the long word is cut out whole, once, as before
             kept = [w for w in text.split() if len(w) < 200]
             assert counters["vocab_long_words"] == 1 and "".join(texts).split() == kept
+
+
+def test_more_distinct_characters_than_the_alphabet_limit_give_one_vocabulary(tmp_path):
+    """Round 8: `tokenizers` keeps the commonest ``limit_alphabet`` characters with ties in hash-map order, so a
+    Chinese corpus (20,000 characters of about equal counts past the limit of 1,000) gave another vocabulary on
+    every run. The alphabet is chosen first now (commonest, then by code point) and given to the trainer."""
+    import random
+
+    from bertstream.pipelines.vocab import VocabConfig
+
+    rnd = random.Random(8)
+    chars = [chr(0x4E00 + i) for i in range(400)]
+    lines = ["".join(rnd.sample(chars, 40)) + "。" for _ in range(300)]
+    (tmp_path / "zh.txt").write_text("\n".join(lines) + "\n")
+    cfg = VocabConfig(input_format="lines", vocab_size=500, min_frequency=1, limit_alphabet=100)
+    runs = [train_vocab([str(tmp_path / "zh.txt")], tmp_path / f"v{i}", cfg)[0].tokens for i in range(4)]
+    assert all(r == runs[0] for r in runs)
+    counts = {c: sum(line.count(c) for line in lines) for c in chars}
+    expect = sorted(sorted(chars, key=lambda c: (-counts[c], c))[:99] + ["。"])  # the full stop is the commonest
+    assert sorted(t for t in runs[0] if len(t) == 1) == expect
