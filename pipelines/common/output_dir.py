@@ -83,6 +83,7 @@ def claim_output(output: str, overwrite: bool, policy: OutputPolicy, reads: dict
         raise UsageError("output", "is empty: name a folder")
     output_dir = absolute(output.rstrip("/") or "/")  # ("/" is the root, not "": the current folder)
     check_no_overlap(output_dir, reads)
+    check_not_inside_a_dataset(output_dir)
     made = ensure_writable_dir(output_dir)
     try:
         with _claimed(output_dir, overwrite, policy) as claim:
@@ -189,6 +190,26 @@ def check_no_overlap(output_dir: str, needs: dict[str, list[str]]) -> None:
                 + (" (--input)" if flag == "input" else "")
                 + "; write the dataset to another folder",
             )
+
+
+def check_not_inside_a_dataset(output_dir: str) -> None:
+    """Refuse a local ``--output`` below a folder that holds a dataset (a bertstream manifest with a ``kind``) or
+    a run's lock: the new run's folder was mixed into that dataset (while its run wrote it, too), and the
+    dataset could no longer be replaced (``--overwrite`` refuses a folder holding what is not its own)."""
+    if "://" in output_dir:
+        return
+    path = os.path.dirname(_resolved(output_dir))
+    while True:
+        if _manifest_kind(path) is not None or os.path.lexists(os.path.join(path, LOCK_NAME)):
+            raise UsageError(
+                "output",
+                f"{output_dir} lies inside {path}, a dataset's folder (or one a run is writing): its files would "
+                "be mixed into that dataset; choose an --output outside it",
+            )
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
 
 
 def _names_in(output_dir: str) -> list[str]:
