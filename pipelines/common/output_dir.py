@@ -61,6 +61,9 @@ class OutputPolicy:
     kinds: tuple[str, ...] = ()
     what: str = "a dataset's"
     dataset: bool = True  # a dataset folder (a manifest, a vocabulary beside it); False: bertprep vocab's
+    # the dataset holds its vocabulary (vocab.txt); False: bertprep extract's documents, which hold none, so a
+    # vocab.txt there is someone's (its --overwrite deleted a lone one)
+    with_vocab: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,8 +251,8 @@ def check_output(output_dir: str, overwrite: bool, policy: OutputPolicy) -> list
         )
     names = _names_in(output_dir)
     own = policy.is_output
-    if policy.dataset:
-        own = lambda name: policy.is_output(name) or name == VOCAB_FILENAME  # noqa: E731 - every dataset has one
+    if policy.dataset and policy.with_vocab:
+        own = lambda name: policy.is_output(name) or name == VOCAB_FILENAME  # noqa: E731 - such a dataset has one
     foreign = sorted(n for n in names if not n.startswith(".") and n not in OWN_EXTRAS and not own(n))
     foreign += _foreign_below(output_dir, [n for n in names if own(n)], own)
     if foreign:

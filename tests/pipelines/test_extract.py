@@ -145,3 +145,16 @@ def test_a_wikiextractor_file_cut_inside_a_doc_and_stray_lines_are_said(tmp_path
     )
     assert r.exit_code == 0, r.output
     assert "  altered: lines_outside_doc_skipped 1, unclosed_doc_tags 1\n" in r.output
+
+
+def test_a_lone_vocabulary_in_the_output_is_someone_elses_even_with_overwrite(tmp_path):
+    """Round 8: extract's documents hold no vocab.txt, yet its policy took one as its own (every other dataset
+    has one), so `bertprep extract --output DIR --overwrite` deleted a user's lone DIR/vocab.txt."""
+    src = tmp_path / "s.txt"
+    src.write_text("One sentence here. Another one.\n\nA second document. It ends.\n")
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "vocab.txt").write_text("mine\n")
+    args = ["extract", "--input", str(src), "--output", str(tmp_path / "o"), "--overwrite"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "holds files that are not extracted documents' (vocab.txt)" in r.output, r.output
+    assert (tmp_path / "o" / "vocab.txt").read_text() == "mine\n"
