@@ -286,7 +286,7 @@ def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
     from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     with bertprep_errors(ReportConfig, "no report was written"):
-        _object_stores_ready({"dataset_dir": [dataset_dir], "output": [output or ""]})
+        _object_stores_ready({"dataset_dir": [dataset_dir]})  # --output is a local folder (checked by the report)
         cfg = ReportConfig(top_tokens=top_tokens, top_sources=top_sources, top_unk_words=top_unk_words)
         try:
             index = write_report(dataset_dir, output, cfg)
