@@ -39,6 +39,8 @@ def exit_now(code: object) -> NoReturn:
                 t.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # started with the descriptor closed (`>&-`): Python has no stream for it
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it

@@ -200,7 +200,24 @@ def inspect(dataset_dir, verify, decode, as_json) -> None:
     from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     with bertprep_errors(None, "nothing was checked"):
+        _object_stores_ready({"dataset_dir": [dataset_dir]})
         _inspect(dataset_dir, verify, decode, as_json)
+
+
+def _object_stores_ready(paths: dict[str, list[str]]) -> None:
+    """``inspect`` and ``report`` take no Beam options, so Beam's filesystems had none: an ``s3://`` dataset was
+    refused on every read ('Must provide one of client or options'), even one bertprep had just written there.
+    A URL gets what a run's do (:func:`~bertstream.pipelines.runners.runner.pipeline_options`): the filesystems'
+    options (the endpoint and credentials from the environment) and its server probed with a deadline."""
+    if any("://" in p for values in paths.values() for p in values if p):
+        from bertstream.pipelines.runners.runner import pipeline_options
+
+        try:
+            pipeline_options([], paths)
+        except UsageError as e:
+            if e.param != "dataset_dir":
+                raise
+            raise click.BadParameter(e.message, param_hint="'DATASET_DIR'") from None
 
 
 def _inspect(dataset_dir: str, verify: bool, decode: int, as_json: bool) -> None:
@@ -269,6 +286,7 @@ def report(dataset_dir, output, top_tokens, top_sources, top_unk_words) -> None:
     from bertstream.pipelines.runners.cli_errors import bertprep_errors
 
     with bertprep_errors(ReportConfig, "no report was written"):
+        _object_stores_ready({"dataset_dir": [dataset_dir]})  # --output is a local folder (checked by the report)
         cfg = ReportConfig(top_tokens=top_tokens, top_sources=top_sources, top_unk_words=top_unk_words)
         try:
             index = write_report(dataset_dir, output, cfg)

@@ -53,7 +53,9 @@ def _is_output(name: str) -> bool:
     return name.startswith((MANIFEST_NAME, f"{SHARD_PREFIX}-"))
 
 
-POLICY = OutputPolicy("bertprep extract", _is_output, kinds=(DOCUMENTS_KIND,), what="extracted documents'")
+POLICY = OutputPolicy(
+    "bertprep extract", _is_output, kinds=(DOCUMENTS_KIND,), what="extracted documents'", with_vocab=False
+)
 
 
 def document_record(doc: Document) -> dict[str, str]:

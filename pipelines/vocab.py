@@ -76,6 +76,29 @@ class LongWords:
         return " ".join(w for w in words if len(w) <= MAX_WORD_CHARS)
 
 
+# A paragraph reaches the trainer (and LongWords) in pieces of about this many characters, cut where a word ends:
+# one unspaced 2M-character CJK record was a single "run" that LongWords pre-tokenized whole, twice (1.3 GB, 46 s;
+# the 64 MiB record cap allows ten times that), and the trainer too held every word of a text at once.
+PIECE_CHARS = 65_536
+
+
+def word_pieces_of(text: str) -> Iterator[str]:
+    """``text`` in consecutive pieces of at most :data:`PIECE_CHARS` characters, each cut before a character that
+    cannot continue a word (white space, punctuation, a CJK character): the words, and so the vocabulary, are
+    those of the whole. A word longer than a piece (LongWords cuts it) is kept whole, the piece grown to its end."""
+    start, n = 0, len(text)
+    while n - start > PIECE_CHARS:
+        end = start + PIECE_CHARS
+        cut = next(
+            (i for i in range(end, max(start, end - MAX_WORD_CHARS - 1), -1) if not _can_continue_word(text[i])), 0
+        )
+        if cut <= start:  # a word past the limit spans the end: cut after it
+            cut = next((i for i in range(end, n) if not _can_continue_word(text[i])), n)
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
 def sample_texts(inputs: list[str] | list[InputFile], cfg: VocabConfig, counters: Counter) -> Iterator[str]:
     files = [i for i in inputs if isinstance(i, InputFile)] or resolve_inputs(
         [str(i) for i in inputs], cfg.input_format
@@ -96,7 +119,8 @@ def sample_texts(inputs: list[str] | list[InputFile], cfg: VocabConfig, counters
                 continue
             for p in doc.paragraphs:
                 taken += len(p.encode("utf-8")) + 1
-                yield long_words.cut(p, counters)
+                for piece in word_pieces_of(p):
+                    yield long_words.cut(piece, counters)
             counters["documents_sampled"] += 1
             if cfg.sample_bytes and taken >= cfg.sample_bytes:
                 return
@@ -122,13 +146,19 @@ def _can_continue_word(c: str) -> bool:
     return not any(a <= cp <= b for a, b in cjk)
 
 
-def continuation_pieces(texts, lowercase: bool) -> list[str]:
-    """Sorted ``##c`` for every character that occurs in the normalised text and can continue a word."""
+def first_pass(texts, lowercase: bool, limit_alphabet: int) -> tuple[list[str], list[str]]:
+    """Sorted ``##c`` for every character that occurs in the normalised text and can continue a word, and the
+    alphabet the trainer is to keep: the ``limit_alphabet`` commonest characters, ties broken by code point.
+    `tokenizers` drops the rarest characters past the limit with ties in hash-map order, so a corpus of more
+    distinct characters than the limit (Chinese: 20,000 of about equal counts) gave another vocabulary each run;
+    given as the initial alphabet, the kept set is this one (none is dropped when the limit is not reached)."""
     normalize = bert_tokenizer(None, lowercase).normalizer.normalize_str
-    chars: set[str] = set()
+    counts: Counter = Counter()
     for t in texts:
-        chars.update(normalize(t))
-    return sorted("##" + c for c in chars if _can_continue_word(c))
+        counts.update(normalize(t))
+    chars = [c for c in counts if not c.isspace()]  # pre-tokenization drops white space: no word holds it
+    kept = sorted(chars, key=lambda c: (-counts[c], c))[:limit_alphabet] if len(chars) > limit_alphabet else []
+    return sorted("##" + c for c in counts if _can_continue_word(c)), kept
 
 
 VOCAB_POLICY = OutputPolicy("bertprep vocab", is_vocab_file, what="a vocabulary's", dataset=False)
@@ -166,7 +196,7 @@ def train_vocab(
     files = files if files is not None else resolve_inputs(inputs, cfg.input_format)
     counters: Counter = Counter()
     first: Counter = Counter()
-    pieces = continuation_pieces(sample_texts(files, cfg, first), cfg.lowercase)
+    pieces, alphabet = first_pass(sample_texts(files, cfg, first), cfg.lowercase, cfg.limit_alphabet)
     total = sum(f.bytes for f in files)
     if not first["documents_sampled"] and first["documents_read"] and 0 < cfg.sample_bytes < total:
         # The sample is a hash-chosen fraction of the documents: too small a fraction chooses none.
@@ -187,6 +217,7 @@ def train_vocab(
         min_frequency=cfg.min_frequency,
         special_tokens=[*SPECIAL_TOKENS, *pieces],
         limit_alphabet=cfg.limit_alphabet,
+        initial_alphabet=alphabet,
         continuing_subword_prefix="##",
         show_progress=False,
     )

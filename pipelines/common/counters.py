@@ -54,8 +54,19 @@ CHARS_CUT = "characters_cut_before_tokenizing"
 # Documents a worker encoded with `tokenizers` because the run's nanotoken was missing there (same ids).
 TOKENIZER_FALLBACK = "documents_encoded_by_fallback_tokenizer"
 
-# Text the readers changed rather than dropped, in the order the summaries say it ("altered: ...").
-ALTERED = (INVALID_UTF8, CONTROL_CHARS, SPECIAL_LITERALS, GUTENBERG_STRIPPED, GUTENBERG_LINES_STRIPPED, EMPTY_SENTENCES)
+# Text the readers changed rather than dropped, in the order the summaries say it ("altered: ..."). A
+# WikiExtractor file's lines outside any <doc> and its <doc>s left open (a file cut short ends in one) are said
+# too: they were counted in the manifest alone, and a truncated file read as complete with no word.
+ALTERED = (
+    INVALID_UTF8,
+    CONTROL_CHARS,
+    SPECIAL_LITERALS,
+    GUTENBERG_STRIPPED,
+    GUTENBERG_LINES_STRIPPED,
+    EMPTY_SENTENCES,
+    LINES_OUTSIDE_DOC,
+    UNCLOSED_DOC,
+)
 
 # --eval-fraction: documents the training dataset gave to the evaluation one (OUTPUT/eval). Not a drop: nothing is
 # lost, so a summary says them apart ("held out"), and documents_read = used + dropped + held out.

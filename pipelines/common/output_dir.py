@@ -61,6 +61,9 @@ class OutputPolicy:
     kinds: tuple[str, ...] = ()
     what: str = "a dataset's"
     dataset: bool = True  # a dataset folder (a manifest, a vocabulary beside it); False: bertprep vocab's
+    # the dataset holds its vocabulary (vocab.txt); False: bertprep extract's documents, which hold none, so a
+    # vocab.txt there is someone's (its --overwrite deleted a lone one)
+    with_vocab: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,7 @@ def claim_output(output: str, overwrite: bool, policy: OutputPolicy, reads: dict
         raise UsageError("output", "is empty: name a folder")
     output_dir = absolute(output.rstrip("/") or "/")  # ("/" is the root, not "": the current folder)
     check_no_overlap(output_dir, reads)
+    check_not_inside_a_dataset(output_dir)
     made = ensure_writable_dir(output_dir)
     try:
         with _claimed(output_dir, overwrite, policy) as claim:
@@ -191,6 +195,26 @@ def check_no_overlap(output_dir: str, needs: dict[str, list[str]]) -> None:
             )
 
 
+def check_not_inside_a_dataset(output_dir: str) -> None:
+    """Refuse a local ``--output`` below a folder that holds a dataset (a bertstream manifest with a ``kind``) or
+    a run's lock: the new run's folder was mixed into that dataset (while its run wrote it, too), and the
+    dataset could no longer be replaced (``--overwrite`` refuses a folder holding what is not its own)."""
+    if "://" in output_dir:
+        return
+    path = os.path.dirname(_resolved(output_dir))
+    while True:
+        if _manifest_kind(path) is not None or os.path.lexists(os.path.join(path, LOCK_NAME)):
+            raise UsageError(
+                "output",
+                f"{output_dir} lies inside {path}, a dataset's folder (or one a run is writing): its files would "
+                "be mixed into that dataset; choose an --output outside it",
+            )
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
 def _names_in(output_dir: str) -> list[str]:
     """Every name directly in ``output_dir`` (files and folders; on object stores, the objects below it)."""
     if "://" not in output_dir:
@@ -227,8 +251,8 @@ def check_output(output_dir: str, overwrite: bool, policy: OutputPolicy) -> list
         )
     names = _names_in(output_dir)
     own = policy.is_output
-    if policy.dataset:
-        own = lambda name: policy.is_output(name) or name == VOCAB_FILENAME  # noqa: E731 - every dataset has one
+    if policy.dataset and policy.with_vocab:
+        own = lambda name: policy.is_output(name) or name == VOCAB_FILENAME  # noqa: E731 - such a dataset has one
     foreign = sorted(n for n in names if not n.startswith(".") and n not in OWN_EXTRAS and not own(n))
     foreign += _foreign_below(output_dir, [n for n in names if own(n)], own)
     if foreign:

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from apache_beam.io.filesystems import FileSystems
 
 from bertstream.pipelines.common import counters as C
+from bertstream.pipelines.common.source_stats import unk_rate, unk_warning
 from bertstream.schemas import pretraining as P
 from bertstream.schemas import tasks as T
 from bertstream.schemas import wds
@@ -287,7 +288,7 @@ def summary_lines(manifest: Manifest) -> list[str]:
         lines.append(
             f"sentences {c.get('sentences', 0)}, tokens {c.get('tokens', 0)}, instances {manifest.totals.get('instances', 0)}"
         )
-        lines.append(f"[UNK]: {c.get('unk_tokens', 0)} of {c.get('tokens', 0)} tokens ({_unk_rate(c) * 100:.2f}%)")
+        lines.append(f"[UNK]: {c.get('unk_tokens', 0)} of {c.get('tokens', 0)} tokens ({unk_rate(c) * 100:.2f}%)")
         if c.get(C.LONG_SENTENCES) or c.get(C.SENTENCES_CUT):
             lines.append(
                 f"truncated: {c.get(C.LONG_SENTENCES, 0)} sentences longer than an instance (at least "
@@ -356,36 +357,6 @@ def degenerate_warning(
     else:
         cause = f"the input's layout may not be --format {input_format}'s (see bertprep pretraining --help)"
     return f"warning: degenerate data ({'; '.join(seen)}): {cause}"
-
-
-# Past this share of [UNK] tokens the vocabulary does not fit the text (an uncased vocabulary under --cased made
-# 8.8%, every capitalised word; BERT's vocabularies on their own language's prose give well under 1%).
-UNK_WARNING_RATE = 0.02
-
-
-def _unk_rate(counters: dict[str, Any]) -> float:
-    return counters.get("unk_tokens", 0) / max(counters.get("tokens", 0), 1)
-
-
-def unk_warning(counters: dict[str, Any], statistics: dict[str, Any], lowercase: Any) -> str | None:
-    """One line when more than :data:`UNK_WARNING_RATE` of the tokens are [UNK], naming the commonest unknown
-    words (the manifest's ``statistics.unk_words``), so that a run on text its vocabulary cannot read does not
-    pass with exit 0 and no word. None below the rate."""
-    rate = _unk_rate(counters)
-    if rate <= UNK_WARNING_RATE:
-        return None
-    top = (statistics.get("unk_words") or {}).get("top") or []
-    words = ", ".join(f"{w!r} {n}" for w, n in top[:8])
-    hint = (
-        "capitalised words among them: a cased text under an uncased vocabulary? (a vocabulary that lowercases "
-        "takes no --cased)"
-        if any(isinstance(w, str) and w[:1].isupper() for w, _ in top[:8]) and lowercase is False
-        else "the vocabulary was not made for this text (another language or script, or other casing?)"
-    )
-    return (
-        f"warning: {rate * 100:.1f}% of the tokens are [UNK] ({counters.get('unk_tokens', 0)} of "
-        f"{counters.get('tokens', 0)})" + (f"; commonest unknown words: {words}" if words else "") + f": {hint}"
-    )
 
 
 def manifest_warning(manifest: Manifest) -> str | None:

@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import click
 
@@ -78,9 +78,16 @@ def error_log(e: BaseException) -> str:
     """Write ``e``'s traceback to a file; its path."""
     import tempfile
 
-    fd, path = tempfile.mkstemp(prefix=f"bertprep-error-{time.strftime('%Y%m%dT%H%M%S')}-", suffix=".log")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(redact_text("".join(traceback.format_exception(type(e), e, e.__traceback__))))
+    path = ""
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"bertprep-error-{time.strftime('%Y%m%dT%H%M%S')}-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(redact_text("".join(traceback.format_exception(type(e), e, e.__traceback__))))
+    except OSError as log_error:  # the full disk the run itself hit, most often: its traceback replaced the line
+        if path:
+            with suppress(OSError):
+                os.unlink(path)
+        return f"none: the log could not be written, {log_error.strerror or log_error}"
     return path
 
 

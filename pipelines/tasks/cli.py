@@ -37,6 +37,7 @@ def _print_summary(result, unit: str) -> None:
     from bertstream.pipelines.common import (
         counters as C,  # imports Beam: not at CLI start-up (the run has loaded it by now)
     )
+    from bertstream.pipelines.common import source_stats as S
 
     m = result.manifest
     c, t = m.counters, m.task
@@ -54,6 +55,7 @@ def _print_summary(result, unit: str) -> None:
     click.echo(
         f"  rows written: {m.totals['rows']}, tokens {m.totals['tokens']}, max length {m.statistics.get('max_length')}"
     )
+    click.echo(f"  [UNK]: {c.get(S.UNK_TOKENS, 0)} of {c.get('tokens', 0)} tokens ({S.unk_rate(c) * 100:.2f}%)")
     if t.get("labels"):
         click.echo(
             f"  labels ({t['label_source']}): {', '.join(t['labels'][:20])}" + (" …" if len(t["labels"]) > 20 else "")
@@ -70,6 +72,9 @@ def _print_summary(result, unit: str) -> None:
         f"  output: {result.output_dir}/manifest.json and {len(m.shards)} shard files"
         + "".join(f", {f['path']}" for f in t.get("files", []))
     )
+    warning = S.unk_warning(c, {}, m.vocab.get("lowercase"))  # last, where it is seen, as pretraining's
+    if warning:
+        click.echo(warning)
 
 
 # What each kind cuts to fit --max-seq-length (--max-query-length), counted while featurizing; NER's words cut

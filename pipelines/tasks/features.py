@@ -18,11 +18,13 @@ from dataclasses import dataclass
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.counters import Tally
 from bertstream.pipelines.common.files import InputError
+from bertstream.pipelines.common.source_stats import UNK_TOKENS
 from bertstream.pipelines.tasks.read import RecordBatch
 from bertstream.pipelines.tokenizer.load import TokenizerSpec, set_tokenizer_threads
 from bertstream.schemas import id_types
@@ -181,6 +183,12 @@ class _FeaturizeFn(beam.DoFn):
         tally = Tally()
         assert self.featurize is not None, "setup() runs before process()"
         out = self.featurize(batch, labels, layout, tally)
+        tok = getattr(self.featurize, "tok", None)  # every kind's featurizer encodes with a TaskTokenizer
+        if isinstance(tok, TaskTokenizer) and out.num_rows and "input_ids" in out.column_names:
+            # [UNK] ids written, for the summary's rate (a Chinese task under an English vocabulary: every
+            # token, exit 0 and no word before)
+            ids = pc.list_flatten(out.column("input_ids"))
+            tally.add(UNK_TOKENS, int(pc.sum(pc.equal(ids, tok.unk_id)).as_py() or 0))
         tally.report()
         if out.num_rows:
             yield to_wire(out)

@@ -109,3 +109,18 @@ def test_standard_output_that_cannot_be_written_is_one_line():
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     errors = [line for line in p.stderr.splitlines() if line.startswith("Error:")]
     assert errors == ["Error: cannot write to standard output: No space left on device"], p.stderr
+
+
+def test_a_program_started_with_standard_output_closed_ends_without_a_traceback():
+    # Round 8: `bertprep ... >&-` did its work, then ended in 'AttributeError: 'NoneType' object has no attribute
+    # 'flush'' under two tracebacks: Python sets sys.stdout to None when descriptor 1 is closed at start.
+    import os
+
+    p = subprocess.run(
+        [sys.executable, "-c", PROGRAM, "end", "status"],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert p.returncode == 3 and "Traceback" not in p.stderr, p.stderr

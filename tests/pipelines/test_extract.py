@@ -133,3 +133,28 @@ def test_the_same_input_twice_is_refused_in_one_line_before_anything_is_publishe
     assert r.exit_code == 1 and len(errors) == 1, r.output
     assert "b.parquet (from byte 0) yields the very documents of " in errors[0] and "SchemaError" not in errors[0]
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_wikiextractor_file_cut_inside_a_doc_and_stray_lines_are_said(tmp_path):
+    """Round 8: a WikiExtractor file cut short inside its last ``<doc>`` (no ``</doc>``), and lines outside any
+    ``<doc>``, were counted in the manifest but the summary said nothing: ``documents: 1 read, 1 written``."""
+    src = tmp_path / "wiki_00"
+    src.write_text('stray line\n<doc id="1" url="u" title="T">\nT\nOne sentence here. Another one.\n')
+    r = CliRunner().invoke(
+        main, ["extract", "--input", str(src), "--format", "wikiextractor", "--output", str(tmp_path / "o")]
+    )
+    assert r.exit_code == 0, r.output
+    assert "  altered: lines_outside_doc_skipped 1, unclosed_doc_tags 1\n" in r.output
+
+
+def test_a_lone_vocabulary_in_the_output_is_someone_elses_even_with_overwrite(tmp_path):
+    """Round 8: extract's documents hold no vocab.txt, yet its policy took one as its own (every other dataset
+    has one), so `bertprep extract --output DIR --overwrite` deleted a user's lone DIR/vocab.txt."""
+    src = tmp_path / "s.txt"
+    src.write_text("One sentence here. Another one.\n\nA second document. It ends.\n")
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "vocab.txt").write_text("mine\n")
+    args = ["extract", "--input", str(src), "--output", str(tmp_path / "o"), "--overwrite"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "holds files that are not extracted documents' (vocab.txt)" in r.output, r.output
+    assert (tmp_path / "o" / "vocab.txt").read_text() == "mine\n"

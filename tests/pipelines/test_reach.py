@@ -65,6 +65,9 @@ def test_an_object_store_at_a_closed_port_is_named_in_one_line(tmp_path, closed_
     r = _invoke(["vocab", "--input", "s3://b/corpus.txt", "--output", str(tmp_path / "v")])
     _one_error(r, "'--input'", "s3://b/corpus.txt", f"the server {server} refuses connections")
     assert not (tmp_path / "o").exists() and not (tmp_path / "v").exists()
+    # inspect and report (round 8: they took no filesystem options and never probed: a Beam error instead)
+    for args in (["inspect", "s3://b/ds"], ["report", "s3://b/ds"]):
+        _one_error(_invoke(args), "'DATASET_DIR'", f"the server {server} refuses connections")
 
 
 def test_a_label_set_from_url_at_a_closed_port_is_named_in_one_line(tmp_path, closed_port, monkeypatch, demo_vocab):
@@ -105,3 +108,29 @@ def test_the_probe_reads_the_endpoint_as_beam_and_botocore_do(monkeypatch):
     assert reach.store_endpoint("s3://b/x", options) == "http://127.0.0.1:9001"
     with pytest.raises(UsageError, match="expected HOST:PORT"):
         reach.probe_job_endpoint(PipelineOptions(["--job_endpoint=nowhere"]))
+
+
+@pytest.mark.slow
+def test_inspect_and_report_read_a_dataset_in_an_object_store(tmp_path, s3_server, demo_vocab):
+    """Round 8: ``bertprep inspect s3://...`` and ``report`` took no Beam options, so Beam's S3 filesystem had
+    none and every read failed ('Must provide one of client or options'), even of a dataset bertprep had just
+    written there. In a process of its own, as a user runs it (the fixture's options are this process's)."""
+    import os
+    import subprocess
+    import sys
+
+    root = s3_server.bucket("inspect-test")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"Sentence {i} of a document here.\\nAnother one follows.\\n\\n" for i in range(30)))
+    vocab = str(demo_vocab / "vocab.txt")
+    args = ["pretraining", "--input", str(corpus), "--format", "sentences", "--vocab", vocab, "--dupe-factor", "1"]
+    r = CliRunner().invoke(main, [*args, "--output", f"{root}/ds", *s3_server.beam_args])
+    assert r.exit_code == 0, r.output
+    run = [sys.executable, "-c", "from bertstream.pipelines.cli import main; main()"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    ins = subprocess.run([*run, "inspect", f"{root}/ds", "--verify"], capture_output=True, text=True, env=env)
+    assert ins.returncode == 0 and "verify: 4/4 shards ok" in ins.stdout, ins.stderr
+    rep = subprocess.run(
+        [*run, "report", f"{root}/ds", "--output", str(tmp_path / "r")], capture_output=True, text=True, env=env
+    )
+    assert rep.returncode == 0 and (tmp_path / "r" / "index.html").is_file(), rep.stderr

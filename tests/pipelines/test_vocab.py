@@ -104,3 +104,49 @@ def test_words_past_the_wordpiece_limit_are_cut_before_training_and_counted(tmp_
     cut, counters = train_vocab([str(tmp_path / "long" / "a.txt")], tmp_path / "v2", cfg)
     assert counters["vocab_long_words"] == 2
     assert cut.tokens == plain.tokens and not any("qzxv" in t for t in cut.tokens)
+
+
+def test_a_long_paragraph_reaches_the_trainer_in_pieces_cut_where_words_end(tmp_path):
+    """Round 8: one unspaced 2M-character CJK record was handed whole to LongWords (a single run of non-space
+    characters, pre-tokenized at once, twice) and to the trainer: 1.3 GB and 46 s for 6 MB, and the 64 MiB record
+    cap allowed ten times that. Now in pieces of at most PIECE_CHARS characters, cut before a character that ends
+    a word, so the words (and the vocabulary) are those of the whole; a word longer than a piece stays whole."""
+    import json
+    import random
+    from collections import Counter
+
+    from bertstream.pipelines.vocab import PIECE_CHARS, VocabConfig, sample_texts
+
+    rnd = random.Random(8)
+    cjk = "".join(chr(0x4E00 + rnd.randrange(20000)) for _ in range(3 * PIECE_CHARS))
+    latin = " ".join("word" + str(i % 97) for i in range(40_000)) + " " + "q" * (PIECE_CHARS + 10) + " end."
+    for text in (cjk, latin):
+        (tmp_path / "in.jsonl").write_text(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+        counters: Counter = Counter()
+        texts = list(sample_texts([str(tmp_path / "in.jsonl")], VocabConfig(input_format="jsonl"), counters))
+        assert len(texts) > 1 and all(len(t) <= PIECE_CHARS for t in texts if "q" * 200 not in t)
+        if text is cjk:
+            assert "".join(texts) == text
+        else:  # the long word is cut out whole, once, as before
+            kept = [w for w in text.split() if len(w) < 200]
+            assert counters["vocab_long_words"] == 1 and "".join(texts).split() == kept
+
+
+def test_more_distinct_characters_than_the_alphabet_limit_give_one_vocabulary(tmp_path):
+    """Round 8: `tokenizers` keeps the commonest ``limit_alphabet`` characters with ties in hash-map order, so a
+    Chinese corpus (20,000 characters of about equal counts past the limit of 1,000) gave another vocabulary on
+    every run. The alphabet is chosen first now (commonest, then by code point) and given to the trainer."""
+    import random
+
+    from bertstream.pipelines.vocab import VocabConfig
+
+    rnd = random.Random(8)
+    chars = [chr(0x4E00 + i) for i in range(400)]
+    lines = ["".join(rnd.sample(chars, 40)) + "。" for _ in range(300)]
+    (tmp_path / "zh.txt").write_text("\n".join(lines) + "\n")
+    cfg = VocabConfig(input_format="lines", vocab_size=500, min_frequency=1, limit_alphabet=100)
+    runs = [train_vocab([str(tmp_path / "zh.txt")], tmp_path / f"v{i}", cfg)[0].tokens for i in range(4)]
+    assert all(r == runs[0] for r in runs)
+    counts = {c: sum(line.count(c) for line in lines) for c in chars}
+    expect = sorted(sorted(chars, key=lambda c: (-counts[c], c))[:99] + ["。"])  # the full stop is the commonest
+    assert sorted(t for t in runs[0] if len(t) == 1) == expect

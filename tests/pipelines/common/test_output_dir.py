@@ -230,3 +230,25 @@ def test_the_dataset_a_killed_overwrite_set_aside_is_put_back_when_its_lock_is_t
     with O.claim_output(str(tmp_path), True, POLICY, {}):  # and --overwrite then replaces it, as it should
         pass
     assert not (tmp_path / O.WORK_DIR_NAME).exists()
+
+
+def test_an_output_inside_a_dataset_or_a_running_runs_folder_is_refused(tmp_path):
+    """Round 8: --output DS/inner wrote a second dataset inside DS (and inside a run still writing DS): the two
+    mixed, and DS could no longer be replaced (--overwrite refuses a folder holding another's files)."""
+    import json
+
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / MANIFEST_NAME).write_text(json.dumps({"kind": "pretraining"}))
+    running = tmp_path / "running"
+    running.mkdir()
+    (running / O.LOCK_NAME).write_text("{}")
+    for out in (ds / "inner", ds / "a" / "b", running / "inner"):
+        with pytest.raises(UsageError, match="a dataset's folder .* mixed into that dataset") as e:
+            with O.claim_output(str(out), False, POLICY, {}):
+                pytest.fail("the block must not run")
+        assert e.value.param == "output" and not out.exists()
+    (tmp_path / "project").mkdir()  # a manifest.json of something else does not count
+    (tmp_path / "project" / MANIFEST_NAME).write_text('{"name": "my web app"}')
+    with O.claim_output(str(tmp_path / "project" / "out"), False, POLICY, {}):
+        pass

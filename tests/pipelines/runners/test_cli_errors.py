@@ -1024,3 +1024,25 @@ def test_a_run_that_dies_where_no_handler_runs_says_so_in_one_line_and_leaves_no
     assert len(errors) == 1 and "ended before its run finished" in errors[0], stderr
     assert "Traceback" not in stderr
     assert not (out / ".bertprep.lock").exists() and not (out / "_work").exists()
+
+
+def test_a_full_disk_that_also_stops_the_error_log_is_one_line(tmp_path):
+    """Round 8: under a file-size limit (`ulimit -f 1`: a disk as full as the run's own writes found it) the
+    error funnel's details log failed too, and its OSError ('File too large') replaced the one line with a
+    traceback (bertprep vocab; any error the funnel logs)."""
+    import resource
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"Sentence {i} here. Another sentence there.\n" for i in range(400)))
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    p = subprocess.run(
+        [sys.executable, "-c", PROG, "vocab", "--input", str(corpus), "--output", str(tmp_path / "v")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024)),
+    )
+    errors = [line for line in p.stderr.splitlines() if line.startswith("Error:")]
+    assert p.returncode == 1 and "Traceback" not in p.stderr and len(errors) == 1, p.stderr
+    assert "File too large" in errors[0]

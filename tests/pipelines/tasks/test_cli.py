@@ -209,3 +209,19 @@ def test_sts_b_scores_outside_0_to_5_are_dropped_and_counted(tmp_path, demo_voca
     c = json.loads((tmp_path / "o" / "manifest.json").read_text())["counters"]
     assert c["rows_used"] == 2 and c["rows_dropped.score_out_of_range"] == 2
     assert "score_out_of_range: 2" in r.output
+
+
+def test_every_task_summary_says_its_unk_rate_and_warns_when_the_vocabulary_does_not_fit(tmp_path, wiki_vocab):
+    """Round 8: a task summary said no [UNK] rate: ChnSentiCorp under an English vocabulary wrote rows of 95%
+    [UNK], exit 0 and no word (pretraining's summary has said it since round 6). Now the rate, and its warning."""
+    chn = tmp_path / "chn.tsv"
+    chn.write_text("".join(shared_path("tasks", "chnsenticorp", "dev.tsv").read_text().splitlines(True)[:60]))
+    vocab = str(wiki_vocab / "vocab.txt")
+    args = ["--text-column", "text_a", "--label-column", "label", "--split", "train", "--vocab", vocab]
+    r = invoke("classification", "--input", str(chn), *args, "--output", str(tmp_path / "zh"))
+    assert r.exit_code == 0, r.output
+    unk = json.loads((tmp_path / "zh" / "manifest.json").read_text())["counters"]["unk_tokens"]
+    assert f"  [UNK]: {unk} of " in r.output and unk > 0
+    assert "% of the tokens are [UNK]" in r.output.splitlines()[-1]
+    ok = invoke_mrpc_dev(wiki_vocab, tmp_path / "mrpc")
+    assert ok.exit_code == 0 and "  [UNK]: " in ok.output and "are [UNK]" not in ok.output, ok.output
