@@ -715,6 +715,11 @@ def test_an_interrupt_before_the_first_checkpoint_says_none_was_kept(world, tmp_
         subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), 143, "no checkpoint had been written"
     )
     assert "the last complete one is kept" not in stderr and ckpt.latest(out) is None
+    # and it says what a rerun needs: the same command is refused in a folder holding the stopped run's files
+    # (config.json, metrics.jsonl); it said "a rerun starts from step 0"
+    rerun = CliRunner().invoke(main, run_argv(world, out, "--max-steps", "2"))
+    assert rerun.exit_code == 2 and "pass --overwrite" in rerun.output
+    assert "rerun with --overwrite" in stderr
     # export-hf of that run folder says so too (it said "checkpoint lacks model.safetensors")
     one_error(
         CliRunner().invoke(main, ["export-hf", str(out), str(tmp_path / "hf")]), 1, f"{out}: a run folder with no"
