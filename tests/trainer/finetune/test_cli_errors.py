@@ -105,6 +105,29 @@ def test_a_dataset_or_a_model_folder_as_output_is_refused(sst2, earlier, tmp_pat
         assert snapshot(out) == before
 
 
+@pytest.mark.parametrize("overwrite", [(), ("--overwrite",)], ids=["plain", "--overwrite"])
+def test_a_run_of_the_other_command_as_output_is_refused(sst2, earlier, tmp_path, overwrite):
+    # Round 8: `finetune --output PRETRAINING_RUN --overwrite` deleted the pretraining's metrics.jsonl and
+    # config.json (names a fine-tuning run writes), its checkpoints left without their history; and
+    # `pretrain --output FINETUNING_RUN --overwrite` cleared the fine-tuning's results, predictions and best
+    # checkpoint. A run folder holds one command's run, whatever --overwrite says.
+    from tests.trainer.test_run_safety import run as pretrain_run
+    from tests.trainer.test_run_safety import small_dataset
+
+    pretraining = tmp_path / "pretraining"
+    pretrain_run(small_dataset(tmp_path / "ds"), pretraining, max_steps=2, checkpoint_every=2)
+    before = snapshot(pretraining)
+    result = CliRunner().invoke(main, argv(sst2, pretraining, *overwrite))
+    one_error(result, 2, f"{pretraining} holds a berttrain pretrain run (its config.json), not a finetune run's")
+    assert snapshot(pretraining) == before
+    finetuning = tmp_path / "finetuning"
+    shutil.copytree(earlier, finetuning)
+    before = snapshot(finetuning)
+    args = ["pretrain", "--data", str(tmp_path / "ds"), "--output", str(finetuning), "--max-steps", "1", *overwrite]
+    one_error(CliRunner().invoke(main, args), 2, f"{finetuning} holds a berttrain finetune run (its config.json)")
+    assert snapshot(finetuning) == before
+
+
 def test_finetune_overwrite_into_a_running_pretraining_is_refused(sst2, earlier, tmp_path):
     """Commands own what they write (issue 33): finetune --overwrite into the folder of a pretraining run that
     is writing it wiped its metrics, and the pretraining's checkpoint rotation then deleted the fine-tuning's
