@@ -199,3 +199,25 @@ def test_a_password_in_a_url_is_not_written_by_finetune(sst2, tmp_path):
     written = [p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".tsv", ".txt")]
     assert "results.json" in {p.name for p in written}
     assert not [p for p in written if "hunter22" in p.read_text(encoding="utf-8", errors="replace")]
+
+
+@pytest.mark.slow  # a process importing torch, then the 3 s wait
+def test_a_lone_fine_tuning_rank_of_two_ends_after_its_dist_timeout(sst2, tmp_path):
+    # Round 8: finetune had no --dist-timeout: a lone rank of WORLD_SIZE=2 waited the default 300 s in silence,
+    # then named "--dist-timeout 300 s", a flag only pretraining took.
+    import os
+    import subprocess
+    import sys
+
+    from tests.beam_services import free_port
+
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    env["MASTER_PORT"] = str(free_port())
+    args = argv(sst2, tmp_path / "run", "--dist-timeout", "3", init="random:tiny")
+    done = subprocess.run(
+        [sys.executable, "-m", "bertstream.trainer", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "the ranks did not meet" in errors[0] and "within --dist-timeout 3 s" in errors[0]
+    assert not (tmp_path / "run").exists()
