@@ -220,4 +220,6 @@ def test_a_lone_fine_tuning_rank_of_two_ends_after_its_dist_timeout(sst2, tmp_pa
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and "the ranks did not meet" in errors[0] and "within --dist-timeout 3 s" in errors[0]
+    # and it said it was waiting, before the timeout ended it
+    assert "[berttrain] rank 0 of WORLD_SIZE 2 waits for the other ranks at MASTER_ADDR:MASTER_PORT" in done.stderr
     assert not (tmp_path / "run").exists()
