@@ -112,7 +112,7 @@ def build_model(
     """The task's model with the initial encoder weights (and head, if trained for this task), or the resumed run's."""
     raw = task.build_model(config, len(train.labels), seed=cfg.run.seed, pooling=cfg.pooling)
     if init.state is not None:
-        load_encoder_state(raw, init.state)
+        load_encoder_state(raw, init.state, f"--init {init.source}")
         note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling), pooled=task.hf.pooled)
         if note and restored is None:
             R.log(f"init: {note}", info)

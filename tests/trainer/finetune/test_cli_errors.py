@@ -223,3 +223,24 @@ def test_a_lone_fine_tuning_rank_of_two_ends_after_its_dist_timeout(sst2, tmp_pa
     # and it said it was waiting, before the timeout ended it
     assert "[berttrain] rank 0 of WORLD_SIZE 2 waits for the other ranks at MASTER_ADDR:MASTER_PORT" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["finetune", "embed"])
+def test_a_checkpoint_lacking_an_encoder_tensor_is_one_line(sst2, earlier, tmp_path, command):
+    # Round 8: `finetune --init CKPT` whose model.safetensors lacks one encoder tensor was a ValueError traceback
+    # (embed said it in one line; the check is the fine-tuning loader's, which both use).
+    from safetensors.torch import load_file, save_file
+
+    checkpoint = tmp_path / "ck"
+    shutil.copytree(ckpt.list_checkpoints(earlier)[-1], checkpoint)
+    weights = load_file(checkpoint / ckpt.MODEL_FILE)
+    weights.pop("bert.encoder.layer.0.attention.self.query.weight")
+    save_file(weights, checkpoint / ckpt.MODEL_FILE)
+    if command == "finetune":
+        args = argv(sst2, tmp_path / "run", init=str(checkpoint))
+    else:
+        (tmp_path / "texts.txt").write_text("a text\n")
+        args = ["embed", "--init", str(checkpoint), "--input", str(tmp_path / "texts.txt")]
+        args += ["--output", str(tmp_path / "e.arrow")]
+    result = CliRunner().invoke(main, args)
+    one_error(result, 1, f"--init {checkpoint}: the initial weights lack encoder tensor(s)")
