@@ -244,3 +244,14 @@ def test_a_checkpoint_lacking_an_encoder_tensor_is_one_line(sst2, earlier, tmp_p
         args += ["--output", str(tmp_path / "e.arrow")]
     result = CliRunner().invoke(main, args)
     one_error(result, 1, f"--init {checkpoint}: the initial weights lack encoder tensor(s)")
+
+
+def test_grad_accum_past_one_epoch_is_refused_before_the_folder_is_touched(sst2, earlier, tmp_path):
+    # Round 8: `--grad-accum 100000` over 20 batches an epoch trained, each step the whole epoch, its line saying
+    # "3 steps of 100000 batches"; pretraining refuses it (a batch past the data).
+    run = tmp_path / "run"
+    shutil.copytree(earlier, run)
+    before = snapshot(run)
+    result = CliRunner().invoke(main, argv(sst2, run, "--grad-accum", "100000", "--overwrite"))
+    one_error(result, 1, "--grad-accum 100000: one optimizer step would take 100000 batches, more than the 20 of")
+    assert snapshot(run) == before
