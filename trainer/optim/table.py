@@ -97,6 +97,8 @@ def own_settings(name: str, text: str | None) -> dict[str, Any]:
         if not sep or not value:
             raise ValueError(f"{part.strip()!r}: give NAME=VALUE")
         out[key] = _typed(key, value, row.own[key])
+        if key in _ADAM_BETAS and not 0.0 <= out[key] < 1.0:  # torch refused it only when building: a traceback
+            raise ValueError(f"{key}={value}: a moment's decay rate must be in [0, 1)")
     return out
 
 

@@ -76,6 +76,17 @@ def test_an_own_setting_the_row_lacks_is_one_usage_error_naming_the_row_s(comman
     assert all(k in result.output for k in OPTIMIZERS[name].own)
 
 
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("value", ["2", "1", "-0.1"])
+def test_a_moment_decay_rate_outside_zero_to_one_is_one_usage_error(name, value, tmp_path):
+    # Round 8: `--optimizer-settings beta1=2` passed the flag's check and was torch's ValueError, a traceback at
+    # the first step's set-up.
+    argv = ["pretrain", "--data", "d", "--output", str(tmp_path), "--optimizer", name]
+    result = CliRunner().invoke(main, [*argv, "--optimizer-settings", f"beta1={value}"])
+    assert result.exit_code == 2, result.output
+    assert f"beta1={value}: a moment's decay rate must be in [0, 1)" in result.output
+
+
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
 def test_both_commands_offer_every_optimizer_of_the_table(command):
     flag = next(p for p in main.commands[command].params if p.name == "optimizer")
