@@ -175,6 +175,15 @@ CASES = [
         1,
         "--model-config",
     ),
+    (  # round 8: an IndexError traceback at the first step (the rows' segment B is token type 1)
+        "pretrain --model-config of one token type",
+        lambda w: (
+            (w["root"] / "one_type.json").write_text('{"type_vocab_size": 1}'),
+            pretrain(w, "--model-config", str(w["root"] / "one_type.json")),
+        )[1],
+        1,
+        "type_vocab_size 1, but pretraining rows hold two segments",
+    ),
     (
         "pretrain --init-from a non-HF folder",
         lambda w: pretrain(w, "--init-from", str(w["empty_ckpt"])),
