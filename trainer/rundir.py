@@ -107,8 +107,12 @@ def check_overlap(run_dir: Path, inputs: Iterable[tuple[str, str | None]], *, ov
 
 
 def refuse_file(run_dir: Path) -> None:
+    """A file, or the file system's root, is no run folder (``finetune --output /`` wrote its results, config
+    and checkpoints into ``/``, beside the system's folders; bertprep refuses the root too)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError("output", f"{run_dir} is a file, not a run folder")
+    if run_dir.resolve() == Path(run_dir.resolve().anchor):
+        raise UsageError("output", f"{run_dir} is the file system's root, not a run folder: name a folder of the run")
 
 
 def refuse_not_a_run(run_dir: Path) -> None:

@@ -255,3 +255,19 @@ def test_grad_accum_past_one_epoch_is_refused_before_the_folder_is_touched(sst2,
     result = CliRunner().invoke(main, argv(sst2, run, "--grad-accum", "100000", "--overwrite"))
     one_error(result, 1, "--grad-accum 100000: one optimizer step would take 100000 batches, more than the 20 of")
     assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("command", ["finetune", "pretrain"])
+def test_the_file_system_root_is_no_run_folder(sst2, tmp_path, command, monkeypatch):
+    # Round 8: `finetune --output /` wrote results.json, predictions.tsv, config.json, metrics.jsonl,
+    # checkpoints/ and resume/ into the root folder. Refused before anything is read or written; the root itself
+    # is never written by this test (the check runs first).
+    import os
+
+    before = sorted(os.listdir("/"))
+    if command == "finetune":
+        args = argv(sst2, Path("/"))
+    else:
+        args = ["pretrain", "--data", str(sst2["train"]), "--output", "/", "--max-steps", "1"]
+    one_error(CliRunner().invoke(main, args), 2, "/ is the file system's root, not a run folder")
+    assert sorted(os.listdir("/")) == before
