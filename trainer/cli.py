@@ -77,8 +77,10 @@ def export_hf(checkpoint, out, overwrite: bool) -> None:
 
 @main.command(context_settings=_CTX)
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--output", help="PNG path (default: the last RUN_DIR/curves.png).")
-@click.option("--baseline-from", help="Dataset folder: draw the unigram MLM accuracy baseline computed from it.")
+@options.single_option("--output", help="PNG path (default: the last RUN_DIR/curves.png).")
+@options.single_option(
+    "--baseline-from", help="Dataset folder: draw the unigram MLM accuracy baseline computed from it."
+)
 def plot(run_dirs, output, baseline_from) -> None:
     """Plot loss and MLM/NSP accuracy (train and eval) from RUN_DIR/metrics.jsonl; several RUN_DIRs are the
     phases of one training, drawn on one step axis."""

@@ -41,7 +41,10 @@ TRAINING_INTERRUPTED = (
     "partial checkpoints were removed, the last complete one is kept (--resume auto continues from it)"
 )
 # Before its first checkpoint a run has nothing to keep: "the last complete one is kept" named one that never was.
-NO_CHECKPOINT_YET = "no checkpoint had been written yet: a rerun starts from step 0"
+NO_CHECKPOINT_YET = (
+    "no checkpoint had been written yet: rerun with --overwrite to start again from step 0 (the folder holds the "
+    "stopped run's config.json and metrics.jsonl)"
+)
 
 
 def training_interrupted(*folders: str | None) -> Callable[[], str]:

@@ -26,6 +26,13 @@ OPTIMIZERS = tuple(OPTIMIZER_TABLE)  # one table for both commands (trainer.opti
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
+def check_dist_timeout(seconds: float) -> None:
+    """``--dist-timeout`` (pretraining and fine-tuning): torch keeps it as a timedelta: 1e300 s overflowed it (a
+    traceback at launch), 1e-300 was 0 s."""
+    ok = MIN_TIMEOUT_S <= seconds <= MAX_TIMEOUT_S
+    check(ok, "dist_timeout", f"must be in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}] seconds, got {seconds}")
+
+
 def check_finite(cfg: Any) -> None:
     """Every float setting of ``cfg`` is a finite number: ``inf`` passes ``> 0`` as ``nan`` fails it, and a
     learning rate of inf trains to NaN logits without a word. Called first by each section with floats."""
@@ -299,9 +306,7 @@ class TrainConfig:
         check_ints(self, ("batch_size", "grad_accum", "max_steps", "eval_every"), 1)
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
-        # torch keeps the timeout as a timedelta: 1e300 s overflowed it (a traceback at launch), 1e-300 was 0 s
-        ok = MIN_TIMEOUT_S <= self.dist_timeout <= MAX_TIMEOUT_S
-        check(ok, "dist_timeout", f"must be in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}] seconds, got {self.dist_timeout}")
+        check_dist_timeout(self.dist_timeout)
         check_ints(self, ("eval_batches",), 0)
 
     @classmethod

@@ -10,6 +10,7 @@ import contextlib
 import faulthandler
 import hashlib
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from bertstream.cli.errors import UsageError
+from bertstream.trainer import progress
 from bertstream.trainer.config import DEFAULT_TIMEOUT_S
 from bertstream.trainer.errors import RunError, UserError
 from bertstream.trainer.peers import PEERS
@@ -198,6 +200,11 @@ def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInf
     if world > 1 and not dist.is_initialized():
         watch_sigterm()
         show_stacks_on_sigusr1()
+        # A rank whose peers never come waits the whole timeout (300 s by default): said once it has waited a
+        # while, so that a lone rank is no silent hang.
+        note = threading.Timer(min(WAIT_NOTE_S, timeout_s / 2), _say_waiting, args=(world, rank, timeout_s))
+        note.daemon = True
+        note.start()
         try:
             dist.init_process_group(
                 backend="nccl" if use_cuda else "gloo",
@@ -212,8 +219,21 @@ def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInf
                 f"--dist-timeout {timeout_s:g} s ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
                 "start every rank (torchrun --nproc-per-node N sets them), or unset WORLD_SIZE to run alone"
             ) from None
+        finally:
+            note.cancel()
         PEERS.start(rank, world, timeout_s)
     return info
+
+
+WAIT_NOTE_S = 10.0  # a rank waiting this long for its peers says so (half the timeout when that is shorter)
+
+
+def _say_waiting(world: int, rank: int, timeout_s: float) -> None:
+    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+    progress.write(
+        f"[berttrain] rank {rank} of WORLD_SIZE {world} waits for the other ranks at MASTER_ADDR:MASTER_PORT {where} "
+        f"(up to --dist-timeout {timeout_s:g} s)"
+    )
 
 
 def _restart_store(world: int, rank: int, timeout_s: float) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from bertstream.schemas.wordpiece import bert_tokenizer, json_lowercase
 from bertstream.trainer.config import check_device
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model import BertModel
-from bertstream.trainer.weights import RANDOM_PREFIX, Init, InitError, check_vocab, resolve_init
+from bertstream.trainer.weights import RANDOM_PREFIX, Init, check_vocab, resolve_init
 
 COMBINES = ("sum", "concat", "mean")
 POOLINGS = ("cls", "mean", "none")
@@ -216,10 +216,7 @@ def load_encoder(init: Init) -> BertModel:
 
     holder = nn.Module()  # load_encoder_state fills ``model.bert``, as in every task model
     holder.bert = BertModel(init.config)
-    try:
-        load_encoder_state(holder, init.state or {})
-    except ValueError as e:
-        raise InitError(f"--init {init.source}: {e}") from None
+    load_encoder_state(holder, init.state or {}, f"--init {init.source}")
     return holder.bert.eval()
 
 

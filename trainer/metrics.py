@@ -190,7 +190,10 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():  # a FIFO was read until someone wrote to it: plot and resume hung
         raise RunError(f"{path}: not a regular file (a FIFO, a device or a folder), so no metrics log")
     records = []
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:  # a binary file in its place: a traceback in plot and resume
+        raise RunError(f"{path}: not a metrics log (byte {e.start} is not UTF-8 text)") from None
     for n, line in enumerate(lines, 1):
         if line.strip():
             try:

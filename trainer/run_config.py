@@ -9,12 +9,12 @@ other command is refused, naming the command it belongs to.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError
+from bertstream.schemas import json_text
+from bertstream.schemas.whole_file import WholeFileError, read_whole
 
 # command -> the key of its flags in its config.json
 _KEYS = {"pretrain": "train", "finetune": "finetune"}
@@ -32,8 +32,10 @@ def _command_of(saved: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
 
 def saved_flags(path: str, command: str, cls: type) -> dict[str, Any]:
     """Leaf name -> value of the run configuration in ``path`` for ``command``'s config class ``cls``."""
-    try:
-        saved = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:  # the capped reader of every small file: a FIFO hung here, /dev/zero filled the memory
+        saved = json_text.loads(read_whole(path, "the file").decode("utf-8"))
+    except WholeFileError as e:
+        raise UsageError("config", str(e)) from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise UsageError("config", f"{path} does not read as JSON ({type(e).__name__}: {e})") from None
     found = _command_of(saved) if isinstance(saved, dict) else None

@@ -47,6 +47,7 @@ def plan_run(
     Read-only, so every rank decides the same; :func:`clear` then runs on rank 0 only.
     """
     refuse_file(run_dir)
+    refuse_other_kind(run_dir, "pretrain")
     if overwrite:
         refuse_not_a_run(run_dir)
     for d in data:
@@ -106,8 +107,12 @@ def check_overlap(run_dir: Path, inputs: Iterable[tuple[str, str | None]], *, ov
 
 
 def refuse_file(run_dir: Path) -> None:
+    """A file, or the file system's root, is no run folder (``finetune --output /`` wrote its results, config
+    and checkpoints into ``/``, beside the system's folders; bertprep refuses the root too)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError("output", f"{run_dir} is a file, not a run folder")
+    if run_dir.resolve() == Path(run_dir.resolve().anchor):
+        raise UsageError("output", f"{run_dir} is the file system's root, not a run folder: name a folder of the run")
 
 
 def refuse_not_a_run(run_dir: Path) -> None:
@@ -128,12 +133,38 @@ def looks_like_run(run_dir: Path) -> bool:
     ``model``; a Hugging Face export's ``config.json`` is not one)."""
     if (run_dir / METRICS_FILE).is_file() or (run_dir / ckpt.CHECKPOINTS).is_dir():
         return True
-    config = run_dir / "config.json"
+    return run_kind(run_dir) == "pretrain"
+
+
+# The key of each command's settings in the config.json of the run folder it writes.
+_KIND_KEYS = {"train": "pretrain", "finetune": "finetune"}
+
+
+def run_kind(run_dir: Path) -> str | None:
+    """The command whose run ``run_dir`` holds, by its ``config.json`` (``pretrain``: its ``train`` settings,
+    ``finetune``: its ``finetune`` settings, each with its ``model``); None for no run's config.json."""
     try:
-        saved = json.loads(read_whole(config, "the run's config.json"))
+        saved = json.loads(read_whole(run_dir / "config.json", "the run's config.json"))
     except (OSError, WholeFileError, ValueError, RecursionError):
-        return False
-    return isinstance(saved, dict) and isinstance(saved.get("train"), dict) and isinstance(saved.get("model"), dict)
+        return None
+    if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
+        return None
+    kinds = [kind for key, kind in _KIND_KEYS.items() if isinstance(saved.get(key), dict)]
+    return kinds[0] if len(kinds) == 1 else None
+
+
+def refuse_other_kind(run_dir: Path, command: str) -> None:
+    """A run folder holds one command's run: ``finetune`` into a pretraining run's folder (its metrics.jsonl and
+    config.json are names fine-tuning writes: --overwrite deleted them, the checkpoints left without their
+    history), or ``pretrain`` into a fine-tuning run's (--overwrite cleared its results), is refused, --overwrite
+    or not."""
+    kind = run_kind(run_dir)
+    if kind is not None and kind != command:
+        raise UsageError(
+            "output",
+            f"{run_dir} holds a berttrain {kind} run (its config.json), not a {command} run's folder: its files "
+            f"would be mixed with this run's or, with --overwrite, deleted; choose another --output",
+        )
 
 
 def refuse_existing(run_dir: Path, contents: list[str], why: str) -> NoReturn:

@@ -132,6 +132,11 @@ class Wandb:
                 f"--report-to wandb: W&B did not start a run ({first}); run `wandb login`, set WANDB_API_KEY, "
                 "or WANDB_MODE=offline to sync later"
             ) from None
+        except ValueError as e:  # its settings refused (pydantic's ValidationError): WANDB_MODE=sideways
+            said = "; ".join(line.strip() for line in str(e).splitlines()[:3] if line.strip())
+            raise RunError(
+                f"--report-to wandb: W&B refused its settings ({said}): check the WANDB_* variables"
+            ) from None
         _keep_id(run_dir, "wandb", run_id)
 
     def log(self, prefix: str, values: dict[str, float], step: int) -> None:

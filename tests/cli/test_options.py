@@ -423,6 +423,9 @@ def test_a_flag_repeated_with_one_value_is_that_value_and_multiple_flags_collect
             "--max-seq-length",
         ),
         ("berttrain", ["pretrain", "--data", "d", "--seed", "1", "--seed", "2"], "--seed"),
+        # round 8: plot's own flags kept the last (`plot RUN --output a.png --output b.png` wrote b.png)
+        ("berttrain", ["plot", ".", "--output", "a.png", "--output", "b.png"], "--output"),
+        ("berttrain", ["plot", ".", "--baseline-from", "d1", "--baseline-from", "d2"], "--baseline-from"),
     ],
 )
 def test_both_command_lines_refuse_a_flag_given_twice(program, args, flag):

@@ -175,6 +175,15 @@ CASES = [
         1,
         "--model-config",
     ),
+    (  # round 8: an IndexError traceback at the first step (the rows' segment B is token type 1)
+        "pretrain --model-config of one token type",
+        lambda w: (
+            (w["root"] / "one_type.json").write_text('{"type_vocab_size": 1}'),
+            pretrain(w, "--model-config", str(w["root"] / "one_type.json")),
+        )[1],
+        1,
+        "type_vocab_size 1, but pretraining rows hold two segments",
+    ),
     (
         "pretrain --init-from a non-HF folder",
         lambda w: pretrain(w, "--init-from", str(w["empty_ckpt"])),
@@ -715,6 +724,11 @@ def test_an_interrupt_before_the_first_checkpoint_says_none_was_kept(world, tmp_
         subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), 143, "no checkpoint had been written"
     )
     assert "the last complete one is kept" not in stderr and ckpt.latest(out) is None
+    # and it says what a rerun needs: the same command is refused in a folder holding the stopped run's files
+    # (config.json, metrics.jsonl); it said "a rerun starts from step 0"
+    rerun = CliRunner().invoke(main, run_argv(world, out, "--max-steps", "2"))
+    assert rerun.exit_code == 2 and "pass --overwrite" in rerun.output
+    assert "rerun with --overwrite" in stderr
     # export-hf of that run folder says so too (it said "checkpoint lacks model.safetensors")
     one_error(
         CliRunner().invoke(main, ["export-hf", str(out), str(tmp_path / "hf")]), 1, f"{out}: a run folder with no"

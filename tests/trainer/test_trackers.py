@@ -103,6 +103,22 @@ def test_wandb_without_an_api_key_is_one_line(demo_shards, tmp_path):
     assert len(errors) == 1 and "--report-to wandb: W&B did not start a run (No API key configured" in errors[0]
 
 
+def test_wandb_settings_it_refuses_are_one_line(demo_shards, tmp_path):
+    # Round 8: WANDB_MODE=sideways was pydantic's ValidationError from wandb.init, under a traceback (a process of
+    # its own, as the test above, for W&B's process state).
+    pytest.importorskip("wandb", reason="wandb is not installed (pip install 'bertstream[wandb]')")
+    env = {**os.environ, "WANDB_MODE": "sideways", "WANDB_DIR": str(tmp_path)}
+    args = ["pretrain", "--data", str(demo_shards), "--output", str(tmp_path / "run"), "--batch-size", "4"]
+    args += ["--max-steps", "2", "--num-workers", "0", "--report-to", "wandb"]
+    result = subprocess.run(
+        [sys.executable, "-m", "bertstream.trainer", *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert len(errors) == 1 and "--report-to wandb: W&B refused its settings (" in errors[0]
+    assert "sideways" in errors[0]
+
+
 def _values(data: bytes, key: str) -> list[float]:
     """The values logged under ``key`` in a W&B offline run file (protobuf: the key, then value_json as field 16,
     b"\\x82\\x01", a one-byte length and the JSON text); W&B 0.31 ships no reader of its own for the file."""

@@ -41,7 +41,7 @@ def test_init_from_our_checkpoint_run_folder_and_random(tmp_path):
         init = resolve_init(spec, VOCAB)
         assert init.kind == "checkpoint" and init.source == str(path) and init.config == CONFIG
         model = get_task(T.NER).build_model(init.config, 5, seed=0)
-        load_encoder_state(model, init.state)
+        load_encoder_state(model, init.state, spec)
         for k, v in model.bert.state_dict().items():
             assert torch.equal(v, pre.bert.state_dict()[k]), k
     (path / "state.json").unlink()  # the three files the format names are enough

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from bertstream.schemas import tasks as T
 from bertstream.trainer.model import BertModel, seeded_init
 from bertstream.trainer.model_config import BertConfig
-from bertstream.trainer.weights import TaskHead
+from bertstream.trainer.weights import InitError, TaskHead
 from bertstream.trainer.weights_init import construct_then_init
 
 __all__ = [
@@ -140,21 +140,25 @@ class BertForQuestionAnswering(nn.Module):
         return out
 
 
-def load_encoder_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
-    """Copy the ``bert.*`` tensors of ``state`` into ``model.bert``; every encoder weight must be there."""
+def load_encoder_state(model: nn.Module, state: Mapping[str, Tensor], source: str) -> None:
+    """Copy the ``bert.*`` tensors of ``state`` into ``model.bert``; every encoder weight must be there, each of
+    the model's shape (else an ``InitError`` naming ``source``, the flag and its folder: a checkpoint that lacked one
+    was a ``ValueError`` traceback in ``finetune``)."""
     encoder = {k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")}
     bert = model.bert
     assert isinstance(bert, nn.Module)
     expected = bert.state_dict()
     missing = sorted(set(expected) - set(encoder))
     if missing:
-        raise ValueError(
-            f"the initial weights lack encoder tensor(s) {['bert.' + k for k in missing[:8]]}"
+        raise InitError(
+            f"{source}: the initial weights lack encoder tensor(s) {['bert.' + k for k in missing[:8]]}"
             + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
         )
     for k, v in encoder.items():
         if k in expected and v.shape != expected[k].shape:
-            raise ValueError(f"bert.{k} has shape {tuple(v.shape)}, the model expects {tuple(expected[k].shape)}")
+            raise InitError(
+                f"{source}: bert.{k} has shape {tuple(v.shape)}, the model expects {tuple(expected[k].shape)}"
+            )
     with torch.no_grad():
         bert.load_state_dict({k: encoder[k] for k in expected}, strict=True)
 

@@ -117,7 +117,7 @@ def build_model(
     """The task's model with the initial encoder weights (and head, if trained for this task), or the resumed run's."""
     raw = task.build_model(config, len(train.labels), seed=cfg.run.seed, pooling=cfg.pooling)
     if init.state is not None:
-        load_encoder_state(raw, init.state)
+        load_encoder_state(raw, init.state, f"--init {init.source}")
         note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling), pooled=task.hf.pooled)
         if note and restored is None:
             R.log(f"init: {note}", info)
@@ -282,7 +282,7 @@ def _count(rows: object) -> str:
 
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
-    info = D.setup(cfg.run.device)
+    info = D.setup(cfg.run.device, cfg.dist_timeout)
     run_dir = Path(cfg.run.output)
     with rundir.held(run_dir, "berttrain finetune", info), background_writes() as writes:
         results = _finetune(cfg, info, overwrite, background_if_asked(cfg.run, writes))
@@ -306,12 +306,18 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
             f"warning: --eval-data {cfg.eval_data} is also --train-data: the best epoch is chosen on training rows",
             info,
         )
+    ranks = {"world_size": info.world_size, "rank": info.rank}
+    train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, **ranks)
+    if cfg.grad_accum > len(train_batches):  # as pretraining refuses it: a step was the epoch, said as more
+        raise RunError(
+            f"--grad-accum {cfg.grad_accum}: one optimizer step would take {cfg.grad_accum} batches, more than the "
+            f"{len(train_batches)} of one epoch of --train-data ({len(train)} rows, --batch-size {cfg.batch_size} "
+            f"on {info.world_size} process(es)); lower --grad-accum or --batch-size"
+        )
     prepare_output(run_dir, existing, info)
     metric = task.primary_metric(train.glue)
     raw = build_model(task, config, train, init, restored, cfg, info).to(info.device)
     model = R.wrap(raw, info)
-    ranks = {"world_size": info.world_size, "rank": info.rank}
-    train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, **ranks)
     eval_batches = EpochBatches(len(evaluation), cfg.eval_batch, shuffle=False, **ranks)
     loader = task_loader(train, task, train_batches, cfg.num_workers, info)
     steps_per_epoch = math.ceil(len(train_batches) / cfg.grad_accum)  # optimizer steps

@@ -42,6 +42,7 @@ def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ck
     run's outputs that ``overwrite`` will remove). Read-only: an earlier run is refused unless ``overwrite``, and
     nothing is removed before every input has been checked (:func:`prepare_output`)."""
     rundir.refuse_file(run_dir)
+    rundir.refuse_other_kind(run_dir, "finetune")
     # A dataset's or a model's folder is no run's, --overwrite or not: the run's files would be mixed into it
     # (and a Hugging Face export's config.json is a name --overwrite removes).
     foreign = [name for name in (MANIFEST_NAME, ckpt.MODEL_FILE) if (run_dir / name).exists()]

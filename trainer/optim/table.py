@@ -87,6 +87,7 @@ def own_settings(name: str, text: str | None) -> dict[str, Any]:
     is a ``ValueError`` naming it."""
     row = OPTIMIZERS[name]
     out = dict(row.own)
+    given: dict[str, str] = {}
     for part in (text or "").split(","):
         if not part.strip():
             continue
@@ -96,7 +97,11 @@ def own_settings(name: str, text: str | None) -> dict[str, Any]:
             raise ValueError(f"{key!r} is no setting of --optimizer {name} ({has})")
         if not sep or not value:
             raise ValueError(f"{part.strip()!r}: give NAME=VALUE")
+        if given.setdefault(key, value) != value:  # as a flag given twice: the last one won, silently
+            raise ValueError(f"{key} is given twice ({given[key]}, {value}): give it once")
         out[key] = _typed(key, value, row.own[key])
+        if key in _ADAM_BETAS and not 0.0 <= out[key] < 1.0:  # torch refused it only when building: a traceback
+            raise ValueError(f"{key}={value}: a moment's decay rate must be in [0, 1)")
     return out
 
 

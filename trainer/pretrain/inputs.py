@@ -71,6 +71,7 @@ def model_config(
                     f"drop {options.flag_for(TrainConfig, name)} (the model's own architecture is used)",
                 )
         check_vocab(init, vocab.sha256, f"--data {cfg.data.paths[0]}", flag="--init-from", job="pretraining")
+        _two_segments(init.config, f"--init-from {cfg.model.init_from}")
         return with_dropout(init.config, cfg.model.dropout), init.state, init.notes
     preset = find_preset(cfg.model.preset)
     if preset is None:
@@ -91,7 +92,18 @@ def model_config(
             raise RunError(str(e)) from None
         except (json.JSONDecodeError, TypeError, ValueError) as e:
             raise RunError(f"--model-config {cfg.model.model_config}: {e}") from None
+        _two_segments(config, f"--model-config {cfg.model.model_config}")
     return with_dropout(config, cfg.model.dropout), None, ()
+
+
+def _two_segments(config: BertConfig, source: str) -> None:
+    """Pretraining rows hold two segments (token types 0 and 1): a model of one token type indexed past its
+    table at the first step (an IndexError traceback)."""
+    if config.type_vocab_size < 2:
+        raise RunError(
+            f"{source}: type_vocab_size {config.type_vocab_size}, but pretraining rows hold two segments (token "
+            "types 0 and 1, sentences A and B): give 2 or more"
+        )
 
 
 def input_notes(cfg: TrainConfig) -> list[str]:

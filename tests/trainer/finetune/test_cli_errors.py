@@ -105,6 +105,29 @@ def test_a_dataset_or_a_model_folder_as_output_is_refused(sst2, earlier, tmp_pat
         assert snapshot(out) == before
 
 
+@pytest.mark.parametrize("overwrite", [(), ("--overwrite",)], ids=["plain", "--overwrite"])
+def test_a_run_of_the_other_command_as_output_is_refused(sst2, earlier, tmp_path, overwrite):
+    # Round 8: `finetune --output PRETRAINING_RUN --overwrite` deleted the pretraining's metrics.jsonl and
+    # config.json (names a fine-tuning run writes), its checkpoints left without their history; and
+    # `pretrain --output FINETUNING_RUN --overwrite` cleared the fine-tuning's results, predictions and best
+    # checkpoint. A run folder holds one command's run, whatever --overwrite says.
+    from tests.trainer.test_run_safety import run as pretrain_run
+    from tests.trainer.test_run_safety import small_dataset
+
+    pretraining = tmp_path / "pretraining"
+    pretrain_run(small_dataset(tmp_path / "ds"), pretraining, max_steps=2, checkpoint_every=2)
+    before = snapshot(pretraining)
+    result = CliRunner().invoke(main, argv(sst2, pretraining, *overwrite))
+    one_error(result, 2, f"{pretraining} holds a berttrain pretrain run (its config.json), not a finetune run's")
+    assert snapshot(pretraining) == before
+    finetuning = tmp_path / "finetuning"
+    shutil.copytree(earlier, finetuning)
+    before = snapshot(finetuning)
+    args = ["pretrain", "--data", str(tmp_path / "ds"), "--output", str(finetuning), "--max-steps", "1", *overwrite]
+    one_error(CliRunner().invoke(main, args), 2, f"{finetuning} holds a berttrain finetune run (its config.json)")
+    assert snapshot(finetuning) == before
+
+
 def test_finetune_overwrite_into_a_running_pretraining_is_refused(sst2, earlier, tmp_path):
     """Commands own what they write (issue 33): finetune --overwrite into the folder of a pretraining run that
     is writing it wiped its metrics, and the pretraining's checkpoint rotation then deleted the fine-tuning's
@@ -176,3 +199,75 @@ def test_a_password_in_a_url_is_not_written_by_finetune(sst2, tmp_path):
     written = [p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".tsv", ".txt")]
     assert "results.json" in {p.name for p in written}
     assert not [p for p in written if "hunter22" in p.read_text(encoding="utf-8", errors="replace")]
+
+
+@pytest.mark.slow  # a process importing torch, then the 3 s wait
+def test_a_lone_fine_tuning_rank_of_two_ends_after_its_dist_timeout(sst2, tmp_path):
+    # Round 8: finetune had no --dist-timeout: a lone rank of WORLD_SIZE=2 waited the default 300 s in silence,
+    # then named "--dist-timeout 300 s", a flag only pretraining took.
+    import os
+    import subprocess
+    import sys
+
+    from tests.beam_services import free_port
+
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    env["MASTER_PORT"] = str(free_port())
+    args = argv(sst2, tmp_path / "run", "--dist-timeout", "3", init="random:tiny")
+    done = subprocess.run(
+        [sys.executable, "-m", "bertstream.trainer", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "the ranks did not meet" in errors[0] and "within --dist-timeout 3 s" in errors[0]
+    # and it said it was waiting, before the timeout ended it
+    assert "[berttrain] rank 0 of WORLD_SIZE 2 waits for the other ranks at MASTER_ADDR:MASTER_PORT" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["finetune", "embed"])
+def test_a_checkpoint_lacking_an_encoder_tensor_is_one_line(sst2, earlier, tmp_path, command):
+    # Round 8: `finetune --init CKPT` whose model.safetensors lacks one encoder tensor was a ValueError traceback
+    # (embed said it in one line; the check is the fine-tuning loader's, which both use).
+    from safetensors.torch import load_file, save_file
+
+    checkpoint = tmp_path / "ck"
+    shutil.copytree(ckpt.list_checkpoints(earlier)[-1], checkpoint)
+    weights = load_file(checkpoint / ckpt.MODEL_FILE)
+    weights.pop("bert.encoder.layer.0.attention.self.query.weight")
+    save_file(weights, checkpoint / ckpt.MODEL_FILE)
+    if command == "finetune":
+        args = argv(sst2, tmp_path / "run", init=str(checkpoint))
+    else:
+        (tmp_path / "texts.txt").write_text("a text\n")
+        args = ["embed", "--init", str(checkpoint), "--input", str(tmp_path / "texts.txt")]
+        args += ["--output", str(tmp_path / "e.arrow")]
+    result = CliRunner().invoke(main, args)
+    one_error(result, 1, f"--init {checkpoint}: the initial weights lack encoder tensor(s)")
+
+
+def test_grad_accum_past_one_epoch_is_refused_before_the_folder_is_touched(sst2, earlier, tmp_path):
+    # Round 8: `--grad-accum 100000` over 20 batches an epoch trained, each step the whole epoch, its line saying
+    # "3 steps of 100000 batches"; pretraining refuses it (a batch past the data).
+    run = tmp_path / "run"
+    shutil.copytree(earlier, run)
+    before = snapshot(run)
+    result = CliRunner().invoke(main, argv(sst2, run, "--grad-accum", "100000", "--overwrite"))
+    one_error(result, 1, "--grad-accum 100000: one optimizer step would take 100000 batches, more than the 20 of")
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("command", ["finetune", "pretrain"])
+def test_the_file_system_root_is_no_run_folder(sst2, tmp_path, command, monkeypatch):
+    # Round 8: `finetune --output /` wrote results.json, predictions.tsv, config.json, metrics.jsonl,
+    # checkpoints/ and resume/ into the root folder. Refused before anything is read or written; the root itself
+    # is never written by this test (the check runs first).
+    import os
+
+    before = sorted(os.listdir("/"))
+    if command == "finetune":
+        args = argv(sst2, Path("/"))
+    else:
+        args = ["pretrain", "--data", str(sst2["train"]), "--output", "/", "--max-steps", "1"]
+    one_error(CliRunner().invoke(main, args), 2, "/ is the file system's root, not a run folder")
+    assert sorted(os.listdir("/")) == before

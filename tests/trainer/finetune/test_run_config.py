@@ -120,3 +120,27 @@ def test_a_config_of_the_other_command_or_of_none_is_refused_in_one_line(pretrai
     (tmp_path / "broken.json").write_text("{")
     result = CliRunner().invoke(main, ["pretrain", "--config", str(tmp_path / "broken.json")])
     assert result.exit_code == 2 and "does not read as JSON" in result.output.splitlines()[-1]
+
+
+@pytest.mark.slow  # two processes importing torch a command
+@pytest.mark.parametrize("command", ["pretrain", "finetune"])
+def test_a_config_that_is_no_regular_file_is_refused_unread(tmp_path, command):
+    # Round 8: `--config FIFO` waited for a writer with no end (read_text), and a link to /dev/zero would have
+    # filled the memory: --config goes through the capped reader of every small file.
+    import os
+    import subprocess
+    import sys
+
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    for name, kind in (("fifo.json", "a FIFO (named pipe)"), ("zero.json", "a device")):
+        done = subprocess.run(
+            [sys.executable, "-m", "bertstream.trainer", command, "--config", str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            timeout=60,  # before the fix: still waiting on the FIFO
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines()[-1] == (
+            f"Error: Invalid value for '--config': the file {tmp_path / name} is {kind}, not a regular file"
+        )

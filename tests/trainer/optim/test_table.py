@@ -76,6 +76,25 @@ def test_an_own_setting_the_row_lacks_is_one_usage_error_naming_the_row_s(comman
     assert all(k in result.output for k in OPTIMIZERS[name].own)
 
 
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("value", ["2", "1", "-0.1"])
+def test_a_moment_decay_rate_outside_zero_to_one_is_one_usage_error(name, value, tmp_path):
+    # Round 8: `--optimizer-settings beta1=2` passed the flag's check and was torch's ValueError, a traceback at
+    # the first step's set-up.
+    argv = ["pretrain", "--data", "d", "--output", str(tmp_path), "--optimizer", name]
+    result = CliRunner().invoke(main, [*argv, "--optimizer-settings", f"beta1={value}"])
+    assert result.exit_code == 2, result.output
+    assert f"beta1={value}: a moment's decay rate must be in [0, 1)" in result.output
+
+
+def test_an_own_setting_given_twice_with_two_values_is_one_usage_error(tmp_path):
+    # Round 8: `--optimizer-settings beta1=0.8,beta1=0.9` kept the last, as click's last-wins did for flags
+    argv = ["pretrain", "--data", "d", "--output", str(tmp_path), "--optimizer-settings", "beta1=0.8,beta1=0.9"]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2, result.output
+    assert "beta1 is given twice (0.8, 0.9): give it once" in result.output
+
+
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
 def test_both_commands_offer_every_optimizer_of_the_table(command):
     flag = next(p for p in main.commands[command].params if p.name == "optimizer")

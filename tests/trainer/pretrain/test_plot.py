@@ -80,6 +80,14 @@ def test_a_metrics_file_without_records_is_refused_not_plotted_empty(tmp_path: P
     assert not (run / "curves.png").exists()
 
 
+def test_a_metrics_file_of_binary_bytes_is_one_line(tmp_path: Path) -> None:
+    # Round 8: random bytes in metrics.jsonl were a UnicodeDecodeError traceback in plot (and a resume)
+    run = run_dir(tmp_path / "run", RECORDS)
+    (run / "metrics.jsonl").write_bytes(b"\x92\xff" + bytes(range(256)))
+    with pytest.raises(RunError, match=r"metrics.jsonl: not a metrics log \(byte 0 is not UTF-8 text\)"):
+        plot_run(run)
+
+
 def test_a_run_given_twice_is_refused(tmp_path: Path, monkeypatch) -> None:
     """Issue 44, new case: `plot RUN RUN` (or RUN and ./RUN) drew one run as two phases, its steps counted twice."""
     run = run_dir(tmp_path / "run", RECORDS)
