@@ -22,7 +22,7 @@ def test_hf_folder_gives_the_same_encoder_and_head_outputs_as_transformers(kind,
     init = resolve_init(str(tmp_path / "hf"), VOCAB)
     assert init.kind == "hf" and init.config == CONFIG
     ours = get_task(kind).build_model(init.config, 3, seed=0)
-    load_encoder_state(ours, init.state)
+    load_encoder_state(ours, init.state, "--init hf")
     ours.eval()
     # names: HF's, one to one (HF's token and QA models have no pooler; ours keeps a frozen one)
     hf_names = {k: v.shape for k, v in hf.state_dict().items() if not k.endswith("position_ids")}
@@ -82,7 +82,7 @@ def test_encoder_weights_must_be_complete():
     model = get_task(T.CLASSIFICATION).build_model(CONFIG, 2)
     state = {k: v for k, v in BertForPreTraining(CONFIG).state_dict().items() if "layer.1." not in k}
     with pytest.raises(ValueError, match="lack encoder tensor"):
-        load_encoder_state(model, state)
+        load_encoder_state(model, state, "--init x")
 
 
 def test_mean_pooling_reads_the_real_tokens_only_and_leaves_the_pooler_out(tmp_path):
