@@ -5,10 +5,10 @@ torch's CPU kernels run on GNU OpenMP, whose threads busy-wait at every barrier 
 setting; but where another process holds a core, the spinning threads keep taking it while the thread they wait
 for queues behind them: a tiny model on 2 cores with 2 threads ran 10-20 sequences/s beside one busy loop, where
 one thread ran 111-120 (issue 54; ``benchmarks/train_threads.py --busy 1``). A brief spin keeps most of the quiet
-speed and ends the collapse: with ``SPIN`` iterations, on the same machine in one session, quiet 2 threads
-ran at 0.94 of torch's own spin (1,000: 0.86; 10,000: 0.98) and, beside a busy loop, at 0.7 of one thread's speed
-(1,000: 0.87; 10,000: 0.55), against 0.15 with torch's spin. So ``berttrain`` sets ``GOMP_SPINCOUNT=SPIN``
-unless the environment sets ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` itself (theirs is kept).
+speed and ends the collapse: with ``SPIN`` iterations, 2 threads on 2 quiet cores ran at 0.94 of torch's own spin
+(1,000: 0.86; 10,000: 0.98) and, beside a busy loop, at 0.66 of one thread's speed (1,000: 0.87; 10,000: 0.55)
+where torch's spin ran at 0.15 (``docs/benchmarks.md``, "Training threads"). So ``berttrain`` sets
+``GOMP_SPINCOUNT=SPIN`` unless the environment sets ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` itself (theirs is kept).
 
 libgomp reads the variable once, when torch loads it: :func:`bound` must run before ``import torch`` (the
 ``berttrain`` entry point calls it first); in a process that imported torch earlier it changes nothing, and
