@@ -93,14 +93,8 @@ def test_wandb_without_an_api_key_is_one_line(demo_shards, tmp_path):
     for key in ("HOME", "WANDB_CONFIG_DIR", "WANDB_DIR"):  # no netrc or settings file that holds a key
         env[key] = str(tmp_path / "home")
     env["NETRC"] = str(tmp_path / "home" / "netrc")
-    args = ["pretrain", "--data", str(demo_shards), "--output", str(tmp_path / "run"), "--batch-size", "4"]
-    args += ["--max-steps", "2", "--num-workers", "0", "--report-to", "wandb"]
-    result = subprocess.run(
-        [sys.executable, "-m", "bertstream.trainer", *args], env=env, capture_output=True, text=True, timeout=300
-    )
-    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert len(errors) == 1 and "--report-to wandb: W&B did not start a run (No API key configured" in errors[0]
+    error = _wandb_error_line(demo_shards, tmp_path, env)
+    assert "--report-to wandb: W&B did not start a run (No API key configured" in error
 
 
 def test_wandb_settings_it_refuses_are_one_line(demo_shards, tmp_path):
@@ -108,6 +102,13 @@ def test_wandb_settings_it_refuses_are_one_line(demo_shards, tmp_path):
     # its own, as the test above, for W&B's process state).
     pytest.importorskip("wandb", reason="wandb is not installed (pip install 'bertstream[wandb]')")
     env = {**os.environ, "WANDB_MODE": "sideways", "WANDB_DIR": str(tmp_path)}
+    error = _wandb_error_line(demo_shards, tmp_path, env)
+    assert "--report-to wandb: W&B refused its settings (" in error and "sideways" in error
+
+
+def _wandb_error_line(demo_shards, tmp_path, env: dict[str, str]) -> str:
+    """The one ``Error:`` line of a 2-step pretraining reporting to W&B, run in a process of its own with ``env``
+    (exit 1, no traceback)."""
     args = ["pretrain", "--data", str(demo_shards), "--output", str(tmp_path / "run"), "--batch-size", "4"]
     args += ["--max-steps", "2", "--num-workers", "0", "--report-to", "wandb"]
     result = subprocess.run(
@@ -115,8 +116,8 @@ def test_wandb_settings_it_refuses_are_one_line(demo_shards, tmp_path):
     )
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert len(errors) == 1 and "--report-to wandb: W&B refused its settings (" in errors[0]
-    assert "sideways" in errors[0]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
 
 
 def _values(data: bytes, key: str) -> list[float]:
