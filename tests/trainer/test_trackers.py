@@ -69,12 +69,19 @@ def test_mlflow_local_file_store_holds_the_runs_records_and_a_resume_continues_i
     assert steps[-2:] == [3, 4] and len(client.search_runs([logged.info.experiment_id])) == 1
 
 
-def test_wandb_offline_run_holds_the_summary_and_config(demo_shards, tmp_path, monkeypatch):
+def test_wandb_offline_run_holds_the_summary_and_config(demo_shards, tmp_path):
+    # In a process of its own, as the two tests below: W&B keeps a process's settings, service and writer, and
+    # in-process (an xdist worker that had run other W&B code) the run file once held no train/loss records.
     pytest.importorskip("wandb", reason="wandb is not installed (pip install 'bertstream[wandb]')")
-    for key, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_PROJECT": "bertstream-test"}.items():
-        monkeypatch.setenv(key, value)
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_PROJECT": "bertstream-test"}
     run = tmp_path / "run"
-    _pretrain(demo_shards, run, "--report-to", "wandb,tensorboard")
+    args = ["pretrain", "--data", str(demo_shards), "--eval-data", str(demo_shards), "--output", str(run)]
+    args += ["--batch-size", "4", "--max-steps", "4", "--warmup-steps", "1", "--log-every", "1", "--eval-every", "4"]
+    args += ["--eval-batches", "2", "--checkpoint-every", "2", "--num-workers", "0", "--report-to", "wandb,tensorboard"]
+    result = subprocess.run(
+        [sys.executable, "-m", "bertstream.trainer", *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
     run_id = json.loads((run / "trackers.json").read_text())["wandb"]
     (offline,) = (run / "wandb").glob(f"offline-run-*-{run_id}")
     (data,) = [p.read_bytes() for p in offline.glob("*.wandb")]  # the records `wandb sync` uploads later
