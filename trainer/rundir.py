@@ -111,7 +111,11 @@ def refuse_file(run_dir: Path) -> None:
     and checkpoints into ``/``, beside the system's folders; bertprep refuses the root too)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError("output", f"{run_dir} is a file, not a run folder")
-    if run_dir.resolve() == Path(run_dir.resolve().anchor):
+    try:
+        real = run_dir.resolve()
+    except (OSError, RuntimeError) as e:  # a link that points at itself: Python 3.11's resolve raises RuntimeError
+        raise UsageError("output", f"{run_dir} cannot be followed ({e}): name a folder of the run") from None
+    if real == Path(real.anchor):
         raise UsageError("output", f"{run_dir} is the file system's root, not a run folder: name a folder of the run")
 
 

@@ -271,3 +271,17 @@ def test_the_file_system_root_is_no_run_folder(sst2, tmp_path, command, monkeypa
         args = ["pretrain", "--data", str(sst2["train"]), "--output", "/", "--max-steps", "1"]
     one_error(CliRunner().invoke(main, args), 2, "/ is the file system's root, not a run folder")
     assert sorted(os.listdir("/")) == before
+
+
+@pytest.mark.parametrize("command", ["finetune", "pretrain"])
+def test_an_output_link_that_points_at_itself_is_one_line(sst2, tmp_path, command):
+    # Round 8's rerun: `ln -s lnk lnk; berttrain pretrain --output lnk` was Python's 'RuntimeError: Symlink loop'
+    # under a traceback, from the root check's resolve().
+    loop = tmp_path / "lnk"
+    loop.symlink_to("lnk")
+    if command == "finetune":
+        args = argv(sst2, loop)
+    else:
+        args = ["pretrain", "--data", str(sst2["train"]), "--output", str(loop), "--max-steps", "1"]
+    one_error(CliRunner().invoke(main, args), 2, f"{loop} cannot be followed (")
+    assert loop.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["lnk"]
