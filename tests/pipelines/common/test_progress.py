@@ -127,7 +127,9 @@ def test_on_a_terminal_the_line_is_redrawn_in_place(demo_corpus, demo_vocab, tmp
     )
     assert code == 0, text
     redraws = text.count("\r\x1b[2K[bertprep] read ")
-    assert redraws >= 2, text  # at least the first draw and the final one, in place
+    # Drawn in place (carriage return, erase the line); how many times depends on the run's speed against the
+    # redraw interval (a faster start-up left only the final draw), so not counted beyond one.
+    assert redraws >= 1, text
     assert [m.group(1) for m in SUMMARY.finditer(text.replace("\r\n", "\n"))] == ["read", "groups", "shards"]
 
 
