@@ -17,7 +17,6 @@ delay the run's own error. :func:`claim_output` does all of it, in that order, a
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -35,12 +34,17 @@ from bertstream.cli.owned import dangling_link
 from bertstream.cli.watch import watched
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common import literal
-from bertstream.pipelines.common.files import absolute, read_whole
+from bertstream.pipelines.common.files import absolute
+from bertstream.pipelines.common.output_place import (
+    LOCK_NAME,
+    check_no_overlap,
+    check_not_inside_a_dataset,
+    manifest_kind,
+)
 from bertstream.pipelines.common.spill import remove_work_dir
 from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.vocab import VOCAB_FILENAME
 
-LOCK_NAME = ".bertprep.lock"
 WORK_DIR_NAME = "_work"
 # Beside a command's own files, a folder may hold these without being someone else's: the run's work folder
 # and `bertprep report`'s default output (dotfiles, the lock among them, are never counted).
@@ -168,53 +172,6 @@ def remove_empty_made(output_dir: str, made: str) -> None:
         path = os.path.dirname(path)
 
 
-def _resolved(path: str) -> str:
-    """A path compared as the filesystem sees it: links resolved (URLs as they are, without a trailing /)."""
-    return path.rstrip("/") if "://" in path else os.path.realpath(os.path.expanduser(path))
-
-
-def inside(path: str, folder: str) -> bool:
-    """``path`` is ``folder`` or lies below it, links resolved."""
-    p, f = _resolved(path), _resolved(folder)
-    return p == f or p.startswith(f.rstrip("/") + "/")
-
-
-def check_no_overlap(output_dir: str, needs: dict[str, list[str]]) -> None:
-    """Refuse an ``--output`` that holds something the run reads (``needs``: flag -> paths): clearing or
-    writing the folder would destroy it, and its files would be read as they are being replaced."""
-    for flag, paths in needs.items():
-        within = [p for p in paths if p and inside(p, output_dir)]
-        if within:
-            more = f" and {len(within) - 1} more" if len(within) > 1 else ""
-            what = "inputs" if flag == "input" else f"--{flag}"
-            raise UsageError(
-                "output",
-                f"{output_dir} overlaps {what}: {within[0]}{more} lies inside it"
-                + (" (--input)" if flag == "input" else "")
-                + "; write the dataset to another folder",
-            )
-
-
-def check_not_inside_a_dataset(output_dir: str) -> None:
-    """Refuse a local ``--output`` below a folder that holds a dataset (a bertstream manifest with a ``kind``) or
-    a run's lock: the new run's folder was mixed into that dataset (while its run wrote it, too), and the
-    dataset could no longer be replaced (``--overwrite`` refuses a folder holding what is not its own)."""
-    if "://" in output_dir:
-        return
-    path = os.path.dirname(_resolved(output_dir))
-    while True:
-        if _manifest_kind(path) is not None or os.path.lexists(os.path.join(path, LOCK_NAME)):
-            raise UsageError(
-                "output",
-                f"{output_dir} lies inside {path}, a dataset's folder (or one a run is writing): its files would "
-                "be mixed into that dataset; choose an --output outside it",
-            )
-        parent = os.path.dirname(path)
-        if parent == path:
-            return
-        path = parent
-
-
 def _names_in(output_dir: str) -> list[str]:
     """Every name directly in ``output_dir`` (files and folders; on object stores, the objects below it)."""
     if "://" not in output_dir:
@@ -229,21 +186,12 @@ def existing_outputs(output_dir: str, is_output: Callable[[str], bool]) -> list[
     return [FileSystems.join(output_dir, n) for n in _names_in(output_dir) if is_output(n)]
 
 
-def _manifest_kind(output_dir: str) -> str | None:
-    """The ``kind`` of the manifest in ``output_dir`` (None: no manifest, or one that cannot be read)."""
-    try:
-        kind = json.loads(read_whole(FileSystems.join(output_dir, MANIFEST_NAME), "the manifest")).get("kind")
-    except Exception:  # noqa: BLE001 - an unreadable manifest is a killed run's leftover
-        return None
-    return kind if isinstance(kind, str) else None
-
-
 def check_output(output_dir: str, overwrite: bool, policy: OutputPolicy) -> list[str]:
     """Refuse to mix runs: a folder holding anything but this command's files (a dataset of another kind than
     ``policy.kinds``) is refused, with or without ``overwrite``; one holding this command's files (for a
     dataset, a vocabulary alone does not count) needs ``overwrite``. Returns the files the run replaces, the
     manifest first. Changes nothing; call it holding the lock."""
-    kind = _manifest_kind(output_dir) if policy.dataset else None
+    kind = manifest_kind(output_dir) if policy.dataset else None
     if policy.kinds and kind is not None and kind not in policy.kinds:
         raise UsageError(
             "output",

@@ -7,7 +7,7 @@ import pytest
 
 from bertstream.pipelines.common.dataset import load_manifest
 from bertstream.pipelines.common.files import InputError, read_whole
-from bertstream.pipelines.common.output_dir import _manifest_kind
+from bertstream.pipelines.common.output_place import manifest_kind as _manifest_kind
 from bertstream.pipelines.tokenizer.load import load_tokenizer
 from bertstream.schemas import whole_file
 from bertstream.schemas.manifest import MANIFEST_NAME
