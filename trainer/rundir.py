@@ -23,6 +23,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -32,20 +33,46 @@ from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import progress
+from bertstream.trainer import runtime as R
+from bertstream.trainer.config import CheckpointConfig, RunConfig
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import METRICS_FILE
 
 LOCK_NAME = ".berttrain.lock"
+# What the ranks of a launch are told when they see different run folders (another lock holder, checkpoint).
+SHARED = (
+    "every node must see the same run folder: put --output on a file system that all nodes mount at the same "
+    "path (node-local folders resume from different checkpoints)"
+)
 
 
-def plan_run(
-    run_dir: Path, *, resume: str, overwrite: bool, reset_optimizer: bool, data: tuple[str, ...]
-) -> ckpt.Loaded | None:
-    """The checkpoint to continue from (None: start afresh); raises unless that is safe.
+@dataclass(frozen=True, slots=True)
+class Start:
+    """How a run starts, decided once here from ``--output``, ``--resume``, ``--reset-optimizer`` and
+    ``--overwrite`` (pretraining; fine-tuning's plan, :func:`bertstream.trainer.finetune.resume.plan_output`,
+    makes one too): the loops, restore and the inputs' checks take this, not those flags."""
 
-    Read-only, so every rank decides the same; :func:`clear` then runs on rank 0 only.
+    run_dir: Path
+    restored: ckpt.Loaded | None = None  # the checkpoint continued, or whose weights begin a new phase
+    new_phase: bool = False  # weights only: the optimizer, schedule and data position start afresh
+    overwrite: bool = False  # the folder's earlier run is cleared (by :func:`prepare`, after the inputs' checks)
+
+    @property
+    def continued(self) -> ckpt.Loaded | None:
+        """The checkpoint whose run goes on (optimizer, schedule, data position and RNG), None for a new run or
+        a new phase."""
+        return None if self.new_phase else self.restored
+
+
+def plan_run(run_dir: Path, checkpoint: CheckpointConfig, *, data: tuple[str, ...]) -> Start:
+    """Where the run in ``run_dir`` starts: the checkpoint to continue from (None: afresh); raises unless that
+    is safe.
+
+    Read-only, so every rank decides the same; :func:`prepare` then clears the folder on rank 0 only.
     """
+    resume, overwrite, reset_optimizer = checkpoint.resume, checkpoint.overwrite, checkpoint.reset_optimizer
+    start = lambda restored: Start(run_dir, restored, reset_optimizer, overwrite)  # noqa: E731
     refuse_file(run_dir)
     refuse_other_kind(run_dir, "pretrain")
     if overwrite:
@@ -70,17 +97,17 @@ def plan_run(
                 "continuing from it would mix two histories in one folder; resume the newest, or copy "
                 "this checkpoint out and pass another --output"
             )
-        return ckpt.load(resume, with_optimizer=not reset_optimizer)
+        return start(ckpt.load(resume, with_optimizer=not reset_optimizer))
     contents = _contents(run_dir)
     if resume not in ("auto", "none"):
         if contents and not overwrite:
             refuse_existing(run_dir, contents, f"--resume {resume} starts from elsewhere")
-        return ckpt.load(resume, with_optimizer=not reset_optimizer)
+        return start(ckpt.load(resume, with_optimizer=not reset_optimizer))
     if overwrite or not contents:
-        return None
+        return start(None)
     newest = ckpt.latest(run_dir) if resume == "auto" else None
     if newest is not None:
-        return newest
+        return start(newest)
     why = (
         (
             "no complete checkpoint to continue (--resume auto; what is there are other files, or the leftovers of a "
@@ -92,11 +119,12 @@ def plan_run(
     refuse_existing(run_dir, contents, why)
 
 
-def check_overlap(run_dir: Path, inputs: Iterable[tuple[str, str | None]], *, overwrite: bool) -> None:
-    """``--overwrite`` would delete an input (``(flag, path)``, URLs and None skipped) that lies inside
-    ``run_dir``: refuse before anything is removed."""
-    if not overwrite:
+def check_overlap(start: Start, inputs: Iterable[tuple[str, str | None]]) -> None:
+    """``--overwrite`` would delete an input (``(flag, path)``, URLs and None skipped) that lies inside the run
+    folder: refuse before anything is removed."""
+    if not start.overwrite:
         return
+    run_dir = start.run_dir
     inside = [f"{flag} {path}" for flag, path in inputs if path and "://" not in path and _inside(Path(path), run_dir)]
     if inside:
         raise UsageError(
@@ -210,6 +238,20 @@ def removed_on_failure(run_dir: Path, *, enabled: bool = True) -> Iterator[None]
         raise
 
 
+def prepare(start: Start, info: D.DistInfo) -> None:
+    """Clear the folder (``--overwrite``) and make it ready for writing; after every input has been checked."""
+    run_dir = start.run_dir
+    D.barrier(info)  # every rank has read the folder before rank 0 changes it
+    with D.all_or_none(info, rank0_only=True):  # and waits until it has, or fails with it
+        if info.is_main:
+            if start.overwrite:
+                clear(run_dir)
+                R.log(f"--overwrite: cleared {run_dir}", info)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            for p in ckpt.remove_partial(run_dir):
+                R.log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
+
+
 def clear(run_dir: Path) -> None:
     """Empty ``run_dir`` (``--overwrite``), all but this run's lock, and make sure it exists."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -237,14 +279,16 @@ def locked(run_dir: Path, command: str, *, enabled: bool = True) -> Iterator[Non
 
 
 @contextlib.contextmanager
-def held(run_dir: Path, command: str, info: D.DistInfo) -> Iterator[None]:
-    """The block runs while rank 0 holds ``run_dir``'s lock (:func:`locked`), and a folder that rank 0 made for
-    it is removed if the run fails before it keeps anything (:func:`removed_on_failure`). Every rank waits
-    until rank 0 has the lock, or raises its refusal, which rank 0 alone prints (``all_or_none``)."""
+def held(run: RunConfig, command: str, info: D.DistInfo) -> Iterator[Path]:
+    """The block runs with the run folder (``--output``) while rank 0 holds its lock (:func:`locked`), and a
+    folder that rank 0 made for it is removed if the run fails before it keeps anything
+    (:func:`removed_on_failure`). Every rank waits until rank 0 has the lock, or raises its refusal, which rank 0
+    alone prints (``all_or_none``)."""
+    run_dir = Path(run.output)
     with removed_on_failure(run_dir, enabled=info.is_main), contextlib.ExitStack() as lock:
         with D.all_or_none(info, rank0_only=True):  # the run's refusal, not rank 0's: only rank 0 takes it
             lock.enter_context(locked(run_dir, command, enabled=info.is_main))
-        yield
+        yield run_dir
 
 
 def elastic_launch() -> tuple[str, int] | None:

@@ -15,7 +15,7 @@ from bertstream.cli.errors import UsageError
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import rundir
 from bertstream.trainer.checkpoint import CheckpointError
-from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.config import CheckpointConfig, TrainConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import read_metrics
 from bertstream.trainer.pretrain.loop import pretrain
@@ -256,10 +256,10 @@ def test_another_rank_taking_the_lock_is_not_a_run_in_the_folder(tmp_path):
     run.mkdir()
     (run / f"{rundir.LOCK_NAME}.1234-abcd.tmp").write_text("{}")
     (run / rundir.LOCK_NAME).write_text("{}")
-    assert rundir.plan_run(run, resume="auto", overwrite=False, reset_optimizer=False, data=()) is None
+    assert rundir.plan_run(run, CheckpointConfig(), data=()).restored is None
     (run / "notes.txt").write_text("mine")
     with pytest.raises(Exception, match="notes.txt"):
-        rundir.plan_run(run, resume="auto", overwrite=False, reset_optimizer=False, data=())
+        rundir.plan_run(run, CheckpointConfig(), data=())
 
 
 def test_an_elastic_restart_takes_over_its_own_lock_from_another_host(tmp_path, monkeypatch, capsys):

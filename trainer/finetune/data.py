@@ -253,23 +253,6 @@ def load_examples(data: TaskData, source: str) -> list[dict]:
     return examples
 
 
-def check_pair(train: TaskData, evaluation: TaskData) -> None:
-    """Training and evaluation splits must share the kind, the vocabulary and the label list (ids)."""
-    if train.manifest.vocab_sha256 != evaluation.manifest.vocab_sha256:
-        raise TaskDataError(
-            f"--train-data {train.root} and --eval-data {evaluation.root} use different vocabularies "
-            f"(sha256 {train.manifest.vocab_sha256} vs {evaluation.manifest.vocab_sha256})"
-        )
-    if train.labels != evaluation.labels:
-        raise TaskDataError(
-            f"--train-data {train.root} and --eval-data {evaluation.root} have different label lists: "
-            f"{list(train.labels)} vs {list(evaluation.labels)}; build the evaluation split with "
-            f"`bertprep task ... --label-set-from {train.root}`"
-        )
-    if not train.labeled or any(column is None for column in train.columns.values()):  # a label column of nulls
-        raise TaskDataError(f"--train-data {train.root} is unlabeled: training needs labels")
-
-
 # ----------------------------------------------------------------------------------------------- batching
 
 

@@ -36,39 +36,35 @@ from bertstream.trainer.checkpoint_writer import (
     CheckpointWriter,
     background_if_asked,
     background_writes,
-    restore_rng,
 )
-from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
 from bertstream.trainer.finetune.data import (
     EpochBatches,
     TaskData,
-    TaskDataError,
-    check_pair,
-    load_task_data,
 )
 from bertstream.trainer.finetune.evaluation import Judge, Saver, task_loader
-from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
 from bertstream.trainer.finetune.health import finetune_warning
+from bertstream.trainer.finetune.inputs import build_model, load_inputs
 from bertstream.trainer.finetune.resume import (
     CONFIG_FILE,
     RESULTS_FILE,
     check_resume,
     plan_output,
     prepare_output,
+    restore,
 )
-from bertstream.trainer.finetune.tasks import HF_HEADS, Task, get_task
+from bertstream.trainer.finetune.tasks import Task, get_task
 from bertstream.trainer.metrics import MetricsLogger, tracked
 from bertstream.trainer.model import num_parameters
-from bertstream.trainer.model_config import BertConfig, with_dropout
+from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.optim.schedule import build_scheduler
 from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.snapshot import Background
 from bertstream.trainer.threads import apply as apply_threads
-from bertstream.trainer.training import Training, load_state
-from bertstream.trainer.weights import Init, check_vocab, resolve_init
+from bertstream.trainer.training import Training
+from bertstream.trainer.weights import Init
 
 
 def plan_text(max_steps: int, epochs: int, steps_per_epoch: int, grad_accum: int = 1) -> str:
@@ -77,53 +73,6 @@ def plan_text(max_steps: int, epochs: int, steps_per_epoch: int, grad_accum: int
     if max_steps:
         return f"{max_steps} steps{each} (--max-steps; an epoch is {steps_per_epoch} steps)"
     return f"{epochs} epoch{'' if epochs == 1 else 's'} x {steps_per_epoch} steps{each}"
-
-
-def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[TaskData, TaskData, Init, BertConfig]:
-    """Both splits, the initial weights and the model configuration, checked against each other."""
-    train = load_task_data(cfg.train_data, task, role="--train-data")
-    evaluation = load_task_data(cfg.eval_data, task, role="--eval-data")
-    check_pair(train, evaluation)
-    init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seed, heads=HF_HEADS)
-    check_vocab(init, train.manifest.vocab_sha256, train.root)
-    config = with_dropout(init.config, cfg.dropout)
-    longest = max(task.max_length(train), task.max_length(evaluation))
-    if longest > config.max_position_embeddings:
-        raise TaskDataError(
-            f"rows of up to {longest} tokens but the model has {config.max_position_embeddings} "
-            "positions: rebuild the task data with a smaller --max-seq-length"
-        )
-    task.check(train)
-    cfg.display_names(train.labels)  # --label-names names labels of this data, before the folder is touched
-    if cfg.patience and not evaluation.labeled:
-        raise TaskDataError(
-            f"--patience {cfg.patience} stops on the dev metric, but --eval-data {evaluation.root} has no labels: "
-            "give labeled --eval-data, or leave --patience out"
-        )
-    for line in init.notes:
-        R.log(f"init: {line}", info)
-    return train, evaluation, init, config
-
-
-def build_model(
-    task: Task,
-    config: BertConfig,
-    train: TaskData,
-    init: Init,
-    restored: ckpt.Loaded | None,
-    cfg: FinetuneConfig,
-    info: D.DistInfo,
-) -> torch.nn.Module:
-    """The task's model with the initial encoder weights (and head, if trained for this task), or the resumed run's."""
-    raw = task.build_model(config, len(train.labels), seed=cfg.run.seed, pooling=cfg.pooling)
-    if init.state is not None:
-        load_encoder_state(raw, init.state, f"--init {init.source}")
-        note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling), pooled=task.hf.pooled)
-        if note and restored is None:
-            R.log(f"init: {note}", info)
-    if restored is not None:
-        load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
-    return raw
 
 
 def describe(train: TaskData, evaluation: TaskData, raw: torch.nn.Module, info: D.DistInfo) -> str:
@@ -241,71 +190,27 @@ def new_results(
     }
 
 
-def restore(restored: ckpt.Loaded, training: Training, batches: EpochBatches, results: dict, info: D.DistInfo) -> int:
-    """Continue the run from the end of its latest epoch (the weights are loaded already): returns the next
-    epoch."""
-    training.restore(restored)
-    state = restored.state
-    epoch, epochs, best = state.get("epoch"), state.get("epochs"), state.get("best")
-    # state.json is untrusted: a string epoch or a list of epochs failed in a traceback, an edited epoch repeated
-    # or skipped epochs without a word. The epochs listed are the epochs done, 1 to epoch, each with its row.
-    if not (
-        isinstance(epoch, int)
-        and not isinstance(epoch, bool)
-        and isinstance(epochs, list)
-        and len(epochs) == epoch >= 1
-        and all(isinstance(row, dict) and row.get("epoch") == i for i, row in enumerate(epochs, 1))
-        and (best is None or (isinstance(best, dict) and isinstance(best.get("value", 0), (int, float, type(None)))))
-    ):
-        raise RunError(
-            f"{restored.path}/state.json: damaged fine-tuning state (epoch {epoch!r}, {_count(epochs)} epoch "
-            f"row(s), best {type(best).__name__}); resume from an intact run, or start afresh with --overwrite"
-        )
-    try:
-        batches.load_state_dict(restored.state["data"])
-    except ValueError as e:
-        raise RunError(
-            f"{restored.path}: its data position does not fit this run ({e}); resume with as many processes as "
-            f"saved it ({restored.config.get('world_size', '?')})"
-        ) from None
-    restore_rng(restored.rng, info, restored.path, restored.config.get("world_size", "?"))
-    results["epochs"], results["best"] = restored.state["epochs"], restored.state["best"]
-    for key in ("evaluations", "early_stopping"):  # (absent from runs saved before --eval-every and --patience)
-        if isinstance(restored.state.get(key), type(results[key])):
-            results[key] = restored.state[key]
-    R.log(f"resumed from {restored.path} after epoch {restored.state['epoch']} (step {restored.step})", info)
-    return int(restored.state["epoch"]) + 1
-
-
-def _count(rows: object) -> str:
-    return str(len(rows)) if isinstance(rows, list) else f"a {type(rows).__name__} of"
-
-
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
     info = D.setup(cfg.run.device, cfg.dist_timeout)
-    run_dir = Path(cfg.run.output)
-    with rundir.held(run_dir, "berttrain finetune", info), background_writes() as writes:
-        results = _finetune(cfg, info, overwrite, background_if_asked(cfg.run, writes))
+    with rundir.held(cfg.run, "berttrain finetune", info) as run_dir, background_writes() as writes:
+        results = _finetune(cfg, run_dir, info, overwrite, background_if_asked(cfg.run, writes))
     D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
     return results
 
 
-def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Background | None) -> dict[str, Any]:
+def _finetune(
+    cfg: FinetuneConfig, run_dir: Path, info: D.DistInfo, overwrite: bool, writes: Background | None
+) -> dict[str, Any]:
     # --- set up: every input is checked before the output folder is touched ----------------------------
-    run_dir = Path(cfg.run.output)
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         R.check_precision(cfg.run.precision, info.device)
         task = get_task(cfg.task)
-        restored, existing = plan_output(run_dir, cfg, overwrite)
+        start, existing = plan_output(run_dir, cfg, overwrite)
+        restored = start.restored
         if restored is not None:
             check_resume(cfg, restored)
         train, evaluation, init, config = load_inputs(cfg, task, info)
-    if dataset_key(cfg.train_data) == dataset_key(cfg.eval_data):
-        R.log(
-            f"warning: --eval-data {cfg.eval_data} is also --train-data: the best epoch is chosen on training rows",
-            info,
-        )
     ranks = {"world_size": info.world_size, "rank": info.rank}
     train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, **ranks)
     if cfg.grad_accum > len(train_batches):  # as pretraining refuses it: a step was the epoch, said as more

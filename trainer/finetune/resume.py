@@ -1,6 +1,7 @@
 """A fine-tuning run's folder before the first step: what an earlier run left there (resumed with
 ``--resume auto``, refused, or removed with ``--overwrite``) and the flags a resume must keep, as
-``bertstream.trainer.pretrain.resume`` does for pretraining."""
+``bertstream.trainer.pretrain.resume`` does for pretraining, and the run continued from the end of its latest
+epoch (:func:`restore`)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import rundir
 from bertstream.trainer import runtime as R
+from bertstream.trainer.checkpoint_writer import restore_rng
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
+from bertstream.trainer.finetune.data import EpochBatches
+from bertstream.trainer.finetune.inputs import input_paths
 from bertstream.trainer.finetune.tasks import TASKS
 from bertstream.trainer.metrics import METRICS_FILE
+from bertstream.trainer.training import Training
 
 RESULTS_FILE = "results.json"
 CONFIG_FILE = "config.json"  # the run's configuration (berttrain finetune --config reads it)
@@ -37,10 +42,11 @@ _OUTPUTS = (
 FIXED = options.tagged(FinetuneConfig, options.FIXED)
 
 
-def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ckpt.Loaded | None, list[str]]:
-    """(the state to continue: ``--resume auto`` and a resumable run in ``run_dir``, else None; the earlier
-    run's outputs that ``overwrite`` will remove). Read-only: an earlier run is refused unless ``overwrite``, and
-    nothing is removed before every input has been checked (:func:`prepare_output`)."""
+def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[rundir.Start, list[str]]:
+    """(how the run starts: ``start.restored`` is the state to continue, with ``--resume auto`` and a resumable
+    run in ``run_dir``, else None; the earlier run's outputs that ``overwrite`` will remove). Read-only: an
+    earlier run is refused unless ``overwrite``, and nothing is removed before every input has been checked
+    (:func:`prepare_output`)."""
     rundir.refuse_file(run_dir)
     rundir.refuse_other_kind(run_dir, "finetune")
     # A dataset's or a model's folder is no run's, --overwrite or not: the run's files would be mixed into it
@@ -58,9 +64,9 @@ def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ck
     if existing and not overwrite:
         why = "no epoch to resume from (--resume auto)" if cfg.resume == "auto" else f"--resume {cfg.resume}"
         rundir.refuse_existing(run_dir, existing, why)
-    inputs = [("--train-data", cfg.train_data), ("--eval-data", cfg.eval_data), ("--init", cfg.init)]
-    rundir.check_overlap(run_dir, inputs, overwrite=overwrite)
-    return restored, existing
+    start = rundir.Start(run_dir, restored, overwrite=overwrite)
+    rundir.check_overlap(start, input_paths(cfg))
+    return start, existing
 
 
 def prepare_output(run_dir: Path, existing: list[str], info: D.DistInfo) -> None:
@@ -90,3 +96,43 @@ def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:
             f"--resume auto continues the run in {cfg.run.output} ({restored.path}), but {listed}: pass the "
             "run's values, or start afresh with --overwrite or another --output"
         )
+
+
+def restore(restored: ckpt.Loaded, training: Training, batches: EpochBatches, results: dict, info: D.DistInfo) -> int:
+    """Continue the run from the end of its latest epoch (the weights are loaded already): returns the next
+    epoch."""
+    training.restore(restored)
+    state = restored.state
+    epoch, epochs, best = state.get("epoch"), state.get("epochs"), state.get("best")
+    # state.json is untrusted: a string epoch or a list of epochs failed in a traceback, an edited epoch repeated
+    # or skipped epochs without a word. The epochs listed are the epochs done, 1 to epoch, each with its row.
+    if not (
+        isinstance(epoch, int)
+        and not isinstance(epoch, bool)
+        and isinstance(epochs, list)
+        and len(epochs) == epoch >= 1
+        and all(isinstance(row, dict) and row.get("epoch") == i for i, row in enumerate(epochs, 1))
+        and (best is None or (isinstance(best, dict) and isinstance(best.get("value", 0), (int, float, type(None)))))
+    ):
+        raise RunError(
+            f"{restored.path}/state.json: damaged fine-tuning state (epoch {epoch!r}, {_count(epochs)} epoch "
+            f"row(s), best {type(best).__name__}); resume from an intact run, or start afresh with --overwrite"
+        )
+    try:
+        batches.load_state_dict(restored.state["data"])
+    except ValueError as e:
+        raise RunError(
+            f"{restored.path}: its data position does not fit this run ({e}); resume with as many processes as "
+            f"saved it ({restored.config.get('world_size', '?')})"
+        ) from None
+    restore_rng(restored.rng, info, restored.path, restored.config.get("world_size", "?"))
+    results["epochs"], results["best"] = restored.state["epochs"], restored.state["best"]
+    for key in ("evaluations", "early_stopping"):  # (absent from runs saved before --eval-every and --patience)
+        if isinstance(restored.state.get(key), type(results[key])):
+            results[key] = restored.state[key]
+    R.log(f"resumed from {restored.path} after epoch {restored.state['epoch']} (step {restored.step})", info)
+    return int(restored.state["epoch"]) + 1
+
+
+def _count(rows: object) -> str:
+    return str(len(rows)) if isinstance(rows, list) else f"a {type(rows).__name__} of"

@@ -23,6 +23,7 @@ from bertstream.trainer.data.loader import TooFewSamples
 from bertstream.trainer.data.refs import read_text
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model_config import PRESET_NAMES, BertConfig, find_preset, with_dropout
+from bertstream.trainer.rundir import Start
 from bertstream.trainer.weights import check_vocab, resolve_init
 
 
@@ -52,14 +53,38 @@ def open_data(cfg: TrainConfig) -> OpenedData:
     return OpenedData(manifests, vocab, m.lowercase)
 
 
-def model_config(
-    cfg: TrainConfig, vocab: Vocab, restored: dict | None
-) -> tuple[BertConfig, dict | None, tuple[str, ...]]:
-    """(config, starting weights or None, what to say of them) from the checkpoint, --init-from (the one owner of
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Starting weights other than a checkpoint of the run (``--init-from``): the tensors, what to call them in
+    an error, and what to say of them."""
+
+    state: dict
+    source: str
+    notes: tuple[str, ...] = ()
+
+
+def input_paths(cfg: TrainConfig) -> list[tuple[str, str | None]]:
+    """``(flag, path)`` of every file and folder the run reads besides ``--data`` (None: not given), which an
+    ``--overwrite`` of the run folder must not delete (:func:`bertstream.trainer.rundir.check_overlap`)."""
+    return [
+        ("--eval-data", cfg.eval_data),
+        ("--init-from", cfg.model.init_from),
+        ("--model-config", cfg.model.model_config),
+    ]
+
+
+def model_config(cfg: TrainConfig, vocab: Vocab, start: Start | None) -> tuple[BertConfig, Weights | None]:
+    """(config, starting weights or None) from the checkpoint the run starts from, --init-from (the one owner of
     starting weights, :mod:`bertstream.trainer.weights`), --model-config or preset."""
     vocab_size = len(vocab)
+    restored = start.restored if start is not None else None
     if restored is not None:  # the checkpoint's architecture; --dropout may still change for a second phase
-        return with_dropout(BertConfig.from_dict(restored["model"]), cfg.model.dropout), None, ()
+        if start is not None and start.new_phase and cfg.model.init_from:
+            raise RunError(
+                f"--init-from {cfg.model.init_from} and --resume {restored.path} both give the starting weights: "
+                "pass one of them"
+            )
+        return with_dropout(BertConfig.from_dict(restored.config["model"]), cfg.model.dropout), None
     if cfg.model.init_from:
         init = resolve_init(cfg.model.init_from, None, seed=cfg.run.seed, flag="--init-from")
         now, given = options.flat(cfg), options.given(cfg)
@@ -71,8 +96,10 @@ def model_config(
                     f"drop {options.flag_for(TrainConfig, name)} (the model's own architecture is used)",
                 )
         check_vocab(init, vocab.sha256, f"--data {cfg.data.paths[0]}", flag="--init-from", job="pretraining")
-        _two_segments(init.config, f"--init-from {cfg.model.init_from}")
-        return with_dropout(init.config, cfg.model.dropout), init.state, init.notes
+        source = f"--init-from {cfg.model.init_from}"
+        _two_segments(init.config, source)
+        weights = None if init.state is None else Weights(init.state, source, init.notes)
+        return with_dropout(init.config, cfg.model.dropout), weights
     preset = find_preset(cfg.model.preset)
     if preset is None:
         raise ValueError(f"--model must be one of {', '.join(PRESET_NAMES)}; got {cfg.model.preset!r}")
@@ -93,7 +120,7 @@ def model_config(
         except (json.JSONDecodeError, TypeError, ValueError) as e:
             raise RunError(f"--model-config {cfg.model.model_config}: {e}") from None
         _two_segments(config, f"--model-config {cfg.model.model_config}")
-    return with_dropout(config, cfg.model.dropout), None, ()
+    return with_dropout(config, cfg.model.dropout), None
 
 
 def _two_segments(config: BertConfig, source: str) -> None:
@@ -140,10 +167,12 @@ def data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pretrai
     return loader
 
 
-def eval_data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> PretrainingLoader:
+def eval_data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> PretrainingLoader | None:
     """The evaluation set, opened at start: a missing folder, another vocabulary or too few samples must not
-    wait for the first evaluation (all steps since the last checkpoint would be lost)."""
-    assert cfg.eval_data is not None  # called only with --eval-data
+    wait for the first evaluation (all steps since the last checkpoint would be lost). None without
+    ``--eval-data``: the run evaluates nothing."""
+    if not cfg.eval_data:
+        return None
     fmt = cfg.data.format
     if fmt != "auto":  # --format names how to read --data; an eval set written in another format is read as it is
         held = data.manifests[cfg.eval_data].formats

@@ -31,11 +31,9 @@ from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.pretrain.evaluation import eval_extent
 from bertstream.trainer.pretrain.inputs import data_loader, eval_data_loader, input_notes, open_data
 from bertstream.trainer.pretrain.restore import (
-    SHARED,
     build_model,
     check_same_run,
     plan_run_dir,
-    prepare_run_dir,
     resolve_model,
     restore_position,
 )
@@ -103,7 +101,7 @@ def throughput(meter: Throughput, info: D.DistInfo) -> dict[str, float]:
 
 
 def write_run_config(
-    cfg: TrainConfig, config: BertConfig, vocab: Vocab, lowercase: bool, info: D.DistInfo
+    cfg: TrainConfig, run_dir: Path, config: BertConfig, vocab: Vocab, lowercase: bool, info: D.DistInfo
 ) -> dict[str, Any]:
     """The resolved configuration, saved as ``config.json`` in the run folder and in every checkpoint."""
     run_config = {
@@ -114,7 +112,7 @@ def write_run_config(
         "world_size": info.world_size,
     }
     if info.is_main:
-        (Path(cfg.run.output) / "config.json").write_text(json.dumps(run_config, indent=2) + "\n")
+        (run_dir / "config.json").write_text(json.dumps(run_config, indent=2) + "\n")
     return run_config
 
 
@@ -144,11 +142,10 @@ def figures(record: dict[str, Any]) -> str:
 
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     info = D.setup(cfg.run.device, cfg.dist_timeout)
-    run_dir = Path(cfg.run.output)
     try:
-        with rundir.held(run_dir, "berttrain pretrain", info), background_writes() as writes:
-            D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
-            result = _pretrain(cfg, info, background_if_asked(cfg.run, writes))
+        with rundir.held(cfg.run, "berttrain pretrain", info) as run_dir, background_writes() as writes:
+            D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, rundir.SHARED)
+            result = _pretrain(cfg, run_dir, info, background_if_asked(cfg.run, writes))
         D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
         return result
     except Exception as e:
@@ -158,42 +155,41 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         raise lost from None
 
 
-def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> dict[str, Any]:
+def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Background | None) -> dict[str, Any]:
     # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
-    run_dir = Path(cfg.run.output)
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         R.check_precision(cfg.run.precision, info.device)
         for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
             if note:
                 R.log(note, info)
-        restored = plan_run_dir(cfg)
-        cfg = continued(cfg, restored, info.world_size)  # what the checkpoint knows, checked against the flags
+        start = plan_run_dir(cfg, run_dir)
+        cfg = continued(cfg, start, info.world_size)  # what the checkpoint knows, checked against the flags
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True)
         data = open_data(cfg)  # every manifest and the vocabulary, read once for the run
         vocab, lowercase = data.vocab, data.lowercase
-        config, init_state, init_notes = resolve_model(cfg, data, restored, info.world_size)
+        config, weights = resolve_model(cfg, data, start)
         loader = data_loader(cfg, data, info)
-        eval_loader = eval_data_loader(cfg, data, info) if cfg.eval_data else None
-    check_same_run(cfg, restored, config, loader.catalog.fingerprint, info)
-    prepare_run_dir(cfg, info)
+        eval_loader = eval_data_loader(cfg, data, info)
+    check_same_run(cfg, start.restored, config, loader.catalog.fingerprint, info)
+    rundir.prepare(start, info)
 
     # --- restore ----------------------------------------------------------------------------------
-    model, raw = build_model(cfg, config, (init_state, init_notes), restored, info)
+    model, raw = build_model(cfg, config, weights, start.restored, info)
     o = cfg.optim
     optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, own=o.optimizer_settings)
     scheduler = build_scheduler(optimizer, o.warmup_steps, cfg.max_steps, o.lr_schedule)
     training = Training(model, raw, optimizer, scheduler, o.max_grad_norm)
     training.scaler = R.grad_scaler(info.device, cfg.run.precision)
     R.seed_dropout(cfg.run.seed, info)
-    if restored is not None and not cfg.checkpoint.reset_optimizer:
-        restore_position(cfg, restored, training, loader, info)
-    elif restored is not None:
-        R.log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
+    if start.continued is not None:
+        restore_position(cfg, start.continued, training, loader, info)
+    elif start.restored is not None:
+        R.log(f"weights from {start.restored.path}; optimizer, schedule and data position start afresh", info)
     metrics = MetricsLogger(run_dir, enabled=info.is_main, trackers=cfg.run.trackers, params=tracked(cfg))
     metrics.truncate_after(training.step)
-    run_config = write_run_config(cfg, config, vocab, lowercase, info)
+    run_config = write_run_config(cfg, run_dir, config, vocab, lowercase, info)
     writer = CheckpointWriter(run_config, vocab.text(), info, writes=writes, announce=True)
     R.log(f"{describe(raw, loader, cfg, info)}, {threads}", info)
     if loader.weighted:
@@ -274,7 +270,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     if eval_loader is not None:
         eval_loader.close()
     # judged from fresh weights only: a resumed, second-phase or --init-from run may rightly move its loss little
-    fresh = losses and restored is None and cfg.model.init_from is None
+    fresh = losses and start.restored is None and weights is None
     warning = pretrain_warning(losses[0], losses[-1], o.lr, config.hidden_size, o.warmup_steps) if fresh else None
     if warning:
         R.log(warning, info)

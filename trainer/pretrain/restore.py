@@ -20,69 +20,44 @@ from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig
-from bertstream.trainer.pretrain.inputs import OpenedData, check_seq_length, model_config
+from bertstream.trainer.pretrain.inputs import OpenedData, Weights, check_seq_length, input_paths, model_config
 from bertstream.trainer.pretrain.resume import extend_schedule, group_rates, same_data
 from bertstream.trainer.training import Training, load_state
 
 
-def plan_run_dir(cfg: TrainConfig) -> ckpt.Loaded | None:
-    """The checkpoint this run continues or starts from (None: afresh); read-only, so that nothing is cleared
-    before every input has been checked (:func:`prepare_run_dir` then clears and makes the folder)."""
-    run_dir = Path(cfg.run.output)
-    restored = rundir.plan_run(
-        run_dir,
-        resume=cfg.checkpoint.resume,
-        overwrite=cfg.checkpoint.overwrite,
-        reset_optimizer=cfg.checkpoint.reset_optimizer,
-        data=cfg.data.paths,
-    )
-    inputs = [("--eval-data", cfg.eval_data), ("--init-from", cfg.model.init_from)]
-    inputs.append(("--model-config", cfg.model.model_config))
-    rundir.check_overlap(run_dir, inputs, overwrite=cfg.checkpoint.overwrite)
-    return restored
+def plan_run_dir(cfg: TrainConfig, run_dir: Path) -> rundir.Start:
+    """How this run starts (the checkpoint it continues or starts from, or afresh); read-only, so that nothing is
+    cleared before every input has been checked (:func:`bertstream.trainer.rundir.prepare` then clears and makes
+    the folder)."""
+    start = rundir.plan_run(run_dir, cfg.checkpoint, data=cfg.data.paths)
+    rundir.check_overlap(start, input_paths(cfg))
+    return start
 
 
-def prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> None:
-    """Clear the folder (``--overwrite``) and make it ready for writing; after every input has been checked."""
-    run_dir = Path(cfg.run.output)
-    D.barrier(info)  # every rank has read the folder before rank 0 changes it
-    with D.all_or_none(info, rank0_only=True):  # and waits until it has, or fails with it
-        if info.is_main:
-            if cfg.checkpoint.overwrite:
-                rundir.clear(run_dir)
-                R.log(f"--overwrite: cleared {run_dir}", info)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            for p in ckpt.remove_partial(run_dir):
-                R.log(f"removed incomplete checkpoint {p.name} (a run was killed while writing it)")
-
-
-def resolve_model(
-    cfg: TrainConfig, data: OpenedData, restored: ckpt.Loaded | None, world_size: int
-) -> tuple[BertConfig, dict | None, tuple[str, ...]]:
+def resolve_model(cfg: TrainConfig, data: OpenedData, start: rundir.Start) -> tuple[BertConfig, Weights | None]:
     """The architecture (and starting weights), after checking that the flags fit the checkpoint and the data."""
-    vocab = data.vocab
-    config, init_state, init_notes = model_config(cfg, vocab, restored.config if restored else None)
+    vocab, restored = data.vocab, start.restored
+    config, weights = model_config(cfg, vocab, start)
     if config.vocab_size != len(vocab):
         raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")
     if restored is not None and restored.config.get("vocab_sha256", vocab.sha256) != vocab.sha256:
         raise RunError(f"{restored.path} was trained on another vocabulary than --data")
     check_seq_length(config, cfg, data)
-    return config, init_state, init_notes
+    return config, weights
 
 
 def build_model(
     cfg: TrainConfig,
     config: BertConfig,
-    hf: tuple[dict | None, tuple[str, ...]],
+    weights: Weights | None,
     restored: ckpt.Loaded | None,
     info: D.DistInfo,
 ) -> tuple[torch.nn.Module, BertForPreTraining]:
     """(the model to call: compiled and/or DDP, the plain module) with the starting weights, on the device."""
     raw = BertForPreTraining(config, seed=cfg.run.seed, unpad=cfg.unpad)
-    init_state, init_notes = hf
-    if init_state is not None:
-        load_state(raw, init_state, "weights", f"--init-from {cfg.model.init_from}", strict=True)
-        for line in init_notes:
+    if weights is not None:
+        load_state(raw, weights.state, "weights", weights.source, strict=True)
+        for line in weights.notes:
             R.log(line, info)
     if restored is not None:
         load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
@@ -138,12 +113,6 @@ def restore_position(
     R.log(f"resumed from {restored.path} at step {restored.step}", info)
 
 
-SHARED = (
-    "every node must see the same run folder: put --output on a file system that all nodes mount at the same "
-    "path (node-local folders resume from different checkpoints)"
-)
-
-
 def shared_flags(cfg: TrainConfig) -> dict[str, Any]:
     """``flag -> value`` of every setting the ranks must agree on: all but those tagged :data:`options.PER_NODE`."""
     now = options.flat(cfg)
@@ -160,7 +129,7 @@ def check_same_run(
     """Every rank continues the same checkpoint and runs the same settings, data and code, or all refuse: a
     rank that resumed elsewhere, read another --data or took another --batch-size trained to exit 0 on a
     diverged model or data seen twice, and another --max-steps deadlocked."""
-    D.agree({"checkpoint": ckpt.describe(restored) if restored else "none"}, info, SHARED)
+    D.agree({"checkpoint": ckpt.describe(restored) if restored else "none"}, info, rundir.SHARED)
     facts = {
         **shared_flags(cfg),
         "model": model.to_dict(),

@@ -17,11 +17,11 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertstream.cli import options
-from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.optim.schedule import WarmupLinearDecay
+from bertstream.trainer.rundir import Start
 
 # TrainConfig settings (leaf names, see cli.options) a resume must not change: those tagged FIXED where they are
 # declared (all but --max-steps, run-time flags, data and eval data; --batch-size may change with the number
@@ -31,22 +31,23 @@ FIXED = options.tagged(TrainConfig, options.FIXED)
 ARCH = options.tagged(TrainConfig, options.ARCH)
 
 
-def continued(cfg: TrainConfig, restored: ckpt.Loaded | None, world_size: int) -> TrainConfig:
-    """The run's configuration when it starts from ``restored``: ``cfg`` with what the checkpoint knows and the
-    command line did not give (a resume takes each FIXED setting from the run, a new phase with
-    ``--reset-optimizer`` its architecture, ARCH), then checked against it (:func:`check_resume`,
-    :func:`check_new_phase`): a flag given with another value is refused by name. A config built in code (no
-    record of what was given) is only checked."""
+def continued(cfg: TrainConfig, start: Start, world_size: int) -> TrainConfig:
+    """The run's configuration when it starts from a checkpoint (``start.restored``): ``cfg`` with what the
+    checkpoint knows and the command line did not give (a resume takes each FIXED setting from the run, a new
+    phase its architecture, ARCH), then checked against it (:func:`check_resume`, :func:`check_new_phase`): a
+    flag given with another value is refused by name. A config built in code (no record of what was given) is
+    only checked."""
+    restored = start.restored
     if restored is None:
         return cfg
     saved = restored.config
     if cfg.given is not None and isinstance(saved.get("train"), dict):
         old = options.saved_values(TrainConfig, saved["train"])
-        names = ARCH if cfg.checkpoint.reset_optimizer else FIXED
+        names = ARCH if start.new_phase else FIXED
         taken = {n: old[n] for n in names if n in old and n not in cfg.given}
         if taken:
             cfg = TrainConfig.build(**{**options.flat(cfg), **taken}, given=cfg.given)
-    if cfg.checkpoint.reset_optimizer:
+    if start.new_phase:
         check_new_phase(cfg, saved, restored.path)
     else:
         check_resume(cfg, saved, restored.path, restored.step, world_size=world_size)
@@ -91,12 +92,8 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
 
 def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -> None:
     """``--reset-optimizer``: the architecture comes from the checkpoint, so flags that would choose another
-    one are refused rather than ignored."""
-    if cfg.model.init_from:
-        raise RunError(
-            f"--init-from {cfg.model.init_from} and --resume {checkpoint} both give the starting weights: "
-            "pass one of them"
-        )
+    one are refused rather than ignored (and ``--init-from`` beside it, by ``inputs.model_config``, the owner
+    of starting weights)."""
     old = options.saved_values(TrainConfig, saved["train"]) if isinstance(saved.get("train"), dict) else {}
     now = options.flat(cfg)
     changed = _changed(ARCH, old, now, saved.get("model"))

@@ -15,10 +15,10 @@ from bertstream.trainer.finetune.data import (
     EpochBatches,
     TaskDataError,
     TaskDataset,
-    check_pair,
     collate,
     load_task_data,
 )
+from bertstream.trainer.finetune.inputs import check_pair
 from bertstream.trainer.finetune.tasks import get_task
 
 

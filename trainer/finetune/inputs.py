@@ -1,0 +1,96 @@
+"""What a fine-tuning run starts from, checked against each other before the first step: the training and
+evaluation splits (``--train-data``, ``--eval-data``), the initial weights (``--init``: a checkpoint, a Hugging
+Face folder or a random preset, :mod:`bertstream.trainer.weights`) and the model's configuration (``--dropout``),
+and the model built with those weights; as :mod:`bertstream.trainer.pretrain.inputs` is for pretraining."""
+
+from __future__ import annotations
+
+import torch
+
+from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import distributed as D
+from bertstream.trainer import runtime as R
+from bertstream.trainer.data.config import dataset_key
+from bertstream.trainer.finetune.config import FinetuneConfig
+from bertstream.trainer.finetune.data import TaskData, TaskDataError, load_task_data
+from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
+from bertstream.trainer.finetune.tasks import HF_HEADS, Task
+from bertstream.trainer.model_config import BertConfig, with_dropout
+from bertstream.trainer.training import load_state
+from bertstream.trainer.weights import Init, check_vocab, resolve_init
+
+
+def input_paths(cfg: FinetuneConfig) -> list[tuple[str, str | None]]:
+    """``(flag, path)`` of every folder the run reads, which an ``--overwrite`` of the run folder must not delete
+    (:func:`bertstream.trainer.rundir.check_overlap`)."""
+    return [("--train-data", cfg.train_data), ("--eval-data", cfg.eval_data), ("--init", cfg.init)]
+
+
+def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[TaskData, TaskData, Init, BertConfig]:
+    """Both splits, the initial weights and the model configuration, checked against each other (and an
+    evaluation split that is the training split said)."""
+    train = load_task_data(cfg.train_data, task, role="--train-data")
+    evaluation = load_task_data(cfg.eval_data, task, role="--eval-data")
+    check_pair(train, evaluation)
+    init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seed, heads=HF_HEADS)
+    check_vocab(init, train.manifest.vocab_sha256, train.root)
+    config = with_dropout(init.config, cfg.dropout)
+    longest = max(task.max_length(train), task.max_length(evaluation))
+    if longest > config.max_position_embeddings:
+        raise TaskDataError(
+            f"rows of up to {longest} tokens but the model has {config.max_position_embeddings} "
+            "positions: rebuild the task data with a smaller --max-seq-length"
+        )
+    task.check(train)
+    cfg.display_names(train.labels)  # --label-names names labels of this data, before the folder is touched
+    if cfg.patience and not evaluation.labeled:
+        raise TaskDataError(
+            f"--patience {cfg.patience} stops on the dev metric, but --eval-data {evaluation.root} has no labels: "
+            "give labeled --eval-data, or leave --patience out"
+        )
+    for line in init.notes:
+        R.log(f"init: {line}", info)
+    if dataset_key(cfg.train_data) == dataset_key(cfg.eval_data):
+        R.log(
+            f"warning: --eval-data {cfg.eval_data} is also --train-data: the best epoch is chosen on training rows",
+            info,
+        )
+    return train, evaluation, init, config
+
+
+def check_pair(train: TaskData, evaluation: TaskData) -> None:
+    """Training and evaluation splits must share the kind, the vocabulary and the label list (ids)."""
+    if train.manifest.vocab_sha256 != evaluation.manifest.vocab_sha256:
+        raise TaskDataError(
+            f"--train-data {train.root} and --eval-data {evaluation.root} use different vocabularies "
+            f"(sha256 {train.manifest.vocab_sha256} vs {evaluation.manifest.vocab_sha256})"
+        )
+    if train.labels != evaluation.labels:
+        raise TaskDataError(
+            f"--train-data {train.root} and --eval-data {evaluation.root} have different label lists: "
+            f"{list(train.labels)} vs {list(evaluation.labels)}; build the evaluation split with "
+            f"`bertprep task ... --label-set-from {train.root}`"
+        )
+    if not train.labeled or any(column is None for column in train.columns.values()):  # a label column of nulls
+        raise TaskDataError(f"--train-data {train.root} is unlabeled: training needs labels")
+
+
+def build_model(
+    task: Task,
+    config: BertConfig,
+    train: TaskData,
+    init: Init,
+    restored: ckpt.Loaded | None,
+    cfg: FinetuneConfig,
+    info: D.DistInfo,
+) -> torch.nn.Module:
+    """The task's model with the initial encoder weights (and head, if trained for this task), or the resumed run's."""
+    raw = task.build_model(config, len(train.labels), seed=cfg.run.seed, pooling=cfg.pooling)
+    if init.state is not None:
+        load_encoder_state(raw, init.state, f"--init {init.source}")
+        note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling), pooled=task.hf.pooled)
+        if note and restored is None:
+            R.log(f"init: {note}", info)
+    if restored is not None:
+        load_state(raw, restored.model, "weights (model.safetensors)", restored.path, strict=True)
+    return raw
