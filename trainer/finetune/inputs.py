@@ -1,7 +1,8 @@
 """What a fine-tuning run starts from, checked against each other before the first step: the training and
 evaluation splits (``--train-data``, ``--eval-data``), the initial weights (``--init``: a checkpoint, a Hugging
 Face folder or a random preset, :mod:`bertstream.trainer.weights`) and the model's configuration (``--dropout``),
-and the model built with those weights; as :mod:`bertstream.trainer.pretrain.inputs` is for pretraining."""
+the training batches of an epoch, and the model built with those weights; as :mod:`bertstream.trainer.pretrain.inputs`
+is for pretraining."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import runtime as R
 from bertstream.trainer.data.config import dataset_key
+from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
-from bertstream.trainer.finetune.data import TaskData, TaskDataError, load_task_data
+from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataError, load_task_data
 from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
 from bertstream.trainer.finetune.tasks import HF_HEADS, Task
 from bertstream.trainer.model_config import BertConfig, with_dropout
@@ -56,6 +58,21 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
             info,
         )
     return train, evaluation, init, config
+
+
+def training_batches(cfg: FinetuneConfig, train: TaskData, info: D.DistInfo) -> EpochBatches:
+    """This rank's batches of each epoch of the training split (shuffled per epoch); refused when one optimizer
+    step would take more batches than an epoch holds, as pretraining's ``data_loader`` refuses it."""
+    batches = EpochBatches(
+        len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, world_size=info.world_size, rank=info.rank
+    )
+    if cfg.grad_accum > len(batches):  # a step was the epoch, said as more
+        raise RunError(
+            f"--grad-accum {cfg.grad_accum}: one optimizer step would take {cfg.grad_accum} batches, more than the "
+            f"{len(batches)} of one epoch of --train-data ({len(train)} rows, --batch-size {cfg.batch_size} "
+            f"on {info.world_size} process(es)); lower --grad-accum or --batch-size"
+        )
+    return batches
 
 
 def check_pair(train: TaskData, evaluation: TaskData) -> None:

@@ -37,7 +37,6 @@ from bertstream.trainer.checkpoint_writer import (
     background_if_asked,
     background_writes,
 )
-from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
 from bertstream.trainer.finetune.data import (
     EpochBatches,
@@ -45,7 +44,7 @@ from bertstream.trainer.finetune.data import (
 )
 from bertstream.trainer.finetune.evaluation import Judge, Saver, task_loader
 from bertstream.trainer.finetune.health import finetune_warning
-from bertstream.trainer.finetune.inputs import build_model, load_inputs
+from bertstream.trainer.finetune.inputs import build_model, load_inputs, training_batches
 from bertstream.trainer.finetune.resume import (
     CONFIG_FILE,
     RESULTS_FILE,
@@ -212,13 +211,7 @@ def _finetune(
             check_resume(cfg, restored)
         train, evaluation, init, config = load_inputs(cfg, task, info)
     ranks = {"world_size": info.world_size, "rank": info.rank}
-    train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, **ranks)
-    if cfg.grad_accum > len(train_batches):  # as pretraining refuses it: a step was the epoch, said as more
-        raise RunError(
-            f"--grad-accum {cfg.grad_accum}: one optimizer step would take {cfg.grad_accum} batches, more than the "
-            f"{len(train_batches)} of one epoch of --train-data ({len(train)} rows, --batch-size {cfg.batch_size} "
-            f"on {info.world_size} process(es)); lower --grad-accum or --batch-size"
-        )
+    train_batches = training_batches(cfg, train, info)
     prepare_output(run_dir, existing, info)
     metric = task.primary_metric(train.glue)
     raw = build_model(task, config, train, init, restored, cfg, info).to(info.device)
