@@ -249,6 +249,23 @@ def test_grad_accum_past_one_epoch_is_refused_as_a_batch_past_the_data_is(data, 
     assert not (tmp_path / "run").exists()
 
 
+def test_how_a_run_starts_is_decided_once_from_the_folder_and_the_checkpoint_flags(data, tmp_path):
+    """``rundir.plan_run`` turns --output, --resume, --reset-optimizer and --overwrite into a ``Start``, which the
+    loop, restore and the inputs take: a resume continues its checkpoint, a new phase takes its weights only, an
+    --overwrite starts afresh."""
+    out = tmp_path / "run"
+    run(data, out, max_steps=2)
+    path = str(ckpt.step_dir(out, 2))
+    resumed = rundir.plan_run(out, CheckpointConfig(), data=())
+    assert resumed.run_dir == out and resumed.continued is not None and resumed.continued.step == 2
+    phase = rundir.plan_run(tmp_path / "p2", CheckpointConfig(resume=path, reset_optimizer=True), data=())
+    assert phase.new_phase and phase.continued is None and phase.restored is not None and phase.restored.step == 2
+    fresh = rundir.plan_run(out, CheckpointConfig(overwrite=True), data=())
+    assert fresh.restored is None and fresh.overwrite
+    with pytest.raises(UsageError, match=r"--init-from .* lies inside it"):  # what --overwrite would delete
+        rundir.check_overlap(fresh, [("--init-from", path), ("--eval-data", None), ("--model-config", "s3://b/c")])
+
+
 def test_another_rank_taking_the_lock_is_not_a_run_in_the_folder(tmp_path):
     """Rank 1 of a launch plans while rank 0 takes the lock (``.berttrain.lock.RUN.tmp``, then the link): a
     folder holding only that is a fresh one, not "other files" (one rank of two was refused so, now and then)."""
