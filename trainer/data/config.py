@@ -173,7 +173,7 @@ class DataConfig:
         fmt, note = self.format, None
         if fmt != "auto" and fmt not in formats:
             fmt, note = "auto", f"--eval-data {folder} has no {fmt} shards: read as {', '.join(formats)}"
-        one = {"paths": (folder,), "weights": None, "format": fmt}
+        one: dict[str, Any] = {"paths": (folder,), "weights": None, "format": fmt}
         in_order = {"shuffle": False, "num_workers": 0, "skip_corrupt": False, "masking": "static", **DYNAMIC_ONLY}
         return replace(self, **one, **in_order), note
 
