@@ -53,7 +53,7 @@ from bertstream.trainer.finetune.resume import (
     prepare_output,
     restore,
 )
-from bertstream.trainer.finetune.tasks import Task, get_task
+from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.metrics import MetricsLogger, tracked
 from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig
@@ -204,7 +204,7 @@ def _finetune(
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         R.check_precision(cfg.run.precision, info.device)
-        task = get_task(cfg.task)
+        task = cfg.task_kind
         start, existing = plan_output(run_dir, cfg, overwrite)
         restored = start.restored
         if restored is not None:
