@@ -12,13 +12,19 @@ def run() -> None:
 
     omp_waits.bound()  # before torch is imported: its OpenMP reads the waits once, on load
     try:
-        from bertstream.trainer.cli import main
+        try:
+            from bertstream.trainer.cli import main
 
-        main()
-    except KeyboardInterrupt as e:  # before a command's funnel took it (a command's own ends in its one line)
-        from bertstream.cli.errors import exit_interrupted
+            main()
+        except KeyboardInterrupt as e:  # before a command's funnel took it (a command's own ends in its one line)
+            from bertstream.cli.errors import exit_interrupted
 
-        exit_interrupted(e, "nothing was written")
+            exit_interrupted(e, "nothing was written")
+    finally:  # the command has ended (click's standalone mode always ends in SystemExit): what is left is the
+        # interpreter's teardown (torch's finalizers), where a Ctrl-C came as a traceback after the last line
+        from bertstream.cli.process import quiet_ending
+
+        quiet_ending()
 
 
 if __name__ == "__main__":
