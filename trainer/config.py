@@ -244,6 +244,12 @@ class ObjectiveConfig:
 
     no_nsp: bool = opt(False, "Train MLM only: NSP labels are ignored, its loss is not computed.", tags=(FIXED,))
 
+    @property
+    def nsp(self) -> bool:
+        """Whether NSP is trained: what the step and the evaluations ask the model's forward for, and whether
+        DDP must allow parameters without a gradient (the NSP head's, when it is not)."""
+        return not self.no_nsp
+
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -79,6 +80,33 @@ def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler | 
     multiplied before backward so small fp16 gradients do not flush to zero, the gradients divided back before
     clipping, and a step whose gradients overflowed is skipped with a halved scale."""
     return torch.amp.GradScaler(device.type) if precision == "fp16" else None
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """The run's arithmetic: ``--precision`` on the device it computes on, checked and resolved once by
+    :meth:`of`. The pretraining step, both evaluations and the FLOP count take this, not the flag: the autocast
+    they enter, the dtype it computes in, and fp16's loss scaler."""
+
+    device: torch.device
+    mode: str  # one of config.PRECISIONS: auto, fp32, bf16, fp16
+
+    @classmethod
+    def of(cls, run: Any, device: torch.device) -> Precision:
+        """The run section's precision on ``device`` (read here only; both loops ask), refused in one line where
+        the device cannot compute in it (:func:`check_precision`)."""
+        check_precision(run.precision, device)
+        return cls(device, run.precision)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return compute_dtype(self.device, self.mode)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return autocast(self.device, self.mode)
+
+    def grad_scaler(self) -> torch.amp.GradScaler | None:
+        return grad_scaler(self.device, self.mode)
 
 
 def backward(loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> None:

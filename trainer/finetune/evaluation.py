@@ -41,16 +41,16 @@ def task_loader(data: TaskData, task: Task, batches: EpochBatches, num_workers: 
 
 @torch.no_grad()
 def predict(
-    model: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
+    model: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, info: D.DistInfo, amp: R.Precision
 ) -> tuple[list[Any], float | None]:
     """Every eval row's outputs (gathered from all ranks, indexed by row; see ``Task.row_outputs``) and the eval
-    loss (batch losses weighted by rows; None when the data has no targets)."""
+    loss (batch losses weighted by rows; None when the data has no targets), under the run's precision ``amp``."""
     mine: list[tuple[int, Any]] = []
     loss_sum, loss_rows = 0.0, 0
     with R.evaluating(model):
         for batch in task_loader(data, task, batches, 0, info):
             index = batch["index"].tolist()
-            with R.autocast(info.device, cfg.run.precision):
+            with amp.autocast():
                 out = model(R.to_device(batch, info.device))
             if "loss" in out:
                 loss_sum, loss_rows = loss_sum + float(out["loss"]) * len(index), loss_rows + len(index)
@@ -67,10 +67,16 @@ def predict(
 
 
 def evaluate(
-    raw: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
+    raw: torch.nn.Module,
+    task: Task,
+    data: TaskData,
+    batches: EpochBatches,
+    cfg: FinetuneConfig,
+    info: D.DistInfo,
+    amp: R.Precision,
 ) -> tuple[dict[str, Any], str, tuple[str, int] | None]:
     """(metrics with the eval loss, predictions file text, ``Task.one_class``) of the model now."""
-    outputs, eval_loss = predict(raw, task, data, batches, cfg, info)
+    outputs, eval_loss = predict(raw, task, data, batches, info, amp)
     scores, predictions = task.score(data, outputs, n_best=cfg.n_best, max_answer_length=cfg.max_answer_length)
     if eval_loss is not None:
         scores["loss"] = eval_loss
@@ -134,13 +140,16 @@ class Judge:
     metric: str
     cfg: FinetuneConfig
     info: D.DistInfo
+    amp: R.Precision  # the run's autocast
     stopped: bool = field(default=False)
 
     def __call__(self, epoch: int, step: int, train_loss: float | None = None) -> bool:
         """Evaluate the model at ``step`` (``train_loss``: the epoch's, at its end; None inside it); returns True
         when the run stops here (early stopping)."""
         cfg, info, results = self.cfg, self.info, self.results
-        scores, predictions, one_class = evaluate(self.training.raw, self.task, self.data, self.batches, cfg, info)
+        scores, predictions, one_class = evaluate(
+            self.training.raw, self.task, self.data, self.batches, cfg, info, self.amp
+        )
         numbers = {k: v for k, v in scores.items() if isinstance(v, (int, float))}
         where = {"step": step, "epoch": epoch} | ({"train_loss": train_loss} if train_loss is not None else {})
         self.metrics.log({"step": step, "split": "eval", "epoch": epoch, **where, **numbers})

@@ -146,6 +146,7 @@ class Epochs:
     total_steps: int
     cfg: FinetuneConfig
     info: D.DistInfo
+    amp: R.Precision  # the run's autocast
     writer: CheckpointWriter | None = None  # its background write is looked at each step
 
     def train(self, epoch: int, judge: Judge) -> float | None:
@@ -166,7 +167,7 @@ class Epochs:
             for i, batch in enumerate(micro):
                 share = len(batch["index"]) / rows
                 with R.no_sync(t.model, last=i == len(micro) - 1):
-                    with R.autocast(info.device, cfg.run.precision):
+                    with self.amp.autocast():
                         out = t.model(R.to_device(batch, info.device))
                     t.backward(out["loss"] * share)
                 step_loss += out["loss"].detach().double() * share
@@ -295,7 +296,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     run_dir = Path(cfg.run.output)
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
-        R.check_precision(cfg.run.precision, info.device)
+        amp = R.Precision.of(cfg.run, info.device)
         task = get_task(cfg.task)
         restored, existing = plan_output(run_dir, cfg, overwrite)
         if restored is not None:
@@ -329,7 +330,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     )
     scheduler = build_scheduler(optimizer, int(o.warmup_ratio * total_steps), total_steps, o.lr_schedule)
     training = Training(model, raw, optimizer, scheduler, o.max_grad_norm)
-    training.scaler = R.grad_scaler(info.device, cfg.run.precision)
+    training.scaler = amp.grad_scaler()
     R.seed_dropout(cfg.run.seed, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
     results = new_results(cfg, task, train, evaluation, init, config, **plan)
@@ -355,8 +356,8 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     # --- train ----------------------------------------------------------------------------------------
     model.train()
     bar = Progress(total_steps, training.step, enabled=info.is_main, desc="finetune")
-    run = Epochs(training, loader, metrics, bar, total_steps, cfg, info, saver.writer)
-    judge = Judge(task, evaluation, eval_batches, training, saver, metrics, results, metric, cfg, info)
+    run = Epochs(training, loader, metrics, bar, total_steps, cfg, info, amp, saver.writer)
+    judge = Judge(task, evaluation, eval_batches, training, saver, metrics, results, metric, cfg, info, amp)
     for epoch in range(first_epoch, epochs + 1):
         if results["early_stopping"].get("stopped"):  # a resume of a run that stopped early: nothing is left
             break

@@ -53,17 +53,21 @@ def forever(loader: PretrainingLoader) -> Iterator[dict[str, torch.Tensor]]:
 
 
 @torch.no_grad()
-def warm_evaluation(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> None:
+def warm_evaluation(
+    model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo, amp: R.Precision
+) -> None:
     """Compile the evaluation graph (eval mode: no dropout) before step 1: one eval batch forward, its result
     dropped. Compiled at the first evaluation instead, it stalled the run mid-way for as long as compiling took."""
     loader.set_epoch(0)
-    with R.evaluating(model), R.autocast(info.device, cfg.run.precision):
+    with R.evaluating(model), amp.autocast():
         batch = next(iter(loader))
-        model(R.to_device(batch, info.device), nsp=not cfg.objective.no_nsp)
+        model(R.to_device(batch, info.device), nsp=cfg.objective.nsp)
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
+def evaluate(
+    model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo, amp: R.Precision
+) -> dict[str, Any]:
     """MLM and NSP loss, accuracy and MLM perplexity over the eval set (fixed order): all of it, or its first
     ``--eval-batches`` batches; ``instances`` of ``eval_instances`` say how much of it was read."""
     loader.set_epoch(0)  # the same batches every time
@@ -72,8 +76,8 @@ def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig
     with R.evaluating(model):
         for _, batch in zip(range(batches), loader):
             raise_if_swallowed()
-            with R.autocast(info.device, cfg.run.precision):
-                run.add(model(R.to_device(batch, info.device), nsp=not cfg.objective.no_nsp))
+            with amp.autocast():
+                run.add(model(R.to_device(batch, info.device), nsp=cfg.objective.nsp))
     # every rank reads as many batches, each a slice of one global batch
     return {**run.summary(info), "instances": batches * loader.global_batch_size, "eval_instances": loader.num_samples}
 
@@ -163,7 +167,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     run_dir = Path(cfg.run.output)
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
-        R.check_precision(cfg.run.precision, info.device)
+        amp = R.Precision.of(cfg.run, info.device)
         for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
             if note:
                 R.log(note, info)
@@ -185,7 +189,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, own=o.optimizer_settings)
     scheduler = build_scheduler(optimizer, o.warmup_steps, cfg.max_steps, o.lr_schedule)
     training = Training(model, raw, optimizer, scheduler, o.max_grad_norm)
-    training.scaler = R.grad_scaler(info.device, cfg.run.precision)
+    training.scaler = amp.grad_scaler()
     R.seed_dropout(cfg.run.seed, info)
     if restored is not None and not cfg.checkpoint.reset_optimizer:
         restore_position(cfg, restored, training, loader, info)
@@ -200,7 +204,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
 
     if eval_loader is not None and cfg.compiles(info.device.type):
-        warm_evaluation(model, eval_loader, cfg, info)
+        warm_evaluation(model, eval_loader, cfg, info, amp)
 
     # --- train --------------------------------------------------------------------------------------
     model.train()
@@ -215,7 +219,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     while training.step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         counts = step_counts(micro, info)
-        flops = train_step(model, micro, counts, run, config, cfg, info, training.scaler)
+        flops = train_step(model, micro, counts, run, raw, cfg, info, amp, training.scaler)
         grad_norm = training.optimizer_step()
         step = training.step
         peers.at_step(step)
@@ -255,7 +259,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         # --- evaluate -------------------------------------------------------------------------------
         if eval_loader is not None and (step % cfg.eval_every == 0 or step == last_step):
             training.check()
-            record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info)}
+            record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info, amp)}
             metrics.log(record)
             R.log(f"eval at step {step}: {figures(record)} {eval_extent(record, cfg.eval_batches)}", info)
             last_eval = record

@@ -98,9 +98,7 @@ def build_model(
         import torch.fx.experimental._config as fx_config
 
         fx_config.use_duck_shape = False
-    return R.wrap(
-        compiled, info, find_unused_parameters=cfg.objective.no_nsp
-    ), raw  # --no-nsp: the NSP head gets no grads
+    return R.wrap(compiled, info, find_unused_parameters=not cfg.objective.nsp), raw  # the NSP head's: no grads
 
 
 def restore_position(
