@@ -62,7 +62,7 @@ from bertstream.trainer.finetune.tasks import HF_HEADS, Task, get_task
 from bertstream.trainer.metrics import MetricsLogger, tracked
 from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig, with_dropout
-from bertstream.trainer.optim.schedule import build_scheduler
+from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.snapshot import Background
@@ -328,8 +328,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     optimizer = build_optimizer(
         raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, layer_decay=o.layer_decay, own=o.optimizer_settings
     )
-    scheduler = build_scheduler(optimizer, int(o.warmup_ratio * total_steps), total_steps, o.lr_schedule)
-    training = Training(model, raw, optimizer, scheduler, o.max_grad_norm)
+    training = Training(model, raw, optimizer, Schedule.finetuning(o, total_steps).build(optimizer), o.max_grad_norm)
     training.scaler = amp.grad_scaler()
     R.seed_dropout(cfg.run.seed, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}

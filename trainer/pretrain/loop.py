@@ -26,7 +26,7 @@ from bertstream.trainer.metrics import MetricsLogger, Throughput, tracked
 from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.optim.advice import pretrain_warning
-from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
+from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.pretrain.evaluation import eval_extent
 from bertstream.trainer.pretrain.inputs import data_loader, eval_data_loader, input_notes, open_data
@@ -168,7 +168,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         amp = R.Precision.of(cfg.run, info.device)
-        for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
+        for note in [*input_notes(cfg), Schedule.pretraining(cfg.optim, cfg.max_steps).note()]:
             if note:
                 R.log(note, info)
         restored = plan_run_dir(cfg)
@@ -187,12 +187,12 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     model, raw = build_model(cfg, config, (init_state, init_notes), restored, info)
     o = cfg.optim
     optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, own=o.optimizer_settings)
-    scheduler = build_scheduler(optimizer, o.warmup_steps, cfg.max_steps, o.lr_schedule)
-    training = Training(model, raw, optimizer, scheduler, o.max_grad_norm)
+    schedule = Schedule.pretraining(o, cfg.max_steps)  # the run's (a resume's settings taken by ``continued``)
+    training = Training(model, raw, optimizer, schedule.build(optimizer), o.max_grad_norm)
     training.scaler = amp.grad_scaler()
     R.seed_dropout(cfg.run.seed, info)
     if restored is not None and not cfg.checkpoint.reset_optimizer:
-        restore_position(cfg, restored, training, loader, info)
+        restore_position(cfg, restored, training, schedule, loader, info)
     elif restored is not None:
         R.log(f"weights from {restored.path}; optimizer, schedule and data position start afresh", info)
     metrics = MetricsLogger(run_dir, enabled=info.is_main, trackers=cfg.run.trackers, params=tracked(cfg))
@@ -279,7 +279,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         eval_loader.close()
     # judged from fresh weights only: a resumed, second-phase or --init-from run may rightly move its loss little
     fresh = losses and restored is None and cfg.model.init_from is None
-    warning = pretrain_warning(losses[0], losses[-1], o.lr, config.hidden_size, o.warmup_steps) if fresh else None
+    warning = pretrain_warning(losses[0], losses[-1], o.lr, config.hidden_size, schedule) if fresh else None
     if warning:
         R.log(warning, info)
     metrics.close()

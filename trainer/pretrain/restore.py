@@ -20,6 +20,7 @@ from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig
+from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.pretrain.inputs import OpenedData, check_seq_length, model_config
 from bertstream.trainer.pretrain.resume import extend_schedule, group_rates, same_data
 from bertstream.trainer.training import Training, load_state
@@ -102,14 +103,20 @@ def build_model(
 
 
 def restore_position(
-    cfg: TrainConfig, restored: ckpt.Loaded, training: Training, loader: PretrainingLoader, info: D.DistInfo
+    cfg: TrainConfig,
+    restored: ckpt.Loaded,
+    training: Training,
+    schedule: Schedule,
+    loader: PretrainingLoader,
+    info: D.DistInfo,
 ) -> None:
-    """Continue the checkpoint's run: optimizer, schedule, step, data position and RNG."""
+    """Continue the checkpoint's run: optimizer, schedule (re-planned to end at ``schedule.total``, the run's
+    ``--max-steps``), step, data position and RNG."""
     training.restore(restored)
-    old_end = extend_schedule(training.scheduler, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
+    old_end = extend_schedule(training.scheduler, schedule.warmup, schedule.total, schedule.shape)
     if old_end is not None:
         R.log(
-            f"--max-steps {cfg.max_steps}: the {cfg.optim.lr_schedule} decay now ends at step {cfg.max_steps} "
+            f"--max-steps {schedule.total}: the {schedule.shape} decay now ends at step {schedule.total} "
             f"(was {old_end}); learning rates at step {restored.step}, {group_rates(training.optimizer)}",
             info,
         )
