@@ -98,6 +98,7 @@ def plot(run_dirs, output, baseline_from) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --output.")
 def finetune(overwrite: bool, **values: Any) -> None:
     """Fine-tune on a task dataset; evaluate every epoch, keep the best checkpoint, write results.json."""
+    from bertstream.trainer.finetune.evaluation import stopped_early
     from bertstream.trainer.finetune.loop import finetune as run
     from bertstream.trainer.finetune.resume import RESUME_DIR
 
@@ -110,10 +111,8 @@ def finetune(overwrite: bool, **values: Any) -> None:
         return
     best = results["best"]
     value = "n/a (unlabeled eval data)" if best["value"] is None else f"{best['value']:.4f}"
-    stop = results.get("early_stopping", {})
-    stopped = f"stopped early at step {stop['step']} (--patience {stop['patience']}); " if stop.get("stopped") else ""
     click.echo(
-        f"{stopped}best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
+        f"{stopped_early(results)}best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
         f"{cfg.run.output}/results.json, {cfg.run.output}/{best['predictions']}"
     )
 

@@ -21,7 +21,7 @@ from bertstream.trainer import runtime as R
 from bertstream.trainer.checkpoint_writer import CheckpointWriter
 from bertstream.trainer.data.workers import quiet_worker_init
 from bertstream.trainer.finetune.config import FinetuneConfig
-from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataset, collate
+from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataError, TaskDataset, collate
 from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR
 from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.metrics import MetricsLogger
@@ -125,6 +125,40 @@ def since_best(results: dict[str, Any]) -> int:
     return sum(1 for row in evaluations(results) if row["step"] > best["step"])
 
 
+@dataclass(frozen=True, slots=True)
+class EarlyStopping:
+    """``--patience``: stop after this many evaluations in a row without a better primary dev metric (0: train
+    to the end). Read from the flags here only: :meth:`of` makes it (and refuses what it cannot watch), the
+    :class:`Judge` applies it, results.json records it (:meth:`record`) and the run's last line says it
+    (:func:`stopped_early`)."""
+
+    patience: int
+
+    @classmethod
+    def of(cls, cfg: FinetuneConfig, evaluation: TaskData) -> EarlyStopping:
+        """The run's, refused when ``evaluation`` has no labels: there is no dev metric to stop on."""
+        if cfg.patience and not evaluation.labeled:
+            raise TaskDataError(
+                f"--patience {cfg.patience} stops on the dev metric, but --eval-data {evaluation.root} has no "
+                "labels: give labeled --eval-data, or leave --patience out"
+            )
+        return cls(cfg.patience)
+
+    def record(self) -> dict[str, Any]:
+        """results.json's ``early_stopping`` before the first evaluation."""
+        return {"patience": self.patience, "stopped": False}
+
+    def stops(self, waited: int) -> bool:
+        """Whether ``waited`` evaluations after the best one end the run."""
+        return bool(self.patience) and waited >= self.patience
+
+
+def stopped_early(results: dict[str, Any]) -> str:
+    """The clause the command's last line starts with when the run stopped early (empty when it did not)."""
+    stop = results.get("early_stopping", {})
+    return f"stopped early at step {stop['step']} (--patience {stop['patience']}); " if stop.get("stopped") else ""
+
+
 @dataclass(slots=True)
 class Judge:
     """One evaluation: scored, logged, recorded in results.json, the best kept; then whether to stop early
@@ -141,6 +175,7 @@ class Judge:
     cfg: FinetuneConfig
     info: D.DistInfo
     amp: R.Precision  # the run's autocast
+    stopping: EarlyStopping
     stopped: bool = field(default=False)
 
     def __call__(self, epoch: int, step: int, train_loss: float | None = None) -> bool:
@@ -177,12 +212,12 @@ class Judge:
                 self.training, (self.task.predictions_file, predictions), epoch=epoch, metric=self.metric, value=value
             )
         waited = since_best(results)
-        if cfg.patience and waited >= cfg.patience:
+        if self.stopping.stops(waited):
             best = results["best"]
             results["early_stopping"] |= {"stopped": True, "step": step, "epoch": epoch}
             R.log(
                 f"early stop at step {step} (epoch {epoch}): {self.metric} not above {best['value']:.4f} (step "
-                f"{best['step']}) in {waited} evaluations (--patience {cfg.patience}); the best is kept",
+                f"{best['step']}) in {waited} evaluations (--patience {self.stopping.patience}); the best is kept",
                 info,
             )
             self.stopped = True

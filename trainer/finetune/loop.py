@@ -48,7 +48,7 @@ from bertstream.trainer.finetune.data import (
     check_pair,
     load_task_data,
 )
-from bertstream.trainer.finetune.evaluation import Judge, Saver, task_loader
+from bertstream.trainer.finetune.evaluation import EarlyStopping, Judge, Saver, task_loader
 from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
 from bertstream.trainer.finetune.health import finetune_warning
 from bertstream.trainer.finetune.resume import (
@@ -79,8 +79,11 @@ def plan_text(max_steps: int, epochs: int, steps_per_epoch: int, grad_accum: int
     return f"{epochs} epoch{'' if epochs == 1 else 's'} x {steps_per_epoch} steps{each}"
 
 
-def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[TaskData, TaskData, Init, BertConfig]:
-    """Both splits, the initial weights and the model configuration, checked against each other."""
+def load_inputs(
+    cfg: FinetuneConfig, task: Task, info: D.DistInfo
+) -> tuple[TaskData, TaskData, Init, BertConfig, EarlyStopping]:
+    """Both splits, the initial weights and the model configuration, checked against each other, and the early
+    stopping the eval data allows."""
     train = load_task_data(cfg.train_data, task, role="--train-data")
     evaluation = load_task_data(cfg.eval_data, task, role="--eval-data")
     check_pair(train, evaluation)
@@ -95,14 +98,10 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
         )
     task.check(train)
     cfg.display_names(train.labels)  # --label-names names labels of this data, before the folder is touched
-    if cfg.patience and not evaluation.labeled:
-        raise TaskDataError(
-            f"--patience {cfg.patience} stops on the dev metric, but --eval-data {evaluation.root} has no labels: "
-            "give labeled --eval-data, or leave --patience out"
-        )
+    stopping = EarlyStopping.of(cfg, evaluation)
     for line in init.notes:
         R.log(f"init: {line}", info)
-    return train, evaluation, init, config
+    return train, evaluation, init, config, stopping
 
 
 def build_model(
@@ -207,9 +206,16 @@ class Epochs:
 
 
 def new_results(
-    cfg: FinetuneConfig, task: Task, train: TaskData, evaluation: TaskData, init: Init, config: BertConfig, **plan: int
+    cfg: FinetuneConfig,
+    task: Task,
+    data: tuple[TaskData, TaskData],
+    init: Init,
+    config: BertConfig,
+    stopping: EarlyStopping,
+    **plan: int,
 ) -> dict[str, Any]:
     """results.json before the first epoch: the task, configuration, model, initial weights and data."""
+    train, evaluation = data
     return {
         "task": {
             "kind": task.kind,
@@ -238,7 +244,7 @@ def new_results(
         "epochs": [],
         "evaluations": [],  # those inside epochs (--eval-every)
         "best": None,
-        "early_stopping": {"patience": cfg.patience, "stopped": False},
+        "early_stopping": stopping.record(),
     }
 
 
@@ -301,7 +307,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
         restored, existing = plan_output(run_dir, cfg, overwrite)
         if restored is not None:
             check_resume(cfg, restored)
-        train, evaluation, init, config = load_inputs(cfg, task, info)
+        train, evaluation, init, config, stopping = load_inputs(cfg, task, info)
     if dataset_key(cfg.train_data) == dataset_key(cfg.eval_data):
         R.log(
             f"warning: --eval-data {cfg.eval_data} is also --train-data: the best epoch is chosen on training rows",
@@ -332,7 +338,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     training.scaler = amp.grad_scaler()
     R.seed_dropout(cfg.run.seed, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
-    results = new_results(cfg, task, train, evaluation, init, config, **plan)
+    results = new_results(cfg, task, (train, evaluation), init, config, stopping, **plan)
     run_config = {"model": config.to_dict(), "finetune": redact_values(cfg.to_dict()), "task": results["task"]}
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
     run_config["lowercase"] = train.manifest.lowercase  # the data's casing: export-hf's tokenizer.json follows it
@@ -356,7 +362,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     model.train()
     bar = Progress(total_steps, training.step, enabled=info.is_main, desc="finetune")
     run = Epochs(training, loader, metrics, bar, total_steps, cfg, info, amp, saver.writer)
-    judge = Judge(task, evaluation, eval_batches, training, saver, metrics, results, metric, cfg, info, amp)
+    judge = Judge(task, evaluation, eval_batches, training, saver, metrics, results, metric, cfg, info, amp, stopping)
     for epoch in range(first_epoch, epochs + 1):
         if results["early_stopping"].get("stopped"):  # a resume of a run that stopped early: nothing is left
             break
