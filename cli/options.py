@@ -42,7 +42,8 @@ DYNAMIC = "dynamic masking only"  # static masks are the shards' own: static mas
 RECORDED = "recorded in the shards"  # shapes the rows: in every shard's parameters (``shard_parameters``)
 RECORDED_WHEN_SET = "recorded in the shards when set"  # likewise, but only when not the default (older bytes)
 PER_NODE = "may differ between nodes"  # where a process computes and how it reads: ranks need not agree on it
-TAGS = (FIXED, ARCH, DYNAMIC, RECORDED, RECORDED_WHEN_SET, PER_NODE)
+EVALUATION = "evaluation only"  # read only when there is eval data to evaluate: typed without any, refused
+TAGS = (FIXED, ARCH, DYNAMIC, RECORDED, RECORDED_WHEN_SET, PER_NODE, EVALUATION)
 
 # Saved configs of earlier versions named these leaves differently (flat ones: before sections).
 # The largest integer a setting may hold: what torch, numpy, Arrow and the tokenizers library take (--seed 2**70

@@ -49,10 +49,12 @@ def pretrain(**values: Any) -> None:
 
 
 def _refuse_evaluation_without_data(values: dict[str, Any]) -> None:
-    """``--eval-every`` or ``--eval-batches`` typed without ``--eval-data`` was dropped without a word: the run
-    evaluated nothing. Their defaults, and values from ``--config``, stay quiet."""
+    """An evaluation setting (tagged ``EVALUATION``: ``--eval-every``, ``--eval-batches``) typed without
+    ``--eval-data`` was dropped without a word: the run evaluated nothing. Their defaults, and values from
+    ``--config``, stay quiet."""
     ctx = click.get_current_context()
-    typed = [p for p in ("eval_every", "eval_batches") if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE]
+    settings = options.tagged(TrainConfig, options.EVALUATION)
+    typed = [p for p in settings if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE]
     if typed and not values.get("eval_data"):
         given = " and ".join(options.flag_for(TrainConfig, p) for p in typed)
         raise click.UsageError(f"{given} without --eval-data: there is nothing to evaluate; give --eval-data DIR")

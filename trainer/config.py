@@ -13,7 +13,7 @@ from typing import Any
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
-from bertstream.cli.options import ARCH, FIXED, MAX_INT, PER_NODE, opt, section
+from bertstream.cli.options import ARCH, EVALUATION, FIXED, MAX_INT, PER_NODE, opt, section
 from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 from bertstream.trainer.optim.advice import LR_HELP
@@ -280,11 +280,12 @@ class TrainConfig:
         "torch.compile mode: default; reduce-overhead (CUDA graphs: fewer launches); max-autotune (longer start-up).",
         choices=COMPILE_MODES,
     )
-    eval_every: int = opt(500)
+    eval_every: int = opt(500, tags=(EVALUATION,))
     eval_batches: int = opt(
         0,
         "Batches of --eval-data per evaluation (each process's); 0: all of it (the remainder smaller than one batch "
         "of all processes is left out). The log line says how many instances were evaluated of how many.",
+        tags=(EVALUATION,),
     )
     checkpoint: CheckpointConfig = section(CheckpointConfig)
     deterministic: bool = opt(False, "torch.use_deterministic_algorithms(True).")

@@ -28,7 +28,7 @@ from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.optim.advice import pretrain_warning
 from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.optim.table import build_optimizer
-from bertstream.trainer.pretrain.evaluation import eval_extent
+from bertstream.trainer.pretrain.evaluation import Coverage
 from bertstream.trainer.pretrain.inputs import data_loader, eval_data_loader, input_notes, open_data
 from bertstream.trainer.pretrain.restore import (
     SHARED,
@@ -66,13 +66,18 @@ def warm_evaluation(
 
 @torch.no_grad()
 def evaluate(
-    model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo, amp: R.Precision
+    model: torch.nn.Module,
+    loader: PretrainingLoader,
+    cfg: TrainConfig,
+    info: D.DistInfo,
+    amp: R.Precision,
+    coverage: Coverage,
 ) -> dict[str, Any]:
     """MLM and NSP loss, accuracy and MLM perplexity over the eval set (fixed order): all of it, or its first
-    ``--eval-batches`` batches; ``instances`` of ``eval_instances`` say how much of it was read."""
+    ``--eval-batches`` batches (``coverage``); ``instances`` of ``eval_instances`` say how much of it was read."""
     loader.set_epoch(0)  # the same batches every time
     run = Running.zero(info.device)
-    batches = loader.steps_per_epoch if not cfg.eval_batches else min(cfg.eval_batches, loader.steps_per_epoch)
+    batches = coverage.batches_of(loader.steps_per_epoch)
     with R.evaluating(model):
         for _, batch in zip(range(batches), loader):
             raise_if_swallowed()
@@ -207,6 +212,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         warm_evaluation(model, eval_loader, cfg, info, amp)
 
     # --- train --------------------------------------------------------------------------------------
+    coverage = Coverage.of(cfg)
     model.train()
     batches = forever(loader)
     run = Running.zero(info.device)
@@ -259,9 +265,9 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
         # --- evaluate -------------------------------------------------------------------------------
         if eval_loader is not None and (step % cfg.eval_every == 0 or step == last_step):
             training.check()
-            record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info, amp)}
+            record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info, amp, coverage)}
             metrics.log(record)
-            R.log(f"eval at step {step}: {figures(record)} {eval_extent(record, cfg.eval_batches)}", info)
+            R.log(f"eval at step {step}: {figures(record)} {coverage.extent(record)}", info)
             last_eval = record
             meter.read()  # evaluation time is not training throughput
 
