@@ -19,6 +19,7 @@ from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.table import LR_SCHEDULES, OWN_SETTINGS_HELP, own_settings
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
+from bertstream.trainer.seeds import Seeds
 from bertstream.trainer.trackers import check_installed, parse_report_to
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -104,7 +105,7 @@ class RunConfig:
         check_ints(self, ("log_every",), 1)
         check_ints(self, ("seed", "threads"), 0)
         check_processes("threads", self.threads, per_rank=True)
-        # The seed is combined with ranks, epochs and steps into torch's 64-bit seeds (runtime.seed_dropout, the
+        # The seed is combined with ranks, epochs and steps into torch's 64-bit seeds (seeds.Seeds: dropout, the
         # loader's epoch generator): 2**63 - 1 overflowed there, in a traceback after the model was built.
         check(self.seed <= MAX_SEED, "seed", f"must be at most 2**32 - 1, got {self.seed!r}")
         check(bool(self.output), "output", "is required")  # "" was the current folder: a run written into it
@@ -116,6 +117,11 @@ class RunConfig:
         )
         check_device(self.device)
         check_installed(self.trackers)
+
+    @property
+    def seeds(self) -> Seeds:
+        """Every random stream of the run, derived from ``--seed`` (the model, the data order, dropout)."""
+        return Seeds(self.seed)
 
     @property
     def trackers(self) -> tuple[str, ...]:

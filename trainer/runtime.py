@@ -20,6 +20,7 @@ from bertstream.schemas.redact import redact
 from bertstream.trainer import distributed as D
 from bertstream.trainer import progress
 from bertstream.trainer.errors import RunError
+from bertstream.trainer.seeds import Seeds
 
 # Batch entries that stay on the host: row bookkeeping (pretraining instance ids, fine-tuning row index).
 HOST_KEYS = frozenset({"instance_ids", "index"})
@@ -135,9 +136,9 @@ def no_sync(model: nn.Module, *, last: bool) -> contextlib.AbstractContextManage
     return contextlib.nullcontext()
 
 
-def seed_dropout(seed: int, info: D.DistInfo) -> None:
-    """A dropout stream per rank (the global torch generator), the same for every run with ``seed``."""
-    torch.manual_seed(seed * 1000 + info.rank)
+def seed_dropout(seeds: Seeds, info: D.DistInfo) -> None:
+    """A dropout stream per rank (the global torch generator), the same for every run with these ``seeds``."""
+    torch.manual_seed(seeds.dropout(info.rank))
 
 
 @contextlib.contextmanager

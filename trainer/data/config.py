@@ -15,6 +15,7 @@ from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import DYNAMIC, FIXED, PER_NODE, opt
 from bertstream.schemas.masking import MaskingSettings, SettingError
+from bertstream.trainer.seeds import Seeds
 
 FORMATS = ("auto", "arrow", "webdataset")
 VERIFY_MODES = ("sha256", "size")
@@ -164,6 +165,11 @@ class DataConfig:
     def masking_settings(self) -> MaskingSettings:
         """The dynamic masks' settings as the rule takes them (``bertstream.schemas.masking``)."""
         return MaskingSettings(self.mlm_probability, self.max_predictions, self.whole_word_mask)
+
+    @property
+    def seeds(self) -> Seeds:
+        """The loader's random streams (data order, masks, workers), derived from the run's ``--seed``."""
+        return Seeds(self.seed)
 
     @property
     def window(self) -> int:

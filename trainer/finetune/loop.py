@@ -87,7 +87,7 @@ def load_inputs(
     train = load_task_data(cfg.train_data, task, role="--train-data")
     evaluation = load_task_data(cfg.eval_data, task, role="--eval-data")
     check_pair(train, evaluation)
-    init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seed, heads=HF_HEADS)
+    init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seeds.init, heads=HF_HEADS)
     check_vocab(init, train.manifest.vocab_sha256, train.root)
     config = with_dropout(init.config, cfg.dropout)
     longest = max(task.max_length(train), task.max_length(evaluation))
@@ -114,7 +114,7 @@ def build_model(
     info: D.DistInfo,
 ) -> torch.nn.Module:
     """The task's model with the initial encoder weights (and head, if trained for this task), or the resumed run's."""
-    raw = task.build_model(config, len(train.labels), seed=cfg.run.seed, pooling=cfg.pooling)
+    raw = task.build_model(config, len(train.labels), seed=cfg.run.seeds.init, pooling=cfg.pooling)
     if init.state is not None:
         load_encoder_state(raw, init.state, f"--init {init.source}")
         note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling), pooled=task.hf.pooled)
@@ -314,7 +314,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
             info,
         )
     ranks = {"world_size": info.world_size, "rank": info.rank}
-    train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, **ranks)
+    train_batches = EpochBatches(len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seeds.order, **ranks)
     if cfg.grad_accum > len(train_batches):  # as pretraining refuses it: a step was the epoch, said as more
         raise RunError(
             f"--grad-accum {cfg.grad_accum}: one optimizer step would take {cfg.grad_accum} batches, more than the "
@@ -336,7 +336,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     )
     training = Training(model, raw, optimizer, Schedule.finetuning(o, total_steps).build(optimizer), o.max_grad_norm)
     training.scaler = amp.grad_scaler()
-    R.seed_dropout(cfg.run.seed, info)
+    R.seed_dropout(cfg.run.seeds, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
     results = new_results(cfg, task, (train, evaluation), init, config, stopping, **plan)
     run_config = {"model": config.to_dict(), "finetune": redact_values(cfg.to_dict()), "task": results["task"]}

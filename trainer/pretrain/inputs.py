@@ -61,7 +61,7 @@ def model_config(
     if restored is not None:  # the checkpoint's architecture; --dropout may still change for a second phase
         return with_dropout(BertConfig.from_dict(restored["model"]), cfg.model.dropout), None, ()
     if cfg.model.init_from:
-        init = resolve_init(cfg.model.init_from, None, seed=cfg.run.seed, flag="--init-from")
+        init = resolve_init(cfg.model.init_from, None, seed=cfg.run.seeds.init, flag="--init-from")
         now, given = options.flat(cfg), options.given(cfg)
         for name in options.tagged(TrainConfig, options.ARCH):  # the architecture is the model's own
             if name in given and now[name] != getattr(init.config, name, None):

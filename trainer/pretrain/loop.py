@@ -195,7 +195,7 @@ def _pretrain(cfg: TrainConfig, info: D.DistInfo, writes: Background | None) -> 
     schedule = Schedule.pretraining(o, cfg.max_steps)  # the run's (a resume's settings taken by ``continued``)
     training = Training(model, raw, optimizer, schedule.build(optimizer), o.max_grad_norm)
     training.scaler = amp.grad_scaler()
-    R.seed_dropout(cfg.run.seed, info)
+    R.seed_dropout(cfg.run.seeds, info)
     if restored is not None and not cfg.checkpoint.reset_optimizer:
         restore_position(cfg, restored, training, schedule, loader, info)
     elif restored is not None:

@@ -79,7 +79,7 @@ def build_model(
     info: D.DistInfo,
 ) -> tuple[torch.nn.Module, BertForPreTraining]:
     """(the model to call: compiled and/or DDP, the plain module) with the starting weights, on the device."""
-    raw = BertForPreTraining(config, seed=cfg.run.seed, unpad=cfg.unpad)
+    raw = BertForPreTraining(config, seed=cfg.run.seeds.init, unpad=cfg.unpad)
     init_state, init_notes = hf
     if init_state is not None:
         load_state(raw, init_state, "weights", f"--init-from {cfg.model.init_from}", strict=True)
@@ -132,7 +132,7 @@ def restore_position(
         R.log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
     saved_world = restored.config.get("world_size", info.world_size)
     if saved_world != info.world_size:  # elastic resume: per-rank streams cannot be mapped onto other ranks
-        torch.manual_seed((cfg.run.seed * 1000 + info.rank) * 1_000_003 + restored.step)
+        torch.manual_seed(cfg.run.seeds.dropout_after(info.rank, restored.step))
         R.log(
             f"{saved_world} processes saved {restored.path.name}, {info.world_size} resume it: the same "
             "global batches continue; dropout streams restart (the same losses need --dropout 0)",
