@@ -135,12 +135,13 @@ class EarlyStopping:
     patience: int
 
     @classmethod
-    def of(cls, cfg: FinetuneConfig, evaluation: TaskData) -> EarlyStopping:
-        """The run's, refused when ``evaluation`` has no labels: there is no dev metric to stop on."""
+    def of(cls, cfg: FinetuneConfig, evaluation: TaskData, role: str) -> EarlyStopping:
+        """The run's, refused when ``evaluation`` has no labels: there is no dev metric to stop on. ``role``
+        names the eval data's flag, as ``load_task_data``'s does."""
         if cfg.patience and not evaluation.labeled:
             raise TaskDataError(
-                f"--patience {cfg.patience} stops on the dev metric, but --eval-data {evaluation.root} has no "
-                "labels: give labeled --eval-data, or leave --patience out"
+                f"--patience {cfg.patience} stops on the dev metric, but {role} {evaluation.root} has no "
+                f"labels: give labeled {role}, or leave --patience out"
             )
         return cls(cfg.patience)
 

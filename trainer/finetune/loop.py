@@ -85,7 +85,8 @@ def load_inputs(
     """Both splits, the initial weights and the model configuration, checked against each other, and the early
     stopping the eval data allows."""
     train = load_task_data(cfg.train_data, task, role="--train-data")
-    evaluation = load_task_data(cfg.eval_data, task, role="--eval-data")
+    eval_role = "--eval-data"  # what the errors about the eval data call it
+    evaluation = load_task_data(cfg.eval_data, task, role=eval_role)
     check_pair(train, evaluation)
     init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seeds.init, heads=HF_HEADS)
     check_vocab(init, train.manifest.vocab_sha256, train.root)
@@ -98,7 +99,7 @@ def load_inputs(
         )
     task.check(train)
     cfg.display_names(train.labels)  # --label-names names labels of this data, before the folder is touched
-    stopping = EarlyStopping.of(cfg, evaluation)
+    stopping = EarlyStopping.of(cfg, evaluation, eval_role)
     for line in init.notes:
         R.log(f"init: {line}", info)
     return train, evaluation, init, config, stopping
