@@ -356,10 +356,12 @@ def _help_order(cls: type) -> list[Leaf]:
     """The leaves with a flag, in declaration order but each ``after=NAME`` one right after ``NAME``."""
     listed = [leaf for leaf in leaves(cls) if leaf.meta.get("cli", True)]
     order = [leaf for leaf in listed if not leaf.after]
-    for leaf in listed:
-        if leaf.after:
-            at = next(i for i, x in enumerate(order) if x.name == leaf.after)
-            order.insert(at + 1, leaf)
+    pending = [leaf for leaf in listed if leaf.after]
+    while pending:  # each in declaration order, once its NAME is listed (NAME may be listed after another)
+        leaf = next(p for p in pending if any(x.name == p.after for x in order))
+        at = next(i for i, x in enumerate(order) if x.name == leaf.after)
+        order.insert(at + 1, leaf)
+        pending.remove(leaf)
     return order
 
 

@@ -100,6 +100,11 @@ class RunConfig:
         "the node's under torchrun).",
         tags=(PER_NODE,),
     )
+    # Both commands' (distributed.setup_run reads it with --device); a lone rank of a fine-tuning launch once
+    # waited the default 300 s in silence, its error naming a flag fine-tuning lacked.
+    dist_timeout: float = opt(
+        DEFAULT_TIMEOUT_S, "Seconds a rank waits for its peers (torchrun) before the run ends naming the silent rank."
+    )
 
     def __post_init__(self) -> None:
         check_ints(self, ("log_every",), 1)
@@ -116,6 +121,7 @@ class RunConfig:
             "fp16 needs a CUDA GPU (its loss scaling is for GPUs without bf16): use fp32 or bf16 with --device cpu",
         )
         check_device(self.device)
+        check_dist_timeout(self.dist_timeout)
         check_installed(self.trackers)
 
     @property
@@ -269,7 +275,7 @@ class TrainConfig:
     )
     eval_data: str | None = opt(None, "Evaluation dataset folder.", after="paths")
     model: ModelChoice = section(ModelChoice)
-    run: RunConfig = section(RunConfig)
+    run: RunConfig = section(RunConfig, after={"dist_timeout": "unpad"})
     batch_size: int = opt(32, "Sequences per device and micro-step.")
     grad_accum: int = opt(1, tags=(FIXED,))
     max_steps: int = opt(10_000, "Also the end of the linear decay.")
@@ -300,9 +306,6 @@ class TrainConfig:
         "Run the encoder on real tokens only (attention within each sequence); --no-unpad: the padded [B, T] batch.",
         flag="--unpad/--no-unpad",
     )
-    dist_timeout: float = opt(
-        DEFAULT_TIMEOUT_S, "Seconds a rank waits for its peers (torchrun) before the run ends naming the silent rank."
-    )
     objective: ObjectiveConfig = section(ObjectiveConfig)
     given: frozenset[str] | None = options.given_field()  # the flags the command line gave (a resume takes the rest)
 
@@ -319,7 +322,6 @@ class TrainConfig:
         check_ints(self, ("batch_size", "grad_accum", "max_steps", "eval_every"), 1)
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
-        check_dist_timeout(self.dist_timeout)
         check_ints(self, ("eval_batches",), 0)
 
     @classmethod

@@ -18,8 +18,9 @@ which the step and both evaluations take), the warm-up and schedule (``optim.sch
 (``seeds.Seeds``, every stream derived from it), ``--patience`` (``finetune.evaluation.EarlyStopping``),
 ``--eval-batches`` (``pretrain.evaluation.Coverage``). What stays past 2 of that group is mostly the flag named
 in messages where the problem is found: ``--max-steps``, ``--grad-accum`` (resume's refusals), ``--lr`` (the
-warnings' advice), ``--device`` and ``--dist-timeout`` (the launch's errors, read raw from argv before the flags
-parse), each also declared in both commands' configs.
+warnings' advice), each also declared in both commands' configs; ``--device`` and ``--dist-timeout`` (6 and 7
+modules before; 4 now: declared once in the run section, ``distributed.setup_run`` takes the section) stay named
+by the launch's errors, read raw from argv before the flags parse, and embed's own ``--device``.
 """
 
 from __future__ import annotations

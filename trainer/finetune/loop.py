@@ -290,7 +290,7 @@ def _count(rows: object) -> str:
 
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
-    info = D.setup(cfg.run.device, cfg.dist_timeout)
+    info = D.setup_run(cfg.run)
     run_dir = Path(cfg.run.output)
     with rundir.held(run_dir, "berttrain finetune", info), background_writes() as writes:
         results = _finetune(cfg, info, overwrite, background_if_asked(cfg.run, writes))

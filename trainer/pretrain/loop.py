@@ -152,7 +152,7 @@ def figures(record: dict[str, Any]) -> str:
 
 
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
-    info = D.setup(cfg.run.device, cfg.dist_timeout)
+    info = D.setup_run(cfg.run)
     run_dir = Path(cfg.run.output)
     try:
         with rundir.held(run_dir, "berttrain pretrain", info), background_writes() as writes:
@@ -161,7 +161,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
         return result
     except Exception as e:
-        lost = peers.peer_lost(e, cfg.dist_timeout)
+        lost = peers.peer_lost(e, info.timeout_s)
         if lost is None:
             raise
         raise lost from None
