@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -174,12 +175,31 @@ class MetricsLogger:
             f.write(json.dumps(clean) + "\n")
         if self._trackers:
             numbers = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
-            for tracker in self._trackers:
-                tracker.log(record.get("split", "train"), numbers, record["step"])
+            for tracker in list(self._trackers):
+                try:
+                    tracker.log(record.get("split", "train"), numbers, record["step"])
+                except Exception as e:  # noqa: BLE001 - any client's failure: the run and metrics.jsonl go on
+                    self._drop(tracker, f"at step {record['step']}", e)
+
+    def _drop(self, tracker: Any, when: str, error: BaseException) -> None:
+        """A tracker whose server went away mid-run (after its client's own retries) is left, said in one line:
+        the run stopped on its exception before, hours of training for a dashboard; metrics.jsonl holds every
+        record it missed."""
+        self._trackers.remove(tracker)
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        print(
+            f"[berttrain] warning: {type(tracker).__name__} stopped taking metrics {when} ({first[:300]}); the run "
+            f"goes on and {self.path} keeps every record",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def close(self) -> None:
-        for tracker in self._trackers:
-            tracker.close()
+        for tracker in list(self._trackers):
+            try:
+                tracker.close()
+            except Exception as e:  # noqa: BLE001 - as in log: the run's own files are written
+                self._drop(tracker, "at the end", e)
         self._trackers = []
 
 

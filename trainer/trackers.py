@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bertstream.cli.errors import check
+from bertstream.schemas.redact import redact
 from bertstream.trainer.errors import RunError
 
 REPORT_TO = ("tensorboard", "mlflow", "wandb")
@@ -79,6 +80,21 @@ class TensorBoard:
         self.writer.close()
 
 
+def _probe_server(uri: str) -> None:
+    """A tracking server named by ``MLFLOW_TRACKING_URI`` answers a connection within ``reach.PROBE_SECONDS``, or
+    the run stops in one line before any work: MLflow's client retried a closed port silently for minutes
+    (seven tries with backoff), the run printing nothing."""
+    from bertstream.cli.reach import PROBE_SECONDS, Unreachable, probe_http
+
+    try:
+        probe_http(uri, PROBE_SECONDS)
+    except Unreachable as e:
+        raise RunError(
+            f"--report-to mlflow: the tracking server MLFLOW_TRACKING_URI={redact(uri)} {e.why}; start it, fix "
+            "the variable, or unset it for a store in RUN/mlruns"
+        ) from None
+
+
 class MLflow:
     def __init__(self, run_dir: Path, params: dict[str, Any]) -> None:
         import os
@@ -86,11 +102,14 @@ class MLflow:
         import mlflow
 
         self.mlflow = mlflow
-        if not os.environ.get("MLFLOW_TRACKING_URI"):
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
             # no server named: a local file store in the run folder, which MLflow 3 keeps in maintenance mode
             # behind this switch (its sqlite default needs the full mlflow, not mlflow-skinny)
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             mlflow.set_tracking_uri((run_dir / "mlruns").resolve().as_uri())
+        else:
+            _probe_server(uri)
         try:
             mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME", "bertstream"))
             run = mlflow.start_run(run_id=_ids(run_dir).get("mlflow"), run_name=run_dir.resolve().name)

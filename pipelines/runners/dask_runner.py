@@ -41,8 +41,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.dask import dask_runner as beam_dask
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
+from bertstream.cli import reach
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.runners import reach
 
 TESTED_BEAM = ("2.77", "2.78")  # scripts/tools/other_beam.py runs the Beam-sensitive tests on the one CI lacks
 # Partitions per worker thread when --dask_npartitions is not given: enough to balance uneven ranges.
@@ -183,7 +183,7 @@ class DaskRunner(beam_dask.DaskRunner):
 
 
 # A Dask scheduler writes its handshake as soon as a client connects; this is how long to wait for it.
-PROBE_SECONDS = 10.0
+PROBE_SECONDS = reach.PROBE_SECONDS
 # The first 8 bytes of a Dask TCP message are a frame count (little-endian): "HTTP/1.1" read as one is 3.07 EiB.
 _MAX_FRAMES = 1 << 16
 

@@ -6,7 +6,7 @@ exponential backoff (an ``s3://`` input with no network printed nothing for 100 
 of that, :func:`probe_stores` and :func:`probe_job_endpoint` open one TCP connection to each server, the name
 lookup included, within :data:`PROBE_SECONDS`, and refuse in one line naming the flag, the URL and the server
 (``--dask_client_address`` is probed the same way, with its own handshake: ``dask_runner.probe_scheduler``).
-A server that accepts the connection is left to its client and its own timeouts.
+The connection itself, with its deadline, is ``bertstream.cli.reach`` (the trainer's MLflow probe makes it too).
 """
 
 from __future__ import annotations
@@ -14,51 +14,13 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import socket
-import threading
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from bertstream.cli.errors import UsageError
+from bertstream.cli.reach import PROBE_SECONDS, Unreachable, connect
 
-PROBE_SECONDS = 10.0
 _URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://\S*")
-
-
-class Unreachable(OSError):
-    """No connection within the deadline; ``why`` says what happened in words (``refused``: nothing listens)."""
-
-    def __init__(self, why: str, refused: bool = False) -> None:
-        super().__init__(why)
-        self.why, self.refused = why, refused
-
-
-def connect(host: str, port: int, seconds: float = PROBE_SECONDS) -> socket.socket:
-    """A TCP connection to ``host:port`` within ``seconds``, the name lookup included (``getaddrinfo`` takes no
-    timeout: it runs in a daemon thread, abandoned at the deadline), or :class:`Unreachable`."""
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["conn"] = socket.create_connection((host, port), timeout=seconds)
-        except BaseException as e:  # noqa: BLE001 - handed to the caller below
-            box["error"] = e
-
-    t = threading.Thread(target=target, name="bertprep-probe", daemon=True)
-    t.start()
-    t.join(seconds)
-    if "conn" in box:
-        return box["conn"]  # type: ignore[return-value]
-    error = box.get("error")
-    if error is None or isinstance(error, TimeoutError):
-        raise Unreachable(f"no connection within {seconds:g} s (no network, or a firewall?)")
-    if isinstance(error, ConnectionRefusedError):
-        raise Unreachable("refuses connections (nothing listens on that port)", refused=True)
-    if isinstance(error, socket.gaierror):
-        raise Unreachable(f"its name does not resolve ({error.strerror or error}: no network, or a typo?)")
-    if isinstance(error, OSError):
-        raise Unreachable(f"cannot connect ({error.strerror or error})")
-    raise error  # type: ignore[misc]
 
 
 def probe(param: str, what: str, host: str, port: int, server: str, seconds: float = PROBE_SECONDS) -> None:

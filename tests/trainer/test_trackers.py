@@ -8,8 +8,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 from click.testing import CliRunner
@@ -18,7 +20,7 @@ from bertstream.cli.errors import UsageError
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import trackers
 from bertstream.trainer.cli import main
-from bertstream.trainer.metrics import read_metrics
+from bertstream.trainer.metrics import MetricsLogger, read_metrics
 
 
 def _pretrain(data, run, *extra: str):
@@ -134,3 +136,57 @@ def _values(data: bytes, key: str) -> list[float]:
     for m in re.finditer(re.escape(key.encode()) + rb"\x82\x01(.)", data, re.DOTALL):
         out.append(float(json.loads(data[m.end() : m.end() + m.group(1)[0]])))
     return out
+
+
+def test_mlflow_tracking_server_at_a_closed_port_is_one_line_within_the_probe(demo_shards, tmp_path, monkeypatch):
+    # Round 8's rerun: MLFLOW_TRACKING_URI at a port nobody listens on printed nothing for minutes (MLflow's HTTP
+    # client retries seven times with backoff); now a connect probe first, one line naming the variable. The
+    # password of the URL is not printed. Waited on in a thread: a hang fails, it is not timed.
+    pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'bertstream[mlflow]')")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://me:hunter2@127.0.0.1:{port}")
+    args = ["pretrain", "--data", str(demo_shards), "--output", str(tmp_path / "run"), "--batch-size", "4"]
+    args += ["--max-steps", "2", "--num-workers", "0", "--report-to", "mlflow"]
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.setdefault("r", CliRunner().invoke(main, args)), daemon=True)
+    t.start()
+    t.join(90)
+    assert "r" in box, "berttrain --report-to mlflow still waiting on a closed port after 90 s"
+    result = box["r"]
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == 1 and len(errors) == 1, result.output
+    assert f"MLFLOW_TRACKING_URI=http://me:<redacted>@127.0.0.1:{port} refuses connections" in errors[0]
+    assert "hunter2" not in result.output
+
+
+def test_a_tracker_failing_mid_run_is_left_with_one_warning_and_the_log_keeps_every_record(tmp_path, capsys):
+    # A tracking server that goes away mid-run (its client's retries spent) stopped the run on the client's
+    # exception: hours of training for a dashboard. The tracker is left, said once; metrics.jsonl has it all.
+    class Flaky:
+        def __init__(self) -> None:
+            self.got: list[int] = []
+
+        def log(self, prefix: str, values: dict, step: int) -> None:
+            if step >= 2:
+                raise ConnectionError("Max retries exceeded with url: /api/2.0/mlflow/runs/log-batch\nmore")
+            self.got.append(step)
+
+        def close(self) -> None:
+            raise AssertionError("a dropped tracker is not closed")
+
+    logger = MetricsLogger(tmp_path, enabled=True, trackers=())
+    flaky = Flaky()
+    logger._trackers = [flaky]
+    for step in range(1, 5):
+        logger.log({"step": step, "loss": 1.0 / step})
+    logger.close()
+    assert flaky.got == [1]
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3, 4]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "[berttrain] warning: Flaky stopped taking metrics at step 2 (Max retries exceeded with url: "
+        f"/api/2.0/mlflow/runs/log-batch); the run goes on and {tmp_path / 'metrics.jsonl'} keeps every record"
+    ]
