@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from bertstream.schemas.redact import redact
 from bertstream.trainer import distributed as D
 from bertstream.trainer import progress
+from bertstream.trainer.config import RunConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.seeds import Seeds
 
@@ -93,7 +94,7 @@ class Precision:
     mode: str  # one of config.PRECISIONS: auto, fp32, bf16, fp16
 
     @classmethod
-    def of(cls, run: Any, device: torch.device) -> Precision:
+    def of(cls, run: RunConfig, device: torch.device) -> Precision:
         """The run section's precision on ``device`` (read here only; both loops ask), refused in one line where
         the device cannot compute in it (:func:`check_precision`)."""
         check_precision(run.precision, device)
