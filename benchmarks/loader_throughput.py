@@ -227,7 +227,9 @@ def report(name: str, root: Path) -> None:
 
     path = str(root / name)
     shard = next((root / name).glob("*.arrow"))
-    cat = open_catalog([path], fmt="arrow", expected_vocab_sha256=None, skip_corrupt=False, verify="size")
+    cat = open_catalog(
+        DataConfig(paths=(path,), batch_size=1, format="arrow", verify="size"), expected_vocab_sha256=None
+    )
     ref = cat.shards[0]
     t_open = timed(lambda: open_shard(ref, verify_sha256=False, vocab_sha256=cat.vocab_sha256, id_type=cat.id_type))
     loader = PretrainingLoader(

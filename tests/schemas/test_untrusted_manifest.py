@@ -19,6 +19,7 @@ from bertstream.pipelines.report import inspection
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, load_vocab
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VocabMismatchError
+from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.data.refs import ShardError, read_text
 from bertstream.trainer.data.shards import open_shard
 from bertstream.trainer.data.sources import open_catalog
@@ -53,7 +54,7 @@ def edit(root: Path, change) -> None:
 def trainer_reads(root: Path) -> None:
     """What ``berttrain pretrain`` reads: the catalog, the vocabulary, every shard the plan reads (it counts on
     the manifest: a shard counted empty gets no sample)."""
-    cat = open_catalog([str(root)], fmt="auto", expected_vocab_sha256=None, skip_corrupt=False, verify="size")
+    cat = open_catalog(DataConfig(paths=(str(root),), batch_size=1, verify="size"), expected_vocab_sha256=None)
     m = cat.manifests[0]
     load_vocab(m, lambda name: read_text(str(root), name), "vocab")
     for ref in (r for r in cat.shards if r.count):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from os import PathLike
 from typing import Any
 
@@ -165,6 +165,18 @@ class DataConfig:
     def masking_settings(self) -> MaskingSettings:
         """The dynamic masks' settings as the rule takes them (``bertstream.schemas.masking``)."""
         return MaskingSettings(self.mlm_probability, self.max_predictions, self.whole_word_mask)
+
+    def evaluation(self, folder: str, formats: Sequence[str]) -> tuple[DataConfig, str | None]:
+        """How an evaluation set ``folder`` (whose manifest holds shards in ``formats``) is read beside this
+        training data: in stream order, with the shards' own masks, in the main process, and a corrupt shard
+        stops the run; in ``--format`` where it has that format, else in the format it has, which the note (None:
+        nothing to say) tells the user. The batch size and seed are this data's."""
+        fmt, note = self.format, None
+        if fmt != "auto" and fmt not in formats:
+            fmt, note = "auto", f"--eval-data {folder} has no {fmt} shards: read as {', '.join(formats)}"
+        one: dict[str, Any] = {"paths": (folder,), "weights": None, "format": fmt}
+        in_order = {"shuffle": False, "num_workers": 0, "skip_corrupt": False, "masking": "static", **DYNAMIC_ONLY}
+        return replace(self, **one, **in_order), note
 
     @property
     def seeds(self) -> Seeds:

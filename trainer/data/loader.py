@@ -65,14 +65,7 @@ class PretrainingLoader:
             raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank!r}")
         self.config = config
         self.world_size, self.rank = world_size, rank
-        self.catalog: Catalog = open_catalog(
-            config.paths,
-            fmt=config.format,
-            expected_vocab_sha256=expected_vocab_sha256,
-            skip_corrupt=config.skip_corrupt,
-            verify=config.verify,
-            opened=opened,
-        )
+        self.catalog: Catalog = open_catalog(config, expected_vocab_sha256=expected_vocab_sha256, opened=opened)
         self._quotas = None if config.weights is None else epoch_quotas(self.catalog, config.paths, config.weights)
         self.masker = dynamic_masker(config, self.catalog, vocab)  # None: the shards' static masks
         self._epoch = 0

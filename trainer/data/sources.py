@@ -17,6 +17,7 @@ from bertstream.schemas import pretraining as pt
 from bertstream.schemas.manifest import MANIFEST_NAME, Manifest, manifest_source
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VocabMismatchError
+from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.data.refs import ShardError, ShardRef, file_size, filesystem, open_input, read_text, sha256_of
 from bertstream.trainer.data.shards import check_arrow_header, open_shard
 
@@ -47,15 +48,14 @@ class Catalog:
 
 
 def open_catalog(
-    paths: Sequence[str],
+    config: DataConfig,
     *,
-    fmt: str,
     expected_vocab_sha256: str | None,
-    skip_corrupt: bool,
-    verify: str,
     opened: Mapping[str, Manifest] | None = None,
 ) -> Catalog:
-    """The usable shards of ``paths``; ``opened``: manifests the caller has read already, by folder."""
+    """The usable shards of ``config``'s folders, in its format, checked as it asks (``verify``,
+    ``skip_corrupt``); ``opened``: manifests the caller has read already, by folder."""
+    paths, fmt, skip_corrupt = config.paths, config.format, config.skip_corrupt
     manifests = tuple((opened or {}).get(p) or load_manifest(p) for p in paths)
     lead = _check_vocab(paths, manifests, expected_vocab_sha256)
     _check_distinct(paths, manifests)
@@ -66,7 +66,7 @@ def open_catalog(
         refs += [ShardRef(root, i, s.path, s.format, s.count, s.bytes, s.sha256, longest) for s in m.shards_of(chosen)]
 
     bad = dict(_parallel(_size_problem, refs))
-    hashed = skip_corrupt and verify == "sha256"
+    hashed = skip_corrupt and config.verify == "sha256"
     if hashed:
         todo = [r for r in refs if r not in bad]
         bad.update(_parallel(_hash_problem, todo))

@@ -12,6 +12,7 @@ from bertstream.cli.machine import check_processes
 from bertstream.cli.options import FIXED, opt, section
 from bertstream.trainer.config import OptimConfig, RunConfig, check_finite, check_ints
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
+from bertstream.trainer.finetune.tasks import Task
 
 TASKS = tuple(_TASKS)  # the kinds' Tasks, in their table's order: classification, regression, ner, squad
 POOLINGS = ("cls", "mean")
@@ -130,6 +131,11 @@ class FinetuneConfig:
         names = [given.get(label, label) for label in labels]
         check(len(set(names)) == len(names), "label_names", f"gives two labels one name: {names}")
         return names
+
+    @property
+    def task_kind(self) -> Task:
+        """``--task`` as the kind's ``Task`` (``bertstream.trainer.finetune.tasks``): what the run asks of its kind."""
+        return _TASKS[self.task]
 
     @property
     def eval_batch(self) -> int:

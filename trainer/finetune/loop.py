@@ -58,7 +58,7 @@ from bertstream.trainer.finetune.resume import (
     plan_output,
     prepare_output,
 )
-from bertstream.trainer.finetune.tasks import HF_HEADS, Task, get_task
+from bertstream.trainer.finetune.tasks import HF_HEADS, Task
 from bertstream.trainer.metrics import MetricsLogger, tracked
 from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig, with_dropout
@@ -304,7 +304,7 @@ def _finetune(cfg: FinetuneConfig, info: D.DistInfo, overwrite: bool, writes: Ba
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         amp = R.Precision.of(cfg.run, info.device)
-        task = get_task(cfg.task)
+        task = cfg.task_kind
         restored, existing = plan_output(run_dir, cfg, overwrite)
         if restored is not None:
             check_resume(cfg, restored)

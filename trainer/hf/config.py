@@ -72,7 +72,7 @@ _OURS_FROM_HF = {
 def hf_config_dict(config: BertConfig, *, architecture: str = "BertForPreTraining", dtype: str = "float32") -> dict:
     """A ``config.json`` that ``transformers.BertConfig`` reads as this architecture (a pre-LN model:
     ``RobertaPreLayerNormConfig``, as ``RobertaPreLayerNormForMaskedLM``)."""
-    pre = config.norm_placement == "pre"
+    pre = config.pre_ln
     out: dict[str, Any] = {"architectures": [architecture], "model_type": "bert"}
     if pre:
         out = {"architectures": [PRE.ARCHITECTURE], "model_type": PRE.MODEL_TYPE}

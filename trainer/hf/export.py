@@ -85,7 +85,7 @@ def export_hf(
             HT.task_config_dict(config, task, labels, dtype=dtype_name, names=label_names),
         )
     else:
-        named = PRE.to_roberta(state, config) if config.norm_placement == "pre" else to_hf_state_dict(state)
+        named = PRE.to_roberta(state, config) if config.pre_ln else to_hf_state_dict(state)
         hf_config = hf_config_dict(config, dtype=dtype_name)
     # clone: safetensors refuses tensors that share storage
     hf_state = {k: v.detach().to("cpu", dtype).clone().contiguous() for k, v in named.items()}

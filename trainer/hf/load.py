@@ -124,7 +124,7 @@ def load_hf(
     aliases: list[str] = []
     architectures = tuple(data.get("architectures") or ())
     head = HT.read_head(hf_state, data, heads)
-    if config.norm_placement == "pre":  # RoBERTa-PreLayerNorm's names and positions -> ours
+    if config.pre_ln:  # RoBERTa-PreLayerNorm's names and positions -> ours
         hf_state, aliases = PRE.from_roberta(HT.pooler_back(hf_state, architectures), config)
     state, fresh, ignored = from_hf_state_dict(
         hf_state,

@@ -88,7 +88,7 @@ def find_head(heads: Sequence[HFHead], kind: str) -> HFHead:
 
 def architecture(head: HFHead, config: BertConfig) -> str:
     """The ``transformers`` class that holds a fine-tuned model of this head and norm placement."""
-    return ("RobertaPreLayerNorm" if config.norm_placement == "pre" else "Bert") + head.suffix
+    return ("RobertaPreLayerNorm" if config.pre_ln else "Bert") + head.suffix
 
 
 def head_shapes(head: HFHead, config: BertConfig, labels: Sequence[str]) -> dict[str, torch.Size]:
@@ -116,7 +116,7 @@ def task_state_dict(state: Mapping[str, Tensor], config: BertConfig, head: HFHea
     if odd:
         raise HFCheckpointError(f"{head.kind} model weights hold {odd[:4]}, which no {architecture(head, config)} has")
     keep = {k: v for k, v in state.items() if head.pooled or not k.startswith(_POOLER)}  # token/QA: no pooler in HF
-    if config.norm_placement != "pre":
+    if not config.pre_ln:
         return keep
     encoder = {k: v for k, v in keep.items() if k.startswith("bert.") and not k.startswith(_POOLER)}
     out = PRE.to_roberta(encoder, config)

@@ -18,7 +18,7 @@ from bertstream.trainer import distributed as D
 from bertstream.trainer import runtime as R
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data import PretrainingLoader, VocabMismatchError, load_manifest
-from bertstream.trainer.data.config import DYNAMIC_ONLY, dataset_key, weight_notes
+from bertstream.trainer.data.config import dataset_key, weight_notes
 from bertstream.trainer.data.loader import TooFewSamples
 from bertstream.trainer.data.refs import read_text
 from bertstream.trainer.errors import RunError
@@ -144,27 +144,12 @@ def eval_data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pr
     """The evaluation set, opened at start: a missing folder, another vocabulary or too few samples must not
     wait for the first evaluation (all steps since the last checkpoint would be lost)."""
     assert cfg.eval_data is not None  # called only with --eval-data
-    fmt = cfg.data.format
-    if fmt != "auto":  # --format names how to read --data; an eval set written in another format is read as it is
-        held = data.manifests[cfg.eval_data].formats
-        if fmt not in held:
-            R.log(f"--eval-data {cfg.eval_data} has no {fmt} shards: read as {', '.join(held)}", info)
-            fmt = "auto"
+    config, note = cfg.data.evaluation(cfg.eval_data, data.manifests[cfg.eval_data].formats)
+    if note:
+        R.log(note, info)
     try:
         return PretrainingLoader(
-            # in stream order, with the shards' own masks, and a corrupt shard stops the run
-            replace(
-                cfg.data,
-                paths=(cfg.eval_data,),
-                weights=None,
-                format=fmt,
-                shuffle=False,
-                num_workers=0,
-                skip_corrupt=False,
-                masking="static",
-                pin_memory=info.device.type == "cuda",  # as the training batches: host-to-device copies overlap
-                **DYNAMIC_ONLY,
-            ),
+            replace(config, pin_memory=info.device.type == "cuda"),  # as the training batches: copies overlap
             expected_vocab_sha256=data.vocab.sha256,
             world_size=info.world_size,
             rank=info.rank,

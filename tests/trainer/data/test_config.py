@@ -99,3 +99,28 @@ def test_loader_workers_share_the_node_ceiling_among_its_ranks(tmp_path, monkeyp
     assert DataConfig(paths=str(tmp_path), batch_size=4, num_workers=ceiling // 4).num_workers == ceiling // 4
     with pytest.raises(UsageError, match=rf"at most {ceiling // 4} per rank \(4 ranks on this node share {ceiling}"):
         DataConfig(paths=str(tmp_path), batch_size=4, num_workers=ceiling // 4 + 1)
+
+
+def test_an_evaluation_set_is_read_in_order_with_its_own_masks_beside_any_training_data() -> None:
+    """The data side says how --eval-data is read (the run's loop and inputs set none of it): one folder in
+    stream order, static masks, the main process, a corrupt shard stops; --format where the set has it."""
+    train = DataConfig(
+        paths=("a:1", "b:3"),
+        batch_size=8,
+        seed=5,
+        format="webdataset",
+        num_workers=3,
+        skip_corrupt=True,
+        masking="dynamic",
+        mlm_probability=0.3,
+        whole_word_mask=True,
+    )
+    ev, note = train.evaluation("held", ("webdataset", "arrow"))
+    assert note is None
+    assert (ev.paths, ev.weights, ev.format, ev.batch_size, ev.seed) == (("held",), None, "webdataset", 8, 5)
+    assert (ev.shuffle, ev.num_workers, ev.skip_corrupt, ev.masking) == (False, 0, False, "static")
+    assert (ev.mlm_probability, ev.max_predictions, ev.whole_word_mask) == (0.15, None, False)
+    ev, note = train.evaluation("held", ("arrow",))
+    assert ev.format == "auto"
+    assert note == "--eval-data held has no webdataset shards: read as arrow"
+    assert DataConfig(paths="d", batch_size=4).evaluation("held", ("arrow",))[1] is None

@@ -7,15 +7,15 @@ import pytest
 from benchmarks.lib.synthetic_shards import bert_like_vocab, make_instances, write_dataset
 from bertstream.schemas.version import SchemaError
 from bertstream.schemas.vocab import VocabMismatchError
+from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.data.refs import ShardError
 from bertstream.trainer.data.sources import open_catalog
 from tests.trainer.data.conftest import Dataset
 
 
 def catalog(*paths: Path, fmt: str = "auto", expected: str | None = None, skip: bool = False, verify: str = "sha256"):  # noqa: ANN201
-    return open_catalog(
-        [str(p) for p in paths], fmt=fmt, expected_vocab_sha256=expected, skip_corrupt=skip, verify=verify
-    )
+    config = DataConfig(paths=tuple(map(str, paths)), batch_size=1, format=fmt, skip_corrupt=skip, verify=verify)
+    return open_catalog(config, expected_vocab_sha256=expected)
 
 
 def copy(ds: Dataset, tmp_path: Path) -> Path:
