@@ -42,7 +42,8 @@ DYNAMIC = "dynamic masking only"  # static masks are the shards' own: static mas
 RECORDED = "recorded in the shards"  # shapes the rows: in every shard's parameters (``shard_parameters``)
 RECORDED_WHEN_SET = "recorded in the shards when set"  # likewise, but only when not the default (older bytes)
 PER_NODE = "may differ between nodes"  # where a process computes and how it reads: ranks need not agree on it
-TAGS = (FIXED, ARCH, DYNAMIC, RECORDED, RECORDED_WHEN_SET, PER_NODE)
+EVALUATION = "evaluation only"  # read only when there is eval data to evaluate: typed without any, refused
+TAGS = (FIXED, ARCH, DYNAMIC, RECORDED, RECORDED_WHEN_SET, PER_NODE, EVALUATION)
 
 # Saved configs of earlier versions named these leaves differently (flat ones: before sections).
 # The largest integer a setting may hold: what torch, numpy, Arrow and the tokenizers library take (--seed 2**70
@@ -355,10 +356,12 @@ def _help_order(cls: type) -> list[Leaf]:
     """The leaves with a flag, in declaration order but each ``after=NAME`` one right after ``NAME``."""
     listed = [leaf for leaf in leaves(cls) if leaf.meta.get("cli", True)]
     order = [leaf for leaf in listed if not leaf.after]
-    for leaf in listed:
-        if leaf.after:
-            at = next(i for i, x in enumerate(order) if x.name == leaf.after)
-            order.insert(at + 1, leaf)
+    pending = [leaf for leaf in listed if leaf.after]
+    while pending:  # each in declaration order, once its NAME is listed (NAME may be listed after another)
+        leaf = next(p for p in pending if any(x.name == p.after for x in order))
+        at = next(i for i, x in enumerate(order) if x.name == leaf.after)
+        order.insert(at + 1, leaf)
+        pending.remove(leaf)
     return order
 
 

@@ -49,10 +49,12 @@ def pretrain(**values: Any) -> None:
 
 
 def _refuse_evaluation_without_data(values: dict[str, Any]) -> None:
-    """``--eval-every`` or ``--eval-batches`` typed without ``--eval-data`` was dropped without a word: the run
-    evaluated nothing. Their defaults, and values from ``--config``, stay quiet."""
+    """An evaluation setting (tagged ``EVALUATION``: ``--eval-every``, ``--eval-batches``) typed without
+    ``--eval-data`` was dropped without a word: the run evaluated nothing. Their defaults, and values from
+    ``--config``, stay quiet."""
     ctx = click.get_current_context()
-    typed = [p for p in ("eval_every", "eval_batches") if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE]
+    settings = options.tagged(TrainConfig, options.EVALUATION)
+    typed = [p for p in settings if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE]
     if typed and not values.get("eval_data"):
         given = " and ".join(options.flag_for(TrainConfig, p) for p in typed)
         raise click.UsageError(f"{given} without --eval-data: there is nothing to evaluate; give --eval-data DIR")
@@ -98,6 +100,7 @@ def plot(run_dirs, output, baseline_from) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --output.")
 def finetune(overwrite: bool, **values: Any) -> None:
     """Fine-tune on a task dataset; evaluate every epoch, keep the best checkpoint, write results.json."""
+    from bertstream.trainer.finetune.evaluation import stopped_early
     from bertstream.trainer.finetune.loop import finetune as run
     from bertstream.trainer.finetune.resume import RESUME_DIR
 
@@ -110,10 +113,8 @@ def finetune(overwrite: bool, **values: Any) -> None:
         return
     best = results["best"]
     value = "n/a (unlabeled eval data)" if best["value"] is None else f"{best['value']:.4f}"
-    stop = results.get("early_stopping", {})
-    stopped = f"stopped early at step {stop['step']} (--patience {stop['patience']}); " if stop.get("stopped") else ""
     click.echo(
-        f"{stopped}best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
+        f"{stopped_early(results)}best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
         f"{cfg.run.output}/results.json, {cfg.run.output}/{best['predictions']}"
     )
 

@@ -13,12 +13,13 @@ from typing import Any
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
-from bertstream.cli.options import ARCH, FIXED, MAX_INT, PER_NODE, opt, section
+from bertstream.cli.options import ARCH, EVALUATION, FIXED, MAX_INT, PER_NODE, opt, section
 from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.table import LR_SCHEDULES, OWN_SETTINGS_HELP, own_settings
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
+from bertstream.trainer.seeds import Seeds
 from bertstream.trainer.trackers import check_installed, parse_report_to
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -99,12 +100,17 @@ class RunConfig:
         "the node's under torchrun).",
         tags=(PER_NODE,),
     )
+    # Both commands' (distributed.setup_run reads it with --device); a lone rank of a fine-tuning launch once
+    # waited the default 300 s in silence, its error naming a flag fine-tuning lacked.
+    dist_timeout: float = opt(
+        DEFAULT_TIMEOUT_S, "Seconds a rank waits for its peers (torchrun) before the run ends naming the silent rank."
+    )
 
     def __post_init__(self) -> None:
         check_ints(self, ("log_every",), 1)
         check_ints(self, ("seed", "threads"), 0)
         check_processes("threads", self.threads, per_rank=True)
-        # The seed is combined with ranks, epochs and steps into torch's 64-bit seeds (runtime.seed_dropout, the
+        # The seed is combined with ranks, epochs and steps into torch's 64-bit seeds (seeds.Seeds: dropout, the
         # loader's epoch generator): 2**63 - 1 overflowed there, in a traceback after the model was built.
         check(self.seed <= MAX_SEED, "seed", f"must be at most 2**32 - 1, got {self.seed!r}")
         check(bool(self.output), "output", "is required")  # "" was the current folder: a run written into it
@@ -115,7 +121,13 @@ class RunConfig:
             "fp16 needs a CUDA GPU (its loss scaling is for GPUs without bf16): use fp32 or bf16 with --device cpu",
         )
         check_device(self.device)
+        check_dist_timeout(self.dist_timeout)
         check_installed(self.trackers)
+
+    @property
+    def seeds(self) -> Seeds:
+        """Every random stream of the run, derived from ``--seed`` (the model, the data order, dropout)."""
+        return Seeds(self.seed)
 
     @property
     def trackers(self) -> tuple[str, ...]:
@@ -244,6 +256,12 @@ class ObjectiveConfig:
 
     no_nsp: bool = opt(False, "Train MLM only: NSP labels are ignored, its loss is not computed.", tags=(FIXED,))
 
+    @property
+    def nsp(self) -> bool:
+        """Whether NSP is trained: what the step and the evaluations ask the model's forward for, and whether
+        DDP must allow parameters without a gradient (the NSP head's, when it is not)."""
+        return not self.no_nsp
+
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
@@ -257,7 +275,7 @@ class TrainConfig:
     )
     eval_data: str | None = opt(None, "Evaluation dataset folder.", after="paths")
     model: ModelChoice = section(ModelChoice)
-    run: RunConfig = section(RunConfig)
+    run: RunConfig = section(RunConfig, after={"dist_timeout": "unpad"})
     batch_size: int = opt(32, "Sequences per device and micro-step.")
     grad_accum: int = opt(1, tags=(FIXED,))
     max_steps: int = opt(10_000, "Also the end of the linear decay.")
@@ -274,11 +292,12 @@ class TrainConfig:
         "torch.compile mode: default; reduce-overhead (CUDA graphs: fewer launches); max-autotune (longer start-up).",
         choices=COMPILE_MODES,
     )
-    eval_every: int = opt(500)
+    eval_every: int = opt(500, tags=(EVALUATION,))
     eval_batches: int = opt(
         0,
         "Batches of --eval-data per evaluation (each process's); 0: all of it (the remainder smaller than one batch "
         "of all processes is left out). The log line says how many instances were evaluated of how many.",
+        tags=(EVALUATION,),
     )
     checkpoint: CheckpointConfig = section(CheckpointConfig)
     deterministic: bool = opt(False, "torch.use_deterministic_algorithms(True).")
@@ -286,9 +305,6 @@ class TrainConfig:
         True,
         "Run the encoder on real tokens only (attention within each sequence); --no-unpad: the padded [B, T] batch.",
         flag="--unpad/--no-unpad",
-    )
-    dist_timeout: float = opt(
-        DEFAULT_TIMEOUT_S, "Seconds a rank waits for its peers (torchrun) before the run ends naming the silent rank."
     )
     objective: ObjectiveConfig = section(ObjectiveConfig)
     given: frozenset[str] | None = options.given_field()  # the flags the command line gave (a resume takes the rest)
@@ -306,7 +322,6 @@ class TrainConfig:
         check_ints(self, ("batch_size", "grad_accum", "max_steps", "eval_every"), 1)
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
-        check_dist_timeout(self.dist_timeout)
         check_ints(self, ("eval_batches",), 0)
 
     @classmethod

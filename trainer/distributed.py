@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from bertstream.cli.errors import UsageError
 from bertstream.trainer import progress
-from bertstream.trainer.config import DEFAULT_TIMEOUT_S
+from bertstream.trainer.config import DEFAULT_TIMEOUT_S, RunConfig
 from bertstream.trainer.errors import RunError, UserError
 from bertstream.trainer.peers import PEERS
 from bertstream.trainer.rank_signals import show_stacks_on_sigusr1, watch_sigterm
@@ -37,6 +37,7 @@ class DistInfo:
     local_rank: int
     world_size: int
     device: torch.device
+    timeout_s: float = DEFAULT_TIMEOUT_S  # how long a collective waits for the peers (--dist-timeout)
 
     @property
     def is_main(self) -> bool:
@@ -183,6 +184,12 @@ def launch_env() -> tuple[int, int, int]:
     return world, rank, local_rank
 
 
+def setup_run(run: RunConfig) -> DistInfo:
+    """:func:`setup` for a training run: the run section's device and peer timeout (read here only; both loops
+    pass the section)."""
+    return setup(run.device, run.dist_timeout)
+
+
 def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
     world, rank, local_rank = launch_env()
     use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
@@ -196,7 +203,7 @@ def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInf
         dev = torch.device("cuda", index)
     else:
         dev = torch.device("cpu")
-    info = DistInfo(rank=rank, local_rank=local_rank, world_size=world, device=dev)
+    info = DistInfo(rank=rank, local_rank=local_rank, world_size=world, device=dev, timeout_s=timeout_s)
     if world > 1 and not dist.is_initialized():
         watch_sigterm()
         show_stacks_on_sigusr1()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,7 +19,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from bertstream.schemas.redact import redact
 from bertstream.trainer import distributed as D
 from bertstream.trainer import progress
+from bertstream.trainer.config import RunConfig
 from bertstream.trainer.errors import RunError
+from bertstream.trainer.seeds import Seeds
 
 # Batch entries that stay on the host: row bookkeeping (pretraining instance ids, fine-tuning row index).
 HOST_KEYS = frozenset({"instance_ids", "index"})
@@ -81,6 +84,33 @@ def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler | 
     return torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
 
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """The run's arithmetic: ``--precision`` on the device it computes on, checked and resolved once by
+    :meth:`of`. The pretraining step, both evaluations and the FLOP count take this, not the flag: the autocast
+    they enter, the dtype it computes in, and fp16's loss scaler."""
+
+    device: torch.device
+    mode: str  # one of config.PRECISIONS: auto, fp32, bf16, fp16
+
+    @classmethod
+    def of(cls, run: RunConfig, device: torch.device) -> Precision:
+        """The run section's precision on ``device`` (read here only; both loops ask), refused in one line where
+        the device cannot compute in it (:func:`check_precision`)."""
+        check_precision(run.precision, device)
+        return cls(device, run.precision)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return compute_dtype(self.device, self.mode)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return autocast(self.device, self.mode)
+
+    def grad_scaler(self) -> torch.amp.GradScaler | None:
+        return grad_scaler(self.device, self.mode)
+
+
 def backward(loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> None:
     """``loss.backward()``, scaled under fp16 (``scaler``)."""
     (loss if scaler is None else scaler.scale(loss)).backward()
@@ -107,9 +137,9 @@ def no_sync(model: nn.Module, *, last: bool) -> contextlib.AbstractContextManage
     return contextlib.nullcontext()
 
 
-def seed_dropout(seed: int, info: D.DistInfo) -> None:
-    """A dropout stream per rank (the global torch generator), the same for every run with ``seed``."""
-    torch.manual_seed(seed * 1000 + info.rank)
+def seed_dropout(seeds: Seeds, info: D.DistInfo) -> None:
+    """A dropout stream per rank (the global torch generator), the same for every run with these ``seeds``."""
+    torch.manual_seed(seeds.dropout(info.rank))
 
 
 @contextlib.contextmanager

@@ -164,6 +164,18 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
         check_resume(changed, {"train": FLAT_TRAIN}, Path("ck"), 1)
 
 
+def test_dist_timeout_is_declared_once_for_both_commands_and_read_where_either_layout_saved_it():
+    # one field of the run section (both commands' --dist-timeout, listed in --help where it was); a config saved
+    # while each command declared its own kept it beside the sections
+    fine = {"task": "classification", "train_data": "t", "eval_data": "e", "init": "random:tiny", "output": "o"}
+    for cls, given in ((TrainConfig, {"paths": ("d",), "output": "o"}), (FinetuneConfig, fine)):
+        saved = cls.build(**given, dist_timeout=42.0).to_dict()
+        assert saved["run"]["dist_timeout"] == 42.0 and "dist_timeout" not in saved
+        earlier = {**saved, "run": {k: v for k, v in saved["run"].items() if k != "dist_timeout"}, "dist_timeout": 7.0}
+        assert cls.build(**options.saved_values(cls, earlier)).run.dist_timeout == 7.0
+    assert [leaf.name for leaf in options.leaves(TrainConfig)].count("dist_timeout") == 1
+
+
 def test_a_config_saved_with_the_earlier_data_section_reads_as_today():
     # config.json "train" as saved while the data section was its own class (sources, eval_data, data_format)
     saved = TrainConfig.build(paths=("a", "b"), output="OUT", batch_size=8, seed=3, masking="dynamic").to_dict()

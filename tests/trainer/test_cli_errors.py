@@ -480,7 +480,7 @@ def test_dist_timeout_is_a_second_to_a_week(value):
 
     with pytest.raises(UsageError, match=r"^dist_timeout: must be in \[1, 604800\] seconds"):
         TrainConfig.build(paths=("d",), output="o", dist_timeout=value)
-    assert TrainConfig.build(paths=("d",), output="o", dist_timeout=604800.0).dist_timeout == 604800.0
+    assert TrainConfig.build(paths=("d",), output="o", dist_timeout=604800.0).run.dist_timeout == 604800.0
 
 
 @pytest.mark.parametrize("value", ["inf", "nan"])

@@ -15,6 +15,7 @@ from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import DYNAMIC, FIXED, PER_NODE, opt
 from bertstream.schemas.masking import MaskingSettings, SettingError
+from bertstream.trainer.seeds import Seeds
 
 FORMATS = ("auto", "arrow", "webdataset")
 VERIFY_MODES = ("sha256", "size")
@@ -176,6 +177,11 @@ class DataConfig:
         one: dict[str, Any] = {"paths": (folder,), "weights": None, "format": fmt}
         in_order = {"shuffle": False, "num_workers": 0, "skip_corrupt": False, "masking": "static", **DYNAMIC_ONLY}
         return replace(self, **one, **in_order), note
+
+    @property
+    def seeds(self) -> Seeds:
+        """The loader's random streams (data order, masks, workers), derived from the run's ``--seed``."""
+        return Seeds(self.seed)
 
     @property
     def window(self) -> int:

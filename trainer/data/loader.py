@@ -234,7 +234,7 @@ class PretrainingLoader:
         )
         # An own generator: DataLoader otherwise draws its worker base seed from the global torch RNG, which
         # would shift the training loop's dropout stream whenever a stream (or a resumed run) starts.
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + here[0])
+        gen = torch.Generator().manual_seed(cfg.seeds.workers(here[0]))
         loader = DataLoader(
             dataset,
             batch_size=None,
@@ -271,7 +271,7 @@ class PretrainingLoader:
             "global_batch_size": self.global_batch_size,
             "world_size": self.world_size,  # how it was taken (messages only)
             "batch_size": cfg.batch_size,
-            "seed": cfg.seed,
+            "seed": cfg.seeds.order,
             "steps_per_epoch": self._steps,
             "order": self._order_key(),
             "lanes": self._lanes,
@@ -295,7 +295,7 @@ class PretrainingLoader:
                 f"{state.get('batch_size')} = {theirs}, this loader has {self.world_size} x {cfg.batch_size} = "
                 f"{self.global_batch_size}: resuming would repeat or skip samples"
             )
-        mine = {"order": self._order_key(), "seed": cfg.seed, "steps_per_epoch": self._steps}
+        mine = {"order": self._order_key(), "seed": cfg.seeds.order, "steps_per_epoch": self._steps}
         for key, value in mine.items():
             if state.get(key) != value:
                 raise ValueError(
@@ -348,7 +348,7 @@ class PretrainingLoader:
         weighted = self._quotas is not None
         return Layout(
             [s.count for s in self.catalog.shards],
-            seed=cfg.seed,
+            seed=cfg.seeds.order,
             shuffle=cfg.shuffle,
             window=cfg.window,
             batch_size=cfg.batch_size,

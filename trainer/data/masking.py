@@ -93,4 +93,4 @@ def dynamic_masker(config: DataConfig, catalog: Catalog, vocab: Vocab | None = N
     if vocab is None:
         root, manifest = config.paths[0], catalog.manifests[0]
         vocab = load_vocab(manifest, lambda name: read_text(root, name), root.rstrip("/") + "/" + manifest.vocab_file)
-    return Masker.for_vocab(vocab, config.masking_settings, seed=config.seed)
+    return Masker.for_vocab(vocab, config.masking_settings, seed=config.seeds.masks)

@@ -10,14 +10,7 @@ from bertstream.cli import options
 from bertstream.cli.errors import check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import FIXED, opt, section
-from bertstream.trainer.config import (
-    DEFAULT_TIMEOUT_S,
-    OptimConfig,
-    RunConfig,
-    check_dist_timeout,
-    check_finite,
-    check_ints,
-)
+from bertstream.trainer.config import OptimConfig, RunConfig, check_finite, check_ints
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
 
@@ -58,6 +51,7 @@ class FinetuneConfig:
         RunConfig,
         log_every=50,
         help={"output": "Run folder: results.json, predictions, metrics.jsonl, checkpoints/."},
+        after={"dist_timeout": "n_best"},
     )
     resume: str = opt(
         "none",
@@ -102,10 +96,6 @@ class FinetuneConfig:
     )
     max_answer_length: int = opt(30, "SQuAD: longest answer span in tokens.")
     n_best: int = opt(20, "SQuAD: start/end candidates per window.")
-    # A lone rank of a launch waited the default 300 s in silence, its error naming a flag fine-tuning lacked.
-    dist_timeout: float = opt(
-        DEFAULT_TIMEOUT_S, "Seconds a rank waits for its peers (torchrun) before the run ends naming the silent rank."
-    )
 
     def __post_init__(self) -> None:
         check(self.task in TASKS, "task", f"must be one of {TASKS}, got {self.task!r}")
@@ -120,7 +110,6 @@ class FinetuneConfig:
         )
         check_ints(self, ("epochs", "batch_size", "grad_accum", "max_answer_length", "n_best"), 1)
         check_ints(self, ("eval_batch_size", "max_steps", "num_workers", "eval_every", "patience"), 0)
-        check_dist_timeout(self.dist_timeout)
         check_processes("num_workers", self.num_workers, per_rank=True)
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")

@@ -21,7 +21,7 @@ from bertstream.trainer import runtime as R
 from bertstream.trainer.checkpoint_writer import CheckpointWriter
 from bertstream.trainer.data.workers import quiet_worker_init
 from bertstream.trainer.finetune.config import FinetuneConfig
-from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataset, collate
+from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataError, TaskDataset, collate
 from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR
 from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.metrics import MetricsLogger
@@ -41,16 +41,16 @@ def task_loader(data: TaskData, task: Task, batches: EpochBatches, num_workers: 
 
 @torch.no_grad()
 def predict(
-    model: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
+    model: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, info: D.DistInfo, amp: R.Precision
 ) -> tuple[list[Any], float | None]:
     """Every eval row's outputs (gathered from all ranks, indexed by row; see ``Task.row_outputs``) and the eval
-    loss (batch losses weighted by rows; None when the data has no targets)."""
+    loss (batch losses weighted by rows; None when the data has no targets), under the run's precision ``amp``."""
     mine: list[tuple[int, Any]] = []
     loss_sum, loss_rows = 0.0, 0
     with R.evaluating(model):
         for batch in task_loader(data, task, batches, 0, info):
             index = batch["index"].tolist()
-            with R.autocast(info.device, cfg.run.precision):
+            with amp.autocast():
                 out = model(R.to_device(batch, info.device))
             if "loss" in out:
                 loss_sum, loss_rows = loss_sum + float(out["loss"]) * len(index), loss_rows + len(index)
@@ -67,10 +67,16 @@ def predict(
 
 
 def evaluate(
-    raw: torch.nn.Module, task: Task, data: TaskData, batches: EpochBatches, cfg: FinetuneConfig, info: D.DistInfo
+    raw: torch.nn.Module,
+    task: Task,
+    data: TaskData,
+    batches: EpochBatches,
+    cfg: FinetuneConfig,
+    info: D.DistInfo,
+    amp: R.Precision,
 ) -> tuple[dict[str, Any], str, tuple[str, int] | None]:
     """(metrics with the eval loss, predictions file text, ``Task.one_class``) of the model now."""
-    outputs, eval_loss = predict(raw, task, data, batches, cfg, info)
+    outputs, eval_loss = predict(raw, task, data, batches, info, amp)
     scores, predictions = task.score(data, outputs, n_best=cfg.n_best, max_answer_length=cfg.max_answer_length)
     if eval_loss is not None:
         scores["loss"] = eval_loss
@@ -119,6 +125,41 @@ def since_best(results: dict[str, Any]) -> int:
     return sum(1 for row in evaluations(results) if row["step"] > best["step"])
 
 
+@dataclass(frozen=True, slots=True)
+class EarlyStopping:
+    """``--patience``: stop after this many evaluations in a row without a better primary dev metric (0: train
+    to the end). Read from the flags here only: :meth:`of` makes it (and refuses what it cannot watch), the
+    :class:`Judge` applies it, results.json records it (:meth:`record`) and the run's last line says it
+    (:func:`stopped_early`)."""
+
+    patience: int
+
+    @classmethod
+    def of(cls, cfg: FinetuneConfig, evaluation: TaskData, role: str) -> EarlyStopping:
+        """The run's, refused when ``evaluation`` has no labels: there is no dev metric to stop on. ``role``
+        names the eval data's flag, as ``load_task_data``'s does."""
+        if cfg.patience and not evaluation.labeled:
+            raise TaskDataError(
+                f"--patience {cfg.patience} stops on the dev metric, but {role} {evaluation.root} has no "
+                f"labels: give labeled {role}, or leave --patience out"
+            )
+        return cls(cfg.patience)
+
+    def record(self) -> dict[str, Any]:
+        """results.json's ``early_stopping`` before the first evaluation."""
+        return {"patience": self.patience, "stopped": False}
+
+    def stops(self, waited: int) -> bool:
+        """Whether ``waited`` evaluations after the best one end the run."""
+        return bool(self.patience) and waited >= self.patience
+
+
+def stopped_early(results: dict[str, Any]) -> str:
+    """The clause the command's last line starts with when the run stopped early (empty when it did not)."""
+    stop = results.get("early_stopping", {})
+    return f"stopped early at step {stop['step']} (--patience {stop['patience']}); " if stop.get("stopped") else ""
+
+
 @dataclass(slots=True)
 class Judge:
     """One evaluation: scored, logged, recorded in results.json, the best kept; then whether to stop early
@@ -134,13 +175,17 @@ class Judge:
     metric: str
     cfg: FinetuneConfig
     info: D.DistInfo
+    amp: R.Precision  # the run's autocast
+    stopping: EarlyStopping
     stopped: bool = field(default=False)
 
     def __call__(self, epoch: int, step: int, train_loss: float | None = None) -> bool:
         """Evaluate the model at ``step`` (``train_loss``: the epoch's, at its end; None inside it); returns True
         when the run stops here (early stopping)."""
         cfg, info, results = self.cfg, self.info, self.results
-        scores, predictions, one_class = evaluate(self.training.raw, self.task, self.data, self.batches, cfg, info)
+        scores, predictions, one_class = evaluate(
+            self.training.raw, self.task, self.data, self.batches, cfg, info, self.amp
+        )
         numbers = {k: v for k, v in scores.items() if isinstance(v, (int, float))}
         where = {"step": step, "epoch": epoch} | ({"train_loss": train_loss} if train_loss is not None else {})
         self.metrics.log({"step": step, "split": "eval", "epoch": epoch, **where, **numbers})
@@ -168,12 +213,12 @@ class Judge:
                 self.training, (self.task.predictions_file, predictions), epoch=epoch, metric=self.metric, value=value
             )
         waited = since_best(results)
-        if cfg.patience and waited >= cfg.patience:
+        if self.stopping.stops(waited):
             best = results["best"]
             results["early_stopping"] |= {"stopped": True, "step": step, "epoch": epoch}
             R.log(
                 f"early stop at step {step} (epoch {epoch}): {self.metric} not above {best['value']:.4f} (step "
-                f"{best['step']}) in {waited} evaluations (--patience {cfg.patience}); the best is kept",
+                f"{best['step']}) in {waited} evaluations (--patience {self.stopping.patience}); the best is kept",
                 info,
             )
             self.stopped = True

@@ -15,6 +15,7 @@ from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
 from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataError, load_task_data
+from bertstream.trainer.finetune.evaluation import EarlyStopping
 from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
 from bertstream.trainer.finetune.tasks import HF_HEADS, Task
 from bertstream.trainer.model_config import BertConfig, with_dropout
@@ -28,13 +29,16 @@ def input_paths(cfg: FinetuneConfig) -> list[tuple[str, str | None]]:
     return [("--train-data", cfg.train_data), ("--eval-data", cfg.eval_data), ("--init", cfg.init)]
 
 
-def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[TaskData, TaskData, Init, BertConfig]:
+def load_inputs(
+    cfg: FinetuneConfig, task: Task, info: D.DistInfo
+) -> tuple[TaskData, TaskData, Init, BertConfig, EarlyStopping]:
     """Both splits, the initial weights and the model configuration, checked against each other (and an
-    evaluation split that is the training split said)."""
+    evaluation split that is the training split said), and the early stopping the eval data allows."""
     train = load_task_data(cfg.train_data, task, role="--train-data")
-    evaluation = load_task_data(cfg.eval_data, task, role="--eval-data")
+    eval_role = "--eval-data"  # what the errors about the eval data call it
+    evaluation = load_task_data(cfg.eval_data, task, role=eval_role)
     check_pair(train, evaluation)
-    init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seed, heads=HF_HEADS)
+    init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seeds.init, heads=HF_HEADS)
     check_vocab(init, train.manifest.vocab_sha256, train.root)
     config = with_dropout(init.config, cfg.dropout)
     longest = max(task.max_length(train), task.max_length(evaluation))
@@ -45,11 +49,7 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
         )
     task.check(train)
     cfg.display_names(train.labels)  # --label-names names labels of this data, before the folder is touched
-    if cfg.patience and not evaluation.labeled:
-        raise TaskDataError(
-            f"--patience {cfg.patience} stops on the dev metric, but --eval-data {evaluation.root} has no labels: "
-            "give labeled --eval-data, or leave --patience out"
-        )
+    stopping = EarlyStopping.of(cfg, evaluation, eval_role)
     for line in init.notes:
         R.log(f"init: {line}", info)
     if dataset_key(cfg.train_data) == dataset_key(cfg.eval_data):
@@ -57,14 +57,14 @@ def load_inputs(cfg: FinetuneConfig, task: Task, info: D.DistInfo) -> tuple[Task
             f"warning: --eval-data {cfg.eval_data} is also --train-data: the best epoch is chosen on training rows",
             info,
         )
-    return train, evaluation, init, config
+    return train, evaluation, init, config, stopping
 
 
 def training_batches(cfg: FinetuneConfig, train: TaskData, info: D.DistInfo) -> EpochBatches:
     """This rank's batches of each epoch of the training split (shuffled per epoch); refused when one optimizer
     step would take more batches than an epoch holds, as pretraining's ``data_loader`` refuses it."""
     batches = EpochBatches(
-        len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seed, world_size=info.world_size, rank=info.rank
+        len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seeds.order, world_size=info.world_size, rank=info.rank
     )
     if cfg.grad_accum > len(batches):  # a step was the epoch, said as more
         raise RunError(
@@ -102,7 +102,7 @@ def build_model(
     info: D.DistInfo,
 ) -> torch.nn.Module:
     """The task's model with the initial encoder weights (and head, if trained for this task), or the resumed run's."""
-    raw = task.build_model(config, len(train.labels), seed=cfg.run.seed, pooling=cfg.pooling)
+    raw = task.build_model(config, len(train.labels), seed=cfg.run.seeds.init, pooling=cfg.pooling)
     if init.state is not None:
         load_encoder_state(raw, init.state, f"--init {init.source}")
         note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling), pooled=task.hf.pooled)

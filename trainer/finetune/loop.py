@@ -42,9 +42,9 @@ from bertstream.trainer.finetune.data import (
     EpochBatches,
     TaskData,
 )
-from bertstream.trainer.finetune.evaluation import Judge, Saver, task_loader
+from bertstream.trainer.finetune.evaluation import EarlyStopping, Judge, Saver, task_loader
 from bertstream.trainer.finetune.health import finetune_warning
-from bertstream.trainer.finetune.inputs import build_model, load_inputs, training_batches
+from bertstream.trainer.finetune.inputs import build_model, input_paths, load_inputs, training_batches
 from bertstream.trainer.finetune.resume import (
     CONFIG_FILE,
     RESULTS_FILE,
@@ -57,7 +57,7 @@ from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.metrics import MetricsLogger, tracked
 from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig
-from bertstream.trainer.optim.schedule import build_scheduler
+from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.progress import Progress
 from bertstream.trainer.snapshot import Background
@@ -94,6 +94,7 @@ class Epochs:
     total_steps: int
     cfg: FinetuneConfig
     info: D.DistInfo
+    amp: R.Precision  # the run's autocast
     writer: CheckpointWriter | None = None  # its background write is looked at each step
 
     def train(self, epoch: int, judge: Judge) -> float | None:
@@ -114,7 +115,7 @@ class Epochs:
             for i, batch in enumerate(micro):
                 share = len(batch["index"]) / rows
                 with R.no_sync(t.model, last=i == len(micro) - 1):
-                    with R.autocast(info.device, cfg.run.precision):
+                    with self.amp.autocast():
                         out = t.model(R.to_device(batch, info.device))
                     t.backward(out["loss"] * share)
                 step_loss += out["loss"].detach().double() * share
@@ -154,9 +155,16 @@ class Epochs:
 
 
 def new_results(
-    cfg: FinetuneConfig, task: Task, train: TaskData, evaluation: TaskData, init: Init, config: BertConfig, **plan: int
+    cfg: FinetuneConfig,
+    task: Task,
+    data: tuple[TaskData, TaskData],
+    init: Init,
+    config: BertConfig,
+    stopping: EarlyStopping,
+    **plan: int,
 ) -> dict[str, Any]:
     """results.json before the first epoch: the task, configuration, model, initial weights and data."""
+    train, evaluation = data
     return {
         "task": {
             "kind": task.kind,
@@ -185,12 +193,12 @@ def new_results(
         "epochs": [],
         "evaluations": [],  # those inside epochs (--eval-every)
         "best": None,
-        "early_stopping": {"patience": cfg.patience, "stopped": False},
+        "early_stopping": stopping.record(),
     }
 
 
 def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
-    info = D.setup(cfg.run.device, cfg.dist_timeout)
+    info = D.setup_run(cfg.run)
     with rundir.held(cfg.run, "berttrain finetune", info) as run_dir, background_writes() as writes:
         results = _finetune(cfg, run_dir, info, overwrite, background_if_asked(cfg.run, writes))
     D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
@@ -203,13 +211,13 @@ def _finetune(
     # --- set up: every input is checked before the output folder is touched ----------------------------
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
-        R.check_precision(cfg.run.precision, info.device)
+        amp = R.Precision.of(cfg.run, info.device)
         task = cfg.task_kind
-        start, existing = plan_output(run_dir, cfg, overwrite)
+        start, existing = plan_output(run_dir, cfg, overwrite, input_paths(cfg))
         restored = start.restored
         if restored is not None:
             check_resume(cfg, restored)
-        train, evaluation, init, config = load_inputs(cfg, task, info)
+        train, evaluation, init, config, stopping = load_inputs(cfg, task, info)
     ranks = {"world_size": info.world_size, "rank": info.rank}
     train_batches = training_batches(cfg, train, info)
     prepare_output(run_dir, existing, info)
@@ -225,12 +233,11 @@ def _finetune(
     optimizer = build_optimizer(
         raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, layer_decay=o.layer_decay, own=o.optimizer_settings
     )
-    scheduler = build_scheduler(optimizer, int(o.warmup_ratio * total_steps), total_steps, o.lr_schedule)
-    training = Training(model, raw, optimizer, scheduler, o.max_grad_norm)
-    training.scaler = R.grad_scaler(info.device, cfg.run.precision)
-    R.seed_dropout(cfg.run.seed, info)
+    training = Training(model, raw, optimizer, Schedule.finetuning(o, total_steps).build(optimizer), o.max_grad_norm)
+    training.scaler = amp.grad_scaler()
+    R.seed_dropout(cfg.run.seeds, info)
     plan = {"world_size": info.world_size, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps}
-    results = new_results(cfg, task, train, evaluation, init, config, **plan)
+    results = new_results(cfg, task, (train, evaluation), init, config, stopping, **plan)
     run_config = {"model": config.to_dict(), "finetune": redact_values(cfg.to_dict()), "task": results["task"]}
     run_config |= {"vocab_sha256": init.vocab.sha256, "world_size": info.world_size}
     run_config["lowercase"] = train.manifest.lowercase  # the data's casing: export-hf's tokenizer.json follows it
@@ -253,8 +260,8 @@ def _finetune(
     # --- train ----------------------------------------------------------------------------------------
     model.train()
     bar = Progress(total_steps, training.step, enabled=info.is_main, desc="finetune")
-    run = Epochs(training, loader, metrics, bar, total_steps, cfg, info, saver.writer)
-    judge = Judge(task, evaluation, eval_batches, training, saver, metrics, results, metric, cfg, info)
+    run = Epochs(training, loader, metrics, bar, total_steps, cfg, info, amp, saver.writer)
+    judge = Judge(task, evaluation, eval_batches, training, saver, metrics, results, metric, cfg, info, amp, stopping)
     for epoch in range(first_epoch, epochs + 1):
         if results["early_stopping"].get("stopped"):  # a resume of a run that stopped early: nothing is left
             break

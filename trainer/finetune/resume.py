@@ -20,7 +20,6 @@ from bertstream.trainer.checkpoint_writer import restore_rng
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
 from bertstream.trainer.finetune.data import EpochBatches
-from bertstream.trainer.finetune.inputs import input_paths
 from bertstream.trainer.finetune.tasks import TASKS
 from bertstream.trainer.metrics import METRICS_FILE
 from bertstream.trainer.training import Training
@@ -42,7 +41,9 @@ _OUTPUTS = (
 FIXED = options.tagged(FinetuneConfig, options.FIXED)
 
 
-def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[rundir.Start, list[str]]:
+def plan_output(
+    run_dir: Path, cfg: FinetuneConfig, overwrite: bool, inputs: list[tuple[str, str | None]]
+) -> tuple[rundir.Start, list[str]]:
     """(how the run starts: ``start.restored`` is the state to continue, with ``--resume auto`` and a resumable
     run in ``run_dir``, else None; the earlier run's outputs that ``overwrite`` will remove). Read-only: an
     earlier run is refused unless ``overwrite``, and nothing is removed before every input has been checked
@@ -65,7 +66,7 @@ def plan_output(run_dir: Path, cfg: FinetuneConfig, overwrite: bool) -> tuple[ru
         why = "no epoch to resume from (--resume auto)" if cfg.resume == "auto" else f"--resume {cfg.resume}"
         rundir.refuse_existing(run_dir, existing, why)
     start = rundir.Start(run_dir, restored, overwrite=overwrite)
-    rundir.check_overlap(start, input_paths(cfg))
+    rundir.check_overlap(start, inputs)  # (flag, path) of what the run reads: finetune.inputs.input_paths
     return start, existing
 
 

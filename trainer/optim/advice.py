@@ -10,6 +10,11 @@ below is that evidence by hidden size; the warnings name its rate, and the READM
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (torch is not imported with the flags' help, which reads LR_HELP)
+    from bertstream.trainer.optim.schedule import Schedule
+
 # (largest hidden size, pretraining --lr, fine-tuning --lr), narrowest first; the last row takes every wider model
 LR_BY_HIDDEN: tuple[tuple[int, float, float], ...] = (
     (256, 1e-3, 3e-4),  # tiny (H128), mini (H256)
@@ -61,16 +66,16 @@ PRETRAIN_MOVED = 0.97  # the last logged loss above 97% of the first: barely mov
 
 
 def pretrain_warning(
-    first: tuple[int, float], last: tuple[int, float], lr: float, hidden_size: int, warmup_steps: int
+    first: tuple[int, float], last: tuple[int, float], lr: float, hidden_size: int, schedule: Schedule
 ) -> str | None:
     """One ``warning:`` line when the training loss barely moved between the first and the last logged
     (step, loss) of a run from fresh weights (the caller's choice), over at least ``PRETRAIN_MIN_STEPS`` steps;
-    None otherwise."""
+    None otherwise. ``schedule``: the run's, which says whether its warm-up had ended."""
     steps = last[0] - first[0]
     if steps < PRETRAIN_MIN_STEPS or not last[1] > PRETRAIN_MOVED * first[1]:
         return None
-    warm = f", with --warmup-steps {warmup_steps} the rate never got to --lr" if warmup_steps >= last[0] else ""
     return (
-        f"warning: the training loss barely moved in {steps} steps ({first[1]:.4f} -> {last[1]:.4f}){warm}: "
+        f"warning: the training loss barely moved in {steps} steps ({first[1]:.4f} -> {last[1]:.4f})"
+        f"{schedule.never_peaked(last[0])}: "
         f"{lr_hint(lr, hidden_size, 'pretrain')}"
     )

@@ -1,10 +1,13 @@
 """The learning-rate schedule of both commands: linear warm-up to the peak rate, then a decay to zero at
 ``total_steps``: linear, half a cosine (Hugging Face's ``cosine``), or warm-up-stable-decay (held at the peak
-until the last 20% of the run, then linear)."""
+until the last 20% of the run, then linear). :class:`Schedule` is a run's, made once from its optimizer section:
+the loops, the resume and the end-of-run warning ask it, not the flags."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -62,3 +65,34 @@ def warmup_note(warmup: int, total: int) -> str | None:
 
 def build_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int, schedule: str = "linear") -> LambdaLR:
     return LambdaLR(optimizer, WarmupLinearDecay(warmup, total, schedule))
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A run's learning-rate schedule: ``warmup`` steps up to the peak rate, the decay of ``shape`` (``--lr-schedule``)
+    to 0 at step ``total``. Made once from the optimizer section (the warm-up settings are read here only)."""
+
+    warmup: int
+    total: int
+    shape: str = "linear"
+
+    @classmethod
+    def pretraining(cls, optim: Any, max_steps: int) -> Schedule:
+        """``--warmup-steps``, then the decay to ``--max-steps``."""
+        return cls(optim.warmup_steps, max_steps, optim.lr_schedule)
+
+    @classmethod
+    def finetuning(cls, optim: Any, total_steps: int) -> Schedule:
+        """``--warmup-ratio`` of the run's ``total_steps`` (``--max-steps``, or its epochs' steps)."""
+        return cls(int(optim.warmup_ratio * total_steps), total_steps, optim.lr_schedule)
+
+    def build(self, optimizer: torch.optim.Optimizer) -> LambdaLR:
+        return build_scheduler(optimizer, self.warmup, self.total, self.shape)
+
+    def note(self) -> str | None:
+        """:func:`warmup_note`: one line when the warm-up does not end before the run does."""
+        return warmup_note(self.warmup, self.total)
+
+    def never_peaked(self, step: int) -> str:
+        """A clause for a warning at ``step``: the rate was still warming up there (empty when it was not)."""
+        return f", with --warmup-steps {self.warmup} the rate never got to --lr" if self.warmup >= step else ""

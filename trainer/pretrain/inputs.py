@@ -86,7 +86,7 @@ def model_config(cfg: TrainConfig, vocab: Vocab, start: Start | None) -> tuple[B
             )
         return with_dropout(BertConfig.from_dict(restored.config["model"]), cfg.model.dropout), None
     if cfg.model.init_from:
-        init = resolve_init(cfg.model.init_from, None, seed=cfg.run.seed, flag="--init-from")
+        init = resolve_init(cfg.model.init_from, None, seed=cfg.run.seeds.init, flag="--init-from")
         now, given = options.flat(cfg), options.given(cfg)
         for name in options.tagged(TrainConfig, options.ARCH):  # the architecture is the model's own
             if name in given and now[name] != getattr(init.config, name, None):

@@ -26,9 +26,9 @@ from bertstream.trainer.metrics import MetricsLogger, Throughput, tracked
 from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.optim.advice import pretrain_warning
-from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
+from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.optim.table import build_optimizer
-from bertstream.trainer.pretrain.evaluation import eval_extent
+from bertstream.trainer.pretrain.evaluation import Coverage
 from bertstream.trainer.pretrain.inputs import data_loader, eval_data_loader, input_notes, open_data
 from bertstream.trainer.pretrain.restore import (
     build_model,
@@ -51,27 +51,36 @@ def forever(loader: PretrainingLoader) -> Iterator[dict[str, torch.Tensor]]:
 
 
 @torch.no_grad()
-def warm_evaluation(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> None:
+def warm_evaluation(
+    model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo, amp: R.Precision
+) -> None:
     """Compile the evaluation graph (eval mode: no dropout) before step 1: one eval batch forward, its result
     dropped. Compiled at the first evaluation instead, it stalled the run mid-way for as long as compiling took."""
     loader.set_epoch(0)
-    with R.evaluating(model), R.autocast(info.device, cfg.run.precision):
+    with R.evaluating(model), amp.autocast():
         batch = next(iter(loader))
-        model(R.to_device(batch, info.device), nsp=not cfg.objective.no_nsp)
+        model(R.to_device(batch, info.device), nsp=cfg.objective.nsp)
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> dict[str, Any]:
+def evaluate(
+    model: torch.nn.Module,
+    loader: PretrainingLoader,
+    cfg: TrainConfig,
+    info: D.DistInfo,
+    amp: R.Precision,
+    coverage: Coverage,
+) -> dict[str, Any]:
     """MLM and NSP loss, accuracy and MLM perplexity over the eval set (fixed order): all of it, or its first
-    ``--eval-batches`` batches; ``instances`` of ``eval_instances`` say how much of it was read."""
+    ``--eval-batches`` batches (``coverage``); ``instances`` of ``eval_instances`` say how much of it was read."""
     loader.set_epoch(0)  # the same batches every time
     run = Running.zero(info.device)
-    batches = loader.steps_per_epoch if not cfg.eval_batches else min(cfg.eval_batches, loader.steps_per_epoch)
+    batches = coverage.batches_of(loader.steps_per_epoch)
     with R.evaluating(model):
         for _, batch in zip(range(batches), loader):
             raise_if_swallowed()
-            with R.autocast(info.device, cfg.run.precision):
-                run.add(model(R.to_device(batch, info.device), nsp=not cfg.objective.no_nsp))
+            with amp.autocast():
+                run.add(model(R.to_device(batch, info.device), nsp=cfg.objective.nsp))
     # every rank reads as many batches, each a slice of one global batch
     return {**run.summary(info), "instances": batches * loader.global_batch_size, "eval_instances": loader.num_samples}
 
@@ -141,7 +150,7 @@ def figures(record: dict[str, Any]) -> str:
 
 
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
-    info = D.setup(cfg.run.device, cfg.dist_timeout)
+    info = D.setup_run(cfg.run)
     try:
         with rundir.held(cfg.run, "berttrain pretrain", info) as run_dir, background_writes() as writes:
             D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, rundir.SHARED)
@@ -149,7 +158,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
         D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
         return result
     except Exception as e:
-        lost = peers.peer_lost(e, cfg.dist_timeout)
+        lost = peers.peer_lost(e, info.timeout_s)
         if lost is None:
             raise
         raise lost from None
@@ -159,8 +168,8 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
     # --- set up: every input is checked here, before the run folder is touched and before step 1 ------
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
-        R.check_precision(cfg.run.precision, info.device)
-        for note in [*input_notes(cfg), warmup_note(cfg.optim.warmup_steps, cfg.max_steps)]:
+        amp = R.Precision.of(cfg.run, info.device)
+        for note in [*input_notes(cfg), Schedule.pretraining(cfg.optim, cfg.max_steps).note()]:
             if note:
                 R.log(note, info)
         start = plan_run_dir(cfg, run_dir)
@@ -179,12 +188,12 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
     model, raw = build_model(cfg, config, weights, start.restored, info)
     o = cfg.optim
     optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, own=o.optimizer_settings)
-    scheduler = build_scheduler(optimizer, o.warmup_steps, cfg.max_steps, o.lr_schedule)
-    training = Training(model, raw, optimizer, scheduler, o.max_grad_norm)
-    training.scaler = R.grad_scaler(info.device, cfg.run.precision)
-    R.seed_dropout(cfg.run.seed, info)
+    schedule = Schedule.pretraining(o, cfg.max_steps)  # the run's (a resume's settings taken by ``continued``)
+    training = Training(model, raw, optimizer, schedule.build(optimizer), o.max_grad_norm)
+    training.scaler = amp.grad_scaler()
+    R.seed_dropout(cfg.run.seeds, info)
     if start.continued is not None:
-        restore_position(cfg, start.continued, training, loader, info)
+        restore_position(cfg, start.continued, training, schedule, loader, info)
     elif start.restored is not None:
         R.log(f"weights from {start.restored.path}; optimizer, schedule and data position start afresh", info)
     metrics = MetricsLogger(run_dir, enabled=info.is_main, trackers=cfg.run.trackers, params=tracked(cfg))
@@ -196,9 +205,10 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
         R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
 
     if eval_loader is not None and cfg.compiles(info.device.type):
-        warm_evaluation(model, eval_loader, cfg, info)
+        warm_evaluation(model, eval_loader, cfg, info, amp)
 
     # --- train --------------------------------------------------------------------------------------
+    coverage = Coverage.of(cfg)
     model.train()
     batches = forever(loader)
     run = Running.zero(info.device)
@@ -211,7 +221,7 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
     while training.step < last_step:
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         counts = step_counts(micro, info)
-        flops = train_step(model, micro, counts, run, config, cfg, info, training.scaler)
+        flops = train_step(model, micro, counts, run, raw, cfg, info, amp, training.scaler)
         grad_norm = training.optimizer_step()
         step = training.step
         peers.at_step(step)
@@ -251,9 +261,9 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
         # --- evaluate -------------------------------------------------------------------------------
         if eval_loader is not None and (step % cfg.eval_every == 0 or step == last_step):
             training.check()
-            record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info)}
+            record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info, amp, coverage)}
             metrics.log(record)
-            R.log(f"eval at step {step}: {figures(record)} {eval_extent(record, cfg.eval_batches)}", info)
+            R.log(f"eval at step {step}: {figures(record)} {coverage.extent(record)}", info)
             last_eval = record
             meter.read()  # evaluation time is not training throughput
 
@@ -271,7 +281,7 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
         eval_loader.close()
     # judged from fresh weights only: a resumed, second-phase or --init-from run may rightly move its loss little
     fresh = losses and start.restored is None and weights is None
-    warning = pretrain_warning(losses[0], losses[-1], o.lr, config.hidden_size, o.warmup_steps) if fresh else None
+    warning = pretrain_warning(losses[0], losses[-1], o.lr, config.hidden_size, schedule) if fresh else None
     if warning:
         R.log(warning, info)
     metrics.close()

@@ -20,6 +20,7 @@ from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig
+from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.pretrain.inputs import OpenedData, Weights, check_seq_length, input_paths, model_config
 from bertstream.trainer.pretrain.resume import extend_schedule, group_rates, same_data
 from bertstream.trainer.training import Training, load_state
@@ -54,7 +55,7 @@ def build_model(
     info: D.DistInfo,
 ) -> tuple[torch.nn.Module, BertForPreTraining]:
     """(the model to call: compiled and/or DDP, the plain module) with the starting weights, on the device."""
-    raw = BertForPreTraining(config, seed=cfg.run.seed, unpad=cfg.unpad)
+    raw = BertForPreTraining(config, seed=cfg.run.seeds.init, unpad=cfg.unpad)
     if weights is not None:
         load_state(raw, weights.state, "weights", weights.source, strict=True)
         for line in weights.notes:
@@ -73,20 +74,24 @@ def build_model(
         import torch.fx.experimental._config as fx_config
 
         fx_config.use_duck_shape = False
-    return R.wrap(
-        compiled, info, find_unused_parameters=cfg.objective.no_nsp
-    ), raw  # --no-nsp: the NSP head gets no grads
+    return R.wrap(compiled, info, find_unused_parameters=not cfg.objective.nsp), raw  # the NSP head's: no grads
 
 
 def restore_position(
-    cfg: TrainConfig, restored: ckpt.Loaded, training: Training, loader: PretrainingLoader, info: D.DistInfo
+    cfg: TrainConfig,
+    restored: ckpt.Loaded,
+    training: Training,
+    schedule: Schedule,
+    loader: PretrainingLoader,
+    info: D.DistInfo,
 ) -> None:
-    """Continue the checkpoint's run: optimizer, schedule, step, data position and RNG."""
+    """Continue the checkpoint's run: optimizer, schedule (re-planned to end at ``schedule.total``, the run's
+    ``--max-steps``), step, data position and RNG."""
     training.restore(restored)
-    old_end = extend_schedule(training.scheduler, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.lr_schedule)
+    old_end = extend_schedule(training.scheduler, schedule.warmup, schedule.total, schedule.shape)
     if old_end is not None:
         R.log(
-            f"--max-steps {cfg.max_steps}: the {cfg.optim.lr_schedule} decay now ends at step {cfg.max_steps} "
+            f"--max-steps {schedule.total}: the {schedule.shape} decay now ends at step {schedule.total} "
             f"(was {old_end}); learning rates at step {restored.step}, {group_rates(training.optimizer)}",
             info,
         )
@@ -102,7 +107,7 @@ def restore_position(
         R.log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
     saved_world = restored.config.get("world_size", info.world_size)
     if saved_world != info.world_size:  # elastic resume: per-rank streams cannot be mapped onto other ranks
-        torch.manual_seed((cfg.run.seed * 1000 + info.rank) * 1_000_003 + restored.step)
+        torch.manual_seed(cfg.run.seeds.dropout_after(info.rank, restored.step))
         R.log(
             f"{saved_world} processes saved {restored.path.name}, {info.world_size} resume it: the same "
             "global batches continue; dropout streams restart (the same losses need --dropout 0)",

@@ -22,7 +22,8 @@ from bertstream.trainer import runtime as R
 from bertstream.trainer import unpad
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data.collate import Batch, Counts
-from bertstream.trainer.model_config import BertConfig, batch_flops
+from bertstream.trainer.model import BertForPreTraining
+from bertstream.trainer.model_config import batch_flops
 from bertstream.trainer.pretrain.evaluation import perplexity
 
 # tokens, slots: real tokens and positions the encoder computed (padding included), summed like the losses
@@ -110,27 +111,30 @@ def train_step(
     micro: list[dict[str, torch.Tensor]],
     counts: StepCounts,
     run: Running,
-    config: BertConfig,
+    raw: BertForPreTraining,
     cfg: TrainConfig,
     info: D.DistInfo,
+    amp: R.Precision,
     scaler: torch.amp.GradScaler | None = None,
 ) -> tuple[float, float]:
     """Forward and backward over the step's micro-batches, their sums added to ``run``; returns model FLOPs,
-    (useful, computed) (see ``model_config.batch_flops``).
+    (useful, computed) (see ``model_config.batch_flops``). ``raw``: the plain model as built (its
+    configuration, and whether it unpads: the step follows the model, never a flag of its own); ``amp``: the
+    run's precision (its autocast; fp16's ``scaler``).
 
     The step's loss is every micro-batch's loss sums over the step's global counts: normalised once, exactly.
     DDP averages gradients over ranks, hence ``* world_size``. Nothing is read back to the host."""
     flops = [0.0, 0.0]
     for i, batch in enumerate(micro):
-        for k, f in enumerate(step_flops(batch, config, cfg, info.device)):
+        for k, f in enumerate(step_flops(batch, raw, cfg, amp)):
             flops[k] += f
         lengths = batch_counts(batch).lengths
         batch = R.to_device(batch, info.device)
-        if cfg.unpad:  # the per-sequence attention's split, from the host's counts (no tensor read)
+        if raw.unpad:  # the per-sequence attention's split, from the host's counts (no tensor read)
             batch[unpad.SIZES_KEY] = unpad.sizes(lengths)  # type: ignore[assignment]
         with R.no_sync(model, last=i == len(micro) - 1):
-            with R.autocast(info.device, cfg.run.precision):
-                out = model(batch, nsp=not cfg.objective.no_nsp)
+            with amp.autocast():
+                out = model(batch, nsp=cfg.objective.nsp)
             masked, sequences = counts.divisors()
             loss = out["mlm_sum"] / masked + out["nsp_sum"] / sequences
             R.backward(loss * info.world_size, scaler)
@@ -139,12 +143,12 @@ def train_step(
 
 
 def step_flops(
-    batch: dict[str, torch.Tensor], config: BertConfig, cfg: TrainConfig, device: torch.device
+    batch: dict[str, torch.Tensor], raw: BertForPreTraining, cfg: TrainConfig, amp: R.Precision
 ) -> tuple[int, int]:
-    """(useful, computed) FLOPs of one micro-batch, from the counts its loader made on the host (no read)."""
-    counts = batch_counts(batch)
+    """(useful, computed) FLOPs of one micro-batch of model ``raw``, from the counts its loader made on the host
+    (no read)."""
+    counts, config, device = batch_counts(batch), raw.config, amp.device
     shape = (batch["input_ids"].shape[1], batch["masked_lm_positions"].shape[1])  # T, P: shapes, not reads
-    rows = unpad.rows(counts.tokens) if cfg.unpad else None
-    dtype = R.compute_dtype(device, cfg.run.precision)
-    varlen = unpad.per_sequence(device, dtype, config.attention_dropout, compiled=cfg.compiles(device.type))
+    rows = unpad.rows(counts.tokens) if raw.unpad else None
+    varlen = unpad.per_sequence(device, amp.dtype, config.attention_dropout, compiled=cfg.compiles(device.type))
     return batch_flops(config, counts.lengths, [counts.masked], shape, rows=rows, varlen=varlen)

@@ -11,6 +11,7 @@ import pytest
 from bertstream.schemas import tasks as T
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.data import TaskDataError
+from bertstream.trainer.finetune.evaluation import stopped_early
 from bertstream.trainer.metrics import read_metrics
 from bertstream.trainer.optim.schedule import WarmupLinearDecay
 from tests.trainer.finetune.conftest import finetune_run
@@ -71,6 +72,9 @@ def test_patience_stops_on_a_flat_dev_metric_inside_an_epoch(sst2, tmp_path, cap
     err = capfd.readouterr().err
     assert "early stop at step 6 (epoch 1): accuracy not above" in err and "in 2 evaluations (--patience 2)" in err
     assert json.loads((tmp_path / "run" / "results.json").read_text())["early_stopping"]["stopped"] is True
+    # the command's last line, from the same record (finetune.evaluation owns early stopping's words)
+    assert stopped_early(results) == "stopped early at step 6 (--patience 2); "
+    assert stopped_early({"early_stopping": {"patience": 0, "stopped": False}}) == ""
 
 
 def test_patience_at_epoch_ends_and_a_resume_of_the_stopped_run_trains_nothing(sst2, tmp_path):

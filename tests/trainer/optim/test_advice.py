@@ -6,6 +6,7 @@ import pytest
 
 from bertstream.trainer.model_config import PRESETS
 from bertstream.trainer.optim.advice import pretrain_warning, rate, suggested_lr
+from bertstream.trainer.optim.schedule import Schedule
 
 
 def test_the_rates_follow_the_width_as_the_recipes_measured():
@@ -24,11 +25,13 @@ def test_the_rates_follow_the_width_as_the_recipes_measured():
 
 
 def test_the_rule_fires_on_the_issues_run_and_not_on_short_or_moving_ones():
-    line = pretrain_warning((1, 10.91), (200, 10.65), 1e-4, 128, 1000)  # the issue's run: 200 steps at 1e-4
+    line = pretrain_warning((1, 10.91), (200, 10.65), 1e-4, 128, Schedule(1000, 200))  # the issue's: 200 at 1e-4
     assert line is not None and line.startswith("warning: the training loss barely moved in 199 steps")
     assert "--warmup-steps 1000" in line and "try --lr 1e-3 (the rate for hidden size 128" in line
-    assert pretrain_warning((1, 10.91), (10, 10.90), 1e-4, 128, 1000) is None  # too short to judge
-    assert pretrain_warning((1, 10.91), (200, 9.0), 1e-3, 128, 100) is None
+    assert pretrain_warning((1, 10.91), (10, 10.90), 1e-4, 128, Schedule(1000, 10)) is None  # too short to judge
+    assert pretrain_warning((1, 10.91), (200, 9.0), 1e-3, 128, Schedule(100, 200)) is None
+    past = pretrain_warning((1, 10.91), (200, 10.65), 1e-4, 128, Schedule(100, 200))  # warmed up: not said
+    assert past is not None and "--warmup-steps" not in past
 
 
 def test_a_pretraining_run_that_barely_moves_warns_and_one_that_learns_does_not(demo_shards, tmp_path, capfd):

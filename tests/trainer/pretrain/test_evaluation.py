@@ -50,3 +50,19 @@ def test_perplexity_is_exp_of_the_loss_and_never_overflows():
     assert perplexity(0.0) == 1.0
     assert perplexity(math.log(30522)) == pytest.approx(30522)
     assert math.isfinite(perplexity(1e6))
+
+
+def test_every_evaluation_setting_typed_without_eval_data_is_refused(tmp_path):
+    # the settings are those declared with the EVALUATION tag (trainer/config.py), not a list kept in the command
+    from bertstream.cli import options
+    from bertstream.trainer.config import TrainConfig
+
+    settings = options.tagged(TrainConfig, options.EVALUATION)
+    assert "eval_batches" in settings and "eval_every" in settings
+    base = ["pretrain", "--data", str(tmp_path / "ds"), "--output", str(tmp_path / "run")]
+    flags = [options.flag_for(TrainConfig, name) for name in settings]
+    for typed in [[f] for f in flags] + [flags]:
+        result = CliRunner().invoke(main, [*base, *(x for f in typed for x in (f, "1"))], prog_name="berttrain")
+        assert result.exit_code == 2
+        assert f"Error: {' and '.join(typed)} without --eval-data: there is nothing to evaluate" in result.output
+    assert not (tmp_path / "run").exists()
