@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,16 @@ def shared_path(*parts: str) -> Path:
     if not p.exists():
         pytest.skip(f"needs the shared data at {p} (../shared/data beside the repository)")
     return p
+
+
+@pytest.fixture()
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then closed): a server that refuses connections."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 @pytest.fixture(autouse=True, scope="session")

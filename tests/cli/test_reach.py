@@ -10,15 +10,6 @@ import pytest
 from bertstream.cli.reach import Unreachable, connect, probe_http
 
 
-@pytest.fixture()
-def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_a_listening_server_is_reached_and_a_closed_port_is_refused(closed_port):
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))

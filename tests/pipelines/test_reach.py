@@ -3,7 +3,6 @@ closed port is refused in one line naming the URL, before Beam's clients retry o
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
@@ -12,16 +11,6 @@ from click.testing import CliRunner
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.cli import main
 from bertstream.pipelines.runners import reach
-
-
-@pytest.fixture()
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then closed)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _invoke(args: list[str], seconds: float = 90):

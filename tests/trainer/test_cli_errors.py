@@ -615,11 +615,8 @@ def test_standard_output_that_cannot_be_written_is_one_line(tmp_path):
     assert (run / "curves.png").is_file()  # the work was done; only its report was lost
 
 
-def test_ctrl_c_while_the_command_line_imports_torch_is_one_line():
-    # Round 7: SIGINT 3 s into `berttrain pretrain ...` landed in torch's import (the command line imports it
-    # before parsing a flag): a KeyboardInterrupt traceback through torch/_native, exit 130. Here the Ctrl-C is
-    # raised by an import hook when torch is imported, as the signal would be, without timing; the program is
-    # the entry point pyproject.toml gives the berttrain script.
+def _run_entry_point(prelude: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``berttrain ARGS`` run as the script pyproject.toml declares (its entry point), after ``prelude``'s code."""
     import tomllib
 
     from tests.conftest import REPO
@@ -627,17 +624,25 @@ def test_ctrl_c_while_the_command_line_imports_torch_is_one_line():
     entry = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["berttrain"]
     module, function = entry.split(":")
     program = (
+        f"{prelude}import sys\nsys.argv = {['berttrain', *args]!r}\nfrom {module} import {function}\n{function}()\n"
+    )
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+
+
+def test_ctrl_c_while_the_command_line_imports_torch_is_one_line():
+    # Round 7: SIGINT 3 s into `berttrain pretrain ...` landed in torch's import (the command line imports it
+    # before parsing a flag): a KeyboardInterrupt traceback through torch/_native, exit 130. Here the Ctrl-C is
+    # raised by an import hook when torch is imported, as the signal would be, without timing; the program is
+    # the entry point pyproject.toml gives the berttrain script.
+    p = _run_entry_point(
         "import sys\n"
         "class CtrlC:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'torch':\n"
         "            raise KeyboardInterrupt\n"
-        "sys.meta_path.insert(0, CtrlC())\n"
-        "sys.argv = ['berttrain', 'pretrain', '--help']\n"
-        f"from {module} import {function}\n"
-        f"{function}()\n"
+        "sys.meta_path.insert(0, CtrlC())\n",
+        ["pretrain", "--help"],
     )
-    p = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert p.returncode == 130 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr == "Error: interrupted (Ctrl-C); nothing was written\n"
 
@@ -647,24 +652,15 @@ def test_ctrl_c_as_the_command_line_ends_is_no_traceback():
     # in torch's exit handler (torch/library.py, _del_library): 'Exception ignored in atexit callback' and a
     # KeyboardInterrupt traceback, exit 0. Here an exit handler sends the Ctrl-C, as the signal would land,
     # without timing; the program is the berttrain script's entry point.
-    import tomllib
-
-    from tests.conftest import REPO
-
-    entry = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["berttrain"]
-    module, function = entry.split(":")
-    program = (
-        "import atexit, os, signal, sys, time\n"
+    p = _run_entry_point(
+        "import atexit, os, signal, time\n"
         "def ctrl_c():\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
         "    time.sleep(0.3)\n"  # Python runs its handler in here
         "    print('handler ended')\n"
-        "atexit.register(ctrl_c)\n"
-        "sys.argv = ['berttrain', 'plot', '--help']\n"
-        f"from {module} import {function}\n"
-        f"{function}()\n"
+        "atexit.register(ctrl_c)\n",
+        ["plot", "--help"],
     )
-    p = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stderr == "", p.stderr
     assert p.stdout.endswith("handler ended\n")  # the ending went on
 

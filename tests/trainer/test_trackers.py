@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -138,15 +137,14 @@ def _values(data: bytes, key: str) -> list[float]:
     return out
 
 
-def test_mlflow_tracking_server_at_a_closed_port_is_one_line_within_the_probe(demo_shards, tmp_path, monkeypatch):
+def test_mlflow_tracking_server_at_a_closed_port_is_one_line_within_the_probe(
+    demo_shards, tmp_path, monkeypatch, closed_port
+):
     # Round 8's rerun: MLFLOW_TRACKING_URI at a port nobody listens on printed nothing for minutes (MLflow's HTTP
     # client retries seven times with backoff); now a connect probe first, one line naming the variable. The
     # password of the URL is not printed. Waited on in a thread: a hang fails, it is not timed.
     pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'bertstream[mlflow]')")
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = closed_port
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://me:hunter2@127.0.0.1:{port}")
     args = ["pretrain", "--data", str(demo_shards), "--output", str(tmp_path / "run"), "--batch-size", "4"]
     args += ["--max-steps", "2", "--num-workers", "0", "--report-to", "mlflow"]
