@@ -140,28 +140,36 @@ def save(
 
 
 class _KeepsWriteError:
-    """The file ``torch.save`` writes through, keeping the first failed write's ``OSError``: torch's zip writer
+    """The file ``torch.save`` writes through, keeping the first failed write's exception: torch's zip writer
     reports a full disk as ``RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 704 vs
-    598``, naming neither the file nor the cause."""
+    598``, naming neither the file nor the cause, and after a failed write it writes its end record again (its
+    context's exit, then its C++ destructor, which may run once the file is closed). So after the first failure
+    nothing more is written and nothing more is raised: a SIGTERM or Ctrl-C landing in a write came out as that
+    ``RuntimeError`` (the interrupt lost), or, from the destructor writing to the closed file, as
+    ``terminate called after throwing an instance of 'pybind11::error_already_set'`` and SIGABRT (round 8's
+    rerun, a SIGTERM during the first checkpoint). The checkpoint is abandoned anyway: its folder is removed."""
 
     def __init__(self, file: Any) -> None:
         self.file = file
-        self.error: OSError | None = None
+        self.error: BaseException | None = None
 
     def write(self, data: bytes) -> int:
+        if self.error is not None or self.file.closed:
+            return len(data)
         try:
             return self.file.write(data)
-        except OSError as e:
-            self.error = self.error or e
+        except BaseException as e:  # an OSError, or an interrupt raised by the signal handler inside the write
+            self.error = e
             raise
 
     def flush(self) -> None:
-        self.file.flush()
+        if self.error is None and not self.file.closed:
+            self.file.flush()
 
 
 def save_torch(obj: Any, path: Path) -> None:
     """``torch.save(obj, path)`` whose write errors are the ``OSError`` they are (a full disk: ``No space left on
-    device``), not torch's zip-writer assertion."""
+    device``), not torch's zip-writer assertion, and whose interrupts stay interrupts."""
     with open(path, "wb") as f:
         keeper = _KeepsWriteError(f)
         try:
@@ -170,6 +178,8 @@ def save_torch(obj: Any, path: Path) -> None:
             if keeper.error is None:
                 raise
             raise keeper.error from None
+        if keeper.error is not None:  # raised into torch's writer and not out of it: the file is not whole
+            raise keeper.error
 
 
 def write_text_atomic(path: Path, text: str) -> None:

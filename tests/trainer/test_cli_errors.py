@@ -4,6 +4,7 @@ time), never a traceback (issue 13, section 2)."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from bertstream.cli.errors import Terminated
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.cli import main
 from tests.argv import with_flags
@@ -663,6 +665,40 @@ def test_ctrl_c_as_the_command_line_ends_is_no_traceback():
     )
     assert p.returncode == 0 and p.stderr == "", p.stderr
     assert p.stdout.endswith("handler ended\n")  # the ending went on
+
+
+def test_an_interrupt_inside_a_checkpoint_write_stays_the_interrupt_and_leaves_no_checkpoint(tmp_path, monkeypatch):
+    # Round 8's rerun: SIGTERM during the first checkpoint (signal.pretrain.SIGTERM.ckpt) landed in a write torch's
+    # zip writer made; its context's exit wrote the end record again and raised "RuntimeError: [enforce fail at
+    # inline_container.cc:672]", the interrupt lost, and its destructor wrote to the closed file later:
+    # "terminate called after throwing an instance of 'pybind11::error_already_set'", SIGABRT (exit -6). Here the
+    # file's third write raises the interrupt, as the signal handler would inside it, without timing.
+    class Interrupted(io.FileIO):
+        writes = 0
+
+        def write(self, data):
+            Interrupted.writes += 1
+            if Interrupted.writes == 3:
+                raise Terminated(signal.SIGTERM)
+            return super().write(data)
+
+    monkeypatch.setattr(ckpt, "open", lambda path, mode: Interrupted(path, "w"), raising=False)
+    with pytest.raises(Terminated):
+        ckpt.save(
+            tmp_path,
+            6,
+            model_state={"w": torch.zeros(4)},
+            optimizer={"state": {}, "big": torch.zeros(1 << 16)},
+            rng={},
+            state={},
+            config={},
+            vocab_text="[PAD]\n",
+            keep=1,
+        )
+    assert not list((tmp_path / ckpt.CHECKPOINTS).iterdir())  # the partial folder removed
+    keeper = ckpt._KeepsWriteError(Interrupted(tmp_path / "closed", "w"))
+    keeper.file.close()
+    assert keeper.write(b"end record") == 10  # the writer's destructor, after the file closed: no exception
 
 
 def test_a_full_disk_while_writing_results_keeps_the_old_file_whole(tmp_path):
