@@ -394,10 +394,15 @@ def _kill(pid: int) -> None:
 def _thread_errors_to_worker_log(args: threading.ExceptHookArgs) -> None:
     """A background thread's exception goes to the run's worker log, not the console. When a worker process
     dies, Beam's gRPC threads for it (``beam_control_read`` and others) raise as their stream breaks, in any
-    order with the death itself: on the console that is a traceback before the one ``Error:`` line."""
-    path = _worker_log[0]
-    if path is None or args.exc_type is SystemExit:
+    order with the death itself: on the console that is a traceback before the one ``Error:`` line. Once the
+    run's log is discarded (the run ended, its line said), what its threads still raise is the ending's noise:
+    a Ctrl-C's workers ending broke ``beam_control_read``'s stream just after "Error: interrupted (Ctrl-C)",
+    and a grpc.RpcError traceback followed it (a clean clone's test run, once in four)."""
+    if args.exc_type is SystemExit:
         _default_thread_hook(args)
+        return
+    path = _worker_log[0]
+    if path is None:
         return
     with open(path, "a", encoding="utf-8") as log:
         name = args.thread.name if args.thread is not None else "?"

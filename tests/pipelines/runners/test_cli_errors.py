@@ -775,6 +775,31 @@ def test_ctrl_c_with_worker_processes_is_one_line(tmp_path, demo_vocab):
     assert not (out / "_work").exists() and not (out / ".bertprep.lock").exists()
 
 
+def test_a_beam_thread_raising_after_the_interrupt_line_stays_off_the_console(tmp_path, monkeypatch, capsys):
+    """The race behind a Ctrl-C with workers: the line is printed once the run's worker log is discarded, and
+    the workers' ending breaks Beam's ``beam_control_read`` stream after it. Its grpc.RpcError went to
+    Python's default hook, a traceback after "Error: interrupted (Ctrl-C)" (a clean clone's run). Before the
+    line the same exception goes to the worker log, after it nowhere."""
+    import threading
+
+    from bertstream.pipelines.runners import runner
+
+    log = tmp_path / "workers.log"
+    log.write_text("a worker's stderr\n")
+    monkeypatch.setattr(runner, "_worker_log", [str(log)])
+    monkeypatch.setattr(runner, "_default_thread_hook", threading.__excepthook__)  # a process's, not pytest's
+    try:
+        raise ConnectionError("Socket closed")  # as gRPC's stream raises when a worker process has ended
+    except ConnectionError as e:
+        args = threading.ExceptHookArgs([type(e), e, e.__traceback__, threading.current_thread()])
+    runner._thread_errors_to_worker_log(args)
+    assert "Socket closed" in log.read_text() and capsys.readouterr().err == ""
+    runner.discard_worker_log()  # the interrupt's path, just before its one line
+    assert not log.exists()
+    runner._thread_errors_to_worker_log(args)
+    assert capsys.readouterr().err == ""
+
+
 def test_ctrl_c_before_a_command_has_its_funnel_is_one_line():
     """A Ctrl-C while a command still imports Beam (seconds) went past the funnel: click's "Aborted!", exit 1."""
     import click
