@@ -17,6 +17,7 @@ from bertstream.cli.options import ARCH, EVALUATION, FIXED, MAX_INT, PER_NODE, o
 from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
 from bertstream.trainer.optim.advice import LR_HELP
+from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.optim.table import LR_SCHEDULES, OWN_SETTINGS_HELP, own_settings
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
 from bertstream.trainer.seeds import Seeds
@@ -263,6 +264,97 @@ class ObjectiveConfig:
         return not self.no_nsp
 
 
+def _batch(*factors: int) -> str:
+    product = 1
+    for f in factors:
+        product *= f
+    return " x ".join(map(str, factors)) + f" = {product}"
+
+
+def warmup_note(warmup: int, total: int) -> str | None:
+    """One line when the warm-up does not end before the run does: the rate never gets to ``--lr`` (a 30-step
+    trial under the default 1,000 warm-up steps trains at 3% of it and looks as if it learned nothing). A warning,
+    not a rescaled warm-up: the flag keeps its meaning, and a resumed run its schedule."""
+    if total <= 0 or warmup < total:
+        return None
+    return (
+        f"warning: --warmup-steps {warmup} >= --max-steps {total}: the whole run is warm-up, the learning rate "
+        f"reaches {total / warmup:.0%} of --lr and never decays (a tenth of the run: --warmup-steps {max(1, total // 10)})"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """How a run's optimizer steps are made and how many it takes: ``--batch-size``, ``--grad-accum``,
+    ``--max-steps`` and ``--eval-every``, made once from the config (``TrainConfig.steps``; fine-tuning's
+    ``FinetuneConfig.steps`` is a ``FinetuneSteps``). The loops, the inputs, resume and the evaluations ask it and
+    read none of those fields; what the run tells the user about them (which flag to change) is said here:
+    pretraining's here, fine-tuning's own on its subclass."""
+
+    rows: int  # sequences (fine-tuning: rows) a process reads per micro-step
+    accum: int  # micro-steps per optimizer step
+    total: int  # optimizer steps of the run (fine-tuning: 0, its epochs')
+    eval_period: int  # optimizer steps between evaluations inside the run (0: fine-tuning's epochs' ends only)
+
+    def evaluates_at(self, step: int) -> bool:
+        """Whether the run evaluates after ``step`` for its cadence (the run's end, an epoch's, aside)."""
+        return self.eval_period > 0 and step % self.eval_period == 0
+
+    def per_epoch(self, batches: int) -> int:
+        """Optimizer steps in an epoch of ``batches`` micro-steps (its last step takes what is left)."""
+        return math.ceil(batches / self.accum)
+
+    def pretraining_epoch_refusal(self, batches: int, global_batch: int, instances: int) -> str | None:
+        """Why one optimizer step cannot fit an epoch of ``batches`` global batches of ``global_batch`` (an
+        epoch of ``instances``): a step would be the epoch, said as more (None: it fits)."""
+        if self.accum <= batches:
+            return None
+        return (
+            f"--grad-accum {self.accum}: one optimizer step would take {self.accum} global batches of "
+            f"{global_batch}, more than the {batches} of one epoch of --data "
+            f"({instances} instances); lower --grad-accum or --batch-size, or add data"
+        )
+
+    def resume_refusal(self, saved: dict[str, Any], saved_world: int, world_size: int, checkpoint: Any) -> str | None:
+        """Why these steps cannot continue the run of ``checkpoint``, whose settings (leaf name -> value) are
+        ``saved``, on ``saved_world`` processes: fewer steps than it took is :meth:`below`; its global batch per
+        micro-step (processes x --batch-size) must stay, the data order follows it (elastic resume keeps it with
+        another number of processes). None: it can."""
+        old_rows = saved.get("batch_size", self.rows)
+        for name, value in (("batch_size", old_rows), ("grad_accum", saved.get("grad_accum", 1))):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # "8" * 1 was "8", not 8
+                return f"{checkpoint}/config.json: train {name} {value!r} is not a count (an integer >= 1)"
+        if saved_world * old_rows == world_size * self.rows:
+            return None
+        old_accum = saved.get("grad_accum", self.accum)
+        if old_accum == 1 and self.accum == 1:
+            return (
+                f"resuming {checkpoint} needs its global batch (processes x --batch-size): the run has "
+                f"{_batch(saved_world, old_rows)}, this resume {_batch(world_size, self.rows)}"
+            )
+        # One optimizer step reads W x B x --grad-accum sequences, but the data order follows W x B (the batch
+        # of one micro-step): another split of the same step is another run, not this one continued.
+        return (
+            f"resuming {checkpoint} needs its micro-step batch (processes x --batch-size; the data order follows "
+            f"it): the run has {_batch(saved_world, old_rows)} (x --grad-accum {old_accum} = "
+            f"{saved_world * old_rows * old_accum} a step), this resume {_batch(world_size, self.rows)} (x "
+            f"--grad-accum {self.accum} = {world_size * self.rows * self.accum} a step)"
+        )
+
+    def below(self, step: int, checkpoint: Any) -> str | None:
+        """Why a resume at ``step`` of ``checkpoint`` cannot end at this run's last step (None: it can)."""
+        if self.total >= step:
+            return None
+        return f"--max-steps {self.total} is below step {step} of {checkpoint}: pass a larger --max-steps"
+
+    def replanned(self, shape: str, old_end: int, step: int, rates: str) -> str:
+        """The line a resume logs when its decay of ``shape`` now ends at this run's last step, not ``old_end``."""
+        return (
+            f"--max-steps {self.total}: the {shape} decay now ends at step {self.total} "
+            f"(was {old_end}); learning rates at step {step}, {rates}"
+        )
+
+
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
@@ -328,6 +420,20 @@ class TrainConfig:
     def build(cls, **values: Any) -> TrainConfig:
         """From flat settings named as the flags are (``TrainConfig.build(paths=("ds",), output="run")``)."""
         return options.build(cls, **values)
+
+    @property
+    def steps(self) -> Steps:
+        """``--batch-size``, ``--grad-accum``, ``--max-steps`` and ``--eval-every`` as what the run asks of them."""
+        return Steps(self.batch_size, self.grad_accum, self.max_steps, self.eval_every)
+
+    @property
+    def schedule(self) -> Schedule:
+        """The run's learning-rate schedule: ``--warmup-steps``, then the decay to ``--max-steps``."""
+        return Schedule.pretraining(self.optim, self.max_steps)
+
+    def warmup_note(self) -> str | None:
+        """:func:`warmup_note` for this run's schedule: one line when its warm-up does not end before the run does."""
+        return warmup_note(self.schedule.warmup, self.schedule.total)
 
     def compiles(self, device_type: str) -> bool:
         """``--compile/--no-compile``, or when neither is given the device's default: on CUDA only (see the flag).

@@ -16,6 +16,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer.errors import RunError
+from bertstream.trainer.optim.advice import DIVERGED_HINT
 from bertstream.trainer.runtime import backward
 
 
@@ -115,7 +116,7 @@ def diverged(step: int, norm: float) -> Diverged:
     """The one line a diverged run stops with, at ``step`` (its gradient norm ``norm``: NaN or inf)."""
     return Diverged(
         f"training diverged at step {step}: the loss or its gradient is {norm}; stopped before applying it, the "
-        "last checkpoint before it is kept (none is written with NaN weights); lower --lr, or check the data"
+        f"last checkpoint before it is kept (none is written with NaN weights); {DIVERGED_HINT}"
     )
 
 

@@ -10,7 +10,7 @@ from bertstream.cli import options
 from bertstream.cli.errors import check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import FIXED, opt, section
-from bertstream.trainer.config import OptimConfig, RunConfig, check_finite, check_ints
+from bertstream.trainer.config import OptimConfig, RunConfig, Steps, check_finite, check_ints
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
 
@@ -138,6 +138,12 @@ class FinetuneConfig:
         return _TASKS[self.task]
 
     @property
+    def steps(self) -> FinetuneSteps:
+        """``--batch-size``, ``--grad-accum``, ``--max-steps`` (0: the epochs') and ``--eval-every`` (0: the epochs'
+        ends only) as what the run asks of them."""
+        return FinetuneSteps(self.batch_size, self.grad_accum, self.max_steps, self.eval_every)
+
+    @property
     def eval_batch(self) -> int:
         return self.eval_batch_size or 2 * self.batch_size
 
@@ -148,6 +154,37 @@ class FinetuneConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return options.to_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class FinetuneSteps(Steps):
+    """Fine-tuning's :class:`Steps`: ``--max-steps`` 0 runs its ``--epochs``, ``--eval-every`` 0 evaluates at each
+    epoch's end only; what its log and refusals say of them."""
+
+    def until(self, epochs: int, per_epoch: int) -> int:
+        """Fine-tuning's steps: ``--max-steps`` when given, else ``epochs`` of ``per_epoch`` steps."""
+        return self.total or epochs * per_epoch
+
+    def plan(self, epochs: int, per_epoch: int) -> str:
+        """How long a fine-tuning run is, in the unit the user chose (--max-steps or --epochs)."""
+        each = f" of {self.accum} batches (--grad-accum)" if self.accum > 1 else ""
+        if self.total:
+            return f"{self.total} steps{each} (--max-steps; an epoch is {per_epoch} steps)"
+        return f"{epochs} epoch{'' if epochs == 1 else 's'} x {per_epoch} steps{each}"
+
+    def cadence(self) -> str:
+        """Why an evaluation inside an epoch happened (fine-tuning's log line)."""
+        return f"--eval-every {self.eval_period}"
+
+    def finetuning_epoch_refusal(self, batches: int, rows: int, world_size: int) -> str | None:
+        """As :meth:`Steps.pretraining_epoch_refusal`, for an epoch of ``batches`` batches of ``rows`` training rows."""
+        if self.accum <= batches:
+            return None
+        return (
+            f"--grad-accum {self.accum}: one optimizer step would take {self.accum} batches, more than the "
+            f"{batches} of one epoch of --train-data ({rows} rows, --batch-size {self.rows} "
+            f"on {world_size} process(es)); lower --grad-accum or --batch-size"
+        )
 
 
 def parse_label_names(text: str) -> dict[str, str]:

@@ -194,7 +194,7 @@ class Judge:
         at = (
             f"epoch {epoch} (step {step}): train loss {train_loss:.4f}, "
             if train_loss is not None
-            else (f"step {step} (epoch {epoch}, --eval-every {cfg.eval_every}): ")
+            else (f"step {step} (epoch {epoch}, {cfg.steps.cadence()}): ")
         )
         R.log(f"{at}{shown}", info)
         row: dict[str, Any] = {**where, "eval": scores}

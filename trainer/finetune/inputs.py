@@ -63,15 +63,13 @@ def load_inputs(
 def training_batches(cfg: FinetuneConfig, train: TaskData, info: D.DistInfo) -> EpochBatches:
     """This rank's batches of each epoch of the training split (shuffled per epoch); refused when one optimizer
     step would take more batches than an epoch holds, as pretraining's ``data_loader`` refuses it."""
+    steps = cfg.steps
     batches = EpochBatches(
-        len(train), cfg.batch_size, shuffle=True, seed=cfg.run.seeds.order, world_size=info.world_size, rank=info.rank
+        len(train), steps.rows, shuffle=True, seed=cfg.run.seeds.order, world_size=info.world_size, rank=info.rank
     )
-    if cfg.grad_accum > len(batches):  # a step was the epoch, said as more
-        raise RunError(
-            f"--grad-accum {cfg.grad_accum}: one optimizer step would take {cfg.grad_accum} batches, more than the "
-            f"{len(batches)} of one epoch of --train-data ({len(train)} rows, --batch-size {cfg.batch_size} "
-            f"on {info.world_size} process(es)); lower --grad-accum or --batch-size"
-        )
+    refusal = steps.finetuning_epoch_refusal(len(batches), len(train), info.world_size)  # a step was the epoch
+    if refusal is not None:
+        raise RunError(refusal)
     return batches
 
 

@@ -66,14 +66,6 @@ from bertstream.trainer.training import Training
 from bertstream.trainer.weights import Init
 
 
-def plan_text(max_steps: int, epochs: int, steps_per_epoch: int, grad_accum: int = 1) -> str:
-    """How long the run is, in the unit the user chose (--max-steps or --epochs)."""
-    each = f" of {grad_accum} batches (--grad-accum)" if grad_accum > 1 else ""
-    if max_steps:
-        return f"{max_steps} steps{each} (--max-steps; an epoch is {steps_per_epoch} steps)"
-    return f"{epochs} epoch{'' if epochs == 1 else 's'} x {steps_per_epoch} steps{each}"
-
-
 def describe(train: TaskData, evaluation: TaskData, raw: torch.nn.Module, info: D.DistInfo) -> str:
     glue = f" ({train.glue})" if train.glue else ""
     return (
@@ -105,11 +97,12 @@ class Epochs:
         loss weighted by its share of the step's rows, so the step's loss is the mean over its rows (exact for the
         sentence tasks, one loss per row); DDP reduces gradients on the step's last batch only."""
         t, cfg, info = self.training, self.cfg, self.info
+        steps = cfg.steps
         epoch_loss = torch.zeros(2, dtype=torch.float64, device=info.device)  # [sum of step losses, steps]
         window = torch.zeros(2, dtype=torch.float64, device=info.device)  # the same since the last log line
         batches = iter(self.loader)
-        steps_left = math.ceil(len(self.loader) / cfg.grad_accum)  # optimizer steps in this epoch
-        while micro := list(itertools.islice(batches, cfg.grad_accum)):
+        steps_left = steps.per_epoch(len(self.loader))  # optimizer steps in this epoch
+        while micro := list(itertools.islice(batches, steps.accum)):
             rows = sum(len(b["index"]) for b in micro)
             step_loss = torch.zeros((), dtype=torch.float64, device=info.device)
             for i, batch in enumerate(micro):
@@ -145,7 +138,7 @@ class Epochs:
             if t.step >= self.total_steps:
                 break
             # inside the epoch only: its end is evaluated anyway
-            if cfg.eval_every and t.step % cfg.eval_every == 0 and steps_left > 0:
+            if steps.evaluates_at(t.step) and steps_left > 0:
                 t.check()  # never an evaluation (nor a best checkpoint) of a run that has diverged
                 if judge(epoch, t.step):
                     return None
@@ -226,8 +219,9 @@ def _finetune(
     model = R.wrap(raw, info)
     eval_batches = EpochBatches(len(evaluation), cfg.eval_batch, shuffle=False, **ranks)
     loader = task_loader(train, task, train_batches, cfg.num_workers, info)
-    steps_per_epoch = math.ceil(len(train_batches) / cfg.grad_accum)  # optimizer steps
-    total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
+    steps = cfg.steps
+    steps_per_epoch = steps.per_epoch(len(train_batches))  # optimizer steps
+    total_steps = steps.until(cfg.epochs, steps_per_epoch)
     epochs = math.ceil(total_steps / steps_per_epoch)
     o = cfg.optim
     optimizer = build_optimizer(
@@ -252,8 +246,7 @@ def _finetune(
     metrics = MetricsLogger(run_dir, enabled=info.is_main, trackers=cfg.run.trackers, params=tracked(cfg))
     metrics.truncate_after(training.step)
     R.log(
-        f"{describe(train, evaluation, raw, info)}, {threads}, "
-        f"{plan_text(cfg.max_steps, epochs, steps_per_epoch, cfg.grad_accum)}",
+        f"{describe(train, evaluation, raw, info)}, {threads}, {steps.plan(epochs, steps_per_epoch)}",
         info,
     )
 

@@ -32,6 +32,9 @@ def rate(lr: float) -> str:
     return f"{float(mantissa):g}e{int(exponent)}"
 
 
+# What a diverged run (a NaN or inf loss) is told to change first (``training.diverged``)
+DIVERGED_HINT = "lower --lr, or check the data"
+
 # --lr's help, one sentence from the table (both commands; each shows its own default beside it)
 LR_HELP = (
     "The default is BERT-base's; narrower models need more: "

@@ -1,7 +1,8 @@
 """The learning-rate schedule of both commands: linear warm-up to the peak rate, then a decay to zero at
 ``total_steps``: linear, half a cosine (Hugging Face's ``cosine``), or warm-up-stable-decay (held at the peak
 until the last 20% of the run, then linear). :class:`Schedule` is a run's, made once from its optimizer section:
-the loops, the resume and the end-of-run warning ask it, not the flags."""
+the loops, the resume and the end-of-run warning ask it, not the flags (what they tell the user of it is
+said by ``TrainConfig.warmup_note``, ``config.Steps`` and ``optim.advice``)."""
 
 from __future__ import annotations
 
@@ -51,18 +52,6 @@ class WarmupLinearDecay:
         return left
 
 
-def warmup_note(warmup: int, total: int) -> str | None:
-    """One line when the warm-up does not end before the run does: the rate never gets to ``--lr`` (a 30-step
-    trial under the default 1,000 warm-up steps trains at 3% of it and looks as if it learned nothing). A warning,
-    not a rescaled warm-up: the flag keeps its meaning, and a resumed run its schedule."""
-    if total <= 0 or warmup < total:
-        return None
-    return (
-        f"warning: --warmup-steps {warmup} >= --max-steps {total}: the whole run is warm-up, the learning rate "
-        f"reaches {total / warmup:.0%} of --lr and never decays (a tenth of the run: --warmup-steps {max(1, total // 10)})"
-    )
-
-
 def build_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int, schedule: str = "linear") -> LambdaLR:
     return LambdaLR(optimizer, WarmupLinearDecay(warmup, total, schedule))
 
@@ -88,10 +77,6 @@ class Schedule:
 
     def build(self, optimizer: torch.optim.Optimizer) -> LambdaLR:
         return build_scheduler(optimizer, self.warmup, self.total, self.shape)
-
-    def note(self) -> str | None:
-        """:func:`warmup_note`: one line when the warm-up does not end before the run does."""
-        return warmup_note(self.warmup, self.total)
 
     def never_peaked(self, step: int) -> str:
         """A clause for a warning at ``step``: the rate was still warming up there (empty when it was not)."""

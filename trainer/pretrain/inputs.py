@@ -158,12 +158,10 @@ def data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pretrai
         )
     except (TooFewSamples, ValueError) as e:  # ValueError: a weight too small for one sample per epoch
         raise RunError(f"--data: {e}") from None
-    if cfg.grad_accum > loader.steps_per_epoch:  # as a --batch-size past the data is refused: one step, no epoch
-        raise RunError(
-            f"--grad-accum {cfg.grad_accum}: one optimizer step would take {cfg.grad_accum} global batches of "
-            f"{loader.global_batch_size}, more than the {loader.steps_per_epoch} of one epoch of --data "
-            f"({loader.num_samples} instances); lower --grad-accum or --batch-size, or add data"
-        )
+    # as a batch past the data is refused: one optimizer step longer than an epoch is refused (no epoch)
+    refusal = cfg.steps.pretraining_epoch_refusal(loader.steps_per_epoch, loader.global_batch_size, loader.num_samples)
+    if refusal is not None:
+        raise RunError(refusal)
     return loader
 
 

@@ -20,13 +20,12 @@ from bertstream.trainer import distributed as D
 from bertstream.trainer import peers, rundir
 from bertstream.trainer import runtime as R
 from bertstream.trainer.checkpoint_writer import CheckpointWriter, background_if_asked, background_writes
-from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.config import Steps, TrainConfig
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.metrics import MetricsLogger, Throughput, tracked
 from bertstream.trainer.model import num_parameters
 from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.optim.advice import pretrain_warning
-from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.pretrain.evaluation import Coverage
 from bertstream.trainer.pretrain.inputs import data_loader, eval_data_loader, input_notes, open_data
@@ -136,10 +135,10 @@ def data_position(cfg: TrainConfig, loader: PretrainingLoader) -> dict[str, Any]
     return redact_values(position)  # folder names in it (samples_by_dataset) are URLs too; a password is not kept
 
 
-def describe(raw: torch.nn.Module, loader: PretrainingLoader, cfg: TrainConfig, info: D.DistInfo) -> str:
+def describe(raw: torch.nn.Module, loader: PretrainingLoader, steps: Steps, info: D.DistInfo) -> str:
     return (
         f"{num_parameters(raw) / 1e6:.1f}M parameters, {loader.num_samples} instances, "
-        f"{loader.steps_per_epoch} steps/epoch of {loader.global_batch_size * cfg.grad_accum} sequences, "
+        f"{loader.steps_per_epoch} steps/epoch of {loader.global_batch_size * steps.accum} sequences, "
         f"{loader.dropped_per_epoch} dropped per epoch, device {info.device}, world {info.world_size}"
     )
 
@@ -169,11 +168,12 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         amp = R.Precision.of(cfg.run, info.device)
-        for note in [*input_notes(cfg), Schedule.pretraining(cfg.optim, cfg.max_steps).note()]:
+        for note in [*input_notes(cfg), cfg.warmup_note()]:
             if note:
                 R.log(note, info)
         start = plan_run_dir(cfg, run_dir)
         cfg = continued(cfg, start, info.world_size)  # what the checkpoint knows, checked against the flags
+        steps = cfg.steps  # its batch geometry, length and evaluation cadence
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True)
         data = open_data(cfg)  # every manifest and the vocabulary, read once for the run
@@ -188,7 +188,7 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
     model, raw = build_model(cfg, config, weights, start.restored, info)
     o = cfg.optim
     optimizer = build_optimizer(raw, o.optimizer, o.lr, o.weight_decay, eps=o.adam_eps, own=o.optimizer_settings)
-    schedule = Schedule.pretraining(o, cfg.max_steps)  # the run's (a resume's settings taken by ``continued``)
+    schedule = cfg.schedule  # the run's (a resume's settings taken by ``continued``)
     training = Training(model, raw, optimizer, schedule.build(optimizer), o.max_grad_norm)
     training.scaler = amp.grad_scaler()
     R.seed_dropout(cfg.run.seeds, info)
@@ -200,7 +200,7 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
     metrics.truncate_after(training.step)
     run_config = write_run_config(cfg, run_dir, config, vocab, lowercase, info)
     writer = CheckpointWriter(run_config, vocab.text(), info, writes=writes, announce=True)
-    R.log(f"{describe(raw, loader, cfg, info)}, {threads}", info)
+    R.log(f"{describe(raw, loader, steps, info)}, {threads}", info)
     if loader.weighted:
         R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
 
@@ -213,13 +213,13 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
     batches = forever(loader)
     run = Running.zero(info.device)
     meter = Throughput(info.device)
-    bar = Progress(cfg.max_steps, training.step, enabled=info.is_main, desc="pretrain")
+    bar = Progress(steps.total, training.step, enabled=info.is_main, desc="pretrain")
     deadline = time.monotonic() + cfg.max_minutes * 60 if cfg.max_minutes else None
-    last_step = cfg.max_steps
+    last_step = steps.total
     losses: list[tuple[int, float]] = []  # (step, training loss) of this run's first and last log records
     last_eval: dict[str, Any] | None = None  # the summary's figures
     while training.step < last_step:
-        micro = [next(batches) for _ in range(cfg.grad_accum)]
+        micro = [next(batches) for _ in range(steps.accum)]
         counts = step_counts(micro, info)
         flops = train_step(model, micro, counts, run, raw, cfg, info, amp, training.scaler)
         grad_norm = training.optimizer_step()
@@ -259,7 +259,7 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
             run = Running.zero(info.device)
 
         # --- evaluate -------------------------------------------------------------------------------
-        if eval_loader is not None and (step % cfg.eval_every == 0 or step == last_step):
+        if eval_loader is not None and (steps.evaluates_at(step) or step == last_step):
             training.check()
             record = {"step": step, "split": "eval", **evaluate(model, eval_loader, cfg, info, amp, coverage)}
             metrics.log(record)

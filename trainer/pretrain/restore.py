@@ -90,11 +90,7 @@ def restore_position(
     training.restore(restored)
     old_end = extend_schedule(training.scheduler, schedule.warmup, schedule.total, schedule.shape)
     if old_end is not None:
-        R.log(
-            f"--max-steps {schedule.total}: the {schedule.shape} decay now ends at step {schedule.total} "
-            f"(was {old_end}); learning rates at step {restored.step}, {group_rates(training.optimizer)}",
-            info,
-        )
+        R.log(cfg.steps.replanned(schedule.shape, old_end, restored.step, group_rates(training.optimizer)), info)
     if same_data(cfg.data.paths, restored.state, loader.catalog.fingerprint, restored.path):
         try:
             loader.load_state_dict(restored.state["data"])

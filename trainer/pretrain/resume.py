@@ -56,30 +56,16 @@ def continued(cfg: TrainConfig, start: Start, world_size: int) -> TrainConfig:
 
 def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step: int, *, world_size: int = 1) -> None:
     """Refuse a resume whose flags would change the run being continued, naming each flag."""
-    if cfg.max_steps < step:
-        raise RunError(f"--max-steps {cfg.max_steps} is below step {step} of {checkpoint}: pass a larger --max-steps")
+    steps = cfg.steps  # its steps and batch geometry, which say what a resume must keep
+    below = steps.below(step, checkpoint)
+    if below is not None:
+        raise RunError(below)
     if not isinstance(saved.get("train"), dict):
         return  # a checkpoint from before configs were saved: nothing to compare with
     old, now = options.saved_values(TrainConfig, saved["train"]), options.flat(cfg)  # either saved layout
-    old_world, old_batch = saved.get("world_size", 1), old.get("batch_size", cfg.batch_size)
-    for name, value in (("batch_size", old_batch), ("grad_accum", old.get("grad_accum", 1))):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # "8" * 1 was "8", not 8
-            raise RunError(f"{checkpoint}/config.json: train {name} {value!r} is not a count (an integer >= 1)")
-    if old_world * old_batch != world_size * cfg.batch_size:  # elastic resume keeps the global batch
-        old_accum = old.get("grad_accum", cfg.grad_accum)
-        if old_accum == 1 and cfg.grad_accum == 1:
-            raise RunError(
-                f"resuming {checkpoint} needs its global batch (processes x --batch-size): the run has "
-                f"{_batch(old_world, old_batch)}, this resume {_batch(world_size, cfg.batch_size)}"
-            )
-        # One optimizer step reads W x B x --grad-accum sequences, but the data order follows W x B (the batch
-        # of one micro-step): another split of the same step is another run, not this one continued.
-        raise RunError(
-            f"resuming {checkpoint} needs its micro-step batch (processes x --batch-size; the data order follows "
-            f"it): the run has {_batch(old_world, old_batch)} (x --grad-accum {old_accum} = "
-            f"{old_world * old_batch * old_accum} a step), this resume {_batch(world_size, cfg.batch_size)} (x "
-            f"--grad-accum {cfg.grad_accum} = {world_size * cfg.batch_size * cfg.grad_accum} a step)"
-        )
+    refusal = steps.resume_refusal(old, saved.get("world_size", 1), world_size, checkpoint)
+    if refusal is not None:  # elastic resume keeps the global batch
+        raise RunError(refusal)
     changed = _changed(FIXED, old, now, saved.get("model"))
     if changed:
         listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the run has {_shown(was)})" for n, was in changed.items())
@@ -148,13 +134,6 @@ def group_rates(optimizer: torch.optim.Optimizer) -> str:
     groups = optimizer.param_groups
     rates = ", ".join(f"{g['lr']:.3g} ({len(g['params'])} tensors)" for g in groups)
     return f"{len(groups)} group{'s' if len(groups) != 1 else ''}: {rates}"
-
-
-def _batch(*factors: int) -> str:
-    product = 1
-    for f in factors:
-        product *= f
-    return " x ".join(map(str, factors)) + f" = {product}"
 
 
 _PATHS = frozenset(leaf.name for leaf in options.leaves(TrainConfig) if leaf.meta.get("path"))

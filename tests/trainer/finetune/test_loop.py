@@ -353,11 +353,15 @@ def test_two_gloo_processes_train_equal_steps_and_score_every_row(sst2, tmp_path
 
 
 def test_the_plan_line_counts_in_the_unit_the_user_chose():
-    from bertstream.trainer.finetune.loop import plan_text
+    from bertstream.trainer.finetune.config import FinetuneSteps
+
+    def plan_text(max_steps: int, epochs: int, per_epoch: int, grad_accum: int = 1) -> str:
+        return FinetuneSteps(32, grad_accum, max_steps, 0).plan(epochs, per_epoch)
 
     assert plan_text(3, 1, 218) == "3 steps (--max-steps; an epoch is 218 steps)"  # not "1 epochs x 218 steps"
     assert plan_text(0, 1, 218) == "1 epoch x 218 steps"
     assert plan_text(0, 3, 218) == "3 epochs x 218 steps"
+    assert plan_text(0, 2, 50, grad_accum=4) == "2 epochs x 50 steps of 4 batches (--grad-accum)"
 
 
 def test_kill_9_then_resume_auto_gives_the_same_metrics_and_results(sst2, tmp_path):

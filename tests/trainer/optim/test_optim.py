@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from bertstream.trainer.config import warmup_note
 from bertstream.trainer.finetune.heads import BertForSequenceClassification, BertForTokenClassification
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import bert_mini
 from bertstream.trainer.optim.groups import depth
-from bertstream.trainer.optim.schedule import build_scheduler, warmup_note
+from bertstream.trainer.optim.schedule import build_scheduler
 from bertstream.trainer.optim.table import build_optimizer
 
 CONFIG = bert_mini(500)  # 4 layers
