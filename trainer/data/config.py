@@ -178,6 +178,13 @@ class DataConfig:
         in_order = {"shuffle": False, "num_workers": 0, "skip_corrupt": False, "masking": "static", **DYNAMIC_ONLY}
         return replace(self, **one, **in_order), note
 
+    @classmethod
+    def one_pass(cls, folder: str) -> DataConfig:
+        """How a dataset ``folder`` is read once whole, outside a run (``berttrain plot``'s baseline counts its
+        masked tokens): in stream order with the shards' own masks, every instance (the last batch filled up with a
+        few served twice, ``PretrainingLoader.repeated_per_epoch``)."""
+        return cls(paths=(folder,), batch_size=256, shuffle=False, drop_remainder=False)
+
     @property
     def seeds(self) -> Seeds:
         """The loader's random streams (data order, masks, workers), derived from the run's ``--seed``."""

@@ -95,3 +95,21 @@ def test_a_run_given_twice_is_refused(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(RunError, match=rf"{run} is given twice \(also as run\)"):
         plot_run(["run", str(run)], tmp_path / "two.png")
     assert not (tmp_path / "two.png").exists() and not (run / "curves.png").exists()
+
+
+def test_the_unigram_baseline_counts_the_masked_tokens_of_every_instance(demo_shards: Path) -> None:
+    # The baseline reads the dataset once whole (DataConfig.one_pass): every instance, in stream order, with the
+    # shards' own masks; it is the mode's share of the masked tokens of that pass.
+    import torch
+
+    from bertstream.trainer.data import DataConfig, PretrainingLoader
+    from bertstream.trainer.pretrain.plot import unigram_baseline
+
+    whole = DataConfig.one_pass(str(demo_shards))
+    assert (whole.shuffle, whole.drop_remainder, whole.masking) == (False, False, "static")
+    loader = PretrainingLoader(whole, expected_vocab_sha256=None)
+    batches = [b for _, b in zip(range(loader.steps_per_epoch), loader)]
+    assert len({int(i) for b in batches for i in b["instance_ids"]}) == loader.num_samples  # none left out
+    ids = torch.cat([b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in batches])
+    counts = torch.bincount(ids).double()
+    assert unigram_baseline(str(demo_shards)) == pytest.approx(float(counts.max() / counts.sum()), abs=1e-12)
