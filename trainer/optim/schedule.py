@@ -1,8 +1,8 @@
 """The learning-rate schedule of both commands: linear warm-up to the peak rate, then a decay to zero at
 ``total_steps``: linear, half a cosine (Hugging Face's ``cosine``), or warm-up-stable-decay (held at the peak
 until the last 20% of the run, then linear). :class:`Schedule` is a run's, made once from its optimizer section:
-the loops, the resume and the end-of-run warning ask it, not the flags (what they tell the user of it is
-said by ``TrainConfig.warmup_note``, ``config.Steps`` and ``optim.advice``)."""
+the loops, the resume and the end-of-run warning ask it, not the flags (the warm-up note on the flags is
+``TrainConfig.warmup_note``'s, the line of a decay re-planned on resume ``config.Steps.replanned``)."""
 
 from __future__ import annotations
 

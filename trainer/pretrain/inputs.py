@@ -158,9 +158,8 @@ def data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pretrai
         )
     except (TooFewSamples, ValueError) as e:  # ValueError: a weight too small for one sample per epoch
         raise RunError(f"--data: {e}") from None
-    # as a batch past the data is refused: one optimizer step longer than an epoch is refused (no epoch)
     refusal = cfg.steps.pretraining_epoch_refusal(loader.steps_per_epoch, loader.global_batch_size, loader.num_samples)
-    if refusal is not None:
+    if refusal is not None:  # as a --batch-size past the data is refused: one step, no epoch
         raise RunError(refusal)
     return loader
 
