@@ -143,7 +143,19 @@ class RankZeroGroup(click.Group):
     first exchange (``distributed.report_together``): rank 0 prints it once, naming the rank unless every
     rank failed alike (each rank printed it, and the others waited for the failed one until --dist-timeout)."""
 
+    # Whether this run is the program's (``trainer.__main__.run`` sets it): only then may its ending set handlers.
+    as_program = False
+
     def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return self._invoke(ctx)
+        finally:
+            if self.as_program:  # what follows is click's ending, where a Ctrl-C was "Aborted!", exit 1
+                from bertstream.cli.process import quiet_ending
+
+                quiet_ending()
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except OSError as e:
