@@ -179,11 +179,10 @@ class DataConfig:
         return replace(self, **one, **in_order), note
 
     @classmethod
-    def one_pass(cls, folder: str) -> DataConfig:
-        """How a dataset ``folder`` is read once whole, outside a run (``berttrain plot``'s baseline counts its
-        masked tokens): in stream order with the shards' own masks, every instance (the last batch filled up with a
-        few served twice, ``PretrainingLoader.repeated_per_epoch``)."""
-        return cls(paths=(folder,), batch_size=256, shuffle=False, drop_remainder=False)
+    def whole(cls, folder: str, batch_size: int) -> DataConfig:
+        """``folder`` read once in stream order, every sample (the last batch filled up with a few served twice,
+        ``PretrainingLoader.repeated_per_epoch``): a tool's one pass over a dataset (``berttrain plot``'s baseline)."""
+        return cls(paths=(folder,), batch_size=batch_size, shuffle=False, drop_remainder=False)
 
     @property
     def seeds(self) -> Seeds:

@@ -98,14 +98,14 @@ def test_a_run_given_twice_is_refused(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_the_unigram_baseline_counts_the_masked_tokens_of_every_instance(demo_shards: Path) -> None:
-    # The baseline reads the dataset once whole (DataConfig.one_pass): every instance, in stream order, with the
+    # The baseline reads the dataset once whole (DataConfig.whole): every instance, in stream order, with the
     # shards' own masks; it is the mode's share of the masked tokens of that pass.
     import torch
 
     from bertstream.trainer.data import DataConfig, PretrainingLoader
     from bertstream.trainer.pretrain.plot import unigram_baseline
 
-    whole = DataConfig.one_pass(str(demo_shards))
+    whole = DataConfig.whole(str(demo_shards), 256)
     assert (whole.shuffle, whole.drop_remainder, whole.masking) == (False, False, "static")
     loader = PretrainingLoader(whole, expected_vocab_sha256=None)
     batches = [b for _, b in zip(range(loader.steps_per_epoch), loader)]
