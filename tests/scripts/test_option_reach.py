@@ -30,7 +30,7 @@ CEILING = 18  # options named in more than 2 product modules (issue 55: 37 measu
 # the first; 29 with the data side's and --task's owners; 19 with how a run starts decided once (rundir.Start, the
 # inputs modules) and one owner each for the run's precision, schedule, seeds, early stopping and eval coverage; 18
 # with the start's advice worded by rundir: --reset-optimizer 5 -> 2, --resume 12 -> 4, --output 9 -> 6,
-# --overwrite 8 -> 5)
+# --overwrite 8 -> 5; --init 5 -> 4)
 WIDEST = 10  # the most modules one option is named in (``--batch-size`` and ``--data``: 10; ``--resume`` was, 12)
 
 
@@ -60,6 +60,8 @@ def test_the_options_are_read_from_the_command_line_and_their_reach_is_held():
         f"trainer/{m}.py" for m in ("pretrain/resume", "pretrain/restore", "pretrain/inputs", "finetune/resume")
     }
     assert not starters & {m for name in ("resume", "output", "overwrite") for m in by_rule[name]}
+    # the starting weights' owner (trainer/weights.py) serves --init and --init-from alike: each caller names its flag
+    assert "trainer/weights.py" not in by_rule["init"] + by_rule["init_from"]
     # the data side reads its own settings (DataConfig.evaluation, open_catalog(config)); --task is the config's Task
     assert all(len(by_rule[name]) <= 2 for name in ("masking", "format", "skip_corrupt", "task"))
     # the Hugging Face side asks the model's config what it is (BertConfig.pre_ln); export-hf alone names the
