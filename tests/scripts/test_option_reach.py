@@ -11,8 +11,8 @@ run section's threads, background writes, log cadence and compilation; the data 
 evaluation coverage. What stays past 2 is declarations shared by several commands (``--resume``, ``--dropout``,
 ``--eval-data`` by both; ``--output``, ``--overwrite``, ``--init``, ``--device`` by ``embed``, ``plot`` or
 ``export-hf`` too), settings with several real readers (``--batch-size``, the data paths, ``--max-steps``,
-``--grad-accum``) and messages naming the flag to give where the problem is found (``--resume auto``, ``--lr``'s
-advice). So the test holds the measured ceiling: no more options past the limit than now, none reaching further
+``--grad-accum``) and messages naming the flag to give where the problem is found (``--lr``'s advice; how a run
+starts or goes on is worded by its owner, ``rundir``, and once at the bottom for the errors that end a run). So the test holds the measured ceiling: no more options past the limit than now, none reaching further
 than the widest does now, and the options each owner took held at 2.
 """
 
