@@ -102,7 +102,8 @@ def sigterm_as_interrupt(
     finally:
         for sig, before in previous.items():
             signal.signal(sig, before)
-        if previous_int is signal.default_int_handler:
+        # Not where the block set a handler of its own (a program's ending: Ctrl-C from there on is taken as said).
+        if previous_int is signal.default_int_handler and signal.getsignal(signal.SIGINT) is ctrl_c:
             signal.signal(signal.SIGINT, previous_int)
         _raised.clear()
 

@@ -94,12 +94,22 @@ class QuickExitGroup(click.Group):
     libraries (Beam's import alone takes seconds), ends as the funnel ends it: one line, exit 128 + the
     signal, where click printed "Aborted!" and exited 1."""
 
+    # Whether this run is the program's (set by ``main``): only then may the command's ending set signal handlers.
+    as_program = False
+
     def invoke(self, ctx: click.Context) -> Any:
         from bertstream.cli.errors import exit_interrupted, sigterm_as_interrupt
 
         try:
             with sigterm_as_interrupt(hangup=True):
-                return super().invoke(ctx)
+                try:
+                    return super().invoke(ctx)
+                finally:
+                    # Set before the block gives Ctrl-C back to Python: what follows is click's ending (the
+                    # context closed, a refusal printed), where a Ctrl-C was click's "Aborted!", exit 1, for a
+                    # command whose work was done.
+                    if self.as_program:
+                        quiet_ending()
         except KeyboardInterrupt as e:
             exit_interrupted(e, "nothing was written")
         except OSError as e:
@@ -119,6 +129,7 @@ class QuickExitGroup(click.Group):
             return super().main(args, prog_name, complete_var, False, **extra)
         if args is not None:  # click's test runner, a command run inside another program: sys.exit as ever
             return super().main(args, prog_name, complete_var, True, **extra)
+        self.as_program = True
         try:
             super().main(None, prog_name, complete_var, True, **extra)
         except SystemExit as e:  # standalone mode always ends so, success included

@@ -15,6 +15,7 @@ def run() -> None:
         try:
             from bertstream.trainer.cli import main
 
+            main.as_program = True
             main()
         except KeyboardInterrupt as e:  # before a command's funnel took it (a command's own ends in its one line)
             from bertstream.cli.errors import exit_interrupted

@@ -56,9 +56,9 @@ def _refuse_evaluation_without_data(values: dict[str, Any]) -> None:
     ctx = click.get_current_context()
     settings = options.tagged(TrainConfig, options.EVALUATION)
     typed = [p for p in settings if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE]
-    if typed and not values.get("eval_data"):
-        given = " and ".join(options.flag_for(TrainConfig, p) for p in typed)
-        raise click.UsageError(f"{given} without --eval-data: there is nothing to evaluate; give --eval-data DIR")
+    problem = TrainConfig.evaluation_without_data(typed, values)
+    if problem:
+        raise click.UsageError(problem)
 
 
 @main.command("export-hf", context_settings=_CTX)

@@ -117,7 +117,19 @@ class RankZeroGroup(click.Group):
     first exchange (``distributed.report_together``): rank 0 prints it once, naming the rank unless every
     rank failed alike (each rank printed it, and the others waited for the failed one until --dist-timeout)."""
 
+    # Whether this run is the program's (``trainer.__main__.run`` sets it): only then may its ending set handlers.
+    as_program = False
+
     def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return self._invoke(ctx)
+        finally:
+            if self.as_program:  # what follows is click's ending, where a Ctrl-C was "Aborted!", exit 1
+                from bertstream.cli.process import quiet_ending
+
+                quiet_ending()
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except OSError as e:
@@ -136,33 +148,10 @@ class RankZeroGroup(click.Group):
                 raise  # found after the ranks met: exchanged already, or this rank's own
             try:
                 outcome = D.Outcome(e.format_message(), usage=True)
-                D.report_together(outcome, _flag("--device") or "auto", _timeout())
+                D.report_together(outcome, *D.launch_flags(sys.argv[1:]))
             except UsageError as agreed:
                 _agreed(agreed, None, e.ctx)
             raise
-
-
-def _flag(name: str) -> str | None:
-    """``name``'s value on this process's command line, read as it is (the flags did not parse)."""
-    args = sys.argv[1:]
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _timeout() -> float:
-    """``--dist-timeout`` as given, or its default when it is not one the flag takes (maybe the error itself:
-    1e300 s would overflow the process group's timedelta)."""
-    from bertstream.trainer.config import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, MIN_TIMEOUT_S
-
-    try:
-        seconds = float(_flag("--dist-timeout") or DEFAULT_TIMEOUT_S)
-    except ValueError:
-        return DEFAULT_TIMEOUT_S
-    return seconds if MIN_TIMEOUT_S <= seconds <= MAX_TIMEOUT_S else DEFAULT_TIMEOUT_S
 
 
 def _release(e: BaseException) -> None:

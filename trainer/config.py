@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar
 
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import ARCH, EVALUATION, FIXED, MAX_INT, PER_NODE, opt, section
 from bertstream.trainer.data.config import DataConfig
-from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES
+from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES, BertConfig, find_preset, with_dropout
 from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.table import LR_SCHEDULES, OWN_SETTINGS_HELP, own_settings
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
@@ -32,6 +33,12 @@ def check_dist_timeout(seconds: float) -> None:
     traceback at launch), 1e-300 was 0 s."""
     ok = MIN_TIMEOUT_S <= seconds <= MAX_TIMEOUT_S
     check(ok, "dist_timeout", f"must be in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}] seconds, got {seconds}")
+
+
+def waited(timeout_s: float) -> str:
+    """How long a rank waits for its peers, as the notes and errors of the distributed run name it (the flag's
+    words live with its declaration): ``--dist-timeout 300 s``."""
+    return f"--dist-timeout {timeout_s:g} s"
 
 
 def check_finite(cfg: Any) -> None:
@@ -229,6 +236,37 @@ class ModelChoice:
             f"must be one of {', '.join(NORM_PLACEMENTS)}, got {self.norm_placement!r}",
         )
 
+    # What a resume says of --dropout, written with its declaration: an elastic resume restarts the dropout
+    # streams (pretrain/restore.py), and it is the one setting of the model a new phase may change
+    # (pretrain/resume.py's refusal of the others).
+    SAME_LOSSES: ClassVar[str] = "the same losses need --dropout 0"
+    NEW_PHASE_MAY_CHANGE: ClassVar[str] = "only --dropout may change for a new phase"
+
+    def trained(self, config: BertConfig) -> BertConfig:
+        """The model configuration the run trains: ``config`` (the checkpoint's, ``--init-from``'s, or
+        :meth:`new` 's) with ``--dropout`` when given. The inputs take the model from here, none reads the field."""
+        return with_dropout(config, self.dropout)
+
+    def new(self, vocab_size: int) -> BertConfig:
+        """A new model's configuration before ``--model-config``: the ``--model`` preset over the data's
+        vocabulary, with ``--norm-placement`` (post, the presets' own, when not given)."""
+        preset = find_preset(self.preset)
+        if preset is None:
+            raise ValueError(f"--model must be one of {', '.join(PRESET_NAMES)}; got {self.preset!r}")
+        return replace(preset(vocab_size), norm_placement=self.norm_placement or "post")
+
+    def refuse_other_architecture(self, init: BertConfig, given: Collection[str]) -> None:
+        """``--init-from``'s model is the run's architecture: a flag tagged ``ARCH`` given with another value
+        than that model's is refused by name (one not given is taken from the model)."""
+        for name in options.tagged(ModelChoice, ARCH):
+            value = getattr(self, name)
+            if name in given and value != getattr(init, name, None):
+                raise UsageError(
+                    name,
+                    f"{value}, but --init-from {self.init_from} is a {init.norm_placement}-LN model: "
+                    f"drop {options.flag_for(ModelChoice, name)} (the model's own architecture is used)",
+                )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointConfig:
@@ -323,6 +361,15 @@ class TrainConfig:
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
         check_ints(self, ("eval_batches",), 0)
+
+    @staticmethod
+    def evaluation_without_data(typed: Sequence[str], values: Mapping[str, Any]) -> str | None:
+        """The refusal of evaluation settings (``typed``: those tagged ``EVALUATION`` the command line typed)
+        among flat ``values`` without an evaluation set, or None (none typed, or the set given)."""
+        if not typed or values.get("eval_data"):
+            return None
+        given = " and ".join(options.flag_for(TrainConfig, p) for p in typed)
+        return f"{given} without --eval-data: there is nothing to evaluate; give --eval-data DIR"
 
     @classmethod
     def build(cls, **values: Any) -> TrainConfig:

@@ -11,7 +11,7 @@ import faulthandler
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from bertstream.cli.errors import UsageError
 from bertstream.trainer import progress
-from bertstream.trainer.config import DEFAULT_TIMEOUT_S, RunConfig
+from bertstream.trainer.config import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, MIN_TIMEOUT_S, RunConfig, waited
 from bertstream.trainer.errors import RunError, UserError
 from bertstream.trainer.peers import PEERS
 from bertstream.trainer.rank_signals import show_stacks_on_sigusr1, watch_sigterm
@@ -190,6 +190,29 @@ def setup_run(run: RunConfig) -> DistInfo:
     return setup(run.device, run.dist_timeout)
 
 
+def launch_flags(args: Sequence[str]) -> tuple[str, float]:
+    """``--device`` and ``--dist-timeout`` as the command line ``args`` gives them, read as they are, for an
+    error found before the flags parsed (:func:`report_together`): the device ``auto`` when not given; the
+    timeout its default when not given or not one the flag takes (maybe the error itself: 1e300 s would overflow
+    the process group's timedelta)."""
+    try:
+        seconds = float(_given(args, "--dist-timeout") or DEFAULT_TIMEOUT_S)
+    except ValueError:
+        seconds = DEFAULT_TIMEOUT_S
+    timeout_s = seconds if MIN_TIMEOUT_S <= seconds <= MAX_TIMEOUT_S else DEFAULT_TIMEOUT_S
+    return _given(args, "--device") or "auto", timeout_s
+
+
+def _given(args: Sequence[str], name: str) -> str | None:
+    """``name``'s value in ``args``, read as it is (the flags did not parse)."""
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInfo:
     world, rank, local_rank = launch_env()
     use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
@@ -223,7 +246,7 @@ def setup(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistInf
             where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
             raise RunError(
                 f"WORLD_SIZE={world}, RANK={rank}: the ranks did not meet at MASTER_ADDR:MASTER_PORT {where} within "
-                f"--dist-timeout {timeout_s:g} s ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
+                f"{waited(timeout_s)} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
                 "start every rank (torchrun --nproc-per-node N sets them), or unset WORLD_SIZE to run alone"
             ) from None
         finally:
@@ -239,7 +262,7 @@ def _say_waiting(world: int, rank: int, timeout_s: float) -> None:
     where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
     progress.write(
         f"[berttrain] rank {rank} of WORLD_SIZE {world} waits for the other ranks at MASTER_ADDR:MASTER_PORT {where} "
-        f"(up to --dist-timeout {timeout_s:g} s)"
+        f"(up to {waited(timeout_s)})"
     )
 
 

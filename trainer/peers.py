@@ -13,6 +13,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from bertstream.trainer.config import waited
 from bertstream.trainer.errors import CONTINUES, RunError
 
 
@@ -98,7 +99,7 @@ class _Peers:
                     said = True
                     print(
                         f"[berttrain] rank {self.rank} is waiting for {waiting} at step {self.step}; the run "
-                        f"ends after --dist-timeout {self.timeout_s:g} s without an answer",
+                        f"ends after {waited(self.timeout_s)} without an answer",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -154,6 +155,6 @@ def peer_lost(e: BaseException, timeout_s: float) -> PeerLost | None:
         return None
     who = PEERS.silent()
     return PeerLost(
-        f"{who} did not answer within --dist-timeout {timeout_s:g} s (it died, hung or was stopped; its own log "
+        f"{who} did not answer within {waited(timeout_s)} (it died, hung or was stopped; its own log "
         f"says why): the run ends here, and {CONTINUES} from the last complete checkpoint"
     )

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -111,7 +111,7 @@ class Start:
         return f"--resume {self.restored.path if self.restored is not None else None}"
 
 
-def plan_run(run_dir: Path, checkpoint: CheckpointConfig, *, data: tuple[str, ...]) -> Start:
+def plan_run(run_dir: Path, checkpoint: CheckpointConfig, *, data: Sequence[tuple[str, str]]) -> Start:
     """Where the run in ``run_dir`` starts: the checkpoint to continue from (None: afresh); raises unless that
     is safe.
 
@@ -123,9 +123,9 @@ def plan_run(run_dir: Path, checkpoint: CheckpointConfig, *, data: tuple[str, ..
     refuse_other_kind(run_dir, "pretrain")
     if overwrite:
         refuse_not_a_run(run_dir)
-    for d in data:
+    for flag, d in data:  # (flag, folder) of each dataset the run reads (pretrain.inputs.data_folders)
         if "://" not in d and _inside(Path(dataset_key(d)), run_dir):
-            raise UsageError("output", f"{run_dir} holds --data {d}: choose a run folder of its own")
+            raise UsageError("output", f"{run_dir} holds {flag} {d}: choose a run folder of its own")
     if resume not in ("auto", "none") and not Path(resume).is_dir():
         raise RunError(f"--resume {resume}: no such checkpoint folder")
     if resume not in ("auto", "none") and _inside(Path(resume), run_dir):

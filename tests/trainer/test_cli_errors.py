@@ -667,6 +667,26 @@ def test_ctrl_c_as_the_command_line_ends_is_no_traceback():
     assert p.stdout.endswith("handler ended\n")  # the ending went on
 
 
+def test_ctrl_c_in_clicks_ending_after_the_command_returned_is_taken_as_said():
+    # Round 8's known gap: a Ctrl-C landing in click's code after the command had returned (the command line's
+    # context closing) was click's "Aborted!", exit 1. Here the root context's close sends it, without timing.
+    p = _run_entry_point(
+        "import click, os, signal, time\n"
+        "leave = click.Context.__exit__\n"
+        "def leaving(ctx, *exc):\n"
+        "    if ctx.parent is None and ctx._depth == 1 and not hasattr(ctx, 'sent'):\n"  # click's main leaving it
+        "        ctx.sent = True\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(0.3)\n"  # Python runs its handler in here
+        "        print('closed')\n"
+        "    return leave(ctx, *exc)\n"
+        "click.Context.__exit__ = leaving\n",
+        ["plot", "--help"],
+    )
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert p.stdout.endswith("closed\n")
+
+
 def test_an_interrupt_inside_a_checkpoint_write_stays_the_interrupt_and_leaves_no_checkpoint(tmp_path, monkeypatch):
     # Round 8's rerun: SIGTERM during the first checkpoint (signal.pretrain.SIGTERM.ckpt) landed in a write torch's
     # zip writer made; its context's exit wrote the end record again and raised "RuntimeError: [enforce fail at

@@ -178,6 +178,12 @@ class DataConfig:
         in_order = {"shuffle": False, "num_workers": 0, "skip_corrupt": False, "masking": "static", **DYNAMIC_ONLY}
         return replace(self, **one, **in_order), note
 
+    @classmethod
+    def whole(cls, folder: str, batch_size: int) -> DataConfig:
+        """``folder`` read once in stream order, every sample (the last batch smaller): a tool's one pass over a
+        dataset (``berttrain plot``'s baseline)."""
+        return cls(paths=(folder,), batch_size=batch_size, shuffle=False, drop_remainder=False)
+
     @property
     def seeds(self) -> Seeds:
         """The loader's random streams (data order, masks, workers), derived from the run's ``--seed``."""

@@ -18,7 +18,6 @@ from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.data.masking import dynamic_masker
 from bertstream.trainer.data.plan import EpochPlan, Layout, batch_at
 from bertstream.trainer.data.reader import LaneDataset
-from bertstream.trainer.data.refs import ShardError
 from bertstream.trainer.data.sources import Catalog, open_catalog
 from bertstream.trainer.data.workers import quiet_worker_init
 
@@ -66,7 +65,7 @@ class PretrainingLoader:
         self.config = config
         self.world_size, self.rank = world_size, rank
         self.catalog: Catalog = open_catalog(config, expected_vocab_sha256=expected_vocab_sha256, opened=opened)
-        self._quotas = None if config.weights is None else epoch_quotas(self.catalog, config.paths, config.weights)
+        self._quotas = None if config.weights is None else epoch_quotas(self.catalog, config.weights)
         self.masker = dynamic_masker(config, self.catalog, vocab)  # None: the shards' static masks
         self._epoch = 0
         self._consumed = 0  # batches of this epoch handed to the caller (global batches: the same on every rank)
@@ -170,7 +169,7 @@ class PretrainingLoader:
         plan = self._plan(self._epoch)
         g = self.global_batch_size
         per_epoch, now = plan.served(self._steps * g), plan.served(self._consumed * g)
-        names = self.config.paths if self.weighted else (self.config.paths[0],)
+        names = self.catalog.folders if self.weighted else self.catalog.folders[:1]
         return {n: self._epoch * a + b for n, a, b in zip(names, per_epoch, now)}
 
     def set_epoch(self, epoch: int) -> None:
@@ -338,7 +337,7 @@ class PretrainingLoader:
         """Samples per epoch of each weighted folder, e.g. ``wiki 700 (70.0%), books 300 (30.0%)``."""
         quotas = self._quotas or []
         total = sum(quotas)
-        return ", ".join(f"{p} {m} ({m / total:.1%})" for p, m in zip(self.config.paths, quotas))
+        return ", ".join(f"{p} {m} ({m / total:.1%})" for p, m in zip(self.catalog.folders, quotas))
 
     def _plan(self, epoch: int) -> EpochPlan:
         return EpochPlan(self._layout(), epoch)
@@ -365,14 +364,13 @@ def _count(value: Any, below: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < below
 
 
-def epoch_quotas(catalog: Catalog, paths: tuple[str, ...], weights: tuple[float, ...]) -> list[int]:
-    """Samples per folder per epoch: the heaviest-weighted folder read once, the others in proportion."""
+def epoch_quotas(catalog: Catalog, weights: tuple[float, ...]) -> list[int]:
+    """Samples per folder per epoch: the heaviest-weighted folder read once, the others in proportion (the
+    catalog has checked that each folder holds samples)."""
+    paths = catalog.folders
     sizes = [0] * len(paths)
     for s in catalog.shards:
         sizes[s.dataset] += s.count
-    empty = [p for p, n in zip(paths, sizes) if n == 0]
-    if empty:
-        raise ShardError(f"no usable shards in weighted --data {', '.join(empty)}")
     h = max(range(len(weights)), key=lambda d: weights[d])  # the first of the heaviest
     quotas = [sizes[h] if d == h else round(sizes[h] * w / weights[h]) for d, w in enumerate(weights)]
     small = [f"{p}:{w:g}" for p, w, m in zip(paths, weights, quotas) if m < 1]

@@ -91,6 +91,6 @@ def dynamic_masker(config: DataConfig, catalog: Catalog, vocab: Vocab | None = N
     if config.masking != "dynamic":
         return None
     if vocab is None:
-        root, manifest = config.paths[0], catalog.manifests[0]
+        root, manifest = catalog.folders[0], catalog.manifests[0]
         vocab = load_vocab(manifest, lambda name: read_text(root, name), root.rstrip("/") + "/" + manifest.vocab_file)
     return Masker.for_vocab(vocab, config.masking_settings, seed=config.seeds.masks)

@@ -28,6 +28,7 @@ SKIP_HINT = "(pass --skip-corrupt, DataConfig(skip_corrupt=True), to skip corrup
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
+    folders: tuple[str, ...]  # the dataset folders read, in configured order (ShardRef.dataset indexes them)
     shards: tuple[ShardRef, ...]  # usable shards, in configured order
     skipped: tuple[tuple[ShardRef, str], ...]  # (shard, reason) excluded by skip_corrupt
     manifests: tuple[Manifest, ...]
@@ -85,9 +86,12 @@ def open_catalog(
         if r.count == 0:  # the plan never reads a shard it counts empty: see that it is (a count edited to 0)
             open_shard(r, verify_sha256=False, vocab_sha256=lead.vocab_sha256, id_type=lead.id_type)
 
+    if config.weights is not None:  # a weighted folder is its own dataset: it must hold samples of its own
+        _check_each_has_samples(paths, usable)
     ident = [[r.dataset, r.relpath, r.format, r.count, r.sha256] for r in usable]
     fingerprint = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
     return Catalog(
+        folders=tuple(paths),
         shards=usable,
         skipped=skipped,
         manifests=manifests,
@@ -98,6 +102,15 @@ def open_catalog(
         verified=hashed,
         fingerprint=fingerprint,
     )
+
+
+def _check_each_has_samples(paths: Sequence[str], usable: Sequence[ShardRef]) -> None:
+    sizes = [0] * len(paths)
+    for s in usable:
+        sizes[s.dataset] += s.count
+    empty = [p for p, n in zip(paths, sizes) if n == 0]
+    if empty:
+        raise ShardError(f"no usable shards in weighted --data {', '.join(empty)}")
 
 
 def load_manifest(root: str) -> Manifest:

@@ -4,7 +4,7 @@ optimiser and run sections are pretraining's (``bertstream.trainer.config``), wi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertstream.cli import options
 from bertstream.cli.errors import check
@@ -13,6 +13,10 @@ from bertstream.cli.options import FIXED, opt, section
 from bertstream.trainer.config import OptimConfig, RunConfig, check_finite, check_ints
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
+from bertstream.trainer.model_config import BertConfig, with_dropout
+
+if TYPE_CHECKING:
+    from torch import nn
 
 TASKS = tuple(_TASKS)  # the kinds' Tasks, in their table's order: classification, regression, ner, squad
 POOLINGS = ("cls", "mean")
@@ -142,6 +146,21 @@ class FinetuneConfig:
     def task_kind(self) -> Task:
         """``--task`` as the kind's ``Task`` (``bertstream.trainer.finetune.tasks``): what the run asks of its kind."""
         return _TASKS[self.task]
+
+    def trained(self, config: BertConfig) -> BertConfig:
+        """The model configuration the run trains: the init's ``config`` with ``--dropout`` when given (the
+        inputs take it from here; none reads the field)."""
+        return with_dropout(config, self.dropout)
+
+    def build_model(self, config: BertConfig, labels: tuple[str, ...]) -> nn.Module:
+        """The task's model over ``labels``, its head new: pooled as ``--pooling`` asks, drawn from ``--seed``'s
+        init stream."""
+        return self.task_kind.build_model(config, len(labels), seed=self.run.seeds.init, pooling=self.pooling)
+
+    def head_for(self, labels: tuple[str, ...]) -> tuple[str, tuple[str, ...], str]:
+        """``(kind, labels, pooling)``: what a trained head must have been trained for to be reused
+        (``heads.reuse_head``)."""
+        return self.task_kind.kind, labels, self.pooling
 
     @property
     def eval_batch(self) -> int:

@@ -18,7 +18,7 @@ from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataErr
 from bertstream.trainer.finetune.evaluation import EarlyStopping
 from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
 from bertstream.trainer.finetune.tasks import HF_HEADS, Task
-from bertstream.trainer.model_config import BertConfig, with_dropout
+from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.training import load_state
 from bertstream.trainer.weights import Init, check_vocab, resolve_init
 
@@ -40,7 +40,7 @@ def load_inputs(
     check_pair(train, evaluation)
     init = resolve_init(cfg.init, train.vocab, flag="--init", seed=cfg.run.seeds.init, heads=HF_HEADS)
     check_vocab(init, train.manifest.vocab_sha256, train.root, flag="--init")
-    config = with_dropout(init.config, cfg.dropout)
+    config = cfg.trained(init.config)
     longest = max(task.max_length(train), task.max_length(evaluation))
     if longest > config.max_position_embeddings:
         raise TaskDataError(
@@ -102,10 +102,10 @@ def build_model(
     info: D.DistInfo,
 ) -> torch.nn.Module:
     """The task's model with the initial encoder weights (and head, if trained for this task), or the resumed run's."""
-    raw = task.build_model(config, len(train.labels), seed=cfg.run.seeds.init, pooling=cfg.pooling)
+    raw = cfg.build_model(config, train.labels)
     if init.state is not None:
         load_encoder_state(raw, init.state, f"--init {init.source}")
-        note = reuse_head(raw, init.head, (task.kind, train.labels, cfg.pooling), pooled=task.hf.pooled)
+        note = reuse_head(raw, init.head, cfg.head_for(train.labels), pooled=task.hf.pooled)
         if note and restored is None:
             R.log(f"init: {note}", info)
     if restored is not None:

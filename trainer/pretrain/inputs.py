@@ -8,7 +8,6 @@ import json
 from dataclasses import dataclass, replace
 
 from bertstream.cli import options
-from bertstream.cli.errors import UsageError
 from bertstream.schemas import json_text
 from bertstream.schemas.manifest import Manifest
 from bertstream.schemas.manifest import load_vocab as load_dataset_vocab
@@ -22,7 +21,7 @@ from bertstream.trainer.data.config import dataset_key, weight_notes
 from bertstream.trainer.data.loader import TooFewSamples
 from bertstream.trainer.data.refs import read_text
 from bertstream.trainer.errors import RunError
-from bertstream.trainer.model_config import PRESET_NAMES, BertConfig, find_preset, with_dropout
+from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.rundir import Start
 from bertstream.trainer.weights import check_vocab, resolve_init
 
@@ -73,6 +72,12 @@ def input_paths(cfg: TrainConfig) -> list[tuple[str, str | None]]:
     ]
 
 
+def data_folders(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """``(flag, folder)`` of each ``--data`` folder, which the run folder must not hold
+    (:func:`bertstream.trainer.rundir.plan_run`)."""
+    return [("--data", d) for d in cfg.data.paths]
+
+
 def model_config(cfg: TrainConfig, vocab: Vocab, start: Start | None) -> tuple[BertConfig, Weights | None]:
     """(config, starting weights or None) from the checkpoint the run starts from, --init-from (the one owner of
     starting weights, :mod:`bertstream.trainer.weights`), --model-config or preset."""
@@ -84,26 +89,16 @@ def model_config(cfg: TrainConfig, vocab: Vocab, start: Start | None) -> tuple[B
                 f"--init-from {cfg.model.init_from} and {start.weights_given_as} both give the starting weights: "
                 "pass one of them"
             )
-        return with_dropout(BertConfig.from_dict(restored.config["model"]), cfg.model.dropout), None
+        return cfg.model.trained(BertConfig.from_dict(restored.config["model"])), None
     if cfg.model.init_from:
         init = resolve_init(cfg.model.init_from, None, seed=cfg.run.seeds.init, flag="--init-from")
-        now, given = options.flat(cfg), options.given(cfg)
-        for name in options.tagged(TrainConfig, options.ARCH):  # the architecture is the model's own
-            if name in given and now[name] != getattr(init.config, name, None):
-                raise UsageError(
-                    name,
-                    f"{now[name]}, but --init-from {cfg.model.init_from} is a {init.config.norm_placement}-LN model: "
-                    f"drop {options.flag_for(TrainConfig, name)} (the model's own architecture is used)",
-                )
+        cfg.model.refuse_other_architecture(init.config, options.given(cfg))  # the architecture is the model's own
         check_vocab(init, vocab.sha256, f"--data {cfg.data.paths[0]}", flag="--init-from", job="pretraining")
         source = f"--init-from {cfg.model.init_from}"
         _two_segments(init.config, source)
         weights = None if init.state is None else Weights(init.state, source, init.notes)
-        return with_dropout(init.config, cfg.model.dropout), weights
-    preset = find_preset(cfg.model.preset)
-    if preset is None:
-        raise ValueError(f"--model must be one of {', '.join(PRESET_NAMES)}; got {cfg.model.preset!r}")
-    config = replace(preset(vocab_size), norm_placement=cfg.model.norm_placement or "post")
+        return cfg.model.trained(init.config), weights
+    config = cfg.model.new(vocab_size)
     if cfg.model.model_config:
         try:
             overrides = json_text.loads(read_whole(cfg.model.model_config, "--model-config"))
@@ -120,7 +115,7 @@ def model_config(cfg: TrainConfig, vocab: Vocab, start: Start | None) -> tuple[B
         except (json.JSONDecodeError, TypeError, ValueError) as e:
             raise RunError(f"--model-config {cfg.model.model_config}: {e}") from None
         _two_segments(config, f"--model-config {cfg.model.model_config}")
-    return with_dropout(config, cfg.model.dropout), None
+    return cfg.model.trained(config), None
 
 
 def _two_segments(config: BertConfig, source: str) -> None:
@@ -188,6 +183,21 @@ def eval_data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pr
         raise RunError(f"--eval-data: {e}") from None
     except VocabMismatchError as e:
         raise RunError(f"--eval-data {cfg.eval_data} uses another vocabulary than --data ({e})") from None
+
+
+def check_model(config: BertConfig, cfg: TrainConfig, data: OpenedData, start: Start) -> None:
+    """The model fits the data: its vocabulary (a resumed checkpoint's too) and its positions."""
+    vocab, restored = data.vocab, start.restored
+    if config.vocab_size != len(vocab):
+        raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")
+    if restored is not None and restored.config.get("vocab_sha256", vocab.sha256) != vocab.sha256:
+        raise RunError(f"{restored.path} was trained on another vocabulary than --data")
+    check_seq_length(config, cfg, data)
+
+
+def mix_note(loader: PretrainingLoader) -> str:
+    """The log line of a weighted ``--data`` mix: each folder's samples in an epoch."""
+    return f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}"
 
 
 def check_seq_length(config: BertConfig, cfg: TrainConfig, data: OpenedData) -> None:

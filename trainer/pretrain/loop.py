@@ -29,7 +29,7 @@ from bertstream.trainer.optim.advice import pretrain_warning
 from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.optim.table import build_optimizer
 from bertstream.trainer.pretrain.evaluation import Coverage
-from bertstream.trainer.pretrain.inputs import data_loader, eval_data_loader, input_notes, open_data
+from bertstream.trainer.pretrain.inputs import data_loader, eval_data_loader, input_notes, mix_note, open_data
 from bertstream.trainer.pretrain.restore import (
     build_model,
     check_same_run,
@@ -125,11 +125,11 @@ def write_run_config(
     return run_config
 
 
-def data_position(cfg: TrainConfig, loader: PretrainingLoader) -> dict[str, Any]:
+def data_position(loader: PretrainingLoader) -> dict[str, Any]:
     """The checkpoint's record of where the data stream is, and of which dataset (see ``same_data``)."""
     position = {
         "data": loader.state_dict(),
-        "data_paths": list(cfg.data.paths),
+        "data_paths": list(loader.catalog.folders),
         "data_fingerprint": loader.catalog.fingerprint,
         "epoch": loader.epoch,
     }
@@ -202,7 +202,7 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
     writer = CheckpointWriter(run_config, vocab.text(), info, writes=writes, announce=True)
     R.log(f"{describe(raw, loader, cfg, info)}, {threads}", info)
     if loader.weighted:
-        R.log(f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}", info)
+        R.log(mix_note(loader), info)
 
     if eval_loader is not None and cfg.compiles(info.device.type):
         warm_evaluation(model, eval_loader, cfg, info, amp)
@@ -271,7 +271,7 @@ def _pretrain(cfg: TrainConfig, run_dir: Path, info: D.DistInfo, writes: Backgro
         writer.poll(meet=R.log_due(cfg.run, step))  # the last background write: complete, or its error
         if step % cfg.checkpoint.checkpoint_every == 0 or step == last_step:
             training.check()  # never a checkpoint of a run that has diverged
-            path = writer.save(run_dir, training, data_position(cfg, loader), keep=cfg.checkpoint.keep_checkpoints)
+            path = writer.save(run_dir, training, data_position(loader), keep=cfg.checkpoint.keep_checkpoints)
             if path is not None:
                 R.log(f"checkpoint {path}", info)
     writer.finish()  # the final checkpoint complete (every rank agrees) before the run reports its end

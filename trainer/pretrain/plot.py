@@ -23,9 +23,7 @@ def unigram_baseline(data_dir: str) -> float:
 
     if not data_dir:  # "" drew no baseline without a word
         raise RunError("--baseline-from '' names no dataset folder")
-    loader = PretrainingLoader(
-        DataConfig(paths=(data_dir,), batch_size=256, shuffle=False, drop_remainder=False), expected_vocab_sha256=None
-    )
+    loader = PretrainingLoader(DataConfig.whole(data_dir, batch_size=256), expected_vocab_sha256=None)
     counts = torch.zeros(0, dtype=torch.float64)
     for batch in loader:
         ids = batch["masked_lm_ids"][batch["masked_lm_weights"] > 0]

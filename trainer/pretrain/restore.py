@@ -15,13 +15,13 @@ from bertstream.trainer import distributed as D
 from bertstream.trainer import rundir
 from bertstream.trainer import runtime as R
 from bertstream.trainer.checkpoint_writer import restore_rng
-from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.config import ModelChoice, TrainConfig
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.optim.schedule import Schedule
-from bertstream.trainer.pretrain.inputs import OpenedData, Weights, check_seq_length, input_paths, model_config
+from bertstream.trainer.pretrain.inputs import OpenedData, Weights, check_model, data_folders, input_paths, model_config
 from bertstream.trainer.pretrain.resume import extend_schedule, group_rates, same_data
 from bertstream.trainer.training import Training, load_state
 
@@ -30,20 +30,15 @@ def plan_run_dir(cfg: TrainConfig, run_dir: Path) -> rundir.Start:
     """How this run starts (the checkpoint it continues or starts from, or afresh); read-only, so that nothing is
     cleared before every input has been checked (:func:`bertstream.trainer.rundir.prepare` then clears and makes
     the folder)."""
-    start = rundir.plan_run(run_dir, cfg.checkpoint, data=cfg.data.paths)
+    start = rundir.plan_run(run_dir, cfg.checkpoint, data=data_folders(cfg))
     rundir.check_overlap(start, input_paths(cfg))
     return start
 
 
 def resolve_model(cfg: TrainConfig, data: OpenedData, start: rundir.Start) -> tuple[BertConfig, Weights | None]:
     """The architecture (and starting weights), after checking that the flags fit the checkpoint and the data."""
-    vocab, restored = data.vocab, start.restored
-    config, weights = model_config(cfg, vocab, start)
-    if config.vocab_size != len(vocab):
-        raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")
-    if restored is not None and restored.config.get("vocab_sha256", vocab.sha256) != vocab.sha256:
-        raise RunError(f"{restored.path} was trained on another vocabulary than --data")
-    check_seq_length(config, cfg, data)
+    config, weights = model_config(cfg, data.vocab, start)
+    check_model(config, cfg, data, start)
     return config, weights
 
 
@@ -95,7 +90,7 @@ def restore_position(
             f"(was {old_end}); learning rates at step {restored.step}, {group_rates(training.optimizer)}",
             info,
         )
-    if same_data(cfg.data.paths, restored.state, loader.catalog.fingerprint, restored.path):
+    if same_data(loader.catalog.folders, restored.state, loader.catalog.fingerprint, restored.path):
         try:
             loader.load_state_dict(restored.state["data"])
         except ValueError as e:  # e.g. other weights: the position cannot be mapped onto this loader
@@ -110,7 +105,7 @@ def restore_position(
         torch.manual_seed(cfg.run.seeds.dropout_after(info.rank, restored.step))
         R.log(
             f"{saved_world} processes saved {restored.path.name}, {info.world_size} resume it: the same "
-            "global batches continue; dropout streams restart (the same losses need --dropout 0)",
+            f"global batches continue; dropout streams restart ({ModelChoice.SAME_LOSSES})",
             info,
         )
     else:

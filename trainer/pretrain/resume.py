@@ -18,7 +18,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from bertstream.cli import options
 from bertstream.trainer import rundir
-from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.config import ModelChoice, TrainConfig
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.optim.schedule import WarmupLinearDecay
@@ -103,7 +103,7 @@ def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -
         )
         raise RunError(
             f"{rundir.NEW_PHASE} takes the model of {checkpoint} as it is, but {listed}: drop {_flags(changed)} "
-            "(only --dropout may change for a new phase)"
+            f"({ModelChoice.NEW_PHASE_MAY_CHANGE})"
         )
 
 

@@ -421,3 +421,20 @@ def test_one_set_of_workers_serves_every_epoch_in_the_same_order(uneven: Dataset
     resumed.load_state_dict(state)
     assert epoch_ids(resumed) == full[1][11:] and epoch_ids(resumed) == full[2]
     resumed.close()
+
+
+def test_a_weighted_folder_left_without_samples_is_refused_by_name(
+    uneven: Dataset, second: Dataset, tmp_path: Path
+) -> None:
+    # Each weighted folder is its own dataset, dealt into every batch: one whose shards are all skipped as corrupt
+    # has nothing to deal. Opening the catalog refuses it, naming the folder.
+    d = tmp_path / "second"
+    shutil.copytree(second.path, d)
+    for shard in (*d.glob("*.tar"), *d.glob("*.arrow")):
+        shard.write_bytes(shard.read_bytes()[:-1])  # every shard of it fails the manifest's size
+    with pytest.raises(ShardError, match=f"^no usable shards in weighted --data {d}$"):
+        make(uneven.path, d, weights=(0.7, 0.3), skip_corrupt=True)
+    assert make(uneven.path, second.path, weights=(0.7, 0.3), skip_corrupt=True).catalog.folders == (
+        str(uneven.path),
+        str(second.path),
+    )
