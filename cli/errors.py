@@ -87,9 +87,19 @@ def sigterm_as_interrupt(
         _raised.append(KeyboardInterrupt())
         raise _raised[-1]
 
+    def unraisable(u: Any) -> None:
+        if any(u.exc_value is kept for kept in _raised):
+            return  # kept, and raised again where the work can stop (raise_if_swallowed): no traceback now
+        previous_unraisable(u)
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    # A signal that lands in a finalizer (``__del__`` as the collector runs, in any line of the main thread) is
+    # "Exception ignored in" and a traceback, the interruption lost: the run went on to exit 0 (round 9,
+    # SIGTERM to a bertprep --overwrite run as its work folder appeared).
+    previous_unraisable = sys.unraisablehook
+    sys.unraisablehook = unraisable
     # With ``hangup``, SIGQUIT (Ctrl-\\) too: its default dumps core where no handler runs, and an --overwrite's
     # earlier dataset waited in the work folder for the next run to put it back.
     terminal = [signal.SIGHUP, signal.SIGQUIT] if hangup else []
@@ -105,6 +115,7 @@ def sigterm_as_interrupt(
         # Not where the block set a handler of its own (a program's ending: Ctrl-C from there on is taken as said).
         if previous_int is signal.default_int_handler and signal.getsignal(signal.SIGINT) is ctrl_c:
             signal.signal(signal.SIGINT, previous_int)
+        sys.unraisablehook = previous_unraisable
         _raised.clear()
 
 

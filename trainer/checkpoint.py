@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -33,6 +34,16 @@ _STEP_DIR = re.compile(r"^step-(\d{7,})$")
 
 class CheckpointError(UserError, RuntimeError):
     """A checkpoint folder is missing, incomplete or does not match the run."""
+
+
+class Incomplete(CheckpointError):
+    """A checkpoint lacks files or state. ``weights_load``: what it lacks is a resume's alone (the optimizer,
+    the RNG, the data position), so its weights still start a new phase: the owner of how a run starts
+    (``bertstream.trainer.rundir``) says with which flags."""
+
+    def __init__(self, path: Path, missing: list[str], weights_load: bool) -> None:
+        super().__init__(f"{path}: incomplete checkpoint, lacks {', '.join(missing)}")
+        self.path, self.weights_load = path, weights_load
 
 
 def step_dir(run_dir: str | Path, step: int) -> Path:
@@ -303,7 +314,7 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
         raise CheckpointError(f"{p}: no such checkpoint folder")
     missing = [name for name in (RESUME_FILES if with_optimizer else WEIGHT_FILES) if not (p / name).is_file()]
     if missing:
-        raise CheckpointError(_incomplete(p, missing, with_optimizer))
+        raise _incomplete(p, missing, with_optimizer)
     model = read_tensors(p / MODEL_FILE)
     try:
         state = json.loads(read_whole(p / "state.json", "the checkpoint's state.json"))
@@ -323,13 +334,11 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
         raise CheckpointError(f"{p}/state.json: step {step!r} is not a step count (an integer >= 0)")
     lacking = [k for k in RESUME_STATE if k not in state] if with_optimizer else []
     if "step" not in state or lacking or not isinstance(config.get("model"), dict):
-        raise CheckpointError(
-            _incomplete(
-                p,
-                [f"state.json {k!r}" for k in ["step", *lacking] if k not in state]
-                + ([] if isinstance(config.get("model"), dict) else ["config.json 'model'"]),
-                with_optimizer,
-            )
+        raise _incomplete(
+            p,
+            [f"state.json {k!r}" for k in ["step", *lacking] if k not in state]
+            + ([] if isinstance(config.get("model"), dict) else ["config.json 'model'"]),
+            with_optimizer,
         )
     named = _STEP_DIR.match(p.name)
     if named and int(named.group(1)) != step:  # the newest by name is resumed: another step's would repeat steps
@@ -351,27 +360,22 @@ def load(path: str | Path, *, with_optimizer: bool = True) -> Loaded:
     return Loaded(p, int(state["step"]), model, opt, rng, state, config)
 
 
-def _incomplete(p: Path, missing: list[str], with_optimizer: bool) -> str:
-    hint = (
-        (
-            f"; to take its weights only (fresh optimizer, schedule and data position), pass --resume {p} "
-            "--reset-optimizer"
-        )
-        if with_optimizer and set(missing) <= _RESUME_ONLY
-        else ""
-    )
-    return f"{p}: incomplete checkpoint, lacks {', '.join(missing)}{hint}"
+def _incomplete(p: Path, missing: list[str], with_optimizer: bool) -> Incomplete:
+    return Incomplete(p, missing, weights_load=with_optimizer and set(missing) <= _RESUME_ONLY)
 
 
-def latest(run_dir: str | Path, *, with_optimizer: bool = True) -> Loaded | None:
-    """The newest checkpoint of a run that loads; broken ones are skipped (named on stderr)."""
+def latest(
+    run_dir: str | Path, *, with_optimizer: bool = True, explain: Callable[[CheckpointError], str] = str
+) -> Loaded | None:
+    """The newest checkpoint of a run that loads; broken ones are skipped (named on stderr, as ``explain`` words
+    the error)."""
     import sys
 
     for path in reversed(list_checkpoints(run_dir)):
         try:
             return load(path, with_optimizer=with_optimizer)
         except CheckpointError as e:
-            print(f"[berttrain] skipping unreadable checkpoint: {e}", file=sys.stderr)
+            print(f"[berttrain] skipping unreadable checkpoint: {explain(e)}", file=sys.stderr)
     return None
 
 

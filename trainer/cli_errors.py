@@ -34,33 +34,7 @@ from bertstream.cli.errors import (
 )
 from bertstream.schemas.redact import redact
 from bertstream.trainer.errors import error_line, user_errors, worker_died
-
-# What a Ctrl-C or SIGTERM leaves, said on its line: the training commands' (the default), or the command's own
-# (``embed`` and ``export-hf`` were told of checkpoints and --resume auto before, which they have none of).
-TRAINING_INTERRUPTED = (
-    "partial checkpoints were removed, the last complete one is kept (--resume auto continues from it)"
-)
-# Before its first checkpoint a run has nothing to keep: "the last complete one is kept" named one that never was.
-NO_CHECKPOINT_YET = (
-    "no checkpoint had been written yet: rerun with --overwrite to start again from step 0 (the folder holds the "
-    "stopped run's config.json and metrics.jsonl)"
-)
-
-
-def training_interrupted(*folders: str | None) -> Callable[[], str]:
-    """What an interrupted ``pretrain`` or ``finetune`` leaves in the folders that hold its checkpoints (the run
-    folder; fine-tuning's ``resume/`` too), looked at when it is said."""
-
-    def said() -> str:
-        from bertstream.trainer.checkpoint import list_checkpoints
-
-        try:
-            kept = any(list_checkpoints(f) for f in folders if f)
-        except OSError:  # the folder went away or cannot be read: say what holds in general
-            return TRAINING_INTERRUPTED
-        return TRAINING_INTERRUPTED if kept else NO_CHECKPOINT_YET
-
-    return said
+from bertstream.trainer.rundir import TRAINING_INTERRUPTED
 
 
 @contextmanager

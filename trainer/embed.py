@@ -202,7 +202,7 @@ def task_rows(root: str, init: Init) -> Rows:
     hint = "a folder without {}; give a text file or a folder written by `bertprep task`"
     kind = task_manifest(root, "--input", missing=hint).kind  # a fine-tuning task's, or refused
     data = load_task_data(root, get_task(kind), role="--input")
-    check_vocab(init, data.vocab.sha256, root)
+    check_vocab(init, data.vocab.sha256, root, flag="--init")
     ragged = data.columns[T.INPUT_IDS]
     ids = [ragged[i].astype(np.int64) for i in range(len(data))]
     seg = data.columns.get(T.SEGMENT_A_LENGTH)
@@ -308,7 +308,7 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
         raise UsageError("output", f"{out} exists; pass --overwrite to replace it")
     if not out.parent.is_dir():
         raise UsageError("output", f"{out}: folder {out.parent} does not exist")
-    init = resolve_init(cfg.init, None)
+    init = resolve_init(cfg.init, None, flag="--init")
     layers = layer_indices(cfg.layers, init.config.num_layers)
     limit = init.config.max_position_embeddings
     max_len = min(DEFAULT_MAX_SEQ_LENGTH, limit) if cfg.max_seq_length is None else cfg.max_seq_length

@@ -11,6 +11,10 @@ from __future__ import annotations
 from bertstream.cli.errors import missing_package, one_line
 from bertstream.schemas.redact import redact
 
+# How a training run that ended on an error goes on from its last complete checkpoint (the loader's worker
+# dying, a silent peer: ``bertstream.trainer.peers``), said once at the bottom where those errors are worded.
+CONTINUES = "--resume auto continues"
+
 
 class UserError(Exception):
     """Base of the trainer's user errors: the message is the whole report (a path or a flag to change)."""
@@ -47,8 +51,7 @@ def error_line(e: BaseException) -> str | None:
     if worker_died(e):
         return (
             f"a data-loader worker process died ({_one_line(str(e), type(e).__name__)}): out of memory, or "
-            "killed; lower --num-workers or --batch-size; the last complete checkpoint is kept (--resume auto "
-            "continues)"
+            f"killed; lower --num-workers or --batch-size; the last complete checkpoint is kept ({CONTINUES})"
         )
     if not isinstance(e, user_errors()):
         return None

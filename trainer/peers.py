@@ -14,7 +14,7 @@ from typing import Any
 import torch.distributed as dist
 
 from bertstream.trainer.config import waited
-from bertstream.trainer.errors import RunError
+from bertstream.trainer.errors import CONTINUES, RunError
 
 
 class PeerLost(RunError):
@@ -156,5 +156,5 @@ def peer_lost(e: BaseException, timeout_s: float) -> PeerLost | None:
     who = PEERS.silent()
     return PeerLost(
         f"{who} did not answer within {waited(timeout_s)} (it died, hung or was stopped; its own log "
-        "says why): the run ends here, and --resume auto continues from the last complete checkpoint"
+        f"says why): the run ends here, and {CONTINUES} from the last complete checkpoint"
     )

@@ -15,6 +15,7 @@ from bertstream.cli import options
 from bertstream.cli.errors import UsageError
 from bertstream.schemas import json_text
 from bertstream.schemas.whole_file import WholeFileError, read_whole
+from bertstream.trainer.rundir import FROM_SAVED_FLAGS
 
 # command -> the key of its flags in its config.json
 _KEYS = {"pretrain": "train", "finetune": "finetune"}
@@ -55,6 +56,5 @@ def saved_flags(path: str, command: str, cls: type) -> dict[str, Any]:
 def config_help(command: str) -> str:
     what = "RUN/config.json" if command == "pretrain" else "RUN/config.json (or RUN/results.json)"
     return (
-        f"Start from a saved run's flags: {what} of a berttrain {command} run. Flags given here win; --overwrite "
-        "is never taken from it. The run's own --output continues that run (--resume auto)."
+        f"Start from a saved run's flags: {what} of a berttrain {command} run. Flags given here win; {FROM_SAVED_FLAGS}"
     )

@@ -22,13 +22,14 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
 from bertstream.cli.errors import UsageError
 from bertstream.cli.lock import lock_file_name, lock_folder, read_lock
+from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
@@ -47,6 +48,46 @@ SHARED = (
 )
 
 
+# How a run is continued, branched or started afresh, in the words of the flags that ask it: said here, where the
+# start is decided, and built into the messages of the modules that find a problem with it (the resume checks,
+# restore, the inputs, fine-tuning's folder).
+NEW_PHASE = "--reset-optimizer"
+# How a run started from a saved run's flags (``--config``, ``bertstream.trainer.run_config``) starts.
+FROM_SAVED_FLAGS = "--overwrite is never taken from it. The run's own --output continues that run (--resume auto)."
+AFRESH = "start afresh with --overwrite"
+AFRESH_ELSEWHERE = f"{AFRESH} or another --output"
+
+
+def new_phase(checkpoint: object, *, elsewhere: bool = False) -> str:
+    """The flags that start a new phase from ``checkpoint``'s weights (a fresh optimizer, schedule and data
+    position); ``elsewhere``: in a run folder of its own."""
+    return f"--resume {checkpoint} {NEW_PHASE}" + (" and another --output" if elsewhere else "")
+
+
+def explained(e: ckpt.CheckpointError) -> str:
+    """A checkpoint that does not load, and, when its weights alone still do, how to start a new phase from it."""
+    if isinstance(e, ckpt.Incomplete) and e.weights_load:
+        return f"{e}; to take its weights only (fresh optimizer, schedule and data position), pass {new_phase(e.path)}"
+    return str(e)
+
+
+def _load(checkpoint: str, *, with_optimizer: bool) -> ckpt.Loaded:
+    try:
+        return ckpt.load(checkpoint, with_optimizer=with_optimizer)
+    except ckpt.Incomplete as e:
+        raise ckpt.CheckpointError(explained(e)) from None
+
+
+def continuing(run_dir: Path, checkpoint: Path) -> str:
+    """What fine-tuning's ``--resume auto`` does with the run in ``run_dir``, said where a resume is refused."""
+    return f"--resume auto continues the run in {run_dir} ({checkpoint})"
+
+
+def nothing_to_continue(continues: bool) -> str:
+    """Why fine-tuning does not continue the run in its folder (``continues``: ``--resume auto`` was given)."""
+    return "no epoch to resume from (--resume auto)" if continues else "--resume none"
+
+
 @dataclass(frozen=True, slots=True)
 class Start:
     """How a run starts, decided once here from ``--output``, ``--resume``, ``--reset-optimizer`` and
@@ -63,6 +104,11 @@ class Start:
         """The checkpoint whose run goes on (optimizer, schedule, data position and RNG), None for a new run or
         a new phase."""
         return None if self.new_phase else self.restored
+
+    @property
+    def weights_given_as(self) -> str:
+        """The flag that gave the checkpoint the run starts from, as a message names it."""
+        return f"--resume {self.restored.path if self.restored is not None else None}"
 
 
 def plan_run(run_dir: Path, checkpoint: CheckpointConfig, *, data: Sequence[tuple[str, str]]) -> Start:
@@ -87,7 +133,7 @@ def plan_run(run_dir: Path, checkpoint: CheckpointConfig, *, data: Sequence[tupl
             raise RunError(f"--resume {resume} lies inside --output {run_dir}, which --overwrite would clear")
         if reset_optimizer:
             raise RunError(
-                f"--reset-optimizer starts a new phase at step 0: give it another --output than {run_dir}, "
+                f"{NEW_PHASE} starts a new phase at step 0: give it another --output than {run_dir}, "
                 "which holds the run it starts from"
             )
         own = ckpt.list_checkpoints(run_dir)
@@ -97,15 +143,15 @@ def plan_run(run_dir: Path, checkpoint: CheckpointConfig, *, data: Sequence[tupl
                 "continuing from it would mix two histories in one folder; resume the newest, or copy "
                 "this checkpoint out and pass another --output"
             )
-        return start(ckpt.load(resume, with_optimizer=not reset_optimizer))
+        return start(_load(resume, with_optimizer=not reset_optimizer))
     contents = _contents(run_dir)
     if resume not in ("auto", "none"):
         if contents and not overwrite:
             refuse_existing(run_dir, contents, f"--resume {resume} starts from elsewhere")
-        return start(ckpt.load(resume, with_optimizer=not reset_optimizer))
+        return start(_load(resume, with_optimizer=not reset_optimizer))
     if overwrite or not contents:
         return start(None)
-    newest = ckpt.latest(run_dir) if resume == "auto" else None
+    newest = ckpt.latest(run_dir, explain=explained) if resume == "auto" else None
     if newest is not None:
         return start(newest)
     why = (
@@ -199,6 +245,18 @@ def refuse_other_kind(run_dir: Path, command: str) -> None:
         )
 
 
+def refuse_dataset_or_model(run_dir: Path) -> None:
+    """A dataset's or a model's folder is no fine-tuning run's, ``--overwrite`` or not: the run's files would be
+    mixed into it (and a Hugging Face export's config.json is a name fine-tuning's ``--overwrite`` removes)."""
+    foreign = [name for name in (MANIFEST_NAME, ckpt.MODEL_FILE) if (run_dir / name).exists()]
+    if foreign:
+        raise UsageError(
+            "output",
+            f"{run_dir} holds {' and '.join(foreign)}: a dataset's or a model's folder, not a fine-tuning run's "
+            "(its files would be mixed into it); choose another --output",
+        )
+
+
 def refuse_existing(run_dir: Path, contents: list[str], why: str) -> NoReturn:
     """A folder holding another run (``contents``) that this one does not continue (``why``)."""
     raise UsageError(
@@ -206,6 +264,32 @@ def refuse_existing(run_dir: Path, contents: list[str], why: str) -> NoReturn:
         f"{run_dir} already holds a run ({_listing(contents)}) and {why}: pass --overwrite to clear it, or "
         "choose another --output",
     )
+
+
+# What a Ctrl-C or SIGTERM leaves in a run folder, said on its line (``cli_errors.reported``'s default; ``embed`` and
+# ``export-hf`` say their own: they were told of checkpoints and --resume auto before, which they have none of).
+TRAINING_INTERRUPTED = (
+    "partial checkpoints were removed, the last complete one is kept (--resume auto continues from it)"
+)
+# Before its first checkpoint a run has nothing to keep: "the last complete one is kept" named one that never was.
+NO_CHECKPOINT_YET = (
+    "no checkpoint had been written yet: rerun with --overwrite to start again from step 0 (the folder holds the "
+    "stopped run's config.json and metrics.jsonl)"
+)
+
+
+def training_interrupted(*folders: str | None) -> Callable[[], str]:
+    """What an interrupted ``pretrain`` or ``finetune`` leaves in the folders that hold its checkpoints (the run
+    folder; fine-tuning's ``resume/`` too), looked at when it is said."""
+
+    def said() -> str:
+        try:
+            kept = any(ckpt.list_checkpoints(f) for f in folders if f)
+        except OSError:  # the folder went away or cannot be read: say what holds in general
+            return TRAINING_INTERRUPTED
+        return TRAINING_INTERRUPTED if kept else NO_CHECKPOINT_YET
+
+    return said
 
 
 def _keeps_something(run_dir: Path) -> bool:

@@ -64,11 +64,13 @@ class Init:
 
 
 def resolve_init(
-    spec: str, data_vocab: Vocab | None, *, seed: int = 0, flag: str = "--init", heads: Sequence[HFHead] = ()
+    spec: str, data_vocab: Vocab | None, *, flag: str, seed: int = 0, heads: Sequence[HFHead] = ()
 ) -> Init:
     """The encoder config, weights and vocabulary that ``spec`` names (see the module docstring).
 
-    ``data_vocab`` None: no task data to borrow a vocabulary from, so ``random:PRESET`` is refused. ``heads``:
+    ``flag``: the caller's flag for the weights (``--init``, ``--init-from``), which every message names: the
+    weights serve three commands, so none is presumed. ``data_vocab`` None: no task data to borrow a vocabulary
+    from, so ``random:PRESET`` is refused. ``heads``:
     the HF task classes whose head a Hugging Face folder's may be (fine-tuning's kinds), kept as ``Init.head``."""
     if spec.startswith(RANDOM_PREFIX):
         if data_vocab is None:
@@ -203,7 +205,7 @@ def _hf_folder(folder: Path, seed: int, flag: str, heads: Sequence[HFHead]) -> I
     return Init("hf", str(folder), config, vocab, state, tuple(report.lines()), head)
 
 
-def check_vocab(init: Init, data_sha256: str, data_root: str, flag: str = "--init", job: str = "task") -> None:
+def check_vocab(init: Init, data_sha256: str, data_root: str, *, flag: str, job: str = "task") -> None:
     """Refuse data (``data_root``, made by ``bertprep JOB``) tokenised with another vocabulary than the init's,
     compared by content: the same size is not the same tokens. ``flag`` names the init in the message."""
     if init.vocab.sha256 != data_sha256:

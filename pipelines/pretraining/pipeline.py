@@ -114,16 +114,17 @@ def build_pipeline(
         tokenizer_backend=tokenizer_backend,
         sources=SS.source_table((f.name or f.path, f.source or f.path) for f in inputs),
     )
-    dataset = DatasetSpec(output_dir, work_dir, num_shards, header)
+    # Each dataset spills into a work folder of its own, which its Finalize removes: while the other's stages may
+    # still be writing, and never the run's work folder itself, where an --overwrite's earlier dataset waits
+    # (``previous``) until the run has ended. Finalize removed it whole: a run refused after publishing (no
+    # instances) could not put the earlier dataset back, and said it was in a folder already gone.
+    dataset = DatasetSpec(output_dir, FileSystems.join(work_dir, "train"), num_shards, header)
     if eval_split is None:  # not in the graph by default: output stays byte-identical
         add_dataset_stages(docs, run, dataset, statistics=dedup_stats)
         return
     train_docs, eval_docs = docs | "HoldOut" >> HoldOut(cfg.seed, cfg.eval_fraction)
-    # Each dataset spills into a work folder of its own: its Finalize removes that folder while the other's
-    # stages may still be writing.
-    train = replace(dataset, work_dir=FileSystems.join(work_dir, "train"))
     held = replace(eval_split, work_dir=FileSystems.join(work_dir, EVAL_DIR))
-    add_dataset_stages(train_docs, run, train, statistics=dedup_stats)
+    add_dataset_stages(train_docs, run, dataset, statistics=dedup_stats)
     add_dataset_stages(eval_docs, run, held, split="eval", label="Eval")
 
 

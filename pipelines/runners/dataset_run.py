@@ -15,6 +15,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from bertstream.cli.errors import raise_if_swallowed
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.dataset import DatasetHeader, RunResult, read_result, unpublish
 from bertstream.pipelines.common.output_dir import Claim, OutputPolicy, claim_output
@@ -65,10 +66,13 @@ def run_dataset(run: DatasetRun) -> RunResult:
         with run.monitor() if run.monitor is not None else nullcontext():
             run_pipeline(p)
         result = read_result(claim.output_dir, started, run.input_bytes)
-        if run.check is not None:
-            try:
+        try:
+            # A Ctrl-C or SIGTERM whose exception a finalizer or a library swallowed while the pipeline ran: the
+            # run ends as interrupted, as it would have had the exception come through (it went on to exit 0).
+            raise_if_swallowed()
+            if run.check is not None:
                 run.check(result)
-            except BaseException:
-                unpublish(claim.output_dir, result.manifest)  # then the earlier dataset, if any, comes back
-                raise
+        except BaseException:
+            unpublish(claim.output_dir, result.manifest)  # then the earlier dataset, if any, comes back
+            raise
     return result

@@ -182,7 +182,7 @@ def kill_when_spilling(cluster, out: Path, worker: int) -> threading.Thread:
 
     def watch() -> None:
         deadline = time.monotonic() + RUN_DEADLINE_S
-        while time.monotonic() < deadline and not list(out.glob("_work/*/*.bin")):
+        while time.monotonic() < deadline and not list(out.glob("_work/*/train/*.bin")):
             time.sleep(0.05)
         killed.append(not (out / MANIFEST_NAME).exists())
         cluster.kill_worker(worker)

@@ -313,7 +313,7 @@ def test_text_lines_are_read_a_line_at_a_time_with_a_cap_and_tokenized_as_whole(
     from bertstream.trainer import embed as E
     from bertstream.trainer.weights import resolve_init
 
-    init = resolve_init(str(hf_dir), None)
+    init = resolve_init(str(hf_dir), None, flag="--init")
     texts = tmp_path / "texts.txt"
     long_word = "tok" + "x" * 300  # past the tokenizer's longest word: one [UNK], however far a cut reaches
     texts.write_text("\n".join([*LINES, " ".join(LINES * 20), f"{long_word} tok1 tok2 tok3"]) + "\r\n")

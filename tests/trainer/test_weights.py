@@ -38,32 +38,32 @@ def saved_checkpoint(run, config):
 def test_init_from_our_checkpoint_run_folder_and_random(tmp_path):
     pre, path = saved_checkpoint(tmp_path / "run", CONFIG)
     for spec in (str(path), str(tmp_path / "run")):  # the checkpoint, or the run folder (its newest checkpoint)
-        init = resolve_init(spec, VOCAB)
+        init = resolve_init(spec, VOCAB, flag="--init")
         assert init.kind == "checkpoint" and init.source == str(path) and init.config == CONFIG
         model = get_task(T.NER).build_model(init.config, 5, seed=0)
         load_encoder_state(model, init.state, spec)
         for k, v in model.bert.state_dict().items():
             assert torch.equal(v, pre.bert.state_dict()[k]), k
     (path / "state.json").unlink()  # the three files the format names are enough
-    assert resolve_init(str(path), VOCAB).state.keys() == pre.state_dict().keys()
+    assert resolve_init(str(path), VOCAB, flag="--init").state.keys() == pre.state_dict().keys()
     (path / "model.safetensors").write_bytes(b"not safetensors")
     with pytest.raises(InitError, match="cannot be read"):
-        resolve_init(str(path), VOCAB)
-    rand = resolve_init("random:mini", VOCAB)
+        resolve_init(str(path), VOCAB, flag="--init")
+    rand = resolve_init("random:mini", VOCAB, flag="--init")
     assert rand.state is None and rand.config.hidden_size == 256 and rand.config.vocab_size == len(VOCAB)
     with pytest.raises(InitError, match="unknown preset 'huge'"):
-        resolve_init("random:huge", VOCAB)
+        resolve_init("random:huge", VOCAB, flag="--init")
     with pytest.raises(InitError, match="not a folder"):
-        resolve_init(str(tmp_path / "nowhere"), VOCAB)
+        resolve_init(str(tmp_path / "nowhere"), VOCAB, flag="--init")
 
 
 def test_vocab_mismatch_names_both_hashes_and_the_fix(tmp_path):
     pytest.importorskip("transformers")
     save_hf(T.CLASSIFICATION, tmp_path / "hf", seed=1)
-    init = resolve_init(str(tmp_path / "hf"), VOCAB)
-    check_vocab(init, VOCAB.sha256, "data")  # same tokenizer: fine
+    init = resolve_init(str(tmp_path / "hf"), VOCAB, flag="--init")
+    check_vocab(init, VOCAB.sha256, "data", flag="--init")  # same tokenizer: fine
     with pytest.raises(VocabMismatchError) as e:
-        check_vocab(init, "f" * 64, "/data/sst2")
+        check_vocab(init, "f" * 64, "/data/sst2", flag="--init")
     msg = str(e.value)
     assert "f" * 64 in msg and VOCAB.sha256 in msg and f"--vocab {tmp_path / 'hf' / 'vocab.txt'}" in msg
 
@@ -73,13 +73,13 @@ def test_random_like_a_checkpoint_takes_its_architecture_not_its_weights(tmp_pat
 
     config = dataclasses.replace(CONFIG, norm_placement="pre")  # a shape no preset has
     _, path = saved_checkpoint(tmp_path / "run", config)
-    init = resolve_init(f"random:{path}", VOCAB)
+    init = resolve_init(f"random:{path}", VOCAB, flag="--init")
     assert init.kind == "random" and init.state is None and init.config == config
     assert "architecture" in init.notes[0]
     (path / "model.safetensors").unlink()  # only the architecture is read: the baseline needs no weights
-    assert resolve_init(f"random:{path}", VOCAB).config == config
+    assert resolve_init(f"random:{path}", VOCAB, flag="--init").config == config
     with pytest.raises(InitError, match="unknown preset .* or random:CHECKPOINT"):
-        resolve_init(f"random:{tmp_path / 'nowhere'}", VOCAB)
+        resolve_init(f"random:{tmp_path / 'nowhere'}", VOCAB, flag="--init")
 
 
 def test_what_is_read_is_what_is_meant_weights_dtypes_shapes_and_step(tmp_path):
@@ -98,18 +98,18 @@ def test_what_is_read_is_what_is_meant_weights_dtypes_shapes_and_step(tmp_path):
             resolve_init(str(path), VOCAB, flag="--init-from")
     save_file({**good, key: good[key][:, :-1].contiguous()}, str(path / "model.safetensors"))
     with pytest.raises(InitError, match=f"{key} has shape .* the config and the weights disagree"):
-        resolve_init(str(path), VOCAB)
+        resolve_init(str(path), VOCAB, flag="--init")
     save_file(good, str(path / "model.safetensors"))
     (path / "state.json").write_text(json.dumps({"step": -5}))
     with pytest.raises(ckpt.CheckpointError, match="step -5 is not a step count"):
         ckpt.load(path, with_optimizer=False)
-    assert resolve_init(str(path), VOCAB).state.keys() == good.keys()
+    assert resolve_init(str(path), VOCAB, flag="--init").state.keys() == good.keys()
 
 
 def test_random_without_a_name_is_no_folder():
     """``--init random:`` read the current folder as a checkpoint ("`.` has no config.json"; issue 33)."""
     with pytest.raises(InitError, match="unknown preset ''"):
-        resolve_init("random:", VOCAB)
+        resolve_init("random:", VOCAB, flag="--init")
 
 
 def _header_cases(data: bytes) -> list[bytes]:
@@ -143,7 +143,7 @@ def test_a_damaged_safetensors_header_fails_in_one_line_for_every_reader(tmp_pat
         model.write_bytes(case)
         for read, error in (
             (lambda: ckpt.load(path, with_optimizer=False), ckpt.CheckpointError),
-            (lambda: resolve_init(str(path), VOCAB), InitError),
+            (lambda: resolve_init(str(path), VOCAB, flag="--init"), InitError),
             (lambda: _load_safetensors(model), HFCheckpointError),
         ):
             try:

@@ -137,6 +137,12 @@ class FinetuneConfig:
         return names
 
     @property
+    def continues(self) -> bool:
+        """``--resume auto``: the run in the run folder goes on from its latest epoch, when it has one (the plan
+        of the folder, :func:`bertstream.trainer.finetune.resume.plan_output`, asks this)."""
+        return self.resume == "auto"
+
+    @property
     def task_kind(self) -> Task:
         """``--task`` as the kind's ``Task`` (``bertstream.trainer.finetune.tasks``): what the run asks of its kind."""
         return _TASKS[self.task]

@@ -38,8 +38,8 @@ def load_inputs(
     eval_role = "--eval-data"  # what the errors about the eval data call it
     evaluation = load_task_data(cfg.eval_data, task, role=eval_role)
     check_pair(train, evaluation)
-    init = resolve_init(cfg.init, train.vocab, seed=cfg.run.seeds.init, heads=HF_HEADS)
-    check_vocab(init, train.manifest.vocab_sha256, train.root)
+    init = resolve_init(cfg.init, train.vocab, flag="--init", seed=cfg.run.seeds.init, heads=HF_HEADS)
+    check_vocab(init, train.manifest.vocab_sha256, train.root, flag="--init")
     config = cfg.trained(init.config)
     longest = max(task.max_length(train), task.max_length(evaluation))
     if longest > config.max_position_embeddings:

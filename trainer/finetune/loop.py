@@ -208,8 +208,7 @@ def _finetune(
         task = cfg.task_kind
         start, existing = plan_output(run_dir, cfg, overwrite, input_paths(cfg))
         restored = start.restored
-        if restored is not None:
-            check_resume(cfg, restored)
+        check_resume(cfg, start)
         train, evaluation, init, config, stopping = load_inputs(cfg, task, info)
     ranks = {"world_size": info.world_size, "rank": info.rank}
     train_batches = training_batches(cfg, train, info)

@@ -9,8 +9,6 @@ import shutil
 from pathlib import Path
 
 from bertstream.cli import options
-from bertstream.cli.errors import UsageError
-from bertstream.schemas.manifest import MANIFEST_NAME
 from bertstream.schemas.redact import redact_values
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
@@ -50,21 +48,12 @@ def plan_output(
     (:func:`prepare_output`)."""
     rundir.refuse_file(run_dir)
     rundir.refuse_other_kind(run_dir, "finetune")
-    # A dataset's or a model's folder is no run's, --overwrite or not: the run's files would be mixed into it
-    # (and a Hugging Face export's config.json is a name --overwrite removes).
-    foreign = [name for name in (MANIFEST_NAME, ckpt.MODEL_FILE) if (run_dir / name).exists()]
-    if foreign:
-        raise UsageError(
-            "output",
-            f"{run_dir} holds {' and '.join(foreign)}: a dataset's or a model's folder, not a fine-tuning run's "
-            "(its files would be mixed into it); choose another --output",
-        )
+    rundir.refuse_dataset_or_model(run_dir)
     resume_root = run_dir / RESUME_DIR
-    restored = ckpt.latest(resume_root) if cfg.resume == "auto" and not overwrite else None
+    restored = ckpt.latest(resume_root, explain=rundir.explained) if cfg.continues and not overwrite else None
     existing = [name for name in _OUTPUTS if (run_dir / name).exists()] if restored is None else []
     if existing and not overwrite:
-        why = "no epoch to resume from (--resume auto)" if cfg.resume == "auto" else f"--resume {cfg.resume}"
-        rundir.refuse_existing(run_dir, existing, why)
+        rundir.refuse_existing(run_dir, existing, rundir.nothing_to_continue(cfg.continues))
     start = rundir.Start(run_dir, restored, overwrite=overwrite)
     rundir.check_overlap(start, inputs)  # (flag, path) of what the run reads: finetune.inputs.input_paths
     return start, existing
@@ -85,8 +74,12 @@ def prepare_output(run_dir: Path, existing: list[str], info: D.DistInfo) -> None
                 R.log(f"removed incomplete checkpoint {p} (a run was killed while writing it)")
 
 
-def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:
-    """Refuse a resume whose flags would change the run being continued, naming each flag."""
+def check_resume(cfg: FinetuneConfig, start: rundir.Start) -> None:
+    """Refuse a resume whose flags would change the run being continued (``start.restored``), naming each
+    flag."""
+    restored = start.restored
+    if restored is None:
+        return
     old = options.saved_values(FinetuneConfig, restored.config.get("finetune", {}))  # either saved layout
     new = redact_values(options.flat(cfg))  # the saved flags are redacted (schemas.redact): compare alike
     changed = [n for n in FIXED if n in old and old[n] != new[n]]
@@ -94,8 +87,8 @@ def check_resume(cfg: FinetuneConfig, restored: ckpt.Loaded) -> None:
         flag = lambda n: options.flag_for(FinetuneConfig, n)  # noqa: E731
         listed = "; ".join(f"{flag(n)} {new[n]} (the run has {old[n]})" for n in changed)
         raise RunError(
-            f"--resume auto continues the run in {cfg.run.output} ({restored.path}), but {listed}: pass the "
-            "run's values, or start afresh with --overwrite or another --output"
+            f"{rundir.continuing(start.run_dir, restored.path)}, but {listed}: pass the run's values, or "
+            f"{rundir.AFRESH_ELSEWHERE}"
         )
 
 
@@ -117,7 +110,7 @@ def restore(restored: ckpt.Loaded, training: Training, batches: EpochBatches, re
     ):
         raise RunError(
             f"{restored.path}/state.json: damaged fine-tuning state (epoch {epoch!r}, {_count(epochs)} epoch "
-            f"row(s), best {type(best).__name__}); resume from an intact run, or start afresh with --overwrite"
+            f"row(s), best {type(best).__name__}); resume from an intact run, or {rundir.AFRESH}"
         )
     try:
         batches.load_state_dict(restored.state["data"])

@@ -86,7 +86,7 @@ def model_config(cfg: TrainConfig, vocab: Vocab, start: Start | None) -> tuple[B
     if restored is not None:  # the checkpoint's architecture; --dropout may still change for a second phase
         if start is not None and start.new_phase and cfg.model.init_from:
             raise RunError(
-                f"--init-from {cfg.model.init_from} and --resume {restored.path} both give the starting weights: "
+                f"--init-from {cfg.model.init_from} and {start.weights_given_as} both give the starting weights: "
                 "pass one of them"
             )
         return cfg.model.trained(BertConfig.from_dict(restored.config["model"])), None

@@ -92,7 +92,7 @@ def restore_position(
         except ValueError as e:  # e.g. other weights: the position cannot be mapped onto this loader
             raise RunError(
                 f"{restored.path}: its data position does not fit this run ({e}); resume with the run's "
-                "--data, weights and shuffle settings, or start a new phase with --resume PATH --reset-optimizer"
+                f"--data, weights and shuffle settings, or start a new phase with {rundir.new_phase('PATH')}"
             ) from None
     else:
         R.log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)

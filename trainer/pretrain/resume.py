@@ -17,6 +17,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertstream.cli import options
+from bertstream.trainer import rundir
 from bertstream.trainer.config import ModelChoice, TrainConfig
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
@@ -71,8 +72,7 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
         listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the run has {_shown(was)})" for n, was in changed.items())
         raise RunError(
             f"resuming {checkpoint} continues its run, but {listed}: drop {_flags(changed)} (a resume takes the "
-            f"run's own), or start a new phase from its weights with --resume {checkpoint} --reset-optimizer and "
-            "another --output"
+            f"run's own), or start a new phase from its weights with {rundir.new_phase(checkpoint, elsewhere=True)}"
         )
 
 
@@ -88,7 +88,7 @@ def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -
             f"{_flag(n)} {_shown(now[n])} (the checkpoint has {_shown(was)})" for n, was in changed.items()
         )
         raise RunError(
-            f"--reset-optimizer takes the model of {checkpoint} as it is, but {listed}: drop {_flags(changed)} "
+            f"{rundir.NEW_PHASE} takes the model of {checkpoint} as it is, but {listed}: drop {_flags(changed)} "
             f"({ModelChoice.NEW_PHASE_MAY_CHANGE})"
         )
 

@@ -205,6 +205,21 @@ def test_existing_output_is_refused_without_overwrite(tmp_path, demo_corpus, dem
     assert sorted(p.name for p in (tmp_path / "out").glob("pretrain-*")) == [s.path for s in m.shards]
 
 
+def test_an_overwrite_refused_after_publishing_puts_the_earlier_dataset_back(tmp_path, demo_corpus, demo_vocab):
+    # Round 9: the Finalize stage removed the run's work folder whole, with the earlier dataset --overwrite had set
+    # aside there; a run refused once published (no instances) deleted it and said "they are in .../previous".
+    from bertstream.pipelines.common.files import InputError
+
+    out = tmp_path / "out"
+    run([demo_corpus / "assert.txt"], demo_vocab / "vocab.txt", out, dupe_factor=1)
+    earlier = {p.name: p.read_bytes() for p in out.iterdir()}
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n\n")
+    with pytest.raises(InputError, match="no instances"):
+        run([blank], demo_vocab / "vocab.txt", out, dupe_factor=1, overwrite=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == earlier
+
+
 def test_manifest_json_is_plain_json(demo_run):
     _, out = demo_run
     d = json.loads((out / MANIFEST_NAME).read_text())

@@ -537,7 +537,7 @@ def _wiki_run(out: Path, demo_vocab: Path, *extra: str) -> subprocess.Popen:
 
 def _wait_mid_run(out: Path, p: subprocess.Popen) -> None:
     """Until the run has spilled its first tokenized documents (its instances are still to be made)."""
-    wait_until(lambda: bool(list(out.glob("_work/*/docs-*.bin"))), p, what="a spill file")
+    wait_until(lambda: bool(list(out.glob("_work/*/train/docs-*.bin"))), p, what="a spill file")
 
 
 def _wait_for(path: Path, p: subprocess.Popen) -> None:
@@ -723,6 +723,42 @@ def test_an_unforeseen_failure_is_one_line_naming_a_log(bad, demo_vocab, tmp_pat
     log = Path(line.rsplit("details: ", 1)[1].rstrip(")"))
     assert "Traceback" in log.read_text() and "boom" in log.read_text()
     log.unlink()
+
+
+def test_a_sigterm_a_finalizer_swallowed_ends_the_run_interrupted_and_the_earlier_dataset_back(
+    bad, demo_vocab, tmp_path
+):
+    """Round 9: SIGTERM to `bertprep pretraining --overwrite` as its work folder appeared landed in a finalizer
+    ("Exception ignored in" and a traceback): the interruption was lost, the run went on to publish its dataset
+    over the earlier one and exit 0. Here a finalizer the collector runs as the pipeline is made takes it."""
+    out = tmp_path / "out"
+    args = ["pretraining", "--input", str(bad / "s.txt"), "--vocab", str(demo_vocab / "vocab.txt")]
+    first = bertprep_process(*args, "--output", str(out))
+    assert first.returncode == 0, first.stderr
+    earlier = (out / "manifest.json").read_bytes()
+    swallowing = (
+        "import os, signal\n"
+        "import bertstream.pipelines.runners.dataset_run as run\n"
+        "class Collected:\n"
+        "    def __del__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        signal.sigtimedwait([], 0)\n"  # the handler runs here, inside the finalizer
+        "make = run.make_pipeline\n"
+        "def making(*a, **k):\n"
+        "    Collected()\n"  # collected at once
+        "    return make(*a, **k)\n"
+        "run.make_pipeline = making\n" + PROG
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    r = subprocess.run(
+        [sys.executable, "-c", swallowing, *args, "--seed", "7", "--output", str(out), "--overwrite"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert_clean_error(r, 143, "interrupted (SIGTERM)")
+    assert (out / "manifest.json").read_bytes() == earlier and not (out / "_work").exists()
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ transformers.logging.set_verbosity_error()
 @pytest.mark.parametrize("kind", [T.CLASSIFICATION, T.NER, T.SQUAD])
 def test_hf_folder_gives_the_same_encoder_and_head_outputs_as_transformers(kind, tmp_path):
     hf = save_hf(kind, tmp_path / "hf", seed=1)
-    init = resolve_init(str(tmp_path / "hf"), VOCAB)
+    init = resolve_init(str(tmp_path / "hf"), VOCAB, flag="--init")
     assert init.kind == "hf" and init.config == CONFIG
     ours = get_task(kind).build_model(init.config, 3, seed=0)
     load_encoder_state(ours, init.state, "--init hf")

@@ -112,7 +112,7 @@ def test_init_and_init_from_read_the_folder_back_with_the_same_weights(pre_ln, d
             assert key in report.fresh
         else:
             assert torch.equal(state[key], value), key
-    init = resolve_init(str(pre_ln["hf"]), None)
+    init = resolve_init(str(pre_ln["hf"]), None, flag="--init")
     assert init.kind == "hf" and init.config == config
     # pretraining continues from the folder: its model is pre-LN without being told, and its weights are these
     run = tmp_path / "continued"

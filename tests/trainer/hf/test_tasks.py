@@ -249,7 +249,7 @@ def test_init_reuses_an_exported_head_only_for_its_own_task_labels_and_pooling(t
     from bertstream.trainer.weights import resolve_init
 
     exported = export(T.CLASSIFICATION, "pre", tmp_path / "hf")
-    init = resolve_init(str(tmp_path / "hf"), None, heads=HF_HEADS)
+    init = resolve_init(str(tmp_path / "hf"), None, heads=HF_HEADS, flag="--init")
     assert init.head is not None and init.head.trained_for == (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls")
     assert init.state is not None and not any(k.startswith("classifier.") for k in init.state)  # (--init-from)
     same = (T.CLASSIFICATION, ("neg", "neu", "pos"), "cls")
