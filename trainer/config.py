@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
-from bertstream.cli.options import ARCH, EVALUATION, FIXED, MAX_INT, PER_NODE, opt, section
+from bertstream.cli.options import EVALUATION, FIXED, PER_NODE, opt, section
+from bertstream.trainer.checks import check_finite, check_ints
 from bertstream.trainer.data.config import DataConfig
-from bertstream.trainer.model_config import NORM_PLACEMENTS, PRESET_NAMES, BertConfig, find_preset, with_dropout
+from bertstream.trainer.model_choice import ModelChoice
 from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.optim.table import LR_SCHEDULES, OWN_SETTINGS_HELP, own_settings
@@ -42,29 +43,12 @@ def waited(timeout_s: float) -> str:
     return f"--dist-timeout {timeout_s:g} s"
 
 
-def check_finite(cfg: Any) -> None:
-    """Every float setting of ``cfg`` is a finite number: ``inf`` passes ``> 0`` as ``nan`` fails it, and a
-    learning rate of inf trains to NaN logits without a word. Called first by each section with floats."""
-    for f in fields(cfg):
-        value = getattr(cfg, f.name)
-        if isinstance(value, float):
-            check(math.isfinite(value), f.name, f"must be a finite number, got {value}")
-
-
 FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
 # How long a rank waits for its peers in one collective before the run ends (--dist-timeout): long enough for a
 # checkpoint write or an evaluation on another rank, far below gloo's and NCCL's 30 minutes of silence.
 DEFAULT_TIMEOUT_S = 300.0
 MAX_SEED = (1 << 32) - 1  # --seed of both commands
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0  # --dist-timeout: a second .. a week
-
-
-def check_ints(cfg: Any, names: tuple[str, ...], low: int) -> None:
-    """Each of ``names`` is an integer in ``[low, MAX_INT]``."""
-    for name in names:
-        value = getattr(cfg, name)
-        check(isinstance(value, int) and value >= low, name, f"must be an integer >= {low}, got {value!r}")
-        check(value <= MAX_INT, name, f"must be at most 2**63 - 1, got {value!r}")
 
 
 def check_device(device: str) -> None:
@@ -191,82 +175,6 @@ class PretrainOptim(OptimConfig):
     def __post_init__(self) -> None:
         OptimConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-
-
-_ARCH = (FIXED, ARCH)  # an architecture setting (which a resume keeps)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelChoice:
-    """Which encoder to train and where its first weights come from. The settings tagged ``ARCH`` choose the
-    architecture of a new run: a resumed run has its checkpoint's, ``--init-from`` its model's (a flag that
-    would choose another is refused by name, one not given is taken from there)."""
-
-    preset: str = opt(
-        "tiny",
-        "Preset (L2/H128 .. L24/H1024); vocab size from the data.",
-        flag="--model",
-        choices=PRESET_NAMES,
-        tags=_ARCH,
-    )
-    model_config: str | None = opt(None, "JSON of BertConfig fields overriding the preset.", path="file", tags=_ARCH)
-    norm_placement: str | None = opt(
-        None,
-        "post: BERT's layer norms (the presets' default; exported as Hugging Face BERT); pre: pre-LN (Cramming), "
-        "stable at high learning rates (exported as RoBERTa-PreLayerNorm). With --init-from: the model's own.",
-        flag="--norm-placement",
-        choices=NORM_PLACEMENTS,
-        tags=_ARCH,
-    )
-    init_from: str | None = opt(
-        None,
-        "Start from these weights: a Hugging Face BERT or RoBERTa-PreLayerNorm folder, or our checkpoint.",
-        path="dir",
-        tags=(FIXED,),
-    )
-    dropout: float | None = opt(
-        None, "Hidden and attention dropout (default: the model's, 0.1 for the presets).", tags=(FIXED,)
-    )
-
-    def __post_init__(self) -> None:
-        check_finite(self)
-        check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
-        check(
-            self.norm_placement is None or self.norm_placement in NORM_PLACEMENTS,
-            "norm_placement",
-            f"must be one of {', '.join(NORM_PLACEMENTS)}, got {self.norm_placement!r}",
-        )
-
-    # What a resume says of --dropout, written with its declaration: an elastic resume restarts the dropout
-    # streams (pretrain/restore.py), and it is the one setting of the model a new phase may change
-    # (pretrain/resume.py's refusal of the others).
-    SAME_LOSSES: ClassVar[str] = "the same losses need --dropout 0"
-    NEW_PHASE_MAY_CHANGE: ClassVar[str] = "only --dropout may change for a new phase"
-
-    def trained(self, config: BertConfig) -> BertConfig:
-        """The model configuration the run trains: ``config`` (the checkpoint's, ``--init-from``'s, or
-        :meth:`new` 's) with ``--dropout`` when given. The inputs take the model from here, none reads the field."""
-        return with_dropout(config, self.dropout)
-
-    def new(self, vocab_size: int) -> BertConfig:
-        """A new model's configuration before ``--model-config``: the ``--model`` preset over the data's
-        vocabulary, with ``--norm-placement`` (post, the presets' own, when not given)."""
-        preset = find_preset(self.preset)
-        if preset is None:
-            raise ValueError(f"--model must be one of {', '.join(PRESET_NAMES)}; got {self.preset!r}")
-        return replace(preset(vocab_size), norm_placement=self.norm_placement or "post")
-
-    def refuse_other_architecture(self, init: BertConfig, given: Collection[str]) -> None:
-        """``--init-from``'s model is the run's architecture: a flag tagged ``ARCH`` given with another value
-        than that model's is refused by name (one not given is taken from the model)."""
-        for name in options.tagged(ModelChoice, ARCH):
-            value = getattr(self, name)
-            if name in given and value != getattr(init, name, None):
-                raise UsageError(
-                    name,
-                    f"{value}, but --init-from {self.init_from} is a {init.norm_placement}-LN model: "
-                    f"drop {options.flag_for(ModelChoice, name)} (the model's own architecture is used)",
-                )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,7 +10,8 @@ from bertstream.cli import options
 from bertstream.cli.errors import check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import FIXED, opt, section
-from bertstream.trainer.config import OptimConfig, RunConfig, Steps, check_finite, check_ints
+from bertstream.trainer.checks import check_finite, check_ints
+from bertstream.trainer.config import OptimConfig, RunConfig, Steps
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.model_config import BertConfig, with_dropout

@@ -15,10 +15,11 @@ from bertstream.trainer import distributed as D
 from bertstream.trainer import rundir
 from bertstream.trainer import runtime as R
 from bertstream.trainer.checkpoint_writer import restore_rng
-from bertstream.trainer.config import ModelChoice, TrainConfig
+from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data import PretrainingLoader
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model import BertForPreTraining
+from bertstream.trainer.model_choice import ModelChoice
 from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.pretrain.inputs import OpenedData, Weights, check_model, data_folders, input_paths, model_config

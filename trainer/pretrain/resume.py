@@ -18,9 +18,10 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from bertstream.cli import options
 from bertstream.trainer import rundir
-from bertstream.trainer.config import ModelChoice, TrainConfig
+from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
+from bertstream.trainer.model_choice import ModelChoice
 from bertstream.trainer.optim.schedule import WarmupLinearDecay
 from bertstream.trainer.rundir import Start
 
