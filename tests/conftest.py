@@ -29,6 +29,20 @@ def shared_path(*parts: str) -> Path:
 
 
 @pytest.fixture()
+def ctrl_c_at_default():
+    """Ctrl-C raising KeyboardInterrupt in this process while the test runs, whatever it inherited: a test run
+    started in the background (``cmd &``, a CI runner's job) starts with SIGINT ignored, and the funnel then
+    leaves Ctrl-C alone, as it does for a user's background job."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture()
 def closed_port() -> int:
     """A local port nothing listens on (bound, then closed): a server that refuses connections."""
     s = socket.socket()

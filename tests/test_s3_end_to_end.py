@@ -377,7 +377,7 @@ def test_server_stopped_mid_pipeline_fails_cleanly_and_soon(s3_server, vocab_fil
     assert "Traceback" not in r.output and r.output.rstrip().splitlines()[-1].startswith("Error:")
     error = r.output.rstrip().splitlines()[-1]
     # The object named: a spill file of this run, under _work/RUN_ID/.
-    assert re.search(r"/bertstream/shards/_work/[^/]+/docs-", error) and "no manifest was written" in error
+    assert re.search(r"/bertstream/shards/_work/[^/]+/train/docs-", error) and "no manifest was written" in error
     assert "could not remove the work directory s3://bertstream/shards/_work" in r.output  # leftovers named
     assert took < 60
 

@@ -23,7 +23,9 @@ class SignalledWhileCollected:
 
 
 @pytest.mark.parametrize("signum, kind", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])
-def test_an_interruption_a_finalizer_swallows_prints_nothing_and_is_raised_again(monkeypatch, signum, kind):
+def test_an_interruption_a_finalizer_swallows_prints_nothing_and_is_raised_again(
+    monkeypatch, ctrl_c_at_default, signum, kind
+):
     # Round 9: SIGTERM to `bertprep pretraining --overwrite` as its work folder appeared was "Exception ignored
     # in" a finalizer with a traceback, and the run went on to exit 0 with its dataset published.
     ignored = []

@@ -56,7 +56,7 @@ def test_pyarrow_swallows_a_signal_in_its_lazy_import_and_it_is_raised_again():
 
 
 @pytest.mark.parametrize("signum, kind", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])
-def test_a_swallowed_interruption_is_raised_again_and_forgotten_after_the_block(signum, kind):
+def test_a_swallowed_interruption_is_raised_again_and_forgotten_after_the_block(signum, kind, ctrl_c_at_default):
     with sigterm_as_interrupt():
         raise_if_swallowed()  # nothing received: nothing raised
         try:

@@ -800,6 +800,7 @@ def test_ctrl_c_with_worker_processes_is_one_line(tmp_path, demo_vocab):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=ctrl_c_reaches_it,
     )
     _STARTED.append(p)
     _wait_mid_run(out, p)  # the workers are running: they spill the tokenized documents
