@@ -42,7 +42,9 @@ def reported(cls: type | None = None, interrupted: str | Callable[[], str] = TRA
     """The funnel of a ``berttrain`` command; ``cls``, its config class, names the flags of usage errors;
     ``interrupted``, what an interruption leaves (or a function that looks, when it is said)."""
     try:
-        with sigterm_as_interrupt():
+        # SIGHUP (the terminal closed) and SIGQUIT too: their defaults ended the run on the spot, a checkpoint
+        # being written left half-made and no line said so.
+        with sigterm_as_interrupt(hangup=True):
             yield
     except BaseException as e:
         # torch raises a dead loader worker's RuntimeError from its SIGCHLD handler, at any point of the main
