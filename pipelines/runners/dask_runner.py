@@ -32,6 +32,7 @@ pipeline (the run fails rather than publish it), so no bertprep user wants it.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -166,6 +167,12 @@ class DaskRunner(beam_dask.DaskRunner):
         dask_options.pop("lazy_side_inputs", None)
         if dask_options.get("address"):
             probe_scheduler(str(dask_options["address"]))
+        else:
+            # Our own local cluster: its scheduler's and workers' logs are its inner workings, not the run's report
+            # (30 INFO lines a run, and now and then a worker's heartbeat traceback as the cluster closed: round 9,
+            # L.dask.pre). A failing task still reaches the client, and the run's one Error: line says it.
+            dask_options.setdefault("silence_logs", logging.CRITICAL)  # the worker processes' own handlers
+            logging.getLogger("distributed").setLevel(logging.CRITICAL)  # this process: the scheduler runs here
         client = Client(**dask_options)
         try:
             check_workers(client)
