@@ -316,11 +316,9 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
     source = Path(cfg.input)
     if source.is_dir():
         rows = task_rows(cfg.input, init)
-        longest = max((len(r) for r in rows.ids), default=0)
-        if longest > limit:
-            raise RunError(
-                f"--input {cfg.input}: rows of {longest} tokens exceed the model's max_position_embeddings ({limit})"
-            )
+        refusal = init.config.too_long(f"--input {cfg.input}", max((len(r) for r in rows.ids), default=0))
+        if refusal is not None:
+            raise RunError(refusal)
     elif source.is_file():
         rows = text_rows(cfg.input, init, max_len)
     elif source.exists():  # a FIFO, a socket, a device: read once it would be gone, so not read at all

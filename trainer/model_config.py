@@ -117,6 +117,18 @@ class BertConfig:
     def head_size(self) -> int:
         return self.hidden_size // self.num_heads
 
+    def too_long(self, data: str, longest: int, *, otherwise: str = "") -> str | None:
+        """One line when ``data`` (the flag and folder the caller names) holds sequences of up to ``longest``
+        tokens, more than the model's positions: they would crash at the first long batch, so the run is refused
+        at start with the way out, ``bertprep``'s --max-seq-length (``otherwise``: the caller's other one). None
+        when they fit. Pretraining, fine-tuning and ``embed`` of a task folder ask this one check."""
+        if longest <= self.max_position_embeddings:
+            return None
+        return (
+            f"{data} holds sequences of up to {longest} tokens but the model has {self.max_position_embeddings} "
+            f"positions (max_position_embeddings): rebuild the data with a smaller bertprep --max-seq-length{otherwise}"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

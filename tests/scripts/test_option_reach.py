@@ -82,6 +82,9 @@ def test_the_options_are_read_from_the_command_line_and_their_reach_is_held():
     # inputs module's (data_folders, check_model, mix_note): its declaration, the catalog, the inputs, the output
     # check's hint and restore's position messages (10 modules before)
     assert len(by_rule["paths"]) <= 5, by_rule["paths"]
+    # --max-seq-length: embed's flag; the advice for data longer than the model's positions (bertprep's flag) is
+    # worded by the one check the three commands ask, BertConfig.too_long (trainer/model_config.py)
+    assert by_rule["max_seq_length"] == ["trainer/embed.py", "trainer/model_config.py"], by_rule["max_seq_length"]
     # the rule counts fewer than the word does: a torch param group's "lr", "...".format, another object's output
     assert sum(len(v) > O.LIMIT for v in by_word.values()) >= len(over)
 

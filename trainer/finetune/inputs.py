@@ -41,12 +41,10 @@ def load_inputs(
     init = resolve_init(cfg.init, train.vocab, flag="--init", seed=cfg.run.seeds.init, heads=HF_HEADS)
     check_vocab(init, train.manifest.vocab_sha256, train.root, flag="--init")
     config = cfg.trained(init.config)
-    longest = max(task.max_length(train), task.max_length(evaluation))
-    if longest > config.max_position_embeddings:
-        raise TaskDataError(
-            f"rows of up to {longest} tokens but the model has {config.max_position_embeddings} "
-            "positions: rebuild the task data with a smaller --max-seq-length"
-        )
+    for role, split in (("--train-data", train), (eval_role, evaluation)):  # longer rows than the model's positions
+        refusal = config.too_long(f"{role} {split.root}", task.max_length(split))
+        if refusal is not None:
+            raise TaskDataError(refusal)
     task.check(train)
     cfg.display_names(train.labels)  # --label-names names labels of this data, before the folder is touched
     stopping = EarlyStopping.of(cfg, evaluation, eval_role)

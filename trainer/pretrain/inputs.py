@@ -197,6 +197,10 @@ def mix_note(loader: PretrainingLoader) -> str:
     return f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}"
 
 
+# pretraining's other way out of data longer than the model's positions (fine-tuning's model is its --init's)
+MORE_POSITIONS = ", or use --model-config with more max_position_embeddings"
+
+
 def check_seq_length(config: BertConfig, cfg: TrainConfig, data: OpenedData) -> None:
     """Sequences longer than the model's positions crash at the first long batch: refuse them at start."""
     for flag, paths in (
@@ -205,10 +209,6 @@ def check_seq_length(config: BertConfig, cfg: TrainConfig, data: OpenedData) -> 
     ):
         for path in paths:
             length = data.manifests[path].shard_parameters.max_seq_length
-            if length is not None and length > config.max_position_embeddings:
-                raise RunError(
-                    f"{flag} {path} holds sequences of up to {length} tokens (its max_seq_length) but the "
-                    f"model has {config.max_position_embeddings} positions (max_position_embeddings): "
-                    "rebuild the data with a smaller --max-seq-length, or use --model-config with more "
-                    "max_position_embeddings"
-                )
+            refusal = None if length is None else config.too_long(f"{flag} {path}", length, otherwise=MORE_POSITIONS)
+            if refusal is not None:
+                raise RunError(refusal)

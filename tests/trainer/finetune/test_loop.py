@@ -266,6 +266,35 @@ def test_bad_inputs_are_refused_with_clear_errors(sst2, conll, tmp_path):
         finetune_run(T.CLASSIFICATION, sst2["train"], sst2["test"], tmp_path / "d", max_steps=1)
 
 
+def test_rows_longer_than_the_models_positions_are_refused_naming_the_split_and_bertprep_flag(sst2, tmp_path):
+    """Fine-tuning and ``embed`` of a task folder ask the model's one check (``BertConfig.too_long``): the line names
+    the flag and folder whose rows are too long and the way out (bertprep's --max-seq-length). Before, fine-tuning's
+    said "rows of up to N tokens" of neither split, and embed's named no way out."""
+    from dataclasses import replace
+
+    vocab = load_task_data(str(sst2["train"]), get_task(T.CLASSIFICATION)).vocab
+    short = replace(bert_tiny(len(vocab)), max_position_embeddings=8)  # SST-2's rows are longer
+    ck = ckpt.save(
+        tmp_path / "short",
+        1,
+        model_state=BertForPreTraining(short).state_dict(),
+        optimizer=None,
+        rng={},
+        state={},
+        config={"model": short.to_dict()},
+        vocab_text=vocab.text(),
+        keep=1,
+    )
+    too_long = r"holds sequences of up to \d+ tokens but the model has 8 positions \(max_position_embeddings\): "
+    way_out = "rebuild the data with a smaller bertprep --max-seq-length"
+    with pytest.raises(TaskDataError, match=f"^--train-data {re.escape(str(sst2['train']))} {too_long}{way_out}$"):
+        finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], tmp_path / "ft", init=str(ck))
+    out = tmp_path / "e.arrow"
+    result = CliRunner().invoke(main, ["embed", "--init", str(ck), "--input", str(sst2["dev"]), "--output", str(out)])
+    assert result.exit_code == 1 and not out.exists()
+    assert re.search(f"--input {re.escape(str(sst2['dev']))} {too_long}{way_out}$", result.output), result.output
+
+
 def test_cli_runs_and_reports_a_label_list_mismatch(sst2, task_vocab, tmp_path):
     from tests.jobs import run_classification
 
