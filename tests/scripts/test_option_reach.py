@@ -85,6 +85,10 @@ def test_the_options_are_read_from_the_command_line_and_their_reach_is_held():
     # --max-seq-length: embed's flag; the advice for data longer than the model's positions (bertprep's flag) is
     # worded by the one check the three commands ask, BertConfig.too_long (trainer/model_config.py)
     assert by_rule["max_seq_length"] == ["trainer/embed.py", "trainer/model_config.py"], by_rule["max_seq_length"]
+    # --lr: declared in OptimConfig (trainer/config.py, both commands); what the run says of it is worded by the
+    # optimizer room's advice (its help, --layer-decay's help, the hints of a run that learned nothing, a diverged
+    # run's); the schedule says its warm-up without naming the rate's flag
+    assert by_rule["lr"] == ["trainer/config.py", "trainer/optim/advice.py"], by_rule["lr"]
     # the rule counts fewer than the word does: a torch param group's "lr", "...".format, another object's output
     assert sum(len(v) > O.LIMIT for v in by_word.values()) >= len(over)
 

@@ -15,6 +15,7 @@ from bertstream.trainer.config import OptimConfig, RunConfig, Steps
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.model_config import BertConfig, with_dropout
+from bertstream.trainer.optim.advice import LAYER_DECAY_HELP
 
 if TYPE_CHECKING:
     from torch import nn
@@ -27,12 +28,7 @@ POOLINGS = ("cls", "mean")
 class FinetuneOptim(OptimConfig):
     warmup_ratio: float = opt(0.1, "Linear warmup over this fraction of all steps.", tags=(FIXED,))
 
-    layer_decay: float = opt(
-        1.0,
-        "Layer-wise learning-rate decay: the head gets --lr, encoder layer l of L gets --lr * decay^(L + 1 - l), "
-        "the embeddings --lr * decay^(L + 1); 1: one rate for all.",
-        tags=(FIXED,),
-    )
+    layer_decay: float = opt(1.0, LAYER_DECAY_HELP, tags=(FIXED,))
 
     def __post_init__(self) -> None:
         OptimConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)

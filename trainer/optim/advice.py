@@ -42,6 +42,12 @@ LR_HELP = (
     + " (a run that learned nothing ends with a warning naming the rate)."
 )
 
+# --layer-decay's help (fine-tuning): the rates it gives, each a share of --lr, as optim.groups.param_groups scales them
+LAYER_DECAY_HELP = (
+    "Layer-wise learning-rate decay: the head gets --lr, encoder layer l of L gets --lr * decay^(L + 1 - l), "
+    "the embeddings --lr * decay^(L + 1); 1: one rate for all."
+)
+
 
 def suggested_lr(hidden_size: int, phase: str) -> float:
     """The table's ``--lr`` for a model of ``hidden_size`` in ``phase`` (pretrain or finetune)."""

@@ -80,4 +80,4 @@ class Schedule:
 
     def never_peaked(self, step: int) -> str:
         """A clause for a warning at ``step``: the rate was still warming up there (empty when it was not)."""
-        return f", with --warmup-steps {self.warmup} the rate never got to --lr" if self.warmup >= step else ""
+        return f", with --warmup-steps {self.warmup} the rate was still warming up" if self.warmup >= step else ""

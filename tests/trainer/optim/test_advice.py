@@ -27,7 +27,10 @@ def test_the_rates_follow_the_width_as_the_recipes_measured():
 def test_the_rule_fires_on_the_issues_run_and_not_on_short_or_moving_ones():
     line = pretrain_warning((1, 10.91), (200, 10.65), 1e-4, 128, Schedule(1000, 200))  # the issue's: 200 at 1e-4
     assert line is not None and line.startswith("warning: the training loss barely moved in 199 steps")
-    assert "--warmup-steps 1000" in line and "try --lr 1e-3 (the rate for hidden size 128" in line
+    assert (
+        "--warmup-steps 1000 the rate was still warming up" in line
+        and "try --lr 1e-3 (the rate for hidden size 128" in line
+    )
     assert pretrain_warning((1, 10.91), (10, 10.90), 1e-4, 128, Schedule(1000, 10)) is None  # too short to judge
     assert pretrain_warning((1, 10.91), (200, 9.0), 1e-3, 128, Schedule(100, 200)) is None
     past = pretrain_warning((1, 10.91), (200, 10.65), 1e-4, 128, Schedule(100, 200))  # warmed up: not said
