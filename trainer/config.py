@@ -51,18 +51,27 @@ MAX_SEED = (1 << 32) - 1  # --seed of both commands
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0  # --dist-timeout: a second .. a week
 
 
-def check_device(device: str) -> None:
-    """``--device``: only what the trainer can run on (another name must not silently fall back to the CPU)."""
-    check(
-        isinstance(device, str) and _DEVICE.fullmatch(device) is not None,
-        "device",
-        f"must be auto, cpu, cuda or cuda:N, got {device!r}",
-    )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceConfig:
+    """``--device``, declared once: what a process computes on. The run section of pretraining and fine-tuning is
+    one (:class:`RunConfig`), ``embed`` holds it as its own section; ``distributed.setup_run`` and ``setup_on``
+    read it, no command does."""
+
+    device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).", tags=(PER_NODE,))
+
+    def __post_init__(self) -> None:
+        # only what the trainer can run on (another name must not silently fall back to the CPU)
+        check(
+            isinstance(self.device, str) and _DEVICE.fullmatch(self.device) is not None,
+            "device",
+            f"must be auto, cpu, cuda or cuda:N, got {self.device!r}",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunConfig:
-    """Where a run writes, how it logs, and what it runs on (pretraining and fine-tuning)."""
+class RunConfig(DeviceConfig):
+    """Where a run writes, how it logs, and what it runs on (pretraining and fine-tuning; ``--device`` is
+    :class:`DeviceConfig`'s, listed after ``--report-to``)."""
 
     output: str = opt(help="Run folder: metrics.jsonl, checkpoints/, tensorboard/.")
     seed: int = opt(0, tags=(FIXED,))
@@ -80,7 +89,6 @@ class RunConfig:
         "default RUN/mlruns), wandb (WANDB_PROJECT, WANDB_MODE=offline); none: metrics.jsonl only. mlflow and wandb "
         "are optional extras: pip install 'bertstream[mlflow]' / 'bertstream[wandb]'.",
     )
-    device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).", tags=(PER_NODE,))
     async_checkpoint: bool = opt(
         True,
         "Write checkpoints in the background from a copy in host memory: the loop pays the copy only.",
@@ -112,7 +120,7 @@ class RunConfig:
             "precision",
             "fp16 needs a CUDA GPU (its loss scaling is for GPUs without bf16): use fp32 or bf16 with --device cpu",
         )
-        check_device(self.device)
+        DeviceConfig.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
         check_dist_timeout(self.dist_timeout)
         check_installed(self.trackers)
 
@@ -313,7 +321,7 @@ class TrainConfig:
     )
     eval_data: str | None = opt(None, "Evaluation dataset folder.", after="paths")
     model: ModelChoice = section(ModelChoice)
-    run: RunConfig = section(RunConfig, after={"dist_timeout": "unpad"})
+    run: RunConfig = section(RunConfig, after={"dist_timeout": "unpad", "device": "report_to"})
     batch_size: int = opt(32, "Sequences per device and micro-step.")
     grad_accum: int = opt(1, tags=(FIXED,))
     max_steps: int = opt(10_000, "Also the end of the linear decay.")

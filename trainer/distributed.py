@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from bertstream.cli.errors import UsageError
 from bertstream.trainer import progress
-from bertstream.trainer.config import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, MIN_TIMEOUT_S, RunConfig, waited
+from bertstream.trainer.config import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, MIN_TIMEOUT_S, DeviceConfig, RunConfig, waited
 from bertstream.trainer.errors import RunError, UserError
 from bertstream.trainer.peers import PEERS
 from bertstream.trainer.rank_signals import show_stacks_on_sigusr1, watch_sigterm
@@ -188,6 +188,11 @@ def setup_run(run: RunConfig) -> DistInfo:
     """:func:`setup` for a training run: the run section's device and peer timeout (read here only; both loops
     pass the section)."""
     return setup(run.device, run.dist_timeout)
+
+
+def setup_on(chosen: DeviceConfig) -> DistInfo:
+    """:func:`setup` for a command without peers (``embed``): the device its section was given."""
+    return setup(chosen.device)
 
 
 def launch_flags(args: Sequence[str]) -> tuple[str, float]:

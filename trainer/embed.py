@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +19,16 @@ import pyarrow as pa
 import torch
 from torch import Tensor, nn
 
+from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
-from bertstream.cli.options import opt
+from bertstream.cli.options import opt, section
 from bertstream.schemas import json_text
 from bertstream.schemas import tasks as T
 from bertstream.schemas.redact import redact_values
 from bertstream.schemas.vocab import CLS, SEP
 from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.schemas.wordpiece import bert_tokenizer, json_lowercase
-from bertstream.trainer.config import check_device
+from bertstream.trainer.config import DeviceConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model import BertModel
 from bertstream.trainer.weights import RANDOM_PREFIX, Init, check_vocab, resolve_init
@@ -60,7 +61,7 @@ class EmbedConfig:
     )
     batch_size: int = opt(64)
     dtype: str = opt("float32", choices=DTYPES)
-    device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
+    place: DeviceConfig = section(DeviceConfig)  # --device, as pretraining's and fine-tuning's
     overwrite: bool = opt(False, "Replace an existing --output.")
 
     def __post_init__(self) -> None:
@@ -84,7 +85,6 @@ class EmbedConfig:
             "batch_size",
             f"must be an integer >= 1, got {self.batch_size!r}",
         )
-        check_device(self.device)
 
 
 def layer_indices(spec: str, num_layers: int) -> tuple[int, ...]:
@@ -325,12 +325,12 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
         raise RunError(f"--input {cfg.input}: not a regular file (nor a task dataset folder)")
     else:
         raise RunError(f"--input {cfg.input}: no such file or folder")
-    device = D.setup(cfg.device).device
+    device = D.setup_on(cfg.place).device
     model = load_encoder(init).to(device)
     width = init.config.hidden_size * (len(layers) if cfg.combine == "concat" else 1)
     vectors = embed_rows(model, rows, cfg, layers, device, init.vocab.id("[PAD]"))
     meta = {
-        **redact_values(asdict(cfg)),
+        **redact_values(options.flat(cfg)),  # the flags by name, as before sections
         "max_seq_length": max_len,
         "layer_indices": list(layers),
         "width": width,

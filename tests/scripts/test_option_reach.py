@@ -89,6 +89,9 @@ def test_the_options_are_read_from_the_command_line_and_their_reach_is_held():
     # optimizer room's advice (its help, --layer-decay's help, the hints of a run that learned nothing, a diverged
     # run's); the schedule says its warm-up without naming the rate's flag
     assert by_rule["lr"] == ["trainer/config.py", "trainer/optim/advice.py"], by_rule["lr"]
+    # --device: declared once (config.DeviceConfig: RunConfig is one, embed holds it as a section) and read by the
+    # distributed runtime alone (setup_run, setup_on; launch_flags from argv); embed.py names it no more
+    assert by_rule["device"] == ["trainer/config.py", "trainer/distributed.py"], by_rule["device"]
     # the rule counts fewer than the word does: a torch param group's "lr", "...".format, another object's output
     assert sum(len(v) > O.LIMIT for v in by_word.values()) >= len(over)
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from bertstream.cli import options
 from bertstream.cli.errors import UsageError
 from bertstream.trainer.cli import main
 from bertstream.trainer.embed import EmbedConfig, embed, layer_indices
@@ -79,7 +80,8 @@ def reference(hf_dir: Path, max_len: int) -> tuple[list[torch.Tensor], torch.Ten
 def test_parity_with_transformers(hf_dir, text_file, tmp_path, layers, combine, pooling):
     out = tmp_path / "e.arrow"
     embed(
-        EmbedConfig(
+        options.build(
+            EmbedConfig,
             init=str(hf_dir),
             input=str(text_file),
             output=str(out),
@@ -162,6 +164,14 @@ def test_cli_on_real_lines_float16(hf_dir, tmp_path):
     assert table.schema.field("embedding").type == pa.list_(pa.float16(), 2 * CONFIG.hidden_size)
     assert all(n >= 2 for n in table.column("num_tokens").to_pylist())
     assert not list(tmp_path.glob(".*tmp*"))  # the temporary file was renamed, not left behind
+    # the settings it was made with, each by its flag's name (its sections, --device and --pooling, flattened)
+    meta = __import__("json").loads(table.schema.metadata[b"bertstream.embed"])
+    assert {k: meta[k] for k in ("device", "pooling", "dtype", "max_seq_length")} == {
+        "device": "cpu",
+        "pooling": "cls",
+        "dtype": "float16",
+        "max_seq_length": CONFIG.max_position_embeddings,  # (40: the model allows fewer than 128)
+    }
     again = CliRunner().invoke(main, args)  # an existing output is refused without --overwrite
     assert again.exit_code == 2 and "Error:" in again.output and "--overwrite" in again.output
 

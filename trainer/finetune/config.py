@@ -52,7 +52,7 @@ class FinetuneConfig:
         RunConfig,
         log_every=50,
         help={"output": "Run folder: results.json, predictions, metrics.jsonl, checkpoints/."},
-        after={"dist_timeout": "n_best"},
+        after={"dist_timeout": "n_best", "device": "report_to"},
     )
     resume: str = opt(
         "none",
