@@ -31,10 +31,10 @@ from bertstream.schemas.wordpiece import bert_tokenizer, json_lowercase
 from bertstream.trainer.config import DeviceConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model import BertModel
+from bertstream.trainer.pooling import Pooling
 from bertstream.trainer.weights import RANDOM_PREFIX, Init, check_vocab, resolve_init
 
 COMBINES = ("sum", "concat", "mean")
-POOLINGS = ("cls", "mean", "none")
 DTYPES = ("float16", "float32")
 DEFAULT_MAX_SEQ_LENGTH = 128
 _LAYERS = re.compile(r"(-?\d+)?:(-?\d+)?|-?\d+(,-?\d+)*")
@@ -49,9 +49,7 @@ class EmbedConfig:
     output: str = opt(help="Arrow IPC file to write (index, num_tokens, embedding).")
     layers: str = opt("-1", "Hidden states to use (0 = embeddings): -1, a slice such as -4:, or 0,3,5.")
     combine: str = opt("mean", "How the layers merge.", choices=COMBINES)
-    pooling: str = opt(
-        "mean", "cls: the [CLS] vector; mean: over real tokens; none: every token's vector.", choices=POOLINGS
-    )
+    pooled: Pooling = section(Pooling, pooling="mean")  # --pooling, as fine-tuning's (cls, mean) and none
     # None: 128, or the model's max_position_embeddings when smaller (a value given explicitly above that limit
     # is refused instead).
     max_seq_length: int | None = opt(
@@ -73,7 +71,6 @@ class EmbedConfig:
             f"must be an index (-1), a slice (-4:, 1:3) or a comma list (0,3,5), got {self.layers!r}",
         )
         check(self.combine in COMBINES, "combine", f"must be one of {COMBINES}, got {self.combine!r}")
-        check(self.pooling in POOLINGS, "pooling", f"must be one of {POOLINGS}, got {self.pooling!r}")
         check(self.dtype in DTYPES, "dtype", f"must be one of {DTYPES}, got {self.dtype!r}")
         check(
             self.max_seq_length is None or (isinstance(self.max_seq_length, int) and self.max_seq_length >= 2),
@@ -220,18 +217,13 @@ def load_encoder(init: Init) -> BertModel:
     return holder.bert.eval()
 
 
-def pool(states: list[Tensor], mask: Tensor, layers: tuple[int, ...], combine: str, pooling: str) -> Tensor:
+def pool(states: list[Tensor], mask: Tensor, layers: tuple[int, ...], combine: str, pooled: Pooling) -> Tensor:
     """``[B, D]`` (cls, mean) or ``[B, T, D]`` (none) from the hidden states; D = H, or H * len(layers) (concat)."""
     picked = [states[i] for i in layers]
     x = torch.cat(picked, dim=-1) if combine == "concat" else torch.stack(picked).sum(0)
     if combine == "mean":
         x = x / len(picked)
-    if pooling == "cls":
-        return x[:, 0]
-    if pooling == "mean":  # real tokens only: padding must not pull the average
-        m = mask.to(x.dtype).unsqueeze(-1)
-        return (x * m).sum(1) / m.sum(1)
-    return x
+    return pooled.pool(x, mask)
 
 
 def embed_rows(
@@ -254,16 +246,16 @@ def embed_rows(
                 types[j, rows.segment_a[i] : n] = 1
             m = torch.from_numpy(mask).to(device)
             states = model.hidden_states(torch.from_numpy(ids).to(device), torch.from_numpy(types).to(device), m)
-            vec = pool(states, m, layers, cfg.combine, cfg.pooling).float().cpu().numpy()
+            vec = pool(states, m, layers, cfg.combine, cfg.pooled).float().cpu().numpy()
             for j, i in enumerate(chunk):
-                out[i] = vec[j, : lengths[i]] if cfg.pooling == "none" else vec[j]
+                out[i] = vec[j, : lengths[i]] if cfg.pooled.per_token else vec[j]
     return out  # type: ignore[return-value]
 
 
 def to_table(vectors: list[np.ndarray], rows: Rows, cfg: EmbedConfig, width: int, meta: dict[str, Any]) -> pa.Table:
     value = pa.float16() if cfg.dtype == "float16" else pa.float32()
     np_type = np.float16 if cfg.dtype == "float16" else np.float32
-    if cfg.pooling == "none":
+    if cfg.pooled.per_token:
         flat = np.concatenate(vectors).astype(np_type) if vectors else np.zeros((0, width), np_type)
         tokens = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), type=value), width)
         offsets = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int32)

@@ -26,6 +26,7 @@ from bertstream.trainer.errors import UserError
 from bertstream.trainer.hf.config import read_config
 from bertstream.trainer.hf.tasks import HFHead
 from bertstream.trainer.model_config import PRESET_NAMES, BertConfig, find_preset
+from bertstream.trainer.pooling import trained_with
 
 RANDOM_PREFIX = "random:"
 
@@ -186,7 +187,7 @@ def _our_checkpoint(folder: Path, data: dict, *, weights: bool, flag: str) -> In
     if isinstance(task, dict) and isinstance(run, dict):  # a fine-tuning checkpoint: its head may be continued
         tensors = {k: v for k, v in state.items() if not k.startswith("bert.")}
         labels = tuple(map(str, task.get("labels") or ()))
-        head = TaskHead(str(task.get("kind")), labels, str(run.get("pooling", "cls")), tensors)
+        head = TaskHead(str(task.get("kind")), labels, trained_with(run), tensors)
     return Init("checkpoint", str(folder), config, vocab, state, (f"encoder weights from {model_file}",), head)
 
 

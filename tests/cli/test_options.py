@@ -95,6 +95,38 @@ def test_a_field_added_to_a_section_becomes_a_flag():
     assert CliRunner().invoke(cmd, []).exit_code == 2  # --name is required
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shape:
+    shape: str = opt("a", "A shape.", choices=("a", "b", "c"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Narrow:
+    shaped: Shape = section(Shape, choices={"shape": ("a", "b")}, shape="b")
+
+    def __post_init__(self) -> None:
+        options.check_choices(self)
+
+
+def test_a_section_may_offer_fewer_choices_than_its_field_and_a_saved_leaf_is_found_in_either_layout():
+    # issue 55: one declaration of a setting two commands offer with other choices (embed's and finetune's
+    # --pooling); the flag, a config built in code and a file's value are held to this config's
+    @click.command()
+    @options.click_options(Narrow)
+    def cmd(**values):
+        pass
+
+    assert "[a|b]" in CliRunner().invoke(cmd, ["--help"]).output
+    assert CliRunner().invoke(cmd, ["--shape", "c"]).exit_code == 2
+    assert options.build(Narrow) == Narrow(shaped=Shape(shape="b"))
+    with pytest.raises(UsageError, match=r"must be one of \('a', 'b'\), got 'c'"):
+        options.build(Narrow, shape="c")
+    with pytest.raises(AssertionError, match="beyond Shape's own"):
+        section(Shape, choices={"shape": ("d",)})
+    assert options.saved_leaf({"shape": "a"}, "shape") == "a" == options.saved_leaf({"shaped": {"shape": "a"}}, "shape")
+    assert options.saved_leaf({"other": 1}, "shape", "b") == "b"
+
+
 def test_the_cli_builds_the_nested_config(monkeypatch, tmp_path):
     got = []
     monkeypatch.setattr(

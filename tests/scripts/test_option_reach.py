@@ -92,6 +92,10 @@ def test_the_options_are_read_from_the_command_line_and_their_reach_is_held():
     # --device: declared once (config.DeviceConfig: RunConfig is one, embed holds it as a section) and read by the
     # distributed runtime alone (setup_run, setup_on; launch_flags from argv); embed.py names it no more
     assert by_rule["device"] == ["trainer/config.py", "trainer/distributed.py"], by_rule["device"]
+    # --pooling: declared once (trainer/pooling.py, the Pooling section of embed and finetune with their own choices,
+    # defaults and help), which pools for embed, says what a saved run pooled by and refuses its export; fine-tuning's
+    # config builds its head with it. embed.py and hf/ name it no more
+    assert by_rule["pooling"] == ["trainer/finetune/config.py", "trainer/pooling.py"], by_rule["pooling"]
     # the rule counts fewer than the word does: a torch param group's "lr", "...".format, another object's output
     assert sum(len(v) > O.LIMIT for v in by_word.values()) >= len(over)
 

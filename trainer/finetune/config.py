@@ -16,12 +16,12 @@ from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.model_config import BertConfig, with_dropout
 from bertstream.trainer.optim.advice import LAYER_DECAY_HELP
+from bertstream.trainer.pooling import SENTENCE_HEAD, Pooling
 
 if TYPE_CHECKING:
     from torch import nn
 
 TASKS = tuple(_TASKS)  # the kinds' Tasks, in their table's order: classification, regression, ner, squad
-POOLINGS = ("cls", "mean")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,13 +61,14 @@ class FinetuneConfig:
     )
     epochs: int = opt(3, tags=(FIXED,))
     dropout: float | None = opt(None, "Hidden and attention dropout (default: the init's own setting).", tags=(FIXED,))
-    pooling: str = opt(
-        "cls",
-        "Sentence heads (classification, regression): cls, the pooler on [CLS] as BERT and Hugging Face; mean, "
-        "the mean of the last layer over the real tokens (the pooler is unused: an MLM-only (--no-nsp) "
-        "checkpoint never trained it).",
-        choices=POOLINGS,
-        tags=(FIXED,),
+    pooled: Pooling = section(
+        Pooling,
+        help={
+            "pooling": "Sentence heads (classification, regression): cls, the pooler on [CLS] as BERT and Hugging "
+            "Face; mean, the mean of the last layer over the real tokens (the pooler is unused: an MLM-only "
+            "(--no-nsp) checkpoint never trained it)."
+        },
+        choices={"pooling": SENTENCE_HEAD},
     )
     batch_size: int = opt(32, "Rows per device and batch.", tags=(FIXED,))
     grad_accum: int = opt(
@@ -115,7 +116,7 @@ class FinetuneConfig:
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(self.resume in ("auto", "none"), "resume", f"must be auto or none, got {self.resume!r}")
-        check(self.pooling in POOLINGS, "pooling", f"must be one of {POOLINGS}, got {self.pooling!r}")
+        options.check_choices(self)  # (--pooling: a sentence head's, fewer than the section's)
         if self.label_names is not None:
             parse_label_names(self.label_names)
 
@@ -152,12 +153,13 @@ class FinetuneConfig:
     def build_model(self, config: BertConfig, labels: tuple[str, ...]) -> nn.Module:
         """The task's model over ``labels``, its head new: pooled as ``--pooling`` asks, drawn from ``--seed``'s
         init stream."""
-        return self.task_kind.build_model(config, len(labels), seed=self.run.seeds.init, pooling=self.pooling)
+        pooling = self.pooled.pooling
+        return self.task_kind.build_model(config, len(labels), seed=self.run.seeds.init, pooling=pooling)
 
     def head_for(self, labels: tuple[str, ...]) -> tuple[str, tuple[str, ...], str]:
         """``(kind, labels, pooling)``: what a trained head must have been trained for to be reused
         (``heads.reuse_head``)."""
-        return self.task_kind.kind, labels, self.pooling
+        return self.task_kind.kind, labels, self.pooled.pooling
 
     @property
     def steps(self) -> FinetuneSteps:

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from bertstream.schemas import tasks as T
 from bertstream.trainer.model import BertModel, seeded_init
 from bertstream.trainer.model_config import BertConfig
+from bertstream.trainer.pooling import SENTENCE_HEAD, mean_pool
 from bertstream.trainer.weights import InitError, TaskHead
 from bertstream.trainer.weights_init import construct_then_init
 
@@ -49,15 +50,6 @@ class _EncoderClassifier(nn.Module):
         seeded_init(self.classifier, self.config.initializer_range, seed, "classifier")
 
 
-POOLINGS = ("cls", "mean")
-
-
-def mean_pool(sequence_output: Tensor, attention_mask: Tensor) -> Tensor:
-    """[B, T, H] averaged over the real tokens of [B, T] -> [B, H] ([CLS] and [SEP] included, padding not)."""
-    keep = attention_mask.to(sequence_output.dtype).unsqueeze(-1)  # [B, T, 1]
-    return (sequence_output * keep).sum(1) / keep.sum(1).clamp(min=1)
-
-
 class BertForSequenceClassification(_EncoderClassifier):
     """pooled -> dropout -> linear. ``num_labels == 1`` is regression (MSE), else cross-entropy.
 
@@ -70,8 +62,8 @@ class BertForSequenceClassification(_EncoderClassifier):
     def __init__(self, config: BertConfig, num_labels: int, *, seed: int = 0, pooling: str = "cls") -> None:
         if num_labels < 1:
             raise ValueError(f"num_labels must be >= 1, got {num_labels}")
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        if pooling not in SENTENCE_HEAD:
+            raise ValueError(f"pooling must be one of {SENTENCE_HEAD}, got {pooling!r}")
         super().__init__(config, num_labels, seed)
         self.pooling = pooling
         if pooling == "mean":

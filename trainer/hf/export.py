@@ -24,6 +24,7 @@ from bertstream.trainer.hf.config import CONFIG_FILENAME, HFCheckpointError, hf_
 from bertstream.trainer.hf.convert import SAFETENSORS_FILENAME, expected_shapes, to_hf_state_dict
 from bertstream.trainer.hf.load import load_safetensors
 from bertstream.trainer.model_config import BertConfig
+from bertstream.trainer.pooling import export_refusal
 
 __all__ = ["EXPORT_FILES", "check_exportable", "export_checkpoint", "export_hf"]
 
@@ -200,7 +201,9 @@ def export_checkpoint(
         raise HFCheckpointError(str(e)) from None
     if isinstance(data.get("finetune"), dict):  # trainer.finetune.loop's run config: a task model
         task: dict[str, Any] = data["task"] if isinstance(data.get("task"), dict) else {}
-        HT.check_pooling(str(data["finetune"].get("pooling", "cls")), str(folder))
+        refusal = export_refusal(data["finetune"], str(folder))  # a mean-pooled head: no HF class pools so
+        if refusal is not None:
+            raise HFCheckpointError(refusal)
         labels, names = HT.run_labels(task, folder / CONFIG_FILENAME)
         head = HT.find_head(heads, str(task.get("kind")))
         return export_hf(

@@ -38,7 +38,6 @@ __all__ = [
     "NO_LABELS",
     "VALUE",
     "architecture",
-    "check_pooling",
     "find_head",
     "task_class",
     "TaskHead",
@@ -98,15 +97,6 @@ def head_shapes(head: HFHead, config: BertConfig, labels: Sequence[str]) -> dict
         head.prefix + "weight": torch.Size((outputs, config.hidden_size)),
         head.prefix + "bias": torch.Size((outputs,)),
     }
-
-
-def check_pooling(pooling: str, source: str) -> None:
-    """Only [CLS] pooling has an HF counterpart; a mean-pooled head exported as one would give other logits."""
-    if pooling != "cls":
-        raise HFCheckpointError(
-            f"{source} was fine-tuned with --pooling {pooling}: no transformers sequence classifier pools that way "
-            "(they read the [CLS] state), so its logits cannot be exported; fine-tune with --pooling cls to serve it"
-        )
 
 
 def task_state_dict(state: Mapping[str, Tensor], config: BertConfig, head: HFHead) -> dict[str, Tensor]:

@@ -99,7 +99,7 @@ def test_finetune_from_its_config_json_or_results_json(sst2, tmp_path, monkeypat
             **options.saved_values(FinetuneConfig, json.loads((run / "config.json").read_text())["finetune"])
         )
         assert options.flat(cfg) == {**options.flat(saved), "epochs": 4, "output": "o"}
-        assert (cfg.optim.lr, cfg.pooling, cfg.max_steps, overwrite) == (2e-3, "mean", 2, False)
+        assert (cfg.optim.lr, cfg.pooled.pooling, cfg.max_steps, overwrite) == (2e-3, "mean", 2, False)
 
 
 def test_a_config_of_the_other_command_or_of_none_is_refused_in_one_line(pretrain_run, sst2, tmp_path):
