@@ -30,9 +30,10 @@ from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.schemas.wordpiece import bert_tokenizer, json_lowercase
 from bertstream.trainer.config import DeviceConfig
 from bertstream.trainer.errors import RunError
+from bertstream.trainer.init_choice import InitChoice, named
 from bertstream.trainer.model import BertModel
 from bertstream.trainer.pooling import Pooling
-from bertstream.trainer.weights import RANDOM_PREFIX, Init, check_vocab, resolve_init
+from bertstream.trainer.weights import RANDOM_PREFIX, Init
 
 COMBINES = ("sum", "concat", "mean")
 DTYPES = ("float16", "float32")
@@ -42,7 +43,7 @@ _LAYERS = re.compile(r"(-?\d+)?:(-?\d+)?|-?\d+(,-?\d+)*")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EmbedConfig:
-    init: str = opt(help="Our checkpoint folder (or run folder) or a Hugging Face BERT folder.")
+    starting: InitChoice = section(InitChoice)  # --init, as fine-tuning's
     input: str = opt(
         help="UTF-8 text file (one text per line; blank lines are kept as empty texts) or a task dataset folder."
     )
@@ -63,7 +64,7 @@ class EmbedConfig:
     overwrite: bool = opt(False, "Replace an existing --output.")
 
     def __post_init__(self) -> None:
-        for name in ("init", "input", "output"):
+        for name in ("input", "output"):
             check(bool(getattr(self, name)), name, "is required")
         check(
             isinstance(self.layers, str) and _LAYERS.fullmatch(self.layers.replace(" ", "")) is not None,
@@ -190,7 +191,7 @@ def text_rows(path: str, init: Init, max_seq_length: int) -> Rows:
     return Rows(ids, [len(r) for r in ids], np.arange(len(ids), dtype=np.int64), truncated)
 
 
-def task_rows(root: str, init: Init) -> Rows:
+def task_rows(root: str, init: Init, starting: InitChoice) -> Rows:
     """The rows of a ``bertprep task`` folder, as the fine-tuning reader checks and returns them (already
     ``[CLS] ... [SEP]``, tokenised with the vocabulary the manifest names, which must be the init's)."""
     from bertstream.trainer.finetune.data import load_task_data, task_manifest
@@ -199,7 +200,7 @@ def task_rows(root: str, init: Init) -> Rows:
     hint = "a folder without {}; give a text file or a folder written by `bertprep task`"
     kind = task_manifest(root, "--input", missing=hint).kind  # a fine-tuning task's, or refused
     data = load_task_data(root, get_task(kind), role="--input")
-    check_vocab(init, data.vocab.sha256, root, flag="--init")
+    starting.check_vocab(init, data.vocab.sha256, root)
     ragged = data.columns[T.INPUT_IDS]
     ids = [ragged[i].astype(np.int64) for i in range(len(data))]
     seg = data.columns.get(T.SEGMENT_A_LENGTH)
@@ -213,7 +214,7 @@ def load_encoder(init: Init) -> BertModel:
 
     holder = nn.Module()  # load_encoder_state fills ``model.bert``, as in every task model
     holder.bert = BertModel(init.config)
-    load_encoder_state(holder, init.state or {}, f"--init {init.source}")
+    load_encoder_state(holder, init.state or {}, named(init))
     return holder.bert.eval()
 
 
@@ -289,7 +290,7 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
     from bertstream.trainer import distributed as D
 
     out = Path(cfg.output)
-    for flag, path in (("--input", cfg.input), ("--init", cfg.init)):
+    for flag, path in (("--input", cfg.input), cfg.starting.input_path):
         if not path.startswith(RANDOM_PREFIX) and out.resolve().is_relative_to(Path(path).resolve()):
             raise UsageError("output", f"{out} overlaps inputs: it is (or lies inside) {flag} {path}")
     if out.is_dir():  # --overwrite replaces a file, never a folder (".ev.tmp: Is a directory" before)
@@ -300,14 +301,14 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
         raise UsageError("output", f"{out} exists; pass --overwrite to replace it")
     if not out.parent.is_dir():
         raise UsageError("output", f"{out}: folder {out.parent} does not exist")
-    init = resolve_init(cfg.init, None, flag="--init")
+    init = cfg.starting.resolve(None)
     layers = layer_indices(cfg.layers, init.config.num_layers)
     limit = init.config.max_position_embeddings
     max_len = min(DEFAULT_MAX_SEQ_LENGTH, limit) if cfg.max_seq_length is None else cfg.max_seq_length
     check(max_len <= limit, "max_seq_length", f"{max_len} exceeds the model's max_position_embeddings ({limit})")
     source = Path(cfg.input)
     if source.is_dir():
-        rows = task_rows(cfg.input, init)
+        rows = task_rows(cfg.input, init, cfg.starting)
         refusal = init.config.too_long(f"--input {cfg.input}", max((len(r) for r in rows.ids), default=0))
         if refusal is not None:
             raise RunError(refusal)

@@ -96,6 +96,11 @@ def test_the_options_are_read_from_the_command_line_and_their_reach_is_held():
     # defaults and help), which pools for embed, says what a saved run pooled by and refuses its export; fine-tuning's
     # config builds its head with it. embed.py and hf/ name it no more
     assert by_rule["pooling"] == ["trainer/finetune/config.py", "trainer/pooling.py"], by_rule["pooling"]
+    # --init: declared once (trainer/init_choice.py, the InitChoice section of embed and finetune, each with its own
+    # help), which resolves the weights, checks their vocabulary, names them and gives the path an output must not
+    # hold; export-hf's refusals name where a checkpoint it refuses is served (hf/ may not import the section's
+    # module: it imports weights.py, which imports hf/)
+    assert by_rule["init"] == ["trainer/hf/export.py", "trainer/init_choice.py"], by_rule["init"]
     # the rule counts fewer than the word does: a torch param group's "lr", "...".format, another object's output
     assert sum(len(v) > O.LIMIT for v in by_word.values()) >= len(over)
 

@@ -14,6 +14,7 @@ from bertstream.trainer.checks import check_finite, check_ints
 from bertstream.trainer.config import OptimConfig, RunConfig, Steps
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
+from bertstream.trainer.init_choice import InitChoice
 from bertstream.trainer.model_config import BertConfig, with_dropout
 from bertstream.trainer.optim.advice import LAYER_DECAY_HELP
 from bertstream.trainer.pooling import SENTENCE_HEAD, Pooling
@@ -42,11 +43,13 @@ class FinetuneConfig:
     task: str = opt(help="Task kind; must match the datasets' manifests.", choices=TASKS, tags=(FIXED,))
     train_data: str = opt(help="Training task dataset folder (bertprep task; local or URL).", tags=(FIXED,))
     eval_data: str = opt(help="Evaluation task dataset folder (same vocab and label list).", tags=(FIXED,))
-    init: str = opt(
-        help="Our checkpoint folder (or run folder: its newest checkpoint), a Hugging Face BERT folder, "
-        "random:PRESET (tiny, mini, small, medium, base, large) over the data's vocabulary, or "
-        "random:CHECKPOINT (that checkpoint's architecture, freshly initialised).",
-        tags=(FIXED,),
+    starting: InitChoice = section(
+        InitChoice,
+        help={
+            "init": "Our checkpoint folder (or run folder: its newest checkpoint), a Hugging Face BERT folder, "
+            "random:PRESET (tiny, mini, small, medium, base, large) over the data's vocabulary, or "
+            "random:CHECKPOINT (that checkpoint's architecture, freshly initialised)."
+        },
     )
     run: RunConfig = section(
         RunConfig,
@@ -101,7 +104,7 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         check(self.task in TASKS, "task", f"must be one of {TASKS}, got {self.task!r}")
-        for name in ("train_data", "eval_data", "init"):
+        for name in ("train_data", "eval_data"):
             check(bool(getattr(self, name)), name, "is required")
         output = self.run.output
         check(

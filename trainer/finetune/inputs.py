@@ -18,15 +18,16 @@ from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataErr
 from bertstream.trainer.finetune.evaluation import EarlyStopping
 from bertstream.trainer.finetune.heads import load_encoder_state, reuse_head
 from bertstream.trainer.finetune.tasks import HF_HEADS, Task
+from bertstream.trainer.init_choice import named
 from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.training import load_state
-from bertstream.trainer.weights import Init, check_vocab, resolve_init
+from bertstream.trainer.weights import Init
 
 
 def input_paths(cfg: FinetuneConfig) -> list[tuple[str, str | None]]:
     """``(flag, path)`` of every folder the run reads, which an ``--overwrite`` of the run folder must not delete
     (:func:`bertstream.trainer.rundir.check_overlap`)."""
-    return [("--train-data", cfg.train_data), ("--eval-data", cfg.eval_data), ("--init", cfg.init)]
+    return [("--train-data", cfg.train_data), ("--eval-data", cfg.eval_data), cfg.starting.input_path]
 
 
 def load_inputs(
@@ -38,8 +39,8 @@ def load_inputs(
     eval_role = "--eval-data"  # what the errors about the eval data call it
     evaluation = load_task_data(cfg.eval_data, task, role=eval_role)
     check_pair(train, evaluation)
-    init = resolve_init(cfg.init, train.vocab, flag="--init", seed=cfg.run.seeds.init, heads=HF_HEADS)
-    check_vocab(init, train.manifest.vocab_sha256, train.root, flag="--init")
+    init = cfg.starting.resolve(train.vocab, seed=cfg.run.seeds.init, heads=HF_HEADS)
+    cfg.starting.check_vocab(init, train.manifest.vocab_sha256, train.root)
     config = cfg.trained(init.config)
     for role, split in (("--train-data", train), (eval_role, evaluation)):  # longer rows than the model's positions
         refusal = config.too_long(f"{role} {split.root}", task.max_length(split))
@@ -100,7 +101,7 @@ def build_model(
     """The task's model with the initial encoder weights (and head, if trained for this task), or the resumed run's."""
     raw = cfg.build_model(config, train.labels)
     if init.state is not None:
-        load_encoder_state(raw, init.state, f"--init {init.source}")
+        load_encoder_state(raw, init.state, named(init))
         note = reuse_head(raw, init.head, cfg.head_for(train.labels), pooled=task.hf.pooled)
         if note and restored is None:
             R.log(f"init: {note}", info)
