@@ -445,6 +445,29 @@ def test_kill_9_then_resume_auto_gives_the_same_metrics_and_results(sst2, tmp_pa
     assert (run / "predictions.tsv").read_text() == (tmp_path / "whole" / "predictions.tsv").read_text()
 
 
+def test_a_checkpoint_saved_before_the_pooling_and_init_sections_resumes_and_keeps_them(sst2, tmp_path):
+    """A run of 6001fe2 saved --pooling and --init at the top of its "finetune" settings; they are sections now
+    (trainer/pooling.py, trainer/init_choice.py). Its checkpoint still resumes, and a resume still refuses them
+    changed."""
+    out = tmp_path / "run"
+    finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto", pooling="mean")
+    config_file = ckpt.list_checkpoints(out / "resume")[-1] / "config.json"
+    saved = json.loads(config_file.read_text())
+    settings = saved["finetune"]
+    assert settings["pooled"] == {"pooling": "mean"} and settings["starting"] == {"init": "random:tiny"}
+    before = {k: v for k, v in settings.items() if k not in ("pooled", "starting")}
+    config_file.write_text(json.dumps({**saved, "finetune": {**before, "pooling": "mean", "init": "random:tiny"}}))
+    with pytest.raises(RunError, match=r"--pooling cls \(the run has mean\)"):
+        finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto")
+    with pytest.raises(RunError, match=r"--init random:mini \(the run has random:tiny\)"):
+        finetune_run(
+            T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto", pooling="mean",
+            init="random:mini",
+        )  # fmt: skip
+    again = finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto", pooling="mean")
+    assert [e["step"] for e in again["epochs"]] == [3]
+
+
 def test_resume_auto_refuses_changed_flags_and_a_folder_with_nothing_to_resume(sst2, tmp_path):
     out = tmp_path / "run"
     finetune_run(T.CLASSIFICATION, sst2["train"], sst2["dev"], out, max_steps=3, resume="auto")
