@@ -114,17 +114,28 @@ def section(
     *,
     help: dict[str, str] | None = None,
     after: dict[str, str] | None = None,
+    choices: dict[str, tuple[str, ...]] | None = None,
     linked: tuple[str, ...] = (),
     **defaults: Any,
 ) -> Any:
     """A field holding the section ``cls``; ``defaults`` (and ``help``, ``after``: the leaf a flag is listed
-    after in ``--help``) override the section's own for this config only; ``linked`` fields take the value of
-    the config's leaf of that name (see the module's docstring). Sections without required fields get a
-    default instance."""
+    after in ``--help``, ``choices``: some of the field's own, which :func:`check_choices` holds a config to)
+    override the section's own for this config only; ``linked`` fields take the value of the config's leaf of
+    that name (see the module's docstring). Sections without required fields get a default instance."""
     names = {f.name for f in fields(cls)}
-    unknown = [n for n in (*defaults, *linked, *(after or {})) if n not in names]
+    unknown = [n for n in (*defaults, *linked, *(after or {}), *(choices or {})) if n not in names]
     assert not unknown, f"{cls.__name__} has no field {', '.join(unknown)}"
-    meta = {"section": cls, "defaults": defaults, "help": help or {}, "after": after or {}, "linked": tuple(linked)}
+    own = {f.name: f.metadata.get("choices") or () for f in fields(cls)}
+    wider = [n for n, c in (choices or {}).items() if own[n] and not set(c) <= set(own[n])]  # (none: any value)
+    assert not wider, f"choices of {', '.join(wider)} beyond {cls.__name__}'s own"
+    meta = {
+        "section": cls,
+        "defaults": defaults,
+        "help": help or {},
+        "after": after or {},
+        "choices": choices or {},
+        "linked": tuple(linked),
+    }
     required = any(
         f.default is MISSING and f.default_factory is MISSING
         for f in fields(cls)
@@ -147,6 +158,7 @@ class Leaf:
     default: Any
     help: str | None
     after: str | None = None  # listed in --help right after this leaf
+    choices: tuple[str, ...] | None = None  # the values the flag takes (a section may offer fewer than its field)
 
     @property
     def meta(self) -> Any:
@@ -174,7 +186,10 @@ def leaves(cls: type) -> Iterator[Leaf]:
             continue  # (the record of what was given, not a setting)
         sec = f.metadata.get("section")
         if sec is None:
-            yield Leaf(f.name, None, f, hints[f.name], f.default, f.metadata.get("help"), f.metadata.get("after"))
+            meta = f.metadata
+            yield Leaf(
+                f.name, None, f, hints[f.name], f.default, meta.get("help"), meta.get("after"), meta.get("choices")
+            )
             continue
         sec_hints = typing.get_type_hints(sec)
         for g in fields(sec):
@@ -183,7 +198,8 @@ def leaves(cls: type) -> Iterator[Leaf]:
             default = f.metadata["defaults"].get(g.name, g.default)
             help_ = f.metadata["help"].get(g.name, g.metadata.get("help"))
             after = f.metadata["after"].get(g.name, g.metadata.get("after"))
-            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_, after)
+            choices = f.metadata["choices"].get(g.name, g.metadata.get("choices"))
+            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_, after, choices)
 
 
 def tagged(cls: type, tag: str) -> tuple[str, ...]:
@@ -278,8 +294,8 @@ def _converted(convert: Callable[[str | None], Any]) -> Callable:
 
 def _dropped_default(leaf: Leaf) -> bool:
     """A default outside the field's choices (``""``: none chosen) is not click's: the flag reads None."""
-    choices = leaf.meta.get("choices")
-    return bool(choices) and leaf.default not in (MISSING, None) and leaf.default not in choices
+    choices = leaf.choices
+    return choices is not None and bool(choices) and leaf.default not in (MISSING, None) and leaf.default not in choices
 
 
 class SingleOption(click.Option):
@@ -335,8 +351,8 @@ def _option(leaf: Leaf) -> Callable:
             kw["default"] = leaf.default
         name = f"no_{leaf.name}" if meta.get("negate") else leaf.name
         return click.option(*leaf.flags, name, **kw)
-    if meta.get("choices"):
-        kw["type"] = click.Choice(list(meta["choices"]))
+    if leaf.choices:
+        kw["type"] = click.Choice(list(leaf.choices))
     elif meta.get("path"):
         kw["type"] = click.Path(
             exists=meta.get("exists", True), dir_okay=meta["path"] != "file", file_okay=meta["path"] != "dir"
