@@ -126,7 +126,7 @@ def section(
     unknown = [n for n in (*defaults, *linked, *(after or {}), *(choices or {})) if n not in names]
     assert not unknown, f"{cls.__name__} has no field {', '.join(unknown)}"
     own = {f.name: f.metadata.get("choices") or () for f in fields(cls)}
-    wider = [n for n, c in (choices or {}).items() if not set(c) <= set(own[n])]
+    wider = [n for n, c in (choices or {}).items() if own[n] and not set(c) <= set(own[n])]  # (none: any value)
     assert not wider, f"choices of {', '.join(wider)} beyond {cls.__name__}'s own"
     meta = {
         "section": cls,

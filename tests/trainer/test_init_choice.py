@@ -50,7 +50,7 @@ def test_a_run_saved_before_the_section_is_read_alike(tmp_path, monkeypatch):
 
     seen = []
     fake = {"best": {"epoch": 1, "step": 1, "metric": "m", "value": None, "predictions": "p"}}
-    monkeypatch.setattr(loop, "finetune", lambda cfg, overwrite: seen.append(cfg) or fake)
+    monkeypatch.setattr(loop, "finetune", lambda cfg: seen.append(cfg) or fake)
     for saved in (SAVED_BEFORE, now):  # --config of a config.json of either layout
         (tmp_path / "config.json").write_text(json.dumps({"finetune": saved, "model": {}}))
         result = CliRunner().invoke(main, ["finetune", "--config", str(tmp_path / "config.json"), "--output", "o2"])

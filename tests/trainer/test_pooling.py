@@ -78,8 +78,8 @@ def test_a_run_saved_before_the_section_is_read_alike(tmp_path, monkeypatch):
 
     seen = []
     fake = {"best": {"epoch": 1, "step": 1, "metric": "m", "value": None, "predictions": "p"}}
-    monkeypatch.setattr(loop, "finetune", lambda cfg, overwrite: seen.append(cfg) or fake)
+    monkeypatch.setattr(loop, "finetune", lambda cfg: seen.append(cfg) or fake)
     (tmp_path / "config.json").write_text(json.dumps({"finetune": SAVED_BEFORE, "model": {}}))
     result = CliRunner().invoke(main, ["finetune", "--config", str(tmp_path / "config.json"), "--output", "o2"])
     assert result.exit_code == 0, result.output
-    assert (seen[0].pooled.pooling, seen[0].epochs, seen[0].run.output) == ("mean", 2, "o2")
+    assert (seen[0].pooled.pooling, seen[0].epochs, seen[0].run_folder.output) == ("mean", 2, "o2")
