@@ -309,7 +309,10 @@ class TrainConfig:
     # The data section is the loader's own config; what the run decides for the whole run (the batch size,
     # the seed) it takes from the leaves of that name. Its masking flags are listed with the objective's.
     data: DataConfig = section(
-        DataConfig, linked=("batch_size", "seed"), after={"masking": "dist_timeout"}, num_workers=2
+        DataConfig,
+        linked=("batch_size", "seed"),
+        after={"masking": "dist_timeout", "num_workers": "format"},
+        num_workers=2,
     )
     eval_data: str | None = opt(None, "Evaluation dataset folder.", after="paths")
     model: ModelChoice = section(ModelChoice)

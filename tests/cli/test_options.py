@@ -64,7 +64,7 @@ def test_per_command_defaults_come_from_one_place():
     assert shown_defaults("finetune")["--lr"] == "5e-05"
     assert shown_defaults("pretrain")["--log-every"] == "10" and shown_defaults("finetune")["--log-every"] == "50"
     ft = FinetuneConfig.build(task="ner", train_data="t", eval_data="e", init="random:tiny", output="o")
-    assert (ft.optim.lr, ft.run.log_every, ft.num_workers) == (5e-5, 50, 0)
+    assert (ft.optim.lr, ft.run.log_every, ft.workers.num_workers) == (5e-5, 50, 0)
     pt = TrainConfig.build(paths=("d",), output="o")
     assert (pt.optim.lr, pt.run.log_every, pt.data.num_workers) == (1e-4, 10, 2)
 

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from bertstream.cli import options
 from bertstream.cli.errors import check
-from bertstream.cli.machine import check_processes
 from bertstream.cli.options import FIXED, opt, section
 from bertstream.trainer.checks import check_finite, check_ints
 from bertstream.trainer.config import OptimConfig, RunConfig, Steps
+from bertstream.trainer.data.config import Workers
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.model_config import BertConfig, with_dropout
@@ -93,7 +93,7 @@ class FinetuneConfig:
         "evaluation's weights are kept); said in the log and results.json. 0: train to the end.",
         tags=(FIXED,),
     )
-    num_workers: int = opt(0, "Data-loader worker processes per rank.")  # task data is in memory
+    workers: Workers = section(Workers)  # task data is in memory
     label_names: str | None = opt(
         None,
         "LABEL=NAME,...: the names the export's id2label/label2id give the data's labels (SST-2: 0=negative,"
@@ -114,8 +114,7 @@ class FinetuneConfig:
             "predictions are written to local files); --train-data and --eval-data may be s3://...",
         )
         check_ints(self, ("epochs", "batch_size", "grad_accum", "max_answer_length", "n_best"), 1)
-        check_ints(self, ("eval_batch_size", "max_steps", "num_workers", "eval_every", "patience"), 0)
-        check_processes("num_workers", self.num_workers, per_rank=True)
+        check_ints(self, ("eval_batch_size", "max_steps", "eval_every", "patience"), 0)
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(self.resume in ("auto", "none"), "resume", f"must be auto or none, got {self.resume!r}")
