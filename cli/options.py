@@ -112,19 +112,24 @@ def with_tags(declared: Any, *tags: str) -> Any:
 def section(
     cls: type,
     *,
-    help: dict[str, str] | None = None,
+    help: dict[str, str | None] | None = None,
     after: dict[str, str] | None = None,
     linked: tuple[str, ...] = (),
+    tags: dict[str, tuple[str, ...]] | None = None,
     **defaults: Any,
 ) -> Any:
     """A field holding the section ``cls``; ``defaults`` (and ``help``, ``after``: the leaf a flag is listed
-    after in ``--help``) override the section's own for this config only; ``linked`` fields take the value of
-    the config's leaf of that name (see the module's docstring). Sections without required fields get a
+    after in ``--help``) override the section's own for this config only, ``tags`` add to a leaf's for this
+    config only (one command's resume keeps a setting another's lets change); ``linked`` fields take the value
+    of the config's leaf of that name (see the module's docstring). Sections without required fields get a
     default instance."""
     names = {f.name for f in fields(cls)}
-    unknown = [n for n in (*defaults, *linked, *(after or {})) if n not in names]
+    unknown = [n for n in (*defaults, *linked, *(after or {}), *(tags or {})) if n not in names]
     assert not unknown, f"{cls.__name__} has no field {', '.join(unknown)}"
+    bad = [t for added in (tags or {}).values() for t in added if t not in TAGS]
+    assert not bad, f"unknown tags {bad}: one of {TAGS}"
     meta = {"section": cls, "defaults": defaults, "help": help or {}, "after": after or {}, "linked": tuple(linked)}
+    meta["tags"] = {name: frozenset(added) for name, added in (tags or {}).items()}
     required = any(
         f.default is MISSING and f.default_factory is MISSING
         for f in fields(cls)
@@ -147,6 +152,7 @@ class Leaf:
     default: Any
     help: str | None
     after: str | None = None  # listed in --help right after this leaf
+    added: frozenset[str] = frozenset()  # tags its section adds for this config (``section(..., tags=...)``)
 
     @property
     def meta(self) -> Any:
@@ -158,7 +164,7 @@ class Leaf:
 
     @property
     def tags(self) -> frozenset[str]:
-        return self.meta.get("tags", frozenset())
+        return self.meta.get("tags", frozenset()) | self.added
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -183,7 +189,8 @@ def leaves(cls: type) -> Iterator[Leaf]:
             default = f.metadata["defaults"].get(g.name, g.default)
             help_ = f.metadata["help"].get(g.name, g.metadata.get("help"))
             after = f.metadata["after"].get(g.name, g.metadata.get("after"))
-            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_, after)
+            added = f.metadata.get("tags", {}).get(g.name, frozenset())
+            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_, after, added)
 
 
 def tagged(cls: type, tag: str) -> tuple[str, ...]:

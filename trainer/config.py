@@ -229,6 +229,23 @@ def warmup_note(warmup: int, total: int) -> str | None:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceBatch:
+    """The batch a process reads at a time, ``--batch-size``, declared once for the three commands, each with its
+    default and help (``section(DeviceBatch, ...)``): pretraining's sequences per micro-step (the loader's, linked
+    into its data section), fine-tuning's rows per batch (kept on resume), embed's rows per forward pass. Checked
+    here; the runs take it as their :class:`Steps`, embed as :meth:`chunks`."""
+
+    batch_size: int = opt(32, "Sequences per device and micro-step.")
+
+    def __post_init__(self) -> None:
+        check_ints(self, ("batch_size",), 1)
+
+    def chunks(self, rows: int) -> list[slice]:
+        """Rows ``0 .. rows - 1`` as consecutive batches, the last one smaller when they do not divide."""
+        return [slice(start, start + self.batch_size) for start in range(0, rows, self.batch_size)]
+
+
 @dataclass(frozen=True, slots=True)
 class Steps:
     """How a run's optimizer steps are made and how many it takes: ``--batch-size``, ``--grad-accum``,
@@ -317,7 +334,7 @@ class TrainConfig:
     eval_data: str | None = opt(None, "Evaluation dataset folder.", after="paths")
     model: ModelChoice = section(ModelChoice)
     run: RunConfig = section(RunConfig, after={"dist_timeout": "unpad"})
-    batch_size: int = opt(32, "Sequences per device and micro-step.")
+    batch: DeviceBatch = section(DeviceBatch)
     grad_accum: int = opt(1, tags=(FIXED,))
     max_steps: int = opt(10_000, "Also the end of the linear decay.")
     max_minutes: float = opt(0.0, "Stop early (evaluate, checkpoint) after this wall time.")
@@ -360,7 +377,7 @@ class TrainConfig:
             "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...",
         )
         check(self.eval_data != "", "eval_data", "names no folder ('')")  # it was read as no --eval-data at all
-        check_ints(self, ("batch_size", "grad_accum", "max_steps", "eval_every"), 1)
+        check_ints(self, ("grad_accum", "max_steps", "eval_every"), 1)
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
         check_ints(self, ("eval_batches",), 0)
@@ -382,7 +399,7 @@ class TrainConfig:
     @property
     def steps(self) -> Steps:
         """``--batch-size``, ``--grad-accum``, ``--max-steps`` and ``--eval-every`` as what the run asks of them."""
-        return Steps(self.batch_size, self.grad_accum, self.max_steps, self.eval_every)
+        return Steps(self.batch.batch_size, self.grad_accum, self.max_steps, self.eval_every)
 
     @property
     def schedule(self) -> Schedule:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +19,16 @@ import pyarrow as pa
 import torch
 from torch import Tensor, nn
 
+from bertstream.cli import options
 from bertstream.cli.errors import UsageError, check
-from bertstream.cli.options import opt
+from bertstream.cli.options import opt, section
 from bertstream.schemas import json_text
 from bertstream.schemas import tasks as T
 from bertstream.schemas.redact import redact_values
 from bertstream.schemas.vocab import CLS, SEP
 from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.schemas.wordpiece import bert_tokenizer, json_lowercase
-from bertstream.trainer.config import check_device
+from bertstream.trainer.config import DeviceBatch, check_device
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model import BertModel
 from bertstream.trainer.weights import RANDOM_PREFIX, Init, check_vocab, resolve_init
@@ -58,7 +59,7 @@ class EmbedConfig:
         "Text files: tokens per text, [CLS] and [SEP] included  [default: 128, or the model's "
         "max_position_embeddings when smaller]",
     )
-    batch_size: int = opt(64)
+    batch: DeviceBatch = section(DeviceBatch, batch_size=64, help={"batch_size": None})
     dtype: str = opt("float32", choices=DTYPES)
     device: str = opt("auto", "auto, cpu, cuda or cuda:N (refused when no GPU is visible).")
     overwrite: bool = opt(False, "Replace an existing --output.")
@@ -78,11 +79,6 @@ class EmbedConfig:
             self.max_seq_length is None or (isinstance(self.max_seq_length, int) and self.max_seq_length >= 2),
             "max_seq_length",
             f"must be an integer >= 2 ([CLS] and [SEP]), got {self.max_seq_length!r}",
-        )
-        check(
-            isinstance(self.batch_size, int) and self.batch_size >= 1,
-            "batch_size",
-            f"must be an integer >= 1, got {self.batch_size!r}",
         )
         check_device(self.device)
 
@@ -242,8 +238,8 @@ def embed_rows(
     order = np.argsort(lengths, kind="stable")
     out: list[np.ndarray | None] = [None] * len(rows.ids)
     with torch.inference_mode():
-        for start in range(0, len(order), cfg.batch_size):
-            chunk = order[start : start + cfg.batch_size]
+        for part in cfg.batch.chunks(len(order)):
+            chunk = order[part]
             t = int(lengths[chunk].max())
             ids = np.full((len(chunk), t), pad_id, dtype=np.int64)
             types = np.zeros_like(ids)
@@ -332,7 +328,7 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
     width = init.config.hidden_size * (len(layers) if cfg.combine == "concat" else 1)
     vectors = embed_rows(model, rows, cfg, layers, device, init.vocab.id("[PAD]"))
     meta = {
-        **redact_values(asdict(cfg)),
+        **redact_values(options.flat(cfg)),  # every setting by its flag's name, sections or not
         "max_seq_length": max_len,
         "layer_indices": list(layers),
         "width": width,

@@ -142,7 +142,7 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
         1e-3,
         2,
     )
-    assert (cfg.run.output, cfg.data.num_workers, cfg.run.tensorboard, cfg.batch_size) == ("OUT", 0, False, 4)
+    assert (cfg.run.output, cfg.data.num_workers, cfg.run.tensorboard, cfg.batch.batch_size) == ("OUT", 0, False, 4)
     # added after sections (absent from a flat config, their defaults when read): the loader's own settings
     # came with the data section becoming the loader's config
     later = {"norm_placement", "shuffle", "prefetch_factor", "pin_memory", "length_bucketing", "bucket_batches"}
@@ -195,7 +195,7 @@ def test_the_data_section_is_the_loaders_config_with_the_runs_settings():
     assert isinstance(cfg.data, DataConfig)
     assert (cfg.data.batch_size, cfg.data.seed, cfg.data.masking, cfg.data.mlm_probability) == (16, 5, "dynamic", 0.2)
     assert "--batch-size" in {leaf.flag for leaf in options.leaves(TrainConfig)}
-    assert [leaf.section for leaf in options.leaves(TrainConfig) if leaf.name == "batch_size"] == [None]  # one leaf
+    assert [leaf.section for leaf in options.leaves(TrainConfig) if leaf.name == "batch_size"] == ["batch"]  # one leaf
     with pytest.raises(UsageError, match="batch_size: data.batch_size is 4 but the config's batch_size is 16"):
         replace(cfg, data=replace(cfg.data, batch_size=4))
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from bertstream.cli import options
 from bertstream.cli.errors import UsageError
 from bertstream.trainer.cli import main
 from bertstream.trainer.embed import EmbedConfig, embed, layer_indices
@@ -79,7 +80,8 @@ def reference(hf_dir: Path, max_len: int) -> tuple[list[torch.Tensor], torch.Ten
 def test_parity_with_transformers(hf_dir, text_file, tmp_path, layers, combine, pooling):
     out = tmp_path / "e.arrow"
     embed(
-        EmbedConfig(
+        options.build(
+            EmbedConfig,
             init=str(hf_dir),
             input=str(text_file),
             output=str(out),

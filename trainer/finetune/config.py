@@ -10,7 +10,7 @@ from bertstream.cli import options
 from bertstream.cli.errors import check
 from bertstream.cli.options import FIXED, opt, section
 from bertstream.trainer.checks import check_finite, check_ints
-from bertstream.trainer.config import OptimConfig, RunConfig, Steps
+from bertstream.trainer.config import DeviceBatch, OptimConfig, RunConfig, Steps
 from bertstream.trainer.data.config import Workers
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
@@ -73,7 +73,9 @@ class FinetuneConfig:
         choices=POOLINGS,
         tags=(FIXED,),
     )
-    batch_size: int = opt(32, "Rows per device and batch.", tags=(FIXED,))
+    batch: DeviceBatch = section(
+        DeviceBatch, help={"batch_size": "Rows per device and batch."}, tags={"batch_size": (FIXED,)}
+    )
     grad_accum: int = opt(
         1,
         "Batches per optimizer step (gradient accumulation): a step reads --batch-size x --grad-accum rows a process.",
@@ -113,7 +115,7 @@ class FinetuneConfig:
             f"{output}: the run folder must be local (checkpoints and "
             "predictions are written to local files); --train-data and --eval-data may be s3://...",
         )
-        check_ints(self, ("epochs", "batch_size", "grad_accum", "max_answer_length", "n_best"), 1)
+        check_ints(self, ("epochs", "grad_accum", "max_answer_length", "n_best"), 1)
         check_ints(self, ("eval_batch_size", "max_steps", "eval_every", "patience"), 0)
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
@@ -166,11 +168,11 @@ class FinetuneConfig:
     def steps(self) -> FinetuneSteps:
         """``--batch-size``, ``--grad-accum``, ``--max-steps`` (0: the epochs') and ``--eval-every`` (0: the epochs'
         ends only) as what the run asks of them."""
-        return FinetuneSteps(self.batch_size, self.grad_accum, self.max_steps, self.eval_every)
+        return FinetuneSteps(self.batch.batch_size, self.grad_accum, self.max_steps, self.eval_every)
 
     @property
     def eval_batch(self) -> int:
-        return self.eval_batch_size or 2 * self.batch_size
+        return self.eval_batch_size or 2 * self.batch.batch_size
 
     @classmethod
     def build(cls, **values: Any) -> FinetuneConfig:
