@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from bertstream.cli import options
 from bertstream.schemas import json_text
@@ -22,7 +23,7 @@ from bertstream.trainer.data.loader import TooFewSamples
 from bertstream.trainer.data.refs import read_text
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model_config import BertConfig
-from bertstream.trainer.rundir import Start
+from bertstream.trainer.rundir import Start, new_phase
 from bertstream.trainer.weights import check_vocab, resolve_init
 
 
@@ -195,6 +196,20 @@ def check_model(config: BertConfig, cfg: TrainConfig, data: OpenedData, start: S
 def mix_note(loader: PretrainingLoader) -> str:
     """The log line of a weighted ``--data`` mix: each folder's samples in an epoch."""
     return f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}"
+
+
+def position_refusal(checkpoint: Path, why: ValueError) -> str:
+    """Why ``checkpoint``'s data position cannot go on in this run's loader (``why``: the loader's words, e.g. other
+    weights), and what to give instead (restore asks this when the data is the checkpoint's)."""
+    return (
+        f"{checkpoint}: its data position does not fit this run ({why}); resume with the run's "
+        f"--data, weights and shuffle settings, or start a new phase with {new_phase('PATH')}"
+    )
+
+
+def new_data_note(checkpoint: str) -> str:
+    """The log line of a resume whose data is not ``checkpoint``'s: its position is not carried over."""
+    return f"new --data since {checkpoint}: the data position starts at the beginning"
 
 
 def check_seq_length(config: BertConfig, cfg: TrainConfig, data: OpenedData) -> None:
