@@ -130,10 +130,11 @@ def section(
     assert not bad, f"unknown tags {bad}: one of {TAGS}"
     meta = {"section": cls, "defaults": defaults, "help": help or {}, "after": after or {}, "linked": tuple(linked)}
     meta["tags"] = {name: frozenset(added) for name, added in (tags or {}).items()}
+    # a default of MISSING makes the leaf required in this config only (fine-tuning's --eval-data)
     required = any(
-        f.default is MISSING and f.default_factory is MISSING
+        defaults.get(f.name, f.default) is MISSING and (f.name in defaults or f.default_factory is MISSING)
         for f in fields(cls)
-        if f.name not in defaults and f.name not in linked
+        if f.name not in linked
     )
     if required:
         return field(metadata=meta)
@@ -408,7 +409,7 @@ def build(cls: type, **values: Any) -> Any:
     for f in fields(cls):
         sec = f.metadata.get("section")
         if sec is not None and (f.name in parts or f.default_factory is MISSING or f.metadata["linked"]):
-            given = {**f.metadata["defaults"], **parts.get(f.name, {})}
+            given = {k: v for k, v in f.metadata["defaults"].items() if v is not MISSING} | parts.get(f.name, {})
             top[f.name] = sec(**given, **_linked_values(cls, f, top, parts))
     return cls(**top, **record)
 

@@ -16,7 +16,7 @@ from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import EVALUATION, FIXED, PER_NODE, opt, section
 from bertstream.trainer.checks import check_finite, check_ints
-from bertstream.trainer.data.config import DataConfig
+from bertstream.trainer.data.config import DataConfig, EvalSet
 from bertstream.trainer.model_choice import ModelChoice
 from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.schedule import Schedule
@@ -331,7 +331,7 @@ class TrainConfig:
         after={"masking": "dist_timeout", "num_workers": "format"},
         num_workers=2,
     )
-    eval_data: str | None = opt(None, "Evaluation dataset folder.", after="paths")
+    eval_set: EvalSet = section(EvalSet, after={"eval_data": "paths"})
     model: ModelChoice = section(ModelChoice)
     run: RunConfig = section(RunConfig, after={"dist_timeout": "unpad"})
     batch: DeviceBatch = section(DeviceBatch)
@@ -376,7 +376,6 @@ class TrainConfig:
             f"{output}: the run folder must be local (checkpoints are "
             "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...",
         )
-        check(self.eval_data != "", "eval_data", "names no folder ('')")  # it was read as no --eval-data at all
         check_ints(self, ("grad_accum", "max_steps", "eval_every"), 1)
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")

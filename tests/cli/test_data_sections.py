@@ -1,18 +1,22 @@
 """The data side's settings declared once for every command (issue 55): ``--num-workers`` (``trainer.data.config.
 Workers``: pretraining's ``DataConfig`` is one, fine-tuning holds one as its ``workers`` section), ``--batch-size``
-(``trainer.config.DeviceBatch``, the ``batch`` section of the three commands), and a run's config.json saved in the
-layout of before still read as the same settings (``--config``, a resume)."""
+(``trainer.config.DeviceBatch``, the ``batch`` section of the three commands), ``--eval-data``
+(``trainer.data.config.EvalSet``, the ``eval_set`` section of both training commands), and a run's config.json saved
+in the layout of before still read as the same settings (``--config``, a resume)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import MISSING
 
 import pytest
+from click.testing import CliRunner
 
 from bertstream.cli import options
 from bertstream.cli.errors import UsageError
+from bertstream.trainer.cli import main
 from bertstream.trainer.config import DeviceBatch, TrainConfig
-from bertstream.trainer.data.config import IN_MAIN, DataConfig, Workers
+from bertstream.trainer.data.config import IN_MAIN, DataConfig, EvalSet, Workers
 from bertstream.trainer.embed import EmbedConfig
 from bertstream.trainer.finetune.config import FinetuneConfig
 
@@ -86,7 +90,7 @@ PRETRAIN_SAVED = {
         "max_predictions": None,
         "whole_word_mask": False,
     },
-    "eval_data": None,
+    "eval_data": "ev",
     "model": {"preset": "tiny", "model_config": None, "norm_placement": None, "init_from": None, "dropout": None},
     "run": {
         "output": "run",
@@ -197,8 +201,10 @@ def test_a_pretraining_config_json_of_the_earlier_layout_reads_as_the_same_setti
     assert saved["batch"] == {"batch_size": 4} and "batch_size" not in saved["data"] and "batch_size" not in saved
     cfg = TrainConfig.build(**options.saved_values(TrainConfig, PRETRAIN_SAVED))
     assert (cfg.batch.batch_size, cfg.data.batch_size, cfg.data.num_workers, cfg.steps.rows) == (4, 4, 1, 4)
+    assert cfg.eval_set.eval_data == "ev"
     fine = FinetuneConfig.build(**options.saved_values(FinetuneConfig, FINETUNE_SAVED))
     assert (fine.batch.batch_size, fine.steps.rows, fine.eval_batch) == (8, 8, 16)
+    assert fine.eval_set.eval_data == "e" and options.flat(fine)["eval_data"] == "e"
 
 
 def test_a_checkpoint_saved_with_the_earlier_layout_resumes_as_the_run_would_have_gone_on(tmp_path):
@@ -219,3 +225,38 @@ def test_a_checkpoint_saved_with_the_earlier_layout_resumes_as_the_run_would_hav
         run(data, out, max_steps=4, batch_size=8)
     resumed = run(data, out, max_steps=4)
     assert [(r["step"], r["loss"]) for r in resumed][-2:] == [(r["step"], r["loss"]) for r in straight][-2:]
+
+
+def test_eval_data_is_declared_once_for_both_training_commands_required_by_fine_tuning_alone():
+    found = {
+        cls: [leaf for leaf in options.leaves(cls) if leaf.name == "eval_data"] for cls in (TrainConfig, FinetuneConfig)
+    }
+    assert all(len(leaves) == 1 for leaves in found.values())
+    assert {leaves[0].field for leaves in found.values()} == {EvalSet.__dataclass_fields__["eval_data"]}
+    pre, fine = found[TrainConfig][0], found[FinetuneConfig][0]
+    assert pre.default is None and fine.default is MISSING  # fine-tuning's command line requires it
+    assert (pre.help, fine.help) == (
+        "Evaluation dataset folder.",
+        "Evaluation task dataset folder (same vocab and label list).",
+    )
+    assert options.FIXED in fine.tags and options.FIXED not in pre.tags
+    assert TrainConfig.build(paths=("d",), output="o").eval_set.folders == ()
+    with pytest.raises(UsageError, match="eval_data: is required"):
+        FinetuneConfig.build(**{k: v for k, v in FINE.items() if k != "eval_data"})
+    with pytest.raises(UsageError, match=r"eval_data: names no folder \(''\)"):
+        TrainConfig.build(paths=("d",), output="o", eval_data="")
+    result = CliRunner().invoke(
+        main, ["finetune", "--task", "ner", "--train-data", "t", "--init", "i", "--output", "o"]
+    )
+    assert result.exit_code == 2 and "Missing option '--eval-data'" in result.output
+
+
+def test_the_eval_set_words_what_the_runs_say_of_it(tmp_path):
+    ev = EvalSet(eval_data=str(tmp_path / "ds"))
+    assert ev.input_path() == ("--eval-data", str(tmp_path / "ds")) and ev.named() == ("--eval-data", ev.folders)
+    said = ev.also_training([str(tmp_path / "ds") + "/"], "--data", "its figures measure the training set")
+    assert said == f"warning: --eval-data {tmp_path / 'ds'} is also --data: its figures measure the training set"
+    assert (
+        ev.also_training([str(tmp_path / "other")], "--data", "x") is None
+        and EvalSet().also_training(["a"], "--data", "x") is None
+    )

@@ -180,12 +180,17 @@ def test_a_config_saved_with_the_earlier_data_section_reads_as_today():
     # config.json "train" as saved while the data section was its own class (sources, eval_data, data_format)
     saved = TrainConfig.build(paths=("a", "b"), output="OUT", batch_size=8, seed=3, masking="dynamic").to_dict()
     assert "batch_size" not in saved["data"] and "seed" not in saved["data"]  # saved once, where their flag is
-    earlier = {k: v for k, v in saved.items() if k != "eval_data"}
+    earlier = {k: v for k, v in saved.items() if k not in ("eval_set", "batch")} | {"batch_size": 8}
     earlier["data"] = {"sources": ["a:1", "b:3"], "eval_data": "ev", "data_format": "arrow", "num_workers": 1}
     earlier["data"] |= {"shuffle_buffer": 10, "skip_corrupt": True}
     earlier["objective"] = {"masking": "dynamic", "no_nsp": False}  # where the masking flags were saved then
     cfg = TrainConfig.build(**options.saved_values(TrainConfig, earlier))
-    assert (cfg.data.paths, cfg.data.weights, cfg.eval_data, cfg.data.format) == (("a", "b"), (1.0, 3.0), "ev", "arrow")
+    assert (cfg.data.paths, cfg.data.weights, cfg.eval_set.eval_data, cfg.data.format) == (
+        ("a", "b"),
+        (1.0, 3.0),
+        "ev",
+        "arrow",
+    )
     assert (cfg.data.num_workers, cfg.data.shuffle_buffer, cfg.data.skip_corrupt) == (1, 10, True)
     assert (cfg.data.batch_size, cfg.data.seed, cfg.data.masking) == (8, 3, "dynamic")  # the run's, linked
 

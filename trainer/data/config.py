@@ -84,6 +84,54 @@ IN_MAIN = Workers()  # the main process reads (an evaluation set, read in order)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EvalSet:
+    """The evaluation dataset folder, ``--eval-data``, declared once for both training commands, each with its
+    help, default and tags (``section(EvalSet, ...)``): pretraining's may be left out (the run evaluates nothing),
+    fine-tuning's is required and kept on resume. What the runs read of it and say about it is made here: its
+    folders, the flag and folder an error or a check names, an evaluation set that is a training set, one that
+    does not match the training set or cannot be read."""
+
+    eval_data: str | None = opt(None, "Evaluation dataset folder.")
+
+    def __post_init__(self) -> None:
+        check(self.eval_data != "", "eval_data", "names no folder ('')")  # it was read as no --eval-data at all
+
+    @property
+    def folders(self) -> tuple[str, ...]:
+        """The evaluation folder, or none: nothing is evaluated."""
+        return () if self.eval_data is None else (self.eval_data,)
+
+    def named(self) -> tuple[str, tuple[str, ...]]:
+        """``(flag, folders)``: the folders as a check names them (the data's length against the model's)."""
+        return "--eval-data", self.folders
+
+    def input_path(self) -> tuple[str, str | None]:
+        """``(flag, folder or None)``: what an ``--overwrite`` of the run folder must not delete."""
+        return "--eval-data", self.eval_data
+
+    def also_training(self, training: Sequence[str], flag: str, meaning: str) -> str | None:
+        """The warning when the evaluation set is one of the ``training`` folders (given as ``flag``): what its
+        figures then mean. None: it is not."""
+        if not self.eval_data or dataset_key(self.eval_data) not in {dataset_key(p) for p in training}:
+            return None
+        return f"warning: --eval-data {self.eval_data} is also {flag}: {meaning}"
+
+    def unreadable(self, why: object) -> str:
+        """The error of an evaluation set that cannot be read as asked (too few samples for one batch, ...)."""
+        return f"--eval-data: {why}"
+
+    def other_vocabulary(self, why: object) -> str:
+        """The error of an evaluation set whose vocabulary is not the training data's (pretraining's --data)."""
+        return f"--eval-data {self.eval_data} uses another vocabulary than --data ({why})"
+
+
+def unlike_training(training: str, folder: str, what: str) -> str:
+    """The error of an evaluation set ``folder`` that does not fit the training set (``training``: its flag and
+    folder, as the training set's owner names them): ``what`` differs."""
+    return f"{training} and --eval-data {folder} {what}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DataConfig(Workers):
     """Streaming pretraining data: the loader's config, and the data section of ``berttrain pretrain`` (its
     flags), whose ``batch_size``, ``seed`` and masking options are the run's (``section(..., linked=...)``).

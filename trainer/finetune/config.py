@@ -3,7 +3,7 @@ optimiser and run sections are pretraining's (``bertstream.trainer.config``), wi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import TYPE_CHECKING, Any
 
 from bertstream.cli import options
@@ -11,7 +11,7 @@ from bertstream.cli.errors import check
 from bertstream.cli.options import FIXED, opt, section
 from bertstream.trainer.checks import check_finite, check_ints
 from bertstream.trainer.config import DeviceBatch, OptimConfig, RunConfig, Steps
-from bertstream.trainer.data.config import Workers
+from bertstream.trainer.data.config import EvalSet, Workers
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.model_config import BertConfig, with_dropout
@@ -45,7 +45,12 @@ class FinetuneConfig:
     # FIXED: the settings a resume keeps (they shape the trajectory; run-time flags may change)
     task: str = opt(help="Task kind; must match the datasets' manifests.", choices=TASKS, tags=(FIXED,))
     train_data: str = opt(help="Training task dataset folder (bertprep task; local or URL).", tags=(FIXED,))
-    eval_data: str = opt(help="Evaluation task dataset folder (same vocab and label list).", tags=(FIXED,))
+    eval_set: EvalSet = section(
+        EvalSet,
+        help={"eval_data": "Evaluation task dataset folder (same vocab and label list)."},
+        tags={"eval_data": (FIXED,)},
+        eval_data=MISSING,
+    )
     init: str = opt(
         help="Our checkpoint folder (or run folder: its newest checkpoint), a Hugging Face BERT folder, "
         "random:PRESET (tiny, mini, small, medium, base, large) over the data's vocabulary, or "
@@ -106,8 +111,12 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         check(self.task in TASKS, "task", f"must be one of {TASKS}, got {self.task!r}")
-        for name in ("train_data", "eval_data", "init"):
-            check(bool(getattr(self, name)), name, "is required")
+        for name, value in (
+            ("train_data", self.train_data),
+            ("eval_data", self.eval_set.eval_data),
+            ("init", self.init),
+        ):
+            check(bool(value), name, "is required")
         output = self.run.output
         check(
             "://" not in output,
