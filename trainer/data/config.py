@@ -96,6 +96,10 @@ class EvalSet:
     def __post_init__(self) -> None:
         check(self.eval_data != "", "eval_data", "names no folder ('')")  # it was read as no --eval-data at all
 
+    def require(self) -> None:
+        """Refuse no folder: a command that always evaluates (fine-tuning) asks this."""
+        check(bool(self.eval_data), "eval_data", "is required")
+
     @property
     def folders(self) -> tuple[str, ...]:
         """The evaluation folder, or none: nothing is evaluated."""

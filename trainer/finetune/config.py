@@ -111,12 +111,9 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         check(self.task in TASKS, "task", f"must be one of {TASKS}, got {self.task!r}")
-        for name, value in (
-            ("train_data", self.train_data),
-            ("eval_data", self.eval_set.eval_data),
-            ("init", self.init),
-        ):
-            check(bool(value), name, "is required")
+        for name in ("train_data", "init"):
+            check(bool(getattr(self, name)), name, "is required")
+        self.eval_set.require()  # (pretraining's may be left out)
         output = self.run.output
         check(
             "://" not in output,
