@@ -7,6 +7,7 @@ in the layout of before still read as the same settings (``--config``, a resume)
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import MISSING
 
 import pytest
@@ -260,3 +261,22 @@ def test_the_eval_set_words_what_the_runs_say_of_it(tmp_path):
         ev.also_training([str(tmp_path / "other")], "--data", "x") is None
         and EvalSet().also_training(["a"], "--data", "x") is None
     )
+
+
+def test_a_fine_tuning_resume_of_the_earlier_layout_keeps_its_batch_and_eval_set(tmp_path):
+    from types import SimpleNamespace
+
+    from bertstream.trainer.errors import RunError
+    from bertstream.trainer.finetune.resume import check_resume
+
+    restored = SimpleNamespace(config={"finetune": FINETUNE_SAVED}, path=tmp_path / "run" / "resume")
+    start = SimpleNamespace(restored=restored, run_dir=tmp_path / "run")
+    same = options.saved_values(FinetuneConfig, FINETUNE_SAVED)
+    check_resume(FinetuneConfig.build(**same), start)  # the same flags: it goes on
+    for changed, said in (
+        ({"batch_size": 16}, "--batch-size 16 (the run has 8)"),
+        ({"eval_data": "x"}, "--eval-data x"),
+    ):
+        with pytest.raises(RunError, match=re.escape(said)):
+            check_resume(FinetuneConfig.build(**{**same, **changed}), start)
+    check_resume(FinetuneConfig.build(**{**same, "num_workers": 1}), start)  # the workers may change
