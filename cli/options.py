@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
@@ -112,24 +112,35 @@ def with_tags(declared: Any, *tags: str) -> Any:
 def section(
     cls: type,
     *,
-    help: dict[str, str | None] | None = None,
+    help: Mapping[str, str | None] | None = None,
     after: dict[str, str] | None = None,
+    choices: dict[str, tuple[str, ...]] | None = None,
     linked: tuple[str, ...] = (),
     tags: dict[str, tuple[str, ...]] | None = None,
     **defaults: Any,
 ) -> Any:
     """A field holding the section ``cls``; ``defaults`` (and ``help``, ``after``: the leaf a flag is listed
-    after in ``--help``) override the section's own for this config only, ``tags`` add to a leaf's for this
-    config only (one command's resume keeps a setting another's lets change); ``linked`` fields take the value
-    of the config's leaf of that name (see the module's docstring). Sections without required fields get a
-    default instance."""
+    after in ``--help``, ``choices``: some of the field's own, which :func:`check_choices` holds a config to)
+    override the section's own for this config only, ``tags`` add to a leaf's for this config only (one command's
+    resume keeps a setting another's lets change); ``linked`` fields take the value of the config's leaf of that
+    name (see the module's docstring). Sections without required fields get a default instance."""
     names = {f.name for f in fields(cls)}
-    unknown = [n for n in (*defaults, *linked, *(after or {}), *(tags or {})) if n not in names]
+    unknown = [n for n in (*defaults, *linked, *(after or {}), *(choices or {}), *(tags or {})) if n not in names]
     assert not unknown, f"{cls.__name__} has no field {', '.join(unknown)}"
+    own = {f.name: f.metadata.get("choices") or () for f in fields(cls)}
+    wider = [n for n, c in (choices or {}).items() if own[n] and not set(c) <= set(own[n])]  # (none: any value)
+    assert not wider, f"choices of {', '.join(wider)} beyond {cls.__name__}'s own"
     bad = [t for added in (tags or {}).values() for t in added if t not in TAGS]
     assert not bad, f"unknown tags {bad}: one of {TAGS}"
-    meta = {"section": cls, "defaults": defaults, "help": help or {}, "after": after or {}, "linked": tuple(linked)}
-    meta["tags"] = {name: frozenset(added) for name, added in (tags or {}).items()}
+    meta = {
+        "section": cls,
+        "defaults": defaults,
+        "help": dict(help or {}),
+        "after": after or {},
+        "choices": choices or {},
+        "linked": tuple(linked),
+        "tags": {name: frozenset(added) for name, added in (tags or {}).items()},
+    }
     # a default of MISSING makes the leaf required in this config only (fine-tuning's --eval-data)
     required = any(
         defaults.get(f.name, f.default) is MISSING and (f.name in defaults or f.default_factory is MISSING)
@@ -153,6 +164,7 @@ class Leaf:
     default: Any
     help: str | None
     after: str | None = None  # listed in --help right after this leaf
+    choices: tuple[str, ...] | None = None  # the values the flag takes (a section may offer fewer than its field)
     added: frozenset[str] = frozenset()  # tags its section adds for this config (``section(..., tags=...)``)
 
     @property
@@ -181,7 +193,10 @@ def leaves(cls: type) -> Iterator[Leaf]:
             continue  # (the record of what was given, not a setting)
         sec = f.metadata.get("section")
         if sec is None:
-            yield Leaf(f.name, None, f, hints[f.name], f.default, f.metadata.get("help"), f.metadata.get("after"))
+            meta = f.metadata
+            yield Leaf(
+                f.name, None, f, hints[f.name], f.default, meta.get("help"), meta.get("after"), meta.get("choices")
+            )
             continue
         sec_hints = typing.get_type_hints(sec)
         for g in fields(sec):
@@ -190,8 +205,9 @@ def leaves(cls: type) -> Iterator[Leaf]:
             default = f.metadata["defaults"].get(g.name, g.default)
             help_ = f.metadata["help"].get(g.name, g.metadata.get("help"))
             after = f.metadata["after"].get(g.name, g.metadata.get("after"))
+            choices = f.metadata["choices"].get(g.name, g.metadata.get("choices"))
             added = f.metadata.get("tags", {}).get(g.name, frozenset())
-            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_, after, added)
+            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_, after, choices, added)
 
 
 def tagged(cls: type, tag: str) -> tuple[str, ...]:
@@ -286,8 +302,8 @@ def _converted(convert: Callable[[str | None], Any]) -> Callable:
 
 def _dropped_default(leaf: Leaf) -> bool:
     """A default outside the field's choices (``""``: none chosen) is not click's: the flag reads None."""
-    choices = leaf.meta.get("choices")
-    return bool(choices) and leaf.default not in (MISSING, None) and leaf.default not in choices
+    choices = leaf.choices
+    return choices is not None and bool(choices) and leaf.default not in (MISSING, None) and leaf.default not in choices
 
 
 class SingleOption(click.Option):
@@ -343,8 +359,8 @@ def _option(leaf: Leaf) -> Callable:
             kw["default"] = leaf.default
         name = f"no_{leaf.name}" if meta.get("negate") else leaf.name
         return click.option(*leaf.flags, name, **kw)
-    if meta.get("choices"):
-        kw["type"] = click.Choice(list(meta["choices"]))
+    if leaf.choices:
+        kw["type"] = click.Choice(list(leaf.choices))
     elif meta.get("path"):
         kw["type"] = click.Path(
             exists=meta.get("exists", True), dir_okay=meta["path"] != "file", file_okay=meta["path"] != "dir"

@@ -18,8 +18,16 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import click
+
 from bertstream.cli.errors import UsageError
 from bertstream.cli.lock import pid_alive
+
+
+def overwrite_option(help: str) -> Callable[[Callable], Callable]:
+    """``--overwrite`` of a command that writes a folder whole (``berttrain export-hf``): what it lets
+    :func:`check_owned` replace, worded by ``help``."""
+    return click.option("--overwrite", is_flag=True, help=help)
 
 
 def dangling_link(path: str | os.PathLike[str]) -> str | None:

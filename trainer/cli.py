@@ -9,12 +9,14 @@ from click.core import ParameterSource
 
 from bertstream.cli import options
 from bertstream.cli.options import click_options, config_option
+from bertstream.cli.owned import overwrite_option
 from bertstream.cli.version import version_option
 from bertstream.trainer.cli_errors import RankZeroGroup, reported
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.distributed import launched_main
-from bertstream.trainer.embed import EmbedConfig
+from bertstream.trainer.embed import NOT_WRITTEN, EmbedConfig
 from bertstream.trainer.finetune.config import FinetuneConfig
+from bertstream.trainer.pretrain.plot import plot_options
 from bertstream.trainer.run_config import config_help, saved_flags
 from bertstream.trainer.rundir import training_interrupted
 
@@ -64,9 +66,7 @@ def _refuse_evaluation_without_data(values: dict[str, Any]) -> None:
 @main.command("export-hf", context_settings=_CTX)
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
 @click.argument("out", type=click.Path(file_okay=False))
-@click.option(
-    "--overwrite", is_flag=True, help="Replace an earlier export in OUT (a folder of other files is refused)."
-)
+@overwrite_option("Replace an earlier export in OUT (a folder of other files is refused).")
 def export_hf(checkpoint, out, overwrite: bool) -> None:
     """Write a checkpoint as a Hugging Face folder: pretraining as BertForPreTraining, a fine-tuning run as its task
     class (BertForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering) that pipelines serve."""
@@ -80,14 +80,11 @@ def export_hf(checkpoint, out, overwrite: bool) -> None:
 
 @main.command(context_settings=_CTX)
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-@options.single_option("--output", help="PNG path (default: the last RUN_DIR/curves.png).")
-@options.single_option(
-    "--baseline-from", help="Dataset folder: draw the unigram MLM accuracy baseline computed from it."
-)
+@plot_options
 def plot(run_dirs, output, baseline_from) -> None:
     """Plot loss and MLM/NSP accuracy (train and eval) from RUN_DIR/metrics.jsonl; several RUN_DIRs are the
     phases of one training, drawn on one step axis."""
-    from bertstream.trainer.pretrain.plot import plot_run, unigram_baseline
+    from bertstream.trainer.pretrain.plot import plot_run, unigram_baseline  # (matplotlib: when it draws)
 
     with reported(interrupted="the plot was not finished"):
         baseline = unigram_baseline(baseline_from) if baseline_from is not None else None
@@ -98,8 +95,7 @@ def plot(run_dirs, output, baseline_from) -> None:
 @main.command(context_settings=_CTX)
 @config_option(FinetuneConfig, lambda path: saved_flags(path, "finetune", FinetuneConfig), config_help("finetune"))
 @click_options(FinetuneConfig)
-@click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run in --output.")
-def finetune(overwrite: bool, **values: Any) -> None:
+def finetune(**values: Any) -> None:
     """Fine-tune on a task dataset; evaluate every epoch, keep the best checkpoint, write results.json."""
     from bertstream.trainer.finetune.evaluation import stopped_early
     from bertstream.trainer.finetune.loop import finetune as run
@@ -109,14 +105,14 @@ def finetune(overwrite: bool, **values: Any) -> None:
     # bad flags (exit 2); bad data or init (exit 1): a message, not a traceback
     with reported(FinetuneConfig, training_interrupted(out, out and f"{out}/{RESUME_DIR}")):
         cfg = FinetuneConfig.build(**values)
-        results = run(cfg, overwrite=overwrite)
+        results = run(cfg)
     if not launched_main():
         return
     best = results["best"]
     value = "n/a (unlabeled eval data)" if best["value"] is None else f"{best['value']:.4f}"
     click.echo(
         f"{stopped_early(results)}best epoch {best['epoch']} (step {best['step']}): {best['metric']} {value}; "
-        f"{cfg.run.output}/results.json, {cfg.run.output}/{best['predictions']}"
+        f"{cfg.run_folder.run_dir / 'results.json'}, {cfg.run_folder.run_dir / best['predictions']}"
     )
 
 
@@ -126,7 +122,7 @@ def embed(**values: Any) -> None:
     """Extract BERT features: one vector (or one per token) per input row, written as an Arrow file."""
     from bertstream.trainer.embed import embed as run
 
-    with reported(EmbedConfig, "--output was not written (it is written whole, at the end)"):
+    with reported(EmbedConfig, NOT_WRITTEN):
         cfg = options.build(EmbedConfig, **values)
         result = run(cfg)
     click.echo(

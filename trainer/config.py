@@ -22,6 +22,7 @@ from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.schedule import Schedule
 from bertstream.trainer.optim.table import LR_SCHEDULES, OWN_SETTINGS_HELP, own_settings
 from bertstream.trainer.optim.table import OPTIMIZERS as OPTIMIZER_TABLE
+from bertstream.trainer.run_folder import NEW_PHASE_HELP, NEW_PHASE_NEEDS, RunFolder
 from bertstream.trainer.seeds import Seeds
 from bertstream.trainer.trackers import check_installed, parse_report_to
 
@@ -62,9 +63,8 @@ def check_device(device: str) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunConfig:
-    """Where a run writes, how it logs, and what it runs on (pretraining and fine-tuning)."""
+    """How a run logs, and what it runs on (pretraining and fine-tuning; where it writes: its ``RunFolder``)."""
 
-    output: str = opt(help="Run folder: metrics.jsonl, checkpoints/, tensorboard/.")
     seed: int = opt(0, tags=(FIXED,))
     precision: str = opt(
         "auto",
@@ -105,7 +105,6 @@ class RunConfig:
         # The seed is combined with ranks, epochs and steps into torch's 64-bit seeds (seeds.Seeds: dropout, the
         # loader's epoch generator): 2**63 - 1 overflowed there, in a traceback after the model was built.
         check(self.seed <= MAX_SEED, "seed", f"must be at most 2**32 - 1, got {self.seed!r}")
-        check(bool(self.output), "output", "is required")  # "" was the current folder: a run written into it
         check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
         check(
             not (self.precision == "fp16" and self.device == "cpu"),
@@ -181,19 +180,11 @@ class PretrainOptim(OptimConfig):
 class CheckpointConfig:
     checkpoint_every: int = opt(1000)
     keep_checkpoints: int = opt(3)
-    resume: str = opt("auto", "auto (newest valid checkpoint in --output), none, or a checkpoint folder.")
-    reset_optimizer: bool = opt(False, "With --resume PATH: take the weights only (second training phase).")
-    overwrite: bool = opt(False, "Clear a non-empty --output whole and start a new run there.")
+    reset_optimizer: bool = opt(False, NEW_PHASE_HELP)
 
     def __post_init__(self) -> None:
         check_ints(self, ("checkpoint_every",), 1)
         check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
-        check(self.resume != "", "resume", "names no checkpoint ('')")  # "" was the current folder: ".: incomplete"
-        check(
-            not (self.reset_optimizer and self.resume in ("auto", "none")),
-            "reset_optimizer",
-            "needs --resume PATH (the checkpoint whose weights start the new phase)",
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -333,6 +324,8 @@ class TrainConfig:
     )
     eval_set: EvalSet = section(EvalSet, after={"eval_data": "paths"})
     model: ModelChoice = section(ModelChoice)
+    # --output, --resume, --overwrite: the run folder's section (both commands'), its flags listed where they were
+    run_folder: RunFolder = section(RunFolder, after={"resume": "keep_checkpoints", "overwrite": "reset_optimizer"})
     run: RunConfig = section(RunConfig, after={"dist_timeout": "unpad"})
     batch: DeviceBatch = section(DeviceBatch)
     grad_accum: int = opt(1, tags=(FIXED,))
@@ -369,13 +362,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         options.check_linked(self)
-        output = self.run.output
-        check(
-            "://" not in output,
-            "output",
-            f"{output}: the run folder must be local (checkpoints are "
-            "written to a temporary folder and renamed, which object stores cannot do); --data may be s3://...",
+        self.run_folder.refuse_remote(
+            "checkpoints are written to a temporary folder and renamed, which object stores cannot do",
+            "--data may be s3://...",
         )
+        new_phase = self.checkpoint.reset_optimizer
+        check(not (new_phase and self.run_folder.checkpoint_path is None), "reset_optimizer", NEW_PHASE_NEEDS)
         check_ints(self, ("grad_accum", "max_steps", "eval_every"), 1)
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")

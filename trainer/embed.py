@@ -37,6 +37,8 @@ COMBINES = ("sum", "concat", "mean")
 POOLINGS = ("cls", "mean", "none")
 DTYPES = ("float16", "float32")
 DEFAULT_MAX_SEQ_LENGTH = 128
+# What an interrupted embed leaves (``cli_errors.reported``'s line): nothing at --output, written whole at the end.
+NOT_WRITTEN = "--output was not written (it is written whole, at the end)"
 _LAYERS = re.compile(r"(-?\d+)?:(-?\d+)?|-?\d+(,-?\d+)*")
 
 

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from bertstream.cli.errors import missing_package, one_line
 from bertstream.schemas.redact import redact
-
-# How a training run that ended on an error goes on from its last complete checkpoint (the loader's worker
-# dying, a silent peer: ``bertstream.trainer.peers``), said once at the bottom where those errors are worded.
-CONTINUES = "--resume auto continues"
+from bertstream.trainer.run_folder import CONTINUES
 
 
 class UserError(Exception):

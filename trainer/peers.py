@@ -14,7 +14,8 @@ from typing import Any
 import torch.distributed as dist
 
 from bertstream.trainer.config import waited
-from bertstream.trainer.errors import CONTINUES, RunError
+from bertstream.trainer.errors import RunError
+from bertstream.trainer.run_folder import CONTINUES
 
 
 class PeerLost(RunError):

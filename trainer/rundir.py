@@ -35,10 +35,11 @@ from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import progress
 from bertstream.trainer import runtime as R
-from bertstream.trainer.config import CheckpointConfig, RunConfig
+from bertstream.trainer.config import CheckpointConfig
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import METRICS_FILE
+from bertstream.trainer.run_folder import RunFolder
 
 LOCK_NAME = ".berttrain.lock"
 # What the ranks of a launch are told when they see different run folders (another lock holder, checkpoint).
@@ -90,9 +91,10 @@ def nothing_to_continue(continues: bool) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """How a run starts, decided once here from ``--output``, ``--resume``, ``--reset-optimizer`` and
-    ``--overwrite`` (pretraining; fine-tuning's plan, :func:`bertstream.trainer.finetune.resume.plan_output`,
-    makes one too): the loops, restore and the inputs' checks take this, not those flags."""
+    """How a run starts, decided once here from the run folder's section (``--output``, ``--resume``,
+    ``--overwrite``: ``trainer.run_folder.RunFolder``) and ``--reset-optimizer`` (pretraining's
+    :func:`plan_run`, fine-tuning's :func:`plan_outputs`): the loops, restore and the inputs' checks take this,
+    not those flags."""
 
     run_dir: Path
     restored: ckpt.Loaded | None = None  # the checkpoint continued, or whose weights begin a new phase
@@ -111,13 +113,15 @@ class Start:
         return f"--resume {self.restored.path if self.restored is not None else None}"
 
 
-def plan_run(run_dir: Path, checkpoint: CheckpointConfig, *, data: Sequence[tuple[str, str]]) -> Start:
-    """Where the run in ``run_dir`` starts: the checkpoint to continue from (None: afresh); raises unless that
-    is safe.
+def plan_run(
+    run_dir: Path, folder: RunFolder, checkpoint: CheckpointConfig, *, data: Sequence[tuple[str, str]]
+) -> Start:
+    """Where the pretraining run in ``run_dir`` starts: the checkpoint to continue from (None: afresh); raises
+    unless that is safe.
 
     Read-only, so every rank decides the same; :func:`prepare` then clears the folder on rank 0 only.
     """
-    resume, overwrite, reset_optimizer = checkpoint.resume, checkpoint.overwrite, checkpoint.reset_optimizer
+    resume, overwrite, reset_optimizer = folder.resume, folder.overwrite, checkpoint.reset_optimizer
     start = lambda restored: Start(run_dir, restored, reset_optimizer, overwrite)  # noqa: E731
     refuse_file(run_dir)
     refuse_other_kind(run_dir, "pretrain")
@@ -163,6 +167,19 @@ def plan_run(run_dir: Path, checkpoint: CheckpointConfig, *, data: Sequence[tupl
         else "--resume none starts a new run"
     )
     refuse_existing(run_dir, contents, why)
+
+
+def plan_outputs(run_dir: Path, folder: RunFolder, resumable: Path, outputs: Sequence[str]) -> tuple[Start, list[str]]:
+    """Fine-tuning's start in ``run_dir`` (:func:`bertstream.trainer.finetune.resume.plan_output`): the state in
+    ``resumable`` (its resume folder) continued under ``--resume auto``, or else the earlier run's ``outputs``
+    found in the folder, refused unless ``--overwrite`` (which removes them, once every input is checked):
+    (the start, those outputs). Read-only."""
+    overwrite = folder.overwrite
+    restored = ckpt.latest(resumable, explain=explained) if folder.continues and not overwrite else None
+    existing = [name for name in outputs if (run_dir / name).exists()] if restored is None else []
+    if existing and not overwrite:
+        refuse_existing(run_dir, existing, nothing_to_continue(folder.continues))
+    return Start(run_dir, restored, overwrite=overwrite), existing
 
 
 def check_overlap(start: Start, inputs: Iterable[tuple[str, str | None]]) -> None:
@@ -363,12 +380,12 @@ def locked(run_dir: Path, command: str, *, enabled: bool = True) -> Iterator[Non
 
 
 @contextlib.contextmanager
-def held(run: RunConfig, command: str, info: D.DistInfo) -> Iterator[Path]:
+def held(folder: RunFolder, command: str, info: D.DistInfo) -> Iterator[Path]:
     """The block runs with the run folder (``--output``) while rank 0 holds its lock (:func:`locked`), and a
     folder that rank 0 made for it is removed if the run fails before it keeps anything
     (:func:`removed_on_failure`). Every rank waits until rank 0 has the lock, or raises its refusal, which rank 0
     alone prints (``all_or_none``)."""
-    run_dir = Path(run.output)
+    run_dir = folder.run_dir
     with removed_on_failure(run_dir, enabled=info.is_main), contextlib.ExitStack() as lock:
         with D.all_or_none(info, rank0_only=True):  # the run's refusal, not rank 0's: only rank 0 takes it
             lock.enter_context(locked(run_dir, command, enabled=info.is_main))

@@ -142,7 +142,12 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
         1e-3,
         2,
     )
-    assert (cfg.run.output, cfg.data.num_workers, cfg.run.tensorboard, cfg.batch.batch_size) == ("OUT", 0, False, 4)
+    assert (cfg.run_folder.output, cfg.data.num_workers, cfg.run.tensorboard, cfg.batch.batch_size) == (
+        "OUT",
+        0,
+        False,
+        4,
+    )
     # added after sections (absent from a flat config, their defaults when read): the loader's own settings
     # came with the data section becoming the loader's config
     later = {"norm_placement", "shuffle", "prefetch_factor", "pin_memory", "length_bucketing", "bucket_batches"}
@@ -451,3 +456,38 @@ def test_both_command_lines_refuse_a_flag_given_twice(program, args, flag):
     result = CliRunner().invoke(bertprep if program == "bertprep" else main, args)
     assert result.exit_code == 2, result.output
     assert f"Error: {flag} is given 2 times" in result.output
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Way:
+    mode: str = opt("any", "A word, or one of a command's choices.")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Picked:
+    mode: str = opt("a", "One of its own.", choices=("a", "b"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FreeWay:
+    way: Way = section(Way, choices={"mode": ("a", "b")}, mode="a")
+
+
+def test_a_section_may_give_choices_to_a_field_that_takes_any_value():
+    """One declaration, another command's choices (``finetune --resume`` takes auto or none, ``pretrain``'s a
+    folder too): the flag of that command offers those, the section's own declaration stays free."""
+
+    @click.command()
+    @options.click_options(FreeWay)
+    def cmd(**values):
+        pass
+
+    assert "--mode [a|b]" in CliRunner().invoke(cmd, ["--help"]).output
+    refused = CliRunner().invoke(cmd, ["--mode", "c"])
+    assert refused.exit_code == 2 and "'c' is not one of 'a', 'b'" in refused.output
+    assert [leaf.choices for leaf in options.leaves(FreeWay)] == [("a", "b")]
+    assert options.build(FreeWay) == FreeWay(way=Way(mode="a")) and Way().mode == "any"
+    with pytest.raises(AssertionError, match="Way has no field kind"):
+        section(Way, choices={"kind": ("x",)})
+    with pytest.raises(AssertionError, match="beyond Picked's own"):  # a field with choices is offered fewer only
+        section(Picked, choices={"mode": ("a", "z")})

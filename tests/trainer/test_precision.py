@@ -103,13 +103,13 @@ def test_the_runs_precision_is_resolved_once_from_the_run_section():
     from bertstream.trainer.config import RunConfig
 
     # the step, both evaluations and the FLOP count take this object; the flag is read in runtime.Precision.of only
-    bf16 = R.Precision.of(RunConfig(output="x", precision="bf16"), CPU)
+    bf16 = R.Precision.of(RunConfig(precision="bf16"), CPU)
     assert (bf16.dtype, bf16.grad_scaler()) == (torch.bfloat16, None)
     with bf16.autocast():
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
-    assert R.Precision.of(RunConfig(output="x"), CPU).dtype == torch.float32  # auto on the CPU: fp32
+    assert R.Precision.of(RunConfig(), CPU).dtype == torch.float32  # auto on the CPU: fp32
     with pytest.raises(RunError, match=r"^--precision fp16 needs a CUDA GPU"):  # --device auto on a CPU-only host
-        R.Precision.of(RunConfig(output="x", precision="fp16"), CPU)
+        R.Precision.of(RunConfig(precision="fp16"), CPU)
 
 
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])

@@ -52,9 +52,9 @@ def test_the_flag_then_the_environment_win_over_the_default(machine, monkeypatch
 
 def test_threads_beyond_the_machine_are_refused_in_one_line():
     with pytest.raises(UsageError, match="threads: must be an integer >= 0"):
-        RunConfig(output="x", threads=-1)
+        RunConfig(threads=-1)
     with pytest.raises(UsageError, match="threads: 100000 is more than this machine runs"):
-        RunConfig(output="x", threads=100000)
+        RunConfig(threads=100000)
 
 
 def test_a_run_sets_its_threads_and_says_so(demo_shards, tmp_path, machine, capfd):

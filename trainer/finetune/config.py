@@ -15,6 +15,7 @@ from bertstream.trainer.data.config import EvalSet, Workers
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.model_config import BertConfig, with_dropout
+from bertstream.trainer.run_folder import CONTINUED_OR_NOT, FINETUNING_HELP, NONE, RunFolder
 
 if TYPE_CHECKING:
     from torch import nn
@@ -57,17 +58,15 @@ class FinetuneConfig:
         "random:CHECKPOINT (that checkpoint's architecture, freshly initialised).",
         tags=(FIXED,),
     )
-    run: RunConfig = section(
-        RunConfig,
-        log_every=50,
-        help={"output": "Run folder: results.json, predictions, metrics.jsonl, checkpoints/."},
-        after={"dist_timeout": "n_best"},
+    # --output, --resume (auto or none, none by default), --overwrite: the run folder's section, as pretraining's
+    run_folder: RunFolder = section(
+        RunFolder,
+        help=FINETUNING_HELP,
+        after={"resume": "threads", "overwrite": "dist_timeout"},
+        choices={"resume": CONTINUED_OR_NOT},
+        resume=NONE,
     )
-    resume: str = opt(
-        "none",
-        "auto: continue the run in --output from the end of its latest epoch (after a kill, the same metrics).",
-        choices=("auto", "none"),
-    )
+    run: RunConfig = section(RunConfig, log_every=50, after={"dist_timeout": "n_best"})
     epochs: int = opt(3, tags=(FIXED,))
     dropout: float | None = opt(None, "Hidden and attention dropout (default: the init's own setting).", tags=(FIXED,))
     pooling: str = opt(
@@ -114,18 +113,14 @@ class FinetuneConfig:
         for name in ("train_data", "init"):
             check(bool(getattr(self, name)), name, "is required")
         self.eval_set.require()  # (pretraining's may be left out)
-        output = self.run.output
-        check(
-            "://" not in output,
-            "output",
-            f"{output}: the run folder must be local (checkpoints and "
-            "predictions are written to local files); --train-data and --eval-data may be s3://...",
+        self.run_folder.refuse_remote(
+            "checkpoints and predictions are written to local files", "--train-data and --eval-data may be s3://..."
         )
+        self.run_folder.refuse_checkpoint_path()
         check_ints(self, ("epochs", "grad_accum", "max_answer_length", "n_best"), 1)
         check_ints(self, ("eval_batch_size", "max_steps", "eval_every", "patience"), 0)
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
-        check(self.resume in ("auto", "none"), "resume", f"must be auto or none, got {self.resume!r}")
         check(self.pooling in POOLINGS, "pooling", f"must be one of {POOLINGS}, got {self.pooling!r}")
         if self.label_names is not None:
             parse_label_names(self.label_names)
@@ -143,12 +138,6 @@ class FinetuneConfig:
         names = [given.get(label, label) for label in labels]
         check(len(set(names)) == len(names), "label_names", f"gives two labels one name: {names}")
         return names
-
-    @property
-    def continues(self) -> bool:
-        """``--resume auto``: the run in the run folder goes on from its latest epoch, when it has one (the plan
-        of the folder, :func:`bertstream.trainer.finetune.resume.plan_output`, asks this)."""
-        return self.resume == "auto"
 
     @property
     def task_kind(self) -> Task:

@@ -190,23 +190,21 @@ def new_results(
     }
 
 
-def finetune(cfg: FinetuneConfig, *, overwrite: bool = False) -> dict[str, Any]:
+def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     info = D.setup_run(cfg.run)
-    with rundir.held(cfg.run, "berttrain finetune", info) as run_dir, background_writes() as writes:
-        results = _finetune(cfg, run_dir, info, overwrite, background_if_asked(cfg.run, writes))
+    with rundir.held(cfg.run_folder, "berttrain finetune", info) as run_dir, background_writes() as writes:
+        results = _finetune(cfg, run_dir, info, background_if_asked(cfg.run, writes))
     D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
     return results
 
 
-def _finetune(
-    cfg: FinetuneConfig, run_dir: Path, info: D.DistInfo, overwrite: bool, writes: Background | None
-) -> dict[str, Any]:
+def _finetune(cfg: FinetuneConfig, run_dir: Path, info: D.DistInfo, writes: Background | None) -> dict[str, Any]:
     # --- set up: every input is checked before the output folder is touched ----------------------------
     threads = apply_threads(cfg.run)
     with D.all_or_none(info):  # each rank checks what it sees (its node's data and folders); reported once
         amp = R.Precision.of(cfg.run, info.device)
         task = cfg.task_kind
-        start, existing = plan_output(run_dir, cfg, overwrite, input_paths(cfg))
+        start, existing = plan_output(run_dir, cfg, input_paths(cfg))
         restored = start.restored
         check_resume(cfg, start)
         train, evaluation, init, config, stopping = load_inputs(cfg, task, info)

@@ -40,21 +40,17 @@ FIXED = options.tagged(FinetuneConfig, options.FIXED)
 
 
 def plan_output(
-    run_dir: Path, cfg: FinetuneConfig, overwrite: bool, inputs: list[tuple[str, str | None]]
+    run_dir: Path, cfg: FinetuneConfig, inputs: list[tuple[str, str | None]]
 ) -> tuple[rundir.Start, list[str]]:
     """(how the run starts: ``start.restored`` is the state to continue, with ``--resume auto`` and a resumable
-    run in ``run_dir``, else None; the earlier run's outputs that ``overwrite`` will remove). Read-only: an
-    earlier run is refused unless ``overwrite``, and nothing is removed before every input has been checked
+    run in ``run_dir``, else None; the earlier run's outputs that ``--overwrite`` will remove), as
+    :func:`bertstream.trainer.rundir.plan_outputs` decides from the run folder's section. Read-only: an earlier
+    run is refused unless ``--overwrite``, and nothing is removed before every input has been checked
     (:func:`prepare_output`)."""
     rundir.refuse_file(run_dir)
     rundir.refuse_other_kind(run_dir, "finetune")
     rundir.refuse_dataset_or_model(run_dir)
-    resume_root = run_dir / RESUME_DIR
-    restored = ckpt.latest(resume_root, explain=rundir.explained) if cfg.continues and not overwrite else None
-    existing = [name for name in _OUTPUTS if (run_dir / name).exists()] if restored is None else []
-    if existing and not overwrite:
-        rundir.refuse_existing(run_dir, existing, rundir.nothing_to_continue(cfg.continues))
-    start = rundir.Start(run_dir, restored, overwrite=overwrite)
+    start, existing = rundir.plan_outputs(run_dir, cfg.run_folder, run_dir / RESUME_DIR, _OUTPUTS)
     rundir.check_overlap(start, inputs)  # (flag, path) of what the run reads: finetune.inputs.input_paths
     return start, existing
 

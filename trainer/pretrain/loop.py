@@ -151,7 +151,7 @@ def figures(record: dict[str, Any]) -> str:
 def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     info = D.setup_run(cfg.run)
     try:
-        with rundir.held(cfg.run, "berttrain pretrain", info) as run_dir, background_writes() as writes:
+        with rundir.held(cfg.run_folder, "berttrain pretrain", info) as run_dir, background_writes() as writes:
             D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, rundir.SHARED)
             result = _pretrain(cfg, run_dir, info, background_if_asked(cfg.run, writes))
         D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)

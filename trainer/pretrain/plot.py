@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
+from bertstream.cli.options import single_option
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import METRICS_FILE, has_step, read_metrics
 
 FORMATS = (".png", ".svg", ".pdf")
 MAX_DRAWN = 1e30  # no loss, accuracy or step a run writes comes near it; 1e308 broke the axis' tick locator
+
+
+def plot_options(command: Callable) -> Callable:
+    """``berttrain plot``'s flags, declared here with what they mean (``trainer.cli`` wires the command): where the
+    figure goes (:func:`output_path`) and the dataset of the baseline drawn (:func:`unigram_baseline`)."""
+    command = single_option(
+        "--baseline-from", help="Dataset folder: draw the unigram MLM accuracy baseline computed from it."
+    )(command)
+    return single_option("--output", help="PNG path (default: the last RUN_DIR/curves.png).")(command)
 
 
 def unigram_baseline(data_dir: str) -> float:

@@ -40,7 +40,7 @@ def plan_run_dir(cfg: TrainConfig, run_dir: Path) -> rundir.Start:
     """How this run starts (the checkpoint it continues or starts from, or afresh); read-only, so that nothing is
     cleared before every input has been checked (:func:`bertstream.trainer.rundir.prepare` then clears and makes
     the folder)."""
-    start = rundir.plan_run(run_dir, cfg.checkpoint, data=data_folders(cfg))
+    start = rundir.plan_run(run_dir, cfg.run_folder, cfg.checkpoint, data=data_folders(cfg))
     rundir.check_overlap(start, input_paths(cfg))
     return start
 

@@ -26,7 +26,7 @@ def _captured(monkeypatch, module: str, args: list[str]) -> Any:
         import bertstream.trainer.finetune.loop as loop
 
         fake = {"best": {"epoch": 1, "step": 1, "metric": "m", "value": None, "predictions": "p"}}
-        monkeypatch.setattr(loop, "finetune", lambda cfg, overwrite: seen.append((cfg, overwrite)) or fake)
+        monkeypatch.setattr(loop, "finetune", lambda cfg: seen.append(cfg) or fake)
     result = CliRunner().invoke(main, args, prog_name="berttrain")
     assert result.exit_code == 0, result.output
     return seen[0]
@@ -77,8 +77,8 @@ def test_a_config_started_run_trains_as_the_saved_one(pretrain_run, tmp_path):
     result = CliRunner().invoke(main, args, prog_name="berttrain")
     assert result.exit_code == 0, result.output
     first, second = (json.loads((d / "config.json").read_text())["train"] for d in (pretrain_run, again))
-    first["run"]["output"] = second["run"]["output"]
-    first["checkpoint"]["overwrite"] = False
+    first["run_folder"]["output"] = second["run_folder"]["output"]
+    first["run_folder"]["overwrite"] = False
     assert first == second
     losses = [
         [json.loads(x)["loss"] for x in (d / "metrics.jsonl").read_text().splitlines()] for d in (pretrain_run, again)
@@ -92,14 +92,14 @@ def test_finetune_from_its_config_json_or_results_json(sst2, tmp_path, monkeypat
     run = tmp_path / "ft"
     finetune_run("classification", sst2["train"], sst2["dev"], run, max_steps=2, lr=2e-3, pooling="mean")
     for name in ("config.json", "results.json"):
-        cfg, overwrite = _captured(
+        cfg = _captured(
             monkeypatch, "finetune", ["finetune", "--config", str(run / name), "--epochs", "4", "--output", "o"]
         )
         saved = FinetuneConfig.build(
             **options.saved_values(FinetuneConfig, json.loads((run / "config.json").read_text())["finetune"])
         )
         assert options.flat(cfg) == {**options.flat(saved), "epochs": 4, "output": "o"}
-        assert (cfg.optim.lr, cfg.pooling, cfg.max_steps, overwrite) == (2e-3, "mean", 2, False)
+        assert (cfg.optim.lr, cfg.pooling, cfg.max_steps, cfg.run_folder.overwrite) == (2e-3, "mean", 2, False)
 
 
 def test_a_config_of_the_other_command_or_of_none_is_refused_in_one_line(pretrain_run, sst2, tmp_path):
