@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
@@ -112,34 +112,40 @@ def with_tags(declared: Any, *tags: str) -> Any:
 def section(
     cls: type,
     *,
-    help: dict[str, str] | None = None,
+    help: Mapping[str, str | None] | None = None,
     after: dict[str, str] | None = None,
     choices: dict[str, tuple[str, ...]] | None = None,
     linked: tuple[str, ...] = (),
+    tags: dict[str, tuple[str, ...]] | None = None,
     **defaults: Any,
 ) -> Any:
     """A field holding the section ``cls``; ``defaults`` (and ``help``, ``after``: the leaf a flag is listed
     after in ``--help``, ``choices``: some of the field's own, which :func:`check_choices` holds a config to)
-    override the section's own for this config only; ``linked`` fields take the value of the config's leaf of
-    that name (see the module's docstring). Sections without required fields get a default instance."""
+    override the section's own for this config only, ``tags`` add to a leaf's for this config only (one command's
+    resume keeps a setting another's lets change); ``linked`` fields take the value of the config's leaf of that
+    name (see the module's docstring). Sections without required fields get a default instance."""
     names = {f.name for f in fields(cls)}
-    unknown = [n for n in (*defaults, *linked, *(after or {}), *(choices or {})) if n not in names]
+    unknown = [n for n in (*defaults, *linked, *(after or {}), *(choices or {}), *(tags or {})) if n not in names]
     assert not unknown, f"{cls.__name__} has no field {', '.join(unknown)}"
     own = {f.name: f.metadata.get("choices") or () for f in fields(cls)}
     wider = [n for n, c in (choices or {}).items() if own[n] and not set(c) <= set(own[n])]  # (none: any value)
     assert not wider, f"choices of {', '.join(wider)} beyond {cls.__name__}'s own"
+    bad = [t for added in (tags or {}).values() for t in added if t not in TAGS]
+    assert not bad, f"unknown tags {bad}: one of {TAGS}"
     meta = {
         "section": cls,
         "defaults": defaults,
-        "help": help or {},
+        "help": dict(help or {}),
         "after": after or {},
         "choices": choices or {},
         "linked": tuple(linked),
+        "tags": {name: frozenset(added) for name, added in (tags or {}).items()},
     }
+    # a default of MISSING makes the leaf required in this config only (fine-tuning's --eval-data)
     required = any(
-        f.default is MISSING and f.default_factory is MISSING
+        defaults.get(f.name, f.default) is MISSING and (f.name in defaults or f.default_factory is MISSING)
         for f in fields(cls)
-        if f.name not in defaults and f.name not in linked
+        if f.name not in linked
     )
     if required:
         return field(metadata=meta)
@@ -159,6 +165,7 @@ class Leaf:
     help: str | None
     after: str | None = None  # listed in --help right after this leaf
     choices: tuple[str, ...] | None = None  # the values the flag takes (a section may offer fewer than its field)
+    added: frozenset[str] = frozenset()  # tags its section adds for this config (``section(..., tags=...)``)
 
     @property
     def meta(self) -> Any:
@@ -170,7 +177,7 @@ class Leaf:
 
     @property
     def tags(self) -> frozenset[str]:
-        return self.meta.get("tags", frozenset())
+        return self.meta.get("tags", frozenset()) | self.added
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -199,7 +206,8 @@ def leaves(cls: type) -> Iterator[Leaf]:
             help_ = f.metadata["help"].get(g.name, g.metadata.get("help"))
             after = f.metadata["after"].get(g.name, g.metadata.get("after"))
             choices = f.metadata["choices"].get(g.name, g.metadata.get("choices"))
-            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_, after, choices)
+            added = f.metadata.get("tags", {}).get(g.name, frozenset())
+            yield Leaf(g.name, f.name, g, sec_hints[g.name], default, help_, after, choices, added)
 
 
 def tagged(cls: type, tag: str) -> tuple[str, ...]:
@@ -428,7 +436,7 @@ def build(cls: type, **values: Any) -> Any:
     for f in fields(cls):
         sec = f.metadata.get("section")
         if sec is not None and (f.name in parts or f.default_factory is MISSING or f.metadata["linked"]):
-            given = {**f.metadata["defaults"], **parts.get(f.name, {})}
+            given = {k: v for k, v in f.metadata["defaults"].items() if v is not MISSING} | parts.get(f.name, {})
             top[f.name] = sec(**given, **_linked_values(cls, f, top, parts))
     return cls(**top, **record)
 

@@ -16,7 +16,7 @@ from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import EVALUATION, FIXED, PER_NODE, opt, section
 from bertstream.trainer.checks import check_finite, check_ints
-from bertstream.trainer.data.config import DataConfig
+from bertstream.trainer.data.config import DataConfig, EvalSet
 from bertstream.trainer.model_choice import ModelChoice
 from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.schedule import Schedule
@@ -228,6 +228,23 @@ def warmup_note(warmup: int, total: int) -> str | None:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceBatch:
+    """The batch a process reads at a time, ``--batch-size``, declared once for the three commands, each with its
+    default and help (``section(DeviceBatch, ...)``): pretraining's sequences per micro-step (the loader's, linked
+    into its data section), fine-tuning's rows per batch (kept on resume), embed's rows per forward pass. Checked
+    here; the runs take it as their :class:`Steps`, embed as :meth:`chunks`."""
+
+    batch_size: int = opt(32, "Sequences per device and micro-step.")
+
+    def __post_init__(self) -> None:
+        check_ints(self, ("batch_size",), 1)
+
+    def chunks(self, rows: int) -> list[slice]:
+        """Rows ``0 .. rows - 1`` as consecutive batches, the last one smaller when they do not divide."""
+        return [slice(start, start + self.batch_size) for start in range(0, rows, self.batch_size)]
+
+
 @dataclass(frozen=True, slots=True)
 class Steps:
     """How a run's optimizer steps are made and how many it takes: ``--batch-size``, ``--grad-accum``,
@@ -308,14 +325,17 @@ class TrainConfig:
     # The data section is the loader's own config; what the run decides for the whole run (the batch size,
     # the seed) it takes from the leaves of that name. Its masking flags are listed with the objective's.
     data: DataConfig = section(
-        DataConfig, linked=("batch_size", "seed"), after={"masking": "dist_timeout"}, num_workers=2
+        DataConfig,
+        linked=("batch_size", "seed"),
+        after={"masking": "dist_timeout", "num_workers": "format"},
+        num_workers=2,
     )
-    eval_data: str | None = opt(None, "Evaluation dataset folder.", after="paths")
+    eval_set: EvalSet = section(EvalSet, after={"eval_data": "paths"})
     model: ModelChoice = section(ModelChoice)
     # --output, --resume, --overwrite: the run folder's section (both commands'), its flags listed where they were
     run_folder: RunFolder = section(RunFolder, after={"resume": "keep_checkpoints", "overwrite": "reset_optimizer"})
     run: RunConfig = section(RunConfig, after={"dist_timeout": "unpad", "device": "report_to"})
-    batch_size: int = opt(32, "Sequences per device and micro-step.")
+    batch: DeviceBatch = section(DeviceBatch)
     grad_accum: int = opt(1, tags=(FIXED,))
     max_steps: int = opt(10_000, "Also the end of the linear decay.")
     max_minutes: float = opt(0.0, "Stop early (evaluate, checkpoint) after this wall time.")
@@ -356,8 +376,7 @@ class TrainConfig:
         )
         new_phase = self.checkpoint.reset_optimizer
         check(not (new_phase and self.run_folder.checkpoint_path is None), "reset_optimizer", NEW_PHASE_NEEDS)
-        check(self.eval_data != "", "eval_data", "names no folder ('')")  # it was read as no --eval-data at all
-        check_ints(self, ("batch_size", "grad_accum", "max_steps", "eval_every"), 1)
+        check_ints(self, ("grad_accum", "max_steps", "eval_every"), 1)
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
         check_ints(self, ("eval_batches",), 0)
@@ -379,7 +398,7 @@ class TrainConfig:
     @property
     def steps(self) -> Steps:
         """``--batch-size``, ``--grad-accum``, ``--max-steps`` and ``--eval-every`` as what the run asks of them."""
-        return Steps(self.batch_size, self.grad_accum, self.max_steps, self.eval_every)
+        return Steps(self.batch.batch_size, self.grad_accum, self.max_steps, self.eval_every)
 
     @property
     def schedule(self) -> Schedule:

@@ -28,7 +28,7 @@ from bertstream.schemas.redact import redact_values
 from bertstream.schemas.vocab import CLS, SEP
 from bertstream.schemas.whole_file import WholeFileError, read_whole
 from bertstream.schemas.wordpiece import bert_tokenizer, json_lowercase
-from bertstream.trainer.config import DeviceConfig
+from bertstream.trainer.config import DeviceBatch, DeviceConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.init_choice import InitChoice, named
 from bertstream.trainer.model import BertModel
@@ -60,7 +60,7 @@ class EmbedConfig:
         "Text files: tokens per text, [CLS] and [SEP] included  [default: 128, or the model's "
         "max_position_embeddings when smaller]",
     )
-    batch_size: int = opt(64)
+    batch: DeviceBatch = section(DeviceBatch, batch_size=64, help={"batch_size": None})
     dtype: str = opt("float32", choices=DTYPES)
     place: DeviceConfig = section(DeviceConfig)  # --device, as pretraining's and fine-tuning's
     overwrite: bool = opt(False, "Replace an existing --output.")
@@ -79,11 +79,6 @@ class EmbedConfig:
             self.max_seq_length is None or (isinstance(self.max_seq_length, int) and self.max_seq_length >= 2),
             "max_seq_length",
             f"must be an integer >= 2 ([CLS] and [SEP]), got {self.max_seq_length!r}",
-        )
-        check(
-            isinstance(self.batch_size, int) and self.batch_size >= 1,
-            "batch_size",
-            f"must be an integer >= 1, got {self.batch_size!r}",
         )
 
 
@@ -237,8 +232,8 @@ def embed_rows(
     order = np.argsort(lengths, kind="stable")
     out: list[np.ndarray | None] = [None] * len(rows.ids)
     with torch.inference_mode():
-        for start in range(0, len(order), cfg.batch_size):
-            chunk = order[start : start + cfg.batch_size]
+        for part in cfg.batch.chunks(len(order)):
+            chunk = order[part]
             t = int(lengths[chunk].max())
             ids = np.full((len(chunk), t), pad_id, dtype=np.int64)
             types = np.zeros_like(ids)

@@ -64,7 +64,7 @@ def test_per_command_defaults_come_from_one_place():
     assert shown_defaults("finetune")["--lr"] == "5e-05"
     assert shown_defaults("pretrain")["--log-every"] == "10" and shown_defaults("finetune")["--log-every"] == "50"
     ft = FinetuneConfig.build(task="ner", train_data="t", eval_data="e", init="random:tiny", output="o")
-    assert (ft.optim.lr, ft.run.log_every, ft.num_workers) == (5e-5, 50, 0)
+    assert (ft.optim.lr, ft.run.log_every, ft.workers.num_workers) == (5e-5, 50, 0)
     pt = TrainConfig.build(paths=("d",), output="o")
     assert (pt.optim.lr, pt.run.log_every, pt.data.num_workers) == (1e-4, 10, 2)
 
@@ -174,7 +174,12 @@ def test_a_flat_saved_config_reads_as_the_nested_one():
         1e-3,
         2,
     )
-    assert (cfg.run_folder.output, cfg.data.num_workers, cfg.run.tensorboard, cfg.batch_size) == ("OUT", 0, False, 4)
+    assert (cfg.run_folder.output, cfg.data.num_workers, cfg.run.tensorboard, cfg.batch.batch_size) == (
+        "OUT",
+        0,
+        False,
+        4,
+    )
     # added after sections (absent from a flat config, their defaults when read): the loader's own settings
     # came with the data section becoming the loader's config
     later = {"norm_placement", "shuffle", "prefetch_factor", "pin_memory", "length_bucketing", "bucket_batches"}
@@ -212,12 +217,17 @@ def test_a_config_saved_with_the_earlier_data_section_reads_as_today():
     # config.json "train" as saved while the data section was its own class (sources, eval_data, data_format)
     saved = TrainConfig.build(paths=("a", "b"), output="OUT", batch_size=8, seed=3, masking="dynamic").to_dict()
     assert "batch_size" not in saved["data"] and "seed" not in saved["data"]  # saved once, where their flag is
-    earlier = {k: v for k, v in saved.items() if k != "eval_data"}
+    earlier = {k: v for k, v in saved.items() if k not in ("eval_set", "batch")} | {"batch_size": 8}
     earlier["data"] = {"sources": ["a:1", "b:3"], "eval_data": "ev", "data_format": "arrow", "num_workers": 1}
     earlier["data"] |= {"shuffle_buffer": 10, "skip_corrupt": True}
     earlier["objective"] = {"masking": "dynamic", "no_nsp": False}  # where the masking flags were saved then
     cfg = TrainConfig.build(**options.saved_values(TrainConfig, earlier))
-    assert (cfg.data.paths, cfg.data.weights, cfg.eval_data, cfg.data.format) == (("a", "b"), (1.0, 3.0), "ev", "arrow")
+    assert (cfg.data.paths, cfg.data.weights, cfg.eval_set.eval_data, cfg.data.format) == (
+        ("a", "b"),
+        (1.0, 3.0),
+        "ev",
+        "arrow",
+    )
     assert (cfg.data.num_workers, cfg.data.shuffle_buffer, cfg.data.skip_corrupt) == (1, 10, True)
     assert (cfg.data.batch_size, cfg.data.seed, cfg.data.masking) == (8, 3, "dynamic")  # the run's, linked
 
@@ -227,7 +237,7 @@ def test_the_data_section_is_the_loaders_config_with_the_runs_settings():
     assert isinstance(cfg.data, DataConfig)
     assert (cfg.data.batch_size, cfg.data.seed, cfg.data.masking, cfg.data.mlm_probability) == (16, 5, "dynamic", 0.2)
     assert "--batch-size" in {leaf.flag for leaf in options.leaves(TrainConfig)}
-    assert [leaf.section for leaf in options.leaves(TrainConfig) if leaf.name == "batch_size"] == [None]  # one leaf
+    assert [leaf.section for leaf in options.leaves(TrainConfig) if leaf.name == "batch_size"] == ["batch"]  # one leaf
     with pytest.raises(UsageError, match="batch_size: data.batch_size is 4 but the config's batch_size is 16"):
         replace(cfg, data=replace(cfg.data, batch_size=4))
 

@@ -15,6 +15,8 @@ from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import DYNAMIC, FIXED, PER_NODE, opt
 from bertstream.schemas.masking import MaskingSettings, SettingError
+from bertstream.trainer.checks import check_ints
+from bertstream.trainer.data.workers import quiet_worker_init
 from bertstream.trainer.seeds import Seeds
 
 FORMATS = ("auto", "arrow", "webdataset")
@@ -48,7 +50,93 @@ _DYN = (FIXED, DYNAMIC)  # a dynamic-masking setting, which a resume keeps
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DataConfig:
+class Workers:
+    """The data loader's worker processes of a rank (``--num-workers``), declared once for both commands that
+    read their data in them: pretraining's ``DataConfig`` is one, fine-tuning holds one as its ``workers`` section.
+    Checked here, and turned here into what torch's ``DataLoader`` takes (:meth:`loader_settings`) and
+    pretraining's lanes (:attr:`lanes`); a worker's death is worded with the errors that end a run
+    (``trainer.errors``, below the data side)."""
+
+    num_workers: int = opt(0, "Data-loader worker processes per rank.", tags=(PER_NODE,))
+
+    def __post_init__(self) -> None:
+        check_ints(self, ("num_workers",), 0)
+        check_processes("num_workers", self.num_workers, per_rank=True)
+
+    @property
+    def lanes(self) -> int:
+        """How many lanes a pretraining epoch's batches are cut into for the workers to read (the main process
+        reads one)."""
+        return max(1, self.num_workers)
+
+    def loader_settings(self, prefetch_factor: int = 2) -> dict[str, Any]:
+        """The keyword arguments of torch's ``DataLoader`` that say who reads: the workers (each quiet:
+        :func:`~bertstream.trainer.data.workers.quiet_worker_init`) and how many batches each reads ahead, or
+        the main process."""
+        return {
+            "num_workers": self.num_workers,
+            "prefetch_factor": prefetch_factor if self.num_workers else None,
+            "worker_init_fn": quiet_worker_init,
+        }
+
+
+IN_MAIN = Workers()  # the main process reads (an evaluation set, read in order)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalSet:
+    """The evaluation dataset folder, ``--eval-data``, declared once for both training commands, each with its
+    help, default and tags (``section(EvalSet, ...)``): pretraining's may be left out (the run evaluates nothing),
+    fine-tuning's is required and kept on resume. What the runs read of it and say about it is made here: its
+    folders, the flag and folder an error or a check names, an evaluation set that is a training set, one that
+    does not match the training set or cannot be read."""
+
+    eval_data: str | None = opt(None, "Evaluation dataset folder.")
+
+    def __post_init__(self) -> None:
+        check(self.eval_data != "", "eval_data", "names no folder ('')")  # it was read as no --eval-data at all
+
+    def require(self) -> None:
+        """Refuse no folder: a command that always evaluates (fine-tuning) asks this."""
+        check(bool(self.eval_data), "eval_data", "is required")
+
+    @property
+    def folders(self) -> tuple[str, ...]:
+        """The evaluation folder, or none: nothing is evaluated."""
+        return () if self.eval_data is None else (self.eval_data,)
+
+    def named(self) -> tuple[str, tuple[str, ...]]:
+        """``(flag, folders)``: the folders as a check names them (the data's length against the model's)."""
+        return "--eval-data", self.folders
+
+    def input_path(self) -> tuple[str, str | None]:
+        """``(flag, folder or None)``: what an ``--overwrite`` of the run folder must not delete."""
+        return "--eval-data", self.eval_data
+
+    def also_training(self, training: Sequence[str], flag: str, meaning: str) -> str | None:
+        """The warning when the evaluation set is one of the ``training`` folders (given as ``flag``): what its
+        figures then mean. None: it is not."""
+        if not self.eval_data or dataset_key(self.eval_data) not in {dataset_key(p) for p in training}:
+            return None
+        return f"warning: --eval-data {self.eval_data} is also {flag}: {meaning}"
+
+    def unreadable(self, why: object) -> str:
+        """The error of an evaluation set that cannot be read as asked (too few samples for one batch, ...)."""
+        return f"--eval-data: {why}"
+
+    def other_vocabulary(self, why: object) -> str:
+        """The error of an evaluation set whose vocabulary is not the training data's (pretraining's --data)."""
+        return f"--eval-data {self.eval_data} uses another vocabulary than --data ({why})"
+
+
+def unlike_training(training: str, folder: str, what: str) -> str:
+    """The error of an evaluation set ``folder`` that does not fit the training set (``training``: its flag and
+    folder, as the training set's owner names them): ``what`` differs."""
+    return f"{training} and --eval-data {folder} {what}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataConfig(Workers):
     """Streaming pretraining data: the loader's config, and the data section of ``berttrain pretrain`` (its
     flags), whose ``batch_size``, ``seed`` and masking options are the run's (``section(..., linked=...)``).
 
@@ -93,7 +181,6 @@ class DataConfig:
     shuffle: bool = opt(True, cli=False)
     shuffle_buffer: int = opt(10_000, cli=False)
     seed: int = opt(0)
-    num_workers: int = opt(0, "Data-loader worker processes per rank.", tags=(PER_NODE,))
     prefetch_factor: int = opt(2, cli=False)
     pin_memory: bool = opt(False, cli=False)  # the trainer sets it for a CUDA device
     length_bucketing: bool = opt(False, cli=False)
@@ -142,12 +229,12 @@ class DataConfig:
         object.__setattr__(self, "paths", tuple(_strip_slash(p) for p in paths))
         _positive("batch_size", self.batch_size)
         check(self.format in FORMATS, "format", f"must be one of {FORMATS}, got {self.format!r}")
-        for name in ("shuffle_buffer", "seed", "num_workers"):
+        for name in ("shuffle_buffer", "seed"):
             value = getattr(self, name)
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
             check(ok, name, f"must be an int >= 0, got {value!r}")
             check(value < 1 << 63, name, f"must be at most 2**63 - 1, got {value!r}")
-        check_processes("num_workers", self.num_workers, per_rank=True)
+        Workers.__post_init__(self)  # (zero-argument super() fails in slotted dataclasses on 3.11)
         _positive("prefetch_factor", self.prefetch_factor)
         ok = isinstance(self.bucket_batches, int) and self.bucket_batches >= 2
         check(ok, "bucket_batches", f"must be an int >= 2, got {self.bucket_batches!r}")

@@ -19,7 +19,6 @@ from bertstream.trainer.data.masking import dynamic_masker
 from bertstream.trainer.data.plan import EpochPlan, Layout, batch_at
 from bertstream.trainer.data.reader import LaneDataset
 from bertstream.trainer.data.sources import Catalog, open_catalog
-from bertstream.trainer.data.workers import quiet_worker_init
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ class PretrainingLoader:
         self.masker = dynamic_masker(config, self.catalog, vocab)  # None: the shards' static masks
         self._epoch = 0
         self._consumed = 0  # batches of this epoch handed to the caller (global batches: the same on every rank)
-        self._lanes = max(1, config.num_workers)  # the run's lane count; a loaded state replaces it
+        self._lanes = config.lanes  # the run's lane count; a loaded state replaces it
         self._generation = 0  # invalidates iterators made before a reset / new iteration
         self._stream: Iterator | None = None  # the workers' batches, across epochs (see _stream_from_here)
         self._stream_key: tuple[int, int, int] | None = None  # (epoch, step, lanes) of its next batch
@@ -237,11 +236,9 @@ class PretrainingLoader:
         loader = DataLoader(
             dataset,
             batch_size=None,
-            num_workers=cfg.num_workers,
             pin_memory=cfg.pin_memory,
-            prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
             generator=gen,
-            worker_init_fn=quiet_worker_init,
+            **cfg.loader_settings(cfg.prefetch_factor),
         )
         self._stream, self._stream_key = iter(loader), here
         return self._stream

@@ -3,15 +3,15 @@ optimiser and run sections are pretraining's (``bertstream.trainer.config``), wi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import TYPE_CHECKING, Any
 
 from bertstream.cli import options
 from bertstream.cli.errors import check
-from bertstream.cli.machine import check_processes
 from bertstream.cli.options import FIXED, opt, section
 from bertstream.trainer.checks import check_finite, check_ints
-from bertstream.trainer.config import OptimConfig, RunConfig, Steps
+from bertstream.trainer.config import DeviceBatch, OptimConfig, RunConfig, Steps
+from bertstream.trainer.data.config import EvalSet, Workers
 from bertstream.trainer.finetune.tasks import TASKS as _TASKS
 from bertstream.trainer.finetune.tasks import Task
 from bertstream.trainer.init_choice import InitChoice
@@ -43,7 +43,12 @@ class FinetuneConfig:
     # FIXED: the settings a resume keeps (they shape the trajectory; run-time flags may change)
     task: str = opt(help="Task kind; must match the datasets' manifests.", choices=TASKS, tags=(FIXED,))
     train_data: str = opt(help="Training task dataset folder (bertprep task; local or URL).", tags=(FIXED,))
-    eval_data: str = opt(help="Evaluation task dataset folder (same vocab and label list).", tags=(FIXED,))
+    eval_set: EvalSet = section(
+        EvalSet,
+        help={"eval_data": "Evaluation task dataset folder (same vocab and label list)."},
+        tags={"eval_data": (FIXED,)},
+        eval_data=MISSING,
+    )
     starting: InitChoice = section(
         InitChoice,
         help={
@@ -72,7 +77,9 @@ class FinetuneConfig:
         },
         choices={"pooling": SENTENCE_HEAD},
     )
-    batch_size: int = opt(32, "Rows per device and batch.", tags=(FIXED,))
+    batch: DeviceBatch = section(
+        DeviceBatch, help={"batch_size": "Rows per device and batch."}, tags={"batch_size": (FIXED,)}
+    )
     grad_accum: int = opt(
         1,
         "Batches per optimizer step (gradient accumulation): a step reads --batch-size x --grad-accum rows a process.",
@@ -92,7 +99,7 @@ class FinetuneConfig:
         "evaluation's weights are kept); said in the log and results.json. 0: train to the end.",
         tags=(FIXED,),
     )
-    num_workers: int = opt(0, "Data-loader worker processes per rank.")  # task data is in memory
+    workers: Workers = section(Workers)  # task data is in memory
     label_names: str | None = opt(
         None,
         "LABEL=NAME,...: the names the export's id2label/label2id give the data's labels (SST-2: 0=negative,"
@@ -103,15 +110,14 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         check(self.task in TASKS, "task", f"must be one of {TASKS}, got {self.task!r}")
-        for name in ("train_data", "eval_data"):
-            check(bool(getattr(self, name)), name, "is required")
+        check(bool(self.train_data), "train_data", "is required")
+        self.eval_set.require()  # (pretraining's may be left out)
         self.run_folder.refuse_remote(
             "checkpoints and predictions are written to local files", "--train-data and --eval-data may be s3://..."
         )
         self.run_folder.refuse_checkpoint_path()
-        check_ints(self, ("epochs", "batch_size", "grad_accum", "max_answer_length", "n_best"), 1)
-        check_ints(self, ("eval_batch_size", "max_steps", "num_workers", "eval_every", "patience"), 0)
-        check_processes("num_workers", self.num_workers, per_rank=True)
+        check_ints(self, ("epochs", "grad_accum", "max_answer_length", "n_best"), 1)
+        check_ints(self, ("eval_batch_size", "max_steps", "eval_every", "patience"), 0)
         check_finite(self)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         options.check_choices(self)  # (--pooling: a sentence head's, fewer than the section's)
@@ -157,11 +163,11 @@ class FinetuneConfig:
     def steps(self) -> FinetuneSteps:
         """``--batch-size``, ``--grad-accum``, ``--max-steps`` (0: the epochs') and ``--eval-every`` (0: the epochs'
         ends only) as what the run asks of them."""
-        return FinetuneSteps(self.batch_size, self.grad_accum, self.max_steps, self.eval_every)
+        return FinetuneSteps(self.batch.batch_size, self.grad_accum, self.max_steps, self.eval_every)
 
     @property
     def eval_batch(self) -> int:
-        return self.eval_batch_size or 2 * self.batch_size
+        return self.eval_batch_size or 2 * self.batch.batch_size
 
     @classmethod
     def build(cls, **values: Any) -> FinetuneConfig:

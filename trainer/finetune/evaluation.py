@@ -19,7 +19,7 @@ from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import runtime as R
 from bertstream.trainer.checkpoint_writer import CheckpointWriter
-from bertstream.trainer.data.workers import quiet_worker_init
+from bertstream.trainer.data.config import IN_MAIN, Workers
 from bertstream.trainer.finetune.config import FinetuneConfig
 from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataError, TaskDataset, collate
 from bertstream.trainer.finetune.resume import RESULTS_FILE, RESUME_DIR
@@ -28,14 +28,15 @@ from bertstream.trainer.metrics import MetricsLogger
 from bertstream.trainer.training import Training
 
 
-def task_loader(data: TaskData, task: Task, batches: EpochBatches, num_workers: int, info: D.DistInfo) -> DataLoader:
+def task_loader(data: TaskData, task: Task, batches: EpochBatches, workers: Workers, info: D.DistInfo) -> DataLoader:
+    """``data``'s rows in ``batches``, read by ``workers`` (the run's ``--num-workers``; an evaluation's are
+    ``IN_MAIN``)."""
     return DataLoader(
         TaskDataset(data, task),
         batch_sampler=batches,
-        num_workers=num_workers,
         collate_fn=partial(collate, task=task, pad_id=data.pad_id),
         pin_memory=info.device.type == "cuda",
-        worker_init_fn=quiet_worker_init,
+        **workers.loader_settings(),
     )
 
 
@@ -48,7 +49,7 @@ def predict(
     mine: list[tuple[int, Any]] = []
     loss_sum, loss_rows = 0.0, 0
     with R.evaluating(model):
-        for batch in task_loader(data, task, batches, 0, info):
+        for batch in task_loader(data, task, batches, IN_MAIN, info):
             index = batch["index"].tolist()
             with amp.autocast():
                 out = model(R.to_device(batch, info.device))

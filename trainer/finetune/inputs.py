@@ -11,7 +11,7 @@ import torch
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
 from bertstream.trainer import runtime as R
-from bertstream.trainer.data.config import dataset_key
+from bertstream.trainer.data.config import unlike_training
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.finetune.config import FinetuneConfig
 from bertstream.trainer.finetune.data import EpochBatches, TaskData, TaskDataError, load_task_data
@@ -27,7 +27,7 @@ from bertstream.trainer.weights import Init
 def input_paths(cfg: FinetuneConfig) -> list[tuple[str, str | None]]:
     """``(flag, path)`` of every folder the run reads, which an ``--overwrite`` of the run folder must not delete
     (:func:`bertstream.trainer.rundir.check_overlap`)."""
-    return [("--train-data", cfg.train_data), ("--eval-data", cfg.eval_data), cfg.starting.input_path]
+    return [("--train-data", cfg.train_data), cfg.eval_set.input_path(), cfg.starting.input_path]
 
 
 def load_inputs(
@@ -36,8 +36,9 @@ def load_inputs(
     """Both splits, the initial weights and the model configuration, checked against each other (and an
     evaluation split that is the training split said), and the early stopping the eval data allows."""
     train = load_task_data(cfg.train_data, task, role="--train-data")
-    eval_role = "--eval-data"  # what the errors about the eval data call it
-    evaluation = load_task_data(cfg.eval_data, task, role=eval_role)
+    eval_role, folder = cfg.eval_set.input_path()  # what the errors about the eval data call it
+    assert folder is not None  # (fine-tuning's is required)
+    evaluation = load_task_data(folder, task, role=eval_role)
     check_pair(train, evaluation)
     init = cfg.starting.resolve(train.vocab, seed=cfg.run.seeds.init, heads=HF_HEADS)
     cfg.starting.check_vocab(init, train.manifest.vocab_sha256, train.root)
@@ -51,11 +52,9 @@ def load_inputs(
     stopping = EarlyStopping.of(cfg, evaluation, eval_role)
     for line in init.notes:
         R.log(f"init: {line}", info)
-    if dataset_key(cfg.train_data) == dataset_key(cfg.eval_data):
-        R.log(
-            f"warning: --eval-data {cfg.eval_data} is also --train-data: the best epoch is chosen on training rows",
-            info,
-        )
+    same = cfg.eval_set.also_training([cfg.train_data], "--train-data", "the best epoch is chosen on training rows")
+    if same is not None:
+        R.log(same, info)
     return train, evaluation, init, config, stopping
 
 
@@ -76,14 +75,20 @@ def check_pair(train: TaskData, evaluation: TaskData) -> None:
     """Training and evaluation splits must share the kind, the vocabulary and the label list (ids)."""
     if train.manifest.vocab_sha256 != evaluation.manifest.vocab_sha256:
         raise TaskDataError(
-            f"--train-data {train.root} and --eval-data {evaluation.root} use different vocabularies "
-            f"(sha256 {train.manifest.vocab_sha256} vs {evaluation.manifest.vocab_sha256})"
+            unlike_training(
+                f"--train-data {train.root}",
+                evaluation.root,
+                f"use different vocabularies (sha256 {train.manifest.vocab_sha256} vs {evaluation.manifest.vocab_sha256})",
+            )
         )
     if train.labels != evaluation.labels:
         raise TaskDataError(
-            f"--train-data {train.root} and --eval-data {evaluation.root} have different label lists: "
-            f"{list(train.labels)} vs {list(evaluation.labels)}; build the evaluation split with "
-            f"`bertprep task ... --label-set-from {train.root}`"
+            unlike_training(
+                f"--train-data {train.root}",
+                evaluation.root,
+                f"have different label lists: {list(train.labels)} vs {list(evaluation.labels)}; build the "
+                f"evaluation split with `bertprep task ... --label-set-from {train.root}`",
+            )
         )
     if not train.labeled or any(column is None for column in train.columns.values()):  # a label column of nulls
         raise TaskDataError(f"--train-data {train.root} is unlabeled: training needs labels")

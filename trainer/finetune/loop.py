@@ -215,7 +215,7 @@ def _finetune(cfg: FinetuneConfig, run_dir: Path, info: D.DistInfo, writes: Back
     raw = build_model(task, config, train, init, restored, cfg, info).to(info.device)
     model = R.wrap(raw, info)
     eval_batches = EpochBatches(len(evaluation), cfg.eval_batch, shuffle=False, **ranks)
-    loader = task_loader(train, task, train_batches, cfg.num_workers, info)
+    loader = task_loader(train, task, train_batches, cfg.workers, info)
     steps = cfg.steps
     steps_per_epoch = steps.per_epoch(len(train_batches))  # optimizer steps
     total_steps = steps.until(cfg.epochs, steps_per_epoch)

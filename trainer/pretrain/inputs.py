@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from bertstream.cli import options
 from bertstream.schemas import json_text
@@ -17,12 +18,12 @@ from bertstream.trainer import distributed as D
 from bertstream.trainer import runtime as R
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data import PretrainingLoader, VocabMismatchError, load_manifest
-from bertstream.trainer.data.config import dataset_key, weight_notes
+from bertstream.trainer.data.config import weight_notes
 from bertstream.trainer.data.loader import TooFewSamples
 from bertstream.trainer.data.refs import read_text
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model_config import BertConfig
-from bertstream.trainer.rundir import Start
+from bertstream.trainer.rundir import Start, new_phase
 from bertstream.trainer.weights import check_vocab, resolve_init
 
 
@@ -38,7 +39,7 @@ class OpenedData:
 
 def open_data(cfg: TrainConfig) -> OpenedData:
     """Every dataset manifest of the run and the datasets' vocabulary (all must share it)."""
-    folders = [*cfg.data.paths, *([cfg.eval_data] if cfg.eval_data else [])]
+    folders = [*cfg.data.paths, *cfg.eval_set.folders]
     manifests = {d: load_manifest(d) for d in dict.fromkeys(folders)}
     hashes = {manifests[d].vocab_sha256 for d in cfg.data.paths}
     if len(hashes) > 1:
@@ -66,7 +67,7 @@ def input_paths(cfg: TrainConfig) -> list[tuple[str, str | None]]:
     """``(flag, path)`` of every file and folder the run reads besides ``--data`` (None: not given), which an
     ``--overwrite`` of the run folder must not delete (:func:`bertstream.trainer.rundir.check_overlap`)."""
     return [
-        ("--eval-data", cfg.eval_data),
+        cfg.eval_set.input_path(),
         ("--init-from", cfg.model.init_from),
         ("--model-config", cfg.model.model_config),
     ]
@@ -132,12 +133,10 @@ def input_notes(cfg: TrainConfig) -> list[str]:
     """What the inputs are read as, where it may not be what was meant: a ``DIR:N`` weight beside a folder of
     that name, an eval set that is the training set."""
     notes = weight_notes(cfg.data.paths, cfg.data.weights)
-    eval_data = cfg.eval_data
-    if eval_data and dataset_key(eval_data) in {dataset_key(p) for p in cfg.data.paths}:
-        notes.append(
-            f"warning: --eval-data {eval_data} is also --data: its figures measure the training set, not held-out data"
-        )
-    return notes
+    same = cfg.eval_set.also_training(
+        cfg.data.paths, "--data", "its figures measure the training set, not held-out data"
+    )
+    return notes if same is None else [*notes, same]
 
 
 def data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> PretrainingLoader:
@@ -163,9 +162,10 @@ def eval_data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pr
     """The evaluation set, opened at start: a missing folder, another vocabulary or too few samples must not
     wait for the first evaluation (all steps since the last checkpoint would be lost). None without
     ``--eval-data``: the run evaluates nothing."""
-    if not cfg.eval_data:
+    if not cfg.eval_set.folders:
         return None
-    config, note = cfg.data.evaluation(cfg.eval_data, data.manifests[cfg.eval_data].formats)
+    (folder,) = cfg.eval_set.folders
+    config, note = cfg.data.evaluation(folder, data.manifests[folder].formats)
     if note:
         R.log(note, info)
     try:
@@ -177,9 +177,9 @@ def eval_data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pr
             opened=data.manifests,
         )
     except TooFewSamples as e:
-        raise RunError(f"--eval-data: {e}") from None
+        raise RunError(cfg.eval_set.unreadable(e)) from None
     except VocabMismatchError as e:
-        raise RunError(f"--eval-data {cfg.eval_data} uses another vocabulary than --data ({e})") from None
+        raise RunError(cfg.eval_set.other_vocabulary(e)) from None
 
 
 def check_model(config: BertConfig, cfg: TrainConfig, data: OpenedData, start: Start) -> None:
@@ -201,11 +201,25 @@ def mix_note(loader: PretrainingLoader) -> str:
 MORE_POSITIONS = ", or use --model-config with more max_position_embeddings"
 
 
+def position_refusal(checkpoint: Path, why: ValueError) -> str:
+    """Why ``checkpoint``'s data position cannot go on in this run's loader (``why``: the loader's words, e.g. other
+    weights), and what to give instead (restore asks this when the data is the checkpoint's)."""
+    return (
+        f"{checkpoint}: its data position does not fit this run ({why}); resume with the run's "
+        f"--data, weights and shuffle settings, or start a new phase with {new_phase('PATH')}"
+    )
+
+
+def new_data_note(checkpoint: str) -> str:
+    """The log line of a resume whose data is not ``checkpoint``'s: its position is not carried over."""
+    return f"new --data since {checkpoint}: the data position starts at the beginning"
+
+
 def check_seq_length(config: BertConfig, cfg: TrainConfig, data: OpenedData) -> None:
     """Sequences longer than the model's positions crash at the first long batch: refuse them at start."""
     for flag, paths in (
         ("--data", cfg.data.paths),
-        ("--eval-data", (cfg.eval_data,) if cfg.eval_data else ()),
+        cfg.eval_set.named(),
     ):
         for path in paths:
             length = data.manifests[path].shard_parameters.max_seq_length

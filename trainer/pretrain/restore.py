@@ -22,7 +22,16 @@ from bertstream.trainer.model import BertForPreTraining
 from bertstream.trainer.model_choice import ModelChoice
 from bertstream.trainer.model_config import BertConfig
 from bertstream.trainer.optim.schedule import Schedule
-from bertstream.trainer.pretrain.inputs import OpenedData, Weights, check_model, data_folders, input_paths, model_config
+from bertstream.trainer.pretrain.inputs import (
+    OpenedData,
+    Weights,
+    check_model,
+    data_folders,
+    input_paths,
+    model_config,
+    new_data_note,
+    position_refusal,
+)
 from bertstream.trainer.pretrain.resume import extend_schedule, group_rates, same_data
 from bertstream.trainer.training import Training, load_state
 
@@ -91,12 +100,9 @@ def restore_position(
         try:
             loader.load_state_dict(restored.state["data"])
         except ValueError as e:  # e.g. other weights: the position cannot be mapped onto this loader
-            raise RunError(
-                f"{restored.path}: its data position does not fit this run ({e}); resume with the run's "
-                f"--data, weights and shuffle settings, or start a new phase with {rundir.new_phase('PATH')}"
-            ) from None
+            raise RunError(position_refusal(restored.path, e)) from None
     else:
-        R.log(f"new --data since {restored.path.name}: the data position starts at the beginning", info)
+        R.log(new_data_note(restored.path.name), info)
     saved_world = restored.config.get("world_size", info.world_size)
     if saved_world != info.world_size:  # elastic resume: per-rank streams cannot be mapped onto other ranks
         torch.manual_seed(cfg.run.seeds.dropout_after(info.rank, restored.step))
