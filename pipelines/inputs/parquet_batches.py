@@ -106,7 +106,8 @@ def _read_column_metadata(meta: pq.FileMetaData) -> None:
 
 def _said_within(fd: int, deadline_s: float) -> tuple[str, bool]:
     """What a child writes to pipe ``fd`` until it closes it, and whether it did within ``deadline_s``."""
-    chunks, end = [], time.monotonic() + deadline_s
+    chunks: list[bytes] = []
+    end = time.monotonic() + deadline_s
     with os.fdopen(fd, "rb", buffering=0) as said:
         while True:
             left = end - time.monotonic()
