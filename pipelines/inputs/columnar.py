@@ -309,7 +309,7 @@ def _row_group_start(meta: pq.RowGroupMetaData) -> int:
 def _parquet_units(source: Any, path: str, text_field: str) -> tuple[list[tuple[int, int]], int]:
     pf = _parquet_file(source, path)
     _text_columns(pf.schema_arrow, path, text_field)
-    check_column_metadata(pf, path)  # where the row groups are listed, once per file: before the first column()
+    check_column_metadata(pf, path, source)  # where the row groups are listed, once per file: before the first column()
     return _row_groups(pf), _size(source)
 
 

@@ -18,6 +18,11 @@ from __future__ import annotations
 import faulthandler
 import os
 import re
+import select
+import signal
+import subprocess
+import sys
+import time
 import warnings
 from typing import Any
 
@@ -32,13 +37,19 @@ BATCH_ROWS = 1024  # the most rows decoded at once (fewer where rows are large)
 BUFFER_BYTES = 1 << 20  # pages read through a buffer this size (pyarrow's default, 0, reads a column chunk whole)
 
 
-def check_column_metadata(pf: pq.ParquetFile, path: str) -> None:
+def check_column_metadata(pf: pq.ParquetFile, path: str, source: Any) -> None:
     """Read the metadata of every column chunk of ``pf`` as the reader will, in a forked child first: pyarrow
     aborts the whole process on a chunk whose size statistics are malformed (a C++ exception that Python cannot
     catch: ``terminate called ...``, exit 134; found by the fuzz test). The child's abort is refused here in one
     line naming the file; the metadata is already in memory, so the child reads no file. Once per file, where
     its row groups are listed (a fork of the listing process: about a millisecond). Without ``fork`` (Windows)
-    the read goes on unchecked."""
+    the read goes on unchecked.
+
+    A fork can also fail in the child for a reason of the process's, not the file's: in a Beam worker process
+    whose gRPC channels are busy, gRPC's fork handler aborted the child before pyarrow was called (one file in
+    five, with ``--direct_running_mode multi_processing``: a valid file refused). pyarrow's abort always says
+    what it threw, so a child that dies saying nothing, or takes past :data:`FORK_DEADLINE_S`, is checked again
+    in a fresh interpreter that reads the file's footer (``source``: the path or the open file)."""
     if not hasattr(os, "fork"):
         return
     meta = pf.metadata
@@ -53,24 +64,87 @@ def check_column_metadata(pf: pq.ParquetFile, path: str) -> None:
             faulthandler.disable()
             os.close(read_end)
             os.dup2(write_end, 2)  # pyarrow's last words, for the parent's line
-            for i in range(meta.num_row_groups):
-                group = meta.row_group(i)
-                for j in range(group.num_columns):
-                    c = group.column(j)
-                    _ = (c.path_in_schema, c.total_uncompressed_size, c.has_dictionary_page)
-                    _ = (c.dictionary_page_offset, c.data_page_offset)
+            _read_column_metadata(meta)
         finally:
             os._exit(0)
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as said:
-        words = said.read().decode("utf-8", "replace")
+    words, finished = _said_within(read_end, FORK_DEADLINE_S)
+    if not finished:
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        what = re.search(r"what\(\):\s*(.+)", words)
-        why = what.group(1).strip() if what else f"signal {os.WTERMSIG(status)}"
-        raise InputError(
-            f"cannot read {path}: not a readable Parquet file (its column metadata aborts pyarrow: {why[:200]})"
-        )
+    if finished and not os.WIFSIGNALED(status):
+        return
+    signum = os.WTERMSIG(status) if finished else 0
+    if not finished or not words.strip():  # not pyarrow's abort: the fork's own failure
+        words, signum = _check_in_fresh_interpreter(_footer(source))
+        if not signum:
+            return
+    what = re.search(r"what\(\):\s*(.+)", words)
+    why = what.group(1).strip() if what else f"signal {signum}"
+    raise InputError(
+        f"cannot read {path}: not a readable Parquet file (its column metadata aborts pyarrow: {why[:200]})"
+    )
+
+
+FORK_DEADLINE_S = 60.0  # a forked child reads metadata already in memory: a millisecond; past this it is stuck
+_PROBE = (
+    "import sys, pyarrow as pa, pyarrow.parquet as pq\n"
+    "from bertstream.pipelines.inputs.parquet_batches import _read_column_metadata\n"
+    "_read_column_metadata(pq.read_metadata(pa.BufferReader(sys.stdin.buffer.read())))\n"
+)
+
+
+def _read_column_metadata(meta: pq.FileMetaData) -> None:
+    """Every field of every column chunk's metadata the reader reads (where pyarrow may abort)."""
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        for j in range(group.num_columns):
+            c = group.column(j)
+            _ = (c.path_in_schema, c.total_uncompressed_size, c.has_dictionary_page)
+            _ = (c.dictionary_page_offset, c.data_page_offset)
+
+
+def _said_within(fd: int, deadline_s: float) -> tuple[str, bool]:
+    """What a child writes to pipe ``fd`` until it closes it, and whether it did within ``deadline_s``."""
+    chunks: list[bytes] = []
+    end = time.monotonic() + deadline_s
+    with os.fdopen(fd, "rb", buffering=0) as said:
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([said], [], [], left)[0]:
+                return b"".join(chunks).decode("utf-8", "replace"), False
+            chunk = said.read(65536)
+            if not chunk:
+                return b"".join(chunks).decode("utf-8", "replace"), True
+            chunks.append(chunk)
+
+
+def _footer(source: Any) -> bytes:
+    """The file's footer as a Parquet file of its own (``PAR1``, the metadata, its length, ``PAR1``): all that
+    :func:`pyarrow.parquet.read_metadata` reads. ``source`` is a path or an open pyarrow file (its position kept)."""
+    f = open(source, "rb") if isinstance(source, str) else source
+    try:
+        where = None if isinstance(source, str) else f.tell()
+        size = f.seek(0, 2)
+        f.seek(size - 8)
+        tail = f.read(8)
+        length = int.from_bytes(tail[:4], "little")
+        f.seek(size - 8 - length)
+        body = f.read(length)
+        if where is not None:
+            f.seek(where)
+    finally:
+        if isinstance(source, str):
+            f.close()
+    return b"PAR1" + body + tail
+
+
+def _check_in_fresh_interpreter(footer: bytes) -> tuple[str, int]:
+    """(What pyarrow said, the signal that ended it or 0) reading ``footer``'s column metadata in a new Python
+    process: no thread or fork handler of this one is in it. An error that is no abort is the reader's to say."""
+    quiet = {**os.environ, "PYTHONFAULTHANDLER": ""}  # (empty: off) no fault handler's dump of the abort
+    done = subprocess.run([sys.executable, "-c", _PROBE], input=footer, capture_output=True, timeout=300, env=quiet)
+    return done.stderr.decode("utf-8", "replace"), max(0, -done.returncode)
 
 
 def batch_rows(pf: pq.ParquetFile, source: Any, i: int, columns: list[str], path: str) -> int:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import tracemalloc
+from pathlib import Path
 
 import datasets
 import pyarrow as pa
@@ -105,6 +108,59 @@ def test_column_metadata_that_aborts_pyarrow_is_an_input_error_naming_the_file(t
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "refused", done.stderr[-2000:]
     assert "Fatal Python error" not in fault_log.read_text() + done.stderr
+
+
+def _aborting_parquet(tmp_path) -> Path:
+    """A Parquet file whose column metadata aborts pyarrow (the fuzz test's find), or a skip where it is gone."""
+    from tests.fuzz import mutate
+
+    rows = range(40)
+    t = pa.table(
+        {
+            "id": [str(i) for i in rows],
+            "title": [f"T{i % 3}" for i in rows],
+            "text": [f"Row {i} of the table." for i in rows],
+        }
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(t, path, row_group_size=10)
+    path.write_bytes(mutate(path.read_bytes(), 1378, path.stat().st_size))
+    probe = f"import pyarrow.parquet as pq; m = pq.ParquetFile({str(path)!r}).metadata; m.row_group(1).column(1)"
+    if subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode != -6:
+        pytest.skip(f"pyarrow {pa.__version__} reads this file's metadata without aborting: the case is gone")
+    return path
+
+
+# The check's forked child dies of the process's own fork handler (as gRPC's aborted it in a Beam worker process
+# whose channels were busy: one valid file in five refused with multi_processing), or never returns from it.
+FORK_FAILS = {
+    "aborts": "os.register_at_fork(after_in_child=os.abort)",
+    "hangs": "P.FORK_DEADLINE_S = 1.0\nos.register_at_fork(after_in_child=lambda: time.sleep(3600))",
+}
+
+
+@pytest.mark.parametrize("how", sorted(FORK_FAILS))
+def test_a_fork_that_fails_in_the_child_for_the_process_s_reason_neither_refuses_nor_passes_the_file(tmp_path, how):
+    good = tmp_path / "good.parquet"
+    pq.write_table(table(), good, row_group_size=30)
+    bad = _aborting_parquet(tmp_path)
+    script = (
+        "import os, sys, time\n"
+        "import bertstream.pipelines.inputs.parquet_batches as P\n"
+        "from bertstream.pipelines.common.files import InputError\n"
+        "from bertstream.pipelines.inputs.columnar import table_ranges\n"
+        f"{FORK_FAILS[how]}\n"
+        f"print(len(table_ranges({str(good)!r}, 'parquet', 1000, 'text')))\n"
+        "try:\n"
+        f"    table_ranges({str(bad)!r}, 'parquet', 1000, 'text')\n"
+        "except InputError as e:\n"
+        "    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and len(lines) == 2, done.stdout + done.stderr[-2000:]
+    assert int(lines[0]) >= 1  # the valid file read (it was "not a readable Parquet file ... signal 6")
+    assert re.search(r"t\.parquet: not a readable Parquet file \(its column metadata aborts", lines[1])
 
 
 def test_column_names_that_are_no_utf8_are_an_input_error_naming_the_file(tmp_path):
