@@ -18,7 +18,7 @@ from bertstream.trainer.embed import EmbedConfig
 from bertstream.trainer.finetune.config import FinetuneConfig
 from bertstream.trainer.pretrain.plot import plot_options
 from bertstream.trainer.run_config import config_help, saved_flags
-from bertstream.trainer.rundir import training_interrupted
+from bertstream.trainer.run_folder import training_interrupted
 
 _CTX = {"help_option_names": ["-h", "--help"], "show_default": True}
 
