@@ -288,7 +288,7 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
     """Run the extraction; returns a summary (rows, width, output path, truncated texts)."""
     from bertstream.trainer import distributed as D
 
-    inputs = [(flag, path) for flag, path in (("--input", cfg.input), cfg.starting.input_path)]
+    inputs = (("--input", cfg.input), cfg.starting.input_path)
     read = [(flag, path) for flag, path in inputs if not path.startswith(RANDOM_PREFIX)]  # a random init reads none
     out = cfg.written.target(read, what="the Arrow file to write")
     init = cfg.starting.resolve(None)
