@@ -1,5 +1,5 @@
-"""Folders of files a command writes whole (``berttrain export-hf``, ``bertprep report``): commands own what
-they write.
+"""Folders and files a command writes whole (``berttrain export-hf``, ``bertprep report``; ``berttrain embed``'s
+and ``plot``'s ``--output``): commands own what they write.
 
 :func:`check_owned` refuses a folder that holds anything the command does not write (a dataset, a user's site),
 whatever ``--overwrite`` says, and the command's own files of an earlier run unless that run is marked as the
@@ -7,6 +7,12 @@ command's (``marker``) or ``--overwrite`` is given. :func:`publish` then writes 
 and moves the files in only once all are written: a full disk or a failure half-way leaves the folder as it was
 (no empty folder, no half an export). The temporary folder of a run killed outright (``kill -9``, a lost
 node: no clean-up ran) is removed by the next :func:`publish` to the same folder, once its process is gone.
+
+A file written whole at ``--output`` is declared and checked here too, once for the commands that write one:
+:class:`OutputFile` (``embed``'s Arrow file, a section of its config: replaced only with ``--overwrite``, never a
+folder nor one of the command's inputs) and :func:`output_option` with :func:`output_file` (``plot``'s figure:
+replaced only when it is one the command drew). The words that refuse one, and what an interrupted command
+leaves there (:data:`NOT_WRITTEN`), are said here; each command gives only its own nouns.
 """
 
 from __future__ import annotations
@@ -15,19 +21,89 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from bertstream.cli.errors import UsageError
+from bertstream.cli.errors import UsageError, check
 from bertstream.cli.lock import pid_alive
+from bertstream.cli.options import opt, single_option
+
+# What an interrupted command that writes one file whole leaves (``berttrain embed``'s line): nothing at --output.
+NOT_WRITTEN = "--output was not written (it is written whole, at the end)"
 
 
 def overwrite_option(help: str) -> Callable[[Callable], Callable]:
     """``--overwrite`` of a command that writes a folder whole (``berttrain export-hf``): what it lets
     :func:`check_owned` replace, worded by ``help``."""
     return click.option("--overwrite", is_flag=True, help=help)
+
+
+def output_option(help: str) -> Callable[[Callable], Callable]:
+    """``--output`` of a command that writes one file whole and has no config (``berttrain plot``): where
+    :func:`output_file` puts it, worded by ``help``."""
+    return single_option("--output", help=help)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputFile:
+    """``--output``, a file the command writes whole, and ``--overwrite``, which lets it replace one already there
+    (``berttrain embed``'s Arrow file: its config holds this section, with its own help)."""
+
+    output: str = opt(help="File to write.")
+    overwrite: bool = opt(False, "Replace an existing --output.")
+
+    def __post_init__(self) -> None:
+        check(bool(self.output), "output", "is required")
+
+    def target(self, inputs: Iterable[tuple[str, str]], *, what: str) -> Path:
+        """The file to write, or a usage error on ``--output``: it is (or lies inside) one of ``inputs`` ((flag,
+        path): the command's), a folder or not a regular file (``what``: the kind of file it names), a file
+        already there without ``--overwrite``, or in a folder that does not exist."""
+        out = Path(self.output)
+        for flag, path in inputs:
+            if out.resolve().is_relative_to(Path(path).resolve()):
+                raise UsageError("output", f"{out} overlaps inputs: it is (or lies inside) {flag} {path}")
+        if out.is_dir():  # --overwrite replaces a file, never a folder (".ev.tmp: Is a directory" before)
+            raise UsageError("output", f"{out} is a folder: --output names {what}")
+        if out.exists() and not out.is_file():
+            raise UsageError("output", f"{out} is not a regular file: --output names {what}")
+        if out.exists() and not self.overwrite:
+            raise UsageError("output", f"{out} exists; pass --overwrite to replace it")
+        if not out.parent.is_dir():
+            raise UsageError("output", f"{out}: folder {out.parent} does not exist")
+        return out
+
+
+def output_file(
+    output: str | Path | None,
+    default: Path,
+    *,
+    suffixes: Sequence[str],
+    ours: Callable[[Path], bool],
+    kind: tuple[str, str],
+    mine: str,
+    error: Callable[[str], Exception],
+) -> Path:
+    """Where a command with no ``--overwrite`` writes its file (``berttrain plot``'s figure; ``default`` when
+    ``--output`` is left out): a file name ending in one of ``suffixes``, never a folder, and a file already there
+    only if ``ours`` says the command wrote it (``mine``: what it is then); else ``error`` (the command's kind of
+    error) of the words here. ``kind``: the command's nouns, (the file's name, a file of its kind)."""
+    name, a_file = kind
+    if output is not None and not str(output):  # "" wrote the default file without a word
+        raise error(f"--output '' names no file: give {name}, or leave --output out")
+    out = Path(output) if output is not None else default
+    if out.is_dir():
+        raise error(f"--output {out} is a folder: give {name} (such as {out / default.name})")
+    if out.suffix.lower() not in suffixes:
+        raise error(f"--output {out}: name {a_file} ending in {', '.join(suffixes)}")
+    if (out.exists() or out.is_symlink()) and not ours(out):
+        raise error(
+            f"--output {out} already exists and is no {mine}: choose another --output, or remove the file yourself"
+        )
+    return out
 
 
 def dangling_link(path: str | os.PathLike[str]) -> str | None:

@@ -39,7 +39,7 @@ class CheckpointError(UserError, RuntimeError):
 class Incomplete(CheckpointError):
     """A checkpoint lacks files or state. ``weights_load``: what it lacks is a resume's alone (the optimizer,
     the RNG, the data position), so its weights still start a new phase: the owner of how a run starts
-    (``bertstream.trainer.rundir``) says with which flags."""
+    (``bertstream.trainer.run_folder``) says with which flags."""
 
     def __init__(self, path: Path, missing: list[str], weights_load: bool) -> None:
         super().__init__(f"{path}: incomplete checkpoint, lacks {', '.join(missing)}")

@@ -9,16 +9,16 @@ from click.core import ParameterSource
 
 from bertstream.cli import options
 from bertstream.cli.options import click_options, config_option
-from bertstream.cli.owned import overwrite_option
+from bertstream.cli.owned import NOT_WRITTEN, overwrite_option
 from bertstream.cli.version import version_option
 from bertstream.trainer.cli_errors import RankZeroGroup, reported
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.distributed import launched_main
-from bertstream.trainer.embed import NOT_WRITTEN, EmbedConfig
+from bertstream.trainer.embed import EmbedConfig
 from bertstream.trainer.finetune.config import FinetuneConfig
 from bertstream.trainer.pretrain.plot import plot_options
 from bertstream.trainer.run_config import config_help, saved_flags
-from bertstream.trainer.rundir import training_interrupted
+from bertstream.trainer.run_folder import training_interrupted
 
 _CTX = {"help_option_names": ["-h", "--help"], "show_default": True}
 

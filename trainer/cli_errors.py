@@ -34,7 +34,7 @@ from bertstream.cli.errors import (
 )
 from bertstream.schemas.redact import redact
 from bertstream.trainer.errors import error_line, user_errors, worker_died
-from bertstream.trainer.rundir import TRAINING_INTERRUPTED
+from bertstream.trainer.run_folder import TRAINING_INTERRUPTED
 
 
 @contextmanager

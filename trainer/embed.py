@@ -20,8 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from bertstream.cli import options
-from bertstream.cli.errors import UsageError, check
+from bertstream.cli.errors import check
 from bertstream.cli.options import opt, section
+from bertstream.cli.owned import OutputFile
 from bertstream.schemas import json_text
 from bertstream.schemas import tasks as T
 from bertstream.schemas.redact import redact_values
@@ -38,8 +39,6 @@ from bertstream.trainer.weights import RANDOM_PREFIX, Init
 COMBINES = ("sum", "concat", "mean")
 DTYPES = ("float16", "float32")
 DEFAULT_MAX_SEQ_LENGTH = 128
-# What an interrupted embed leaves (``cli_errors.reported``'s line): nothing at --output, written whole at the end.
-NOT_WRITTEN = "--output was not written (it is written whole, at the end)"
 _LAYERS = re.compile(r"(-?\d+)?:(-?\d+)?|-?\d+(,-?\d+)*")
 
 
@@ -49,7 +48,12 @@ class EmbedConfig:
     input: str = opt(
         help="UTF-8 text file (one text per line; blank lines are kept as empty texts) or a task dataset folder."
     )
-    output: str = opt(help="Arrow IPC file to write (index, num_tokens, embedding).")
+    # --output and --overwrite: the Arrow file, written whole, checked and refused by its owner (cli.owned)
+    written: OutputFile = section(
+        OutputFile,
+        help={"output": "Arrow IPC file to write (index, num_tokens, embedding)."},
+        after={"overwrite": "device"},
+    )
     layers: str = opt("-1", "Hidden states to use (0 = embeddings): -1, a slice such as -4:, or 0,3,5.")
     combine: str = opt("mean", "How the layers merge.", choices=COMBINES)
     pooled: Pooling = section(Pooling, pooling="mean")  # --pooling, as fine-tuning's (cls, mean) and none
@@ -63,11 +67,9 @@ class EmbedConfig:
     batch: DeviceBatch = section(DeviceBatch, batch_size=64, help={"batch_size": None})
     dtype: str = opt("float32", choices=DTYPES)
     place: DeviceConfig = section(DeviceConfig)  # --device, as pretraining's and fine-tuning's
-    overwrite: bool = opt(False, "Replace an existing --output.")
 
     def __post_init__(self) -> None:
-        for name in ("input", "output"):
-            check(bool(getattr(self, name)), name, "is required")
+        check(bool(self.input), "input", "is required")
         check(
             isinstance(self.layers, str) and _LAYERS.fullmatch(self.layers.replace(" ", "")) is not None,
             "layers",
@@ -286,18 +288,9 @@ def embed(cfg: EmbedConfig) -> dict[str, Any]:
     """Run the extraction; returns a summary (rows, width, output path, truncated texts)."""
     from bertstream.trainer import distributed as D
 
-    out = Path(cfg.output)
-    for flag, path in (("--input", cfg.input), cfg.starting.input_path):
-        if not path.startswith(RANDOM_PREFIX) and out.resolve().is_relative_to(Path(path).resolve()):
-            raise UsageError("output", f"{out} overlaps inputs: it is (or lies inside) {flag} {path}")
-    if out.is_dir():  # --overwrite replaces a file, never a folder (".ev.tmp: Is a directory" before)
-        raise UsageError("output", f"{out} is a folder: --output names the Arrow file to write")
-    if out.exists() and not out.is_file():
-        raise UsageError("output", f"{out} is not a regular file: --output names the Arrow file to write")
-    if out.exists() and not cfg.overwrite:
-        raise UsageError("output", f"{out} exists; pass --overwrite to replace it")
-    if not out.parent.is_dir():
-        raise UsageError("output", f"{out}: folder {out.parent} does not exist")
+    inputs = (("--input", cfg.input), cfg.starting.input_path)
+    read = [(flag, path) for flag, path in inputs if not path.startswith(RANDOM_PREFIX)]  # a random init reads none
+    out = cfg.written.target(read, what="the Arrow file to write")
     init = cfg.starting.resolve(None)
     layers = layer_indices(cfg.layers, init.config.num_layers)
     limit = init.config.max_position_embeddings

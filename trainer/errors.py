@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from bertstream.cli.errors import missing_package, one_line
 from bertstream.schemas.redact import redact
-from bertstream.trainer.run_folder import CONTINUES
+
+# How a training run that ended on an error goes on from its last complete checkpoint (the loader's worker
+# dying, here; a silent peer: ``bertstream.trainer.peers``), said where those errors are worded: at the bottom, as
+# the run folder's module (``trainer.run_folder``, which words --resume otherwise) reads checkpoints, whose errors
+# are these.
+CONTINUES = "--resume auto continues"
 
 
 class UserError(Exception):

@@ -14,8 +14,7 @@ from typing import Any
 import torch.distributed as dist
 
 from bertstream.trainer.config import waited
-from bertstream.trainer.errors import RunError
-from bertstream.trainer.run_folder import CONTINUES
+from bertstream.trainer.errors import CONTINUES, RunError
 
 
 class PeerLost(RunError):

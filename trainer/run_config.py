@@ -15,7 +15,7 @@ from bertstream.cli import options
 from bertstream.cli.errors import UsageError
 from bertstream.schemas import json_text
 from bertstream.schemas.whole_file import WholeFileError, read_whole
-from bertstream.trainer.rundir import FROM_SAVED_FLAGS
+from bertstream.trainer.run_folder import FROM_SAVED_FLAGS
 
 # command -> the key of its flags in its config.json
 _KEYS = {"pretrain": "train", "finetune": "finetune"}

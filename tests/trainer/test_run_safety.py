@@ -19,7 +19,7 @@ from bertstream.trainer.config import CheckpointConfig, TrainConfig
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import read_metrics
 from bertstream.trainer.pretrain.loop import pretrain
-from bertstream.trainer.run_folder import RunFolder
+from bertstream.trainer.run_folder import RunFolder, check_overlap, plan_run
 
 
 def small_dataset(root: Path, *, n: int = 96, vocab_size: int = 1200, seed: int = 0, max_seq_length: int = 32) -> Path:
@@ -251,22 +251,22 @@ def test_grad_accum_past_one_epoch_is_refused_as_a_batch_past_the_data_is(data, 
 
 
 def test_how_a_run_starts_is_decided_once_from_the_folder_and_the_checkpoint_flags(data, tmp_path):
-    """``rundir.plan_run`` turns --output, --resume, --reset-optimizer and --overwrite into a ``Start``, which the
+    """``run_folder.plan_run`` turns --output, --resume, --reset-optimizer and --overwrite into a ``Start``, which the
     loop, restore and the inputs take: a resume continues its checkpoint, a new phase takes its weights only, an
     --overwrite starts afresh."""
     out = tmp_path / "run"
     run(data, out, max_steps=2)
     path = str(ckpt.step_dir(out, 2))
-    resumed = rundir.plan_run(out, RunFolder(output=str(out)), CheckpointConfig(), data=())
+    resumed = plan_run(out, RunFolder(output=str(out)), CheckpointConfig(), data=())
     assert resumed.run_dir == out and resumed.continued is not None and resumed.continued.step == 2
-    phase = rundir.plan_run(
+    phase = plan_run(
         tmp_path / "p2", RunFolder(output="p2", resume=path), CheckpointConfig(reset_optimizer=True), data=()
     )
     assert phase.new_phase and phase.continued is None and phase.restored is not None and phase.restored.step == 2
-    fresh = rundir.plan_run(out, RunFolder(output=str(out), overwrite=True), CheckpointConfig(), data=())
+    fresh = plan_run(out, RunFolder(output=str(out), overwrite=True), CheckpointConfig(), data=())
     assert fresh.restored is None and fresh.overwrite
     with pytest.raises(UsageError, match=r"--init-from .* lies inside it"):  # what --overwrite would delete
-        rundir.check_overlap(fresh, [("--init-from", path), ("--eval-data", None), ("--model-config", "s3://b/c")])
+        check_overlap(fresh, [("--init-from", path), ("--eval-data", None), ("--model-config", "s3://b/c")])
 
 
 def test_another_rank_taking_the_lock_is_not_a_run_in_the_folder(tmp_path):
@@ -276,10 +276,10 @@ def test_another_rank_taking_the_lock_is_not_a_run_in_the_folder(tmp_path):
     run.mkdir()
     (run / f"{rundir.LOCK_NAME}.1234-abcd.tmp").write_text("{}")
     (run / rundir.LOCK_NAME).write_text("{}")
-    assert rundir.plan_run(run, RunFolder(output=str(run)), CheckpointConfig(), data=()).restored is None
+    assert plan_run(run, RunFolder(output=str(run)), CheckpointConfig(), data=()).restored is None
     (run / "notes.txt").write_text("mine")
     with pytest.raises(Exception, match="notes.txt"):
-        rundir.plan_run(run, RunFolder(output=str(run)), CheckpointConfig(), data=())
+        plan_run(run, RunFolder(output=str(run)), CheckpointConfig(), data=())
 
 
 def test_an_elastic_restart_takes_over_its_own_lock_from_another_host(tmp_path, monkeypatch, capsys):

@@ -26,7 +26,7 @@ from bertstream.trainer.weights import Init
 
 def input_paths(cfg: FinetuneConfig) -> list[tuple[str, str | None]]:
     """``(flag, path)`` of every folder the run reads, which an ``--overwrite`` of the run folder must not delete
-    (:func:`bertstream.trainer.rundir.check_overlap`)."""
+    (:func:`bertstream.trainer.run_folder.check_overlap`)."""
     return [("--train-data", cfg.train_data), cfg.eval_set.input_path(), cfg.starting.input_path]
 
 

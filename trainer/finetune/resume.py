@@ -12,7 +12,7 @@ from bertstream.cli import options
 from bertstream.schemas.redact import redact_values
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
-from bertstream.trainer import rundir
+from bertstream.trainer import run_folder
 from bertstream.trainer import runtime as R
 from bertstream.trainer.checkpoint_writer import restore_rng
 from bertstream.trainer.errors import RunError
@@ -41,17 +41,17 @@ FIXED = options.tagged(FinetuneConfig, options.FIXED)
 
 def plan_output(
     run_dir: Path, cfg: FinetuneConfig, inputs: list[tuple[str, str | None]]
-) -> tuple[rundir.Start, list[str]]:
+) -> tuple[run_folder.Start, list[str]]:
     """(how the run starts: ``start.restored`` is the state to continue, with ``--resume auto`` and a resumable
     run in ``run_dir``, else None; the earlier run's outputs that ``--overwrite`` will remove), as
-    :func:`bertstream.trainer.rundir.plan_outputs` decides from the run folder's section. Read-only: an earlier
+    :func:`bertstream.trainer.run_folder.plan_outputs` decides from the run folder's section. Read-only: an earlier
     run is refused unless ``--overwrite``, and nothing is removed before every input has been checked
     (:func:`prepare_output`)."""
-    rundir.refuse_file(run_dir)
-    rundir.refuse_other_kind(run_dir, "finetune")
-    rundir.refuse_dataset_or_model(run_dir)
-    start, existing = rundir.plan_outputs(run_dir, cfg.run_folder, run_dir / RESUME_DIR, _OUTPUTS)
-    rundir.check_overlap(start, inputs)  # (flag, path) of what the run reads: finetune.inputs.input_paths
+    run_folder.refuse_file(run_dir)
+    run_folder.refuse_other_kind(run_dir, "finetune")
+    run_folder.refuse_dataset_or_model(run_dir)
+    start, existing = run_folder.plan_outputs(run_dir, cfg.run_folder, run_dir / RESUME_DIR, _OUTPUTS)
+    run_folder.check_overlap(start, inputs)  # (flag, path) of what the run reads: finetune.inputs.input_paths
     return start, existing
 
 
@@ -70,7 +70,7 @@ def prepare_output(run_dir: Path, existing: list[str], info: D.DistInfo) -> None
                 R.log(f"removed incomplete checkpoint {p} (a run was killed while writing it)")
 
 
-def check_resume(cfg: FinetuneConfig, start: rundir.Start) -> None:
+def check_resume(cfg: FinetuneConfig, start: run_folder.Start) -> None:
     """Refuse a resume whose flags would change the run being continued (``start.restored``), naming each
     flag."""
     restored = start.restored
@@ -83,8 +83,8 @@ def check_resume(cfg: FinetuneConfig, start: rundir.Start) -> None:
         flag = lambda n: options.flag_for(FinetuneConfig, n)  # noqa: E731
         listed = "; ".join(f"{flag(n)} {new[n]} (the run has {old[n]})" for n in changed)
         raise RunError(
-            f"{rundir.continuing(start.run_dir, restored.path)}, but {listed}: pass the run's values, or "
-            f"{rundir.AFRESH_ELSEWHERE}"
+            f"{run_folder.continuing(start.run_dir, restored.path)}, but {listed}: pass the run's values, or "
+            f"{run_folder.AFRESH_ELSEWHERE}"
         )
 
 
@@ -106,7 +106,7 @@ def restore(restored: ckpt.Loaded, training: Training, batches: EpochBatches, re
     ):
         raise RunError(
             f"{restored.path}/state.json: damaged fine-tuning state (epoch {epoch!r}, {_count(epochs)} epoch "
-            f"row(s), best {type(best).__name__}); resume from an intact run, or {rundir.AFRESH}"
+            f"row(s), best {type(best).__name__}); resume from an intact run, or {run_folder.AFRESH}"
         )
     try:
         batches.load_state_dict(restored.state["data"])

@@ -23,7 +23,7 @@ from bertstream.trainer.data.loader import TooFewSamples
 from bertstream.trainer.data.refs import read_text
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model_config import BertConfig
-from bertstream.trainer.rundir import Start, new_phase
+from bertstream.trainer.run_folder import Start, new_phase
 from bertstream.trainer.weights import check_vocab, resolve_init
 
 
@@ -65,7 +65,7 @@ class Weights:
 
 def input_paths(cfg: TrainConfig) -> list[tuple[str, str | None]]:
     """``(flag, path)`` of every file and folder the run reads besides ``--data`` (None: not given), which an
-    ``--overwrite`` of the run folder must not delete (:func:`bertstream.trainer.rundir.check_overlap`)."""
+    ``--overwrite`` of the run folder must not delete (:func:`bertstream.trainer.run_folder.check_overlap`)."""
     return [
         cfg.eval_set.input_path(),
         ("--init-from", cfg.model.init_from),
@@ -75,7 +75,7 @@ def input_paths(cfg: TrainConfig) -> list[tuple[str, str | None]]:
 
 def data_folders(cfg: TrainConfig) -> list[tuple[str, str]]:
     """``(flag, folder)`` of each ``--data`` folder, which the run folder must not hold
-    (:func:`bertstream.trainer.rundir.plan_run`)."""
+    (:func:`bertstream.trainer.run_folder.plan_run`)."""
     return [("--data", d) for d in cfg.data.paths]
 
 

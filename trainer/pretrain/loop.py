@@ -39,6 +39,7 @@ from bertstream.trainer.pretrain.restore import (
 from bertstream.trainer.pretrain.resume import continued
 from bertstream.trainer.pretrain.step import Running, step_counts, train_step
 from bertstream.trainer.progress import Progress
+from bertstream.trainer.run_folder import SHARED
 from bertstream.trainer.snapshot import Background
 from bertstream.trainer.threads import apply as apply_threads
 from bertstream.trainer.training import Training
@@ -152,7 +153,7 @@ def pretrain(cfg: TrainConfig) -> dict[str, Any]:
     info = D.setup_run(cfg.run)
     try:
         with rundir.held(cfg.run_folder, "berttrain pretrain", info) as run_dir, background_writes() as writes:
-            D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, rundir.SHARED)
+            D.agree({"run folder lock": rundir.lock_holder(run_dir) or "none"}, info, SHARED)
             result = _pretrain(cfg, run_dir, info, background_if_asked(cfg.run, writes))
         D.teardown()  # the ranks end together, once the loop has returned (see distributed.teardown)
         return result

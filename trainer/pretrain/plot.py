@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from bertstream.cli.options import single_option
+from bertstream.cli.owned import output_file, output_option
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.metrics import METRICS_FILE, has_step, read_metrics
 
@@ -23,7 +24,7 @@ def plot_options(command: Callable) -> Callable:
     command = single_option(
         "--baseline-from", help="Dataset folder: draw the unigram MLM accuracy baseline computed from it."
     )(command)
-    return single_option("--output", help="PNG path (default: the last RUN_DIR/curves.png).")(command)
+    return output_option("PNG path (default: the last RUN_DIR/curves.png).")(command)
 
 
 def unigram_baseline(data_dir: str) -> float:
@@ -97,20 +98,17 @@ def _drawable(record: dict) -> bool:
 
 def output_path(runs: Sequence[Path], output: str | Path | None) -> Path:
     """Where the figure goes: a file path whose suffix names a format matplotlib writes (a folder is refused:
-    ``plot --output ds`` wrote ``ds.png`` and said "wrote ds")."""
-    if output is not None and not str(output):  # "" drew the default file without a word
-        raise RunError("--output '' names no file: give the image's file name, or leave --output out")
-    out = Path(output) if output is not None else runs[-1] / "curves.png"
-    if out.is_dir():
-        raise RunError(f"--output {out} is a folder: give the image's file name (such as {out / 'curves.png'})")
-    if out.suffix.lower() not in FORMATS:
-        raise RunError(f"--output {out}: name an image file ending in {', '.join(FORMATS)}")
-    if (out.exists() or out.is_symlink()) and not _drawn_by_matplotlib(out):
-        raise RunError(
-            f"--output {out} already exists and is no figure berttrain plot drew (no matplotlib mark in it): "
-            "choose another --output, or remove the file yourself"
-        )
-    return out
+    ``plot --output ds`` wrote ``ds.png`` and said "wrote ds"), replaced only when it is a figure drawn before
+    (the policy and its words: ``bertstream.cli.owned.output_file``)."""
+    return output_file(
+        output,
+        runs[-1] / "curves.png",
+        suffixes=FORMATS,
+        ours=_drawn_by_matplotlib,
+        kind=("the image's file name", "an image file"),
+        mine="figure berttrain plot drew (no matplotlib mark in it)",
+        error=RunError,
+    )
 
 
 def _drawn_by_matplotlib(path: Path) -> bool:

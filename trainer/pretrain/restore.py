@@ -12,7 +12,7 @@ import torch
 from bertstream.cli import options
 from bertstream.trainer import checkpoint as ckpt
 from bertstream.trainer import distributed as D
-from bertstream.trainer import rundir
+from bertstream.trainer import run_folder
 from bertstream.trainer import runtime as R
 from bertstream.trainer.checkpoint_writer import restore_rng
 from bertstream.trainer.config import TrainConfig
@@ -36,16 +36,16 @@ from bertstream.trainer.pretrain.resume import extend_schedule, group_rates, sam
 from bertstream.trainer.training import Training, load_state
 
 
-def plan_run_dir(cfg: TrainConfig, run_dir: Path) -> rundir.Start:
+def plan_run_dir(cfg: TrainConfig, run_dir: Path) -> run_folder.Start:
     """How this run starts (the checkpoint it continues or starts from, or afresh); read-only, so that nothing is
     cleared before every input has been checked (:func:`bertstream.trainer.rundir.prepare` then clears and makes
     the folder)."""
-    start = rundir.plan_run(run_dir, cfg.run_folder, cfg.checkpoint, data=data_folders(cfg))
-    rundir.check_overlap(start, input_paths(cfg))
+    start = run_folder.plan_run(run_dir, cfg.run_folder, cfg.checkpoint, data=data_folders(cfg))
+    run_folder.check_overlap(start, input_paths(cfg))
     return start
 
 
-def resolve_model(cfg: TrainConfig, data: OpenedData, start: rundir.Start) -> tuple[BertConfig, Weights | None]:
+def resolve_model(cfg: TrainConfig, data: OpenedData, start: run_folder.Start) -> tuple[BertConfig, Weights | None]:
     """The architecture (and starting weights), after checking that the flags fit the checkpoint and the data."""
     config, weights = model_config(cfg, data.vocab, start)
     check_model(config, cfg, data, start)
@@ -132,7 +132,7 @@ def check_same_run(
     """Every rank continues the same checkpoint and runs the same settings, data and code, or all refuse: a
     rank that resumed elsewhere, read another --data or took another --batch-size trained to exit 0 on a
     diverged model or data seen twice, and another --max-steps deadlocked."""
-    D.agree({"checkpoint": ckpt.describe(restored) if restored else "none"}, info, rundir.SHARED)
+    D.agree({"checkpoint": ckpt.describe(restored) if restored else "none"}, info, run_folder.SHARED)
     facts = {
         **shared_flags(cfg),
         "model": model.to_dict(),

@@ -17,13 +17,13 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertstream.cli import options
-from bertstream.trainer import rundir
+from bertstream.trainer import run_folder
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data.config import dataset_key
 from bertstream.trainer.errors import RunError
 from bertstream.trainer.model_choice import ModelChoice
 from bertstream.trainer.optim.schedule import WarmupLinearDecay
-from bertstream.trainer.rundir import Start
+from bertstream.trainer.run_folder import Start
 
 # TrainConfig settings (leaf names, see cli.options) a resume must not change: those tagged FIXED where they are
 # declared (all but --max-steps, run-time flags, data and eval data; --batch-size may change with the number
@@ -73,7 +73,7 @@ def check_resume(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path, step
         listed = "; ".join(f"{_flag(n)} {_shown(now[n])} (the run has {_shown(was)})" for n, was in changed.items())
         raise RunError(
             f"resuming {checkpoint} continues its run, but {listed}: drop {_flags(changed)} (a resume takes the "
-            f"run's own), or start a new phase from its weights with {rundir.new_phase(checkpoint, elsewhere=True)}"
+            f"run's own), or start a new phase from its weights with {run_folder.new_phase(checkpoint, elsewhere=True)}"
         )
 
 
@@ -89,7 +89,7 @@ def check_new_phase(cfg: TrainConfig, saved: dict[str, Any], checkpoint: Path) -
             f"{_flag(n)} {_shown(now[n])} (the checkpoint has {_shown(was)})" for n, was in changed.items()
         )
         raise RunError(
-            f"{rundir.NEW_PHASE} takes the model of {checkpoint} as it is, but {listed}: drop {_flags(changed)} "
+            f"{run_folder.NEW_PHASE} takes the model of {checkpoint} as it is, but {listed}: drop {_flags(changed)} "
             f"({ModelChoice.NEW_PHASE_MAY_CHANGE})"
         )
 
