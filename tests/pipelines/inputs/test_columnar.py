@@ -68,48 +68,6 @@ def test_a_corrupt_footer_or_a_file_that_is_no_table_is_an_input_error_naming_it
         assert "\n" not in str(e.value)
 
 
-def test_column_metadata_that_aborts_pyarrow_is_an_input_error_naming_the_file(tmp_path):
-    # A longer fuzz run found Parquet files whose size statistics pyarrow checks in a call Python cannot catch:
-    # `column()` aborted the process (exit 134, two lines of C++), the run's listing with it.
-    import subprocess
-    import sys
-
-    from tests.fuzz import mutate
-
-    rows = range(40)
-    t = pa.table(
-        {
-            "id": [str(i) for i in rows],
-            "title": [f"T{i % 3}" for i in rows],
-            "text": [f"Row {i} of the table." for i in rows],
-        }
-    )
-    path = tmp_path / "t.parquet"
-    pq.write_table(t, path, row_group_size=10)
-    path.write_bytes(mutate(path.read_bytes(), 1378, path.stat().st_size))
-    probe = f"import pyarrow.parquet as pq; m = pq.ParquetFile({str(path)!r}).metadata; m.row_group(1).column(1)"
-    if subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode != -6:
-        pytest.skip(f"pyarrow {pa.__version__} reads this file's metadata without aborting: the case is gone")
-    with pytest.raises(InputError, match=r"t.parquet: not a readable Parquet file \(its column metadata aborts "):
-        table_ranges(str(path), "parquet", 1000, "text")
-    # The forked child that aborts says nothing through a fault handler its parent enabled on a file of its own,
-    # as pytest does (it printed "Fatal Python error: Aborted" and ~240 module names into the test output).
-    fault_log = tmp_path / "faults.txt"
-    check = (
-        "import faulthandler, sys\n"
-        f"faulthandler.enable(file=open({str(fault_log)!r}, 'w'))\n"
-        "from bertstream.pipelines.common.files import InputError\n"
-        "from bertstream.pipelines.inputs.columnar import table_ranges\n"
-        "try:\n"
-        f"    table_ranges({str(path)!r}, 'parquet', 1000, 'text')\n"
-        "except InputError:\n"
-        "    print('refused')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
-    assert done.stdout.strip() == "refused", done.stderr[-2000:]
-    assert "Fatal Python error" not in fault_log.read_text() + done.stderr
-
-
 def _aborting_parquet(tmp_path) -> Path:
     """A Parquet file whose column metadata aborts pyarrow (the fuzz test's find), or a skip where it is gone."""
     from tests.fuzz import mutate
@@ -129,6 +87,30 @@ def _aborting_parquet(tmp_path) -> Path:
     if subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode != -6:
         pytest.skip(f"pyarrow {pa.__version__} reads this file's metadata without aborting: the case is gone")
     return path
+
+
+def test_column_metadata_that_aborts_pyarrow_is_an_input_error_naming_the_file(tmp_path):
+    # A longer fuzz run found Parquet files whose size statistics pyarrow checks in a call Python cannot catch:
+    # `column()` aborted the process (exit 134, two lines of C++), the run's listing with it.
+    path = _aborting_parquet(tmp_path)
+    with pytest.raises(InputError, match=r"t.parquet: not a readable Parquet file \(its column metadata aborts "):
+        table_ranges(str(path), "parquet", 1000, "text")
+    # The forked child that aborts says nothing through a fault handler its parent enabled on a file of its own,
+    # as pytest does (it printed "Fatal Python error: Aborted" and ~240 module names into the test output).
+    fault_log = tmp_path / "faults.txt"
+    check = (
+        "import faulthandler, sys\n"
+        f"faulthandler.enable(file=open({str(fault_log)!r}, 'w'))\n"
+        "from bertstream.pipelines.common.files import InputError\n"
+        "from bertstream.pipelines.inputs.columnar import table_ranges\n"
+        "try:\n"
+        f"    table_ranges({str(path)!r}, 'parquet', 1000, 'text')\n"
+        "except InputError:\n"
+        "    print('refused')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "refused", done.stderr[-2000:]
+    assert "Fatal Python error" not in fault_log.read_text() + done.stderr
 
 
 # The check's forked child dies of the process's own fork handler (as gRPC's aborted it in a Beam worker process
