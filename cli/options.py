@@ -313,8 +313,8 @@ def _converted(convert: Callable[[str | None], Any]) -> Callable:
 
 def _dropped_default(leaf: Leaf) -> bool:
     """A default outside the field's choices (``""``: none chosen) is not click's: the flag reads None."""
-    choices = leaf.choices
-    return choices is not None and bool(choices) and leaf.default not in (MISSING, None) and leaf.default not in choices
+    choices = leaf.choices or ()
+    return bool(choices) and leaf.default not in (MISSING, None) and leaf.default not in choices
 
 
 class SingleOption(click.Option):

@@ -16,6 +16,7 @@ a forked child (:func:`check_column_metadata`), whose abort is one line.
 from __future__ import annotations
 
 import faulthandler
+import inspect
 import os
 import re
 import select
@@ -87,11 +88,6 @@ def check_column_metadata(pf: pq.ParquetFile, path: str, source: Any) -> None:
 
 
 FORK_DEADLINE_S = 60.0  # a forked child reads metadata already in memory: a millisecond; past this it is stuck
-_PROBE = (
-    "import sys, pyarrow as pa, pyarrow.parquet as pq\n"
-    "from bertstream.pipelines.inputs.parquet_batches import _read_column_metadata\n"
-    "_read_column_metadata(pq.read_metadata(pa.BufferReader(sys.stdin.buffer.read())))\n"
-)
 
 
 def _read_column_metadata(meta: pq.FileMetaData) -> None:
@@ -143,7 +139,13 @@ def _check_in_fresh_interpreter(footer: bytes) -> tuple[str, int]:
     """(What pyarrow said, the signal that ended it or 0) reading ``footer``'s column metadata in a new Python
     process: no thread or fork handler of this one is in it. An error that is no abort is the reader's to say."""
     quiet = {**os.environ, "PYTHONFAULTHANDLER": ""}  # (empty: off) no fault handler's dump of the abort
-    done = subprocess.run([sys.executable, "-c", _PROBE], input=footer, capture_output=True, timeout=300, env=quiet)
+    # The reads themselves, not this module: importing it would load Beam (seconds) to read a footer.
+    probe = (
+        "import sys, pyarrow as pa, pyarrow.parquet as pq\n"
+        + inspect.getsource(_read_column_metadata)
+        + "_read_column_metadata(pq.read_metadata(pa.BufferReader(sys.stdin.buffer.read())))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], input=footer, capture_output=True, timeout=300, env=quiet)
     return done.stderr.decode("utf-8", "replace"), max(0, -done.returncode)
 
 
