@@ -13,6 +13,7 @@ from bertstream.cli.owned import NOT_WRITTEN, overwrite_option
 from bertstream.cli.version import version_option
 from bertstream.trainer.cli_errors import RankZeroGroup, reported
 from bertstream.trainer.config import TrainConfig
+from bertstream.trainer.data.config import EvalSet
 from bertstream.trainer.distributed import launched_main
 from bertstream.trainer.embed import EmbedConfig
 from bertstream.trainer.finetune.config import FinetuneConfig
@@ -58,7 +59,7 @@ def _refuse_evaluation_without_data(values: dict[str, Any]) -> None:
     ctx = click.get_current_context()
     settings = options.tagged(TrainConfig, options.EVALUATION)
     typed = [p for p in settings if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE]
-    problem = TrainConfig.evaluation_without_data(typed, values)
+    problem = EvalSet.settings_without_it(" and ".join(options.flag_for(TrainConfig, p) for p in typed), values)
     if problem:
         raise click.UsageError(problem)
 

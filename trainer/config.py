@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,7 @@ from bertstream.cli.errors import UsageError, check
 from bertstream.cli.machine import check_processes
 from bertstream.cli.options import EVALUATION, FIXED, PER_NODE, opt, section
 from bertstream.trainer.checks import check_finite, check_ints
-from bertstream.trainer.data.config import DataConfig, EvalSet
+from bertstream.trainer.data.config import PER_EVALUATION_HELP, DataConfig, EvalSet
 from bertstream.trainer.model_choice import ModelChoice
 from bertstream.trainer.optim.advice import LR_HELP
 from bertstream.trainer.optim.schedule import Schedule
@@ -266,14 +265,15 @@ class Steps:
         """Optimizer steps in an epoch of ``batches`` micro-steps (its last step takes what is left)."""
         return math.ceil(batches / self.accum)
 
-    def pretraining_epoch_refusal(self, batches: int, global_batch: int, instances: int) -> str | None:
+    def pretraining_epoch_refusal(self, batches: int, global_batch: int, instances: int, data: str) -> str | None:
         """Why one optimizer step cannot fit an epoch of ``batches`` global batches of ``global_batch`` (an
-        epoch of ``instances``): a step would be the epoch, said as more (None: it fits)."""
+        epoch of ``instances`` of ``data``, the flag that gave them): a step would be the epoch, said as more
+        (None: it fits)."""
         if self.accum <= batches:
             return None
         return (
             f"--grad-accum {self.accum}: one optimizer step would take {self.accum} global batches of "
-            f"{global_batch}, more than the {batches} of one epoch of --data "
+            f"{global_batch}, more than the {batches} of one epoch of {data} "
             f"({instances} instances); lower --grad-accum or --batch-size, or add data"
         )
 
@@ -352,12 +352,7 @@ class TrainConfig:
         choices=COMPILE_MODES,
     )
     eval_every: int = opt(500, tags=(EVALUATION,))
-    eval_batches: int = opt(
-        0,
-        "Batches of --eval-data per evaluation (each process's); 0: all of it (the remainder smaller than one batch "
-        "of all processes is left out). The log line says how many instances were evaluated of how many.",
-        tags=(EVALUATION,),
-    )
+    eval_batches: int = opt(0, PER_EVALUATION_HELP, tags=(EVALUATION,))
     checkpoint: CheckpointConfig = section(CheckpointConfig)
     deterministic: bool = opt(False, "torch.use_deterministic_algorithms(True).")
     unpad: bool = opt(
@@ -372,7 +367,7 @@ class TrainConfig:
         options.check_linked(self)
         self.run_folder.refuse_remote(
             "checkpoints are written to a temporary folder and renamed, which object stores cannot do",
-            "--data may be s3://...",
+            (self.data.flag,),
         )
         new_phase = self.checkpoint.reset_optimizer
         check(not (new_phase and self.run_folder.checkpoint_path is None), "reset_optimizer", NEW_PHASE_NEEDS)
@@ -380,15 +375,6 @@ class TrainConfig:
         check_finite(self)
         check(self.max_minutes >= 0, "max_minutes", f"must be >= 0, got {self.max_minutes}")
         check_ints(self, ("eval_batches",), 0)
-
-    @staticmethod
-    def evaluation_without_data(typed: Sequence[str], values: Mapping[str, Any]) -> str | None:
-        """The refusal of evaluation settings (``typed``: those tagged ``EVALUATION`` the command line typed)
-        among flat ``values`` without an evaluation set, or None (none typed, or the set given)."""
-        if not typed or values.get("eval_data"):
-            return None
-        given = " and ".join(options.flag_for(TrainConfig, p) for p in typed)
-        return f"{given} without --eval-data: there is nothing to evaluate; give --eval-data DIR"
 
     @classmethod
     def build(cls, **values: Any) -> TrainConfig:

@@ -116,10 +116,12 @@ class RunFolder:
         check(bool(self.output), "output", "is required")  # "" was the current folder: a run written into it
         check(self.resume != "", "resume", "names no checkpoint ('')")  # "" was the current folder: ".: incomplete"
 
-    def refuse_remote(self, written: str, remote: str) -> None:
+    def refuse_remote(self, written: str, remote: Sequence[str]) -> None:
         """The folder must be local: a run renames checkpoints into it and writes local files (``written``: what
-        the command writes so); ``remote``: the command's inputs that may be URLs, said in the same line."""
-        check("://" not in self.output, "output", f"{self.output}: the run folder must be local ({written}); {remote}")
+        the command writes so); ``remote``: the flags of the command's inputs that may be URLs, said in the same
+        line."""
+        inputs = f"{' and '.join(remote)} may be s3://..."
+        check("://" not in self.output, "output", f"{self.output}: the run folder must be local ({written}); {inputs}")
 
     def refuse_checkpoint_path(self) -> None:
         """Fine-tuning continues the run in its own folder or none: a checkpoint folder given as ``--resume`` (a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from os import PathLike
 from typing import Any
@@ -105,13 +105,18 @@ class EvalSet:
         """The evaluation folder, or none: nothing is evaluated."""
         return () if self.eval_data is None else (self.eval_data,)
 
+    @property
+    def flag(self) -> str:
+        """The set's flag, as a message about the command's inputs names it."""
+        return "--eval-data"
+
     def named(self) -> tuple[str, tuple[str, ...]]:
         """``(flag, folders)``: the folders as a check names them (the data's length against the model's)."""
-        return "--eval-data", self.folders
+        return self.flag, self.folders
 
     def input_path(self) -> tuple[str, str | None]:
         """``(flag, folder or None)``: what an ``--overwrite`` of the run folder must not delete."""
-        return "--eval-data", self.eval_data
+        return self.flag, self.eval_data
 
     def also_training(self, training: Sequence[str], flag: str, meaning: str) -> str | None:
         """The warning when the evaluation set is one of the ``training`` folders (given as ``flag``): what its
@@ -127,6 +132,22 @@ class EvalSet:
     def other_vocabulary(self, why: object) -> str:
         """The error of an evaluation set whose vocabulary is not the training data's (pretraining's --data)."""
         return f"--eval-data {self.eval_data} uses another vocabulary than --data ({why})"
+
+    @staticmethod
+    def settings_without_it(typed: str, values: Mapping[str, Any]) -> str | None:
+        """The refusal of evaluation settings the command line typed (``typed``: their flags, joined) among flat
+        ``values`` with no evaluation set, or None (none typed, or the set given): they would be dropped without
+        a word and the run evaluate nothing."""
+        if not typed or values.get("eval_data"):
+            return None
+        return f"{typed} without --eval-data: there is nothing to evaluate; give --eval-data DIR"
+
+
+# What another flag's help says of the evaluation set (pretraining's --eval-batches), worded with the set's flag.
+PER_EVALUATION_HELP = (
+    "Batches of --eval-data per evaluation (each process's); 0: all of it (the remainder smaller than one batch "
+    "of all processes is left out). The log line says how many instances were evaluated of how many."
+)
 
 
 def unlike_training(training: str, folder: str, what: str) -> str:
@@ -280,6 +301,27 @@ class DataConfig(Workers):
     def window(self) -> int:
         """Shuffle window in samples; 1 means stream order."""
         return max(1, self.shuffle_buffer) if self.shuffle else 1
+
+    # The training folders as the runs name them, as EvalSet's are: a message about them elsewhere says their
+    # flag through these, so the folders and their flag are this section's alone.
+    @property
+    def flag(self) -> str:
+        """The folders' flag (``--data``), as a message about the command's inputs names it."""
+        return options.flag_for(DataConfig, "paths")
+
+    def named(self) -> tuple[str, tuple[str, ...]]:
+        """``(flag, folders)``: the training folders as a check names them (the run folder must not hold one; the
+        data's length against the model's; an evaluation set that is one of them)."""
+        return self.flag, self.paths
+
+    def notes(self) -> list[str]:
+        """:func:`weight_notes` of these folders: a ``DIR:N`` read as a weight beside a folder of that name."""
+        return weight_notes(self.paths, self.weights)
+
+    def unreadable(self, why: object) -> str:
+        """The error of training folders that cannot be read as asked (too few samples for one global batch, a
+        weight too small for one sample per epoch, vocabulary files that do not match the manifest)."""
+        return f"{self.flag}: {why}"
 
 
 # The dynamic-only masking options and their defaults (what static masking must leave them at).

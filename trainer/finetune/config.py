@@ -113,7 +113,7 @@ class FinetuneConfig:
         check(bool(self.train_data), "train_data", "is required")
         self.eval_set.require()  # (pretraining's may be left out)
         self.run_folder.refuse_remote(
-            "checkpoints and predictions are written to local files", "--train-data and --eval-data may be s3://..."
+            "checkpoints and predictions are written to local files", ("--train-data", self.eval_set.flag)
         )
         self.run_folder.refuse_checkpoint_path()
         check_ints(self, ("epochs", "grad_accum", "max_answer_length", "n_best"), 1)

@@ -18,7 +18,7 @@ from bertstream.trainer import distributed as D
 from bertstream.trainer import runtime as R
 from bertstream.trainer.config import TrainConfig
 from bertstream.trainer.data import PretrainingLoader, VocabMismatchError, load_manifest
-from bertstream.trainer.data.config import weight_notes
+from bertstream.trainer.data.config import DataConfig
 from bertstream.trainer.data.loader import TooFewSamples
 from bertstream.trainer.data.refs import read_text
 from bertstream.trainer.errors import RunError
@@ -39,17 +39,17 @@ class OpenedData:
 
 def open_data(cfg: TrainConfig) -> OpenedData:
     """Every dataset manifest of the run and the datasets' vocabulary (all must share it)."""
-    folders = [*cfg.data.paths, *cfg.eval_set.folders]
-    manifests = {d: load_manifest(d) for d in dict.fromkeys(folders)}
-    hashes = {manifests[d].vocab_sha256 for d in cfg.data.paths}
+    flag, training = cfg.data.named()
+    manifests = {d: load_manifest(d) for d in dict.fromkeys([*training, *cfg.eval_set.folders])}
+    hashes = {manifests[d].vocab_sha256 for d in training}
     if len(hashes) > 1:
-        raise RunError(f"--data folders use different vocabularies: {sorted(h[:12] for h in hashes)}")
-    root = cfg.data.paths[0]
+        raise RunError(f"{flag} folders use different vocabularies: {sorted(h[:12] for h in hashes)}")
+    root = training[0]
     m = manifests[root]
     try:
         vocab = load_dataset_vocab(m, lambda name: read_text(root, name), f"{root.rstrip('/')}/{m.vocab_file}")
     except VocabMismatchError as e:
-        raise RunError(f"--data {e}") from None
+        raise RunError(f"{flag} {e}") from None
     return OpenedData(manifests, vocab, m.lowercase)
 
 
@@ -76,7 +76,8 @@ def input_paths(cfg: TrainConfig) -> list[tuple[str, str | None]]:
 def data_folders(cfg: TrainConfig) -> list[tuple[str, str]]:
     """``(flag, folder)`` of each ``--data`` folder, which the run folder must not hold
     (:func:`bertstream.trainer.run_folder.plan_run`)."""
-    return [("--data", d) for d in cfg.data.paths]
+    flag, folders = cfg.data.named()
+    return [(flag, d) for d in folders]
 
 
 def model_config(cfg: TrainConfig, vocab: Vocab, start: Start | None) -> tuple[BertConfig, Weights | None]:
@@ -94,7 +95,8 @@ def model_config(cfg: TrainConfig, vocab: Vocab, start: Start | None) -> tuple[B
     if cfg.model.init_from:
         init = resolve_init(cfg.model.init_from, None, seed=cfg.run.seeds.init, flag="--init-from")
         cfg.model.refuse_other_architecture(init.config, options.given(cfg))  # the architecture is the model's own
-        check_vocab(init, vocab.sha256, f"--data {cfg.data.paths[0]}", flag="--init-from", job="pretraining")
+        flag, folders = cfg.data.named()
+        check_vocab(init, vocab.sha256, f"{flag} {folders[0]}", flag="--init-from", job="pretraining")
         source = f"--init-from {cfg.model.init_from}"
         _two_segments(init.config, source)
         weights = None if init.state is None else Weights(init.state, source, init.notes)
@@ -132,10 +134,9 @@ def _two_segments(config: BertConfig, source: str) -> None:
 def input_notes(cfg: TrainConfig) -> list[str]:
     """What the inputs are read as, where it may not be what was meant: a ``DIR:N`` weight beside a folder of
     that name, an eval set that is the training set."""
-    notes = weight_notes(cfg.data.paths, cfg.data.weights)
-    same = cfg.eval_set.also_training(
-        cfg.data.paths, "--data", "its figures measure the training set, not held-out data"
-    )
+    notes = cfg.data.notes()
+    flag, folders = cfg.data.named()
+    same = cfg.eval_set.also_training(folders, flag, "its figures measure the training set, not held-out data")
     return notes if same is None else [*notes, same]
 
 
@@ -151,8 +152,10 @@ def data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pretrai
             vocab=data.vocab,
         )
     except (TooFewSamples, ValueError) as e:  # ValueError: a weight too small for one sample per epoch
-        raise RunError(f"--data: {e}") from None
-    refusal = cfg.steps.pretraining_epoch_refusal(loader.steps_per_epoch, loader.global_batch_size, loader.num_samples)
+        raise RunError(cfg.data.unreadable(e)) from None
+    refusal = cfg.steps.pretraining_epoch_refusal(
+        loader.steps_per_epoch, loader.global_batch_size, loader.num_samples, cfg.data.flag
+    )
     if refusal is not None:  # as a --batch-size past the data is refused: one step, no epoch
         raise RunError(refusal)
     return loader
@@ -186,41 +189,38 @@ def check_model(config: BertConfig, cfg: TrainConfig, data: OpenedData, start: S
     """The model fits the data: its vocabulary (a resumed checkpoint's too) and its positions."""
     vocab, restored = data.vocab, start.restored
     if config.vocab_size != len(vocab):
-        raise RunError(f"model vocab_size {config.vocab_size} != the --data vocabulary of {len(vocab)} tokens")
+        raise RunError(f"model vocab_size {config.vocab_size} != the {cfg.data.flag} vocabulary of {len(vocab)} tokens")
     if restored is not None and restored.config.get("vocab_sha256", vocab.sha256) != vocab.sha256:
-        raise RunError(f"{restored.path} was trained on another vocabulary than --data")
+        raise RunError(f"{restored.path} was trained on another vocabulary than {cfg.data.flag}")
     check_seq_length(config, cfg, data)
 
 
 def mix_note(loader: PretrainingLoader) -> str:
     """The log line of a weighted ``--data`` mix: each folder's samples in an epoch."""
-    return f"--data mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}"
+    return f"{loader.config.flag} mix, an epoch of {loader.epoch_samples} samples: {loader.mix_text()}"
 
 
 # pretraining's other way out of data longer than the model's positions (fine-tuning's model is its --init's)
 MORE_POSITIONS = ", or use --model-config with more max_position_embeddings"
 
 
-def position_refusal(checkpoint: Path, why: ValueError) -> str:
+def position_refusal(data: DataConfig, checkpoint: Path, why: ValueError) -> str:
     """Why ``checkpoint``'s data position cannot go on in this run's loader (``why``: the loader's words, e.g. other
     weights), and what to give instead (restore asks this when the data is the checkpoint's)."""
     return (
         f"{checkpoint}: its data position does not fit this run ({why}); resume with the run's "
-        f"--data, weights and shuffle settings, or start a new phase with {new_phase('PATH')}"
+        f"{data.flag}, weights and shuffle settings, or start a new phase with {new_phase('PATH')}"
     )
 
 
-def new_data_note(checkpoint: str) -> str:
+def new_data_note(data: DataConfig, checkpoint: str) -> str:
     """The log line of a resume whose data is not ``checkpoint``'s: its position is not carried over."""
-    return f"new --data since {checkpoint}: the data position starts at the beginning"
+    return f"new {data.flag} since {checkpoint}: the data position starts at the beginning"
 
 
 def check_seq_length(config: BertConfig, cfg: TrainConfig, data: OpenedData) -> None:
     """Sequences longer than the model's positions crash at the first long batch: refuse them at start."""
-    for flag, paths in (
-        ("--data", cfg.data.paths),
-        cfg.eval_set.named(),
-    ):
+    for flag, paths in (cfg.data.named(), cfg.eval_set.named()):
         for path in paths:
             length = data.manifests[path].shard_parameters.max_seq_length
             refusal = None if length is None else config.too_long(f"{flag} {path}", length, otherwise=MORE_POSITIONS)

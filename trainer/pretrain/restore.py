@@ -100,9 +100,9 @@ def restore_position(
         try:
             loader.load_state_dict(restored.state["data"])
         except ValueError as e:  # e.g. other weights: the position cannot be mapped onto this loader
-            raise RunError(position_refusal(restored.path, e)) from None
+            raise RunError(position_refusal(cfg.data, restored.path, e)) from None
     else:
-        R.log(new_data_note(restored.path.name), info)
+        R.log(new_data_note(cfg.data, restored.path.name), info)
     saved_world = restored.config.get("world_size", info.world_size)
     if saved_world != info.world_size:  # elastic resume: per-rank streams cannot be mapped onto other ranks
         torch.manual_seed(cfg.run.seeds.dropout_after(info.rank, restored.step))
