@@ -265,17 +265,20 @@ class Steps:
         """Optimizer steps in an epoch of ``batches`` micro-steps (its last step takes what is left)."""
         return math.ceil(batches / self.accum)
 
-    def pretraining_epoch_refusal(self, batches: int, global_batch: int, instances: int, data: str) -> str | None:
-        """Why one optimizer step cannot fit an epoch of ``batches`` global batches of ``global_batch`` (an
-        epoch of ``instances`` of ``data``, the flag that gave them): a step would be the epoch, said as more
-        (None: it fits)."""
+    def epoch_refusal(self, batches: int, unit: str, epoch: str, more: str = "") -> str | None:
+        """Why one optimizer step cannot fit an epoch of ``batches`` micro-steps, each ``unit`` (what the command
+        calls one: ``global batches of 64``); ``epoch``: the data and its size as the command names them;
+        ``more``: another way out. A step would be the epoch, said as more. None: it fits."""
         if self.accum <= batches:
             return None
         return (
-            f"--grad-accum {self.accum}: one optimizer step would take {self.accum} global batches of "
-            f"{global_batch}, more than the {batches} of one epoch of {data} "
-            f"({instances} instances); lower --grad-accum or --batch-size, or add data"
+            f"--grad-accum {self.accum}: one optimizer step would take {self.accum} {unit}, more than the "
+            f"{batches} of one epoch of {epoch}; lower --grad-accum or --batch-size{more}"
         )
+
+    def per_process(self, world_size: int) -> str:
+        """The batch of one micro-step as a message names it: ``--batch-size 8 on 2 process(es)``."""
+        return f"--batch-size {self.rows} on {world_size} process(es)"
 
     def resume_refusal(self, saved: dict[str, Any], saved_world: int, world_size: int, checkpoint: Any) -> str | None:
         """Why these steps cannot continue the run of ``checkpoint``, whose settings (leaf name -> value) are

@@ -198,16 +198,6 @@ class FinetuneSteps(Steps):
         """Why an evaluation inside an epoch happened (fine-tuning's log line)."""
         return f"--eval-every {self.eval_period}"
 
-    def finetuning_epoch_refusal(self, batches: int, rows: int, world_size: int) -> str | None:
-        """As :meth:`Steps.pretraining_epoch_refusal`, for an epoch of ``batches`` batches of ``rows`` training rows."""
-        if self.accum <= batches:
-            return None
-        return (
-            f"--grad-accum {self.accum}: one optimizer step would take {self.accum} batches, more than the "
-            f"{batches} of one epoch of --train-data ({rows} rows, --batch-size {self.rows} "
-            f"on {world_size} process(es)); lower --grad-accum or --batch-size"
-        )
-
 
 def parse_label_names(text: str) -> dict[str, str]:
     """``"0=negative,1=positive"`` -> ``{"0": "negative", "1": "positive"}``; a malformed part is refused."""

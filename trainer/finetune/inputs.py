@@ -65,7 +65,8 @@ def training_batches(cfg: FinetuneConfig, train: TaskData, info: D.DistInfo) -> 
     batches = EpochBatches(
         len(train), steps.rows, shuffle=True, seed=cfg.run.seeds.order, world_size=info.world_size, rank=info.rank
     )
-    refusal = steps.finetuning_epoch_refusal(len(batches), len(train), info.world_size)  # a step was the epoch
+    epoch = f"--train-data ({len(train)} rows, {steps.per_process(info.world_size)})"
+    refusal = steps.epoch_refusal(len(batches), "batches", epoch)  # a step was the epoch
     if refusal is not None:
         raise RunError(refusal)
     return batches

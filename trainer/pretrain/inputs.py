@@ -153,9 +153,8 @@ def data_loader(cfg: TrainConfig, data: OpenedData, info: D.DistInfo) -> Pretrai
         )
     except (TooFewSamples, ValueError) as e:  # ValueError: a weight too small for one sample per epoch
         raise RunError(cfg.data.unreadable(e)) from None
-    refusal = cfg.steps.pretraining_epoch_refusal(
-        loader.steps_per_epoch, loader.global_batch_size, loader.num_samples, cfg.data.flag
-    )
+    unit, epoch = f"global batches of {loader.global_batch_size}", f"{cfg.data.flag} ({loader.num_samples} instances)"
+    refusal = cfg.steps.epoch_refusal(loader.steps_per_epoch, unit, epoch, ", or add data")
     if refusal is not None:  # as a --batch-size past the data is refused: one step, no epoch
         raise RunError(refusal)
     return loader
