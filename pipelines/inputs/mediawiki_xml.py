@@ -37,10 +37,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
-from bertstream.pipelines.common.counters import NO_TEXT, NOT_ARTICLE_NAMESPACE, REDIRECT
+from bertstream.pipelines.common.counters import reason
 from bertstream.pipelines.common.files import InputError, record_too_big
 from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.compressed import chunks, decompressed, prepend, scan_stream_starts
+
+# The pages a dump holds that are no articles: dropped, counted per document (``drop_reason``)
+NOT_ARTICLE_NAMESPACE = reason(
+    "not_article_namespace", ("documents",), "a MediaWiki page outside the article namespace"
+)
+REDIRECT = reason("redirect", ("documents",), "a MediaWiki redirect page")
+NO_TEXT = reason("no_text", ("documents",), "a MediaWiki page without <text>")
 
 DEFAULT_RANGE_BYTES = 64 << 20
 

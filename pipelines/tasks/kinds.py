@@ -1,8 +1,10 @@
 """The table of task kinds: one ``bertprep task`` command each, registered from here, in this order.
 
 Adding a kind: its room (a folder beside these, whose ``__init__.py`` defines ``KIND``: see
-``bertstream.pipelines.tasks.kind.TaskKind``), one line here, its package in pyproject's ``packages``; its schema
-(``bertstream.schemas.tasks``) and, to fine-tune on it, its ``Task`` in ``bertstream.trainer.finetune.tasks``.
+``bertstream.pipelines.tasks.kind.TaskKind``; a drop reason of its own declared there with
+``bertstream.pipelines.common.counters.reason``), one line here, its package in pyproject's ``packages``; its rows
+fit a layout of ``bertstream.schemas.tasks`` (a new ``RowLayout`` there only for rows none holds) and, to fine-tune
+on it, its ``Task`` in ``bertstream.trainer.finetune.tasks`` and its head.
 """
 
 from __future__ import annotations

@@ -14,18 +14,17 @@ from typing import Any
 
 from bertstream.cli.errors import UsageError
 from bertstream.pipelines.common.counters import (
-    BAD_REGRESSION_LABEL,
     EMPTY_TEXT,
     LABEL_NOT_A_VALUE,
     MALFORMED_JSON,
     MISSING_FIELD,
     MISSING_LABEL,
-    SCORE_OUT_OF_RANGE,
     TEXT_NOT_STRING,
     UNBALANCED_QUOTE,
     WRONG_COLUMN_COUNT,
     Tally,
     drop,
+    reason,
 )
 from bertstream.pipelines.common.files import InputError, read_chunks
 from bertstream.pipelines.inputs import limits
@@ -36,7 +35,9 @@ from bertstream.schemas import json_text
 
 UNIT = "rows"  # the kind's unit (``KIND.unit``): what one record is, as the counters name it
 
-# Drop reasons: bertstream.pipelines.common.counters.DROP_REASONS
+# Regression's own drop reasons (a task row's, MISSING_LABEL, ...: bertstream.pipelines.common.counters)
+BAD_REGRESSION_LABEL = reason("bad_regression_label", (UNIT,), "a regression label that is no finite number")
+SCORE_OUT_OF_RANGE = reason("score_out_of_range", (UNIT,), "a regression score outside its preset's range")
 
 
 @dataclass(slots=True)

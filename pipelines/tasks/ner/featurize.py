@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from bertstream.pipelines.common.counters import TAG_NOT_IN_SET, Tally, drop
+from bertstream.pipelines.common.counters import Tally, drop
 from bertstream.pipelines.tasks.features import (
     Layout,
     TaskTokenizer,
@@ -24,7 +24,7 @@ from bertstream.pipelines.tasks.features import (
     table,
     unknown_label_error,
 )
-from bertstream.pipelines.tasks.ner.parse import UNIT, Sentence
+from bertstream.pipelines.tasks.ner.parse import TAG_NOT_IN_SET, UNIT, Sentence
 from bertstream.pipelines.tasks.read import RecordBatch, where
 from bertstream.pipelines.tokenizer.load import TokenizerSpec
 from bertstream.schemas import id_types

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.counters import MALFORMED_LINE, WRONG_FIELD_COUNT, Tally, drop
+from bertstream.pipelines.common.counters import Tally, drop, reason
 from bertstream.pipelines.common.files import InputError, read_chunks
 from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.byte_ranges import iter_text_lines
@@ -21,9 +21,16 @@ from bertstream.pipelines.tasks.read import file_lines, where
 
 UNIT = "sentences"  # the kind's unit (``KIND.unit``): what one record is, as the counters name it
 
-# Drop reasons (bertstream.pipelines.common.counters.DROP_REASONS): a sentence with a malformed line
+# The kind's own drop reasons: a sentence with a malformed line
 # (``<unit>_dropped.malformed_line``); per line, under ``lines_malformed.<reason>``, a line without the format's
 # field count.
+MALFORMED_LINE = reason("malformed_line", (UNIT,), "a sentence with a malformed line")
+WRONG_FIELD_COUNT = reason(
+    "wrong_field_count",
+    (UNIT,),
+    "a line with another number of fields than its format (counted per line as lines_malformed.<reason>)",
+)
+TAG_NOT_IN_SET = reason("tag_not_in_set", (UNIT,), "a tag outside the dataset's tag set")
 
 _BIO_TAG = re.compile(r"^(O|[BI]-\S+)$")
 # Fields per token line of each input format; the token is the first field, the tag the last.

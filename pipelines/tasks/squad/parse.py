@@ -15,22 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertstream.cli.errors import UsageError
-from bertstream.pipelines.common.counters import (
-    DUPLICATE_ID,
-    EMPTY_CONTEXT,
-    EMPTY_QUESTION,
-    MALFORMED_JSON,
-    NO_MATCHING_ANSWER,
-    Tally,
-    drop,
-)
+from bertstream.pipelines.common.counters import MALFORMED_JSON, Tally, drop, reason
 from bertstream.pipelines.common.files import InputError, read_chunks
 from bertstream.pipelines.inputs import json_stream, limits
 from bertstream.pipelines.tasks.read import counted_chunks
 
 UNIT = "examples"  # the kind's unit (``KIND.unit``): what one record is, as the counters name it
 
-# Drop reasons (``<unit>_dropped.<reason>``): bertstream.pipelines.common.counters.DROP_REASONS
+# The kind's own drop reasons (``<unit>_dropped.<reason>``; the shared ones: bertstream.pipelines.common.counters)
+EMPTY_QUESTION = reason("empty_question", (UNIT,), "a SQuAD question that is blank")
+EMPTY_CONTEXT = reason("empty_context", (UNIT,), "a SQuAD paragraph whose context is blank")
+DUPLICATE_ID = reason("duplicate_id", (UNIT,), "a SQuAD question id seen before")
+NO_MATCHING_ANSWER = reason("no_matching_answer", (UNIT,), "no answer found in its context at its offset")
 
 
 @dataclass(slots=True)

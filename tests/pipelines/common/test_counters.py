@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
+
+import pytest
 
 from bertstream.pipelines.common import counters as C
 from bertstream.pipelines.common.counters import FIRST_KEPT, Tally
@@ -57,9 +60,37 @@ def test_merging_counters_adds_each_input_once_in_place():
         assert_that(merged, equal_to([expected]))
 
 
+def _declared_reasons() -> dict[str, list[str]]:
+    """Every ``reason("NAME", ...)`` call in the pipelines' sources: NAME -> the modules declaring it."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(PIPELINES.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "reason":
+                if node.args and isinstance(node.args[0], ast.Constant):
+                    module = ".".join(path.relative_to(PIPELINES.parent).with_suffix("").parts)
+                    found.setdefault(node.args[0].value, []).append(module)
+    return found
+
+
+def test_every_drop_reason_is_declared_once_where_it_is_counted_and_the_table_holds_it():
+    # issue 55: a reason one room counts is declared by that room's module (a task kind's, an input format's), so a
+    # kind or a format dropping for a reason of its own stays in its room; the table collects them all, once.
+    declared = _declared_reasons()
+    assert {name: where for name, where in declared.items() if len(where) > 1} == {}
+    for module in {m for where in declared.values() for m in where}:
+        importlib.import_module(f"bertstream.{module}")
+    assert set(C.DROP_REASONS) == set(declared) and len(declared) >= 25, sorted(set(declared) ^ set(C.DROP_REASONS))
+    # a reason's table row is one thing: the same name with another meaning is refused
+    with pytest.raises(ValueError, match="declared twice"):
+        C.reason(C.EMPTY, ("documents",), "something else")
+    assert C.reason(C.EMPTY, ("documents",), "no text at all", shown_at_zero=True) == C.EMPTY
+
+
 def test_every_drop_reason_is_defined_once_in_the_table():
     # issue 55: reasons were spelled again where they were counted (tasks/read.py's and counters' malformed_json,
     # classification/featurize's no_tokens) and hand-listed by the report; now each is the table's, by name.
+    for module in {m for where in _declared_reasons().values() for m in where}:
+        importlib.import_module(f"bertstream.{module}")
     units = {"documents", *(kind.unit for kind in KINDS)}
     assert all(r.name == name and set(r.units) <= units and r.means for name, r in C.DROP_REASONS.items())
     spelled = []
