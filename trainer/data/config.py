@@ -107,8 +107,9 @@ class EvalSet:
 
     @property
     def flag(self) -> str:
-        """The set's flag, as a message about the command's inputs names it."""
-        return "--eval-data"
+        """The set's flag (``--eval-data``, read from its declaration), as a message about the command's inputs
+        names it."""
+        return options.flag_for(EvalSet, "eval_data")
 
     def named(self) -> tuple[str, tuple[str, ...]]:
         """``(flag, folders)``: the folders as a check names them (the data's length against the model's)."""

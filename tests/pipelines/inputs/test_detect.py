@@ -102,7 +102,9 @@ def test_json_lines_with_lines_cut_short_are_refused_not_read_as_text(tmp_path):
             "markup",
         ),
         ("feed.xml", b'<?xml version="1.0"?>\n<rss>\n<item>\n<title>News.</title>\n</item>\n</rss>\n', "markup"),
-        ("data.json", b'[\n  {"text": "One sentence here."},\n  {"text": "Another one."}\n]\n', "JSON"),
+        # a JSON document that is no text anyone reads (a model's config): a records format may claim an array of
+        # texts one day, and this case must not be the one it changes
+        ("config.json", b'{\n  "hidden_size": 768,\n  "num_attention_heads": 12\n}\n', "JSON"),
         ("model.bin", bytes(range(256)) * 64, "binary"),
         ("a.txt", b"Some text.\n" + b"\x00\x01\x02\x03" * 2000 + b"\n", "binary"),
     ],
