@@ -61,12 +61,15 @@ class CheckpointWriter:
                 }
                 copied = live if self.writes is None else self.host.copy(live)  # in the loop: nothing changes it
                 ready = copied_event(self.info.device)
+                # The step the copy holds, read now: the writer may run steps later, when training.step has moved
+                # on (a checkpoint named step-4 holding step 1's weights).
+                step = training.step
 
                 def write() -> Path:
                     ready()
                     return ckpt.save(
                         root,
-                        training.step,
+                        step,
                         model_state=copied["model"],
                         optimizer=copied["optimizer"],
                         rng=copied["rng"],

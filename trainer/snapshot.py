@@ -15,6 +15,7 @@ checkpoint the newest complete one, and pruning never runs before the new one is
 from __future__ import annotations
 
 import copy
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -66,81 +67,121 @@ def copied_event(device: torch.device) -> Callable[[], None]:
     return event.synchronize
 
 
+class _Write:
+    """One write handed to the worker: its function, then its result or error, how long it took, and when it
+    ended (all set before ``ended``, which the main thread waits for)."""
+
+    def __init__(self, write: Callable[[], Any]) -> None:
+        self.write = write
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.handed = time.monotonic()
+        self.seconds = 0.0  # from the hand-over to its end
+        self.ended = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.result = self.write()
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
+            self.error = e
+        finally:
+            self.seconds = time.monotonic() - self.handed
+            self.ended.set()
+
+
 class Background:
-    """One checkpoint write at a time in a thread. :meth:`start` runs a write; :meth:`done` tells (without
-    waiting) whether it ended; :meth:`wait` waits for it and returns its result, or raises what it raised (a
-    ``CheckpointError``: a full disk, NaN weights), once. Use as a context manager around a run: leaving it waits
-    for the write in flight (the final checkpoint is complete before the process exits); on an error already
-    on its way out, the write's own error is only printed (``report``), the first one is the run's."""
+    """One checkpoint write at a time, in a worker thread. :meth:`start` hands a write over; :meth:`done` tells
+    (without waiting) whether it ended; :meth:`wait` waits for it and returns its result, or raises what it
+    raised (a ``CheckpointError``: a full disk, NaN weights), once. Use as a context manager around a run:
+    leaving it waits for every write handed over (the final checkpoint is complete before the process exits);
+    on an error already on its way out, the write's own error is only printed (``report``), the first one is
+    the run's.
+
+    A write is handed over through a queue whose ``put`` is one C call: a Ctrl-C arrives before it (nothing was
+    handed over) or after it (the worker runs the write), never half-way, and leaving waits for what the worker
+    holds, not for what this object recorded. A thread started per write could not promise that: a Ctrl-C
+    inside ``Thread.start`` (its wait for the new thread to run) left a write running that nothing waited for,
+    and the process exited half-way through it, a ``.tmp`` folder left where the run said none was."""
 
     def __init__(self, report: Callable[[str], None] | None = None) -> None:
-        self._thread: threading.Thread | None = None
-        self._result: Any = None
-        self._error: BaseException | None = None
+        self._jobs: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._write: _Write | None = None  # the write started last, until waited for
         self._report = report
-        self.started_at = 0.0
         self.seconds = 0.0  # how long the last finished write took, from its start
         # A write was started and its outcome not yet agreed: kept by every rank (only rank 0 writes), so that
         # all of them meet to learn it (``checkpoint_writer.CheckpointWriter.poll``).
         self.outstanding = False
 
     def start(self, write: Callable[[], Any], name: str = "checkpoint-write") -> None:
-        if self._thread is not None:
+        if self._write is not None:
             raise RuntimeError("Background.start: the last write was not waited for")
-        self._result, self._error = None, None
-        self.started_at = time.monotonic()
-        # A daemon: a second Ctrl-C while the run waits for the write ends the process rather than hanging in the
-        # interpreter's exit; the write it cuts short leaves a .tmp folder, which the next run removes.
-        thread = threading.Thread(target=self._run, args=(write,), name=name, daemon=True)
-        thread.start()
-        self._thread = thread  # only a started thread is waited for
+        if self._worker is None:
+            # A daemon: a second Ctrl-C while the run waits for the write ends the process rather than hanging in
+            # the interpreter's exit; the write it cuts short leaves a .tmp folder, which the next run removes.
+            # An interrupt inside start() hands no write over: there is then nothing to wait for.
+            worker = threading.Thread(target=self._serve, name=name, daemon=True)
+            worker.start()
+            self._worker = worker
+        job = _Write(write)
+        self._jobs.put(job)  # handed over: the worker runs it, whatever interrupts this thread from here on
+        self._write = job
 
-    def _run(self, write: Callable[[], Any]) -> None:
-        try:
-            self._result = write()
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
-            self._error = e
-        finally:
-            self.seconds = time.monotonic() - self.started_at
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job.run()
 
     @property
     def pending(self) -> bool:
         """A write was started and not yet waited for (it may have ended)."""
-        return self._thread is not None
+        return self._write is not None
 
     def done(self) -> bool:
         """The write started last has ended (or none was started): :meth:`wait` will not block."""
-        return self._thread is None or not self._thread.is_alive()
+        return self._write is None or self._write.ended.is_set()
 
     def wait(self) -> Any:
         """The result of the write in flight (None if none), after waiting for it; its exception raised here."""
-        thread, self._thread = self._thread, None
-        if thread is None:
+        job, self._write = self._write, None
+        if job is None:
             return None
         try:
-            thread.join()
+            job.ended.wait()
         except BaseException:
-            self._thread = thread  # interrupted while waiting (Ctrl-C): still in flight, still to be waited for
+            self._write = job  # interrupted while waiting (Ctrl-C): still in flight, still to be waited for
             raise
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
-        return self._result
+        self.seconds = job.seconds
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _drain(self) -> None:
+        """Wait for every write handed over (one that an interrupt kept from being recorded too), then end the
+        worker: a marker queued behind them ends when they have."""
+        if self._worker is None:
+            return  # never started: no write was handed over
+        marker = _Write(lambda: None)
+        self._jobs.put(marker)
+        marker.ended.wait()
+        self._jobs.put(None)
+        self._worker = None
 
     def __enter__(self) -> Background:
         return self
 
     def __exit__(self, kind: type | None, value: BaseException | None, tb: object) -> None:
-        if not self.pending:
-            return
         if kind is None:
-            self.wait()
+            try:
+                self.wait()
+            finally:
+                self._drain()
             return
         try:
             self.wait()
         except Exception as e:  # noqa: BLE001 - the run is already failing with ``value``: say this one, keep that
             if self._report is not None:
                 self._report(str(e))
+        self._drain()
 
 
 def describe_write(path: Path | None, seconds: float) -> str:

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertstream.trainer import checkpoint as ckpt
+from bertstream.trainer import checkpoint_writer
 from bertstream.trainer.checkpoint_writer import CheckpointWriter
 from bertstream.trainer.distributed import DistInfo
 from bertstream.trainer.model_config import PRESETS
@@ -48,17 +50,13 @@ def writer(writes: Background | None) -> CheckpointWriter:
 
 
 class Gate:
-    """Holds every checkpoint write at its start until :meth:`open` (the test decides when the thread writes)."""
+    """Holds every checkpoint write at its start until :meth:`open` (the test decides when the thread writes):
+    where the writing thread waits for the copies to be ready, before it reads anything of the write's own (the
+    step's number too: read when the thread ran, it named step 1's copy step 4)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.event = threading.Event()
-        real = ckpt.save
-
-        def held(*args, **kwargs):
-            self.event.wait()
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(ckpt, "save", held)
+        monkeypatch.setattr(checkpoint_writer, "copied_event", lambda device: self.event.wait)
 
     def open(self) -> None:
         self.event.set()
@@ -176,6 +174,54 @@ def test_leaving_the_run_on_an_interrupt_waits_for_the_write_in_flight(tmp_path)
         writes.start(fails)
         raise KeyboardInterrupt
     assert reported == ["checkpoint X could not be written: disk full"]  # said, the interrupt stays the run's
+
+
+def test_an_interrupt_while_a_write_is_handed_over_still_waits_for_it(tmp_path, monkeypatch):
+    # A Ctrl-C inside Thread.start (its wait for the new thread to run) left the write running but unrecorded:
+    # leaving the run waited for nothing and the process exited half-way through it (a .tmp-PID checkpoint left
+    # behind, seen in test_sigterm_behaves_as_ctrl_c[Ctrl-C] once in a clean-clone run). A write that began is
+    # complete when the run leaves, wherever the interrupt lands while it is handed over.
+    done, began = tmp_path / "written", threading.Event()
+
+    def write() -> Path:
+        began.set()
+        threading.Event().wait(0.3)  # still writing when the interrupt is handled
+        done.write_text("whole")
+        return done
+
+    real_start = threading.Thread.start
+
+    def start_then_interrupted(thread: threading.Thread) -> None:
+        real_start(thread)
+        raise KeyboardInterrupt
+
+    # in Thread.start, once the new thread runs
+    monkeypatch.setattr(threading.Thread, "start", start_then_interrupted)
+    with pytest.raises(KeyboardInterrupt), Background() as writes:
+        writes.start(write)
+    monkeypatch.undo()
+    assert not began.is_set() or done.read_text() == "whole"
+
+    # right after the write is handed over, before the writer records it
+    class InterruptedOnce:
+        def __init__(self, jobs: Any) -> None:
+            self.jobs, self.interrupted = jobs, False
+
+        def put(self, item: Any) -> None:
+            self.jobs.put(item)
+            if not self.interrupted:
+                self.interrupted = True
+                raise KeyboardInterrupt
+
+        def get(self) -> Any:
+            return self.jobs.get()
+
+    done.unlink(missing_ok=True)
+    writes = Background()
+    writes._jobs = InterruptedOnce(writes._jobs)  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt), writes:
+        writes.start(write)
+    assert done.read_text() == "whole" and writes._worker is None  # waited for, and its worker ended
 
 
 def test_host_copies_are_reused_and_are_copies():
