@@ -43,9 +43,7 @@ from bertstream.pipelines.inputs import limits
 from bertstream.pipelines.inputs.compressed import chunks, decompressed, prepend, scan_stream_starts
 
 # The pages a dump holds that are no articles: dropped, counted per document (``drop_reason``)
-NOT_ARTICLE_NAMESPACE = reason(
-    "not_article_namespace", ("documents",), "a MediaWiki page outside the article namespace"
-)
+NOT_ARTICLE_NAMESPACE = reason("not_article_namespace", ("documents",), "a MediaWiki page not in the article namespace")
 REDIRECT = reason("redirect", ("documents",), "a MediaWiki redirect page")
 NO_TEXT = reason("no_text", ("documents",), "a MediaWiki page without <text>")
 

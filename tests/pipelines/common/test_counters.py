@@ -72,13 +72,18 @@ def _declared_reasons() -> dict[str, list[str]]:
     return found
 
 
+def _import_declaring_modules(declared: dict[str, list[str]]) -> None:
+    """Import every module that declares a reason: the table holds a room's reasons once its module is loaded."""
+    for module in {m for where in declared.values() for m in where}:
+        importlib.import_module(f"bertstream.{module}")
+
+
 def test_every_drop_reason_is_declared_once_where_it_is_counted_and_the_table_holds_it():
     # issue 55: a reason one room counts is declared by that room's module (a task kind's, an input format's), so a
     # kind or a format dropping for a reason of its own stays in its room; the table collects them all, once.
     declared = _declared_reasons()
     assert {name: where for name, where in declared.items() if len(where) > 1} == {}
-    for module in {m for where in declared.values() for m in where}:
-        importlib.import_module(f"bertstream.{module}")
+    _import_declaring_modules(declared)
     assert set(C.DROP_REASONS) == set(declared) and len(declared) >= 25, sorted(set(declared) ^ set(C.DROP_REASONS))
     # a reason's table row is one thing: the same name with another meaning is refused
     with pytest.raises(ValueError, match="declared twice"):
@@ -89,8 +94,7 @@ def test_every_drop_reason_is_declared_once_where_it_is_counted_and_the_table_ho
 def test_every_drop_reason_is_defined_once_in_the_table():
     # issue 55: reasons were spelled again where they were counted (tasks/read.py's and counters' malformed_json,
     # classification/featurize's no_tokens) and hand-listed by the report; now each is the table's, by name.
-    for module in {m for where in _declared_reasons().values() for m in where}:
-        importlib.import_module(f"bertstream.{module}")
+    _import_declaring_modules(_declared_reasons())
     units = {"documents", *(kind.unit for kind in KINDS)}
     assert all(r.name == name and set(r.units) <= units and r.means for name, r in C.DROP_REASONS.items())
     spelled = []
